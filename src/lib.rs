@@ -1,0 +1,9 @@
+//! volumed: a Kubernetes node volume manager with a write-ahead journal.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the code map and the
+//! invariants each module keeps.
+
+pub mod host;
+pub mod journal;
+pub mod model;
+pub mod state;

@@ -1,0 +1,1 @@
+//! The desired and actual state of the world (DSW, ASW): caches, no I/O.
