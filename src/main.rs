@@ -1,1 +1,2 @@
+//! The `volumed` binary.
 fn main() {}

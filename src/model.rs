@@ -556,6 +556,119 @@ impl PodVolume {
     }
 }
 
+/// Which of a volume's two targets an operation acts on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TargetRef {
+    /// The device (global) target, shared by every pod.
+    Device,
+    /// The per-pod target.
+    Pod(PodUid),
+}
+
+/// The four journaled volume operations, plus formatting as its own step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    /// Creating a filesystem on a device before its first MountDevice.
+    FormatDevice,
+    /// Mounting the device (global) target.
+    MountDevice,
+    /// Setting up the per-pod target.
+    SetUp,
+    /// Tearing down the per-pod target.
+    TearDown,
+    /// Unmounting the device (global) target.
+    UnmountDevice,
+}
+
+impl Operation {
+    /// Every operation.
+    pub const ALL: [Operation; 5] = [
+        Operation::FormatDevice,
+        Operation::MountDevice,
+        Operation::SetUp,
+        Operation::TearDown,
+        Operation::UnmountDevice,
+    ];
+    /// The snake_case name used in records, crash points and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::FormatDevice => "format_device",
+            Operation::MountDevice => "mount_device",
+            Operation::SetUp => "setup",
+            Operation::TearDown => "teardown",
+            Operation::UnmountDevice => "unmount_device",
+        }
+    }
+    /// Whether the operation acts on the device target.
+    pub fn is_device_op(self) -> bool {
+        matches!(
+            self,
+            Operation::FormatDevice | Operation::MountDevice | Operation::UnmountDevice
+        )
+    }
+    /// The state a successful run leaves its target in, if it changes it
+    /// (formatting leaves the device unmounted).
+    pub fn success_state(self) -> Option<MountState> {
+        match self {
+            Operation::FormatDevice => None,
+            Operation::MountDevice | Operation::SetUp => Some(MountState::Mounted),
+            Operation::TearDown | Operation::UnmountDevice => Some(MountState::NotMounted),
+        }
+    }
+}
+
+/// Whether an operation is one syscall (a mount or an umount, whose effect
+/// the host shows completely) or several steps (format then mount, tmpfs then
+/// ownership, CSI calls) that a crash can cut in the middle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Steps {
+    /// One mount(2) or umount2(2).
+    Single,
+    /// More than one step.
+    Multi,
+}
+
+/// Everything needed to redo or undo an operation on one target without an
+/// API server: what the journal records with every intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetParams {
+    /// The unique volume name.
+    pub volume: UniqueVolumeName,
+    /// The plugin.
+    pub plugin: PluginName,
+    /// The spec name (pod volume name, or PV name for PVC-backed volumes).
+    pub spec_name: String,
+    /// Which target.
+    pub target: TargetRef,
+    /// What the target is on disk.
+    pub kind: TargetKind,
+    /// The device (block device, or the source dir for a bind), if any.
+    pub device_path: Option<PathBuf>,
+    /// The device (global) mount path, if the volume has one.
+    pub device_mount_path: Option<PathBuf>,
+    /// The per-pod path, for pod targets.
+    pub pod_mount_path: Option<PathBuf>,
+    /// The SELinux label mounted with; `None` for none.
+    pub selinux: Option<SeLinuxContext>,
+    /// Mount options (without the context option).
+    pub mount_options: Vec<String>,
+    /// The filesystem type, if known.
+    pub fs_type: Option<String>,
+}
+
+impl TargetParams {
+    /// The path of this target: the pod path for pod targets, the device mount
+    /// path for the device target.
+    pub fn path(&self) -> Option<&Path> {
+        match self.target {
+            TargetRef::Device => self.device_mount_path.as_deref(),
+            TargetRef::Pod(_) => self.pod_mount_path.as_deref(),
+        }
+    }
+}
+
 /// Kubelet-compatible on-disk layout under the root dir.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {

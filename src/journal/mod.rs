@@ -1,1 +1,465 @@
-//! The write-ahead journal on sled.
+//! The write-ahead journal: every MountDevice (and its format step), SetUp,
+//! TearDown and UnmountDevice is written here as an intent before it touches
+//! the OS and as an outcome after. This module is the only writer of the
+//! journal; [`Journal::append`] is the one append path.
+//!
+//! # Layout
+//!
+//! A sled 0.34.7 database in the journal dir with four trees — `meta`
+//! (schema version, journal id, node name), `records` (big-endian sequence
+//! number → envelope), `checkpoint` (one envelope under `current`) and
+//! `quarantine` (records cut off by a failed checksum, kept, never deleted) —
+//! plus the `acked` watermark file ([`watermark`]). Every value is wrapped
+//! in a versioned envelope with a per-journal CRC-32C ([`envelope`]); the
+//! payloads are the on-disk types of [`record`], never model types. The
+//! format is written down in `docs/journal-format.md`; format changes come
+//! with a step in `migrations/`.
+//!
+//! # Durability
+//!
+//! [`Journal::append`] returns once its record is flushed. sled's `flush`
+//! does not call `fsync` on Linux: it writes its log buffers and calls
+//! `sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)` on them (its
+//! background flusher adds a `sync_all` every 500 ms). That puts the bytes
+//! in the kernel and starts their write-out, which is exactly what survives
+//! the death of the process — SIGKILL, a panic, the OOM killer, the crash we
+//! must survive at every instant. It does not flush the disk's volatile cache
+//! or file metadata, so power loss can take the last records. Power loss
+//! also reboots the machine: every mount is gone and the boot id changes, so
+//! reconstruction trusts the host for `mount` targets after a reboot, and a
+//! journal sled can no longer open is moved aside and rebuilt from the host
+//! alone. A lost tail after a reboot is reported, not fatal; within one boot
+//! the `acked` watermark turns a silent loss into a corruption error.
+//!
+//! Concurrent appenders share flushes ([`commit`]): one flush covers every
+//! record inserted before it started. A failed flush is fatal: the journal
+//! refuses every later append and the daemon must exit and reconstruct.
+//!
+//! # Recovery
+//!
+//! `open` replays checkpoint + tail through [`replay::JournalState::apply`].
+//! A value that fails its checksum ends the replay there and is reported
+//! with its sequence number; the records from there on are moved to the
+//! `quarantine` tree so new records can follow. A journal sled cannot open
+//! (its checksums failed, it panicked, the watermark shows acknowledged
+//! records missing, or the schema version is newer than this build) is moved
+//! aside to `<dir>.corrupt-<unix time>` — never deleted — and reported as a
+//! typed [`JournalError`]; the caller reconstructs from the host alone.
+
+pub mod commit;
+pub mod envelope;
+mod open;
+pub mod record;
+pub mod replay;
+pub mod watermark;
+
+#[path = "../../migrations/mod.rs"]
+pub mod migrations;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use open::{Corruption, Replay};
+pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
+
+use commit::GroupCommit;
+use envelope::Kind;
+use record::{CheckpointV1, RecordV1};
+use watermark::{Acked, Watermark};
+
+/// The journal layout version this build writes (`meta/schema_version`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What to do with a journal that cannot be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCorrupt {
+    /// Move it aside to `<dir>.corrupt-<time>` (the daemon).
+    MoveAside,
+    /// Leave everything as it is and report (inspection tools).
+    Report,
+}
+
+/// How to open a journal.
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// The journal dir (sled's database lives directly in it).
+    pub dir: PathBuf,
+    /// The node name, stored in meta when the journal is created.
+    pub node_name: String,
+    /// The current boot id.
+    pub boot_id: String,
+    /// sled's page cache capacity in bytes.
+    pub cache_capacity: u64,
+    /// Create the journal when the dir holds none.
+    pub create: bool,
+    /// What to do with an untrustworthy journal.
+    pub on_corrupt: OnCorrupt,
+}
+
+impl JournalConfig {
+    /// A daemon's config: creates the journal, moves a corrupt one aside.
+    pub fn new(dir: impl Into<PathBuf>, node_name: &str, boot_id: &str) -> Self {
+        Self {
+            dir: dir.into(),
+            node_name: node_name.to_owned(),
+            boot_id: boot_id.to_owned(),
+            cache_capacity: 16 << 20,
+            create: true,
+            on_corrupt: OnCorrupt::MoveAside,
+        }
+    }
+    /// An inspection tool's config: opens an existing journal and changes
+    /// nothing when it is damaged.
+    pub fn inspect(dir: impl Into<PathBuf>, boot_id: &str) -> Self {
+        Self {
+            create: false,
+            on_corrupt: OnCorrupt::Report,
+            ..Self::new(dir, "", boot_id)
+        }
+    }
+}
+
+/// What went wrong, by step. Callers branch on [`JournalError::category`].
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// creating the journal dir failed
+    #[error("create journal dir {path}: {source}")]
+    CreateDir {
+        /// the dir
+        path: PathBuf,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// there is no journal in the dir
+    #[error("no journal in {path}")]
+    NotFound {
+        /// the dir
+        path: PathBuf,
+    },
+    /// another process (a running daemon) holds sled's lock
+    #[error("journal {path} is locked by another process (is the daemon running?)")]
+    Locked {
+        /// the dir
+        path: PathBuf,
+    },
+    /// the journal cannot be trusted; it was moved aside if `moved_to` is set
+    #[error("journal {path} is corrupt: {reason}{}", moved(.moved_to))]
+    Corrupt {
+        /// the dir
+        path: PathBuf,
+        /// what was wrong
+        reason: String,
+        /// where it was moved
+        moved_to: Option<PathBuf>,
+    },
+    /// the journal was written by a newer build
+    #[error("journal {path} has schema version {found}, newer than this build reads ({supported}){}", moved(.moved_to))]
+    NewerSchema {
+        /// the dir
+        path: PathBuf,
+        /// version found
+        found: u32,
+        /// version this build reads
+        supported: u32,
+        /// where it was moved
+        moved_to: Option<PathBuf>,
+    },
+    /// moving a corrupt journal aside failed
+    #[error("move corrupt journal {from} aside to {to}: {source}")]
+    MoveAside {
+        /// the journal dir
+        from: PathBuf,
+        /// the destination
+        to: PathBuf,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// a migration step failed
+    #[error("migrate journal {path} from schema {from}: {reason}")]
+    Migrate {
+        /// the dir
+        path: PathBuf,
+        /// version migrated from
+        from: u32,
+        /// what failed
+        reason: String,
+    },
+    /// sled refused a write
+    #[error("write {what} to journal {path}: {source}")]
+    Write {
+        /// what was written
+        what: &'static str,
+        /// the dir
+        path: PathBuf,
+        /// the cause
+        source: sled::Error,
+    },
+    /// the watermark file could not be opened or written
+    #[error("watermark {path}: {source}")]
+    Watermark {
+        /// the file
+        path: PathBuf,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// a flush failed; the journal accepts nothing more and the daemon must exit
+    #[error("flush journal {path} failed, the journal is closed: {reason}")]
+    Flush {
+        /// the dir
+        path: PathBuf,
+        /// the cause
+        reason: String,
+    },
+}
+
+fn moved(to: &Option<PathBuf>) -> String {
+    to.as_ref()
+        .map(|p| format!("; moved aside to {}", p.display()))
+        .unwrap_or_default()
+}
+
+/// Error categories recovery branches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// the journal is damaged or unreadable: reconstruct from the host alone
+    Corruption,
+    /// the journal is in use by another process
+    Busy,
+    /// there is no journal
+    NotFound,
+    /// an I/O error; a failed flush is fatal
+    Io,
+}
+
+impl JournalError {
+    /// The category of this error.
+    pub fn category(&self) -> Category {
+        match self {
+            JournalError::Corrupt { .. }
+            | JournalError::NewerSchema { .. }
+            | JournalError::Migrate { .. } => Category::Corruption,
+            JournalError::Locked { .. } => Category::Busy,
+            JournalError::NotFound { .. } => Category::NotFound,
+            _ => Category::Io,
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+struct Writer {
+    next_seq: u64,
+    state: JournalState,
+}
+
+/// An open journal. `Send + Sync`: share it behind an `Arc`.
+pub struct Journal {
+    dir: PathBuf,
+    db: sled::Db,
+    records: sled::Tree,
+    checkpoint: sled::Tree,
+    journal_id: u64,
+    boot_id: String,
+    writer: Mutex<Writer>,
+    inserted_through: AtomicU64,
+    commit: GroupCommit,
+    watermark: Watermark,
+    checkpoint_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("dir", &self.dir)
+            .field("journal_id", &self.journal_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a checkpoint did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// the last record folded in
+    pub through_seq: u64,
+    /// targets in the checkpoint
+    pub entries: usize,
+    /// records dropped after it was durable
+    pub dropped: usize,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal and replays it.
+    pub fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalError> {
+        open::open(cfg)
+    }
+
+    /// The journal dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The journal id mixed into every checksum.
+    pub fn journal_id(&self) -> u64 {
+        self.journal_id
+    }
+
+    /// The boot id stamped on new records.
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    /// How many flushes appends have caused.
+    pub fn flush_count(&self) -> u64 {
+        self.commit.flush_count()
+    }
+
+    /// The highest durable sequence number.
+    pub fn synced_through(&self) -> u64 {
+        self.commit.synced_through()
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        // Every mutation under this lock is completed before anything that
+        // could panic, so a poisoned lock still guards a consistent state.
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A copy of the state all records so far imply.
+    pub fn state(&self) -> JournalState {
+        self.writer().state.clone()
+    }
+
+    /// Runs `f` on the current state without copying it.
+    pub fn with_state<T>(&self, f: impl FnOnce(&JournalState) -> T) -> T {
+        f(&self.writer().state)
+    }
+
+    /// Appends a record and returns its sequence number once it is durable
+    /// (it survives the death of the process; see the module docs).
+    pub fn append(&self, body: Body) -> Result<u64, JournalError> {
+        if let Some(reason) = self.commit.failure() {
+            return Err(JournalError::Flush {
+                path: self.dir.clone(),
+                reason,
+            });
+        }
+        let seq = {
+            let mut w = self.writer();
+            let seq = w.next_seq;
+            let rec = Record {
+                seq,
+                wall_time_ns: now_ns(),
+                boot_id: self.boot_id.clone(),
+                body,
+            };
+            let payload = record::encode(&RecordV1::from(&rec));
+            let value = envelope::seal(self.journal_id, Kind::Record, seq, &payload);
+            self.records
+                .insert(seq.to_be_bytes(), value)
+                .map_err(|source| JournalError::Write {
+                    what: "record",
+                    path: self.dir.clone(),
+                    source,
+                })?;
+            w.state.apply(&rec);
+            w.next_seq = seq + 1;
+            self.inserted_through.store(seq, Ordering::SeqCst);
+            seq
+        };
+        self.commit
+            .wait_durable(
+                seq,
+                || self.inserted_through.load(Ordering::SeqCst),
+                |through| self.flush_through(through),
+            )
+            .map_err(|reason| JournalError::Flush {
+                path: self.dir.clone(),
+                reason,
+            })?;
+        Ok(seq)
+    }
+
+    fn flush_through(&self, through: u64) -> Result<(), String> {
+        self.db.flush().map_err(|e| format!("sled flush: {e}"))?;
+        self.watermark
+            .write(&Acked {
+                journal_id: self.journal_id,
+                seq: through,
+                boot_id: self.boot_id.clone(),
+            })
+            .map_err(|e| format!("write {}: {e}", self.watermark.path().display()))
+    }
+
+    /// Writes the state implied by every record so far (pending intents
+    /// included) as one checkpoint, makes it durable, then drops the records
+    /// it covers. A crash between the two steps (`checkpoint.mid`) leaves old
+    /// records that replay skips.
+    pub fn checkpoint(&self) -> Result<CheckpointReport, JournalError> {
+        let _one_at_a_time = self
+            .checkpoint_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (ck, through) = {
+            let w = self.writer();
+            (CheckpointV1::of(&w.state, now_ns()), w.state.last_seq())
+        };
+        let write_err = |what, source| JournalError::Write {
+            what,
+            path: self.dir.clone(),
+            source,
+        };
+        let value = envelope::seal(
+            self.journal_id,
+            Kind::Checkpoint,
+            through,
+            &record::encode(&ck),
+        );
+        self.checkpoint
+            .insert(open::CHECKPOINT_KEY, value)
+            .map_err(|e| write_err("checkpoint", e))?;
+        self.flush_or_close()?;
+        crate::failpoint::hit("checkpoint.mid");
+        let mut dropped = 0;
+        for key in self.records.range(..=through.to_be_bytes()).keys() {
+            let key = key.map_err(|e| write_err("record drop", e))?;
+            self.records
+                .remove(key)
+                .map_err(|e| write_err("record drop", e))?;
+            dropped += 1;
+        }
+        self.flush_or_close()?;
+        Ok(CheckpointReport {
+            through_seq: through,
+            entries: ck.entries.len(),
+            dropped,
+        })
+    }
+
+    fn flush_or_close(&self) -> Result<(), JournalError> {
+        let closed = |reason| JournalError::Flush {
+            path: self.dir.clone(),
+            reason,
+        };
+        if let Some(reason) = self.commit.failure() {
+            return Err(closed(reason));
+        }
+        let through = self.inserted_through.load(Ordering::SeqCst);
+        self.flush_through(through).map_err(|reason| {
+            self.commit.fail(reason.clone());
+            closed(reason)
+        })
+    }
+
+    /// Flushes everything (shutdown).
+    pub fn close(self) -> Result<(), JournalError> {
+        self.flush_or_close()
+    }
+}

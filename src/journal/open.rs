@@ -1,0 +1,421 @@
+//! Opening a journal: sled under `catch_unwind` (sled may panic on a damaged
+//! file), meta and schema checks, migrations, replay of checkpoint + tail,
+//! the watermark check, quarantine of records behind a bad checksum, and
+//! moving an untrustworthy journal aside.
+
+use std::io::Read;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+use super::commit::GroupCommit;
+use super::envelope::{self, Kind};
+use super::record::{self, CheckpointV1, RecordV1};
+use super::replay::{JournalState, Record};
+use super::watermark::{Acked, Watermark};
+use super::{
+    Journal, JournalConfig, JournalError, OnCorrupt, SCHEMA_VERSION, Writer, migrations, now_ns,
+};
+
+/// Key of the one checkpoint in the `checkpoint` tree.
+pub(crate) const CHECKPOINT_KEY: &[u8] = b"current";
+const META_SCHEMA: &[u8] = b"schema_version";
+const META_ID: &[u8] = b"journal_id";
+const META_NODE: &[u8] = b"node_name";
+const META_CREATED: &[u8] = b"created_ns";
+
+/// Where replay stopped on a value that failed verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// the sequence number of the bad value
+    pub seq: u64,
+    /// what was wrong with it
+    pub reason: String,
+}
+
+/// The checkpoint replay started from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// the last record it covers
+    pub through_seq: u64,
+    /// when it was written
+    pub wall_time_ns: u64,
+    /// targets in it
+    pub entries: usize,
+}
+
+/// What `open` found.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// the state checkpoint + tail imply
+    pub state: JournalState,
+    /// the records after the checkpoint, in order
+    pub tail: Vec<Record>,
+    /// the checkpoint, if any
+    pub checkpoint: Option<CheckpointInfo>,
+    /// a value that failed verification ended replay here
+    pub corruption: Option<Corruption>,
+    /// sequence numbers moved to the quarantine tree by this open
+    pub quarantined: Vec<u64>,
+    /// after a reboot: (acknowledged through, recovered through) when the
+    /// tail written before power loss is gone
+    pub lost_tail: Option<(u64, u64)>,
+    /// whether this open created the journal
+    pub created: bool,
+    /// the node name in meta
+    pub node_name: String,
+    /// the schema version in meta
+    pub schema_version: u32,
+}
+
+fn has_journal(dir: &Path) -> bool {
+    dir.join("conf").exists() || dir.join("db").exists()
+}
+
+fn random_id() -> u64 {
+    let mut b = [0u8; 8];
+    let from_urandom = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if from_urandom.is_err() {
+        b = (now_ns() ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(b) | 1
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
+}
+
+/// Runs a sled call, turning a panic into an error text.
+fn contain<T>(f: impl FnOnce() -> Result<T, sled::Error>) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(p) => Err(format!("sled panicked: {}", panic_text(p.as_ref()))),
+    }
+}
+
+fn u64_of(bytes: &[u8]) -> Option<u64> {
+    <[u8; 8]>::try_from(bytes).ok().map(u64::from_be_bytes)
+}
+
+/// The journal as read, before it is trusted.
+struct Read_ {
+    db: sled::Db,
+    records: sled::Tree,
+    checkpoint: sled::Tree,
+    quarantine: sled::Tree,
+    journal_id: u64,
+    replay: Replay,
+    /// highest sequence number present anywhere
+    max_seen: u64,
+}
+
+/// Why a journal is not trusted.
+enum Distrust {
+    Corrupt(String),
+    Newer(u32),
+}
+
+pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalError> {
+    let dir = &cfg.dir;
+    if !has_journal(dir) {
+        if !cfg.create {
+            return Err(JournalError::NotFound { path: dir.clone() });
+        }
+        std::fs::create_dir_all(dir).map_err(|source| JournalError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let opened = contain(|| {
+        sled::Config::new()
+            .path(dir)
+            .cache_capacity(cfg.cache_capacity)
+            .open()
+    });
+    let db = match opened {
+        Ok(db) => db,
+        Err(e) if e.contains("could not acquire lock") => {
+            return Err(JournalError::Locked { path: dir.clone() });
+        }
+        Err(e) => return distrusted(cfg, Distrust::Corrupt(format!("sled cannot open it: {e}"))),
+    };
+    let read = match read(cfg, db) {
+        Ok(r) => r,
+        Err(why) => return distrusted(cfg, why),
+    };
+    let watermark = Watermark::open(dir).map_err(|source| JournalError::Watermark {
+        path: dir.join("acked"),
+        source,
+    })?;
+    let mut read = read;
+    match watermark.read() {
+        Ok(Some(acked)) if acked.journal_id != read.journal_id => {
+            let why = format!(
+                "watermark belongs to journal {:x}, meta says {:x}",
+                acked.journal_id, read.journal_id
+            );
+            drop(read);
+            return distrusted(cfg, Distrust::Corrupt(why));
+        }
+        Ok(Some(acked)) if acked.seq > read.max_seen => {
+            if acked.boot_id == cfg.boot_id {
+                let why = format!(
+                    "records through {} were acknowledged but sled recovered only through {}",
+                    acked.seq, read.max_seen
+                );
+                drop(read);
+                return distrusted(cfg, Distrust::Corrupt(why));
+            }
+            tracing::warn!(
+                acked = acked.seq,
+                recovered = read.max_seen,
+                "journal lost its tail across a reboot (power loss); mounts are gone too"
+            );
+            read.replay.lost_tail = Some((acked.seq, read.max_seen));
+        }
+        _ => {}
+    }
+    if read.replay.corruption.is_some() && cfg.on_corrupt == OnCorrupt::MoveAside {
+        quarantine(cfg, &mut read)?;
+    }
+    let next_seq = read.max_seen + 1;
+    watermark
+        .write(&Acked {
+            journal_id: read.journal_id,
+            seq: read.max_seen,
+            boot_id: cfg.boot_id.clone(),
+        })
+        .map_err(|source| JournalError::Watermark {
+            path: watermark.path().to_owned(),
+            source,
+        })?;
+    let journal = Journal {
+        dir: dir.clone(),
+        db: read.db,
+        records: read.records,
+        checkpoint: read.checkpoint,
+        journal_id: read.journal_id,
+        boot_id: cfg.boot_id.clone(),
+        writer: Mutex::new(Writer {
+            next_seq,
+            state: read.replay.state.clone(),
+        }),
+        inserted_through: AtomicU64::new(read.max_seen),
+        commit: GroupCommit::new(read.max_seen),
+        watermark,
+        checkpoint_lock: Mutex::new(()),
+    };
+    Ok((journal, read.replay))
+}
+
+fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
+    let corrupt = |what: &str, e: String| Distrust::Corrupt(format!("{what}: {e}"));
+    let tree = |name: &str| contain(|| db.open_tree(name)).map_err(|e| corrupt(name, e));
+    let (meta, records, checkpoint, quarantine) = (
+        tree("meta")?,
+        tree("records")?,
+        tree("checkpoint")?,
+        tree("quarantine")?,
+    );
+    let get = |k: &[u8]| contain(|| meta.get(k)).map_err(|e| corrupt("meta", e));
+    let mut created = false;
+    let (schema, journal_id) = match (get(META_SCHEMA)?, get(META_ID)?) {
+        (Some(v), Some(id)) => {
+            let schema = <[u8; 4]>::try_from(v.as_ref())
+                .map(u32::from_le_bytes)
+                .map_err(|_| Distrust::Corrupt("meta schema_version is not 4 bytes".into()))?;
+            let id = <[u8; 8]>::try_from(id.as_ref())
+                .map(u64::from_le_bytes)
+                .map_err(|_| Distrust::Corrupt("meta journal_id is not 8 bytes".into()))?;
+            (schema, id)
+        }
+        (None, None) if records.is_empty() && checkpoint.is_empty() => {
+            let id = random_id();
+            let put = |k: &[u8], v: Vec<u8>| {
+                contain(|| meta.insert(k, v)).map_err(|e| corrupt("write meta", e))
+            };
+            put(META_SCHEMA, SCHEMA_VERSION.to_le_bytes().to_vec())?;
+            put(META_ID, id.to_le_bytes().to_vec())?;
+            put(META_NODE, cfg.node_name.as_bytes().to_vec())?;
+            put(META_CREATED, now_ns().to_le_bytes().to_vec())?;
+            contain(|| db.flush()).map_err(|e| corrupt("flush meta", e))?;
+            created = true;
+            (SCHEMA_VERSION, id)
+        }
+        _ => {
+            return Err(Distrust::Corrupt(
+                "meta is missing but records exist".into(),
+            ));
+        }
+    };
+    if schema > SCHEMA_VERSION {
+        return Err(Distrust::Newer(schema));
+    }
+    if schema < SCHEMA_VERSION {
+        migrations::migrate(&db, schema, SCHEMA_VERSION)
+            .map_err(|e| Distrust::Corrupt(format!("migration from schema {schema}: {e}")))?;
+    }
+    let node_name = get(META_NODE)?
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .unwrap_or_default();
+
+    let mut replay = Replay {
+        state: JournalState::default(),
+        tail: Vec::new(),
+        checkpoint: None,
+        corruption: None,
+        quarantined: Vec::new(),
+        lost_tail: None,
+        created,
+        node_name,
+        schema_version: SCHEMA_VERSION,
+    };
+    let mut through = 0;
+    if let Some(v) =
+        contain(|| checkpoint.get(CHECKPOINT_KEY)).map_err(|e| corrupt("checkpoint", e))?
+    {
+        let claimed = v
+            .get(8..16)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        let decoded = envelope::open(journal_id, Kind::Checkpoint, claimed, &v)
+            .map_err(|e| e.to_string())
+            .and_then(|p| record::decode::<CheckpointV1>(p).map_err(|e| e.to_string()))
+            .and_then(|ck| ck.to_state().map(|s| (ck, s)).map_err(|e| e.to_string()));
+        match decoded {
+            Ok((ck, state)) => {
+                through = ck.through_seq;
+                replay.checkpoint = Some(CheckpointInfo {
+                    through_seq: ck.through_seq,
+                    wall_time_ns: ck.wall_time_ns,
+                    entries: ck.entries.len(),
+                });
+                replay.state = state;
+            }
+            Err(reason) => {
+                replay.corruption = Some(Corruption {
+                    seq: claimed,
+                    reason: format!("checkpoint: {reason}"),
+                });
+            }
+        }
+    }
+    let mut max_seen = through;
+    let iterated = contain(|| {
+        for kv in records.iter() {
+            let (k, v) = kv?;
+            let Some(seq) = u64_of(&k) else {
+                if replay.corruption.is_none() {
+                    replay.corruption = Some(Corruption {
+                        seq: max_seen + 1,
+                        reason: format!("record key {k:02x?} is not 8 bytes"),
+                    });
+                }
+                continue;
+            };
+            max_seen = max_seen.max(seq);
+            if seq <= through || replay.corruption.is_some() {
+                continue;
+            }
+            let decoded = envelope::open(journal_id, Kind::Record, seq, &v)
+                .map_err(|e| e.to_string())
+                .and_then(|p| record::decode::<RecordV1>(p).map_err(|e| e.to_string()))
+                .and_then(|r| Record::try_from(&r).map_err(|e| e.to_string()));
+            match decoded {
+                Ok(rec) => {
+                    replay.state.apply(&rec);
+                    replay.tail.push(rec);
+                }
+                Err(reason) => replay.corruption = Some(Corruption { seq, reason }),
+            }
+        }
+        Ok(())
+    });
+    iterated.map_err(|e| corrupt("records", e))?;
+    if let Ok(Some((k, _))) = contain(|| quarantine.last()) {
+        max_seen = max_seen.max(u64_of(&k).unwrap_or(0));
+    }
+    if let Some(c) = &replay.corruption {
+        tracing::error!(seq = c.seq, reason = %c.reason, "journal replay stopped at a value that failed verification");
+    }
+    Ok(Read_ {
+        db,
+        records,
+        checkpoint,
+        quarantine,
+        journal_id,
+        replay,
+        max_seen,
+    })
+}
+
+/// Moves every record from the corrupt one on into the quarantine tree, so
+/// new records can follow and a later replay does not stop at the same place.
+fn quarantine(cfg: &JournalConfig, read: &mut Read_) -> Result<(), JournalError> {
+    let Some(c) = &read.replay.corruption else {
+        return Ok(());
+    };
+    let write = |source| JournalError::Write {
+        what: "quarantine",
+        path: cfg.dir.clone(),
+        source,
+    };
+    let keys: Vec<_> = read
+        .records
+        .range(c.seq.to_be_bytes()..)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(write)?;
+    for (k, v) in keys {
+        read.quarantine.insert(&k, v).map_err(write)?;
+        read.records.remove(&k).map_err(write)?;
+        read.replay.quarantined.extend(u64_of(&k));
+    }
+    read.db.flush().map_err(write)?;
+    Ok(())
+}
+
+fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> {
+    let moved_to = match cfg.on_corrupt {
+        OnCorrupt::Report => None,
+        OnCorrupt::MoveAside => Some(move_aside(&cfg.dir)?),
+    };
+    let err = match why {
+        Distrust::Corrupt(reason) => JournalError::Corrupt {
+            path: cfg.dir.clone(),
+            reason,
+            moved_to,
+        },
+        Distrust::Newer(found) => JournalError::NewerSchema {
+            path: cfg.dir.clone(),
+            found,
+            supported: SCHEMA_VERSION,
+            moved_to,
+        },
+    };
+    tracing::error!("{err}");
+    Err(err)
+}
+
+/// Renames `<dir>` to `<dir>.corrupt-<unix seconds>[-n]`; never deletes.
+pub(crate) fn move_aside(dir: &Path) -> Result<PathBuf, JournalError> {
+    let secs = now_ns() / 1_000_000_000;
+    let base = format!("{}.corrupt-{secs}", dir.display());
+    let mut to = PathBuf::from(&base);
+    let mut n = 1;
+    while to.exists() {
+        to = PathBuf::from(format!("{base}-{n}"));
+        n += 1;
+    }
+    std::fs::rename(dir, &to).map_err(|source| JournalError::MoveAside {
+        from: dir.to_owned(),
+        to: to.clone(),
+        source,
+    })?;
+    Ok(to)
+}

@@ -1,0 +1,702 @@
+//! On-disk record types (format v1) and their conversion to and from `model`.
+//!
+//! These structs are what bincode 1.3.3 encodes inside an envelope
+//! (`envelope.rs`). They are deliberately not the model types: strings and
+//! raw path bytes only, so a change to the model never silently changes the
+//! format. A change here is a new format version with a migration in
+//! `migrations/` (see `docs/journal-format.md`).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::replay::{Body, Entry, JournalState, OpResult, Pending, Record};
+use crate::model::{
+    DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, Steps,
+    TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+};
+
+/// One journal record as stored (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordV1 {
+    /// Sequence number, strictly increasing per journal.
+    pub seq: u64,
+    /// Wall time, nanoseconds since the Unix epoch.
+    pub wall_time_ns: u64,
+    /// Boot id of the machine when the record was written.
+    pub boot_id: String,
+    /// What happened.
+    pub body: BodyV1,
+}
+
+/// The body of a record (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BodyV1 {
+    /// An operation is about to touch the OS.
+    Intent {
+        /// the operation
+        op: OpV1,
+        /// one syscall or several steps
+        multi_step: bool,
+        /// the target and its parameters
+        target: TargetV1,
+    },
+    /// The operation whose intent is `intent_seq` finished.
+    Outcome {
+        /// the intent this completes
+        intent_seq: u64,
+        /// the operation (repeated for readers)
+        op: OpV1,
+        /// how it ended
+        result: ResultV1,
+        /// what the host showed after a successful mount, if observed
+        observed: Option<IdentityV1>,
+    },
+    /// Reconstruction decided the state of a target.
+    Reconstructed {
+        /// the target and its parameters
+        target: TargetV1,
+        /// the decided state
+        state: StateV1,
+        /// why (one reason per row of the merge table)
+        reason: String,
+        /// what the host showed, if mounted
+        observed: Option<IdentityV1>,
+    },
+    /// A target is fully cleaned up and no longer tracked.
+    Forget {
+        /// unique volume name
+        volume: String,
+        /// pod uid, `None` for the device target
+        pod_uid: Option<String>,
+    },
+}
+
+/// Operation (format v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum OpV1 {
+    FormatDevice,
+    MountDevice,
+    SetUp,
+    TearDown,
+    UnmountDevice,
+}
+
+/// Outcome (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResultV1 {
+    /// The operation completed.
+    Success,
+    /// The operation failed and did not change the target: the state before holds.
+    FailedFinal {
+        /// error text
+        error: String,
+    },
+    /// The operation failed and may have changed the target.
+    FailedUncertain {
+        /// error text
+        error: String,
+    },
+}
+
+/// Target state (format v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum StateV1 {
+    Mounted,
+    Uncertain,
+    NotMounted,
+}
+
+/// Target parameters (format v1); paths as raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct TargetV1 {
+    pub volume: String,
+    pub plugin: String,
+    pub spec_name: String,
+    /// `None` for the device target.
+    pub pod_uid: Option<String>,
+    /// 0 mount, 1 dir, 2 none
+    pub kind: u8,
+    pub device_path: Option<Vec<u8>>,
+    pub device_mount_path: Option<Vec<u8>>,
+    pub pod_mount_path: Option<Vec<u8>>,
+    pub selinux_context: Option<String>,
+    pub mount_options: Vec<String>,
+    pub fs_type: Option<String>,
+}
+
+/// Mount identity (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct IdentityV1 {
+    pub major: u32,
+    pub minor: u32,
+    pub root: Vec<u8>,
+    pub fs_type: String,
+    pub read_only: bool,
+    pub selinux_context: Option<String>,
+}
+
+/// A stored value that decodes but does not make sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// bincode could not decode the payload
+    #[error("payload does not decode: {0}")]
+    Decode(String),
+    /// a field holds a value the model refuses
+    #[error("field {field} holds {value:?}: {why}")]
+    Field {
+        /// the field
+        field: &'static str,
+        /// the value
+        value: String,
+        /// why it is refused
+        why: String,
+    },
+}
+
+fn field_err(field: &'static str, value: &str, why: impl ToString) -> RecordError {
+    RecordError::Field {
+        field,
+        value: value.to_owned(),
+        why: why.to_string(),
+    }
+}
+
+/// Encodes a value with bincode 1.3.3's default options.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing plain structs of strings, integers and byte vectors into a
+    // Vec cannot fail; an empty payload would fail to decode loudly anyway.
+    bincode::serialize(value).unwrap_or_default()
+}
+
+/// Decodes a value, with the length limit enforced by the envelope already.
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordError> {
+    bincode::deserialize(bytes).map_err(|e| RecordError::Decode(e.to_string()))
+}
+
+fn path_bytes(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+fn bytes_path(b: &[u8]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(b))
+}
+
+impl From<Operation> for OpV1 {
+    fn from(op: Operation) -> Self {
+        match op {
+            Operation::FormatDevice => OpV1::FormatDevice,
+            Operation::MountDevice => OpV1::MountDevice,
+            Operation::SetUp => OpV1::SetUp,
+            Operation::TearDown => OpV1::TearDown,
+            Operation::UnmountDevice => OpV1::UnmountDevice,
+        }
+    }
+}
+
+impl From<OpV1> for Operation {
+    fn from(op: OpV1) -> Self {
+        match op {
+            OpV1::FormatDevice => Operation::FormatDevice,
+            OpV1::MountDevice => Operation::MountDevice,
+            OpV1::SetUp => Operation::SetUp,
+            OpV1::TearDown => Operation::TearDown,
+            OpV1::UnmountDevice => Operation::UnmountDevice,
+        }
+    }
+}
+
+impl From<MountState> for StateV1 {
+    fn from(s: MountState) -> Self {
+        match s {
+            MountState::Mounted => StateV1::Mounted,
+            MountState::Uncertain => StateV1::Uncertain,
+            MountState::NotMounted => StateV1::NotMounted,
+        }
+    }
+}
+
+impl From<StateV1> for MountState {
+    fn from(s: StateV1) -> Self {
+        match s {
+            StateV1::Mounted => MountState::Mounted,
+            StateV1::Uncertain => MountState::Uncertain,
+            StateV1::NotMounted => MountState::NotMounted,
+        }
+    }
+}
+
+impl From<Steps> for bool {
+    fn from(s: Steps) -> Self {
+        s == Steps::Multi
+    }
+}
+
+impl From<&TargetParams> for TargetV1 {
+    fn from(p: &TargetParams) -> Self {
+        TargetV1 {
+            volume: p.volume.as_str().to_owned(),
+            plugin: p.plugin.as_str().to_owned(),
+            spec_name: p.spec_name.clone(),
+            pod_uid: match &p.target {
+                TargetRef::Device => None,
+                TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
+            },
+            kind: match p.kind {
+                TargetKind::Mount => 0,
+                TargetKind::Dir => 1,
+                TargetKind::None => 2,
+            },
+            device_path: p.device_path.as_deref().map(path_bytes),
+            device_mount_path: p.device_mount_path.as_deref().map(path_bytes),
+            pod_mount_path: p.pod_mount_path.as_deref().map(path_bytes),
+            selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
+            mount_options: p.mount_options.clone(),
+            fs_type: p.fs_type.clone(),
+        }
+    }
+}
+
+impl TryFrom<&TargetV1> for TargetParams {
+    type Error = RecordError;
+    fn try_from(t: &TargetV1) -> Result<Self, RecordError> {
+        let plugin = PluginName::parse(&t.plugin)
+            .ok_or_else(|| field_err("plugin", &t.plugin, "not a plugin volumed knows"))?;
+        let target = match &t.pod_uid {
+            None => TargetRef::Device,
+            Some(uid) => {
+                TargetRef::Pod(PodUid::new(uid).map_err(|e| field_err("pod_uid", uid, e))?)
+            }
+        };
+        let kind = match t.kind {
+            0 => TargetKind::Mount,
+            1 => TargetKind::Dir,
+            2 => TargetKind::None,
+            k => return Err(field_err("kind", &k.to_string(), "not 0, 1 or 2")),
+        };
+        let selinux = t
+            .selinux_context
+            .as_deref()
+            .map(|c| SeLinuxContext::parse(c).map_err(|e| field_err("selinux_context", c, e)))
+            .transpose()?;
+        Ok(TargetParams {
+            volume: UniqueVolumeName::from_raw(t.volume.clone()),
+            plugin,
+            spec_name: t.spec_name.clone(),
+            target,
+            kind,
+            device_path: t.device_path.as_deref().map(bytes_path),
+            device_mount_path: t.device_mount_path.as_deref().map(bytes_path),
+            pod_mount_path: t.pod_mount_path.as_deref().map(bytes_path),
+            selinux,
+            mount_options: t.mount_options.clone(),
+            fs_type: t.fs_type.clone(),
+        })
+    }
+}
+
+impl From<&MountIdentity> for IdentityV1 {
+    fn from(i: &MountIdentity) -> Self {
+        IdentityV1 {
+            major: i.dev.major,
+            minor: i.dev.minor,
+            root: path_bytes(&i.root),
+            fs_type: i.fs_type.clone(),
+            read_only: i.read_only,
+            selinux_context: i.selinux.as_ref().map(|c| c.as_str().to_owned()),
+        }
+    }
+}
+
+impl TryFrom<&IdentityV1> for MountIdentity {
+    type Error = RecordError;
+    fn try_from(i: &IdentityV1) -> Result<Self, RecordError> {
+        let selinux = i
+            .selinux_context
+            .as_deref()
+            .map(|c| SeLinuxContext::parse(c).map_err(|e| field_err("observed.selinux", c, e)))
+            .transpose()?;
+        Ok(MountIdentity {
+            dev: DevId {
+                major: i.major,
+                minor: i.minor,
+            },
+            root: bytes_path(&i.root),
+            fs_type: i.fs_type.clone(),
+            read_only: i.read_only,
+            selinux,
+        })
+    }
+}
+
+/// A checkpoint as stored (format v1): the state implied by every record up
+/// to and including `through_seq`, pending intents included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointV1 {
+    /// the last record folded in
+    pub through_seq: u64,
+    /// wall time of the checkpoint, ns since the Unix epoch
+    pub wall_time_ns: u64,
+    /// every tracked target
+    pub entries: Vec<EntryV1>,
+}
+
+/// One target in a checkpoint (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct EntryV1 {
+    pub target: TargetV1,
+    pub state: StateV1,
+    pub pending: Option<PendingV1>,
+    pub observed: Option<IdentityV1>,
+    pub last_seq: u64,
+    pub boot_id: String,
+    pub reason: Option<String>,
+}
+
+/// A pending intent in a checkpoint (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct PendingV1 {
+    pub op: OpV1,
+    pub intent_seq: u64,
+    pub multi_step: bool,
+    pub target: TargetV1,
+}
+
+fn steps_of(multi_step: bool) -> Steps {
+    if multi_step {
+        Steps::Multi
+    } else {
+        Steps::Single
+    }
+}
+
+impl From<&Record> for RecordV1 {
+    fn from(r: &Record) -> Self {
+        let body = match &r.body {
+            Body::Intent { op, steps, target } => BodyV1::Intent {
+                op: (*op).into(),
+                multi_step: (*steps).into(),
+                target: target.into(),
+            },
+            Body::Outcome {
+                intent_seq,
+                op,
+                result,
+                observed,
+            } => BodyV1::Outcome {
+                intent_seq: *intent_seq,
+                op: (*op).into(),
+                result: match result {
+                    OpResult::Success => ResultV1::Success,
+                    OpResult::FailedFinal(e) => ResultV1::FailedFinal { error: e.clone() },
+                    OpResult::FailedUncertain(e) => ResultV1::FailedUncertain { error: e.clone() },
+                },
+                observed: observed.as_ref().map(IdentityV1::from),
+            },
+            Body::Reconstructed {
+                target,
+                state,
+                reason,
+                observed,
+            } => BodyV1::Reconstructed {
+                target: target.into(),
+                state: (*state).into(),
+                reason: reason.clone(),
+                observed: observed.as_ref().map(IdentityV1::from),
+            },
+            Body::Forget { volume, target } => BodyV1::Forget {
+                volume: volume.as_str().to_owned(),
+                pod_uid: match target {
+                    TargetRef::Device => None,
+                    TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
+                },
+            },
+        };
+        RecordV1 {
+            seq: r.seq,
+            wall_time_ns: r.wall_time_ns,
+            boot_id: r.boot_id.clone(),
+            body,
+        }
+    }
+}
+
+fn identity(o: &Option<IdentityV1>) -> Result<Option<MountIdentity>, RecordError> {
+    o.as_ref().map(MountIdentity::try_from).transpose()
+}
+
+impl TryFrom<&RecordV1> for Record {
+    type Error = RecordError;
+    fn try_from(r: &RecordV1) -> Result<Self, RecordError> {
+        let body = match &r.body {
+            BodyV1::Intent {
+                op,
+                multi_step,
+                target,
+            } => Body::Intent {
+                op: (*op).into(),
+                steps: steps_of(*multi_step),
+                target: target.try_into()?,
+            },
+            BodyV1::Outcome {
+                intent_seq,
+                op,
+                result,
+                observed,
+            } => Body::Outcome {
+                intent_seq: *intent_seq,
+                op: (*op).into(),
+                result: match result {
+                    ResultV1::Success => OpResult::Success,
+                    ResultV1::FailedFinal { error } => OpResult::FailedFinal(error.clone()),
+                    ResultV1::FailedUncertain { error } => OpResult::FailedUncertain(error.clone()),
+                },
+                observed: identity(observed)?,
+            },
+            BodyV1::Reconstructed {
+                target,
+                state,
+                reason,
+                observed,
+            } => Body::Reconstructed {
+                target: target.try_into()?,
+                state: (*state).into(),
+                reason: reason.clone(),
+                observed: identity(observed)?,
+            },
+            BodyV1::Forget { volume, pod_uid } => Body::Forget {
+                volume: UniqueVolumeName::from_raw(volume.clone()),
+                target: match pod_uid {
+                    None => TargetRef::Device,
+                    Some(uid) => {
+                        TargetRef::Pod(PodUid::new(uid).map_err(|e| field_err("pod_uid", uid, e))?)
+                    }
+                },
+            },
+        };
+        Ok(Record {
+            seq: r.seq,
+            wall_time_ns: r.wall_time_ns,
+            boot_id: r.boot_id.clone(),
+            body,
+        })
+    }
+}
+
+impl From<&Entry> for EntryV1 {
+    fn from(e: &Entry) -> Self {
+        EntryV1 {
+            target: (&e.params).into(),
+            state: e.state.into(),
+            pending: e.pending.as_ref().map(|p| PendingV1 {
+                op: p.op.into(),
+                intent_seq: p.intent_seq,
+                multi_step: p.steps.into(),
+                target: (&p.params).into(),
+            }),
+            observed: e.observed.as_ref().map(IdentityV1::from),
+            last_seq: e.last_seq,
+            boot_id: e.boot_id.clone(),
+            reason: e.reason.clone(),
+        }
+    }
+}
+
+impl TryFrom<&EntryV1> for Entry {
+    type Error = RecordError;
+    fn try_from(e: &EntryV1) -> Result<Self, RecordError> {
+        Ok(Entry {
+            params: (&e.target).try_into()?,
+            state: e.state.into(),
+            pending: e
+                .pending
+                .as_ref()
+                .map(|p| -> Result<Pending, RecordError> {
+                    Ok(Pending {
+                        op: p.op.into(),
+                        intent_seq: p.intent_seq,
+                        steps: steps_of(p.multi_step),
+                        params: (&p.target).try_into()?,
+                    })
+                })
+                .transpose()?,
+            observed: identity(&e.observed)?,
+            last_seq: e.last_seq,
+            boot_id: e.boot_id.clone(),
+            reason: e.reason.clone(),
+        })
+    }
+}
+
+impl CheckpointV1 {
+    /// The checkpoint of a state.
+    pub fn of(state: &JournalState, wall_time_ns: u64) -> Self {
+        CheckpointV1 {
+            through_seq: state.last_seq(),
+            wall_time_ns,
+            entries: state.entries().map(|(_, e)| EntryV1::from(e)).collect(),
+        }
+    }
+    /// The state it holds.
+    pub fn to_state(&self) -> Result<JournalState, RecordError> {
+        let entries = self
+            .entries
+            .iter()
+            .map(Entry::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(JournalState::from_entries(self.through_seq, entries))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SeLinuxContext;
+
+    fn target(pod: Option<&str>) -> TargetParams {
+        TargetParams {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            plugin: PluginName::LocalVolume,
+            spec_name: "pv1".into(),
+            target: pod.map_or(TargetRef::Device, |p| {
+                TargetRef::Pod(PodUid::new(p).unwrap())
+            }),
+            kind: TargetKind::Mount,
+            device_path: Some("/dev/loop3".into()),
+            device_mount_path: Some(PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y"))),
+            pod_mount_path: pod.map(|p| {
+                PathBuf::from(format!(
+                    "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"
+                ))
+            }),
+            selinux: Some(
+                SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c2").unwrap(),
+            ),
+            mount_options: vec!["noatime".into()],
+            fs_type: Some("ext4".into()),
+        }
+    }
+
+    fn observed() -> MountIdentity {
+        MountIdentity {
+            dev: DevId { major: 7, minor: 3 },
+            root: "/".into(),
+            fs_type: "ext4".into(),
+            read_only: false,
+            selinux: None,
+        }
+    }
+
+    /// Every body variant, every operation and every result.
+    pub(crate) fn every_record() -> Vec<Record> {
+        let mut bodies = Vec::new();
+        for op in Operation::ALL {
+            let pod = if op.is_device_op() {
+                None
+            } else {
+                Some("pod-a")
+            };
+            bodies.push(Body::Intent {
+                op,
+                steps: Steps::Multi,
+                target: target(pod),
+            });
+            bodies.push(Body::Intent {
+                op,
+                steps: Steps::Single,
+                target: target(pod),
+            });
+            for result in [
+                OpResult::Success,
+                OpResult::FailedFinal("exit 32".into()),
+                OpResult::FailedUncertain("timeout".into()),
+            ] {
+                bodies.push(Body::Outcome {
+                    intent_seq: 9,
+                    op,
+                    result,
+                    observed: Some(observed()),
+                });
+            }
+        }
+        for state in [
+            MountState::Mounted,
+            MountState::Uncertain,
+            MountState::NotMounted,
+        ] {
+            bodies.push(Body::Reconstructed {
+                target: target(Some("p")),
+                state,
+                reason: "r".into(),
+                observed: None,
+            });
+        }
+        bodies.push(Body::Forget {
+            volume: UniqueVolumeName::from_raw("v"),
+            target: TargetRef::Device,
+        });
+        bodies.push(Body::Forget {
+            volume: UniqueVolumeName::from_raw("v"),
+            target: TargetRef::Pod(PodUid::new("p").unwrap()),
+        });
+        bodies
+            .into_iter()
+            .enumerate()
+            .map(|(i, body)| Record {
+                seq: i as u64 + 1,
+                wall_time_ns: 1_700_000_000_000_000_000,
+                boot_id: "boot".into(),
+                body,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_record_type_round_trips_through_bincode() {
+        for r in every_record() {
+            let bytes = encode(&RecordV1::from(&r));
+            let back: RecordV1 = decode(&bytes).unwrap();
+            assert_eq!(Record::try_from(&back).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn checkpoint_round_trips_with_pending_intents() {
+        let mut s = JournalState::default();
+        for r in every_record().iter().take(4) {
+            s.apply(r);
+        }
+        let ck = CheckpointV1::of(&s, 5);
+        let back: CheckpointV1 = decode(&encode(&ck)).unwrap();
+        assert_eq!(
+            back.to_state().unwrap(),
+            JournalState::from_entries(s.last_seq(), s.entries().map(|(_, e)| e.clone()))
+        );
+        assert!(back.entries.iter().any(|e| e.pending.is_some()));
+    }
+
+    #[test]
+    fn hostile_fields_are_refused_with_their_name() {
+        let mut t = TargetV1::from(&target(Some("p")));
+        t.pod_uid = Some("../../etc".into());
+        let err = TargetParams::try_from(&t).unwrap_err();
+        assert!(err.to_string().contains("pod_uid"), "{err}");
+        let mut t = TargetV1::from(&target(None));
+        t.plugin = "kubernetes.io/secret".into();
+        assert!(
+            TargetParams::try_from(&t)
+                .unwrap_err()
+                .to_string()
+                .contains("plugin")
+        );
+        assert!(decode::<RecordV1>(b"\x01\x02").is_err());
+    }
+}

@@ -1,0 +1,562 @@
+//! Replay: the state the journal's records imply, built one record at a
+//! time by [`JournalState::apply`] — the only code that gives records their
+//! meaning. The writer applies each record as it appends it, `open` applies
+//! checkpoint + tail, `dump` applies what it reads; all three agree because
+//! they share this function.
+//!
+//! Per target (a volume's device target or one pod's target) the state keeps
+//! the last settled state with its parameters, and the pending intent, if an
+//! operation started and has no outcome yet. Rules:
+//!
+//! | record | effect |
+//! | --- | --- |
+//! | intent | pending = the intent (a pending intent already there is superseded: state uncertain, an anomaly) |
+//! | outcome success | state = the operation's result (formatting leaves it), params = the intent's |
+//! | outcome final failure | the state before the operation holds |
+//! | outcome uncertain failure | state = uncertain |
+//! | reconstructed | state, params and observation as decided |
+//! | forget | the target is no longer tracked |
+
+use std::collections::BTreeMap;
+
+use crate::model::{
+    MountIdentity, MountState, Operation, Steps, TargetParams, TargetRef, UniqueVolumeName,
+};
+
+/// A record with model types (decoded from `record::RecordV1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// sequence number
+    pub seq: u64,
+    /// wall time, ns since the Unix epoch
+    pub wall_time_ns: u64,
+    /// boot id when written
+    pub boot_id: String,
+    /// what happened
+    pub body: Body,
+}
+
+/// What a record says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// An operation is about to touch the OS.
+    Intent {
+        /// the operation
+        op: Operation,
+        /// one syscall or several steps
+        steps: Steps,
+        /// the target and everything needed to redo or undo the operation
+        target: TargetParams,
+    },
+    /// An operation finished.
+    Outcome {
+        /// the intent it completes
+        intent_seq: u64,
+        /// the operation
+        op: Operation,
+        /// how it ended
+        result: OpResult,
+        /// the mount observed after success, if any
+        observed: Option<MountIdentity>,
+    },
+    /// Reconstruction decided a target's state.
+    Reconstructed {
+        /// the target
+        target: TargetParams,
+        /// the decision
+        state: MountState,
+        /// the merge-table row that decided it
+        reason: String,
+        /// the mount the host showed, if any
+        observed: Option<MountIdentity>,
+    },
+    /// A target is fully cleaned up.
+    Forget {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// which target
+        target: TargetRef,
+    },
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpResult {
+    /// completed
+    Success,
+    /// failed without changing the target
+    FailedFinal(String),
+    /// failed and may have changed the target
+    FailedUncertain(String),
+}
+
+/// Identifies one target.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TargetKey {
+    /// the volume
+    pub volume: UniqueVolumeName,
+    /// device or pod
+    pub target: TargetRef,
+}
+
+impl TargetKey {
+    /// The key of a target's parameters.
+    pub fn of(p: &TargetParams) -> Self {
+        Self {
+            volume: p.volume.clone(),
+            target: p.target.clone(),
+        }
+    }
+}
+
+/// An operation started and not finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// the operation
+    pub op: Operation,
+    /// its intent's sequence number
+    pub intent_seq: u64,
+    /// one syscall or several
+    pub steps: Steps,
+    /// the parameters it was started with
+    pub params: TargetParams,
+}
+
+/// What the journal knows of one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// parameters of the last settled state
+    pub params: TargetParams,
+    /// last settled state
+    pub state: MountState,
+    /// operation in flight, if any
+    pub pending: Option<Pending>,
+    /// mount identity observed when it was last mounted
+    pub observed: Option<MountIdentity>,
+    /// sequence number of the last record about this target
+    pub last_seq: u64,
+    /// boot id of that record
+    pub boot_id: String,
+    /// reason of the last reconstruction decision, if any
+    pub reason: Option<String>,
+}
+
+impl Entry {
+    /// The state `dump` reports: a pending operation makes a target uncertain.
+    pub fn reported_state(&self) -> MountState {
+        if self.pending.is_some() {
+            MountState::Uncertain
+        } else {
+            self.state
+        }
+    }
+    /// The parameters to report: the pending operation's when one runs.
+    pub fn current_params(&self) -> &TargetParams {
+        self.pending.as_ref().map_or(&self.params, |p| &p.params)
+    }
+}
+
+/// Something in the records that should not happen; replay goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Anomaly {
+    /// the record
+    pub seq: u64,
+    /// what was wrong
+    pub what: String,
+}
+
+/// The state all records so far imply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalState {
+    entries: BTreeMap<TargetKey, Entry>,
+    pending_by_seq: BTreeMap<u64, TargetKey>,
+    last_seq: u64,
+    anomalies: Vec<Anomaly>,
+}
+
+impl JournalState {
+    /// Rebuilds a state from checkpointed entries.
+    pub fn from_entries(last_seq: u64, entries: impl IntoIterator<Item = Entry>) -> Self {
+        let mut s = JournalState {
+            last_seq,
+            ..Self::default()
+        };
+        for e in entries {
+            let key = TargetKey::of(&e.params);
+            if let Some(p) = &e.pending {
+                s.pending_by_seq.insert(p.intent_seq, key.clone());
+            }
+            s.entries.insert(key, e);
+        }
+        s
+    }
+
+    /// Every tracked target, in key order (volume, then device before pods).
+    pub fn entries(&self) -> impl Iterator<Item = (&TargetKey, &Entry)> {
+        self.entries.iter()
+    }
+
+    /// One target.
+    pub fn get(&self, key: &TargetKey) -> Option<&Entry> {
+        self.entries.get(key)
+    }
+
+    /// Number of tracked targets.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The highest sequence number applied.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Anomalies met while applying.
+    pub fn anomalies(&self) -> &[Anomaly] {
+        &self.anomalies
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, rec: &Record) {
+        self.last_seq = self.last_seq.max(rec.seq);
+        match &rec.body {
+            Body::Intent { op, steps, target } => self.apply_intent(rec, *op, *steps, target),
+            Body::Outcome {
+                intent_seq,
+                op,
+                result,
+                observed,
+            } => self.apply_outcome(rec, *intent_seq, *op, result, observed),
+            Body::Reconstructed {
+                target,
+                state,
+                reason,
+                observed,
+            } => {
+                let key = TargetKey::of(target);
+                if let Some(old) = self.entries.get(&key).and_then(|e| e.pending.as_ref()) {
+                    self.pending_by_seq.remove(&old.intent_seq);
+                }
+                self.entries.insert(
+                    key,
+                    Entry {
+                        params: target.clone(),
+                        state: *state,
+                        pending: None,
+                        observed: observed.clone(),
+                        last_seq: rec.seq,
+                        boot_id: rec.boot_id.clone(),
+                        reason: Some(reason.clone()),
+                    },
+                );
+            }
+            Body::Forget { volume, target } => {
+                let key = TargetKey {
+                    volume: volume.clone(),
+                    target: target.clone(),
+                };
+                match self.entries.remove(&key) {
+                    Some(e) => {
+                        if let Some(p) = e.pending {
+                            self.pending_by_seq.remove(&p.intent_seq);
+                        }
+                    }
+                    None => self.anomaly(rec.seq, "forget of a target that is not tracked"),
+                }
+            }
+        }
+    }
+
+    fn anomaly(&mut self, seq: u64, what: impl Into<String>) {
+        self.anomalies.push(Anomaly {
+            seq,
+            what: what.into(),
+        });
+    }
+
+    fn apply_intent(&mut self, rec: &Record, op: Operation, steps: Steps, target: &TargetParams) {
+        let key = TargetKey::of(target);
+        let pending = Pending {
+            op,
+            intent_seq: rec.seq,
+            steps,
+            params: target.clone(),
+        };
+        let mut superseded = None;
+        let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
+            params: target.clone(),
+            state: MountState::NotMounted,
+            pending: None,
+            observed: None,
+            last_seq: rec.seq,
+            boot_id: rec.boot_id.clone(),
+            reason: None,
+        });
+        if let Some(old) = entry.pending.take() {
+            entry.state = MountState::Uncertain;
+            superseded = Some(old.intent_seq);
+        }
+        entry.pending = Some(pending);
+        entry.last_seq = rec.seq;
+        entry.boot_id = rec.boot_id.clone();
+        if let Some(old) = superseded {
+            self.pending_by_seq.remove(&old);
+            self.anomaly(
+                rec.seq,
+                format!("intent supersedes intent {old} that had no outcome"),
+            );
+        }
+        self.pending_by_seq.insert(rec.seq, key);
+    }
+
+    fn apply_outcome(
+        &mut self,
+        rec: &Record,
+        intent_seq: u64,
+        op: Operation,
+        result: &OpResult,
+        observed: &Option<MountIdentity>,
+    ) {
+        let Some(key) = self.pending_by_seq.remove(&intent_seq) else {
+            self.anomaly(
+                rec.seq,
+                format!("outcome for intent {intent_seq}, which is not pending"),
+            );
+            return;
+        };
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let Some(pending) = entry.pending.take() else {
+            return;
+        };
+        entry.last_seq = rec.seq;
+        entry.boot_id = rec.boot_id.clone();
+        entry.reason = None;
+        match result {
+            OpResult::Success => {
+                if let Some(state) = op.success_state() {
+                    entry.state = state;
+                    entry.observed = match state {
+                        MountState::Mounted => observed.clone(),
+                        _ => None,
+                    };
+                }
+                entry.params = pending.params;
+            }
+            OpResult::FailedFinal(_) => {}
+            OpResult::FailedUncertain(_) => {
+                entry.state = MountState::Uncertain;
+                entry.params = pending.params;
+                entry.observed = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PluginName, PodUid, TargetKind};
+
+    fn params(target: TargetRef) -> TargetParams {
+        TargetParams {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            plugin: PluginName::LocalVolume,
+            spec_name: "pv1".into(),
+            target,
+            kind: TargetKind::Mount,
+            device_path: Some("/dev/loop3".into()),
+            device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
+            pod_mount_path: None,
+            selinux: None,
+            mount_options: vec![],
+            fs_type: Some("ext4".into()),
+        }
+    }
+
+    fn rec(seq: u64, body: Body) -> Record {
+        Record {
+            seq,
+            wall_time_ns: seq,
+            boot_id: "b".into(),
+            body,
+        }
+    }
+
+    fn intent(seq: u64, op: Operation, steps: Steps) -> Record {
+        rec(
+            seq,
+            Body::Intent {
+                op,
+                steps,
+                target: params(TargetRef::Device),
+            },
+        )
+    }
+
+    fn outcome(seq: u64, intent_seq: u64, op: Operation, result: OpResult) -> Record {
+        rec(
+            seq,
+            Body::Outcome {
+                intent_seq,
+                op,
+                result,
+                observed: None,
+            },
+        )
+    }
+
+    fn device_state(records: &[Record]) -> (MountState, Option<Operation>) {
+        let mut s = JournalState::default();
+        for r in records {
+            s.apply(r);
+        }
+        let key = TargetKey::of(&params(TargetRef::Device));
+        let e = s.get(&key).expect("tracked");
+        (e.state, e.pending.as_ref().map(|p| p.op))
+    }
+
+    #[test]
+    fn replay_rules_table() {
+        use MountState::*;
+        use Operation::*;
+        let fail = || OpResult::FailedFinal("x".into());
+        let unsure = || OpResult::FailedUncertain("x".into());
+        let table: Vec<(&str, Vec<Record>, (MountState, Option<Operation>))> = vec![
+            (
+                "intent alone is pending",
+                vec![intent(1, MountDevice, Steps::Single)],
+                (NotMounted, Some(MountDevice)),
+            ),
+            (
+                "mount success",
+                vec![
+                    intent(1, MountDevice, Steps::Single),
+                    outcome(2, 1, MountDevice, OpResult::Success),
+                ],
+                (Mounted, None),
+            ),
+            (
+                "final failure keeps the state before",
+                vec![
+                    intent(1, MountDevice, Steps::Single),
+                    outcome(2, 1, MountDevice, fail()),
+                ],
+                (NotMounted, None),
+            ),
+            (
+                "uncertain failure",
+                vec![
+                    intent(1, MountDevice, Steps::Single),
+                    outcome(2, 1, MountDevice, unsure()),
+                ],
+                (Uncertain, None),
+            ),
+            (
+                "format leaves the device unmounted",
+                vec![
+                    intent(1, FormatDevice, Steps::Multi),
+                    outcome(2, 1, FormatDevice, OpResult::Success),
+                ],
+                (NotMounted, None),
+            ),
+            (
+                "unmount success",
+                vec![
+                    intent(1, MountDevice, Steps::Single),
+                    outcome(2, 1, MountDevice, OpResult::Success),
+                    intent(3, UnmountDevice, Steps::Single),
+                    outcome(4, 3, UnmountDevice, OpResult::Success),
+                ],
+                (NotMounted, None),
+            ),
+            (
+                "failed unmount keeps it mounted",
+                vec![
+                    intent(1, MountDevice, Steps::Single),
+                    outcome(2, 1, MountDevice, OpResult::Success),
+                    intent(3, UnmountDevice, Steps::Single),
+                    outcome(4, 3, UnmountDevice, fail()),
+                ],
+                (Mounted, None),
+            ),
+            (
+                "superseded intent makes it uncertain",
+                vec![
+                    intent(1, MountDevice, Steps::Single),
+                    intent(2, MountDevice, Steps::Single),
+                ],
+                (Uncertain, Some(MountDevice)),
+            ),
+        ];
+        for (name, records, want) in table {
+            assert_eq!(device_state(&records), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn reconstructed_and_forget() {
+        let mut s = JournalState::default();
+        s.apply(&intent(1, Operation::MountDevice, Steps::Multi));
+        s.apply(&rec(
+            2,
+            Body::Reconstructed {
+                target: params(TargetRef::Device),
+                state: MountState::Uncertain,
+                reason: "multi_step_intent".into(),
+                observed: None,
+            },
+        ));
+        let key = TargetKey::of(&params(TargetRef::Device));
+        let e = s.get(&key).unwrap();
+        assert_eq!(e.reported_state(), MountState::Uncertain);
+        assert!(e.pending.is_none());
+        assert_eq!(e.reason.as_deref(), Some("multi_step_intent"));
+        // The old intent no longer resolves.
+        s.apply(&outcome(3, 1, Operation::MountDevice, OpResult::Success));
+        assert_eq!(s.get(&key).unwrap().state, MountState::Uncertain);
+        assert_eq!(s.anomalies().len(), 1);
+        s.apply(&rec(
+            4,
+            Body::Forget {
+                volume: key.volume.clone(),
+                target: TargetRef::Device,
+            },
+        ));
+        assert!(s.is_empty());
+        assert_eq!(s.last_seq(), 4);
+    }
+
+    #[test]
+    fn pod_targets_are_separate_from_the_device_target() {
+        let mut s = JournalState::default();
+        let pod = TargetRef::Pod(PodUid::new("p1").unwrap());
+        s.apply(&rec(
+            1,
+            Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Single,
+                target: params(pod.clone()),
+            },
+        ));
+        s.apply(&intent(2, Operation::MountDevice, Steps::Single));
+        s.apply(&outcome(3, 1, Operation::SetUp, OpResult::Success));
+        assert_eq!(s.len(), 2);
+        let pod_key = TargetKey::of(&params(pod));
+        assert_eq!(
+            s.get(&pod_key).unwrap().reported_state(),
+            MountState::Mounted
+        );
+        let dev_key = TargetKey::of(&params(TargetRef::Device));
+        assert_eq!(
+            s.get(&dev_key).unwrap().reported_state(),
+            MountState::Uncertain
+        );
+    }
+}

@@ -1,0 +1,428 @@
+//! The journal on a real sled database: durability across SIGKILL, group
+//! commit, checkpoint + tail replay, and every corruption path.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use volumed::journal::{
+    Body, Category, Journal, JournalConfig, JournalError, JournalState, OpResult, SCHEMA_VERSION,
+};
+use volumed::model::{
+    Operation, PluginName, PodUid, Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+};
+
+const BOOT: &str = "11111111-2222-3333-4444-555555555555";
+
+fn cfg(dir: &Path) -> JournalConfig {
+    JournalConfig::new(dir, "node-a", BOOT)
+}
+
+fn target(i: u64) -> TargetParams {
+    let pod = PodUid::new(format!("pod-{}", i % 7)).unwrap();
+    TargetParams {
+        volume: UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/pod-{}-v{i}", i % 7)),
+        plugin: PluginName::EmptyDir,
+        spec_name: format!("v{i}"),
+        target: TargetRef::Pod(pod.clone()),
+        kind: TargetKind::Mount,
+        device_path: None,
+        device_mount_path: None,
+        pod_mount_path: Some(format!("/r/pods/{pod}/volumes/kubernetes.io~empty-dir/v{i}").into()),
+        selinux: None,
+        mount_options: vec![format!("size={i}k")],
+        fs_type: Some("tmpfs".into()),
+    }
+}
+
+fn intent(i: u64) -> Body {
+    Body::Intent {
+        op: Operation::SetUp,
+        steps: Steps::Single,
+        target: target(i),
+    }
+}
+
+/// A deterministic mix of intents and outcomes over a few targets.
+fn workload(journal: &Journal, n: u64) {
+    let mut pending = Vec::new();
+    for i in 0..n {
+        if i % 3 == 2 {
+            if let Some(seq) = pending.pop() {
+                let result = if i % 5 == 0 {
+                    OpResult::FailedFinal("exit 32".into())
+                } else {
+                    OpResult::Success
+                };
+                journal
+                    .append(Body::Outcome {
+                        intent_seq: seq,
+                        op: Operation::SetUp,
+                        result,
+                        observed: None,
+                    })
+                    .unwrap();
+                continue;
+            }
+        }
+        pending.push(journal.append(intent(i % 11)).unwrap());
+    }
+}
+
+#[test]
+fn append_survives_reopen_and_sequence_numbers_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert!(replay.created);
+    assert_eq!(j.append(intent(1)).unwrap(), 1);
+    assert_eq!(j.append(intent(2)).unwrap(), 2);
+    let before = j.state();
+    j.close().unwrap();
+    let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert!(!replay.created);
+    assert_eq!(replay.node_name, "node-a");
+    assert_eq!(replay.tail.len(), 2);
+    assert_eq!(replay.state, before);
+    assert_eq!(j.append(intent(3)).unwrap(), 3);
+}
+
+#[test]
+fn replay_of_checkpoint_plus_tail_equals_replay_of_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    workload(&j, 300);
+    let mut all: Vec<_> = Vec::new();
+    // Keep every record as written so far, to replay them from scratch.
+    {
+        let (_, replay) = {
+            drop(j);
+            Journal::open(&cfg(dir.path())).unwrap()
+        };
+        all.extend(replay.tail);
+    }
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    let report = j.checkpoint().unwrap();
+    assert_eq!(report.through_seq, 300);
+    assert_eq!(report.dropped, 300);
+    workload(&j, 100);
+    drop(j);
+    let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert_eq!(replay.checkpoint.as_ref().unwrap().through_seq, 300);
+    assert_eq!(replay.tail.len(), 100);
+    assert_eq!(replay.tail[0].seq, 301);
+    all.extend(replay.tail.iter().cloned());
+    let mut from_scratch = JournalState::default();
+    for r in &all {
+        from_scratch.apply(r);
+    }
+    assert_eq!(
+        replay.state.entries().collect::<Vec<_>>(),
+        from_scratch.entries().collect::<Vec<_>>()
+    );
+    assert!(
+        replay.state.entries().any(|(_, e)| e.pending.is_some()),
+        "pending intents survive the checkpoint"
+    );
+    assert_eq!(j.state(), replay.state);
+}
+
+#[test]
+fn concurrent_appenders_share_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    let j = Arc::new(j);
+    let threads = 64;
+    let per_thread = 20;
+    let barrier = Arc::new(std::sync::Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let j = j.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                (0..per_thread)
+                    .map(|i| j.append(intent((t * per_thread + i) as u64)).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut seqs: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    seqs.sort_unstable();
+    let n = (threads * per_thread) as u64;
+    assert_eq!(
+        seqs,
+        (1..=n).collect::<Vec<_>>(),
+        "every append got its own sequence number"
+    );
+    let flushes = j.flush_count();
+    assert!(
+        flushes < n / 2,
+        "{n} appends from {threads} threads caused {flushes} flushes"
+    );
+    assert!(j.synced_through() >= n);
+}
+
+/// The child side of the SIGKILL test: appends forever, printing each
+/// acknowledged sequence number. Runs only when re-executed by the parent.
+#[test]
+fn child_appender() {
+    let Ok(dir) = std::env::var("VOLUMED_TEST_CHILD_JOURNAL") else {
+        return;
+    };
+    let (j, _) = Journal::open(&cfg(Path::new(&dir))).unwrap();
+    let mut out = std::io::stdout().lock();
+    for i in 0.. {
+        let seq = j.append(intent(i)).unwrap();
+        use std::io::Write;
+        writeln!(out, "ACK {seq}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn every_acknowledged_record_survives_sigkill() {
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_appender",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("VOLUMED_TEST_CHILD_JOURNAL", dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut acked = 0u64;
+        let stop_after = 200 + round * 150;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if let Some(seq) = line.strip_prefix("ACK ") {
+                acked = seq.parse().unwrap();
+                if acked >= stop_after {
+                    nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(child.id() as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    )
+                    .unwrap();
+                    break;
+                }
+            }
+        }
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "the child was killed");
+        assert!(acked >= stop_after);
+        let (_, replay) = Journal::open(&cfg(dir.path())).unwrap();
+        let last = replay.tail.last().map(|r| r.seq).unwrap_or(0);
+        assert!(
+            last >= acked,
+            "acknowledged {acked}, recovered through {last}"
+        );
+        let seqs: Vec<u64> = replay.tail.iter().map(|r| r.seq).collect();
+        assert_eq!(
+            seqs,
+            (1..=last).collect::<Vec<_>>(),
+            "no hole in the recovered records"
+        );
+    }
+}
+
+#[test]
+fn a_bad_value_stops_replay_at_its_sequence_number_and_is_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    for i in 0..10 {
+        j.append(intent(i)).unwrap();
+    }
+    drop(j);
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let records = db.open_tree("records").unwrap();
+        let mut v = records.get(5u64.to_be_bytes()).unwrap().unwrap().to_vec();
+        v[30] ^= 0x40;
+        records.insert(5u64.to_be_bytes(), v).unwrap();
+        db.flush().unwrap();
+    }
+    // An inspection tool reports it and changes nothing.
+    let (j, replay) = Journal::open(&JournalConfig::inspect(dir.path(), BOOT)).unwrap();
+    let c = replay.corruption.clone().expect("corruption reported");
+    assert_eq!(c.seq, 5);
+    assert!(c.reason.contains("checksum"), "{}", c.reason);
+    assert_eq!(replay.tail.len(), 4);
+    assert!(replay.quarantined.is_empty());
+    drop(j);
+    // The daemon quarantines 5..=10 and goes on from 11.
+    let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert_eq!(replay.corruption.unwrap().seq, 5);
+    assert_eq!(replay.quarantined, (5..=10).collect::<Vec<_>>());
+    assert_eq!(j.append(intent(99)).unwrap(), 11);
+    drop(j);
+    let (_, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert!(replay.corruption.is_none());
+    assert_eq!(
+        replay.tail.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 11]
+    );
+    let db = sled::open(dir.path()).unwrap();
+    assert_eq!(
+        db.open_tree("quarantine").unwrap().len(),
+        6,
+        "quarantined records are kept"
+    );
+}
+
+fn flip_bytes(file: &Path, offset: u64, len: usize) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .unwrap();
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, offset).unwrap();
+    for b in &mut buf {
+        *b ^= 0xff;
+    }
+    f.write_all_at(&buf, offset).unwrap();
+}
+
+fn corrupt_dirs(parent: &Path, name: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(parent)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{name}.corrupt-")))
+        })
+        .collect()
+}
+
+#[test]
+fn flipped_bytes_in_sleds_files_move_the_journal_aside() {
+    // Offsets across the log: sled silently truncates at a bad message, the
+    // watermark turns that into a typed error. The conf file has its own CRC.
+    let cases: &[(&str, u64)] = &[("db", 0), ("db", 1000), ("db", 20_000), ("conf", 4)];
+    for &(file, offset) in cases {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("journal");
+        let (j, _) = Journal::open(&cfg(&dir)).unwrap();
+        for i in 0..200 {
+            j.append(intent(i)).unwrap();
+        }
+        drop(j);
+        let size = std::fs::metadata(dir.join(file)).unwrap().len();
+        flip_bytes(&dir.join(file), offset.min(size - 16), 16);
+        let err = Journal::open(&cfg(&dir)).expect_err(&format!("{file}@{offset} not detected"));
+        assert_eq!(
+            err.category(),
+            Category::Corruption,
+            "{file}@{offset}: {err}"
+        );
+        let JournalError::Corrupt {
+            moved_to: Some(to), ..
+        } = &err
+        else {
+            panic!("{file}@{offset}: not moved aside: {err}");
+        };
+        assert!(to.exists() && !dir.exists(), "moved, not deleted");
+        assert_eq!(corrupt_dirs(parent.path(), "journal"), vec![to.clone()]);
+        assert!(to.join(file).exists());
+        // The next start gets a fresh journal.
+        let (_, replay) = Journal::open(&cfg(&dir)).unwrap();
+        assert!(replay.created, "{file}@{offset}");
+    }
+}
+
+#[test]
+fn a_lost_tail_after_a_reboot_is_reported_not_fatal() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("journal");
+    let (j, _) = Journal::open(&cfg(&dir)).unwrap();
+    for i in 0..200 {
+        j.append(intent(i)).unwrap();
+    }
+    drop(j);
+    flip_bytes(&dir.join("db"), 20_000, 16);
+    let after_reboot = JournalConfig::new(&dir, "node-a", "99999999-2222-3333-4444-555555555555");
+    let (_, replay) = Journal::open(&after_reboot).unwrap();
+    let (acked, recovered) = replay.lost_tail.expect("lost tail reported");
+    assert_eq!(acked, 200);
+    assert!(recovered < 200);
+}
+
+#[test]
+fn a_newer_schema_version_moves_the_journal_aside() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("journal");
+    let (j, _) = Journal::open(&cfg(&dir)).unwrap();
+    j.append(intent(1)).unwrap();
+    drop(j);
+    {
+        let db = sled::open(&dir).unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert(
+            "schema_version",
+            (SCHEMA_VERSION + 1).to_le_bytes().to_vec(),
+        )
+        .unwrap();
+        db.flush().unwrap();
+    }
+    let err = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap_err();
+    assert!(
+        matches!(err, JournalError::NewerSchema { moved_to: None, .. }),
+        "{err}"
+    );
+    assert!(dir.exists(), "inspection moves nothing");
+    let err = Journal::open(&cfg(&dir)).unwrap_err();
+    let JournalError::NewerSchema {
+        found,
+        supported,
+        moved_to: Some(to),
+        ..
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!((*found, *supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+    assert!(to.exists() && !dir.exists());
+    assert_eq!(err.category(), Category::Corruption);
+    assert!(err.to_string().contains("newer than this build"), "{err}");
+}
+
+#[test]
+fn a_locked_journal_is_busy_and_a_missing_one_is_not_created_by_inspection() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nothing-here");
+    let err = Journal::open(&JournalConfig::inspect(&missing, BOOT)).unwrap_err();
+    assert_eq!(err.category(), Category::NotFound);
+    assert!(!missing.exists());
+    let (_j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_open_reports_busy", "--nocapture"])
+        .env("VOLUMED_TEST_BUSY_JOURNAL", dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&child.stdout);
+    assert!(out.contains("BUSY"), "child said: {out}");
+}
+
+/// Child side: sled's lock is per process (flock), so the busy case needs a
+/// second process.
+#[test]
+fn child_open_reports_busy() {
+    let Ok(dir) = std::env::var("VOLUMED_TEST_BUSY_JOURNAL") else {
+        return;
+    };
+    match Journal::open(&JournalConfig::inspect(Path::new(&dir), BOOT)) {
+        Err(e) if e.category() == Category::Busy => println!("BUSY {e}"),
+        other => println!("UNEXPECTED {:?}", other.map(|_| ())),
+    }
+}
