@@ -1,1 +1,1134 @@
 //! The desired and actual state of the world (DSW, ASW): caches, no I/O.
+//!
+//! [`DesiredStateOfWorld`] holds what the pod sources want mounted: unique
+//! volume name → the pods that use it. [`ActualStateOfWorld`] holds what
+//! volumed believes is on the node: per volume a device (global) target and
+//! one target per pod, each with a [`MountState`]. Both follow the kubelet's
+//! `desired_state_of_world.go` / `actual_state_of_world.go` rules
+//! (`reference/kubelet-behaviour.md` §1.1, §1.2, §4.4), re-expressed in Rust:
+//!
+//! - a device path or a device SELinux context is only ever replaced by a
+//!   non-empty one; marking a device unmounted keeps both;
+//! - a pod record is replaced wholesale only when it is absent or uncertain
+//!   (how a reconstructed entry gets its real outer name), otherwise only its
+//!   state changes;
+//! - the volume-level SELinux context ([`SeLinuxState`]) is three-valued:
+//!   unknown, mounted without a context, or a context. It is set by the first
+//!   pod mount while unknown, and [`ActualStateOfWorld::pod_exists_in_volume`]
+//!   reports a mismatch with the kubelet's message;
+//! - a volume is deleted only once no pod remains.
+//!
+//! Decisions where volumed departs from the kubelet, on purpose:
+//! - [`ActualStateOfWorld::add_volume`] on an existing volume never clears a
+//!   known device path (the kubelet overwrites it even with an empty one), and
+//!   fills in a spec that was unknown after reconstruction;
+//! - [`ActualStateOfWorld::mark_device_unmounted`] keeps the device mount
+//!   path (the kubelet blanks it): `dump` still says where the target lives;
+//! - the volume-level context lives on the volume, not the device, because
+//!   volumes without a device target (a tmpfs emptyDir) have one too; the
+//!   snapshot shows it in the `device` object.
+//!
+//! SELinux *policy* (which label a pod gets, whether a conflict is fatal) is
+//! not decided here: callers pass a [`LabelCheck`]. When SELinux mounts are
+//! off, callers pass no labels anywhere, so every known context is "without
+//! context" and never mismatches.
+//!
+//! *Invariant:* no locking, no I/O, no async: plain `&mut self` data
+//! structures that the daemon wraps. Iteration order is deterministic
+//! (sorted by volume name, then pod UID).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::model::{
+    MountState, PluginName, PodUid, PodVolume, SeLinuxContext, TargetKind, UniqueVolumeName,
+    VolumeSpec,
+};
+
+/// The kubelet's `maxPodErrors`: a pod's error set grows only while it holds
+/// at most this many entries, so at most one more accumulates.
+pub const MAX_POD_ERRORS: usize = 10;
+
+/// Errors from the state caches.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// DSW: a new pod's SELinux label differs from the volume's, and the check was strict.
+    #[error("add pod {pod} to volume {volume}: {conflict}")]
+    AddPodToVolume {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pod that was not added
+        pod: PodUid,
+        /// the two labels
+        conflict: SeLinuxConflict,
+    },
+    /// ASW: a device state change for a volume that is not in the ASW.
+    #[error("mark device of volume {volume} {}: volume is not in the actual state of world", .state.as_str())]
+    MarkDevice {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the state that was to be set
+        state: MountState,
+    },
+    /// ASW: a pod mount state change for a volume that is not in the ASW.
+    #[error("mark volume {volume} {} for pod {pod}: volume is not in the actual state of world", .state.as_str())]
+    MarkVolume {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pod
+        pod: PodUid,
+        /// the state that was to be set
+        state: MountState,
+    },
+    /// ASW: removing a pod from a volume that is not in the ASW.
+    #[error("delete pod {pod} from volume {volume}: volume is not in the actual state of world")]
+    DeletePodFromVolume {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pod
+        pod: PodUid,
+    },
+    /// ASW: deleting a volume that still has pod records.
+    #[error("delete volume {volume}: still used by {} pod(s)", .pods.len())]
+    DeleteVolume {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pods still recorded
+        pods: Vec<PodUid>,
+    },
+    /// ASW `pod_exists_in_volume`: the volume is not in the ASW (the kubelet's `volumeNotAttachedError`).
+    #[error("check pod {pod} in volume {volume}: volume is not in the actual state of world")]
+    VolumeNotAttached {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pod
+        pod: PodUid,
+    },
+    /// ASW `pod_exists_in_volume`: mounted with another SELinux context than desired.
+    #[error("waiting for unmount of volume {:?}, because it is already mounted to a different pod with a different SELinux label", .volume.as_str())]
+    SeLinuxMismatch {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pod that asked
+        pod: PodUid,
+    },
+}
+
+/// What kind of failure a [`StateError`] is, for callers to branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateErrorKind {
+    /// The volume is not in the cache.
+    NotFound,
+    /// The volume is still in use.
+    Busy,
+    /// SELinux labels disagree.
+    Conflict,
+}
+
+impl StateError {
+    /// The category of this error.
+    pub fn kind(&self) -> StateErrorKind {
+        match self {
+            StateError::MarkDevice { .. }
+            | StateError::MarkVolume { .. }
+            | StateError::DeletePodFromVolume { .. }
+            | StateError::VolumeNotAttached { .. } => StateErrorKind::NotFound,
+            StateError::DeleteVolume { .. } => StateErrorKind::Busy,
+            StateError::AddPodToVolume { .. } | StateError::SeLinuxMismatch { .. } => {
+                StateErrorKind::Conflict
+            }
+        }
+    }
+}
+
+/// Two SELinux labels that disagree for one volume (DSW, kubelet §4.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeLinuxConflict {
+    /// the volume's spec name
+    pub spec_name: String,
+    /// the label the volume was first added with
+    pub existing: Option<SeLinuxContext>,
+    /// the new pod's label
+    pub new: Option<SeLinuxContext>,
+}
+
+impl fmt::Display for SeLinuxConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = |l: &Option<SeLinuxContext>| l.as_ref().map_or("", |c| c.as_str()).to_owned();
+        write!(
+            f,
+            "conflicting SELinux labels of volume {}: {:?} and {:?}",
+            self.spec_name,
+            s(&self.existing),
+            s(&self.new)
+        )
+    }
+}
+
+/// What volumed knows about the SELinux context a target is mounted with.
+///
+/// In JSON: `null` when unknown, `""` when mounted without a context, else the context.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum SeLinuxState {
+    /// Not known (not mounted yet, or rebuilt from the host alone).
+    #[default]
+    Unknown,
+    /// Mounted without `-o context`.
+    WithoutContext,
+    /// Mounted with this context.
+    Context(SeLinuxContext),
+}
+
+impl SeLinuxState {
+    /// The known state of a mount made with `label` (`None`: without context).
+    pub fn mounted_with(label: Option<SeLinuxContext>) -> Self {
+        label.map_or(SeLinuxState::WithoutContext, SeLinuxState::Context)
+    }
+    /// Whether the state is known.
+    pub fn is_known(&self) -> bool {
+        !matches!(self, SeLinuxState::Unknown)
+    }
+    /// The context, when mounted with one.
+    pub fn context(&self) -> Option<&SeLinuxContext> {
+        match self {
+            SeLinuxState::Context(c) => Some(c),
+            _ => None,
+        }
+    }
+    /// Whether a known state differs from the desired label (unknown never does).
+    pub fn conflicts_with(&self, desired: Option<&SeLinuxContext>) -> bool {
+        self.is_known() && self.context() != desired
+    }
+}
+
+impl Serialize for SeLinuxState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SeLinuxState::Unknown => s.serialize_none(),
+            SeLinuxState::WithoutContext => s.serialize_str(""),
+            SeLinuxState::Context(c) => s.serialize_str(c.as_str()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SeLinuxState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match Option::<String>::deserialize(d)? {
+            None => SeLinuxState::Unknown,
+            Some(s) if s.is_empty() => SeLinuxState::WithoutContext,
+            Some(s) => {
+                SeLinuxState::Context(SeLinuxContext::parse(&s).map_err(serde::de::Error::custom)?)
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Desired state of world
+// ---------------------------------------------------------------------------
+
+/// How a new pod's SELinux label is checked against the volume's. The
+/// `selinux` module computes it (kubelet §4.6); this cache only compares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelCheck {
+    /// The label the pod would get if every access mode allowed `-o context`
+    /// (the kubelet's "original" label); compared with the volume's.
+    pub original: Option<SeLinuxContext>,
+    /// Whether a conflict refuses the pod (the volume supports SELinux
+    /// mounts) instead of only being reported.
+    pub strict: bool,
+}
+
+/// One pod's use of a desired volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredPod {
+    /// `pod.spec.volumes[x].name`
+    pub outer_name: String,
+    /// the spec name (pod volume name, or PV name)
+    pub spec_name: String,
+    /// the label this pod would mount with
+    pub selinux: Option<SeLinuxContext>,
+}
+
+/// A volume some pods want mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredVolume {
+    /// the plugin
+    pub plugin: PluginName,
+    /// the spec, as the last pod added it
+    pub spec: VolumeSpec,
+    /// the label used for `-o context`, fixed by the first pod
+    pub effective_selinux: Option<SeLinuxContext>,
+    /// the label compared for conflicts, fixed by the first pod
+    pub original_selinux: Option<SeLinuxContext>,
+    /// the pods that want it
+    pub pods: BTreeMap<PodUid, DesiredPod>,
+}
+
+/// The result of [`DesiredStateOfWorld::add_pod_to_volume`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedPod {
+    /// the volume the pod was added to
+    pub volume: UniqueVolumeName,
+    /// a label conflict that was tolerated (not strict): a warning to report
+    pub conflict: Option<SeLinuxConflict>,
+}
+
+/// One (volume, pod) pair to mount, as [`DesiredStateOfWorld::volumes_to_mount`] lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeToMount {
+    /// the volume
+    pub volume: UniqueVolumeName,
+    /// the pod
+    pub pod: PodUid,
+    /// the plugin
+    pub plugin: PluginName,
+    /// the spec
+    pub spec: VolumeSpec,
+    /// the spec name
+    pub spec_name: String,
+    /// the pod's outer volume name
+    pub outer_name: String,
+    /// the volume's effective label: what to mount with
+    pub selinux: Option<SeLinuxContext>,
+}
+
+/// What the pod sources want mounted.
+#[derive(Debug, Clone, Default)]
+pub struct DesiredStateOfWorld {
+    volumes: BTreeMap<UniqueVolumeName, DesiredVolume>,
+    pod_errors: BTreeMap<PodUid, BTreeSet<String>>,
+    populated: bool,
+}
+
+impl DesiredStateOfWorld {
+    /// An empty DSW, not yet populated.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `pod`'s use of `volume` and returns the volume's name. The first
+    /// pod fixes the volume's labels. A *new* pod whose `check.original`
+    /// differs from the volume's is refused when `check.strict`, else added
+    /// with the conflict reported in [`AddedPod::conflict`]. Re-adding a pod
+    /// updates its record without a label check.
+    pub fn add_pod_to_volume(
+        &mut self,
+        pod: &PodUid,
+        volume: PodVolume,
+        check: LabelCheck,
+    ) -> Result<AddedPod, StateError> {
+        let name = volume.volume;
+        let record = DesiredPod {
+            outer_name: volume.outer_name,
+            spec_name: volume.spec_name,
+            selinux: volume.selinux.clone(),
+        };
+        let entry = self
+            .volumes
+            .entry(name.clone())
+            .or_insert_with(|| DesiredVolume {
+                plugin: volume.spec.plugin(),
+                spec: volume.spec.clone(),
+                effective_selinux: volume.selinux,
+                original_selinux: check.original.clone(),
+                pods: BTreeMap::new(),
+            });
+        let mut conflict = None;
+        let new_pod = !entry.pods.is_empty() && !entry.pods.contains_key(pod);
+        if new_pod && entry.original_selinux != check.original {
+            let c = SeLinuxConflict {
+                spec_name: record.spec_name.clone(),
+                existing: entry.original_selinux.clone(),
+                new: check.original,
+            };
+            if check.strict {
+                return Err(StateError::AddPodToVolume {
+                    volume: name,
+                    pod: pod.clone(),
+                    conflict: c,
+                });
+            }
+            conflict = Some(c);
+        }
+        entry.spec = volume.spec;
+        entry.pods.insert(pod.clone(), record);
+        Ok(AddedPod {
+            volume: name,
+            conflict,
+        })
+    }
+
+    /// Removes `pod` from `volume`, and the volume once no pod wants it.
+    /// Clears the pod's errors, as the kubelet does.
+    pub fn delete_pod_from_volume(&mut self, pod: &PodUid, volume: &UniqueVolumeName) {
+        self.pod_errors.remove(pod);
+        if let Some(v) = self.volumes.get_mut(volume) {
+            v.pods.remove(pod);
+            if v.pods.is_empty() {
+                self.volumes.remove(volume);
+            }
+        }
+    }
+
+    /// Removes `pod` from every volume; returns the volumes it was removed from.
+    pub fn delete_pod(&mut self, pod: &PodUid) -> Vec<UniqueVolumeName> {
+        let names = self.volumes_of_pod(pod);
+        for name in &names {
+            self.delete_pod_from_volume(pod, name);
+        }
+        self.pod_errors.remove(pod);
+        names
+    }
+
+    /// Whether some pod wants `volume`.
+    pub fn volume_exists(&self, volume: &UniqueVolumeName) -> bool {
+        self.volumes.contains_key(volume)
+    }
+
+    /// Whether some pod wants `volume` mounted with `label` (the effective
+    /// label); a volume mounted with another label is not desired.
+    pub fn volume_exists_with_label(
+        &self,
+        volume: &UniqueVolumeName,
+        label: Option<&SeLinuxContext>,
+    ) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|v| v.effective_selinux.as_ref() == label)
+    }
+
+    /// Whether `pod` wants `volume`.
+    pub fn pod_exists_in_volume(&self, pod: &PodUid, volume: &UniqueVolumeName) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|v| v.pods.contains_key(pod))
+    }
+
+    /// Whether `pod` wants `volume` mounted with `label` (the effective label).
+    pub fn pod_exists_in_volume_with_label(
+        &self,
+        pod: &PodUid,
+        volume: &UniqueVolumeName,
+        label: Option<&SeLinuxContext>,
+    ) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|v| v.pods.contains_key(pod) && v.effective_selinux.as_ref() == label)
+    }
+
+    /// One volume's record.
+    pub fn volume(&self, volume: &UniqueVolumeName) -> Option<&DesiredVolume> {
+        self.volumes.get(volume)
+    }
+
+    /// Every volume, sorted by name.
+    pub fn volumes(&self) -> impl Iterator<Item = (&UniqueVolumeName, &DesiredVolume)> {
+        self.volumes.iter()
+    }
+
+    /// The volumes `pod` wants, sorted.
+    pub fn volumes_of_pod(&self, pod: &PodUid) -> Vec<UniqueVolumeName> {
+        self.volumes
+            .iter()
+            .filter(|(_, v)| v.pods.contains_key(pod))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// One entry per (volume, pod), sorted by volume then pod.
+    pub fn volumes_to_mount(&self) -> Vec<VolumeToMount> {
+        self.volumes
+            .iter()
+            .flat_map(|(name, v)| {
+                v.pods.iter().map(move |(uid, p)| VolumeToMount {
+                    volume: name.clone(),
+                    pod: uid.clone(),
+                    plugin: v.plugin,
+                    spec: v.spec.clone(),
+                    spec_name: p.spec_name.clone(),
+                    outer_name: p.outer_name.clone(),
+                    selinux: v.effective_selinux.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Records an error for `pod`. Like the kubelet, an error is added only
+    /// while the pod holds at most [`MAX_POD_ERRORS`] distinct errors.
+    pub fn add_pod_error(&mut self, pod: &PodUid, error: impl Into<String>) {
+        let errors = self.pod_errors.entry(pod.clone()).or_default();
+        if errors.len() <= MAX_POD_ERRORS {
+            errors.insert(error.into());
+        }
+    }
+
+    /// Returns and clears `pod`'s errors, sorted.
+    pub fn pop_pod_errors(&mut self, pod: &PodUid) -> Vec<String> {
+        self.pod_errors
+            .remove(pod)
+            .map(|e| e.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every pod source has listed its pods once: unmounting may start.
+    pub fn mark_sources_ready(&mut self) {
+        self.populated = true;
+    }
+
+    /// Whether every pod source has listed its pods once.
+    pub fn is_populated(&self) -> bool {
+        self.populated
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Actual state of world
+// ---------------------------------------------------------------------------
+
+/// A volume's device (global) target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceTarget {
+    /// mounted, uncertain or not mounted
+    pub state: MountState,
+    /// the device (e.g. `/dev/loop0`), once known
+    pub device_path: Option<PathBuf>,
+    /// where the device is mounted, once known
+    pub mount_path: Option<PathBuf>,
+}
+
+impl DeviceTarget {
+    /// Mounted or uncertain (the kubelet's `DeviceMayBeMounted`).
+    pub fn may_be_mounted(&self) -> bool {
+        self.state != MountState::NotMounted
+    }
+}
+
+/// A pod's target of a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedPod {
+    /// `pod.spec.volumes[x].name` (empty when rebuilt from the host alone)
+    pub outer_name: String,
+    /// the pod target path
+    pub mount_path: PathBuf,
+    /// what the target is on disk
+    pub kind: TargetKind,
+    /// mounted or uncertain
+    pub state: MountState,
+    /// the context this pod's mount was made with
+    pub selinux: SeLinuxState,
+}
+
+/// How a pod target was (or may have been) set up: the input of
+/// [`ActualStateOfWorld::mark_volume_mounted`] and friends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodMount {
+    /// `pod.spec.volumes[x].name`
+    pub outer_name: String,
+    /// the pod target path
+    pub mount_path: PathBuf,
+    /// what the target is on disk
+    pub kind: TargetKind,
+    /// the context the mount was made with
+    pub selinux: SeLinuxState,
+}
+
+/// A volume volumed believes is (or was) on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActualVolume {
+    /// the plugin, kept apart from the spec so unmount works without one
+    pub plugin: PluginName,
+    /// the spec name
+    pub spec_name: String,
+    /// the spec; `None` when rebuilt from the host alone
+    pub spec: Option<VolumeSpec>,
+    /// the device target; `None` when the volume has none (or none is known yet)
+    pub device: Option<DeviceTarget>,
+    /// the volume-level context (the kubelet's `seLinuxMountContext`)
+    pub selinux: SeLinuxState,
+    /// the pod targets
+    pub pods: BTreeMap<PodUid, MountedPod>,
+}
+
+/// A pod target with its volume's details, as the listing functions return it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedVolume {
+    /// the volume
+    pub volume: UniqueVolumeName,
+    /// the pod
+    pub pod: PodUid,
+    /// the plugin
+    pub plugin: PluginName,
+    /// the spec name
+    pub spec_name: String,
+    /// the spec, when known
+    pub spec: Option<VolumeSpec>,
+    /// the pod target
+    pub target: MountedPod,
+    /// the device mount path, when known
+    pub device_mount_path: Option<PathBuf>,
+    /// the volume-level context, as the kubelet reports it
+    pub selinux: SeLinuxState,
+}
+
+/// Whether a pod's target is mounted, from [`ActualStateOfWorld::pod_exists_in_volume`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPresence {
+    /// mounted (`false` when absent or uncertain: mount it again)
+    pub mounted: bool,
+    /// the volume's device path, when known
+    pub device_path: Option<PathBuf>,
+}
+
+/// What volumed believes is mounted.
+#[derive(Debug, Clone, Default)]
+pub struct ActualStateOfWorld {
+    volumes: BTreeMap<UniqueVolumeName, ActualVolume>,
+    /// (volume, pod) pairs rebuilt at startup and not yet confirmed mounted.
+    reconstructed: BTreeMap<UniqueVolumeName, BTreeSet<PodUid>>,
+}
+
+impl ActualStateOfWorld {
+    /// An empty ASW.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a volume with its device target not mounted (when the spec says
+    /// it has one). On an existing volume, only sets a non-empty device path
+    /// and a spec that was unknown.
+    pub fn add_volume(
+        &mut self,
+        volume: UniqueVolumeName,
+        plugin: PluginName,
+        spec_name: impl Into<String>,
+        spec: Option<VolumeSpec>,
+        device_path: Option<PathBuf>,
+    ) {
+        let has_device = |s: &Option<VolumeSpec>| {
+            s.as_ref()
+                .and_then(VolumeSpec::device_target_kind)
+                .is_some()
+        };
+        match self.volumes.get_mut(&volume) {
+            Some(v) => {
+                if v.spec.is_none() && spec.is_some() {
+                    if v.device.is_none() && has_device(&spec) {
+                        v.device = Some(not_mounted_device());
+                    }
+                    v.spec = spec;
+                }
+                if let (Some(path), Some(d)) = (device_path, v.device.as_mut()) {
+                    d.device_path = Some(path);
+                }
+            }
+            None => {
+                let device = (has_device(&spec) || device_path.is_some()).then(|| DeviceTarget {
+                    device_path,
+                    ..not_mounted_device()
+                });
+                self.volumes.insert(
+                    volume,
+                    ActualVolume {
+                        plugin,
+                        spec_name: spec_name.into(),
+                        spec,
+                        device,
+                        selinux: SeLinuxState::Unknown,
+                        pods: BTreeMap::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// The device target is mounted at `mount_path`.
+    pub fn mark_device_mounted(
+        &mut self,
+        volume: &UniqueVolumeName,
+        device_path: Option<PathBuf>,
+        mount_path: PathBuf,
+        selinux: Option<SeLinuxContext>,
+    ) -> Result<(), StateError> {
+        self.set_device_state(
+            volume,
+            MountState::Mounted,
+            device_path,
+            Some(mount_path),
+            selinux,
+        )
+    }
+
+    /// The device target may or may not be mounted at `mount_path`.
+    pub fn mark_device_uncertain(
+        &mut self,
+        volume: &UniqueVolumeName,
+        device_path: Option<PathBuf>,
+        mount_path: PathBuf,
+        selinux: Option<SeLinuxContext>,
+    ) -> Result<(), StateError> {
+        self.set_device_state(
+            volume,
+            MountState::Uncertain,
+            device_path,
+            Some(mount_path),
+            selinux,
+        )
+    }
+
+    /// The device target is not mounted. Device path, mount path and the
+    /// volume's context are kept.
+    pub fn mark_device_unmounted(&mut self, volume: &UniqueVolumeName) -> Result<(), StateError> {
+        self.set_device_state(volume, MountState::NotMounted, None, None, None)
+    }
+
+    /// Sets the state; paths and the context only when given.
+    fn set_device_state(
+        &mut self,
+        volume: &UniqueVolumeName,
+        state: MountState,
+        device_path: Option<PathBuf>,
+        mount_path: Option<PathBuf>,
+        selinux: Option<SeLinuxContext>,
+    ) -> Result<(), StateError> {
+        let v = self
+            .volumes
+            .get_mut(volume)
+            .ok_or_else(|| StateError::MarkDevice {
+                volume: volume.clone(),
+                state,
+            })?;
+        let d = v.device.get_or_insert_with(not_mounted_device);
+        d.state = state;
+        if device_path.is_some() {
+            d.device_path = device_path;
+        }
+        if mount_path.is_some() {
+            d.mount_path = mount_path;
+        }
+        if let Some(c) = selinux {
+            v.selinux = SeLinuxState::Context(c);
+        }
+        Ok(())
+    }
+
+    /// Overwrites the device path while the device is uncertain (a
+    /// reconstructed volume learning its device later).
+    pub fn update_reconstructed_device_path(
+        &mut self,
+        volume: &UniqueVolumeName,
+        device_path: PathBuf,
+    ) -> bool {
+        let device = self.volumes.get_mut(volume).and_then(|v| v.device.as_mut());
+        match device {
+            Some(d) if d.state == MountState::Uncertain => {
+                d.device_path = Some(device_path);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `pod`'s target of `volume` is mounted.
+    pub fn mark_volume_mounted(
+        &mut self,
+        volume: &UniqueVolumeName,
+        pod: &PodUid,
+        mount: PodMount,
+    ) -> Result<(), StateError> {
+        self.add_pod(volume, pod, mount, MountState::Mounted)
+    }
+
+    /// `pod`'s target of `volume` may or may not be mounted.
+    pub fn mark_volume_uncertain(
+        &mut self,
+        volume: &UniqueVolumeName,
+        pod: &PodUid,
+        mount: PodMount,
+    ) -> Result<(), StateError> {
+        self.add_pod(volume, pod, mount, MountState::Uncertain)
+    }
+
+    /// Creates or replaces the pod record when absent or uncertain, else only
+    /// sets its state; sets the volume context while unknown.
+    fn add_pod(
+        &mut self,
+        volume: &UniqueVolumeName,
+        pod: &PodUid,
+        mount: PodMount,
+        state: MountState,
+    ) -> Result<(), StateError> {
+        let v = self
+            .volumes
+            .get_mut(volume)
+            .ok_or_else(|| StateError::MarkVolume {
+                volume: volume.clone(),
+                pod: pod.clone(),
+                state,
+            })?;
+        if !v.selinux.is_known() {
+            v.selinux = mount.selinux.clone();
+        }
+        match v.pods.get_mut(pod) {
+            Some(p) if p.state != MountState::Uncertain => p.state = state,
+            _ => {
+                let PodMount {
+                    outer_name,
+                    mount_path,
+                    kind,
+                    selinux,
+                } = mount;
+                let record = MountedPod {
+                    outer_name,
+                    mount_path,
+                    kind,
+                    state,
+                    selinux,
+                };
+                v.pods.insert(pod.clone(), record);
+            }
+        }
+        if state == MountState::Mounted {
+            self.forget_reconstructed(volume, pod);
+        }
+        Ok(())
+    }
+
+    /// Records a pod target found at startup as uncertain, unless the volume
+    /// is absent or the pod is already recorded. The pod's context is stored
+    /// as given; the volume's is left alone. Returns whether it was recorded.
+    pub fn mark_volume_uncertain_via_reconstruction(
+        &mut self,
+        volume: &UniqueVolumeName,
+        pod: &PodUid,
+        mount: PodMount,
+    ) -> bool {
+        let Some(v) = self.volumes.get_mut(volume) else {
+            return false;
+        };
+        if v.pods.contains_key(pod) {
+            return false;
+        }
+        let PodMount {
+            outer_name,
+            mount_path,
+            kind,
+            selinux,
+        } = mount;
+        v.pods.insert(
+            pod.clone(),
+            MountedPod {
+                outer_name,
+                mount_path,
+                kind,
+                state: MountState::Uncertain,
+                selinux,
+            },
+        );
+        self.reconstructed
+            .entry(volume.clone())
+            .or_default()
+            .insert(pod.clone());
+        true
+    }
+
+    /// Whether `pod`'s target of `volume` came from reconstruction and is still uncertain.
+    pub fn is_volume_reconstructed(&self, volume: &UniqueVolumeName, pod: &PodUid) -> bool {
+        let uncertain = self
+            .pod(volume, pod)
+            .is_some_and(|p| p.state == MountState::Uncertain);
+        uncertain
+            && self
+                .reconstructed
+                .get(volume)
+                .is_some_and(|s| s.contains(pod))
+    }
+
+    /// Whether some pod target of `volume` came from reconstruction.
+    pub fn is_volume_device_reconstructed(&self, volume: &UniqueVolumeName) -> bool {
+        self.reconstructed.contains_key(volume)
+    }
+
+    fn forget_reconstructed(&mut self, volume: &UniqueVolumeName, pod: &PodUid) {
+        if let Some(set) = self.reconstructed.get_mut(volume) {
+            set.remove(pod);
+            if set.is_empty() {
+                self.reconstructed.remove(volume);
+            }
+        }
+    }
+
+    /// Removes `pod`'s target record of `volume` (absent pod: nothing to do).
+    pub fn delete_pod_from_volume(
+        &mut self,
+        volume: &UniqueVolumeName,
+        pod: &PodUid,
+    ) -> Result<(), StateError> {
+        let v = self
+            .volumes
+            .get_mut(volume)
+            .ok_or_else(|| StateError::DeletePodFromVolume {
+                volume: volume.clone(),
+                pod: pod.clone(),
+            })?;
+        v.pods.remove(pod);
+        self.forget_reconstructed(volume, pod);
+        Ok(())
+    }
+
+    /// Removes `volume`; refused while any pod record remains. An absent volume is fine.
+    pub fn delete_volume(&mut self, volume: &UniqueVolumeName) -> Result<(), StateError> {
+        let Some(v) = self.volumes.get(volume) else {
+            return Ok(());
+        };
+        if !v.pods.is_empty() {
+            return Err(StateError::DeleteVolume {
+                volume: volume.clone(),
+                pods: v.pods.keys().cloned().collect(),
+            });
+        }
+        self.volumes.remove(volume);
+        self.reconstructed.remove(volume);
+        Ok(())
+    }
+
+    /// Whether `pod`'s target of `volume` is mounted, checked in the
+    /// kubelet's order: volume absent → error; volume context known and not
+    /// `desired_label` → mismatch error; pod uncertain → not mounted; else
+    /// whether the pod is recorded mounted.
+    pub fn pod_exists_in_volume(
+        &self,
+        volume: &UniqueVolumeName,
+        pod: &PodUid,
+        desired_label: Option<&SeLinuxContext>,
+    ) -> Result<PodPresence, StateError> {
+        let v = self
+            .volumes
+            .get(volume)
+            .ok_or_else(|| StateError::VolumeNotAttached {
+                volume: volume.clone(),
+                pod: pod.clone(),
+            })?;
+        if v.selinux.conflicts_with(desired_label) {
+            return Err(StateError::SeLinuxMismatch {
+                volume: volume.clone(),
+                pod: pod.clone(),
+            });
+        }
+        Ok(PodPresence {
+            mounted: v
+                .pods
+                .get(pod)
+                .is_some_and(|p| p.state == MountState::Mounted),
+            device_path: v.device.as_ref().and_then(|d| d.device_path.clone()),
+        })
+    }
+
+    /// Whether `volume` is recorded.
+    pub fn volume_exists(&self, volume: &UniqueVolumeName) -> bool {
+        self.volumes.contains_key(volume)
+    }
+
+    /// One volume's record.
+    pub fn volume(&self, volume: &UniqueVolumeName) -> Option<&ActualVolume> {
+        self.volumes.get(volume)
+    }
+
+    /// One pod target's record.
+    pub fn pod(&self, volume: &UniqueVolumeName, pod: &PodUid) -> Option<&MountedPod> {
+        self.volumes.get(volume).and_then(|v| v.pods.get(pod))
+    }
+
+    /// Every volume, sorted by name.
+    pub fn volumes(&self) -> impl Iterator<Item = (&UniqueVolumeName, &ActualVolume)> {
+        self.volumes.iter()
+    }
+
+    /// Pod targets whose state passes `keep`, optionally of one pod only.
+    fn pod_targets(
+        &self,
+        only: Option<&PodUid>,
+        keep: impl Fn(MountState) -> bool,
+    ) -> Vec<MountedVolume> {
+        let mut out = Vec::new();
+        for (name, v) in &self.volumes {
+            for (uid, p) in &v.pods {
+                if only.is_some_and(|o| o != uid) || !keep(p.state) {
+                    continue;
+                }
+                out.push(MountedVolume {
+                    volume: name.clone(),
+                    pod: uid.clone(),
+                    plugin: v.plugin,
+                    spec_name: v.spec_name.clone(),
+                    spec: v.spec.clone(),
+                    target: p.clone(),
+                    device_mount_path: v.device.as_ref().and_then(|d| d.mount_path.clone()),
+                    selinux: v.selinux.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Pod targets that are mounted (not uncertain).
+    pub fn get_mounted_volumes(&self) -> Vec<MountedVolume> {
+        self.pod_targets(None, |s| s == MountState::Mounted)
+    }
+
+    /// `pod`'s targets that are mounted (not uncertain).
+    pub fn get_mounted_volumes_for_pod(&self, pod: &PodUid) -> Vec<MountedVolume> {
+        self.pod_targets(Some(pod), |s| s == MountState::Mounted)
+    }
+
+    /// Pod targets that are mounted or uncertain.
+    pub fn get_possibly_mounted_volumes(&self) -> Vec<MountedVolume> {
+        self.pod_targets(None, |s| s != MountState::NotMounted)
+    }
+
+    /// `pod`'s targets that are mounted or uncertain.
+    pub fn get_possibly_mounted_volumes_for_pod(&self, pod: &PodUid) -> Vec<MountedVolume> {
+        self.pod_targets(Some(pod), |s| s != MountState::NotMounted)
+    }
+
+    /// Whether `pod` has a mounted (not uncertain) target.
+    pub fn pod_has_mounted_volumes(&self, pod: &PodUid) -> bool {
+        self.volumes.values().any(|v| {
+            v.pods
+                .get(pod)
+                .is_some_and(|p| p.state == MountState::Mounted)
+        })
+    }
+
+    /// Volumes without pod records, whatever their device state.
+    pub fn get_unmounted_volumes(&self) -> Vec<(UniqueVolumeName, ActualVolume)> {
+        self.volumes_where(|v| v.pods.is_empty())
+    }
+
+    /// Volumes whose device target is mounted (not uncertain).
+    pub fn get_globally_mounted_volumes(&self) -> Vec<(UniqueVolumeName, ActualVolume)> {
+        self.volumes_where(|v| {
+            v.device
+                .as_ref()
+                .is_some_and(|d| d.state == MountState::Mounted)
+        })
+    }
+
+    fn volumes_where(
+        &self,
+        keep: impl Fn(&ActualVolume) -> bool,
+    ) -> Vec<(UniqueVolumeName, ActualVolume)> {
+        self.volumes
+            .iter()
+            .filter(|(_, v)| keep(v))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Whether a pod other than `pod` may have `volume` mounted (uncertain counts).
+    pub fn is_volume_mounted_elsewhere(&self, volume: &UniqueVolumeName, pod: &PodUid) -> bool {
+        self.volumes.get(volume).is_some_and(|v| {
+            v.pods
+                .iter()
+                .any(|(uid, p)| uid != pod && p.state != MountState::NotMounted)
+        })
+    }
+
+    /// Whether `pod`'s target of `volume` is gone: false while mounted or uncertain.
+    pub fn pod_removed_from_volume(&self, volume: &UniqueVolumeName, pod: &PodUid) -> bool {
+        self.pod(volume, pod)
+            .is_none_or(|p| p.state == MountState::NotMounted)
+    }
+
+    /// The ASW as `dump` and `/debug/state` show it, sorted by volume then pod.
+    pub fn snapshot(&self) -> StateSnapshot {
+        let volumes = self
+            .volumes
+            .iter()
+            .map(|(name, v)| VolumeSnapshot {
+                volume: name.clone(),
+                device: v.device.as_ref().map(|d| DeviceSnapshot {
+                    state: d.state,
+                    device_path: d.device_path.clone(),
+                    mount_path: d.mount_path.clone(),
+                    selinux_context: v.selinux.clone(),
+                }),
+                pods: v
+                    .pods
+                    .iter()
+                    .map(|(uid, p)| PodSnapshot {
+                        pod_uid: uid.clone(),
+                        mount_path: p.mount_path.clone(),
+                        kind: p.kind,
+                        state: p.state,
+                        selinux_context: p.selinux.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        StateSnapshot { volumes }
+    }
+}
+
+fn not_mounted_device() -> DeviceTarget {
+    DeviceTarget {
+        state: MountState::NotMounted,
+        device_path: None,
+        mount_path: None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Snapshot (the `state` object of `dump` and `/debug/state`)
+// ---------------------------------------------------------------------------
+
+/// The ASW as JSON: DESIGN.md's `dump` `state` object. Field names are a contract.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSnapshot {
+    /// every volume, sorted by name
+    pub volumes: Vec<VolumeSnapshot>,
+}
+
+/// One volume in a [`StateSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeSnapshot {
+    /// the unique volume name
+    pub volume: UniqueVolumeName,
+    /// the device target; `null` when the volume has none
+    pub device: Option<DeviceSnapshot>,
+    /// the pod targets, sorted by pod UID
+    pub pods: Vec<PodSnapshot>,
+}
+
+/// A device target in a [`StateSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceSnapshot {
+    /// `mounted`, `uncertain` or `not_mounted`
+    pub state: MountState,
+    /// the device, `null` when unknown
+    pub device_path: Option<PathBuf>,
+    /// the device mount path, `null` when unknown
+    pub mount_path: Option<PathBuf>,
+    /// the volume's context: `null` unknown, `""` without one
+    #[serde(default)]
+    pub selinux_context: SeLinuxState,
+}
+
+/// A pod target in a [`StateSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodSnapshot {
+    /// the pod UID
+    pub pod_uid: PodUid,
+    /// the pod target path
+    pub mount_path: PathBuf,
+    /// `mount`, `dir` or `none`
+    pub kind: TargetKind,
+    /// `mounted`, `uncertain` or `not_mounted`
+    pub state: MountState,
+    /// the pod mount's context: `null` unknown, `""` without one
+    #[serde(default)]
+    pub selinux_context: SeLinuxState,
+}
