@@ -1132,3 +1132,644 @@ pub struct PodSnapshot {
     #[serde(default)]
     pub selinux_context: SeLinuxState,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AccessMode, StorageMedium};
+    use serde_json::json;
+
+    fn uid(s: &str) -> PodUid {
+        PodUid::new(s).unwrap()
+    }
+    fn ctx(s: &str) -> SeLinuxContext {
+        SeLinuxContext::parse(s).unwrap()
+    }
+    fn local_spec() -> VolumeSpec {
+        VolumeSpec::Local {
+            path: "/dev/loop0".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOncePod],
+            mount_options: vec![],
+            is_block: true,
+        }
+    }
+    fn local() -> UniqueVolumeName {
+        UniqueVolumeName::shared(PluginName::LocalVolume, "pv1")
+    }
+    /// An ASW holding the local PV `pv1` with its device not mounted.
+    fn asw() -> ActualStateOfWorld {
+        let mut asw = ActualStateOfWorld::new();
+        asw.add_volume(
+            local(),
+            PluginName::LocalVolume,
+            "pv1",
+            Some(local_spec()),
+            None,
+        );
+        asw
+    }
+    fn mount(outer: &str, selinux: SeLinuxState) -> PodMount {
+        PodMount {
+            outer_name: outer.into(),
+            mount_path: format!("/pods/{outer}").into(),
+            kind: TargetKind::Mount,
+            selinux,
+        }
+    }
+    fn device(asw: &ActualStateOfWorld) -> DeviceTarget {
+        asw.volume(&local()).unwrap().device.clone().unwrap()
+    }
+
+    #[test]
+    fn device_path_is_overwritten_only_by_a_non_empty_one() {
+        let table: [(Option<&str>, Option<&str>, Option<&str>); 4] = [
+            (None, None, None),
+            (None, Some("/dev/a"), Some("/dev/a")),
+            (Some("/dev/a"), None, Some("/dev/a")),
+            (Some("/dev/a"), Some("/dev/b"), Some("/dev/b")),
+        ];
+        for (first, second, want) in table {
+            let mut asw = asw();
+            let path = |p: Option<&str>| p.map(PathBuf::from);
+            asw.mark_device_uncertain(&local(), path(first), "/g".into(), None)
+                .unwrap();
+            asw.mark_device_mounted(&local(), path(second), "/g".into(), None)
+                .unwrap();
+            assert_eq!(
+                device(&asw).device_path,
+                path(want),
+                "{first:?} then {second:?}"
+            );
+            // add_volume on an existing volume follows the same rule.
+            asw.add_volume(local(), PluginName::LocalVolume, "pv1", None, None);
+            assert_eq!(device(&asw).device_path, path(want), "add_volume(None)");
+        }
+    }
+
+    #[test]
+    fn device_context_is_set_only_when_given_and_kept_on_unmount() {
+        let mut asw = asw();
+        let v = local();
+        asw.mark_device_mounted(&v, None, "/g".into(), None)
+            .unwrap();
+        assert_eq!(asw.volume(&v).unwrap().selinux, SeLinuxState::Unknown);
+        asw.mark_device_uncertain(&v, None, "/g".into(), Some(ctx("u:r:t:s0:c1")))
+            .unwrap();
+        asw.mark_device_mounted(&v, None, "/g".into(), None)
+            .unwrap();
+        let want = SeLinuxState::Context(ctx("u:r:t:s0:c1"));
+        assert_eq!(asw.volume(&v).unwrap().selinux, want, "no label: kept");
+        asw.mark_device_unmounted(&v).unwrap();
+        let vol = asw.volume(&v).unwrap();
+        assert_eq!(vol.selinux, want, "unmount does not clear the context");
+        let d = vol.device.as_ref().unwrap();
+        assert_eq!(d.state, MountState::NotMounted);
+        assert_eq!(d.mount_path, Some("/g".into()), "unmount keeps the path");
+    }
+
+    #[test]
+    fn pod_record_is_replaced_only_when_absent_or_uncertain() {
+        // (existing state, new state, outer name and state afterwards)
+        let table = [
+            (None, MountState::Mounted, ("new", MountState::Mounted)),
+            (
+                Some(MountState::Uncertain),
+                MountState::Mounted,
+                ("new", MountState::Mounted),
+            ),
+            (
+                Some(MountState::Uncertain),
+                MountState::Uncertain,
+                ("new", MountState::Uncertain),
+            ),
+            (
+                Some(MountState::Mounted),
+                MountState::Uncertain,
+                ("old", MountState::Uncertain),
+            ),
+            (
+                Some(MountState::Mounted),
+                MountState::Mounted,
+                ("old", MountState::Mounted),
+            ),
+        ];
+        let (v, p) = (local(), uid("p1"));
+        for (existing, new, (want_name, want_state)) in table {
+            let mut asw = asw();
+            let old = mount("old", SeLinuxState::WithoutContext);
+            match existing {
+                Some(MountState::Mounted) => asw.mark_volume_mounted(&v, &p, old).unwrap(),
+                Some(_) => asw.mark_volume_uncertain(&v, &p, old).unwrap(),
+                None => {}
+            }
+            let fresh = mount("new", SeLinuxState::WithoutContext);
+            match new {
+                MountState::Mounted => asw.mark_volume_mounted(&v, &p, fresh).unwrap(),
+                _ => asw.mark_volume_uncertain(&v, &p, fresh).unwrap(),
+            }
+            let rec = asw.pod(&v, &p).unwrap();
+            assert_eq!(
+                (rec.outer_name.as_str(), rec.state),
+                (want_name, want_state),
+                "{existing:?} then {new:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn volume_context_is_set_by_a_pod_mount_only_while_unknown() {
+        let mut asw = asw();
+        let v = local();
+        let without = mount("a", SeLinuxState::WithoutContext);
+        asw.mark_volume_uncertain(&v, &uid("p1"), without).unwrap();
+        assert_eq!(
+            asw.volume(&v).unwrap().selinux,
+            SeLinuxState::WithoutContext
+        );
+        let labelled = mount("b", SeLinuxState::Context(ctx("u:r:t:s0")));
+        asw.mark_volume_mounted(&v, &uid("p2"), labelled).unwrap();
+        assert_eq!(
+            asw.volume(&v).unwrap().selinux,
+            SeLinuxState::WithoutContext,
+            "\"\" is known: a second pod does not change it"
+        );
+    }
+
+    #[test]
+    fn delete_volume_is_refused_while_pods_remain() {
+        let mut asw = asw();
+        let (v, p) = (local(), uid("p1"));
+        let m = mount("a", SeLinuxState::Unknown);
+        asw.mark_volume_mounted(&v, &p, m).unwrap();
+        let err = asw.delete_volume(&v).unwrap_err();
+        assert_eq!(
+            err,
+            StateError::DeleteVolume {
+                volume: v.clone(),
+                pods: vec![p.clone()]
+            }
+        );
+        assert_eq!(err.kind(), StateErrorKind::Busy);
+        assert!(asw.volume_exists(&v));
+        asw.delete_pod_from_volume(&v, &p).unwrap();
+        asw.delete_volume(&v).unwrap();
+        assert!(!asw.volume_exists(&v));
+        assert_eq!(
+            asw.delete_volume(&v),
+            Ok(()),
+            "absent volume: nothing to do"
+        );
+    }
+
+    #[test]
+    fn marks_on_an_absent_volume_are_typed_errors() {
+        let mut asw = ActualStateOfWorld::new();
+        let (v, p) = (local(), uid("p1"));
+        let m = || mount("a", SeLinuxState::Unknown);
+        let results = [
+            asw.mark_device_mounted(&v, None, "/g".into(), None),
+            asw.mark_device_unmounted(&v),
+            asw.mark_volume_mounted(&v, &p, m()),
+            asw.mark_volume_uncertain(&v, &p, m()),
+            asw.delete_pod_from_volume(&v, &p),
+        ];
+        for r in results {
+            assert_eq!(r.map_err(|e| e.kind()), Err(StateErrorKind::NotFound));
+        }
+        let msg = asw
+            .mark_volume_mounted(&v, &p, m())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            "mark volume kubernetes.io/local-volume/pv1 mounted for pod p1: \
+             volume is not in the actual state of world"
+        );
+        assert!(!asw.mark_volume_uncertain_via_reconstruction(&v, &p, m()));
+    }
+
+    #[test]
+    fn pod_exists_in_volume_checks_in_the_kubelet_order() {
+        let (v, p) = (local(), uid("p1"));
+        let l1 = ctx("u:r:t:s0:c1");
+        let l2 = ctx("u:r:t:s0:c2");
+        let mismatch = Err(StateError::SeLinuxMismatch {
+            volume: v.clone(),
+            pod: p.clone(),
+        });
+        let present = |mounted| {
+            Ok(PodPresence {
+                mounted,
+                device_path: Some("/dev/loop0".into()),
+            })
+        };
+        // (volume context, pod state, desired label, expected)
+        let table = [
+            (
+                SeLinuxState::Context(l1.clone()),
+                None,
+                Some(&l2),
+                mismatch.clone(),
+            ),
+            (
+                SeLinuxState::WithoutContext,
+                None,
+                Some(&l1),
+                mismatch.clone(),
+            ),
+            (
+                SeLinuxState::Context(l1.clone()),
+                None,
+                None,
+                mismatch.clone(),
+            ),
+            // the mismatch comes before the uncertain check
+            (
+                SeLinuxState::Context(l1.clone()),
+                Some(MountState::Uncertain),
+                Some(&l2),
+                mismatch,
+            ),
+            (
+                SeLinuxState::Unknown,
+                Some(MountState::Uncertain),
+                Some(&l2),
+                present(false),
+            ),
+            (
+                SeLinuxState::Unknown,
+                Some(MountState::Mounted),
+                Some(&l2),
+                present(true),
+            ),
+            (
+                SeLinuxState::Context(l1.clone()),
+                Some(MountState::Mounted),
+                Some(&l1),
+                present(true),
+            ),
+            (
+                SeLinuxState::WithoutContext,
+                Some(MountState::Mounted),
+                None,
+                present(true),
+            ),
+            (SeLinuxState::WithoutContext, None, None, present(false)),
+        ];
+        for (volume_ctx, pod_state, desired, want) in table {
+            let mut asw = asw();
+            asw.mark_device_mounted(&v, Some("/dev/loop0".into()), "/g".into(), None)
+                .unwrap();
+            asw.volumes.get_mut(&v).unwrap().selinux = volume_ctx.clone();
+            let m = mount("a", SeLinuxState::Unknown);
+            match pod_state {
+                Some(MountState::Mounted) => asw.mark_volume_mounted(&v, &p, m).unwrap(),
+                Some(_) => asw.mark_volume_uncertain(&v, &p, m).unwrap(),
+                None => {}
+            }
+            let got = asw.pod_exists_in_volume(&v, &p, desired);
+            assert_eq!(got, want, "{volume_ctx:?} {pod_state:?} {desired:?}");
+        }
+        let absent = ActualStateOfWorld::new().pod_exists_in_volume(&v, &p, None);
+        assert_eq!(
+            absent,
+            Err(StateError::VolumeNotAttached {
+                volume: v.clone(),
+                pod: p.clone()
+            }),
+            "volume absent comes first"
+        );
+        let err = StateError::SeLinuxMismatch { volume: v, pod: p };
+        assert_eq!(
+            err.to_string(),
+            "waiting for unmount of volume \"kubernetes.io/local-volume/pv1\", because it is \
+             already mounted to a different pod with a different SELinux label"
+        );
+    }
+
+    #[test]
+    fn listing_functions_filter_by_state() {
+        let mut asw = asw();
+        let (v, idle) = (
+            local(),
+            UniqueVolumeName::shared(PluginName::LocalVolume, "idle"),
+        );
+        asw.add_volume(
+            idle.clone(),
+            PluginName::LocalVolume,
+            "idle",
+            Some(local_spec()),
+            None,
+        );
+        asw.mark_device_uncertain(&idle, None, "/gi".into(), None)
+            .unwrap();
+        asw.mark_device_mounted(&v, None, "/g".into(), None)
+            .unwrap();
+        let m = || mount("a", SeLinuxState::Unknown);
+        asw.mark_volume_mounted(&v, &uid("mounted"), m()).unwrap();
+        asw.mark_volume_uncertain(&v, &uid("uncertain"), m())
+            .unwrap();
+        let pairs = |l: Vec<MountedVolume>| -> Vec<String> {
+            l.iter().map(|m| m.pod.to_string()).collect()
+        };
+        let names = |l: Vec<(UniqueVolumeName, ActualVolume)>| -> Vec<String> {
+            l.into_iter().map(|(n, _)| n.to_string()).collect()
+        };
+        assert_eq!(pairs(asw.get_mounted_volumes()), ["mounted"]);
+        assert_eq!(
+            pairs(asw.get_possibly_mounted_volumes()),
+            ["mounted", "uncertain"]
+        );
+        assert_eq!(
+            pairs(asw.get_mounted_volumes_for_pod(&uid("uncertain"))),
+            [""; 0]
+        );
+        assert_eq!(
+            pairs(asw.get_possibly_mounted_volumes_for_pod(&uid("uncertain"))),
+            ["uncertain"]
+        );
+        assert_eq!(
+            names(asw.get_unmounted_volumes()),
+            [idle.as_str()],
+            "any device state"
+        );
+        assert_eq!(
+            names(asw.get_globally_mounted_volumes()),
+            [v.as_str()],
+            "not uncertain"
+        );
+        assert!(asw.pod_has_mounted_volumes(&uid("mounted")));
+        assert!(!asw.pod_has_mounted_volumes(&uid("uncertain")));
+        assert!(
+            asw.is_volume_mounted_elsewhere(&v, &uid("mounted")),
+            "uncertain counts"
+        );
+        assert!(!asw.is_volume_mounted_elsewhere(&idle, &uid("mounted")));
+        assert!(!asw.pod_removed_from_volume(&v, &uid("uncertain")));
+        assert!(asw.pod_removed_from_volume(&v, &uid("other")));
+        assert!(asw.pod_removed_from_volume(&idle, &uid("mounted")));
+    }
+
+    #[test]
+    fn reconstruction_is_tracked_until_the_pod_is_mounted_or_removed() {
+        let mut asw = asw();
+        let (v, p) = (local(), uid("p1"));
+        let found = || mount("", SeLinuxState::Unknown);
+        asw.mark_device_uncertain(&v, None, "/g".into(), None)
+            .unwrap();
+        assert!(asw.mark_volume_uncertain_via_reconstruction(&v, &p, found()));
+        assert!(
+            !asw.mark_volume_uncertain_via_reconstruction(&v, &p, found()),
+            "already there"
+        );
+        assert!(asw.is_volume_reconstructed(&v, &p));
+        assert!(asw.is_volume_device_reconstructed(&v));
+        assert!(asw.update_reconstructed_device_path(&v, "/dev/loop7".into()));
+        assert_eq!(device(&asw).device_path, Some("/dev/loop7".into()));
+        // the real mount replaces the reconstructed record and ends tracking
+        let real = mount("data", SeLinuxState::WithoutContext);
+        asw.mark_volume_mounted(&v, &p, real).unwrap();
+        assert_eq!(asw.pod(&v, &p).unwrap().outer_name, "data");
+        assert!(!asw.is_volume_reconstructed(&v, &p));
+        assert!(!asw.is_volume_device_reconstructed(&v));
+        asw.mark_device_mounted(&v, None, "/g".into(), None)
+            .unwrap();
+        assert!(
+            !asw.update_reconstructed_device_path(&v, "/dev/x".into()),
+            "only while uncertain"
+        );
+        // removal ends tracking too
+        let q = uid("p2");
+        assert!(asw.mark_volume_uncertain_via_reconstruction(&v, &q, found()));
+        asw.delete_pod_from_volume(&v, &q).unwrap();
+        assert!(!asw.is_volume_device_reconstructed(&v));
+    }
+
+    fn pod_volume(pod: &PodUid, selinux: Option<SeLinuxContext>) -> PodVolume {
+        PodVolume {
+            volume: local(),
+            spec_name: "pv1".into(),
+            outer_name: format!("data-{pod}"),
+            spec: local_spec(),
+            selinux,
+        }
+    }
+
+    #[test]
+    fn dsw_label_conflicts_refuse_a_new_pod_only_when_strict() {
+        let l1 = Some(ctx("u:r:t:s0:c1"));
+        let l2 = Some(ctx("u:r:t:s0:c2"));
+        let conflict = SeLinuxConflict {
+            spec_name: "pv1".into(),
+            existing: l1.clone(),
+            new: l2.clone(),
+        };
+        // (second pod's original label, strict, refused?, reported conflict)
+        let table = [
+            (l1.clone(), true, false, None),
+            (l2.clone(), true, true, None),
+            (l2.clone(), false, false, Some(conflict.clone())),
+        ];
+        for (label, strict, refused, want_conflict) in table {
+            let mut dsw = DesiredStateOfWorld::new();
+            let (a, b) = (uid("a"), uid("b"));
+            let first = LabelCheck {
+                original: l1.clone(),
+                strict,
+            };
+            dsw.add_pod_to_volume(&a, pod_volume(&a, l1.clone()), first)
+                .unwrap();
+            let check = LabelCheck {
+                original: label.clone(),
+                strict,
+            };
+            let got = dsw.add_pod_to_volume(&b, pod_volume(&b, label.clone()), check);
+            match got {
+                Err(e) => {
+                    assert!(refused, "{label:?} {strict}: {e}");
+                    assert_eq!(
+                        e.to_string(),
+                        "add pod b to volume kubernetes.io/local-volume/pv1: conflicting SELinux \
+                         labels of volume pv1: \"u:r:t:s0:c1\" and \"u:r:t:s0:c2\""
+                    );
+                    assert!(!dsw.pod_exists_in_volume(&b, &local()));
+                }
+                Ok(added) => {
+                    assert!(!refused, "{label:?} {strict}");
+                    assert_eq!(added.volume, local());
+                    assert_eq!(added.conflict, want_conflict);
+                    assert!(dsw.pod_exists_in_volume(&b, &local()));
+                }
+            }
+            let vol = dsw.volume(&local()).unwrap();
+            assert_eq!(vol.effective_selinux, l1, "fixed by the first pod");
+            // re-adding a known pod is not checked
+            let again = LabelCheck {
+                original: l2.clone(),
+                strict: true,
+            };
+            assert!(
+                dsw.add_pod_to_volume(&a, pod_volume(&a, l2.clone()), again)
+                    .is_ok()
+            );
+        }
+    }
+
+    #[test]
+    fn dsw_queries_deletes_and_flattens_per_volume_and_pod() {
+        let mut dsw = DesiredStateOfWorld::new();
+        let (a, b) = (uid("a"), uid("b"));
+        let l = Some(ctx("u:r:t:s0"));
+        for p in [&b, &a] {
+            let check = LabelCheck {
+                original: l.clone(),
+                strict: true,
+            };
+            dsw.add_pod_to_volume(p, pod_volume(p, l.clone()), check)
+                .unwrap();
+        }
+        let ed = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        };
+        let cache = PodVolume {
+            volume: PodVolume::unique_name(&ed, &a, "cache"),
+            spec_name: "cache".into(),
+            outer_name: "cache".into(),
+            spec: ed,
+            selinux: None,
+        };
+        let cache_name = cache.volume.clone();
+        dsw.add_pod_to_volume(&a, cache, LabelCheck::default())
+            .unwrap();
+        let flat: Vec<(String, String)> = dsw
+            .volumes_to_mount()
+            .into_iter()
+            .map(|m| (m.volume.to_string(), m.pod.to_string()))
+            .collect();
+        let pair = |v: &str, p: &str| (v.to_owned(), p.to_owned());
+        assert_eq!(
+            flat,
+            [
+                pair("kubernetes.io/empty-dir/a-cache", "a"),
+                pair("kubernetes.io/local-volume/pv1", "a"),
+                pair("kubernetes.io/local-volume/pv1", "b"),
+            ]
+        );
+        assert!(dsw.volume_exists_with_label(&local(), l.as_ref()));
+        assert!(
+            !dsw.volume_exists_with_label(&local(), None),
+            "other label: not desired"
+        );
+        assert!(dsw.pod_exists_in_volume_with_label(&a, &local(), l.as_ref()));
+        assert!(!dsw.pod_exists_in_volume_with_label(&a, &cache_name, l.as_ref()));
+        assert_eq!(dsw.delete_pod(&a), [cache_name.clone(), local()]);
+        assert!(
+            !dsw.volume_exists(&cache_name),
+            "last pod gone: volume gone"
+        );
+        assert!(dsw.volume_exists(&local()));
+        dsw.delete_pod_from_volume(&b, &local());
+        assert!(!dsw.volume_exists(&local()));
+        assert!(dsw.volumes_to_mount().is_empty());
+    }
+
+    #[test]
+    fn dsw_pod_errors_are_capped_like_the_kubelet_and_popped_once() {
+        let mut dsw = DesiredStateOfWorld::new();
+        let p = uid("p1");
+        for i in 0..20 {
+            dsw.add_pod_error(&p, format!("error {i:02}"));
+        }
+        dsw.add_pod_error(&uid("p2"), "other");
+        let errors = dsw.pop_pod_errors(&p);
+        assert_eq!(
+            errors.len(),
+            MAX_POD_ERRORS + 1,
+            "added while at most 10 held"
+        );
+        assert_eq!(errors.first().map(String::as_str), Some("error 00"));
+        assert!(dsw.pop_pod_errors(&p).is_empty(), "popping clears");
+        dsw.add_pod_error(&p, "same");
+        dsw.add_pod_error(&p, "same");
+        assert_eq!(dsw.pop_pod_errors(&p), ["same"], "a set");
+        assert_eq!(dsw.pop_pod_errors(&uid("p2")), ["other"]);
+    }
+
+    #[test]
+    fn dsw_is_populated_only_once_sources_are_ready() {
+        let mut dsw = DesiredStateOfWorld::new();
+        assert!(!dsw.is_populated());
+        dsw.mark_sources_ready();
+        assert!(dsw.is_populated());
+    }
+
+    #[test]
+    fn snapshot_has_the_dump_json_shape() {
+        let mut asw = asw();
+        let v = local();
+        let ed = UniqueVolumeName::per_pod(PluginName::EmptyDir, &uid("p1"), "cache");
+        let spec = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: None,
+        };
+        asw.add_volume(ed.clone(), PluginName::EmptyDir, "cache", Some(spec), None);
+        asw.mark_device_mounted(&v, Some("/dev/loop0".into()), "/g".into(), None)
+            .unwrap();
+        let pm = |path: &str, kind, selinux| PodMount {
+            outer_name: "x".into(),
+            mount_path: path.into(),
+            kind,
+            selinux,
+        };
+        let labelled = SeLinuxState::Context(ctx("u:r:t:s0:c2,c1"));
+        asw.mark_volume_mounted(&v, &uid("p2"), pm("/p2", TargetKind::Mount, labelled))
+            .unwrap();
+        let found = pm("/p1", TargetKind::Mount, SeLinuxState::Unknown);
+        asw.mark_volume_uncertain_via_reconstruction(&v, &uid("p1"), found);
+        let dir = pm("/c", TargetKind::Dir, SeLinuxState::WithoutContext);
+        asw.mark_volume_mounted(&ed, &uid("p1"), dir).unwrap();
+        let snap = asw.snapshot();
+        let want = json!({"volumes": [
+            {"volume": "kubernetes.io/empty-dir/p1-cache", "device": null, "pods": [
+                {"pod_uid": "p1", "mount_path": "/c", "kind": "dir", "state": "mounted",
+                 "selinux_context": ""}]},
+            {"volume": "kubernetes.io/local-volume/pv1",
+             "device": {"state": "mounted", "device_path": "/dev/loop0", "mount_path": "/g",
+                        "selinux_context": "u:r:t:s0:c1,c2"},
+             "pods": [
+                {"pod_uid": "p1", "mount_path": "/p1", "kind": "mount", "state": "uncertain",
+                 "selinux_context": null},
+                {"pod_uid": "p2", "mount_path": "/p2", "kind": "mount", "state": "mounted",
+                 "selinux_context": "u:r:t:s0:c1,c2"}]}
+        ]});
+        assert_eq!(serde_json::to_value(&snap).unwrap(), want);
+        let back: StateSnapshot = serde_json::from_value(want).unwrap();
+        assert_eq!(back, snap, "round trip");
+    }
+
+    #[test]
+    fn snapshot_selinux_context_reads_null_empty_and_labels() {
+        let table = [
+            (json!(null), Some(SeLinuxState::Unknown)),
+            (json!(""), Some(SeLinuxState::WithoutContext)),
+            (
+                json!("u:r:t:s0"),
+                Some(SeLinuxState::Context(ctx("u:r:t:s0"))),
+            ),
+            (json!("not a label"), None),
+        ];
+        for (input, want) in table {
+            let got = serde_json::from_value::<SeLinuxState>(input.clone()).ok();
+            assert_eq!(got, want, "{input}");
+        }
+        let no_field = json!({"state": "not_mounted", "device_path": null, "mount_path": null});
+        let d: DeviceSnapshot = serde_json::from_value(no_field).unwrap();
+        assert_eq!(
+            d.selinux_context,
+            SeLinuxState::Unknown,
+            "missing reads as unknown"
+        );
+    }
+}
