@@ -507,26 +507,32 @@ impl DeviceTarget {
     }
 }
 
+/// Where and how a device target was (or may have been) mounted: the input
+/// of [`ActualStateOfWorld::mark_device_mounted`] and `mark_device_uncertain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceMount {
+    /// the device; `None` keeps the one already known
+    pub device_path: Option<PathBuf>,
+    /// the device mount path
+    pub mount_path: PathBuf,
+    /// the context given to the mount; `None` keeps the volume's
+    pub selinux: Option<SeLinuxContext>,
+}
+
 /// A pod's target of a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountedPod {
-    /// `pod.spec.volumes[x].name` (empty when rebuilt from the host alone)
-    pub outer_name: String,
-    /// the pod target path
-    pub mount_path: PathBuf,
-    /// what the target is on disk
-    pub kind: TargetKind,
     /// mounted or uncertain
     pub state: MountState,
-    /// the context this pod's mount was made with
-    pub selinux: SeLinuxState,
+    /// how it was set up
+    pub mount: PodMount,
 }
 
 /// How a pod target was (or may have been) set up: the input of
 /// [`ActualStateOfWorld::mark_volume_mounted`] and friends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodMount {
-    /// `pod.spec.volumes[x].name`
+    /// `pod.spec.volumes[x].name` (empty when rebuilt from the host alone)
     pub outer_name: String,
     /// the pod target path
     pub mount_path: PathBuf,
@@ -645,54 +651,36 @@ impl ActualStateOfWorld {
         }
     }
 
-    /// The device target is mounted at `mount_path`.
+    /// The device target is mounted.
     pub fn mark_device_mounted(
         &mut self,
         volume: &UniqueVolumeName,
-        device_path: Option<PathBuf>,
-        mount_path: PathBuf,
-        selinux: Option<SeLinuxContext>,
+        mount: DeviceMount,
     ) -> Result<(), StateError> {
-        self.set_device_state(
-            volume,
-            MountState::Mounted,
-            device_path,
-            Some(mount_path),
-            selinux,
-        )
+        self.set_device_state(volume, MountState::Mounted, Some(mount))
     }
 
-    /// The device target may or may not be mounted at `mount_path`.
+    /// The device target may or may not be mounted.
     pub fn mark_device_uncertain(
         &mut self,
         volume: &UniqueVolumeName,
-        device_path: Option<PathBuf>,
-        mount_path: PathBuf,
-        selinux: Option<SeLinuxContext>,
+        mount: DeviceMount,
     ) -> Result<(), StateError> {
-        self.set_device_state(
-            volume,
-            MountState::Uncertain,
-            device_path,
-            Some(mount_path),
-            selinux,
-        )
+        self.set_device_state(volume, MountState::Uncertain, Some(mount))
     }
 
     /// The device target is not mounted. Device path, mount path and the
     /// volume's context are kept.
     pub fn mark_device_unmounted(&mut self, volume: &UniqueVolumeName) -> Result<(), StateError> {
-        self.set_device_state(volume, MountState::NotMounted, None, None, None)
+        self.set_device_state(volume, MountState::NotMounted, None)
     }
 
-    /// Sets the state; paths and the context only when given.
+    /// Sets the state; the device path and the context only when given.
     fn set_device_state(
         &mut self,
         volume: &UniqueVolumeName,
         state: MountState,
-        device_path: Option<PathBuf>,
-        mount_path: Option<PathBuf>,
-        selinux: Option<SeLinuxContext>,
+        mount: Option<DeviceMount>,
     ) -> Result<(), StateError> {
         let v = self
             .volumes
@@ -703,14 +691,12 @@ impl ActualStateOfWorld {
             })?;
         let d = v.device.get_or_insert_with(not_mounted_device);
         d.state = state;
-        if device_path.is_some() {
-            d.device_path = device_path;
-        }
-        if mount_path.is_some() {
-            d.mount_path = mount_path;
-        }
-        if let Some(c) = selinux {
-            v.selinux = SeLinuxState::Context(c);
+        if let Some(m) = mount {
+            d.device_path = m.device_path.or(d.device_path.take());
+            d.mount_path = Some(m.mount_path);
+            if let Some(c) = m.selinux {
+                v.selinux = SeLinuxState::Context(c);
+            }
         }
         Ok(())
     }
@@ -775,20 +761,7 @@ impl ActualStateOfWorld {
         match v.pods.get_mut(pod) {
             Some(p) if p.state != MountState::Uncertain => p.state = state,
             _ => {
-                let PodMount {
-                    outer_name,
-                    mount_path,
-                    kind,
-                    selinux,
-                } = mount;
-                let record = MountedPod {
-                    outer_name,
-                    mount_path,
-                    kind,
-                    state,
-                    selinux,
-                };
-                v.pods.insert(pod.clone(), record);
+                v.pods.insert(pod.clone(), MountedPod { state, mount });
             }
         }
         if state == MountState::Mounted {
@@ -812,22 +785,8 @@ impl ActualStateOfWorld {
         if v.pods.contains_key(pod) {
             return false;
         }
-        let PodMount {
-            outer_name,
-            mount_path,
-            kind,
-            selinux,
-        } = mount;
-        v.pods.insert(
-            pod.clone(),
-            MountedPod {
-                outer_name,
-                mount_path,
-                kind,
-                state: MountState::Uncertain,
-                selinux,
-            },
-        );
+        let state = MountState::Uncertain;
+        v.pods.insert(pod.clone(), MountedPod { state, mount });
         self.reconstructed
             .entry(volume.clone())
             .or_default()
@@ -1061,10 +1020,10 @@ impl ActualStateOfWorld {
                     .iter()
                     .map(|(uid, p)| PodSnapshot {
                         pod_uid: uid.clone(),
-                        mount_path: p.mount_path.clone(),
-                        kind: p.kind,
+                        mount_path: p.mount.mount_path.clone(),
+                        kind: p.mount.kind,
                         state: p.state,
-                        selinux_context: p.selinux.clone(),
+                        selinux_context: p.mount.selinux.clone(),
                     })
                     .collect(),
             })
@@ -1177,6 +1136,13 @@ mod tests {
             selinux,
         }
     }
+    fn dm(device: Option<PathBuf>, path: &str, selinux: Option<SeLinuxContext>) -> DeviceMount {
+        DeviceMount {
+            device_path: device,
+            mount_path: path.into(),
+            selinux,
+        }
+    }
     fn device(asw: &ActualStateOfWorld) -> DeviceTarget {
         asw.volume(&local()).unwrap().device.clone().unwrap()
     }
@@ -1192,9 +1158,9 @@ mod tests {
         for (first, second, want) in table {
             let mut asw = asw();
             let path = |p: Option<&str>| p.map(PathBuf::from);
-            asw.mark_device_uncertain(&local(), path(first), "/g".into(), None)
+            asw.mark_device_uncertain(&local(), dm(path(first), "/g", None))
                 .unwrap();
-            asw.mark_device_mounted(&local(), path(second), "/g".into(), None)
+            asw.mark_device_mounted(&local(), dm(path(second), "/g", None))
                 .unwrap();
             assert_eq!(
                 device(&asw).device_path,
@@ -1211,13 +1177,11 @@ mod tests {
     fn device_context_is_set_only_when_given_and_kept_on_unmount() {
         let mut asw = asw();
         let v = local();
-        asw.mark_device_mounted(&v, None, "/g".into(), None)
-            .unwrap();
+        asw.mark_device_mounted(&v, dm(None, "/g", None)).unwrap();
         assert_eq!(asw.volume(&v).unwrap().selinux, SeLinuxState::Unknown);
-        asw.mark_device_uncertain(&v, None, "/g".into(), Some(ctx("u:r:t:s0:c1")))
+        asw.mark_device_uncertain(&v, dm(None, "/g", Some(ctx("u:r:t:s0:c1"))))
             .unwrap();
-        asw.mark_device_mounted(&v, None, "/g".into(), None)
-            .unwrap();
+        asw.mark_device_mounted(&v, dm(None, "/g", None)).unwrap();
         let want = SeLinuxState::Context(ctx("u:r:t:s0:c1"));
         assert_eq!(asw.volume(&v).unwrap().selinux, want, "no label: kept");
         asw.mark_device_unmounted(&v).unwrap();
@@ -1270,7 +1234,7 @@ mod tests {
             }
             let rec = asw.pod(&v, &p).unwrap();
             assert_eq!(
-                (rec.outer_name.as_str(), rec.state),
+                (rec.mount.outer_name.as_str(), rec.state),
                 (want_name, want_state),
                 "{existing:?} then {new:?}"
             );
@@ -1328,7 +1292,7 @@ mod tests {
         let (v, p) = (local(), uid("p1"));
         let m = || mount("a", SeLinuxState::Unknown);
         let results = [
-            asw.mark_device_mounted(&v, None, "/g".into(), None),
+            asw.mark_device_mounted(&v, dm(None, "/g", None)),
             asw.mark_device_unmounted(&v),
             asw.mark_volume_mounted(&v, &p, m()),
             asw.mark_volume_uncertain(&v, &p, m()),
@@ -1419,7 +1383,7 @@ mod tests {
         ];
         for (volume_ctx, pod_state, desired, want) in table {
             let mut asw = asw();
-            asw.mark_device_mounted(&v, Some("/dev/loop0".into()), "/g".into(), None)
+            asw.mark_device_mounted(&v, dm(Some("/dev/loop0".into()), "/g", None))
                 .unwrap();
             asw.volumes.get_mut(&v).unwrap().selinux = volume_ctx.clone();
             let m = mount("a", SeLinuxState::Unknown);
@@ -1462,10 +1426,9 @@ mod tests {
             Some(local_spec()),
             None,
         );
-        asw.mark_device_uncertain(&idle, None, "/gi".into(), None)
+        asw.mark_device_uncertain(&idle, dm(None, "/gi", None))
             .unwrap();
-        asw.mark_device_mounted(&v, None, "/g".into(), None)
-            .unwrap();
+        asw.mark_device_mounted(&v, dm(None, "/g", None)).unwrap();
         let m = || mount("a", SeLinuxState::Unknown);
         asw.mark_volume_mounted(&v, &uid("mounted"), m()).unwrap();
         asw.mark_volume_uncertain(&v, &uid("uncertain"), m())
@@ -1516,8 +1479,7 @@ mod tests {
         let mut asw = asw();
         let (v, p) = (local(), uid("p1"));
         let found = || mount("", SeLinuxState::Unknown);
-        asw.mark_device_uncertain(&v, None, "/g".into(), None)
-            .unwrap();
+        asw.mark_device_uncertain(&v, dm(None, "/g", None)).unwrap();
         assert!(asw.mark_volume_uncertain_via_reconstruction(&v, &p, found()));
         assert!(
             !asw.mark_volume_uncertain_via_reconstruction(&v, &p, found()),
@@ -1530,11 +1492,10 @@ mod tests {
         // the real mount replaces the reconstructed record and ends tracking
         let real = mount("data", SeLinuxState::WithoutContext);
         asw.mark_volume_mounted(&v, &p, real).unwrap();
-        assert_eq!(asw.pod(&v, &p).unwrap().outer_name, "data");
+        assert_eq!(asw.pod(&v, &p).unwrap().mount.outer_name, "data");
         assert!(!asw.is_volume_reconstructed(&v, &p));
         assert!(!asw.is_volume_device_reconstructed(&v));
-        asw.mark_device_mounted(&v, None, "/g".into(), None)
-            .unwrap();
+        asw.mark_device_mounted(&v, dm(None, "/g", None)).unwrap();
         assert!(
             !asw.update_reconstructed_device_path(&v, "/dev/x".into()),
             "only while uncertain"
@@ -1715,7 +1676,7 @@ mod tests {
             size_limit: None,
         };
         asw.add_volume(ed.clone(), PluginName::EmptyDir, "cache", Some(spec), None);
-        asw.mark_device_mounted(&v, Some("/dev/loop0".into()), "/g".into(), None)
+        asw.mark_device_mounted(&v, dm(Some("/dev/loop0".into()), "/g", None))
             .unwrap();
         let pm = |path: &str, kind, selinux| PodMount {
             outer_name: "x".into(),
