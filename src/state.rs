@@ -310,7 +310,7 @@ impl DesiredStateOfWorld {
         Self::default()
     }
 
-    /// Adds `pod`'s use of `volume` and returns the volume's name. The first
+    /// Adds `pod`'s use of `volume`; the result names the volume. The first
     /// pod fixes the volume's labels. A *new* pod whose `check.original`
     /// differs from the volume's is refused when `check.strict`, else added
     /// with the conflict reported in [`AddedPod::conflict`]. Re-adding a pod
