@@ -10,6 +10,7 @@
 //! build under `fixtures/journal/v<old>/`, and add a test that opens it.
 
 /// One migration step.
+#[derive(Debug)]
 pub struct Step {
     /// The schema version it reads.
     pub from: u32,

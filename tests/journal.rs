@@ -1,5 +1,6 @@
 //! The journal on a real sled database: durability across SIGKILL, group
 //! commit, checkpoint + tail replay, and every corruption path.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -48,23 +49,23 @@ fn intent(i: u64) -> Body {
 fn workload(journal: &Journal, n: u64) {
     let mut pending = Vec::new();
     for i in 0..n {
-        if i % 3 == 2 {
-            if let Some(seq) = pending.pop() {
-                let result = if i % 5 == 0 {
-                    OpResult::FailedFinal("exit 32".into())
-                } else {
-                    OpResult::Success
-                };
-                journal
-                    .append(Body::Outcome {
-                        intent_seq: seq,
-                        op: Operation::SetUp,
-                        result,
-                        observed: None,
-                    })
-                    .unwrap();
-                continue;
-            }
+        if i % 3 == 2
+            && let Some(seq) = pending.pop()
+        {
+            let result = if i % 5 == 0 {
+                OpResult::FailedFinal("exit 32".into())
+            } else {
+                OpResult::Success
+            };
+            journal
+                .append(Body::Outcome {
+                    intent_seq: seq,
+                    op: Operation::SetUp,
+                    result,
+                    observed: None,
+                })
+                .unwrap();
+            continue;
         }
         pending.push(journal.append(intent(i % 11)).unwrap());
     }

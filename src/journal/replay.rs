@@ -428,7 +428,8 @@ mod tests {
         use Operation::*;
         let fail = || OpResult::FailedFinal("x".into());
         let unsure = || OpResult::FailedUncertain("x".into());
-        let table: Vec<(&str, Vec<Record>, (MountState, Option<Operation>))> = vec![
+        type Row = (&'static str, Vec<Record>, (MountState, Option<Operation>));
+        let table: Vec<Row> = vec![
             (
                 "intent alone is pending",
                 vec![intent(1, MountDevice, Steps::Single)],
