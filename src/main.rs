@@ -1,2 +1,243 @@
-//! The `volumed` binary.
-fn main() {}
+//! The `volumed` binary: argument parsing and the edges (logging, signals,
+//! exit codes). Everything else lives in the library.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use volumed::journal::{Category, Journal, JournalConfig};
+use volumed::model::UniqueVolumeName;
+
+/// The default `--listen` address: loopback only.
+const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
+const DEFAULT_ROOT: &str = "/var/lib/kubelet";
+const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "volumed",
+    version,
+    about = "A Kubernetes node volume manager that journals every mount and knows exactly what is mounted after a restart"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the daemon.
+    Run(RunArgs),
+    /// Print the journal's records and the state they imply.
+    Dump(DumpArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum SeLinuxMode {
+    Auto,
+    Enabled,
+    Disabled,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The kubelet root dir (pods/ and plugins/ live under it).
+    #[arg(long, default_value = DEFAULT_ROOT)]
+    root_dir: PathBuf,
+    /// The journal dir [default: <root-dir>/volumed].
+    #[arg(long)]
+    journal_dir: Option<PathBuf>,
+    /// The node name [default: the hostname].
+    #[arg(long)]
+    node_name: Option<String>,
+    /// A folder of Pod manifests (YAML or JSON), like the kubelet's staticPodPath.
+    #[arg(long)]
+    static_pods: Option<PathBuf>,
+    /// A folder of PersistentVolume, PersistentVolumeClaim and CSIDriver objects.
+    #[arg(long)]
+    static_objects: Option<PathBuf>,
+    /// Address for /metrics, /healthz, /readyz and /debug/*.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    listen: String,
+    /// `off` ignores the journal and reconstructs like the kubelet (KEP-3756).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    journal: OnOff,
+    /// SELinux mount support: `auto` detects it as /bin/mount does.
+    #[arg(long, value_enum, default_value_t = SeLinuxMode::Auto)]
+    selinux: SeLinuxMode,
+    /// Feature gates, `Name=true|false,...`, with the kubelet's names.
+    #[arg(long, value_delimiter = ',')]
+    feature_gates: Vec<String>,
+    /// Reserved for the API-server pod source (not supported yet).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Test only: read the boot id from this file.
+    #[arg(long, hide = true)]
+    boot_id_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct DumpArgs {
+    /// The journal dir.
+    #[arg(long, default_value = "/var/lib/kubelet/volumed")]
+    journal_dir: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Only this unique volume name (exact).
+    #[arg(long)]
+    volume: Option<String>,
+    /// Test only: read the boot id from this file.
+    #[arg(long, hide = true)]
+    boot_id_file: Option<PathBuf>,
+}
+
+fn boot_id(file: Option<&Path>) -> Result<String> {
+    let path = file.unwrap_or(Path::new(BOOT_ID_PATH));
+    let id = std::fs::read_to_string(path)
+        .with_context(|| format!("read boot id from {}", path.display()))?;
+    let id = id.trim();
+    if id.is_empty() {
+        bail!("boot id file {} is empty", path.display());
+    }
+    Ok(id.to_owned())
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VOLUMED_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    if let Some(k) = &args.kubeconfig {
+        bail!(
+            "--kubeconfig {}: the API-server pod source is not supported yet; use --static-pods and --static-objects",
+            k.display()
+        );
+    }
+    let node_name = match args.node_name {
+        Some(n) => n,
+        None => nix::unistd::gethostname()
+            .context("read the hostname for --node-name")?
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let journal_dir = args
+        .journal_dir
+        .unwrap_or_else(|| args.root_dir.join("volumed"));
+    let boot = boot_id(args.boot_id_file.as_deref())?;
+    std::fs::create_dir_all(&args.root_dir)
+        .with_context(|| format!("create root dir {}", args.root_dir.display()))?;
+
+    // Block the stop signals before any thread starts, so every thread
+    // inherits the mask and only the main thread's sigwait receives them.
+    let mut stop = nix::sys::signal::SigSet::empty();
+    stop.add(nix::sys::signal::Signal::SIGTERM);
+    stop.add(nix::sys::signal::Signal::SIGINT);
+    stop.thread_block().context("block SIGTERM and SIGINT")?;
+
+    let journal = match args.journal {
+        OnOff::Off => {
+            tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
+            None
+        }
+        OnOff::On => Some(open_journal(&journal_dir, &node_name, &boot)?),
+    };
+    tracing::info!(
+        root = %args.root_dir.display(),
+        journal = %journal_dir.display(),
+        node = %node_name,
+        listen = %args.listen,
+        "volumed running (journal only: the reconciler arrives with the daemon issue); SIGTERM or SIGINT stops it"
+    );
+    let sig = stop.wait().context("wait for a stop signal")?;
+    tracing::info!(signal = ?sig, "stopping: flushing the journal");
+    if let Some(j) = journal {
+        j.close().context("flush the journal on shutdown")?;
+    }
+    Ok(())
+}
+
+/// Opens the journal; a corrupt one has been moved aside by `open`, so the
+/// daemon says so loudly and starts a fresh journal (host-only reconstruction).
+fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<Journal> {
+    let cfg = JournalConfig::new(dir, node, boot);
+    match Journal::open(&cfg) {
+        Ok((j, replay)) => {
+            tracing::info!(
+                records = replay.tail.len(),
+                targets = replay.state.len(),
+                checkpoint = ?replay.checkpoint.as_ref().map(|c| c.through_seq),
+                "journal opened"
+            );
+            if let Some(c) = &replay.corruption {
+                tracing::error!(seq = c.seq, reason = %c.reason, quarantined = replay.quarantined.len(),
+                    "journal replay stopped at a bad record; later records were quarantined");
+            }
+            Ok(j)
+        }
+        Err(e) if e.category() == Category::Corruption => {
+            tracing::error!("{e}; reconstructing from the host alone with a fresh journal");
+            let (j, _) = Journal::open(&cfg)
+                .context("open a fresh journal after moving the old one aside")?;
+            Ok(j)
+        }
+        Err(e) => Err(e).context("open the journal"),
+    }
+}
+
+fn dump(args: DumpArgs) -> Result<()> {
+    let boot = boot_id(args.boot_id_file.as_deref())?;
+    let cfg = JournalConfig::inspect(&args.journal_dir, &boot);
+    let (journal, replay) = match Journal::open(&cfg) {
+        Ok(v) => v,
+        Err(e) if e.category() == Category::Busy => bail!(
+            "the journal in {} is held by a running volumed; stop it to dump, or read GET /debug/journal from it",
+            args.journal_dir.display()
+        ),
+        Err(e) => return Err(e).context("dump"),
+    };
+    drop(journal);
+    let only = args.volume.map(UniqueVolumeName::from_raw);
+    let doc = volumed::dump::document(&replay, &boot, only.as_ref());
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
+        Format::Table => print!("{}", volumed::dump::render_table(&doc, &args.journal_dir)),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Run(a) => run(a),
+        Command::Dump(a) => dump(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("volumed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,596 @@
+//! `volumed dump`: the journal's records and the state they imply, as JSON
+//! (DESIGN.md's contract) or as a table for people.
+//!
+//! Pure: it renders a [`Replay`]; opening the journal (or asking the daemon)
+//! is the binary's job. The state part uses the same snapshot types as the
+//! live ASW (`state::StateSnapshot`), so `dump` and `/debug/state` agree by
+//! construction.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::journal::{Body, Entry, JournalState, OpResult, Record, Replay};
+use crate::model::{MountState, TargetParams, TargetRef, UniqueVolumeName};
+use crate::state::{DeviceSnapshot, PodSnapshot, SeLinuxState, StateSnapshot, VolumeSnapshot};
+
+/// The `dump --format json` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct DumpDoc {
+    /// the journal's schema version
+    pub schema_version: u32,
+    /// the boot id of the machine now
+    pub boot_id: String,
+    /// the node name in the journal's meta
+    pub node_name: String,
+    /// the checkpoint replay started from, if any
+    pub checkpoint: Option<CheckpointJson>,
+    /// where replay stopped on a bad value, if it did
+    pub corruption: Option<CorruptionJson>,
+    /// the records after the checkpoint
+    pub records: Vec<RecordJson>,
+    /// the state the journal implies
+    pub state: StateSnapshot,
+}
+
+/// The checkpoint in the dump.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointJson {
+    /// last record folded in
+    pub through_seq: u64,
+    /// when written, ns since the epoch
+    pub wall_time_ns: u64,
+    /// targets in it
+    pub entries: usize,
+}
+
+/// A replay-stopping bad value in the dump.
+#[derive(Debug, Clone, Serialize)]
+pub struct CorruptionJson {
+    /// its sequence number
+    pub seq: u64,
+    /// what was wrong
+    pub reason: String,
+}
+
+/// One record in the dump. Paths are shown lossily (non-UTF-8 bytes as U+FFFD).
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordJson {
+    /// sequence number
+    pub seq: u64,
+    /// ns since the epoch
+    pub wall_time_ns: u64,
+    /// boot id when written
+    pub boot_id: String,
+    /// `intent`, `outcome`, `reconstructed` or `forget`
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// the operation, for intents and outcomes
+    pub op: Option<&'static str>,
+    /// `single` or `multi`, for intents
+    pub steps: Option<&'static str>,
+    /// the intent an outcome completes
+    pub intent_seq: Option<u64>,
+    /// `success`, `failed_final` or `failed_uncertain`, for outcomes
+    pub result: Option<&'static str>,
+    /// the error text of a failed outcome
+    pub error: Option<String>,
+    /// the decided state, for reconstructed records
+    pub state: Option<MountState>,
+    /// the decision's reason, for reconstructed records
+    pub reason: Option<String>,
+    /// the volume (for outcomes, the intent's volume when known)
+    pub volume: Option<String>,
+    /// the pod, `null` for the device target
+    pub pod_uid: Option<String>,
+    /// the parameters, for intents and reconstructed records
+    pub params: Option<ParamsJson>,
+}
+
+/// Target parameters in the dump.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParamsJson {
+    /// plugin
+    pub plugin: String,
+    /// spec name
+    pub spec_name: String,
+    /// target kind
+    pub kind: &'static str,
+    /// device path
+    pub device_path: Option<String>,
+    /// device mount path
+    pub device_mount_path: Option<String>,
+    /// pod mount path
+    pub pod_mount_path: Option<String>,
+    /// SELinux context
+    pub selinux_context: Option<String>,
+    /// mount options
+    pub mount_options: Vec<String>,
+    /// fs type
+    pub fs_type: Option<String>,
+}
+
+fn lossy(p: Option<&Path>) -> Option<String> {
+    p.map(|p| p.to_string_lossy().into_owned())
+}
+
+fn params_json(p: &TargetParams) -> ParamsJson {
+    ParamsJson {
+        plugin: p.plugin.as_str().to_owned(),
+        spec_name: p.spec_name.clone(),
+        kind: p.kind.as_str(),
+        device_path: lossy(p.device_path.as_deref()),
+        device_mount_path: lossy(p.device_mount_path.as_deref()),
+        pod_mount_path: lossy(p.pod_mount_path.as_deref()),
+        selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
+        mount_options: p.mount_options.clone(),
+        fs_type: p.fs_type.clone(),
+    }
+}
+
+fn pod_of(t: &TargetRef) -> Option<String> {
+    match t {
+        TargetRef::Device => None,
+        TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
+    }
+}
+
+fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> RecordJson {
+    let mut j = RecordJson {
+        seq: r.seq,
+        wall_time_ns: r.wall_time_ns,
+        boot_id: r.boot_id.clone(),
+        kind: "intent",
+        op: None,
+        steps: None,
+        intent_seq: None,
+        result: None,
+        error: None,
+        state: None,
+        reason: None,
+        volume: None,
+        pod_uid: None,
+        params: None,
+    };
+    match &r.body {
+        Body::Intent { op, steps, target } => {
+            j.op = Some(op.as_str());
+            j.steps = Some(match steps {
+                crate::model::Steps::Single => "single",
+                crate::model::Steps::Multi => "multi",
+            });
+            j.volume = Some(target.volume.as_str().to_owned());
+            j.pod_uid = pod_of(&target.target);
+            j.params = Some(params_json(target));
+        }
+        Body::Outcome {
+            intent_seq,
+            op,
+            result,
+            ..
+        } => {
+            j.kind = "outcome";
+            j.op = Some(op.as_str());
+            j.intent_seq = Some(*intent_seq);
+            let (name, error) = match result {
+                OpResult::Success => ("success", None),
+                OpResult::FailedFinal(e) => ("failed_final", Some(e.clone())),
+                OpResult::FailedUncertain(e) => ("failed_uncertain", Some(e.clone())),
+            };
+            j.result = Some(name);
+            j.error = error;
+            if let Some((v, p)) = intents.get(intent_seq) {
+                j.volume = Some(v.clone());
+                j.pod_uid = p.clone();
+            }
+        }
+        Body::Reconstructed {
+            target,
+            state,
+            reason,
+            ..
+        } => {
+            j.kind = "reconstructed";
+            j.state = Some(*state);
+            j.reason = Some(reason.clone());
+            j.volume = Some(target.volume.as_str().to_owned());
+            j.pod_uid = pod_of(&target.target);
+            j.params = Some(params_json(target));
+        }
+        Body::Forget { volume, target } => {
+            j.kind = "forget";
+            j.volume = Some(volume.as_str().to_owned());
+            j.pod_uid = pod_of(target);
+        }
+    }
+    j
+}
+
+fn selinux_of(e: &Entry) -> SeLinuxState {
+    match e.reported_state() {
+        MountState::NotMounted => SeLinuxState::Unknown,
+        _ => SeLinuxState::mounted_with(e.current_params().selinux.clone()),
+    }
+}
+
+/// The state the journal implies, shaped like the live ASW's snapshot.
+pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -> StateSnapshot {
+    let mut volumes: BTreeMap<&UniqueVolumeName, VolumeSnapshot> = BTreeMap::new();
+    for (key, e) in state.entries() {
+        if only.is_some_and(|v| v != &key.volume) {
+            continue;
+        }
+        let v = volumes
+            .entry(&key.volume)
+            .or_insert_with(|| VolumeSnapshot {
+                volume: key.volume.clone(),
+                device: None,
+                pods: Vec::new(),
+            });
+        let p = e.current_params();
+        match &key.target {
+            TargetRef::Device => {
+                v.device = Some(DeviceSnapshot {
+                    state: e.reported_state(),
+                    device_path: p.device_path.clone(),
+                    mount_path: p.device_mount_path.clone(),
+                    selinux_context: selinux_of(e),
+                })
+            }
+            TargetRef::Pod(uid) => v.pods.push(PodSnapshot {
+                pod_uid: uid.clone(),
+                mount_path: p.pod_mount_path.clone().unwrap_or_default(),
+                kind: p.kind,
+                state: e.reported_state(),
+                selinux_context: selinux_of(e),
+            }),
+        }
+    }
+    StateSnapshot {
+        volumes: volumes.into_values().collect(),
+    }
+}
+
+/// Builds the dump document from a replay.
+pub fn document(replay: &Replay, boot_id: &str, only: Option<&UniqueVolumeName>) -> DumpDoc {
+    // Outcomes name only their intent; find the intent's target from the
+    // tail, or from the pending intents the checkpoint carried.
+    let mut intents: HashMap<u64, (String, Option<String>)> = HashMap::new();
+    for (key, e) in replay.state.entries() {
+        if let Some(p) = &e.pending {
+            intents.insert(
+                p.intent_seq,
+                (key.volume.as_str().to_owned(), pod_of(&key.target)),
+            );
+        }
+    }
+    for r in &replay.tail {
+        if let Body::Intent { target, .. } = &r.body {
+            intents.insert(
+                r.seq,
+                (target.volume.as_str().to_owned(), pod_of(&target.target)),
+            );
+        }
+    }
+    let records = replay
+        .tail
+        .iter()
+        .map(|r| record_json(r, &intents))
+        .filter(|j| only.is_none_or(|v| j.volume.as_deref() == Some(v.as_str())))
+        .collect();
+    DumpDoc {
+        schema_version: replay.schema_version,
+        boot_id: boot_id.to_owned(),
+        node_name: replay.node_name.clone(),
+        checkpoint: replay.checkpoint.as_ref().map(|c| CheckpointJson {
+            through_seq: c.through_seq,
+            wall_time_ns: c.wall_time_ns,
+            entries: c.entries,
+        }),
+        corruption: replay.corruption.as_ref().map(|c| CorruptionJson {
+            seq: c.seq,
+            reason: c.reason.clone(),
+        }),
+        records,
+        state: journal_snapshot(&replay.state, only),
+    }
+}
+
+/// UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` from ns since the epoch.
+pub fn format_time(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let ms = (ns / 1_000_000) % 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+fn opt(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or("-")
+}
+
+fn selinux_text(s: &SeLinuxState) -> String {
+    match s {
+        SeLinuxState::Unknown => "?".to_owned(),
+        SeLinuxState::WithoutContext => "-".to_owned(),
+        SeLinuxState::Context(c) => c.as_str().to_owned(),
+    }
+}
+
+/// The table `dump` prints by default.
+pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "journal {}  schema {}  node {}  boot {}",
+        dir.display(),
+        doc.schema_version,
+        if doc.node_name.is_empty() {
+            "?"
+        } else {
+            &doc.node_name
+        },
+        doc.boot_id
+    );
+    match &doc.checkpoint {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "checkpoint through seq {} ({} targets, {})",
+                c.through_seq,
+                c.entries,
+                format_time(c.wall_time_ns)
+            );
+        }
+        None => out.push_str("no checkpoint\n"),
+    }
+    if let Some(c) = &doc.corruption {
+        let _ = writeln!(out, "REPLAY STOPPED at seq {}: {}", c.seq, c.reason);
+    }
+    let _ = writeln!(out, "\nrecords ({}):", doc.records.len());
+    let _ = writeln!(
+        out,
+        "{:>6}  {:<24}  {:<13}  {:<14}  {:<40}  {:<12}  detail",
+        "SEQ", "TIME", "TYPE", "OP", "VOLUME", "POD"
+    );
+    for r in &doc.records {
+        let detail = match r.kind {
+            "intent" => format!("{} step", r.steps.unwrap_or("?")),
+            "outcome" => format!(
+                "intent {} {}{}",
+                r.intent_seq.unwrap_or(0),
+                r.result.unwrap_or("?"),
+                r.error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+            "reconstructed" => format!(
+                "{} ({})",
+                r.state.map_or("?", MountState::as_str),
+                opt(&r.reason)
+            ),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{:>6}  {:<24}  {:<13}  {:<14}  {:<40}  {:<12}  {detail}",
+            r.seq,
+            format_time(r.wall_time_ns),
+            r.kind,
+            r.op.unwrap_or("-"),
+            opt(&r.volume),
+            opt(&r.pod_uid),
+        );
+    }
+    let _ = writeln!(out, "\nstate ({} volumes):", doc.state.volumes.len());
+    let _ = writeln!(
+        out,
+        "{:<40}  {:<12}  {:<5}  {:<11}  {:<30}  path",
+        "VOLUME", "TARGET", "KIND", "STATE", "SELINUX"
+    );
+    for v in &doc.state.volumes {
+        if let Some(d) = &v.device {
+            let _ = writeln!(
+                out,
+                "{:<40}  {:<12}  {:<5}  {:<11}  {:<30}  {} (device {})",
+                v.volume.as_str(),
+                "device",
+                "mount",
+                d.state.as_str(),
+                selinux_text(&d.selinux_context),
+                d.mount_path
+                    .as_deref()
+                    .map_or("-".into(), |p| p.display().to_string()),
+                d.device_path
+                    .as_deref()
+                    .map_or("-".into(), |p| p.display().to_string()),
+            );
+        }
+        for p in &v.pods {
+            let _ = writeln!(
+                out,
+                "{:<40}  {:<12}  {:<5}  {:<11}  {:<30}  {}",
+                v.volume.as_str(),
+                p.pod_uid.as_str(),
+                p.kind.as_str(),
+                p.state.as_str(),
+                selinux_text(&p.selinux_context),
+                p.mount_path.display()
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Record;
+    use crate::model::{Operation, PluginName, PodUid, SeLinuxContext, Steps, TargetKind};
+
+    fn params(target: TargetRef, selinux: Option<&str>) -> TargetParams {
+        TargetParams {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            plugin: PluginName::LocalVolume,
+            spec_name: "pv1".into(),
+            kind: TargetKind::Mount,
+            pod_mount_path: match &target {
+                TargetRef::Pod(u) => {
+                    Some(format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into())
+                }
+                TargetRef::Device => None,
+            },
+            target,
+            device_path: Some("/dev/loop3".into()),
+            device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
+            selinux: selinux.map(|s| SeLinuxContext::parse(s).unwrap()),
+            mount_options: vec![],
+            fs_type: Some("ext4".into()),
+        }
+    }
+
+    fn replay(records: Vec<Record>) -> Replay {
+        let mut state = JournalState::default();
+        for r in &records {
+            state.apply(r);
+        }
+        Replay {
+            state,
+            tail: records,
+            checkpoint: None,
+            corruption: None,
+            quarantined: vec![],
+            lost_tail: None,
+            created: false,
+            node_name: "n1".into(),
+            schema_version: 1,
+        }
+    }
+
+    fn rec(seq: u64, body: Body) -> Record {
+        Record {
+            seq,
+            wall_time_ns: 1_763_724_409_123_000_000,
+            boot_id: "b1".into(),
+            body,
+        }
+    }
+
+    fn sample() -> Replay {
+        let pod = TargetRef::Pod(PodUid::new("p1").unwrap());
+        replay(vec![
+            rec(
+                1,
+                Body::Intent {
+                    op: Operation::MountDevice,
+                    steps: Steps::Single,
+                    target: params(TargetRef::Device, None),
+                },
+            ),
+            rec(
+                2,
+                Body::Outcome {
+                    intent_seq: 1,
+                    op: Operation::MountDevice,
+                    result: OpResult::Success,
+                    observed: None,
+                },
+            ),
+            rec(
+                3,
+                Body::Intent {
+                    op: Operation::SetUp,
+                    steps: Steps::Single,
+                    target: params(pod, Some("u:r:t:s0:c2,c1")),
+                },
+            ),
+        ])
+    }
+
+    #[test]
+    fn json_follows_the_design_contract() {
+        let doc = document(&sample(), "boot-now", None);
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["boot_id"], "boot-now");
+        assert_eq!(v["records"].as_array().unwrap().len(), 3);
+        assert_eq!(v["records"][1]["type"], "outcome");
+        assert_eq!(
+            v["records"][1]["volume"], "kubernetes.io/local-volume/pv1",
+            "outcome names its intent's volume"
+        );
+        let vol = &v["state"]["volumes"][0];
+        assert_eq!(vol["volume"], "kubernetes.io/local-volume/pv1");
+        assert_eq!(vol["device"]["state"], "mounted");
+        assert_eq!(vol["device"]["device_path"], "/dev/loop3");
+        assert_eq!(
+            vol["device"]["mount_path"],
+            "/r/plugins/kubernetes.io/local-volume/mounts/pv1"
+        );
+        assert_eq!(
+            vol["device"]["selinux_context"], "",
+            "mounted without a context is \"\""
+        );
+        let pod = &vol["pods"][0];
+        assert_eq!(pod["pod_uid"], "p1");
+        assert_eq!(pod["state"], "uncertain", "a pending SetUp is uncertain");
+        assert_eq!(pod["kind"], "mount");
+        assert_eq!(pod["selinux_context"], "u:r:t:s0:c1,c2");
+    }
+
+    #[test]
+    fn volume_filter_keeps_only_that_volume() {
+        let doc = document(
+            &sample(),
+            "b",
+            Some(&UniqueVolumeName::from_raw("kubernetes.io/other")),
+        );
+        assert!(doc.records.is_empty());
+        assert!(doc.state.volumes.is_empty());
+        let doc = document(
+            &sample(),
+            "b",
+            Some(&UniqueVolumeName::from_raw(
+                "kubernetes.io/local-volume/pv1",
+            )),
+        );
+        assert_eq!(doc.records.len(), 3);
+    }
+
+    #[test]
+    fn table_shows_records_and_state() {
+        let doc = document(&sample(), "b", None);
+        let t = render_table(&doc, Path::new("/j"));
+        assert!(t.contains("records (3):"), "{t}");
+        assert!(t.contains("intent 1 success"), "{t}");
+        assert!(t.contains("uncertain"), "{t}");
+        assert!(t.contains("2025-11-21T11:26:49.123Z"), "{t}");
+    }
+
+    #[test]
+    fn time_formatting() {
+        assert_eq!(format_time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            format_time(951_782_400_000_000_000),
+            "2000-02-29T00:00:00.000Z"
+        );
+    }
+}
