@@ -2,13 +2,17 @@
 //! id.
 //!
 //! - [`mountinfo`]: our own byte parser of `/proc/<pid>/mountinfo` and the
-//!   [`mountinfo::MountTable`] lookups (by mount point, under a prefix).
+//!   [`mountinfo::MountTable`] lookups (by mount point, under a prefix);
+//!   [`super_options`] splits the last field and pulls out SELinux labels.
 //! - [`boot`]: the boot id, which tells reconstruction whether the machine
 //!   rebooted since the journal was written.
 //! - [`scan`]: the host side of reconstruction: from one read of the mount
 //!   table plus a walk of `<root>/pods/*/volumes/*/*` it builds a
 //!   [`scan::HostView`] of device targets, pod targets, bare directories and
-//!   CSI `vol_data.json` files. The mount-table part is a pure function.
+//!   CSI `vol_data.json` files. The mount-table part is a pure function;
+//!   the on-disk part (walk, `vol_data.json`) is [`pod_dirs`].
+//! - `testgen` (hidden): deterministic generators of large tables for tests
+//!   and benchmarks.
 //!
 //! The one syscall seam (`sys.rs`: mount, umount2, statx, openat2 behind a
 //! trait with a nix implementation and a recording fake) will live here too;
@@ -22,7 +26,9 @@ use std::path::PathBuf;
 
 pub mod boot;
 pub mod mountinfo;
+pub mod pod_dirs;
 pub mod scan;
+pub mod super_options;
 #[doc(hidden)]
 pub mod testgen;
 

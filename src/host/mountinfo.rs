@@ -36,7 +36,8 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::host::HostError;
-use crate::model::{DevId, MountIdentity, SeLinuxContext};
+use crate::host::super_options::{SuperOptions, parse_super_options};
+use crate::model::{DevId, MountIdentity};
 
 /// Refuse to hold a mount table larger than this (about 4 million mounts).
 pub const MAX_MOUNTINFO_BYTES: usize = 512 << 20;
@@ -54,52 +55,6 @@ pub struct Propagation {
     pub unbindable: bool,
     /// optional fields this parser does not know, kept verbatim
     pub other: Vec<String>,
-}
-
-/// The SELinux options of a super block (security/selinux `show_sid`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SeLinuxMountOptions {
-    /// `context=`
-    pub context: Option<SeLinuxContext>,
-    /// `fscontext=`
-    pub fscontext: Option<SeLinuxContext>,
-    /// `defcontext=`
-    pub defcontext: Option<SeLinuxContext>,
-    /// `rootcontext=`
-    pub rootcontext: Option<SeLinuxContext>,
-    /// the `seclabel` flag: the filesystem supports labelling
-    pub seclabel: bool,
-    /// label options whose value did not parse, as `name=value` (lossy);
-    /// the matching field above is then `None` although a label is set
-    pub invalid: Vec<String>,
-}
-
-/// One super-block option, `name` or `name=value`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SuperOption {
-    /// the name (lossily decoded)
-    pub name: String,
-    /// the value with surrounding double quotes stripped and octal escapes undone
-    pub value: Option<OsString>,
-}
-
-/// Parsed super-block options.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SuperOptions {
-    /// every option in order
-    pub options: Vec<SuperOption>,
-    /// the SELinux labels among them
-    pub selinux: SeLinuxMountOptions,
-}
-
-impl SuperOptions {
-    /// The value of the first option called `name`; `Some(None)` for a flag.
-    pub fn get(&self, name: &str) -> Option<Option<&OsString>> {
-        self.options
-            .iter()
-            .find(|o| o.name == name)
-            .map(|o| o.value.as_ref())
-    }
 }
 
 /// One line of mountinfo.
@@ -475,69 +430,6 @@ fn optional_field(f: &[u8], prop: &mut Propagation) -> Result<(), LineErrorKind>
     Ok(())
 }
 
-/// Splits super options on commas outside double quotes.
-fn split_super(raw: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let (mut start, mut quoted) = (0, false);
-    for (i, &b) in raw.iter().enumerate() {
-        match b {
-            b'"' => quoted = !quoted,
-            b',' if !quoted => {
-                out.push(&raw[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&raw[start..]);
-    out
-}
-
-fn super_options(raw: &[u8], warn: &mut dyn FnMut(LineErrorKind)) -> SuperOptions {
-    let mut opts = SuperOptions::default();
-    for item in split_super(raw).into_iter().filter(|o| !o.is_empty()) {
-        let (name, value) = match item.iter().position(|&b| b == b'=') {
-            Some(eq) => (&item[..eq], Some(&item[eq + 1..])),
-            None => (item, None),
-        };
-        let name = String::from_utf8_lossy(name).into_owned();
-        let value = value.map(|v| {
-            let v = v
-                .strip_prefix(b"\"")
-                .and_then(|v| v.strip_suffix(b"\""))
-                .unwrap_or(v);
-            unescape(v).unwrap_or_else(|| v.to_vec())
-        });
-        let selinux = &mut opts.selinux;
-        let slot = match name.as_str() {
-            "seclabel" => {
-                selinux.seclabel = true;
-                None
-            }
-            "context" => Some(&mut selinux.context),
-            "fscontext" => Some(&mut selinux.fscontext),
-            "defcontext" => Some(&mut selinux.defcontext),
-            "rootcontext" => Some(&mut selinux.rootcontext),
-            _ => None,
-        };
-        if let (Some(slot), Some(v)) = (slot, value.as_ref()) {
-            match std::str::from_utf8(v).ok().map(SeLinuxContext::parse) {
-                Some(Ok(ctx)) => *slot = Some(ctx),
-                _ => {
-                    let shown = String::from_utf8_lossy(item).into_owned();
-                    selinux.invalid.push(shown.clone());
-                    warn(LineErrorKind::InvalidSeLinuxContext(shown));
-                }
-            }
-        }
-        opts.options.push(SuperOption {
-            name,
-            value: value.map(OsString::from_vec),
-        });
-    }
-    opts
-}
-
 fn parse_line(
     line: &[u8],
     warn: &mut dyn FnMut(LineErrorKind),
@@ -592,7 +484,7 @@ fn parse_line(
         propagation,
         fs_type: String::from_utf8_lossy(&fs_type).into_owned(),
         source: OsString::from_vec(source),
-        super_options: super_options(&super_raw, warn),
+        super_options: parse_super_options(&super_raw, warn),
         super_options_raw: OsString::from_vec(super_raw),
     })
 }

@@ -22,22 +22,15 @@
 //! *Invariant:* a scan fails only when the mount table or the boot id cannot
 //! be read; every other oddity is a [`ScanProblem`] and the rest still scans.
 
-use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
-
-use serde::Deserialize;
 
 use crate::host::HostError;
 use crate::host::boot::{BootId, read_boot_id};
 use crate::host::mountinfo::{LineError, MountInfo, MountTable};
+pub use crate::host::pod_dirs::{VolData, attach_vol_data, read_vol_data, walk_pod_dirs};
 use crate::model::{Layout, ModelError, MountIdentity, PluginName, PodUid};
-
-/// Largest `vol_data.json` we read (the kubelet's are a few hundred bytes).
-const MAX_VOL_DATA_BYTES: u64 = 64 << 10;
 
 /// What the mount table shows at a target path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,36 +117,6 @@ pub struct UnknownPluginDir {
     pub name: String,
     /// whether it is a mount point
     pub mounted: bool,
-}
-
-/// The CSI `vol_data.json` the kubelet writes: a JSON object of strings.
-/// Keys we do not know are ignored; missing ones are `None`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct VolData {
-    /// `specVolID`: the PV name (or inline volume name)
-    #[serde(rename = "specVolID")]
-    pub spec_vol_id: Option<String>,
-    /// `volumeHandle`
-    #[serde(rename = "volumeHandle")]
-    pub volume_handle: Option<String>,
-    /// `driverName`
-    #[serde(rename = "driverName")]
-    pub driver_name: Option<String>,
-    /// `nodeName`
-    #[serde(rename = "nodeName")]
-    pub node_name: Option<String>,
-    /// `attachmentID`
-    #[serde(rename = "attachmentID")]
-    pub attachment_id: Option<String>,
-    /// `volumeLifecycleMode` (`Persistent` or `Ephemeral`)
-    #[serde(rename = "volumeLifecycleMode")]
-    pub volume_lifecycle_mode: Option<String>,
-    /// `seLinuxMountContext`
-    #[serde(rename = "seLinuxMountContext")]
-    pub selinux_mount_context: Option<String>,
-    /// every other key
-    #[serde(flatten)]
-    pub other: BTreeMap<String, String>,
 }
 
 /// Something the scan saw and did not use; the scan went on.
@@ -260,7 +223,11 @@ fn distinct_under<'a>(table: &'a MountTable, dir: &Path) -> Vec<&'a MountInfo> {
     out
 }
 
-fn utf8<'a>(name: &'a OsStr, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<&'a str> {
+pub(super) fn utf8<'a>(
+    name: &'a OsStr,
+    path: &Path,
+    problems: &mut Vec<ScanProblem>,
+) -> Option<&'a str> {
     let s = name.to_str();
     if s.is_none() {
         problems.push(ScanProblem::NonUtf8Name {
@@ -270,7 +237,7 @@ fn utf8<'a>(name: &'a OsStr, path: &Path, problems: &mut Vec<ScanProblem>) -> Op
     s
 }
 
-fn pod_uid(name: &str, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<PodUid> {
+pub(super) fn pod_uid(name: &str, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<PodUid> {
     PodUid::new(name)
         .map_err(|source| {
             problems.push(ScanProblem::InvalidPodUid {
@@ -396,228 +363,6 @@ fn pod_mount(table: &MountTable, m: &MountInfo, pods: &Path, scan: &mut MountSca
             observed: Observed::Mounted(mount),
             vol_data: None,
         });
-    }
-}
-
-/// The entries of `dir` that are directories (by `lstat`), sorted by name.
-/// A missing `dir` is empty; symlinks and files are reported, not returned.
-fn subdirs(dir: &Path, problems: &mut Vec<ScanProblem>) -> Vec<(OsString, PathBuf)> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
-        Err(source) => {
-            problems.push(
-                HostError::ReadDir {
-                    path: dir.to_owned(),
-                    source,
-                }
-                .into(),
-            );
-            return Vec::new();
-        }
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(source) => {
-                problems.push(
-                    HostError::ReadDir {
-                        path: dir.to_owned(),
-                        source,
-                    }
-                    .into(),
-                );
-                break;
-            }
-        };
-        let path = entry.path();
-        match fs::symlink_metadata(&path) {
-            Ok(md) if md.file_type().is_symlink() => {
-                problems.push(ScanProblem::Symlink { path });
-            }
-            Ok(md) if md.is_dir() => out.push((entry.file_name(), path)),
-            Ok(_) => problems.push(ScanProblem::NotADirectory { path }),
-            // raced with a removal: nothing there any more
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => problems.push(HostError::Stat { path, source }.into()),
-        }
-    }
-    out.sort();
-    out
-}
-
-/// What an `lstat` of `path` shows: `Some(true)` a directory, `Some(false)`
-/// nothing there, `None` something else (reported).
-fn dir_present(path: &Path, problems: &mut Vec<ScanProblem>) -> Option<bool> {
-    match fs::symlink_metadata(path) {
-        Ok(md) if md.file_type().is_symlink() => {
-            problems.push(ScanProblem::Symlink {
-                path: path.to_owned(),
-            });
-            None
-        }
-        Ok(md) if md.is_dir() => Some(true),
-        Ok(_) => {
-            problems.push(ScanProblem::NotADirectory {
-                path: path.to_owned(),
-            });
-            None
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(false),
-        Err(source) => {
-            problems.push(
-                HostError::Stat {
-                    path: path.to_owned(),
-                    source,
-                }
-                .into(),
-            );
-            None
-        }
-    }
-}
-
-/// Walks `<root>/pods/*/volumes/*/*` for directories that exist but are not
-/// mount points in `table`. Returns (found dirs of known plugins, dirs of
-/// unknown plugins that are not mount points); problems are appended.
-pub fn walk_pod_dirs(
-    layout: &Layout,
-    table: &MountTable,
-    problems: &mut Vec<ScanProblem>,
-) -> (Vec<PodTarget>, Vec<UnknownPluginDir>) {
-    let (mut found, mut unknown) = (Vec::new(), Vec::new());
-    for (uid_name, pod_dir) in subdirs(&layout.pods_dir(), problems) {
-        let Some(uid_str) = utf8(&uid_name, &pod_dir, problems) else {
-            continue;
-        };
-        let Some(uid) = pod_uid(uid_str, &pod_dir, problems) else {
-            continue;
-        };
-        let volumes = pod_dir.join("volumes");
-        if dir_present(&volumes, problems) != Some(true) {
-            continue;
-        }
-        for (plugin_name, plugin_dir) in subdirs(&volumes, problems) {
-            let Some(plugin_str) = utf8(&plugin_name, &plugin_dir, problems) else {
-                continue;
-            };
-            let plugin = PluginName::from_escaped(plugin_str);
-            for (vol_name, vol_dir) in subdirs(&plugin_dir, problems) {
-                let Some(plugin) = plugin else {
-                    if !table.is_mount_point(&vol_dir) {
-                        unknown.push(UnknownPluginDir {
-                            pod_uid: uid.clone(),
-                            plugin_dir: plugin_str.to_owned(),
-                            name: vol_name.to_string_lossy().into_owned(),
-                            mounted: false,
-                            path: vol_dir,
-                        });
-                    }
-                    continue;
-                };
-                let Some(spec_name) = utf8(&vol_name, &vol_dir, problems) else {
-                    continue;
-                };
-                let mut target = vol_dir.clone();
-                if plugin == PluginName::Csi {
-                    let mount = vol_dir.join("mount");
-                    match dir_present(&mount, problems) {
-                        Some(true) => target = mount,
-                        Some(false) => {}
-                        None => continue,
-                    }
-                }
-                if table.is_mount_point(&target) {
-                    continue; // a pod target, found by scan_mounts
-                }
-                found.push(PodTarget {
-                    path: target,
-                    pod_uid: uid.clone(),
-                    plugin,
-                    spec_name: spec_name.to_owned(),
-                    observed: Observed::DirPresent,
-                    vol_data: None,
-                });
-            }
-        }
-    }
-    (found, unknown)
-}
-
-/// Reads a CSI `vol_data.json`: `Ok(None)` when there is none. Never follows
-/// a symlink and refuses anything but a small regular file.
-pub fn read_vol_data(path: &Path) -> Result<Option<VolData>, HostError> {
-    let refuse = |why| HostError::RefuseVolData {
-        path: path.to_owned(),
-        why,
-    };
-    let io = |source| HostError::ReadVolData {
-        path: path.to_owned(),
-        source,
-    };
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(path);
-    let file = match file {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        // ELOOP: the last component is a symlink
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
-            return Err(refuse("it is a symlink"));
-        }
-        Err(e) => return Err(io(e)),
-    };
-    let md = file.metadata().map_err(io)?;
-    if !md.is_file() {
-        return Err(refuse("not a regular file"));
-    }
-    if md.len() > MAX_VOL_DATA_BYTES {
-        return Err(refuse("larger than 64 KiB"));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_VOL_DATA_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|source| HostError::ParseVolData {
-            path: path.to_owned(),
-            source,
-        })
-}
-
-/// The `vol_data.json` beside a CSI pod target or globalmount.
-fn vol_data_path(target: &Path) -> Option<PathBuf> {
-    let dir = if target.file_name()? == "mount" || target.file_name()? == "globalmount" {
-        target.parent()?
-    } else {
-        target
-    };
-    Some(dir.join("vol_data.json"))
-}
-
-fn load(target: &Path, problems: &mut Vec<ScanProblem>) -> Option<VolData> {
-    let path = vol_data_path(target)?;
-    read_vol_data(&path)
-        .map_err(|e| problems.push(e.into()))
-        .ok()
-        .flatten()
-}
-
-/// Reads the `vol_data.json` of every CSI target in `view`.
-pub fn attach_vol_data(view: &mut HostView) {
-    let problems = &mut view.problems;
-    for t in &mut view.device_targets {
-        if t.plugin == PluginName::Csi {
-            t.vol_data = load(&t.path, problems);
-        }
-    }
-    for t in view.pod_targets.iter_mut().chain(&mut view.found_dirs) {
-        if t.plugin == PluginName::Csi {
-            t.vol_data = load(&t.path, problems);
-        }
     }
 }
 
@@ -996,21 +741,5 @@ mod tests {
         assert_eq!(problems, want);
         // nothing outside the root was read through the symlinks
         assert!(view.found_dirs.iter().all(|t| t.path.starts_with(&root)));
-    }
-
-    #[test]
-    fn missing_root_scans_empty() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut problems = Vec::new();
-        let layout = Layout::new(tmp.path().join("absent"));
-        let (found, unknown) = walk_pod_dirs(&layout, &MountTable::default(), &mut problems);
-        assert!(found.is_empty() && unknown.is_empty() && problems.is_empty());
-        assert_eq!(read_vol_data(&tmp.path().join("none.json")).unwrap(), None);
-        fs::write(tmp.path().join("n.json"), r#"{"volumeHandle": 5}"#).unwrap();
-        let err = read_vol_data(&tmp.path().join("n.json")).unwrap_err();
-        assert!(
-            err.to_string().starts_with("parsing csi volume data"),
-            "{err}"
-        );
     }
 }
