@@ -1,0 +1,347 @@
+//! The on-disk half of the host scan: the walk of `<root>/pods/*/volumes/*/*`
+//! for volume directories that are not mount points, and the CSI
+//! `vol_data.json` files beside pod `mount` dirs and globalmounts.
+//!
+//! Nothing here follows a symlink: entries are classified by `lstat`
+//! (`symlink_metadata`), a symlink where the layout has a directory is a
+//! reported [`ScanProblem::Symlink`], and `vol_data.json` is opened with
+//! `O_NOFOLLOW` and read only if it is a small regular file. Every failure on
+//! one path is a [`ScanProblem`]; the walk goes on.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::host::HostError;
+use crate::host::mountinfo::MountTable;
+use crate::host::scan::{
+    HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir, pod_uid, utf8,
+};
+use crate::model::{Layout, PluginName};
+
+/// Largest `vol_data.json` we read (the kubelet's are a few hundred bytes).
+const MAX_VOL_DATA_BYTES: u64 = 64 << 10;
+
+/// The CSI `vol_data.json` the kubelet writes: a JSON object of strings.
+/// Keys we do not know are ignored; missing ones are `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct VolData {
+    /// `specVolID`: the PV name (or inline volume name)
+    #[serde(rename = "specVolID")]
+    pub spec_vol_id: Option<String>,
+    /// `volumeHandle`
+    #[serde(rename = "volumeHandle")]
+    pub volume_handle: Option<String>,
+    /// `driverName`
+    #[serde(rename = "driverName")]
+    pub driver_name: Option<String>,
+    /// `nodeName`
+    #[serde(rename = "nodeName")]
+    pub node_name: Option<String>,
+    /// `attachmentID`
+    #[serde(rename = "attachmentID")]
+    pub attachment_id: Option<String>,
+    /// `volumeLifecycleMode` (`Persistent` or `Ephemeral`)
+    #[serde(rename = "volumeLifecycleMode")]
+    pub volume_lifecycle_mode: Option<String>,
+    /// `seLinuxMountContext`
+    #[serde(rename = "seLinuxMountContext")]
+    pub selinux_mount_context: Option<String>,
+    /// every other key
+    #[serde(flatten)]
+    pub other: BTreeMap<String, String>,
+}
+
+/// The entries of `dir` that are directories (by `lstat`), sorted by name.
+/// A missing `dir` is empty; symlinks and files are reported, not returned.
+fn subdirs(dir: &Path, problems: &mut Vec<ScanProblem>) -> Vec<(OsString, PathBuf)> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(source) => {
+            problems.push(
+                HostError::ReadDir {
+                    path: dir.to_owned(),
+                    source,
+                }
+                .into(),
+            );
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(source) => {
+                problems.push(
+                    HostError::ReadDir {
+                        path: dir.to_owned(),
+                        source,
+                    }
+                    .into(),
+                );
+                break;
+            }
+        };
+        let path = entry.path();
+        match fs::symlink_metadata(&path) {
+            Ok(md) if md.file_type().is_symlink() => {
+                problems.push(ScanProblem::Symlink { path });
+            }
+            Ok(md) if md.is_dir() => out.push((entry.file_name(), path)),
+            Ok(_) => problems.push(ScanProblem::NotADirectory { path }),
+            // raced with a removal: nothing there any more
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => problems.push(HostError::Stat { path, source }.into()),
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What an `lstat` of `path` shows: `Some(true)` a directory, `Some(false)`
+/// nothing there, `None` something else (reported).
+fn dir_present(path: &Path, problems: &mut Vec<ScanProblem>) -> Option<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_symlink() => {
+            problems.push(ScanProblem::Symlink {
+                path: path.to_owned(),
+            });
+            None
+        }
+        Ok(md) if md.is_dir() => Some(true),
+        Ok(_) => {
+            problems.push(ScanProblem::NotADirectory {
+                path: path.to_owned(),
+            });
+            None
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(false),
+        Err(source) => {
+            problems.push(
+                HostError::Stat {
+                    path: path.to_owned(),
+                    source,
+                }
+                .into(),
+            );
+            None
+        }
+    }
+}
+
+/// Walks `<root>/pods/*/volumes/*/*` for directories that exist but are not
+/// mount points in `table`. Returns (found dirs of known plugins, dirs of
+/// unknown plugins that are not mount points); problems are appended.
+pub fn walk_pod_dirs(
+    layout: &Layout,
+    table: &MountTable,
+    problems: &mut Vec<ScanProblem>,
+) -> (Vec<PodTarget>, Vec<UnknownPluginDir>) {
+    let (mut found, mut unknown) = (Vec::new(), Vec::new());
+    for (uid_name, pod_dir) in subdirs(&layout.pods_dir(), problems) {
+        let Some(uid_str) = utf8(&uid_name, &pod_dir, problems) else {
+            continue;
+        };
+        let Some(uid) = pod_uid(uid_str, &pod_dir, problems) else {
+            continue;
+        };
+        let volumes = pod_dir.join("volumes");
+        if dir_present(&volumes, problems) != Some(true) {
+            continue;
+        }
+        for (plugin_name, plugin_dir) in subdirs(&volumes, problems) {
+            let Some(plugin_str) = utf8(&plugin_name, &plugin_dir, problems) else {
+                continue;
+            };
+            let plugin = PluginName::from_escaped(plugin_str);
+            for (vol_name, vol_dir) in subdirs(&plugin_dir, problems) {
+                let Some(plugin) = plugin else {
+                    if !table.is_mount_point(&vol_dir) {
+                        unknown.push(UnknownPluginDir {
+                            pod_uid: uid.clone(),
+                            plugin_dir: plugin_str.to_owned(),
+                            name: vol_name.to_string_lossy().into_owned(),
+                            mounted: false,
+                            path: vol_dir,
+                        });
+                    }
+                    continue;
+                };
+                let Some(spec_name) = utf8(&vol_name, &vol_dir, problems) else {
+                    continue;
+                };
+                let mut target = vol_dir.clone();
+                if plugin == PluginName::Csi {
+                    let mount = vol_dir.join("mount");
+                    match dir_present(&mount, problems) {
+                        Some(true) => target = mount,
+                        Some(false) => {}
+                        None => continue,
+                    }
+                }
+                if table.is_mount_point(&target) {
+                    continue; // a pod target, found by scan_mounts
+                }
+                found.push(PodTarget {
+                    path: target,
+                    pod_uid: uid.clone(),
+                    plugin,
+                    spec_name: spec_name.to_owned(),
+                    observed: Observed::DirPresent,
+                    vol_data: None,
+                });
+            }
+        }
+    }
+    (found, unknown)
+}
+
+/// Reads a CSI `vol_data.json`: `Ok(None)` when there is none. Never follows
+/// a symlink and refuses anything but a small regular file.
+pub fn read_vol_data(path: &Path) -> Result<Option<VolData>, HostError> {
+    let refuse = |why| HostError::RefuseVolData {
+        path: path.to_owned(),
+        why,
+    };
+    let io = |source| HostError::ReadVolData {
+        path: path.to_owned(),
+        source,
+    };
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path);
+    let file = match file {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // ELOOP: the last component is a symlink
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            return Err(refuse("it is a symlink"));
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let md = file.metadata().map_err(io)?;
+    if !md.is_file() {
+        return Err(refuse("not a regular file"));
+    }
+    if md.len() > MAX_VOL_DATA_BYTES {
+        return Err(refuse("larger than 64 KiB"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_VOL_DATA_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| HostError::ParseVolData {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// The `vol_data.json` beside a CSI pod target or globalmount.
+fn vol_data_path(target: &Path) -> Option<PathBuf> {
+    let dir = if target.file_name()? == "mount" || target.file_name()? == "globalmount" {
+        target.parent()?
+    } else {
+        target
+    };
+    Some(dir.join("vol_data.json"))
+}
+
+fn load(target: &Path, problems: &mut Vec<ScanProblem>) -> Option<VolData> {
+    let path = vol_data_path(target)?;
+    read_vol_data(&path)
+        .map_err(|e| problems.push(e.into()))
+        .ok()
+        .flatten()
+}
+
+/// Reads the `vol_data.json` of every CSI target in `view`.
+pub fn attach_vol_data(view: &mut HostView) {
+    let problems = &mut view.problems;
+    for t in &mut view.device_targets {
+        if t.plugin == PluginName::Csi {
+            t.vol_data = load(&t.path, problems);
+        }
+    }
+    for t in view.pod_targets.iter_mut().chain(&mut view.found_dirs) {
+        if t.plugin == PluginName::Csi {
+            t.vol_data = load(&t.path, problems);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_root_scans_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut problems = Vec::new();
+        let layout = Layout::new(tmp.path().join("absent"));
+        let (found, unknown) = walk_pod_dirs(&layout, &MountTable::default(), &mut problems);
+        assert!(found.is_empty() && unknown.is_empty() && problems.is_empty());
+        assert_eq!(read_vol_data(&tmp.path().join("none.json")).unwrap(), None);
+        fs::write(tmp.path().join("n.json"), r#"{"volumeHandle": 5}"#).unwrap();
+        let err = read_vol_data(&tmp.path().join("n.json")).unwrap_err();
+        assert!(
+            err.to_string().starts_with("parsing csi volume data"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn vol_data_path_sits_beside_the_target() {
+        let p = |s: &str| vol_data_path(Path::new(s)).unwrap();
+        assert_eq!(
+            p("/k/pods/u/volumes/kubernetes.io~csi/pv/mount"),
+            Path::new("/k/pods/u/volumes/kubernetes.io~csi/pv/vol_data.json")
+        );
+        assert_eq!(
+            p("/k/plugins/kubernetes.io/csi/d/h/globalmount"),
+            Path::new("/k/plugins/kubernetes.io/csi/d/h/vol_data.json")
+        );
+        assert_eq!(
+            p("/k/pods/u/volumes/kubernetes.io~csi/pv"),
+            Path::new("/k/pods/u/volumes/kubernetes.io~csi/pv/vol_data.json")
+        );
+    }
+
+    #[test]
+    fn oversized_and_non_regular_vol_data_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let big = tmp.path().join("big.json");
+        fs::write(&big, vec![b' '; 70 << 10]).unwrap();
+        let err = read_vol_data(&big).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                HostError::RefuseVolData {
+                    why: "larger than 64 KiB",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = read_vol_data(tmp.path()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                HostError::RefuseVolData {
+                    why: "not a regular file",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,745 @@
+//! The host side of reconstruction: what is mounted and what directories
+//! exist in the kubelet layout, as one [`HostView`].
+//!
+//! Three parts, so the rules can be tested without a kernel:
+//! - [`scan_mounts`] (pure): from one parsed [`MountTable`], the device
+//!   targets under `<root>/plugins/kubernetes.io/` (local `local-volume/mounts/<pv>`,
+//!   CSI `csi/<driver>/<handle hash>/globalmount`) and the pod targets under
+//!   `<root>/pods/<uid>/volumes/<plugin~escaped>/<name>` (`/mount` for CSI).
+//!   Device targets come from the mount table itself, never only through pod
+//!   dirs (k8s #85476).
+//! - [`walk_pod_dirs`]: the directories `<root>/pods/*/volumes/*/*` that exist
+//!   but are not mount points (disk emptyDirs, leftovers), never following a
+//!   symlink; dirs of plugins volumed has no plugin for (secret, projected, …)
+//!   are reported apart and never touched.
+//! - [`attach_vol_data`]: CSI `vol_data.json` files beside pod `mount` dirs
+//!   and globalmounts; a corrupt one is a reported problem, not a failure.
+//!
+//! [`scan_host`] runs all three over one read of the mount table. Paths in the
+//! mount table are as the kernel resolved them, so the root dir is
+//! canonicalised once (it is trusted configuration); nothing below it is.
+//!
+//! *Invariant:* a scan fails only when the mount table or the boot id cannot
+//! be read; every other oddity is a [`ScanProblem`] and the rest still scans.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use crate::host::HostError;
+use crate::host::boot::{BootId, read_boot_id};
+use crate::host::mountinfo::{LineError, MountInfo, MountTable};
+pub use crate::host::pod_dirs::{VolData, attach_vol_data, read_vol_data, walk_pod_dirs};
+use crate::model::{Layout, ModelError, MountIdentity, PluginName, PodUid};
+
+/// What the mount table shows at a target path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedMount {
+    /// the identity of the visible (top) mount
+    pub identity: MountIdentity,
+    /// its source (the device, `tmpfs`, …)
+    pub source: OsString,
+    /// its mount id
+    pub mount_id: u32,
+    /// how many mounts are stacked at the path (1 normally)
+    pub stacked: usize,
+}
+
+/// What the host shows for a pod target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// A mount point.
+    Mounted(ObservedMount),
+    /// A directory that is not a mount point.
+    DirPresent,
+}
+
+/// The name part of a device target path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceName {
+    /// `local-volume/mounts/<pv>`
+    Local {
+        /// the PV name
+        pv: String,
+    },
+    /// `csi/<driver>/<hash>/globalmount`
+    Csi {
+        /// the driver name
+        driver: String,
+        /// the directory named by the SHA-256 of the volume handle
+        handle_hash: String,
+    },
+}
+
+/// A device (global) target found mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceTarget {
+    /// the mount point
+    pub path: PathBuf,
+    /// the plugin that owns the layout
+    pub plugin: PluginName,
+    /// PV name or CSI driver and handle hash
+    pub name: DeviceName,
+    /// what is mounted there
+    pub mount: ObservedMount,
+    /// the CSI `vol_data.json` beside the globalmount, when read
+    pub vol_data: Option<VolData>,
+}
+
+/// A pod target found mounted, or a pod volume directory found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodTarget {
+    /// the target path (for CSI the `mount` dir; for a CSI dir without one, the volume dir)
+    pub path: PathBuf,
+    /// the pod
+    pub pod_uid: PodUid,
+    /// the plugin, from the escaped dir name
+    pub plugin: PluginName,
+    /// the spec name (pod volume name or PV name)
+    pub spec_name: String,
+    /// mounted or a bare directory
+    pub observed: Observed,
+    /// the CSI `vol_data.json` beside the `mount` dir, when read
+    pub vol_data: Option<VolData>,
+}
+
+/// A pod volume dir of a plugin volumed does not know (secret, projected, …):
+/// reported, never cleaned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPluginDir {
+    /// the volume dir
+    pub path: PathBuf,
+    /// the pod
+    pub pod_uid: PodUid,
+    /// the plugin dir name as on disk (`kubernetes.io~secret`), lossily decoded
+    pub plugin_dir: String,
+    /// the volume dir name, lossily decoded
+    pub name: String,
+    /// whether it is a mount point
+    pub mounted: bool,
+}
+
+/// Something the scan saw and did not use; the scan went on.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanProblem {
+    /// a mountinfo line that was left out, or kept with a part ignored
+    #[error(transparent)]
+    MountInfoLine(LineError),
+    /// a `pods/<uid>` name that is not a valid pod UID
+    #[error("invalid pod uid at {path}")]
+    InvalidPodUid {
+        /// the path carrying it
+        path: PathBuf,
+        /// why it was refused
+        #[source]
+        source: ModelError,
+    },
+    /// a path component in the layout that is not UTF-8
+    #[error("name is not utf-8 at {path}")]
+    NonUtf8Name {
+        /// the path
+        path: PathBuf,
+    },
+    /// a symlink where the layout has a directory: not followed
+    #[error("symlink not followed at {path}")]
+    Symlink {
+        /// the symlink
+        path: PathBuf,
+    },
+    /// a file where the layout has a directory
+    #[error("not a directory at {path}")]
+    NotADirectory {
+        /// the path
+        path: PathBuf,
+    },
+    /// a mount in the kubelet layout that is not a target volumed knows
+    #[error("unrecognised mount at {path}")]
+    UnrecognisedMount {
+        /// the mount point
+        path: PathBuf,
+    },
+    /// an I/O or parse failure on one path
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
+/// The mount-table part of a scan.
+#[derive(Debug, Default)]
+pub struct MountScan {
+    /// device targets found mounted
+    pub device_targets: Vec<DeviceTarget>,
+    /// pod targets found mounted
+    pub pod_targets: Vec<PodTarget>,
+    /// pod volume mounts of unknown plugins
+    pub unknown_plugin_dirs: Vec<UnknownPluginDir>,
+    /// what was skipped and why
+    pub problems: Vec<ScanProblem>,
+}
+
+/// Everything the host shows, for reconstruction.
+#[derive(Debug)]
+pub struct HostView {
+    /// the current boot
+    pub boot_id: BootId,
+    /// device targets found mounted
+    pub device_targets: Vec<DeviceTarget>,
+    /// pod targets found mounted
+    pub pod_targets: Vec<PodTarget>,
+    /// pod volume dirs of known plugins that exist and are not mount points
+    pub found_dirs: Vec<PodTarget>,
+    /// pod volume dirs (mounted or not) of plugins volumed does not know
+    pub unknown_plugin_dirs: Vec<UnknownPluginDir>,
+    /// what was skipped and why
+    pub problems: Vec<ScanProblem>,
+}
+
+/// The components of `path` below `base`, as `OsStr`s (`None` if not below
+/// or if any component is not a plain name).
+fn rel_components<'a>(path: &'a Path, base: &Path) -> Option<Vec<&'a OsStr>> {
+    path.strip_prefix(base)
+        .ok()?
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect()
+}
+
+fn observe(table: &MountTable, path: &Path) -> Option<ObservedMount> {
+    let top = table.top_at(path)?;
+    Some(ObservedMount {
+        identity: top.identity(),
+        source: top.source.clone(),
+        mount_id: top.mount_id,
+        stacked: table.at(path).count(),
+    })
+}
+
+/// Distinct mount points strictly below `dir`, each once.
+fn distinct_under<'a>(table: &'a MountTable, dir: &Path) -> Vec<&'a MountInfo> {
+    let mut out: Vec<&MountInfo> = table.under(dir).collect();
+    out.dedup_by(|a, b| a.mount_point == b.mount_point);
+    out
+}
+
+pub(super) fn utf8<'a>(
+    name: &'a OsStr,
+    path: &Path,
+    problems: &mut Vec<ScanProblem>,
+) -> Option<&'a str> {
+    let s = name.to_str();
+    if s.is_none() {
+        problems.push(ScanProblem::NonUtf8Name {
+            path: path.to_owned(),
+        });
+    }
+    s
+}
+
+pub(super) fn pod_uid(name: &str, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<PodUid> {
+    PodUid::new(name)
+        .map_err(|source| {
+            problems.push(ScanProblem::InvalidPodUid {
+                path: path.to_owned(),
+                source,
+            })
+        })
+        .ok()
+}
+
+/// The pure part: device and pod targets from one parsed mount table.
+pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
+    let mut scan = MountScan::default();
+    for e in table.errors().iter().chain(table.warnings()) {
+        scan.problems.push(ScanProblem::MountInfoLine(e.clone()));
+    }
+    let plugins = layout.plugins_dir();
+    for m in distinct_under(table, &plugins) {
+        device_mount(table, m, &plugins, &mut scan);
+    }
+    let pods = layout.pods_dir();
+    for m in distinct_under(table, &pods) {
+        pod_mount(table, m, &pods, &mut scan);
+    }
+    scan
+}
+
+fn device_mount(table: &MountTable, m: &MountInfo, plugins: &Path, scan: &mut MountScan) {
+    let path = &m.mount_point;
+    let unrecognised = |scan: &mut MountScan| {
+        scan.problems
+            .push(ScanProblem::UnrecognisedMount { path: path.clone() })
+    };
+    let Some(parts) = rel_components(path, plugins) else {
+        return unrecognised(scan);
+    };
+    let names: Option<Vec<&str>> = parts
+        .iter()
+        .map(|p| utf8(p, path, &mut scan.problems))
+        .collect();
+    let Some(names) = names else { return };
+    let (plugin, name) = match names.as_slice() {
+        ["local-volume", "mounts", pv] => (
+            PluginName::LocalVolume,
+            DeviceName::Local { pv: pv.to_string() },
+        ),
+        ["csi", driver, hash, "globalmount"] => (
+            PluginName::Csi,
+            DeviceName::Csi {
+                driver: driver.to_string(),
+                handle_hash: hash.to_string(),
+            },
+        ),
+        _ => return unrecognised(scan),
+    };
+    if let Some(mount) = observe(table, path) {
+        scan.device_targets.push(DeviceTarget {
+            path: path.clone(),
+            plugin,
+            name,
+            mount,
+            vol_data: None,
+        });
+    }
+}
+
+fn pod_mount(table: &MountTable, m: &MountInfo, pods: &Path, scan: &mut MountScan) {
+    let path = &m.mount_point;
+    let Some(parts) = rel_components(path, pods) else {
+        return;
+    };
+    // Only `<uid>/volumes/…` holds volume targets; subpaths and the rest are
+    // someone else's business.
+    if parts.len() < 2 || parts[1] != "volumes" {
+        return;
+    }
+    let Some(uid_str) = utf8(parts[0], path, &mut scan.problems) else {
+        return;
+    };
+    let Some(uid) = pod_uid(uid_str, path, &mut scan.problems) else {
+        return;
+    };
+    let unrecognised = |scan: &mut MountScan| {
+        scan.problems
+            .push(ScanProblem::UnrecognisedMount { path: path.clone() })
+    };
+    let (Some(plugin_dir), Some(name)) = (parts.get(2), parts.get(3)) else {
+        return unrecognised(scan);
+    };
+    let Some(plugin_str) = utf8(plugin_dir, path, &mut scan.problems) else {
+        return;
+    };
+    let Some(plugin) = PluginName::from_escaped(plugin_str) else {
+        if parts.len() == 4 {
+            scan.unknown_plugin_dirs.push(UnknownPluginDir {
+                path: path.clone(),
+                pod_uid: uid,
+                plugin_dir: plugin_str.to_owned(),
+                name: name.to_string_lossy().into_owned(),
+                mounted: true,
+            });
+        } else {
+            unrecognised(scan);
+        }
+        return;
+    };
+    let shape_ok = match plugin {
+        PluginName::Csi => parts.len() == 5 && parts[4] == "mount",
+        _ => parts.len() == 4,
+    };
+    if !shape_ok {
+        return unrecognised(scan);
+    }
+    let Some(spec_name) = utf8(name, path, &mut scan.problems) else {
+        return;
+    };
+    if let Some(mount) = observe(table, path) {
+        scan.pod_targets.push(PodTarget {
+            path: path.clone(),
+            pod_uid: uid,
+            plugin,
+            spec_name: spec_name.to_owned(),
+            observed: Observed::Mounted(mount),
+            vol_data: None,
+        });
+    }
+}
+
+/// A full scan over an already-read mount table: the pure mount part, the
+/// pod-dir walk and the CSI volume data.
+pub fn scan_with_table(table: &MountTable, layout: &Layout, boot_id: BootId) -> HostView {
+    let mut mounts = scan_mounts(table, layout);
+    let (found_dirs, unknown) = walk_pod_dirs(layout, table, &mut mounts.problems);
+    mounts.unknown_plugin_dirs.extend(unknown);
+    mounts
+        .unknown_plugin_dirs
+        .sort_by(|a, b| a.path.cmp(&b.path));
+    let mut view = HostView {
+        boot_id,
+        device_targets: mounts.device_targets,
+        pod_targets: mounts.pod_targets,
+        found_dirs,
+        unknown_plugin_dirs: mounts.unknown_plugin_dirs,
+        problems: mounts.problems,
+    };
+    attach_vol_data(&mut view);
+    view
+}
+
+/// Scans the host: reads the boot id (from `boot_id_path`, default the
+/// kernel's) and the mount table at `mountinfo` once, then everything else.
+pub fn scan_host(
+    layout: &Layout,
+    mountinfo: &Path,
+    boot_id_path: Option<&Path>,
+) -> Result<HostView, HostError> {
+    let boot_id = read_boot_id(boot_id_path)?;
+    let table = MountTable::read(mountinfo)?;
+    let root = fs::canonicalize(layout.root()).unwrap_or_else(|_| layout.root().to_owned());
+    Ok(scan_with_table(&table, &Layout::new(root), boot_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::mountinfo::escape;
+    use crate::model::DevId;
+    use std::os::unix::ffi::OsStrExt;
+
+    const P1: &str = "6f1b2c3d-0a4e-4b5f-9c8d-1e2f3a4b5c6d";
+    const P2: &str = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d";
+    const HASH: &str = "3f8e0c1d9b7a65f4e3d2c1b0a9f8e7d6c5b4a3928170f6e5d4c3b2a190817263";
+    const PVC: &str = "pvc-2b7c9d4e-1f3a-4c5b-8d6e-7f8091a2b3c4";
+
+    fn fixture(name: &str) -> MountTable {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/mountinfo")
+            .join(name);
+        MountTable::read(&path).unwrap()
+    }
+
+    fn uid(s: &str) -> PodUid {
+        PodUid::new(s).unwrap()
+    }
+
+    fn mounted(t: &PodTarget) -> &ObservedMount {
+        match &t.observed {
+            Observed::Mounted(m) => m,
+            Observed::DirPresent => panic!("{} is not mounted", t.path.display()),
+        }
+    }
+
+    #[test]
+    fn kubelet_fixture_targets() {
+        let layout = Layout::new("/var/lib/kubelet");
+        let scan = scan_mounts(&fixture("kubelet-node.txt"), &layout);
+
+        let dev: Vec<(&DeviceName, &Path)> = scan
+            .device_targets
+            .iter()
+            .map(|t| (&t.name, t.path.as_path()))
+            .collect();
+        let csi_name = DeviceName::Csi {
+            driver: "pd.csi.example.com".into(),
+            handle_hash: HASH.into(),
+        };
+        let local_name = DeviceName::Local {
+            pv: "pv-local-1".into(),
+        };
+        let csi_path = layout.csi_device_path("pd.csi.example.com", HASH);
+        let local_path = layout.local_device_path("pv-local-1");
+        assert_eq!(
+            dev,
+            vec![
+                (&csi_name, csi_path.as_path()),
+                (&local_name, local_path.as_path())
+            ]
+        );
+        let local = &scan.device_targets[1];
+        assert_eq!(local.plugin, PluginName::LocalVolume);
+        assert_eq!(local.mount.identity.dev, DevId { major: 7, minor: 0 });
+        assert_eq!(local.mount.identity.fs_type, "ext4");
+        assert_eq!(local.mount.source, "/dev/loop0");
+        assert_eq!(local.mount.stacked, 1);
+        assert_eq!(scan.device_targets[0].mount.source, "/dev/sdb");
+
+        let pods: Vec<(String, PluginName, &str)> = scan
+            .pod_targets
+            .iter()
+            .map(|t| (t.pod_uid.to_string(), t.plugin, t.spec_name.as_str()))
+            .collect();
+        assert_eq!(
+            pods,
+            vec![
+                (P1.into(), PluginName::EmptyDir, "cache"),
+                (P1.into(), PluginName::LocalVolume, "pv-local-1"),
+                (P2.into(), PluginName::Csi, PVC),
+                (P2.into(), PluginName::LocalVolume, "pv-local-1"),
+            ]
+        );
+        let t = &scan.pod_targets;
+        assert_eq!(
+            t[2].path,
+            layout.pod_target_path(&uid(P2), PluginName::Csi, PVC)
+        );
+        assert_eq!(mounted(&t[0]).identity.fs_type, "tmpfs");
+        // both pod binds of the local PV are the device's filesystem, root /
+        for bind in [&t[1], &t[3]] {
+            let m = mounted(bind);
+            assert_eq!(m.identity.dev, local.mount.identity.dev);
+            assert_eq!(m.identity.root, Path::new("/"));
+        }
+        assert!(!mounted(&t[1]).identity.read_only);
+        assert!(mounted(&t[3]).identity.read_only);
+        assert_eq!(
+            mounted(&t[2]).identity.dev,
+            scan.device_targets[0].mount.identity.dev
+        );
+
+        assert_eq!(scan.unknown_plugin_dirs.len(), 1);
+        let u = &scan.unknown_plugin_dirs[0];
+        assert_eq!(
+            (u.plugin_dir.as_str(), u.name.as_str(), u.mounted),
+            ("kubernetes.io~projected", "kube-api-access-x7k2p", true)
+        );
+
+        // the bad uid is reported; the subpath and the containerd rootfs are not targets
+        assert_eq!(scan.problems.len(), 1, "{:?}", scan.problems);
+        assert!(matches!(
+            &scan.problems[0],
+            ScanProblem::InvalidPodUid { path, .. } if path.ends_with("pods/bad uid/volumes/kubernetes.io~empty-dir/x")
+        ));
+    }
+
+    #[test]
+    fn selinux_fixture_labels_reach_the_targets() {
+        let layout = Layout::new("/var/lib/kubelet");
+        let scan = scan_mounts(&fixture("selinux-host.txt"), &layout);
+        assert_eq!(scan.device_targets.len(), 1);
+        let label = |m: &ObservedMount| m.identity.selinux.as_ref().map(|c| c.to_string());
+        let dev = label(&scan.device_targets[0].mount);
+        assert_eq!(
+            dev.as_deref(),
+            Some("system_u:object_r:container_file_t:s0:c5,c10")
+        );
+        let csi = scan
+            .pod_targets
+            .iter()
+            .find(|t| t.plugin == PluginName::Csi)
+            .unwrap();
+        assert_eq!(label(mounted(csi)), dev);
+        assert_eq!(scan.pod_targets.len(), 3);
+    }
+
+    #[test]
+    fn stacked_and_odd_mounts() {
+        let k = "/var/lib/kubelet";
+        let table = MountTable::parse(
+            format!(
+                "1 0 0:1 / / rw - ext4 /dev/a rw\n\
+                 10 1 0:40 / {k}/pods/u1/volumes/kubernetes.io~empty-dir/c rw - tmpfs lower rw\n\
+                 11 10 0:41 / {k}/pods/u1/volumes/kubernetes.io~empty-dir/c rw - tmpfs upper rw\n\
+                 12 1 0:42 / {k}/pods/u1/volumes/kubernetes.io~csi/pv1 rw - tmpfs t rw\n\
+                 13 1 0:43 / {k}/pods/u1/volumes/kubernetes.io~empty-dir/c/deeper rw - tmpfs t rw\n\
+                 14 1 0:44 / {k}/plugins/kubernetes.io/csi/d/h rw - tmpfs t rw\n\
+                 15 1 0:45 / {k}/pods/u1/volumes rw - tmpfs t rw\n\
+                 16 1 0:46 / {k}/pods/u1/etc-hosts rw - tmpfs t rw\n\
+                 bad line\n"
+            )
+            .as_bytes(),
+        );
+        let scan = scan_mounts(&table, &Layout::new(k));
+        assert_eq!(scan.pod_targets.len(), 1);
+        let m = mounted(&scan.pod_targets[0]);
+        assert_eq!((m.mount_id, m.stacked), (11, 2));
+        assert_eq!(m.source, "upper");
+        let odd: Vec<String> = scan
+            .problems
+            .iter()
+            .map(|p| match p {
+                ScanProblem::UnrecognisedMount { path } => {
+                    path.strip_prefix(k).unwrap().display().to_string()
+                }
+                ScanProblem::MountInfoLine(e) => format!("line {}", e.line),
+                other => panic!("{other}"),
+            })
+            .collect();
+        assert_eq!(
+            odd,
+            vec![
+                "line 9",
+                "plugins/kubernetes.io/csi/d/h",
+                "pods/u1/volumes",
+                "pods/u1/volumes/kubernetes.io~csi/pv1",
+                "pods/u1/volumes/kubernetes.io~empty-dir/c/deeper",
+            ]
+        );
+    }
+
+    fn mkdirs(root: &Path, rels: &[&str]) {
+        for r in rels {
+            fs::create_dir_all(root.join(r)).unwrap();
+        }
+    }
+
+    /// A mountinfo line mounting a tmpfs at `path`.
+    fn tmpfs_line(id: u32, path: &Path) -> String {
+        let esc = escape(path.as_os_str().as_bytes());
+        format!(
+            "{id} 1 0:{id} / {} rw - tmpfs tmpfs rw\n",
+            String::from_utf8(esc).unwrap()
+        )
+    }
+
+    #[test]
+    fn dir_walk_and_vol_data_on_a_real_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(tmp.path()).unwrap().join("kubelet");
+        let outside = tmp.path().join("outside");
+        mkdirs(
+            &root,
+            &[
+                "pods/u1/volumes/kubernetes.io~empty-dir/cache",
+                "pods/u1/volumes/kubernetes.io~empty-dir/mem",
+                "pods/u1/volumes/kubernetes.io~secret/tok",
+                "pods/u1/volumes/kubernetes.io~csi/pv1/mount",
+                "pods/u1/volumes/kubernetes.io~csi/pv2",
+                "pods/u1/volumes/kubernetes.io~csi/pv3/mount",
+                "pods/bad uid/volumes/kubernetes.io~empty-dir/x",
+                "pods/u3",
+                "plugins/kubernetes.io/csi/d.example.com/abc/globalmount",
+            ],
+        );
+        mkdirs(
+            &outside,
+            &["volumes/kubernetes.io~empty-dir/stolen", "target"],
+        );
+        let ed = root.join("pods/u1/volumes/kubernetes.io~empty-dir");
+        std::os::unix::fs::symlink(outside.join("target"), ed.join("link")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("pods/u2")).unwrap();
+        fs::write(ed.join("file.txt"), "x").unwrap();
+        let csi = root.join("pods/u1/volumes/kubernetes.io~csi");
+        fs::write(
+            csi.join("pv1/vol_data.json"),
+            r#"{"specVolID":"pv1","volumeHandle":"h-1","driverName":"d.example.com","attachmentID":"csi-77","volumeLifecycleMode":"Persistent","seLinuxMountContext":"system_u:object_r:container_file_t:s0:c1,c2","extra":"kept"}"#,
+        )
+        .unwrap();
+        fs::write(csi.join("pv2/vol_data.json"), "{not json").unwrap();
+        fs::write(outside.join("vd.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(outside.join("vd.json"), csi.join("pv3/vol_data.json")).unwrap();
+        let gm = root.join("plugins/kubernetes.io/csi/d.example.com/abc");
+        fs::write(
+            gm.join("vol_data.json"),
+            r#"{"driverName":"d.example.com","volumeHandle":"h-1"}"#,
+        )
+        .unwrap();
+
+        let mut mi = String::from("1 0 0:1 / / rw - ext4 /dev/a rw\n");
+        mi += &tmpfs_line(20, &ed.join("mem"));
+        mi += &tmpfs_line(21, &gm.join("globalmount"));
+        mi += &tmpfs_line(22, &csi.join("pv3/mount"));
+        let mi_path = tmp.path().join("mountinfo");
+        fs::write(&mi_path, mi).unwrap();
+        let boot = tmp.path().join("boot_id");
+        fs::write(&boot, "b00t\n").unwrap();
+
+        let view = scan_host(&Layout::new(&root), &mi_path, Some(&boot)).unwrap();
+        assert_eq!(view.boot_id.as_str(), "b00t");
+
+        let found: Vec<(&str, &Path)> = view
+            .found_dirs
+            .iter()
+            .map(|t| (t.spec_name.as_str(), t.path.strip_prefix(&root).unwrap()))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                (
+                    "pv1",
+                    Path::new("pods/u1/volumes/kubernetes.io~csi/pv1/mount")
+                ),
+                ("pv2", Path::new("pods/u1/volumes/kubernetes.io~csi/pv2")),
+                (
+                    "cache",
+                    Path::new("pods/u1/volumes/kubernetes.io~empty-dir/cache")
+                ),
+            ]
+        );
+        assert!(
+            view.found_dirs
+                .iter()
+                .all(|t| t.observed == Observed::DirPresent)
+        );
+        let vd = view.found_dirs[0].vol_data.as_ref().unwrap();
+        assert_eq!(vd.volume_handle.as_deref(), Some("h-1"));
+        assert_eq!(vd.attachment_id.as_deref(), Some("csi-77"));
+        assert_eq!(
+            vd.selinux_mount_context.as_deref(),
+            Some("system_u:object_r:container_file_t:s0:c1,c2")
+        );
+        assert_eq!(vd.other.get("extra").map(String::as_str), Some("kept"));
+        assert_eq!(
+            view.found_dirs[1].vol_data, None,
+            "corrupt: reported instead"
+        );
+
+        let pods: Vec<&str> = view
+            .pod_targets
+            .iter()
+            .map(|t| t.spec_name.as_str())
+            .collect();
+        assert_eq!(pods, vec!["pv3", "mem"]);
+        assert_eq!(view.device_targets.len(), 1);
+        assert_eq!(
+            view.device_targets[0]
+                .vol_data
+                .as_ref()
+                .unwrap()
+                .driver_name
+                .as_deref(),
+            Some("d.example.com")
+        );
+
+        assert_eq!(view.unknown_plugin_dirs.len(), 1);
+        let u = &view.unknown_plugin_dirs[0];
+        assert_eq!(
+            (u.plugin_dir.as_str(), u.name.as_str(), u.mounted),
+            ("kubernetes.io~secret", "tok", false)
+        );
+
+        let mut problems: Vec<String> = view
+            .problems
+            .iter()
+            .map(|p| {
+                let kind = match p {
+                    ScanProblem::Symlink { .. } => "symlink",
+                    ScanProblem::NotADirectory { .. } => "not-dir",
+                    ScanProblem::InvalidPodUid { .. } => "bad-uid",
+                    ScanProblem::Host(HostError::ParseVolData { .. }) => "corrupt-vol-data",
+                    ScanProblem::Host(HostError::RefuseVolData { .. }) => "refused-vol-data",
+                    other => panic!("unexpected {other}"),
+                };
+                let s = p.to_string();
+                let path = s
+                    .rsplit(&*root.to_string_lossy())
+                    .next()
+                    .unwrap()
+                    .to_owned();
+                format!("{kind} {path}")
+            })
+            .collect();
+        problems.sort();
+        let want = [
+            "bad-uid /pods/bad uid",
+            "corrupt-vol-data /pods/u1/volumes/kubernetes.io~csi/pv2/vol_data.json",
+            "not-dir /pods/u1/volumes/kubernetes.io~empty-dir/file.txt",
+            "refused-vol-data /pods/u1/volumes/kubernetes.io~csi/pv3/vol_data.json: it is a symlink",
+            "symlink /pods/u1/volumes/kubernetes.io~empty-dir/link",
+            "symlink /pods/u2",
+        ];
+        assert_eq!(problems, want);
+        // nothing outside the root was read through the symlinks
+        assert!(view.found_dirs.iter().all(|t| t.path.starts_with(&root)));
+    }
+}
