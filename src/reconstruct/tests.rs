@@ -882,3 +882,52 @@ fn apply_keeps_an_unmounted_device_of_a_volume_in_use() {
     assert_eq!(device.mount_path, Some(device_mount_path()));
     assert_eq!(snap.volumes[0].pods[0].state, MountState::Mounted);
 }
+
+/// A host-found target with a journal target's key under another path is
+/// not decided twice: the journal's decision stands.
+#[test]
+fn host_target_with_a_journal_key_elsewhere_is_not_decided_twice() {
+    let mut w = Writer::new();
+    write(&mut w, Vol::LocalDevice, Journal::Mounted);
+    let state = w.state();
+    let mut found = host_target(Vol::LocalDevice, Seen::Ours, Journal::Nothing);
+    found.path = "/elsewhere/globalmount".into();
+    let mut input = MergeInput {
+        journal: Some(&state),
+        current_boot_id: BOOT.into(),
+        host_targets: vec![found],
+        ..MergeInput::default()
+    };
+    input.observe.insert(
+        device_mount_path(),
+        observation(Vol::LocalDevice, Seen::Ours),
+    );
+    let out = merge(&input);
+    assert_eq!(out.decisions.len(), 1);
+    let d = &out.decisions[0];
+    assert_eq!(
+        (d.result, d.reason),
+        (MountState::Mounted, Reason::MountedMatches)
+    );
+    assert_eq!(d.target_label(), "device");
+    assert_eq!(d.journal_says.to_string(), "mounted");
+    assert_eq!(d.host_says.as_str(), "matches");
+}
+
+#[test]
+fn journal_says_reads_well() {
+    let table = [
+        (
+            JournalSays::IntentSingleStep(Operation::SetUp),
+            "intent setup (single step)",
+        ),
+        (
+            JournalSays::IntentMultiStep(Operation::MountDevice),
+            "intent mount_device (multi step)",
+        ),
+        (JournalSays::Off, "off"),
+    ];
+    for (says, want) in table {
+        assert_eq!(says.to_string(), want);
+    }
+}
