@@ -8,4 +8,5 @@ pub mod failpoint;
 pub mod host;
 pub mod journal;
 pub mod model;
+pub mod reconstruct;
 pub mod state;

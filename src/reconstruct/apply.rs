@@ -1,0 +1,135 @@
+//! What the merge's decisions become: journal records and ASW entries.
+
+use crate::journal::{Body, TargetKey};
+use crate::model::{MountState, SeLinuxContext, TargetRef};
+use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState, StateError};
+
+use super::{Decision, MergeOutput};
+
+/// Errors from [`apply_to_asw`]; each concerns one decision, and the other
+/// decisions are still applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReconstructError {
+    /// a decision whose parameters name no path for its target
+    #[error("apply decision for {} ({:?}): no target path in its parameters", .key.volume, .key.target)]
+    NoTargetPath {
+        /// the target
+        key: TargetKey,
+    },
+    /// the ASW refused a mark
+    #[error("apply decision to the actual state of world")]
+    Asw(#[from] StateError),
+}
+
+/// One `Reconstructed` record per decision, so that replaying them makes the
+/// journal's state equal to the decisions (and to the ASW). Failed rebuilds
+/// have no parameters and are not recorded.
+pub fn to_journal_records(out: &MergeOutput) -> Vec<Body> {
+    out.decisions
+        .iter()
+        .map(|d| Body::Reconstructed {
+            target: d.params.clone(),
+            state: d.result,
+            reason: d.reason.as_str().to_owned(),
+            observed: d.observed.clone(),
+        })
+        .collect()
+}
+
+/// Fills the ASW from the decisions: device targets through
+/// `mark_device_*`, pod targets through `mark_volume_mounted` or, when
+/// uncertain, `mark_volume_uncertain_via_reconstruction` (so a final SetUp
+/// error keeps them uncertain, as the kubelet does for reconstructed
+/// volumes). Not-mounted pod targets are not recorded (the ASW holds no
+/// not-mounted pods); a not-mounted device target is recorded only when its
+/// volume has another target in the ASW. Volumes are added without a spec
+/// (the DSW brings it). Returns the errors, one per failed decision.
+pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
+    let live = |d: &&Decision| d.result != MountState::NotMounted;
+    for d in out.decisions.iter().filter(live) {
+        let device_path = match d.key.target {
+            TargetRef::Device => d.params.device_path.clone(),
+            TargetRef::Pod(_) => None,
+        };
+        asw.add_volume(
+            d.key.volume.clone(),
+            d.params.plugin,
+            d.params.spec_name.clone(),
+            None,
+            device_path,
+        );
+    }
+    out.decisions
+        .iter()
+        .filter_map(|d| apply_one(d, asw).err())
+        .collect()
+}
+
+/// The label a target carries: what the host showed when it showed a
+/// mount, else the journal's.
+fn label(d: &Decision) -> Option<SeLinuxContext> {
+    match &d.observed {
+        Some(identity) => identity.selinux.clone(),
+        None => d.params.selinux.clone(),
+    }
+}
+
+fn apply_one(d: &Decision, asw: &mut ActualStateOfWorld) -> Result<(), ReconstructError> {
+    let volume = &d.key.volume;
+    let no_path = || ReconstructError::NoTargetPath { key: d.key.clone() };
+    match &d.key.target {
+        TargetRef::Device => {
+            let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
+            let mount = DeviceMount {
+                device_path: d.params.device_path.clone(),
+                mount_path,
+                selinux: label(d),
+            };
+            match d.result {
+                MountState::Mounted => asw.mark_device_mounted(volume, mount)?,
+                MountState::Uncertain => asw.mark_device_uncertain(volume, mount)?,
+                MountState::NotMounted if asw.volume_exists(volume) => {
+                    // Record where the device target lives, then its state;
+                    // the label of a mount that is gone is not the volume's.
+                    let mount = DeviceMount {
+                        selinux: None,
+                        ..mount
+                    };
+                    asw.mark_device_uncertain(volume, mount)?;
+                    asw.mark_device_unmounted(volume)?;
+                }
+                MountState::NotMounted => {}
+            }
+        }
+        TargetRef::Pod(pod) => {
+            let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
+            let known = || SeLinuxState::mounted_with(label(d));
+            match d.result {
+                MountState::Mounted => {
+                    let mount = PodMount {
+                        outer_name: String::new(),
+                        mount_path,
+                        kind: d.kind,
+                        selinux: known(),
+                    };
+                    asw.mark_volume_mounted(volume, pod, mount)?;
+                }
+                MountState::Uncertain => {
+                    let selinux = match d.observed {
+                        Some(_) => known(),
+                        None => SeLinuxState::Unknown,
+                    };
+                    let mount = PodMount {
+                        outer_name: String::new(),
+                        mount_path,
+                        kind: d.kind,
+                        selinux,
+                    };
+                    asw.mark_volume_uncertain_via_reconstruction(volume, pod, mount);
+                }
+                MountState::NotMounted => {}
+            }
+        }
+    }
+    Ok(())
+}

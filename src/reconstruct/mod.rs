@@ -1,0 +1,499 @@
+//! Reconstruction: what the journal says × what the host shows → the state
+//! of every target after a restart (DESIGN.md "Reconstruction: journal ×
+//! host").
+//!
+//! [`merge`] is one pure function. Its input ([`MergeInput`]) is the
+//! replayed journal (or none: `--journal off`, or a journal that could not be
+//! opened), the current boot id, the targets found on the host in the
+//! kubelet layout ([`HostTarget`]) and what one read of the mount table shows
+//! at each journal target's path ([`HostObservation`]). For every target —
+//! the union of journal targets and host-found targets, matched by path, then
+//! by (volume, device | pod UID) — it reduces the pair to three small facts,
+//! [`JournalSays`], [`HostSays`] and [`Boot`], and matches them exhaustively
+//! (`classify::decide`, one arm per row below). The answer is a
+//! [`MergeOutput`]: one [`Decision`] per target plus findings (failed
+//! rebuilds, unmounts done outside volumed, leftover dirs) — never a `Result`.
+//! [`to_journal_records`] turns the decisions into `Reconstructed` journal
+//! records and [`apply_to_asw`] fills the actual state of the world.
+//!
+//! # The merge table, as implemented
+//!
+//! "P" is the journal's parameters; "matches" compares mount identity
+//! (see *Identity* below); for `dir` targets "matches" is "the directory is
+//! present" ([`HostSays::DirPresent`]); `none` targets (hostPath) have no
+//! host observation ([`HostSays::NotObserved`]).
+//!
+//! | journal | host | boot | result | reason |
+//! | --- | --- | --- | --- | --- |
+//! | mounted with P | identity matches P (dir: present) | any | mounted | `mounted_matches` |
+//! | mounted with P | mounted, identity differs | any | uncertain | `mounted_differs` |
+//! | mounted, single-step intent | same identity, other SELinux label | any | uncertain | `selinux_label_differs` |
+//! | mounted | absent | same | not mounted, finding *unmounted outside* | `unmounted_outside` |
+//! | mounted | absent | after reboot | not mounted | `gone_after_reboot` |
+//! | single-step mount intent | shows it done with P | any | mounted | `single_step_done` |
+//! | single-step mount intent | absent | any | not mounted | `single_step_not_done` |
+//! | single-step unmount intent | absent | any | not mounted | `single_step_done` |
+//! | single-step unmount intent | still mounted with P | any | mounted | `single_step_not_done` |
+//! | single-step intent | a mount with another identity | any | uncertain | `single_step_differs` |
+//! | multi-step intent (or formatting) | `mount` target absent | after reboot | not mounted | `gone_after_reboot` |
+//! | multi-step intent (or formatting) | anything else | any | uncertain | `multi_step_intent` |
+//! | uncertain | `mount` target absent | after reboot | not mounted | `gone_after_reboot` |
+//! | uncertain | anything else | any | uncertain | `journal_uncertain` |
+//! | unmounted | mounted (any identity) or dir present | any | uncertain | `unmounted_but_mounted` |
+//! | unmounted | absent | any | not mounted, listed as leftover | `unmounted_absent` |
+//! | nothing | mounted in the kubelet layout | — | uncertain, rebuilt from the host | `rebuilt_from_host` |
+//! | nothing | a bare volume dir (`dir` target) | — | mounted (set up) | `found_dir` |
+//! | nothing | a `mount` target's dir with no mount | — | not mounted, listed as leftover | `host_leftover` |
+//! | nothing, rebuild fails | — | — | [`MergeOutput::failed`], forced cleanup later | `rebuild_failed` |
+//! | any (`none` target) | not observed | any | the journal's state (pending intent: uncertain) | `journal_stands` |
+//! | nothing (`none` target) | not observed | — | uncertain | `rebuilt_from_host` |
+//! | journal off | anything found | — | uncertain; bare dirs `found_dir`; failures listed | as for "nothing", except a `mount` target's bare dir: uncertain, `rebuilt_from_host` (the kubelet does not look) |
+//!
+//! Rows and choices worth a word:
+//!
+//! - **A final failure outcome** has no row of its own: journal replay keeps
+//!   the state before the operation in the entry, so the target falls into
+//!   the row of that state (`mounted_*`, `unmounted_*`, …).
+//! - **Single-step intents** are settled from the host, whatever the state
+//!   before: one mount(2) or umount2(2) is either visible or not. Formatting
+//!   is never single-step (a half-written filesystem is not visible in the
+//!   mount table), whatever the record says.
+//! - **Uncertain in the journal** stays uncertain on the same boot even when
+//!   the host shows the intended mount: an uncertain outcome can come from a
+//!   multi-step operation (a CSI driver may still be working, ownership may
+//!   be half done), and re-running it is idempotent.
+//! - **After a reboot** every `mount` target is not mounted unless the host
+//!   shows it mounted (fstab); `dir` targets survive and are decided by their
+//!   observation like on the same boot. "Same boot" means the boot id of the
+//!   target's last journal record equals the current one.
+//! - **A found bare dir** (a kubelet-era disk emptyDir) is *mounted*, i.e. set
+//!   up: its contents are the pod's data, the directory is all a `dir` target
+//!   is, and marking it uncertain would gain nothing (TearDown of a `dir`
+//!   target is the same whether it was set up or not).
+//! - **A found `mount` target dir with no mount** (journal on): the mount
+//!   table proves nothing is mounted, so it is *not mounted* and its dir goes
+//!   to orphan cleanup. With the journal off volumed behaves like the kubelet,
+//!   which does not look, and calls it uncertain.
+//! - **SELinux**: a journal label that disagrees with the observed mount's
+//!   `context=` (categories normalised by [`SeLinuxContext::parse`], so
+//!   `c20,c10` = `c10,c20`) while everything else matches is uncertain with
+//!   its own reason, so the next SetUp/MountDevice remounts with the right
+//!   label. [`context_from_super_options`] reads the label from mountinfo's
+//!   super options for the caller.
+//! - **A device target absent while pod binds remain**: every target is
+//!   decided on its own observation; the pod binds match their recorded
+//!   identity (major:minor, root), so they stay mounted ("in use" is decided
+//!   by major:minor, not by path), and the device is `unmounted_outside`.
+//!
+//! # Identity
+//!
+//! A mount matches when [`MountIdentity::matches`] says so against the
+//! identity the journal observed after the mount succeeded (for unmount
+//! intents and settled mounts). When the journal has no observed identity
+//! (a mount intent that never got its outcome), the expected mount is built
+//! from P as well as a pure function can:
+//! - the fs type must be P's (`tmpfs` for a memory emptyDir) and the
+//!   read-only flag must be P's (`ro` in P's mount options);
+//! - a tmpfs is identified by being a tmpfs;
+//! - a pod target whose volume has a device target: the pod bind must show
+//!   the same major:minor and root as the mount currently observed at P's
+//!   device mount path;
+//! - otherwise P's device path must resolve to the observed major:minor
+//!   through [`MergeInput::device_ids`] (filled by the caller by `stat`ing the
+//!   device paths, which follows `/dev/disk/by-*` links and loop devices), or
+//!   failing that equal the mount source path, compared lexically after
+//!   normalisation (`//`, `/./`, trailing `/`);
+//! - anything unconfirmed counts as *differs*: a mount that cannot be shown
+//!   to be ours is replaced, never adopted (k8s #117513).
+//!
+//! The label is then compared on its own (row `selinux_label_differs`).
+//!
+//! *Invariant:* this module does no I/O. Everything it knows arrives in
+//! [`MergeInput`]; the I/O edges (reading mountinfo, scanning pod dirs,
+//! opening the journal) live elsewhere and fill it.
+
+mod apply;
+mod classify;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::journal::{Entry, JournalState, TargetKey};
+use crate::model::{
+    DevId, MountIdentity, MountState, PluginName, SeLinuxContext, TargetKind, TargetParams,
+    TargetRef, UniqueVolumeName,
+};
+
+pub use apply::{ReconstructError, apply_to_asw, to_journal_records};
+pub use classify::{Boot, HostSays, JournalSays, Reason, context_from_super_options};
+
+/// One mount the mount table shows at a target's path (the top-most one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedMount {
+    /// major:minor, root, fs type, per-mount read-only flag, `context=` label
+    pub identity: MountIdentity,
+    /// the mount source (mountinfo's field 10), e.g. `/dev/loop3` or `tmpfs`
+    pub source: PathBuf,
+    /// the per-mount options as mountinfo shows them (`rw,relatime`)
+    pub mount_options: String,
+    /// the superblock options as mountinfo shows them (`rw,size=1024k,context="…"`)
+    pub super_options: String,
+}
+
+/// What the host shows at one target's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostObservation {
+    /// Nothing: no mount, and for `dir` targets no directory.
+    Absent,
+    /// The directory exists and nothing is mounted on it (for `mount`
+    /// targets: a leftover mount point dir).
+    DirPresent,
+    /// Something is mounted there.
+    Mounted(ObservedMount),
+}
+
+impl HostObservation {
+    /// The observed identity, when something is mounted.
+    pub fn identity(&self) -> Option<&MountIdentity> {
+        match self {
+            HostObservation::Mounted(m) => Some(&m.identity),
+            HostObservation::Absent | HostObservation::DirPresent => None,
+        }
+    }
+}
+
+/// What the caller could learn about a host-found target beyond its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rebuild {
+    /// Enough to rebuild the target: its unique volume name (from the path,
+    /// or for CSI from `vol_data.json`) and the label recorded there, if any.
+    Ready {
+        /// the unique volume name
+        volume: UniqueVolumeName,
+        /// `seLinuxMountContext` from `vol_data.json`, when present
+        selinux: Option<SeLinuxContext>,
+    },
+    /// Metadata needed to rebuild the target is missing or unreadable.
+    MissingMetadata {
+        /// what was missing (e.g. `vol_data.json: no such file`)
+        what: String,
+    },
+}
+
+/// A target found on the host in the kubelet layout (`pods/<uid>/volumes/…`
+/// or under `plugins/`), possibly unknown to the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostTarget {
+    /// the target's path (for CSI pod targets, the `…/mount` dir)
+    pub path: PathBuf,
+    /// device target, or the pod (UID from the path)
+    pub target: TargetRef,
+    /// the plugin's qualified name as found (unescaped), e.g. `kubernetes.io/secret`
+    pub plugin_name: String,
+    /// the plugin, when it is one volumed knows
+    pub plugin: Option<PluginName>,
+    /// the spec name from the path (pod volume name or PV name)
+    pub spec_name: String,
+    /// the target's kind: the plugin's, or for an emptyDir `mount` when a
+    /// mount is observed and `dir` otherwise
+    pub kind: TargetKind,
+    /// what the host shows at `path`
+    pub observation: HostObservation,
+    /// whether the target can be rebuilt
+    pub rebuild: Rebuild,
+}
+
+/// Everything the merge needs, filled by the I/O edge from one journal
+/// replay, one mount-table read and one pod-dir scan.
+#[derive(Debug, Clone, Default)]
+pub struct MergeInput<'a> {
+    /// the replayed journal; `None` with `--journal off` or when the journal
+    /// was unusable (the KEP-3756 baseline)
+    pub journal: Option<&'a JournalState>,
+    /// the boot id now (`/proc/sys/kernel/random/boot_id`)
+    pub current_boot_id: String,
+    /// targets found on the host in the kubelet layout
+    pub host_targets: Vec<HostTarget>,
+    /// the top-most mount (or a dir) at each path the caller looked at; a
+    /// path that is not here is [`HostObservation::Absent`]. The caller puts
+    /// every mount point of the table here, plus `DirPresent` for the
+    /// journal's `dir` targets (and `mount` targets) whose directory exists.
+    pub observe: BTreeMap<PathBuf, HostObservation>,
+    /// device paths named by the journal, resolved to the block device's
+    /// major:minor (`st_rdev`, following symlinks); missing when unresolved
+    pub device_ids: BTreeMap<PathBuf, DevId>,
+}
+
+impl MergeInput<'_> {
+    /// What the host shows at `path` (absent when not observed).
+    pub fn observation(&self, path: &Path) -> &HostObservation {
+        const ABSENT: &HostObservation = &HostObservation::Absent;
+        self.observe.get(path).unwrap_or(ABSENT)
+    }
+}
+
+/// The decision for one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// the target
+    pub key: TargetKey,
+    /// its kind
+    pub kind: TargetKind,
+    /// what the journal said
+    pub journal_says: JournalSays,
+    /// what the host showed, compared with the journal
+    pub host_says: HostSays,
+    /// whether the journal's last record for it is from this boot
+    pub boot: Boot,
+    /// the decided state
+    pub result: MountState,
+    /// the merge-table row that decided it
+    pub reason: Reason,
+    /// the best known parameters: the journal's (the pending intent's when
+    /// one was in flight), else rebuilt from the host
+    pub params: TargetParams,
+    /// the mount the host showed, if any
+    pub observed: Option<MountIdentity>,
+}
+
+impl Decision {
+    /// `device` or `pod`: the `target` label of
+    /// `volumed_reconstruct_decisions_total`.
+    pub fn target_label(&self) -> &'static str {
+        match self.key.target {
+            TargetRef::Device => "device",
+            TargetRef::Pod(_) => "pod",
+        }
+    }
+}
+
+/// Why a host-found target could not be rebuilt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebuildFailure {
+    /// Its plugin is not one volumed has (secret, projected, …): such dirs
+    /// are left alone and reported, never force-cleaned.
+    UnknownPlugin,
+    /// Metadata needed to name the volume is missing (e.g. `vol_data.json`).
+    MissingMetadata(String),
+}
+
+/// A host-found target that could not be rebuilt (forced cleanup later).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedTarget {
+    /// its path
+    pub path: PathBuf,
+    /// device or pod
+    pub target: TargetRef,
+    /// the plugin name as found
+    pub plugin_name: String,
+    /// the spec name from the path
+    pub spec_name: String,
+    /// why it failed
+    pub cause: RebuildFailure,
+    /// what the host shows there
+    pub observation: HostObservation,
+}
+
+impl FailedTarget {
+    /// Always [`Reason::RebuildFailed`].
+    pub fn reason(&self) -> Reason {
+        Reason::RebuildFailed
+    }
+}
+
+/// A `mount` target decided not mounted whose mount-point dir may remain:
+/// a candidate for orphan cleanup (which skips targets the DSW still wants
+/// and paths that are gone, and then forgets the journal entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// the target
+    pub key: TargetKey,
+    /// its path
+    pub path: PathBuf,
+    /// whether the host showed the directory
+    pub dir_present: bool,
+}
+
+/// Everything the merge decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergeOutput {
+    /// one decision per target, journal targets first (in key order), then
+    /// host-only targets (in the order found)
+    pub decisions: Vec<Decision>,
+    /// host-found targets that could not be rebuilt
+    pub failed: Vec<FailedTarget>,
+    /// targets the journal had mounted that were unmounted outside volumed
+    /// during this boot (`volumed_unmounted_outside_total`, `/debug/state`)
+    pub unmounted_outside: Vec<TargetKey>,
+    /// not-mounted `mount` targets whose dirs go to orphan cleanup
+    pub orphan_leftovers: Vec<Leftover>,
+    /// volumes whose device path only node status could tell; always empty
+    /// in standalone mode (the journal records device paths)
+    pub needs_device_path_from_node_status: Vec<UniqueVolumeName>,
+}
+
+impl MergeOutput {
+    /// The decision for one target.
+    pub fn decision(&self, key: &TargetKey) -> Option<&Decision> {
+        self.decisions.iter().find(|d| &d.key == key)
+    }
+}
+
+/// Merges the journal with the host: one decision per target plus findings.
+pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
+    let mut out = MergeOutput::default();
+    let mut claimed: BTreeSet<&Path> = BTreeSet::new();
+    let mut journal_keys: BTreeSet<&TargetKey> = BTreeSet::new();
+    let host_by_path: BTreeMap<&Path, &HostTarget> = input
+        .host_targets
+        .iter()
+        .map(|h| (h.path.as_path(), h))
+        .collect();
+
+    if let Some(journal) = input.journal {
+        for (key, entry) in journal.entries() {
+            journal_keys.insert(key);
+            let path = entry.current_params().path();
+            let host = path.and_then(|p| host_by_path.get(p).copied());
+            if let Some(h) = host {
+                claimed.insert(h.path.as_path());
+            }
+            let observation = match (path, host) {
+                (Some(p), _) if input.observe.contains_key(p) => input.observation(p),
+                (_, Some(h)) => &h.observation,
+                (Some(p), None) => input.observation(p),
+                (None, None) => &HostObservation::Absent,
+            };
+            let decision = decide_journal_target(input, key, entry, observation);
+            record(&mut out, decision, observation);
+        }
+    }
+
+    for h in &input.host_targets {
+        if claimed.contains(h.path.as_path()) {
+            continue;
+        }
+        match rebuild_params(h) {
+            Err(cause) => out.failed.push(FailedTarget {
+                path: h.path.clone(),
+                target: h.target.clone(),
+                plugin_name: h.plugin_name.clone(),
+                spec_name: h.spec_name.clone(),
+                cause,
+                observation: h.observation.clone(),
+            }),
+            Ok(params) => {
+                let key = TargetKey::of(&params);
+                // Same target under another path: the journal's decision stands.
+                if journal_keys.contains(&key) {
+                    continue;
+                }
+                let journal_says = match input.journal {
+                    Some(_) => JournalSays::Nothing,
+                    None => JournalSays::Off,
+                };
+                let host_says = classify::host_says(h.kind, &h.observation, None, input);
+                let boot = Boot::Same;
+                let (result, reason) = classify::decide(h.kind, journal_says, host_says, boot);
+                let decision = Decision {
+                    key,
+                    kind: h.kind,
+                    journal_says,
+                    host_says,
+                    boot,
+                    result,
+                    reason,
+                    params,
+                    observed: h.observation.identity().cloned(),
+                };
+                record(&mut out, decision, &h.observation);
+            }
+        }
+    }
+    out
+}
+
+/// Classifies and decides one journal target.
+fn decide_journal_target(
+    input: &MergeInput<'_>,
+    key: &TargetKey,
+    entry: &Entry,
+    observation: &HostObservation,
+) -> Decision {
+    let params = entry.current_params();
+    let journal_says = classify::journal_says(entry);
+    let expected = classify::expectation(entry, journal_says);
+    let host_says = classify::host_says(params.kind, observation, Some(expected), input);
+    let boot = if entry.boot_id == input.current_boot_id {
+        Boot::Same
+    } else {
+        Boot::Rebooted
+    };
+    let (result, reason) = classify::decide(params.kind, journal_says, host_says, boot);
+    Decision {
+        key: key.clone(),
+        kind: params.kind,
+        journal_says,
+        host_says,
+        boot,
+        result,
+        reason,
+        params: params.clone(),
+        observed: observation.identity().cloned(),
+    }
+}
+
+/// Appends a decision and the findings it implies.
+fn record(out: &mut MergeOutput, decision: Decision, observation: &HostObservation) {
+    if decision.reason == Reason::UnmountedOutside {
+        out.unmounted_outside.push(decision.key.clone());
+    }
+    if decision.result == MountState::NotMounted
+        && decision.kind == TargetKind::Mount
+        && let Some(path) = decision.params.path()
+    {
+        out.orphan_leftovers.push(Leftover {
+            key: decision.key.clone(),
+            path: path.to_path_buf(),
+            dir_present: *observation == HostObservation::DirPresent,
+        });
+    }
+    out.decisions.push(decision);
+}
+
+/// Rebuilds a host-found target's parameters from the host alone (the
+/// kubelet's way): no mount options, the device path from the mount source
+/// for device targets, the label from the mount (else `vol_data.json`).
+fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
+    let plugin = h.plugin.ok_or(RebuildFailure::UnknownPlugin)?;
+    let (volume, recorded_label) = match &h.rebuild {
+        Rebuild::Ready { volume, selinux } => (volume.clone(), selinux.clone()),
+        Rebuild::MissingMetadata { what } => {
+            return Err(RebuildFailure::MissingMetadata(what.clone()));
+        }
+    };
+    let mount = match &h.observation {
+        HostObservation::Mounted(m) => Some(m),
+        HostObservation::Absent | HostObservation::DirPresent => None,
+    };
+    let is_device = h.target == TargetRef::Device;
+    Ok(TargetParams {
+        volume,
+        plugin,
+        spec_name: h.spec_name.clone(),
+        target: h.target.clone(),
+        kind: h.kind,
+        device_path: mount.filter(|_| is_device).map(|m| m.source.clone()),
+        device_mount_path: is_device.then(|| h.path.clone()),
+        pod_mount_path: (!is_device).then(|| h.path.clone()),
+        selinux: match mount {
+            Some(m) => m.identity.selinux.clone(),
+            None => recorded_label,
+        },
+        mount_options: Vec::new(),
+        fs_type: mount.map(|m| m.identity.fs_type.clone()),
+    })
+}
+
+#[cfg(test)]
+mod tests;
