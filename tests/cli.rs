@@ -77,7 +77,9 @@ fn write_journal(dir: &Path) {
 }
 
 fn dump(journal: &Path, extra: &[&str]) -> std::process::Output {
-    let boot = boot_file(journal.parent().unwrap());
+    // The boot id file sits beside the test's temp dir, never inside a dir
+    // the daemon creates.
+    let boot = boot_file(journal.parent().unwrap().parent().unwrap());
     Command::new(BIN)
         .arg("dump")
         .arg("--journal-dir")
@@ -89,10 +91,20 @@ fn dump(journal: &Path, extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Kills the daemon if the test fails before stopping it.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn dump_json_shows_records_and_implied_state() {
     let tmp = tempfile::tempdir().unwrap();
-    let jdir = tmp.path().join("journal");
+    let jdir = tmp.path().join("j").join("journal");
     write_journal(&jdir);
     let out = dump(&jdir, &["--format", "json"]);
     assert!(
@@ -136,7 +148,7 @@ fn dump_json_shows_records_and_implied_state() {
 #[test]
 fn dump_of_a_missing_journal_is_a_clear_error_and_creates_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let jdir = tmp.path().join("absent");
+    let jdir = tmp.path().join("j").join("absent");
     let out = dump(&jdir, &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -152,21 +164,24 @@ fn dump_while_the_daemon_runs_says_so_and_sigterm_exits_zero() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     let boot = boot_file(tmp.path());
-    let mut daemon = Command::new(BIN)
-        .args([
-            "run",
-            "--node-name",
-            "n1",
-            "--listen",
-            "127.0.0.1:0",
-            "--root-dir",
-        ])
-        .arg(&root)
-        .arg("--boot-id-file")
-        .arg(&boot)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut daemon = KillOnDrop(
+        Command::new(BIN)
+            .args([
+                "run",
+                "--node-name",
+                "n1",
+                "--listen",
+                "127.0.0.1:0",
+                "--root-dir",
+            ])
+            .arg(&root)
+            .arg("--boot-id-file")
+            .arg(&boot)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let jdir = root.join("volumed");
     let deadline = Instant::now() + Duration::from_secs(20);
     let err = loop {
@@ -179,11 +194,11 @@ fn dump_while_the_daemon_runs_says_so_and_sigterm_exits_zero() {
     };
     assert!(err.contains("held by a running volumed"), "{err}");
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).unwrap()),
+        nix::unistd::Pid::from_raw(i32::try_from(daemon.0.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = daemon.wait().unwrap();
+    let status = daemon.0.wait().unwrap();
     assert!(status.success(), "SIGTERM exits 0, got {status}");
     let out = dump(&jdir, &[]);
     assert!(
