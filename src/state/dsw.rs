@@ -1,0 +1,432 @@
+//! The desired state of world (DSW): which pods want which volumes, and
+//! with which SELinux labels. See the `state` module doc for the rules.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{SeLinuxConflict, StateError};
+use crate::model::{PluginName, PodUid, PodVolume, SeLinuxContext, UniqueVolumeName, VolumeSpec};
+
+/// The kubelet's `maxPodErrors`: a pod's error set grows only while it holds
+/// at most this many entries, so at most one more accumulates.
+pub const MAX_POD_ERRORS: usize = 10;
+
+/// How a new pod's SELinux label is checked against the volume's. The
+/// `selinux` module computes it (kubelet §4.6); this cache only compares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelCheck {
+    /// The label the pod would get if every access mode allowed `-o context`
+    /// (the kubelet's "original" label); compared with the volume's.
+    pub original: Option<SeLinuxContext>,
+    /// Whether a conflict refuses the pod (the volume supports SELinux
+    /// mounts) instead of only being reported.
+    pub strict: bool,
+}
+
+/// One pod's use of a desired volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredPod {
+    /// `pod.spec.volumes[x].name`
+    pub outer_name: String,
+    /// the spec name (pod volume name, or PV name)
+    pub spec_name: String,
+    /// the label this pod would mount with
+    pub selinux: Option<SeLinuxContext>,
+}
+
+/// A volume some pods want mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredVolume {
+    /// the plugin
+    pub plugin: PluginName,
+    /// the spec, as the last pod added it
+    pub spec: VolumeSpec,
+    /// the label used for `-o context`, fixed by the first pod
+    pub effective_selinux: Option<SeLinuxContext>,
+    /// the label compared for conflicts, fixed by the first pod
+    pub original_selinux: Option<SeLinuxContext>,
+    /// the pods that want it
+    pub pods: BTreeMap<PodUid, DesiredPod>,
+}
+
+/// The result of [`DesiredStateOfWorld::add_pod_to_volume`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedPod {
+    /// the volume the pod was added to
+    pub volume: UniqueVolumeName,
+    /// a label conflict that was tolerated (not strict): a warning to report
+    pub conflict: Option<SeLinuxConflict>,
+}
+
+/// One (volume, pod) pair to mount, as [`DesiredStateOfWorld::volumes_to_mount`] lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeToMount {
+    /// the volume
+    pub volume: UniqueVolumeName,
+    /// the pod
+    pub pod: PodUid,
+    /// the plugin
+    pub plugin: PluginName,
+    /// the spec
+    pub spec: VolumeSpec,
+    /// the spec name
+    pub spec_name: String,
+    /// the pod's outer volume name
+    pub outer_name: String,
+    /// the volume's effective label: what to mount with
+    pub selinux: Option<SeLinuxContext>,
+}
+
+/// What the pod sources want mounted.
+#[derive(Debug, Clone, Default)]
+pub struct DesiredStateOfWorld {
+    volumes: BTreeMap<UniqueVolumeName, DesiredVolume>,
+    pod_errors: BTreeMap<PodUid, BTreeSet<String>>,
+    populated: bool,
+}
+
+impl DesiredStateOfWorld {
+    /// An empty DSW, not yet populated.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `pod`'s use of `volume`; the result names the volume. The first
+    /// pod fixes the volume's labels. A *new* pod whose `check.original`
+    /// differs from the volume's is refused when `check.strict`, else added
+    /// with the conflict reported in [`AddedPod::conflict`]. Re-adding a pod
+    /// updates its record without a label check.
+    pub fn add_pod_to_volume(
+        &mut self,
+        pod: &PodUid,
+        volume: PodVolume,
+        check: LabelCheck,
+    ) -> Result<AddedPod, StateError> {
+        let name = volume.volume;
+        let record = DesiredPod {
+            outer_name: volume.outer_name,
+            spec_name: volume.spec_name,
+            selinux: volume.selinux.clone(),
+        };
+        let entry = self
+            .volumes
+            .entry(name.clone())
+            .or_insert_with(|| DesiredVolume {
+                plugin: volume.spec.plugin(),
+                spec: volume.spec.clone(),
+                effective_selinux: volume.selinux,
+                original_selinux: check.original.clone(),
+                pods: BTreeMap::new(),
+            });
+        let mut conflict = None;
+        let new_pod = !entry.pods.is_empty() && !entry.pods.contains_key(pod);
+        if new_pod && entry.original_selinux != check.original {
+            let c = SeLinuxConflict {
+                spec_name: record.spec_name.clone(),
+                existing: entry.original_selinux.clone(),
+                new: check.original,
+            };
+            if check.strict {
+                return Err(StateError::AddPodToVolume {
+                    volume: name,
+                    pod: pod.clone(),
+                    conflict: c,
+                });
+            }
+            conflict = Some(c);
+        }
+        entry.spec = volume.spec;
+        entry.pods.insert(pod.clone(), record);
+        Ok(AddedPod {
+            volume: name,
+            conflict,
+        })
+    }
+
+    /// Removes `pod` from `volume`, and the volume once no pod wants it.
+    /// Clears the pod's errors, as the kubelet does.
+    pub fn delete_pod_from_volume(&mut self, pod: &PodUid, volume: &UniqueVolumeName) {
+        self.pod_errors.remove(pod);
+        if let Some(v) = self.volumes.get_mut(volume) {
+            v.pods.remove(pod);
+            if v.pods.is_empty() {
+                self.volumes.remove(volume);
+            }
+        }
+    }
+
+    /// Removes `pod` from every volume; returns the volumes it was removed from.
+    pub fn delete_pod(&mut self, pod: &PodUid) -> Vec<UniqueVolumeName> {
+        let names = self.volumes_of_pod(pod);
+        for name in &names {
+            self.delete_pod_from_volume(pod, name);
+        }
+        self.pod_errors.remove(pod);
+        names
+    }
+
+    /// Whether some pod wants `volume`.
+    pub fn volume_exists(&self, volume: &UniqueVolumeName) -> bool {
+        self.volumes.contains_key(volume)
+    }
+
+    /// Whether some pod wants `volume` mounted with `label` (the effective
+    /// label); a volume mounted with another label is not desired.
+    pub fn volume_exists_with_label(
+        &self,
+        volume: &UniqueVolumeName,
+        label: Option<&SeLinuxContext>,
+    ) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|v| v.effective_selinux.as_ref() == label)
+    }
+
+    /// Whether `pod` wants `volume`.
+    pub fn pod_exists_in_volume(&self, pod: &PodUid, volume: &UniqueVolumeName) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|v| v.pods.contains_key(pod))
+    }
+
+    /// Whether `pod` wants `volume` mounted with `label` (the effective label).
+    pub fn pod_exists_in_volume_with_label(
+        &self,
+        pod: &PodUid,
+        volume: &UniqueVolumeName,
+        label: Option<&SeLinuxContext>,
+    ) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|v| v.pods.contains_key(pod) && v.effective_selinux.as_ref() == label)
+    }
+
+    /// One volume's record.
+    pub fn volume(&self, volume: &UniqueVolumeName) -> Option<&DesiredVolume> {
+        self.volumes.get(volume)
+    }
+
+    /// Every volume, sorted by name.
+    pub fn volumes(&self) -> impl Iterator<Item = (&UniqueVolumeName, &DesiredVolume)> {
+        self.volumes.iter()
+    }
+
+    /// The volumes `pod` wants, sorted.
+    pub fn volumes_of_pod(&self, pod: &PodUid) -> Vec<UniqueVolumeName> {
+        self.volumes
+            .iter()
+            .filter(|(_, v)| v.pods.contains_key(pod))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// One entry per (volume, pod), sorted by volume then pod.
+    pub fn volumes_to_mount(&self) -> Vec<VolumeToMount> {
+        self.volumes
+            .iter()
+            .flat_map(|(name, v)| {
+                v.pods.iter().map(move |(uid, p)| VolumeToMount {
+                    volume: name.clone(),
+                    pod: uid.clone(),
+                    plugin: v.plugin,
+                    spec: v.spec.clone(),
+                    spec_name: p.spec_name.clone(),
+                    outer_name: p.outer_name.clone(),
+                    selinux: v.effective_selinux.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Records an error for `pod`. Like the kubelet, an error is added only
+    /// while the pod holds at most [`MAX_POD_ERRORS`] distinct errors.
+    pub fn add_pod_error(&mut self, pod: &PodUid, error: impl Into<String>) {
+        let errors = self.pod_errors.entry(pod.clone()).or_default();
+        if errors.len() <= MAX_POD_ERRORS {
+            errors.insert(error.into());
+        }
+    }
+
+    /// Returns and clears `pod`'s errors, sorted.
+    pub fn pop_pod_errors(&mut self, pod: &PodUid) -> Vec<String> {
+        self.pod_errors
+            .remove(pod)
+            .map(|e| e.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every pod source has listed its pods once: unmounting may start.
+    pub fn mark_sources_ready(&mut self) {
+        self.populated = true;
+    }
+
+    /// Whether every pod source has listed its pods once.
+    pub fn is_populated(&self) -> bool {
+        self.populated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::StorageMedium;
+    use crate::state::test_support::{ctx, local, local_spec, uid};
+
+    fn pod_volume(pod: &PodUid, selinux: Option<SeLinuxContext>) -> PodVolume {
+        PodVolume {
+            volume: local(),
+            spec_name: "pv1".into(),
+            outer_name: format!("data-{pod}"),
+            spec: local_spec(),
+            selinux,
+        }
+    }
+
+    #[test]
+    fn dsw_label_conflicts_refuse_a_new_pod_only_when_strict() {
+        let l1 = Some(ctx("u:r:t:s0:c1"));
+        let l2 = Some(ctx("u:r:t:s0:c2"));
+        let conflict = SeLinuxConflict {
+            spec_name: "pv1".into(),
+            existing: l1.clone(),
+            new: l2.clone(),
+        };
+        // (second pod's original label, strict, refused?, reported conflict)
+        let table = [
+            (l1.clone(), true, false, None),
+            (l2.clone(), true, true, None),
+            (l2.clone(), false, false, Some(conflict.clone())),
+        ];
+        for (label, strict, refused, want_conflict) in table {
+            let mut dsw = DesiredStateOfWorld::new();
+            let (a, b) = (uid("a"), uid("b"));
+            let first = LabelCheck {
+                original: l1.clone(),
+                strict,
+            };
+            dsw.add_pod_to_volume(&a, pod_volume(&a, l1.clone()), first)
+                .unwrap();
+            let check = LabelCheck {
+                original: label.clone(),
+                strict,
+            };
+            let got = dsw.add_pod_to_volume(&b, pod_volume(&b, label.clone()), check);
+            match got {
+                Err(e) => {
+                    assert!(refused, "{label:?} {strict}: {e}");
+                    assert_eq!(
+                        e.to_string(),
+                        "add pod b to volume kubernetes.io/local-volume/pv1: conflicting SELinux \
+                         labels of volume pv1: \"u:r:t:s0:c1\" and \"u:r:t:s0:c2\""
+                    );
+                    assert!(!dsw.pod_exists_in_volume(&b, &local()));
+                }
+                Ok(added) => {
+                    assert!(!refused, "{label:?} {strict}");
+                    assert_eq!(added.volume, local());
+                    assert_eq!(added.conflict, want_conflict);
+                    assert!(dsw.pod_exists_in_volume(&b, &local()));
+                }
+            }
+            let vol = dsw.volume(&local()).unwrap();
+            assert_eq!(vol.effective_selinux, l1, "fixed by the first pod");
+            // re-adding a known pod is not checked
+            let again = LabelCheck {
+                original: l2.clone(),
+                strict: true,
+            };
+            assert!(
+                dsw.add_pod_to_volume(&a, pod_volume(&a, l2.clone()), again)
+                    .is_ok()
+            );
+        }
+    }
+
+    #[test]
+    fn dsw_queries_deletes_and_flattens_per_volume_and_pod() {
+        let mut dsw = DesiredStateOfWorld::new();
+        let (a, b) = (uid("a"), uid("b"));
+        let l = Some(ctx("u:r:t:s0"));
+        for p in [&b, &a] {
+            let check = LabelCheck {
+                original: l.clone(),
+                strict: true,
+            };
+            dsw.add_pod_to_volume(p, pod_volume(p, l.clone()), check)
+                .unwrap();
+        }
+        let ed = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        };
+        let cache = PodVolume {
+            volume: PodVolume::unique_name(&ed, &a, "cache"),
+            spec_name: "cache".into(),
+            outer_name: "cache".into(),
+            spec: ed,
+            selinux: None,
+        };
+        let cache_name = cache.volume.clone();
+        dsw.add_pod_to_volume(&a, cache, LabelCheck::default())
+            .unwrap();
+        let flat: Vec<(String, String)> = dsw
+            .volumes_to_mount()
+            .into_iter()
+            .map(|m| (m.volume.to_string(), m.pod.to_string()))
+            .collect();
+        let pair = |v: &str, p: &str| (v.to_owned(), p.to_owned());
+        assert_eq!(
+            flat,
+            [
+                pair("kubernetes.io/empty-dir/a-cache", "a"),
+                pair("kubernetes.io/local-volume/pv1", "a"),
+                pair("kubernetes.io/local-volume/pv1", "b"),
+            ]
+        );
+        assert!(dsw.volume_exists_with_label(&local(), l.as_ref()));
+        assert!(
+            !dsw.volume_exists_with_label(&local(), None),
+            "other label: not desired"
+        );
+        assert!(dsw.pod_exists_in_volume_with_label(&a, &local(), l.as_ref()));
+        assert!(!dsw.pod_exists_in_volume_with_label(&a, &cache_name, l.as_ref()));
+        assert_eq!(dsw.delete_pod(&a), [cache_name.clone(), local()]);
+        assert!(
+            !dsw.volume_exists(&cache_name),
+            "last pod gone: volume gone"
+        );
+        assert!(dsw.volume_exists(&local()));
+        dsw.delete_pod_from_volume(&b, &local());
+        assert!(!dsw.volume_exists(&local()));
+        assert!(dsw.volumes_to_mount().is_empty());
+    }
+
+    #[test]
+    fn dsw_pod_errors_are_capped_like_the_kubelet_and_popped_once() {
+        let mut dsw = DesiredStateOfWorld::new();
+        let p = uid("p1");
+        for i in 0..20 {
+            dsw.add_pod_error(&p, format!("error {i:02}"));
+        }
+        dsw.add_pod_error(&uid("p2"), "other");
+        let errors = dsw.pop_pod_errors(&p);
+        assert_eq!(
+            errors.len(),
+            MAX_POD_ERRORS + 1,
+            "added while at most 10 held"
+        );
+        assert_eq!(errors.first().map(String::as_str), Some("error 00"));
+        assert!(dsw.pop_pod_errors(&p).is_empty(), "popping clears");
+        dsw.add_pod_error(&p, "same");
+        dsw.add_pod_error(&p, "same");
+        assert_eq!(dsw.pop_pod_errors(&p), ["same"], "a set");
+        assert_eq!(dsw.pop_pod_errors(&uid("p2")), ["other"]);
+    }
+
+    #[test]
+    fn dsw_is_populated_only_once_sources_are_ready() {
+        let mut dsw = DesiredStateOfWorld::new();
+        assert!(!dsw.is_populated());
+        dsw.mark_sources_ready();
+        assert!(dsw.is_populated());
+    }
+}
