@@ -1,0 +1,207 @@
+//! Which operations are running or backing off: per-volume exclusivity and
+//! the kubelet's exponential backoff (500 ms, doubling, capped at 2 min 2 s).
+//!
+//! Operations on one volume are exclusive, except that TearDowns of
+//! different pods may run side by side (the kubelet's nested pending
+//! operations: a key with a pod conflicts only with the same pod or with the
+//! volume-wide key). Time is passed in, so the rules are tested without
+//! sleeping.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::model::{PodUid, UniqueVolumeName, VolumeSpec};
+
+/// First retry delay after a failure.
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+/// Longest retry delay.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(122);
+
+/// What an operation locks.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpKey {
+    /// the volume
+    pub volume: UniqueVolumeName,
+    /// `Some` for an operation on one pod's target only
+    pub pod: Option<PodUid>,
+}
+
+impl OpKey {
+    /// A volume-wide key (device operations, mounts of shared volumes).
+    pub fn volume(volume: &UniqueVolumeName) -> Self {
+        Self {
+            volume: volume.clone(),
+            pod: None,
+        }
+    }
+    /// A per-pod key (TearDown; mounts of per-pod volumes).
+    pub fn pod(volume: &UniqueVolumeName, pod: &PodUid) -> Self {
+        Self {
+            volume: volume.clone(),
+            pod: Some(pod.clone()),
+        }
+    }
+    /// The key of a mount: volume-wide when the volume has a device target
+    /// shared by pods, per pod otherwise.
+    pub fn for_mount(volume: &UniqueVolumeName, pod: &PodUid, spec: &VolumeSpec) -> Self {
+        if spec.device_target_kind().is_some() || spec.plugin().is_device_mountable() {
+            Self::volume(volume)
+        } else {
+            Self::pod(volume, pod)
+        }
+    }
+    /// Whether two keys may not run at the same time.
+    pub fn conflicts(&self, other: &OpKey) -> bool {
+        self.volume == other.volume
+            && (self.pod.is_none() || other.pod.is_none() || self.pod == other.pod)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Backoff {
+    delay: Duration,
+    until: Instant,
+}
+
+/// Running operations and backoff windows.
+#[derive(Debug, Default)]
+pub struct Pending {
+    running: BTreeMap<OpKey, ()>,
+    backoff: BTreeMap<OpKey, Backoff>,
+}
+
+impl Pending {
+    /// Nothing running, nothing backing off.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `key` must wait: a conflicting operation runs, or `key` itself
+    /// failed and its backoff window has not passed.
+    pub fn busy(&self, key: &OpKey, now: Instant) -> bool {
+        self.running.keys().any(|k| k.conflicts(key))
+            || self.backoff.get(key).is_some_and(|b| now < b.until)
+    }
+
+    /// Marks `key` running; `false` (and nothing changes) when it must wait.
+    pub fn start(&mut self, key: &OpKey, now: Instant) -> bool {
+        if self.busy(key, now) {
+            return false;
+        }
+        self.running.insert(key.clone(), ());
+        true
+    }
+
+    /// Marks `key` finished. A failure doubles its backoff (from 500 ms up to
+    /// 2 min 2 s); a success clears it.
+    pub fn finish(&mut self, key: &OpKey, ok: bool, now: Instant) {
+        self.running.remove(key);
+        if ok {
+            self.backoff.remove(key);
+            return;
+        }
+        let delay = match self.backoff.get(key) {
+            Some(b) => (b.delay * 2).min(MAX_BACKOFF),
+            None => INITIAL_BACKOFF,
+        };
+        self.backoff.insert(
+            key.clone(),
+            Backoff {
+                delay,
+                until: now + delay,
+            },
+        );
+    }
+
+    /// When the earliest backoff window closes (to wake the loop then).
+    pub fn next_retry(&self, now: Instant) -> Option<Instant> {
+        self.backoff
+            .values()
+            .map(|b| b.until)
+            .filter(|u| *u > now)
+            .min()
+    }
+
+    /// Number of running operations.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> UniqueVolumeName {
+        UniqueVolumeName::from_raw(s)
+    }
+    fn p(s: &str) -> PodUid {
+        PodUid::new(s).unwrap()
+    }
+
+    #[test]
+    fn conflict_table() {
+        let table = [
+            (OpKey::volume(&v("a")), OpKey::volume(&v("a")), true),
+            (OpKey::volume(&v("a")), OpKey::pod(&v("a"), &p("1")), true),
+            (
+                OpKey::pod(&v("a"), &p("1")),
+                OpKey::pod(&v("a"), &p("1")),
+                true,
+            ),
+            (
+                OpKey::pod(&v("a"), &p("1")),
+                OpKey::pod(&v("a"), &p("2")),
+                false,
+            ),
+            (OpKey::volume(&v("a")), OpKey::volume(&v("b")), false),
+        ];
+        for (x, y, want) in table {
+            assert_eq!(x.conflicts(&y), want, "{x:?} vs {y:?}");
+            assert_eq!(y.conflicts(&x), want, "symmetric");
+        }
+    }
+
+    #[test]
+    fn operations_on_one_volume_are_exclusive_but_pod_teardowns_are_not() {
+        let now = Instant::now();
+        let mut pending = Pending::new();
+        assert!(pending.start(&OpKey::pod(&v("a"), &p("1")), now));
+        assert!(
+            pending.start(&OpKey::pod(&v("a"), &p("2")), now),
+            "teardowns of two pods run side by side"
+        );
+        assert!(
+            !pending.start(&OpKey::volume(&v("a")), now),
+            "device op waits for the pods"
+        );
+        assert!(pending.start(&OpKey::volume(&v("b")), now));
+        assert_eq!(pending.running(), 3);
+    }
+
+    #[test]
+    fn failures_back_off_exponentially_to_the_kubelets_cap() {
+        let t0 = Instant::now();
+        let k = OpKey::volume(&v("a"));
+        let mut pending = Pending::new();
+        let mut now = t0;
+        let mut delays = Vec::new();
+        for _ in 0..12 {
+            assert!(pending.start(&k, now));
+            pending.finish(&k, false, now);
+            let retry = pending.next_retry(now).unwrap();
+            delays.push(retry - now);
+            assert!(pending.busy(&k, now), "backing off");
+            now = retry;
+            assert!(!pending.busy(&k, now), "free when the window closes");
+        }
+        assert_eq!(delays[0], Duration::from_millis(500));
+        assert_eq!(delays[1], Duration::from_secs(1));
+        assert_eq!(delays[2], Duration::from_secs(2));
+        assert_eq!(*delays.last().unwrap(), MAX_BACKOFF);
+        pending.start(&k, now);
+        pending.finish(&k, true, now);
+        assert!(!pending.busy(&k, now));
+        assert_eq!(pending.next_retry(now), None, "success clears the backoff");
+    }
+}

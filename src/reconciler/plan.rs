@@ -1,0 +1,505 @@
+//! What the reconciler should start now: a pure function of the DSW, the ASW
+//! and which operations are already running or backing off.
+//!
+//! The kubelet's reconciler, in the order of seed 000's "Proposed
+//! VolumeManager startup":
+//!
+//! 1. **tear down** every pod target the ASW holds (mounted *or* uncertain)
+//!    whose pod no longer wants it (or wants it with another SELinux label) —
+//!    only once every pod source has been listed (`dsw.is_populated()`);
+//! 2. **mount** every (volume, pod) the DSW wants and the ASW does not hold
+//!    mounted: MountDevice first when the volume has a device target that is
+//!    not mounted, then SetUp — started at once, populated or not;
+//! 3. **unmount the device** of every volume with no pod target left whose
+//!    device may be mounted and that no pod wants — again only once populated;
+//!    a volume with nothing left is dropped from the ASW (`Forget`).
+//!
+//! *Invariant:* nothing is unmounted before the DSW is populated, and a pod
+//! target that a desired pod still uses is never torn down.
+
+use crate::model::{PodUid, TargetKind, UniqueVolumeName};
+use crate::state::{ActualStateOfWorld, DesiredStateOfWorld, StateError, VolumeToMount};
+
+use super::pending::OpKey;
+
+/// One operation to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// MountDevice when `mount_device`, then SetUp, for one pod.
+    Mount {
+        /// what to mount
+        want: Box<VolumeToMount>,
+        /// whether the device target must be mounted first
+        mount_device: bool,
+    },
+    /// TearDown of one pod's target.
+    TearDown {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pod
+        pod: PodUid,
+    },
+    /// UnmountDevice of a volume no pod uses.
+    UnmountDevice {
+        /// the volume
+        volume: UniqueVolumeName,
+    },
+    /// Drop a volume with no targets left from the ASW (no OS work).
+    Forget {
+        /// the volume
+        volume: UniqueVolumeName,
+    },
+}
+
+impl Action {
+    /// The key that makes operations on one volume exclusive.
+    pub fn key(&self) -> OpKey {
+        match self {
+            Action::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
+            Action::TearDown { volume, pod } => OpKey::pod(volume, pod),
+            Action::UnmountDevice { volume } | Action::Forget { volume } => OpKey::volume(volume),
+        }
+    }
+}
+
+/// A pod whose volume cannot be mounted now, with the reason (for its errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    /// the pod
+    pub pod: PodUid,
+    /// the volume
+    pub volume: UniqueVolumeName,
+    /// why
+    pub error: StateError,
+}
+
+/// The plan for one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// operations to start, in order
+    pub actions: Vec<Action>,
+    /// pods waiting on something (an SELinux label still mounted elsewhere)
+    pub blocked: Vec<Blocked>,
+}
+
+/// Plans one pass. `busy` says whether an operation with a conflicting key is
+/// running or backing off; such work is left for a later pass.
+pub fn plan(
+    dsw: &DesiredStateOfWorld,
+    asw: &ActualStateOfWorld,
+    busy: &dyn Fn(&OpKey) -> bool,
+) -> Plan {
+    let mut out = Plan::default();
+    let populated = dsw.is_populated();
+    let mut push = |out: &mut Plan, a: Action| {
+        if !busy(&a.key()) {
+            out.actions.push(a);
+        }
+    };
+
+    if populated {
+        for mv in asw.get_possibly_mounted_volumes() {
+            let wanted_label = dsw
+                .volume(&mv.volume)
+                .and_then(|v| v.effective_selinux.as_ref());
+            let still_wanted = dsw.pod_exists_in_volume(&mv.pod, &mv.volume)
+                && !mv.selinux.conflicts_with(wanted_label);
+            if !still_wanted {
+                push(
+                    &mut out,
+                    Action::TearDown {
+                        volume: mv.volume,
+                        pod: mv.pod,
+                    },
+                );
+            }
+        }
+    }
+
+    for want in dsw.volumes_to_mount() {
+        match asw.pod_exists_in_volume(&want.volume, &want.pod, want.selinux.as_ref()) {
+            Ok(p) if p.mounted => {}
+            Ok(_) => {
+                let device_needed = want.spec.device_target_kind() == Some(TargetKind::Mount);
+                let device_mounted = asw
+                    .volume(&want.volume)
+                    .and_then(|v| v.device.as_ref())
+                    .is_some_and(|d| d.state == crate::model::MountState::Mounted);
+                push(
+                    &mut out,
+                    Action::Mount {
+                        mount_device: device_needed && !device_mounted,
+                        want: Box::new(want),
+                    },
+                );
+            }
+            Err(StateError::VolumeNotAttached { .. }) => {
+                let mount_device = want.spec.device_target_kind() == Some(TargetKind::Mount);
+                push(
+                    &mut out,
+                    Action::Mount {
+                        mount_device,
+                        want: Box::new(want),
+                    },
+                );
+            }
+            Err(error) => out.blocked.push(Blocked {
+                pod: want.pod.clone(),
+                volume: want.volume.clone(),
+                error,
+            }),
+        }
+    }
+
+    if populated {
+        for (name, v) in asw.get_unmounted_volumes() {
+            let wanted = dsw
+                .volume(&name)
+                .is_some_and(|d| !v.selinux.conflicts_with(d.effective_selinux.as_ref()));
+            if wanted {
+                continue;
+            }
+            match &v.device {
+                Some(d) if d.may_be_mounted() => {
+                    push(&mut out, Action::UnmountDevice { volume: name })
+                }
+                _ => push(&mut out, Action::Forget { volume: name }),
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AccessMode, MountState, PodVolume, StorageMedium, VolumeSpec};
+    use crate::state::{DeviceMount, LabelCheck, PodMount, SeLinuxState};
+
+    fn uid(s: &str) -> PodUid {
+        PodUid::new(s).unwrap()
+    }
+
+    fn local() -> VolumeSpec {
+        VolumeSpec::Local {
+            path: "/dev/loop0".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: vec![],
+            is_block: true,
+        }
+    }
+
+    fn tmpfs() -> VolumeSpec {
+        VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        }
+    }
+
+    fn want(
+        dsw: &mut DesiredStateOfWorld,
+        pod: &str,
+        spec: VolumeSpec,
+        name: &str,
+    ) -> UniqueVolumeName {
+        let p = uid(pod);
+        let volume = PodVolume::unique_name(&spec, &p, name);
+        let pv = PodVolume {
+            volume: volume.clone(),
+            spec_name: name.into(),
+            outer_name: name.into(),
+            spec,
+            selinux: None,
+        };
+        dsw.add_pod_to_volume(&p, pv, LabelCheck::default())
+            .unwrap();
+        volume
+    }
+
+    fn mounted_pod(
+        asw: &mut ActualStateOfWorld,
+        volume: &UniqueVolumeName,
+        pod: &str,
+        state: MountState,
+    ) {
+        let m = PodMount {
+            outer_name: "v".into(),
+            mount_path: format!("/r/pods/{pod}/v").into(),
+            kind: TargetKind::Mount,
+            selinux: SeLinuxState::WithoutContext,
+        };
+        match state {
+            MountState::Mounted => asw.mark_volume_mounted(volume, &uid(pod), m).unwrap(),
+            _ => asw.mark_volume_uncertain(volume, &uid(pod), m).unwrap(),
+        }
+    }
+
+    fn add_local(
+        asw: &mut ActualStateOfWorld,
+        volume: &UniqueVolumeName,
+        device: Option<MountState>,
+    ) {
+        asw.add_volume(
+            volume.clone(),
+            crate::model::PluginName::LocalVolume,
+            "pv1",
+            Some(local()),
+            None,
+        );
+        let dm = DeviceMount {
+            device_path: Some("/dev/loop0".into()),
+            mount_path: "/r/plugins/kubernetes.io/local-volume/mounts/pv1".into(),
+            selinux: None,
+        };
+        match device {
+            Some(MountState::Mounted) => asw.mark_device_mounted(volume, dm).unwrap(),
+            Some(MountState::Uncertain) => asw.mark_device_uncertain(volume, dm).unwrap(),
+            _ => {}
+        }
+    }
+
+    fn names(p: &Plan) -> Vec<String> {
+        p.actions
+            .iter()
+            .map(|a| match a {
+                Action::Mount { want, mount_device } => {
+                    format!(
+                        "mount {} {}{}",
+                        want.volume,
+                        want.pod,
+                        if *mount_device { " +device" } else { "" }
+                    )
+                }
+                Action::TearDown { volume, pod } => format!("teardown {volume} {pod}"),
+                Action::UnmountDevice { volume } => format!("unmount_device {volume}"),
+                Action::Forget { volume } => format!("forget {volume}"),
+            })
+            .collect()
+    }
+
+    const PV: &str = "kubernetes.io/local-volume/pv1";
+
+    #[test]
+    fn plan_table() {
+        struct Row {
+            name: &'static str,
+            populated: bool,
+            setup: fn(&mut DesiredStateOfWorld, &mut ActualStateOfWorld),
+            want: Vec<String>,
+        }
+        let pv = || UniqueVolumeName::from_raw(PV);
+        let rows = vec![
+            Row {
+                name: "new local PV: device then setup",
+                populated: false,
+                setup: |d, _| {
+                    want(d, "a", local(), "pv1");
+                },
+                want: vec![format!("mount {PV} a +device")],
+            },
+            Row {
+                name: "device mounted: setup only",
+                populated: false,
+                setup: |d, a| {
+                    let v = want(d, "a", local(), "pv1");
+                    add_local(a, &v, Some(MountState::Mounted));
+                },
+                want: vec![format!("mount {PV} a")],
+            },
+            Row {
+                name: "device uncertain: mount device again",
+                populated: false,
+                setup: |d, a| {
+                    let v = want(d, "a", local(), "pv1");
+                    add_local(a, &v, Some(MountState::Uncertain));
+                },
+                want: vec![format!("mount {PV} a +device")],
+            },
+            Row {
+                name: "already mounted: nothing",
+                populated: true,
+                setup: |d, a| {
+                    let v = want(d, "a", local(), "pv1");
+                    add_local(a, &v, Some(MountState::Mounted));
+                    mounted_pod(a, &v, "a", MountState::Mounted);
+                },
+                want: vec![],
+            },
+            Row {
+                name: "uncertain pod target: set up again",
+                populated: true,
+                setup: |d, a| {
+                    let v = want(d, "a", local(), "pv1");
+                    add_local(a, &v, Some(MountState::Mounted));
+                    mounted_pod(a, &v, "a", MountState::Uncertain);
+                },
+                want: vec![format!("mount {PV} a")],
+            },
+            Row {
+                name: "tmpfs emptyDir has no device target",
+                populated: false,
+                setup: |d, _| {
+                    want(d, "a", tmpfs(), "cache");
+                },
+                want: vec!["mount kubernetes.io/empty-dir/a-cache a".into()],
+            },
+            Row {
+                name: "unwanted pod target is kept until populated",
+                populated: false,
+                setup: |_, a| {
+                    add_local(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        Some(MountState::Mounted),
+                    );
+                    mounted_pod(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        "gone",
+                        MountState::Mounted,
+                    );
+                },
+                want: vec![],
+            },
+            Row {
+                name: "unwanted pod target torn down once populated",
+                populated: true,
+                setup: |_, a| {
+                    add_local(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        Some(MountState::Mounted),
+                    );
+                    mounted_pod(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        "gone",
+                        MountState::Uncertain,
+                    );
+                },
+                want: vec![format!("teardown {PV} gone")],
+            },
+            Row {
+                name: "shared device stays while another pod uses it",
+                populated: true,
+                setup: |d, a| {
+                    let v = want(d, "b", local(), "pv1");
+                    add_local(a, &v, Some(MountState::Mounted));
+                    mounted_pod(a, &v, "gone", MountState::Mounted);
+                    mounted_pod(a, &v, "b", MountState::Mounted);
+                },
+                want: vec![format!("teardown {PV} gone")],
+            },
+            Row {
+                name: "device with no pods and no want: unmounted",
+                populated: true,
+                setup: |_, a| {
+                    add_local(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        Some(MountState::Mounted),
+                    )
+                },
+                want: vec![format!("unmount_device {PV}")],
+            },
+            Row {
+                name: "device with no pods kept before populated (k8s #85476 is after)",
+                populated: false,
+                setup: |_, a| {
+                    add_local(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        Some(MountState::Mounted),
+                    )
+                },
+                want: vec![],
+            },
+            Row {
+                name: "device with no pods but wanted: kept, pod mounted",
+                populated: true,
+                setup: |d, a| {
+                    let v = want(d, "a", local(), "pv1");
+                    add_local(a, &v, Some(MountState::Mounted));
+                },
+                want: vec![format!("mount {PV} a")],
+            },
+            Row {
+                name: "nothing left: forget",
+                populated: true,
+                setup: |_, a| add_local(a, &UniqueVolumeName::from_raw(PV), None),
+                want: vec![format!("forget {PV}")],
+            },
+        ];
+        let _ = pv;
+        for row in rows {
+            let mut d = DesiredStateOfWorld::new();
+            let mut a = ActualStateOfWorld::new();
+            (row.setup)(&mut d, &mut a);
+            if row.populated {
+                d.mark_sources_ready();
+            }
+            let p = plan(&d, &a, &|_| false);
+            assert_eq!(names(&p), row.want, "{}", row.name);
+        }
+    }
+
+    #[test]
+    fn busy_keys_are_left_for_later() {
+        let mut d = DesiredStateOfWorld::new();
+        let a = ActualStateOfWorld::new();
+        want(&mut d, "a", local(), "pv1");
+        want(&mut d, "b", tmpfs(), "cache");
+        let p = plan(&d, &a, &|k| k.volume.as_str() == PV);
+        assert_eq!(
+            names(&p),
+            vec!["mount kubernetes.io/empty-dir/b-cache b".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_label_still_mounted_blocks_the_new_pod() {
+        use crate::model::SeLinuxContext;
+        let mut d = DesiredStateOfWorld::new();
+        let mut a = ActualStateOfWorld::new();
+        let v = UniqueVolumeName::from_raw(PV);
+        let label = SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap();
+        let pv = PodVolume {
+            volume: v.clone(),
+            spec_name: "pv1".into(),
+            outer_name: "pv1".into(),
+            spec: local(),
+            selinux: Some(label.clone()),
+        };
+        d.add_pod_to_volume(
+            &uid("new"),
+            pv,
+            LabelCheck {
+                original: Some(label),
+                strict: true,
+            },
+        )
+        .unwrap();
+        add_local(&mut a, &v, None);
+        a.mark_device_mounted(
+            &v,
+            DeviceMount {
+                device_path: None,
+                mount_path: "/r/m".into(),
+                selinux: Some(SeLinuxContext::parse("u:r:t:s0:c3,c4").unwrap()),
+            },
+        )
+        .unwrap();
+        let p = plan(&d, &a, &|_| false);
+        assert!(p.actions.is_empty(), "{:?}", names(&p));
+        assert_eq!(p.blocked.len(), 1);
+        assert!(
+            p.blocked[0]
+                .error
+                .to_string()
+                .contains("different SELinux label"),
+            "{}",
+            p.blocked[0].error
+        );
+    }
+}
