@@ -91,7 +91,7 @@ pub fn plan(
 ) -> Plan {
     let mut out = Plan::default();
     let populated = dsw.is_populated();
-    let mut push = |out: &mut Plan, a: Action| {
+    let push = |out: &mut Plan, a: Action| {
         if !busy(&a.key()) {
             out.actions.push(a);
         }
@@ -288,7 +288,6 @@ mod tests {
             setup: fn(&mut DesiredStateOfWorld, &mut ActualStateOfWorld),
             want: Vec<String>,
         }
-        let pv = || UniqueVolumeName::from_raw(PV);
         let rows = vec![
             Row {
                 name: "new local PV: device then setup",
@@ -431,7 +430,6 @@ mod tests {
                 want: vec![format!("forget {PV}")],
             },
         ];
-        let _ = pv;
         for row in rows {
             let mut d = DesiredStateOfWorld::new();
             let mut a = ActualStateOfWorld::new();
