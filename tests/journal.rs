@@ -427,3 +427,19 @@ fn child_open_reports_busy() {
         other => println!("UNEXPECTED {:?}", other.map(|_| ())),
     }
 }
+
+#[test]
+fn current_reads_the_open_journal_like_a_reopen_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    workload(&j, 30);
+    j.checkpoint().unwrap();
+    workload(&j, 12);
+    let live = j.current("node-a").unwrap();
+    drop(j);
+    let (_, reopened) = Journal::open(&cfg(dir.path())).unwrap();
+    assert_eq!(live.tail, reopened.tail);
+    assert_eq!(live.checkpoint, reopened.checkpoint);
+    assert_eq!(live.state, reopened.state);
+    assert_eq!(live.tail.len(), 12);
+}

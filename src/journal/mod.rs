@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use open::{Corruption, Replay};
+pub use open::{CheckpointInfo, Corruption, Replay};
 pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
 
 use commit::GroupCommit;
@@ -455,6 +455,69 @@ impl Journal {
         self.flush_through(through).map_err(|reason| {
             self.commit.fail(reason.clone());
             closed(reason)
+        })
+    }
+
+    /// What `dump` would show, read from the open journal: the checkpoint
+    /// info, the records after it, and the live state. For the daemon's
+    /// `/debug/journal`, while it holds sled's lock.
+    pub fn current(&self, node_name: &str) -> Result<Replay, JournalError> {
+        let read_err = |source| JournalError::Write {
+            what: "read back",
+            path: self.dir.clone(),
+            source,
+        };
+        let state = self.state();
+        let checkpoint = self
+            .checkpoint
+            .get(open::CHECKPOINT_KEY)
+            .map_err(read_err)?
+            .and_then(|v| {
+                let seq = v
+                    .get(8..16)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_le_bytes)?;
+                let payload = envelope::open(self.journal_id, Kind::Checkpoint, seq, &v).ok()?;
+                let ck: CheckpointV1 = record::decode(payload).ok()?;
+                Some(open::CheckpointInfo {
+                    through_seq: ck.through_seq,
+                    wall_time_ns: ck.wall_time_ns,
+                    entries: ck.entries.len(),
+                })
+            });
+        let mut tail = Vec::new();
+        let mut corruption = None;
+        for kv in self.records.iter() {
+            let (k, v) = kv.map_err(read_err)?;
+            let Ok(key) = <[u8; 8]>::try_from(k.as_ref()) else {
+                continue;
+            };
+            let seq = u64::from_be_bytes(key);
+            if checkpoint.as_ref().is_some_and(|c| seq <= c.through_seq) {
+                continue;
+            }
+            let decoded = envelope::open(self.journal_id, Kind::Record, seq, &v)
+                .map_err(|e| e.to_string())
+                .and_then(|p| record::decode::<RecordV1>(p).map_err(|e| e.to_string()))
+                .and_then(|r| Record::try_from(&r).map_err(|e| e.to_string()));
+            match decoded {
+                Ok(r) => tail.push(r),
+                Err(reason) => {
+                    corruption = Some(Corruption { seq, reason });
+                    break;
+                }
+            }
+        }
+        Ok(Replay {
+            state,
+            tail,
+            checkpoint,
+            corruption,
+            quarantined: Vec::new(),
+            lost_tail: None,
+            created: false,
+            node_name: node_name.to_owned(),
+            schema_version: SCHEMA_VERSION,
         })
     }
 
