@@ -108,12 +108,27 @@
 //!
 //! The label is then compared on its own (row `selinux_label_differs`).
 //!
-//! *Invariant:* this module does no I/O. Everything it knows arrives in
-//! [`MergeInput`]; the I/O edges (reading mountinfo, scanning pod dirs,
-//! opening the journal) live elsewhere and fill it.
+//! # The I/O edge
+//!
+//! [`edge`] fills the [`MergeInput`] from one mount-table read, the pod-dir
+//! scan and the journal, runs [`merge`] and, in the daemon, records the
+//! decisions ([`edge::reconstruct_and_record`]); [`devices`] resolves
+//! device paths to major:minor; [`inspect`] reads a journal for
+//! `reconstruct --dry-run` without changing it (a copy when the daemon holds
+//! it); [`report`] renders the dry run's document.
+//!
+//! *Invariant:* the merge (this file, `classify`, `apply`) does no I/O.
+//! Everything it knows arrives in [`MergeInput`]; only `edge`, `devices` and
+//! `inspect` touch the host or the journal, and none of them mounts,
+//! unmounts or deletes.
 
 mod apply;
 mod classify;
+pub mod devices;
+pub mod edge;
+mod error;
+pub mod inspect;
+pub mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -124,8 +139,9 @@ use crate::model::{
     TargetRef, UniqueVolumeName,
 };
 
-pub use apply::{ReconstructError, apply_to_asw, to_journal_records};
+pub use apply::{apply_to_asw, to_journal_records};
 pub use classify::{Boot, HostSays, JournalSays, Reason, context_from_super_options};
+pub use error::ReconstructError;
 
 /// One mount the mount table shows at a target's path (the top-most one).
 #[derive(Debug, Clone, PartialEq, Eq)]
