@@ -129,7 +129,8 @@ struct ReconstructArgs {
     /// `off` ignores the journal, as `run --journal off` does (KEP-3756).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     journal: OnOff,
-    /// Replay a captured mount table instead of /proc/self/mountinfo.
+    /// Replay a captured mount table instead of /proc/self/mountinfo
+    /// (directories and vol_data.json are still read under --root-dir).
     #[arg(long)]
     mountinfo: Option<PathBuf>,
     /// Output format.

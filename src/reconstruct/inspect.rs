@@ -229,3 +229,78 @@ fn copy_file(from: &Path, to: &Path) -> Result<(), ReconstructError> {
             source,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Body, Journal, JournalConfig, OpResult};
+    use crate::model::{
+        Operation, PluginName, PodUid, Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    };
+
+    const BOOT: &str = "boot-a";
+
+    fn params() -> TargetParams {
+        let pod = PodUid::new("p1").unwrap();
+        TargetParams {
+            volume: UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
+            plugin: PluginName::EmptyDir,
+            spec_name: "cache".into(),
+            target: TargetRef::Pod(pod),
+            kind: TargetKind::Dir,
+            device_path: None,
+            device_mount_path: None,
+            pod_mount_path: Some("/r/pods/p1/volumes/kubernetes.io~empty-dir/cache".into()),
+            selinux: None,
+            mount_options: vec![],
+            fs_type: None,
+        }
+    }
+
+    #[test]
+    fn no_journal_yet_reads_as_an_empty_journal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("none");
+        let seen = inspect_journal(&dir, BOOT);
+        assert!(matches!(
+            &seen,
+            InspectedJournal::Read { state, from: ReadFrom::NoJournalYet, .. } if state.is_empty()
+        ));
+        assert_eq!(seen.input().as_str(), "on");
+        assert!(!dir.exists(), "inspection created nothing");
+    }
+
+    #[test]
+    fn a_copy_opens_while_the_original_is_held() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let (held, _) = Journal::open(&JournalConfig::new(&dir, "n", BOOT)).unwrap();
+        let intent_seq = held
+            .append(Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Multi,
+                target: params(),
+            })
+            .unwrap();
+        held.append(Body::Outcome {
+            intent_seq,
+            op: Operation::SetUp,
+            result: OpResult::Success,
+            observed: None,
+        })
+        .unwrap();
+        let seen = inspect_journal(&dir, BOOT);
+        let InspectedJournal::Read { state, from, .. } = &seen else {
+            panic!("unreadable: {seen:?}");
+        };
+        assert_eq!(*from, ReadFrom::Copy);
+        assert_eq!(state.len(), 1);
+        assert!(seen.note(&dir).unwrap().contains("read from a copy"));
+        // Still held: our copy took no lock on the original.
+        assert!(matches!(
+            Journal::open(&JournalConfig::inspect(&dir, BOOT)),
+            Err(e) if e.category() == Category::Busy
+        ));
+        drop(held);
+    }
+}
