@@ -18,7 +18,7 @@
 //!   is a directory with nothing mounted on it (`lstat`: a symlink is not a
 //!   directory).
 //! - `device_ids`: every device path the journal names, through
-//!   [`devices::device_id`](super::devices::device_id); unresolved ones are
+//!   [`super::devices::device_id`]; unresolved ones are
 //!   simply absent.
 //!
 //! The table is read once (the live `/proc/self/mountinfo`, or a captured

@@ -108,19 +108,12 @@
 //!
 //! The label is then compared on its own (row `selinux_label_differs`).
 //!
-//! # The I/O edge
-//!
-//! [`edge`] fills the [`MergeInput`] from one mount-table read, the pod-dir
-//! scan and the journal, runs [`merge`] and, in the daemon, records the
-//! decisions ([`edge::reconstruct_and_record`]); [`devices`] resolves
-//! device paths to major:minor; [`inspect`] reads a journal for
-//! `reconstruct --dry-run` without changing it (a copy when the daemon holds
-//! it); [`report`] renders the dry run's document.
-//!
-//! *Invariant:* the merge (this file, `classify`, `apply`) does no I/O.
-//! Everything it knows arrives in [`MergeInput`]; only `edge`, `devices` and
-//! `inspect` touch the host or the journal, and none of them mounts,
-//! unmounts or deletes.
+//! *Invariant:* the merge (this file, `classify`, `apply`) does no I/O;
+//! everything it knows arrives in [`MergeInput`]. The I/O edges fill it:
+//! [`edge`] (host scan + journal → merge → records and ASW), [`devices`]
+//! (device paths → major:minor), [`inspect`] (a journal read for the dry
+//! run, never changed) and [`report`] (the dry run's document). None of
+//! them mounts, unmounts or deletes.
 
 mod apply;
 mod classify;
