@@ -7,6 +7,7 @@ pub mod dump;
 pub mod failpoint;
 pub mod host;
 pub mod journal;
+pub mod metrics;
 pub mod model;
 pub mod reconciler;
 pub mod reconstruct;

@@ -7,13 +7,18 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use volumed::host::boot::read_boot_id;
 use volumed::journal::{Category, Journal, JournalConfig};
-use volumed::model::UniqueVolumeName;
+use volumed::model::{Layout, UniqueVolumeName};
+use volumed::reconstruct::edge::{self, HostInput, JournalInput};
+use volumed::reconstruct::inspect::{InspectedJournal, inspect_journal};
+use volumed::reconstruct::report::render_table;
 
 /// The default `--listen` address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
 const DEFAULT_ROOT: &str = "/var/lib/kubelet";
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,6 +37,8 @@ enum Command {
     Run(RunArgs),
     /// Print the journal's records and the state they imply.
     Dump(DumpArgs),
+    /// Show what a restart would decide right now, per target (`--dry-run`).
+    Reconstruct(ReconstructArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -101,6 +108,34 @@ struct DumpArgs {
     /// Only this unique volume name (exact).
     #[arg(long)]
     volume: Option<String>,
+    /// Test only: read the boot id from this file.
+    #[arg(long, hide = true)]
+    boot_id_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ReconstructArgs {
+    /// Required: only report what a restart would decide; change no mount
+    /// and no journal record. (The real reconstruction runs inside `volumed run`.)
+    #[arg(long)]
+    dry_run: bool,
+    /// The kubelet root dir (pods/ and plugins/ live under it).
+    #[arg(long, default_value = DEFAULT_ROOT)]
+    root_dir: PathBuf,
+    /// The journal dir [default: <root-dir>/volumed]. Read without changing
+    /// its records; when a running daemon holds it, a copy is read.
+    #[arg(long)]
+    journal_dir: Option<PathBuf>,
+    /// `off` ignores the journal, as `run --journal off` does (KEP-3756).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    journal: OnOff,
+    /// Replay a captured mount table instead of /proc/self/mountinfo
+    /// (directories and vol_data.json are still read under --root-dir).
+    #[arg(long)]
+    mountinfo: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
     /// Test only: read the boot id from this file.
     #[arg(long, hide = true)]
     boot_id_file: Option<PathBuf>,
@@ -226,12 +261,53 @@ fn dump(args: DumpArgs) -> Result<()> {
     Ok(())
 }
 
+/// `reconstruct --dry-run`: the merge over the journal (read, or a copy of
+/// it) and one read of the mount table, printed; nothing is changed.
+fn reconstruct(args: ReconstructArgs) -> Result<()> {
+    if !args.dry_run {
+        bail!(
+            "reconstruction runs inside `volumed run` at startup; `volumed reconstruct` only shows what it would decide: add --dry-run"
+        );
+    }
+    let boot = read_boot_id(args.boot_id_file.as_deref()).context("reconstruct --dry-run")?;
+    let journal_dir = args
+        .journal_dir
+        .unwrap_or_else(|| args.root_dir.join("volumed"));
+    let mountinfo = args
+        .mountinfo
+        .unwrap_or_else(|| PathBuf::from(LIVE_MOUNTINFO));
+    let table = edge::read_mount_table(&mountinfo).context("reconstruct --dry-run")?;
+    let inspected = match args.journal {
+        OnOff::On => Some(inspect_journal(&journal_dir, boot.as_str())),
+        OnOff::Off => None,
+    };
+    let input = inspected
+        .as_ref()
+        .map_or(JournalInput::Off, InspectedJournal::input);
+    let layout = Layout::new(&args.root_dir);
+    let host = HostInput {
+        layout: &layout,
+        table: &table,
+        boot_id: &boot,
+    };
+    let mut report = edge::reconstruct(&host, input).report;
+    if let Some(note) = inspected.as_ref().and_then(|i| i.note(&journal_dir)) {
+        report.journal_note = Some(note);
+    }
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Table => print!("{}", render_table(&report)),
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match cli.command {
         Command::Run(a) => run(a),
         Command::Dump(a) => dump(a),
+        Command::Reconstruct(a) => reconstruct(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

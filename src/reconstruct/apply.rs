@@ -1,25 +1,10 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
-use crate::journal::{Body, TargetKey};
+use crate::journal::Body;
 use crate::model::{MountState, SeLinuxContext, TargetRef};
-use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState, StateError};
+use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState};
 
-use super::{Decision, MergeOutput};
-
-/// Errors from [`apply_to_asw`]; each concerns one decision, and the other
-/// decisions are still applied.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReconstructError {
-    /// a decision whose parameters name no path for its target
-    #[error("apply decision for {} ({:?}): no target path in its parameters", .key.volume, .key.target)]
-    NoTargetPath {
-        /// the target
-        key: TargetKey,
-    },
-    /// the ASW refused a mark
-    #[error("apply decision to the actual state of world")]
-    Asw(#[from] StateError),
-}
+use super::{Decision, MergeOutput, ReconstructError};
 
 /// One `Reconstructed` record per decision, so that replaying them makes the
 /// journal's state equal to the decisions (and to the ASW). Failed rebuilds

@@ -108,12 +108,20 @@
 //!
 //! The label is then compared on its own (row `selinux_label_differs`).
 //!
-//! *Invariant:* this module does no I/O. Everything it knows arrives in
-//! [`MergeInput`]; the I/O edges (reading mountinfo, scanning pod dirs,
-//! opening the journal) live elsewhere and fill it.
+//! *Invariant:* the merge (this file, `classify`, `apply`) does no I/O;
+//! everything it knows arrives in [`MergeInput`]. The I/O edges fill it:
+//! [`edge`] (host scan + journal → merge → records and ASW), [`devices`]
+//! (device paths → major:minor), [`inspect`] (a journal read for the dry
+//! run, never changed) and [`report`] (the dry run's document). None of
+//! them mounts, unmounts or deletes.
 
 mod apply;
 mod classify;
+pub mod devices;
+pub mod edge;
+mod error;
+pub mod inspect;
+pub mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -124,8 +132,9 @@ use crate::model::{
     TargetRef, UniqueVolumeName,
 };
 
-pub use apply::{ReconstructError, apply_to_asw, to_journal_records};
+pub use apply::{apply_to_asw, to_journal_records};
 pub use classify::{Boot, HostSays, JournalSays, Reason, context_from_super_options};
+pub use error::ReconstructError;
 
 /// One mount the mount table shows at a target's path (the top-most one).
 #[derive(Debug, Clone, PartialEq, Eq)]

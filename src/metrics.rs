@@ -1,0 +1,358 @@
+//! The metrics volumed exports on `/metrics`: the kubelet's exact names and
+//! labels (DESIGN.md "Metrics"), plus volumed's own `volumed_*` series.
+//!
+//! One [`Metrics`] owns one prometheus [`Registry`]. Metrics are grouped by
+//! the subsystem that increments them, one struct of typed handles per group
+//! (today [`ReconstructMetrics`]); [`Metrics::new`] creates every group and
+//! registers every handle in one place, so a metric that exists is a metric
+//! that is exported. The daemon's metrics (volume manager gauges, storage
+//! operation durations, orphan cleanup, …) slot in as further groups.
+//!
+//! # Reconstruction counters
+//!
+//! - `reconstruct_volume_operations_total` (counter, no labels): the kubelet
+//!   increments it once per pod volume dir it tries to reconstruct, failed
+//!   or not. volumed counts the same: +1 per **pod** target found on the
+//!   host (mounted, or its directory present — decided or failed). Device
+//!   targets and targets only the journal knows are not reconstructions the
+//!   kubelet would count; they show up in `volumed_reconstruct_decisions_total`.
+//! - `reconstruct_volume_operations_errors_total` (counter, no labels): +1
+//!   per pod target found on the host that could not be rebuilt (unknown
+//!   plugin, missing `vol_data.json`), as the kubelet counts its failures.
+//!   Always ≤ the total above.
+//! - `volumed_reconstruct_decisions_total{target, result, reason}`: +1 per
+//!   decision, `target` `device`|`pod`, `result` `mounted`|`uncertain`|
+//!   `not_mounted`, `reason` the merge-table row ([`Reason::as_str`]). A
+//!   target that could not be rebuilt counts as `result="uncertain",
+//!   reason="rebuild_failed"`: it may still be mounted, and forced cleanup
+//!   treats it so. Every label combination is created at zero up front, so
+//!   the series exist before the first reconstruction.
+//!
+//! *Invariant:* only this module knows the prometheus crate; callers record
+//! through functions taking domain types.
+
+use prometheus::{Encoder, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
+
+use crate::model::{MountState, TargetRef};
+use crate::reconstruct::{HostSays, MergeOutput, Reason};
+
+/// Errors of the metrics module.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// creating or registering a metric failed (a duplicate or invalid name)
+    #[error("register metric {name}")]
+    Register {
+        /// the metric's name
+        name: &'static str,
+        /// the cause
+        #[source]
+        source: prometheus::Error,
+    },
+}
+
+/// The reconstruction metrics (see the module doc for what they count).
+#[derive(Debug, Clone)]
+pub struct ReconstructMetrics {
+    /// `reconstruct_volume_operations_total`
+    pub operations_total: IntCounter,
+    /// `reconstruct_volume_operations_errors_total`
+    pub operations_errors_total: IntCounter,
+    /// `volumed_reconstruct_decisions_total{target,result,reason}`
+    pub decisions_total: IntCounterVec,
+}
+
+/// Every metric volumed exports, registered in one registry.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// reconstruction
+    pub reconstruct: ReconstructMetrics,
+}
+
+const OPERATIONS_TOTAL: &str = "reconstruct_volume_operations_total";
+const OPERATIONS_ERRORS_TOTAL: &str = "reconstruct_volume_operations_errors_total";
+const DECISIONS_TOTAL: &str = "volumed_reconstruct_decisions_total";
+const TARGETS: [&str; 2] = ["device", "pod"];
+const RESULTS: [MountState; 3] = [
+    MountState::Mounted,
+    MountState::Uncertain,
+    MountState::NotMounted,
+];
+
+/// Creates a metric and registers it, naming it in the error.
+fn register<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    name: &'static str,
+    make: impl FnOnce() -> prometheus::Result<M>,
+) -> Result<M, MetricsError> {
+    let err = |source| MetricsError::Register { name, source };
+    let metric = make().map_err(err)?;
+    registry.register(Box::new(metric.clone())).map_err(err)?;
+    Ok(metric)
+}
+
+impl ReconstructMetrics {
+    fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let operations_total = register(registry, OPERATIONS_TOTAL, || {
+            IntCounter::new(
+                OPERATIONS_TOTAL,
+                "Pod volume dirs found on the host that startup tried to reconstruct, whether it succeeded or not.",
+            )
+        })?;
+        let operations_errors_total = register(registry, OPERATIONS_ERRORS_TOTAL, || {
+            IntCounter::new(
+                OPERATIONS_ERRORS_TOTAL,
+                "Pod volume dirs found on the host that startup could not reconstruct.",
+            )
+        })?;
+        let decisions_total = register(registry, DECISIONS_TOTAL, || {
+            IntCounterVec::new(
+                Opts::new(
+                    DECISIONS_TOTAL,
+                    "Reconstruction decisions per target, by decided state and merge-table reason.",
+                ),
+                &["target", "result", "reason"],
+            )
+        })?;
+        for target in TARGETS {
+            for result in RESULTS {
+                for reason in Reason::ALL {
+                    decisions_total.with_label_values(&[target, result.as_str(), reason.as_str()]);
+                }
+            }
+        }
+        Ok(Self {
+            operations_total,
+            operations_errors_total,
+            decisions_total,
+        })
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let reconstruct = ReconstructMetrics::new(&registry)?;
+        Ok(Self {
+            registry,
+            reconstruct,
+        })
+    }
+
+    /// The registry (for the HTTP server).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+fn target_label(t: &TargetRef) -> &'static str {
+    match t {
+        TargetRef::Device => "device",
+        TargetRef::Pod(_) => "pod",
+    }
+}
+
+/// Counts one reconstruction's decisions and failures.
+pub fn record_reconstruction(metrics: &Metrics, out: &MergeOutput) {
+    let m = &metrics.reconstruct;
+    for d in &out.decisions {
+        m.decisions_total
+            .with_label_values(&[d.target_label(), d.result.as_str(), d.reason.as_str()])
+            .inc();
+        if matches!(d.key.target, TargetRef::Pod(_)) && found_on_host(out, d) {
+            m.operations_total.inc();
+        }
+    }
+    for f in &out.failed {
+        m.decisions_total
+            .with_label_values(&[
+                target_label(&f.target),
+                MountState::Uncertain.as_str(),
+                f.reason().as_str(),
+            ])
+            .inc();
+        if matches!(f.target, TargetRef::Pod(_)) {
+            m.operations_total.inc();
+            m.operations_errors_total.inc();
+        }
+    }
+}
+
+/// Whether the host showed something at a decided target: a mount, a
+/// directory, or a mount-point dir left behind.
+fn found_on_host(out: &MergeOutput, d: &crate::reconstruct::Decision) -> bool {
+    d.observed.is_some()
+        || d.host_says == HostSays::DirPresent
+        || out
+            .orphan_leftovers
+            .iter()
+            .any(|l| l.key == d.key && l.dir_present)
+}
+
+/// Every registered metric in the text exposition format.
+pub fn gather_text(metrics: &Metrics) -> String {
+    let mut buf = Vec::new();
+    // Encoding into a Vec fails only on a metric family the encoder cannot
+    // represent, which our registrations never produce; an empty answer is
+    // better than a panic on /metrics.
+    if let Err(e) = TextEncoder::new().encode(&metrics.registry.gather(), &mut buf) {
+        tracing::error!(error = %e, "encode metrics");
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::TargetKey;
+    use crate::model::{
+        MountIdentity, PluginName, PodUid, TargetKind, TargetParams, UniqueVolumeName,
+    };
+    use crate::reconstruct::{
+        Boot, Decision, FailedTarget, HostObservation, JournalSays, Leftover, RebuildFailure,
+    };
+
+    fn decision(target: TargetRef, result: MountState, reason: Reason, seen: bool) -> Decision {
+        let volume = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
+        Decision {
+            key: TargetKey {
+                volume: volume.clone(),
+                target: target.clone(),
+            },
+            kind: TargetKind::Mount,
+            journal_says: JournalSays::MountedWith,
+            host_says: if seen {
+                HostSays::Matches
+            } else {
+                HostSays::Absent
+            },
+            boot: Boot::Same,
+            result,
+            reason,
+            params: TargetParams {
+                volume,
+                plugin: PluginName::LocalVolume,
+                spec_name: "pv1".into(),
+                target,
+                kind: TargetKind::Mount,
+                device_path: None,
+                device_mount_path: None,
+                pod_mount_path: None,
+                selinux: None,
+                mount_options: vec![],
+                fs_type: None,
+            },
+            observed: seen.then(|| MountIdentity {
+                dev: crate::model::DevId { major: 7, minor: 0 },
+                root: "/".into(),
+                fs_type: "ext4".into(),
+                read_only: false,
+                selinux: None,
+            }),
+        }
+    }
+
+    fn line_value(text: &str, series: &str) -> Option<String> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
+    }
+
+    #[test]
+    fn every_series_exists_before_any_reconstruction() {
+        let m = Metrics::new().unwrap();
+        let text = gather_text(&m);
+        assert_eq!(line_value(&text, OPERATIONS_TOTAL).as_deref(), Some("0"));
+        assert_eq!(
+            line_value(&text, OPERATIONS_ERRORS_TOTAL).as_deref(),
+            Some("0")
+        );
+        let decisions = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{DECISIONS_TOTAL}{{")))
+            .count();
+        assert_eq!(decisions, 2 * 3 * Reason::ALL.len());
+    }
+
+    #[test]
+    fn record_reconstruction_counts_pod_dirs_failures_and_decisions() {
+        let pod = |s: &str| TargetRef::Pod(PodUid::new(s).unwrap());
+        let gone = decision(
+            pod("p3"),
+            MountState::NotMounted,
+            Reason::HostLeftover,
+            false,
+        );
+        let out = MergeOutput {
+            decisions: vec![
+                decision(
+                    TargetRef::Device,
+                    MountState::Mounted,
+                    Reason::MountedMatches,
+                    true,
+                ),
+                decision(pod("p1"), MountState::Mounted, Reason::MountedMatches, true),
+                decision(
+                    pod("p2"),
+                    MountState::NotMounted,
+                    Reason::UnmountedOutside,
+                    false,
+                ),
+                gone.clone(),
+            ],
+            failed: vec![FailedTarget {
+                path: "/r/pods/p4/volumes/kubernetes.io~secret/s".into(),
+                target: pod("p4"),
+                plugin_name: "kubernetes.io/secret".into(),
+                spec_name: "s".into(),
+                cause: RebuildFailure::UnknownPlugin,
+                observation: HostObservation::DirPresent,
+            }],
+            orphan_leftovers: vec![Leftover {
+                key: gone.key.clone(),
+                path: "/r/pods/p3/x".into(),
+                dir_present: true,
+            }],
+            ..MergeOutput::default()
+        };
+        let m = Metrics::new().unwrap();
+        record_reconstruction(&m, &out);
+        let text = gather_text(&m);
+        // p1 (mounted), p3 (its dir is there), p4 (failed); not p2 (absent), not the device.
+        assert_eq!(line_value(&text, OPERATIONS_TOTAL).as_deref(), Some("3"));
+        assert_eq!(
+            line_value(&text, OPERATIONS_ERRORS_TOTAL).as_deref(),
+            Some("1")
+        );
+        let series = |t: &str, r: &str, why: &str| {
+            line_value(
+                &text,
+                &format!(r#"{DECISIONS_TOTAL}{{reason="{why}",result="{r}",target="{t}"}}"#),
+            )
+        };
+        assert_eq!(
+            series("device", "mounted", "mounted_matches").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            series("pod", "mounted", "mounted_matches").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            series("pod", "not_mounted", "unmounted_outside").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            series("pod", "not_mounted", "host_leftover").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            series("pod", "uncertain", "rebuild_failed").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            series("device", "uncertain", "rebuilt_from_host").as_deref(),
+            Some("0")
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! Device paths named by the journal → the major:minor the mount table
+//! shows ([`MergeInput::device_ids`](super::MergeInput::device_ids)).
+//!
+//! The merge compares mounts by identity, not path strings, so a journal
+//! that recorded `/dev/disk/by-uuid/…` or `/dev/loop3` must resolve to the
+//! `7:3` in mountinfo's third field. `stat` follows the `/dev/disk/by-*`
+//! symlinks for us; a block device's `st_rdev` is its number. A regular
+//! file recorded as a device path (a local PV backed by an image file) is
+//! resolved through the loop device the kernel attached it to
+//! (`/sys/block/loop*/loop/backing_file`). Anything else — a directory
+//! (the source of a bind), a missing path, a character device — is left out
+//! of the map, and the merge falls back to comparing the mount source
+//! lexically, where "unconfirmed" means "differs".
+//!
+//! *Invariant:* read-only: `stat`, `readlink`-free, reads of sysfs files.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::model::DevId;
+
+/// Where the kernel lists block devices.
+const SYS_BLOCK: &str = "/sys/block";
+
+/// A `dev_t` as major:minor (glibc's encoding, which the kernel's
+/// `new_encode_dev` matches for every number it hands out).
+pub fn dev_id_of(rdev: u64) -> DevId {
+    let major = nix::sys::stat::major(rdev);
+    let minor = nix::sys::stat::minor(rdev);
+    DevId {
+        major: u32::try_from(major).unwrap_or(u32::MAX),
+        minor: u32::try_from(minor).unwrap_or(u32::MAX),
+    }
+}
+
+/// The device number `path` stands for: a block device's own number
+/// (following symlinks), or the loop device backed by a regular file.
+/// `None` when it is neither, or cannot be `stat`ed.
+pub fn device_id(path: &Path) -> Option<DevId> {
+    device_id_in(path, Path::new(SYS_BLOCK))
+}
+
+fn device_id_in(path: &Path, sys_block: &Path) -> Option<DevId> {
+    let md = fs::metadata(path).ok()?;
+    let kind = md.file_type();
+    if kind.is_block_device() {
+        Some(dev_id_of(md.rdev()))
+    } else if kind.is_file() {
+        loop_backed_by(&fs::canonicalize(path).ok()?, sys_block)
+    } else {
+        None
+    }
+}
+
+/// The loop device whose backing file is `file` (canonical), from sysfs.
+fn loop_backed_by(file: &Path, sys_block: &Path) -> Option<DevId> {
+    for dev in fs::read_dir(sys_block).ok()?.flatten() {
+        let name = dev.file_name();
+        if !name.to_string_lossy().starts_with("loop") {
+            continue;
+        }
+        let dir = dev.path();
+        let Ok(backing) = fs::read_to_string(dir.join("loop").join("backing_file")) else {
+            continue;
+        };
+        if Path::new(backing.trim_end_matches('\n')) != file {
+            continue;
+        }
+        return fs::read_to_string(dir.join("dev"))
+            .ok()
+            .and_then(|s| parse_major_minor(s.trim()));
+    }
+    None
+}
+
+/// `"7:3"` → 7:3.
+fn parse_major_minor(s: &str) -> Option<DevId> {
+    let (major, minor) = s.split_once(':')?;
+    Some(DevId {
+        major: major.parse().ok()?,
+        minor: minor.parse().ok()?,
+    })
+}
+
+/// Resolves every path in `paths`; unresolved ones are absent.
+pub fn device_ids<'a>(paths: impl IntoIterator<Item = &'a Path>) -> BTreeMap<PathBuf, DevId> {
+    paths
+        .into_iter()
+        .filter_map(|p| device_id(p).map(|id| (p.to_path_buf(), id)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_t_encoding_splits_into_major_and_minor() {
+        // 7:3, and a large minor (259:65536) in glibc's split encoding.
+        assert_eq!(dev_id_of(0x703), DevId { major: 7, minor: 3 });
+        let rdev = nix::sys::stat::makedev(259, 65536);
+        assert_eq!(
+            dev_id_of(rdev),
+            DevId {
+                major: 259,
+                minor: 65536
+            }
+        );
+    }
+
+    #[test]
+    fn missing_dirs_and_char_devices_are_unresolved() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(device_id(&tmp.path().join("absent")), None);
+        assert_eq!(device_id(tmp.path()), None);
+        assert_eq!(device_id(Path::new("/dev/null")), None);
+    }
+
+    #[test]
+    fn a_symlink_to_a_block_device_resolves_to_its_number() {
+        // A /dev/disk/by-* link, made in a temp dir; skipped where the
+        // sandbox exposes no block device.
+        let Some(dev) = ["/dev/loop0", "/dev/vda", "/dev/sda", "/dev/nvme0n1"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device()))
+        else {
+            eprintln!("skipped: no block device visible in /dev");
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let link = tmp.path().join("by-uuid-1234");
+        std::os::unix::fs::symlink(dev, &link).unwrap();
+        let want = dev_id_of(fs::metadata(dev).unwrap().rdev());
+        assert_eq!(device_id(&link), Some(want));
+    }
+
+    #[test]
+    fn an_image_file_resolves_through_its_loop_device() {
+        let tmp = tempfile::tempdir().unwrap();
+        let image = tmp.path().join("disk.img");
+        fs::write(&image, b"").unwrap();
+        let canonical = fs::canonicalize(&image).unwrap();
+        let sys = tmp.path().join("sys-block");
+        for (name, backing, dev) in [
+            ("loop0", "/elsewhere.img\n", "7:0\n"),
+            ("loop3", &*format!("{}\n", canonical.display()), "7:3\n"),
+        ] {
+            fs::create_dir_all(sys.join(name).join("loop")).unwrap();
+            fs::write(sys.join(name).join("loop/backing_file"), backing).unwrap();
+            fs::write(sys.join(name).join("dev"), dev).unwrap();
+        }
+        fs::create_dir_all(sys.join("sda")).unwrap();
+        assert_eq!(
+            loop_backed_by(&canonical, &sys),
+            Some(DevId { major: 7, minor: 3 })
+        );
+        assert_eq!(
+            device_id_in(&image, &sys),
+            Some(DevId { major: 7, minor: 3 })
+        );
+        assert_eq!(parse_major_minor("x:1"), None);
+    }
+}

@@ -1,0 +1,407 @@
+//! The I/O edge of reconstruction: fills a [`MergeInput`] from the host
+//! (one mount-table read, the pod-dir walk, `stat` of device paths) and the
+//! journal, runs the pure [`merge`], and — inside the daemon — writes the
+//! decisions back as `Reconstructed` records and into the ASW.
+//!
+//! What goes into the [`MergeInput`] (as the `reconstruct` module doc asks):
+//! - `host_targets`: every target [`scan_with_table`] found — device
+//!   targets mounted under `plugins/`, pod targets mounted under
+//!   `pods/<uid>/volumes/`, bare pod volume dirs, and dirs of plugins volumed
+//!   does not have (which the merge lists as failed, never cleans). The
+//!   target kind is the plugin's: `mount` for local and CSI, `none` for
+//!   hostPath, and for an emptyDir `mount` when something is mounted there,
+//!   `dir` otherwise. Unique volume names come from the path (local PV
+//!   name, emptyDir/hostPath per pod) or, for CSI, from `vol_data.json`
+//!   (driver and handle); without it the target cannot be rebuilt.
+//! - `observe`: the top-most mount at every mount point of the table, plus
+//!   `DirPresent` for each journal target path (and device mount path) that
+//!   is a directory with nothing mounted on it (`lstat`: a symlink is not a
+//!   directory).
+//! - `device_ids`: every device path the journal names, through
+//!   [`super::devices::device_id`]; unresolved ones are
+//!   simply absent.
+//!
+//! The table is read once (the live `/proc/self/mountinfo`, or a captured
+//! file replayed by `reconstruct --dry-run --mountinfo`); the root dir is
+//! canonicalised once, as the mount table shows resolved paths.
+//!
+//! A journal that cannot be opened is [`JournalInput::Unreadable`]: every
+//! target is rebuilt from the host alone, and [`reconstruct`] says so once,
+//! loudly (`tracing::error!`). `--journal off` is the same merge without the
+//! alarm: it is the KEP-3756 baseline, chosen on purpose.
+//!
+//! *Invariant:* this file reads the host and appends to the journal; it
+//! never mounts, unmounts or deletes.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::host::boot::BootId;
+use crate::host::mountinfo::{MountInfo, MountTable};
+use crate::host::scan::{
+    DeviceName, DeviceTarget, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir,
+    VolData, scan_with_table,
+};
+use crate::journal::{Journal, JournalState};
+use crate::model::{Layout, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName};
+use crate::state::ActualStateOfWorld;
+
+use super::report::{ReconstructReport, report};
+use super::{
+    HostObservation, HostTarget, MergeInput, MergeOutput, ObservedMount, Rebuild, ReconstructError,
+    apply_to_asw, devices, merge, to_journal_records,
+};
+
+/// Where the journal side of the merge comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum JournalInput<'a> {
+    /// `--journal off`: the KEP-3756 baseline, on purpose.
+    Off,
+    /// The journal could not be opened (or was replaced by a fresh one after
+    /// it was moved aside): every target is rebuilt from the host alone.
+    Unreadable {
+        /// why, for the one loud log line and the report
+        reason: &'a str,
+    },
+    /// The replayed journal.
+    Replayed(&'a JournalState),
+}
+
+impl<'a> JournalInput<'a> {
+    /// The replayed state, if any.
+    pub fn state(&self) -> Option<&'a JournalState> {
+        match self {
+            JournalInput::Replayed(s) => Some(s),
+            JournalInput::Off | JournalInput::Unreadable { .. } => None,
+        }
+    }
+
+    /// `on`, `off` or `unreadable`: the dry run's `journal` field.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JournalInput::Off => "off",
+            JournalInput::Unreadable { .. } => "unreadable",
+            JournalInput::Replayed(_) => "on",
+        }
+    }
+}
+
+/// The host side: the layout, one read of the mount table, the boot id.
+#[derive(Debug, Clone, Copy)]
+pub struct HostInput<'a> {
+    /// the kubelet layout (root dir as configured; canonicalised here)
+    pub layout: &'a Layout,
+    /// the mount table, read once
+    pub table: &'a MountTable,
+    /// the boot id now
+    pub boot_id: &'a BootId,
+}
+
+/// What one reconstruction found and decided.
+#[derive(Debug)]
+pub struct Reconstruction {
+    /// the merge's decisions and findings
+    pub output: MergeOutput,
+    /// per target: journal, host, decision and reason (the dry run's document)
+    pub report: ReconstructReport,
+    /// what the host scan skipped and why
+    pub problems: Vec<ScanProblem>,
+}
+
+/// What [`reconstruct_and_record`] did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// the reconstruction
+    pub reconstruction: Reconstruction,
+    /// sequence numbers of the `Reconstructed` records, one per decision
+    pub appended: Vec<u64>,
+    /// decisions the ASW refused (the others were applied)
+    pub asw_errors: Vec<ReconstructError>,
+}
+
+/// Reads a mount table once (`/proc/self/mountinfo`, or a captured file).
+pub fn read_mount_table(path: &Path) -> Result<MountTable, ReconstructError> {
+    MountTable::read(path).map_err(|source| ReconstructError::ReadMountTable {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Scans the host, fills the merge input, merges, and builds the report.
+/// Changes nothing anywhere (the dry run and the daemon share it).
+pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstruction {
+    if let JournalInput::Unreadable { reason } = journal {
+        tracing::error!(
+            %reason,
+            "journal unreadable: every target is rebuilt from the host alone, as the kubelet does; \
+             mounts the host cannot prove stay uncertain"
+        );
+    }
+    let root = fs::canonicalize(host.layout.root()).unwrap_or_else(|_| host.layout.root().into());
+    let layout = Layout::new(root);
+    let view = scan_with_table(host.table, &layout, host.boot_id.clone());
+    let input = build_input(host.table, &view, journal.state());
+    let output = merge(&input);
+    let problems: Vec<String> = view.problems.iter().map(|p| error_chain(p)).collect();
+    let report = report(&output, host.boot_id.as_str(), journal, problems);
+    Reconstruction {
+        output,
+        report,
+        problems: view.problems,
+    }
+}
+
+/// The daemon's reconstruction: [`reconstruct`] against `journal`'s state,
+/// then one `Reconstructed` record per decision (so `dump` shows the live
+/// state afterwards), then the ASW. `replaced` is set when `journal` is a
+/// fresh journal standing in for one that could not be opened: its (empty)
+/// state is not consulted, and every target is rebuilt from the host alone.
+///
+/// Fails only when a record cannot be appended; the journal is then closed
+/// for writes and the daemon must exit (a later start reconstructs again).
+pub fn reconstruct_and_record(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let state = journal.state();
+    let input = match replaced {
+        Some(reason) => JournalInput::Unreadable { reason },
+        None => JournalInput::Replayed(&state),
+    };
+    let reconstruction = reconstruct(host, input);
+    let out = &reconstruction.output;
+    let mut appended = Vec::with_capacity(out.decisions.len());
+    for (decision, body) in out.decisions.iter().zip(to_journal_records(out)) {
+        let seq = journal
+            .append(body)
+            .map_err(|source| ReconstructError::AppendRecord {
+                path: journal.dir().to_owned(),
+                key: Box::new(decision.key.clone()),
+                source: Box::new(source),
+            })?;
+        appended.push(seq);
+    }
+    let asw_errors = apply_to_asw(out, asw);
+    for e in &asw_errors {
+        tracing::error!(error = %error_chain(e), "reconstruction: the ASW refused a decision");
+    }
+    Ok(Outcome {
+        reconstruction,
+        appended,
+        asw_errors,
+    })
+}
+
+/// Fills the merge input from one scan (see the module doc for what goes
+/// where).
+pub fn build_input<'a>(
+    table: &MountTable,
+    view: &HostView,
+    journal: Option<&'a JournalState>,
+) -> MergeInput<'a> {
+    let mut observe = BTreeMap::new();
+    for m in table.entries() {
+        if !observe.contains_key(&m.mount_point)
+            && let Some(top) = table.top_at(&m.mount_point)
+        {
+            observe.insert(
+                m.mount_point.clone(),
+                HostObservation::Mounted(observed(top)),
+            );
+        }
+    }
+    let mut device_paths: Vec<&Path> = Vec::new();
+    if let Some(state) = journal {
+        for (_, entry) in state.entries() {
+            let params =
+                std::iter::once(&entry.params).chain(entry.pending.iter().map(|p| &p.params));
+            for p in params {
+                for path in [p.path(), p.device_mount_path.as_deref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    if !observe.contains_key(path) && is_dir(path) {
+                        observe.insert(path.to_owned(), HostObservation::DirPresent);
+                    }
+                }
+                device_paths.extend(p.device_path.as_deref());
+            }
+        }
+    }
+    MergeInput {
+        journal,
+        current_boot_id: view.boot_id.as_str().to_owned(),
+        host_targets: host_targets(table, view),
+        observe,
+        device_ids: devices::device_ids(device_paths),
+    }
+}
+
+/// A directory, not followed through a symlink.
+fn is_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// The merge's view of one mountinfo line.
+fn observed(m: &MountInfo) -> ObservedMount {
+    ObservedMount {
+        identity: m.identity(),
+        source: PathBuf::from(&m.source),
+        mount_options: m.mount_options.join(","),
+        super_options: m.super_options_raw.to_string_lossy().into_owned(),
+    }
+}
+
+/// What the table shows at `path`: its top mount, else a present dir.
+fn observation_at(table: &MountTable, path: &Path) -> HostObservation {
+    match table.top_at(path) {
+        Some(top) => HostObservation::Mounted(observed(top)),
+        None => HostObservation::DirPresent,
+    }
+}
+
+/// Every host-found target, in scan order: device targets, mounted pod
+/// targets, bare dirs, then dirs of unknown plugins.
+fn host_targets(table: &MountTable, view: &HostView) -> Vec<HostTarget> {
+    let devices = view.device_targets.iter().map(|t| device_target(table, t));
+    let pods = view
+        .pod_targets
+        .iter()
+        .chain(&view.found_dirs)
+        .map(|t| pod_target(table, t));
+    let unknown = view
+        .unknown_plugin_dirs
+        .iter()
+        .map(|d| unknown_target(table, d));
+    devices.chain(pods).chain(unknown).collect()
+}
+
+fn device_target(table: &MountTable, t: &DeviceTarget) -> HostTarget {
+    let (spec_name, rebuild) = match &t.name {
+        DeviceName::Local { pv } => (
+            pv.clone(),
+            Rebuild::Ready {
+                volume: UniqueVolumeName::shared(PluginName::LocalVolume, pv),
+                selinux: None,
+            },
+        ),
+        DeviceName::Csi { handle_hash, .. } => {
+            let spec = t.vol_data.as_ref().and_then(|v| v.spec_vol_id.clone());
+            (
+                spec.unwrap_or_else(|| handle_hash.clone()),
+                csi_rebuild(t.vol_data.as_ref(), &t.path),
+            )
+        }
+    };
+    HostTarget {
+        path: t.path.clone(),
+        target: TargetRef::Device,
+        plugin_name: t.plugin.as_str().to_owned(),
+        plugin: Some(t.plugin),
+        spec_name,
+        kind: TargetKind::Mount,
+        observation: observation_at(table, &t.path),
+        rebuild,
+    }
+}
+
+fn pod_target(table: &MountTable, t: &PodTarget) -> HostTarget {
+    let mounted = matches!(t.observed, Observed::Mounted(_));
+    let kind = match t.plugin {
+        PluginName::EmptyDir if mounted => TargetKind::Mount,
+        PluginName::EmptyDir => TargetKind::Dir,
+        PluginName::HostPath => TargetKind::None,
+        PluginName::LocalVolume | PluginName::Csi => TargetKind::Mount,
+    };
+    let ready = |volume| Rebuild::Ready {
+        volume,
+        selinux: None,
+    };
+    let rebuild = match t.plugin {
+        PluginName::EmptyDir | PluginName::HostPath => ready(UniqueVolumeName::per_pod(
+            t.plugin,
+            &t.pod_uid,
+            &t.spec_name,
+        )),
+        PluginName::LocalVolume => ready(UniqueVolumeName::shared(t.plugin, &t.spec_name)),
+        PluginName::Csi => csi_rebuild(t.vol_data.as_ref(), &t.path),
+    };
+    HostTarget {
+        path: t.path.clone(),
+        target: TargetRef::Pod(t.pod_uid.clone()),
+        plugin_name: t.plugin.as_str().to_owned(),
+        plugin: Some(t.plugin),
+        spec_name: t.spec_name.clone(),
+        kind,
+        observation: match t.observed {
+            Observed::Mounted(_) => observation_at(table, &t.path),
+            Observed::DirPresent => HostObservation::DirPresent,
+        },
+        rebuild,
+    }
+}
+
+/// A dir of a plugin volumed does not have: the merge lists it as failed
+/// (never cleaned), whatever `rebuild` says.
+fn unknown_target(table: &MountTable, d: &UnknownPluginDir) -> HostTarget {
+    HostTarget {
+        path: d.path.clone(),
+        target: TargetRef::Pod(d.pod_uid.clone()),
+        plugin_name: d.plugin_dir.replace('~', "/"),
+        plugin: None,
+        spec_name: d.name.clone(),
+        kind: if d.mounted {
+            TargetKind::Mount
+        } else {
+            TargetKind::Dir
+        },
+        observation: if d.mounted {
+            observation_at(table, &d.path)
+        } else {
+            HostObservation::DirPresent
+        },
+        rebuild: Rebuild::MissingMetadata {
+            what: format!("no volumed plugin for {}", d.plugin_dir),
+        },
+    }
+}
+
+/// A CSI target's unique name `kubernetes.io/csi/<driver>^<handle>` and
+/// label, from the `vol_data.json` beside it.
+fn csi_rebuild(vol_data: Option<&VolData>, target: &Path) -> Rebuild {
+    let missing = |what: &str| Rebuild::MissingMetadata {
+        what: format!("vol_data.json beside {}: {what}", target.display()),
+    };
+    let Some(v) = vol_data else {
+        return missing("missing or unreadable");
+    };
+    let (Some(driver), Some(handle)) = (&v.driver_name, &v.volume_handle) else {
+        return missing("no driverName or volumeHandle");
+    };
+    Rebuild::Ready {
+        volume: UniqueVolumeName::shared(PluginName::Csi, &format!("{driver}^{handle}")),
+        selinux: v
+            .selinux_mount_context
+            .as_deref()
+            .and_then(|c| SeLinuxContext::parse(c).ok()),
+    }
+}
+
+/// An error and its sources, `: `-joined, for logs and reports.
+pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+#[path = "edge_tests.rs"]
+mod tests;

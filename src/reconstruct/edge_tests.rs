@@ -1,0 +1,212 @@
+//! Tests of the I/O edge against the `kubelet-node.txt` fixture: no mounts,
+//! a journal in a temp dir, the root dir `/var/lib/kubelet` absent here (so
+//! the pod-dir walk finds nothing on disk and everything comes from the table).
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::journal::{Body, JournalConfig, OpResult};
+use crate::model::{DevId, MountIdentity, MountState, Operation, PodUid, Steps, TargetParams};
+use crate::reconstruct::Reason;
+
+const BOOT: &str = "11111111-2222-3333-4444-555555555555";
+const ROOT: &str = "/var/lib/kubelet";
+const P1: &str = "6f1b2c3d-0a4e-4b5f-9c8d-1e2f3a4b5c6d";
+const P2: &str = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d";
+
+fn fixture_table() -> MountTable {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mountinfo/kubelet-node.txt");
+    MountTable::read(&path).unwrap()
+}
+
+fn local_params(target: TargetRef) -> TargetParams {
+    let layout = Layout::new(ROOT);
+    TargetParams {
+        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
+        plugin: PluginName::LocalVolume,
+        spec_name: "pv-local-1".into(),
+        pod_mount_path: match &target {
+            TargetRef::Pod(uid) => {
+                Some(layout.pod_target_path(uid, PluginName::LocalVolume, "pv-local-1"))
+            }
+            TargetRef::Device => None,
+        },
+        target,
+        kind: TargetKind::Mount,
+        device_path: Some(PathBuf::from("/dev/loop0")),
+        device_mount_path: Some(layout.local_device_path("pv-local-1")),
+        selinux: None,
+        mount_options: vec![],
+        fs_type: Some("ext4".into()),
+    }
+}
+
+fn ext4(read_only: bool) -> MountIdentity {
+    MountIdentity {
+        dev: DevId { major: 7, minor: 0 },
+        root: "/".into(),
+        fs_type: "ext4".into(),
+        read_only,
+        selinux: None,
+    }
+}
+
+/// Mounted with P: the device and pod 1 as the fixture shows them; pod 2
+/// recorded read-write while the fixture shows its bind read-only.
+fn write_journal(j: &Journal) {
+    let targets = [
+        (Operation::MountDevice, TargetRef::Device, ext4(false)),
+        (
+            Operation::SetUp,
+            TargetRef::Pod(PodUid::new(P1).unwrap()),
+            ext4(false),
+        ),
+        (
+            Operation::SetUp,
+            TargetRef::Pod(PodUid::new(P2).unwrap()),
+            ext4(false),
+        ),
+    ];
+    for (op, target, seen) in targets {
+        let intent_seq = j
+            .append(Body::Intent {
+                op,
+                steps: Steps::Single,
+                target: local_params(target),
+            })
+            .unwrap();
+        j.append(Body::Outcome {
+            intent_seq,
+            op,
+            result: OpResult::Success,
+            observed: Some(seen),
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn journal_off_rebuilds_every_found_target_as_uncertain() {
+    let table = fixture_table();
+    let layout = Layout::new(ROOT);
+    let boot = BootId::new(BOOT).unwrap();
+    let host = HostInput {
+        layout: &layout,
+        table: &table,
+        boot_id: &boot,
+    };
+    let r = reconstruct(&host, JournalInput::Off);
+    let d = &r.output.decisions;
+    assert_eq!(d.len(), 4, "{d:#?}");
+    assert!(d.iter().all(|d| d.result == MountState::Uncertain));
+    assert!(d.iter().all(|d| d.reason == Reason::RebuiltFromHost));
+    assert!(d.iter().any(|d| d.key.target == TargetRef::Device));
+    // projected (no plugin), the CSI globalmount and pod mount (no vol_data.json here)
+    assert_eq!(r.output.failed.len(), 3, "{:#?}", r.output.failed);
+    assert_eq!(r.report.journal, "off");
+}
+
+#[test]
+fn reconstruct_and_record_appends_one_record_per_decision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("journal");
+    let cfg = JournalConfig::new(&dir, "node-a", BOOT);
+    let (journal, _) = Journal::open(&cfg).unwrap();
+    write_journal(&journal);
+    let before = journal.state().last_seq();
+
+    let table = fixture_table();
+    let layout = Layout::new(ROOT);
+    let boot = BootId::new(BOOT).unwrap();
+    let host = HostInput {
+        layout: &layout,
+        table: &table,
+        boot_id: &boot,
+    };
+    let mut asw = ActualStateOfWorld::new();
+    let outcome = reconstruct_and_record(&journal, None, &host, &mut asw).unwrap();
+    let out = &outcome.reconstruction.output;
+    assert!(outcome.asw_errors.is_empty(), "{:?}", outcome.asw_errors);
+    assert_eq!(outcome.appended.len(), out.decisions.len());
+    assert_eq!(out.decisions.len(), 4, "3 journal targets and the emptyDir");
+    let reason = |t: &TargetRef| {
+        out.decisions
+            .iter()
+            .find(|d| &d.key.target == t)
+            .unwrap()
+            .reason
+    };
+    assert_eq!(reason(&TargetRef::Device), Reason::MountedMatches);
+    assert_eq!(
+        reason(&TargetRef::Pod(PodUid::new(P1).unwrap())),
+        Reason::MountedMatches
+    );
+    assert_eq!(
+        reason(&TargetRef::Pod(PodUid::new(P2).unwrap())),
+        Reason::MountedDiffers
+    );
+    drop(journal);
+
+    // Replayed from disk, the journal reports exactly the decided states.
+    let (journal, replay) = Journal::open(&cfg).unwrap();
+    assert_eq!(replay.state.last_seq(), before + 4);
+    for d in &out.decisions {
+        let entry = replay.state.get(&d.key).expect("a record per decision");
+        assert_eq!(entry.reported_state(), d.result, "{:?}", d.key);
+        assert_eq!(entry.reason.as_deref(), Some(d.reason.as_str()));
+    }
+    let volume = UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1");
+    assert!(asw.volume_exists(&volume));
+    drop(journal);
+}
+
+#[test]
+fn an_unreadable_journal_rebuilds_from_the_host_alone() {
+    let table = fixture_table();
+    let layout = Layout::new(ROOT);
+    let boot = BootId::new(BOOT).unwrap();
+    let host = HostInput {
+        layout: &layout,
+        table: &table,
+        boot_id: &boot,
+    };
+    let r = reconstruct(&host, JournalInput::Unreadable { reason: "checksum" });
+    assert_eq!(r.report.journal, "unreadable");
+    assert_eq!(r.report.journal_note.as_deref(), Some("checksum"));
+    assert!(
+        r.output
+            .decisions
+            .iter()
+            .all(|d| d.journal_says == crate::reconstruct::JournalSays::Off)
+    );
+}
+
+#[test]
+fn journal_dirs_without_a_mount_are_observed_present() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let uid = PodUid::new(P1).unwrap();
+    let layout = Layout::new(root);
+    let pod_path = layout.pod_target_path(&uid, PluginName::LocalVolume, "pv-local-1");
+    std::fs::create_dir_all(&pod_path).unwrap();
+    let mut params = local_params(TargetRef::Pod(uid));
+    params.pod_mount_path = Some(pod_path.clone());
+    params.device_path = Some(root.join("no-such-device"));
+    let state = crate::journal::JournalState::from_entries(
+        1,
+        [crate::journal::Entry {
+            params,
+            state: MountState::Mounted,
+            pending: None,
+            observed: None,
+            last_seq: 1,
+            boot_id: BOOT.into(),
+            reason: None,
+        }],
+    );
+    let table = MountTable::parse(b"");
+    let view = scan_with_table(&table, &layout, BootId::new(BOOT).unwrap());
+    let input = build_input(&table, &view, Some(&state));
+    assert_eq!(input.observation(&pod_path), &HostObservation::DirPresent);
+    assert!(input.device_ids.is_empty());
+}

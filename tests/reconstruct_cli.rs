@@ -1,0 +1,322 @@
+//! `volumed reconstruct --dry-run` through the real binary: the journal-off
+//! baseline on a captured mount table, a journal that agrees with some
+//! mounts and not others (and is unchanged afterwards), and a dry run while
+//! a running daemon holds the journal. Nothing is mounted: the mount table
+//! is the `kubelet-node.txt` fixture, the root dir `/var/lib/kubelet` is
+//! only a prefix in it (absent on disk here), journals live in temp dirs.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use volumed::journal::{Body, Journal, JournalConfig, OpResult};
+use volumed::model::{
+    DevId, Layout, MountIdentity, Operation, PluginName, PodUid, Steps, TargetKind, TargetParams,
+    TargetRef, UniqueVolumeName,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_volumed");
+const BOOT: &str = "11111111-2222-3333-4444-555555555555";
+const ROOT: &str = "/var/lib/kubelet";
+const P1: &str = "6f1b2c3d-0a4e-4b5f-9c8d-1e2f3a4b5c6d";
+const P2: &str = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d";
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mountinfo/kubelet-node.txt")
+}
+
+fn boot_file(dir: &Path) -> PathBuf {
+    let f = dir.join("boot_id");
+    std::fs::write(&f, format!("{BOOT}\n")).unwrap();
+    f
+}
+
+fn ok(out: &Output) -> &[u8] {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    &out.stdout
+}
+
+/// `reconstruct --dry-run` against the fixture, as JSON.
+fn dry_run(tmp: &Path, journal: Option<&Path>) -> Value {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "reconstruct",
+        "--dry-run",
+        "--root-dir",
+        ROOT,
+        "--format",
+        "json",
+    ])
+    .arg("--mountinfo")
+    .arg(fixture())
+    .arg("--boot-id-file")
+    .arg(boot_file(tmp));
+    match journal {
+        Some(dir) => cmd.args(["--journal", "on"]).arg("--journal-dir").arg(dir),
+        None => cmd.args(["--journal", "off"]),
+    };
+    let out = cmd.output().unwrap();
+    serde_json::from_slice(ok(&out)).unwrap()
+}
+
+fn dump(tmp: &Path, journal: &Path) -> Output {
+    Command::new(BIN)
+        .args(["dump", "--format", "json", "--journal-dir"])
+        .arg(journal)
+        .arg("--boot-id-file")
+        .arg(boot_file(tmp))
+        .output()
+        .unwrap()
+}
+
+fn local(target: TargetRef) -> TargetParams {
+    let layout = Layout::new(ROOT);
+    TargetParams {
+        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
+        plugin: PluginName::LocalVolume,
+        spec_name: "pv-local-1".into(),
+        pod_mount_path: match &target {
+            TargetRef::Pod(uid) => {
+                Some(layout.pod_target_path(uid, PluginName::LocalVolume, "pv-local-1"))
+            }
+            TargetRef::Device => None,
+        },
+        target,
+        kind: TargetKind::Mount,
+        device_path: Some("/dev/loop0".into()),
+        device_mount_path: Some(layout.local_device_path("pv-local-1")),
+        selinux: None,
+        mount_options: vec![],
+        fs_type: Some("ext4".into()),
+    }
+}
+
+fn ext4(major: u32, read_only: bool) -> MountIdentity {
+    MountIdentity {
+        dev: DevId { major, minor: 0 },
+        root: "/".into(),
+        fs_type: "ext4".into(),
+        read_only,
+        selinux: None,
+    }
+}
+
+/// The local PV's device target and pod `6f1b…` as the fixture shows them
+/// (7:0, rw); pod `9a8b…` recorded on another device (8:0), so the bind the
+/// fixture shows there is not ours.
+fn write_journal(dir: &Path) {
+    let (j, _) = Journal::open(&JournalConfig::new(dir, "node-a", BOOT)).unwrap();
+    let uid = |s: &str| TargetRef::Pod(PodUid::new(s).unwrap());
+    let targets = [
+        (Operation::MountDevice, TargetRef::Device, ext4(7, false)),
+        (Operation::SetUp, uid(P1), ext4(7, false)),
+        (Operation::SetUp, uid(P2), ext4(8, true)),
+    ];
+    for (op, target, seen) in targets {
+        let intent_seq = j
+            .append(Body::Intent {
+                op,
+                steps: Steps::Single,
+                target: local(target),
+            })
+            .unwrap();
+        j.append(Body::Outcome {
+            intent_seq,
+            op,
+            result: OpResult::Success,
+            observed: Some(seen),
+        })
+        .unwrap();
+    }
+    j.close().unwrap();
+}
+
+fn row<'a>(doc: &'a Value, target: &str, pod: Option<&str>, volume: &str) -> &'a Value {
+    doc["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["target"] == target && t["pod_uid"].as_str() == pod && t["volume"] == volume)
+        .unwrap_or_else(|| panic!("no row {target} {pod:?} {volume} in {doc:#}"))
+}
+
+const LOCAL: &str = "kubernetes.io/local-volume/pv-local-1";
+
+/// The dry run's verdict on the journal written by [`write_journal`].
+fn assert_journal_verdict(doc: &Value) {
+    assert_eq!(doc["journal"], "on");
+    for (target, pod) in [("device", None), ("pod", Some(P1))] {
+        let r = row(doc, target, pod, LOCAL);
+        assert_eq!(r["decision"], "mounted", "{r:#}");
+        assert_eq!(r["reason"], "mounted_matches", "{r:#}");
+        assert_eq!(r["journal_says"], "mounted", "{r:#}");
+        assert_eq!(r["host_says"], "matches", "{r:#}");
+    }
+    let r = row(doc, "pod", Some(P2), LOCAL);
+    assert_eq!(r["decision"], "uncertain", "{r:#}");
+    assert_eq!(r["reason"], "mounted_differs", "{r:#}");
+    assert_eq!(r["host_says"], "differs", "{r:#}");
+    assert_eq!(r["observed"], "7:0 / ext4 ro", "{r:#}");
+}
+
+#[test]
+fn journal_off_every_found_target_is_uncertain_and_device_targets_are_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = dry_run(tmp.path(), None);
+    assert_eq!(doc["journal"], "off");
+    assert_eq!(doc["boot_id"], BOOT);
+    let targets = doc["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 4, "{doc:#}");
+    for t in targets {
+        assert_eq!(t["decision"], "uncertain", "{t:#}");
+        assert_eq!(t["reason"], "rebuilt_from_host", "{t:#}");
+        assert_eq!(t["journal_says"], "off", "{t:#}");
+        assert_eq!(t["boot"], "same", "{t:#}");
+    }
+    // Both device targets under plugins/: the local one decided, the CSI
+    // globalmount failed (no vol_data.json on this machine), never dropped.
+    let device = row(&doc, "device", None, LOCAL);
+    assert!(
+        device["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("/var/lib/kubelet/plugins/kubernetes.io/local-volume/mounts/"),
+        "{device:#}"
+    );
+    let failed = doc["failed"].as_array().unwrap();
+    assert!(
+        failed.iter().any(|f| f["target"] == "device"
+            && f["plugin"] == "kubernetes.io/csi"
+            && f["path"].as_str().unwrap().ends_with("/globalmount")),
+        "{doc:#}"
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|f| f["reason"] == "rebuild_failed" && f["host_says"] == "mounted")
+    );
+    assert_eq!(doc["unmounted_outside"], Value::Array(vec![]));
+}
+
+#[test]
+fn journal_on_matches_and_mismatches_and_leaves_the_journal_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jdir = tmp.path().join("j").join("journal");
+    write_journal(&jdir);
+    let before: Value = serde_json::from_slice(ok(&dump(tmp.path(), &jdir))).unwrap();
+
+    let doc = dry_run(tmp.path(), Some(&jdir));
+    assert_journal_verdict(&doc);
+    assert_eq!(doc["journal_note"], Value::Null, "{doc:#}");
+    // The emptyDir the journal never heard of: rebuilt from the host.
+    let empty_dir = format!("kubernetes.io/empty-dir/{P1}-cache");
+    assert_eq!(
+        row(&doc, "pod", Some(P1), &empty_dir)["reason"],
+        "rebuilt_from_host"
+    );
+
+    let after: Value = serde_json::from_slice(ok(&dump(tmp.path(), &jdir))).unwrap();
+    assert_eq!(before["records"], after["records"]);
+    assert_eq!(before["state"], after["state"]);
+    assert_eq!(after["records"].as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn dry_run_without_the_flag_says_where_reconstruction_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["reconstruct", "--journal", "off", "--mountinfo"])
+        .arg(fixture())
+        .arg("--boot-id-file")
+        .arg(boot_file(tmp.path()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("volumed run") && err.contains("--dry-run"),
+        "{err}"
+    );
+}
+
+/// Kills the daemon if the test fails before it is stopped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jdir = tmp.path().join("j").join("journal");
+    write_journal(&jdir);
+    let boot = boot_file(tmp.path());
+    let daemon = Command::new(BIN)
+        .args(["run", "--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .arg("--root-dir")
+        .arg(tmp.path().join("root"))
+        .arg("--journal-dir")
+        .arg(&jdir)
+        .arg("--boot-id-file")
+        .arg(&boot)
+        .env("VOLUMED_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut daemon = KillOnDrop(daemon);
+
+    // Wait for the daemon to say it runs (it has opened the journal) before
+    // touching the journal: a `dump` racing the daemon's open would hold
+    // sled's lock for an instant and make the daemon refuse to start.
+    let stderr = daemon.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("volumed running") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the daemon never said it runs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = dump(tmp.path(), &jdir);
+        if !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("held by a running volumed")
+        {
+            break;
+        }
+        assert!(
+            daemon.0.try_wait().unwrap().is_none(),
+            "the daemon exited before holding the journal"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "dump never said the journal is held"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let doc = dry_run(tmp.path(), Some(&jdir));
+    assert_journal_verdict(&doc);
+    let note = doc["journal_note"].as_str().unwrap_or_default();
+    assert!(note.contains("read from a copy"), "{doc:#}");
+    // The daemon still holds its journal: the copy never took its lock.
+    assert!(daemon.0.try_wait().unwrap().is_none());
+    assert!(!dump(tmp.path(), &jdir).status.success());
+    drop(daemon);
+}
