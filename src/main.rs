@@ -216,7 +216,17 @@ fn run(args: RunArgs) -> Result<()> {
 /// daemon says so loudly and starts a fresh journal (host-only reconstruction).
 fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<Journal> {
     let cfg = JournalConfig::new(dir, node, boot);
-    match Journal::open(&cfg) {
+    // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
+    // lock for a moment; wait for it rather than fail the start.
+    let mut opened = Journal::open(&cfg);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while matches!(&opened, Err(e) if e.category() == Category::Busy)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        opened = Journal::open(&cfg);
+    }
+    match opened {
         Ok((j, replay)) => {
             tracing::info!(
                 records = replay.tail.len(),
