@@ -1,0 +1,352 @@
+//! Reconstruction against a real kernel: a kubelet layout of real tmpfs,
+//! ext4-on-loop and bind mounts in a private mount namespace, a real sled
+//! journal whose records agree with some targets and disagree with others,
+//! then one scan + merge (`reconstruct_and_record`) and every decision
+//! asserted, with the journal's implied state afterwards equal to the
+//! decisions. Needs root; as another user it says what it skipped.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use support::{
+    LoopDevice, Scratch, bind_mount, in_private_mount_ns, mkdirs, mkfs_ext4, mount_device,
+    mount_tmpfs, require_root, umount,
+};
+use volumed::host::boot::BootId;
+use volumed::host::mountinfo::MountTable;
+use volumed::journal::{Body, Journal, JournalConfig, OpResult};
+use volumed::model::{
+    Layout, MountIdentity, MountState, Operation, PluginName, PodUid, PodVolume, Steps,
+    StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+};
+use volumed::reconstruct::edge::{HostInput, reconstruct_and_record};
+use volumed::state::ActualStateOfWorld;
+
+const BOOT: &str = "5a5a5a5a-0000-4000-8000-000000000001";
+
+fn uid(s: &str) -> PodUid {
+    PodUid::new(s).unwrap()
+}
+
+fn tmpfs_params(layout: &Layout, pod: &str, name: &str) -> TargetParams {
+    let spec = VolumeSpec::EmptyDir {
+        medium: StorageMedium::Memory,
+        size_limit: None,
+    };
+    TargetParams {
+        volume: PodVolume::unique_name(&spec, &uid(pod), name),
+        plugin: PluginName::EmptyDir,
+        spec_name: name.into(),
+        target: TargetRef::Pod(uid(pod)),
+        kind: TargetKind::Mount,
+        device_path: None,
+        device_mount_path: None,
+        pod_mount_path: Some(layout.pod_target_path(&uid(pod), PluginName::EmptyDir, name)),
+        selinux: None,
+        mount_options: vec!["size=1m".into()],
+        fs_type: Some("tmpfs".into()),
+    }
+}
+
+fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
+    TargetParams {
+        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+        plugin: PluginName::LocalVolume,
+        spec_name: "pv1".into(),
+        pod_mount_path: match &target {
+            TargetRef::Pod(p) => Some(layout.pod_target_path(p, PluginName::LocalVolume, "pv1")),
+            TargetRef::Device => None,
+        },
+        target,
+        kind: TargetKind::Mount,
+        device_path: Some(device.to_owned()),
+        device_mount_path: Some(layout.local_device_path("pv1")),
+        selinux: None,
+        mount_options: vec![],
+        fs_type: Some("ext4".into()),
+    }
+}
+
+/// Journals a completed operation (intent + success outcome).
+fn done(j: &Journal, op: Operation, p: &TargetParams, observed: Option<MountIdentity>) {
+    let i = j
+        .append(Body::Intent {
+            op,
+            steps: Steps::Single,
+            target: p.clone(),
+        })
+        .unwrap();
+    j.append(Body::Outcome {
+        intent_seq: i,
+        op,
+        result: OpResult::Success,
+        observed,
+    })
+    .unwrap();
+}
+
+fn identity_at(path: &Path) -> MountIdentity {
+    let table = MountTable::read_self().unwrap();
+    table
+        .top_at(path)
+        .unwrap_or_else(|| panic!("nothing mounted at {}", path.display()))
+        .identity()
+}
+
+#[test]
+fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
+    if !require_root("mounts tmpfs, ext4 on a loop device and binds") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let scratch = Scratch::new("volumed-recon-");
+        let layout = Layout::new(scratch.path().join("kubelet"));
+        let (j, _) = Journal::open(&JournalConfig::new(
+            scratch.path().join("journal"),
+            "n",
+            BOOT,
+        ))
+        .unwrap();
+
+        // ext4 on a loop device at the device target, bound into pods a and b.
+        let image = scratch.path().join("pv1.img");
+        mkfs_ext4(&image, 16);
+        let lo = LoopDevice::attach(&image);
+        let dev = local_params(&layout, lo.path(), TargetRef::Device);
+        let dev_path = layout.local_device_path("pv1");
+        mkdirs(&dev_path);
+        mount_device(lo.path(), &dev_path, "ext4");
+        let dev_identity = identity_at(&dev_path);
+        done(&j, Operation::MountDevice, &dev, Some(dev_identity.clone()));
+        for pod in ["a", "b"] {
+            let p = local_params(&layout, lo.path(), TargetRef::Pod(uid(pod)));
+            let path = p.pod_mount_path.clone().unwrap();
+            mkdirs(&path);
+            bind_mount(&dev_path, &path);
+            done(&j, Operation::SetUp, &p, Some(identity_at(&path)));
+        }
+        // pod b's bind is replaced behind volumed's back by a foreign tmpfs
+        // (k8s #117513): same path, another mount.
+        let b_path = layout.pod_target_path(&uid("b"), PluginName::LocalVolume, "pv1");
+        umount(&b_path);
+        mount_tmpfs(&b_path, "size=1m");
+
+        // tmpfs emptyDirs in every state the journal can know.
+        let mount_tmpfs_for = |p: &TargetParams| {
+            let path = p.pod_mount_path.clone().unwrap();
+            mkdirs(&path);
+            mount_tmpfs(&path, "size=1m");
+        };
+        let matching = tmpfs_params(&layout, "c", "cache");
+        mount_tmpfs_for(&matching);
+        done(
+            &j,
+            Operation::SetUp,
+            &matching,
+            Some(identity_at(matching.pod_mount_path.as_ref().unwrap())),
+        );
+
+        let outside = tmpfs_params(&layout, "d", "cache");
+        mount_tmpfs_for(&outside);
+        done(
+            &j,
+            Operation::SetUp,
+            &outside,
+            Some(identity_at(outside.pod_mount_path.as_ref().unwrap())),
+        );
+        umount(outside.pod_mount_path.as_ref().unwrap()); // unmounted outside volumed
+
+        let intent_done = tmpfs_params(&layout, "e", "cache");
+        j.append(Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Single,
+            target: intent_done.clone(),
+        })
+        .unwrap();
+        mount_tmpfs_for(&intent_done); // the mount happened, the outcome never got written
+
+        let intent_not_done = tmpfs_params(&layout, "f", "cache");
+        mkdirs(intent_not_done.pod_mount_path.as_ref().unwrap());
+        j.append(Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Single,
+            target: intent_not_done.clone(),
+        })
+        .unwrap();
+
+        let multi = tmpfs_params(&layout, "g", "cache");
+        j.append(Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Multi,
+            target: multi.clone(),
+        })
+        .unwrap();
+        mount_tmpfs_for(&multi); // tmpfs mounted, ownership step may not have run
+
+        let torn_down = tmpfs_params(&layout, "h", "cache");
+        mount_tmpfs_for(&torn_down);
+        done(&j, Operation::SetUp, &torn_down, None);
+        j.append(Body::Intent {
+            op: Operation::TearDown,
+            steps: Steps::Single,
+            target: torn_down.clone(),
+        })
+        .unwrap();
+        umount(torn_down.pod_mount_path.as_ref().unwrap()); // the umount happened, no outcome
+
+        let unknown = tmpfs_params(&layout, "i", "cache"); // never journaled: a kubelet-era mount
+        mount_tmpfs_for(&unknown);
+
+        // Scan once and merge.
+        let table = MountTable::read_self().unwrap();
+        let boot = BootId::new(BOOT).unwrap();
+        let host = HostInput {
+            layout: &layout,
+            table: &table,
+            boot_id: &boot,
+        };
+        let mut asw = ActualStateOfWorld::new();
+        let outcome = reconstruct_and_record(&j, None, &host, &mut asw).unwrap();
+        let out = &outcome.reconstruction.output;
+
+        let decided: BTreeMap<(String, Option<String>), (MountState, &str)> = out
+            .decisions
+            .iter()
+            .map(|d| {
+                let pod = match &d.key.target {
+                    TargetRef::Device => None,
+                    TargetRef::Pod(p) => Some(p.as_str().to_owned()),
+                };
+                (
+                    (d.key.volume.as_str().to_owned(), pod),
+                    (d.result, d.reason.as_str()),
+                )
+            })
+            .collect();
+        let get = |p: &TargetParams| {
+            let pod = match &p.target {
+                TargetRef::Device => None,
+                TargetRef::Pod(u) => Some(u.as_str().to_owned()),
+            };
+            *decided
+                .get(&(p.volume.as_str().to_owned(), pod))
+                .unwrap_or_else(|| {
+                    panic!("no decision for {} {:?}: {decided:#?}", p.volume, p.target)
+                })
+        };
+        use MountState::*;
+        let pv_a = local_params(&layout, lo.path(), TargetRef::Pod(uid("a")));
+        let pv_b = local_params(&layout, lo.path(), TargetRef::Pod(uid("b")));
+        let table_rows: Vec<(&str, &TargetParams, (MountState, &str))> = vec![
+            (
+                "ext4 device mount as journaled",
+                &dev,
+                (Mounted, "mounted_matches"),
+            ),
+            (
+                "bind into pod a as journaled",
+                &pv_a,
+                (Mounted, "mounted_matches"),
+            ),
+            (
+                "foreign tmpfs on pod b's bind: replaced, not adopted",
+                &pv_b,
+                (Uncertain, "mounted_differs"),
+            ),
+            (
+                "tmpfs as journaled",
+                &matching,
+                (Mounted, "mounted_matches"),
+            ),
+            (
+                "tmpfs unmounted outside volumed",
+                &outside,
+                (NotMounted, "unmounted_outside"),
+            ),
+            (
+                "single-step SetUp intent, host shows it done",
+                &intent_done,
+                (Mounted, "single_step_done"),
+            ),
+            (
+                "single-step SetUp intent, host shows it not done",
+                &intent_not_done,
+                (NotMounted, "single_step_not_done"),
+            ),
+            (
+                "multi-step SetUp intent",
+                &multi,
+                (Uncertain, "multi_step_intent"),
+            ),
+            (
+                "single-step TearDown intent, host shows it done",
+                &torn_down,
+                (NotMounted, "single_step_done"),
+            ),
+            (
+                "a mount the journal never knew",
+                &unknown,
+                (Uncertain, "rebuilt_from_host"),
+            ),
+        ];
+        for (name, p, want) in &table_rows {
+            assert_eq!(get(p), *want, "{name}");
+        }
+        assert_eq!(
+            out.unmounted_outside.len(),
+            1,
+            "{:?}",
+            out.unmounted_outside
+        );
+        assert!(outcome.asw_errors.is_empty(), "{:?}", outcome.asw_errors);
+        assert_eq!(
+            outcome.appended.len(),
+            out.decisions.len(),
+            "one record per decision"
+        );
+
+        // The journal now implies exactly the decided states (dump shows the live state).
+        let snap = volumed::dump::journal_snapshot(&j.state(), None);
+        for (name, p, (state, _)) in &table_rows {
+            let v = snap
+                .volumes
+                .iter()
+                .find(|v| v.volume == p.volume)
+                .unwrap_or_else(|| panic!("{name}: not in dump"));
+            let reported = match &p.target {
+                TargetRef::Device => v.device.as_ref().unwrap().state,
+                TargetRef::Pod(u) => v.pods.iter().find(|x| &x.pod_uid == u).unwrap().state,
+            };
+            assert_eq!(reported, *state, "{name}: dump disagrees with the decision");
+        }
+        // The ASW holds the mounted pod targets as mounted and the uncertain ones as uncertain.
+        let asw_snap = asw.snapshot();
+        let pod_state = |p: &TargetParams| {
+            let TargetRef::Pod(u) = &p.target else {
+                unreachable!()
+            };
+            asw_snap
+                .volumes
+                .iter()
+                .find(|v| v.volume == p.volume)
+                .and_then(|v| v.pods.iter().find(|x| &x.pod_uid == u))
+                .map(|x| x.state)
+        };
+        assert_eq!(pod_state(&pv_a), Some(Mounted));
+        assert_eq!(pod_state(&pv_b), Some(Uncertain));
+        assert_eq!(pod_state(&intent_done), Some(Mounted));
+        assert_eq!(pod_state(&unknown), Some(Uncertain));
+        assert_eq!(
+            pod_state(&outside),
+            None,
+            "not-mounted pod targets are not in the ASW"
+        );
+
+        let _: PathBuf = scratch.path().to_owned();
+        drop(j);
+        // Scratch's Drop unmounts everything below it; the loop device autoclears.
+    });
+}
