@@ -33,6 +33,10 @@
 
 use prometheus::{Encoder, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
 
+pub mod operations;
+
+pub use operations::{OperationMetrics, StorageOperation};
+
 use crate::model::{MountState, TargetRef};
 use crate::reconstruct::{HostSays, MergeOutput, Reason};
 
@@ -67,6 +71,8 @@ pub struct Metrics {
     registry: Registry,
     /// reconstruction
     pub reconstruct: ReconstructMetrics,
+    /// operations, volumes, cleanup
+    pub ops: OperationMetrics,
 }
 
 const OPERATIONS_TOTAL: &str = "reconstruct_volume_operations_total";
@@ -80,7 +86,7 @@ const RESULTS: [MountState; 3] = [
 ];
 
 /// Creates a metric and registers it, naming it in the error.
-fn register<M: prometheus::core::Collector + Clone + 'static>(
+pub(crate) fn register<M: prometheus::core::Collector + Clone + 'static>(
     registry: &Registry,
     name: &'static str,
     make: impl FnOnce() -> prometheus::Result<M>,
@@ -134,9 +140,11 @@ impl Metrics {
     pub fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let reconstruct = ReconstructMetrics::new(&registry)?;
+        let ops = OperationMetrics::new(&registry)?;
         Ok(Self {
             registry,
             reconstruct,
+            ops,
         })
     }
 
@@ -177,6 +185,8 @@ pub fn record_reconstruction(metrics: &Metrics, out: &MergeOutput) {
             m.operations_errors_total.inc();
         }
     }
+    let outside = u64::try_from(out.unmounted_outside.len()).unwrap_or(u64::MAX);
+    metrics.ops.unmounted_outside.inc_by(outside);
 }
 
 /// Whether the host showed something at a decided target: a mount, a

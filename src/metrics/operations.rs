@@ -1,0 +1,176 @@
+//! The daemon's operation metrics: the kubelet's
+//! `storage_operation_duration_seconds`, `volume_manager_total_volumes`,
+//! orphan-cleanup and forced-cleanup series (exact names and labels,
+//! `reference/kubelet-behaviour.md` §5), and volumed's own
+//! `volumed_plugin_operations_total` and `volumed_unmounted_outside_total`.
+
+use std::time::Duration;
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+use super::{MetricsError, register};
+use crate::model::{Operation, PluginName};
+
+/// The kubelet's buckets for `storage_operation_duration_seconds`.
+pub const STORAGE_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
+/// The operation metrics.
+#[derive(Debug, Clone)]
+pub struct OperationMetrics {
+    /// `storage_operation_duration_seconds{volume_plugin,operation_name,status,migrated}`
+    pub storage_duration: HistogramVec,
+    /// `volumed_plugin_operations_total{plugin,operation}`
+    pub plugin_operations: IntCounterVec,
+    /// `volumed_unmounted_outside_total`
+    pub unmounted_outside: IntCounter,
+    /// `volume_manager_total_volumes{plugin_name,state}`
+    pub total_volumes: IntGaugeVec,
+    /// `force_cleaned_failed_volume_operations_total`
+    pub force_cleaned: IntCounter,
+    /// `force_cleaned_failed_volume_operation_errors_total`
+    pub force_cleaned_errors: IntCounter,
+    /// `kubelet_orphan_pod_cleaned_volumes`
+    pub orphan_cleaned: IntGauge,
+    /// `kubelet_orphan_pod_cleaned_volumes_errors`
+    pub orphan_cleaned_errors: IntGauge,
+}
+
+/// The `operation_name` of a job, as the kubelet names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageOperation {
+    /// MountDevice + SetUp
+    VolumeMount,
+    /// TearDown
+    VolumeUnmount,
+    /// UnmountDevice
+    UnmountDevice,
+}
+
+impl StorageOperation {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageOperation::VolumeMount => "volume_mount",
+            StorageOperation::VolumeUnmount => "volume_unmount",
+            StorageOperation::UnmountDevice => "unmount_device",
+        }
+    }
+}
+
+impl OperationMetrics {
+    pub(super) fn new(r: &Registry) -> Result<Self, MetricsError> {
+        let storage_duration = register(r, "storage_operation_duration_seconds", || {
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "storage_operation_duration_seconds",
+                    "Storage operation duration in seconds, by plugin, operation and status.",
+                )
+                .buckets(STORAGE_BUCKETS.to_vec()),
+                &["volume_plugin", "operation_name", "status", "migrated"],
+            )
+        })?;
+        let plugin_operations = register(r, "volumed_plugin_operations_total", || {
+            IntCounterVec::new(
+                Opts::new(
+                    "volumed_plugin_operations_total",
+                    "Journaled plugin operations run, by plugin and operation.",
+                ),
+                &["plugin", "operation"],
+            )
+        })?;
+        let unmounted_outside = register(r, "volumed_unmounted_outside_total", || {
+            IntCounter::new(
+                "volumed_unmounted_outside_total",
+                "Targets the journal knew mounted that were found unmounted outside volumed.",
+            )
+        })?;
+        let total_volumes = register(r, "volume_manager_total_volumes", || {
+            IntGaugeVec::new(
+                Opts::new(
+                    "volume_manager_total_volumes",
+                    "Number of volumes in the desired and actual state of the world.",
+                ),
+                &["plugin_name", "state"],
+            )
+        })?;
+        let force_cleaned = register(r, "force_cleaned_failed_volume_operations_total", || {
+            IntCounter::new(
+                "force_cleaned_failed_volume_operations_total",
+                "Volumes whose reconstruction failed that the one-time cleanup tried to clean.",
+            )
+        })?;
+        let force_cleaned_errors = register(
+            r,
+            "force_cleaned_failed_volume_operation_errors_total",
+            || {
+                IntCounter::new(
+                    "force_cleaned_failed_volume_operation_errors_total",
+                    "Forced cleanups of failed reconstructions that failed.",
+                )
+            },
+        )?;
+        let orphan_cleaned = register(r, "kubelet_orphan_pod_cleaned_volumes", || {
+            IntGauge::new(
+                "kubelet_orphan_pod_cleaned_volumes",
+                "Orphaned pod dirs examined in the last cleanup sweep.",
+            )
+        })?;
+        let orphan_cleaned_errors =
+            register(r, "kubelet_orphan_pod_cleaned_volumes_errors", || {
+                IntGauge::new(
+                    "kubelet_orphan_pod_cleaned_volumes_errors",
+                    "Orphaned pod dirs the last sweep could not fully clean.",
+                )
+            })?;
+        for p in PluginName::ALL {
+            for op in Operation::ALL {
+                plugin_operations.with_label_values(&[p.as_str(), op.as_str()]);
+            }
+        }
+        Ok(Self {
+            storage_duration,
+            plugin_operations,
+            unmounted_outside,
+            total_volumes,
+            force_cleaned,
+            force_cleaned_errors,
+            orphan_cleaned,
+            orphan_cleaned_errors,
+        })
+    }
+
+    /// One journaled plugin step ran.
+    pub fn plugin_operation(&self, plugin: PluginName, op: Operation) {
+        self.plugin_operations
+            .with_label_values(&[plugin.as_str(), op.as_str()])
+            .inc();
+    }
+
+    /// One job (the kubelet's operation) finished.
+    pub fn storage_operation(
+        &self,
+        plugin: PluginName,
+        op: StorageOperation,
+        ok: bool,
+        took: Duration,
+    ) {
+        let status = if ok { "success" } else { "fail-unknown" };
+        self.storage_duration
+            .with_label_values(&[plugin.as_str(), op.as_str(), status, "false"])
+            .observe(took.as_secs_f64());
+    }
+
+    /// Sets `volume_manager_total_volumes` from (plugin, state) counts.
+    pub fn set_total_volumes(&self, counts: &[(PluginName, &'static str, usize)]) {
+        self.total_volumes.reset();
+        for (p, state, n) in counts {
+            self.total_volumes
+                .with_label_values(&[p.as_str(), state])
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+    }
+}
