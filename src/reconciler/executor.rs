@@ -14,7 +14,7 @@ use std::time::Instant;
 use crate::failpoint;
 use crate::host::sys::Sys;
 use crate::journal::{Body, Journal, OpResult};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
     Layout, Operation, PluginName, PodUid, Steps, StorageMedium, TargetKind, TargetParams,
     TargetRef, UniqueVolumeName, VolumeSpec,
@@ -287,11 +287,9 @@ impl Executor {
             None => None,
         };
         failpoint::hit(&format!("{}.after_intent", op.as_str()));
-        let started = Instant::now();
         let result = f();
         ran.push(op);
-        self.metrics
-            .observe_operation(params.plugin, op, result.is_ok(), started.elapsed());
+        self.metrics.ops.plugin_operation(params.plugin, op);
         if result.is_ok() {
             failpoint::hit(&format!("{}.after_op", op.as_str()));
         }
@@ -320,7 +318,20 @@ impl Executor {
             error: None,
             ran: Vec::new(),
         };
-        if let Err(e) = self.run_inner(job, &mut report) {
+        let started = Instant::now();
+        let result = self.run_inner(job, &mut report);
+        let (plugin, op) = match job {
+            Job::Mount { want, .. } => (want.plugin, StorageOperation::VolumeMount),
+            Job::TearDown { params } => (params.plugin, StorageOperation::VolumeUnmount),
+            Job::UnmountDevice { params } => (params.plugin, StorageOperation::UnmountDevice),
+        };
+        // Like the kubelet, only operations that actually ran are observed.
+        if !report.ran.is_empty() {
+            self.metrics
+                .ops
+                .storage_operation(plugin, op, result.is_ok(), started.elapsed());
+        }
+        if let Err(e) = result {
             report.error = Some(e);
         }
         report

@@ -1,0 +1,134 @@
+//! From plan to work and back: [`job_for`] turns a planned [`Action`] into a
+//! [`Job`] carrying every parameter the worker needs (from the DSW's wish,
+//! the journal's last parameters for the target, or the ASW), and
+//! [`apply_update`] is the one place a finished job changes the ASW.
+
+use crate::journal::{JournalState, TargetKey};
+use crate::model::{Layout, TargetKind, TargetParams, TargetRef, UniqueVolumeName};
+use crate::state::{ActualStateOfWorld, StateError};
+
+use super::executor::{AswUpdate, Job, device_params, pod_params};
+use super::plan::Action;
+
+/// The parameters of a target the journal knows, if it does.
+fn journaled(state: Option<&JournalState>, volume: &UniqueVolumeName, target: TargetRef) -> Option<TargetParams> {
+    let key = TargetKey {
+        volume: volume.clone(),
+        target,
+    };
+    state
+        .and_then(|s| s.get(&key))
+        .map(|e| e.current_params().clone())
+}
+
+/// The job for an action, or `None` when it needs no worker (`Forget`) or
+/// the target's parameters are unknown (reported by the caller).
+pub fn job_for(
+    action: &Action,
+    asw: &ActualStateOfWorld,
+    journal: Option<&JournalState>,
+    layout: &Layout,
+) -> Option<Job> {
+    match action {
+        Action::Mount { want, mount_device } => Some(Job::Mount {
+            device: mount_device.then(|| device_params(layout, want)),
+            pod: pod_params(layout, want),
+            want: want.clone(),
+        }),
+        Action::TearDown { volume, pod } => {
+            let target = TargetRef::Pod(pod.clone());
+            if let Some(p) = journaled(journal, volume, target.clone()) {
+                return Some(Job::TearDown { params: p });
+            }
+            let v = asw.volume(volume)?;
+            let m = asw.pod(volume, pod)?;
+            Some(Job::TearDown {
+                params: TargetParams {
+                    volume: volume.clone(),
+                    plugin: v.plugin,
+                    spec_name: v.spec_name.clone(),
+                    target,
+                    kind: m.mount.kind,
+                    device_path: v.device.as_ref().and_then(|d| d.device_path.clone()),
+                    device_mount_path: v.device.as_ref().and_then(|d| d.mount_path.clone()),
+                    pod_mount_path: Some(m.mount.mount_path.clone()),
+                    selinux: m.mount.selinux.context().cloned(),
+                    mount_options: vec![],
+                    fs_type: None,
+                },
+            })
+        }
+        Action::UnmountDevice { volume } => {
+            if let Some(p) = journaled(journal, volume, TargetRef::Device) {
+                return Some(Job::UnmountDevice { params: p });
+            }
+            let v = asw.volume(volume)?;
+            let d = v.device.as_ref()?;
+            Some(Job::UnmountDevice {
+                params: TargetParams {
+                    volume: volume.clone(),
+                    plugin: v.plugin,
+                    spec_name: v.spec_name.clone(),
+                    target: TargetRef::Device,
+                    kind: TargetKind::Mount,
+                    device_path: d.device_path.clone(),
+                    device_mount_path: Some(d.mount_path.clone()?),
+                    pod_mount_path: None,
+                    selinux: v.selinux.context().cloned(),
+                    mount_options: vec![],
+                    fs_type: None,
+                },
+            })
+        }
+        Action::Forget { .. } => None,
+    }
+}
+
+/// Applies one finished job's change to the ASW (the one mutation point
+/// besides reconstruction).
+pub fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Result<(), StateError> {
+    match u {
+        AswUpdate::DeviceMounted {
+            volume,
+            plugin,
+            spec_name,
+            spec,
+            mount,
+        } => {
+            asw.add_volume(volume.clone(), *plugin, spec_name.clone(), spec.clone(), mount.device_path.clone());
+            asw.mark_device_mounted(volume, mount.clone())
+        }
+        AswUpdate::DeviceUncertain {
+            volume,
+            plugin,
+            spec_name,
+            mount,
+        } => {
+            asw.add_volume(volume.clone(), *plugin, spec_name.clone(), None, mount.device_path.clone());
+            asw.mark_device_uncertain(volume, mount.clone())
+        }
+        AswUpdate::DeviceUnmounted { volume } => asw.mark_device_unmounted(volume),
+        AswUpdate::PodMounted {
+            volume,
+            plugin,
+            spec_name,
+            spec,
+            pod,
+            mount,
+        } => {
+            asw.add_volume(volume.clone(), *plugin, spec_name.clone(), spec.clone(), None);
+            asw.mark_volume_mounted(volume, pod, mount.clone())
+        }
+        AswUpdate::PodUncertain {
+            volume,
+            plugin,
+            spec_name,
+            pod,
+            mount,
+        } => {
+            asw.add_volume(volume.clone(), *plugin, spec_name.clone(), None, None);
+            asw.mark_volume_uncertain(volume, pod, mount.clone())
+        }
+        AswUpdate::PodRemoved { volume, pod } => asw.delete_pod_from_volume(volume, pod),
+    }
+}
