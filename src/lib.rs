@@ -10,4 +10,5 @@ pub mod journal;
 pub mod model;
 pub mod reconciler;
 pub mod reconstruct;
+pub mod server;
 pub mod state;
