@@ -23,6 +23,10 @@ use crate::journal::{Category, Journal, JournalConfig, JournalError, Replay};
 
 /// The default bound on one exchange with the daemon.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a lock with no live daemon behind it is waited for.
+pub const LOCK_GRACE: Duration = Duration::from_secs(2);
+/// The pause between tries while waiting for the lock.
+const LOCK_RETRY: Duration = Duration::from_millis(50);
 /// The largest response body accepted.
 const MAX_BODY: usize = 256 * 1024 * 1024;
 /// The largest status line plus headers accepted.
@@ -151,6 +155,10 @@ pub enum ClientError {
 /// Opens the journal in `dir` read-only; when a running daemon holds it,
 /// asks that daemon (`GET /debug/journal[?volume=]`) within `timeout`.
 /// `volume` only filters the daemon's answer: a local replay is whole.
+///
+/// A lock held with no live daemon behind it (another `dump` for a moment,
+/// a daemon between opening the journal and writing daemon.json) is retried
+/// for [`LOCK_GRACE`] before it is an error.
 pub fn open_or_ask(
     dir: &Path,
     boot_id: &str,
@@ -158,17 +166,31 @@ pub fn open_or_ask(
     timeout: Duration,
 ) -> Result<JournalSource, ClientError> {
     let cfg = JournalConfig::inspect(dir, boot_id);
-    match Journal::open(&cfg) {
-        Ok((journal, replay)) => {
-            drop(journal);
-            Ok(JournalSource::Local(replay))
+    let grace_until = Instant::now() + LOCK_GRACE;
+    loop {
+        match Journal::open(&cfg) {
+            Ok((journal, replay)) => {
+                drop(journal);
+                return Ok(JournalSource::Local(replay));
+            }
+            Err(e) if e.category() == Category::Busy => {
+                match ask_daemon(dir, boot_id, volume, timeout) {
+                    Ok(source) => return Ok(source),
+                    Err(ClientError::NoDaemonFile { .. } | ClientError::Stale { .. })
+                        if Instant::now() < grace_until =>
+                    {
+                        std::thread::sleep(LOCK_RETRY);
+                    }
+                    Err(reason) => {
+                        return Err(ClientError::Busy {
+                            dir: dir.to_owned(),
+                            reason: Box::new(reason),
+                        });
+                    }
+                }
+            }
+            Err(e) => return Err(ClientError::Open(e)),
         }
-        Err(e) if e.category() == Category::Busy => ask_daemon(dir, boot_id, volume, timeout)
-            .map_err(|reason| ClientError::Busy {
-                dir: dir.to_owned(),
-                reason: Box::new(reason),
-            }),
-        Err(e) => Err(ClientError::Open(e)),
     }
 }
 

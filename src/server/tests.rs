@@ -126,6 +126,23 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 }
 
 #[test]
+fn binding_a_taken_port_names_the_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = rt.block_on(bind(&addr)).unwrap_err();
+    assert!(
+        matches!(e, ServerError::Bind { .. }) && e.to_string().contains(&addr),
+        "{e}"
+    );
+    let e = rt.block_on(bind("no-port-here")).unwrap_err();
+    assert!(e.to_string().contains("no-port-here"), "{e}");
+}
+
+#[test]
 fn healthz_is_ok_while_serving() {
     let s = start(Arc::default());
     assert_eq!(get(s.addr, "/healthz"), (200, "ok".to_owned()));
