@@ -10,14 +10,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::journal::{Body, Entry, JournalState, OpResult, Record, Replay};
 use crate::model::{MountState, TargetParams, TargetRef, UniqueVolumeName};
 use crate::state::{DeviceSnapshot, PodSnapshot, SeLinuxState, StateSnapshot, VolumeSnapshot};
 
-/// The `dump --format json` document.
-#[derive(Debug, Clone, Serialize)]
+/// The `dump --format json` document. Deserialize too: `dump` reads it back
+/// from a running daemon's `GET /debug/journal` and prints it the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DumpDoc {
     /// the journal's schema version
     pub schema_version: u32,
@@ -36,7 +37,7 @@ pub struct DumpDoc {
 }
 
 /// The checkpoint in the dump.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointJson {
     /// last record folded in
     pub through_seq: u64,
@@ -47,7 +48,7 @@ pub struct CheckpointJson {
 }
 
 /// A replay-stopping bad value in the dump.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CorruptionJson {
     /// its sequence number
     pub seq: u64,
@@ -56,7 +57,7 @@ pub struct CorruptionJson {
 }
 
 /// One record in the dump. Paths are shown lossily (non-UTF-8 bytes as U+FFFD).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordJson {
     /// sequence number
     pub seq: u64,
@@ -66,15 +67,15 @@ pub struct RecordJson {
     pub boot_id: String,
     /// `intent`, `outcome`, `reconstructed` or `forget`
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: String,
     /// the operation, for intents and outcomes
-    pub op: Option<&'static str>,
+    pub op: Option<String>,
     /// `single` or `multi`, for intents
-    pub steps: Option<&'static str>,
+    pub steps: Option<String>,
     /// the intent an outcome completes
     pub intent_seq: Option<u64>,
     /// `success`, `failed_final` or `failed_uncertain`, for outcomes
-    pub result: Option<&'static str>,
+    pub result: Option<String>,
     /// the error text of a failed outcome
     pub error: Option<String>,
     /// the decided state, for reconstructed records
@@ -90,14 +91,14 @@ pub struct RecordJson {
 }
 
 /// Target parameters in the dump.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParamsJson {
     /// plugin
     pub plugin: String,
     /// spec name
     pub spec_name: String,
     /// target kind
-    pub kind: &'static str,
+    pub kind: String,
     /// device path
     pub device_path: Option<String>,
     /// device mount path
@@ -120,7 +121,7 @@ fn params_json(p: &TargetParams) -> ParamsJson {
     ParamsJson {
         plugin: p.plugin.as_str().to_owned(),
         spec_name: p.spec_name.clone(),
-        kind: p.kind.as_str(),
+        kind: p.kind.as_str().to_owned(),
         device_path: lossy(p.device_path.as_deref()),
         device_mount_path: lossy(p.device_mount_path.as_deref()),
         pod_mount_path: lossy(p.pod_mount_path.as_deref()),
@@ -142,7 +143,7 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
         seq: r.seq,
         wall_time_ns: r.wall_time_ns,
         boot_id: r.boot_id.clone(),
-        kind: "intent",
+        kind: "intent".to_owned(),
         op: None,
         steps: None,
         intent_seq: None,
@@ -156,11 +157,14 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
     };
     match &r.body {
         Body::Intent { op, steps, target } => {
-            j.op = Some(op.as_str());
-            j.steps = Some(match steps {
-                crate::model::Steps::Single => "single",
-                crate::model::Steps::Multi => "multi",
-            });
+            j.op = Some(op.as_str().to_owned());
+            j.steps = Some(
+                match steps {
+                    crate::model::Steps::Single => "single",
+                    crate::model::Steps::Multi => "multi",
+                }
+                .to_owned(),
+            );
             j.volume = Some(target.volume.as_str().to_owned());
             j.pod_uid = pod_of(&target.target);
             j.params = Some(params_json(target));
@@ -171,15 +175,15 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
             result,
             ..
         } => {
-            j.kind = "outcome";
-            j.op = Some(op.as_str());
+            j.kind = "outcome".to_owned();
+            j.op = Some(op.as_str().to_owned());
             j.intent_seq = Some(*intent_seq);
             let (name, error) = match result {
                 OpResult::Success => ("success", None),
                 OpResult::FailedFinal(e) => ("failed_final", Some(e.clone())),
                 OpResult::FailedUncertain(e) => ("failed_uncertain", Some(e.clone())),
             };
-            j.result = Some(name);
+            j.result = Some(name.to_owned());
             j.error = error;
             if let Some((v, p)) = intents.get(intent_seq) {
                 j.volume = Some(v.clone());
@@ -192,7 +196,7 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
             reason,
             ..
         } => {
-            j.kind = "reconstructed";
+            j.kind = "reconstructed".to_owned();
             j.state = Some(*state);
             j.reason = Some(reason.clone());
             j.volume = Some(target.volume.as_str().to_owned());
@@ -200,7 +204,7 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
             j.params = Some(params_json(target));
         }
         Body::Forget { volume, target } => {
-            j.kind = "forget";
+            j.kind = "forget".to_owned();
             j.volume = Some(volume.as_str().to_owned());
             j.pod_uid = pod_of(target);
         }
@@ -371,12 +375,12 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
         "SEQ", "TIME", "TYPE", "OP", "VOLUME", "POD"
     );
     for r in &doc.records {
-        let detail = match r.kind {
-            "intent" => format!("{} step", r.steps.unwrap_or("?")),
+        let detail = match r.kind.as_str() {
+            "intent" => format!("{} step", r.steps.as_deref().unwrap_or("?")),
             "outcome" => format!(
                 "intent {} {}{}",
                 r.intent_seq.unwrap_or(0),
-                r.result.unwrap_or("?"),
+                r.result.as_deref().unwrap_or("?"),
                 r.error
                     .as_ref()
                     .map(|e| format!(": {e}"))
@@ -395,7 +399,7 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
             r.seq,
             format_time(r.wall_time_ns),
             r.kind,
-            r.op.unwrap_or("-"),
+            r.op.as_deref().unwrap_or("-"),
             opt(&r.volume),
             opt(&r.pod_uid),
         );

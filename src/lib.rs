@@ -11,4 +11,5 @@ pub mod metrics;
 pub mod model;
 pub mod reconciler;
 pub mod reconstruct;
+pub mod server;
 pub mod state;

@@ -3,22 +3,31 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use volumed::dump::DumpDoc;
 use volumed::host::boot::read_boot_id;
 use volumed::journal::{Category, Journal, JournalConfig};
 use volumed::model::{Layout, UniqueVolumeName};
 use volumed::reconstruct::edge::{self, HostInput, JournalInput};
 use volumed::reconstruct::inspect::{InspectedJournal, inspect_journal};
 use volumed::reconstruct::report::render_table;
+use volumed::server::client::{self, JournalSource};
+use volumed::server::daemon_file::DaemonFile;
+use volumed::server::{self, DebugProvider};
+use volumed::state::StateSnapshot;
 
 /// The default `--listen` address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
 const DEFAULT_ROOT: &str = "/var/lib/kubelet";
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
+/// How long shutdown waits for the HTTP server, then for its tasks.
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -183,38 +192,123 @@ fn run(args: RunArgs) -> Result<()> {
     std::fs::create_dir_all(&args.root_dir)
         .with_context(|| format!("create root dir {}", args.root_dir.display()))?;
 
-    // Block the stop signals before any thread starts, so every thread
-    // inherits the mask and only the main thread's sigwait receives them.
+    // Block the stop signals before any thread starts (tokio's included), so
+    // every thread inherits the mask and only the main thread's sigwait
+    // receives them.
     let mut stop = nix::sys::signal::SigSet::empty();
     stop.add(nix::sys::signal::Signal::SIGTERM);
     stop.add(nix::sys::signal::Signal::SIGINT);
     stop.thread_block().context("block SIGTERM and SIGINT")?;
 
-    let journal = match args.journal {
+    let (journal, journal_node) = match args.journal {
         OnOff::Off => {
             tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
-            None
+            (None, node_name.clone())
         }
-        OnOff::On => Some(open_journal(&journal_dir, &node_name, &boot)?),
+        OnOff::On => {
+            let (j, node) = open_journal(&journal_dir, &node_name, &boot)?;
+            (Some(Arc::new(j)), node)
+        }
     };
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("volumed-http")
+        .enable_all()
+        .build()
+        .context("start the tokio runtime")?;
+    let (listener, bound) = rt.block_on(server::bind(&args.listen))?;
+    std::fs::create_dir_all(&journal_dir)
+        .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
+    let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);
+    daemon.write(&journal_dir)?;
+    let provider = Arc::new(JournalProvider {
+        journal: journal.clone(),
+        node_name: journal_node,
+        boot_id: boot,
+    });
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = rt.spawn(server::serve(listener, provider, async {
+        let _ = server_stopped.await;
+    }));
     tracing::info!(
         root = %args.root_dir.display(),
         journal = %journal_dir.display(),
         node = %node_name,
-        listen = %args.listen,
-        "volumed running (journal only: the reconciler arrives with the daemon issue); SIGTERM or SIGINT stops it"
+        listen = %bound,
+        "volumed running (journal and HTTP only: the reconciler arrives with the daemon issue); SIGTERM or SIGINT stops it"
     );
+
     let sig = stop.wait().context("wait for a stop signal")?;
-    tracing::info!(signal = ?sig, "stopping: flushing the journal");
+    tracing::info!(signal = ?sig, "stopping: HTTP server, daemon.json, then the journal");
+    let _ = stop_server.send(());
+    let stopped = rt.block_on(async { tokio::time::timeout(SERVER_STOP_TIMEOUT, server).await });
+    if stopped.is_err() {
+        tracing::warn!(timeout = ?SERVER_STOP_TIMEOUT, "the HTTP server did not stop in time");
+    }
+    // Drops every task still holding the provider (and so the journal).
+    rt.shutdown_timeout(SERVER_STOP_TIMEOUT);
+    if let Err(e) = daemon.remove(&journal_dir) {
+        tracing::warn!("{e}");
+    }
     if let Some(j) = journal {
+        let j = Arc::try_unwrap(j).map_err(|_| {
+            anyhow::anyhow!(
+                "the journal is still in use by an HTTP request at shutdown; every acknowledged record is already durable"
+            )
+        })?;
         j.close().context("flush the journal on shutdown")?;
     }
     Ok(())
 }
 
+/// What the daemon's HTTP server shows, for now: the real journal, and
+/// placeholders for what the reconciler will own.
+struct JournalProvider {
+    journal: Option<Arc<Journal>>,
+    /// the node name in the journal's meta, as `dump` shows it
+    node_name: String,
+    boot_id: String,
+}
+
+impl DebugProvider for JournalProvider {
+    fn ready(&self) -> Result<(), String> {
+        // TODO(daemon issue): ready once reconstruction is done and every pod
+        // source has listed (the DSW is fully populated).
+        Err("reconstruction is not wired yet (arrives with the daemon issue)".to_owned())
+    }
+
+    fn metrics_text(&self) -> String {
+        // TODO(daemon issue): the registry DESIGN.md "Metrics" names.
+        String::new()
+    }
+
+    fn state(&self) -> StateSnapshot {
+        // TODO(daemon issue): the live ASW's snapshot.
+        StateSnapshot::default()
+    }
+
+    fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {
+        let journal = self
+            .journal
+            .as_ref()
+            .ok_or("the journal is off (--journal off)")?;
+        let replay = journal
+            .current(&self.node_name)
+            .map_err(|e| e.to_string())?;
+        let only = volume.map(UniqueVolumeName::from_raw);
+        Ok(volumed::dump::document(
+            &replay,
+            &self.boot_id,
+            only.as_ref(),
+        ))
+    }
+}
+
 /// Opens the journal; a corrupt one has been moved aside by `open`, so the
 /// daemon says so loudly and starts a fresh journal (host-only reconstruction).
-fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<Journal> {
+/// Returns it with the node name in its meta.
+fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, String)> {
     let cfg = JournalConfig::new(dir, node, boot);
     // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
     // lock for a moment; wait for it rather than fail the start.
@@ -238,13 +332,13 @@ fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<Journal> {
                 tracing::error!(seq = c.seq, reason = %c.reason, quarantined = replay.quarantined.len(),
                     "journal replay stopped at a bad record; later records were quarantined");
             }
-            Ok(j)
+            Ok((j, replay.node_name))
         }
         Err(e) if e.category() == Category::Corruption => {
             tracing::error!("{e}; reconstructing from the host alone with a fresh journal");
-            let (j, _) = Journal::open(&cfg)
+            let (j, replay) = Journal::open(&cfg)
                 .context("open a fresh journal after moving the old one aside")?;
-            Ok(j)
+            Ok((j, replay.node_name))
         }
         Err(e) => Err(e).context("open the journal"),
     }
@@ -252,18 +346,25 @@ fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<Journal> {
 
 fn dump(args: DumpArgs) -> Result<()> {
     let boot = boot_id(args.boot_id_file.as_deref())?;
-    let cfg = JournalConfig::inspect(&args.journal_dir, &boot);
-    let (journal, replay) = match Journal::open(&cfg) {
-        Ok(v) => v,
-        Err(e) if e.category() == Category::Busy => bail!(
-            "the journal in {} is held by a running volumed; stop it to dump, or read GET /debug/journal from it",
-            args.journal_dir.display()
-        ),
-        Err(e) => return Err(e).context("dump"),
+    // A running daemon holds sled's lock: then the same document comes from
+    // its GET /debug/journal.
+    let source = client::open_or_ask(
+        &args.journal_dir,
+        &boot,
+        args.volume.as_deref(),
+        client::DEFAULT_TIMEOUT,
+    )
+    .context("dump")?;
+    let doc = match source {
+        JournalSource::Local(replay) => {
+            let only = args.volume.map(UniqueVolumeName::from_raw);
+            volumed::dump::document(&replay, &boot, only.as_ref())
+        }
+        JournalSource::Daemon { doc, daemon } => {
+            tracing::debug!(pid = daemon.pid, listen = %daemon.listen, "read the journal from the running daemon");
+            doc
+        }
     };
-    drop(journal);
-    let only = args.volume.map(UniqueVolumeName::from_raw);
-    let doc = volumed::dump::document(&replay, &boot, only.as_ref());
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
         Format::Table => print!("{}", volumed::dump::render_table(&doc, &args.journal_dir)),

@@ -1,5 +1,6 @@
 //! The binary through its contract: `dump` on a journal written by the
-//! library, `dump` while `run` holds the journal, and `run`'s flags.
+//! library, `dump` asking a running daemon for it (and failing clearly when
+//! the daemon is gone), and `run`'s flags.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 use std::path::Path;
@@ -159,17 +160,34 @@ fn dump_of_a_missing_journal_is_a_clear_error_and_creates_nothing() {
     assert!(!jdir.exists());
 }
 
+/// Waits for the child to exit, killing it after `limit`.
+fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not exit within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
-fn dump_while_the_daemon_runs_says_so_and_sigterm_exits_zero() {
+fn dump_while_the_daemon_runs_asks_it_and_sigterm_exits_zero() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
+    let jdir = root.join("volumed");
+    write_journal(&jdir);
     let boot = boot_file(tmp.path());
     let mut daemon = KillOnDrop(
         Command::new(BIN)
             .args([
                 "run",
                 "--node-name",
-                "n1",
+                "node-a",
                 "--listen",
                 "127.0.0.1:0",
                 "--root-dir",
@@ -182,29 +200,121 @@ fn dump_while_the_daemon_runs_says_so_and_sigterm_exits_zero() {
             .spawn()
             .unwrap(),
     );
-    let jdir = root.join("volumed");
+    // daemon.json appears once the journal is open and the port bound; only
+    // then is dump run, so it never races the daemon for sled's lock.
+    let daemon_json = jdir.join("daemon.json");
     let deadline = Instant::now() + Duration::from_secs(20);
-    let err = loop {
-        let out = dump(&jdir, &[]);
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        if err.contains("held by a running volumed") || Instant::now() > deadline {
-            break err;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(err.contains("held by a running volumed"), "{err}");
+    while !daemon_json.exists() {
+        assert!(
+            daemon.0.try_wait().unwrap().is_none(),
+            "the daemon exited early"
+        );
+        assert!(Instant::now() < deadline, "no daemon.json after 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&daemon_json).unwrap()).unwrap();
+    assert_eq!(info["pid"], daemon.0.id());
+    assert_eq!(info["boot_id"], BOOT);
+    assert!(
+        info["listen"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{info}"
+    );
+
+    let live = dump(&jdir, &["--format", "json"]);
+    assert!(
+        live.status.success(),
+        "dump through the daemon: {}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
+    assert_eq!(v["records"].as_array().unwrap().len(), 4);
+    let one = dump(
+        &jdir,
+        &[
+            "--format",
+            "json",
+            "--volume",
+            "kubernetes.io/local-volume/pv2",
+        ],
+    );
+    assert!(
+        one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
+    assert_eq!(v["records"].as_array().unwrap().len(), 1);
+    assert_eq!(v["state"]["volumes"].as_array().unwrap().len(), 1);
+    let table = dump(&jdir, &[]);
+    let live_table = String::from_utf8(table.stdout).unwrap();
+    assert!(live_table.contains("records (4):"), "{live_table}");
+
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(daemon.0.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = daemon.0.wait().unwrap();
+    let status = wait_bounded(&mut daemon.0, Duration::from_secs(30));
     assert!(status.success(), "SIGTERM exits 0, got {status}");
-    let out = dump(&jdir, &[]);
     assert!(
-        out.status.success(),
+        !daemon_json.exists(),
+        "a clean shutdown removes daemon.json"
+    );
+
+    let stopped = dump(&jdir, &["--format", "json"]);
+    assert!(
+        stopped.status.success(),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&live.stdout),
+        String::from_utf8_lossy(&stopped.stdout),
+        "the daemon serves exactly what dump reads from the stopped journal"
+    );
+    let stopped_table = String::from_utf8(dump(&jdir, &[]).stdout).unwrap();
+    assert_eq!(live_table, stopped_table);
+}
+
+#[test]
+fn dump_with_a_locked_journal_and_a_stale_daemon_json_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jdir = tmp.path().join("j").join("journal");
+    write_journal(&jdir);
+    // This process holds sled's lock, as a daemon would.
+    let (_held, _) = Journal::open(&JournalConfig::new(&jdir, "node-a", BOOT)).unwrap();
+
+    let out = dump(&jdir, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("held by a running volumed") && err.contains("daemon.json"),
+        "no daemon.json: {err}"
+    );
+
+    // A daemon.json left by a daemon that died: a pid that has exited.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let stale = serde_json::json!({
+        "pid": pid, "listen": "127.0.0.1:9", "boot_id": BOOT,
+        "version": "0.1.0", "started_ns": 1
+    });
+    std::fs::write(jdir.join("daemon.json"), stale.to_string()).unwrap();
+    let start = Instant::now();
+    let out = dump(&jdir, &["--format", "json"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("held by a running volumed")
+            && err.contains(&format!("pid {pid} is not running")),
+        "stale daemon.json: {err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "no wait on a dead daemon"
     );
 }
 

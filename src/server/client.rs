@@ -1,0 +1,514 @@
+//! Reading the journal when a running daemon holds it: [`open_or_ask`] opens
+//! the journal read-only, and when sled's lock is held (the daemon runs)
+//! asks the daemon for `GET /debug/journal` instead, found through
+//! `daemon.json`. `dump` uses it; `reconstruct --dry-run` can too.
+//!
+//! The client is a tiny blocking HTTP/1.1 GET over `std::net::TcpStream`,
+//! not reqwest: it sends one request to the daemon on loopback, so a TLS-
+//! capable async client with its runtime would be most of the binary for
+//! nothing. It asks `Connection: close` and reads to the end, decodes a
+//! chunked body should one come, and bounds everything: connect, every
+//! read and write, the whole exchange, and the body's size. Every byte it
+//! receives and every field of daemon.json is external input: nothing here
+//! panics on them.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::daemon_file::{self, DaemonFile, DaemonFileError};
+use crate::dump::DumpDoc;
+use crate::journal::{Category, Journal, JournalConfig, JournalError, Replay};
+
+/// The default bound on one exchange with the daemon.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a lock with no live daemon behind it is waited for.
+pub const LOCK_GRACE: Duration = Duration::from_secs(2);
+/// The pause between tries while waiting for the lock.
+const LOCK_RETRY: Duration = Duration::from_millis(50);
+/// The largest response body accepted.
+const MAX_BODY: usize = 256 * 1024 * 1024;
+/// The largest status line plus headers accepted.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Where the journal was read from.
+#[derive(Debug)]
+pub enum JournalSource {
+    /// opened here: nobody held it
+    Local(Replay),
+    /// a running daemon served it
+    Daemon {
+        /// the dump document it served
+        doc: DumpDoc,
+        /// the daemon's daemon.json
+        daemon: DaemonFile,
+    },
+}
+
+/// What went wrong, by step, with the path or address.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// opening the journal failed for a reason other than the daemon's lock
+    #[error(transparent)]
+    Open(JournalError),
+    /// the journal is locked and the daemon holding it could not be asked
+    #[error(
+        "the journal in {dir} is held by a running volumed, and asking it failed: {reason}; stop it to dump, or read GET /debug/journal from it"
+    )]
+    Busy {
+        /// the journal dir
+        dir: PathBuf,
+        /// why asking failed (in the message, not a `source`: the message
+        /// already says it, and a chain would print it twice)
+        reason: Box<ClientError>,
+    },
+    /// there is no daemon.json
+    #[error("no {path}")]
+    NoDaemonFile {
+        /// where it was looked for
+        path: PathBuf,
+    },
+    /// daemon.json could not be read
+    #[error(transparent)]
+    DaemonFile(#[from] DaemonFileError),
+    /// daemon.json names a pid that cannot be a daemon's
+    #[error("{path} names pid {pid}, which is not a process id")]
+    BadPid {
+        /// daemon.json
+        path: PathBuf,
+        /// the pid in it
+        pid: u32,
+    },
+    /// daemon.json is left from a daemon that is gone
+    #[error("{path} is stale: {why}")]
+    Stale {
+        /// daemon.json
+        path: PathBuf,
+        /// pid not alive, or another boot
+        why: String,
+    },
+    /// the listen address does not resolve
+    #[error("resolve {addr}: {reason}")]
+    Resolve {
+        /// the address
+        addr: String,
+        /// why
+        reason: String,
+    },
+    /// a socket step (connect, send, receive) failed
+    #[error("{step} http://{addr}{path}: {source}")]
+    Io {
+        /// `connect`, `send` or `receive`
+        step: &'static str,
+        /// the address
+        addr: SocketAddr,
+        /// the request path
+        path: String,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// the whole exchange took too long
+    #[error("GET http://{addr}{path}: no full answer within {after:?}")]
+    Timeout {
+        /// the address
+        addr: SocketAddr,
+        /// the request path
+        path: String,
+        /// the bound
+        after: Duration,
+    },
+    /// the response is not HTTP we understand, or too large
+    #[error("GET http://{addr}{path}: bad response: {reason}")]
+    BadResponse {
+        /// the address
+        addr: SocketAddr,
+        /// the request path
+        path: String,
+        /// what was wrong
+        reason: String,
+    },
+    /// the daemon answered with a status other than 200
+    #[error("GET http://{addr}{path}: status {status}: {body}")]
+    Status {
+        /// the address
+        addr: SocketAddr,
+        /// the request path
+        path: String,
+        /// the status
+        status: u16,
+        /// the first line of the body
+        body: String,
+    },
+    /// the body is not the dump document
+    #[error("GET http://{addr}{path}: decode the dump document: {source}")]
+    Decode {
+        /// the address
+        addr: SocketAddr,
+        /// the request path
+        path: String,
+        /// the cause
+        source: serde_json::Error,
+    },
+}
+
+/// Opens the journal in `dir` read-only; when a running daemon holds it,
+/// asks that daemon (`GET /debug/journal[?volume=]`) within `timeout`.
+/// `volume` only filters the daemon's answer: a local replay is whole.
+///
+/// A lock held with no live daemon behind it (another `dump` for a moment,
+/// a daemon between opening the journal and writing daemon.json) is retried
+/// for [`LOCK_GRACE`] before it is an error.
+pub fn open_or_ask(
+    dir: &Path,
+    boot_id: &str,
+    volume: Option<&str>,
+    timeout: Duration,
+) -> Result<JournalSource, ClientError> {
+    let cfg = JournalConfig::inspect(dir, boot_id);
+    let grace_until = Instant::now() + LOCK_GRACE;
+    loop {
+        match Journal::open(&cfg) {
+            Ok((journal, replay)) => {
+                drop(journal);
+                return Ok(JournalSource::Local(replay));
+            }
+            Err(e) if e.category() == Category::Busy => {
+                match ask_daemon(dir, boot_id, volume, timeout) {
+                    Ok(source) => return Ok(source),
+                    Err(ClientError::NoDaemonFile { .. } | ClientError::Stale { .. })
+                        if Instant::now() < grace_until =>
+                    {
+                        std::thread::sleep(LOCK_RETRY);
+                    }
+                    Err(reason) => {
+                        return Err(ClientError::Busy {
+                            dir: dir.to_owned(),
+                            reason: Box::new(reason),
+                        });
+                    }
+                }
+            }
+            Err(e) => return Err(ClientError::Open(e)),
+        }
+    }
+}
+
+/// Asks the daemon named by `<dir>/daemon.json` for its journal, after
+/// checking the file is this boot's and its pid is alive.
+pub fn ask_daemon(
+    dir: &Path,
+    boot_id: &str,
+    volume: Option<&str>,
+    timeout: Duration,
+) -> Result<JournalSource, ClientError> {
+    let file = daemon_file::path(dir);
+    let daemon =
+        DaemonFile::read(dir)?.ok_or_else(|| ClientError::NoDaemonFile { path: file.clone() })?;
+    if daemon.boot_id != boot_id {
+        return Err(ClientError::Stale {
+            path: file,
+            why: format!("written in boot {}, this is boot {boot_id}", daemon.boot_id),
+        });
+    }
+    let pid = i32::try_from(daemon.pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or(ClientError::BadPid {
+            path: file.clone(),
+            pid: daemon.pid,
+        })?;
+    if !pid_alive(pid) {
+        return Err(ClientError::Stale {
+            path: file,
+            why: format!("pid {pid} is not running"),
+        });
+    }
+    let mut path = "/debug/journal".to_owned();
+    if let Some(v) = volume {
+        path.push('?');
+        path.push_str(
+            &form_urlencoded::Serializer::new(String::new())
+                .append_pair("volume", v)
+                .finish(),
+        );
+    }
+    let (addr, body) = get_ok(&daemon.listen, &path, timeout)?;
+    let doc = serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
+        addr,
+        path,
+        source,
+    })?;
+    Ok(JournalSource::Daemon { doc, daemon })
+}
+
+/// `kill(pid, 0)`: alive unless the kernel says there is no such process
+/// (EPERM means it exists under another user).
+fn pid_alive(pid: i32) -> bool {
+    use nix::errno::Errno;
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) | Err(Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}
+
+/// `GET http://<listen><path>` within `timeout`; the body when the status is
+/// 200, with the address connected to.
+pub fn get_ok(
+    listen: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(SocketAddr, Vec<u8>), ClientError> {
+    let addr = resolve(listen)?;
+    let (status, body) = get(addr, path, timeout)?;
+    if status != 200 {
+        let text = String::from_utf8_lossy(&body);
+        return Err(ClientError::Status {
+            addr,
+            path: path.to_owned(),
+            status,
+            body: text.lines().next().unwrap_or_default().to_owned(),
+        });
+    }
+    Ok((addr, body))
+}
+
+fn resolve(listen: &str) -> Result<SocketAddr, ClientError> {
+    let resolve_err = |reason: String| ClientError::Resolve {
+        addr: listen.to_owned(),
+        reason,
+    };
+    let mut addrs = listen
+        .to_socket_addrs()
+        .map_err(|e| resolve_err(e.to_string()))?;
+    addrs
+        .next()
+        .ok_or_else(|| resolve_err("no address".to_owned()))
+}
+
+/// One `GET` to `addr`: (status, body). Bounded by `timeout` as a whole.
+pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>), ClientError> {
+    let deadline = Instant::now() + timeout;
+    let io = |step| {
+        move |source| ClientError::Io {
+            step,
+            addr,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    let timed_out = || ClientError::Timeout {
+        addr,
+        path: path.to_owned(),
+        after: timeout,
+    };
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(io("connect"))?;
+    stream
+        .set_write_timeout(Some(timeout))
+        .map_err(io("send"))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/plain\r\nConnection: close\r\nUser-Agent: volumed/{}\r\n\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    stream.write_all(request.as_bytes()).map_err(io("send"))?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(timed_out)?;
+        stream.set_read_timeout(Some(left)).map_err(io("receive"))?;
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(buf.get(..n).unwrap_or_default()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(timed_out());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io("receive")(e)),
+        }
+        if raw.len() > MAX_HEAD + MAX_BODY {
+            return Err(bad(addr, path, format!("larger than {MAX_BODY} bytes")));
+        }
+    }
+    parse_response(&raw).map_err(|reason| bad(addr, path, reason))
+}
+
+fn bad(addr: SocketAddr, path: &str, reason: String) -> ClientError {
+    ClientError::BadResponse {
+        addr,
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+/// Splits a whole `Connection: close` response into status and body.
+fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .filter(|p| *p <= MAX_HEAD)
+        .ok_or("no end of headers")?;
+    let head = std::str::from_utf8(raw.get(..head_end).unwrap_or_default())
+        .map_err(|_| "headers are not UTF-8")?;
+    let body = raw.get(head_end + 4..).unwrap_or_default();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or_default();
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("status line {status_line:?}"));
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .filter(|s| (100..=599).contains(s))
+        .ok_or_else(|| format!("status line {status_line:?}"))?;
+    let mut chunked = false;
+    let mut length = None;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(format!("header line {line:?}"));
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.to_ascii_lowercase().ends_with("chunked");
+        } else if name.eq_ignore_ascii_case("content-length") {
+            let n: usize = value
+                .parse()
+                .map_err(|_| format!("content-length {value:?}"))?;
+            length = Some(n);
+        }
+    }
+    let body = if chunked {
+        dechunk(body)?
+    } else if let Some(n) = length {
+        body.get(..n)
+            .ok_or_else(|| format!("body is {} bytes, content-length {n}", body.len()))?
+            .to_vec()
+    } else {
+        body.to_vec()
+    };
+    Ok((status, body))
+}
+
+/// Decodes a chunked body (extensions and trailers ignored).
+fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("chunk size line without end")?;
+        let line = std::str::from_utf8(rest.get(..eol).unwrap_or_default())
+            .map_err(|_| "chunk size is not UTF-8")?;
+        let hex = line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(hex, 16).map_err(|_| format!("chunk size {hex:?}"))?;
+        rest = rest.get(eol + 2..).unwrap_or_default();
+        if size == 0 {
+            return Ok(out);
+        }
+        if size > MAX_BODY.saturating_sub(out.len()) {
+            return Err(format!("larger than {MAX_BODY} bytes"));
+        }
+        let chunk = rest
+            .get(..size)
+            .ok_or_else(|| format!("chunk of {size} bytes cut short"))?;
+        out.extend_from_slice(chunk);
+        rest = rest
+            .get(size..)
+            .and_then(|r| r.strip_prefix(b"\r\n"))
+            .ok_or("chunk without its line end")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_content_length_and_chunked_bodies() {
+        let raw = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-type: x\r\n\r\nhello";
+        assert_eq!(parse_response(raw).unwrap(), (200, b"hello".to_vec()));
+        let raw = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+        assert_eq!(parse_response(raw).unwrap(), (503, b"abcde".to_vec()));
+        let raw = b"HTTP/1.0 200 OK\r\n\r\nto the end";
+        assert_eq!(parse_response(raw).unwrap(), (200, b"to the end".to_vec()));
+    }
+
+    #[test]
+    fn garbage_responses_are_errors_not_panics() {
+        for raw in [
+            &b""[..],
+            b"hello",
+            b"SSH-2.0-OpenSSH\r\n\r\n",
+            b"HTTP/1.1 abc OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+            b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10\r\nab\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabXX0\r\n\r\n",
+        ] {
+            assert!(
+                parse_response(raw).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    #[test]
+    fn a_silent_server_is_a_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Accepts (the kernel does) but never answers.
+        let start = Instant::now();
+        let e = get(addr, "/debug/journal", Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(e, ClientError::Timeout { .. }), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        drop(listener);
+    }
+
+    #[test]
+    fn a_closed_port_is_a_connect_error_naming_the_address() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let e = get(addr, "/x", Duration::from_secs(2)).unwrap_err();
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
+
+    #[test]
+    fn no_daemon_file_and_a_dead_pid_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = ask_daemon(dir.path(), "b", None, DEFAULT_TIMEOUT).unwrap_err();
+        assert!(matches!(e, ClientError::NoDaemonFile { .. }), "{e}");
+        // A pid that exited: a child we reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let f = DaemonFile {
+            pid,
+            listen: "127.0.0.1:1".to_owned(),
+            boot_id: "b".to_owned(),
+            version: "0".to_owned(),
+            started_ns: 1,
+        };
+        f.write(dir.path()).unwrap();
+        let e = ask_daemon(dir.path(), "b", None, DEFAULT_TIMEOUT).unwrap_err();
+        assert!(e.to_string().contains("not running"), "{e}");
+        let e = ask_daemon(dir.path(), "other-boot", None, DEFAULT_TIMEOUT).unwrap_err();
+        assert!(e.to_string().contains("boot"), "{e}");
+        DaemonFile { pid: 0, ..f }.write(dir.path()).unwrap();
+        let e = ask_daemon(dir.path(), "b", None, DEFAULT_TIMEOUT).unwrap_err();
+        assert!(matches!(e, ClientError::BadPid { .. }), "{e}");
+    }
+}

@@ -1,0 +1,253 @@
+//! HTTP: the only module that knows it (ARCHITECTURE.md). The daemon serves
+//! `GET /healthz`, `/readyz`, `/metrics`, `/debug/state` and
+//! `/debug/journal` (DESIGN.md "Contracts"); `dump` and
+//! `reconstruct --dry-run` ask it through [`client`] when it holds the
+//! journal, finding it through [`daemon_file`].
+//!
+//! The server knows nothing of the journal or the ASW: it asks a
+//! [`DebugProvider`], so tests drive it with a fake over a real loopback
+//! socket and the daemon plugs the real thing in.
+//!
+//! Stack: hyper 1 (HTTP/1 only) on tokio, routing by one `match` on the
+//! path; see the comment in Cargo.toml for why not axum. Provider calls run
+//! on tokio's blocking pool, since reading the journal is sled I/O.
+//!
+//! *Invariant:* every connection has a header-read timeout, and shutdown
+//! waits a bounded time for in-flight requests, so neither a silent client
+//! nor a slow one keeps the daemon from exiting.
+
+pub mod client;
+pub mod daemon_file;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::dump::DumpDoc;
+use crate::state::StateSnapshot;
+
+/// The prometheus text exposition format's content type.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+/// How long a client may take to send its request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for requests in flight.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The pause after a failed `accept` (e.g. out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What the server shows. `Send + Sync`: one instance serves every request.
+/// Methods may block (they run on tokio's blocking pool).
+pub trait DebugProvider: Send + Sync {
+    /// `Ok` when reconstruction is done and the DSW is fully populated;
+    /// otherwise why not, in one line.
+    fn ready(&self) -> Result<(), String>;
+    /// The metrics in prometheus text exposition format.
+    fn metrics_text(&self) -> String;
+    /// The live ASW.
+    fn state(&self) -> StateSnapshot;
+    /// The `dump` document, only records and state of `volume` when given.
+    fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String>;
+}
+
+/// What went wrong, by step.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// binding the listen address failed
+    #[error("bind {addr}: {source}")]
+    Bind {
+        /// the address as given
+        addr: String,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// reading back the bound address failed
+    #[error("read the bound address of {addr}: {source}")]
+    LocalAddr {
+        /// the address as given
+        addr: String,
+        /// the cause
+        source: std::io::Error,
+    },
+}
+
+/// Binds `addr` (`ADDR:PORT`; port 0 picks a free one) and returns the
+/// listener with the address it is bound to.
+pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| ServerError::LocalAddr {
+            addr: addr.to_owned(),
+            source,
+        })?;
+    Ok((listener, bound))
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, lets requests in
+/// flight finish for a bounded time, and returns.
+pub async fn serve(
+    listener: TcpListener,
+    provider: Arc<dyn DebugProvider>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let provider = Arc::clone(&provider);
+        let service = service_fn(move |req| {
+            let provider = Arc::clone(&provider);
+            async move { Ok::<_, Infallible>(route(provider, &req).await) }
+        });
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "http connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout = ?DRAIN_TIMEOUT,
+            "http requests still in flight at shutdown were cut"
+        );
+    }
+}
+
+type Resp = Response<Full<Bytes>>;
+
+fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Resp {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Resp {
+    respond(status, "text/plain; charset=utf-8", body.into())
+}
+
+/// One line, whatever the provider said: `/readyz` and errors are read by
+/// probes and people.
+fn one_line(s: &str) -> String {
+    s.replace(['\r', '\n'], " ")
+}
+
+fn json(value: &impl serde::Serialize) -> Resp {
+    match serde_json::to_vec_pretty(value) {
+        Ok(mut body) => {
+            body.push(b'\n');
+            respond(StatusCode::OK, "application/json", body)
+        }
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encode json: {e}\n"),
+        ),
+    }
+}
+
+/// The `volume` query parameter, percent-decoded; the first one wins.
+fn volume_param(req: &Request<Incoming>) -> Option<String> {
+    let query = req.uri().query()?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "volume")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// Runs a provider call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    provider: Arc<dyn DebugProvider>,
+    f: impl FnOnce(&dyn DebugProvider) -> T + Send + 'static,
+) -> Result<T, Resp> {
+    tokio::task::spawn_blocking(move || f(provider.as_ref()))
+        .await
+        .map_err(|e| {
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("provider failed: {}\n", one_line(&e.to_string())),
+            )
+        })
+}
+
+async fn route(provider: Arc<dyn DebugProvider>, req: &Request<Incoming>) -> Resp {
+    let path = req.uri().path();
+    let known = matches!(
+        path,
+        "/healthz" | "/readyz" | "/metrics" | "/debug/state" | "/debug/journal"
+    );
+    if !known {
+        return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}\n"));
+    }
+    if req.method() != Method::GET {
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET"));
+        return r;
+    }
+    let result = match path {
+        "/healthz" => Ok(text(StatusCode::OK, "ok")),
+        "/readyz" => blocking(provider, |p| p.ready()).await.map(|r| match r {
+            Ok(()) => text(StatusCode::OK, "ok"),
+            Err(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {}\n", one_line(&why)),
+            ),
+        }),
+        "/metrics" => blocking(provider, |p| p.metrics_text())
+            .await
+            .map(|m| respond(StatusCode::OK, METRICS_CONTENT_TYPE, m)),
+        "/debug/state" => blocking(provider, |p| p.state()).await.map(|s| json(&s)),
+        _ => {
+            let volume = volume_param(req);
+            blocking(provider, move |p| p.journal(volume.as_deref()))
+                .await
+                .map(|r| match r {
+                    Ok(doc) => json(&doc),
+                    Err(e) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("read the journal: {}\n", one_line(&e)),
+                    ),
+                })
+        }
+    };
+    result.unwrap_or_else(|r| r)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! The server over a real loopback socket with a fake provider, and the
+//! client's ask path against it. Every wait is bounded.
+
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use super::client::{self, JournalSource};
+use super::daemon_file::DaemonFile;
+use super::*;
+use crate::model::UniqueVolumeName;
+use crate::state::VolumeSnapshot;
+
+const T: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Fake {
+    ready: AtomicBool,
+    asked: Mutex<Vec<Option<String>>>,
+}
+
+fn doc(boot: &str) -> DumpDoc {
+    DumpDoc {
+        schema_version: 1,
+        boot_id: boot.to_owned(),
+        node_name: "n1".to_owned(),
+        checkpoint: None,
+        corruption: None,
+        records: Vec::new(),
+        state: StateSnapshot::default(),
+    }
+}
+
+impl DebugProvider for Fake {
+    fn ready(&self) -> Result<(), String> {
+        if self.ready.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("reconstruction not done\nsecond line".to_owned())
+        }
+    }
+    fn metrics_text(&self) -> String {
+        "# TYPE volume_manager_total_volumes gauge\nvolume_manager_total_volumes 3\n".to_owned()
+    }
+    fn state(&self) -> StateSnapshot {
+        StateSnapshot {
+            volumes: vec![VolumeSnapshot {
+                volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+                device: None,
+                pods: Vec::new(),
+            }],
+        }
+    }
+    fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {
+        if let Ok(mut a) = self.asked.lock() {
+            a.push(volume.map(str::to_owned));
+        }
+        match volume {
+            Some("broken") => Err("sled said no".to_owned()),
+            _ => Ok(doc("b-1")),
+        }
+    }
+}
+
+/// A server on its own runtime and thread; stopped (bounded) on drop.
+struct Running {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: mpsc::Receiver<()>,
+}
+
+fn start(fake: Arc<Fake>) -> Running {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (listener, addr) = rt.block_on(bind("127.0.0.1:0")).unwrap();
+    assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        rt.block_on(serve(listener, fake, async {
+            let _ = stopped.await;
+        }));
+        let _ = tx.send(());
+    });
+    Running {
+        addr,
+        stop: Some(stop),
+        done,
+    }
+}
+
+impl Running {
+    fn shut_down(&mut self) -> Result<(), mpsc::RecvTimeoutError> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.done.recv_timeout(T)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.shut_down();
+    }
+}
+
+/// A raw exchange: the whole response as text.
+fn raw(addr: SocketAddr, request: &str) -> String {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, T).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.set_write_timeout(Some(T)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let (status, body) = client::get(addr, path, T).unwrap();
+    (status, String::from_utf8(body).unwrap())
+}
+
+#[test]
+fn binding_a_taken_port_names_the_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = rt.block_on(bind(&addr)).unwrap_err();
+    assert!(
+        matches!(e, ServerError::Bind { .. }) && e.to_string().contains(&addr),
+        "{e}"
+    );
+    let e = rt.block_on(bind("no-port-here")).unwrap_err();
+    assert!(e.to_string().contains("no-port-here"), "{e}");
+}
+
+#[test]
+fn healthz_is_ok_while_serving() {
+    let s = start(Arc::default());
+    assert_eq!(get(s.addr, "/healthz"), (200, "ok".to_owned()));
+}
+
+#[test]
+fn readyz_is_503_with_one_line_until_the_provider_is_ready() {
+    let fake = Arc::new(Fake::default());
+    let s = start(Arc::clone(&fake));
+    let (status, body) = get(s.addr, "/readyz");
+    assert_eq!(status, 503);
+    assert_eq!(body, "not ready: reconstruction not done second line\n");
+    fake.ready.store(true, Ordering::SeqCst);
+    assert_eq!(get(s.addr, "/readyz"), (200, "ok".to_owned()));
+}
+
+#[test]
+fn metrics_are_prometheus_text() {
+    let s = start(Arc::default());
+    let resp = raw(
+        s.addr,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(
+        resp.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4\r\n"),
+        "{resp}"
+    );
+    assert!(resp.ends_with("volume_manager_total_volumes 3\n"), "{resp}");
+}
+
+#[test]
+fn debug_state_is_the_snapshot_as_json() {
+    let s = start(Arc::default());
+    let (status, body) = get(s.addr, "/debug/state");
+    assert_eq!(status, 200);
+    let snap: StateSnapshot = serde_json::from_str(&body).unwrap();
+    assert_eq!(snap, Fake::default().state());
+}
+
+#[test]
+fn debug_journal_passes_the_volume_through_decoded() {
+    let fake = Arc::new(Fake::default());
+    let s = start(Arc::clone(&fake));
+    let (status, body) = get(s.addr, "/debug/journal");
+    assert_eq!(status, 200);
+    let got: DumpDoc = serde_json::from_str(&body).unwrap();
+    assert_eq!(got, doc("b-1"));
+    let (status, _) = get(
+        s.addr,
+        "/debug/journal?volume=kubernetes.io%2Flocal-volume%2Fpv%201%26x&other=1",
+    );
+    assert_eq!(status, 200);
+    let (status, body) = get(s.addr, "/debug/journal?volume=broken");
+    assert_eq!(status, 500);
+    assert!(body.contains("sled said no"), "{body}");
+    assert_eq!(
+        *fake.asked.lock().unwrap(),
+        vec![
+            None,
+            Some("kubernetes.io/local-volume/pv 1&x".to_owned()),
+            Some("broken".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn unknown_paths_are_404_and_other_methods_405() {
+    let s = start(Arc::default());
+    assert_eq!(get(s.addr, "/nope").0, 404);
+    assert_eq!(get(s.addr, "/debug/").0, 404);
+    let resp = raw(
+        s.addr,
+        "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(resp.starts_with("HTTP/1.1 405"), "{resp}");
+    assert!(resp.to_ascii_lowercase().contains("allow: get"), "{resp}");
+}
+
+#[test]
+fn garbage_requests_get_an_error_not_a_crash() {
+    let s = start(Arc::default());
+    let resp = raw(s.addr, "\x16\x03\x01 this is not http\r\n\r\n");
+    assert!(
+        resp.is_empty() || resp.starts_with("HTTP/1.1 400"),
+        "{resp}"
+    );
+    assert_eq!(get(s.addr, "/healthz").0, 200, "still serving");
+}
+
+#[test]
+fn shutdown_returns_with_an_idle_connection_open() {
+    let mut s = start(Arc::default());
+    // A keep-alive connection that has made one request and stays open.
+    let mut idle = std::net::TcpStream::connect_timeout(&s.addr, T).unwrap();
+    idle.set_read_timeout(Some(T)).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = idle.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    s.shut_down().expect("serve returns within the bound");
+    assert!(client::get(s.addr, "/healthz", Duration::from_secs(2)).is_err());
+}
+
+#[test]
+fn ask_daemon_reads_the_journal_through_daemon_json() {
+    let fake = Arc::new(Fake::default());
+    let s = start(Arc::clone(&fake));
+    let dir = tempfile::tempdir().unwrap();
+    let me = DaemonFile::for_this_process(&s.addr.to_string(), "b-1");
+    me.write(dir.path()).unwrap();
+    let got = client::ask_daemon(dir.path(), "b-1", Some("a/b c"), T).unwrap();
+    match got {
+        JournalSource::Daemon { doc: d, daemon } => {
+            assert_eq!(d, doc("b-1"));
+            assert_eq!(daemon, me);
+        }
+        JournalSource::Local(_) => panic!("asked the daemon"),
+    }
+    assert_eq!(*fake.asked.lock().unwrap(), vec![Some("a/b c".to_owned())]);
+    let e = client::ask_daemon(dir.path(), "b-1", Some("broken"), T).unwrap_err();
+    assert!(
+        e.to_string().contains("status 500") && e.to_string().contains("sled said no"),
+        "{e}"
+    );
+}
