@@ -9,4 +9,5 @@ pub mod host;
 pub mod journal;
 pub mod model;
 pub mod reconstruct;
+pub mod sources;
 pub mod state;
