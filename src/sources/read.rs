@@ -2,16 +2,21 @@
 //! how its bytes become JSON values. Shared by both static sources.
 //!
 //! - **Which entries.** Like the kubelet's `staticPodPath` (`pkg/kubelet/config/file.go`):
-//!   every entry whose name does not start with `.`; no recursion
-//!   (directories are skipped); symlinks are followed (the kubelet uses
-//!   `stat`), so a symlink to a regular file counts and a symlink to a
-//!   directory is skipped like a directory. Anything else (FIFO, socket,
-//!   device, dangling symlink) is reported. We only ever *read* through a
-//!   symlink.
-//! - **Content, not extension.** The kubelet does not look at file names
-//!   either: a file whose first non-blank byte is `{` is JSON, anything else
-//!   is YAML (1.2 core schema plus YAML 1.1 booleans `yes`/`no`, as the
-//!   kubelet's go-yaml reads them; duplicate keys are an error).
+//!   names starting with `.` are skipped; no recursion (directories are
+//!   skipped); symlinks are followed (the kubelet uses `stat`), so a symlink
+//!   to a regular file counts and a symlink to a directory is skipped like a
+//!   directory. Anything else (FIFO, socket, device, dangling symlink) is
+//!   reported. We only ever *read* through a symlink.
+//! - **Manifest names.** **Departure:** the kubelet reads every other file;
+//!   volumed reads only names ending in [`MANIFEST_EXTENSIONS`] (`.yaml`,
+//!   `.yml`, `.json`, and `.manifest`, which older kube-up nodes use) and
+//!   skips the rest silently. A README or an editor's backup
+//!   (`pod.yaml~`, `pod.yaml.orig`) beside the manifests is then not a
+//!   second pod — with the kubelet it is, under another UID.
+//! - **Content decides the syntax**, not the extension: a file whose first
+//!   non-blank byte is `{` is JSON, anything else is YAML (1.2 core schema
+//!   plus YAML 1.1 booleans `yes`/`no`, as the kubelet's go-yaml reads them;
+//!   duplicate keys are an error).
 //! - **Hostile files.** A file is opened non-blocking (a FIFO swapped in after
 //!   the listing cannot hang us), checked to be regular on the open handle,
 //!   and read up to [`MAX_FILE_BYTES`]. YAML aliases and nesting are bounded
@@ -30,6 +35,18 @@ use serde_json::Value;
 
 use super::SourceError;
 
+/// The file name endings read as manifests.
+pub const MANIFEST_EXTENSIONS: [&str; 4] = [".yaml", ".yml", ".json", ".manifest"];
+
+/// Whether a directory entry's name is read as a manifest (before `stat`).
+pub fn is_manifest_name(name: &std::ffi::OsStr) -> bool {
+    let name = name.as_encoded_bytes();
+    !name.starts_with(b".")
+        && MANIFEST_EXTENSIONS
+            .iter()
+            .any(|ext| name.len() > ext.len() && name.ends_with(ext.as_bytes()))
+}
+
 /// Manifests larger than this are refused (an API object is at most 1.5 MiB in etcd).
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
@@ -47,7 +64,7 @@ pub struct Listing {
     pub files: Vec<PathBuf>,
     /// Entries that were refused, and a failed directory read.
     pub errors: Vec<SourceError>,
-    /// The signature of every non-dot entry, sorted: equal signatures mean
+    /// The signature of every manifest-named entry, sorted: equal signatures mean
     /// nothing worth re-reading changed.
     pub signature: Vec<EntrySignature>,
 }
@@ -96,7 +113,7 @@ pub fn list_dir(dir: &Path) -> Listing {
                 continue;
             }
         };
-        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+        if !is_manifest_name(&entry.file_name()) {
             continue;
         }
         let path = entry.path();
@@ -219,20 +236,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn listing_skips_dotfiles_and_dirs_and_follows_symlinks_to_files() {
+    fn listing_skips_dotfiles_other_names_and_dirs_and_follows_symlinks_to_files() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("a.yaml"), "x: 1").unwrap();
-        std::fs::write(d.path().join("manifest"), "x: 1").unwrap();
-        std::fs::write(d.path().join(".hidden.yaml"), "x: 1").unwrap();
+        std::fs::write(d.path().join("m.manifest"), "x: 1").unwrap();
+        std::fs::write(d.path().join("c.json"), "{}").unwrap();
+        std::fs::write(d.path().join("d.yml"), "x: 1").unwrap();
+        for skipped in [
+            ".hidden.yaml",
+            "README.md",
+            "a.yaml~",
+            "a.yaml.orig",
+            ".yaml",
+        ] {
+            std::fs::write(d.path().join(skipped), "x: 1").unwrap();
+        }
         std::fs::create_dir(d.path().join("sub")).unwrap();
         std::fs::write(d.path().join("sub/b.yaml"), "x: 1").unwrap();
         std::os::unix::fs::symlink(d.path().join("a.yaml"), d.path().join("link.yaml")).unwrap();
-        std::os::unix::fs::symlink(d.path().join("sub"), d.path().join("linkdir")).unwrap();
-        std::os::unix::fs::symlink("/nonexistent", d.path().join("dangling")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("sub"), d.path().join("linkdir.yaml")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", d.path().join("dangling.yaml")).unwrap();
         let l = list_dir(d.path());
         assert!(l.complete);
         let names: Vec<_> = l.files.iter().map(|p| p.file_name().unwrap()).collect();
-        assert_eq!(names, ["a.yaml", "link.yaml", "manifest"]);
+        assert_eq!(
+            names,
+            ["a.yaml", "c.json", "d.yml", "link.yaml", "m.manifest"]
+        );
         assert_eq!(l.errors.len(), 1, "{:?}", l.errors);
         assert!(l.errors[0].to_string().contains("dangling"));
     }

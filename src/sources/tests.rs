@@ -72,6 +72,8 @@ fn listing_reads_yaml_and_json_and_skips_dotfiles_and_subdirs() {
     write(&d.pods, "b.json", json);
     write(&d.pods, "c.manifest", &pod("c", "", ""));
     write(&d.pods, ".d.yaml", &pod("d", "", ""));
+    write(&d.pods, "README.md", "# not a pod\n");
+    write(&d.pods, "a.yaml~", &pod("backup", "", ""));
     std::fs::create_dir(d.pods.join("sub")).unwrap();
     write(&d.pods.join("sub"), "e.yaml", &pod("e", "", ""));
     let got = sources(&d).list();
@@ -344,4 +346,43 @@ fn a_half_written_manifest_keeps_the_pod_of_its_last_good_version() {
         apply_event(&mut dsw, e);
     }
     assert_eq!(dsw.volumes_of_pod(&uid("ua")).len(), 1);
+}
+
+#[test]
+fn the_example_fixtures_load_without_errors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut c = SourcesConfig::new("demo");
+    c.pods_dir = Some(root.join("pods"));
+    let got = Sources::new(c).list();
+    assert!(
+        got.complete && got.file_errors.is_empty(),
+        "{:?}",
+        got.file_errors
+    );
+    let mut n: Vec<_> = names(&got.pods);
+    n.sort();
+    assert_eq!(n, ["demo-emptydirs-demo", "demo-hostpath-demo"]);
+    let kinds: BTreeSet<_> = got
+        .pods
+        .values()
+        .flat_map(|p| p.volumes.iter().map(|v| v.spec.pod_target_kind().as_str()))
+        .collect();
+    assert_eq!(kinds, BTreeSet::from(["dir", "mount", "none"]));
+    assert!(got.pods.values().all(|p| p.errors.is_empty()));
+
+    let mut c = SourcesConfig::new("demo");
+    c.pods_dir = Some(root.join("pods-local-pv"));
+    c.objects_dir = Some(root.join("objects"));
+    let got = Sources::new(c).list();
+    assert!(
+        got.complete && got.file_errors.is_empty(),
+        "{:?}",
+        got.file_errors
+    );
+    let p = got.pods.values().next().unwrap();
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert_eq!(
+        p.volumes[0].volume.as_str(),
+        "kubernetes.io/local-volume/pv-local"
+    );
 }
