@@ -313,4 +313,20 @@ mod tests {
         f.set_len(MAX_FILE_BYTES + 1).unwrap();
         assert!(matches!(read_file(&big), Err(SourceError::TooLarge { .. })));
     }
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_fail_cleanly() {
+        let f = Path::new("/x");
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let prev = (b'a' + i - 1) as char;
+            let cur = (b'a' + i) as char;
+            bomb.push_str(&format!("{cur}: &{cur} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        assert!(parse_documents(f, bomb.as_bytes()).is_err());
+        let deep = format!("a: {}{}", "[".repeat(200_000), "]".repeat(200_000));
+        assert!(parse_documents(f, deep.as_bytes()).is_err());
+        let deep_json = format!("{{\"a\": {}{}}}", "[".repeat(200_000), "]".repeat(200_000));
+        assert!(parse_documents(f, deep_json.as_bytes()).is_err());
+    }
 }
