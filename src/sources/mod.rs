@@ -27,6 +27,11 @@
 //! and needs no fd or thread. A manifest written in place in two steps may
 //! be seen half-written; see below.
 //!
+//! Which files count and how they are parsed is in `read.rs`: dotfiles and
+//! subdirectories skipped, symlinks followed for reading, only `*.yaml`,
+//! `*.yml`, `*.json` and `*.manifest` read (a departure, explained there),
+//! syntax sniffed from the content.
+//!
 //! Rules that keep mounts safe:
 //! - `SourcesReady` is emitted exactly once, after the first poll in which
 //!   every configured directory was listed completely (a missing directory is
