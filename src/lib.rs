@@ -12,4 +12,5 @@ pub mod model;
 pub mod reconciler;
 pub mod reconstruct;
 pub mod server;
+pub mod sources;
 pub mod state;

@@ -1,0 +1,406 @@
+//! The `--static-objects` directory: PersistentVolumes, PersistentVolumeClaims
+//! and CSIDrivers, so PVC-backed volumes work without an API server.
+//!
+//! - **Files.** Same entry rules as the pods dir (`read.rs`). A file may hold
+//!   several objects: multi-document YAML (`---`) and `kind: List` (or any
+//!   `…List` kind) with `items`, as `kubectl apply -f` takes them. A
+//!   document of another kind is reported and skipped; a bad file loses only
+//!   its own objects. The first definition of a name (files sorted) wins.
+//! - **Binding** ([`StaticObjects::resolve_claim`]): there is no binder, so a
+//!   claim is bound by its `spec.volumeName`, and that PV's `claimRef` must
+//!   name the claim (namespace and name; and UID when both sides carry one),
+//!   as the kubelet's `getPVCExtractPV` insists on `claimRef`. The claim's
+//!   `status.phase` is not required (static files have no status).
+//! - **PV types.** `spec.local` (path must be absolute) and `spec.csi`
+//!   (driver must be one path component). Access modes and `mountOptions`
+//!   are carried. `is_block` of a local PV is left `false` here: whether the
+//!   path is a block device is decided by `stat` when it is mounted, not by
+//!   reading the objects dir. `volumeMode: Block` and other PV types are
+//!   reported as unsupported.
+//! - **CSIDriver:** its name and `spec.seLinuxMount` (default false) are kept
+//!   for the SELinux rules.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::SourceError;
+use super::read::{kind_of, parse_documents, read_file};
+use crate::model::{AccessMode, VolumeSpec, check_component};
+
+/// A PV's `claimRef`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// `namespace` (empty when unset)
+    pub namespace: String,
+    /// `name`
+    pub name: String,
+    /// `uid`, if set
+    pub uid: Option<String>,
+}
+
+/// A PersistentVolume as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PvInfo {
+    /// the file it came from
+    pub file: PathBuf,
+    /// `spec.claimRef`
+    pub claim_ref: Option<ClaimRef>,
+    /// the spec, or why it cannot be used (the message names file and PV)
+    pub spec: Result<VolumeSpec, String>,
+}
+
+/// A PersistentVolumeClaim as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PvcInfo {
+    /// the file it came from
+    pub file: PathBuf,
+    /// `spec.volumeName`
+    pub volume_name: Option<String>,
+    /// `metadata.uid`
+    pub uid: Option<String>,
+}
+
+/// A CSIDriver as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsiDriverInfo {
+    /// the file it came from
+    pub file: PathBuf,
+    /// `spec.seLinuxMount`
+    pub se_linux_mount: bool,
+}
+
+/// Every object of the static objects dir.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StaticObjects {
+    /// PVs by name
+    pub pvs: BTreeMap<String, PvInfo>,
+    /// PVCs by (namespace, name)
+    pub pvcs: BTreeMap<(String, String), PvcInfo>,
+    /// CSIDrivers by name
+    pub csi_drivers: BTreeMap<String, CsiDriverInfo>,
+}
+
+impl StaticObjects {
+    /// Reads every file (sorted); returns the objects and every problem.
+    pub fn load(files: &[PathBuf]) -> (Self, Vec<SourceError>) {
+        let mut objects = Self::default();
+        let mut errors = Vec::new();
+        for file in files {
+            let docs = read_file(file).and_then(|b| parse_documents(file, &b));
+            match docs {
+                Ok(docs) => {
+                    for doc in docs {
+                        objects.add_document(file, doc, &mut errors);
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        (objects, errors)
+    }
+
+    fn add_document(&mut self, file: &Path, doc: Value, errors: &mut Vec<SourceError>) {
+        let kind = kind_of(&doc).to_owned();
+        if kind.ends_with("List") {
+            match doc {
+                Value::Object(mut map) => match map.remove("items") {
+                    Some(Value::Array(items)) => {
+                        for item in items {
+                            self.add_document(file, item, errors);
+                        }
+                    }
+                    None | Some(Value::Null) => {}
+                    Some(_) => errors.push(SourceError::Decode {
+                        file: file.to_owned(),
+                        message: format!("{kind}: items is not a list"),
+                    }),
+                },
+                _ => errors.push(SourceError::Decode {
+                    file: file.to_owned(),
+                    message: format!("{kind}: not an object"),
+                }),
+            }
+            return;
+        }
+        if let Err(e) = self.add_object(file, &kind, doc) {
+            errors.push(e);
+        }
+    }
+
+    fn add_object(&mut self, file: &Path, kind: &str, doc: Value) -> Result<(), SourceError> {
+        match kind {
+            "PersistentVolume" => {
+                let pv: PersistentVolume = decode(file, doc)?;
+                let name = object_name(file, pv.metadata.name, "PersistentVolume")?;
+                let spec = pv.spec.unwrap_or_default();
+                let claim_ref = spec.claim_ref.as_ref().map(|r| ClaimRef {
+                    namespace: r.namespace.clone().unwrap_or_default(),
+                    name: r.name.clone().unwrap_or_default(),
+                    uid: r.uid.clone().filter(|u| !u.is_empty()),
+                });
+                let info = PvInfo {
+                    file: file.to_owned(),
+                    claim_ref,
+                    spec: pv_spec(file, &name, &spec).map_err(|e| e.to_string()),
+                };
+                insert_new(
+                    &mut self.pvs,
+                    name.clone(),
+                    info,
+                    file,
+                    "PersistentVolume",
+                    name,
+                )
+            }
+            "PersistentVolumeClaim" => {
+                let pvc: PersistentVolumeClaim = decode(file, doc)?;
+                let name = object_name(file, pvc.metadata.name, "PersistentVolumeClaim")?;
+                let ns = pvc.metadata.namespace.filter(|n| !n.is_empty());
+                let ns = ns.unwrap_or_else(|| "default".to_owned());
+                let info = PvcInfo {
+                    file: file.to_owned(),
+                    volume_name: pvc
+                        .spec
+                        .and_then(|s| s.volume_name)
+                        .filter(|v| !v.is_empty()),
+                    uid: pvc.metadata.uid.filter(|u| !u.is_empty()),
+                };
+                let shown = format!("{ns}/{name}");
+                insert_new(
+                    &mut self.pvcs,
+                    (ns, name),
+                    info,
+                    file,
+                    "PersistentVolumeClaim",
+                    shown,
+                )
+            }
+            "CSIDriver" => {
+                let d: CSIDriver = decode(file, doc)?;
+                let name = object_name(file, d.metadata.name, "CSIDriver")?;
+                let info = CsiDriverInfo {
+                    file: file.to_owned(),
+                    se_linux_mount: d.spec.se_linux_mount.unwrap_or(false),
+                };
+                insert_new(
+                    &mut self.csi_drivers,
+                    name.clone(),
+                    info,
+                    file,
+                    "CSIDriver",
+                    name,
+                )
+            }
+            _ => Err(SourceError::UnsupportedKind {
+                file: file.to_owned(),
+                kind: kind.to_owned(),
+            }),
+        }
+    }
+
+    /// Resolves a pod's claim to (PV name, spec). `pod_file` and `volume`
+    /// only name the error.
+    pub fn resolve_claim(
+        &self,
+        pod_file: &Path,
+        volume: &str,
+        namespace: &str,
+        claim: &str,
+    ) -> Result<(String, VolumeSpec), SourceError> {
+        let fail = |reason: String| SourceError::Claim {
+            file: pod_file.to_owned(),
+            volume: volume.to_owned(),
+            claim: format!("{namespace}/{claim}"),
+            reason,
+        };
+        let key = (namespace.to_owned(), claim.to_owned());
+        let pvc = self
+            .pvcs
+            .get(&key)
+            .ok_or_else(|| fail("not found in the static objects".to_owned()))?;
+        let pvc_file = pvc.file.display();
+        let pv_name = pvc
+            .volume_name
+            .as_deref()
+            .ok_or_else(|| fail(format!("not bound: spec.volumeName is empty in {pvc_file}")))?;
+        let pv = self.pvs.get(pv_name).ok_or_else(|| {
+            fail(format!(
+                "bound ({pvc_file}) to PersistentVolume {pv_name:?}, which is not in the static objects"
+            ))
+        })?;
+        let pv_file = pv.file.display();
+        let Some(r) = &pv.claim_ref else {
+            return Err(fail(format!(
+                "PersistentVolume {pv_name:?} ({pv_file}) has no claimRef, so it is not bound to the claim"
+            )));
+        };
+        let uid_mismatch = matches!((&r.uid, &pvc.uid), (Some(a), Some(b)) if a != b);
+        if r.namespace != namespace || r.name != claim || uid_mismatch {
+            return Err(fail(format!(
+                "PersistentVolume {pv_name:?} ({pv_file}) has claimRef {}/{}{}, not the claim {namespace}/{claim} ({pvc_file})",
+                r.namespace,
+                r.name,
+                if uid_mismatch {
+                    " with another uid"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let spec = pv.spec.clone().map_err(fail)?;
+        Ok((pv_name.to_owned(), spec))
+    }
+}
+
+fn decode<T: DeserializeOwned>(file: &Path, doc: Value) -> Result<T, SourceError> {
+    serde_json::from_value(doc).map_err(|e| SourceError::Decode {
+        file: file.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn object_name(file: &Path, name: Option<String>, kind: &str) -> Result<String, SourceError> {
+    let name = name
+        .filter(|n| !n.is_empty())
+        .ok_or(SourceError::MissingField {
+            file: file.to_owned(),
+            field: "metadata.name",
+        })?;
+    check_component("object name", &name).map_err(|e| SourceError::Decode {
+        file: file.to_owned(),
+        message: format!("{kind}: {e}"),
+    })?;
+    Ok(name)
+}
+
+fn insert_new<K: Ord, V: HasFile>(
+    map: &mut BTreeMap<K, V>,
+    key: K,
+    value: V,
+    file: &Path,
+    kind: &'static str,
+    shown: String,
+) -> Result<(), SourceError> {
+    if let Some(existing) = map.get(&key) {
+        return Err(SourceError::DuplicateObject {
+            file: file.to_owned(),
+            kind,
+            name: shown,
+            other: existing.file().to_owned(),
+        });
+    }
+    map.insert(key, value);
+    Ok(())
+}
+
+trait HasFile {
+    fn file(&self) -> &Path;
+}
+impl HasFile for PvInfo {
+    fn file(&self) -> &Path {
+        &self.file
+    }
+}
+impl HasFile for PvcInfo {
+    fn file(&self) -> &Path {
+        &self.file
+    }
+}
+impl HasFile for CsiDriverInfo {
+    fn file(&self) -> &Path {
+        &self.file
+    }
+}
+
+/// Fields of a PV spec that are not a volume source.
+const NOT_A_SOURCE: [&str; 9] = [
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+];
+
+fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeSpec, SourceError> {
+    let invalid = |reason: String| SourceError::InvalidPv {
+        file: file.to_owned(),
+        pv: pv.to_owned(),
+        reason,
+    };
+    let unsupported = |volume_type: String| SourceError::UnsupportedPv {
+        file: file.to_owned(),
+        pv: pv.to_owned(),
+        volume_type,
+    };
+    if spec.volume_mode.as_deref() == Some("Block") {
+        return Err(unsupported(
+            "volumeMode Block (raw block volumes)".to_owned(),
+        ));
+    }
+    let mut access_modes = Vec::new();
+    for m in spec.access_modes.iter().flatten() {
+        access_modes.push(match m.as_str() {
+            "ReadWriteOncePod" => AccessMode::ReadWriteOncePod,
+            "ReadWriteOnce" => AccessMode::ReadWriteOnce,
+            "ReadOnlyMany" => AccessMode::ReadOnlyMany,
+            "ReadWriteMany" => AccessMode::ReadWriteMany,
+            other => return Err(invalid(format!("unknown access mode {other:?}"))),
+        });
+    }
+    let mount_options = spec.mount_options.clone().unwrap_or_default();
+    let fs_type = |t: &Option<String>| t.clone().filter(|t| !t.is_empty());
+    if let Some(local) = &spec.local {
+        let path = PathBuf::from(&local.path);
+        if !path.is_absolute() {
+            return Err(invalid(format!(
+                "local path {:?} is not absolute",
+                local.path
+            )));
+        }
+        return Ok(VolumeSpec::Local {
+            path,
+            fs_type: fs_type(&local.fs_type),
+            access_modes,
+            mount_options,
+            is_block: false,
+        });
+    }
+    if let Some(csi) = &spec.csi {
+        check_component("csi driver", &csi.driver).map_err(|e| invalid(e.to_string()))?;
+        if csi.volume_handle.is_empty() {
+            return Err(invalid("csi volumeHandle is empty".to_owned()));
+        }
+        return Ok(VolumeSpec::Csi {
+            driver: csi.driver.clone(),
+            volume_handle: csi.volume_handle.clone(),
+            fs_type: fs_type(&csi.fs_type),
+            access_modes,
+            mount_options,
+            attributes: csi.volume_attributes.clone().unwrap_or_default(),
+        });
+    }
+    let types: Vec<String> = match serde_json::to_value(spec) {
+        Ok(Value::Object(map)) => map
+            .keys()
+            .filter(|k| !NOT_A_SOURCE.contains(&k.as_str()))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    };
+    Err(unsupported(
+        types.first().cloned().unwrap_or_else(|| "none".to_owned()),
+    ))
+}
+
+#[cfg(test)]
+#[path = "static_objects_tests.rs"]
+mod tests;

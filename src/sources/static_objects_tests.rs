@@ -1,0 +1,206 @@
+//! Tests of the static objects: multi-document files, lists, binding.
+
+use super::*;
+
+fn load(files: &[(&str, &str)]) -> (tempfile::TempDir, StaticObjects, Vec<String>) {
+    let d = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for (name, text) in files {
+        let p = d.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        paths.push(p);
+    }
+    paths.sort();
+    let (objects, errors) = StaticObjects::load(&paths);
+    let errors = errors.iter().map(ToString::to_string).collect();
+    (d, objects, errors)
+}
+
+const PV: &str = "\
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv1}
+spec:
+  accessModes: [ReadWriteOnce]
+  mountOptions: [noatime]
+  claimRef: {namespace: default, name: pvc1}
+  local: {path: /mnt/disk1, fsType: ext4}
+";
+
+const PVC: &str = "\
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: pvc1}
+spec: {volumeName: pv1}
+";
+
+fn resolve(o: &StaticObjects, ns: &str, claim: &str) -> Result<(String, VolumeSpec), String> {
+    o.resolve_claim(Path::new("/pods/p.yaml"), "data", ns, claim)
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn multi_document_files_and_lists_are_read() {
+    let csi = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: d.example.com}\nspec: {seLinuxMount: true}\n";
+    let list = format!(
+        "apiVersion: v1\nkind: List\nitems:\n- {}\n",
+        serde_json::to_string(&parse_documents(Path::new("x"), PVC.as_bytes()).unwrap()[0])
+            .unwrap()
+    );
+    let (_d, o, errors) = load(&[("a.yaml", &format!("{PV}---\n{csi}")), ("b.yaml", &list)]);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(o.pvs.len(), 1);
+    assert!(o.pvcs.contains_key(&("default".into(), "pvc1".into())));
+    assert!(o.csi_drivers["d.example.com"].se_linux_mount);
+    let (pv, spec) = resolve(&o, "default", "pvc1").unwrap();
+    assert_eq!(pv, "pv1");
+    assert_eq!(
+        spec,
+        VolumeSpec::Local {
+            path: "/mnt/disk1".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: vec!["noatime".into()],
+            is_block: false,
+        }
+    );
+}
+
+#[test]
+fn csi_pvs_carry_driver_handle_and_attributes() {
+    let pv = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv2}\nspec:
+  accessModes: [ReadWriteOncePod]
+  claimRef: {namespace: default, name: pvc1}
+  csi: {driver: d.example.com, volumeHandle: h1, volumeAttributes: {a: b}}
+";
+    let (_d, o, errors) = load(&[("a.yaml", pv), ("b.yaml", &PVC.replace("pv1", "pv2"))]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let (_, spec) = resolve(&o, "default", "pvc1").unwrap();
+    let VolumeSpec::Csi {
+        driver,
+        volume_handle,
+        attributes,
+        access_modes,
+        ..
+    } = spec
+    else {
+        panic!("{spec:?}")
+    };
+    assert_eq!(
+        (driver.as_str(), volume_handle.as_str()),
+        ("d.example.com", "h1")
+    );
+    assert_eq!(attributes["a"], "b");
+    assert_eq!(access_modes, [AccessMode::ReadWriteOncePod]);
+}
+
+#[test]
+fn binding_failures_name_the_claim_pv_and_files() {
+    // missing PVC
+    let (_d, o, _) = load(&[("pv.yaml", PV)]);
+    assert_eq!(
+        resolve(&o, "default", "pvc1").unwrap_err(),
+        "/pods/p.yaml: volume \"data\": persistentVolumeClaim default/pvc1: not found in the static objects"
+    );
+    // missing PV
+    let (d, o, _) = load(&[("pvc.yaml", PVC)]);
+    let e = resolve(&o, "default", "pvc1").unwrap_err();
+    assert!(
+        e.contains("PersistentVolume \"pv1\", which is not in the static objects"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&d.path().join("pvc.yaml").display().to_string()),
+        "{e}"
+    );
+    // claimRef mismatch: other name, other namespace
+    for other in [
+        "{namespace: default, name: other}",
+        "{namespace: prod, name: pvc1}",
+    ] {
+        let pv = PV.replace("{namespace: default, name: pvc1}", other);
+        let (_d, o, _) = load(&[("pv.yaml", &pv), ("pvc.yaml", PVC)]);
+        let e = resolve(&o, "default", "pvc1").unwrap_err();
+        assert!(e.contains("has claimRef"), "{e}");
+        assert!(e.contains("not the claim default/pvc1"), "{e}");
+        assert!(e.contains("pv.yaml") && e.contains("pvc.yaml"), "{e}");
+    }
+    // no claimRef
+    let pv = PV.replace("  claimRef: {namespace: default, name: pvc1}\n", "");
+    let (_d, o, _) = load(&[("pv.yaml", &pv), ("pvc.yaml", PVC)]);
+    assert!(
+        resolve(&o, "default", "pvc1")
+            .unwrap_err()
+            .contains("has no claimRef")
+    );
+    // unbound claim
+    let (_d, o, _) = load(&[
+        ("pv.yaml", PV),
+        (
+            "pvc.yaml",
+            &PVC.replace("volumeName: pv1", "volumeName: \"\""),
+        ),
+    ]);
+    assert!(
+        resolve(&o, "default", "pvc1")
+            .unwrap_err()
+            .contains("not bound")
+    );
+    // uid mismatch when both sides carry one
+    let pv = PV.replace("name: pvc1}", "name: pvc1, uid: u1}");
+    let pvc = PVC.replace("{name: pvc1}", "{name: pvc1, uid: u2}");
+    let (_d, o, _) = load(&[("pv.yaml", &pv), ("pvc.yaml", &pvc)]);
+    assert!(
+        resolve(&o, "default", "pvc1")
+            .unwrap_err()
+            .contains("with another uid")
+    );
+}
+
+#[test]
+fn unsupported_and_bad_objects_are_reported_and_the_rest_is_kept() {
+    let nfs = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: nfs1}\nspec:
+  claimRef: {namespace: default, name: pvc1}
+  nfs: {server: s, path: /x}
+";
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n";
+    let (d, o, errors) = load(&[
+        ("a.yaml", &format!("{nfs}---\n{svc}")),
+        ("b.yaml", "kind: [broken\n"),
+        ("c.yaml", PV),
+        ("d.yaml", PV),
+        ("e.yaml", &PVC.replace("pv1", "nfs1")),
+    ]);
+    let file = |n: &str| d.path().join(n).display().to_string();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(errors[0].starts_with(&format!("{}: unsupported kind \"Service\"", file("a.yaml"))));
+    assert!(errors[1].starts_with(&format!("parsing {}", file("b.yaml"))));
+    assert_eq!(
+        errors[2],
+        format!(
+            "{}: PersistentVolume \"pv1\" is already defined in {}",
+            file("d.yaml"),
+            file("c.yaml")
+        )
+    );
+    assert_eq!(
+        o.pvs["pv1"].file,
+        d.path().join("c.yaml"),
+        "first file wins"
+    );
+    let e = resolve(&o, "default", "pvc1").unwrap_err();
+    assert!(
+        e.ends_with(&format!(
+            "{}: PersistentVolume \"nfs1\": unsupported volume type nfs",
+            file("a.yaml")
+        )),
+        "{e}"
+    );
+    let block = PV.replace("  local:", "  volumeMode: Block\n  local:");
+    let rel = PV.replace("/mnt/disk1", "mnt/disk1");
+    for (pv, want) in [(block, "volumeMode Block"), (rel, "is not absolute")] {
+        let (_d, o, _) = load(&[("pv.yaml", &pv), ("pvc.yaml", PVC)]);
+        let e = resolve(&o, "default", "pvc1").unwrap_err();
+        assert!(e.contains(want), "{e}");
+    }
+}

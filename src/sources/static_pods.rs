@@ -1,0 +1,366 @@
+//! One static Pod manifest → a [`ParsedPod`]: its UID, name, volumes (inline
+//! ones resolved, claims still to resolve) and SELinux options.
+//!
+//! Follows the kubelet's file source (`pkg/kubelet/config/file.go`,
+//! `common.go` `applyDefaults`):
+//! - one Pod per file (`kind: Pod`); a second document is an error;
+//! - UID: `metadata.uid` when set, else 32 hex characters of SHA-256 over the
+//!   canonical JSON of the parsed pod (the k8s-openapi type, so unknown
+//!   fields do not count; keys sorted), then `host:<node name>`, then
+//!   `file:<path>`. The kubelet uses md5 over Go's struct dump, which cannot
+//!   be reproduced; the shape (pod + node + path) is the same, so the UID is
+//!   stable across restarts and changes with the node name or the path.
+//!   Every UID goes through [`PodUid::new`], so `../../x` is refused;
+//! - name `<metadata.name>-<lowercase node name>`, namespace `default` when unset.
+//!
+//! Volumes: `emptyDir` (medium `""`/`Memory`, `sizeLimit` in bytes; a zero
+//! limit is no limit, as in the kubelet), `hostPath` (absolute, no `..`,
+//! `type` mapped to [`HostPathType`]), `persistentVolumeClaim` (resolved
+//! later against the static objects). Anything else (secret, configMap,
+//! projected, …) is reported as unsupported. **Decision:** where the kubelet
+//! would refuse the whole pod (API validation) or fail its mount, volumed
+//! reports the error on the pod and still mounts the pod's other volumes;
+//! a volume whose name is not one safe path component is refused the same
+//! way. The PVC volume's `readOnly` is not modelled yet.
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::SourceError;
+use super::quantity::parse_bytes;
+use super::read::{canonical_json, kind_of, parse_documents};
+use crate::model::{HostPathType, PodUid, StorageMedium, VolumeSpec, check_component};
+
+/// A pod's volume after parsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParsedVolume {
+    /// emptyDir or hostPath: complete.
+    Inline {
+        /// `spec.volumes[x].name`
+        name: String,
+        /// the spec
+        spec: VolumeSpec,
+    },
+    /// persistentVolumeClaim: resolved against the static objects.
+    Claim {
+        /// `spec.volumes[x].name`
+        name: String,
+        /// `persistentVolumeClaim.claimName`
+        claim_name: String,
+    },
+}
+
+/// `seLinuxOptions` as written; a later issue computes labels from them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeLinuxOptions {
+    /// `user`
+    pub user: Option<String>,
+    /// `role`
+    pub role: Option<String>,
+    /// `type`
+    pub type_: Option<String>,
+    /// `level`
+    pub level: Option<String>,
+}
+
+impl From<k8s_openapi::api::core::v1::SELinuxOptions> for SeLinuxOptions {
+    fn from(o: k8s_openapi::api::core::v1::SELinuxOptions) -> Self {
+        Self {
+            user: o.user,
+            role: o.role,
+            type_: o.type_,
+            level: o.level,
+        }
+    }
+}
+
+/// Which list a container is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// `spec.initContainers`
+    Init,
+    /// `spec.containers`
+    Regular,
+    /// `spec.ephemeralContainers`
+    Ephemeral,
+}
+
+/// One container's `securityContext.seLinuxOptions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerSeLinux {
+    /// the container's name
+    pub name: String,
+    /// which list it is in
+    pub kind: ContainerKind,
+    /// its options
+    pub options: SeLinuxOptions,
+}
+
+/// The SELinux inputs of a pod, carried for the `selinux` module.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodSeLinux {
+    /// `spec.securityContext.seLinuxOptions`
+    pub pod: Option<SeLinuxOptions>,
+    /// `spec.securityContext.seLinuxChangePolicy` (`MountOption` / `Recursive`)
+    pub change_policy: Option<String>,
+    /// containers that set `securityContext.seLinuxOptions`, in spec order
+    pub containers: Vec<ContainerSeLinux>,
+}
+
+/// A parsed static pod, claims not yet resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedPod {
+    /// the UID
+    pub uid: PodUid,
+    /// the namespace (`default` when unset)
+    pub namespace: String,
+    /// `<metadata.name>-<node name>`, as the kubelet names static pods
+    pub name: String,
+    /// the manifest
+    pub file: PathBuf,
+    /// the volumes that parsed
+    pub volumes: Vec<ParsedVolume>,
+    /// the names of volumes that did not (they have an entry in `errors`)
+    pub failed_volumes: BTreeSet<String>,
+    /// per-volume problems, rendered [`SourceError`]s; the pod itself is fine
+    pub errors: Vec<String>,
+    /// SELinux inputs
+    pub selinux: PodSeLinux,
+}
+
+/// The UID the kubelet's shape gives a pod without `metadata.uid`.
+pub fn hashed_uid(pod: &Pod, node_name: &str, file: &Path) -> Result<PodUid, SourceError> {
+    let value = serde_json::to_value(pod).map_err(|e| SourceError::Decode {
+        file: file.to_owned(),
+        message: e.to_string(),
+    })?;
+    let mut h = Sha256::new();
+    h.update(canonical_json(&value).as_bytes());
+    h.update(b"host:");
+    h.update(node_name.as_bytes());
+    h.update(b"file:");
+    h.update(file.as_os_str().as_encoded_bytes());
+    let digest = h.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    PodUid::new(hex).map_err(|source| SourceError::InvalidPodUid {
+        file: file.to_owned(),
+        source,
+    })
+}
+
+/// Parses one manifest file's bytes.
+pub fn parse_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<ParsedPod, SourceError> {
+    let parse = |message: &str| SourceError::Parse {
+        file: file.to_owned(),
+        message: message.to_owned(),
+    };
+    let mut docs = parse_documents(file, bytes)?;
+    if docs.len() > 1 {
+        return Err(parse(
+            "more than one document: a static pod file holds one Pod",
+        ));
+    }
+    let mut doc = docs.pop().ok_or_else(|| parse("no document"))?;
+    if kind_of(&doc) != "Pod" {
+        return Err(SourceError::WrongKind {
+            file: file.to_owned(),
+            kind: kind_of(&doc).to_owned(),
+            expected: "Pod",
+        });
+    }
+    size_limits_as_strings(&mut doc);
+    let pod: Pod = serde_json::from_value(doc).map_err(|e| SourceError::Decode {
+        file: file.to_owned(),
+        message: e.to_string(),
+    })?;
+    let missing = |field| SourceError::MissingField {
+        file: file.to_owned(),
+        field,
+    };
+    let meta = &pod.metadata;
+    let name = meta.name.clone().filter(|n| !n.is_empty());
+    let name = name.ok_or_else(|| missing("metadata.name"))?;
+    let spec = pod.spec.as_ref().ok_or_else(|| missing("spec"))?;
+    let uid = match meta.uid.as_deref().filter(|u| !u.is_empty()) {
+        Some(uid) => PodUid::new(uid).map_err(|source| SourceError::InvalidPodUid {
+            file: file.to_owned(),
+            source,
+        })?,
+        None => hashed_uid(&pod, node_name, file)?,
+    };
+    let mut out = ParsedPod {
+        uid,
+        namespace: meta
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_owned()),
+        name: format!("{name}-{}", node_name.to_lowercase()),
+        file: file.to_owned(),
+        volumes: Vec::new(),
+        failed_volumes: BTreeSet::new(),
+        errors: Vec::new(),
+        selinux: selinux_of(spec),
+    };
+    let mut seen = BTreeSet::new();
+    for v in spec.volumes.iter().flatten() {
+        let parsed = if seen.insert(v.name.clone()) {
+            parse_volume(file, v)
+        } else {
+            Err(invalid(file, &v.name, "duplicate volume name".into()))
+        };
+        match parsed {
+            Ok(p) => out.volumes.push(p),
+            Err(e) => {
+                out.failed_volumes.insert(v.name.clone());
+                out.errors.push(e.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn invalid(file: &Path, volume: &str, reason: String) -> SourceError {
+    SourceError::InvalidVolume {
+        file: file.to_owned(),
+        volume: volume.to_owned(),
+        reason,
+    }
+}
+
+/// The Quantity type only takes strings; Kubernetes also takes `sizeLimit: 1000`.
+fn size_limits_as_strings(doc: &mut Value) {
+    let volumes = doc
+        .pointer_mut("/spec/volumes")
+        .and_then(Value::as_array_mut);
+    for v in volumes.into_iter().flatten() {
+        if let Some(limit) = v.pointer_mut("/emptyDir/sizeLimit")
+            && limit.is_number()
+        {
+            *limit = Value::String(limit.to_string());
+        }
+    }
+}
+
+/// The set source types of a volume, by their API names (`emptyDir`, `secret`).
+fn volume_types(v: &Volume) -> Vec<String> {
+    match serde_json::to_value(v) {
+        Ok(Value::Object(map)) => map.keys().filter(|k| *k != "name").cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn parse_volume(file: &Path, v: &Volume) -> Result<ParsedVolume, SourceError> {
+    let name = v.name.clone();
+    check_component("volume name", &name).map_err(|e| invalid(file, &name, e.to_string()))?;
+    let types = volume_types(v);
+    if types.len() > 1 {
+        let reason = format!("more than one volume type: {}", types.join(", "));
+        return Err(invalid(file, &name, reason));
+    }
+    if let Some(ed) = &v.empty_dir {
+        let medium = match ed.medium.as_deref().unwrap_or("") {
+            "" => StorageMedium::Disk,
+            "Memory" => StorageMedium::Memory,
+            other => {
+                return Err(SourceError::UnsupportedVolume {
+                    file: file.to_owned(),
+                    volume: name,
+                    volume_type: format!("emptyDir with medium {other}"),
+                });
+            }
+        };
+        let size_limit = match &ed.size_limit {
+            None => None,
+            Some(q) => Some(parse_bytes(&q.0).map_err(|e| invalid(file, &name, e))?),
+        };
+        let spec = VolumeSpec::EmptyDir {
+            medium,
+            size_limit: size_limit.filter(|&n| n > 0),
+        };
+        return Ok(ParsedVolume::Inline { name, spec });
+    }
+    if let Some(hp) = &v.host_path {
+        let path = PathBuf::from(&hp.path);
+        if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+            let reason = format!("hostPath {:?} must be absolute without '..'", hp.path);
+            return Err(invalid(file, &name, reason));
+        }
+        let host_path_type = match hp.type_.as_deref().unwrap_or("") {
+            "" => HostPathType::Unset,
+            "DirectoryOrCreate" => HostPathType::DirectoryOrCreate,
+            "Directory" => HostPathType::Directory,
+            "FileOrCreate" => HostPathType::FileOrCreate,
+            "File" => HostPathType::File,
+            "Socket" => HostPathType::Socket,
+            "CharDevice" => HostPathType::CharDevice,
+            "BlockDevice" => HostPathType::BlockDevice,
+            other => {
+                return Err(invalid(
+                    file,
+                    &name,
+                    format!("unknown hostPath type {other:?}"),
+                ));
+            }
+        };
+        let spec = VolumeSpec::HostPath {
+            path,
+            host_path_type,
+        };
+        return Ok(ParsedVolume::Inline { name, spec });
+    }
+    if let Some(pvc) = &v.persistent_volume_claim {
+        if pvc.claim_name.is_empty() {
+            return Err(invalid(file, &name, "empty claimName".into()));
+        }
+        let claim_name = pvc.claim_name.clone();
+        return Ok(ParsedVolume::Claim { name, claim_name });
+    }
+    Err(SourceError::UnsupportedVolume {
+        file: file.to_owned(),
+        volume: name,
+        volume_type: types.first().cloned().unwrap_or_else(|| "none".into()),
+    })
+}
+
+fn selinux_of(spec: &k8s_openapi::api::core::v1::PodSpec) -> PodSeLinux {
+    let ctx = spec.security_context.as_ref();
+    let mut containers = Vec::new();
+    let mut push = |name: &str, kind, sc: Option<&k8s_openapi::api::core::v1::SecurityContext>| {
+        if let Some(o) = sc.and_then(|sc| sc.se_linux_options.clone()) {
+            let name = name.to_owned();
+            let options = o.into();
+            containers.push(ContainerSeLinux {
+                name,
+                kind,
+                options,
+            });
+        }
+    };
+    for c in spec.init_containers.iter().flatten() {
+        push(&c.name, ContainerKind::Init, c.security_context.as_ref());
+    }
+    for c in &spec.containers {
+        push(&c.name, ContainerKind::Regular, c.security_context.as_ref());
+    }
+    for c in spec.ephemeral_containers.iter().flatten() {
+        push(
+            &c.name,
+            ContainerKind::Ephemeral,
+            c.security_context.as_ref(),
+        );
+    }
+    PodSeLinux {
+        pod: ctx.and_then(|c| c.se_linux_options.clone()).map(Into::into),
+        change_policy: ctx.and_then(|c| c.se_linux_change_policy.clone()),
+        containers,
+    }
+}
+
+#[cfg(test)]
+#[path = "static_pods_tests.rs"]
+mod tests;

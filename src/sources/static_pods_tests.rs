@@ -1,0 +1,252 @@
+//! Tests of one static pod manifest → [`ParsedPod`].
+
+use super::*;
+
+fn parse(yaml: &str) -> Result<ParsedPod, SourceError> {
+    parse_pod(Path::new("/pods/p.yaml"), yaml.as_bytes(), "Node-1")
+}
+
+const POD: &str = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+  - name: c
+    image: busybox
+  volumes:
+  - name: cache
+    emptyDir:
+      medium: Memory
+      sizeLimit: 64Mi
+  - name: scratch
+    emptyDir: {}
+  - name: data
+    hostPath:
+      path: /tmp/volumed-demo/data
+      type: DirectoryOrCreate
+  - name: claim
+    persistentVolumeClaim:
+      claimName: pvc1
+";
+
+#[test]
+fn a_pod_parses_with_kubelet_names_and_every_supported_volume() {
+    let p = parse(POD).unwrap();
+    assert_eq!(p.name, "web-node-1", "<name>-<lowercase node>");
+    assert_eq!(p.namespace, "default");
+    assert_eq!(p.uid.as_str().len(), 32);
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert_eq!(
+        p.volumes,
+        [
+            ParsedVolume::Inline {
+                name: "cache".into(),
+                spec: VolumeSpec::EmptyDir {
+                    medium: StorageMedium::Memory,
+                    size_limit: Some(64 << 20)
+                }
+            },
+            ParsedVolume::Inline {
+                name: "scratch".into(),
+                spec: VolumeSpec::EmptyDir {
+                    medium: StorageMedium::Disk,
+                    size_limit: None
+                }
+            },
+            ParsedVolume::Inline {
+                name: "data".into(),
+                spec: VolumeSpec::HostPath {
+                    path: "/tmp/volumed-demo/data".into(),
+                    host_path_type: HostPathType::DirectoryOrCreate
+                }
+            },
+            ParsedVolume::Claim {
+                name: "claim".into(),
+                claim_name: "pvc1".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn uid_is_metadata_uid_when_set_else_a_stable_hash_of_pod_node_and_path() {
+    let with_uid = POD.replace("  name: web\n", "  name: web\n  uid: 0f3c-given\n");
+    assert_eq!(parse(&with_uid).unwrap().uid.as_str(), "0f3c-given");
+
+    let a = parse(POD).unwrap().uid;
+    assert_eq!(parse(POD).unwrap().uid, a, "stable across runs");
+    assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+    let other_node = parse_pod(Path::new("/pods/p.yaml"), POD.as_bytes(), "node-2").unwrap();
+    assert_ne!(other_node.uid, a, "changes with the node name");
+    let other_path = parse_pod(Path::new("/pods/q.yaml"), POD.as_bytes(), "Node-1").unwrap();
+    assert_ne!(other_path.uid, a, "changes with the path");
+    let changed = parse(&POD.replace("64Mi", "65Mi")).unwrap();
+    assert_ne!(changed.uid, a, "changes with the pod");
+    let comment = parse(&format!("# a comment\n{POD}")).unwrap();
+    assert_eq!(comment.uid, a, "formatting does not count");
+    // the same pod as JSON hashes the same: the hash is over the parsed pod
+    let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},"spec":{
+        "containers":[{"name":"c","image":"busybox"}],"volumes":[
+        {"name":"cache","emptyDir":{"medium":"Memory","sizeLimit":"64Mi"}},
+        {"name":"scratch","emptyDir":{}},
+        {"name":"data","hostPath":{"path":"/tmp/volumed-demo/data","type":"DirectoryOrCreate"}},
+        {"name":"claim","persistentVolumeClaim":{"claimName":"pvc1"}}]}}"#;
+    assert_eq!(parse(json).unwrap().uid, a);
+    // golden: if this changes (a k8s-openapi upgrade serialising differently,
+    // a changed hash input), every static pod without metadata.uid gets a new
+    // UID after an upgrade, and its volumes are torn down and set up again
+    assert_eq!(a.as_str(), "06f678c41a5d02838d11d764ece7293b");
+}
+
+#[test]
+fn hostile_uids_and_kinds_are_refused_naming_the_file() {
+    for uid in ["../../x", "a/b", "..", "x y"] {
+        let y = POD.replace("  name: web\n", &format!("  name: web\n  uid: {uid:?}\n"));
+        let e = parse(&y).unwrap_err();
+        assert!(matches!(e, SourceError::InvalidPodUid { .. }), "{uid}: {e}");
+        assert!(e.to_string().starts_with("/pods/p.yaml: "), "{e}");
+    }
+    let e = parse(&POD.replace("kind: Pod", "kind: Service")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "/pods/p.yaml: kind \"Service\" where Pod was expected"
+    );
+    let e = parse(&POD.replace("  name: web\n", "  labels: {}\n")).unwrap_err();
+    assert_eq!(e.to_string(), "/pods/p.yaml: metadata.name is missing");
+    let e = parse(&format!("{POD}---\n{POD}")).unwrap_err();
+    assert!(e.to_string().contains("more than one document"), "{e}");
+    let e = parse("kind: Pod\nmetadata: [unclosed\n").unwrap_err();
+    assert!(
+        e.to_string().starts_with("parsing /pods/p.yaml: YAML"),
+        "{e}"
+    );
+    let e = parse("").unwrap_err();
+    assert!(e.to_string().contains("no document"), "{e}");
+    let e = parse(&POD.replace("apiVersion: v1", "apiVersion: v2")).unwrap_err();
+    assert!(e.to_string().starts_with("decoding /pods/p.yaml"), "{e}");
+}
+
+fn one_volume(volume: &str) -> ParsedPod {
+    parse(&format!(
+        "kind: Pod\napiVersion: v1\nmetadata: {{name: p}}\nspec:\n  containers: []\n  volumes:\n{volume}"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn bad_and_unsupported_volumes_become_pod_errors_naming_file_and_volume() {
+    let table = [
+        (
+            "  - name: ../etc\n    emptyDir: {}\n",
+            "/pods/p.yaml: volume \"../etc\": invalid volume name \"../etc\": contains '/'",
+        ),
+        (
+            "  - name: s\n    secret: {secretName: x}\n",
+            "/pods/p.yaml: volume \"s\": unsupported volume type secret",
+        ),
+        (
+            "  - name: cm\n    configMap: {name: x}\n",
+            "/pods/p.yaml: volume \"cm\": unsupported volume type configMap",
+        ),
+        (
+            "  - name: pr\n    projected: {sources: []}\n",
+            "/pods/p.yaml: volume \"pr\": unsupported volume type projected",
+        ),
+        (
+            "  - name: e\n    emptyDir: {sizeLimit: 1Zi}\n",
+            "/pods/p.yaml: volume \"e\": invalid quantity \"1Zi\": unknown suffix",
+        ),
+        (
+            "  - name: h\n    emptyDir: {medium: HugePages}\n",
+            "/pods/p.yaml: volume \"h\": unsupported volume type emptyDir with medium HugePages",
+        ),
+        (
+            "  - name: r\n    hostPath: {path: rel/dir}\n",
+            "/pods/p.yaml: volume \"r\": hostPath \"rel/dir\" must be absolute without '..'",
+        ),
+        (
+            "  - name: r\n    hostPath: {path: /a/../etc}\n",
+            "/pods/p.yaml: volume \"r\": hostPath \"/a/../etc\" must be absolute without '..'",
+        ),
+        (
+            "  - name: t\n    hostPath: {path: /a, type: Weird}\n",
+            "/pods/p.yaml: volume \"t\": unknown hostPath type \"Weird\"",
+        ),
+        (
+            "  - name: two\n    emptyDir: {}\n    hostPath: {path: /a}\n",
+            "/pods/p.yaml: volume \"two\": more than one volume type: emptyDir, hostPath",
+        ),
+        (
+            "  - name: none\n",
+            "/pods/p.yaml: volume \"none\": unsupported volume type none",
+        ),
+    ];
+    for (volume, want) in table {
+        let good = "  - name: good\n    emptyDir: {}\n";
+        let p = one_volume(&format!("{volume}{good}"));
+        assert_eq!(p.errors, [want], "{volume}");
+        assert_eq!(p.volumes.len(), 1, "the good volume next to it stays");
+    }
+    let dup = one_volume("  - name: a\n    emptyDir: {}\n  - name: a\n    emptyDir: {}\n");
+    assert_eq!(
+        dup.errors,
+        ["/pods/p.yaml: volume \"a\": duplicate volume name"]
+    );
+    assert!(dup.failed_volumes.contains("a"));
+}
+
+#[test]
+fn numeric_size_limits_and_zero_limits_follow_kubernetes() {
+    let p = one_volume(
+        "  - name: e\n    emptyDir: {sizeLimit: 1000}\n  - name: z\n    emptyDir: {sizeLimit: \"0\"}\n",
+    );
+    let limits: Vec<_> = p
+        .volumes
+        .iter()
+        .map(|v| match v {
+            ParsedVolume::Inline {
+                spec: VolumeSpec::EmptyDir { size_limit, .. },
+                ..
+            } => *size_limit,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(limits, [Some(1000), None]);
+}
+
+#[test]
+fn selinux_options_and_change_policy_are_carried() {
+    let p = parse(
+        "kind: Pod\napiVersion: v1\nmetadata: {name: p}\nspec:
+  securityContext:
+    seLinuxChangePolicy: MountOption
+    seLinuxOptions: {level: 's0:c1,c2'}
+  initContainers:
+  - name: i
+    securityContext: {seLinuxOptions: {type: init_t}}
+  containers:
+  - name: plain
+  - name: c
+    securityContext: {seLinuxOptions: {user: u, role: r, type: t, level: s0}}
+",
+    )
+    .unwrap();
+    let s = &p.selinux;
+    assert_eq!(s.change_policy.as_deref(), Some("MountOption"));
+    assert_eq!(
+        s.pod.as_ref().and_then(|o| o.level.as_deref()),
+        Some("s0:c1,c2")
+    );
+    let names: Vec<_> = s
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.kind))
+        .collect();
+    assert_eq!(
+        names,
+        [("i", ContainerKind::Init), ("c", ContainerKind::Regular)]
+    );
+    assert_eq!(s.containers[1].options.type_.as_deref(), Some("t"));
+}

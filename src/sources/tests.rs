@@ -1,0 +1,388 @@
+//! Tests of the sources as a whole: listing, diff, apply_event, polling.
+
+use std::path::Path;
+
+use super::*;
+use crate::model::{StorageMedium, UniqueVolumeName, VolumeSpec};
+use crate::state::DesiredStateOfWorld;
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    pods: PathBuf,
+    objects: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let pods = tmp.path().join("pods");
+    let objects = tmp.path().join("objects");
+    std::fs::create_dir(&pods).unwrap();
+    std::fs::create_dir(&objects).unwrap();
+    Dirs {
+        _tmp: tmp,
+        pods,
+        objects,
+    }
+}
+
+fn sources(d: &Dirs) -> Sources {
+    let mut c = SourcesConfig::new("node1");
+    c.pods_dir = Some(d.pods.clone());
+    c.objects_dir = Some(d.objects.clone());
+    Sources::new(c)
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+fn pod(name: &str, uid: &str, volumes: &str) -> String {
+    let uid = if uid.is_empty() {
+        String::new()
+    } else {
+        format!(", uid: {uid}")
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}{uid}}}\nspec:\n  containers: []\n  volumes:\n{volumes}"
+    )
+}
+
+const EMPTY_DIR: &str = "  - name: cache\n    emptyDir: {}\n";
+const CLAIM: &str = "  - name: data\n    persistentVolumeClaim: {claimName: pvc1}\n";
+const PV_PVC: &str = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv1}
+spec: {claimRef: {namespace: default, name: pvc1}, local: {path: /mnt/pv1}}
+---
+apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: pvc1}\nspec: {volumeName: pv1}
+";
+
+fn uid(s: &str) -> PodUid {
+    PodUid::new(s).unwrap()
+}
+
+fn names(pods: &BTreeMap<PodUid, DesiredPod>) -> Vec<&str> {
+    pods.values().map(|p| p.name.as_str()).collect()
+}
+
+#[test]
+fn listing_reads_yaml_and_json_and_skips_dotfiles_and_subdirs() {
+    let d = dirs();
+    write(&d.pods, "a.yaml", &pod("a", "", EMPTY_DIR));
+    let json =
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"},"spec":{"containers":[]}}"#;
+    write(&d.pods, "b.json", json);
+    write(&d.pods, "c.manifest", &pod("c", "", ""));
+    write(&d.pods, ".d.yaml", &pod("d", "", ""));
+    write(&d.pods, "README.md", "# not a pod\n");
+    write(&d.pods, "a.yaml~", &pod("backup", "", ""));
+    std::fs::create_dir(d.pods.join("sub")).unwrap();
+    write(&d.pods.join("sub"), "e.yaml", &pod("e", "", ""));
+    let got = sources(&d).list();
+    assert!(
+        got.complete && got.file_errors.is_empty(),
+        "{:?}",
+        got.file_errors
+    );
+    let mut n = names(&got.pods);
+    n.sort();
+    assert_eq!(n, ["a-node1", "b-node1", "c-node1"]);
+}
+
+#[test]
+fn hostile_files_are_reported_and_the_good_pods_next_to_them_produced() {
+    let d = dirs();
+    write(&d.pods, "good.yaml", &pod("good", "", EMPTY_DIR));
+    write(&d.pods, "bad.yaml", "kind: Pod\nmetadata: {name: [\n");
+    write(&d.pods, "uid.yaml", &pod("evil", "\"../../x\"", EMPTY_DIR));
+    write(
+        &d.pods,
+        "vol.yaml",
+        &pod(
+            "v",
+            "",
+            "  - name: ../etc\n    emptyDir: {}\n  - name: s\n    secret: {}\n",
+        ),
+    );
+    let got = sources(&d).list();
+    let mut errs: Vec<String> = got.file_errors.iter().map(ToString::to_string).collect();
+    errs.sort();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].starts_with(&format!(
+        "{}: invalid pod uid",
+        d.pods.join("uid.yaml").display()
+    )));
+    assert!(errs[1].starts_with(&format!("parsing {}", d.pods.join("bad.yaml").display())));
+    let mut n = names(&got.pods);
+    n.sort();
+    assert_eq!(n, ["good-node1", "v-node1"]);
+    let v = got.pods.values().find(|p| p.name == "v-node1").unwrap();
+    assert!(v.volumes.is_empty());
+    assert_eq!(v.errors.len(), 2, "{:?}", v.errors);
+    assert!(
+        v.errors
+            .iter()
+            .all(|e| e.starts_with(&d.pods.join("vol.yaml").display().to_string()))
+    );
+}
+
+#[test]
+fn claims_resolve_through_the_objects_or_become_pod_errors() {
+    let d = dirs();
+    write(
+        &d.pods,
+        "p.yaml",
+        &pod("p", "u1", &format!("{CLAIM}{EMPTY_DIR}")),
+    );
+    let mut s = sources(&d);
+    let got = s.list();
+    let p = &got.pods[&uid("u1")];
+    assert_eq!(p.volumes.len(), 1, "the emptyDir still works");
+    assert_eq!(p.unresolved.iter().collect::<Vec<_>>(), ["data"]);
+    assert!(
+        p.errors[0].contains("persistentVolumeClaim default/pvc1: not found"),
+        "{:?}",
+        p.errors
+    );
+
+    write(&d.objects, "o.yaml", PV_PVC);
+    let got = s.list();
+    let p = &got.pods[&uid("u1")];
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let data = p.volumes.iter().find(|v| v.outer_name == "data").unwrap();
+    assert_eq!(data.volume.as_str(), "kubernetes.io/local-volume/pv1");
+    assert_eq!(data.spec_name, "pv1");
+}
+
+#[test]
+fn duplicate_uids_keep_the_first_file() {
+    let d = dirs();
+    write(&d.pods, "a.yaml", &pod("a", "same", ""));
+    write(&d.pods, "b.yaml", &pod("b", "same", ""));
+    let got = sources(&d).list();
+    assert_eq!(names(&got.pods), ["a-node1"]);
+    assert!(got.file_errors[0].to_string().contains("already used by"));
+}
+
+fn desired(name: &str, u: &str, volumes: Vec<PodVolume>) -> DesiredPod {
+    DesiredPod {
+        uid: uid(u),
+        namespace: "default".into(),
+        name: name.into(),
+        file: PathBuf::from(format!("/p/{name}")),
+        volumes,
+        unresolved: BTreeSet::new(),
+        errors: vec![],
+        selinux: PodSeLinux::default(),
+    }
+}
+
+fn empty_dir(u: &str, name: &str) -> PodVolume {
+    let spec = VolumeSpec::EmptyDir {
+        medium: StorageMedium::Disk,
+        size_limit: None,
+    };
+    PodVolume {
+        volume: PodVolume::unique_name(&spec, &uid(u), name),
+        spec_name: name.into(),
+        outer_name: name.into(),
+        spec,
+        selinux: None,
+    }
+}
+
+#[test]
+fn diff_reports_adds_updates_and_removes() {
+    let map = |pods: Vec<DesiredPod>| pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+    let a = desired("a", "a", vec![]);
+    let b = desired("b", "b", vec![]);
+    let b2 = desired("b", "b", vec![empty_dir("b", "x")]);
+    let c = desired("c", "c", vec![]);
+    let old = map(vec![a.clone(), b]);
+    let new = map(vec![b2.clone(), c.clone()]);
+    assert_eq!(
+        diff(&old, &new),
+        [
+            SourceEvent::PodRemoved(uid("a")),
+            SourceEvent::PodUpdated(b2),
+            SourceEvent::PodAdded(c)
+        ]
+    );
+    assert!(diff(&new, &new).is_empty());
+}
+
+#[test]
+fn apply_event_keeps_a_pods_volumes_when_its_claim_stops_resolving() {
+    let d = dirs();
+    write(&d.objects, "o.yaml", PV_PVC);
+    write(
+        &d.pods,
+        "p.yaml",
+        &pod("p", "u1", &format!("{CLAIM}{EMPTY_DIR}")),
+    );
+    let mut s = sources(&d);
+    let mut dsw = DesiredStateOfWorld::new();
+    for e in s.poll_changes().unwrap() {
+        apply_event(&mut dsw, e);
+    }
+    let pv = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
+    let cache = UniqueVolumeName::from_raw("kubernetes.io/empty-dir/u1-cache");
+    assert_eq!(dsw.volumes_of_pod(&uid("u1")), [cache.clone(), pv.clone()]);
+    assert!(dsw.is_populated());
+
+    // the PV's claimRef now names another claim: error, mounts kept
+    let other = PV_PVC.replace("name: pvc1}, local", "name: other}, local");
+    write(&d.objects, "o.yaml", &other);
+    let events = s.poll_changes().unwrap();
+    assert!(
+        matches!(events[..], [SourceEvent::PodUpdated(_)]),
+        "{events:?}"
+    );
+    for e in events {
+        apply_event(&mut dsw, e);
+    }
+    assert_eq!(dsw.volumes_of_pod(&uid("u1")), [cache.clone(), pv.clone()]);
+    let errors = dsw.pop_pod_errors(&uid("u1"));
+    assert!(
+        errors[0].contains("has claimRef default/other"),
+        "{errors:?}"
+    );
+
+    // the volume removed from the manifest: now it goes
+    write(&d.pods, "p.yaml", &pod("p", "u1", EMPTY_DIR));
+    for e in s.poll_changes().unwrap() {
+        apply_event(&mut dsw, e);
+    }
+    assert_eq!(dsw.volumes_of_pod(&uid("u1")), [cache]);
+
+    // the file deleted: the pod goes
+    std::fs::remove_file(d.pods.join("p.yaml")).unwrap();
+    let events = s.poll_changes().unwrap();
+    assert_eq!(events, [SourceEvent::PodRemoved(uid("u1"))]);
+    for e in events {
+        apply_event(&mut dsw, e);
+    }
+    assert!(dsw.volumes_to_mount().is_empty());
+}
+
+#[test]
+fn sources_ready_is_emitted_once_after_the_first_complete_listing() {
+    let d = dirs();
+    write(&d.pods, "a.yaml", &pod("a", "ua", EMPTY_DIR));
+    let mut s = sources(&d);
+    let first = s.poll_changes().unwrap();
+    assert!(matches!(
+        first[..],
+        [SourceEvent::PodAdded(_), SourceEvent::SourcesReady]
+    ));
+    assert_eq!(s.poll_changes(), None, "nothing changed");
+    write(&d.pods, "b.yaml", &pod("b", "ub", ""));
+    let second = s.poll_changes().unwrap();
+    assert!(!second.contains(&SourceEvent::SourcesReady));
+
+    // no source configured: ready at once
+    let mut none = Sources::new(SourcesConfig::new("n"));
+    assert_eq!(none.poll_changes(), Some(vec![SourceEvent::SourcesReady]));
+    assert_eq!(none.poll_changes(), None);
+
+    // a pods dir that cannot be listed: no events, not ready, retried
+    let file = d.objects.join("not-a-dir");
+    write(&d.objects, "not-a-dir", "");
+    let mut c = SourcesConfig::new("n");
+    c.pods_dir = Some(file.clone());
+    let mut broken = Sources::new(c);
+    assert_eq!(broken.poll_changes(), None);
+    assert_eq!(broken.poll_changes(), None);
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(
+        broken.poll_changes(),
+        Some(vec![SourceEvent::SourcesReady]),
+        "missing = empty"
+    );
+}
+
+#[test]
+fn polling_notices_new_changed_and_deleted_files() {
+    let d = dirs();
+    let mut s = sources(&d);
+    assert_eq!(s.poll_changes(), Some(vec![SourceEvent::SourcesReady]));
+    write(&d.pods, "a.yaml", &pod("a", "ua", ""));
+    let added = s.poll_changes().unwrap();
+    assert!(matches!(&added[..], [SourceEvent::PodAdded(p)] if p.uid == uid("ua")));
+    write(&d.pods, "a.yaml", &pod("a", "ua", EMPTY_DIR));
+    let changed = s.poll_changes().unwrap();
+    assert!(matches!(&changed[..], [SourceEvent::PodUpdated(p)] if p.volumes.len() == 1));
+    std::fs::remove_file(d.pods.join("a.yaml")).unwrap();
+    assert_eq!(
+        s.poll_changes(),
+        Some(vec![SourceEvent::PodRemoved(uid("ua"))])
+    );
+    assert_eq!(s.poll_changes(), None);
+}
+
+#[test]
+fn a_half_written_manifest_keeps_the_pod_of_its_last_good_version() {
+    let d = dirs();
+    write(&d.pods, "a.yaml", &pod("a", "ua", EMPTY_DIR));
+    let mut s = sources(&d);
+    let mut dsw = DesiredStateOfWorld::new();
+    for e in s.poll_changes().unwrap() {
+        apply_event(&mut dsw, e);
+    }
+    write(
+        &d.pods,
+        "a.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: [",
+    );
+    let events = s.poll_changes().unwrap();
+    let [SourceEvent::PodUpdated(p)] = &events[..] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(p.volumes.len(), 1, "volumes kept");
+    assert!(
+        p.errors[0].starts_with("keeping the last version of"),
+        "{:?}",
+        p.errors
+    );
+    for e in events {
+        apply_event(&mut dsw, e);
+    }
+    assert_eq!(dsw.volumes_of_pod(&uid("ua")).len(), 1);
+}
+
+#[test]
+fn the_example_fixtures_load_without_errors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut c = SourcesConfig::new("demo");
+    c.pods_dir = Some(root.join("pods"));
+    let got = Sources::new(c).list();
+    assert!(
+        got.complete && got.file_errors.is_empty(),
+        "{:?}",
+        got.file_errors
+    );
+    let mut n: Vec<_> = names(&got.pods);
+    n.sort();
+    assert_eq!(n, ["demo-emptydirs-demo", "demo-hostpath-demo"]);
+    let kinds: BTreeSet<_> = got
+        .pods
+        .values()
+        .flat_map(|p| p.volumes.iter().map(|v| v.spec.pod_target_kind().as_str()))
+        .collect();
+    assert_eq!(kinds, BTreeSet::from(["dir", "mount", "none"]));
+    assert!(got.pods.values().all(|p| p.errors.is_empty()));
+
+    let mut c = SourcesConfig::new("demo");
+    c.pods_dir = Some(root.join("pods-local-pv"));
+    c.objects_dir = Some(root.join("objects"));
+    let got = Sources::new(c).list();
+    assert!(
+        got.complete && got.file_errors.is_empty(),
+        "{:?}",
+        got.file_errors
+    );
+    let p = got.pods.values().next().unwrap();
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert_eq!(
+        p.volumes[0].volume.as_str(),
+        "kubernetes.io/local-volume/pv-local"
+    );
+}
