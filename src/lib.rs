@@ -8,5 +8,6 @@ pub mod failpoint;
 pub mod host;
 pub mod journal;
 pub mod model;
+pub mod plugins;
 pub mod reconstruct;
 pub mod state;
