@@ -29,6 +29,8 @@
 use std::path::PathBuf;
 
 pub mod boot;
+#[doc(hidden)]
+pub mod fake_host;
 pub mod mountinfo;
 pub mod pod_dirs;
 pub mod recording_sys;
@@ -36,6 +38,7 @@ pub mod remove;
 pub mod scan;
 pub mod super_options;
 pub mod sys;
+pub mod sys_types;
 #[doc(hidden)]
 pub mod testgen;
 

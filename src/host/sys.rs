@@ -34,226 +34,23 @@
 //!   get `-F -m0` as the kubelet passes them.
 
 use std::ffi::{CString, OsString};
-use std::fmt;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
-use crate::host::HostError;
 use crate::host::mountinfo::MountTable;
 use crate::model::DevId;
 
+pub use crate::host::sys_types::{
+    Call, DirEntry, DiskFormat, FileKind, FileStat, SysCall, SysError,
+};
 pub use nix::errno::Errno;
 pub use nix::mount::{MntFlags, MsFlags};
-
-/// The kinds of call the seam makes: what a [`SysError`] names and what the
-/// recording fake is told to fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Call {
-    /// `mount(2)`
-    Mount,
-    /// `umount2(2)`
-    Umount,
-    /// `statx` for the mount-root attribute
-    MountRoot,
-    /// `statx` for the mount id
-    MntId,
-    /// `statx` for type and device numbers
-    Stat,
-    /// `mkdir(2)`
-    Mkdir,
-    /// `fchmod` of a directory opened without following symlinks
-    ChmodDir,
-    /// `open(O_CREAT|O_EXCL|O_NOFOLLOW)`
-    CreateFile,
-    /// `renameat2(RENAME_NOREPLACE)`
-    Rename,
-    /// `rmdir(2)`
-    Rmdir,
-    /// `unlink(2)`
-    Unlink,
-    /// listing a directory opened with `openat2` beneath a base
-    ReadDirBeneath,
-    /// `unlinkat` of an entry beneath a base
-    RemoveBeneath,
-    /// running `mkfs.<fs>`
-    Mkfs,
-    /// running `blkid -p`
-    ProbeFs,
-    /// reading `/proc/self/mountinfo`
-    ReadMountinfo,
-}
-
-impl Call {
-    /// The name in error messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Call::Mount => "mount",
-            Call::Umount => "umount2",
-            Call::MountRoot => "statx mount root",
-            Call::MntId => "statx mount id",
-            Call::Stat => "statx",
-            Call::Mkdir => "mkdir",
-            Call::ChmodDir => "chmod",
-            Call::CreateFile => "create file",
-            Call::Rename => "rename",
-            Call::Rmdir => "rmdir",
-            Call::Unlink => "unlink",
-            Call::ReadDirBeneath => "read dir",
-            Call::RemoveBeneath => "remove",
-            Call::Mkfs => "mkfs",
-            Call::ProbeFs => "blkid",
-            Call::ReadMountinfo => "read mountinfo",
-        }
-    }
-}
-
-impl fmt::Display for Call {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Errors of the seam: each names the call and the path and carries the errno
-/// (or, for child processes, their exit status and stderr).
-#[derive(Debug, thiserror::Error)]
-pub enum SysError {
-    /// a system call failed
-    #[error("{call} {path}: {errno}")]
-    Call {
-        /// which call
-        call: Call,
-        /// the path it acted on
-        path: PathBuf,
-        /// the error number
-        errno: Errno,
-    },
-    /// a child process (`mkfs.<fs>`, `blkid`) failed
-    #[error("{call} {path}: {program} {status}: {stderr}")]
-    Command {
-        /// which call
-        call: Call,
-        /// the device it acted on
-        path: PathBuf,
-        /// the program run
-        program: String,
-        /// how it ended (exit status, or why it could not start)
-        status: String,
-        /// its standard error, trimmed
-        stderr: String,
-    },
-    /// reading the mount table failed
-    #[error("read mountinfo")]
-    MountInfo(#[source] Box<HostError>),
-}
-
-impl SysError {
-    /// A failed system call.
-    pub fn call(call: Call, path: &Path, errno: Errno) -> Self {
-        SysError::Call {
-            call,
-            path: path.to_owned(),
-            errno,
-        }
-    }
-    /// Which call failed.
-    pub fn kind(&self) -> Call {
-        match self {
-            SysError::Call { call, .. } | SysError::Command { call, .. } => *call,
-            SysError::MountInfo(_) => Call::ReadMountinfo,
-        }
-    }
-    /// The errno, when a system call failed.
-    pub fn errno(&self) -> Option<Errno> {
-        match self {
-            SysError::Call { errno, .. } => Some(*errno),
-            _ => None,
-        }
-    }
-    /// The path the call acted on.
-    pub fn path(&self) -> Option<&Path> {
-        match self {
-            SysError::Call { path, .. } | SysError::Command { path, .. } => Some(path),
-            SysError::MountInfo(_) => None,
-        }
-    }
-}
-
-/// What a directory entry or path is (from `statx`, never following the last
-/// symlink unless asked).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FileKind {
-    /// a directory
-    Dir,
-    /// a regular file
-    File,
-    /// a symbolic link
-    Symlink,
-    /// a Unix socket
-    Socket,
-    /// a character device
-    CharDevice,
-    /// a block device
-    BlockDevice,
-    /// a FIFO
-    Fifo,
-}
-
-impl FileKind {
-    /// From the `S_IFMT` bits of a mode.
-    pub fn from_mode(mode: u32) -> Option<Self> {
-        Some(match mode & libc::S_IFMT {
-            libc::S_IFDIR => FileKind::Dir,
-            libc::S_IFREG => FileKind::File,
-            libc::S_IFLNK => FileKind::Symlink,
-            libc::S_IFSOCK => FileKind::Socket,
-            libc::S_IFCHR => FileKind::CharDevice,
-            libc::S_IFBLK => FileKind::BlockDevice,
-            libc::S_IFIFO => FileKind::Fifo,
-            _ => return None,
-        })
-    }
-}
-
-/// The part of `statx` volumed uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStat {
-    /// the file type
-    pub kind: FileKind,
-    /// the device of the filesystem holding it
-    pub dev: DevId,
-    /// for device nodes, the device they stand for
-    pub rdev: DevId,
-    /// permission bits (`mode & 0o7777`)
-    pub perm: u32,
-}
-
-/// One entry of a directory listed by [`Sys::read_dir_beneath`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
-    /// the name (never `.` or `..`)
-    pub name: OsString,
-    /// the type, not following a symlink
-    pub kind: FileKind,
-    /// whether the entry is the root of a mount (including a same-filesystem bind)
-    pub mount_root: bool,
-}
-
-/// What a block device holds, per [`Sys::probe_fs`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DiskFormat {
-    /// nothing identifiable: safe to format
-    Unformatted,
-    /// a filesystem of this type
-    Filesystem(String),
-    /// a partition table (this type) and no filesystem: never format it
-    PartitionTable(String),
-}
 
 /// One method per kernel call volumed needs (see the module docs).
 pub trait Sys: Send + Sync {
@@ -325,6 +122,20 @@ pub fn mkdir_all(sys: &dyn Sys, path: &Path, mode: u32) -> Result<(), SysError> 
     }
 }
 
+/// The file type from the `S_IFMT` bits of a mode.
+fn kind_from_mode(mode: u32) -> Option<FileKind> {
+    Some(match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFREG => FileKind::File,
+        libc::S_IFLNK => FileKind::Symlink,
+        libc::S_IFSOCK => FileKind::Socket,
+        libc::S_IFCHR => FileKind::CharDevice,
+        libc::S_IFBLK => FileKind::BlockDevice,
+        libc::S_IFIFO => FileKind::Fifo,
+        _ => return None,
+    })
+}
+
 /// The real kernel, through nix (libc for `statx`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LinuxSys;
@@ -356,7 +167,7 @@ fn statx_at(dirfd: RawFd, path: &CString, flags: i32, mask: u32) -> Result<libc:
 fn file_stat(st: &libc::statx, call: Call, path: &Path) -> Result<FileStat, SysError> {
     let m = u32::from(st.stx_mode);
     Ok(FileStat {
-        kind: FileKind::from_mode(m).ok_or_else(|| SysError::call(call, path, Errno::EINVAL))?,
+        kind: kind_from_mode(m).ok_or_else(|| SysError::call(call, path, Errno::EINVAL))?,
         dev: DevId {
             major: st.stx_dev_major,
             minor: st.stx_dev_minor,
