@@ -9,6 +9,7 @@ pub mod host;
 pub mod journal;
 pub mod metrics;
 pub mod model;
+pub mod plugins;
 pub mod reconciler;
 pub mod reconstruct;
 pub mod server;

@@ -14,21 +14,31 @@
 //! - `testgen` (hidden): deterministic generators of large tables for tests
 //!   and benchmarks.
 //!
-//! The one syscall seam (`sys.rs`: mount, umount2, statx, openat2 behind a
-//! trait with a nix implementation and a recording fake) will live here too;
-//! another issue adds it. Until then this module only reads.
+//! - [`sys`]: the one syscall seam — mount, umount2, statx, openat2, mkfs,
+//!   blkid behind the [`sys::Sys`] trait, with the nix implementation
+//!   [`sys::LinuxSys`]; [`recording_sys`] is its recording fake.
+//! - [`remove`]: safe removal that never deletes a mount point or what is
+//!   under one, never follows a symlink and never crosses a filesystem.
 //!
-//! *Invariant:* nothing in here mounts, unmounts or deletes; the scan never
-//! follows a symlink below the root dir and never fails as a whole because of
-//! one bad line, directory or file — those become reported problems.
+//! *Invariant:* only [`sys`] calls the kernel to mount, unmount or delete
+//! (and holds the crate's only `unsafe`); everything else here reads. The
+//! scan never follows a symlink below the root dir and never fails as a whole
+//! because of one bad line, directory or file — those become reported
+//! problems.
 
 use std::path::PathBuf;
 
 pub mod boot;
+#[doc(hidden)]
+pub mod fake_host;
 pub mod mountinfo;
 pub mod pod_dirs;
+pub mod recording_sys;
+pub mod remove;
 pub mod scan;
 pub mod super_options;
+pub mod sys;
+pub mod sys_types;
 #[doc(hidden)]
 pub mod testgen;
 

@@ -1,0 +1,382 @@
+//! [`RecordingSys`]: the recording fake of the syscall seam, for unit tests of
+//! mount decisions and error paths (STYLE "Our house" 2 and 12).
+//!
+//! It records every call as a [`SysCall`] (plain comparable data, so tests
+//! assert the exact list), keeps a small in-memory file tree and mount table
+//! so idempotency logic sees the effect of earlier calls, and can be told to
+//! fail the n-th call of a [`Call`] kind with a chosen errno.
+//!
+//! The model is deliberately simple: every path not under a fake mount lives
+//! on one "disk" filesystem (device `8:1`); a tmpfs gets a fresh `0:N`; a
+//! block device mount gets the device's number; a bind mount copies the
+//! identity of what it binds. [`RecordingSys::read_mountinfo`] renders the
+//! fake mounts as mountinfo text and parses it with the real parser.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::host::fake_host::{State, create};
+use crate::host::mountinfo::{MountTable, escape};
+use crate::host::sys::{
+    Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, MntFlags, MsFlags, Sys, SysError,
+};
+use crate::model::DevId;
+
+pub use crate::host::fake_host::{DISK_DEV, FakeMount};
+pub use crate::host::sys::SysCall;
+
+/// The recording fake (see the module docs).
+#[derive(Debug, Default)]
+pub struct RecordingSys {
+    state: Mutex<State>,
+}
+
+impl RecordingSys {
+    /// An empty host: no files, no mounts.
+    pub fn new() -> Self {
+        let s = Self::default();
+        {
+            let mut st = s.lock();
+            st.next_id = 100;
+            st.next_anon = 50;
+            st.files.insert(PathBuf::from("/"), FileKind::Dir);
+        }
+        s
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes the `nth` (1-based, counted from now) call of `call` fail with `errno`.
+    pub fn fail_nth(&self, call: Call, nth: usize, errno: Errno) {
+        let mut st = self.lock();
+        let seen = st.counts.get(&call).copied().unwrap_or(0);
+        st.failures.push((call, seen + nth, errno));
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<SysCall> {
+        self.lock().calls.clone()
+    }
+
+    /// The calls so far that change the host.
+    pub fn mutations(&self) -> Vec<SysCall> {
+        self.calls().into_iter().filter(SysCall::mutates).collect()
+    }
+
+    /// Forgets the recorded calls (the fake host stays as it is).
+    pub fn clear_calls(&self) {
+        self.lock().calls.clear();
+    }
+
+    /// Adds a path of `kind` (and its missing parent directories) without recording.
+    pub fn add(&self, path: impl AsRef<Path>, kind: FileKind) {
+        let mut st = self.lock();
+        let path = path.as_ref();
+        for a in path.ancestors().skip(1) {
+            st.files.entry(a.to_owned()).or_insert(FileKind::Dir);
+        }
+        st.files.insert(path.to_owned(), kind);
+    }
+
+    /// Adds a block device node standing for `dev`, holding `format`.
+    pub fn add_device(&self, path: impl AsRef<Path>, dev: DevId, format: DiskFormat) {
+        let path = path.as_ref();
+        self.add(path, FileKind::BlockDevice);
+        let mut st = self.lock();
+        st.devices.insert(path.to_owned(), dev);
+        st.formats.insert(path.to_owned(), format);
+    }
+
+    /// Whether a path exists in the fake tree.
+    pub fn exists(&self, path: impl AsRef<Path>) -> bool {
+        self.lock().files.contains_key(path.as_ref())
+    }
+
+    /// The fake mounts, bottom first.
+    pub fn mounts(&self) -> Vec<FakeMount> {
+        self.lock().mounts.clone()
+    }
+
+    /// Mounts without recording (set up a host state before the test).
+    pub fn preset_mount(
+        &self,
+        source: Option<&Path>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        self.lock().do_mount(source, target, fstype, flags, data)
+    }
+
+    /// Records a call and decides whether it fails by injection.
+    fn enter(&self, call: SysCall, path: &Path) -> Result<MutexGuard<'_, State>, SysError> {
+        let mut st = self.lock();
+        let kind = call.kind();
+        st.calls.push(call);
+        let n = st.counts.entry(kind).or_insert(0);
+        *n += 1;
+        let n = *n;
+        if let Some(i) = st
+            .failures
+            .iter()
+            .position(|&(c, at, _)| c == kind && at == n)
+        {
+            let (_, _, errno) = st.failures.remove(i);
+            return Err(SysError::call(kind, path, errno));
+        }
+        Ok(st)
+    }
+}
+
+impl Sys for RecordingSys {
+    fn mount(
+        &self,
+        source: Option<&Path>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        let call = SysCall::Mount {
+            source: source.map(Path::to_owned),
+            target: target.to_owned(),
+            fstype: fstype.map(str::to_owned),
+            flags,
+            data: data.map(str::to_owned),
+        };
+        self.enter(call, target)?
+            .do_mount(source, target, fstype, flags, data)
+    }
+
+    fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError> {
+        let call = SysCall::Umount {
+            target: target.to_owned(),
+            flags,
+        };
+        let mut st = self.enter(call, target)?;
+        let i = st.mounts.iter().rposition(|m| m.target == target);
+        let i = i.ok_or_else(|| SysError::call(Call::Umount, target, Errno::EINVAL))?;
+        if st
+            .mounts
+            .iter()
+            .any(|m| m.target.starts_with(target) && m.target != target)
+        {
+            return Err(SysError::call(Call::Umount, target, Errno::EBUSY));
+        }
+        st.mounts.remove(i);
+        Ok(())
+    }
+
+    fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
+        let st = self.enter(SysCall::MountRoot { path: path.into() }, path)?;
+        if !st.files.contains_key(path) {
+            return Err(SysError::call(Call::MountRoot, path, Errno::ENOENT));
+        }
+        Ok(path == Path::new("/") || st.is_mount_point(path))
+    }
+
+    fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
+        let st = self.enter(SysCall::MntId { path: path.into() }, path)?;
+        let id = path.ancestors().find_map(|a| st.top(a)).map_or(1, |m| m.id);
+        Ok(u64::from(id))
+    }
+
+    fn stat(&self, path: &Path, follow: bool) -> Result<FileStat, SysError> {
+        let call = SysCall::Stat {
+            path: path.into(),
+            follow,
+        };
+        let st = self.enter(call, path)?;
+        let kind = *st
+            .files
+            .get(path)
+            .ok_or_else(|| SysError::call(Call::Stat, path, Errno::ENOENT))?;
+        let rdev = st
+            .devices
+            .get(path)
+            .copied()
+            .unwrap_or(DevId { major: 0, minor: 0 });
+        Ok(FileStat {
+            kind,
+            dev: st.identity_of(path).0,
+            rdev,
+            perm: 0o755,
+        })
+    }
+
+    fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        let mut st = self.enter(
+            SysCall::Mkdir {
+                path: path.into(),
+                mode,
+            },
+            path,
+        )?;
+        create(&mut st, Call::Mkdir, path, FileKind::Dir)
+    }
+
+    fn chmod_dir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        let call = SysCall::ChmodDir {
+            path: path.into(),
+            mode,
+        };
+        let st = self.enter(call, path)?;
+        match st.files.get(path) {
+            Some(FileKind::Dir) => Ok(()),
+            Some(FileKind::Symlink) => Err(SysError::call(Call::ChmodDir, path, Errno::ELOOP)),
+            Some(_) => Err(SysError::call(Call::ChmodDir, path, Errno::ENOTDIR)),
+            None => Err(SysError::call(Call::ChmodDir, path, Errno::ENOENT)),
+        }
+    }
+
+    fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        let call = SysCall::CreateFile {
+            path: path.into(),
+            mode,
+        };
+        let mut st = self.enter(call, path)?;
+        create(&mut st, Call::CreateFile, path, FileKind::File)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<(), SysError> {
+        let call = SysCall::Rename {
+            from: from.into(),
+            to: to.into(),
+        };
+        let mut st = self.enter(call, from)?;
+        let err = |e| SysError::call(Call::Rename, from, e);
+        if !st.files.contains_key(from) {
+            return Err(err(Errno::ENOENT));
+        }
+        if st.files.contains_key(to) {
+            return Err(err(Errno::EEXIST));
+        }
+        if st.is_mount_point(from) {
+            return Err(err(Errno::EBUSY));
+        }
+        let moved: Vec<_> = st
+            .files
+            .keys()
+            .filter(|p| p.starts_with(from))
+            .cloned()
+            .collect();
+        for p in moved {
+            let rel = p.strip_prefix(from).unwrap_or(Path::new("")).to_owned();
+            if let Some(k) = st.files.remove(&p) {
+                st.files.insert(to.join(rel), k);
+            }
+        }
+        for m in st.mounts.iter_mut() {
+            if let Ok(rel) = m.target.strip_prefix(from) {
+                m.target = to.join(rel);
+            }
+        }
+        Ok(())
+    }
+
+    fn rmdir(&self, path: &Path) -> Result<(), SysError> {
+        let mut st = self.enter(SysCall::Rmdir { path: path.into() }, path)?;
+        st.remove(Call::Rmdir, path, true)
+    }
+
+    fn unlink(&self, path: &Path) -> Result<(), SysError> {
+        let mut st = self.enter(SysCall::Unlink { path: path.into() }, path)?;
+        st.remove(Call::Unlink, path, false)
+    }
+
+    fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError> {
+        let call = SysCall::ReadDirBeneath {
+            base: base.into(),
+            rel: rel.into(),
+        };
+        let st = self.enter(call, &base.join(rel))?;
+        st.check_beneath(Call::ReadDirBeneath, base, rel)?;
+        let dir = base.join(rel);
+        Ok(st
+            .children(&dir)
+            .into_iter()
+            .map(|(p, kind)| DirEntry {
+                name: p.file_name().map(OsString::from).unwrap_or_default(),
+                kind,
+                mount_root: st.is_mount_point(&p),
+            })
+            .collect())
+    }
+
+    fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
+        let call = SysCall::RemoveBeneath {
+            base: base.into(),
+            rel: rel.into(),
+            dir,
+        };
+        let mut st = self.enter(call, &base.join(rel))?;
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        st.check_beneath(Call::RemoveBeneath, base, parent)?;
+        st.remove(Call::RemoveBeneath, &base.join(rel), dir)
+    }
+
+    fn mkfs(&self, device: &Path, fstype: &str) -> Result<(), SysError> {
+        let call = SysCall::Mkfs {
+            device: device.into(),
+            fstype: fstype.into(),
+        };
+        let mut st = self.enter(call, device)?;
+        if !st.devices.contains_key(device) {
+            return Err(SysError::call(Call::Mkfs, device, Errno::ENOENT));
+        }
+        st.formats
+            .insert(device.to_owned(), DiskFormat::Filesystem(fstype.to_owned()));
+        Ok(())
+    }
+
+    fn probe_fs(&self, device: &Path) -> Result<DiskFormat, SysError> {
+        let st = self.enter(
+            SysCall::ProbeFs {
+                device: device.into(),
+            },
+            device,
+        )?;
+        st.formats
+            .get(device)
+            .cloned()
+            .ok_or_else(|| SysError::call(Call::ProbeFs, device, Errno::ENOENT))
+    }
+
+    fn read_mountinfo(&self) -> Result<MountTable, SysError> {
+        let st = self.enter(SysCall::ReadMountinfo, Path::new("/proc/self/mountinfo"))?;
+        let mut text = String::from("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        for m in &st.mounts {
+            let parent = m
+                .target
+                .ancestors()
+                .skip(1)
+                .find_map(|a| {
+                    st.mounts
+                        .iter()
+                        .rev()
+                        .find(|p| p.target == a && p.id < m.id)
+                })
+                .map_or(1, |p| p.id);
+            let path = |p: &Path| {
+                String::from_utf8_lossy(&escape(p.as_os_str().as_encoded_bytes())).into_owned()
+            };
+            text.push_str(&format!(
+                "{} {} {} {} {} {} - {} {} {}\n",
+                m.id,
+                parent,
+                m.dev,
+                path(&m.root),
+                path(&m.target),
+                if m.read_only { "ro" } else { "rw" },
+                m.fstype,
+                m.source,
+                m.super_options
+            ));
+        }
+        Ok(MountTable::parse(text.as_bytes()))
+    }
+}

@@ -1,0 +1,350 @@
+//! The values of the syscall seam ([`crate::host::sys`]): the kinds of call,
+//! the error that names the call, the path and the errno, what `statx` and a
+//! directory listing report, what a device holds, and [`SysCall`], one
+//! recorded call with its arguments as plain comparable data (what
+//! [`crate::host::recording_sys::RecordingSys`] records and tests compare).
+//! Re-exported from [`crate::host::sys`].
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::mount::{MntFlags, MsFlags};
+
+use crate::host::HostError;
+use crate::model::DevId;
+
+/// The kinds of call the seam makes: what a [`SysError`] names and what the
+/// recording fake is told to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Call {
+    /// `mount(2)`
+    Mount,
+    /// `umount2(2)`
+    Umount,
+    /// `statx` for the mount-root attribute
+    MountRoot,
+    /// `statx` for the mount id
+    MntId,
+    /// `statx` for type and device numbers
+    Stat,
+    /// `mkdir(2)`
+    Mkdir,
+    /// `fchmod` of a directory opened without following symlinks
+    ChmodDir,
+    /// `open(O_CREAT|O_EXCL|O_NOFOLLOW)`
+    CreateFile,
+    /// `renameat2(RENAME_NOREPLACE)`
+    Rename,
+    /// `rmdir(2)`
+    Rmdir,
+    /// `unlink(2)`
+    Unlink,
+    /// listing a directory opened with `openat2` beneath a base
+    ReadDirBeneath,
+    /// `unlinkat` of an entry beneath a base
+    RemoveBeneath,
+    /// running `mkfs.<fs>`
+    Mkfs,
+    /// running `blkid -p`
+    ProbeFs,
+    /// reading `/proc/self/mountinfo`
+    ReadMountinfo,
+}
+
+impl Call {
+    /// The name in error messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Call::Mount => "mount",
+            Call::Umount => "umount2",
+            Call::MountRoot => "statx mount root",
+            Call::MntId => "statx mount id",
+            Call::Stat => "statx",
+            Call::Mkdir => "mkdir",
+            Call::ChmodDir => "chmod",
+            Call::CreateFile => "create file",
+            Call::Rename => "rename",
+            Call::Rmdir => "rmdir",
+            Call::Unlink => "unlink",
+            Call::ReadDirBeneath => "read dir",
+            Call::RemoveBeneath => "remove",
+            Call::Mkfs => "mkfs",
+            Call::ProbeFs => "blkid",
+            Call::ReadMountinfo => "read mountinfo",
+        }
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Errors of the seam: each names the call and the path and carries the errno
+/// (or, for child processes, their exit status and stderr).
+#[derive(Debug, thiserror::Error)]
+pub enum SysError {
+    /// a system call failed
+    #[error("{call} {path}: {errno}")]
+    Call {
+        /// which call
+        call: Call,
+        /// the path it acted on
+        path: PathBuf,
+        /// the error number
+        errno: Errno,
+    },
+    /// a child process (`mkfs.<fs>`, `blkid`) failed
+    #[error("{call} {path}: {program} {status}: {stderr}")]
+    Command {
+        /// which call
+        call: Call,
+        /// the device it acted on
+        path: PathBuf,
+        /// the program run
+        program: String,
+        /// how it ended (exit status, or why it could not start)
+        status: String,
+        /// its standard error, trimmed
+        stderr: String,
+    },
+    /// reading the mount table failed
+    #[error("read mountinfo")]
+    MountInfo(#[source] Box<HostError>),
+}
+
+impl SysError {
+    /// A failed system call.
+    pub fn call(call: Call, path: &Path, errno: Errno) -> Self {
+        SysError::Call {
+            call,
+            path: path.to_owned(),
+            errno,
+        }
+    }
+    /// Which call failed.
+    pub fn kind(&self) -> Call {
+        match self {
+            SysError::Call { call, .. } | SysError::Command { call, .. } => *call,
+            SysError::MountInfo(_) => Call::ReadMountinfo,
+        }
+    }
+    /// The errno, when a system call failed.
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            SysError::Call { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+    /// The path the call acted on.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            SysError::Call { path, .. } | SysError::Command { path, .. } => Some(path),
+            SysError::MountInfo(_) => None,
+        }
+    }
+}
+
+/// What a directory entry or path is (from `statx`, never following the last
+/// symlink unless asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// a directory
+    Dir,
+    /// a regular file
+    File,
+    /// a symbolic link
+    Symlink,
+    /// a Unix socket
+    Socket,
+    /// a character device
+    CharDevice,
+    /// a block device
+    BlockDevice,
+    /// a FIFO
+    Fifo,
+}
+
+/// The part of `statx` volumed uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// the file type
+    pub kind: FileKind,
+    /// the device of the filesystem holding it
+    pub dev: DevId,
+    /// for device nodes, the device they stand for
+    pub rdev: DevId,
+    /// permission bits (`mode & 0o7777`)
+    pub perm: u32,
+}
+
+/// One entry of a directory listed by [`Sys::read_dir_beneath`](crate::host::sys::Sys::read_dir_beneath).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// the name (never `.` or `..`)
+    pub name: OsString,
+    /// the type, not following a symlink
+    pub kind: FileKind,
+    /// whether the entry is the root of a mount (including a same-filesystem bind)
+    pub mount_root: bool,
+}
+
+/// What a block device holds, per [`Sys::probe_fs`](crate::host::sys::Sys::probe_fs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskFormat {
+    /// nothing identifiable: safe to format
+    Unformatted,
+    /// a filesystem of this type
+    Filesystem(String),
+    /// a partition table (this type) and no filesystem: never format it
+    PartitionTable(String),
+}
+/// One recorded call, with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SysCall {
+    /// `mount(2)`
+    Mount {
+        /// source
+        source: Option<PathBuf>,
+        /// target
+        target: PathBuf,
+        /// fs type
+        fstype: Option<String>,
+        /// flags
+        flags: MsFlags,
+        /// data string
+        data: Option<String>,
+    },
+    /// `umount2(2)`
+    Umount {
+        /// target
+        target: PathBuf,
+        /// flags
+        flags: MntFlags,
+    },
+    /// mount-root probe
+    MountRoot {
+        /// path
+        path: PathBuf,
+    },
+    /// mount id probe
+    MntId {
+        /// path
+        path: PathBuf,
+    },
+    /// `statx`
+    Stat {
+        /// path
+        path: PathBuf,
+        /// follow a last symlink
+        follow: bool,
+    },
+    /// `mkdir`
+    Mkdir {
+        /// path
+        path: PathBuf,
+        /// mode
+        mode: u32,
+    },
+    /// chmod of a directory
+    ChmodDir {
+        /// path
+        path: PathBuf,
+        /// mode
+        mode: u32,
+    },
+    /// exclusive file creation
+    CreateFile {
+        /// path
+        path: PathBuf,
+        /// mode
+        mode: u32,
+    },
+    /// rename without replacing
+    Rename {
+        /// from
+        from: PathBuf,
+        /// to
+        to: PathBuf,
+    },
+    /// `rmdir`
+    Rmdir {
+        /// path
+        path: PathBuf,
+    },
+    /// `unlink`
+    Unlink {
+        /// path
+        path: PathBuf,
+    },
+    /// directory listing beneath a base
+    ReadDirBeneath {
+        /// base
+        base: PathBuf,
+        /// relative dir
+        rel: PathBuf,
+    },
+    /// removal beneath a base
+    RemoveBeneath {
+        /// base
+        base: PathBuf,
+        /// relative entry
+        rel: PathBuf,
+        /// as a directory
+        dir: bool,
+    },
+    /// `mkfs.<fs>`
+    Mkfs {
+        /// device
+        device: PathBuf,
+        /// fs type
+        fstype: String,
+    },
+    /// `blkid -p`
+    ProbeFs {
+        /// device
+        device: PathBuf,
+    },
+    /// mountinfo read
+    ReadMountinfo,
+}
+
+impl SysCall {
+    /// The kind of call.
+    pub fn kind(&self) -> Call {
+        match self {
+            SysCall::Mount { .. } => Call::Mount,
+            SysCall::Umount { .. } => Call::Umount,
+            SysCall::MountRoot { .. } => Call::MountRoot,
+            SysCall::MntId { .. } => Call::MntId,
+            SysCall::Stat { .. } => Call::Stat,
+            SysCall::Mkdir { .. } => Call::Mkdir,
+            SysCall::ChmodDir { .. } => Call::ChmodDir,
+            SysCall::CreateFile { .. } => Call::CreateFile,
+            SysCall::Rename { .. } => Call::Rename,
+            SysCall::Rmdir { .. } => Call::Rmdir,
+            SysCall::Unlink { .. } => Call::Unlink,
+            SysCall::ReadDirBeneath { .. } => Call::ReadDirBeneath,
+            SysCall::RemoveBeneath { .. } => Call::RemoveBeneath,
+            SysCall::Mkfs { .. } => Call::Mkfs,
+            SysCall::ProbeFs { .. } => Call::ProbeFs,
+            SysCall::ReadMountinfo => Call::ReadMountinfo,
+        }
+    }
+
+    /// Whether the call changes the host (as opposed to looking at it).
+    pub fn mutates(&self) -> bool {
+        !matches!(
+            self.kind(),
+            Call::MountRoot
+                | Call::MntId
+                | Call::Stat
+                | Call::ReadDirBeneath
+                | Call::ProbeFs
+                | Call::ReadMountinfo
+        )
+    }
+}

@@ -1,0 +1,291 @@
+//! `kubernetes.io/empty-dir`.
+//!
+//! - `medium: ""` (disk): a `dir` target. SetUp creates the directory with
+//!   mode 0777 (chmod after mkdir, so the umask does not matter — the
+//!   kubelet's `setupDir`) and writes the
+//!   `pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/ready` marker. A
+//!   directory with its marker is already set up.
+//! - `medium: Memory`: a `mount` target, a tmpfs with `size=<sizeLimit>`
+//!   when a limit is given. A tmpfs already there is already set up (its
+//!   identity is being a tmpfs); one of a different size is *remounted* with
+//!   the intended size, never replaced, which would destroy the pod's data.
+//!   Any other mount there is unmounted and the tmpfs mounted (never adopted).
+//!
+//! TearDown works from the journal's params alone (the target kind says the
+//! medium): a tmpfs is unmounted and its directory removed; a disk emptyDir
+//! is first renamed to `<vol>.deleting~<seq>` (so a re-added pod never sees a
+//! half-emptied dir), then deleted on its own filesystem, stopping at any
+//! nested mount root (those are returned as left behind); then the ready
+//! marker goes. [`EmptyDirPlugin::finish_pending`] completes deletions a
+//! crash interrupted.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::host::mountinfo::MountInfo;
+use crate::host::remove::{
+    Removal, finish_pending_deletions, remove_dir_one_fs, rename_for_deletion,
+};
+use crate::host::sys::{Errno, FileKind, MsFlags, Sys, SysError, mkdir_all};
+use crate::model::{
+    Layout, Operation, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
+    VolumeSpec,
+};
+use crate::plugins::mount_ops::{
+    TARGET_DIR_MODE, data_string, ensure_mounted, page_round, parse_size, remove_mount_dir,
+    split_options, unmount_all,
+};
+use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
+
+/// How many sequence numbers to try when a `.deleting~<seq>` name is taken.
+const RENAME_TRIES: usize = 8;
+
+/// The emptyDir plugin.
+#[derive(Debug)]
+pub struct EmptyDirPlugin {
+    layout: Layout,
+    seq: AtomicU64,
+}
+
+impl EmptyDirPlugin {
+    /// A plugin for the layout under `layout`; deletion sequence numbers start
+    /// from the wall clock, so they do not repeat across restarts.
+    pub fn new(layout: Layout) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Self::with_seq_start(layout, now)
+    }
+
+    /// A plugin whose deletion sequence numbers start at `seq` (for tests).
+    pub fn with_seq_start(layout: Layout, seq: u64) -> Self {
+        Self {
+            layout,
+            seq: AtomicU64::new(seq),
+        }
+    }
+
+    /// Finishes the deletions of this pod's emptyDirs that a crash cut short.
+    pub fn finish_pending(
+        &self,
+        pod: &PodUid,
+        sys: &dyn Sys,
+    ) -> Result<Vec<(PathBuf, Removal)>, SysError> {
+        let dir = self
+            .layout
+            .pod_dir(pod)
+            .join("volumes")
+            .join(PluginName::EmptyDir.escaped());
+        finish_pending_deletions(&dir, sys)
+    }
+
+    fn marker(&self, op: &Op<'_>, params: &TargetParams) -> Result<PathBuf, PluginError> {
+        match &params.target {
+            TargetRef::Pod(pod) => Ok(self.layout.empty_dir_ready_marker(pod, &params.spec_name)),
+            TargetRef::Device => Err(op.missing("pod uid")),
+        }
+    }
+
+    fn setup_disk(
+        &self,
+        op: &mut Op<'_>,
+        target: &Path,
+        marker: &Path,
+    ) -> Result<Action, PluginError> {
+        let exists = match op.sys.stat(target, false) {
+            Ok(st) if st.kind == FileKind::Dir => true,
+            Ok(_) => return Err(op.wrong_type(target, "directory")),
+            Err(e) if e.errno() == Some(Errno::ENOENT) => false,
+            Err(e) => return Err(op.sys_err(e, false)),
+        };
+        if exists && present(op, marker)? {
+            return Ok(Action::AlreadyInPlace);
+        }
+        if !exists {
+            if let Some(parent) = target.parent() {
+                op.look(mkdir_all(op.sys, parent, TARGET_DIR_MODE))?;
+            }
+            let r = op.sys.mkdir(target, 0o777);
+            op.act_or(r, Errno::EEXIST)?;
+        }
+        // A directory without its marker: a setup cut short; finish it.
+        Ok(Action::Performed)
+    }
+
+    fn setup_memory(
+        &self,
+        op: &mut Op<'_>,
+        params: &TargetParams,
+        target: &Path,
+        size_limit: Option<u64>,
+    ) -> Result<Action, PluginError> {
+        let (flags, mut opts) = split_options(&params.mount_options);
+        opts.retain(|o| !o.starts_with("size="));
+        let size_opts: Vec<String> = opts
+            .iter()
+            .cloned()
+            .chain(size_limit.map(|s| format!("size={s}")))
+            .collect();
+        let data = data_string(&size_opts, params.selinux.as_ref());
+        let read_only = flags.contains(MsFlags::MS_RDONLY);
+        let wanted = |m: &MountInfo| {
+            m.fs_type == "tmpfs"
+                && m.is_read_only() == read_only
+                && m.super_options.selinux.context == params.selinux
+        };
+        let mut mount = |op: &mut Op<'_>| {
+            let r = op.sys.mount(
+                Some(Path::new("tmpfs")),
+                target,
+                Some("tmpfs"),
+                flags,
+                data.as_deref(),
+            );
+            op.act(r)
+        };
+        let (action, existing) = ensure_mounted(op, target, &wanted, &mut mount)?;
+        let (Some(m), Some(limit)) = (existing, size_limit) else {
+            return Ok(action);
+        };
+        let observed = m
+            .super_options
+            .get("size")
+            .flatten()
+            .and_then(|v| parse_size(&v.to_string_lossy()));
+        if observed == Some(page_round(limit)) {
+            return Ok(action);
+        }
+        // Data safety: fix the size in place. The label cannot change on a
+        // remount, so it is not passed again.
+        let data = data_string(&size_opts, None);
+        let r = op.sys.mount(
+            None,
+            target,
+            Some("tmpfs"),
+            MsFlags::MS_REMOUNT | flags,
+            data.as_deref(),
+        );
+        op.act(r)?;
+        Ok(Action::Remounted)
+    }
+
+    fn teardown_disk(&self, op: &mut Op<'_>, target: &Path) -> Result<Vec<PathBuf>, PluginError> {
+        match op.sys.stat(target, false) {
+            Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
+            Err(e) => return Err(op.sys_err(e, false)),
+            Ok(_) => {}
+        }
+        let table = op.look(op.sys.read_mountinfo())?;
+        if table.is_mount_point(target) || op.look(op.sys.mount_root(target))? {
+            return Err(PluginError::TargetIsMountPoint {
+                op: op.op,
+                volume: op.volume.clone(),
+                path: target.to_owned(),
+            });
+        }
+        let mut renamed = None;
+        for _ in 0..RENAME_TRIES {
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            match rename_for_deletion(target, seq, op.sys) {
+                Err(e) if e.errno() == Some(Errno::EEXIST) => continue,
+                r => {
+                    renamed = Some(op.act(r)?);
+                    break;
+                }
+            }
+        }
+        let Some(renamed) = renamed else {
+            return Err(op.sys_err(
+                SysError::call(crate::host::sys::Call::Rename, target, Errno::EEXIST),
+                true,
+            ));
+        };
+        let removal = remove_dir_one_fs(&renamed, op.sys);
+        Ok(op.act(removal)?.kept_mounts)
+    }
+}
+
+/// Whether `path` exists (not following a last symlink).
+fn present(op: &Op<'_>, path: &Path) -> Result<bool, PluginError> {
+    match op.sys.stat(path, false) {
+        Ok(_) => Ok(true),
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(false),
+        Err(e) => Err(op.sys_err(e, false)),
+    }
+}
+
+fn pod_target<'p>(op: &Op<'_>, params: &'p TargetParams) -> Result<&'p Path, PluginError> {
+    params
+        .pod_mount_path
+        .as_deref()
+        .ok_or_else(|| op.missing("pod mount path"))
+}
+
+impl VolumePlugin for EmptyDirPlugin {
+    fn name(&self) -> PluginName {
+        PluginName::EmptyDir
+    }
+
+    fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::SetUp, params);
+        let VolumeSpec::EmptyDir { medium, size_limit } = spec else {
+            return Err(op.bad_spec(self.name(), "not an emptyDir"));
+        };
+        let target = pod_target(&op, params)?;
+        let marker = self.marker(&op, params)?;
+        let action = match medium {
+            StorageMedium::Disk => self.setup_disk(&mut op, target, &marker)?,
+            StorageMedium::Memory => self.setup_memory(&mut op, params, target, *size_limit)?,
+        };
+        if matches!(action, Action::Performed | Action::Replaced) {
+            // The kubelet's setupDir: the volume root is world-writable.
+            let r = op.sys.chmod_dir(target, 0o777);
+            op.act(r)?;
+        }
+        if !present(&op, &marker)? {
+            if let Some(dir) = marker.parent() {
+                op.look(mkdir_all(op.sys, dir, TARGET_DIR_MODE))?;
+            }
+            let r = op.sys.create_file(&marker, 0o644);
+            op.act_or(r, Errno::EEXIST)?;
+        }
+        Ok(Outcome::of(action))
+    }
+
+    fn teardown(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::TearDown, params);
+        let target = pod_target(&op, params)?;
+        let marker = self.marker(&op, params)?;
+        let left_behind = match params.kind {
+            TargetKind::Mount => {
+                unmount_all(&mut op, target)?;
+                remove_mount_dir(&mut op, target)?
+            }
+            TargetKind::Dir => self.teardown_disk(&mut op, target)?,
+            TargetKind::None => return Err(op.bad_spec(self.name(), "target kind none")),
+        };
+        if present(&op, &marker)? {
+            let r = op.sys.unlink(&marker);
+            op.act_or(r, Errno::ENOENT)?;
+            if let Some(dir) = marker.parent() {
+                match op.sys.rmdir(dir) {
+                    Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::ENOTEMPTY)) => {}
+                    r => op.act(r)?,
+                }
+            }
+        }
+        let action = if op.changed {
+            Action::Performed
+        } else {
+            Action::AlreadyInPlace
+        };
+        Ok(Outcome {
+            action,
+            left_behind,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "empty_dir_tests.rs"]
+mod tests;

@@ -1,0 +1,367 @@
+//! Unit tests of the emptyDir plugin against the recording fake: the exact
+//! syscalls for each case, idempotency, and certainty of injected failures.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::host::recording_sys::{RecordingSys, SysCall};
+use crate::host::sys::{Call, MntFlags};
+use crate::model::{SeLinuxContext, UniqueVolumeName};
+use crate::plugins::Certainty;
+
+const TARGET: &str = "/k/pods/pod1/volumes/kubernetes.io~empty-dir/cache";
+const MARKER_DIR: &str = "/k/pods/pod1/plugins/kubernetes.io~empty-dir/cache";
+const MARKER: &str = "/k/pods/pod1/plugins/kubernetes.io~empty-dir/cache/ready";
+
+fn p(s: &str) -> PathBuf {
+    PathBuf::from(s)
+}
+
+fn plugin() -> EmptyDirPlugin {
+    EmptyDirPlugin::with_seq_start(Layout::new("/k"), 7)
+}
+
+fn host() -> RecordingSys {
+    let sys = RecordingSys::new();
+    sys.add(
+        "/k/pods/pod1/volumes/kubernetes.io~empty-dir",
+        FileKind::Dir,
+    );
+    sys.add(
+        "/k/pods/pod1/plugins/kubernetes.io~empty-dir",
+        FileKind::Dir,
+    );
+    sys
+}
+
+fn params(kind: TargetKind, selinux: Option<SeLinuxContext>) -> TargetParams {
+    let pod = PodUid::new("pod1").unwrap();
+    TargetParams {
+        volume: UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
+        plugin: PluginName::EmptyDir,
+        spec_name: "cache".into(),
+        target: TargetRef::Pod(pod),
+        kind,
+        device_path: None,
+        device_mount_path: None,
+        pod_mount_path: Some(p(TARGET)),
+        selinux,
+        mount_options: Vec::new(),
+        fs_type: None,
+    }
+}
+
+fn disk() -> VolumeSpec {
+    VolumeSpec::EmptyDir {
+        medium: StorageMedium::Disk,
+        size_limit: None,
+    }
+}
+
+fn memory(size: Option<u64>) -> VolumeSpec {
+    VolumeSpec::EmptyDir {
+        medium: StorageMedium::Memory,
+        size_limit: size,
+    }
+}
+
+fn label() -> SeLinuxContext {
+    SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c1").unwrap()
+}
+
+fn marker_calls() -> Vec<SysCall> {
+    vec![
+        SysCall::Mkdir {
+            path: p(MARKER_DIR),
+            mode: 0o750,
+        },
+        SysCall::CreateFile {
+            path: p(MARKER),
+            mode: 0o644,
+        },
+    ]
+}
+
+#[test]
+fn disk_setup_makes_a_0777_dir_and_the_ready_marker_then_is_in_place() {
+    let sys = host();
+    let pa = params(TargetKind::Dir, None);
+    let out = plugin().setup(&disk(), &pa, &sys).unwrap();
+    assert_eq!(out.action, Action::Performed);
+    let mut want = vec![
+        SysCall::Mkdir {
+            path: p(TARGET),
+            mode: 0o777,
+        },
+        SysCall::ChmodDir {
+            path: p(TARGET),
+            mode: 0o777,
+        },
+    ];
+    want.extend(marker_calls());
+    assert_eq!(sys.mutations(), want);
+    sys.clear_calls();
+    let out = plugin().setup(&disk(), &pa, &sys).unwrap();
+    assert_eq!(out.action, Action::AlreadyInPlace);
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn disk_dir_without_marker_is_finished_not_recreated() {
+    let sys = host();
+    sys.add(TARGET, FileKind::Dir);
+    let out = plugin()
+        .setup(&disk(), &params(TargetKind::Dir, None), &sys)
+        .unwrap();
+    assert_eq!(out.action, Action::Performed);
+    let mut want = vec![SysCall::ChmodDir {
+        path: p(TARGET),
+        mode: 0o777,
+    }];
+    want.extend(marker_calls());
+    assert_eq!(sys.mutations(), want);
+}
+
+#[test]
+fn memory_setup_mounts_a_sized_labelled_tmpfs_and_a_second_setup_mounts_nothing() {
+    let sys = host();
+    let pa = params(TargetKind::Mount, Some(label()));
+    let out = plugin().setup(&memory(Some(1 << 20)), &pa, &sys).unwrap();
+    assert_eq!(out.action, Action::Performed);
+    let mut want = vec![
+        SysCall::Mkdir {
+            path: p(TARGET),
+            mode: 0o750,
+        },
+        SysCall::Mount {
+            source: Some(p("tmpfs")),
+            target: p(TARGET),
+            fstype: Some("tmpfs".into()),
+            flags: MsFlags::empty(),
+            data: Some(
+                "size=1048576,context=\"system_u:object_r:container_file_t:s0:c1,c5\"".into(),
+            ),
+        },
+        SysCall::ChmodDir {
+            path: p(TARGET),
+            mode: 0o777,
+        },
+    ];
+    want.extend(marker_calls());
+    assert_eq!(sys.mutations(), want);
+
+    sys.clear_calls();
+    let out = plugin().setup(&memory(Some(1 << 20)), &pa, &sys).unwrap();
+    assert_eq!(out.action, Action::AlreadyInPlace);
+    assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
+}
+
+#[test]
+fn a_tmpfs_of_another_size_is_remounted_never_replaced() {
+    let sys = host();
+    sys.add(TARGET, FileKind::Dir);
+    sys.add(MARKER, FileKind::File);
+    sys.preset_mount(
+        None,
+        Path::new(TARGET),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("size=1024k"),
+    )
+    .unwrap();
+    let out = plugin()
+        .setup(
+            &memory(Some(2 << 20)),
+            &params(TargetKind::Mount, None),
+            &sys,
+        )
+        .unwrap();
+    assert_eq!(out.action, Action::Remounted);
+    assert_eq!(
+        sys.mutations(),
+        vec![SysCall::Mount {
+            source: None,
+            target: p(TARGET),
+            fstype: Some("tmpfs".into()),
+            flags: MsFlags::MS_REMOUNT,
+            data: Some("size=2097152".into()),
+        }]
+    );
+    assert_eq!(sys.mounts().len(), 1, "still the same tmpfs");
+}
+
+#[test]
+fn a_foreign_mount_at_a_memory_target_is_unmounted_then_the_tmpfs_mounted() {
+    let sys = host();
+    sys.add(TARGET, FileKind::Dir);
+    sys.add("/elsewhere", FileKind::Dir);
+    sys.preset_mount(
+        Some(Path::new("/elsewhere")),
+        Path::new(TARGET),
+        None,
+        MsFlags::MS_BIND,
+        None,
+    )
+    .unwrap();
+    let out = plugin()
+        .setup(&memory(None), &params(TargetKind::Mount, None), &sys)
+        .unwrap();
+    assert_eq!(out.action, Action::Replaced);
+    let mut want = vec![
+        SysCall::Umount {
+            target: p(TARGET),
+            flags: MntFlags::UMOUNT_NOFOLLOW,
+        },
+        SysCall::Mount {
+            source: Some(p("tmpfs")),
+            target: p(TARGET),
+            fstype: Some("tmpfs".into()),
+            flags: MsFlags::empty(),
+            data: None,
+        },
+        SysCall::ChmodDir {
+            path: p(TARGET),
+            mode: 0o777,
+        },
+    ];
+    want.extend(marker_calls());
+    assert_eq!(sys.mutations(), want);
+}
+
+#[test]
+fn tmpfs_teardown_unmounts_then_removes_the_dir_and_the_marker() {
+    let sys = host();
+    let pa = params(TargetKind::Mount, None);
+    plugin().setup(&memory(None), &pa, &sys).unwrap();
+    sys.clear_calls();
+    let out = plugin().teardown(&pa, &sys).unwrap();
+    assert_eq!(out.action, Action::Performed);
+    assert_eq!(
+        sys.mutations(),
+        vec![
+            SysCall::Umount {
+                target: p(TARGET),
+                flags: MntFlags::UMOUNT_NOFOLLOW
+            },
+            SysCall::Rmdir { path: p(TARGET) },
+            SysCall::Unlink { path: p(MARKER) },
+            SysCall::Rmdir {
+                path: p(MARKER_DIR)
+            },
+        ]
+    );
+    sys.clear_calls();
+    assert_eq!(
+        plugin().teardown(&pa, &sys).unwrap().action,
+        Action::AlreadyInPlace
+    );
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn disk_teardown_renames_then_deletes_and_leaves_nested_mounts_alone() {
+    let sys = host();
+    let pa = params(TargetKind::Dir, None);
+    plugin().setup(&disk(), &pa, &sys).unwrap();
+    sys.add(format!("{TARGET}/data/file"), FileKind::File);
+    sys.add(format!("{TARGET}/mnt/inside"), FileKind::File);
+    sys.preset_mount(
+        None,
+        &p(TARGET).join("mnt"),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        None,
+    )
+    .unwrap();
+    sys.clear_calls();
+    let out = plugin().teardown(&pa, &sys).unwrap();
+    let deleting = format!("{TARGET}.deleting~7");
+    assert_eq!(out.left_behind, vec![p(&deleting).join("mnt")]);
+    assert_eq!(
+        sys.mutations()[0],
+        SysCall::Rename {
+            from: p(TARGET),
+            to: p(&deleting)
+        }
+    );
+    assert!(!sys.exists(TARGET));
+    assert!(!sys.exists(format!("{deleting}/data")));
+    assert!(sys.exists(format!("{deleting}/mnt/inside")));
+    assert!(!sys.exists(MARKER));
+    assert!(
+        !sys.calls()
+            .iter()
+            .any(|c| matches!(c, SysCall::ReadDirBeneath { rel, .. } if rel.starts_with("mnt")))
+    );
+}
+
+#[test]
+fn a_disk_target_with_something_mounted_on_it_is_never_deleted() {
+    let sys = host();
+    sys.add(TARGET, FileKind::Dir);
+    sys.preset_mount(
+        None,
+        Path::new(TARGET),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        None,
+    )
+    .unwrap();
+    let e = plugin()
+        .teardown(&params(TargetKind::Dir, None), &sys)
+        .unwrap_err();
+    assert!(matches!(e, PluginError::TargetIsMountPoint { .. }), "{e}");
+    assert_eq!(e.certainty(), Certainty::Final);
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn pending_deletions_of_a_pod_are_finished() {
+    let sys = host();
+    let pa = params(TargetKind::Dir, None);
+    plugin().setup(&disk(), &pa, &sys).unwrap();
+    sys.add(format!("{TARGET}/f"), FileKind::File);
+    sys.fail_nth(Call::RemoveBeneath, 1, Errno::EINTR);
+    let e = plugin().teardown(&pa, &sys).unwrap_err();
+    assert_eq!(e.certainty(), Certainty::Uncertain, "renamed already: {e}");
+    assert!(sys.exists(format!("{TARGET}.deleting~7/f")));
+    let done = plugin()
+        .finish_pending(&PodUid::new("pod1").unwrap(), &sys)
+        .unwrap();
+    assert_eq!(done.len(), 1);
+    assert!(!sys.exists(format!("{TARGET}.deleting~7")));
+}
+
+#[test]
+fn injected_failures_name_the_call_and_path_and_say_final_or_uncertain() {
+    let pa = params(TargetKind::Mount, None);
+
+    let sys = host();
+    sys.fail_nth(Call::Mount, 1, Errno::ENOMEM);
+    let e = plugin().setup(&memory(None), &pa, &sys).unwrap_err();
+    assert_eq!(e.certainty(), Certainty::Final);
+    assert_eq!(
+        e.to_string(),
+        format!("setup kubernetes.io/empty-dir/pod1-cache: mount {TARGET}: ENOMEM: Out of memory")
+    );
+
+    let sys = host();
+    sys.fail_nth(Call::ChmodDir, 1, Errno::EPERM);
+    let e = plugin().setup(&memory(None), &pa, &sys).unwrap_err();
+    assert_eq!(
+        e.certainty(),
+        Certainty::Uncertain,
+        "the tmpfs is mounted: {e}"
+    );
+    assert_eq!(e.sys_error().map(|s| s.kind()), Some(Call::ChmodDir));
+
+    let sys = host();
+    plugin().setup(&memory(None), &pa, &sys).unwrap();
+    sys.fail_nth(Call::Umount, 1, Errno::EBUSY);
+    let e = plugin().teardown(&pa, &sys).unwrap_err();
+    assert_eq!(e.certainty(), Certainty::Final);
+    assert_eq!(
+        e.sys_error().and_then(|s| s.path()),
+        Some(Path::new(TARGET))
+    );
+}

@@ -1,0 +1,262 @@
+//! `kubernetes.io/local-volume`: a local PersistentVolume.
+//!
+//! A **block device** (`spec.local.path` a device, with `fsType`, default
+//! ext4 as in the kubelet):
+//! - [`VolumePlugin::needs_format`] probes the device; only a device with no
+//!   filesystem and no partition table needs one. [`VolumePlugin::format`]
+//!   runs `mkfs.<fs>` and never reformats; it is its own step so the
+//!   executor journals it (DESIGN.md "The journal").
+//! - MountDevice mounts the device at `Layout::local_device_path(pv)` with
+//!   the PV's mount options and, when a label is given, `context="…"`. It
+//!   refuses an unformatted device and one holding another filesystem.
+//! - SetUp bind-mounts the device mount into the pod target (the flags of
+//!   the options, e.g. `ro`, applied by a bind remount); the bind inherits
+//!   the superblock's label.
+//!
+//! A **directory**: no device target; SetUp bind-mounts the directory.
+//!
+//! Idempotency (DESIGN.md "Targets"): a target already mounted with the
+//! intended identity — (major:minor, root, fs type, `ro`, label), compared
+//! through the mount table, not path strings — completes without a mount
+//! call; a different mount there is unmounted first, never adopted.
+//! TearDown / UnmountDevice unmount everything stacked at the target and
+//! remove the (then empty) directory; they never delete contents.
+
+use std::path::{Path, PathBuf};
+
+use crate::host::mountinfo::MountInfo;
+use crate::host::sys::{DiskFormat, FileKind, MsFlags, Sys};
+use crate::model::{MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
+use crate::plugins::mount_ops::{
+    data_string, ensure_mounted, identity_at, remove_mount_dir, split_options, unmount_all,
+};
+use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
+
+/// The filesystem used when neither the PV nor the params name one.
+pub const DEFAULT_FS_TYPE: &str = "ext4";
+
+/// The local PV plugin.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalPlugin;
+
+/// The parts of a local spec the operations use.
+struct Local<'s> {
+    path: &'s Path,
+    fs_type: Option<&'s str>,
+    is_block: bool,
+}
+
+fn local<'s>(op: &Op<'_>, spec: &'s VolumeSpec) -> Result<Local<'s>, PluginError> {
+    match spec {
+        VolumeSpec::Local {
+            path,
+            fs_type,
+            is_block,
+            ..
+        } => Ok(Local {
+            path,
+            fs_type: fs_type.as_deref(),
+            is_block: *is_block,
+        }),
+        _ => Err(op.bad_spec(PluginName::LocalVolume, "not a local volume")),
+    }
+}
+
+/// The block device and the filesystem type, for the device operations.
+fn block<'a>(
+    op: &Op<'_>,
+    spec: &'a VolumeSpec,
+    params: &'a TargetParams,
+) -> Result<(&'a Path, &'a str), PluginError> {
+    let l = local(op, spec)?;
+    if !l.is_block {
+        return Err(op.bad_spec(PluginName::LocalVolume, "a directory has no device target"));
+    }
+    let device = params.device_path.as_deref().unwrap_or(l.path);
+    let fs = params
+        .fs_type
+        .as_deref()
+        .or(l.fs_type)
+        .unwrap_or(DEFAULT_FS_TYPE);
+    Ok((device, fs))
+}
+
+fn mismatch(op: &Op<'_>, device: &Path, found: String, wanted: &str) -> PluginError {
+    PluginError::FormatMismatch {
+        op: op.op,
+        volume: op.volume.clone(),
+        device: device.to_owned(),
+        found,
+        wanted: wanted.to_owned(),
+    }
+}
+
+fn unmount_target(op: &mut Op<'_>, target: &Path) -> PluginResult {
+    unmount_all(op, target)?;
+    let left_behind: Vec<PathBuf> = remove_mount_dir(op, target)?;
+    let action = if op.changed {
+        Action::Performed
+    } else {
+        Action::AlreadyInPlace
+    };
+    Ok(Outcome {
+        action,
+        left_behind,
+    })
+}
+
+impl VolumePlugin for LocalPlugin {
+    fn name(&self) -> PluginName {
+        PluginName::LocalVolume
+    }
+
+    fn needs_format(
+        &self,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> Result<bool, PluginError> {
+        let op = Op::new(sys, Operation::FormatDevice, params);
+        if !local(&op, spec)?.is_block {
+            return Ok(false);
+        }
+        let (device, _) = block(&op, spec, params)?;
+        Ok(op.look(sys.probe_fs(device))? == DiskFormat::Unformatted)
+    }
+
+    fn format(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::FormatDevice, params);
+        let (device, fs) = block(&op, spec, params)?;
+        match op.look(sys.probe_fs(device))? {
+            DiskFormat::Unformatted => {
+                op.act(sys.mkfs(device, fs))?;
+                Ok(Outcome::of(Action::Performed))
+            }
+            DiskFormat::Filesystem(_) => Ok(Outcome::of(Action::AlreadyInPlace)),
+            DiskFormat::PartitionTable(pt) => {
+                Err(mismatch(&op, device, format!("a {pt} partition table"), fs))
+            }
+        }
+    }
+
+    fn mount_device(
+        &self,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        let mut op = Op::new(sys, Operation::MountDevice, params);
+        let (device, fs) = block(&op, spec, params)?;
+        let target = params
+            .device_mount_path
+            .as_deref()
+            .ok_or_else(|| op.missing("device mount path"))?;
+        match op.look(sys.probe_fs(device))? {
+            DiskFormat::Filesystem(f) if f == fs => {}
+            DiskFormat::Filesystem(f) => return Err(mismatch(&op, device, f, fs)),
+            DiskFormat::PartitionTable(pt) => {
+                return Err(mismatch(&op, device, format!("a {pt} partition table"), fs));
+            }
+            DiskFormat::Unformatted => {
+                return Err(PluginError::NotFormatted {
+                    op: op.op,
+                    volume: op.volume.clone(),
+                    device: device.to_owned(),
+                });
+            }
+        }
+        let st = op.look(sys.stat(device, true))?;
+        if st.kind != FileKind::BlockDevice {
+            return Err(op.wrong_type(device, "block device"));
+        }
+        let (flags, opts) = split_options(&params.mount_options);
+        let data = data_string(&opts, params.selinux.as_ref());
+        let want = MountIdentity {
+            dev: st.rdev,
+            root: PathBuf::from("/"),
+            fs_type: fs.to_owned(),
+            read_only: flags.contains(MsFlags::MS_RDONLY),
+            selinux: params.selinux.clone(),
+        };
+        let wanted = |m: &MountInfo| want.matches(&m.identity());
+        let mut mount = |op: &mut Op<'_>| {
+            let r = op
+                .sys
+                .mount(Some(device), target, Some(fs), flags, data.as_deref());
+            op.act(r)
+        };
+        let (action, _) = ensure_mounted(&mut op, target, &wanted, &mut mount)?;
+        Ok(Outcome::of(action))
+    }
+
+    fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::SetUp, params);
+        let l = local(&op, spec)?;
+        let target = params
+            .pod_mount_path
+            .as_deref()
+            .ok_or_else(|| op.missing("pod mount path"))?;
+        let (flags, _) = split_options(&params.mount_options);
+        let table = op.look(sys.read_mountinfo())?;
+        let (source, source_id) = if l.is_block {
+            let source = params
+                .device_mount_path
+                .as_deref()
+                .ok_or_else(|| op.missing("device mount path"))?;
+            let Some(m) = table.top_at(source) else {
+                return Err(PluginError::DeviceNotMounted {
+                    op: op.op,
+                    volume: op.volume.clone(),
+                    path: source.to_owned(),
+                });
+            };
+            (source, Some(m.identity()))
+        } else {
+            if op.look(sys.stat(l.path, true))?.kind != FileKind::Dir {
+                return Err(op.wrong_type(l.path, "directory"));
+            }
+            (l.path, identity_at(&table, l.path))
+        };
+        let want = source_id.map(|mut id| {
+            id.read_only = flags.contains(MsFlags::MS_RDONLY);
+            id
+        });
+        let wanted = |m: &MountInfo| want.as_ref().is_some_and(|w| w.matches(&m.identity()));
+        let mut mount = |op: &mut Op<'_>| {
+            let r = op
+                .sys
+                .mount(Some(source), target, None, MsFlags::MS_BIND, None);
+            op.act(r)?;
+            if !flags.is_empty() {
+                let remount = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | flags;
+                let r = op.sys.mount(None, target, None, remount, None);
+                op.act(r)?;
+            }
+            Ok(())
+        };
+        let (action, _) = ensure_mounted(&mut op, target, &wanted, &mut mount)?;
+        Ok(Outcome::of(action))
+    }
+
+    fn teardown(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::TearDown, params);
+        let target = params
+            .pod_mount_path
+            .as_deref()
+            .ok_or_else(|| op.missing("pod mount path"))?;
+        unmount_target(&mut op, target)
+    }
+
+    fn unmount_device(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::UnmountDevice, params);
+        let target = params
+            .device_mount_path
+            .as_deref()
+            .ok_or_else(|| op.missing("device mount path"))?;
+        unmount_target(&mut op, target)
+    }
+}
+
+#[cfg(test)]
+#[path = "local_tests.rs"]
+mod tests;

@@ -1,0 +1,433 @@
+//! Unit tests of the local PV plugin against the recording fake: format only
+//! when there is no filesystem, exact mount calls, replace-never-adopt, and
+//! certainty of injected failures.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::host::recording_sys::{RecordingSys, SysCall};
+use crate::host::sys::{Call, Errno, MntFlags};
+use crate::model::{
+    DevId, Layout, PodUid, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName,
+};
+use crate::plugins::Certainty;
+
+const DEV: &str = "/dev/loop7";
+const GLOBAL: &str = "/k/plugins/kubernetes.io/local-volume/mounts/pv1";
+
+fn p(s: &str) -> PathBuf {
+    PathBuf::from(s)
+}
+
+fn pod_path(pod: &str) -> PathBuf {
+    Layout::new("/k").pod_target_path(&PodUid::new(pod).unwrap(), PluginName::LocalVolume, "pv1")
+}
+
+fn host(format: DiskFormat) -> RecordingSys {
+    let sys = RecordingSys::new();
+    sys.add_device(DEV, DevId { major: 7, minor: 7 }, format);
+    sys.add(
+        "/k/plugins/kubernetes.io/local-volume/mounts",
+        FileKind::Dir,
+    );
+    for pod in ["podA", "podB"] {
+        sys.add(pod_path(pod).parent().unwrap(), FileKind::Dir);
+    }
+    sys
+}
+
+fn block_spec() -> VolumeSpec {
+    VolumeSpec::Local {
+        path: p(DEV),
+        fs_type: Some("ext4".into()),
+        access_modes: Vec::new(),
+        mount_options: Vec::new(),
+        is_block: true,
+    }
+}
+
+fn dir_spec(path: &str) -> VolumeSpec {
+    VolumeSpec::Local {
+        path: p(path),
+        fs_type: None,
+        access_modes: Vec::new(),
+        mount_options: Vec::new(),
+        is_block: false,
+    }
+}
+
+fn params(target: TargetRef, options: &[&str], selinux: Option<SeLinuxContext>) -> TargetParams {
+    let pod_mount_path = match &target {
+        TargetRef::Pod(pod) => Some(pod_path(pod.as_str())),
+        TargetRef::Device => None,
+    };
+    TargetParams {
+        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+        plugin: PluginName::LocalVolume,
+        spec_name: "pv1".into(),
+        target,
+        kind: TargetKind::Mount,
+        device_path: Some(p(DEV)),
+        device_mount_path: Some(p(GLOBAL)),
+        pod_mount_path,
+        selinux,
+        mount_options: options.iter().map(|s| s.to_string()).collect(),
+        fs_type: Some("ext4".into()),
+    }
+}
+
+fn device() -> TargetParams {
+    params(TargetRef::Device, &[], None)
+}
+
+fn pod(uid: &str) -> TargetParams {
+    params(TargetRef::Pod(PodUid::new(uid).unwrap()), &[], None)
+}
+
+fn device_mount(flags: MsFlags, data: Option<&str>) -> SysCall {
+    SysCall::Mount {
+        source: Some(p(DEV)),
+        target: p(GLOBAL),
+        fstype: Some("ext4".into()),
+        flags,
+        data: data.map(str::to_owned),
+    }
+}
+
+fn bind(to: PathBuf) -> SysCall {
+    SysCall::Mount {
+        source: Some(p(GLOBAL)),
+        target: to,
+        fstype: None,
+        flags: MsFlags::MS_BIND,
+        data: None,
+    }
+}
+
+#[test]
+fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
+    let sys = host(DiskFormat::Unformatted);
+    assert!(
+        LocalPlugin
+            .needs_format(&block_spec(), &device(), &sys)
+            .unwrap()
+    );
+    let out = LocalPlugin.format(&block_spec(), &device(), &sys).unwrap();
+    assert_eq!(out.action, Action::Performed);
+    assert_eq!(
+        sys.mutations(),
+        vec![SysCall::Mkfs {
+            device: p(DEV),
+            fstype: "ext4".into()
+        }]
+    );
+    sys.clear_calls();
+    assert!(
+        !LocalPlugin
+            .needs_format(&block_spec(), &device(), &sys)
+            .unwrap()
+    );
+    let out = LocalPlugin.format(&block_spec(), &device(), &sys).unwrap();
+    assert_eq!(out.action, Action::AlreadyInPlace);
+    assert!(sys.mutations().is_empty());
+
+    let sys = host(DiskFormat::PartitionTable("gpt".into()));
+    assert!(
+        !LocalPlugin
+            .needs_format(&block_spec(), &device(), &sys)
+            .unwrap()
+    );
+    let e = LocalPlugin
+        .format(&block_spec(), &device(), &sys)
+        .unwrap_err();
+    assert!(matches!(e, PluginError::FormatMismatch { .. }), "{e}");
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn mount_device_refuses_an_unformatted_or_foreign_filesystem() {
+    let sys = host(DiskFormat::Unformatted);
+    let e = LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap_err();
+    assert!(matches!(e, PluginError::NotFormatted { .. }), "{e}");
+    assert_eq!(e.certainty(), Certainty::Final);
+    let sys = host(DiskFormat::Filesystem("xfs".into()));
+    let e = LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "mount_device kubernetes.io/local-volume/pv1: /dev/loop7 holds xfs, not ext4; refusing to touch it"
+    );
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn mount_device_passes_options_and_context_and_is_idempotent() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    let label = SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c9,c2").unwrap();
+    let pa = params(TargetRef::Device, &["noatime", "discard"], Some(label));
+    let out = LocalPlugin.mount_device(&block_spec(), &pa, &sys).unwrap();
+    assert_eq!(out.action, Action::Performed);
+    assert_eq!(
+        sys.mutations(),
+        vec![
+            SysCall::Mkdir {
+                path: p(GLOBAL),
+                mode: 0o750
+            },
+            device_mount(
+                MsFlags::MS_NOATIME,
+                Some("discard,context=\"system_u:object_r:container_file_t:s0:c2,c9\"")
+            ),
+        ]
+    );
+    sys.clear_calls();
+    let out = LocalPlugin.mount_device(&block_spec(), &pa, &sys).unwrap();
+    assert_eq!(out.action, Action::AlreadyInPlace);
+    assert!(sys.mutations().is_empty(), "already mounted: no mount call");
+}
+
+#[test]
+fn a_foreign_mount_at_the_device_target_is_unmounted_then_the_device_mounted() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    sys.add(GLOBAL, FileKind::Dir);
+    sys.preset_mount(
+        None,
+        Path::new(GLOBAL),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        None,
+    )
+    .unwrap();
+    let out = LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap();
+    assert_eq!(out.action, Action::Replaced);
+    assert_eq!(
+        sys.mutations(),
+        vec![
+            SysCall::Umount {
+                target: p(GLOBAL),
+                flags: MntFlags::UMOUNT_NOFOLLOW
+            },
+            device_mount(MsFlags::empty(), None),
+        ]
+    );
+}
+
+#[test]
+fn a_failed_mount_after_replacing_a_foreign_one_is_uncertain() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    sys.add(GLOBAL, FileKind::Dir);
+    sys.preset_mount(
+        None,
+        Path::new(GLOBAL),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        None,
+    )
+    .unwrap();
+    sys.fail_nth(Call::Mount, 1, Errno::EINVAL);
+    let e = LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap_err();
+    assert_eq!(e.certainty(), Certainty::Uncertain);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "mount_device kubernetes.io/local-volume/pv1: mount {GLOBAL}: EINVAL: Invalid argument"
+        )
+    );
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    sys.fail_nth(Call::Mount, 1, Errno::EINVAL);
+    let e = LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap_err();
+    assert_eq!(e.certainty(), Certainty::Final, "nothing changed: {e}");
+}
+
+#[test]
+fn a_failed_mkfs_is_uncertain() {
+    let sys = host(DiskFormat::Unformatted);
+    sys.fail_nth(Call::Mkfs, 1, Errno::EIO);
+    let e = LocalPlugin
+        .format(&block_spec(), &device(), &sys)
+        .unwrap_err();
+    assert_eq!(e.certainty(), Certainty::Uncertain);
+    assert_eq!(e.sys_error().and_then(|s| s.path()), Some(Path::new(DEV)));
+}
+
+#[test]
+fn setup_binds_the_device_mount_into_each_pod_once() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap();
+    sys.clear_calls();
+    for uid in ["podA", "podB"] {
+        let out = LocalPlugin.setup(&block_spec(), &pod(uid), &sys).unwrap();
+        assert_eq!(out.action, Action::Performed);
+    }
+    assert_eq!(
+        sys.mutations(),
+        vec![
+            SysCall::Mkdir {
+                path: pod_path("podA"),
+                mode: 0o750
+            },
+            bind(pod_path("podA")),
+            SysCall::Mkdir {
+                path: pod_path("podB"),
+                mode: 0o750
+            },
+            bind(pod_path("podB")),
+        ]
+    );
+    sys.clear_calls();
+    let out = LocalPlugin
+        .setup(&block_spec(), &pod("podA"), &sys)
+        .unwrap();
+    assert_eq!(out.action, Action::AlreadyInPlace);
+    assert!(sys.mutations().is_empty());
+    let table = sys.read_mountinfo().unwrap();
+    let dev = |path: &Path| table.top_at(path).map(|m| m.dev);
+    assert_eq!(dev(&pod_path("podA")), Some(DevId { major: 7, minor: 7 }));
+    assert_eq!(dev(&pod_path("podA")), dev(&pod_path("podB")));
+}
+
+#[test]
+fn a_read_only_setup_binds_then_remounts_read_only() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap();
+    sys.clear_calls();
+    let pa = params(TargetRef::Pod(PodUid::new("podA").unwrap()), &["ro"], None);
+    LocalPlugin.setup(&block_spec(), &pa, &sys).unwrap();
+    assert_eq!(
+        sys.mutations()[1..],
+        [
+            bind(pod_path("podA")),
+            SysCall::Mount {
+                source: None,
+                target: pod_path("podA"),
+                fstype: None,
+                flags: MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
+                data: None,
+            },
+        ]
+    );
+    sys.clear_calls();
+    assert_eq!(
+        LocalPlugin.setup(&block_spec(), &pa, &sys).unwrap().action,
+        Action::AlreadyInPlace
+    );
+    // The same target wanted read-write is a different identity: replaced.
+    let out = LocalPlugin
+        .setup(&block_spec(), &pod("podA"), &sys)
+        .unwrap();
+    assert_eq!(out.action, Action::Replaced);
+}
+
+#[test]
+fn setup_needs_the_device_target_mounted() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    let e = LocalPlugin
+        .setup(&block_spec(), &pod("podA"), &sys)
+        .unwrap_err();
+    assert!(matches!(e, PluginError::DeviceNotMounted { .. }), "{e}");
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn a_directory_pv_is_bind_mounted_and_has_no_device_target() {
+    let sys = host(DiskFormat::Unformatted);
+    sys.add("/mnt/disks/vol1", FileKind::Dir);
+    let spec = dir_spec("/mnt/disks/vol1");
+    assert_eq!(LocalPlugin.device_target_kind(&spec), None);
+    assert!(LocalPlugin.mount_device(&spec, &device(), &sys).is_err());
+    let out = LocalPlugin.setup(&spec, &pod("podA"), &sys).unwrap();
+    assert_eq!(out.action, Action::Performed);
+    assert_eq!(
+        sys.mutations()[1],
+        SysCall::Mount {
+            source: Some(p("/mnt/disks/vol1")),
+            target: pod_path("podA"),
+            fstype: None,
+            flags: MsFlags::MS_BIND,
+            data: None,
+        }
+    );
+    sys.clear_calls();
+    assert_eq!(
+        LocalPlugin.setup(&spec, &pod("podA"), &sys).unwrap().action,
+        Action::AlreadyInPlace
+    );
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn teardown_and_unmount_device_unmount_then_remove_the_dir_and_repeat_harmlessly() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap();
+    LocalPlugin
+        .setup(&block_spec(), &pod("podA"), &sys)
+        .unwrap();
+    sys.clear_calls();
+    assert_eq!(
+        LocalPlugin.teardown(&pod("podA"), &sys).unwrap().action,
+        Action::Performed
+    );
+    assert_eq!(
+        LocalPlugin.unmount_device(&device(), &sys).unwrap().action,
+        Action::Performed
+    );
+    assert_eq!(
+        sys.mutations(),
+        vec![
+            SysCall::Umount {
+                target: pod_path("podA"),
+                flags: MntFlags::UMOUNT_NOFOLLOW
+            },
+            SysCall::Rmdir {
+                path: pod_path("podA")
+            },
+            SysCall::Umount {
+                target: p(GLOBAL),
+                flags: MntFlags::UMOUNT_NOFOLLOW
+            },
+            SysCall::Rmdir { path: p(GLOBAL) },
+        ]
+    );
+    sys.clear_calls();
+    assert_eq!(
+        LocalPlugin.teardown(&pod("podA"), &sys).unwrap().action,
+        Action::AlreadyInPlace
+    );
+    assert_eq!(
+        LocalPlugin.unmount_device(&device(), &sys).unwrap().action,
+        Action::AlreadyInPlace
+    );
+    assert!(sys.mutations().is_empty());
+}
+
+#[test]
+fn a_busy_unmount_is_final_and_names_the_path() {
+    let sys = host(DiskFormat::Filesystem("ext4".into()));
+    LocalPlugin
+        .mount_device(&block_spec(), &device(), &sys)
+        .unwrap();
+    sys.fail_nth(Call::Umount, 1, Errno::EBUSY);
+    let e = LocalPlugin.unmount_device(&device(), &sys).unwrap_err();
+    assert_eq!(e.certainty(), Certainty::Final);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "unmount_device kubernetes.io/local-volume/pv1: umount2 {GLOBAL}: EBUSY: Device or resource busy"
+        )
+    );
+}

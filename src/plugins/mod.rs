@@ -1,0 +1,400 @@
+//! Volume plugins: one file per volume type behind one trait,
+//! [`VolumePlugin`].
+//!
+//! Every operation takes the [`TargetParams`] the journal records with its
+//! intent (plus the spec where the operation needs more than that) and the
+//! syscall seam as `&dyn Sys`, and is idempotent (DESIGN.md "Targets"): a
+//! target already mounted with the intended identity completes without
+//! mounting again; a target holding a *different* mount is unmounted and then
+//! mounted, never adopted (k8s #117513). TearDown and UnmountDevice take no
+//! spec: they must work from the journal alone after a restart.
+//!
+//! Results distinguish final errors (nothing changed; the state before the
+//! operation holds) from uncertain ones (something changed before the
+//! failure, or the failed call's effect is unknown), like the kubelet's
+//! `UncertainProgressError`: see [`Certainty`].
+//!
+//! Formatting is its own step so the executor can journal it: a device
+//! plugin answers [`VolumePlugin::needs_format`], then [`VolumePlugin::format`]
+//! runs, then [`VolumePlugin::mount_device`] (which refuses an unformatted
+//! device rather than formatting it silently).
+//!
+//! SELinux: when the params carry a label, `context="<label>"` is added to
+//! the data of every *superblock* mount (tmpfs, device mount). Bind mounts
+//! inherit the superblock's label and never carry one (storage-facts D3).
+//!
+//! *Invariant:* plugins call the kernel only through [`Sys`]; they never use
+//! `MNT_DETACH` (it hides a busy mount) and always unmount with
+//! `UMOUNT_NOFOLLOW`.
+
+use std::path::{Path, PathBuf};
+
+use crate::host::sys::{Call, Errno, Sys, SysError};
+use crate::model::{Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec};
+
+pub mod empty_dir;
+pub mod host_path;
+pub mod local;
+mod mount_ops;
+
+pub use empty_dir::EmptyDirPlugin;
+pub use host_path::HostPathPlugin;
+pub use local::LocalPlugin;
+
+/// What a successful operation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// the operation changed the host
+    Performed,
+    /// the target was already as intended; nothing changed
+    AlreadyInPlace,
+    /// a tmpfs of the wrong size was remounted with the intended size
+    Remounted,
+    /// a different mount was unmounted and the intended one mounted
+    Replaced,
+}
+
+/// The result of a successful operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// what was done
+    pub action: Action,
+    /// paths left on disk that the caller should report: nested mount points
+    /// a teardown found and did not touch, a directory that was not empty
+    pub left_behind: Vec<PathBuf>,
+}
+
+impl Outcome {
+    /// An outcome with nothing left behind.
+    pub fn of(action: Action) -> Self {
+        Self {
+            action,
+            left_behind: Vec::new(),
+        }
+    }
+}
+
+/// Whether a failed operation may have changed its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Certainty {
+    /// nothing changed: the target is as it was before the operation
+    Final,
+    /// the target may be half-done: the state becomes uncertain and the
+    /// operation must be re-run (idempotently) or undone
+    Uncertain,
+}
+
+/// Errors of the plugins. Each names the operation and the volume.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// a call to the kernel (or mkfs, blkid) failed
+    #[error("{} {volume}: {source}", .op.as_str())]
+    Sys {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// whether the target may have changed
+        certainty: Certainty,
+        /// the failed call, naming its path and errno
+        #[source]
+        source: Box<SysError>,
+    },
+    /// the target parameters lack something this operation needs
+    #[error("{} {volume}: missing {what} in target parameters", .op.as_str())]
+    MissingParam {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// what is missing
+        what: &'static str,
+    },
+    /// the spec does not belong to this plugin or lacks something
+    #[error("{} {volume}: spec not usable by {}: {why}", .op.as_str(), .plugin.as_str())]
+    BadSpec {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the plugin
+        plugin: PluginName,
+        /// what is wrong
+        why: &'static str,
+    },
+    /// a path is not of the type the spec requires
+    #[error("{} {volume}: {path} is not a {expected}", .op.as_str())]
+    WrongType {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the path checked
+        path: PathBuf,
+        /// what it should be
+        expected: &'static str,
+    },
+    /// the device holds something else than the filesystem the spec asks for
+    #[error("{} {volume}: {device} holds {found}, not {wanted}; refusing to touch it", .op.as_str())]
+    FormatMismatch {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the device
+        device: PathBuf,
+        /// what blkid found
+        found: String,
+        /// what the spec wants
+        wanted: String,
+    },
+    /// MountDevice found no filesystem: the executor must run (and journal) the format step first
+    #[error("{} {volume}: {device} holds no filesystem; format it first", .op.as_str())]
+    NotFormatted {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the device
+        device: PathBuf,
+    },
+    /// SetUp of a device-backed volume found the device target not mounted
+    #[error("{} {volume}: device target {path} is not mounted", .op.as_str())]
+    DeviceNotMounted {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the device mount path
+        path: PathBuf,
+    },
+    /// something stays mounted at the target after repeated unmounts
+    #[error("{} {volume}: {path} is still mounted after {tries} unmounts", .op.as_str())]
+    StillMounted {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the target
+        path: PathBuf,
+        /// how many unmounts were tried
+        tries: usize,
+        /// whether some unmount succeeded before giving up
+        certainty: Certainty,
+    },
+    /// a directory target has something mounted on it; it is never deleted
+    #[error("{} {volume}: {path} is a mount point; refusing to delete it", .op.as_str())]
+    TargetIsMountPoint {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the target
+        path: PathBuf,
+    },
+    /// the plugin does not do this operation
+    #[error("{} {volume}: not supported by {}", .op.as_str(), .plugin.as_str())]
+    Unsupported {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the plugin
+        plugin: PluginName,
+    },
+}
+
+impl PluginError {
+    /// Whether the target may have changed (the kubelet's uncertain progress).
+    pub fn certainty(&self) -> Certainty {
+        match self {
+            PluginError::Sys { certainty, .. } | PluginError::StillMounted { certainty, .. } => {
+                *certainty
+            }
+            _ => Certainty::Final,
+        }
+    }
+    /// Shorthand for `certainty() == Certainty::Uncertain`.
+    pub fn is_uncertain(&self) -> bool {
+        self.certainty() == Certainty::Uncertain
+    }
+    /// The failed kernel call, if that is what failed.
+    pub fn sys_error(&self) -> Option<&SysError> {
+        match self {
+            PluginError::Sys { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// What every plugin's operation returns.
+pub type PluginResult = Result<Outcome, PluginError>;
+
+/// One volume type.
+pub trait VolumePlugin: Send + Sync {
+    /// The plugin's name.
+    fn name(&self) -> PluginName;
+
+    /// The kind of the device (global) target for `spec`, `None` when it has none.
+    fn device_target_kind(&self, spec: &VolumeSpec) -> Option<TargetKind> {
+        spec.device_target_kind()
+    }
+
+    /// The kind of the per-pod target for `spec`.
+    fn pod_target_kind(&self, spec: &VolumeSpec) -> TargetKind {
+        spec.pod_target_kind()
+    }
+
+    /// Whether the device must be formatted before MountDevice (never true
+    /// for a device holding any filesystem or partition table).
+    fn needs_format(
+        &self,
+        _spec: &VolumeSpec,
+        _params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> Result<bool, PluginError> {
+        Ok(false)
+    }
+
+    /// Formats the device; never reformats (a device holding a filesystem is
+    /// [`Action::AlreadyInPlace`]).
+    fn format(&self, _spec: &VolumeSpec, params: &TargetParams, _sys: &dyn Sys) -> PluginResult {
+        Err(unsupported(Operation::FormatDevice, params, self.name()))
+    }
+
+    /// Mounts the device (global) target.
+    fn mount_device(
+        &self,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> PluginResult {
+        Err(unsupported(Operation::MountDevice, params, self.name()))
+    }
+
+    /// Sets up the per-pod target.
+    fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult;
+
+    /// Tears down the per-pod target, from the journal's params alone.
+    fn teardown(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult;
+
+    /// Unmounts the device (global) target, from the journal's params alone.
+    fn unmount_device(&self, params: &TargetParams, _sys: &dyn Sys) -> PluginResult {
+        Err(unsupported(Operation::UnmountDevice, params, self.name()))
+    }
+}
+
+fn unsupported(op: Operation, params: &TargetParams, plugin: PluginName) -> PluginError {
+    PluginError::Unsupported {
+        op,
+        volume: params.volume.clone(),
+        plugin,
+    }
+}
+
+/// One operation in progress: turns [`SysError`]s into [`PluginError`]s with
+/// the right [`Certainty`], tracking whether anything changed yet.
+pub(crate) struct Op<'a> {
+    pub(crate) sys: &'a dyn Sys,
+    pub(crate) op: Operation,
+    pub(crate) volume: &'a UniqueVolumeName,
+    /// a state-changing call already succeeded
+    pub(crate) changed: bool,
+}
+
+impl<'a> Op<'a> {
+    pub(crate) fn new(sys: &'a dyn Sys, op: Operation, params: &'a TargetParams) -> Self {
+        Self {
+            sys,
+            op,
+            volume: &params.volume,
+            changed: false,
+        }
+    }
+
+    fn certainty(&self, e: &SysError, mutating: bool) -> Certainty {
+        let unknown_effect = mutating
+            && (e.kind() == Call::Mkfs
+                || matches!(
+                    e.errno(),
+                    Some(Errno::EINTR | Errno::ETIMEDOUT | Errno::EIO)
+                ));
+        if self.changed || unknown_effect {
+            Certainty::Uncertain
+        } else {
+            Certainty::Final
+        }
+    }
+
+    pub(crate) fn sys_err(&self, source: SysError, mutating: bool) -> PluginError {
+        PluginError::Sys {
+            op: self.op,
+            volume: self.volume.clone(),
+            certainty: self.certainty(&source, mutating),
+            source: Box::new(source),
+        }
+    }
+
+    /// A call that only looks.
+    pub(crate) fn look<T>(&self, r: Result<T, SysError>) -> Result<T, PluginError> {
+        r.map_err(|e| self.sys_err(e, false))
+    }
+
+    /// A call that changes the host: success marks the operation as changed.
+    pub(crate) fn act<T>(&mut self, r: Result<T, SysError>) -> Result<T, PluginError> {
+        match r {
+            Ok(v) => {
+                self.changed = true;
+                Ok(v)
+            }
+            Err(e) => Err(self.sys_err(e, true)),
+        }
+    }
+
+    /// Like [`Op::act`], but `ok_errno` (e.g. `EEXIST`, `ENOENT`) counts as done.
+    pub(crate) fn act_or(
+        &mut self,
+        r: Result<(), SysError>,
+        ok_errno: Errno,
+    ) -> Result<(), PluginError> {
+        match r {
+            Err(e) if e.errno() == Some(ok_errno) => Ok(()),
+            other => self.act(other),
+        }
+    }
+
+    pub(crate) fn missing(&self, what: &'static str) -> PluginError {
+        PluginError::MissingParam {
+            op: self.op,
+            volume: self.volume.clone(),
+            what,
+        }
+    }
+
+    pub(crate) fn bad_spec(&self, plugin: PluginName, why: &'static str) -> PluginError {
+        PluginError::BadSpec {
+            op: self.op,
+            volume: self.volume.clone(),
+            plugin,
+            why,
+        }
+    }
+
+    pub(crate) fn wrong_type(&self, path: &Path, expected: &'static str) -> PluginError {
+        PluginError::WrongType {
+            op: self.op,
+            volume: self.volume.clone(),
+            path: path.to_owned(),
+            expected,
+        }
+    }
+}
+
+/// Every plugin volumed has, ready to use.
+pub fn all(layout: &crate::model::Layout) -> Vec<Box<dyn VolumePlugin>> {
+    vec![
+        Box::new(EmptyDirPlugin::new(layout.clone())),
+        Box::new(HostPathPlugin),
+        Box::new(LocalPlugin),
+    ]
+}

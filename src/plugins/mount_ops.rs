@@ -1,0 +1,215 @@
+//! Mount steps the plugins share: option splitting, "is the intended mount
+//! already there", replace-never-adopt, and unmounting a target completely.
+
+use std::path::{Path, PathBuf};
+
+use crate::host::mountinfo::{MountInfo, MountTable};
+use crate::host::sys::{Errno, MntFlags, MsFlags, mkdir_all};
+use crate::model::{MountIdentity, SeLinuxContext};
+use crate::plugins::{Action, Certainty, Op, PluginError};
+
+/// How many stacked mounts a target may have before we give up unmounting.
+pub(crate) const MAX_UNMOUNTS: usize = 8;
+
+/// Mode of directories volumed creates for mount targets (the kubelet's 0750).
+pub(crate) const TARGET_DIR_MODE: u32 = 0o750;
+
+/// Splits mount options into per-mount flags and the data string's options.
+/// `rw`, `defaults` and `bind` are implied and dropped.
+pub(crate) fn split_options(opts: &[String]) -> (MsFlags, Vec<String>) {
+    let mut flags = MsFlags::empty();
+    let mut data = Vec::new();
+    for o in opts {
+        let f = match o.as_str() {
+            "ro" => MsFlags::MS_RDONLY,
+            "nosuid" => MsFlags::MS_NOSUID,
+            "nodev" => MsFlags::MS_NODEV,
+            "noexec" => MsFlags::MS_NOEXEC,
+            "noatime" => MsFlags::MS_NOATIME,
+            "nodiratime" => MsFlags::MS_NODIRATIME,
+            "relatime" => MsFlags::MS_RELATIME,
+            "strictatime" => MsFlags::MS_STRICTATIME,
+            "sync" => MsFlags::MS_SYNCHRONOUS,
+            "dirsync" => MsFlags::MS_DIRSYNC,
+            "rw" | "defaults" | "bind" => continue,
+            other => {
+                data.push(other.to_owned());
+                continue;
+            }
+        };
+        flags |= f;
+    }
+    (flags, data)
+}
+
+/// The data string: the options plus `context="…"` when a label is given.
+pub(crate) fn data_string(opts: &[String], selinux: Option<&SeLinuxContext>) -> Option<String> {
+    let mut all: Vec<String> = opts.to_vec();
+    all.extend(selinux.map(SeLinuxContext::mount_option));
+    (!all.is_empty()).then(|| all.join(","))
+}
+
+/// The identity `path` would have as a bind source: the mount holding it
+/// (longest prefix), with the root extended by the path below that mount.
+pub(crate) fn identity_at(table: &MountTable, path: &Path) -> Option<MountIdentity> {
+    path.ancestors().find_map(|a| {
+        let m = table.top_at(a)?;
+        let mut id = m.identity();
+        let rel = path.strip_prefix(a).ok()?;
+        if !rel.as_os_str().is_empty() {
+            id.root = id.root.join(rel);
+        }
+        Some(id)
+    })
+}
+
+/// Unmounts the top mount at `target` without following symlinks. `EINVAL`
+/// counts as done only when the table confirms nothing is mounted there.
+fn umount_once(op: &mut Op<'_>, target: &Path) -> Result<(), PluginError> {
+    match op.sys.umount2(target, MntFlags::UMOUNT_NOFOLLOW) {
+        Err(e) if e.errno() == Some(Errno::EINVAL) => {
+            let table = op.look(op.sys.read_mountinfo())?;
+            if table.is_mount_point(target) {
+                Err(op.sys_err(e, true))
+            } else {
+                Ok(())
+            }
+        }
+        r => op.act(r),
+    }
+}
+
+/// Unmounts everything stacked at `target`; true when something was unmounted.
+pub(crate) fn unmount_all(op: &mut Op<'_>, target: &Path) -> Result<bool, PluginError> {
+    let mut any = false;
+    for _ in 0..MAX_UNMOUNTS {
+        let table = op.look(op.sys.read_mountinfo())?;
+        if !table.is_mount_point(target) {
+            return Ok(any);
+        }
+        umount_once(op, target)?;
+        any = true;
+    }
+    Err(still_mounted(op, target))
+}
+
+fn still_mounted(op: &Op<'_>, target: &Path) -> PluginError {
+    PluginError::StillMounted {
+        op: op.op,
+        volume: op.volume.clone(),
+        path: target.to_owned(),
+        tries: MAX_UNMOUNTS,
+        certainty: if op.changed {
+            Certainty::Uncertain
+        } else {
+            Certainty::Final
+        },
+    }
+}
+
+/// DESIGN.md "Targets": if the visible mount at `target` is the intended one
+/// (`wanted`), nothing is mounted and it is returned; a different mount is
+/// unmounted (repeatedly, for stacks) and then `mount` runs. Never adopts.
+pub(crate) fn ensure_mounted(
+    op: &mut Op<'_>,
+    target: &Path,
+    wanted: &dyn Fn(&MountInfo) -> bool,
+    mount: &mut dyn FnMut(&mut Op<'_>) -> Result<(), PluginError>,
+) -> Result<(Action, Option<MountInfo>), PluginError> {
+    let mut replaced = false;
+    for _ in 0..=MAX_UNMOUNTS {
+        let table = op.look(op.sys.read_mountinfo())?;
+        match table.top_at(target) {
+            None => {
+                // Creating the directory does not change what is mounted.
+                op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
+                mount(op)?;
+                let action = if replaced {
+                    Action::Replaced
+                } else {
+                    Action::Performed
+                };
+                return Ok((action, None));
+            }
+            Some(m) if wanted(m) => {
+                let action = if replaced {
+                    Action::Replaced
+                } else {
+                    Action::AlreadyInPlace
+                };
+                return Ok((action, Some(m.clone())));
+            }
+            Some(_) => {
+                umount_once(op, target)?;
+                replaced = true;
+            }
+        }
+    }
+    Err(still_mounted(op, target))
+}
+
+/// Removes an unmounted target directory. Missing is fine; one that is not
+/// empty is left and returned for the caller to report.
+pub(crate) fn remove_mount_dir(
+    op: &mut Op<'_>,
+    target: &Path,
+) -> Result<Vec<PathBuf>, PluginError> {
+    match op.sys.stat(target, false) {
+        Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
+        r => {
+            op.look(r)?;
+        }
+    }
+    match op.sys.rmdir(target) {
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(Vec::new()),
+        Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => Ok(vec![target.to_owned()]),
+        r => op.act(r).map(|()| Vec::new()),
+    }
+}
+
+/// A tmpfs `size=` value in bytes (`1048576k`, `64m`, `1g`, `4096`).
+pub(crate) fn parse_size(v: &str) -> Option<u64> {
+    let (num, mult) = match v.chars().last()? {
+        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
+        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
+        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// tmpfs rounds its size up to whole pages.
+pub(crate) fn page_round(bytes: u64) -> u64 {
+    bytes.div_ceil(4096).saturating_mul(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_split_into_flags_and_data() {
+        let o: Vec<String> = ["ro", "nosuid", "discard", "bind", "size=10"]
+            .map(String::from)
+            .into();
+        let (f, d) = split_options(&o);
+        assert_eq!(f, MsFlags::MS_RDONLY | MsFlags::MS_NOSUID);
+        assert_eq!(d, vec!["discard", "size=10"]);
+        let ctx = SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c1").unwrap();
+        assert_eq!(
+            data_string(&d, Some(&ctx)).as_deref(),
+            Some("discard,size=10,context=\"system_u:object_r:container_file_t:s0:c1,c5\"")
+        );
+        assert_eq!(data_string(&[], None), None);
+    }
+
+    #[test]
+    fn tmpfs_sizes_parse_and_round_like_the_kernel() {
+        assert_eq!(parse_size("1048576k"), Some(1 << 30));
+        assert_eq!(parse_size("64m"), Some(64 << 20));
+        assert_eq!(parse_size("100"), Some(100));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(page_round(1), 4096);
+        assert_eq!(page_round(8192), 8192);
+    }
+}

@@ -1,0 +1,424 @@
+//! The plugins and safe removal against a real kernel, each test in its own
+//! private mount namespace (`support::in_private_mount_ns`): tmpfs emptyDir
+//! setup / resize / teardown; a local PV on an ext4 loop device formatted by
+//! the plugin and shared by two pods; removal that leaves a same-filesystem
+//! bind mount (caught by `statx` alone, without the mount table), a nested
+//! foreign tmpfs and a symlink's target untouched.
+//!
+//! Needs root (mounts, loop devices); as another user each test prints what
+//! it skipped and passes. Loop devices are bound with autoclear and checked
+//! unbound at the end.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::{
+    LoopDevice, Scratch, bind_mount, in_private_mount_ns, mkdirs, mount_tmpfs, require_root,
+};
+use volumed::host::mountinfo::{MountInfo, MountTable};
+use volumed::host::remove::remove_dir_one_fs;
+use volumed::host::sys::{
+    DirEntry, DiskFormat, FileStat, LinuxSys, MntFlags, MsFlags, Sys, SysError,
+};
+use volumed::model::{
+    Layout, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
+    UniqueVolumeName, VolumeSpec,
+};
+use volumed::plugins::{Action, EmptyDirPlugin, LocalPlugin, VolumePlugin};
+
+const POD_A: &str = "5f1e2d3c-4b5a-4968-8776-655443322110";
+const POD_B: &str = "0a1b2c3d-4e5f-4a6b-8c7d-8e9f0a1b2c3d";
+
+fn top(path: &Path) -> Option<MountInfo> {
+    MountTable::read_self()
+        .expect("read mountinfo")
+        .top_at(path)
+        .cloned()
+}
+
+fn size_option(m: &MountInfo) -> Option<String> {
+    m.super_options
+        .get("size")
+        .flatten()
+        .map(|v| v.to_string_lossy().into_owned())
+}
+
+fn empty_dir_params(layout: &Layout, pod: &str, kind: TargetKind) -> TargetParams {
+    let pod = PodUid::new(pod).unwrap();
+    TargetParams {
+        volume: UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
+        plugin: PluginName::EmptyDir,
+        spec_name: "cache".into(),
+        pod_mount_path: Some(layout.pod_target_path(&pod, PluginName::EmptyDir, "cache")),
+        target: TargetRef::Pod(pod),
+        kind,
+        device_path: None,
+        device_mount_path: None,
+        selinux: None,
+        mount_options: Vec::new(),
+        fs_type: None,
+    }
+}
+
+fn memory(size: u64) -> VolumeSpec {
+    VolumeSpec::EmptyDir {
+        medium: StorageMedium::Memory,
+        size_limit: Some(size),
+    }
+}
+
+const DISK: VolumeSpec = VolumeSpec::EmptyDir {
+    medium: StorageMedium::Disk,
+    size_limit: None,
+};
+
+#[test]
+fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
+    if !require_root("mounts tmpfs") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let scratch = Scratch::new("volumed-plug-tmpfs-");
+        let layout = Layout::new(scratch.path().join("kubelet"));
+        let plugin = EmptyDirPlugin::new(layout.clone());
+        let pa = empty_dir_params(&layout, POD_A, TargetKind::Mount);
+        let target = pa.pod_mount_path.clone().unwrap();
+        let marker = layout.empty_dir_ready_marker(&PodUid::new(POD_A).unwrap(), "cache");
+
+        let out = plugin.setup(&memory(1 << 20), &pa, &LinuxSys).unwrap();
+        assert_eq!(out.action, Action::Performed);
+        let m = top(&target).expect("tmpfs mounted");
+        assert_eq!(m.fs_type, "tmpfs");
+        assert_eq!(size_option(&m).as_deref(), Some("1024k"));
+        assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o777);
+        assert!(marker.exists());
+        fs::write(target.join("data"), b"keep me").unwrap();
+
+        let again = plugin.setup(&memory(1 << 20), &pa, &LinuxSys).unwrap();
+        assert_eq!(again.action, Action::AlreadyInPlace);
+
+        let resized = plugin.setup(&memory(2 << 20), &pa, &LinuxSys).unwrap();
+        assert_eq!(resized.action, Action::Remounted);
+        let m2 = top(&target).expect("still mounted");
+        assert_eq!(size_option(&m2).as_deref(), Some("2048k"));
+        assert_eq!(m2.mount_id, m.mount_id, "remounted, not replaced");
+        assert_eq!(fs::read(target.join("data")).unwrap(), b"keep me");
+
+        let down = plugin.teardown(&pa, &LinuxSys).unwrap();
+        assert_eq!(down.action, Action::Performed);
+        assert!(down.left_behind.is_empty());
+        assert!(top(&target).is_none());
+        assert!(!target.exists());
+        assert!(!marker.exists());
+        assert_eq!(
+            plugin.teardown(&pa, &LinuxSys).unwrap().action,
+            Action::AlreadyInPlace
+        );
+    });
+}
+
+fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
+    let pod_mount_path = match &target {
+        TargetRef::Pod(pod) => Some(layout.pod_target_path(pod, PluginName::LocalVolume, "pv1")),
+        TargetRef::Device => None,
+    };
+    TargetParams {
+        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+        plugin: PluginName::LocalVolume,
+        spec_name: "pv1".into(),
+        target,
+        kind: TargetKind::Mount,
+        device_path: Some(device.to_owned()),
+        device_mount_path: Some(layout.local_device_path("pv1")),
+        pod_mount_path,
+        selinux: None,
+        mount_options: Vec::new(),
+        fs_type: Some("ext4".into()),
+    }
+}
+
+#[test]
+fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
+    if !require_root("loop devices, ext4 mounts") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let scratch = Scratch::new("volumed-plug-local-");
+        let image = scratch.path().join("disk.img");
+        fs::File::create(&image)
+            .and_then(|f| f.set_len(64 << 20))
+            .unwrap();
+        let lo = LoopDevice::attach(&image);
+        let layout = Layout::new(scratch.path().join("kubelet"));
+        let spec = VolumeSpec::Local {
+            path: lo.path().to_owned(),
+            fs_type: Some("ext4".into()),
+            access_modes: Vec::new(),
+            mount_options: Vec::new(),
+            is_block: true,
+        };
+        let dev = local_params(&layout, lo.path(), TargetRef::Device);
+        let pod = |uid: &str| {
+            local_params(
+                &layout,
+                lo.path(),
+                TargetRef::Pod(PodUid::new(uid).unwrap()),
+            )
+        };
+        let global = layout.local_device_path("pv1");
+
+        assert_eq!(
+            LinuxSys.probe_fs(lo.path()).unwrap(),
+            DiskFormat::Unformatted
+        );
+        assert!(LocalPlugin.needs_format(&spec, &dev, &LinuxSys).unwrap());
+        assert_eq!(
+            LocalPlugin.format(&spec, &dev, &LinuxSys).unwrap().action,
+            Action::Performed
+        );
+        assert!(!LocalPlugin.needs_format(&spec, &dev, &LinuxSys).unwrap());
+        assert_eq!(
+            LinuxSys.probe_fs(lo.path()).unwrap(),
+            DiskFormat::Filesystem("ext4".into())
+        );
+
+        assert_eq!(
+            LocalPlugin
+                .mount_device(&spec, &dev, &LinuxSys)
+                .unwrap()
+                .action,
+            Action::Performed
+        );
+        assert_eq!(
+            LocalPlugin
+                .mount_device(&spec, &dev, &LinuxSys)
+                .unwrap()
+                .action,
+            Action::AlreadyInPlace
+        );
+        let g = top(&global).expect("device mounted");
+        assert_eq!(
+            (g.fs_type.as_str(), g.dev.major, g.dev.minor),
+            ("ext4", 7, lo.number())
+        );
+
+        for uid in [POD_A, POD_B] {
+            let out = LocalPlugin.setup(&spec, &pod(uid), &LinuxSys).unwrap();
+            assert_eq!(out.action, Action::Performed);
+            let again = LocalPlugin.setup(&spec, &pod(uid), &LinuxSys).unwrap();
+            assert_eq!(again.action, Action::AlreadyInPlace);
+        }
+        let a = pod(POD_A).pod_mount_path.unwrap();
+        let b = pod(POD_B).pod_mount_path.unwrap();
+        let (ma, mb) = (top(&a).unwrap(), top(&b).unwrap());
+        assert_eq!(ma.dev, g.dev);
+        assert_eq!(mb.dev, g.dev, "both pods share the device's major:minor");
+        fs::write(a.join("hello"), b"from a").unwrap();
+        assert_eq!(fs::read(b.join("hello")).unwrap(), b"from a");
+
+        for uid in [POD_A, POD_B] {
+            let out = LocalPlugin.teardown(&pod(uid), &LinuxSys).unwrap();
+            assert_eq!(out.action, Action::Performed);
+            assert!(out.left_behind.is_empty());
+        }
+        assert!(top(&a).is_none() && !a.exists());
+        assert_eq!(
+            LocalPlugin.unmount_device(&dev, &LinuxSys).unwrap().action,
+            Action::Performed
+        );
+        assert!(top(&global).is_none() && !global.exists());
+
+        // Never reformatted: the data survives another format + mount.
+        assert_eq!(
+            LocalPlugin.format(&spec, &dev, &LinuxSys).unwrap().action,
+            Action::AlreadyInPlace
+        );
+        LocalPlugin.mount_device(&spec, &dev, &LinuxSys).unwrap();
+        assert_eq!(fs::read(global.join("hello")).unwrap(), b"from a");
+        LocalPlugin.unmount_device(&dev, &LinuxSys).unwrap();
+
+        assert!(
+            lo.close_and_wait_unbound(Duration::from_secs(10)),
+            "loop device still bound"
+        );
+    });
+}
+
+/// `LinuxSys` with an empty mount table: only `statx` can see mount points.
+struct StatxOnly;
+
+impl Sys for StatxOnly {
+    fn mount(
+        &self,
+        source: Option<&Path>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        LinuxSys.mount(source, target, fstype, flags, data)
+    }
+    fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError> {
+        LinuxSys.umount2(target, flags)
+    }
+    fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
+        LinuxSys.mount_root(path)
+    }
+    fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
+        LinuxSys.mnt_id(path)
+    }
+    fn stat(&self, path: &Path, follow: bool) -> Result<FileStat, SysError> {
+        LinuxSys.stat(path, follow)
+    }
+    fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        LinuxSys.mkdir(path, mode)
+    }
+    fn chmod_dir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        LinuxSys.chmod_dir(path, mode)
+    }
+    fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        LinuxSys.create_file(path, mode)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> Result<(), SysError> {
+        LinuxSys.rename(from, to)
+    }
+    fn rmdir(&self, path: &Path) -> Result<(), SysError> {
+        LinuxSys.rmdir(path)
+    }
+    fn unlink(&self, path: &Path) -> Result<(), SysError> {
+        LinuxSys.unlink(path)
+    }
+    fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError> {
+        LinuxSys.read_dir_beneath(base, rel)
+    }
+    fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
+        LinuxSys.remove_beneath(base, rel, dir)
+    }
+    fn mkfs(&self, device: &Path, fstype: &str) -> Result<(), SysError> {
+        LinuxSys.mkfs(device, fstype)
+    }
+    fn probe_fs(&self, device: &Path) -> Result<DiskFormat, SysError> {
+        LinuxSys.probe_fs(device)
+    }
+    fn read_mountinfo(&self) -> Result<MountTable, SysError> {
+        Ok(MountTable::parse(b""))
+    }
+}
+
+#[test]
+fn removal_leaves_a_same_filesystem_bind_and_everything_under_it() {
+    if !require_root("bind mounts") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let scratch = Scratch::new("volumed-plug-bind-");
+        let src = scratch.path().join("src");
+        mkdirs(&src.join("deep"));
+        fs::write(src.join("deep/precious"), b"x").unwrap();
+        for (sys, name) in [
+            (&LinuxSys as &dyn Sys, "with-table"),
+            (&StatxOnly, "statx-only"),
+        ] {
+            let d = scratch.path().join(name);
+            let m = d.join("keep/m");
+            mkdirs(&m);
+            mkdirs(&d.join("a/b"));
+            fs::write(d.join("a/b/file"), b"y").unwrap();
+            bind_mount(&src, &m);
+            assert_eq!(
+                fs::metadata(&m).unwrap().dev(),
+                fs::metadata(d.join("keep")).unwrap().dev(),
+                "the bind is on the same filesystem: st_dev cannot see it"
+            );
+            assert!(LinuxSys.mount_root(&m).unwrap());
+
+            let r = remove_dir_one_fs(&d, sys).unwrap();
+            assert_eq!(r.kept_mounts, vec![m.clone()], "{name}");
+            assert!(!d.join("a").exists(), "{name}");
+            assert!(m.join("deep/precious").exists(), "{name}");
+            assert!(src.join("deep/precious").exists(), "{name}");
+            assert!(top(&m).is_some(), "{name}: the bind is still mounted");
+        }
+    });
+}
+
+#[test]
+fn disk_empty_dir_teardown_does_not_enter_a_nested_foreign_tmpfs() {
+    if !require_root("mounts tmpfs") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let scratch = Scratch::new("volumed-plug-nested-");
+        let layout = Layout::new(scratch.path().join("kubelet"));
+        let plugin = EmptyDirPlugin::with_seq_start(layout.clone(), 41);
+        let pa = empty_dir_params(&layout, POD_A, TargetKind::Dir);
+        let target = pa.pod_mount_path.clone().unwrap();
+        assert_eq!(
+            plugin.setup(&DISK, &pa, &LinuxSys).unwrap().action,
+            Action::Performed
+        );
+        assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o777);
+        mkdirs(&target.join("x/y"));
+        fs::write(target.join("x/y/f"), b"z").unwrap();
+        let nested = target.join("x/foreign");
+        mkdirs(&nested);
+        mount_tmpfs(&nested, "size=1m");
+        fs::write(nested.join("data"), b"not ours").unwrap();
+
+        let out = plugin.teardown(&pa, &LinuxSys).unwrap();
+        let renamed = PathBuf::from(format!("{}.deleting~41", target.display()));
+        assert_eq!(out.left_behind, vec![renamed.join("x/foreign")]);
+        assert!(!target.exists());
+        assert!(!renamed.join("x/y").exists());
+        assert_eq!(
+            fs::read(renamed.join("x/foreign/data")).unwrap(),
+            b"not ours"
+        );
+        assert!(
+            !layout
+                .empty_dir_ready_marker(&PodUid::new(POD_A).unwrap(), "cache")
+                .exists()
+        );
+    });
+}
+
+#[test]
+fn a_symlink_out_of_the_pod_dir_is_removed_as_a_link_and_its_target_kept() {
+    if !require_root("same namespace as the other real tests") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let scratch = Scratch::new("volumed-plug-link-");
+        let outside = scratch.path().join("outside");
+        mkdirs(&outside.join("dir"));
+        fs::write(outside.join("precious"), b"p").unwrap();
+        fs::write(outside.join("dir/also"), b"a").unwrap();
+        let layout = Layout::new(scratch.path().join("kubelet"));
+        let plugin = EmptyDirPlugin::new(layout.clone());
+        let pa = empty_dir_params(&layout, POD_A, TargetKind::Dir);
+        let target = pa.pod_mount_path.clone().unwrap();
+        plugin.setup(&DISK, &pa, &LinuxSys).unwrap();
+        symlink(outside.join("dir"), target.join("to-dir")).unwrap();
+        symlink(outside.join("precious"), target.join("to-file")).unwrap();
+        symlink("/", target.join("to-root")).unwrap();
+
+        let out = plugin.teardown(&pa, &LinuxSys).unwrap();
+        assert!(out.left_behind.is_empty());
+        assert!(!target.exists());
+        assert_eq!(fs::read(outside.join("precious")).unwrap(), b"p");
+        assert_eq!(fs::read(outside.join("dir/also")).unwrap(), b"a");
+
+        // A symlink given as the path to remove is unlinked, never followed.
+        let link = scratch.path().join("link");
+        symlink(&outside, &link).unwrap();
+        let r = remove_dir_one_fs(&link, &LinuxSys).unwrap();
+        assert_eq!(r.removed, 1);
+        assert!(fs::symlink_metadata(&link).is_err());
+        assert!(outside.join("precious").exists());
+    });
+}
