@@ -19,7 +19,7 @@ use crate::model::{
     Layout, Operation, PluginName, PodUid, Steps, StorageMedium, TargetKind, TargetParams,
     TargetRef, UniqueVolumeName, VolumeSpec,
 };
-use crate::plugins::{EmptyDirPlugin, HostPathPlugin, LocalPlugin, PluginError, VolumePlugin};
+use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
 
 use super::pending::OpKey;
@@ -33,9 +33,9 @@ pub enum Job {
         /// what to mount
         want: Box<VolumeToMount>,
         /// the device target's parameters, when it must be mounted first
-        device: Option<TargetParams>,
+        device: Option<Box<TargetParams>>,
         /// the pod target's parameters
-        pod: TargetParams,
+        pod: Box<TargetParams>,
     },
     /// TearDown of one pod target.
     TearDown {
@@ -145,14 +145,35 @@ pub struct JobReport {
     pub ran: Vec<Operation>,
 }
 
+/// Why a step failed, and whether its target may have changed.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    uncertain: bool,
+}
+
+impl Failure {
+    fn final_(message: String) -> Self {
+        Self {
+            message,
+            uncertain: false,
+        }
+    }
+    /// The journal refused a record: nothing more may touch the OS.
+    fn journal(message: String) -> Self {
+        Self {
+            message,
+            uncertain: true,
+        }
+    }
+}
+
 /// Runs jobs. Cheap to share between worker threads.
 pub struct Executor {
     journal: Option<Arc<Journal>>,
     sys: Arc<dyn Sys>,
     metrics: Arc<Metrics>,
-    empty_dir: EmptyDirPlugin,
-    host_path: HostPathPlugin,
-    local: LocalPlugin,
+    plugins: Vec<Box<dyn VolumePlugin>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -243,25 +264,27 @@ fn spec_details(spec: &VolumeSpec) -> (Option<PathBuf>, Vec<String>, Option<Stri
 }
 
 impl Executor {
-    /// An executor over the journal (`None`: journal off), the seam and the metrics.
-    pub fn new(journal: Option<Arc<Journal>>, sys: Arc<dyn Sys>, metrics: Arc<Metrics>) -> Self {
+    /// An executor over the journal (`None`: journal off), the seam, the
+    /// kubelet layout and the metrics.
+    pub fn new(
+        journal: Option<Arc<Journal>>,
+        sys: Arc<dyn Sys>,
+        layout: &Layout,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             journal,
             sys,
             metrics,
-            empty_dir: EmptyDirPlugin,
-            host_path: HostPathPlugin,
-            local: LocalPlugin,
+            plugins: plugins::all(layout),
         }
     }
 
     fn plugin(&self, name: PluginName) -> Option<&dyn VolumePlugin> {
-        match name {
-            PluginName::EmptyDir => Some(&self.empty_dir),
-            PluginName::HostPath => Some(&self.host_path),
-            PluginName::LocalVolume => Some(&self.local),
-            PluginName::Csi => None,
-        }
+        self.plugins
+            .iter()
+            .find(|p| p.name() == name)
+            .map(|p| p.as_ref())
     }
 
     /// Journals the intent, runs `f`, journals the outcome. A journal that
@@ -274,7 +297,7 @@ impl Executor {
         params: &TargetParams,
         ran: &mut Vec<Operation>,
         f: impl FnOnce() -> Result<crate::plugins::Outcome, PluginError>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Failure> {
         let intent = match &self.journal {
             Some(j) => Some(
                 j.append(Body::Intent {
@@ -282,7 +305,7 @@ impl Executor {
                     steps,
                     target: params.clone(),
                 })
-                .map_err(|e| format!("journal intent: {e}"))?,
+                .map_err(|e| Failure::journal(format!("journal intent: {e}")))?,
             ),
             None => None,
         };
@@ -305,9 +328,12 @@ impl Executor {
                 result: outcome,
                 observed: None,
             })
-            .map_err(|e| format!("journal outcome: {e}"))?;
+            .map_err(|e| Failure::journal(format!("journal outcome: {e}")))?;
         }
-        result.map(drop).map_err(|e| e.to_string())
+        result.map(drop).map_err(|e| Failure {
+            uncertain: e.is_uncertain(),
+            message: e.to_string(),
+        })
     }
 
     /// Runs one job to its end.
@@ -332,18 +358,18 @@ impl Executor {
                 .storage_operation(plugin, op, result.is_ok(), started.elapsed());
         }
         if let Err(e) = result {
-            report.error = Some(e);
+            report.error = Some(e.message);
         }
         report
     }
 
-    fn run_inner(&self, job: &Job, r: &mut JobReport) -> Result<(), String> {
+    fn run_inner(&self, job: &Job, r: &mut JobReport) -> Result<(), Failure> {
         let sys = self.sys.as_ref();
         match job {
             Job::Mount { want, device, pod } => {
                 let plugin = self
                     .plugin(want.plugin)
-                    .ok_or_else(|| format!("no plugin for {}", want.plugin))?;
+                    .ok_or_else(|| Failure::final_(format!("no plugin for {}", want.plugin)))?;
                 if let Some(dev) = device {
                     let device_mount = DeviceMount {
                         device_path: dev.device_path.clone(),
@@ -352,15 +378,23 @@ impl Executor {
                     };
                     let needs = plugin
                         .needs_format(&want.spec, dev, sys)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| Failure::final_(e.to_string()))?;
                     if needs {
-                        self.journaled(Operation::FormatDevice, Steps::Multi, dev, &mut r.ran, || {
-                            plugin.format(&want.spec, dev, sys)
-                        })?;
+                        self.journaled(
+                            Operation::FormatDevice,
+                            Steps::Multi,
+                            dev,
+                            &mut r.ran,
+                            || plugin.format(&want.spec, dev, sys),
+                        )?;
                     }
-                    let res = self.journaled(Operation::MountDevice, Steps::Single, dev, &mut r.ran, || {
-                        plugin.mount_device(&want.spec, dev, sys)
-                    });
+                    let res = self.journaled(
+                        Operation::MountDevice,
+                        Steps::Single,
+                        dev,
+                        &mut r.ran,
+                        || plugin.mount_device(&want.spec, dev, sys),
+                    );
                     match res {
                         Ok(()) => r.updates.push(AswUpdate::DeviceMounted {
                             volume: want.volume.clone(),
@@ -370,12 +404,14 @@ impl Executor {
                             mount: device_mount,
                         }),
                         Err(e) => {
-                            r.updates.push(AswUpdate::DeviceUncertain {
-                                volume: want.volume.clone(),
-                                plugin: want.plugin,
-                                spec_name: want.spec_name.clone(),
-                                mount: device_mount,
-                            });
+                            if e.uncertain {
+                                r.updates.push(AswUpdate::DeviceUncertain {
+                                    volume: want.volume.clone(),
+                                    plugin: want.plugin,
+                                    spec_name: want.spec_name.clone(),
+                                    mount: device_mount,
+                                });
+                            }
                             return Err(e);
                         }
                     }
@@ -386,9 +422,13 @@ impl Executor {
                     kind: pod.kind,
                     selinux: SeLinuxState::mounted_with(pod.selinux.clone()),
                 };
-                let res = self.journaled(Operation::SetUp, setup_steps(&want.spec), pod, &mut r.ran, || {
-                    plugin.setup(&want.spec, pod, sys)
-                });
+                let res = self.journaled(
+                    Operation::SetUp,
+                    setup_steps(&want.spec),
+                    pod,
+                    &mut r.ran,
+                    || plugin.setup(&want.spec, pod, sys),
+                );
                 match res {
                     Ok(()) => {
                         r.updates.push(AswUpdate::PodMounted {
@@ -401,6 +441,7 @@ impl Executor {
                         });
                         Ok(())
                     }
+                    Err(e) if !e.uncertain => Err(e),
                     Err(e) => {
                         r.updates.push(AswUpdate::PodUncertain {
                             volume: want.volume.clone(),
@@ -416,10 +457,14 @@ impl Executor {
             Job::TearDown { params } => {
                 let plugin = self
                     .plugin(params.plugin)
-                    .ok_or_else(|| format!("no plugin for {}", params.plugin))?;
-                self.journaled(Operation::TearDown, Steps::Single, params, &mut r.ran, || {
-                    plugin.teardown(params, sys)
-                })?;
+                    .ok_or_else(|| Failure::final_(format!("no plugin for {}", params.plugin)))?;
+                self.journaled(
+                    Operation::TearDown,
+                    Steps::Single,
+                    params,
+                    &mut r.ran,
+                    || plugin.teardown(params, sys),
+                )?;
                 if let TargetRef::Pod(pod) = &params.target {
                     r.updates.push(AswUpdate::PodRemoved {
                         volume: params.volume.clone(),
@@ -431,15 +476,258 @@ impl Executor {
             Job::UnmountDevice { params } => {
                 let plugin = self
                     .plugin(params.plugin)
-                    .ok_or_else(|| format!("no plugin for {}", params.plugin))?;
-                self.journaled(Operation::UnmountDevice, Steps::Single, params, &mut r.ran, || {
-                    plugin.unmount_device(params, sys)
-                })?;
+                    .ok_or_else(|| Failure::final_(format!("no plugin for {}", params.plugin)))?;
+                self.journaled(
+                    Operation::UnmountDevice,
+                    Steps::Single,
+                    params,
+                    &mut r.ran,
+                    || plugin.unmount_device(params, sys),
+                )?;
                 r.updates.push(AswUpdate::DeviceUnmounted {
                     volume: params.volume.clone(),
                 });
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::recording_sys::RecordingSys;
+    use crate::host::sys::{Call, DiskFormat, Errno, SysCall};
+    use crate::journal::{JournalConfig, Record};
+    use crate::model::{AccessMode, DevId, MountState, PodVolume};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        journal: Arc<Journal>,
+        sys: Arc<RecordingSys>,
+        layout: Layout,
+        exec: Executor,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(&JournalConfig::new(dir.path().join("j"), "n", "b")).unwrap();
+        let journal = Arc::new(j);
+        let sys = Arc::new(RecordingSys::new());
+        let layout = Layout::new("/r");
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let exec = Executor::new(Some(journal.clone()), sys.clone(), &layout, metrics);
+        Fixture {
+            _dir: dir,
+            journal,
+            sys,
+            layout,
+            exec,
+        }
+    }
+
+    fn want(spec: VolumeSpec, pod: &str, name: &str) -> VolumeToMount {
+        let pod = PodUid::new(pod).unwrap();
+        VolumeToMount {
+            volume: PodVolume::unique_name(&spec, &pod, name),
+            plugin: spec.plugin(),
+            spec,
+            pod,
+            spec_name: name.into(),
+            outer_name: name.into(),
+            selinux: None,
+        }
+    }
+
+    fn mount_job(f: &Fixture, want: VolumeToMount, device: bool) -> Job {
+        Job::Mount {
+            device: device.then(|| Box::new(device_params(&f.layout, &want))),
+            pod: Box::new(pod_params(&f.layout, &want)),
+            want: Box::new(want),
+        }
+    }
+
+    fn records(f: &Fixture) -> Vec<Record> {
+        f.journal.current("n").unwrap().tail
+    }
+
+    fn tmpfs() -> VolumeSpec {
+        VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: Some(1 << 20),
+        }
+    }
+
+    #[test]
+    fn a_mount_writes_its_intent_before_the_os_and_its_outcome_after() {
+        let f = fixture();
+        let report = f
+            .exec
+            .run(&mount_job(&f, want(tmpfs(), "p1", "cache"), false));
+        assert_eq!(report.error, None);
+        assert_eq!(report.ran, vec![Operation::SetUp]);
+        let recs = records(&f);
+        assert_eq!(recs.len(), 2);
+        assert!(matches!(
+            &recs[0].body,
+            Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Multi,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &recs[1].body,
+            Body::Outcome {
+                intent_seq: 1,
+                result: OpResult::Success,
+                ..
+            }
+        ));
+        let target =
+            f.layout
+                .pod_target_path(&PodUid::new("p1").unwrap(), PluginName::EmptyDir, "cache");
+        assert!(
+            f.sys
+                .mounts()
+                .iter()
+                .any(|m| m.target == target && m.fstype == "tmpfs"),
+            "{:?}",
+            f.sys.mounts()
+        );
+        assert!(matches!(
+            &report.updates[..],
+            [AswUpdate::PodMounted { .. }]
+        ));
+    }
+
+    #[test]
+    fn a_blank_device_is_formatted_as_its_own_journaled_step_then_mounted_then_bound() {
+        let f = fixture();
+        f.sys.add_device(
+            "/dev/loop9",
+            DevId { major: 7, minor: 9 },
+            DiskFormat::Unformatted,
+        );
+        let spec = VolumeSpec::Local {
+            path: "/dev/loop9".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: vec![],
+            is_block: true,
+        };
+        let report = f
+            .exec
+            .run(&mount_job(&f, want(spec.clone(), "p1", "pv1"), true));
+        assert_eq!(report.error, None);
+        assert_eq!(
+            report.ran,
+            vec![
+                Operation::FormatDevice,
+                Operation::MountDevice,
+                Operation::SetUp
+            ]
+        );
+        let ops: Vec<_> = records(&f)
+            .iter()
+            .filter_map(|r| match &r.body {
+                Body::Intent { op, steps, .. } => Some((*op, *steps)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ops,
+            vec![
+                (Operation::FormatDevice, Steps::Multi),
+                (Operation::MountDevice, Steps::Single),
+                (Operation::SetUp, Steps::Single)
+            ]
+        );
+        assert!(
+            f.sys
+                .calls()
+                .iter()
+                .any(|c| matches!(c, SysCall::Mkfs { .. }))
+        );
+        // A second pod: the device is formatted already and stays mounted.
+        let before = f
+            .sys
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, SysCall::Mkfs { .. }))
+            .count();
+        let report = f.exec.run(&mount_job(&f, want(spec, "p2", "pv1"), false));
+        assert_eq!(report.ran, vec![Operation::SetUp]);
+        assert_eq!(
+            f.sys
+                .calls()
+                .iter()
+                .filter(|c| matches!(c, SysCall::Mkfs { .. }))
+                .count(),
+            before,
+            "never reformat"
+        );
+    }
+
+    #[test]
+    fn failures_are_journaled_final_or_uncertain_and_only_uncertain_ones_touch_the_asw() {
+        for (errno, uncertain) in [(Errno::EPERM, false), (Errno::EIO, true)] {
+            let f = fixture();
+            f.sys.fail_nth(Call::Mount, 1, errno);
+            let report = f
+                .exec
+                .run(&mount_job(&f, want(tmpfs(), "p1", "cache"), false));
+            let err = report.error.clone().expect("the mount failed");
+            assert!(err.contains("cache"), "the error names the volume: {err}");
+            let recs = records(&f);
+            let outcome = match &recs[1].body {
+                Body::Outcome { result, .. } => result.clone(),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(
+                matches!(outcome, OpResult::FailedUncertain(_)),
+                uncertain,
+                "{errno}: {outcome:?}"
+            );
+            assert_eq!(
+                matches!(outcome, OpResult::FailedFinal(_)),
+                !uncertain,
+                "{errno}: {outcome:?}"
+            );
+            assert_eq!(
+                !report.updates.is_empty(),
+                uncertain,
+                "{errno}: {:?}",
+                report.updates
+            );
+            let state = f.journal.state();
+            let entry = state.entries().next().unwrap().1;
+            let want_state = if uncertain {
+                MountState::Uncertain
+            } else {
+                MountState::NotMounted
+            };
+            assert_eq!(entry.reported_state(), want_state);
+        }
+    }
+
+    #[test]
+    fn teardown_and_unmount_device_run_from_journal_params_alone() {
+        let f = fixture();
+        let w = want(tmpfs(), "p1", "cache");
+        f.exec.run(&mount_job(&f, w.clone(), false));
+        let params = pod_params(&f.layout, &w);
+        let report = f.exec.run(&Job::TearDown { params });
+        assert_eq!(report.error, None);
+        assert_eq!(report.ran, vec![Operation::TearDown]);
+        assert!(
+            f.sys.mounts().iter().all(|m| m.fstype != "tmpfs"),
+            "{:?}",
+            f.sys.mounts()
+        );
+        assert!(matches!(
+            &report.updates[..],
+            [AswUpdate::PodRemoved { .. }]
+        ));
     }
 }

@@ -11,7 +11,11 @@ use super::executor::{AswUpdate, Job, device_params, pod_params};
 use super::plan::Action;
 
 /// The parameters of a target the journal knows, if it does.
-fn journaled(state: Option<&JournalState>, volume: &UniqueVolumeName, target: TargetRef) -> Option<TargetParams> {
+fn journaled(
+    state: Option<&JournalState>,
+    volume: &UniqueVolumeName,
+    target: TargetRef,
+) -> Option<TargetParams> {
     let key = TargetKey {
         volume: volume.clone(),
         target,
@@ -31,8 +35,8 @@ pub fn job_for(
 ) -> Option<Job> {
     match action {
         Action::Mount { want, mount_device } => Some(Job::Mount {
-            device: mount_device.then(|| device_params(layout, want)),
-            pod: pod_params(layout, want),
+            device: mount_device.then(|| Box::new(device_params(layout, want))),
+            pod: Box::new(pod_params(layout, want)),
             want: want.clone(),
         }),
         Action::TearDown { volume, pod } => {
@@ -95,7 +99,13 @@ pub fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Result<(), S
             spec,
             mount,
         } => {
-            asw.add_volume(volume.clone(), *plugin, spec_name.clone(), spec.clone(), mount.device_path.clone());
+            asw.add_volume(
+                volume.clone(),
+                *plugin,
+                spec_name.clone(),
+                spec.clone(),
+                mount.device_path.clone(),
+            );
             asw.mark_device_mounted(volume, mount.clone())
         }
         AswUpdate::DeviceUncertain {
@@ -104,7 +114,13 @@ pub fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Result<(), S
             spec_name,
             mount,
         } => {
-            asw.add_volume(volume.clone(), *plugin, spec_name.clone(), None, mount.device_path.clone());
+            asw.add_volume(
+                volume.clone(),
+                *plugin,
+                spec_name.clone(),
+                None,
+                mount.device_path.clone(),
+            );
             asw.mark_device_uncertain(volume, mount.clone())
         }
         AswUpdate::DeviceUnmounted { volume } => asw.mark_device_unmounted(volume),
@@ -116,7 +132,13 @@ pub fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Result<(), S
             pod,
             mount,
         } => {
-            asw.add_volume(volume.clone(), *plugin, spec_name.clone(), spec.clone(), None);
+            asw.add_volume(
+                volume.clone(),
+                *plugin,
+                spec_name.clone(),
+                spec.clone(),
+                None,
+            );
             asw.mark_volume_mounted(volume, pod, mount.clone())
         }
         AswUpdate::PodUncertain {
