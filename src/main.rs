@@ -9,17 +9,17 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use volumed::dump::DumpDoc;
+use volumed::daemon::{Daemon, DaemonConfig};
 use volumed::host::boot::read_boot_id;
+use volumed::host::sys::LinuxSys;
 use volumed::journal::{Category, Journal, JournalConfig};
 use volumed::model::{Layout, UniqueVolumeName};
 use volumed::reconstruct::edge::{self, HostInput, JournalInput};
 use volumed::reconstruct::inspect::{InspectedJournal, inspect_journal};
 use volumed::reconstruct::report::render_table;
+use volumed::server;
 use volumed::server::client::{self, JournalSource};
 use volumed::server::daemon_file::DaemonFile;
-use volumed::server::{self, DebugProvider};
-use volumed::state::StateSnapshot;
 
 /// The default `--listen` address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
@@ -104,6 +104,12 @@ struct RunArgs {
     /// Test only: read the boot id from this file.
     #[arg(long, hide = true)]
     boot_id_file: Option<PathBuf>,
+    /// Test only: checkpoint the journal every N records (0: never).
+    #[arg(long, hide = true, default_value_t = 10_000)]
+    checkpoint_every: u64,
+    /// Test only: how often the pod sources are polled, in milliseconds.
+    #[arg(long, hide = true, default_value_t = 1000)]
+    poll_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -200,16 +206,26 @@ fn run(args: RunArgs) -> Result<()> {
     stop.add(nix::sys::signal::Signal::SIGINT);
     stop.thread_block().context("block SIGTERM and SIGINT")?;
 
-    let (journal, journal_node) = match args.journal {
+    let (journal, replaced) = match args.journal {
         OnOff::Off => {
             tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
-            (None, node_name.clone())
+            (None, None)
         }
         OnOff::On => {
-            let (j, node) = open_journal(&journal_dir, &node_name, &boot)?;
-            (Some(Arc::new(j)), node)
+            let (j, _node, replaced) = open_journal(&journal_dir, &node_name, &boot)?;
+            (Some(Arc::new(j)), replaced)
         }
     };
+    let boot_id = volumed::host::boot::BootId::new(&boot)
+        .with_context(|| format!("boot id {boot:?} is not a valid boot id"))?;
+    let mut cfg = DaemonConfig::new(Layout::new(&args.root_dir), &node_name, boot_id);
+    cfg.static_pods = args.static_pods.clone();
+    cfg.static_objects = args.static_objects.clone();
+    cfg.checkpoint_every = args.checkpoint_every;
+    cfg.poll_interval = Duration::from_millis(args.poll_ms.max(10));
+    let metrics = Arc::new(volumed::metrics::Metrics::new()?);
+    let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
+        .context("start the daemon")?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -222,11 +238,7 @@ fn run(args: RunArgs) -> Result<()> {
         .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
     let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);
     daemon.write(&journal_dir)?;
-    let provider = Arc::new(JournalProvider {
-        journal: journal.clone(),
-        node_name: journal_node,
-        boot_id: boot,
-    });
+    let provider = volumes.provider();
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = rt.spawn(server::serve(listener, provider, async {
         let _ = server_stopped.await;
@@ -236,7 +248,7 @@ fn run(args: RunArgs) -> Result<()> {
         journal = %journal_dir.display(),
         node = %node_name,
         listen = %bound,
-        "volumed running (journal and HTTP only: the reconciler arrives with the daemon issue); SIGTERM or SIGINT stops it"
+        "volumed running; SIGTERM or SIGINT stops it"
     );
 
     let sig = stop.wait().context("wait for a stop signal")?;
@@ -248,6 +260,8 @@ fn run(args: RunArgs) -> Result<()> {
     }
     // Drops every task still holding the provider (and so the journal).
     rt.shutdown_timeout(SERVER_STOP_TIMEOUT);
+    // In-flight operations finish; nothing new starts.
+    volumes.stop();
     if let Err(e) = daemon.remove(&journal_dir) {
         tracing::warn!("{e}");
     }
@@ -264,51 +278,11 @@ fn run(args: RunArgs) -> Result<()> {
 
 /// What the daemon's HTTP server shows, for now: the real journal, and
 /// placeholders for what the reconciler will own.
-struct JournalProvider {
-    journal: Option<Arc<Journal>>,
-    /// the node name in the journal's meta, as `dump` shows it
-    node_name: String,
-    boot_id: String,
-}
-
-impl DebugProvider for JournalProvider {
-    fn ready(&self) -> Result<(), String> {
-        // TODO(daemon issue): ready once reconstruction is done and every pod
-        // source has listed (the DSW is fully populated).
-        Err("reconstruction is not wired yet (arrives with the daemon issue)".to_owned())
-    }
-
-    fn metrics_text(&self) -> String {
-        // TODO(daemon issue): the registry DESIGN.md "Metrics" names.
-        String::new()
-    }
-
-    fn state(&self) -> StateSnapshot {
-        // TODO(daemon issue): the live ASW's snapshot.
-        StateSnapshot::default()
-    }
-
-    fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {
-        let journal = self
-            .journal
-            .as_ref()
-            .ok_or("the journal is off (--journal off)")?;
-        let replay = journal
-            .current(&self.node_name)
-            .map_err(|e| e.to_string())?;
-        let only = volume.map(UniqueVolumeName::from_raw);
-        Ok(volumed::dump::document(
-            &replay,
-            &self.boot_id,
-            only.as_ref(),
-        ))
-    }
-}
 
 /// Opens the journal; a corrupt one has been moved aside by `open`, so the
 /// daemon says so loudly and starts a fresh journal (host-only reconstruction).
 /// Returns it with the node name in its meta.
-fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, String)> {
+fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, String, Option<String>)> {
     let cfg = JournalConfig::new(dir, node, boot);
     // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
     // lock for a moment; wait for it rather than fail the start.
@@ -332,13 +306,13 @@ fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, String)>
                 tracing::error!(seq = c.seq, reason = %c.reason, quarantined = replay.quarantined.len(),
                     "journal replay stopped at a bad record; later records were quarantined");
             }
-            Ok((j, replay.node_name))
+            Ok((j, replay.node_name, None))
         }
         Err(e) if e.category() == Category::Corruption => {
             tracing::error!("{e}; reconstructing from the host alone with a fresh journal");
             let (j, replay) = Journal::open(&cfg)
                 .context("open a fresh journal after moving the old one aside")?;
-            Ok((j, replay.node_name))
+            Ok((j, replay.node_name, Some(e.to_string())))
         }
         Err(e) => Err(e).context("open the journal"),
     }

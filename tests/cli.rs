@@ -3,6 +3,8 @@
 //! the daemon is gone), and `run`'s flags.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -177,6 +179,16 @@ fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> std::proces
 
 #[test]
 fn dump_while_the_daemon_runs_asks_it_and_sigterm_exits_zero() {
+    if !support::require_root("runs the daemon, which mounts its root dir shared") {
+        return;
+    }
+    // The daemon bind-mounts its root shared: keep that off the host.
+    support::in_private_mount_ns(|| {
+        dump_while_the_daemon_runs_asks_it_and_sigterm_exits_zero_body()
+    });
+}
+
+fn dump_while_the_daemon_runs_asks_it_and_sigterm_exits_zero_body() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     let jdir = root.join("volumed");
@@ -228,7 +240,13 @@ fn dump_while_the_daemon_runs_asks_it_and_sigterm_exits_zero() {
         String::from_utf8_lossy(&live.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
-    assert_eq!(v["records"].as_array().unwrap().len(), 4);
+    // The four records written before, then the daemon's reconstruction decisions.
+    let records = v["records"].as_array().unwrap();
+    assert!(records.len() > 4, "{v:#}");
+    assert!(
+        records[4..].iter().all(|r| r["type"] == "reconstructed"),
+        "{v:#}"
+    );
     let one = dump(
         &jdir,
         &[
@@ -243,12 +261,26 @@ fn dump_while_the_daemon_runs_asks_it_and_sigterm_exits_zero() {
         "{}",
         String::from_utf8_lossy(&one.stderr)
     );
+    let total = records.len();
     let v: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
-    assert_eq!(v["records"].as_array().unwrap().len(), 1);
+    let kinds: Vec<_> = v["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["type"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["intent", "reconstructed"],
+        "pv2's intent and its reconstruction"
+    );
     assert_eq!(v["state"]["volumes"].as_array().unwrap().len(), 1);
     let table = dump(&jdir, &[]);
     let live_table = String::from_utf8(table.stdout).unwrap();
-    assert!(live_table.contains("records (4):"), "{live_table}");
+    assert!(
+        live_table.contains(&format!("records ({total}):")),
+        "{live_table}"
+    );
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(daemon.0.id()).unwrap()),

@@ -6,6 +6,8 @@
 //! only a prefix in it (absent on disk here), journals live in temp dirs.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -259,6 +261,14 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal() {
+    if !support::require_root("runs the daemon, which mounts its root dir shared") {
+        return;
+    }
+    // The daemon bind-mounts its root shared: keep that off the host.
+    support::in_private_mount_ns(|| dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body());
+}
+
+fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
     let tmp = tempfile::tempdir().unwrap();
     let jdir = tmp.path().join("j").join("journal");
     write_journal(&jdir);
@@ -302,7 +312,12 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal() {
     assert!(locked(), "the daemon holds the journal");
 
     let doc = dry_run(tmp.path(), Some(&jdir));
-    assert_journal_verdict(&doc);
+    // The daemon reconstructed against this (private, empty) host first and
+    // journaled the fixture's targets as unmounted outside volumed; the copy
+    // shows exactly that: its records, not an empty journal.
+    assert_eq!(doc["journal"], "on", "{doc:#}");
+    let device = row(&doc, "device", None, "kubernetes.io/local-volume/pv-local-1");
+    assert_eq!(device["journal_says"], "unmounted", "{doc:#}");
     let note = doc["journal_note"].as_str().unwrap_or_default();
     assert!(note.contains("read from a copy"), "{doc:#}");
     // The daemon still holds its journal: the copy never took its lock.

@@ -1,0 +1,249 @@
+//! The reconciler's event loop: one thread that owns every decision. It
+//! wakes on a closed set of [`Event`]s — sources changed, a job finished, a
+//! stop was asked — or when a backoff window closes, with a slow resync as
+//! the safety net (no 100 ms poll over every volume). Each wake it plans
+//! (`reconciler::plan`), starts what is not busy on the worker pool, and
+//! applies finished jobs to the ASW.
+
+use std::collections::BTreeSet;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::journal::{Body, Journal};
+use crate::metrics::Metrics;
+use crate::model::{Layout, MountState, PluginName, TargetRef, UniqueVolumeName};
+use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::jobs::{apply_update, job_for};
+use crate::reconciler::pending::Pending;
+use crate::reconciler::plan::{Action, plan};
+use crate::sources::{SourceEvent, apply_event};
+use crate::state::{ActualStateOfWorld, DesiredStateOfWorld};
+
+/// Everything that can wake the loop.
+#[derive(Debug)]
+pub enum Event {
+    /// the pod sources changed
+    Sources(Vec<SourceEvent>),
+    /// a job finished
+    JobDone(JobReport),
+    /// stop: finish in-flight jobs, start nothing new
+    Stop,
+}
+
+/// The caches the loop mutates and the HTTP provider reads.
+#[derive(Debug, Default)]
+pub struct World {
+    /// desired state
+    pub dsw: DesiredStateOfWorld,
+    /// actual state
+    pub asw: ActualStateOfWorld,
+}
+
+/// Loop settings.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// the kubelet layout
+    pub layout: Layout,
+    /// how often to re-plan with nothing happening
+    pub resync: Duration,
+    /// journal records between checkpoints (0: never)
+    pub checkpoint_every: u64,
+}
+
+/// The loop's owned state.
+pub struct EventLoop {
+    pub(super) cfg: LoopConfig,
+    pub(super) world: Arc<Mutex<World>>,
+    pub(super) events: Receiver<Event>,
+    pub(super) jobs: Sender<Job>,
+    pub(super) journal: Option<Arc<Journal>>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) pending: Pending,
+    pub(super) stopping: bool,
+    pub(super) last_checkpoint_seq: u64,
+}
+
+fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
+    // The world is plain data; every mutation completes before anything
+    // that could panic, so a poisoned lock still guards a consistent state.
+    world.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl EventLoop {
+    /// Runs until [`Event::Stop`] and every in-flight job has reported.
+    pub fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            let wake = self
+                .pending
+                .next_retry(now)
+                .map_or(self.cfg.resync, |t| t.saturating_duration_since(now))
+                .min(self.cfg.resync);
+            match self.events.recv_timeout(wake) {
+                Ok(ev) => self.handle(ev),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => self.stopping = true,
+            }
+            // Take every event already queued before planning once.
+            while let Ok(ev) = self.events.try_recv() {
+                self.handle(ev);
+            }
+            if self.stopping {
+                if self.pending.running() == 0 {
+                    tracing::info!("reconciler stopped: no operation in flight");
+                    return;
+                }
+                continue;
+            }
+            self.reconcile();
+            self.maybe_checkpoint();
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Stop => self.stopping = true,
+            Event::Sources(events) => {
+                let mut w = lock(&self.world);
+                for e in events {
+                    apply_event(&mut w.dsw, e);
+                }
+            }
+            Event::JobDone(report) => {
+                let ok = report.error.is_none();
+                self.pending.finish(&report.key, ok, Instant::now());
+                let mut w = lock(&self.world);
+                for u in &report.updates {
+                    if let Err(e) = apply_update(&mut w.asw, u) {
+                        tracing::error!(error = %e, "applying a finished operation to the ASW failed");
+                    }
+                }
+                if let Some(err) = &report.error {
+                    tracing::warn!(volume = %report.key.volume, error = %err, "volume operation failed; backing off");
+                    let pods: BTreeSet<_> = match &report.key.pod {
+                        Some(p) => [p.clone()].into(),
+                        None => w
+                            .dsw
+                            .volume(&report.key.volume)
+                            .map(|v| v.pods.keys().cloned().collect())
+                            .unwrap_or_default(),
+                    };
+                    for p in pods {
+                        w.dsw.add_pod_error(&p, err.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn reconcile(&mut self) {
+        let now = Instant::now();
+        let journal_state = self.journal.as_ref().map(|j| j.state());
+        let mut w = lock(&self.world);
+        let p = {
+            let pending = &self.pending;
+            plan(&w.dsw, &w.asw, &|k| pending.busy(k, now))
+        };
+        for b in p.blocked {
+            w.dsw.add_pod_error(&b.pod, b.error.to_string());
+        }
+        for action in p.actions {
+            let key = action.key();
+            if !self.pending.start(&key, now) {
+                continue;
+            }
+            if let Action::Forget { volume } = &action {
+                let ok = self.forget(&mut w.asw, volume, journal_state.as_ref());
+                self.pending.finish(&key, ok, now);
+                continue;
+            }
+            match job_for(&action, &w.asw, journal_state.as_ref(), &self.cfg.layout) {
+                Some(job) => {
+                    if self.jobs.send(job).is_err() {
+                        self.pending.finish(&key, false, now);
+                        self.stopping = true;
+                    }
+                }
+                None => {
+                    tracing::error!(
+                        ?action,
+                        "no parameters known for this operation; it is left for a later pass"
+                    );
+                    self.pending.finish(&key, false, now);
+                }
+            }
+        }
+        self.update_gauges(&w);
+    }
+
+    /// Drops a volume with nothing left from the ASW, and its targets from the journal.
+    fn forget(
+        &self,
+        asw: &mut ActualStateOfWorld,
+        volume: &UniqueVolumeName,
+        journal_state: Option<&crate::journal::JournalState>,
+    ) -> bool {
+        if let Err(e) = asw.delete_volume(volume) {
+            tracing::warn!(error = %e, "forget volume");
+            return false;
+        }
+        let (Some(j), Some(state)) = (&self.journal, journal_state) else {
+            return true;
+        };
+        let targets: Vec<TargetRef> = state
+            .entries()
+            .filter(|(k, e)| &k.volume == volume && e.reported_state() == MountState::NotMounted)
+            .map(|(k, _)| k.target.clone())
+            .collect();
+        for target in targets {
+            let body = Body::Forget {
+                volume: volume.clone(),
+                target,
+            };
+            if let Err(e) = j.append(body) {
+                tracing::error!(error = %e, "journal forget record");
+                return false;
+            }
+        }
+        true
+    }
+
+    fn update_gauges(&self, w: &World) {
+        let mut counts: Vec<(PluginName, &'static str, usize)> = Vec::new();
+        let mut add = |p: PluginName, state: &'static str| match counts
+            .iter_mut()
+            .find(|(q, s, _)| *q == p && *s == state)
+        {
+            Some(c) => c.2 += 1,
+            None => counts.push((p, state, 1)),
+        };
+        for m in w.asw.get_mounted_volumes() {
+            add(m.plugin, "actual_state_of_world");
+        }
+        for v in w.dsw.volumes_to_mount() {
+            add(v.plugin, "desired_state_of_world");
+        }
+        self.metrics.ops.set_total_volumes(&counts);
+    }
+
+    fn maybe_checkpoint(&mut self) {
+        let (Some(j), n) = (&self.journal, self.cfg.checkpoint_every) else {
+            return;
+        };
+        if n == 0 || j.synced_through() < self.last_checkpoint_seq + n {
+            return;
+        }
+        match j.checkpoint() {
+            Ok(r) => {
+                self.last_checkpoint_seq = r.through_seq;
+                tracing::debug!(
+                    through = r.through_seq,
+                    dropped = r.dropped,
+                    "journal checkpoint"
+                );
+            }
+            Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! The node daemon, assembled: seed 000's "Proposed VolumeManager startup".
+//!
+//! 1. The root dir is made a shared mount, as the kubelet does (bind-mounted
+//!    onto itself first when it is not a mount point).
+//! 2. Reconstruction, before anything else and without any network: one read
+//!    of the mount table merged with the journal (`reconstruct::edge`), its
+//!    decisions journaled, the ASW filled. `/readyz` stays 503 until this is
+//!    done *and* every pod source has been listed.
+//! 3. The pod sources are polled and the reconciler loop starts at once:
+//!    mounts begin while the DSW is still filling; nothing is unmounted until
+//!    every source has been fully listed (`reconciler::plan`).
+//! 4. Stop: no new operation starts, in-flight ones finish, the journal is
+//!    flushed by the caller.
+//!
+//! Threads: the loop (all decisions), a small worker pool (the executor's
+//! blocking syscalls and journal appends), and the source poller. The HTTP
+//! server runs on the caller's tokio runtime and reads through
+//! [`Daemon::provider`].
+
+pub mod event_loop;
+
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::mount::MsFlags;
+
+use crate::dump::DumpDoc;
+use crate::host::boot::BootId;
+use crate::host::sys::Sys;
+use crate::journal::Journal;
+use crate::metrics::{Metrics, gather_text, record_reconstruction};
+use crate::model::{Layout, UniqueVolumeName};
+use crate::reconciler::executor::{Executor, Job};
+use crate::reconciler::pending::Pending;
+use crate::reconstruct::apply_to_asw;
+use crate::reconstruct::edge::{
+    HostInput, JournalInput, read_mount_table, reconstruct, reconstruct_and_record,
+};
+use crate::server::DebugProvider;
+use crate::sources::{Sources, SourcesConfig};
+use crate::state::StateSnapshot;
+
+use event_loop::{Event, EventLoop, LoopConfig, World};
+
+/// The live mount table the daemon reads.
+pub const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// the kubelet layout (`--root-dir`)
+    pub layout: Layout,
+    /// `--node-name`
+    pub node_name: String,
+    /// `--static-pods`
+    pub static_pods: Option<PathBuf>,
+    /// `--static-objects`
+    pub static_objects: Option<PathBuf>,
+    /// the boot id now
+    pub boot_id: BootId,
+    /// worker threads for operations
+    pub workers: usize,
+    /// how often the sources are polled
+    pub poll_interval: Duration,
+    /// the loop's safety-net resync
+    pub resync: Duration,
+    /// journal records between checkpoints (0: never)
+    pub checkpoint_every: u64,
+}
+
+impl DaemonConfig {
+    /// Defaults for everything but the layout, node and boot id.
+    pub fn new(layout: Layout, node_name: &str, boot_id: BootId) -> Self {
+        Self {
+            layout,
+            node_name: node_name.to_owned(),
+            static_pods: None,
+            static_objects: None,
+            boot_id,
+            workers: 4,
+            poll_interval: Duration::from_secs(1),
+            resync: Duration::from_secs(30),
+            checkpoint_every: 10_000,
+        }
+    }
+}
+
+/// What failed while starting or stopping, by step.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// creating the root dir failed
+    #[error("create root dir {path}: {source}")]
+    RootDir {
+        /// the dir
+        path: PathBuf,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// making the root dir a shared mount failed
+    #[error("make root dir {path} a shared mount: {source}")]
+    SharedRoot {
+        /// the dir
+        path: PathBuf,
+        /// the cause
+        source: Box<crate::host::sys::SysError>,
+    },
+    /// reconstruction failed (the journal refused its records)
+    #[error("reconstruct: {0}")]
+    Reconstruct(#[from] crate::reconstruct::ReconstructError),
+    /// a thread could not be started
+    #[error("start the {what} thread: {source}")]
+    Thread {
+        /// which thread
+        what: &'static str,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// the metrics could not be registered
+    #[error("metrics: {0}")]
+    Metrics(#[from] crate::metrics::MetricsError),
+}
+
+/// A running daemon.
+pub struct Daemon {
+    world: Arc<Mutex<World>>,
+    events: Sender<Event>,
+    threads: Vec<JoinHandle<()>>,
+    poller_stop: Arc<std::sync::atomic::AtomicBool>,
+    metrics: Arc<Metrics>,
+    journal: Option<Arc<Journal>>,
+    node_name: String,
+    boot_id: String,
+    reconstructed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Makes `root` a shared mount (bind onto itself first if it is not a mount point).
+fn make_root_shared(sys: &dyn Sys, root: &std::path::Path) -> Result<(), DaemonError> {
+    let err = |source| DaemonError::SharedRoot {
+        path: root.to_owned(),
+        source: Box::new(source),
+    };
+    if !sys.mount_root(root).map_err(err)? {
+        sys.mount(
+            Some(root),
+            root,
+            None,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None,
+        )
+        .map_err(err)?;
+    }
+    sys.mount(None, root, None, MsFlags::MS_SHARED | MsFlags::MS_REC, None)
+        .map_err(err)
+}
+
+fn spawn(
+    name: &'static str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, DaemonError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .map_err(|source| DaemonError::Thread { what: name, source })
+}
+
+impl Daemon {
+    /// Starts the daemon. `journal` is `None` with `--journal off`;
+    /// `replaced` names why a fresh journal stands in for one that was moved
+    /// aside (every target is then rebuilt from the host alone).
+    pub fn start(
+        cfg: DaemonConfig,
+        journal: Option<Arc<Journal>>,
+        replaced: Option<String>,
+        sys: Arc<dyn Sys>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Daemon, DaemonError> {
+        let root = cfg.layout.root().to_owned();
+        std::fs::create_dir_all(&root).map_err(|source| DaemonError::RootDir {
+            path: root.clone(),
+            source,
+        })?;
+        make_root_shared(sys.as_ref(), &root)?;
+
+        // Reconstruction, first and alone.
+        let mut world = World::default();
+        let table = read_mount_table(std::path::Path::new(LIVE_MOUNTINFO))?;
+        let host = HostInput {
+            layout: &cfg.layout,
+            table: &table,
+            boot_id: &cfg.boot_id,
+        };
+        let output = match &journal {
+            Some(j) => {
+                reconstruct_and_record(j, replaced.as_deref(), &host, &mut world.asw)?
+                    .reconstruction
+                    .output
+            }
+            None => {
+                let r = reconstruct(&host, JournalInput::Off);
+                for e in apply_to_asw(&r.output, &mut world.asw) {
+                    tracing::error!(error = %e, "reconstruction: the ASW refused a decision");
+                }
+                r.output
+            }
+        };
+        record_reconstruction(&metrics, &output);
+        for f in &output.failed {
+            tracing::warn!(path = %f.path.display(), cause = ?f.cause,
+                "reconstruction failed for this target; volumed has no way to clean it and leaves it");
+        }
+        tracing::info!(
+            decisions = output.decisions.len(),
+            failed = output.failed.len(),
+            unmounted_outside = output.unmounted_outside.len(),
+            "reconstruction done"
+        );
+        let reconstructed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+
+        let world = Arc::new(Mutex::new(world));
+        let (events_tx, events_rx) = mpsc::channel::<Event>();
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        let executor = Arc::new(Executor::new(
+            journal.clone(),
+            sys,
+            &cfg.layout,
+            metrics.clone(),
+        ));
+        let mut threads = Vec::new();
+        for _ in 0..cfg.workers.max(1) {
+            let rx = jobs_rx.clone();
+            let tx = events_tx.clone();
+            let exec = executor.clone();
+            threads.push(spawn("volumed-worker", move || worker(&rx, &tx, &exec))?);
+        }
+        let poller_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let mut sources = Sources::new(SourcesConfig {
+                pods_dir: cfg.static_pods.clone(),
+                objects_dir: cfg.static_objects.clone(),
+                node_name: cfg.node_name.clone(),
+                poll_interval: cfg.poll_interval,
+            });
+            let tx = events_tx.clone();
+            let stop = poller_stop.clone();
+            let every = cfg.poll_interval;
+            threads.push(spawn("volumed-sources", move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(evs) = sources.poll_changes()
+                        && !evs.is_empty()
+                        && tx.send(Event::Sources(evs)).is_err()
+                    {
+                        return;
+                    }
+                    std::thread::sleep(every);
+                }
+            })?);
+        }
+        let looper = EventLoop {
+            cfg: LoopConfig {
+                layout: cfg.layout.clone(),
+                resync: cfg.resync,
+                checkpoint_every: cfg.checkpoint_every,
+            },
+            world: world.clone(),
+            events: events_rx,
+            jobs: jobs_tx,
+            journal: journal.clone(),
+            metrics: metrics.clone(),
+            pending: Pending::new(),
+            stopping: false,
+            last_checkpoint_seq: journal.as_ref().map_or(0, |j| j.synced_through()),
+        };
+        threads.push(spawn("volumed-reconciler", move || looper.run())?);
+        Ok(Daemon {
+            world,
+            events: events_tx,
+            threads,
+            poller_stop,
+            metrics,
+            journal,
+            node_name: cfg.node_name,
+            boot_id: cfg.boot_id.as_str().to_owned(),
+            reconstructed,
+        })
+    }
+
+    /// What the HTTP server reads.
+    pub fn provider(&self) -> Arc<dyn DebugProvider> {
+        Arc::new(Provider {
+            world: self.world.clone(),
+            metrics: self.metrics.clone(),
+            journal: self.journal.clone(),
+            node_name: self.node_name.clone(),
+            boot_id: self.boot_id.clone(),
+            reconstructed: self.reconstructed.clone(),
+        })
+    }
+
+    /// Stops: no new operation starts; waits for in-flight ones.
+    pub fn stop(self) {
+        self.poller_stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.events.send(Event::Stop);
+        drop(self.events);
+        for t in self.threads {
+            if t.join().is_err() {
+                tracing::error!("a daemon thread panicked");
+            }
+        }
+    }
+}
+
+fn worker(rx: &Mutex<Receiver<Job>>, tx: &Sender<Event>, exec: &Executor) {
+    loop {
+        let job = {
+            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+            rx.recv()
+        };
+        let Ok(job) = job else { return };
+        let report = exec.run(&job);
+        if tx.send(Event::JobDone(report)).is_err() {
+            return;
+        }
+    }
+}
+
+struct Provider {
+    world: Arc<Mutex<World>>,
+    metrics: Arc<Metrics>,
+    journal: Option<Arc<Journal>>,
+    node_name: String,
+    boot_id: String,
+    reconstructed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DebugProvider for Provider {
+    fn ready(&self) -> Result<(), String> {
+        if !self
+            .reconstructed
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err("reconstruction is not done".into());
+        }
+        let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
+        if !w.dsw.is_populated() {
+            return Err("not every pod source has been listed yet".into());
+        }
+        Ok(())
+    }
+
+    fn metrics_text(&self) -> String {
+        gather_text(&self.metrics)
+    }
+
+    fn state(&self) -> StateSnapshot {
+        let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
+        w.asw.snapshot()
+    }
+
+    fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {
+        let journal = self
+            .journal
+            .as_ref()
+            .ok_or("the journal is off (--journal off)")?;
+        let replay = journal
+            .current(&self.node_name)
+            .map_err(|e| e.to_string())?;
+        let only = volume.map(UniqueVolumeName::from_raw);
+        Ok(crate::dump::document(&replay, &self.boot_id, only.as_ref()))
+    }
+}
