@@ -132,7 +132,7 @@ use crate::model::{
     TargetRef, UniqueVolumeName,
 };
 
-pub use apply::{apply_to_asw, to_journal_records};
+pub use apply::{apply_to_asw, changed_journal_records, journal_agrees, to_journal_records};
 pub use classify::{Boot, HostSays, JournalSays, Reason, context_from_super_options};
 pub use error::ReconstructError;
 
@@ -360,6 +360,7 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
         .collect();
 
     if let Some(journal) = input.journal {
+        out.decisions.reserve(journal.len());
         for (key, entry) in journal.entries() {
             journal_keys.insert(key);
             let path = entry.current_params().path();
@@ -377,7 +378,44 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
             record(&mut out, decision, observation);
         }
     }
+    merge_host_only(input, &claimed, &journal_keys, &mut out);
+    out
+}
 
+/// The second phase of a split reconstruction: decides the host-found
+/// targets of `input` (the pod-dir walk's bare dirs and dirs of unknown
+/// plugins) that nothing has decided yet, exactly as [`merge`] decides
+/// host-only targets. A target is already decided when its path or key is
+/// a journal target's (the journal decided it, from its own observation) or
+/// one of `decided`'s decisions (the first phase's). `input.journal` says
+/// whether the journal is on; its entries are not decided again.
+pub fn merge_leftovers(input: &MergeInput<'_>, decided: &MergeOutput) -> MergeOutput {
+    let mut claimed: BTreeSet<&Path> = BTreeSet::new();
+    let mut keys: BTreeSet<&TargetKey> = BTreeSet::new();
+    if let Some(journal) = input.journal {
+        for (key, entry) in journal.entries() {
+            keys.insert(key);
+            claimed.extend(entry.current_params().path());
+        }
+    }
+    for d in &decided.decisions {
+        keys.insert(&d.key);
+        claimed.extend(d.params.path());
+    }
+    claimed.extend(decided.failed.iter().map(|f| f.path.as_path()));
+    let mut out = MergeOutput::default();
+    merge_host_only(input, &claimed, &keys, &mut out);
+    out
+}
+
+/// Decides the host-found targets not `claimed` (by path) whose key is not
+/// in `decided_keys`; appends to `out`.
+fn merge_host_only(
+    input: &MergeInput<'_>,
+    claimed: &BTreeSet<&Path>,
+    decided_keys: &BTreeSet<&TargetKey>,
+    out: &mut MergeOutput,
+) {
     for h in &input.host_targets {
         if claimed.contains(h.path.as_path()) {
             continue;
@@ -394,7 +432,7 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
             Ok(params) => {
                 let key = TargetKey::of(&params);
                 // Same target under another path: the journal's decision stands.
-                if journal_keys.contains(&key) {
+                if decided_keys.contains(&key) {
                     continue;
                 }
                 let journal_says = match input.journal {
@@ -415,11 +453,10 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
                     params,
                     observed: h.observation.identity().cloned(),
                 };
-                record(&mut out, decision, &h.observation);
+                record(out, decision, &h.observation);
             }
         }
     }
-    out
 }
 
 /// Classifies and decides one journal target.
