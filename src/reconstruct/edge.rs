@@ -1,7 +1,8 @@
 //! The I/O edge of reconstruction: fills a [`MergeInput`] from the host
 //! (one mount-table read, the pod-dir walk, `stat` of device paths) and the
 //! journal, runs the pure [`merge`], and — inside the daemon — writes the
-//! decisions back as `Reconstructed` records and into the ASW.
+//! decisions that change the journal back as `Reconstructed` records and
+//! fills the ASW.
 //!
 //! What goes into the [`MergeInput`] (as the `reconstruct` module doc asks):
 //! - `host_targets`: every target [`scan_with_table`] found — device
@@ -13,17 +14,49 @@
 //!   `dir` otherwise. Unique volume names come from the path (local PV
 //!   name, emptyDir/hostPath per pod) or, for CSI, from `vol_data.json`
 //!   (driver and handle); without it the target cannot be rebuilt.
-//! - `observe`: the top-most mount at every mount point of the table, plus
-//!   `DirPresent` for each journal target path (and device mount path) that
-//!   is a directory with nothing mounted on it (`lstat`: a symlink is not a
-//!   directory).
-//! - `device_ids`: every device path the journal names, through
+//! - `observe`: for each journal target path (and device mount path), the
+//!   top-most mount the table shows there, else `DirPresent` when it is a
+//!   directory with nothing mounted on it (one `lstat`: a symlink is not a
+//!   directory). Host-found targets carry their own observation.
+//! - `device_ids`: every distinct device path the journal names, through
 //!   [`super::devices::device_id`]; unresolved ones are
 //!   simply absent.
 //!
 //! The table is read once (the live `/proc/self/mountinfo`, or a captured
 //! file replayed by `reconstruct --dry-run --mountinfo`); the root dir is
 //! canonicalised once, as the mount table shows resolved paths.
+//!
+//! # Two phases
+//!
+//! The daemon reconstructs in two phases (DESIGN.md, host scan: the walk of
+//! pod dirs for leftovers only feeds orphan cleanup and may finish after the
+//! ASW is ready):
+//! 1. **ready** ([`reconstruct_ready`], [`reconstruct_and_record_ready`]):
+//!    the mount-table part of the scan (device and pod targets mounted in the
+//!    kubelet layout, CSI `vol_data.json` beside them), every journal
+//!    target's own observation (the table; for a path with nothing mounted,
+//!    one `lstat`) and the merge. Every journal target and every mounted
+//!    target is decided, recorded and in the ASW when it returns.
+//! 2. **leftovers** ([`reconstruct_leftovers`], [`record_leftovers`]), after
+//!    readiness: the pod-dir walk, and decisions only for what it found that
+//!    phase 1 and the journal did not decide — kubelet-era bare emptyDirs
+//!    (`found_dir`), `mount` targets' dirs with nothing mounted
+//!    (`host_leftover`, orphan cleanup), dirs of plugins volumed does not
+//!    have (listed as failed, never cleaned).
+//!
+//! Why this is safe: with the journal on, every journal target — `dir`
+//! targets included — is observed in phase 1 through its own path, so the
+//! walk can only add targets the journal never knew (host-only dirs), and a
+//! dir of a target the journal knows is never decided twice. Those dirs
+//! hold no mount (the table proves it), so nothing the ASW must know about
+//! a mount waits. [`reconstruct`] (the dry run) and
+//! [`reconstruct_and_record`] run both phases and decide the same targets
+//! the same way.
+//!
+//! Only decisions that change what the journal implies are recorded
+//! ([`super::journal_agrees`]), in one batch per phase
+//! ([`Journal::append_batch`]): a journal that agrees with the host costs no
+//! write at all.
 //!
 //! A journal that cannot be opened is [`JournalInput::Unreadable`]: every
 //! target is rebuilt from the host alone, and [`reconstruct`] says so once,
@@ -33,7 +66,7 @@
 //! *Invariant:* this file reads the host and appends to the journal; it
 //! never mounts, unmounts or deletes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -226,7 +259,7 @@ fn decide_leftovers(
         journal: journal.state(),
         current_boot_id: host.boot_id.as_str().to_owned(),
         host_targets: host_targets(host.table, &view),
-        observe: BTreeMap::new(),
+        observe: HashMap::new(),
         device_ids: BTreeMap::new(),
     };
     let output = merge_leftovers(&input, &ready.output);
@@ -418,19 +451,12 @@ pub fn build_input<'a>(
     view: &HostView,
     journal: Option<&'a JournalState>,
 ) -> MergeInput<'a> {
-    let mut observe = BTreeMap::new();
-    for m in table.entries() {
-        if !observe.contains_key(&m.mount_point)
-            && let Some(top) = table.top_at(&m.mount_point)
-        {
-            observe.insert(
-                m.mount_point.clone(),
-                HostObservation::Mounted(observed(top)),
-            );
-        }
-    }
-    let mut device_paths: Vec<&Path> = Vec::new();
+    // Only journal paths are looked up in `observe` (host-found targets
+    // carry their own observation): one table lookup each, else one `lstat`.
+    let mut observe = HashMap::new();
+    let mut device_paths: BTreeSet<&Path> = BTreeSet::new();
     if let Some(state) = journal {
+        observe.reserve(state.len() + 1);
         for (_, entry) in state.entries() {
             let params =
                 std::iter::once(&entry.params).chain(entry.pending.iter().map(|p| &p.params));
@@ -439,10 +465,16 @@ pub fn build_input<'a>(
                     .into_iter()
                     .flatten()
                 {
-                    if !observe.contains_key(path) && is_dir(path) {
+                    if observe.contains_key(path) {
+                        continue;
+                    }
+                    if let Some(top) = table.top_at(path) {
+                        observe.insert(path.to_owned(), HostObservation::Mounted(observed(top)));
+                    } else if is_dir(path) {
                         observe.insert(path.to_owned(), HostObservation::DirPresent);
                     }
                 }
+                // one `stat` per distinct device path, however many targets name it
                 device_paths.extend(p.device_path.as_deref());
             }
         }

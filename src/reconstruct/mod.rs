@@ -123,7 +123,7 @@ mod error;
 pub mod inspect;
 pub mod report;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::journal::{Entry, JournalState, TargetKey};
@@ -225,9 +225,11 @@ pub struct MergeInput<'a> {
     pub host_targets: Vec<HostTarget>,
     /// the top-most mount (or a dir) at each path the caller looked at; a
     /// path that is not here is [`HostObservation::Absent`]. The caller puts
-    /// every mount point of the table here, plus `DirPresent` for the
-    /// journal's `dir` targets (and `mount` targets) whose directory exists.
-    pub observe: BTreeMap<PathBuf, HostObservation>,
+    /// every journal target path (and device mount path) here: the top
+    /// mount the table shows there, else `DirPresent` when its directory
+    /// exists. Host-found targets carry their own observation. Hashed, not
+    /// ordered: it is only looked up, once or twice per journal target.
+    pub observe: HashMap<PathBuf, HostObservation>,
     /// device paths named by the journal, resolved to the block device's
     /// major:minor (`st_rdev`, following symlinks); missing when unresolved
     pub device_ids: BTreeMap<PathBuf, DevId>,
@@ -351,9 +353,9 @@ impl MergeOutput {
 /// Merges the journal with the host: one decision per target plus findings.
 pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
     let mut out = MergeOutput::default();
-    let mut claimed: BTreeSet<&Path> = BTreeSet::new();
-    let mut journal_keys: BTreeSet<&TargetKey> = BTreeSet::new();
-    let host_by_path: BTreeMap<&Path, &HostTarget> = input
+    let mut claimed: HashSet<&Path> = HashSet::new();
+    let mut journal_keys: HashSet<&TargetKey> = HashSet::new();
+    let host_by_path: HashMap<&Path, &HostTarget> = input
         .host_targets
         .iter()
         .map(|h| (h.path.as_path(), h))
@@ -361,6 +363,8 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
 
     if let Some(journal) = input.journal {
         out.decisions.reserve(journal.len());
+        claimed.reserve(journal.len());
+        journal_keys.reserve(journal.len());
         for (key, entry) in journal.entries() {
             journal_keys.insert(key);
             let path = entry.current_params().path();
@@ -390,8 +394,8 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
 /// one of `decided`'s decisions (the first phase's). `input.journal` says
 /// whether the journal is on; its entries are not decided again.
 pub fn merge_leftovers(input: &MergeInput<'_>, decided: &MergeOutput) -> MergeOutput {
-    let mut claimed: BTreeSet<&Path> = BTreeSet::new();
-    let mut keys: BTreeSet<&TargetKey> = BTreeSet::new();
+    let mut claimed: HashSet<&Path> = HashSet::new();
+    let mut keys: HashSet<&TargetKey> = HashSet::new();
     if let Some(journal) = input.journal {
         for (key, entry) in journal.entries() {
             keys.insert(key);
@@ -412,8 +416,8 @@ pub fn merge_leftovers(input: &MergeInput<'_>, decided: &MergeOutput) -> MergeOu
 /// in `decided_keys`; appends to `out`.
 fn merge_host_only(
     input: &MergeInput<'_>,
-    claimed: &BTreeSet<&Path>,
-    decided_keys: &BTreeSet<&TargetKey>,
+    claimed: &HashSet<&Path>,
+    decided_keys: &HashSet<&TargetKey>,
     out: &mut MergeOutput,
 ) {
     for h in &input.host_targets {
