@@ -1,26 +1,38 @@
-//! Reconstruction benchmark on a real mount table: what the host side of a
-//! restart costs with N pod mounts, next to the physical floor of reading the
-//! mount table at all.
+//! Reconstruction benchmark on a real mount table: what a restart costs up
+//! to a ready actual state of the world with N pod mounts and a journal that
+//! agrees with them, next to the physical floor of reading the mount table
+//! at all.
 //!
 //! The bench moves itself into a private mount namespace first (it is one
 //! single-threaded process; see `tests/support`), so every mount it makes
 //! lives and dies with it and none reaches the host, however it ends. There
 //! it builds a kubelet layout with N real pod mounts — half tmpfs emptyDirs,
 //! half bind mounts of one ext4-on-loop local-PV device mount (binds are the
-//! cheaper mounts to make) — in pods of two volumes each. Making them is not
-//! timed (storage-facts C1: ~0.2 ms per mount at 10k). Then, median of
-//! several runs each:
+//! cheaper mounts to make) — in pods of two volumes each, and a journal in
+//! the scratch dir holding what the daemon would have written for them:
+//! MountDevice for the device target, SetUp for each pod target (intent +
+//! success outcome with the observed mount), appended with
+//! [`Journal::append_batch`]. Neither is timed (storage-facts C1: ~0.2 ms
+//! per mount at 10k). Then, median of several runs each:
 //!
 //! - **floor**: one read + parse of `/proc/self/mountinfo`
 //!   ([`MountTable::read`]): the kernel formatting the table dominates, and
 //!   no reconstruction can skip it;
-//! - **scan**: [`scan_host`] over the same table: boot id, the same read and
-//!   parse, the mount-table part, the pod-dir walk and CSI `vol_data.json`.
+//! - **ready ASW**: the daemon's phase 1
+//!   ([`reconstruct_and_record_ready`]): the same read and parse, the
+//!   mount-table part of the scan, every journal target's observation, the
+//!   merge, the records that change the journal (none here: it agrees — the
+//!   bench asserts it) and the fill of a fresh [`ActualStateOfWorld`].
 //!
-//! plus, for where the time goes, the scan's pure mount-table part and its
-//! pod-dir walk alone on the already-read table; and prints `reconstruct bench: N mounts, scan X ms, floor Y ms, ratio
-//! Z.ZZx`. The merge with the journal and the ASW fill are not measured yet:
-//! [`reconstruct_hook`] is where the reconstruction edge plugs in.
+//! It prints `reconstruct bench: N mounts, ready ASW X ms, floor Y ms, ratio
+//! Z.ZZx (target <= 1.5x); leftovers walk W ms (after ready)`, where the
+//! leftovers walk is phase 2 ([`reconstruct_leftovers`]: the pod-dir walk
+//! and its decisions), which runs after the ASW is ready (DESIGN.md, host
+//! scan). Breakdown lines show where the time goes: the scan's mount-table
+//! part and its pod-dir walk alone, and phase 1 split into read, decide
+//! (`reconstruct_ready`), record check and ASW fill. The bench asserts that
+//! every pod target was decided `mounted` with reason `mounted_matches`, so
+//! it measured real work.
 //!
 //! Sizes: N = 10,000 under `cargo bench --bench reconstruct`; 1,000 with
 //! `--quick` or `VOLUMED_BENCH_QUICK=1`, and also when run without `--bench`
@@ -37,23 +49,26 @@ use support::{
     LoopDevice, Scratch, bind_mount, enter_private_mount_ns, mkdirs, mkfs_ext4, mount_device,
     mount_tmpfs, require_root, umount,
 };
+use volumed::host::boot::read_boot_id;
 use volumed::host::mountinfo::MountTable;
-use volumed::host::scan::{HostView, scan_host, scan_mounts, walk_pod_dirs};
+use volumed::host::scan::{scan_host, scan_mounts, walk_pod_dirs};
 use volumed::host::testgen::XorShift;
-use volumed::model::{Layout, PluginName, PodUid};
+use volumed::journal::{Body, Journal, JournalConfig, OpResult};
+use volumed::model::{
+    Layout, MountState, Operation, PluginName, PodUid, PodVolume, Steps, StorageMedium, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+};
+use volumed::reconstruct::edge::{
+    HostInput, JournalInput, reconstruct_and_record_ready, reconstruct_leftovers, reconstruct_ready,
+};
+use volumed::reconstruct::{Reason, apply_to_asw, changed_journal_records};
+use volumed::state::ActualStateOfWorld;
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
 /// Runs per measurement; the median is reported.
 const RUNS: usize = 7;
-
-/// HOOK for the reconstruction edge: the person wiring journal × host into
-/// the daemon adds the merge (`volumed::reconstruct::merge` over the replayed
-/// journal and this view) and the ASW fill (`apply_to_asw`) here, and times
-/// it beside the scan. Until then it only counts what the scan found, so the
-/// view is used and cannot be optimised away.
-fn reconstruct_hook(view: &HostView) -> usize {
-    view.device_targets.len() + view.pod_targets.len() + view.found_dirs.len()
-}
+/// The local PV bound into every other pod.
+const PV: &str = "pv-bench";
 
 fn median_ms<T>(runs: usize, mut f: impl FnMut() -> T) -> (f64, T) {
     let mut times = Vec::with_capacity(runs);
@@ -83,6 +98,79 @@ fn mount_count() -> usize {
     if quick { 1_000 } else { 10_000 }
 }
 
+/// A memory emptyDir as the daemon's SetUp records it (as
+/// `tests/reconstruct_real.rs` builds it).
+fn tmpfs_params(layout: &Layout, pod: &PodUid, name: &str) -> TargetParams {
+    let spec = VolumeSpec::EmptyDir {
+        medium: StorageMedium::Memory,
+        size_limit: None,
+    };
+    TargetParams {
+        volume: PodVolume::unique_name(&spec, pod, name),
+        plugin: PluginName::EmptyDir,
+        spec_name: name.into(),
+        target: TargetRef::Pod(pod.clone()),
+        kind: TargetKind::Mount,
+        device_path: None,
+        device_mount_path: None,
+        pod_mount_path: Some(layout.pod_target_path(pod, PluginName::EmptyDir, name)),
+        selinux: None,
+        mount_options: vec!["size=1m".into()],
+        fs_type: Some("tmpfs".into()),
+    }
+}
+
+/// The local PV's device target or one pod's bind of it.
+fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
+    TargetParams {
+        volume: UniqueVolumeName::shared(PluginName::LocalVolume, PV),
+        plugin: PluginName::LocalVolume,
+        spec_name: PV.into(),
+        pod_mount_path: match &target {
+            TargetRef::Pod(p) => Some(layout.pod_target_path(p, PluginName::LocalVolume, PV)),
+            TargetRef::Device => None,
+        },
+        target,
+        kind: TargetKind::Mount,
+        device_path: Some(device.to_owned()),
+        device_mount_path: Some(layout.local_device_path(PV)),
+        selinux: None,
+        mount_options: vec![],
+        fs_type: Some("ext4".into()),
+    }
+}
+
+/// Journals every operation in `ops` as done (intent, then success outcome
+/// with the mount the table shows): two batches.
+fn journal_done(j: &Journal, ops: &[(Operation, TargetParams)], table: &MountTable) {
+    let intents = ops
+        .iter()
+        .map(|(op, p)| Body::Intent {
+            op: *op,
+            steps: Steps::Single,
+            target: p.clone(),
+        })
+        .collect();
+    let seqs = j.append_batch(intents).expect("append intents");
+    let outcomes = ops
+        .iter()
+        .zip(seqs)
+        .map(|((op, p), intent_seq)| {
+            let path = p.path().expect("a target path");
+            let top = table
+                .top_at(path)
+                .unwrap_or_else(|| panic!("nothing mounted at {}", path.display()));
+            Body::Outcome {
+                intent_seq,
+                op: *op,
+                result: OpResult::Success,
+                observed: Some(top.identity()),
+            }
+        })
+        .collect();
+    j.append_batch(outcomes).expect("append outcomes");
+}
+
 fn main() {
     let n = mount_count();
     if !require_root("the reconstruct bench makes real mounts") {
@@ -95,7 +183,7 @@ fn main() {
     let image = scratch.path().join("pv-bench.img");
     mkfs_ext4(&image, 16);
     let lo = LoopDevice::attach(&image);
-    let device = layout.local_device_path("pv-bench");
+    let device = layout.local_device_path(PV);
     mkdirs(&device);
     mount_device(lo.path(), &device, "ext4");
 
@@ -103,52 +191,160 @@ fn main() {
     let mut rng = XorShift::new(0x5eed);
     let mut pod = PodUid::new(rng.pod_uid()).expect("generated uid");
     let mut mounts: Vec<PathBuf> = Vec::with_capacity(n);
+    let mut ops = vec![(
+        Operation::MountDevice,
+        local_params(&layout, lo.path(), TargetRef::Device),
+    )];
     for i in 0..n {
-        if i % 2 == 0 {
+        let p = if i % 2 == 0 {
             pod = PodUid::new(rng.pod_uid()).expect("generated uid");
-            let t = layout.pod_target_path(&pod, PluginName::EmptyDir, "cache");
+            let p = tmpfs_params(&layout, &pod, "cache");
+            let t = p.pod_mount_path.clone().expect("pod path");
             mkdirs(&t);
             mount_tmpfs(&t, "size=1m");
             mounts.push(t);
+            p
         } else {
-            let t = layout.pod_target_path(&pod, PluginName::LocalVolume, "pv-bench");
+            let p = local_params(&layout, lo.path(), TargetRef::Pod(pod.clone()));
+            let t = p.pod_mount_path.clone().expect("pod path");
             mkdirs(&t);
             bind_mount(&device, &t);
             mounts.push(t);
-        }
+            p
+        };
+        ops.push((Operation::SetUp, p));
     }
     let setup = start.elapsed();
 
+    // The agreeing journal: what the daemon wrote while making those mounts.
+    let start = Instant::now();
+    let boot = read_boot_id(None).expect("boot id");
+    let (journal, _) = Journal::open(&JournalConfig::new(
+        scratch.path().join("journal"),
+        "bench-node",
+        boot.as_str(),
+    ))
+    .expect("open journal");
+    journal_done(
+        &journal,
+        &ops,
+        &MountTable::read_self().expect("read mountinfo"),
+    );
+    let journaled = start.elapsed();
+
     let mi = Path::new(MOUNTINFO);
     let (floor, table) = median_ms(RUNS, || MountTable::read(mi).expect("read mountinfo"));
-    let (scan, view) = median_ms(RUNS, || scan_host(&layout, mi, None).expect("scan host"));
-    // where the scan's time goes, on the already-read table
-    let (mounts_part, _) = median_ms(RUNS, || scan_mounts(&table, &layout));
-    let (walk_part, _) = median_ms(RUNS, || walk_pod_dirs(&layout, &table, &mut Vec::new()));
-    let found = reconstruct_hook(&view);
+    let (ready, (outcome, asw, _)) = median_ms(RUNS, || {
+        let table = MountTable::read(mi).expect("read mountinfo");
+        let host = HostInput {
+            layout: &layout,
+            table: &table,
+            boot_id: &boot,
+        };
+        let mut asw = ActualStateOfWorld::new();
+        let outcome =
+            reconstruct_and_record_ready(&journal, None, &host, &mut asw).expect("record");
+        (outcome, asw, table)
+    });
+    let host = HostInput {
+        layout: &layout,
+        table: &table,
+        boot_id: &boot,
+    };
     // the bench must have measured real work
+    let out = &outcome.reconstruction.output;
+    assert_eq!(
+        out.decisions.len(),
+        n + 1,
+        "one decision per journal target"
+    );
+    let pods: Vec<_> = out
+        .decisions
+        .iter()
+        .filter(|d| matches!(d.key.target, TargetRef::Pod(_)))
+        .collect();
+    assert_eq!(pods.len(), n, "pod targets decided");
+    for d in &pods {
+        assert_eq!(
+            (d.result, d.reason),
+            (MountState::Mounted, Reason::MountedMatches),
+            "{:?}",
+            d.key
+        );
+    }
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert!(outcome.asw_errors.is_empty(), "{:?}", outcome.asw_errors);
+    assert!(
+        outcome.appended.is_empty(),
+        "the journal agrees: nothing to append, got {}",
+        outcome.appended.len()
+    );
+    assert_eq!(outcome.unchanged, n + 1);
+    let asw_pods: usize = asw.snapshot().volumes.iter().map(|v| v.pods.len()).sum();
+    assert_eq!(asw_pods, n, "every pod target is in the ASW");
+
+    // Phase 2, after ready: the pod-dir walk and its (here: no) decisions.
+    let (leftovers, left) = median_ms(RUNS, || {
+        journal.with_state(|s| {
+            reconstruct_leftovers(&host, JournalInput::Replayed(s), &outcome.reconstruction)
+        })
+    });
+    assert!(
+        left.output.decisions.is_empty(),
+        "{:?}",
+        left.output.decisions
+    );
+
+    // where the time goes, on the already-read table
+    let (scan, view) = median_ms(RUNS, || scan_host(&layout, mi, None).expect("scan host"));
     assert_eq!(view.pod_targets.len(), n, "pod targets found");
     assert_eq!(view.device_targets.len(), 1, "device targets found");
     assert!(view.problems.is_empty(), "{:?}", view.problems);
+    let (mounts_part, _) = median_ms(RUNS, || scan_mounts(&table, &layout));
+    let (walk_part, _) = median_ms(RUNS, || walk_pod_dirs(&layout, &table, &mut Vec::new()));
+    let (decide, r) = median_ms(RUNS, || {
+        journal.with_state(|s| reconstruct_ready(&host, JournalInput::Replayed(s)))
+    });
+    let (check, changed) = median_ms(RUNS, || {
+        journal.with_state(|s| changed_journal_records(&r.output, s, boot.as_str()).len())
+    });
+    assert_eq!(changed, 0);
+    let (fill, _) = median_ms(RUNS, || {
+        let mut asw = ActualStateOfWorld::new();
+        apply_to_asw(&r.output, &mut asw);
+        asw
+    });
 
     println!(
-        "setup: {n} pod mounts + 1 device mount made in {:.2} s ({:.0} µs each, not timed below)",
+        "setup: {n} pod mounts + 1 device mount made in {:.2} s ({:.0} µs each), \
+         {} journal records in {:.2} s (not timed below)",
         setup.as_secs_f64(),
-        setup.as_secs_f64() * 1e6 / n.max(1) as f64
+        setup.as_secs_f64() * 1e6 / n.max(1) as f64,
+        2 * ops.len(),
+        journaled.as_secs_f64()
     );
     println!(
-        "table: {} lines; hook saw {found} targets (merge + ASW fill not wired yet)",
-        table.len()
+        "table: {} lines; {} decisions, {} appended, {} unchanged",
+        table.len(),
+        out.decisions.len(),
+        outcome.appended.len(),
+        outcome.unchanged
     );
     println!(
         "scan breakdown: mount-table part {mounts_part:.2} ms, pod-dir walk {walk_part:.2} ms \
-         (+ boot id, read + parse, vol_data)"
+         (+ boot id, read + parse, vol_data: full scan_host {scan:.2} ms)"
     );
     println!(
-        "reconstruct bench: {n} mounts, scan {scan:.2} ms, floor {floor:.2} ms, ratio {:.2}x",
-        scan / floor
+        "ready breakdown: read + parse {floor:.2} ms, reconstruct_ready {decide:.2} ms, \
+         record check {check:.2} ms, ASW fill {fill:.2} ms"
+    );
+    println!(
+        "reconstruct bench: {n} mounts, ready ASW {ready:.2} ms, floor {floor:.2} ms, \
+         ratio {:.2}x (target <= 1.5x); leftovers walk {leftovers:.2} ms (after ready)",
+        ready / floor
     );
 
+    drop(journal);
     let start = Instant::now();
     for m in mounts.iter().rev() {
         umount(m);

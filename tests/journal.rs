@@ -443,3 +443,38 @@ fn current_reads_the_open_journal_like_a_reopen_would() {
     assert_eq!(live.state, reopened.state);
     assert_eq!(live.tail.len(), 12);
 }
+
+#[test]
+fn a_batch_of_a_thousand_costs_one_flush_and_replays_in_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    let (j, _) = Journal::open(&cfg(&dir)).unwrap();
+    let first = j.append(intent(0)).unwrap();
+    assert!(j.append_batch(Vec::new()).unwrap().is_empty());
+    let flushes = j.flush_count();
+    let bodies: Vec<Body> = (1..=1_000).map(intent).collect();
+    let seqs = j.append_batch(bodies.clone()).unwrap();
+    assert_eq!(
+        seqs,
+        (first + 1..=first + 1_000).collect::<Vec<_>>(),
+        "consecutive sequence numbers, in order"
+    );
+    assert_eq!(
+        j.flush_count() - flushes,
+        1,
+        "one flush for the whole batch"
+    );
+    assert!(j.synced_through() >= first + 1_000);
+    let live = j.state();
+    drop(j);
+
+    let (_j, replay) = Journal::open(&cfg(&dir)).unwrap();
+    let tail: Vec<(u64, &Body)> = replay.tail.iter().map(|r| (r.seq, &r.body)).collect();
+    let want: Vec<(u64, &Body)> = seqs.iter().copied().zip(&bodies).collect();
+    assert_eq!(tail.first().map(|t| t.0), Some(first));
+    assert_eq!(&tail[1..], &want[..], "replayed in order");
+    assert_eq!(
+        replay.state, live,
+        "replay implies the state the writer built"
+    );
+}

@@ -302,10 +302,16 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
             out.unmounted_outside
         );
         assert!(outcome.asw_errors.is_empty(), "{:?}", outcome.asw_errors);
+        // A record per decision the journal does not already imply: the
+        // device, pod a's bind and the matching tmpfs agree with it.
         assert_eq!(
-            outcome.appended.len(),
+            outcome.unchanged, 3,
+            "decisions the journal already implied"
+        );
+        assert_eq!(
+            outcome.appended.len() + outcome.unchanged,
             out.decisions.len(),
-            "one record per decision"
+            "one record per changed decision"
         );
 
         // The journal now implies exactly the decided states (dump shows the live state).

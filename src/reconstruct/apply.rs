@@ -1,6 +1,6 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
-use crate::journal::Body;
+use crate::journal::{Body, JournalState};
 use crate::model::{MountState, SeLinuxContext, TargetRef};
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState};
 
@@ -10,15 +10,48 @@ use super::{Decision, MergeOutput, ReconstructError};
 /// journal's state equal to the decisions (and to the ASW). Failed rebuilds
 /// have no parameters and are not recorded.
 pub fn to_journal_records(out: &MergeOutput) -> Vec<Body> {
+    out.decisions.iter().map(record_of).collect()
+}
+
+/// Whether the journal already implies `d` for its target: an entry with no
+/// pending intent whose settled state, parameters and observed mount equal
+/// the decision's and whose last record is from this boot (`boot_id`). Such
+/// a decision needs no `Reconstructed` record: replay already yields it, and
+/// `dump` shows the same live state without one (only the entry's `reason`
+/// stays that of its last record).
+pub fn journal_agrees(d: &Decision, state: &JournalState, boot_id: &str) -> bool {
+    state.get(&d.key).is_some_and(|e| {
+        e.pending.is_none()
+            && e.state == d.result
+            && e.boot_id == boot_id
+            && e.observed == d.observed
+            && e.params == d.params
+    })
+}
+
+/// The `Reconstructed` records that change what `state` implies: one per
+/// decision the journal does not already agree with ([`journal_agrees`]), in
+/// decision order, with the decision it records. Replaying them over `state`
+/// makes the journal's state equal to every decision.
+pub fn changed_journal_records<'a>(
+    out: &'a MergeOutput,
+    state: &JournalState,
+    boot_id: &str,
+) -> Vec<(&'a Decision, Body)> {
     out.decisions
         .iter()
-        .map(|d| Body::Reconstructed {
-            target: d.params.clone(),
-            state: d.result,
-            reason: d.reason.as_str().to_owned(),
-            observed: d.observed.clone(),
-        })
+        .filter(|d| !journal_agrees(d, state, boot_id))
+        .map(|d| (d, record_of(d)))
         .collect()
+}
+
+fn record_of(d: &Decision) -> Body {
+    Body::Reconstructed {
+        target: d.params.clone(),
+        state: d.result,
+        reason: d.reason.as_str().to_owned(),
+        observed: d.observed.clone(),
+    }
 }
 
 /// Fills the ASW from the decisions: device targets through

@@ -1,7 +1,8 @@
 //! The I/O edge of reconstruction: fills a [`MergeInput`] from the host
 //! (one mount-table read, the pod-dir walk, `stat` of device paths) and the
 //! journal, runs the pure [`merge`], and — inside the daemon — writes the
-//! decisions back as `Reconstructed` records and into the ASW.
+//! decisions that change the journal back as `Reconstructed` records and
+//! fills the ASW.
 //!
 //! What goes into the [`MergeInput`] (as the `reconstruct` module doc asks):
 //! - `host_targets`: every target [`scan_with_table`] found — device
@@ -13,17 +14,49 @@
 //!   `dir` otherwise. Unique volume names come from the path (local PV
 //!   name, emptyDir/hostPath per pod) or, for CSI, from `vol_data.json`
 //!   (driver and handle); without it the target cannot be rebuilt.
-//! - `observe`: the top-most mount at every mount point of the table, plus
-//!   `DirPresent` for each journal target path (and device mount path) that
-//!   is a directory with nothing mounted on it (`lstat`: a symlink is not a
-//!   directory).
-//! - `device_ids`: every device path the journal names, through
+//! - `observe`: for each journal target path (and device mount path), the
+//!   top-most mount the table shows there, else `DirPresent` when it is a
+//!   directory with nothing mounted on it (one `lstat`: a symlink is not a
+//!   directory). Host-found targets carry their own observation.
+//! - `device_ids`: every distinct device path the journal names, through
 //!   [`super::devices::device_id`]; unresolved ones are
 //!   simply absent.
 //!
 //! The table is read once (the live `/proc/self/mountinfo`, or a captured
 //! file replayed by `reconstruct --dry-run --mountinfo`); the root dir is
 //! canonicalised once, as the mount table shows resolved paths.
+//!
+//! # Two phases
+//!
+//! The daemon reconstructs in two phases (DESIGN.md, host scan: the walk of
+//! pod dirs for leftovers only feeds orphan cleanup and may finish after the
+//! ASW is ready):
+//! 1. **ready** ([`reconstruct_ready`], [`reconstruct_and_record_ready`]):
+//!    the mount-table part of the scan (device and pod targets mounted in the
+//!    kubelet layout, CSI `vol_data.json` beside them), every journal
+//!    target's own observation (the table; for a path with nothing mounted,
+//!    one `lstat`) and the merge. Every journal target and every mounted
+//!    target is decided, recorded and in the ASW when it returns.
+//! 2. **leftovers** ([`reconstruct_leftovers`], [`record_leftovers`]), after
+//!    readiness: the pod-dir walk, and decisions only for what it found that
+//!    phase 1 and the journal did not decide — kubelet-era bare emptyDirs
+//!    (`found_dir`), `mount` targets' dirs with nothing mounted
+//!    (`host_leftover`, orphan cleanup), dirs of plugins volumed does not
+//!    have (listed as failed, never cleaned).
+//!
+//! Why this is safe: with the journal on, every journal target — `dir`
+//! targets included — is observed in phase 1 through its own path, so the
+//! walk can only add targets the journal never knew (host-only dirs), and a
+//! dir of a target the journal knows is never decided twice. Those dirs
+//! hold no mount (the table proves it), so nothing the ASW must know about
+//! a mount waits. [`reconstruct`] (the dry run) and
+//! [`reconstruct_and_record`] run both phases and decide the same targets
+//! the same way.
+//!
+//! Only decisions that change what the journal implies are recorded
+//! ([`super::journal_agrees`]), in one batch per phase
+//! ([`Journal::append_batch`]): a journal that agrees with the host costs no
+//! write at all.
 //!
 //! A journal that cannot be opened is [`JournalInput::Unreadable`]: every
 //! target is rebuilt from the host alone, and [`reconstruct`] says so once,
@@ -33,7 +66,7 @@
 //! *Invariant:* this file reads the host and appends to the journal; it
 //! never mounts, unmounts or deletes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -41,16 +74,16 @@ use crate::host::boot::BootId;
 use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::scan::{
     DeviceName, DeviceTarget, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir,
-    VolData, scan_with_table,
+    VolData, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs,
 };
-use crate::journal::{Journal, JournalState};
+use crate::journal::{Body, Journal, JournalState};
 use crate::model::{Layout, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName};
 use crate::state::ActualStateOfWorld;
 
 use super::report::{ReconstructReport, report};
 use super::{
     HostObservation, HostTarget, MergeInput, MergeOutput, ObservedMount, Rebuild, ReconstructError,
-    apply_to_asw, devices, merge, to_journal_records,
+    apply_to_asw, changed_journal_records, devices, merge, merge_leftovers,
 };
 
 /// Where the journal side of the merge comes from.
@@ -109,13 +142,18 @@ pub struct Reconstruction {
     pub problems: Vec<ScanProblem>,
 }
 
-/// What [`reconstruct_and_record`] did.
+/// What [`reconstruct_and_record`] (or one of its phases) did.
 #[derive(Debug)]
 pub struct Outcome {
     /// the reconstruction
     pub reconstruction: Reconstruction,
     /// sequence numbers of the `Reconstructed` records, one per decision
+    /// that changed what the journal implies, in decision order
     pub appended: Vec<u64>,
+    /// decisions the journal already implied: no record needed
+    /// ([`super::journal_agrees`]); `appended.len() + unchanged` is the
+    /// number of decisions
+    pub unchanged: usize,
     /// decisions the ASW refused (the others were applied)
     pub asw_errors: Vec<ReconstructError>,
 }
@@ -128,9 +166,13 @@ pub fn read_mount_table(path: &Path) -> Result<MountTable, ReconstructError> {
     })
 }
 
-/// Scans the host, fills the merge input, merges, and builds the report.
-/// Changes nothing anywhere (the dry run and the daemon share it).
-pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstruction {
+/// The layout with its root canonicalised (the mount table shows resolved
+/// paths).
+fn resolved(layout: &Layout) -> Layout {
+    Layout::new(fs::canonicalize(layout.root()).unwrap_or_else(|_| layout.root().into()))
+}
+
+fn alarm_if_unreadable(journal: JournalInput<'_>) {
     if let JournalInput::Unreadable { reason } = journal {
         tracing::error!(
             %reason,
@@ -138,11 +180,89 @@ pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstru
              mounts the host cannot prove stay uncertain"
         );
     }
-    let root = fs::canonicalize(host.layout.root()).unwrap_or_else(|_| host.layout.root().into());
-    let layout = Layout::new(root);
+}
+
+/// Scans the host, fills the merge input, merges, and builds the report:
+/// both phases in one pass ([`reconstruct_ready`] then
+/// [`reconstruct_leftovers`] decide the same targets the same way).
+/// Changes nothing anywhere (the dry run shares it).
+pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstruction {
+    alarm_if_unreadable(journal);
+    let layout = resolved(host.layout);
     let view = scan_with_table(host.table, &layout, host.boot_id.clone());
-    let input = build_input(host.table, &view, journal.state());
-    let output = merge(&input);
+    finish(host, journal, view, merge)
+}
+
+/// Phase 1, up to a ready ASW: the mount-table part of the scan
+/// ([`scan_mounts`], CSI `vol_data.json` of mounted CSI targets), every
+/// journal target's own observation (the table, or one `lstat` for a path
+/// with nothing mounted) and the merge. Decides every journal target and
+/// every target mounted in the kubelet layout; the pod-dir walk is left to
+/// [`reconstruct_leftovers`]. Changes nothing anywhere.
+pub fn reconstruct_ready(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstruction {
+    alarm_if_unreadable(journal);
+    let layout = resolved(host.layout);
+    let mounts = scan_mounts(host.table, &layout);
+    let mut view = HostView {
+        boot_id: host.boot_id.clone(),
+        device_targets: mounts.device_targets,
+        pod_targets: mounts.pod_targets,
+        found_dirs: Vec::new(),
+        unknown_plugin_dirs: mounts.unknown_plugin_dirs,
+        problems: mounts.problems,
+    };
+    attach_vol_data(&mut view);
+    finish(host, journal, view, merge)
+}
+
+/// The pod-dir walk of phase 2 (with the CSI `vol_data.json` of what it
+/// found): bare dirs of known plugins and dirs of unknown plugins that are
+/// not mount points.
+fn walk_leftovers(host: &HostInput<'_>) -> HostView {
+    let layout = resolved(host.layout);
+    let mut problems = Vec::new();
+    let (found_dirs, unknown_plugin_dirs) = walk_pod_dirs(&layout, host.table, &mut problems);
+    let mut view = HostView {
+        boot_id: host.boot_id.clone(),
+        device_targets: Vec::new(),
+        pod_targets: Vec::new(),
+        found_dirs,
+        unknown_plugin_dirs,
+        problems,
+    };
+    attach_vol_data(&mut view);
+    view
+}
+
+/// Phase 2, after readiness: the pod-dir walk, and decisions for what it
+/// found that neither the journal nor `ready` decided
+/// ([`super::merge_leftovers`]): kubelet-era bare emptyDirs (`found_dir`),
+/// `mount` targets' dirs with nothing mounted (`host_leftover`, orphan
+/// cleanup), dirs of plugins volumed does not have (listed as failed).
+/// Changes nothing anywhere.
+pub fn reconstruct_leftovers(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+    ready: &Reconstruction,
+) -> Reconstruction {
+    let view = walk_leftovers(host);
+    decide_leftovers(host, journal, view, ready)
+}
+
+fn decide_leftovers(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+    view: HostView,
+    ready: &Reconstruction,
+) -> Reconstruction {
+    let input = MergeInput {
+        journal: journal.state(),
+        current_boot_id: host.boot_id.as_str().to_owned(),
+        host_targets: host_targets(host.table, &view),
+        observe: HashMap::new(),
+        device_ids: BTreeMap::new(),
+    };
+    let output = merge_leftovers(&input, &ready.output);
     let problems: Vec<String> = view.problems.iter().map(|p| error_chain(p)).collect();
     let report = report(&output, host.boot_id.as_str(), journal, problems);
     Reconstruction {
@@ -152,13 +272,61 @@ pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstru
     }
 }
 
-/// The daemon's reconstruction: [`reconstruct`] against `journal`'s state,
-/// then one `Reconstructed` record per decision (so `dump` shows the live
-/// state afterwards), then the ASW. `replaced` is set when `journal` is a
-/// fresh journal standing in for one that could not be opened: its (empty)
-/// state is not consulted, and every target is rebuilt from the host alone.
+impl Reconstruction {
+    /// Both phases as one reconstruction: `ready`'s decisions and findings,
+    /// then `leftovers'`, and one report over all of them.
+    pub fn combine(
+        ready: Reconstruction,
+        leftovers: Reconstruction,
+        boot_id: &str,
+        journal: JournalInput<'_>,
+    ) -> Reconstruction {
+        let mut output = ready.output;
+        let more = leftovers.output;
+        output.decisions.extend(more.decisions);
+        output.failed.extend(more.failed);
+        output.unmounted_outside.extend(more.unmounted_outside);
+        output.orphan_leftovers.extend(more.orphan_leftovers);
+        output
+            .needs_device_path_from_node_status
+            .extend(more.needs_device_path_from_node_status);
+        let mut problems = ready.problems;
+        problems.extend(leftovers.problems);
+        let texts = problems.iter().map(|p| error_chain(p)).collect();
+        let report = report(&output, boot_id, journal, texts);
+        Reconstruction {
+            output,
+            report,
+            problems,
+        }
+    }
+}
+
+/// Fills the merge input from `view`, merges with `decide`, reports.
+fn finish(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+    view: HostView,
+    decide: impl FnOnce(&MergeInput<'_>) -> MergeOutput,
+) -> Reconstruction {
+    let input = build_input(host.table, &view, journal.state());
+    let output = decide(&input);
+    let problems: Vec<String> = view.problems.iter().map(|p| error_chain(p)).collect();
+    let report = report(&output, host.boot_id.as_str(), journal, problems);
+    Reconstruction {
+        output,
+        report,
+        problems: view.problems,
+    }
+}
+
+/// The daemon's reconstruction, both phases at once:
+/// [`reconstruct_and_record_ready`] then [`record_leftovers`], as one
+/// [`Outcome`]. `replaced` is set when `journal` is a fresh journal
+/// standing in for one that could not be opened: its (empty) state is not
+/// consulted, and every target is rebuilt from the host alone.
 ///
-/// Fails only when a record cannot be appended; the journal is then closed
+/// Fails only when records cannot be appended; the journal is then closed
 /// for writes and the daemon must exit (a later start reconstructs again).
 pub fn reconstruct_and_record(
     journal: &Journal,
@@ -166,31 +334,112 @@ pub fn reconstruct_and_record(
     host: &HostInput<'_>,
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
+    let ready = reconstruct_and_record_ready(journal, replaced, host, asw)?;
+    let left = record_leftovers(journal, replaced, host, &ready.reconstruction, asw)?;
     let state = journal.state();
-    let input = match replaced {
+    let input = journal_input(replaced, &state);
+    let mut appended = ready.appended;
+    appended.extend(left.appended);
+    let mut asw_errors = ready.asw_errors;
+    asw_errors.extend(left.asw_errors);
+    Ok(Outcome {
+        reconstruction: Reconstruction::combine(
+            ready.reconstruction,
+            left.reconstruction,
+            host.boot_id.as_str(),
+            input,
+        ),
+        appended,
+        unchanged: ready.unchanged + left.unchanged,
+        asw_errors,
+    })
+}
+
+fn journal_input<'a>(replaced: Option<&'a str>, state: &'a JournalState) -> JournalInput<'a> {
+    match replaced {
         Some(reason) => JournalInput::Unreadable { reason },
-        None => JournalInput::Replayed(&state),
-    };
-    let reconstruction = reconstruct(host, input);
-    let out = &reconstruction.output;
-    let mut appended = Vec::with_capacity(out.decisions.len());
-    for (decision, body) in out.decisions.iter().zip(to_journal_records(out)) {
-        let seq = journal
-            .append(body)
-            .map_err(|source| ReconstructError::AppendRecord {
+        None => JournalInput::Replayed(state),
+    }
+}
+
+/// Phase 1 in the daemon: [`reconstruct_ready`] against `journal`'s state
+/// (read in place, under its lock: nothing else writes before readiness),
+/// then, in ONE batch ([`Journal::append_batch`]), a `Reconstructed` record
+/// for every decision the journal does not already imply (so `dump` shows
+/// the live state afterwards), then the ASW. When it returns, the ASW is
+/// ready; call [`record_leftovers`] afterwards. `replaced`: as for
+/// [`reconstruct_and_record`].
+pub fn reconstruct_and_record_ready(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
+        let r = reconstruct_ready(host, journal_input(replaced, state));
+        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+        (r, bodies, unchanged)
+    });
+    record_and_apply(journal, reconstruction, bodies, unchanged, asw)
+}
+
+/// Phase 2 in the daemon, after readiness: the pod-dir walk, then
+/// decisions for what it found that neither the journal nor `ready`
+/// decided, recorded like phase 1's (one batch, only what changes) and
+/// applied to the ASW. The journal state is read after the walk: a target
+/// an operation started meanwhile has its intent written before its
+/// directory was made, so the walk cannot find a dir the journal does not
+/// already claim.
+pub fn record_leftovers(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    ready: &Reconstruction,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let view = walk_leftovers(host);
+    let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
+        let r = decide_leftovers(host, journal_input(replaced, state), view, ready);
+        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+        (r, bodies, unchanged)
+    });
+    record_and_apply(journal, reconstruction, bodies, unchanged, asw)
+}
+
+/// The records that change the journal, and how many decisions need none.
+fn changes(out: &MergeOutput, state: &JournalState, boot_id: &str) -> (Vec<Body>, usize) {
+    let bodies: Vec<Body> = changed_journal_records(out, state, boot_id)
+        .into_iter()
+        .map(|(_, body)| body)
+        .collect();
+    let unchanged = out.decisions.len() - bodies.len();
+    (bodies, unchanged)
+}
+
+fn record_and_apply(
+    journal: &Journal,
+    reconstruction: Reconstruction,
+    bodies: Vec<Body>,
+    unchanged: usize,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let count = bodies.len();
+    let appended =
+        journal
+            .append_batch(bodies)
+            .map_err(|source| ReconstructError::AppendRecords {
                 path: journal.dir().to_owned(),
-                key: Box::new(decision.key.clone()),
+                count,
                 source: Box::new(source),
             })?;
-        appended.push(seq);
-    }
-    let asw_errors = apply_to_asw(out, asw);
+    let asw_errors = apply_to_asw(&reconstruction.output, asw);
     for e in &asw_errors {
         tracing::error!(error = %error_chain(e), "reconstruction: the ASW refused a decision");
     }
     Ok(Outcome {
         reconstruction,
         appended,
+        unchanged,
         asw_errors,
     })
 }
@@ -202,19 +451,12 @@ pub fn build_input<'a>(
     view: &HostView,
     journal: Option<&'a JournalState>,
 ) -> MergeInput<'a> {
-    let mut observe = BTreeMap::new();
-    for m in table.entries() {
-        if !observe.contains_key(&m.mount_point)
-            && let Some(top) = table.top_at(&m.mount_point)
-        {
-            observe.insert(
-                m.mount_point.clone(),
-                HostObservation::Mounted(observed(top)),
-            );
-        }
-    }
-    let mut device_paths: Vec<&Path> = Vec::new();
+    // Only journal paths are looked up in `observe` (host-found targets
+    // carry their own observation): one table lookup each, else one `lstat`.
+    let mut observe = HashMap::new();
+    let mut device_paths: BTreeSet<&Path> = BTreeSet::new();
     if let Some(state) = journal {
+        observe.reserve(state.len() + 1);
         for (_, entry) in state.entries() {
             let params =
                 std::iter::once(&entry.params).chain(entry.pending.iter().map(|p| &p.params));
@@ -223,10 +465,16 @@ pub fn build_input<'a>(
                     .into_iter()
                     .flatten()
                 {
-                    if !observe.contains_key(path) && is_dir(path) {
+                    if observe.contains_key(path) {
+                        continue;
+                    }
+                    if let Some(top) = table.top_at(path) {
+                        observe.insert(path.to_owned(), HostObservation::Mounted(observed(top)));
+                    } else if is_dir(path) {
                         observe.insert(path.to_owned(), HostObservation::DirPresent);
                     }
                 }
+                // one `stat` per distinct device path, however many targets name it
                 device_paths.extend(p.device_path.as_deref());
             }
         }

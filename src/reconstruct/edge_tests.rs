@@ -107,7 +107,7 @@ fn journal_off_rebuilds_every_found_target_as_uncertain() {
 }
 
 #[test]
-fn reconstruct_and_record_appends_one_record_per_decision() {
+fn reconstruct_and_record_appends_one_record_per_changed_decision() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("journal");
     let cfg = JournalConfig::new(&dir, "node-a", BOOT);
@@ -127,7 +127,10 @@ fn reconstruct_and_record_appends_one_record_per_decision() {
     let outcome = reconstruct_and_record(&journal, None, &host, &mut asw).unwrap();
     let out = &outcome.reconstruction.output;
     assert!(outcome.asw_errors.is_empty(), "{:?}", outcome.asw_errors);
-    assert_eq!(outcome.appended.len(), out.decisions.len());
+    assert_eq!(
+        outcome.appended.len() + outcome.unchanged,
+        out.decisions.len()
+    );
     assert_eq!(out.decisions.len(), 4, "3 journal targets and the emptyDir");
     let reason = |t: &TargetRef| {
         out.decisions
@@ -149,11 +152,21 @@ fn reconstruct_and_record_appends_one_record_per_decision() {
 
     // Replayed from disk, the journal reports exactly the decided states.
     let (journal, replay) = Journal::open(&cfg).unwrap();
-    assert_eq!(replay.state.last_seq(), before + 4);
+    assert_eq!(
+        replay.state.last_seq(),
+        before + outcome.appended.len() as u64
+    );
     for d in &out.decisions {
-        let entry = replay.state.get(&d.key).expect("a record per decision");
+        let entry = replay
+            .state
+            .get(&d.key)
+            .expect("every decided target is tracked");
         assert_eq!(entry.reported_state(), d.result, "{:?}", d.key);
-        assert_eq!(entry.reason.as_deref(), Some(d.reason.as_str()));
+        assert!(
+            crate::reconstruct::journal_agrees(d, &replay.state, BOOT),
+            "the journal does not imply {:?}",
+            d.key
+        );
     }
     let volume = UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1");
     assert!(asw.volume_exists(&volume));
@@ -209,4 +222,83 @@ fn journal_dirs_without_a_mount_are_observed_present() {
     let input = build_input(&table, &view, Some(&state));
     assert_eq!(input.observation(&pod_path), &HostObservation::DirPresent);
     assert!(input.device_ids.is_empty());
+}
+
+/// The decisions and failures of `r`, order-free, for comparing phases.
+fn summary(r: &Reconstruction) -> (Vec<String>, Vec<String>, usize) {
+    let mut d: Vec<String> = r
+        .output
+        .decisions
+        .iter()
+        .map(|d| format!("{:?} {:?} {:?} {:?}", d.key, d.result, d.reason, d.params))
+        .collect();
+    let mut f: Vec<String> = r.output.failed.iter().map(|f| format!("{f:?}")).collect();
+    d.sort();
+    f.sort();
+    (d, f, r.output.orphan_leftovers.len())
+}
+
+#[test]
+fn ready_then_leftovers_decide_what_one_pass_decides() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let layout = Layout::new(&root);
+    let (u1, u2) = (PodUid::new(P1).unwrap(), PodUid::new(P2).unwrap());
+    // journaled and present: a local PV pod dir with nothing mounted
+    let journaled = layout.pod_target_path(&u1, PluginName::LocalVolume, "pv-local-1");
+    // host only: a kubelet-era disk emptyDir, a local PV dir with no mount,
+    // and a secret (no volumed plugin)
+    let bare = layout.pod_target_path(&u2, PluginName::EmptyDir, "scratch");
+    let leftover = layout.pod_target_path(&u2, PluginName::LocalVolume, "pv-gone");
+    let secret = root.join(format!("pods/{P2}/volumes/kubernetes.io~secret/tok"));
+    for d in [&journaled, &bare, &leftover, &secret] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut params = local_params(TargetRef::Pod(u1));
+    params.pod_mount_path = Some(journaled.clone());
+    params.device_mount_path = Some(layout.local_device_path("pv-local-1"));
+    let state = crate::journal::JournalState::from_entries(
+        2,
+        [crate::journal::Entry {
+            params,
+            state: MountState::Mounted,
+            pending: None,
+            observed: Some(ext4(false)),
+            last_seq: 2,
+            boot_id: BOOT.into(),
+            reason: None,
+        }],
+    );
+    let table = MountTable::parse(b"1 0 0:1 / / rw - ext4 /dev/a rw\n");
+    let boot = BootId::new(BOOT).unwrap();
+    let host = HostInput {
+        layout: &layout,
+        table: &table,
+        boot_id: &boot,
+    };
+    for journal in [JournalInput::Replayed(&state), JournalInput::Off] {
+        let one = reconstruct(&host, journal);
+        let ready = reconstruct_ready(&host, journal);
+        // phase 1 decides the journal target from its own lstat, walks nothing
+        assert_eq!(
+            ready.output.decisions.len(),
+            usize::from(journal.state().is_some())
+        );
+        let left = reconstruct_leftovers(&host, journal, &ready);
+        let both = Reconstruction::combine(ready, left, BOOT, journal);
+        assert_eq!(summary(&both), summary(&one), "{}", journal.as_str());
+        assert_eq!(both.report.targets.len(), one.report.targets.len());
+        assert_eq!(one.output.failed.len(), 1, "the secret");
+    }
+    let one = reconstruct(&host, JournalInput::Replayed(&state));
+    let reason = |p: &Path| {
+        one.output
+            .decisions
+            .iter()
+            .find(|d| d.params.path() == Some(p))
+            .map(|d| d.reason)
+    };
+    assert_eq!(reason(&journaled), Some(Reason::UnmountedOutside));
+    assert_eq!(reason(&bare), Some(Reason::FoundDir));
+    assert_eq!(reason(&leftover), Some(Reason::HostLeftover));
 }

@@ -42,6 +42,19 @@ pub enum ReconstructError {
         #[source]
         source: Box<JournalError>,
     },
+    /// appending one batch of `Reconstructed` records failed; none of them
+    /// is in the journal (a batch is inserted whole or not at all), or, when
+    /// the flush failed, the journal is closed and the daemon must exit
+    #[error("append {count} reconstructed records to journal {path}")]
+    AppendRecords {
+        /// the journal dir
+        path: PathBuf,
+        /// how many records the batch held
+        count: usize,
+        /// the cause (boxed: journal errors are large)
+        #[source]
+        source: Box<JournalError>,
+    },
     /// copying a locked journal for a dry run failed
     #[error("copy journal {from} to {to}")]
     CopyJournal {

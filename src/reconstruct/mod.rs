@@ -123,7 +123,7 @@ mod error;
 pub mod inspect;
 pub mod report;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::journal::{Entry, JournalState, TargetKey};
@@ -132,7 +132,7 @@ use crate::model::{
     TargetRef, UniqueVolumeName,
 };
 
-pub use apply::{apply_to_asw, to_journal_records};
+pub use apply::{apply_to_asw, changed_journal_records, journal_agrees, to_journal_records};
 pub use classify::{Boot, HostSays, JournalSays, Reason, context_from_super_options};
 pub use error::ReconstructError;
 
@@ -225,9 +225,11 @@ pub struct MergeInput<'a> {
     pub host_targets: Vec<HostTarget>,
     /// the top-most mount (or a dir) at each path the caller looked at; a
     /// path that is not here is [`HostObservation::Absent`]. The caller puts
-    /// every mount point of the table here, plus `DirPresent` for the
-    /// journal's `dir` targets (and `mount` targets) whose directory exists.
-    pub observe: BTreeMap<PathBuf, HostObservation>,
+    /// every journal target path (and device mount path) here: the top
+    /// mount the table shows there, else `DirPresent` when its directory
+    /// exists. Host-found targets carry their own observation. Hashed, not
+    /// ordered: it is only looked up, once or twice per journal target.
+    pub observe: HashMap<PathBuf, HostObservation>,
     /// device paths named by the journal, resolved to the block device's
     /// major:minor (`st_rdev`, following symlinks); missing when unresolved
     pub device_ids: BTreeMap<PathBuf, DevId>,
@@ -351,15 +353,18 @@ impl MergeOutput {
 /// Merges the journal with the host: one decision per target plus findings.
 pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
     let mut out = MergeOutput::default();
-    let mut claimed: BTreeSet<&Path> = BTreeSet::new();
-    let mut journal_keys: BTreeSet<&TargetKey> = BTreeSet::new();
-    let host_by_path: BTreeMap<&Path, &HostTarget> = input
+    let mut claimed: HashSet<&Path> = HashSet::new();
+    let mut journal_keys: HashSet<&TargetKey> = HashSet::new();
+    let host_by_path: HashMap<&Path, &HostTarget> = input
         .host_targets
         .iter()
         .map(|h| (h.path.as_path(), h))
         .collect();
 
     if let Some(journal) = input.journal {
+        out.decisions.reserve(journal.len());
+        claimed.reserve(journal.len());
+        journal_keys.reserve(journal.len());
         for (key, entry) in journal.entries() {
             journal_keys.insert(key);
             let path = entry.current_params().path();
@@ -377,7 +382,44 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
             record(&mut out, decision, observation);
         }
     }
+    merge_host_only(input, &claimed, &journal_keys, &mut out);
+    out
+}
 
+/// The second phase of a split reconstruction: decides the host-found
+/// targets of `input` (the pod-dir walk's bare dirs and dirs of unknown
+/// plugins) that nothing has decided yet, exactly as [`merge`] decides
+/// host-only targets. A target is already decided when its path or key is
+/// a journal target's (the journal decided it, from its own observation) or
+/// one of `decided`'s decisions (the first phase's). `input.journal` says
+/// whether the journal is on; its entries are not decided again.
+pub fn merge_leftovers(input: &MergeInput<'_>, decided: &MergeOutput) -> MergeOutput {
+    let mut claimed: HashSet<&Path> = HashSet::new();
+    let mut keys: HashSet<&TargetKey> = HashSet::new();
+    if let Some(journal) = input.journal {
+        for (key, entry) in journal.entries() {
+            keys.insert(key);
+            claimed.extend(entry.current_params().path());
+        }
+    }
+    for d in &decided.decisions {
+        keys.insert(&d.key);
+        claimed.extend(d.params.path());
+    }
+    claimed.extend(decided.failed.iter().map(|f| f.path.as_path()));
+    let mut out = MergeOutput::default();
+    merge_host_only(input, &claimed, &keys, &mut out);
+    out
+}
+
+/// Decides the host-found targets not `claimed` (by path) whose key is not
+/// in `decided_keys`; appends to `out`.
+fn merge_host_only(
+    input: &MergeInput<'_>,
+    claimed: &HashSet<&Path>,
+    decided_keys: &HashSet<&TargetKey>,
+    out: &mut MergeOutput,
+) {
     for h in &input.host_targets {
         if claimed.contains(h.path.as_path()) {
             continue;
@@ -394,7 +436,7 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
             Ok(params) => {
                 let key = TargetKey::of(&params);
                 // Same target under another path: the journal's decision stands.
-                if journal_keys.contains(&key) {
+                if decided_keys.contains(&key) {
                     continue;
                 }
                 let journal_says = match input.journal {
@@ -415,11 +457,10 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
                     params,
                     observed: h.observation.identity().cloned(),
                 };
-                record(&mut out, decision, &h.observation);
+                record(out, decision, &h.observation);
             }
         }
     }
-    out
 }
 
 /// Classifies and decides one journal target.
