@@ -276,12 +276,10 @@ fn run(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// What the daemon's HTTP server shows, for now: the real journal, and
-/// placeholders for what the reconciler will own.
-
 /// Opens the journal; a corrupt one has been moved aside by `open`, so the
 /// daemon says so loudly and starts a fresh journal (host-only reconstruction).
-/// Returns it with the node name in its meta.
+/// Returns it with the node name in its meta and, when a fresh journal
+/// replaced a corrupt one, why.
 fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, String, Option<String>)> {
     let cfg = JournalConfig::new(dir, node, boot);
     // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's

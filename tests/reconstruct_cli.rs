@@ -265,7 +265,7 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal() {
         return;
     }
     // The daemon bind-mounts its root shared: keep that off the host.
-    support::in_private_mount_ns(|| dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body());
+    support::in_private_mount_ns(dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body);
 }
 
 fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
@@ -316,7 +316,12 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
     // journaled the fixture's targets as unmounted outside volumed; the copy
     // shows exactly that: its records, not an empty journal.
     assert_eq!(doc["journal"], "on", "{doc:#}");
-    let device = row(&doc, "device", None, "kubernetes.io/local-volume/pv-local-1");
+    let device = row(
+        &doc,
+        "device",
+        None,
+        "kubernetes.io/local-volume/pv-local-1",
+    );
     assert_eq!(device["journal_says"], "unmounted", "{doc:#}");
     let note = doc["journal_note"].as_str().unwrap_or_default();
     assert!(note.contains("read from a copy"), "{doc:#}");

@@ -25,11 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nix::mount::MsFlags;
-
 use crate::dump::DumpDoc;
 use crate::host::boot::BootId;
-use crate::host::sys::Sys;
+use crate::host::sys::{MsFlags, Sys};
 use crate::journal::Journal;
 use crate::metrics::{Metrics, gather_text, record_reconstruction};
 use crate::model::{Layout, UniqueVolumeName};

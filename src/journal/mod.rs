@@ -96,6 +96,10 @@ pub struct JournalConfig {
     pub create: bool,
     /// What to do with an untrustworthy journal.
     pub on_corrupt: OnCorrupt,
+    /// How long to wait for sled's lock before reporting [`Category::Busy`].
+    /// sled releases its file lock from background threads shortly after the
+    /// last handle drops, so a reopen in the same process needs a moment.
+    pub lock_wait: std::time::Duration,
 }
 
 impl JournalConfig {
@@ -108,6 +112,7 @@ impl JournalConfig {
             cache_capacity: 16 << 20,
             create: true,
             on_corrupt: OnCorrupt::MoveAside,
+            lock_wait: std::time::Duration::from_secs(2),
         }
     }
     /// An inspection tool's config: opens an existing journal and changes
@@ -116,6 +121,8 @@ impl JournalConfig {
         Self {
             create: false,
             on_corrupt: OnCorrupt::Report,
+            // a running daemon holds the lock for good: ask it instead, soon
+            lock_wait: std::time::Duration::from_millis(300),
             ..Self::new(dir, "", boot_id)
         }
     }

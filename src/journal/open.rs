@@ -131,12 +131,22 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
             source,
         })?;
     }
-    let opened = contain(|| {
-        sled::Config::new()
-            .path(dir)
-            .cache_capacity(cfg.cache_capacity)
-            .open()
-    });
+    let try_open = || {
+        contain(|| {
+            sled::Config::new()
+                .path(dir)
+                .cache_capacity(cfg.cache_capacity)
+                .open()
+        })
+    };
+    let deadline = std::time::Instant::now() + cfg.lock_wait;
+    let mut opened = try_open();
+    while matches!(&opened, Err(e) if e.contains("could not acquire lock"))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        opened = try_open();
+    }
     let db = match opened {
         Ok(db) => db,
         Err(e) if e.contains("could not acquire lock") => {
