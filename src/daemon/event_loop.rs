@@ -10,6 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::host::sys::Sys;
 use crate::journal::{Body, Journal};
 use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, PluginName, TargetRef, UniqueVolumeName};
@@ -17,6 +18,7 @@ use crate::reconciler::executor::{Job, JobReport};
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::Pending;
 use crate::reconciler::plan::{Action, plan};
+use crate::reconstruct::{MergeOutput, apply_to_asw};
 use crate::sources::{SourceEvent, apply_event};
 use crate::state::{ActualStateOfWorld, DesiredStateOfWorld};
 
@@ -29,6 +31,8 @@ pub enum Event {
     JobDone(JobReport),
     /// stop: finish in-flight jobs, start nothing new
     Stop,
+    /// reconstruction's phase 2 (the pod-dir walk) finished
+    Leftovers(Box<MergeOutput>),
 }
 
 /// The caches the loop mutates and the HTTP provider reads.
@@ -62,7 +66,19 @@ pub struct EventLoop {
     pub(super) pending: Pending,
     pub(super) stopping: bool,
     pub(super) last_checkpoint_seq: u64,
+    pub(super) sys: Arc<dyn Sys>,
+    /// reconstruction's pod-dir walk has reported
+    pub(super) leftovers_done: bool,
+    /// when orphans were last swept
+    pub(super) last_sweep: Option<Instant>,
+    /// a pod target went away since the last sweep
+    pub(super) sweep_wanted: bool,
 }
+
+/// Orphan sweeps run at most this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
+/// And at least this often once populated.
+const SWEEP_IDLE: Duration = Duration::from_secs(120);
 
 fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
     // The world is plain data; every mutation completes before anything
@@ -75,11 +91,16 @@ impl EventLoop {
     pub fn run(mut self) {
         loop {
             let now = Instant::now();
-            let wake = self
+            let mut wake = self
                 .pending
                 .next_retry(now)
                 .map_or(self.cfg.resync, |t| t.saturating_duration_since(now))
                 .min(self.cfg.resync);
+            if self.sweep_wanted
+                && let Some(last) = self.last_sweep
+            {
+                wake = wake.min((last + SWEEP_EVERY).saturating_duration_since(now));
+            }
             match self.events.recv_timeout(wake) {
                 Ok(ev) => self.handle(ev),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -97,6 +118,7 @@ impl EventLoop {
                 continue;
             }
             self.reconcile();
+            self.maybe_sweep();
             self.maybe_checkpoint();
         }
     }
@@ -104,6 +126,14 @@ impl EventLoop {
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Stop => self.stopping = true,
+            Event::Leftovers(output) => {
+                let mut w = lock(&self.world);
+                for e in apply_to_asw(&output, &mut w.asw) {
+                    tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
+                }
+                self.leftovers_done = true;
+                self.sweep_wanted = true;
+            }
             Event::Sources(events) => {
                 let mut w = lock(&self.world);
                 for e in events {
@@ -113,6 +143,9 @@ impl EventLoop {
             Event::JobDone(report) => {
                 let ok = report.error.is_none();
                 self.pending.finish(&report.key, ok, Instant::now());
+                if report.ran.contains(&crate::model::Operation::TearDown) {
+                    self.sweep_wanted = true;
+                }
                 let mut w = lock(&self.world);
                 for u in &report.updates {
                     if let Err(e) = apply_update(&mut w.asw, u) {
@@ -225,6 +258,55 @@ impl EventLoop {
             add(v.plugin, "desired_state_of_world");
         }
         self.metrics.ops.set_total_volumes(&counts);
+    }
+
+    /// Sweeps orphaned pod dirs once every source has listed and the
+    /// reconstruction walk is done; then after teardowns (rate-limited) and
+    /// every [`SWEEP_IDLE`].
+    fn maybe_sweep(&mut self) {
+        if !self.leftovers_done {
+            return;
+        }
+        let now = Instant::now();
+        let due = match self.last_sweep {
+            None => true,
+            Some(t) => {
+                let since = now.saturating_duration_since(t);
+                (self.sweep_wanted && since >= SWEEP_EVERY) || since >= SWEEP_IDLE
+            }
+        };
+        let known = {
+            let w = lock(&self.world);
+            if !due || !w.dsw.is_populated() {
+                return;
+            }
+            let mut known: BTreeSet<crate::model::PodUid> = BTreeSet::new();
+            for (_, v) in w.dsw.volumes() {
+                known.extend(v.pods.keys().cloned());
+            }
+            for (_, v) in w.asw.volumes() {
+                known.extend(v.pods.keys().cloned());
+            }
+            known
+        };
+        let r = super::orphans::sweep(&self.cfg.layout, self.sys.as_ref(), &known);
+        for (path, why) in &r.left {
+            tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");
+        }
+        if r.examined > 0 || r.finished_deletions > 0 {
+            tracing::info!(
+                examined = r.examined,
+                removed = r.removed,
+                errors = r.errors,
+                finished_deletions = r.finished_deletions,
+                "orphaned pod dirs swept"
+            );
+        }
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.metrics.ops.orphan_cleaned.set(as_i64(r.examined));
+        self.metrics.ops.orphan_cleaned_errors.set(as_i64(r.errors));
+        self.last_sweep = Some(now);
+        self.sweep_wanted = false;
     }
 
     fn maybe_checkpoint(&mut self) {

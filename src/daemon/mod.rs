@@ -18,6 +18,7 @@
 //! [`Daemon::provider`].
 
 pub mod event_loop;
+pub mod orphans;
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -33,9 +34,11 @@ use crate::metrics::{Metrics, gather_text, record_reconstruction};
 use crate::model::{Layout, UniqueVolumeName};
 use crate::reconciler::executor::{Executor, Job};
 use crate::reconciler::pending::Pending;
+use crate::reconstruct::MergeOutput;
 use crate::reconstruct::apply_to_asw;
 use crate::reconstruct::edge::{
-    HostInput, JournalInput, read_mount_table, reconstruct, reconstruct_and_record,
+    HostInput, JournalInput, read_mount_table, reconstruct_and_record_ready, reconstruct_leftovers,
+    reconstruct_ready, record_leftovers,
 };
 use crate::server::DebugProvider;
 use crate::sources::{Sources, SourcesConfig};
@@ -142,6 +145,19 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
+fn log_reconstruction(what: &str, output: &MergeOutput) {
+    for f in &output.failed {
+        tracing::warn!(path = %f.path.display(), cause = ?f.cause,
+            "reconstruction failed for this target; volumed has no plugin or metadata to clean it and leaves it");
+    }
+    tracing::info!(
+        decisions = output.decisions.len(),
+        failed = output.failed.len(),
+        unmounted_outside = output.unmounted_outside.len(),
+        "{what}"
+    );
+}
+
 /// Makes `root` a shared mount (bind onto itself first if it is not a mount point).
 fn make_root_shared(sys: &dyn Sys, root: &std::path::Path) -> Result<(), DaemonError> {
     let err = |source| DaemonError::SharedRoot {
@@ -198,31 +214,21 @@ impl Daemon {
             table: &table,
             boot_id: &cfg.boot_id,
         };
-        let output = match &journal {
+        let ready = match &journal {
             Some(j) => {
-                reconstruct_and_record(j, replaced.as_deref(), &host, &mut world.asw)?
+                reconstruct_and_record_ready(j, replaced.as_deref(), &host, &mut world.asw)?
                     .reconstruction
-                    .output
             }
             None => {
-                let r = reconstruct(&host, JournalInput::Off);
+                let r = reconstruct_ready(&host, JournalInput::Off);
                 for e in apply_to_asw(&r.output, &mut world.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a decision");
                 }
-                r.output
+                r
             }
         };
-        record_reconstruction(&metrics, &output);
-        for f in &output.failed {
-            tracing::warn!(path = %f.path.display(), cause = ?f.cause,
-                "reconstruction failed for this target; volumed has no way to clean it and leaves it");
-        }
-        tracing::info!(
-            decisions = output.decisions.len(),
-            failed = output.failed.len(),
-            unmounted_outside = output.unmounted_outside.len(),
-            "reconstruction done"
-        );
+        record_reconstruction(&metrics, &ready.output);
+        log_reconstruction("reconstruction done, ASW ready", &ready.output);
         let reconstructed = Arc::new(std::sync::atomic::AtomicBool::new(true));
 
         let world = Arc::new(Mutex::new(world));
@@ -231,7 +237,7 @@ impl Daemon {
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
         let executor = Arc::new(Executor::new(
             journal.clone(),
-            sys,
+            sys.clone(),
             &cfg.layout,
             metrics.clone(),
         ));
@@ -265,6 +271,39 @@ impl Daemon {
                 }
             })?);
         }
+        {
+            // Phase 2: the pod-dir walk, after readiness (DESIGN.md allows it;
+            // it only finds kubelet-era dirs and leftovers for cleanup).
+            let tx = events_tx.clone();
+            let journal = journal.clone();
+            let layout = cfg.layout.clone();
+            let boot = cfg.boot_id.clone();
+            let metrics = metrics.clone();
+            threads.push(spawn("volumed-leftovers", move || {
+                let host = HostInput {
+                    layout: &layout,
+                    table: &table,
+                    boot_id: &boot,
+                };
+                let output = match &journal {
+                    Some(j) => {
+                        let mut scratch = crate::state::ActualStateOfWorld::new();
+                        match record_leftovers(j, replaced.as_deref(), &host, &ready, &mut scratch)
+                        {
+                            Ok(o) => o.reconstruction.output,
+                            Err(e) => {
+                                tracing::error!(error = %e, "recording leftover decisions failed");
+                                return;
+                            }
+                        }
+                    }
+                    None => reconstruct_leftovers(&host, JournalInput::Off, &ready).output,
+                };
+                record_reconstruction(&metrics, &output);
+                log_reconstruction("pod-dir walk done", &output);
+                let _ = tx.send(Event::Leftovers(Box::new(output)));
+            })?);
+        }
         let looper = EventLoop {
             cfg: LoopConfig {
                 layout: cfg.layout.clone(),
@@ -279,6 +318,10 @@ impl Daemon {
             pending: Pending::new(),
             stopping: false,
             last_checkpoint_seq: journal.as_ref().map_or(0, |j| j.synced_through()),
+            sys,
+            leftovers_done: false,
+            last_sweep: None,
+            sweep_wanted: false,
         };
         threads.push(spawn("volumed-reconciler", move || looper.run())?);
         Ok(Daemon {
