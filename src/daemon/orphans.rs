@@ -147,6 +147,8 @@ fn clean_pod(
         }
         let _ = sys.rmdir(&pdir);
     }
+    // Crash point: the volume dirs are gone, the markers and the pod dir not yet.
+    crate::failpoint::hit("orphan_cleanup.mid");
     // Only emptyDir ready markers live under plugins/; one filesystem, no links followed.
     let plugins = pod_dir.join("plugins");
     match remove_dir_one_fs(&plugins, sys) {
