@@ -271,7 +271,10 @@ impl Sources {
                         .objects
                         .resolve_claim(&p.file, &name, &p.namespace, &claim_name)
                     {
-                        Ok((pv, spec)) => (name, pv, spec),
+                        Ok((pv, mut spec)) => {
+                            mark_block_device(&mut spec);
+                            (name, pv, spec)
+                        }
                         Err(e) => {
                             errors.push(e.to_string());
                             unresolved.insert(name);
@@ -329,6 +332,18 @@ impl Sources {
             events.push(SourceEvent::SourcesReady);
         }
         (!events.is_empty()).then_some(events)
+    }
+}
+
+/// Decides `is_block` of a local PV by `stat` (through symlinks, so
+/// `/dev/disk/by-id/…` counts) when its claim is resolved: a block device
+/// gets a device target (format, MountDevice, bind), anything else is bound
+/// as a directory. Decided again whenever the folders change; a device that
+/// appears later is seen on the next change.
+fn mark_block_device(spec: &mut crate::model::VolumeSpec) {
+    use std::os::unix::fs::FileTypeExt;
+    if let crate::model::VolumeSpec::Local { path, is_block, .. } = spec {
+        *is_block = std::fs::metadata(&*path).is_ok_and(|m| m.file_type().is_block_device());
     }
 }
 
