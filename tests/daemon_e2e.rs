@@ -591,3 +591,417 @@ fn every_volume_is_mounted_exactly_once() {
         },
     );
 }
+
+/// The paths below `dir`, relative, sorted (empty when it does not exist).
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(base).unwrap().to_owned());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(base, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn deleting_a_manifest_unmounts_and_cleans_up_only_that_pod() {
+    real("mounts and unmounts through the daemon", || {
+        let mut env = Env::new("volumed-e2e-delete");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        daemon.wait_until("every target mounted in /debug/state", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], true, dev);
+        let b_volumes = [(EMPTY_DIR, "cache"), (EMPTY_DIR, "scratch"), (LOCAL, PV)];
+        for (plugin, name) in b_volumes {
+            let f = env.pod_volume(POD_B, plugin, name).join("b.txt");
+            fs::write(&f, format!("pod b in {name}")).unwrap();
+        }
+
+        env.remove_pod("a.yaml");
+        let a_pod = env.root.join("pods").join(POD_A);
+        let a_volumes = a_pod.join("volumes");
+        daemon.wait_until("pod A's mounts gone", || {
+            env.mounts_below_root()
+                .iter()
+                .all(|m| !m.mount_point.starts_with(&a_pod))
+        });
+        daemon.wait_until("pod A gone from /debug/state", || {
+            pod_gone_from_state(&daemon.state(), &env.root, POD_A)
+        });
+        // Its volume dirs (and a disk emptyDir's `.deleting~` rename) go.
+        daemon.wait_until("pod A's volume dirs gone", || {
+            tree(&a_volumes).iter().all(|p| p.components().count() < 2)
+        });
+        for (plugin, name) in b_volumes {
+            assert!(
+                !env.pod_volume(POD_A, plugin, name).exists(),
+                "pod A's {name}"
+            );
+        }
+        // The other pod and the device mount it uses are untouched.
+        assert_mount_table(&env, &[POD_B], true, dev);
+        for (plugin, name) in b_volumes {
+            let f = env.pod_volume(POD_B, plugin, name).join("b.txt");
+            assert_eq!(
+                fs::read_to_string(&f).unwrap(),
+                format!("pod b in {name}"),
+                "{}",
+                f.display()
+            );
+        }
+        let want_b = expected_targets(&env, &[POD_B], true);
+        assert!(all_mounted(&daemon.state(), &want_b));
+
+        // The last pod using the PV goes: the device mount goes with it.
+        env.remove_pod("b.yaml");
+        daemon.wait_until("nothing mounted below the root", || {
+            env.mounts_below_root().is_empty()
+        });
+        daemon.wait_until("every target dir gone", || want.iter().all(|p| !p.exists()));
+        daemon.wait_until("no target mounted in /debug/state", || {
+            targets(&daemon.state())
+                .values()
+                .all(|(_, s)| s == "not_mounted")
+        });
+        assert!(
+            disk.close_and_wait_unbound(Duration::from_secs(10)),
+            "the loop device is still held (mounted) after the last pod went\n{}",
+            daemon.log_tail()
+        );
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_file_on_the_pv_survives_its_pods_being_deleted_and_readded() {
+    real("mounts an ext4 local PV through the daemon", || {
+        let mut env = Env::new("volumed-e2e-survive");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &pv_pod(POD_A));
+        env.write_pod("b.yaml", &pv_pod(POD_B));
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], false);
+        daemon.wait_until("both pods' PV mounted", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], false, dev);
+        let text = format!("written through pod A at {:?}", Instant::now());
+        fs::write(env.pod_volume(POD_A, LOCAL, PV).join("kept.txt"), &text).unwrap();
+        assert_eq!(
+            fs::read_to_string(env.pod_volume(POD_B, LOCAL, PV).join("kept.txt")).unwrap(),
+            text,
+            "both binds show the one filesystem"
+        );
+
+        delete_all_and_wait(&env, &daemon);
+        daemon.wait_until("the device target dir gone", || {
+            !env.device_target().exists()
+        });
+        assert!(disk.is_bound());
+
+        env.write_pod("a.yaml", &pv_pod(POD_A));
+        env.write_pod("b.yaml", &pv_pod(POD_B));
+        daemon.wait_until("both pods' PV mounted again", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], false, dev);
+        for uid in [POD_A, POD_B] {
+            let f = env.pod_volume(uid, LOCAL, PV).join("kept.txt");
+            assert_eq!(
+                fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display())),
+                text,
+                "the file survived (pod {uid})"
+            );
+        }
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_graceful_restart_reissues_no_plugin_operation() {
+    real("restarts the daemon over real mounts", || {
+        let mut env = Env::new("volumed-e2e-restart");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        let daemon = env.start();
+        daemon.wait_until("every target mounted in /debug/state", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        let first = daemon.metrics();
+        let ops = series(&first, "volumed_plugin_operations_total");
+        assert!(
+            ops.iter().map(|(_, v)| v).sum::<f64>() >= 7.0,
+            "the first start mounted (1 device, 6 pod targets): {ops:?}"
+        );
+        for uid in [POD_A, POD_B] {
+            for name in ["cache", "scratch"] {
+                let f = env.pod_volume(uid, EMPTY_DIR, name).join("kept.txt");
+                fs::write(&f, format!("{uid} {name}")).unwrap();
+            }
+        }
+        let table_of = |env: &Env| {
+            env.mounts_below_root()
+                .iter()
+                .map(|m| (m.mount_point.clone(), m.dev, m.fs_type.clone()))
+                .collect::<Vec<_>>()
+        };
+        let before = table_of(&env);
+        daemon.stop();
+        assert_eq!(table_of(&env), before, "stopping unmounts nothing");
+
+        let daemon = env.start();
+        daemon.wait_until(
+            "every target mounted in /debug/state after the restart",
+            || all_mounted(&daemon.state(), &want),
+        );
+        // Give the reconciler many passes (sources polled every 100 ms) to
+        // do something it should not.
+        std::thread::sleep(Duration::from_secs(2));
+        let metrics = daemon.metrics();
+        let storage = series(&metrics, "storage_operation_duration_seconds_count");
+        assert!(
+            storage.iter().all(|(_, v)| *v == 0.0),
+            "no storage operation after the restart: {storage:#?}\n{}",
+            daemon.log_tail()
+        );
+        let ops = series(&metrics, "volumed_plugin_operations_total");
+        assert!(
+            !ops.is_empty(),
+            "volumed_plugin_operations_total is exported"
+        );
+        assert!(
+            ops.iter().all(|(_, v)| *v == 0.0),
+            "no plugin operation after the restart: {ops:#?}\n{}",
+            daemon.log_tail()
+        );
+        let state = daemon.state();
+        assert!(all_mounted(&state, &want), "{state:#}");
+        assert!(
+            targets(&state).values().all(|(_, s)| s == "mounted"),
+            "{state:#}"
+        );
+        assert_mount_table(&env, &[POD_A, POD_B], true, dev);
+        assert_eq!(table_of(&env), before, "the same mounts, none added");
+        for uid in [POD_A, POD_B] {
+            for name in ["cache", "scratch"] {
+                let f = env.pod_volume(uid, EMPTY_DIR, name).join("kept.txt");
+                assert_eq!(fs::read_to_string(&f).unwrap(), format!("{uid} {name}"));
+            }
+        }
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn bad_manifests_are_logged_and_contained_while_good_ones_mount() {
+    real("mounts good pods next to bad manifests", || {
+        let mut env = Env::new("volumed-e2e-hostile");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let bad = [
+            (
+                "broken.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: broken, uid: [oops\nspec:\n  volumes: - {\n",
+            ),
+            (
+                "hostile-volume.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: hostile-volume, uid: e2e-hostile}\nspec:\n  containers: [{name: app, image: busybox}]\n  volumes:\n  - name: ../etc\n    emptyDir: {}\n",
+            ),
+            (
+                "hostile-uid.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: hostile-uid, uid: ../x}\nspec:\n  containers: [{name: app, image: busybox}]\n  volumes:\n  - name: data\n    emptyDir: {}\n",
+            ),
+        ];
+        for (file, text) in bad {
+            env.write_pod(file, text);
+        }
+        let outside = |env: &Env| {
+            let mut t = tree(env.scratch.path());
+            t.retain(|p| {
+                !p.starts_with("root") && !p.starts_with("journal") && !p.starts_with("pods")
+            });
+            t
+        };
+        let before = outside(&env);
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        daemon.wait_until("the good pods mounted", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], true, dev);
+        for (file, _) in bad {
+            let path = env.pods.join(file);
+            let path = path.to_str().unwrap();
+            daemon.wait_until(&format!("an error naming {path} in the log"), || {
+                daemon
+                    .log()
+                    .lines()
+                    .any(|l| (l.contains("ERROR") || l.contains("WARN")) && l.contains(path))
+            });
+        }
+        // Nothing outside the root but the daemon's own log and journal.
+        let mut after = outside(&env);
+        after.retain(|p| !p.to_string_lossy().starts_with("daemon-"));
+        assert_eq!(after, before, "created outside the root");
+        assert!(!env.scratch.path().join("etc").exists());
+        assert!(!env.scratch.path().join("x").exists());
+        // Inside the root: only the good pods, no `etc` or `x` anywhere.
+        let pods: BTreeSet<String> = fs::read_dir(env.root.join("pods"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            pods.iter()
+                .all(|p| p == POD_A || p == POD_B || p == "e2e-hostile"),
+            "{pods:?}"
+        );
+        let stray: Vec<_> = tree(&env.root)
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n == "etc" || n == "x" || n == "..")
+            })
+            .collect();
+        assert!(stray.is_empty(), "created from a hostile name: {stray:?}");
+        let state = daemon.state();
+        for p in targets(&state).keys() {
+            assert!(
+                p.starts_with(&env.root) && !p.to_string_lossy().contains(".."),
+                "{}",
+                p.display()
+            );
+        }
+        assert!(
+            targets(&state)
+                .keys()
+                .all(|p| !p.starts_with(env.root.join("pods/e2e-hostile"))),
+            "{state:#}"
+        );
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+/// A `dump`/`/debug/state` state with only the journaled targets (hostPath
+/// pod targets, kind `none`, are not journaled).
+fn journaled(state: &Value) -> Value {
+    let mut volumes = Vec::new();
+    for v in state["volumes"].as_array().unwrap() {
+        let mut v = v.clone();
+        v["pods"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|p| p["kind"] != "none");
+        if !v["device"].is_null() || !v["pods"].as_array().unwrap().is_empty() {
+            volumes.push(v);
+        }
+    }
+    serde_json::json!({ "volumes": volumes })
+}
+
+#[test]
+fn dump_json_while_running_equals_debug_state() {
+    real("runs the daemon and dump against it", || {
+        let mut env = Env::new("volumed-e2e-dump");
+        let disk = ext4_loop(&env);
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let host_dir = env.scratch.path().join("hostpath");
+        env.write_pod(
+            "c.json",
+            &serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "c", "uid": "e2e-pod-c"},
+                "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                    "volumes": [{"name": "host",
+                        "hostPath": {"path": host_dir, "type": "DirectoryOrCreate"}}]}
+            })
+            .to_string(),
+        );
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        daemon.wait_until("every target mounted in /debug/state", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        let dump = |extra: &[&str]| {
+            let out = Command::new(BIN)
+                .arg("dump")
+                .arg("--journal-dir")
+                .arg(&env.journal)
+                .arg("--boot-id-file")
+                .arg(&env.boot)
+                .args(extra)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "dump {extra:?}: {}\n--- daemon stderr tail ---\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                daemon.log_tail()
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let mut last = (Value::Null, Value::Null);
+        daemon.wait_until("dump's state to equal /debug/state", || {
+            let doc: Value = serde_json::from_str(&dump(&["--format", "json"])).unwrap();
+            let live = daemon.state();
+            last = (journaled(&doc["state"]), journaled(&live));
+            last.0 == last.1
+        });
+        let (from_dump, from_state) = last;
+        assert!(all_mounted(&from_dump, &want), "{from_dump:#}");
+        assert_eq!(
+            targets(&from_dump).len(),
+            want.len(),
+            "exactly the journaled targets: {from_dump:#}"
+        );
+        assert_eq!(from_dump, from_state);
+        let doc: Value = serde_json::from_str(&dump(&["--format", "json"])).unwrap();
+        assert_eq!(doc["boot_id"], BOOT);
+        let records = doc["records"].as_array().unwrap();
+        assert!(
+            records.iter().any(|r| r["type"] == "intent")
+                && records.iter().any(|r| r["type"] == "outcome"),
+            "{doc:#}"
+        );
+        let table = dump(&[]);
+        assert!(table.contains(PV_VOLUME), "{table}");
+        let one = dump(&["--format", "json", "--volume", PV_VOLUME]);
+        let one: Value = serde_json::from_str(&one).unwrap();
+        assert_eq!(
+            one["state"]["volumes"].as_array().unwrap().len(),
+            1,
+            "{one:#}"
+        );
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}

@@ -45,6 +45,9 @@
 //! - A pod whose claim or volume cannot be resolved gets an error and keeps
 //!   the DSW volumes it already had under that name ([`DesiredPod::unresolved`]).
 //! - Two files with the same pod UID: the first (sorted by path) wins.
+//! - Every file error, and every error of a pod when it appears or changes
+//!   (a rejected volume name, an unresolved claim), is logged at error level
+//!   naming the file, as the kubelet logs a manifest it cannot process.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -318,14 +321,25 @@ impl Sources {
             return None;
         }
         let (desired, signature) = self.load(pods, objects);
+        // Errors, as the kubelet logs a manifest it cannot process: every
+        // message names its file.
         for e in &desired.file_errors {
-            tracing::warn!(error = %e, "static source");
+            tracing::error!(error = %e, "static source");
         }
         if !desired.complete {
             return None;
         }
         self.signature = Some(signature);
         let mut events = diff(&self.current, &desired.pods);
+        // A pod's own errors (a rejected volume, an unresolved claim) are
+        // logged when the pod appears or changes, not on every poll.
+        for ev in &events {
+            if let SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) = ev {
+                for e in &p.errors {
+                    tracing::error!(pod = %p.uid, file = %p.file.display(), error = %e, "static pod");
+                }
+            }
+        }
         self.current = desired.pods;
         if !self.ready_sent {
             self.ready_sent = true;
