@@ -14,9 +14,9 @@
 //! - **PV types.** `spec.local` (path must be absolute) and `spec.csi`
 //!   (driver must be one path component). Access modes and `mountOptions`
 //!   are carried. `is_block` of a local PV is left `false` here: whether the
-//!   path is a block device is decided by `stat` when it is mounted, not by
-//!   reading the objects dir. `volumeMode: Block` and other PV types are
-//!   reported as unsupported.
+//!   path is a block device is decided by `stat` when a pod's claim is
+//!   resolved (`Sources::resolve`), not by reading the objects dir.
+//!   `volumeMode: Block` and other PV types are reported as unsupported.
 //! - **CSIDriver:** its name and `spec.seLinuxMount` (default false) are kept
 //!   for the SELinux rules.
 
