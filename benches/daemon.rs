@@ -267,6 +267,19 @@ fn floor_once(root: &Path, pvs: &Path, pods: usize) -> Duration {
     took
 }
 
+/// `--poll-ms` for the daemons: 100, or `VOLUMED_BENCH_POLL_MS`.
+fn poll_ms() -> String {
+    std::env::var("VOLUMED_BENCH_POLL_MS").unwrap_or_else(|_| "100".into())
+}
+
+/// More `volumed run` arguments from `VOLUMED_BENCH_DAEMON_ARGS` (split on
+/// whitespace), for experiments such as `--journal off`.
+fn extra_args() -> Vec<String> {
+    std::env::var("VOLUMED_BENCH_DAEMON_ARGS")
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// A spawned `volumed run`, SIGKILLed if dropped while still running.
 struct Daemon {
     child: Child,
@@ -297,7 +310,8 @@ impl Daemon {
             .args(["--listen", "127.0.0.1:0", "--node-name", NODE])
             .arg("--boot-id-file")
             .arg(boot_file)
-            .args(["--poll-ms", "100"])
+            .args(["--poll-ms", &poll_ms()])
+            .args(extra_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).expect("daemon log file"))
@@ -373,8 +387,8 @@ impl Daemon {
             let n: u64 = rest
                 .rsplit(' ')
                 .next()
-                .and_then(|v| v.parse::<f64>().ok())
-                .map_or(0, |v| v as u64);
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
             if rest.contains("state=\"actual_state_of_world\"") {
                 asw += n;
             } else if rest.contains("state=\"desired_state_of_world\"") {
@@ -594,6 +608,10 @@ fn main() {
     let stop = a.stop();
     println!("  SIGTERM to exit: {:.0} ms", stop.as_secs_f64() * 1e3);
 
+    if std::env::var("VOLUMED_BENCH_ONLY").is_ok_and(|v| v == "mass") {
+        return;
+    }
+
     // 2 + 3. Memory at V_lo and V_hi, then idle CPU at V_hi.
     let root_b = scratch.path().join("root-b");
     let pods_b = scratch.path().join("pods-b");
@@ -643,9 +661,10 @@ fn main() {
         let secs = t.elapsed().as_secs_f64();
         println!(
             "idle CPU bench: {v1} volumes, {:.2} s CPU over {secs:.1} s = {:.3}% of one core \
-             (target <= 0.5%); --poll-ms 100",
+             (target <= 0.5%); --poll-ms {}",
             ticks as f64 / clk_tck(),
-            100.0 * ticks as f64 / clk_tck() / secs
+            100.0 * ticks as f64 / clk_tck() / secs,
+            poll_ms()
         );
         println!("  check: {} mounts below the root", mounts_below(&root_b));
     }
