@@ -39,10 +39,13 @@
 //!    `JournalConfig::cache_capacity` (printed) with the journal's records,
 //!    which is part of what the slope shows.
 //!
-//! Sizes: full under `cargo bench --bench daemon` (about 10-15 min, most of
-//! it the daemon making 10,000 mounts); `--quick`, `VOLUMED_BENCH_QUICK=1`
-//! or a run without `--bench` (`cargo test --benches`) is the small set (a
-//! few minutes). `VOLUMED_BENCH_PODS=<n>` overrides the mass start's P.
+//! Sizes: full under `cargo bench --bench daemon` (about 1 min on a 2-core
+//! VM, 30 s of it the idle window); `--quick`, `VOLUMED_BENCH_QUICK=1` or a
+//! run without `--bench` (`cargo test --benches`) is the small set (about
+//! 15 s). Knobs for experiments: `VOLUMED_BENCH_PODS=<n>` (the mass start's
+//! P), `VOLUMED_BENCH_POLL_MS=<ms>` (the daemons' `--poll-ms`),
+//! `VOLUMED_BENCH_DAEMON_ARGS="--journal off"` (more `volumed run`
+//! arguments), `VOLUMED_BENCH_ONLY=mass` (stop after the mass start).
 //! The journal dir is under `$VOLUMED_BENCH_DIR`, else cargo's
 //! `CARGO_TARGET_TMPDIR` (the real disk, not a tmpfs `/tmp`); the root dir
 //! and the PV dirs are in a scratch dir under the system temp dir. Needs
