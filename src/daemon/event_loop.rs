@@ -172,7 +172,6 @@ impl EventLoop {
 
     fn reconcile(&mut self) {
         let now = Instant::now();
-        let journal_state = self.journal.as_ref().map(|j| j.state());
         let mut w = lock(&self.world);
         let p = {
             let pending = &self.pending;
@@ -187,11 +186,22 @@ impl EventLoop {
                 continue;
             }
             if let Action::Forget { volume } = &action {
-                let ok = self.forget(&mut w.asw, volume, journal_state.as_ref());
+                let ok = self.forget(&mut w.asw, volume);
                 self.pending.finish(&key, ok, now);
                 continue;
             }
-            match job_for(&action, &w.asw, journal_state.as_ref(), &self.cfg.layout) {
+            // Only teardowns read the journal (for the target's last
+            // parameters), under its lock and without copying its state: a
+            // copy per pass is O(targets) with the appenders locked out.
+            let job = match (&action, &self.journal) {
+                (Action::Mount { .. }, _) | (_, None) => {
+                    job_for(&action, &w.asw, None, &self.cfg.layout)
+                }
+                (_, Some(j)) => {
+                    j.with_state(|s| job_for(&action, &w.asw, Some(s), &self.cfg.layout))
+                }
+            };
+            match job {
                 Some(job) => {
                     if self.jobs.send(job).is_err() {
                         self.pending.finish(&key, false, now);
@@ -211,24 +221,23 @@ impl EventLoop {
     }
 
     /// Drops a volume with nothing left from the ASW, and its targets from the journal.
-    fn forget(
-        &self,
-        asw: &mut ActualStateOfWorld,
-        volume: &UniqueVolumeName,
-        journal_state: Option<&crate::journal::JournalState>,
-    ) -> bool {
+    fn forget(&self, asw: &mut ActualStateOfWorld, volume: &UniqueVolumeName) -> bool {
         if let Err(e) = asw.delete_volume(volume) {
             tracing::warn!(error = %e, "forget volume");
             return false;
         }
-        let (Some(j), Some(state)) = (&self.journal, journal_state) else {
+        let Some(j) = &self.journal else {
             return true;
         };
-        let targets: Vec<TargetRef> = state
-            .entries()
-            .filter(|(k, e)| &k.volume == volume && e.reported_state() == MountState::NotMounted)
-            .map(|(k, _)| k.target.clone())
-            .collect();
+        let targets: Vec<TargetRef> = j.with_state(|state| {
+            state
+                .entries()
+                .filter(|(k, e)| {
+                    &k.volume == volume && e.reported_state() == MountState::NotMounted
+                })
+                .map(|(k, _)| k.target.clone())
+                .collect()
+        });
         for target in targets {
             let body = Body::Forget {
                 volume: volume.clone(),
@@ -243,19 +252,14 @@ impl EventLoop {
     }
 
     fn update_gauges(&self, w: &World) {
+        // Counted in place: a copy of every target per pass would make each
+        // pass O(volumes) in allocations.
         let mut counts: Vec<(PluginName, &'static str, usize)> = Vec::new();
-        let mut add = |p: PluginName, state: &'static str| match counts
-            .iter_mut()
-            .find(|(q, s, _)| *q == p && *s == state)
-        {
-            Some(c) => c.2 += 1,
-            None => counts.push((p, state, 1)),
-        };
-        for m in w.asw.get_mounted_volumes() {
-            add(m.plugin, "actual_state_of_world");
+        for (p, n) in w.asw.mounted_counts() {
+            counts.push((p, "actual_state_of_world", n));
         }
-        for v in w.dsw.volumes_to_mount() {
-            add(v.plugin, "desired_state_of_world");
+        for (p, n) in w.dsw.to_mount_counts() {
+            counts.push((p, "desired_state_of_world", n));
         }
         self.metrics.ops.set_total_volumes(&counts);
     }

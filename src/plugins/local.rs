@@ -24,11 +24,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::host::mountinfo::MountInfo;
+use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::sys::{DiskFormat, FileKind, MsFlags, Sys};
 use crate::model::{MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
 use crate::plugins::mount_ops::{
-    data_string, ensure_mounted, identity_at, remove_mount_dir, split_options, unmount_all,
+    data_string, ensure_mounted, identity_at, remove_mount_dir, split_options, target_exists,
+    unmount_all,
 };
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -197,7 +198,14 @@ impl VolumePlugin for LocalPlugin {
             .as_deref()
             .ok_or_else(|| op.missing("pod mount path"))?;
         let (flags, _) = split_options(&params.mount_options);
-        let table = op.look(sys.read_mountinfo())?;
+        // The table is needed to check the device mount, or to tell whether
+        // what is at the target is our bind; a directory PV bound on a
+        // target that does not exist yet (every first SetUp) needs neither.
+        let table = if l.is_block || target_exists(&op, target) {
+            op.look(sys.read_mountinfo())?
+        } else {
+            MountTable::default()
+        };
         let (source, source_id) = if l.is_block {
             let source = params
                 .device_mount_path

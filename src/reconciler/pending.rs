@@ -79,8 +79,25 @@ impl Pending {
     /// Whether `key` must wait: a conflicting operation runs, or `key` itself
     /// failed and its backoff window has not passed.
     pub fn busy(&self, key: &OpKey, now: Instant) -> bool {
-        self.running.keys().any(|k| k.conflicts(key))
-            || self.backoff.get(key).is_some_and(|b| now < b.until)
+        self.conflicts_with_running(key) || self.backoff.get(key).is_some_and(|b| now < b.until)
+    }
+
+    /// Whether a running key conflicts with `key`, in O(log n): keys sort by
+    /// volume, then with the volume-wide key (`pod: None`) first, so the
+    /// only candidates are that volume's first running key, its volume-wide
+    /// key and `key` itself.
+    fn conflicts_with_running(&self, key: &OpKey) -> bool {
+        match &key.pod {
+            None => self
+                .running
+                .range(OpKey::volume(&key.volume)..)
+                .next()
+                .is_some_and(|(k, ())| k.volume == key.volume),
+            Some(_) => {
+                self.running.contains_key(key)
+                    || self.running.contains_key(&OpKey::volume(&key.volume))
+            }
+        }
     }
 
     /// Marks `key` running; `false` (and nothing changes) when it must wait.
@@ -177,6 +194,37 @@ mod tests {
         );
         assert!(pending.start(&OpKey::volume(&v("b")), now));
         assert_eq!(pending.running(), 3);
+    }
+
+    #[test]
+    fn busy_agrees_with_conflicts_against_every_running_key() {
+        let now = Instant::now();
+        let keys = [
+            OpKey::volume(&v("a")),
+            OpKey::pod(&v("a"), &p("1")),
+            OpKey::pod(&v("a"), &p("2")),
+            OpKey::volume(&v("ab")),
+            OpKey::pod(&v("ab"), &p("1")),
+            OpKey::volume(&v("b")),
+            OpKey::pod(&v("b"), &p("3")),
+        ];
+        // every subset of running keys, every probe key
+        for mask in 0u32..(1 << keys.len()) {
+            let mut pending = Pending::new();
+            let running: Vec<&OpKey> = keys
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, k)| k)
+                .collect();
+            for k in &running {
+                pending.running.insert((*k).clone(), ());
+            }
+            for probe in &keys {
+                let want = running.iter().any(|k| k.conflicts(probe));
+                assert_eq!(pending.busy(probe, now), want, "{probe:?} vs {running:?}");
+            }
+        }
     }
 
     #[test]

@@ -97,27 +97,43 @@ pub fn plan(
         }
     };
 
+    // Both states are walked borrowed; only what is acted on is copied (a
+    // pass runs after every batch of finished jobs, so a copy of every
+    // target per pass would be O(n) allocations per job at a mass start).
     if populated {
-        for mv in asw.get_possibly_mounted_volumes() {
+        for (volume, pod, selinux) in asw.possibly_mounted_iter() {
             let wanted_label = dsw
-                .volume(&mv.volume)
+                .volume(volume)
                 .and_then(|v| v.effective_selinux.as_ref());
-            let still_wanted = dsw.pod_exists_in_volume(&mv.pod, &mv.volume)
-                && !mv.selinux.conflicts_with(wanted_label);
+            let still_wanted =
+                dsw.pod_exists_in_volume(pod, volume) && !selinux.conflicts_with(wanted_label);
             if !still_wanted {
                 push(
                     &mut out,
                     Action::TearDown {
-                        volume: mv.volume,
-                        pod: mv.pod,
+                        volume: volume.clone(),
+                        pod: pod.clone(),
                     },
                 );
             }
         }
     }
 
-    for want in dsw.volumes_to_mount() {
-        match asw.pod_exists_in_volume(&want.volume, &want.pod, want.selinux.as_ref()) {
+    for (name, uid, v, p) in dsw.volumes_to_mount_iter() {
+        let presence = asw.pod_exists_in_volume(name, uid, v.effective_selinux.as_ref());
+        let skip = match &presence {
+            Ok(p) if p.mounted => true,
+            // running or backing off: left for a later pass, uncopied
+            Ok(_) | Err(StateError::VolumeNotAttached { .. }) => {
+                busy(&OpKey::for_mount(name, uid, &v.spec))
+            }
+            Err(_) => false,
+        };
+        if skip {
+            continue;
+        }
+        let want = DesiredStateOfWorld::volume_to_mount(name, uid, v, p);
+        match presence {
             Ok(p) if p.mounted => {}
             Ok(_) => {
                 let device_needed = want.spec.device_target_kind() == Some(TargetKind::Mount);

@@ -459,6 +459,23 @@ impl ActualStateOfWorld {
         self.pod_targets(None, |s| s == MountState::Mounted)
     }
 
+    /// Per plugin, how many pod targets are mounted (what
+    /// [`Self::get_mounted_volumes`] lists), without copying them.
+    pub fn mounted_counts(&self) -> BTreeMap<PluginName, usize> {
+        let mut out = BTreeMap::new();
+        for v in self.volumes.values() {
+            let n = v
+                .pods
+                .values()
+                .filter(|p| p.state == MountState::Mounted)
+                .count();
+            if n > 0 {
+                *out.entry(v.plugin).or_default() += n;
+            }
+        }
+        out
+    }
+
     /// `pod`'s targets that are mounted (not uncertain).
     pub fn get_mounted_volumes_for_pod(&self, pod: &PodUid) -> Vec<MountedVolume> {
         self.pod_targets(Some(pod), |s| s == MountState::Mounted)
@@ -467,6 +484,19 @@ impl ActualStateOfWorld {
     /// Pod targets that are mounted or uncertain.
     pub fn get_possibly_mounted_volumes(&self) -> Vec<MountedVolume> {
         self.pod_targets(None, |s| s != MountState::NotMounted)
+    }
+
+    /// The pod targets [`Self::get_possibly_mounted_volumes`] lists, borrowed:
+    /// (volume, pod, the volume's context).
+    pub fn possibly_mounted_iter(
+        &self,
+    ) -> impl Iterator<Item = (&UniqueVolumeName, &PodUid, &SeLinuxState)> {
+        self.volumes.iter().flat_map(|(name, v)| {
+            v.pods
+                .iter()
+                .filter(|(_, p)| p.state != MountState::NotMounted)
+                .map(move |(uid, _)| (name, uid, &v.selinux))
+        })
     }
 
     /// `pod`'s targets that are mounted or uncertain.

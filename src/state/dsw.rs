@@ -221,20 +221,47 @@ impl DesiredStateOfWorld {
 
     /// One entry per (volume, pod), sorted by volume then pod.
     pub fn volumes_to_mount(&self) -> Vec<VolumeToMount> {
+        self.volumes_to_mount_iter()
+            .map(|(name, uid, v, p)| Self::volume_to_mount(name, uid, v, p))
+            .collect()
+    }
+
+    /// The (volume, pod) pairs [`Self::volumes_to_mount`] lists, borrowed:
+    /// for a pass that copies only the pairs it acts on.
+    pub fn volumes_to_mount_iter(
+        &self,
+    ) -> impl Iterator<Item = (&UniqueVolumeName, &PodUid, &DesiredVolume, &DesiredPod)> {
         self.volumes
             .iter()
-            .flat_map(|(name, v)| {
-                v.pods.iter().map(move |(uid, p)| VolumeToMount {
-                    volume: name.clone(),
-                    pod: uid.clone(),
-                    plugin: v.plugin,
-                    spec: v.spec.clone(),
-                    spec_name: p.spec_name.clone(),
-                    outer_name: p.outer_name.clone(),
-                    selinux: v.effective_selinux.clone(),
-                })
-            })
-            .collect()
+            .flat_map(|(name, v)| v.pods.iter().map(move |(uid, p)| (name, uid, v, p)))
+    }
+
+    /// One pair of [`Self::volumes_to_mount_iter`] as [`Self::volumes_to_mount`] lists it.
+    pub fn volume_to_mount(
+        name: &UniqueVolumeName,
+        uid: &PodUid,
+        v: &DesiredVolume,
+        p: &DesiredPod,
+    ) -> VolumeToMount {
+        VolumeToMount {
+            volume: name.clone(),
+            pod: uid.clone(),
+            plugin: v.plugin,
+            spec: v.spec.clone(),
+            spec_name: p.spec_name.clone(),
+            outer_name: p.outer_name.clone(),
+            selinux: v.effective_selinux.clone(),
+        }
+    }
+
+    /// Per plugin, how many (volume, pod) pairs [`Self::volumes_to_mount`]
+    /// lists, without copying them.
+    pub fn to_mount_counts(&self) -> BTreeMap<PluginName, usize> {
+        let mut out = BTreeMap::new();
+        for v in self.volumes.values().filter(|v| !v.pods.is_empty()) {
+            *out.entry(v.plugin).or_default() += v.pods.len();
+        }
+        out
     }
 
     /// Records an error for `pod`. Like the kubelet, an error is added only
