@@ -292,15 +292,17 @@ pub fn reconstruct_leftovers(
 fn decide_leftovers(
     host: &HostInput<'_>,
     journal: JournalInput<'_>,
-    view: HostView,
+    mut view: HostView,
     ready: &Reconstruction,
 ) -> Reconstruction {
     // the walk's targets are bare dirs or dirs of unknown plugins: few lookups
     let tops = MountIndex::new(host.table, false);
+    let mut pods = std::mem::take(&mut view.pod_targets);
+    pods.append(&mut view.found_dirs);
     let input = MergeInput {
         journal: journal.state(),
         current_boot_id: host.boot_id.as_str().to_owned(),
-        host_targets: host_targets(&tops, &view),
+        host_targets: host_targets_moving(&tops, &view, pods),
         observe: Default::default(),
         device_ids: BTreeMap::new(),
     };
@@ -336,10 +338,10 @@ impl Reconstruction {
 fn finish(
     host: &HostInput<'_>,
     journal: JournalInput<'_>,
-    view: HostView,
+    mut view: HostView,
     decide: impl FnOnce(&MergeInput<'_>) -> MergeOutput,
 ) -> Reconstruction {
-    let input = build_input(host.table, &view, journal.state());
+    let input = build_input_moving(host.table, &mut view, journal.state());
     let output = decide(&input);
     Reconstruction::new(output, view.problems, host.boot_id.as_str(), journal)
 }
@@ -477,6 +479,29 @@ pub fn build_input<'a>(
 ) -> MergeInput<'a> {
     let tops = MountIndex::new(table, true);
     let host_targets = host_targets(&tops, view);
+    fill_input(&tops, host_targets, view, journal)
+}
+
+/// [`build_input`], taking the view's pod targets and bare dirs instead of
+/// copying them.
+fn build_input_moving<'a>(
+    table: &MountTable,
+    view: &mut HostView,
+    journal: Option<&'a JournalState>,
+) -> MergeInput<'a> {
+    let tops = MountIndex::new(table, true);
+    let mut pods = std::mem::take(&mut view.pod_targets);
+    pods.append(&mut view.found_dirs);
+    let host_targets = host_targets_moving(&tops, view, pods);
+    fill_input(&tops, host_targets, view, journal)
+}
+
+fn fill_input<'a>(
+    tops: &MountIndex<'_>,
+    host_targets: Vec<HostTarget>,
+    view: &HostView,
+    journal: Option<&'a JournalState>,
+) -> MergeInput<'a> {
     // Only journal paths are looked up in `observe`: one table lookup each,
     // else one `lstat`. A target path that is a host-found target's with a
     // mount is skipped: the merge takes that target's observation, the same
@@ -591,12 +616,19 @@ fn observed(m: &MountInfo) -> ObservedMount {
 /// Every host-found target, in scan order: device targets, mounted pod
 /// targets, bare dirs, then dirs of unknown plugins.
 fn host_targets(table: &MountIndex<'_>, view: &HostView) -> Vec<HostTarget> {
+    let pods = view.pod_targets.iter().chain(&view.found_dirs).cloned();
+    host_targets_moving(table, view, pods.collect())
+}
+
+/// [`host_targets`], with the pod targets and bare dirs moved in (in that
+/// order).
+fn host_targets_moving(
+    table: &MountIndex<'_>,
+    view: &HostView,
+    pods: Vec<PodTarget>,
+) -> Vec<HostTarget> {
     let devices = view.device_targets.iter().map(|t| device_target(table, t));
-    let pods = view
-        .pod_targets
-        .iter()
-        .chain(&view.found_dirs)
-        .map(|t| pod_target(table, t));
+    let pods = pods.into_iter().map(|t| pod_target(table, t));
     let unknown = view
         .unknown_plugin_dirs
         .iter()
@@ -633,7 +665,9 @@ fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
     }
 }
 
-fn pod_target(table: &MountIndex<'_>, t: &PodTarget) -> HostTarget {
+/// One pod target, moved in: its path, pod, name and observed identity
+/// become the host target's (the identity is the same top mount's).
+fn pod_target(table: &MountIndex<'_>, t: PodTarget) -> HostTarget {
     let mounted = matches!(t.observed, Observed::Mounted(_));
     let kind = match t.plugin {
         PluginName::EmptyDir if mounted => TargetKind::Mount,
@@ -654,17 +688,26 @@ fn pod_target(table: &MountIndex<'_>, t: &PodTarget) -> HostTarget {
         PluginName::LocalVolume => ready(UniqueVolumeName::shared(t.plugin, &t.spec_name)),
         PluginName::Csi => csi_rebuild(t.vol_data.as_ref(), &t.path),
     };
+    let observation = match t.observed {
+        Observed::Mounted(seen) => match table.top_at(&t.path) {
+            Some(top) => HostObservation::Mounted(ObservedMount {
+                identity: seen.identity,
+                source: PathBuf::from(seen.source),
+                mount_options: top.mount_options.join(","),
+                super_options: top.super_options_raw.to_string_lossy().into_owned(),
+            }),
+            None => HostObservation::DirPresent,
+        },
+        Observed::DirPresent => HostObservation::DirPresent,
+    };
     HostTarget {
-        path: t.path.clone(),
-        target: TargetRef::Pod(t.pod_uid.clone()),
+        path: t.path,
+        target: TargetRef::Pod(t.pod_uid),
         plugin_name: t.plugin.as_str().to_owned(),
         plugin: Some(t.plugin),
-        spec_name: t.spec_name.clone(),
+        spec_name: t.spec_name,
         kind,
-        observation: match t.observed {
-            Observed::Mounted(_) => table.observation_at(&t.path),
-            Observed::DirPresent => HostObservation::DirPresent,
-        },
+        observation,
         rebuild,
     }
 }
