@@ -373,7 +373,7 @@ fn reconstruct(args: ReconstructArgs) -> Result<()> {
         table: &table,
         boot_id: &boot,
     };
-    let mut report = edge::reconstruct(&host, input).report;
+    let mut report = edge::reconstruct(&host, input).report();
     if let Some(note) = inspected.as_ref().and_then(|i| i.note(&journal_dir)) {
         report.journal_note = Some(note);
     }

@@ -262,27 +262,53 @@ impl MountTable {
     /// Every mount at exactly `path`, bottom first (table order). Several
     /// mounts can be stacked on one path.
     pub fn at(&self, path: &Path) -> impl Iterator<Item = &MountInfo> {
+        self.stack_at(path).iter().map(|&i| &self.entries[i])
+    }
+
+    /// Indices (into `entries`) of the mounts at exactly `path`, table order.
+    fn stack_at(&self, path: &Path) -> &[usize] {
         let key = normalise(path);
-        let lo = self
-            .by_path
-            .partition_point(|&i| self.key(i) < key.as_slice());
-        let hi = self
-            .by_path
-            .partition_point(|&i| self.key(i) <= key.as_slice());
-        self.by_path[lo..hi].iter().map(|&i| &self.entries[i])
+        let lo = self.by_path.partition_point(|&i| self.key(i) < key);
+        let len = self.by_path[lo..].partition_point(|&i| self.key(i) == key);
+        &self.by_path[lo..lo + len]
     }
 
     /// The visible mount at `path`: of the mounts stacked there, the one no
     /// other mount at that path sits on (the last in table order if the
     /// parent links do not decide it).
     pub fn top_at(&self, path: &Path) -> Option<&MountInfo> {
-        let stack: Vec<&MountInfo> = self.at(path).collect();
+        self.top_of(self.stack_at(path))
+    }
+
+    /// The top of one stack of indices (see [`MountTable::top_at`]).
+    fn top_of(&self, stack: &[usize]) -> Option<&MountInfo> {
+        let m = |i: usize| &self.entries[i];
+        if let [only] = stack {
+            return Some(m(*only));
+        }
         stack
             .iter()
             .rev()
-            .find(|m| !stack.iter().any(|o| o.parent_id == m.mount_id))
-            .or(stack.last())
-            .copied()
+            .map(|&i| m(i))
+            .find(|top| !stack.iter().any(|&o| m(o).parent_id == top.mount_id))
+            .or_else(|| stack.last().map(|&i| m(i)))
+    }
+
+    /// Every distinct mount point strictly below `prefix` (component-wise),
+    /// sorted by mount point, each once as its [`MountStack`]: what
+    /// [`MountTable::under`] yields, grouped by mount point, without a
+    /// lookup per mount point.
+    pub fn stacks_under(&self, prefix: &Path) -> impl Iterator<Item = MountStack<'_>> {
+        let range = self.under_range(prefix);
+        let mut rest = &self.by_path[range];
+        std::iter::from_fn(move || {
+            let (&first, _) = rest.split_first()?;
+            let key = self.key(first);
+            let len = rest.iter().take_while(|&&i| self.key(i) == key).count();
+            let (stack, tail) = rest.split_at(len);
+            rest = tail;
+            Some(MountStack { table: self, stack })
+        })
     }
 
     /// Whether something is mounted at exactly `path`.
@@ -293,7 +319,14 @@ impl MountTable {
     /// Every mount strictly below `prefix` (component-wise: `/a/bc` is not
     /// below `/a/b`), sorted by mount point, table order for ties.
     pub fn under(&self, prefix: &Path) -> impl Iterator<Item = &MountInfo> {
-        let mut key = normalise(prefix);
+        self.by_path[self.under_range(prefix)]
+            .iter()
+            .map(|&i| &self.entries[i])
+    }
+
+    /// The range of `by_path` strictly below `prefix`.
+    fn under_range(&self, prefix: &Path) -> std::ops::Range<usize> {
+        let mut key = normalise(prefix).to_vec();
         if key.last() != Some(&b'/') {
             key.push(b'/');
         }
@@ -301,10 +334,12 @@ impl MountTable {
             .by_path
             .partition_point(|&i| self.key(i) < key.as_slice());
         let len = self.by_path[lo..].partition_point(|&i| self.key(i).starts_with(&key));
-        self.by_path[lo..lo + len]
+        // `prefix/` itself (only for `/`) is not strictly below
+        let skip = self.by_path[lo..lo + len]
             .iter()
-            .map(|&i| &self.entries[i])
-            .filter(move |m| m.mount_point.as_os_str().len() > key.len())
+            .take_while(|&&i| self.key(i).len() <= key.len())
+            .count();
+        lo + skip..lo + len
     }
 
     /// Every mount of the filesystem with this device number.
@@ -318,12 +353,47 @@ impl MountTable {
 }
 
 /// The bytes of a path with trailing slashes removed (except for `/`).
-fn normalise(path: &Path) -> Vec<u8> {
-    let mut b = path.as_os_str().as_bytes().to_vec();
-    while b.len() > 1 && b.last() == Some(&b'/') {
-        b.pop();
+fn normalise(path: &Path) -> &[u8] {
+    let mut b = path.as_os_str().as_bytes();
+    while b.len() > 1
+        && let Some(rest) = b.strip_suffix(b"/")
+    {
+        b = rest;
     }
     b
+}
+
+/// The mounts stacked at one mount point, bottom first (table order), as
+/// [`MountTable::stacks_under`] yields them.
+#[derive(Debug, Clone, Copy)]
+pub struct MountStack<'a> {
+    table: &'a MountTable,
+    /// never empty
+    stack: &'a [usize],
+}
+
+impl<'a> MountStack<'a> {
+    /// The visible mount, as [`MountTable::top_at`] picks it.
+    pub fn top(&self) -> &'a MountInfo {
+        self.table
+            .top_of(self.stack)
+            .expect("a stack is never empty")
+    }
+
+    /// How many mounts are stacked here (1 normally).
+    pub fn len(&self) -> usize {
+        self.stack.len()
+    }
+
+    /// Never: a stack holds at least one mount.
+    pub fn is_empty(&self) -> bool {
+        self.stack.is_empty()
+    }
+
+    /// The mount point.
+    pub fn mount_point(&self) -> &'a Path {
+        &self.top().mount_point
+    }
 }
 
 /// Escapes bytes the way the kernel writes paths in mountinfo: space, tab,

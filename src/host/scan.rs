@@ -28,7 +28,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::host::HostError;
 use crate::host::boot::{BootId, read_boot_id};
-use crate::host::mountinfo::{LineError, MountInfo, MountTable};
+use crate::host::mountinfo::{LineError, MountStack, MountTable};
 pub use crate::host::pod_dirs::{VolData, attach_vol_data, read_vol_data, walk_pod_dirs};
 use crate::model::{Layout, ModelError, MountIdentity, PluginName, PodUid};
 
@@ -206,21 +206,14 @@ fn rel_components<'a>(path: &'a Path, base: &Path) -> Option<Vec<&'a OsStr>> {
         .collect()
 }
 
-fn observe(table: &MountTable, path: &Path) -> Option<ObservedMount> {
-    let top = table.top_at(path)?;
-    Some(ObservedMount {
+fn observe(stack: &MountStack<'_>) -> ObservedMount {
+    let top = stack.top();
+    ObservedMount {
         identity: top.identity(),
         source: top.source.clone(),
         mount_id: top.mount_id,
-        stacked: table.at(path).count(),
-    })
-}
-
-/// Distinct mount points strictly below `dir`, each once.
-fn distinct_under<'a>(table: &'a MountTable, dir: &Path) -> Vec<&'a MountInfo> {
-    let mut out: Vec<&MountInfo> = table.under(dir).collect();
-    out.dedup_by(|a, b| a.mount_point == b.mount_point);
-    out
+        stacked: stack.len(),
+    }
 }
 
 pub(super) fn utf8<'a>(
@@ -255,18 +248,18 @@ pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
         scan.problems.push(ScanProblem::MountInfoLine(e.clone()));
     }
     let plugins = layout.plugins_dir();
-    for m in distinct_under(table, &plugins) {
-        device_mount(table, m, &plugins, &mut scan);
+    for m in table.stacks_under(&plugins) {
+        device_mount(&m, &plugins, &mut scan);
     }
     let pods = layout.pods_dir();
-    for m in distinct_under(table, &pods) {
-        pod_mount(table, m, &pods, &mut scan);
+    for m in table.stacks_under(&pods) {
+        pod_mount(&m, &pods, &mut scan);
     }
     scan
 }
 
-fn device_mount(table: &MountTable, m: &MountInfo, plugins: &Path, scan: &mut MountScan) {
-    let path = &m.mount_point;
+fn device_mount(m: &MountStack<'_>, plugins: &Path, scan: &mut MountScan) {
+    let path = &m.top().mount_point;
     let unrecognised = |scan: &mut MountScan| {
         scan.problems
             .push(ScanProblem::UnrecognisedMount { path: path.clone() })
@@ -293,19 +286,17 @@ fn device_mount(table: &MountTable, m: &MountInfo, plugins: &Path, scan: &mut Mo
         ),
         _ => return unrecognised(scan),
     };
-    if let Some(mount) = observe(table, path) {
-        scan.device_targets.push(DeviceTarget {
-            path: path.clone(),
-            plugin,
-            name,
-            mount,
-            vol_data: None,
-        });
-    }
+    scan.device_targets.push(DeviceTarget {
+        path: path.clone(),
+        plugin,
+        name,
+        mount: observe(m),
+        vol_data: None,
+    });
 }
 
-fn pod_mount(table: &MountTable, m: &MountInfo, pods: &Path, scan: &mut MountScan) {
-    let path = &m.mount_point;
+fn pod_mount(m: &MountStack<'_>, pods: &Path, scan: &mut MountScan) {
+    let path = &m.top().mount_point;
     let Some(parts) = rel_components(path, pods) else {
         return;
     };
@@ -354,16 +345,14 @@ fn pod_mount(table: &MountTable, m: &MountInfo, pods: &Path, scan: &mut MountSca
     let Some(spec_name) = utf8(name, path, &mut scan.problems) else {
         return;
     };
-    if let Some(mount) = observe(table, path) {
-        scan.pod_targets.push(PodTarget {
-            path: path.clone(),
-            pod_uid: uid,
-            plugin,
-            spec_name: spec_name.to_owned(),
-            observed: Observed::Mounted(mount),
-            vol_data: None,
-        });
-    }
+    scan.pod_targets.push(PodTarget {
+        path: path.clone(),
+        pod_uid: uid,
+        plugin,
+        spec_name: spec_name.to_owned(),
+        observed: Observed::Mounted(observe(m)),
+        vol_data: None,
+    });
 }
 
 /// A full scan over an already-read mount table: the pure mount part, the

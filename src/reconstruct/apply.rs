@@ -1,6 +1,6 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
-use crate::journal::{Body, JournalState};
+use crate::journal::{Body, Entry, JournalState};
 use crate::model::{MountState, SeLinuxContext, TargetRef};
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState};
 
@@ -20,13 +20,18 @@ pub fn to_journal_records(out: &MergeOutput) -> Vec<Body> {
 /// `dump` shows the same live state without one (only the entry's `reason`
 /// stays that of its last record).
 pub fn journal_agrees(d: &Decision, state: &JournalState, boot_id: &str) -> bool {
-    state.get(&d.key).is_some_and(|e| {
-        e.pending.is_none()
-            && e.state == d.result
-            && e.boot_id == boot_id
-            && e.observed == d.observed
-            && e.params == d.params
-    })
+    state
+        .get(&d.key)
+        .is_some_and(|e| entry_agrees(d, e, boot_id))
+}
+
+/// [`journal_agrees`] with the decision's entry at hand.
+fn entry_agrees(d: &Decision, e: &Entry, boot_id: &str) -> bool {
+    e.pending.is_none()
+        && e.state == d.result
+        && e.boot_id == boot_id
+        && e.observed == d.observed
+        && e.params == d.params
 }
 
 /// The `Reconstructed` records that change what `state` implies: one per
@@ -38,9 +43,19 @@ pub fn changed_journal_records<'a>(
     state: &JournalState,
     boot_id: &str,
 ) -> Vec<(&'a Decision, Body)> {
+    // The merge decides journal targets in key order, as `entries` yields
+    // them: walk both together, and look up only what is out of step.
+    let mut entries = state.entries().peekable();
     out.decisions
         .iter()
-        .filter(|d| !journal_agrees(d, state, boot_id))
+        .filter(|d| {
+            while entries.next_if(|(k, _)| **k < d.key).is_some() {}
+            let entry = match entries.next_if(|(k, _)| **k == d.key) {
+                Some((_, e)) => Some(e),
+                None => state.get(&d.key),
+            };
+            !entry.is_some_and(|e| entry_agrees(d, e, boot_id))
+        })
         .map(|d| (d, record_of(d)))
         .collect()
 }
@@ -69,6 +84,10 @@ pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<Reco
             TargetRef::Device => d.params.device_path.clone(),
             TargetRef::Pod(_) => None,
         };
+        // adding a known volume with no spec and no device path changes nothing
+        if device_path.is_none() && asw.volume_exists(&d.key.volume) {
+            continue;
+        }
         asw.add_volume(
             d.key.volume.clone(),
             d.params.plugin,

@@ -66,9 +66,12 @@
 //! *Invariant:* this file reads the host and appends to the journal; it
 //! never mounts, unmounts or deletes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use fxhash::{FxHashMap, FxHashSet};
 
 use crate::host::boot::BootId;
 use crate::host::mountinfo::{MountInfo, MountTable};
@@ -80,7 +83,7 @@ use crate::journal::{Body, Journal, JournalState};
 use crate::model::{Layout, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName};
 use crate::state::ActualStateOfWorld;
 
-use super::report::{ReconstructReport, report};
+use super::report::{ReconstructReport, report_with};
 use super::{
     HostObservation, HostTarget, MergeInput, MergeOutput, ObservedMount, Rebuild, ReconstructError,
     apply_to_asw, changed_journal_records, devices, merge, merge_leftovers,
@@ -136,10 +139,47 @@ pub struct HostInput<'a> {
 pub struct Reconstruction {
     /// the merge's decisions and findings
     pub output: MergeOutput,
-    /// per target: journal, host, decision and reason (the dry run's document)
-    pub report: ReconstructReport,
     /// what the host scan skipped and why
     pub problems: Vec<ScanProblem>,
+    /// the boot id now, for the report
+    boot_id: String,
+    /// `on`, `off` or `unreadable`, for the report
+    journal: &'static str,
+    /// why the journal is unreadable, for the report
+    journal_note: Option<String>,
+}
+
+impl Reconstruction {
+    fn new(
+        output: MergeOutput,
+        problems: Vec<ScanProblem>,
+        boot_id: &str,
+        journal: JournalInput<'_>,
+    ) -> Self {
+        Reconstruction {
+            output,
+            problems,
+            boot_id: boot_id.to_owned(),
+            journal: journal.as_str(),
+            journal_note: match journal {
+                JournalInput::Unreadable { reason } => Some(reason.to_owned()),
+                JournalInput::Off | JournalInput::Replayed(_) => None,
+            },
+        }
+    }
+
+    /// Per target: journal, host, decision and reason (the dry run's
+    /// document). Built on demand: the daemon does not need it.
+    pub fn report(&self) -> ReconstructReport {
+        let problems = self.problems.iter().map(|p| error_chain(p)).collect();
+        report_with(
+            &self.output,
+            &self.boot_id,
+            self.journal,
+            self.journal_note.clone(),
+            problems,
+        )
+    }
 }
 
 /// What [`reconstruct_and_record`] (or one of its phases) did.
@@ -252,29 +292,27 @@ pub fn reconstruct_leftovers(
 fn decide_leftovers(
     host: &HostInput<'_>,
     journal: JournalInput<'_>,
-    view: HostView,
+    mut view: HostView,
     ready: &Reconstruction,
 ) -> Reconstruction {
+    // the walk's targets are bare dirs or dirs of unknown plugins: few lookups
+    let tops = MountIndex::new(host.table, false);
+    let mut pods = std::mem::take(&mut view.pod_targets);
+    pods.append(&mut view.found_dirs);
     let input = MergeInput {
         journal: journal.state(),
         current_boot_id: host.boot_id.as_str().to_owned(),
-        host_targets: host_targets(host.table, &view),
-        observe: HashMap::new(),
+        host_targets: host_targets_moving(&tops, &view, pods),
+        observe: Default::default(),
         device_ids: BTreeMap::new(),
     };
     let output = merge_leftovers(&input, &ready.output);
-    let problems: Vec<String> = view.problems.iter().map(|p| error_chain(p)).collect();
-    let report = report(&output, host.boot_id.as_str(), journal, problems);
-    Reconstruction {
-        output,
-        report,
-        problems: view.problems,
-    }
+    Reconstruction::new(output, view.problems, host.boot_id.as_str(), journal)
 }
 
 impl Reconstruction {
     /// Both phases as one reconstruction: `ready`'s decisions and findings,
-    /// then `leftovers'`, and one report over all of them.
+    /// then `leftovers'` (one report over all of them).
     pub fn combine(
         ready: Reconstruction,
         leftovers: Reconstruction,
@@ -292,32 +330,20 @@ impl Reconstruction {
             .extend(more.needs_device_path_from_node_status);
         let mut problems = ready.problems;
         problems.extend(leftovers.problems);
-        let texts = problems.iter().map(|p| error_chain(p)).collect();
-        let report = report(&output, boot_id, journal, texts);
-        Reconstruction {
-            output,
-            report,
-            problems,
-        }
+        Reconstruction::new(output, problems, boot_id, journal)
     }
 }
 
-/// Fills the merge input from `view`, merges with `decide`, reports.
+/// Fills the merge input from `view` and merges with `decide`.
 fn finish(
     host: &HostInput<'_>,
     journal: JournalInput<'_>,
-    view: HostView,
+    mut view: HostView,
     decide: impl FnOnce(&MergeInput<'_>) -> MergeOutput,
 ) -> Reconstruction {
-    let input = build_input(host.table, &view, journal.state());
+    let input = build_input_moving(host.table, &mut view, journal.state());
     let output = decide(&input);
-    let problems: Vec<String> = view.problems.iter().map(|p| error_chain(p)).collect();
-    let report = report(&output, host.boot_id.as_str(), journal, problems);
-    Reconstruction {
-        output,
-        report,
-        problems: view.problems,
-    }
+    Reconstruction::new(output, view.problems, host.boot_id.as_str(), journal)
 }
 
 /// The daemon's reconstruction, both phases at once:
@@ -451,40 +477,124 @@ pub fn build_input<'a>(
     view: &HostView,
     journal: Option<&'a JournalState>,
 ) -> MergeInput<'a> {
-    // Only journal paths are looked up in `observe` (host-found targets
-    // carry their own observation): one table lookup each, else one `lstat`.
-    let mut observe = HashMap::new();
-    let mut device_paths: BTreeSet<&Path> = BTreeSet::new();
+    let tops = MountIndex::new(table, true);
+    let host_targets = host_targets(&tops, view);
+    fill_input(&tops, host_targets, view, journal)
+}
+
+/// [`build_input`], taking the view's pod targets and bare dirs instead of
+/// copying them.
+fn build_input_moving<'a>(
+    table: &MountTable,
+    view: &mut HostView,
+    journal: Option<&'a JournalState>,
+) -> MergeInput<'a> {
+    let tops = MountIndex::new(table, true);
+    let mut pods = std::mem::take(&mut view.pod_targets);
+    pods.append(&mut view.found_dirs);
+    let host_targets = host_targets_moving(&tops, view, pods);
+    fill_input(&tops, host_targets, view, journal)
+}
+
+fn fill_input<'a>(
+    tops: &MountIndex<'_>,
+    host_targets: Vec<HostTarget>,
+    view: &HostView,
+    journal: Option<&'a JournalState>,
+) -> MergeInput<'a> {
+    // Only journal paths are looked up in `observe`: one table lookup each,
+    // else one `lstat`. A target path that is a host-found target's with a
+    // mount is skipped: the merge takes that target's observation, the same
+    // top mount of the same table. Device mount paths are always observed
+    // here (the merge compares pod binds with them through `observe`).
+    let found_mounted: FxHashSet<&[u8]> = host_targets
+        .iter()
+        .filter(|h| matches!(h.observation, HostObservation::Mounted(_)))
+        .map(|h| h.path.as_os_str().as_bytes())
+        .collect();
+    let mut observe = crate::reconstruct::PathMap::default();
+    let mut device_paths: FxHashSet<&[u8]> = FxHashSet::default();
     if let Some(state) = journal {
-        observe.reserve(state.len() + 1);
+        observe.reserve(state.len() / 8 + 1);
+        let mut look = |path: &Path| {
+            if observe.contains_key(path) {
+                return;
+            }
+            if let Some(top) = tops.top_at(path) {
+                observe.insert(path.to_owned(), HostObservation::Mounted(observed(top)));
+            } else if is_dir(path) {
+                observe.insert(path.to_owned(), HostObservation::DirPresent);
+            }
+        };
         for (_, entry) in state.entries() {
             let params =
                 std::iter::once(&entry.params).chain(entry.pending.iter().map(|p| &p.params));
             for p in params {
-                for path in [p.path(), p.device_mount_path.as_deref()]
-                    .into_iter()
-                    .flatten()
+                if let Some(path) = p.path()
+                    && !found_mounted.contains(path.as_os_str().as_bytes())
                 {
-                    if observe.contains_key(path) {
-                        continue;
-                    }
-                    if let Some(top) = table.top_at(path) {
-                        observe.insert(path.to_owned(), HostObservation::Mounted(observed(top)));
-                    } else if is_dir(path) {
-                        observe.insert(path.to_owned(), HostObservation::DirPresent);
-                    }
+                    look(path);
+                }
+                if let Some(path) = p.device_mount_path.as_deref() {
+                    look(path);
                 }
                 // one `stat` per distinct device path, however many targets name it
-                device_paths.extend(p.device_path.as_deref());
+                if let Some(d) = p.device_path.as_deref() {
+                    device_paths.insert(d.as_os_str().as_bytes());
+                }
             }
         }
     }
+    let device_paths = device_paths
+        .into_iter()
+        .map(|b| Path::new(std::ffi::OsStr::from_bytes(b)));
     MergeInput {
         journal,
         current_boot_id: view.boot_id.as_str().to_owned(),
-        host_targets: host_targets(table, view),
+        host_targets,
         observe,
         device_ids: devices::device_ids(device_paths),
+    }
+}
+
+/// The top mount at every mount point of one table, by path bytes (one
+/// hash lookup where [`MountTable::top_at`] searches the sorted table);
+/// a path not there (`/`, or one spelt with a trailing `/`) is looked up in
+/// the table.
+struct MountIndex<'t> {
+    table: &'t MountTable,
+    tops: FxHashMap<&'t [u8], &'t MountInfo>,
+}
+
+impl<'t> MountIndex<'t> {
+    /// Indexes every mount point of `table` (one pass over it), or none
+    /// (`full` false: every lookup goes to the table).
+    fn new(table: &'t MountTable, full: bool) -> Self {
+        let mut tops = FxHashMap::default();
+        if full {
+            tops.reserve(table.len());
+            for stack in table.stacks_under(Path::new("/")) {
+                let top = stack.top();
+                tops.insert(top.mount_point.as_os_str().as_bytes(), top);
+            }
+        }
+        MountIndex { table, tops }
+    }
+
+    /// The visible mount at `path`, as [`MountTable::top_at`] finds it.
+    fn top_at(&self, path: &Path) -> Option<&'t MountInfo> {
+        match self.tops.get(path.as_os_str().as_bytes()) {
+            Some(top) => Some(*top),
+            None => self.table.top_at(path),
+        }
+    }
+
+    /// What the table shows at `path`: its top mount, else a present dir.
+    fn observation_at(&self, path: &Path) -> HostObservation {
+        match self.top_at(path) {
+            Some(top) => HostObservation::Mounted(observed(top)),
+            None => HostObservation::DirPresent,
+        }
     }
 }
 
@@ -503,23 +613,22 @@ fn observed(m: &MountInfo) -> ObservedMount {
     }
 }
 
-/// What the table shows at `path`: its top mount, else a present dir.
-fn observation_at(table: &MountTable, path: &Path) -> HostObservation {
-    match table.top_at(path) {
-        Some(top) => HostObservation::Mounted(observed(top)),
-        None => HostObservation::DirPresent,
-    }
-}
-
 /// Every host-found target, in scan order: device targets, mounted pod
 /// targets, bare dirs, then dirs of unknown plugins.
-fn host_targets(table: &MountTable, view: &HostView) -> Vec<HostTarget> {
+fn host_targets(table: &MountIndex<'_>, view: &HostView) -> Vec<HostTarget> {
+    let pods = view.pod_targets.iter().chain(&view.found_dirs).cloned();
+    host_targets_moving(table, view, pods.collect())
+}
+
+/// [`host_targets`], with the pod targets and bare dirs moved in (in that
+/// order).
+fn host_targets_moving(
+    table: &MountIndex<'_>,
+    view: &HostView,
+    pods: Vec<PodTarget>,
+) -> Vec<HostTarget> {
     let devices = view.device_targets.iter().map(|t| device_target(table, t));
-    let pods = view
-        .pod_targets
-        .iter()
-        .chain(&view.found_dirs)
-        .map(|t| pod_target(table, t));
+    let pods = pods.into_iter().map(|t| pod_target(table, t));
     let unknown = view
         .unknown_plugin_dirs
         .iter()
@@ -527,7 +636,7 @@ fn host_targets(table: &MountTable, view: &HostView) -> Vec<HostTarget> {
     devices.chain(pods).chain(unknown).collect()
 }
 
-fn device_target(table: &MountTable, t: &DeviceTarget) -> HostTarget {
+fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
     let (spec_name, rebuild) = match &t.name {
         DeviceName::Local { pv } => (
             pv.clone(),
@@ -551,12 +660,14 @@ fn device_target(table: &MountTable, t: &DeviceTarget) -> HostTarget {
         plugin: Some(t.plugin),
         spec_name,
         kind: TargetKind::Mount,
-        observation: observation_at(table, &t.path),
+        observation: table.observation_at(&t.path),
         rebuild,
     }
 }
 
-fn pod_target(table: &MountTable, t: &PodTarget) -> HostTarget {
+/// One pod target, moved in: its path, pod, name and observed identity
+/// become the host target's (the identity is the same top mount's).
+fn pod_target(table: &MountIndex<'_>, t: PodTarget) -> HostTarget {
     let mounted = matches!(t.observed, Observed::Mounted(_));
     let kind = match t.plugin {
         PluginName::EmptyDir if mounted => TargetKind::Mount,
@@ -577,24 +688,33 @@ fn pod_target(table: &MountTable, t: &PodTarget) -> HostTarget {
         PluginName::LocalVolume => ready(UniqueVolumeName::shared(t.plugin, &t.spec_name)),
         PluginName::Csi => csi_rebuild(t.vol_data.as_ref(), &t.path),
     };
+    let observation = match t.observed {
+        Observed::Mounted(seen) => match table.top_at(&t.path) {
+            Some(top) => HostObservation::Mounted(ObservedMount {
+                identity: seen.identity,
+                source: PathBuf::from(seen.source),
+                mount_options: top.mount_options.join(","),
+                super_options: top.super_options_raw.to_string_lossy().into_owned(),
+            }),
+            None => HostObservation::DirPresent,
+        },
+        Observed::DirPresent => HostObservation::DirPresent,
+    };
     HostTarget {
-        path: t.path.clone(),
-        target: TargetRef::Pod(t.pod_uid.clone()),
+        path: t.path,
+        target: TargetRef::Pod(t.pod_uid),
         plugin_name: t.plugin.as_str().to_owned(),
         plugin: Some(t.plugin),
-        spec_name: t.spec_name.clone(),
+        spec_name: t.spec_name,
         kind,
-        observation: match t.observed {
-            Observed::Mounted(_) => observation_at(table, &t.path),
-            Observed::DirPresent => HostObservation::DirPresent,
-        },
+        observation,
         rebuild,
     }
 }
 
 /// A dir of a plugin volumed does not have: the merge lists it as failed
 /// (never cleaned), whatever `rebuild` says.
-fn unknown_target(table: &MountTable, d: &UnknownPluginDir) -> HostTarget {
+fn unknown_target(table: &MountIndex<'_>, d: &UnknownPluginDir) -> HostTarget {
     HostTarget {
         path: d.path.clone(),
         target: TargetRef::Pod(d.pod_uid.clone()),
@@ -607,7 +727,7 @@ fn unknown_target(table: &MountTable, d: &UnknownPluginDir) -> HostTarget {
             TargetKind::Dir
         },
         observation: if d.mounted {
-            observation_at(table, &d.path)
+            table.observation_at(&d.path)
         } else {
             HostObservation::DirPresent
         },

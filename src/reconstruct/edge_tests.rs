@@ -103,7 +103,7 @@ fn journal_off_rebuilds_every_found_target_as_uncertain() {
     assert!(d.iter().any(|d| d.key.target == TargetRef::Device));
     // projected (no plugin), the CSI globalmount and pod mount (no vol_data.json here)
     assert_eq!(r.output.failed.len(), 3, "{:#?}", r.output.failed);
-    assert_eq!(r.report.journal, "off");
+    assert_eq!(r.report().journal, "off");
 }
 
 #[test]
@@ -184,8 +184,8 @@ fn an_unreadable_journal_rebuilds_from_the_host_alone() {
         boot_id: &boot,
     };
     let r = reconstruct(&host, JournalInput::Unreadable { reason: "checksum" });
-    assert_eq!(r.report.journal, "unreadable");
-    assert_eq!(r.report.journal_note.as_deref(), Some("checksum"));
+    assert_eq!(r.report().journal, "unreadable");
+    assert_eq!(r.report().journal_note.as_deref(), Some("checksum"));
     assert!(
         r.output
             .decisions
@@ -287,7 +287,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
         let left = reconstruct_leftovers(&host, journal, &ready);
         let both = Reconstruction::combine(ready, left, BOOT, journal);
         assert_eq!(summary(&both), summary(&one), "{}", journal.as_str());
-        assert_eq!(both.report.targets.len(), one.report.targets.len());
+        assert_eq!(both.report().targets.len(), one.report().targets.len());
         assert_eq!(one.output.failed.len(), 1, "the secret");
     }
     let one = reconstruct(&host, JournalInput::Replayed(&state));

@@ -123,7 +123,10 @@ mod error;
 pub mod inspect;
 pub mod report;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use fxhash::{FxBuildHasher, FxHashMap, FxHashSet};
 use std::path::{Path, PathBuf};
 
 use crate::journal::{Entry, JournalState, TargetKey};
@@ -212,6 +215,10 @@ pub struct HostTarget {
     pub rebuild: Rebuild,
 }
 
+/// A map keyed by paths, with a fast (not DoS-resistant) hash: its keys
+/// come from the journal and the mount table, not from pods.
+pub type PathMap<V> = HashMap<PathBuf, V, FxBuildHasher>;
+
 /// Everything the merge needs, filled by the I/O edge from one journal
 /// replay, one mount-table read and one pod-dir scan.
 #[derive(Debug, Clone, Default)]
@@ -227,9 +234,11 @@ pub struct MergeInput<'a> {
     /// path that is not here is [`HostObservation::Absent`]. The caller puts
     /// every journal target path (and device mount path) here: the top
     /// mount the table shows there, else `DirPresent` when its directory
-    /// exists. Host-found targets carry their own observation. Hashed, not
-    /// ordered: it is only looked up, once or twice per journal target.
-    pub observe: HashMap<PathBuf, HostObservation>,
+    /// exists. Host-found targets carry their own observation (a journal
+    /// target path with no entry here takes the observation of the
+    /// host-found target at that path, if any). Hashed, not ordered: it is
+    /// only looked up, once or twice per journal target.
+    pub observe: PathMap<HostObservation>,
     /// device paths named by the journal, resolved to the block device's
     /// major:minor (`st_rdev`, following symlinks); missing when unresolved
     pub device_ids: BTreeMap<PathBuf, DevId>,
@@ -353,36 +362,41 @@ impl MergeOutput {
 /// Merges the journal with the host: one decision per target plus findings.
 pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
     let mut out = MergeOutput::default();
-    let mut claimed: HashSet<&Path> = HashSet::new();
-    let mut journal_keys: HashSet<&TargetKey> = HashSet::new();
-    let host_by_path: HashMap<&Path, &HostTarget> = input
+    let mut claimed = vec![false; input.host_targets.len()];
+    let host_by_path: FxHashMap<&Path, usize> = input
         .host_targets
         .iter()
-        .map(|h| (h.path.as_path(), h))
+        .enumerate()
+        .map(|(i, h)| (h.path.as_path(), i))
         .collect();
 
     if let Some(journal) = input.journal {
         out.decisions.reserve(journal.len());
-        claimed.reserve(journal.len());
-        journal_keys.reserve(journal.len());
         for (key, entry) in journal.entries() {
-            journal_keys.insert(key);
             let path = entry.current_params().path();
             let host = path.and_then(|p| host_by_path.get(p).copied());
-            if let Some(h) = host {
-                claimed.insert(h.path.as_path());
+            if let Some(i) = host {
+                claimed[i] = true;
             }
-            let observation = match (path, host) {
-                (Some(p), _) if input.observe.contains_key(p) => input.observation(p),
-                (_, Some(h)) => &h.observation,
-                (Some(p), None) => input.observation(p),
+            let observation = match (path.and_then(|p| input.observe.get(p)), host) {
+                (Some(seen), _) => seen,
+                (None, Some(i)) => &input.host_targets[i].observation,
                 (None, None) => &HostObservation::Absent,
             };
             let decision = decide_journal_target(input, key, entry, observation);
             record(&mut out, decision, observation);
         }
     }
-    merge_host_only(input, &claimed, &journal_keys, &mut out);
+    // Claimed by path: with several host targets at one path (the map
+    // holds the last), each asks the map.
+    let unique_paths = host_by_path.len() == input.host_targets.len();
+    let is_claimed = |i: usize, h: &HostTarget| match unique_paths {
+        true => claimed[i],
+        false => claimed[host_by_path[h.path.as_path()]],
+    };
+    // a host target's key is decided when the journal has it (it decided it)
+    let journal_has = |key: &TargetKey| input.journal.is_some_and(|j| j.get(key).is_some());
+    merge_host_only(input, is_claimed, journal_has, &mut out);
     out
 }
 
@@ -394,8 +408,8 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
 /// one of `decided`'s decisions (the first phase's). `input.journal` says
 /// whether the journal is on; its entries are not decided again.
 pub fn merge_leftovers(input: &MergeInput<'_>, decided: &MergeOutput) -> MergeOutput {
-    let mut claimed: HashSet<&Path> = HashSet::new();
-    let mut keys: HashSet<&TargetKey> = HashSet::new();
+    let mut claimed: FxHashSet<&Path> = FxHashSet::default();
+    let mut keys: FxHashSet<&TargetKey> = FxHashSet::default();
     if let Some(journal) = input.journal {
         for (key, entry) in journal.entries() {
             keys.insert(key);
@@ -408,20 +422,25 @@ pub fn merge_leftovers(input: &MergeInput<'_>, decided: &MergeOutput) -> MergeOu
     }
     claimed.extend(decided.failed.iter().map(|f| f.path.as_path()));
     let mut out = MergeOutput::default();
-    merge_host_only(input, &claimed, &keys, &mut out);
+    merge_host_only(
+        input,
+        |_, h| claimed.contains(h.path.as_path()),
+        |k| keys.contains(k),
+        &mut out,
+    );
     out
 }
 
-/// Decides the host-found targets not `claimed` (by path) whose key is not
-/// in `decided_keys`; appends to `out`.
+/// Decides the host-found targets not `claimed` (by index, or path) whose
+/// key is not `decided`; appends to `out`.
 fn merge_host_only(
     input: &MergeInput<'_>,
-    claimed: &HashSet<&Path>,
-    decided_keys: &HashSet<&TargetKey>,
+    claimed: impl Fn(usize, &HostTarget) -> bool,
+    decided: impl Fn(&TargetKey) -> bool,
     out: &mut MergeOutput,
 ) {
-    for h in &input.host_targets {
-        if claimed.contains(h.path.as_path()) {
+    for (i, h) in input.host_targets.iter().enumerate() {
+        if claimed(i, h) {
             continue;
         }
         match rebuild_params(h) {
@@ -436,7 +455,7 @@ fn merge_host_only(
             Ok(params) => {
                 let key = TargetKey::of(&params);
                 // Same target under another path: the journal's decision stands.
-                if decided_keys.contains(&key) {
+                if decided(&key) {
                     continue;
                 }
                 let journal_says = match input.journal {

@@ -163,6 +163,21 @@ pub fn report(
     journal: JournalInput<'_>,
     problems: Vec<String>,
 ) -> ReconstructReport {
+    let note = match journal {
+        JournalInput::Unreadable { reason } => Some(reason.to_owned()),
+        JournalInput::Off | JournalInput::Replayed(_) => None,
+    };
+    report_with(out, boot_id, journal.as_str(), note, problems)
+}
+
+/// [`report`] with the journal input already reduced to its name and note.
+pub(super) fn report_with(
+    out: &MergeOutput,
+    boot_id: &str,
+    journal: &'static str,
+    journal_note: Option<String>,
+    problems: Vec<String>,
+) -> ReconstructReport {
     let path_of = |key: &TargetKey| out.decision(key).and_then(|d| d.params.path()).map(lossy);
     let targets = out
         .decisions
@@ -236,11 +251,8 @@ pub fn report(
         .collect();
     ReconstructReport {
         boot_id: boot_id.to_owned(),
-        journal: journal.as_str(),
-        journal_note: match journal {
-            JournalInput::Unreadable { reason } => Some(reason.to_owned()),
-            JournalInput::Off | JournalInput::Replayed(_) => None,
-        },
+        journal,
+        journal_note,
         targets,
         failed,
         unmounted_outside,
