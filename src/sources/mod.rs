@@ -45,6 +45,9 @@
 //! - A pod whose claim or volume cannot be resolved gets an error and keeps
 //!   the DSW volumes it already had under that name ([`DesiredPod::unresolved`]).
 //! - Two files with the same pod UID: the first (sorted by path) wins.
+//! - Every file error, and every error of a pod when it appears or changes
+//!   (a rejected volume name, an unresolved claim), is logged at error level
+//!   naming the file, as the kubelet logs a manifest it cannot process.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -271,7 +274,10 @@ impl Sources {
                         .objects
                         .resolve_claim(&p.file, &name, &p.namespace, &claim_name)
                     {
-                        Ok((pv, spec)) => (name, pv, spec),
+                        Ok((pv, mut spec)) => {
+                            mark_block_device(&mut spec);
+                            (name, pv, spec)
+                        }
                         Err(e) => {
                             errors.push(e.to_string());
                             unresolved.insert(name);
@@ -315,20 +321,43 @@ impl Sources {
             return None;
         }
         let (desired, signature) = self.load(pods, objects);
+        // Errors, as the kubelet logs a manifest it cannot process: every
+        // message names its file.
         for e in &desired.file_errors {
-            tracing::warn!(error = %e, "static source");
+            tracing::error!(error = %e, "static source");
         }
         if !desired.complete {
             return None;
         }
         self.signature = Some(signature);
         let mut events = diff(&self.current, &desired.pods);
+        // A pod's own errors (a rejected volume, an unresolved claim) are
+        // logged when the pod appears or changes, not on every poll.
+        for ev in &events {
+            if let SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) = ev {
+                for e in &p.errors {
+                    tracing::error!(pod = %p.uid, file = %p.file.display(), error = %e, "static pod");
+                }
+            }
+        }
         self.current = desired.pods;
         if !self.ready_sent {
             self.ready_sent = true;
             events.push(SourceEvent::SourcesReady);
         }
         (!events.is_empty()).then_some(events)
+    }
+}
+
+/// Decides `is_block` of a local PV by `stat` (through symlinks, so
+/// `/dev/disk/by-id/…` counts) when its claim is resolved: a block device
+/// gets a device target (format, MountDevice, bind), anything else is bound
+/// as a directory. Decided again whenever the folders change; a device that
+/// appears later is seen on the next change.
+fn mark_block_device(spec: &mut crate::model::VolumeSpec) {
+    use std::os::unix::fs::FileTypeExt;
+    if let crate::model::VolumeSpec::Local { path, is_block, .. } = spec {
+        *is_block = std::fs::metadata(&*path).is_ok_and(|m| m.file_type().is_block_device());
     }
 }
 

@@ -13,11 +13,9 @@
 //!   `status.phase` is not required (static files have no status).
 //! - **PV types.** `spec.local` (path must be absolute) and `spec.csi`
 //!   (driver must be one path component). Access modes and `mountOptions`
-//!   are carried. `is_block` of a local PV is decided by `stat` of its path
-//!   (following links, as `/dev/disk/by-*` names are) when the object is
-//!   read: a block device gets a device target (format, MountDevice, bind
-//!   SetUp), anything else is a directory. Without it a device-backed local
-//!   PV was bind-mounted as if it were a directory and failed.
+//!   are carried. `is_block` of a local PV is left `false` here: whether the
+//!   path is a block device is decided by `stat` when a pod's claim is
+//!   resolved (`Sources::resolve`), not by reading the objects dir.
 //!   `volumeMode: Block` and other PV types are reported as unsupported.
 //! - **CSIDriver:** its name and `spec.seLinuxMount` (default false) are kept
 //!   for the SELinux rules.
@@ -368,14 +366,12 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
                 local.path
             )));
         }
-        let is_block = std::fs::metadata(&path)
-            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()));
         return Ok(VolumeSpec::Local {
             path,
             fs_type: fs_type(&local.fs_type),
             access_modes,
             mount_options,
-            is_block,
+            is_block: false,
         });
     }
     if let Some(csi) = &spec.csi {

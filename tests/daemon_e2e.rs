@@ -1,0 +1,1011 @@
+//! The daemon end to end: the real `volumed run` binary on a throwaway root,
+//! real mounts (tmpfs emptyDir, ext4 local PV on a loop device, binds), real
+//! static pod and object folders, driven only through its contracts (the
+//! manifest folders, `/proc/self/mountinfo`, `/debug/state`, `/metrics`,
+//! `dump`, SIGTERM). What the daemon issue's "What it must show" lists:
+//!
+//! 1. every volume of two pods sharing a local PV is mounted exactly once
+//!    (one device mount, one bind per pod, one tmpfs per pod);
+//! 2. deleting a manifest unmounts and removes that pod's volumes and leaves
+//!    the other pod's alone; the device mount goes with the last pod;
+//! 3. a file on the PV survives its pods being deleted and re-added;
+//! 4. a graceful restart re-issues no plugin operation for volumes that
+//!    stayed mounted;
+//! 5. malformed and hostile manifests next to good ones: the good ones
+//!    mount, the bad files are logged by name, nothing lands outside the root;
+//! 6. `dump --format json` while the daemon runs agrees with `/debug/state`.
+//!
+//! Each test runs as root in its own private mount namespace
+//! (`support::in_private_mount_ns`: the daemon makes its root a shared
+//! mount), with its own scratch dir, loop device and port, so they run in
+//! parallel. Every wait is bounded and fails with the daemon's stderr tail.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{LoopDevice, Scratch};
+use volumed::host::mountinfo::{MountInfo, MountTable};
+use volumed::model::DevId;
+
+const BIN: &str = env!("CARGO_BIN_EXE_volumed");
+const BOOT: &str = "0e2e0e2e-1111-2222-3333-444444444444";
+const NODE: &str = "e2e-node";
+/// How long any one condition may take to become true.
+const WAIT: Duration = Duration::from_secs(60);
+/// The local PV every test uses, and its claim.
+const PV: &str = "pv-e2e";
+const PVC: &str = "data-e2e";
+const PV_VOLUME: &str = "kubernetes.io/local-volume/pv-e2e";
+const POD_A: &str = "e2e-pod-a";
+const POD_B: &str = "e2e-pod-b";
+const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
+const LOCAL: &str = "kubernetes.io~local-volume";
+
+/// One test's world: the scratch dir and the folders the daemon is given.
+struct Env {
+    root: PathBuf,
+    journal: PathBuf,
+    pods: PathBuf,
+    objects: PathBuf,
+    boot: PathBuf,
+    starts: usize,
+    // Last: dropped (lazily unmounting what is left) after everything else.
+    scratch: Scratch,
+}
+
+impl Env {
+    fn new(prefix: &str) -> Env {
+        let scratch = Scratch::new(prefix);
+        let p = scratch.path();
+        let env = Env {
+            root: p.join("root"),
+            journal: p.join("journal"),
+            pods: p.join("pods"),
+            objects: p.join("objects"),
+            boot: p.join("boot_id"),
+            starts: 0,
+            scratch,
+        };
+        support::mkdirs(&env.pods);
+        support::mkdirs(&env.objects);
+        fs::write(&env.boot, format!("{BOOT}\n")).unwrap();
+        env
+    }
+
+    /// Starts `volumed run` and waits until it is ready.
+    fn start(&mut self) -> Daemon {
+        self.starts += 1;
+        let log = self
+            .scratch
+            .path()
+            .join(format!("daemon-{}.log", self.starts));
+        let child = Command::new(BIN)
+            .arg("run")
+            .arg("--root-dir")
+            .arg(&self.root)
+            .arg("--journal-dir")
+            .arg(&self.journal)
+            .arg("--static-pods")
+            .arg(&self.pods)
+            .arg("--static-objects")
+            .arg(&self.objects)
+            .args(["--listen", "127.0.0.1:0", "--node-name", NODE])
+            .arg("--boot-id-file")
+            .arg(&self.boot)
+            .args(["--poll-ms", "100"])
+            .env("VOLUMED_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut daemon = Daemon {
+            child: RefCell::new(child),
+            addr: None,
+            log,
+            exited: Cell::new(false),
+        };
+        let daemon_json = self.journal.join("daemon.json");
+        let pid = daemon.child.borrow().id();
+        daemon.wait_until("daemon.json names the new daemon", || {
+            fs::read(&daemon_json)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .is_some_and(|v| v["pid"] == pid)
+        });
+        let info: Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
+        daemon.addr = Some(info["listen"].as_str().unwrap().parse().unwrap());
+        daemon.wait_until("/readyz is 200", || daemon.try_get("/readyz").0 == 200);
+        daemon
+    }
+
+    fn write_pod(&self, file: &str, text: &str) {
+        // Written by rename, so the poller never reads half a file.
+        let tmp = self.scratch.path().join(format!(".{file}.tmp"));
+        fs::write(&tmp, text).unwrap();
+        fs::rename(&tmp, self.pods.join(file)).unwrap();
+    }
+
+    fn remove_pod(&self, file: &str) {
+        fs::remove_file(self.pods.join(file)).unwrap();
+    }
+
+    /// Writes the PV on `device` and its bound claim.
+    fn write_pv(&self, device: &Path) {
+        fs::write(self.objects.join("pv.yaml"), pv_objects(device)).unwrap();
+    }
+
+    fn pod_volume(&self, uid: &str, plugin: &str, name: &str) -> PathBuf {
+        self.root
+            .join("pods")
+            .join(uid)
+            .join("volumes")
+            .join(plugin)
+            .join(name)
+    }
+
+    fn device_target(&self) -> PathBuf {
+        self.root
+            .join("plugins/kubernetes.io/local-volume/mounts")
+            .join(PV)
+    }
+
+    /// Every mount strictly below the root (the root's own bind excluded).
+    fn mounts_below_root(&self) -> Vec<MountInfo> {
+        let table = MountTable::read_self().unwrap();
+        table
+            .entries()
+            .iter()
+            .filter(|m| m.mount_point.starts_with(&self.root) && m.mount_point != self.root)
+            .cloned()
+            .collect()
+    }
+}
+
+/// A running `volumed run`; SIGKILLed on drop unless it was stopped.
+struct Daemon {
+    child: RefCell<Child>,
+    addr: Option<SocketAddr>,
+    log: PathBuf,
+    exited: Cell<bool>,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if !self.exited.get() {
+            let child = self.child.get_mut();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Daemon {
+    /// The last lines of the daemon's stderr.
+    fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(40);
+        lines[from..].join("\n")
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `cond` until it holds; fails after [`WAIT`] (or when the daemon
+    /// exits) naming `what`, with the daemon's stderr tail.
+    #[track_caller]
+    fn wait_until(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if cond() {
+                return;
+            }
+            let exited = self.child.borrow_mut().try_wait().unwrap();
+            if let Some(status) = exited {
+                self.exited.set(true);
+                panic!(
+                    "waiting for {what}: the daemon exited ({status})\n--- daemon stderr tail ---\n{}",
+                    self.log_tail()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waiting for {what}: still false after {WAIT:?}\n--- daemon stderr tail ---\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// One GET: (status, body); (0, error) when the request failed.
+    fn try_get(&self, path: &str) -> (u16, String) {
+        let Some(addr) = self.addr else {
+            return (0, "no address yet".into());
+        };
+        match volumed::server::client::get(addr, path, Duration::from_secs(10)) {
+            Ok((status, body)) => (status, String::from_utf8_lossy(&body).into_owned()),
+            Err(e) => (0, e.to_string()),
+        }
+    }
+
+    #[track_caller]
+    fn get(&self, path: &str) -> String {
+        let (status, body) = self.try_get(path);
+        assert_eq!(
+            status,
+            200,
+            "GET {path}: {body}\n--- daemon stderr tail ---\n{}",
+            self.log_tail()
+        );
+        body
+    }
+
+    fn state(&self) -> Value {
+        serde_json::from_str(&self.get("/debug/state")).unwrap()
+    }
+
+    fn metrics(&self) -> String {
+        self.get("/metrics")
+    }
+
+    /// SIGTERM; the daemon must exit 0 within 30 s.
+    #[track_caller]
+    fn stop(self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.borrow().id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            let exited = self.child.borrow_mut().try_wait().unwrap();
+            if let Some(s) = exited {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not exit within 30 s of SIGTERM\n--- daemon stderr tail ---\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.exited.set(true);
+        assert!(
+            status.success(),
+            "SIGTERM must exit 0, got {status}\n--- daemon stderr tail ---\n{}",
+            self.log_tail()
+        );
+    }
+}
+
+// ---------------------------------------------------------------- manifests
+
+/// The PV on `device` (ext4, RWO, claimRef to the claim) and the claim bound to it.
+fn pv_objects(device: &Path) -> String {
+    format!(
+        "apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: {PV}
+spec:
+  capacity: {{storage: 64Mi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: local
+  claimRef: {{namespace: default, name: {PVC}}}
+  local:
+    path: {device}
+    fsType: ext4
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {{key: kubernetes.io/hostname, operator: Exists}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {PVC}
+  namespace: default
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: local
+  volumeName: {PV}
+  resources:
+    requests: {{storage: 64Mi}}
+",
+        device = device.display()
+    )
+}
+
+/// A pod with a tmpfs emptyDir `cache`, a disk emptyDir `scratch` and the
+/// claim as `data`.
+fn full_pod(uid: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {uid}
+  namespace: default
+  uid: {uid}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - {{name: cache, mountPath: /cache}}
+    - {{name: scratch, mountPath: /scratch}}
+    - {{name: data, mountPath: /data}}
+  volumes:
+  - name: cache
+    emptyDir: {{medium: Memory, sizeLimit: 16Mi}}
+  - name: scratch
+    emptyDir: {{}}
+  - name: data
+    persistentVolumeClaim: {{claimName: {PVC}}}
+"
+    )
+}
+
+/// A pod with only the claim.
+fn pv_pod(uid: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {uid}, namespace: default, uid: {uid}}}
+spec:
+  containers: [{{name: app, image: busybox}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: {PVC}}}
+"
+    )
+}
+
+// ---------------------------------------------------------------- checks
+
+fn dev_of(device: &Path) -> DevId {
+    let rdev = fs::metadata(device).unwrap().rdev();
+    DevId {
+        major: libc::major(rdev),
+        minor: libc::minor(rdev),
+    }
+}
+
+/// Every target in a `/debug/state` or `dump` state document:
+/// mount path → (volume, state).
+fn targets(state: &Value) -> BTreeMap<PathBuf, (String, String)> {
+    let mut out = BTreeMap::new();
+    for v in state["volumes"].as_array().unwrap() {
+        let name = v["volume"].as_str().unwrap().to_owned();
+        if let Some(d) = v["device"].as_object() {
+            let path = PathBuf::from(d["mount_path"].as_str().unwrap_or("<no path>"));
+            out.insert(
+                path,
+                (name.clone(), d["state"].as_str().unwrap().to_owned()),
+            );
+        }
+        for p in v["pods"].as_array().unwrap() {
+            let path = PathBuf::from(p["mount_path"].as_str().unwrap());
+            out.insert(
+                path,
+                (name.clone(), p["state"].as_str().unwrap().to_owned()),
+            );
+        }
+    }
+    out
+}
+
+/// The targets of `pods` (all of [`full_pod`]'s volumes when `full`) plus
+/// the PV's device target.
+fn expected_targets(env: &Env, pods: &[&str], full: bool) -> Vec<PathBuf> {
+    let mut out = vec![env.device_target()];
+    for uid in pods {
+        out.push(env.pod_volume(uid, LOCAL, PV));
+        if full {
+            out.push(env.pod_volume(uid, EMPTY_DIR, "cache"));
+            out.push(env.pod_volume(uid, EMPTY_DIR, "scratch"));
+        }
+    }
+    out
+}
+
+/// Whether `/debug/state` shows every path in `want` mounted.
+fn all_mounted(state: &Value, want: &[PathBuf]) -> bool {
+    let t = targets(state);
+    want.iter()
+        .all(|p| t.get(p).is_some_and(|(_, s)| s == "mounted"))
+}
+
+/// Whether no target of `uid` is in `/debug/state` any more (or only as not mounted).
+fn pod_gone_from_state(state: &Value, root: &Path, uid: &str) -> bool {
+    let prefix = root.join("pods").join(uid);
+    targets(state)
+        .iter()
+        .all(|(p, (_, s))| !p.starts_with(&prefix) || s == "not_mounted")
+}
+
+/// The mount table below the root is exactly: one ext4 mount of `dev` at
+/// the device target, one bind of it per pod in `pods`, one tmpfs per pod
+/// when `full` (its disk emptyDir a plain directory), nothing twice, and
+/// nothing else.
+#[track_caller]
+fn assert_mount_table(env: &Env, pods: &[&str], full: bool, dev: DevId) {
+    let below = env.mounts_below_root();
+    let dump = || {
+        below
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} {} {} {}",
+                    m.dev,
+                    m.fs_type,
+                    m.root.display(),
+                    m.mount_point.display()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut seen = BTreeSet::new();
+    for m in &below {
+        assert!(
+            seen.insert(m.mount_point.clone()),
+            "{} is mounted more than once:\n{}",
+            m.mount_point.display(),
+            dump()
+        );
+    }
+    let at = |p: &Path| {
+        below
+            .iter()
+            .filter(|m| m.mount_point == p)
+            .collect::<Vec<_>>()
+    };
+    let device = at(&env.device_target());
+    assert!(
+        device.len() == 1 && device[0].fs_type == "ext4" && device[0].dev == dev,
+        "one ext4 mount of {dev} at the device target:\n{}",
+        dump()
+    );
+    let mut expected = 1;
+    for uid in pods {
+        let bind = at(&env.pod_volume(uid, LOCAL, PV));
+        assert!(
+            bind.len() == 1 && bind[0].dev == dev && bind[0].root == Path::new("/"),
+            "one bind of {dev} (root /) for pod {uid}:\n{}",
+            dump()
+        );
+        expected += 1;
+        if full {
+            let cache = at(&env.pod_volume(uid, EMPTY_DIR, "cache"));
+            assert!(
+                cache.len() == 1 && cache[0].fs_type == "tmpfs",
+                "one tmpfs for pod {uid}'s cache:\n{}",
+                dump()
+            );
+            expected += 1;
+            let scratch = env.pod_volume(uid, EMPTY_DIR, "scratch");
+            assert!(
+                scratch.is_dir() && at(&scratch).is_empty(),
+                "pod {uid}'s scratch is a plain directory:\n{}",
+                dump()
+            );
+        }
+    }
+    assert_eq!(below.len(), expected, "mounts below the root:\n{}", dump());
+    let table = MountTable::read_self().unwrap();
+    assert_eq!(
+        table.by_dev(dev).count(),
+        1 + pods.len(),
+        "the loop device is mounted nowhere else:\n{}",
+        dump()
+    );
+}
+
+/// The metric lines (name and labels → value) whose name is `name`.
+fn series(metrics: &str, name: &str) -> Vec<(String, f64)> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// A loop device holding a fresh ext4.
+fn ext4_loop(env: &Env) -> LoopDevice {
+    let image = env.scratch.path().join("disk.img");
+    support::mkfs_ext4(&image, 64);
+    LoopDevice::attach(&image)
+}
+
+/// Deletes every manifest and waits until nothing is mounted below the root.
+fn delete_all_and_wait(env: &Env, daemon: &Daemon) {
+    for e in fs::read_dir(&env.pods).unwrap() {
+        fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    daemon.wait_until("nothing mounted below the root", || {
+        env.mounts_below_root().is_empty()
+    });
+}
+
+// ---------------------------------------------------------------- tests
+
+/// Runs `body` as root in a private mount namespace, or says it was skipped.
+fn real(what: &str, body: fn()) {
+    if !support::require_root(what) {
+        return;
+    }
+    support::in_private_mount_ns(body);
+}
+
+#[test]
+fn every_volume_is_mounted_exactly_once() {
+    real(
+        "mounts tmpfs, ext4 on loop and binds through the daemon",
+        || {
+            let mut env = Env::new("volumed-e2e-once");
+            let disk = ext4_loop(&env);
+            let dev = dev_of(disk.path());
+            env.write_pv(disk.path());
+            env.write_pod("a.yaml", &full_pod(POD_A));
+            env.write_pod("b.yaml", &full_pod(POD_B));
+            let daemon = env.start();
+            let want = expected_targets(&env, &[POD_A, POD_B], true);
+            daemon.wait_until("every target mounted in /debug/state", || {
+                all_mounted(&daemon.state(), &want)
+            });
+            assert_mount_table(&env, &[POD_A, POD_B], true, dev);
+            let state = daemon.state();
+            let t = targets(&state);
+            assert_eq!(t[&env.device_target()].0, PV_VOLUME, "{state:#}");
+            assert!(t.values().all(|(_, s)| s == "mounted"), "{state:#}");
+            let dev_entry = state["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["volume"] == PV_VOLUME)
+                .unwrap();
+            assert_eq!(
+                dev_entry["device"]["device_path"],
+                disk.path().to_str().unwrap(),
+                "{state:#}"
+            );
+            assert_eq!(dev_entry["pods"].as_array().unwrap().len(), 2, "{state:#}");
+
+            delete_all_and_wait(&env, &daemon);
+            daemon.stop();
+        },
+    );
+}
+
+/// The paths below `dir`, relative, sorted (empty when it does not exist).
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(base).unwrap().to_owned());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(base, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn deleting_a_manifest_unmounts_and_cleans_up_only_that_pod() {
+    real("mounts and unmounts through the daemon", || {
+        let mut env = Env::new("volumed-e2e-delete");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        daemon.wait_until("every target mounted in /debug/state", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], true, dev);
+        let b_volumes = [(EMPTY_DIR, "cache"), (EMPTY_DIR, "scratch"), (LOCAL, PV)];
+        for (plugin, name) in b_volumes {
+            let f = env.pod_volume(POD_B, plugin, name).join("b.txt");
+            fs::write(&f, format!("pod b in {name}")).unwrap();
+        }
+
+        env.remove_pod("a.yaml");
+        let a_pod = env.root.join("pods").join(POD_A);
+        let a_volumes = a_pod.join("volumes");
+        daemon.wait_until("pod A's mounts gone", || {
+            env.mounts_below_root()
+                .iter()
+                .all(|m| !m.mount_point.starts_with(&a_pod))
+        });
+        daemon.wait_until("pod A gone from /debug/state", || {
+            pod_gone_from_state(&daemon.state(), &env.root, POD_A)
+        });
+        // Its volume dirs (and a disk emptyDir's `.deleting~` rename) go, and
+        // the emptyDirs' `plugins/…/<vol>/ready` markers with them; empty
+        // per-plugin dirs may stay (pod dirs are the kubelet's housekeeping).
+        let a_plugins = a_pod.join("plugins");
+        daemon.wait_until("pod A's volume dirs gone", || {
+            let shallow = |d: &Path| tree(d).iter().all(|p| p.components().count() < 2);
+            shallow(&a_volumes) && shallow(&a_plugins)
+        });
+        for (plugin, name) in b_volumes {
+            assert!(
+                !env.pod_volume(POD_A, plugin, name).exists(),
+                "pod A's {name}"
+            );
+        }
+        // The other pod and the device mount it uses are untouched.
+        assert_mount_table(&env, &[POD_B], true, dev);
+        for (plugin, name) in b_volumes {
+            let f = env.pod_volume(POD_B, plugin, name).join("b.txt");
+            assert_eq!(
+                fs::read_to_string(&f).unwrap(),
+                format!("pod b in {name}"),
+                "{}",
+                f.display()
+            );
+        }
+        let want_b = expected_targets(&env, &[POD_B], true);
+        assert!(all_mounted(&daemon.state(), &want_b));
+
+        // The last pod using the PV goes: the device mount goes with it.
+        env.remove_pod("b.yaml");
+        daemon.wait_until("nothing mounted below the root", || {
+            env.mounts_below_root().is_empty()
+        });
+        daemon.wait_until("every target dir gone", || want.iter().all(|p| !p.exists()));
+        daemon.wait_until("no target mounted in /debug/state", || {
+            targets(&daemon.state())
+                .values()
+                .all(|(_, s)| s == "not_mounted")
+        });
+        assert!(
+            disk.close_and_wait_unbound(Duration::from_secs(10)),
+            "the loop device is still held (mounted) after the last pod went\n{}",
+            daemon.log_tail()
+        );
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_file_on_the_pv_survives_its_pods_being_deleted_and_readded() {
+    real("mounts an ext4 local PV through the daemon", || {
+        let mut env = Env::new("volumed-e2e-survive");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &pv_pod(POD_A));
+        env.write_pod("b.yaml", &pv_pod(POD_B));
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], false);
+        daemon.wait_until("both pods' PV mounted", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], false, dev);
+        let text = format!("written through pod A at {:?}", Instant::now());
+        fs::write(env.pod_volume(POD_A, LOCAL, PV).join("kept.txt"), &text).unwrap();
+        assert_eq!(
+            fs::read_to_string(env.pod_volume(POD_B, LOCAL, PV).join("kept.txt")).unwrap(),
+            text,
+            "both binds show the one filesystem"
+        );
+
+        delete_all_and_wait(&env, &daemon);
+        daemon.wait_until("the device target dir gone", || {
+            !env.device_target().exists()
+        });
+        assert!(disk.is_bound());
+
+        env.write_pod("a.yaml", &pv_pod(POD_A));
+        env.write_pod("b.yaml", &pv_pod(POD_B));
+        daemon.wait_until("both pods' PV mounted again", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], false, dev);
+        for uid in [POD_A, POD_B] {
+            let f = env.pod_volume(uid, LOCAL, PV).join("kept.txt");
+            assert_eq!(
+                fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display())),
+                text,
+                "the file survived (pod {uid})"
+            );
+        }
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_graceful_restart_reissues_no_plugin_operation() {
+    real("restarts the daemon over real mounts", || {
+        let mut env = Env::new("volumed-e2e-restart");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        let daemon = env.start();
+        daemon.wait_until("every target mounted in /debug/state", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        let first = daemon.metrics();
+        let ops = series(&first, "volumed_plugin_operations_total");
+        assert!(
+            ops.iter().map(|(_, v)| v).sum::<f64>() >= 7.0,
+            "the first start mounted (1 device, 6 pod targets): {ops:?}"
+        );
+        for uid in [POD_A, POD_B] {
+            for name in ["cache", "scratch"] {
+                let f = env.pod_volume(uid, EMPTY_DIR, name).join("kept.txt");
+                fs::write(&f, format!("{uid} {name}")).unwrap();
+            }
+        }
+        let table_of = |env: &Env| {
+            env.mounts_below_root()
+                .iter()
+                .map(|m| (m.mount_point.clone(), m.dev, m.fs_type.clone()))
+                .collect::<Vec<_>>()
+        };
+        let before = table_of(&env);
+        daemon.stop();
+        assert_eq!(table_of(&env), before, "stopping unmounts nothing");
+
+        let daemon = env.start();
+        daemon.wait_until(
+            "every target mounted in /debug/state after the restart",
+            || all_mounted(&daemon.state(), &want),
+        );
+        // Give the reconciler many passes (sources polled every 100 ms) to
+        // do something it should not.
+        std::thread::sleep(Duration::from_secs(2));
+        let metrics = daemon.metrics();
+        let storage = series(&metrics, "storage_operation_duration_seconds_count");
+        assert!(
+            storage.iter().all(|(_, v)| *v == 0.0),
+            "no storage operation after the restart: {storage:#?}\n{}",
+            daemon.log_tail()
+        );
+        let ops = series(&metrics, "volumed_plugin_operations_total");
+        assert!(
+            !ops.is_empty(),
+            "volumed_plugin_operations_total is exported"
+        );
+        assert!(
+            ops.iter().all(|(_, v)| *v == 0.0),
+            "no plugin operation after the restart: {ops:#?}\n{}",
+            daemon.log_tail()
+        );
+        let state = daemon.state();
+        assert!(all_mounted(&state, &want), "{state:#}");
+        assert!(
+            targets(&state).values().all(|(_, s)| s == "mounted"),
+            "{state:#}"
+        );
+        assert_mount_table(&env, &[POD_A, POD_B], true, dev);
+        assert_eq!(table_of(&env), before, "the same mounts, none added");
+        for uid in [POD_A, POD_B] {
+            for name in ["cache", "scratch"] {
+                let f = env.pod_volume(uid, EMPTY_DIR, name).join("kept.txt");
+                assert_eq!(fs::read_to_string(&f).unwrap(), format!("{uid} {name}"));
+            }
+        }
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn bad_manifests_are_logged_and_contained_while_good_ones_mount() {
+    real("mounts good pods next to bad manifests", || {
+        let mut env = Env::new("volumed-e2e-hostile");
+        let disk = ext4_loop(&env);
+        let dev = dev_of(disk.path());
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let bad = [
+            (
+                "broken.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: broken, uid: [oops\nspec:\n  volumes: - {\n",
+            ),
+            (
+                "hostile-volume.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: hostile-volume, uid: e2e-hostile}\nspec:\n  containers: [{name: app, image: busybox}]\n  volumes:\n  - name: ../etc\n    emptyDir: {}\n",
+            ),
+            (
+                "hostile-uid.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: hostile-uid, uid: ../x}\nspec:\n  containers: [{name: app, image: busybox}]\n  volumes:\n  - name: data\n    emptyDir: {}\n",
+            ),
+        ];
+        for (file, text) in bad {
+            env.write_pod(file, text);
+        }
+        let outside = |env: &Env| {
+            let mut t = tree(env.scratch.path());
+            t.retain(|p| {
+                !p.starts_with("root") && !p.starts_with("journal") && !p.starts_with("pods")
+            });
+            t
+        };
+        let before = outside(&env);
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        daemon.wait_until("the good pods mounted", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_mount_table(&env, &[POD_A, POD_B], true, dev);
+        for (file, _) in bad {
+            let path = env.pods.join(file);
+            let path = path.to_str().unwrap();
+            daemon.wait_until(&format!("an error naming {path} in the log"), || {
+                daemon
+                    .log()
+                    .lines()
+                    .any(|l| l.contains("ERROR") && l.contains(path))
+            });
+        }
+        // Nothing outside the root but the daemon's own log and journal.
+        let mut after = outside(&env);
+        after.retain(|p| !p.to_string_lossy().starts_with("daemon-"));
+        assert_eq!(after, before, "created outside the root");
+        assert!(!env.scratch.path().join("etc").exists());
+        assert!(!env.scratch.path().join("x").exists());
+        // Inside the root: only the good pods, no `etc` or `x` anywhere.
+        let pods: BTreeSet<String> = fs::read_dir(env.root.join("pods"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            pods.iter()
+                .all(|p| p == POD_A || p == POD_B || p == "e2e-hostile"),
+            "{pods:?}"
+        );
+        let stray: Vec<_> = tree(&env.root)
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n == "etc" || n == "x" || n == "..")
+            })
+            .collect();
+        assert!(stray.is_empty(), "created from a hostile name: {stray:?}");
+        let state = daemon.state();
+        for p in targets(&state).keys() {
+            assert!(
+                p.starts_with(&env.root) && !p.to_string_lossy().contains(".."),
+                "{}",
+                p.display()
+            );
+        }
+        assert!(
+            targets(&state)
+                .keys()
+                .all(|p| !p.starts_with(env.root.join("pods/e2e-hostile"))),
+            "{state:#}"
+        );
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+/// A `dump`/`/debug/state` state with only the journaled targets (hostPath
+/// pod targets, kind `none`, are not journaled).
+fn journaled(state: &Value) -> Value {
+    let mut volumes = Vec::new();
+    for v in state["volumes"].as_array().unwrap() {
+        let mut v = v.clone();
+        v["pods"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|p| p["kind"] != "none");
+        if !v["device"].is_null() || !v["pods"].as_array().unwrap().is_empty() {
+            volumes.push(v);
+        }
+    }
+    serde_json::json!({ "volumes": volumes })
+}
+
+#[test]
+fn dump_json_while_running_equals_debug_state() {
+    real("runs the daemon and dump against it", || {
+        let mut env = Env::new("volumed-e2e-dump");
+        let disk = ext4_loop(&env);
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &full_pod(POD_A));
+        env.write_pod("b.yaml", &full_pod(POD_B));
+        let host_dir = env.scratch.path().join("hostpath");
+        env.write_pod(
+            "c.json",
+            &serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "c", "uid": "e2e-pod-c"},
+                "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                    "volumes": [{"name": "host",
+                        "hostPath": {"path": host_dir, "type": "DirectoryOrCreate"}}]}
+            })
+            .to_string(),
+        );
+        let daemon = env.start();
+        let want = expected_targets(&env, &[POD_A, POD_B], true);
+        daemon.wait_until("every target mounted in /debug/state", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        let dump = |extra: &[&str]| {
+            let out = Command::new(BIN)
+                .arg("dump")
+                .arg("--journal-dir")
+                .arg(&env.journal)
+                .arg("--boot-id-file")
+                .arg(&env.boot)
+                .args(extra)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "dump {extra:?}: {}\n--- daemon stderr tail ---\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                daemon.log_tail()
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let mut last = (Value::Null, Value::Null);
+        daemon.wait_until("dump's state to equal /debug/state", || {
+            let doc: Value = serde_json::from_str(&dump(&["--format", "json"])).unwrap();
+            let live = daemon.state();
+            last = (journaled(&doc["state"]), journaled(&live));
+            last.0 == last.1
+        });
+        let (from_dump, from_state) = last;
+        assert!(all_mounted(&from_dump, &want), "{from_dump:#}");
+        assert_eq!(
+            targets(&from_dump).len(),
+            want.len(),
+            "exactly the journaled targets: {from_dump:#}"
+        );
+        assert_eq!(from_dump, from_state);
+        let doc: Value = serde_json::from_str(&dump(&["--format", "json"])).unwrap();
+        assert_eq!(doc["boot_id"], BOOT);
+        let records = doc["records"].as_array().unwrap();
+        assert!(
+            records.iter().any(|r| r["type"] == "intent")
+                && records.iter().any(|r| r["type"] == "outcome"),
+            "{doc:#}"
+        );
+        let table = dump(&[]);
+        assert!(table.contains(PV_VOLUME), "{table}");
+        let one = dump(&["--format", "json", "--volume", PV_VOLUME]);
+        let one: Value = serde_json::from_str(&one).unwrap();
+        assert_eq!(
+            one["state"]["volumes"].as_array().unwrap().len(),
+            1,
+            "{one:#}"
+        );
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
