@@ -4,6 +4,12 @@
 //! SIGKILL — no unwinding, no flush beyond what is already durable — the
 //! n-th time the point named by `VOLUMED_CRASH_AT=<point>[:<n>]` is reached.
 //! Without the feature it compiles to nothing.
+//!
+//! Besides DESIGN.md's ten points, `format_device.after_intent` /
+//! `format_device.after_op` (the executor's journaled format step) and
+//! `teardown.mid_delete` (a disk emptyDir renamed to `.deleting~N`, its
+//! contents not yet deleted) exist. `tests/crash` reaches every one of them
+//! through the real binary.
 
 /// Marks a crash point named `<operation>.<moment>`.
 #[inline]

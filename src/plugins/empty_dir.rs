@@ -200,6 +200,9 @@ impl EmptyDirPlugin {
                 true,
             ));
         };
+        // Crash point: renamed for deletion, contents not yet deleted (a
+        // restart finishes it: `finish_pending`).
+        crate::failpoint::hit("teardown.mid_delete");
         let removal = remove_dir_one_fs(&renamed, op.sys);
         Ok(op.act(removal)?.kept_mounts)
     }

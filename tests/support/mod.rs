@@ -157,18 +157,44 @@ fn enter_ns_before_exec() -> io::Result<()> {
 }
 
 fn run_in_child(name: &str, timeout: Duration) {
+    match run_test_in_private_mount_ns(name, &[], timeout) {
+        Ok(report) => println!("{report}"),
+        Err(report) => panic!("{report}"),
+    }
+}
+
+/// Runs the test `name` of the current test binary (ignored tests included)
+/// in a child process in a fresh private mount namespace, with `env` added
+/// to its environment; the test must call [`in_private_mount_ns`] (which
+/// then runs its closure). `Ok` carries the child's output, `Err` a report
+/// of why it failed (a failure, a timeout — the child's whole process group
+/// is SIGKILLed — or not exactly one test run) with the child's output.
+/// For runners that start several namespaced runs from one test (the crash
+/// fixtures: one namespace per scenario).
+pub fn run_test_in_private_mount_ns(
+    name: &str,
+    env: &[(&str, String)],
+    timeout: Duration,
+) -> Result<String, String> {
     let exe = std::env::current_exe().expect("current test binary");
     let out = tempfile::tempdir().expect("tempdir for child output");
     let (out_path, err_path) = (out.path().join("stdout"), out.path().join("stderr"));
     let mut cmd = Command::new(&exe);
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, name)
-        .env(PARENT_NS_ENV, mount_ns_link())
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_path).expect("child stdout file"))
-        .stderr(File::create(&err_path).expect("child stderr file"))
-        // its own process group, so a timeout kills whatever it spawned too
-        .process_group(0);
+    cmd.args([
+        name,
+        "--exact",
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, name)
+    .env(PARENT_NS_ENV, mount_ns_link())
+    .envs(env.iter().map(|(k, v)| (k, v)))
+    .stdin(Stdio::null())
+    .stdout(File::create(&out_path).expect("child stdout file"))
+    .stderr(File::create(&err_path).expect("child stderr file"))
+    // its own process group, so a timeout kills whatever it spawned too
+    .process_group(0);
     // SAFETY: the hook runs between fork and exec in the child and only makes
     // raw syscalls through nix with pre-built C strings (no allocation, no
     // locks), which is async-signal-safe.
@@ -185,16 +211,16 @@ fn run_in_child(name: &str, timeout: Duration) {
         "--- child stdout ---\n{stdout}--- child stderr ---\n{stderr}--- end of child output ---"
     );
     match status {
-        None => panic!(
+        None => Err(format!(
             "test {name} timed out after {timeout:?} in its mount namespace; killed\n{report}"
-        ),
-        Some(s) if !s.success() => {
-            panic!("test {name} failed in its mount namespace ({s})\n{report}")
-        }
-        Some(_) if !stdout.contains(" 1 passed;") => {
-            panic!("test {name}: the child did not run exactly this one test\n{report}")
-        }
-        Some(_) => println!("{report}"),
+        )),
+        Some(s) if !s.success() => Err(format!(
+            "test {name} failed in its mount namespace ({s})\n{report}"
+        )),
+        Some(_) if !stdout.contains(" 1 passed;") => Err(format!(
+            "test {name}: the child did not run exactly this one test\n{report}"
+        )),
+        Some(_) => Ok(report),
     }
 }
 

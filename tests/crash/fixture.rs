@@ -1,0 +1,342 @@
+//! The crash fixture format (`fixtures/crash/*.crash`, documented in
+//! `fixtures/crash/README.md`): one line per statement, `#` starts a
+//! comment, the first word is the keyword.
+//!
+//! ```text
+//! describe   <free text>
+//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv
+//! option     blank_device | checkpoint_every=<n>
+//! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
+//! trigger    delete <pod> | add <pod>:<kinds>   # while the armed daemon runs, after it settled
+//! down       delete <pod> | add <pod>:<kinds> | unmount <ref> | foreign <ref> | reboot | drop_objects
+//! expect     mounts <ref>… | -              # exact mount points under the root after restart
+//! expect     uncertain <ref>… | -           # exact set the restart decides uncertain
+//! expect     ops <op>=<n>…                  # volumed_plugin_operations_total after restart
+//! expect     metric <name>>=<n> | <name>=<n>
+//! expect     known dev                      # dump shows the device path and mount options
+//! expect     pod_dir_gone <pod>             # pods/<uid> removed by orphan cleanup
+//! expect     no_pending_deletions           # no `.deleting~N` dir left
+//! expect_fail <bug>                         # a known daemon bug: the scenario must fail
+//! ```
+//!
+//! A `<ref>` is `<pod>/<kind>` (a pod target) or `dev` (the local PV's
+//! device target).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The volume kinds a fixture pod can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// an emptyDir on tmpfs (`medium: Memory`, 1 MiB): a `mount` target, multi-step SetUp
+    Tmp,
+    /// a disk emptyDir: a `dir` target
+    Disk,
+    /// the local PV `pv-blk` (ext4 on a loop device): a device target and a bind
+    Pv,
+}
+
+impl Kind {
+    /// The fixture word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Tmp => "tmp",
+            Kind::Disk => "disk",
+            Kind::Pv => "pv",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "tmp" => Ok(Kind::Tmp),
+            "disk" => Ok(Kind::Disk),
+            "pv" => Ok(Kind::Pv),
+            other => Err(format!("unknown volume kind {other:?} (tmp, disk, pv)")),
+        }
+    }
+}
+
+/// A target named in a fixture.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ref {
+    /// the device target of `pv-blk`
+    Dev,
+    /// a pod's target of one kind
+    Pod(String, Kind),
+}
+
+impl Ref {
+    /// Parses `dev` or `<pod>/<kind>`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "dev" {
+            return Ok(Ref::Dev);
+        }
+        let (pod, kind) = s
+            .split_once('/')
+            .ok_or_else(|| format!("a target is `dev` or `<pod>/<kind>`, not {s:?}"))?;
+        Ok(Ref::Pod(pod.to_owned(), Kind::parse(kind)?))
+    }
+}
+
+impl std::fmt::Display for Ref {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ref::Dev => f.write_str("dev"),
+            Ref::Pod(p, k) => write!(f, "{p}/{}", k.word()),
+        }
+    }
+}
+
+/// A pod and its volumes.
+pub type PodDef = (String, Vec<Kind>);
+
+/// A change to the pods or the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// remove the pod's manifest
+    Delete(String),
+    /// add a pod manifest
+    Add(PodDef),
+    /// unmount a target behind volumed's back
+    Unmount(Ref),
+    /// unmount a target and mount a foreign tmpfs there
+    Foreign(Ref),
+    /// unmount everything under the root and present a new boot id
+    Reboot,
+    /// remove the PV and PVC objects
+    DropObjects,
+}
+
+/// How the daemon dies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Crash {
+    /// `VOLUMED_CRASH_AT=<point>:<n>`
+    At(String, u32),
+    /// the runner SIGKILLs it once it settled
+    Kill,
+}
+
+/// A comparison in a `metric` expectation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// `=`
+    Eq,
+    /// `>=`
+    Ge,
+}
+
+/// What must hold after the restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expect {
+    /// exact mount points under the root (besides the root itself)
+    pub mounts: Option<Vec<Ref>>,
+    /// exact set of targets the restart decides uncertain
+    pub uncertain: Option<Vec<Ref>>,
+    /// plugin operations re-issued after the restart, per operation
+    pub ops: BTreeMap<String, u64>,
+    /// other metrics
+    pub metrics: Vec<(String, Cmp, u64)>,
+    /// the dump knows the device target's device path and mount options
+    pub known_dev: bool,
+    /// pods whose dir orphan cleanup must have removed
+    pub pod_dir_gone: Vec<String>,
+    /// no `.deleting~N` dir may be left
+    pub no_pending_deletions: bool,
+}
+
+/// One scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fixture {
+    /// the file stem
+    pub name: String,
+    /// what it shows
+    pub describe: String,
+    /// pods before the crash
+    pub pods: Vec<PodDef>,
+    /// leave the PV's device without a filesystem
+    pub blank_device: bool,
+    /// `--checkpoint-every`
+    pub checkpoint_every: Option<u64>,
+    /// how the daemon dies
+    pub crash: Crash,
+    /// changes while the armed daemon runs (after it settled)
+    pub trigger: Vec<Change>,
+    /// changes while it is down
+    pub down: Vec<Change>,
+    /// the result after restart
+    pub expect: Expect,
+    /// a known bug: the scenario must fail
+    pub expect_fail: Option<String>,
+}
+
+fn pod_def(s: &str) -> Result<PodDef, String> {
+    let (pod, kinds) = s
+        .split_once(':')
+        .ok_or_else(|| format!("a pod is `<name>:<kind>[,<kind>…]`, not {s:?}"))?;
+    if pod.is_empty() || !pod.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(format!("pod name {pod:?}: letters and digits only"));
+    }
+    let kinds = kinds
+        .split(',')
+        .map(Kind::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((pod.to_owned(), kinds))
+}
+
+fn change(words: &[&str], down: bool) -> Result<Change, String> {
+    let one = || {
+        words
+            .get(1)
+            .copied()
+            .ok_or_else(|| format!("{:?} needs an argument", words[0]))
+    };
+    let c = match words.first().copied() {
+        Some("delete") => Change::Delete(one()?.to_owned()),
+        Some("add") => Change::Add(pod_def(one()?)?),
+        Some("unmount") if down => Change::Unmount(Ref::parse(one()?)?),
+        Some("foreign") if down => Change::Foreign(Ref::parse(one()?)?),
+        Some("reboot") if down => Change::Reboot,
+        Some("drop_objects") if down => Change::DropObjects,
+        other => return Err(format!("unknown change {other:?}")),
+    };
+    Ok(c)
+}
+
+fn refs(words: &[&str]) -> Result<Vec<Ref>, String> {
+    if words == ["-"] {
+        return Ok(Vec::new());
+    }
+    let mut v = words
+        .iter()
+        .map(|w| Ref::parse(w))
+        .collect::<Result<Vec<_>, _>>()?;
+    v.sort();
+    Ok(v)
+}
+
+fn expect(e: &mut Expect, words: &[&str]) -> Result<(), String> {
+    match words {
+        ["mounts", rest @ ..] => e.mounts = Some(refs(rest)?),
+        ["uncertain", rest @ ..] => e.uncertain = Some(refs(rest)?),
+        ["ops", rest @ ..] => {
+            for w in rest {
+                let (op, n) = w
+                    .split_once('=')
+                    .ok_or_else(|| format!("ops wants <op>=<n>, not {w:?}"))?;
+                let n = n.parse().map_err(|_| format!("not a count: {w:?}"))?;
+                e.ops.insert(op.to_owned(), n);
+            }
+        }
+        ["metric", m] => {
+            let (name, cmp, n) = if let Some((a, b)) = m.split_once(">=") {
+                (a, Cmp::Ge, b)
+            } else if let Some((a, b)) = m.split_once('=') {
+                (a, Cmp::Eq, b)
+            } else {
+                return Err(format!("metric wants <name>>=<n> or <name>=<n>: {m:?}"));
+            };
+            let n = n.parse().map_err(|_| format!("not a count: {m:?}"))?;
+            e.metrics.push((name.to_owned(), cmp, n));
+        }
+        ["known", "dev"] => e.known_dev = true,
+        ["pod_dir_gone", pod] => e.pod_dir_gone.push((*pod).to_owned()),
+        ["no_pending_deletions"] => e.no_pending_deletions = true,
+        other => return Err(format!("unknown expectation {other:?}")),
+    }
+    Ok(())
+}
+
+/// Parses one fixture's text.
+pub fn parse(name: &str, text: &str) -> Result<Fixture, String> {
+    let mut f = Fixture {
+        name: name.to_owned(),
+        describe: String::new(),
+        pods: Vec::new(),
+        blank_device: false,
+        checkpoint_every: None,
+        crash: Crash::Kill,
+        trigger: Vec::new(),
+        down: Vec::new(),
+        expect: Expect::default(),
+        expect_fail: None,
+    };
+    let mut crash_seen = false;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |e: String| format!("{name}:{}: {e}", i + 1);
+        let rest = line[words[0].len()..].trim();
+        match words[0] {
+            "describe" => f.describe = rest.to_owned(),
+            "pods" => {
+                for w in &words[1..] {
+                    f.pods.push(pod_def(w).map_err(at)?);
+                }
+            }
+            "option" => match words.get(1).copied() {
+                Some("blank_device") => f.blank_device = true,
+                Some(o) if o.starts_with("checkpoint_every=") => {
+                    let n = o["checkpoint_every=".len()..]
+                        .parse()
+                        .map_err(|_| at(format!("bad option {o:?}")))?;
+                    f.checkpoint_every = Some(n);
+                }
+                other => return Err(at(format!("unknown option {other:?}"))),
+            },
+            "crash" => {
+                crash_seen = true;
+                f.crash = match words.get(1).copied() {
+                    Some("kill") => Crash::Kill,
+                    Some(p) => {
+                        let (point, n) = match p.rsplit_once(':') {
+                            Some((a, b)) => {
+                                (a, b.parse().map_err(|_| at(format!("bad count in {p:?}")))?)
+                            }
+                            None => (p, 1),
+                        };
+                        Crash::At(point.to_owned(), n)
+                    }
+                    None => return Err(at("crash needs a point or `kill`".into())),
+                };
+            }
+            "trigger" => f.trigger.push(change(&words[1..], false).map_err(at)?),
+            "down" => f.down.push(change(&words[1..], true).map_err(at)?),
+            "expect" => expect(&mut f.expect, &words[1..]).map_err(at)?,
+            "expect_fail" => f.expect_fail = Some(rest.trim_matches('"').to_owned()),
+            other => return Err(at(format!("unknown keyword {other:?}"))),
+        }
+    }
+    if !crash_seen {
+        return Err(format!("{name}: no `crash` line"));
+    }
+    if f.expect.mounts.is_none() || f.expect.uncertain.is_none() {
+        return Err(format!(
+            "{name}: `expect mounts` and `expect uncertain` are required"
+        ));
+    }
+    Ok(f)
+}
+
+/// Every fixture in `dir` (`*.crash`), sorted by name.
+pub fn load_all(dir: &Path) -> Result<Vec<Fixture>, String> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for e in entries {
+        let path = e.map_err(|e| e.to_string())?.path();
+        if path.extension().is_none_or(|x| x != "crash") {
+            continue;
+        }
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .ok_or("fixture name is not UTF-8")?
+            .to_owned();
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{name}: {e}"))?;
+        out.push(parse(&name, &text)?);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}

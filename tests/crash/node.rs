@@ -1,0 +1,789 @@
+//! One node for the crash suites, inside the caller's private mount
+//! namespace: a scratch kubelet root, static pod and object dirs, a boot id
+//! file, an ext4 image on a loop device (the local PV `pv-blk`), and the
+//! real `volumed` binary started, SIGKILLed and restarted against them.
+//! The checks every suite shares live here too: convergence (mount table ×
+//! `/debug/state` × `dump` × the desired pods), the dry run's uncertain
+//! targets, metrics, and the files written to the persistent volume.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use volumed::host::mountinfo::MountTable;
+
+use crate::fixture::{Kind, Ref};
+use crate::support::{LoopDevice, Scratch, mkdirs, mkfs_ext4, mount_tmpfs};
+
+/// The binary under test, built with `--features failpoints`.
+pub const BIN: &str = env!("CARGO_BIN_EXE_volumed");
+/// The PV every `pv` volume uses.
+pub const PV: &str = "pv-blk";
+/// How long a daemon may take to converge.
+pub const CONVERGE: Duration = Duration::from_secs(30);
+
+/// The UID of fixture pod `name`.
+pub fn uid(pod: &str) -> String {
+    format!("crash-uid-{pod}")
+}
+
+/// A running daemon.
+pub struct Daemon {
+    child: Child,
+    /// `host:port` from `daemon.json`
+    pub addr: String,
+    /// its log file
+    pub log: PathBuf,
+}
+
+/// The node.
+pub struct Node {
+    /// scratch dir (unmounts everything below it on drop)
+    pub scratch: Scratch,
+    /// `--root-dir`
+    pub root: PathBuf,
+    /// `--journal-dir`
+    pub jdir: PathBuf,
+    pods_dir: PathBuf,
+    objects_dir: PathBuf,
+    boot_file: PathBuf,
+    boots: u32,
+    runs: u32,
+    /// the loop device carrying the PV
+    pub dev: LoopDevice,
+    /// `--checkpoint-every`
+    pub checkpoint_every: Option<u64>,
+    /// `--journal off`
+    pub journal_off: bool,
+    /// the pods whose manifests are in place
+    pub desired: BTreeMap<String, Vec<Kind>>,
+    /// the daemon, while it runs
+    pub daemon: Option<Daemon>,
+    /// files written to the PV (relative to its root) with their contents
+    pub files: BTreeMap<String, String>,
+    /// the last daemon's log
+    last_log: Option<PathBuf>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+        }
+    }
+}
+
+/// One mount under the root.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// mountinfo's mount id
+    pub id: u32,
+    /// fs type
+    pub fs_type: String,
+}
+
+impl Node {
+    /// A fresh node; `blank` leaves the PV's device without a filesystem.
+    pub fn new(blank: bool) -> Node {
+        let scratch = Scratch::new("volumed-crash-");
+        let base = scratch.path().to_owned();
+        let image = base.join("pv.img");
+        if blank {
+            fs::File::create(&image)
+                .and_then(|f| f.set_len(64 << 20))
+                .expect("create blank image");
+        } else {
+            mkfs_ext4(&image, 64);
+        }
+        let dev = LoopDevice::attach(&image);
+        let node = Node {
+            root: base.join("root"),
+            jdir: base.join("journal"),
+            pods_dir: base.join("pods"),
+            objects_dir: base.join("objects"),
+            boot_file: base.join("boot_id"),
+            boots: 0,
+            runs: 0,
+            dev,
+            checkpoint_every: None,
+            journal_off: false,
+            desired: BTreeMap::new(),
+            daemon: None,
+            files: BTreeMap::new(),
+            last_log: None,
+            scratch,
+        };
+        mkdirs(&node.pods_dir);
+        mkdirs(&node.objects_dir);
+        mkdirs(&base.join("logs"));
+        node.write_boot_id(0);
+        node.write_objects();
+        node
+    }
+
+    fn write_boot_id(&self, n: u32) {
+        fs::write(
+            &self.boot_file,
+            format!("c0ffee00-0000-4000-8000-{n:012}\n"),
+        )
+        .expect("write boot id");
+    }
+
+    /// Presents a new boot id (a reboot).
+    pub fn new_boot(&mut self) {
+        self.boots += 1;
+        self.write_boot_id(self.boots);
+    }
+
+    /// Writes the PV and its claim.
+    pub fn write_objects(&self) {
+        let dev = self.dev.path().display();
+        let text = format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {PV}}}\nspec:\n  capacity: {{storage: 64Mi}}\n  accessModes: [ReadWriteOnce]\n  mountOptions: [noatime]\n  claimRef: {{namespace: default, name: claim-blk}}\n  local: {{path: {dev}, fsType: ext4}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-blk, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeName: {PV}\n  resources:\n    requests: {{storage: 64Mi}}\n"
+        );
+        write_atomic(&self.objects_dir.join("pv.yaml"), &text);
+    }
+
+    /// Removes the PV and its claim (no API server knows them any more).
+    pub fn drop_objects(&self) {
+        fs::remove_file(self.objects_dir.join("pv.yaml")).expect("remove objects");
+    }
+
+    /// Adds (or replaces) a pod manifest.
+    pub fn add_pod(&mut self, pod: &str, kinds: &[Kind]) {
+        let mut vols = String::new();
+        for k in kinds {
+            vols.push_str(match k {
+                Kind::Tmp => "  - {name: tmp, emptyDir: {medium: Memory, sizeLimit: 1Mi}}\n",
+                Kind::Disk => "  - {name: disk, emptyDir: {}}\n",
+                Kind::Pv => "  - {name: pv, persistentVolumeClaim: {claimName: claim-blk}}\n",
+            });
+        }
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default, uid: {}}}\nspec:\n  containers: [{{name: c, image: busybox}}]\n  volumes:\n{vols}",
+            uid(pod)
+        );
+        write_atomic(&self.pods_dir.join(format!("{pod}.yaml")), &text);
+        self.desired.insert(pod.to_owned(), kinds.to_vec());
+    }
+
+    /// Removes a pod manifest.
+    pub fn delete_pod(&mut self, pod: &str) {
+        let _ = fs::remove_file(self.pods_dir.join(format!("{pod}.yaml")));
+        self.desired.remove(pod);
+    }
+
+    /// The path of a target.
+    pub fn path(&self, r: &Ref) -> PathBuf {
+        match r {
+            Ref::Dev => self
+                .root
+                .join("plugins/kubernetes.io/local-volume/mounts")
+                .join(PV),
+            Ref::Pod(p, k) => {
+                let v = self.root.join("pods").join(uid(p)).join("volumes");
+                match k {
+                    Kind::Tmp => v.join("kubernetes.io~empty-dir/tmp"),
+                    Kind::Disk => v.join("kubernetes.io~empty-dir/disk"),
+                    Kind::Pv => v.join("kubernetes.io~local-volume").join(PV),
+                }
+            }
+        }
+    }
+
+    /// The target a path names, for any pod that was ever desired or is on disk.
+    pub fn ref_of(&self, path: &Path) -> Option<Ref> {
+        if path == self.path(&Ref::Dev) {
+            return Some(Ref::Dev);
+        }
+        let rel = path.strip_prefix(self.root.join("pods")).ok()?;
+        let mut c = rel.components();
+        let u = c.next()?.as_os_str().to_str()?;
+        let pod = u.strip_prefix("crash-uid-")?;
+        [Kind::Tmp, Kind::Disk, Kind::Pv]
+            .into_iter()
+            .map(|k| Ref::Pod(pod.to_owned(), k))
+            .find(|r| self.path(r) == path)
+    }
+
+    /// The mount targets the desired pods need, with their fs types.
+    pub fn expected_mounts(&self) -> BTreeMap<Ref, &'static str> {
+        let mut m = BTreeMap::new();
+        for (pod, kinds) in &self.desired {
+            for k in kinds {
+                match k {
+                    Kind::Tmp => {
+                        m.insert(Ref::Pod(pod.clone(), *k), "tmpfs");
+                    }
+                    Kind::Pv => {
+                        m.insert(Ref::Pod(pod.clone(), *k), "ext4");
+                        m.insert(Ref::Dev, "ext4");
+                    }
+                    Kind::Disk => {}
+                }
+            }
+        }
+        m
+    }
+
+    /// Every mount below the root (the root's own bind excluded), by path.
+    pub fn mounts(&self) -> BTreeMap<PathBuf, Vec<Seen>> {
+        let table = MountTable::read_self().expect("read mountinfo");
+        let mut m: BTreeMap<PathBuf, Vec<Seen>> = BTreeMap::new();
+        for e in table.entries() {
+            if e.mount_point.starts_with(&self.root) && e.mount_point != self.root {
+                m.entry(e.mount_point.clone()).or_default().push(Seen {
+                    id: e.mount_id,
+                    fs_type: e.fs_type.clone(),
+                });
+            }
+        }
+        m
+    }
+
+    /// Starts the daemon (`crash_at`: `VOLUMED_CRASH_AT`) and waits for its
+    /// `daemon.json`.
+    pub fn start(&mut self, crash_at: Option<&str>) -> Result<(), String> {
+        assert!(self.daemon.is_none(), "a daemon already runs");
+        self.runs += 1;
+        let log = self
+            .scratch
+            .path()
+            .join("logs")
+            .join(format!("run-{}.log", self.runs));
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run")
+            .arg("--root-dir")
+            .arg(&self.root)
+            .arg("--journal-dir")
+            .arg(&self.jdir)
+            .args(["--node-name", "crash-node", "--listen", "127.0.0.1:0"])
+            .arg("--static-pods")
+            .arg(&self.pods_dir)
+            .arg("--static-objects")
+            .arg(&self.objects_dir)
+            .arg("--boot-id-file")
+            .arg(&self.boot_file)
+            .args(["--poll-ms", "100"])
+            .env("VOLUMED_LOG", "info")
+            .env_remove("VOLUMED_CRASH_AT")
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(log.with_extension("out")).expect("log file"))
+            .stderr(fs::File::create(&log).expect("log file"));
+        if let Some(n) = self.checkpoint_every {
+            cmd.arg("--checkpoint-every").arg(n.to_string());
+        }
+        if self.journal_off {
+            cmd.args(["--journal", "off"]);
+        }
+        if let Some(p) = crash_at {
+            cmd.env("VOLUMED_CRASH_AT", p);
+        }
+        // SAFETY: between fork and exec only one raw prctl syscall runs (no
+        // allocation, no locks): the daemon dies with the test thread that
+        // started it, so a failing test never leaves it holding the
+        // namespace's mounts and the loop device.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                Ok(())
+            });
+        }
+        self.last_log = Some(log.clone());
+        let child = cmd.spawn().map_err(|e| format!("spawn volumed: {e}"))?;
+        let pid = child.id();
+        let mut d = Daemon {
+            child,
+            addr: String::new(),
+            log,
+        };
+        let info = self.jdir.join("daemon.json");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(v) = fs::read(&info)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
+                && v["pid"] == pid
+            {
+                d.addr = v["listen"].as_str().unwrap_or_default().to_owned();
+                break;
+            }
+            if let Ok(Some(st)) = d.child.try_wait() {
+                // died before serving: fine for an early crash point, the caller decides
+                self.daemon = Some(d);
+                return if st.signal() == Some(9) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "volumed exited at start: {st}\n{}",
+                        self.log_tail()
+                    ))
+                };
+            }
+            if Instant::now() > deadline {
+                self.daemon = Some(d);
+                return Err(format!("no daemon.json after 20 s\n{}", self.log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.daemon = Some(d);
+        Ok(())
+    }
+
+    /// The last lines of the current (or last) daemon's log.
+    pub fn log_tail(&self) -> String {
+        let Some(log) = &self.last_log else {
+            return String::new();
+        };
+        let text = fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(40);
+        format!(
+            "--- {} (last 40 lines) ---\n{}",
+            log.display(),
+            lines[from..].join("\n")
+        )
+    }
+
+    /// SIGKILLs the daemon and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+        }
+    }
+
+    /// Waits for the armed daemon to die at its crash point; the death must
+    /// be a SIGKILL and its log must name the point.
+    pub fn wait_crashed(&mut self, point: &str, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        let d = self.daemon.as_mut().ok_or("no daemon")?;
+        let status = loop {
+            if let Some(s) = d.child.try_wait().map_err(|e| e.to_string())? {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let tail = self.log_tail();
+                self.kill();
+                return Err(format!(
+                    "crash point {point} never fired within {limit:?} (the daemon did not die by SIGKILL)\n{tail}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let log = fs::read_to_string(&d.log).unwrap_or_default();
+        let tail = self.log_tail();
+        self.daemon = None;
+        if status.signal() != Some(9) {
+            return Err(format!(
+                "the daemon exited with {status}, not by SIGKILL at {point}\n{tail}"
+            ));
+        }
+        if !log.contains(&format!("crash point {point} reached")) {
+            return Err(format!(
+                "the daemon was SIGKILLed but not at {point}\n{tail}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// SIGTERMs the daemon and requires exit 0.
+    pub fn stop(&mut self) -> Result<(), String> {
+        let Some(mut d) = self.daemon.take() else {
+            return Ok(());
+        };
+        let pid = Pid::from_raw(i32::try_from(d.child.id()).expect("pid"));
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = d.child.try_wait().map_err(|e| e.to_string())? {
+                return if s.success() {
+                    Ok(())
+                } else {
+                    Err(format!("SIGTERM: the daemon exited with {s}"))
+                };
+            }
+            if Instant::now() > deadline {
+                let _ = d.child.kill();
+                let _ = d.child.wait();
+                return Err("SIGTERM: the daemon did not exit within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the daemon still runs.
+    pub fn alive(&mut self) -> bool {
+        self.daemon
+            .as_mut()
+            .is_some_and(|d| matches!(d.child.try_wait(), Ok(None)))
+    }
+
+    /// `GET path` on the daemon: (status, body).
+    pub fn get(&self, path: &str) -> Result<(u16, String), String> {
+        let d = self.daemon.as_ref().ok_or("no daemon")?;
+        let mut s = std::net::TcpStream::connect(&d.addr).map_err(|e| format!("connect: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: volumed\r\nConnection: close\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).map_err(|e| e.to_string())?;
+        let status = buf
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("bad HTTP answer: {buf:?}"))?;
+        let body = buf
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// The metrics text.
+    pub fn metrics(&self) -> Result<String, String> {
+        match self.get("/metrics")? {
+            (200, b) => Ok(b),
+            (s, b) => Err(format!("/metrics {s}: {b}")),
+        }
+    }
+
+    /// `volumed dump --format json` (asks the running daemon).
+    pub fn dump(&self) -> Result<Value, String> {
+        let out = Command::new(BIN)
+            .arg("dump")
+            .arg("--journal-dir")
+            .arg(&self.jdir)
+            .arg("--boot-id-file")
+            .arg(&self.boot_file)
+            .args(["--format", "json"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "dump: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("dump json: {e}"))
+    }
+
+    /// `volumed reconstruct --dry-run` while the daemon is down: the targets
+    /// a restart would decide uncertain (`journal_on` false: `--journal off`).
+    pub fn dry_run_uncertain(&self, journal_on: bool) -> Result<Vec<PathBuf>, String> {
+        let out = Command::new(BIN)
+            .args(["reconstruct", "--dry-run", "--format", "json"])
+            .arg("--root-dir")
+            .arg(&self.root)
+            .arg("--journal-dir")
+            .arg(&self.jdir)
+            .arg("--boot-id-file")
+            .arg(&self.boot_file)
+            .args(["--journal", if journal_on { "on" } else { "off" }])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "reconstruct --dry-run: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        Ok(v["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["decision"] == "uncertain")
+            .filter_map(|t| t["path"].as_str().map(PathBuf::from))
+            .collect())
+    }
+
+    /// Unmounts everything below the root, deepest first (a reboot).
+    pub fn unmount_all(&self) {
+        for _ in 0..5 {
+            let table = MountTable::read_self().expect("read mountinfo");
+            let left: Vec<PathBuf> = table
+                .entries()
+                .iter()
+                .filter(|e| e.mount_point.starts_with(&self.root))
+                .map(|e| e.mount_point.clone())
+                .collect();
+            if left.is_empty() {
+                return;
+            }
+            for m in left.iter().rev() {
+                let _ = umount2(m.as_path(), MntFlags::UMOUNT_NOFOLLOW);
+            }
+        }
+        panic!("could not unmount everything below {}", self.root.display());
+    }
+
+    /// Unmounts a target behind volumed's back.
+    pub fn unmount(&self, r: &Ref) {
+        let p = self.path(r);
+        umount2(&p, MntFlags::UMOUNT_NOFOLLOW)
+            .unwrap_or_else(|e| panic!("umount {}: {e}", p.display()));
+    }
+
+    /// Replaces whatever is at a target with a foreign tmpfs.
+    pub fn foreign(&self, r: &Ref) {
+        let p = self.path(r);
+        let _ = umount2(&p, MntFlags::UMOUNT_NOFOLLOW);
+        mkdirs(&p);
+        mount_tmpfs(&p, "size=1m");
+        fs::write(p.join("foreign"), "not volumed's").expect("write foreign file");
+    }
+
+    /// Writes a file (fsynced) on the PV through a pod target that is mounted.
+    pub fn write_pv_file(&mut self, pod: &str, tag: &str) -> Result<(), String> {
+        let dir = self.path(&Ref::Pod(pod.to_owned(), Kind::Pv));
+        let name = format!("file-{pod}-{tag}");
+        let body = format!("written through {pod} at {tag}\n");
+        let mut f = fs::File::create(dir.join(&name)).map_err(|e| format!("{name}: {e}"))?;
+        f.write_all(body.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| format!("{name}: {e}"))?;
+        self.files.insert(name, body);
+        Ok(())
+    }
+
+    /// Checks every file written to the PV: mounts the device read-only at a
+    /// scratch dir (the daemon's mounts may or may not be there).
+    pub fn check_pv_files(&self) -> Result<(), String> {
+        if self.files.is_empty() {
+            return Ok(());
+        }
+        let at = self.scratch.path().join("check");
+        mkdirs(&at);
+        mount(
+            Some(self.dev.path()),
+            &at,
+            Some("ext4"),
+            // the flags of a mount the daemon may still hold (another ro flag: EBUSY)
+            MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| format!("mount the PV to check its files: {e}"))?;
+        let mut lost = Vec::new();
+        for (name, body) in &self.files {
+            if fs::read_to_string(at.join(name)).ok().as_deref() != Some(body.as_str()) {
+                lost.push(name.clone());
+            }
+        }
+        umount2(&at, MntFlags::UMOUNT_NOFOLLOW).map_err(|e| format!("umount check: {e}"))?;
+        if lost.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("files lost on the PV: {lost:?}"))
+        }
+    }
+
+    /// The `(path, state)` of every target in a `state` document that is
+    /// not `not_mounted` (the journal keeps a target it settled as not
+    /// mounted until the volume is forgotten; the ASW may never have held
+    /// it: both mean "not mounted").
+    fn targets(state: &Value) -> BTreeMap<PathBuf, String> {
+        let mut m = BTreeMap::new();
+        for v in state["volumes"].as_array().into_iter().flatten() {
+            if let Some(d) = v["device"].as_object() {
+                m.insert(
+                    PathBuf::from(d["mount_path"].as_str().unwrap_or_default()),
+                    d["state"].as_str().unwrap_or_default().to_owned(),
+                );
+            }
+            for p in v["pods"].as_array().into_iter().flatten() {
+                m.insert(
+                    PathBuf::from(p["mount_path"].as_str().unwrap_or_default()),
+                    p["state"].as_str().unwrap_or_default().to_owned(),
+                );
+            }
+        }
+        m.retain(|_, s| s != "not_mounted");
+        m
+    }
+
+    /// One look at whether the node has converged to the desired pods:
+    /// ready; every needed mount there exactly once with the right fs type
+    /// and nothing else mounted below the root; every desired disk
+    /// emptyDir present; `/debug/state` agreeing (nothing uncertain, the
+    /// needed targets mounted, nothing else mounted).
+    pub fn converged_once(&self) -> Result<(), String> {
+        match self.get("/readyz")? {
+            (200, _) => {}
+            (s, b) => return Err(format!("/readyz {s}: {b}")),
+        }
+        let want = self.expected_mounts();
+        let seen = self.mounts();
+        let mut problems = Vec::new();
+        for (r, fs_type) in &want {
+            let p = self.path(r);
+            match seen.get(&p).map(Vec::as_slice) {
+                None | Some([]) => problems.push(format!("missing mount {r}")),
+                Some([one]) if one.fs_type == *fs_type => {}
+                Some([one]) => problems.push(format!(
+                    "{r} is a {} mount, not {fs_type} (adopted?)",
+                    one.fs_type
+                )),
+                Some(many) => problems.push(format!("double mount at {r}: {many:?}")),
+            }
+        }
+        let want_paths: BTreeSet<PathBuf> = want.keys().map(|r| self.path(r)).collect();
+        for p in seen.keys() {
+            if !want_paths.contains(p) {
+                problems.push(format!(
+                    "leaked mount {}",
+                    self.ref_of(p)
+                        .map_or_else(|| p.display().to_string(), |r| r.to_string())
+                ));
+            }
+        }
+        let mut dirs = BTreeSet::new();
+        for (pod, kinds) in &self.desired {
+            if kinds.contains(&Kind::Disk) {
+                let r = Ref::Pod(pod.clone(), Kind::Disk);
+                if !self.path(&r).is_dir() {
+                    problems.push(format!("missing dir {r}"));
+                }
+                dirs.insert(self.path(&r));
+            }
+        }
+        let (code, body) = self.get("/debug/state")?;
+        if code != 200 {
+            return Err(format!("/debug/state {code}: {body}"));
+        }
+        let state: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let asw = Self::targets(&state);
+        for (p, s) in &asw {
+            let name = self
+                .ref_of(p)
+                .map_or_else(|| p.display().to_string(), |r| r.to_string());
+            let needed = want_paths.contains(p) || dirs.contains(p);
+            match s.as_str() {
+                "uncertain" => problems.push(format!("{name} still uncertain")),
+                "mounted" if !needed => problems.push(format!("ASW: {name} mounted, not needed")),
+                "not_mounted" if needed => problems.push(format!("ASW: {name} not mounted")),
+                _ => {}
+            }
+        }
+        for p in want_paths.iter().chain(&dirs) {
+            if !asw.contains_key(p) {
+                problems.push(format!("ASW lacks {}", p.display()));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// Waits (up to [`CONVERGE`]) until [`Node::converged_once`] and `extra`
+    /// hold, then checks that `dump` agrees with `/debug/state`.
+    pub fn converge(&mut self, extra: &dyn Fn(&Node) -> Result<(), String>) -> Result<(), String> {
+        let deadline = Instant::now() + CONVERGE;
+        loop {
+            if !self.alive() {
+                return Err(format!("the daemon died\n{}", self.log_tail()));
+            }
+            let r = self.converged_once().and_then(|()| extra(self));
+            match r {
+                Ok(()) => break,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!(
+                        "not converged after {CONVERGE:?}: {e}\n{}",
+                        self.log_tail()
+                    ));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        let dump = self.dump()?;
+        let (_, body) = self.get("/debug/state")?;
+        let state: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let (a, b) = (Self::targets(&dump["state"]), Self::targets(&state));
+        if a != b {
+            return Err(format!(
+                "dump and /debug/state disagree:\ndump  {a:?}\nstate {b:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// `volumed_plugin_operations_total` summed over plugins, per operation.
+    pub fn plugin_ops(&self) -> Result<BTreeMap<String, u64>, String> {
+        let text = self.metrics()?;
+        let mut m = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("volumed_plugin_operations_total{") else {
+                continue;
+            };
+            let (labels, value) = rest.split_once("} ").ok_or("bad metric line")?;
+            let op = labels
+                .split(',')
+                .find_map(|l| l.strip_prefix("operation=\""))
+                .map(|o| o.trim_end_matches('"').to_owned())
+                .ok_or("no operation label")?;
+            // an IntCounter: a whole number
+            let n: u64 = value.trim().parse().map_err(|_| "bad metric value")?;
+            *m.entry(op).or_insert(0) += n;
+        }
+        Ok(m)
+    }
+
+    /// An unlabelled metric's value.
+    pub fn metric(&self, name: &str) -> Result<u64, String> {
+        let text = self.metrics()?;
+        for line in text.lines() {
+            if let Some(v) = line.strip_prefix(name).and_then(|r| r.strip_prefix(' ')) {
+                return v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{name}: not a whole number: {v}"));
+            }
+        }
+        Err(format!("no metric {name} on /metrics"))
+    }
+
+    /// Any `.deleting~N` dir left under a pod's volumes.
+    pub fn pending_deletions(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let pods = self.root.join("pods");
+        for pod in fs::read_dir(&pods).into_iter().flatten().flatten() {
+            for plugin in fs::read_dir(pod.path().join("volumes"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                for v in fs::read_dir(plugin.path()).into_iter().flatten().flatten() {
+                    if v.file_name().to_string_lossy().contains(".deleting~") {
+                        out.push(v.path());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn write_atomic(path: &Path, text: &str) {
+    // A dotfile is skipped by the sources, so the rename is the one change seen.
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("x")
+    ));
+    fs::write(&tmp, text).expect("write manifest");
+    fs::rename(&tmp, path).expect("rename manifest");
+}

@@ -1,0 +1,195 @@
+//! Runs one fixture on a fresh [`Node`]: start the daemon armed with the
+//! crash point, let it settle and apply the triggers when there are any,
+//! require the death by SIGKILL at that point, apply the changes made while
+//! down, ask the dry run what a restart decides uncertain, restart, wait for
+//! convergence and check every expectation; stop it with SIGTERM and check
+//! the files written to the PV.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::fixture::{Change, Cmp, Crash, Fixture, Kind, Ref};
+use crate::node::{Node, PV};
+
+/// How long an armed daemon may take to reach its point.
+const CRASH_LIMIT: Duration = Duration::from_secs(30);
+
+fn apply(node: &mut Node, c: &Change) {
+    match c {
+        Change::Delete(p) => node.delete_pod(p),
+        Change::Add((p, kinds)) => node.add_pod(p, kinds),
+        Change::Unmount(r) => node.unmount(r),
+        Change::Foreign(r) => node.foreign(r),
+        Change::Reboot => {
+            node.unmount_all();
+            node.new_boot();
+        }
+        Change::DropObjects => node.drop_objects(),
+    }
+}
+
+fn refs_of(node: &Node, paths: &[std::path::PathBuf]) -> Vec<String> {
+    let mut v: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            node.ref_of(p)
+                .map_or_else(|| p.display().to_string(), |r| r.to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// What the runner prints about a scenario besides pass/fail.
+#[derive(Debug, Default)]
+pub struct Figures {
+    /// the crash point that fired
+    pub point: Option<String>,
+    /// uncertain targets at restart, journal on
+    pub uncertain_on: usize,
+    /// uncertain targets at restart, `--journal off`
+    pub uncertain_off: usize,
+}
+
+/// Runs the fixture; `Err` says what did not hold.
+pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
+    let mut node = Node::new(f.blank_device);
+    node.checkpoint_every = f.checkpoint_every;
+    for (p, kinds) in &f.pods {
+        node.add_pod(p, kinds);
+    }
+    let crash_at = match &f.crash {
+        Crash::At(p, n) => Some(format!("{p}:{n}")),
+        Crash::Kill => None,
+    };
+    node.start(crash_at.as_deref())?;
+    let settle_first = !f.trigger.is_empty() || f.crash == Crash::Kill;
+    if settle_first {
+        node.converge(&|_| Ok(()))
+            .map_err(|e| format!("before the crash: {e}"))?;
+        // Data on the PV, to be found after the restart.
+        let pv_pods: Vec<String> = node
+            .desired
+            .iter()
+            .filter(|(_, k)| k.contains(&Kind::Pv))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in pv_pods {
+            node.write_pv_file(&p, "before-crash")?;
+        }
+        for c in &f.trigger {
+            apply(&mut node, c);
+        }
+    }
+    match &f.crash {
+        Crash::At(p, _) => {
+            node.wait_crashed(p, CRASH_LIMIT)?;
+            figures.point = Some(p.clone());
+        }
+        Crash::Kill => node.kill(),
+    }
+    for c in &f.down {
+        apply(&mut node, c);
+    }
+    let on = node.dry_run_uncertain(true)?;
+    let off = node.dry_run_uncertain(false)?;
+    figures.uncertain_on = on.len();
+    figures.uncertain_off = off.len();
+    let mut problems = Vec::new();
+    let want: Vec<String> = f
+        .expect
+        .uncertain
+        .iter()
+        .flatten()
+        .map(Ref::to_string)
+        .collect();
+    let got = refs_of(&node, &on);
+    if got != want {
+        problems.push(format!(
+            "uncertain at restart: {got:?}, fixture says {want:?}"
+        ));
+    }
+
+    node.start(None)?;
+    let e = &f.expect;
+    let gone: Vec<String> = e.pod_dir_gone.clone();
+    let no_pending = e.no_pending_deletions;
+    let extra = move |n: &Node| -> Result<(), String> {
+        for p in &gone {
+            let d = n.root.join("pods").join(crate::node::uid(p));
+            if d.exists() {
+                return Err(format!("pod dir of {p} not removed"));
+            }
+        }
+        if no_pending {
+            let left = n.pending_deletions();
+            if !left.is_empty() {
+                return Err(format!("interrupted deletions left: {left:?}"));
+            }
+        }
+        Ok(())
+    };
+    node.converge(&extra)?;
+
+    let seen: BTreeSet<String> = node
+        .mounts()
+        .keys()
+        .map(|p| {
+            node.ref_of(p)
+                .map_or_else(|| p.display().to_string(), |r| r.to_string())
+        })
+        .collect();
+    let declared: BTreeSet<String> = e.mounts.iter().flatten().map(Ref::to_string).collect();
+    if seen != declared {
+        problems.push(format!(
+            "mounts after restart: {seen:?}, fixture says {declared:?}"
+        ));
+    }
+    let ops = node.plugin_ops()?;
+    for (op, n) in &e.ops {
+        let got = ops.get(op).copied().unwrap_or(0);
+        if got != *n {
+            problems.push(format!(
+                "{op} re-issued {got} times after restart, fixture says {n} (all: {ops:?})"
+            ));
+        }
+    }
+    for (name, cmp, n) in &e.metrics {
+        let got = node.metric(name)?;
+        let ok = match cmp {
+            Cmp::Eq => got == *n,
+            Cmp::Ge => got >= *n,
+        };
+        if !ok {
+            problems.push(format!("{name} = {got}, fixture wants {cmp:?} {n}"));
+        }
+    }
+    if e.known_dev {
+        let dump = node.dump()?;
+        let dev = node.dev.path().display().to_string();
+        let known = dump["records"].as_array().into_iter().flatten().any(|r| {
+            r["type"] == "reconstructed"
+                && r["pod_uid"].is_null()
+                && r["volume"].as_str().is_some_and(|v| v.ends_with(PV))
+                && r["params"]["device_path"] == dev.as_str()
+                && r["params"]["mount_options"]
+                    .as_array()
+                    .is_some_and(|o| o.iter().any(|x| x == "noatime"))
+        });
+        if !known {
+            problems.push(format!(
+                "dump after restart does not show the device target with device_path {dev} and mount option noatime: {}",
+                dump["records"]
+            ));
+        }
+    }
+    node.stop()?;
+    if let Err(e) = node.check_pv_files() {
+        problems.push(e);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}\n{}", problems.join("\n"), node.log_tail()))
+    }
+}
