@@ -107,7 +107,8 @@ pub fn plan(
                 .and_then(|v| v.effective_selinux.as_ref());
             let still_wanted =
                 dsw.pod_exists_in_volume(pod, volume) && !selinux.conflicts_with(wanted_label);
-            if !still_wanted {
+            // A pod with a volume that cannot be resolved keeps its mounts.
+            if !still_wanted && !dsw.pod_has_unresolved(pod) {
                 push(
                     &mut out,
                     Action::TearDown {
@@ -405,6 +406,25 @@ mod tests {
                     mounted_pod(a, &v, "b", MountState::Mounted);
                 },
                 want: vec![format!("teardown {PV} gone")],
+            },
+            Row {
+                name: "a pod whose claim does not resolve keeps its mounts",
+                populated: true,
+                setup: |d, a| {
+                    d.set_pod_unresolved(&uid("gone"), true);
+                    add_local(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        Some(MountState::Mounted),
+                    );
+                    mounted_pod(
+                        a,
+                        &UniqueVolumeName::from_raw(PV),
+                        "gone",
+                        MountState::Mounted,
+                    );
+                },
+                want: vec![],
             },
             Row {
                 name: "device with no pods and no want: unmounted",

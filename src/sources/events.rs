@@ -61,6 +61,7 @@ pub fn apply_event(dsw: &mut DesiredStateOfWorld, event: SourceEvent) {
 
 fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod) {
     let uid = pod.uid;
+    dsw.set_pod_unresolved(&uid, !pod.unresolved.is_empty());
     let wanted: BTreeSet<&UniqueVolumeName> = pod.volumes.iter().map(|v| &v.volume).collect();
     for name in dsw.volumes_of_pod(&uid) {
         if wanted.contains(&name) {

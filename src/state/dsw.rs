@@ -82,6 +82,9 @@ pub struct DesiredStateOfWorld {
     volumes: BTreeMap<UniqueVolumeName, DesiredVolume>,
     pod_errors: BTreeMap<PodUid, BTreeSet<String>>,
     populated: bool,
+    /// pods that exist but have a volume that cannot be resolved now: they
+    /// keep every mount they have (DESIGN.md "Contracts", static sources)
+    unresolved: BTreeSet<PodUid>,
 }
 
 impl DesiredStateOfWorld {
@@ -161,7 +164,25 @@ impl DesiredStateOfWorld {
             self.delete_pod_from_volume(pod, name);
         }
         self.pod_errors.remove(pod);
+        self.unresolved.remove(pod);
         names
+    }
+
+    /// Records whether `pod` (which exists) has a volume that cannot be
+    /// resolved now. Such a pod keeps every mount it has: a volume whose
+    /// claim vanished is not torn down under a running pod, even when the
+    /// DSW never held it (after a restart).
+    pub fn set_pod_unresolved(&mut self, pod: &PodUid, unresolved: bool) {
+        if unresolved {
+            self.unresolved.insert(pod.clone());
+        } else {
+            self.unresolved.remove(pod);
+        }
+    }
+
+    /// Whether `pod` has a volume that cannot be resolved now.
+    pub fn pod_has_unresolved(&self, pod: &PodUid) -> bool {
+        self.unresolved.contains(pod)
     }
 
     /// Whether some pod wants `volume`.
