@@ -381,6 +381,12 @@ impl Journal {
             self.inserted_through.store(seq, Ordering::SeqCst);
             seq
         };
+        self.wait_durable(seq)?;
+        Ok(seq)
+    }
+
+    /// Returns once `seq` is durable (group commit; a failed flush is fatal).
+    fn wait_durable(&self, seq: u64) -> Result<(), JournalError> {
         self.commit
             .wait_durable(
                 seq,
@@ -390,8 +396,7 @@ impl Journal {
             .map_err(|reason| JournalError::Flush {
                 path: self.dir.clone(),
                 reason,
-            })?;
-        Ok(seq)
+            })
     }
 
     /// Appends `bodies` in order as consecutive records and returns their
@@ -449,16 +454,7 @@ impl Journal {
             (first..=last).collect::<Vec<u64>>()
         };
         let last = seqs.last().copied().unwrap_or_default();
-        self.commit
-            .wait_durable(
-                last,
-                || self.inserted_through.load(Ordering::SeqCst),
-                |through| self.flush_through(through),
-            )
-            .map_err(|reason| JournalError::Flush {
-                path: self.dir.clone(),
-                reason,
-            })?;
+        self.wait_durable(last)?;
         Ok(seqs)
     }
 
@@ -571,11 +567,7 @@ impl Journal {
             if checkpoint.as_ref().is_some_and(|c| seq <= c.through_seq) {
                 continue;
             }
-            let decoded = envelope::open(self.journal_id, Kind::Record, seq, &v)
-                .map_err(|e| e.to_string())
-                .and_then(|p| record::decode::<RecordV1>(p).map_err(|e| e.to_string()))
-                .and_then(|r| Record::try_from(&r).map_err(|e| e.to_string()));
-            match decoded {
+            match record::open_record(self.journal_id, seq, &v) {
                 Ok(r) => tail.push(r),
                 Err(reason) => {
                     corruption = Some(Corruption { seq, reason });

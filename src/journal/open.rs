@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicU64;
 
 use super::commit::GroupCommit;
 use super::envelope::{self, Kind};
-use super::record::{self, CheckpointV1, RecordV1};
+use super::record::{self, CheckpointV1};
 use super::replay::{JournalState, Record};
 use super::watermark::{Acked, Watermark};
 use super::{
@@ -333,11 +333,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
             if seq <= through || replay.corruption.is_some() {
                 continue;
             }
-            let decoded = envelope::open(journal_id, Kind::Record, seq, &v)
-                .map_err(|e| e.to_string())
-                .and_then(|p| record::decode::<RecordV1>(p).map_err(|e| e.to_string()))
-                .and_then(|r| Record::try_from(&r).map_err(|e| e.to_string()));
-            match decoded {
+            match record::open_record(journal_id, seq, &v) {
                 Ok(rec) => {
                     replay.state.apply(&rec);
                     replay.tail.push(rec);

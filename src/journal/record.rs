@@ -168,6 +168,16 @@ fn field_err(field: &'static str, value: &str, why: impl ToString) -> RecordErro
     }
 }
 
+/// Verifies the envelope of a stored record value and decodes it into a
+/// model-level [`Record`]; the error says what failed (envelope, payload or
+/// a field). The one decode path for replay, `current` and `dump`.
+pub fn open_record(journal_id: u64, seq: u64, value: &[u8]) -> Result<Record, String> {
+    let payload = super::envelope::open(journal_id, super::envelope::Kind::Record, seq, value)
+        .map_err(|e| e.to_string())?;
+    let v1: RecordV1 = decode(payload).map_err(|e| e.to_string())?;
+    Record::try_from(&v1).map_err(|e| e.to_string())
+}
+
 /// Encodes a value with bincode 1.3.3's default options.
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing plain structs of strings, integers and byte vectors into a
