@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -63,9 +64,23 @@ pub fn check_component(what: &'static str, value: &str) -> Result<(), ModelError
 }
 
 /// A pod's UID as the kubelet uses it for `pods/<uid>`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct PodUid(String);
+///
+/// Shared (`Arc<str>`): reconstruction and the states copy a UID into every
+/// key and record of the pod's targets, and a clone is a count.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodUid(Arc<str>);
+
+impl Serialize for PodUid {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PodUid {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| Self(s.into()))
+    }
+}
 
 impl PodUid {
     /// Validates a UID: one path component of `[A-Za-z0-9-_.]`.
@@ -82,7 +97,7 @@ impl PodUid {
                 why: "only ASCII letters, digits, '-', '_' and '.' are allowed",
             });
         }
-        Ok(Self(uid))
+        Ok(Self(uid.into()))
     }
     /// The UID as a string.
     pub fn as_str(&self) -> &str {
@@ -169,22 +184,35 @@ impl fmt::Display for PluginName {
 ///   `kubernetes.io/csi/<driver>^<handle>`);
 /// - others: `<plugin>/<pod uid>-<spec name>`
 ///   (`kubernetes.io/empty-dir/1234-cache`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct UniqueVolumeName(String);
+///
+/// Shared (`Arc<str>`), as [`PodUid`]: a clone is a count.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UniqueVolumeName(Arc<str>);
+
+impl Serialize for UniqueVolumeName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for UniqueVolumeName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| Self(s.into()))
+    }
+}
 
 impl UniqueVolumeName {
     /// A name shared by every pod using the volume.
     pub fn shared(plugin: PluginName, volume_name: &str) -> Self {
-        Self(format!("{}/{}", plugin.as_str(), volume_name))
+        Self(format!("{}/{}", plugin.as_str(), volume_name).into())
     }
     /// A name private to one pod.
     pub fn per_pod(plugin: PluginName, pod: &PodUid, spec_name: &str) -> Self {
-        Self(format!("{}/{}-{}", plugin.as_str(), pod, spec_name))
+        Self(format!("{}/{}-{}", plugin.as_str(), pod, spec_name).into())
     }
     /// Wraps a name read back from the journal or a command line.
     pub fn from_raw(s: impl Into<String>) -> Self {
-        Self(s.into())
+        Self(s.into().into())
     }
     /// The name as a string.
     pub fn as_str(&self) -> &str {

@@ -252,8 +252,9 @@ pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
         device_mount(&m, &plugins, &mut scan);
     }
     let pods = layout.pods_dir();
+    let mut last_uid = None;
     for m in table.stacks_under(&pods) {
-        pod_mount(&m, &pods, &mut scan);
+        pod_mount(&m, &pods, &mut last_uid, &mut scan);
     }
     scan
 }
@@ -295,7 +296,10 @@ fn device_mount(m: &MountStack<'_>, plugins: &Path, scan: &mut MountScan) {
     });
 }
 
-fn pod_mount(m: &MountStack<'_>, pods: &Path, scan: &mut MountScan) {
+/// `last_uid`: the UID of the previous pod target (the table is sorted, so
+/// a pod's targets come together): the same name is not validated again,
+/// and the targets share it.
+fn pod_mount(m: &MountStack<'_>, pods: &Path, last_uid: &mut Option<PodUid>, scan: &mut MountScan) {
     let path = &m.top().mount_point;
     let Some(parts) = rel_components(path, pods) else {
         return;
@@ -308,8 +312,15 @@ fn pod_mount(m: &MountStack<'_>, pods: &Path, scan: &mut MountScan) {
     let Some(uid_str) = utf8(parts[0], path, &mut scan.problems) else {
         return;
     };
-    let Some(uid) = pod_uid(uid_str, path, &mut scan.problems) else {
-        return;
+    let uid = match last_uid {
+        Some(u) if u.as_str() == uid_str => u.clone(),
+        _ => {
+            let Some(uid) = pod_uid(uid_str, path, &mut scan.problems) else {
+                return;
+            };
+            *last_uid = Some(uid.clone());
+            uid
+        }
     };
     let unrecognised = |scan: &mut MountScan| {
         scan.problems

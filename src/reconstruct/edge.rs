@@ -516,8 +516,11 @@ fn fill_input<'a>(
     let mut device_paths: FxHashSet<&[u8]> = FxHashSet::default();
     if let Some(state) = journal {
         observe.reserve(state.len() / 8 + 1);
-        let mut look = |path: &Path| {
-            if observe.contains_key(path) {
+        // looked-up paths by bytes (`Path`'s hash walks components): a path
+        // spelt two ways is looked up twice, to the same answer
+        let mut looked: FxHashSet<&[u8]> = FxHashSet::default();
+        let mut look = |path: &'a Path| {
+            if !looked.insert(path.as_os_str().as_bytes()) {
                 return;
             }
             if let Some(top) = tops.top_at(path) {

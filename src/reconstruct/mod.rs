@@ -363,18 +363,19 @@ impl MergeOutput {
 pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
     let mut out = MergeOutput::default();
     let mut claimed = vec![false; input.host_targets.len()];
-    let host_by_path: FxHashMap<&Path, usize> = input
+    // keyed by path bytes: `Path`'s own hash walks components
+    let host_by_path: FxHashMap<&[u8], usize> = input
         .host_targets
         .iter()
         .enumerate()
-        .map(|(i, h)| (h.path.as_path(), i))
+        .map(|(i, h)| (path_bytes(&h.path), i))
         .collect();
 
     if let Some(journal) = input.journal {
         out.decisions.reserve(journal.len());
         for (key, entry) in journal.entries() {
             let path = entry.current_params().path();
-            let host = path.and_then(|p| host_by_path.get(p).copied());
+            let host = path.and_then(|p| by_path(&host_by_path, p));
             if let Some(i) = host {
                 claimed[i] = true;
             }
@@ -392,12 +393,37 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
     let unique_paths = host_by_path.len() == input.host_targets.len();
     let is_claimed = |i: usize, h: &HostTarget| match unique_paths {
         true => claimed[i],
-        false => claimed[host_by_path[h.path.as_path()]],
+        false => claimed[host_by_path[path_bytes(&h.path)]],
     };
     // a host target's key is decided when the journal has it (it decided it)
     let journal_has = |key: &TargetKey| input.journal.is_some_and(|j| j.get(key).is_some());
     merge_host_only(input, is_claimed, journal_has, &mut out);
     out
+}
+
+/// A path's bytes, for hashing: host-found paths are spelt plainly (the
+/// mount table's, or joined from it), so equal paths have equal bytes.
+fn path_bytes(path: &Path) -> &[u8] {
+    path.as_os_str().as_encoded_bytes()
+}
+
+/// The host target at `path`, equal as paths are equal (`//`, `/./` and a
+/// trailing `/` do not count): by bytes, and for a path spelt otherwise, by
+/// its plain spelling.
+fn by_path(map: &FxHashMap<&[u8], usize>, path: &Path) -> Option<usize> {
+    let b = path_bytes(path);
+    if let Some(i) = map.get(b) {
+        return Some(*i);
+    }
+    let plain = !(b.windows(2).any(|w| w == b"//")
+        || b.windows(3).any(|w| w == b"/./")
+        || (b.len() > 1 && b.ends_with(b"/"))
+        || b.ends_with(b"/."));
+    if plain {
+        return None;
+    }
+    let respelt: PathBuf = path.components().collect();
+    map.get(path_bytes(&respelt)).copied()
 }
 
 /// The second phase of a split reconstruction: decides the host-found
