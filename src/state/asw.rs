@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use super::{SeLinuxState, StateError};
+use super::{PodMap, SeLinuxState, StateError};
 use crate::model::{
     MountState, PluginName, PodUid, SeLinuxContext, TargetKind, UniqueVolumeName, VolumeSpec,
 };
@@ -77,7 +77,7 @@ pub struct ActualVolume {
     /// the volume-level context (the kubelet's `seLinuxMountContext`)
     pub selinux: SeLinuxState,
     /// the pod targets
-    pub pods: BTreeMap<PodUid, MountedPod>,
+    pub pods: PodMap<MountedPod>,
 }
 
 /// A pod target with its volume's details, as the listing functions return it.
@@ -165,7 +165,7 @@ impl ActualStateOfWorld {
                         spec,
                         device,
                         selinux: SeLinuxState::Unknown,
-                        pods: BTreeMap::new(),
+                        pods: PodMap::new(),
                     },
                 );
             }

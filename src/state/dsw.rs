@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{SeLinuxConflict, StateError};
+use super::{PodMap, SeLinuxConflict, StateError};
 use crate::model::{PluginName, PodUid, PodVolume, SeLinuxContext, UniqueVolumeName, VolumeSpec};
 
 /// The kubelet's `maxPodErrors`: a pod's error set grows only while it holds
@@ -45,7 +45,7 @@ pub struct DesiredVolume {
     /// the label compared for conflicts, fixed by the first pod
     pub original_selinux: Option<SeLinuxContext>,
     /// the pods that want it
-    pub pods: BTreeMap<PodUid, DesiredPod>,
+    pub pods: PodMap<DesiredPod>,
 }
 
 /// The result of [`DesiredStateOfWorld::add_pod_to_volume`].
@@ -115,7 +115,7 @@ impl DesiredStateOfWorld {
                 spec: volume.spec.clone(),
                 effective_selinux: volume.selinux,
                 original_selinux: check.original.clone(),
-                pods: BTreeMap::new(),
+                pods: PodMap::new(),
             });
         let mut conflict = None;
         let new_pod = !entry.pods.is_empty() && !entry.pods.contains_key(pod);
