@@ -129,8 +129,9 @@ pub struct Entry {
     pub params: TargetParams,
     /// last settled state
     pub state: MountState,
-    /// operation in flight, if any
-    pub pending: Option<Pending>,
+    /// operation in flight, if any (boxed: most entries have none, and an
+    /// inline `Pending` would make every entry of the map twice as large)
+    pub pending: Option<Box<Pending>>,
     /// mount identity observed when it was last mounted
     pub observed: Option<MountIdentity>,
     /// sequence number of the last record about this target
@@ -292,12 +293,12 @@ impl JournalState {
 
     fn apply_intent(&mut self, rec: &Record, op: Operation, steps: Steps, target: &TargetParams) {
         let key = TargetKey::of(target);
-        let pending = Pending {
+        let pending = Box::new(Pending {
             op,
             intent_seq: rec.seq,
             steps,
             params: target.clone(),
-        };
+        });
         let mut superseded = None;
         let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
             params: target.clone(),
