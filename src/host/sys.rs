@@ -462,6 +462,25 @@ pub fn limit_malloc_arenas(arenas: i32) -> bool {
     }
 }
 
+/// Gives the allocator's free pages back to the kernel (`malloc_trim(0)`).
+/// glibc returns memory on `free` only from the top of a heap; what a burst
+/// of work freed in the middle (parsed manifests, job reports, journal
+/// buffers) otherwise stays in RSS. Returns whether anything was released
+/// (always `false` off glibc).
+pub fn trim_malloc() -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: `malloc_trim` takes no pointers; it locks each arena while
+        // it releases whole free pages (madvise), so any thread may call it
+        // at any time.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
