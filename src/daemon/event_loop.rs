@@ -73,8 +73,14 @@ pub struct EventLoop {
     pub(super) last_sweep: Option<Instant>,
     /// a pod target went away since the last sweep
     pub(super) sweep_wanted: bool,
+    /// a job finished since the allocator was last trimmed
+    pub(super) trim_due: bool,
+    /// when the allocator was last trimmed
+    pub(super) last_trim: Option<Instant>,
 }
 
+/// The allocator is trimmed at most this often, once no job is in flight.
+const TRIM_EVERY: Duration = Duration::from_secs(1);
 /// Orphan sweeps run at most this often.
 const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// And at least this often once populated.
@@ -101,6 +107,11 @@ impl EventLoop {
             {
                 wake = wake.min((last + SWEEP_EVERY).saturating_duration_since(now));
             }
+            if self.trim_due
+                && let Some(last) = self.last_trim
+            {
+                wake = wake.min((last + TRIM_EVERY).saturating_duration_since(now));
+            }
             match self.events.recv_timeout(wake) {
                 Ok(ev) => self.handle(ev),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -120,7 +131,24 @@ impl EventLoop {
             self.reconcile();
             self.maybe_sweep();
             self.maybe_checkpoint();
+            self.maybe_trim();
         }
+    }
+
+    /// After a burst of jobs, once none is in flight: gives the memory the
+    /// burst freed back to the kernel (at most every [`TRIM_EVERY`]; an idle
+    /// daemon never trims).
+    fn maybe_trim(&mut self) {
+        if !self.trim_due || self.pending.running() != 0 {
+            return;
+        }
+        let now = Instant::now();
+        if self.last_trim.is_some_and(|t| now < t + TRIM_EVERY) {
+            return;
+        }
+        self.trim_due = false;
+        self.last_trim = Some(now);
+        crate::host::sys::trim_malloc();
     }
 
     fn handle(&mut self, ev: Event) {
@@ -141,6 +169,7 @@ impl EventLoop {
                 }
             }
             Event::JobDone(report) => {
+                self.trim_due = true;
                 let ok = report.error.is_none();
                 self.pending.finish(&report.key, ok, Instant::now());
                 if report.ran.contains(&crate::model::Operation::TearDown) {

@@ -331,6 +331,8 @@ impl Daemon {
             leftovers_done: false,
             last_sweep: None,
             sweep_wanted: false,
+            trim_due: false,
+            last_trim: None,
         };
         threads.push(spawn("volumed-reconciler", move || looper.run())?);
         Ok(Daemon {

@@ -90,7 +90,11 @@ pub struct JournalConfig {
     pub node_name: String,
     /// The current boot id.
     pub boot_id: String,
-    /// sled's page cache capacity in bytes.
+    /// sled's page cache capacity in bytes: 4 MiB by default. The daemon
+    /// appends small records under increasing keys and reads the journal
+    /// back only when it opens it (replay keeps the state in memory), so
+    /// only the tree's right edge is hot; sled's own default (1 GiB) or a
+    /// bigger cache only lets RSS grow with the records written.
     pub cache_capacity: u64,
     /// Create the journal when the dir holds none.
     pub create: bool,
@@ -109,7 +113,7 @@ impl JournalConfig {
             dir: dir.into(),
             node_name: node_name.to_owned(),
             boot_id: boot_id.to_owned(),
-            cache_capacity: 16 << 20,
+            cache_capacity: 4 << 20,
             create: true,
             on_corrupt: OnCorrupt::MoveAside,
             lock_wait: std::time::Duration::from_secs(2),

@@ -529,13 +529,13 @@ impl TryFrom<&EntryV1> for Entry {
             pending: e
                 .pending
                 .as_ref()
-                .map(|p| -> Result<Pending, RecordError> {
-                    Ok(Pending {
+                .map(|p| -> Result<Box<Pending>, RecordError> {
+                    Ok(Box::new(Pending {
                         op: p.op.into(),
                         intent_seq: p.intent_seq,
                         steps: steps_of(p.multi_step),
                         params: (&p.target).try_into()?,
-                    })
+                    }))
                 })
                 .transpose()?,
             observed: identity(&e.observed)?,

@@ -129,8 +129,9 @@ pub struct Entry {
     pub params: TargetParams,
     /// last settled state
     pub state: MountState,
-    /// operation in flight, if any
-    pub pending: Option<Pending>,
+    /// operation in flight, if any (boxed: most entries have none, and an
+    /// inline `Pending` would make every entry of the map twice as large)
+    pub pending: Option<Box<Pending>>,
     /// mount identity observed when it was last mounted
     pub observed: Option<MountIdentity>,
     /// sequence number of the last record about this target
@@ -169,7 +170,9 @@ pub struct Anomaly {
 /// anomalies met while building it (a checkpoint does not carry those).
 #[derive(Debug, Clone, Default)]
 pub struct JournalState {
-    entries: BTreeMap<TargetKey, Entry>,
+    /// Boxed: an `Entry` is several hundred bytes and a B-tree node keeps
+    /// eleven slots, a third of them empty on average; one per target.
+    entries: BTreeMap<TargetKey, Box<Entry>>,
     pending_by_seq: BTreeMap<u64, TargetKey>,
     last_seq: u64,
     anomalies: Vec<Anomaly>,
@@ -197,19 +200,19 @@ impl JournalState {
             if let Some(p) = &e.pending {
                 s.pending_by_seq.insert(p.intent_seq, key.clone());
             }
-            s.entries.insert(key, e);
+            s.entries.insert(key, Box::new(e));
         }
         s
     }
 
     /// Every tracked target, in key order (volume, then device before pods).
     pub fn entries(&self) -> impl Iterator<Item = (&TargetKey, &Entry)> {
-        self.entries.iter()
+        self.entries.iter().map(|(k, e)| (k, &**e))
     }
 
     /// One target.
     pub fn get(&self, key: &TargetKey) -> Option<&Entry> {
-        self.entries.get(key)
+        self.entries.get(key).map(|e| &**e)
     }
 
     /// Number of tracked targets.
@@ -255,7 +258,7 @@ impl JournalState {
                 }
                 self.entries.insert(
                     key,
-                    Entry {
+                    Box::new(Entry {
                         params: target.clone(),
                         state: *state,
                         pending: None,
@@ -263,7 +266,7 @@ impl JournalState {
                         last_seq: rec.seq,
                         boot_id: rec.boot_id.clone(),
                         reason: Some(reason.clone()),
-                    },
+                    }),
                 );
             }
             Body::Forget { volume, target } => {
@@ -292,21 +295,23 @@ impl JournalState {
 
     fn apply_intent(&mut self, rec: &Record, op: Operation, steps: Steps, target: &TargetParams) {
         let key = TargetKey::of(target);
-        let pending = Pending {
+        let pending = Box::new(Pending {
             op,
             intent_seq: rec.seq,
             steps,
             params: target.clone(),
-        };
+        });
         let mut superseded = None;
-        let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
-            params: target.clone(),
-            state: MountState::NotMounted,
-            pending: None,
-            observed: None,
-            last_seq: rec.seq,
-            boot_id: rec.boot_id.clone(),
-            reason: None,
+        let entry = self.entries.entry(key.clone()).or_insert_with(|| {
+            Box::new(Entry {
+                params: target.clone(),
+                state: MountState::NotMounted,
+                pending: None,
+                observed: None,
+                last_seq: rec.seq,
+                boot_id: rec.boot_id.clone(),
+                reason: None,
+            })
         });
         if let Some(old) = entry.pending.take() {
             entry.state = MountState::Uncertain;

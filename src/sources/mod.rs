@@ -133,8 +133,9 @@ pub struct DesiredPods {
 #[derive(Debug)]
 pub struct Sources {
     config: SourcesConfig,
-    /// per pod manifest, its last version that parsed
-    last_good: BTreeMap<PathBuf, ParsedPod>,
+    /// per pod manifest, its last version that parsed (boxed: a `ParsedPod`
+    /// is large and B-tree nodes keep spare slots)
+    last_good: BTreeMap<PathBuf, Box<ParsedPod>>,
     /// the set the DSW was last told about
     current: BTreeMap<PodUid, DesiredPod>,
     objects: StaticObjects,
@@ -206,13 +207,13 @@ impl Sources {
             let node = &self.config.node_name;
             match read_file(file).and_then(|b| parse_pod(file, &b, node)) {
                 Ok(p) => {
-                    good.insert(file.clone(), p.clone());
+                    good.insert(file.clone(), Box::new(p.clone()));
                     parsed.push((p, None));
                 }
                 Err(e) => {
                     if let Some(prev) = self.last_good.get(file) {
                         good.insert(file.clone(), prev.clone());
-                        parsed.push((prev.clone(), Some(e.to_string())));
+                        parsed.push(((**prev).clone(), Some(e.to_string())));
                     }
                     file_errors.push(e);
                 }
@@ -223,7 +224,7 @@ impl Sources {
             if !good.contains_key(file) && present.contains(file) && complete {
                 good.insert(file.clone(), prev.clone());
                 parsed.push((
-                    prev.clone(),
+                    (**prev).clone(),
                     Some(format!("{} cannot be read", file.display())),
                 ));
             }
@@ -265,7 +266,8 @@ impl Sources {
     fn resolve(&self, p: ParsedPod) -> DesiredPod {
         let mut errors = p.errors;
         let mut unresolved = p.failed_volumes;
-        let mut volumes = Vec::new();
+        // exactly as many as the pod has: a pushed-to Vec reserves four
+        let mut volumes = Vec::with_capacity(p.volumes.len());
         for v in p.volumes {
             let (outer, spec_name, spec) = match v {
                 ParsedVolume::Inline { name, spec } => (name.clone(), name, spec),

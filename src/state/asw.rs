@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use super::{SeLinuxState, StateError};
+use super::{PodMap, SeLinuxState, StateError};
 use crate::model::{
     MountState, PluginName, PodUid, SeLinuxContext, TargetKind, UniqueVolumeName, VolumeSpec,
 };
@@ -77,7 +77,7 @@ pub struct ActualVolume {
     /// the volume-level context (the kubelet's `seLinuxMountContext`)
     pub selinux: SeLinuxState,
     /// the pod targets
-    pub pods: BTreeMap<PodUid, MountedPod>,
+    pub pods: PodMap<MountedPod>,
 }
 
 /// A pod target with its volume's details, as the listing functions return it.
@@ -113,7 +113,9 @@ pub struct PodPresence {
 /// What volumed believes is mounted.
 #[derive(Debug, Clone, Default)]
 pub struct ActualStateOfWorld {
-    volumes: BTreeMap<UniqueVolumeName, ActualVolume>,
+    /// Boxed: a volume record is a few hundred bytes and B-tree nodes keep
+    /// spare slots; the box costs less per volume.
+    volumes: BTreeMap<UniqueVolumeName, Box<ActualVolume>>,
     /// (volume, pod) pairs rebuilt at startup and not yet confirmed mounted.
     reconstructed: BTreeMap<UniqueVolumeName, BTreeSet<PodUid>>,
 }
@@ -159,14 +161,14 @@ impl ActualStateOfWorld {
                 });
                 self.volumes.insert(
                     volume,
-                    ActualVolume {
+                    Box::new(ActualVolume {
                         plugin,
                         spec_name: spec_name.into(),
                         spec,
                         device,
                         selinux: SeLinuxState::Unknown,
-                        pods: BTreeMap::new(),
-                    },
+                        pods: PodMap::new(),
+                    }),
                 );
             }
         }
@@ -414,7 +416,7 @@ impl ActualStateOfWorld {
 
     /// One volume's record.
     pub fn volume(&self, volume: &UniqueVolumeName) -> Option<&ActualVolume> {
-        self.volumes.get(volume)
+        self.volumes.get(volume).map(|v| &**v)
     }
 
     /// One pod target's record.
@@ -424,7 +426,7 @@ impl ActualStateOfWorld {
 
     /// Every volume, sorted by name.
     pub fn volumes(&self) -> impl Iterator<Item = (&UniqueVolumeName, &ActualVolume)> {
-        self.volumes.iter()
+        self.volumes.iter().map(|(n, v)| (n, &**v))
     }
 
     /// Pod targets whose state passes `keep`, optionally of one pod only.
@@ -534,7 +536,7 @@ impl ActualStateOfWorld {
         self.volumes
             .iter()
             .filter(|(_, v)| keep(v))
-            .map(|(n, v)| (n.clone(), v.clone()))
+            .map(|(n, v)| (n.clone(), (**v).clone()))
             .collect()
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{SeLinuxConflict, StateError};
+use super::{PodMap, SeLinuxConflict, StateError};
 use crate::model::{PluginName, PodUid, PodVolume, SeLinuxContext, UniqueVolumeName, VolumeSpec};
 
 /// The kubelet's `maxPodErrors`: a pod's error set grows only while it holds
@@ -45,7 +45,7 @@ pub struct DesiredVolume {
     /// the label compared for conflicts, fixed by the first pod
     pub original_selinux: Option<SeLinuxContext>,
     /// the pods that want it
-    pub pods: BTreeMap<PodUid, DesiredPod>,
+    pub pods: PodMap<DesiredPod>,
 }
 
 /// The result of [`DesiredStateOfWorld::add_pod_to_volume`].
@@ -79,7 +79,9 @@ pub struct VolumeToMount {
 /// What the pod sources want mounted.
 #[derive(Debug, Clone, Default)]
 pub struct DesiredStateOfWorld {
-    volumes: BTreeMap<UniqueVolumeName, DesiredVolume>,
+    /// Boxed: a volume record is a few hundred bytes and B-tree nodes keep
+    /// spare slots; the box costs less per volume.
+    volumes: BTreeMap<UniqueVolumeName, Box<DesiredVolume>>,
     pod_errors: BTreeMap<PodUid, BTreeSet<String>>,
     populated: bool,
     /// pods that exist but have a volume that cannot be resolved now: they
@@ -110,16 +112,15 @@ impl DesiredStateOfWorld {
             spec_name: volume.spec_name,
             selinux: volume.selinux.clone(),
         };
-        let entry = self
-            .volumes
-            .entry(name.clone())
-            .or_insert_with(|| DesiredVolume {
+        let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
+            Box::new(DesiredVolume {
                 plugin: volume.spec.plugin(),
                 spec: volume.spec.clone(),
                 effective_selinux: volume.selinux,
                 original_selinux: check.original.clone(),
-                pods: BTreeMap::new(),
-            });
+                pods: PodMap::new(),
+            })
+        });
         let mut conflict = None;
         let new_pod = !entry.pods.is_empty() && !entry.pods.contains_key(pod);
         if new_pod && entry.original_selinux != check.original {
@@ -223,12 +224,12 @@ impl DesiredStateOfWorld {
 
     /// One volume's record.
     pub fn volume(&self, volume: &UniqueVolumeName) -> Option<&DesiredVolume> {
-        self.volumes.get(volume)
+        self.volumes.get(volume).map(|v| &**v)
     }
 
     /// Every volume, sorted by name.
     pub fn volumes(&self) -> impl Iterator<Item = (&UniqueVolumeName, &DesiredVolume)> {
-        self.volumes.iter()
+        self.volumes.iter().map(|(n, v)| (n, &**v))
     }
 
     /// The volumes `pod` wants, sorted.
@@ -252,9 +253,10 @@ impl DesiredStateOfWorld {
     pub fn volumes_to_mount_iter(
         &self,
     ) -> impl Iterator<Item = (&UniqueVolumeName, &PodUid, &DesiredVolume, &DesiredPod)> {
-        self.volumes
-            .iter()
-            .flat_map(|(name, v)| v.pods.iter().map(move |(uid, p)| (name, uid, v, p)))
+        self.volumes.iter().flat_map(|(name, v)| {
+            let v: &DesiredVolume = v;
+            v.pods.iter().map(move |(uid, p)| (name, uid, v, p))
+        })
     }
 
     /// One pair of [`Self::volumes_to_mount_iter`] as [`Self::volumes_to_mount`] lists it.

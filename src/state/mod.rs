@@ -50,6 +50,7 @@ use crate::model::{MountState, PodUid, SeLinuxContext, UniqueVolumeName};
 
 mod asw;
 mod dsw;
+mod pod_map;
 mod snapshot;
 
 pub use asw::{
@@ -60,6 +61,7 @@ pub use dsw::{
     AddedPod, DesiredPod, DesiredStateOfWorld, DesiredVolume, LabelCheck, MAX_POD_ERRORS,
     VolumeToMount,
 };
+pub use pod_map::PodMap;
 pub use snapshot::{DeviceSnapshot, PodSnapshot, StateSnapshot, VolumeSnapshot};
 
 /// Errors from the state caches.
