@@ -72,9 +72,19 @@ fn target_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
 }
 
-/// Whatever of the suite is still on the host: loop devices bound to an
-/// image under a `volumed-crash-` scratch dir, mounts below one.
+/// The scratch-dir prefix of this run of the suite: the pid keeps two runs
+/// (in parallel, or a soak beside CI) from mistaking each other's loop
+/// devices and mounts for leftovers. Passed to every namespaced child.
+pub(crate) const SCRATCH_ENV: &str = "VOLUMED_CRASH_SCRATCH_PREFIX";
+
+fn scratch_prefix() -> String {
+    format!("volumed-crash-{}-", std::process::id())
+}
+
+/// Whatever of this run is still on the host: loop devices bound to an
+/// image under one of its scratch dirs, mounts below one.
 fn leftovers() -> Vec<String> {
+    let prefix = scratch_prefix();
     let mut left = Vec::new();
     for e in std::fs::read_dir("/sys/block")
         .into_iter()
@@ -83,7 +93,7 @@ fn leftovers() -> Vec<String> {
     {
         let f = e.path().join("loop/backing_file");
         if let Ok(b) = std::fs::read_to_string(&f)
-            && b.contains("volumed-crash-")
+            && b.contains(&prefix)
         {
             left.push(format!("loop device {:?} -> {}", e.file_name(), b.trim()));
         }
@@ -92,7 +102,7 @@ fn leftovers() -> Vec<String> {
         .unwrap_or_default()
         .lines()
     {
-        if line.contains("volumed-crash-") {
+        if line.contains(&prefix) {
             left.push(format!("mount: {line}"));
         }
     }
@@ -148,7 +158,10 @@ fn crash_suite() {
         let started = Instant::now();
         let result = support::run_test_in_private_mount_ns(
             "scenario_child",
-            &[(FIXTURE_ENV, f.name.clone())],
+            &[
+                (FIXTURE_ENV, f.name.clone()),
+                (SCRATCH_ENV, scratch_prefix()),
+            ],
             Duration::from_secs(180),
         );
         let clean = check_cleaned_up();
@@ -213,6 +226,7 @@ fn crash_suite() {
             "churn_child",
             &[
                 (CHURN_ENV, "1".to_owned()),
+                (SCRATCH_ENV, scratch_prefix()),
                 ("VOLUMED_CHURN_ITERS", iters.to_string()),
                 ("VOLUMED_CHURN_SEED", seed.to_string()),
             ],

@@ -94,7 +94,10 @@ pub struct Seen {
 impl Node {
     /// A fresh node; `blank` leaves the PV's device without a filesystem.
     pub fn new(blank: bool) -> Node {
-        let scratch = Scratch::new("volumed-crash-");
+        // The suite's per-run prefix, so parallel runs do not see each other's
+        // devices as leftovers.
+        let prefix = std::env::var(crate::SCRATCH_ENV).unwrap_or_else(|_| "volumed-crash-".into());
+        let scratch = Scratch::new(&prefix);
         let base = scratch.path().to_owned();
         let image = base.join("pv.img");
         if blank {
