@@ -162,6 +162,11 @@ pub fn walk_pod_dirs(
             };
             let plugin = PluginName::from_escaped(plugin_str);
             for (vol_name, vol_dir) in subdirs(&plugin_dir, problems) {
+                // `<name>.deleting~<seq>`: an emptyDir TearDown cut by a crash.
+                // Not a volume: orphan cleanup finishes deleting it.
+                if crate::host::remove::is_pending_deletion(&vol_name) {
+                    continue;
+                }
                 let Some(plugin) = plugin else {
                     if !table.is_mount_point(&vol_dir) {
                         unknown.push(UnknownPluginDir {
@@ -297,6 +302,24 @@ mod tests {
             err.to_string().starts_with("parsing csi volume data"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_interrupted_emptydir_deletion_is_not_a_volume() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        let ed = tmp.path().join("pods/u1/volumes/kubernetes.io~empty-dir");
+        fs::create_dir_all(ed.join("disk.deleting~7/sub")).unwrap();
+        fs::create_dir_all(ed.join("cache")).unwrap();
+        let mut problems = Vec::new();
+        let (found, unknown) = walk_pod_dirs(&layout, &MountTable::default(), &mut problems);
+        let names: Vec<_> = found.iter().map(|t| t.spec_name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cache"],
+            "the .deleting~ dir is orphan cleanup's, not a volume"
+        );
+        assert!(unknown.is_empty() && problems.is_empty(), "{problems:?}");
     }
 
     #[test]
