@@ -214,7 +214,7 @@ fn run(args: RunArgs) -> Result<()> {
             (None, None)
         }
         OnOff::On => {
-            let (j, _node, replaced) = open_journal(&journal_dir, &node_name, &boot)?;
+            let (j, replaced) = open_journal(&journal_dir, &node_name, &boot)?;
             (Some(Arc::new(j)), replaced)
         }
     };
@@ -280,9 +280,8 @@ fn run(args: RunArgs) -> Result<()> {
 
 /// Opens the journal; a corrupt one has been moved aside by `open`, so the
 /// daemon says so loudly and starts a fresh journal (host-only reconstruction).
-/// Returns it with the node name in its meta and, when a fresh journal
-/// replaced a corrupt one, why.
-fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, String, Option<String>)> {
+/// Returns it with, when a fresh journal replaced a corrupt one, why.
+fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, Option<String>)> {
     let cfg = JournalConfig::new(dir, node, boot);
     // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
     // lock for a moment; wait for it rather than fail the start.
@@ -306,13 +305,13 @@ fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, String, 
                 tracing::error!(seq = c.seq, reason = %c.reason, quarantined = replay.quarantined.len(),
                     "journal replay stopped at a bad record; later records were quarantined");
             }
-            Ok((j, replay.node_name, None))
+            Ok((j, None))
         }
         Err(e) if e.category() == Category::Corruption => {
             tracing::error!("{e}; reconstructing from the host alone with a fresh journal");
-            let (j, replay) = Journal::open(&cfg)
+            let (j, _) = Journal::open(&cfg)
                 .context("open a fresh journal after moving the old one aside")?;
-            Ok((j, replay.node_name, Some(e.to_string())))
+            Ok((j, Some(e.to_string())))
         }
         Err(e) => Err(e).context("open the journal"),
     }

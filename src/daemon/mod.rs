@@ -135,7 +135,6 @@ pub struct Daemon {
     journal: Option<Arc<Journal>>,
     node_name: String,
     boot_id: String,
-    reconstructed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -230,7 +229,6 @@ impl Daemon {
         };
         record_reconstruction(&metrics, &ready.output);
         log_reconstruction("reconstruction done, ASW ready", &ready.output);
-        let reconstructed = Arc::new(std::sync::atomic::AtomicBool::new(true));
 
         let world = Arc::new(Mutex::new(world));
         let (events_tx, events_rx) = mpsc::channel::<Event>();
@@ -344,7 +342,6 @@ impl Daemon {
             journal,
             node_name: cfg.node_name,
             boot_id: cfg.boot_id.as_str().to_owned(),
-            reconstructed,
         })
     }
 
@@ -356,7 +353,6 @@ impl Daemon {
             journal: self.journal.clone(),
             node_name: self.node_name.clone(),
             boot_id: self.boot_id.clone(),
-            reconstructed: self.reconstructed.clone(),
         })
     }
 
@@ -394,17 +390,12 @@ struct Provider {
     journal: Option<Arc<Journal>>,
     node_name: String,
     boot_id: String,
-    reconstructed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DebugProvider for Provider {
     fn ready(&self) -> Result<(), String> {
-        if !self
-            .reconstructed
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return Err("reconstruction is not done".into());
-        }
+        // A provider exists only once `Daemon::start` has reconstructed, so
+        // readiness waits only for every pod source to have listed.
         let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
         if !w.dsw.is_populated() {
             return Err("not every pod source has been listed yet".into());
