@@ -5,7 +5,7 @@
 //! (`reconciler::plan`), starts what is not busy on the worker pool, and
 //! applies finished jobs to the ASW.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use crate::host::sys::Sys;
 use crate::journal::{Body, Journal};
 use crate::metrics::Metrics;
-use crate::model::{Layout, MountState, PluginName, TargetRef, UniqueVolumeName};
+use crate::model::{Layout, MountState, PluginName, PodUid, TargetRef, UniqueVolumeName};
 use crate::reconciler::executor::{Job, JobReport};
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::Pending;
 use crate::reconciler::plan::{Action, plan};
 use crate::reconstruct::{MergeOutput, apply_to_asw};
-use crate::sources::{SourceEvent, apply_event};
+use crate::selinux::Policy;
+use crate::sources::{DesiredPod, SourceEvent, apply_event};
 use crate::state::{ActualStateOfWorld, DesiredStateOfWorld};
 
 /// Everything that can wake the loop.
@@ -53,6 +54,8 @@ pub struct LoopConfig {
     pub resync: Duration,
     /// journal records between checkpoints (0: never)
     pub checkpoint_every: u64,
+    /// the SELinux label rules
+    pub selinux: Policy,
 }
 
 /// The loop's owned state.
@@ -77,6 +80,9 @@ pub struct EventLoop {
     pub(super) trim_due: bool,
     /// when the allocator was last trimmed
     pub(super) last_trim: Option<Instant>,
+    /// pods refused a volume for their SELinux label, applied again when
+    /// other pods change (see `sources::Applied::refused`)
+    pub(super) refused: BTreeMap<PodUid, DesiredPod>,
 }
 
 /// The allocator is trimmed at most this often, once no job is in flight.
@@ -151,6 +157,49 @@ impl EventLoop {
         crate::host::sys::trim_malloc();
     }
 
+    /// Applies source events to the DSW, counts their SELinux metrics, and
+    /// retries the pods refused for a label once any other pod changed.
+    fn apply_sources(&mut self, events: Vec<SourceEvent>) {
+        let mut w = lock(&self.world);
+        let mut others_changed = false;
+        for e in events {
+            let pod = match &e {
+                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => Some(p.clone()),
+                SourceEvent::PodRemoved(uid) => {
+                    self.refused.remove(uid);
+                    others_changed = true;
+                    None
+                }
+                SourceEvent::SourcesReady => None,
+            };
+            let applied = apply_event(&mut w.dsw, e, &self.cfg.selinux);
+            for m in &applied.metrics {
+                self.metrics.selinux.record(m);
+            }
+            if let Some(p) = pod {
+                if applied.refused {
+                    self.refused.insert(p.uid.clone(), p);
+                } else {
+                    self.refused.remove(&p.uid);
+                    others_changed = true;
+                }
+            }
+        }
+        if !others_changed {
+            return;
+        }
+        for p in self.refused.values() {
+            let applied = apply_event(
+                &mut w.dsw,
+                SourceEvent::PodUpdated(p.clone()),
+                &self.cfg.selinux,
+            );
+            for m in &applied.metrics {
+                self.metrics.selinux.record(m);
+            }
+        }
+    }
+
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Stop => self.stopping = true,
@@ -162,12 +211,7 @@ impl EventLoop {
                 self.leftovers_done = true;
                 self.sweep_wanted = true;
             }
-            Event::Sources(events) => {
-                let mut w = lock(&self.world);
-                for e in events {
-                    apply_event(&mut w.dsw, e);
-                }
-            }
+            Event::Sources(events) => self.apply_sources(events),
             Event::JobDone(report) => {
                 self.trim_due = true;
                 let ok = report.error.is_none();
