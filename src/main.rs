@@ -208,10 +208,7 @@ fn selinux_policy(mode: SeLinuxMode, gates: &[String]) -> Result<selinux::Policy
             host = facts.missing().as_deref().unwrap_or("supports SELinux"),
             "SELinux mount labels off: no context= option is ever used"
         );
-        selinux::Policy {
-            gates,
-            host: None,
-        }
+        selinux::Policy { gates, host: None }
     };
     Ok(policy)
 }

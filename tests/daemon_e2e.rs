@@ -1070,7 +1070,11 @@ fn no_selinux_context_reaches_the_kernel_on_a_host_without_selinux() {
         assert_eq!(mounts.len(), 3, "{mounts:#?}");
         for m in &mounts {
             let opts = m.super_options_raw.to_string_lossy().into_owned();
-            assert!(!opts.contains("context="), "{}: {opts}", m.mount_point.display());
+            assert!(
+                !opts.contains("context="),
+                "{}: {opts}",
+                m.mount_point.display()
+            );
         }
         let state = daemon.state();
         let vol = state["volumes"]
@@ -1116,7 +1120,10 @@ fn impossible_selinux_settings_are_startup_errors() {
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (status, err) = run(&["--feature-gates", "SELinuxMount=maybe"]);
     assert!(!status.success(), "{err}");

@@ -159,8 +159,14 @@ impl EventLoop {
 
     /// Applies source events to the DSW, counts their SELinux metrics, and
     /// retries the pods refused for a label once any other pod changed.
+    ///
+    /// Pods that already have targets in the ASW are applied before new
+    /// ones: after a restart the pod that holds a volume's label keeps it,
+    /// and a newcomer with another label is the one refused (never the
+    /// other way round, which would unmount a running pod's volume).
     fn apply_sources(&mut self, events: Vec<SourceEvent>) {
         let mut w = lock(&self.world);
+        let events = holders_first(events, &w.asw);
         let mut others_changed = false;
         for e in events {
             let pod = match &e {
@@ -404,5 +410,86 @@ impl EventLoop {
             }
             Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
         }
+    }
+}
+
+/// `events` with the additions and updates of pods that have a target in
+/// the ASW moved before those of pods that have none; otherwise in order
+/// (removals stay first, `SourcesReady` stays last).
+fn holders_first(events: Vec<SourceEvent>, asw: &ActualStateOfWorld) -> Vec<SourceEvent> {
+    let is_pod =
+        |e: &SourceEvent| matches!(e, SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_));
+    if events.iter().filter(|e| is_pod(e)).count() < 2 {
+        return events;
+    }
+    let holders: BTreeSet<&PodUid> = asw.possibly_mounted_iter().map(|(_, p, _)| p).collect();
+    let rank = |e: &SourceEvent| match e {
+        SourceEvent::PodRemoved(_) => 0,
+        SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if holders.contains(&p.uid) => 1,
+        SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_) => 2,
+        SourceEvent::SourcesReady => 3,
+    };
+    let mut ranked: Vec<(u8, SourceEvent)> = events.into_iter().map(|e| (rank(&e), e)).collect();
+    ranked.sort_by_key(|(r, _)| *r);
+    ranked.into_iter().map(|(_, e)| e).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{PodMount, SeLinuxState};
+
+    fn pod(uid: &str) -> DesiredPod {
+        DesiredPod {
+            uid: PodUid::new(uid).unwrap(),
+            namespace: "default".into(),
+            name: uid.into(),
+            file: format!("/pods/{uid}.yaml").into(),
+            volumes: vec![],
+            unresolved: Default::default(),
+            errors: vec![],
+            selinux: Default::default(),
+        }
+    }
+
+    fn order(events: &[SourceEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                SourceEvent::PodAdded(p) => format!("+{}", p.uid),
+                SourceEvent::PodUpdated(p) => format!("~{}", p.uid),
+                SourceEvent::PodRemoved(u) => format!("-{u}"),
+                SourceEvent::SourcesReady => "ready".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pods_holding_targets_are_applied_before_newcomers() {
+        let mut asw = ActualStateOfWorld::new();
+        let v = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
+        asw.add_volume(v.clone(), PluginName::LocalVolume, "pv1", None, None);
+        asw.mark_volume_uncertain(
+            &v,
+            &PodUid::new("b-holder").unwrap(),
+            PodMount {
+                outer_name: "data".into(),
+                mount_path: "/r/pods/b-holder/v".into(),
+                kind: crate::model::TargetKind::Mount,
+                selinux: SeLinuxState::Unknown,
+            },
+        )
+        .unwrap();
+        let events = vec![
+            SourceEvent::PodRemoved(PodUid::new("gone").unwrap()),
+            SourceEvent::PodAdded(pod("a-new")),
+            SourceEvent::PodAdded(pod("b-holder")),
+            SourceEvent::PodUpdated(pod("c-new")),
+            SourceEvent::SourcesReady,
+        ];
+        assert_eq!(
+            order(&holders_first(events, &asw)),
+            ["-gone", "+b-holder", "+a-new", "~c-new", "ready"]
+        );
     }
 }

@@ -417,7 +417,12 @@ mod tests {
             assert!(text.contains(&format!("# TYPE {n} gauge")), "{n}:\n{text}");
         }
         assert!(text.contains(r#"volume_manager_selinux_volume_context_mismatch_errors_total{access_mode="RWOP",volume_plugin="kubernetes.io/local-volume"} 1"#), "{text}");
-        assert!(text.contains(r#"volume_manager_selinux_pod_context_mismatch_errors_total{access_mode="RWOP"} 1"#), "{text}");
+        assert!(
+            text.contains(
+                r#"volume_manager_selinux_pod_context_mismatch_errors_total{access_mode="RWOP"} 1"#
+            ),
+            "{text}"
+        );
         let names = [
             "reconstruct_volume_operations_total",
             "reconstruct_volume_operations_errors_total",

@@ -162,10 +162,7 @@ mod tests {
             (&[""], Ok(on)),
             (
                 &["SELinuxMount=false"],
-                Ok(FeatureGates {
-                    mount: false,
-                    ..on
-                }),
+                Ok(FeatureGates { mount: false, ..on }),
             ),
             (
                 &["SELinuxMount=false", "SELinuxChangePolicy=False"],
@@ -176,13 +173,14 @@ mod tests {
                 }),
             ),
             (
-                &[" SELinuxMount = 0 ", "SELinuxChangePolicy=f", "SELinuxMountReadWriteOncePod=F"],
+                &[
+                    " SELinuxMount = 0 ",
+                    "SELinuxChangePolicy=f",
+                    "SELinuxMountReadWriteOncePod=F",
+                ],
                 Ok(FeatureGates::all_off()),
             ),
-            (
-                &["SELinuxMount=false", "SELinuxMount=true"],
-                Ok(on),
-            ),
+            (&["SELinuxMount=false", "SELinuxMount=true"], Ok(on)),
             (
                 &["SELinuxMount"],
                 Err(GateError::Syntax {
@@ -231,7 +229,9 @@ mod tests {
 
     #[test]
     fn gate_errors_name_the_item() {
-        let e = FeatureGates::parse(&["Bogus=true"]).unwrap_err().to_string();
+        let e = FeatureGates::parse(&["Bogus=true"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"Bogus\"") && e.contains("unrecognized"), "{e}");
     }
 }

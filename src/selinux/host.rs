@@ -153,10 +153,13 @@ fn contexts_file(etc_selinux: &Path) -> Option<PathBuf> {
 /// `SELINUXTYPE=` of `/etc/selinux/config`, when it is one plain name.
 pub fn parse_config_type(config: &str) -> Option<String> {
     config.lines().find_map(|l| {
-        let v = l.trim().strip_prefix("SELINUXTYPE=")?.trim().trim_matches('"');
+        let v = l
+            .trim()
+            .strip_prefix("SELINUXTYPE=")?
+            .trim()
+            .trim_matches('"');
         let plain = !v.is_empty()
-            && v
-                .chars()
+            && v.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
         (plain && v != "." && v != "..").then(|| v.to_owned())
     })
@@ -209,7 +212,10 @@ mod tests {
         }
         for f in [facts(true, false), facts(false, true), facts(false, false)] {
             let e = decide(Enabled, &f).unwrap_err().to_string();
-            assert!(e.contains("--selinux enabled") && e.contains("does not"), "{e}");
+            assert!(
+                e.contains("--selinux enabled") && e.contains("does not"),
+                "{e}"
+            );
         }
     }
 
@@ -221,10 +227,11 @@ mod tests {
             b"20 1 0:5 / /sys rw - sysfs sysfs rw\n21 20 0:20 / /sys/fs/selinux rw - selinuxfs selinuxfs rw\n",
         );
         assert_eq!(HostFacts::read(&on, dir.path()), facts(true, true));
-        let tmpfs_there = MountTable::parse(
-            b"21 20 0:20 / /sys/fs/selinux rw - tmpfs tmpfs rw\n",
+        let tmpfs_there = MountTable::parse(b"21 20 0:20 / /sys/fs/selinux rw - tmpfs tmpfs rw\n");
+        assert_eq!(
+            HostFacts::read(&tmpfs_there, dir.path()),
+            facts(false, true)
         );
-        assert_eq!(HostFacts::read(&tmpfs_there, dir.path()), facts(false, true));
         let none = MountTable::parse(b"20 1 0:5 / /sys rw - sysfs sysfs rw\n");
         assert_eq!(
             HostFacts::read(&none, &dir.path().join("absent")),
@@ -251,10 +258,19 @@ mod tests {
         .unwrap();
         let d = FileDefaults::read(dir.path());
         assert_eq!(
-            (d.user.as_str(), d.role.as_str(), d.type_.as_str(), d.level.as_str()),
+            (
+                d.user.as_str(),
+                d.role.as_str(),
+                d.type_.as_str(),
+                d.level.as_str()
+            ),
             ("staff_u", "object_r", "svirt_sandbox_file_t", "s0")
         );
-        assert!(d.source.ends_with("targeted/contexts/lxc_contexts"), "{}", d.source);
+        assert!(
+            d.source.ends_with("targeted/contexts/lxc_contexts"),
+            "{}",
+            d.source
+        );
         // a hostile policy name never leaves /etc/selinux
         assert_eq!(parse_config_type("SELINUXTYPE=../../tmp\n"), None);
         assert_eq!(parse_config_type("SELINUXTYPE=..\n"), None);

@@ -128,8 +128,11 @@ pub fn file_label(
         defaults.type_,
         o.level.as_deref().unwrap_or(&defaults.level),
     );
-    SeLinuxContext::parse(&label)
-        .map_err(|_| format!("failed to construct SELinux label from context {o}: {label:?} is not a valid label"))
+    SeLinuxContext::parse(&label).map_err(|_| {
+        format!(
+            "failed to construct SELinux label from context {o}: {label:?} is not a valid label"
+        )
+    })
 }
 
 /// Whether the plugin can mount this volume with `-o context` at all
@@ -275,9 +278,7 @@ pub fn volume_label(
                     none,
                     ProblemKind::PodContextMismatch,
                     supported,
-                    format!(
-                        "volume {outer_name:?}: multiple SELinux labels found: {first},{this}"
-                    ),
+                    format!("volume {outer_name:?}: multiple SELinux labels found: {first},{this}"),
                 );
             }
             Some(_) => {}
@@ -293,7 +294,12 @@ pub fn volume_label(
     }
 }
 
-fn with_problem(mut v: VolumeLabel, kind: ProblemKind, fatal: bool, message: String) -> VolumeLabel {
+fn with_problem(
+    mut v: VolumeLabel,
+    kind: ProblemKind,
+    fatal: bool,
+    message: String,
+) -> VolumeLabel {
     v.problem = Some(Problem {
         kind,
         fatal,

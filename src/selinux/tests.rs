@@ -231,7 +231,12 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
         size_limit: None,
     };
     let rows: Vec<(&str, Policy, VolumeSpec, bool)> = vec![
-        ("host without SELinux", Policy::disabled(), rwop.clone(), false),
+        (
+            "host without SELinux",
+            Policy::disabled(),
+            rwop.clone(),
+            false,
+        ),
         (
             "RWOP gate off",
             on(FeatureGates::all_off()),
@@ -239,10 +244,25 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
             false,
         ),
         ("block local PV", on(FeatureGates::default()), rwop, true),
-        ("directory local PV", on(FeatureGates::default()), dir_pv, false),
+        (
+            "directory local PV",
+            on(FeatureGates::default()),
+            dir_pv,
+            false,
+        ),
         ("tmpfs emptyDir", on(FeatureGates::default()), tmpfs, false),
-        ("CSI, seLinuxMount: true", on(FeatureGates::default()), csi(true), true),
-        ("CSI without seLinuxMount", on(FeatureGates::default()), csi(false), false),
+        (
+            "CSI, seLinuxMount: true",
+            on(FeatureGates::default()),
+            csi(true),
+            true,
+        ),
+        (
+            "CSI without seLinuxMount",
+            on(FeatureGates::default()),
+            csi(false),
+            false,
+        ),
     ];
     for (what, policy, spec, labelled_mount) in rows {
         let got = volume_label(&policy, &labelled, VOL, &spec);
@@ -273,7 +293,10 @@ fn metric_labels_rank_access_modes_as_the_kubelet_does() {
     };
     assert_eq!(access_mode_label(&tmpfs), "inline");
     assert_eq!(volume_plugin_label(&tmpfs), "kubernetes.io/empty-dir");
-    assert_eq!(volume_plugin_label(&csi(true)), "kubernetes.io/csi/d.example.com");
+    assert_eq!(
+        volume_plugin_label(&csi(true)),
+        "kubernetes.io/csi/d.example.com"
+    );
     assert_eq!(
         volume_plugin_label(&block_pv(&[])),
         "kubernetes.io/local-volume"
@@ -289,7 +312,11 @@ enum Added {
 }
 
 /// Adds `pods` to one volume in order, as `sources::apply_event` does.
-fn add_all(policy: &Policy, spec: &VolumeSpec, pods: &[PodSeLinux]) -> (Vec<Added>, Option<String>) {
+fn add_all(
+    policy: &Policy,
+    spec: &VolumeSpec,
+    pods: &[PodSeLinux],
+) -> (Vec<Added>, Option<String>) {
     let mut dsw = DesiredStateOfWorld::new();
     let mut results = vec![];
     let mut volume = None;
@@ -311,7 +338,10 @@ fn add_all(policy: &Policy, spec: &VolumeSpec, pods: &[PodSeLinux]) -> (Vec<Adde
             Ok(_) => Added::Ok,
             Err(StateError::AddPodToVolume { conflict, .. }) => {
                 let msg = conflict.to_string();
-                assert!(msg.starts_with("conflicting SELinux labels of volume pv1: \""), "{msg}");
+                assert!(
+                    msg.starts_with("conflicting SELinux labels of volume pv1: \""),
+                    "{msg}"
+                );
                 Added::Error
             }
             Err(e) => panic!("unexpected {e}"),
@@ -334,20 +364,111 @@ fn the_kubelets_multiple_pods_truth_table() {
     let only_rwop = on(gates(true, false, false));
     let with_change = on(gates(true, false, true));
     let all = on(gates(true, true, true));
-    type Case<'a> = (&'a str, &'a Policy, &'a VolumeSpec, Vec<PodSeLinux>, Vec<Added>, Option<&'a str>);
+    type Case<'a> = (
+        &'a str,
+        &'a Policy,
+        &'a VolumeSpec,
+        Vec<PodSeLinux>,
+        Vec<Added>,
+        Option<&'a str>,
+    );
     let rows: Vec<Case> = vec![
-        ("RWOP, same label", &only_rwop, &rwop, vec![p(a, None), p(a, None)], vec![Ok, Ok], Some(l1)),
-        ("RWOP, different label", &only_rwop, &rwop, vec![p(a, None), p(b, None)], vec![Ok, Error], Some(l1)),
-        ("RWX with only the RWOP gate: a warning, no label", &only_rwop, &rwx, vec![p(a, None), p(b, None)], vec![Ok, Warning], None),
-        ("RWOP, ChangePolicy: Recursive + Recursive", &with_change, &rwop, vec![p(a, Some("Recursive")), p(b, Some("Recursive"))], vec![Ok, Ok], None),
-        ("RWOP, ChangePolicy: Recursive vs nil", &with_change, &rwop, vec![p(a, Some("Recursive")), p(a, None)], vec![Ok, Error], None),
-        ("RWX, ChangePolicy without SELinuxMount: labels differ", &with_change, &rwx, vec![p(a, None), p(b, None)], vec![Ok, Warning], None),
-        ("RWX, ChangePolicy without SELinuxMount: MountOption vs Recursive", &with_change, &rwx, vec![p(a, Some("MountOption")), p(a, Some("Recursive"))], vec![Ok, Warning], None),
-        ("RWX, all gates: MountOption + MountOption, same label", &all, &rwx, vec![p(a, Some("MountOption")), p(a, Some("MountOption"))], vec![Ok, Ok], Some(l1)),
-        ("RWX, all gates: nil + MountOption", &all, &rwx, vec![p(a, None), p(a, Some("MountOption"))], vec![Ok, Ok], Some(l1)),
-        ("RWX, all gates: MountOption vs Recursive", &all, &rwx, vec![p(a, Some("MountOption")), p(a, Some("Recursive"))], vec![Ok, Error], Some(l1)),
-        ("RWX, all gates: Recursive + Recursive, different labels", &all, &rwx, vec![p(a, Some("Recursive")), p(b, Some("Recursive"))], vec![Ok, Ok], None),
-        ("RWX, all gates: MountOption + MountOption, different labels", &all, &rwx, vec![p(a, Some("MountOption")), p(b, Some("MountOption"))], vec![Ok, Error], Some(l1)),
+        (
+            "RWOP, same label",
+            &only_rwop,
+            &rwop,
+            vec![p(a, None), p(a, None)],
+            vec![Ok, Ok],
+            Some(l1),
+        ),
+        (
+            "RWOP, different label",
+            &only_rwop,
+            &rwop,
+            vec![p(a, None), p(b, None)],
+            vec![Ok, Error],
+            Some(l1),
+        ),
+        (
+            "RWX with only the RWOP gate: a warning, no label",
+            &only_rwop,
+            &rwx,
+            vec![p(a, None), p(b, None)],
+            vec![Ok, Warning],
+            None,
+        ),
+        (
+            "RWOP, ChangePolicy: Recursive + Recursive",
+            &with_change,
+            &rwop,
+            vec![p(a, Some("Recursive")), p(b, Some("Recursive"))],
+            vec![Ok, Ok],
+            None,
+        ),
+        (
+            "RWOP, ChangePolicy: Recursive vs nil",
+            &with_change,
+            &rwop,
+            vec![p(a, Some("Recursive")), p(a, None)],
+            vec![Ok, Error],
+            None,
+        ),
+        (
+            "RWX, ChangePolicy without SELinuxMount: labels differ",
+            &with_change,
+            &rwx,
+            vec![p(a, None), p(b, None)],
+            vec![Ok, Warning],
+            None,
+        ),
+        (
+            "RWX, ChangePolicy without SELinuxMount: MountOption vs Recursive",
+            &with_change,
+            &rwx,
+            vec![p(a, Some("MountOption")), p(a, Some("Recursive"))],
+            vec![Ok, Warning],
+            None,
+        ),
+        (
+            "RWX, all gates: MountOption + MountOption, same label",
+            &all,
+            &rwx,
+            vec![p(a, Some("MountOption")), p(a, Some("MountOption"))],
+            vec![Ok, Ok],
+            Some(l1),
+        ),
+        (
+            "RWX, all gates: nil + MountOption",
+            &all,
+            &rwx,
+            vec![p(a, None), p(a, Some("MountOption"))],
+            vec![Ok, Ok],
+            Some(l1),
+        ),
+        (
+            "RWX, all gates: MountOption vs Recursive",
+            &all,
+            &rwx,
+            vec![p(a, Some("MountOption")), p(a, Some("Recursive"))],
+            vec![Ok, Error],
+            Some(l1),
+        ),
+        (
+            "RWX, all gates: Recursive + Recursive, different labels",
+            &all,
+            &rwx,
+            vec![p(a, Some("Recursive")), p(b, Some("Recursive"))],
+            vec![Ok, Ok],
+            None,
+        ),
+        (
+            "RWX, all gates: MountOption + MountOption, different labels",
+            &all,
+            &rwx,
+            vec![p(a, Some("MountOption")), p(b, Some("MountOption"))],
+            vec![Ok, Error],
+            Some(l1),
+        ),
     ];
     for (what, policy, spec, pods, want, label) in rows {
         let (got, got_label) = add_all(policy, spec, &pods);
@@ -371,7 +492,10 @@ fn problems_are_warnings_where_the_volume_does_not_support_selinux_mounts() {
     let p = got.problem.expect("a warning");
     assert_eq!((p.kind, p.fatal), (ProblemKind::PodContextMismatch, false));
     assert_eq!(got.effective, None);
-    assert_eq!(got.check.original, None, "the warning case adds the volume with no label");
+    assert_eq!(
+        got.check.original, None,
+        "the warning case adds the volume with no label"
+    );
     assert_eq!(
         Counter::for_problem(&p),
         Counter::PodContextMismatchWarnings

@@ -80,12 +80,7 @@ pub struct Applied {
     pub refused: bool,
 }
 
-fn apply_pod(
-    dsw: &mut DesiredStateOfWorld,
-    pod: DesiredPod,
-    policy: &Policy,
-    out: &mut Applied,
-) {
+fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod, policy: &Policy, out: &mut Applied) {
     let uid = pod.uid;
     dsw.pop_pod_errors(&uid);
     dsw.set_pod_unresolved(&uid, !pod.unresolved.is_empty());
@@ -108,7 +103,8 @@ fn apply_pod(
         let name = volume.volume.clone();
         let label = volume_label(policy, &pod.selinux, &volume.outer_name, &volume.spec);
         if let Some(p) = &label.problem {
-            out.metrics.push(MetricEvent::new(Counter::for_problem(p), &volume.spec));
+            out.metrics
+                .push(MetricEvent::new(Counter::for_problem(p), &volume.spec));
             if p.fatal {
                 out.refused = true;
                 errors.push(p.message.clone());
@@ -123,7 +119,8 @@ fn apply_pod(
         match dsw.add_pod_to_volume(&uid, volume, label.check) {
             Ok(added) => {
                 if admitted {
-                    out.metrics.push(MetricEvent::new(Counter::VolumesAdmitted, &spec));
+                    out.metrics
+                        .push(MetricEvent::new(Counter::VolumesAdmitted, &spec));
                 }
                 if let Some(c) = added.conflict {
                     out.metrics.push(MetricEvent::new(

@@ -259,7 +259,10 @@ impl StaticObjects {
             ..
         } = &mut spec
         {
-            *selinux_mount = self.csi_drivers.get(driver).is_some_and(|d| d.se_linux_mount);
+            *selinux_mount = self
+                .csi_drivers
+                .get(driver)
+                .is_some_and(|d| d.se_linux_mount);
         }
         Ok((pv_name.to_owned(), spec))
     }

@@ -276,25 +276,25 @@ fn selinux_of(spec: &k8s_openapi::api::core::v1::PodSpec) -> PodSeLinux {
     use k8s_openapi::api::core::v1::{SecurityContext, VolumeMount};
     let ctx = spec.security_context.as_ref();
     let mut containers = Vec::new();
-    let mut push = |name: &str,
-                    kind,
-                    sc: Option<&SecurityContext>,
-                    mounts: Option<&Vec<VolumeMount>>| {
-        let volumes: Vec<String> = mounts
-            .into_iter()
-            .flatten()
-            .map(|m| m.name.clone())
-            .collect();
-        if volumes.is_empty() {
-            return;
-        }
-        containers.push(ContainerSeLinux {
-            name: name.to_owned(),
-            kind,
-            options: sc.and_then(|sc| sc.se_linux_options.clone()).map(Into::into),
-            volumes,
-        });
-    };
+    let mut push =
+        |name: &str, kind, sc: Option<&SecurityContext>, mounts: Option<&Vec<VolumeMount>>| {
+            let volumes: Vec<String> = mounts
+                .into_iter()
+                .flatten()
+                .map(|m| m.name.clone())
+                .collect();
+            if volumes.is_empty() {
+                return;
+            }
+            containers.push(ContainerSeLinux {
+                name: name.to_owned(),
+                kind,
+                options: sc
+                    .and_then(|sc| sc.se_linux_options.clone())
+                    .map(Into::into),
+                volumes,
+            });
+        };
     for c in spec.init_containers.iter().flatten() {
         push(
             &c.name,

@@ -262,7 +262,10 @@ fn selinux_options_and_change_policy_are_carried() {
     assert_eq!(s.containers[1].volumes, ["a", "b"]);
     assert_eq!(s.containers[1].options, None);
     assert_eq!(
-        s.containers[2].options.as_ref().and_then(|o| o.type_.as_deref()),
+        s.containers[2]
+            .options
+            .as_ref()
+            .and_then(|o| o.type_.as_deref()),
         Some("t")
     );
     let for_b: Vec<_> = s
