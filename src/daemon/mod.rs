@@ -71,6 +71,8 @@ pub struct DaemonConfig {
     pub resync: Duration,
     /// journal records between checkpoints (0: never)
     pub checkpoint_every: u64,
+    /// the SELinux label rules (`--selinux`, `--feature-gates`)
+    pub selinux: crate::selinux::Policy,
 }
 
 impl DaemonConfig {
@@ -86,6 +88,7 @@ impl DaemonConfig {
             poll_interval: Duration::from_secs(1),
             resync: Duration::from_secs(30),
             checkpoint_every: 10_000,
+            selinux: crate::selinux::Policy::disabled(),
         }
     }
 }
@@ -316,6 +319,7 @@ impl Daemon {
                 layout: cfg.layout.clone(),
                 resync: cfg.resync,
                 checkpoint_every: cfg.checkpoint_every,
+                selinux: cfg.selinux.clone(),
             },
             world: world.clone(),
             events: events_rx,
@@ -331,6 +335,7 @@ impl Daemon {
             sweep_wanted: false,
             trim_due: false,
             last_trim: None,
+            refused: Default::default(),
         };
         threads.push(spawn("volumed-reconciler", move || looper.run())?);
         Ok(Daemon {
@@ -409,7 +414,13 @@ impl DebugProvider for Provider {
 
     fn state(&self) -> StateSnapshot {
         let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
-        w.asw.snapshot()
+        let mut s = w.asw.snapshot();
+        s.pod_errors = w
+            .dsw
+            .pod_errors()
+            .map(|(p, e)| (p.as_str().to_owned(), e.iter().cloned().collect()))
+            .collect();
+        s
     }
 
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

@@ -63,7 +63,7 @@ pub mod static_objects;
 pub mod static_pods;
 
 pub use error::{SourceError, SourceErrorCategory};
-pub use events::{SourceEvent, apply_event, diff};
+pub use events::{Applied, SourceEvent, apply_event, diff};
 use read::{EntrySignature, Listing, list_dir, read_file};
 use static_objects::StaticObjects;
 use static_pods::{ParsedPod, ParsedVolume, PodSeLinux, parse_pod};
