@@ -173,8 +173,11 @@ fn boot_vm() -> Run {
         );
     }
     // The kernel unpacks concatenated archives in order: base, then payload.
+    // An uncompressed archive is recognised only at a 4-byte aligned offset;
+    // zero bytes between archives are skipped, so pad the gzip member.
     let initrd = dir.join("initrd.img");
     let mut bytes = fs::read(cache.join("base.cpio.gz")).expect("read base.cpio.gz");
+    bytes.resize(bytes.len().next_multiple_of(512), 0);
     bytes.extend(fs::read(&payload).expect("read payload.cpio"));
     fs::write(&initrd, bytes).expect("write initrd.img");
     let disk = dir.join("disk.raw");
