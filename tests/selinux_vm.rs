@@ -531,6 +531,14 @@ fn a_target_gone(ev: &Evidence) -> Outcome {
     }
 }
 
+fn sigterm_exit(ev: &Evidence) -> Outcome {
+    ev.step("sigterm_exit")?;
+    match ev.block("sigterm_status")?.trim() {
+        "0" => Ok("exit status 0".into()),
+        other => Err(format!("exit status {other}")),
+    }
+}
+
 fn no_avc_denial(ev: &Evidence) -> Outcome {
     let dmesg = ev.block("dmesg")?;
     let denials: Vec<&str> = dmesg
@@ -623,6 +631,7 @@ fn checks(ev: &Evidence, mode: &str) -> Vec<(&'static str, Outcome)> {
             "pod A removed: the file now reports pod B's label",
             file_label(ev, "final_labels", &hello(UID_B), LABEL_B),
         ),
+        ("vm: volumed exits 0 on SIGTERM", sigterm_exit(ev)),
         ("vm: no AVC denial", no_avc_denial(ev)),
         (
             "vm: the scenario ran to its end",

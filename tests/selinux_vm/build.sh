@@ -64,7 +64,7 @@ ensure_host_tools() {
 
 # The version apt would download for a package ("" when unknown).
 candidate() {
-  apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2; exit}'
+  apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ && $2 != "(none)" {print $2; exit}'
 }
 
 # The kernel image package linux-image-amd64 points at.
@@ -131,8 +131,13 @@ build_base() {
   mkdir -p "$work/debs" "$work/root" "$work/pol" "$work/stage"
 
   say "downloading $kpkg ${VM_PKGS[*]}"
-  (cd "$work/debs" && apt-get download -qq -o APT::Sandbox::User=root "$kpkg" "${VM_PKGS[@]}" >&2) ||
-    die "apt-get download failed in $work/debs"
+  # Stale package lists name versions the mirror no longer has: update once.
+  download() { (cd "$work/debs" && apt-get download -qq -o APT::Sandbox::User=root "$@" >&2); }
+  if ! download "$kpkg" "${VM_PKGS[@]}"; then
+    apt_update
+    kpkg=$(kernel_pkg)
+    download "$kpkg" "${VM_PKGS[@]}" || die "apt-get download $kpkg ${VM_PKGS[*]} failed in $work/debs"
+  fi
   local deb
   for deb in "$work"/debs/*.deb; do
     dpkg -x "$deb" "$work/root" || die "dpkg -x $deb"

@@ -72,6 +72,8 @@ mismatch_counted() {
     awk '$NF >= 1 {found = 1} END {exit !found}'
 }
 mountinfo() { cat /proc/self/mountinfo; }
+# exited PID: the process is gone or a zombie (kill -0 still finds a zombie).
+exited() { ! grep -qE '^State:[[:space:]]+[^Z]' "/proc/$1/status" 2>/dev/null; }
 labels_of() {
   for f in "$@"; do
     printf '%s %s\n' "$($STAT -c %C "$f" 2>&1)" "$f"
@@ -189,8 +191,12 @@ block final_debug_state http /debug/state
 block final_metrics http /metrics
 
 kill -TERM "$VOLUMED_PID"
-wait "$VOLUMED_PID"
-say "@@INFO volumed exited $?"
+if wait_for sigterm_exit 30 exited "$VOLUMED_PID"; then
+  wait "$VOLUMED_PID"
+  block sigterm_status echo "$?"
+else
+  kill -9 "$VOLUMED_PID"
+fi
 block volumed_log cat "$LOG"
 block dmesg dmesg
 say "@@DONE after $(($(cut -d. -f1 /proc/uptime) - T0)) s"
