@@ -67,6 +67,13 @@ candidate() {
   apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ && $2 != "(none)" {print $2; exit}'
 }
 
+# "package version" lines for the versions apt would download (one
+# apt-cache call: each one loads the whole cache).
+candidates() {
+  apt-cache policy "$@" 2>/dev/null |
+    awk '/^[^ ].*:$/ {p = substr($0, 1, length($0) - 1)} /Candidate:/ {print p, $2}'
+}
+
 # The kernel image package linux-image-amd64 points at.
 kernel_pkg() {
   apt-cache depends linux-image-amd64 2>/dev/null |
@@ -115,7 +122,7 @@ build_base() {
   key=$(
     {
       cat "$HERE/build.sh" "$HERE/init" "$HERE/container.cil"
-      for p in "$kpkg" "${VM_PKGS[@]}"; do echo "$p $(candidate "$p")"; done
+      candidates "$kpkg" "${VM_PKGS[@]}"
       dpkg-query -W busybox-static util-linux mount coreutils e2fsprogs libc6 2>/dev/null
     } | sha256sum | cut -d' ' -f1
   )
