@@ -225,7 +225,7 @@ EOF
   mv "$out/base.cpio.gz.tmp" "$out/base.cpio.gz"
   cp "$root/boot/vmlinuz-$kver" "$out/vmlinuz"
   echo "$kpkg" >"$out/kernel-package"
-  rm -rf "$work/stage" "$work/debs"
+  rm -rf "$work/stage" "$work/debs" "$work/root" "$work/pol"
   echo "$key" >"$out/stamp"
   say "base image built in $((SECONDS - t0)) s ($(du -h "$out/base.cpio.gz" | cut -f1) initramfs)"
 }
