@@ -28,6 +28,13 @@
 //!   lines to the second serial port; every assertion is made here, and all
 //!   of them are reported before the test fails, with the console log.
 //!
+//! - With the cargo feature `failpoints` (`.ci/run` runs it so), a second
+//!   boot runs `crash.sh`: labelled volumes through every crash point of the
+//!   four journaled operations and the format step — volumed dies by SIGKILL
+//!   there, the dry run may call only a cut format uncertain, and the restart
+//!   converges with the label on the device and pod targets (or nothing
+//!   mounted after a teardown point). Both scenarios run after `common.sh`.
+//!
 //! Needs root (for `apt-get`) and says it was skipped otherwise. Nothing is
 //! mounted on the host; each run has its own scratch dir, so it runs twice
 //! in a row or beside other tests. One boot takes about a minute of emulation.
@@ -137,7 +144,9 @@ struct Run {
     boot_secs: f64,
 }
 
-fn boot_vm() -> Run {
+/// Boots the VM once with `scenario` (a file in `tests/selinux_vm/`, run
+/// after `common.sh`).
+fn boot_vm(scenario: &str) -> Run {
     let scratch = tempfile::Builder::new()
         .prefix("volumed-selinux-vm-")
         .tempdir()
@@ -158,12 +167,16 @@ fn boot_vm() -> Run {
         );
     }
     let payload = dir.join("payload.cpio");
+    let script = dir.join("scenario.sh");
+    let mut text = fs::read_to_string(format!("{HERE}/common.sh")).expect("read common.sh");
+    text.push_str(&fs::read_to_string(format!("{HERE}/{scenario}")).expect("read the scenario"));
+    fs::write(&script, text).expect("write the scenario");
     let mut cmd = Command::new("bash");
     cmd.arg(&build)
         .arg("payload")
         .arg(&cache)
         .arg(BIN)
-        .arg(format!("{HERE}/scenario.sh"))
+        .arg(&script)
         .arg(&payload);
     let log = dir.join("payload.log");
     if !run_logged(cmd, &log, BUILD_TIMEOUT) {
@@ -552,7 +565,7 @@ fn no_avc_denial(ev: &Evidence) -> Outcome {
     }
 }
 
-fn checks(ev: &Evidence, mode: &str) -> Vec<(&'static str, Outcome)> {
+fn checks(ev: &Evidence, mode: &str) -> Vec<(String, Outcome)> {
     let hello = |uid: &str| format!("{}/hello.txt", pod_target(uid));
     vec![
         ("vm: SELinux is active", selinux_active(ev, mode)),
@@ -642,6 +655,9 @@ fn checks(ev: &Evidence, mode: &str) -> Vec<(&'static str, Outcome)> {
             },
         ),
     ]
+    .into_iter()
+    .map(|(name, outcome)| (name.to_owned(), outcome))
+    .collect()
 }
 
 #[test]
@@ -650,10 +666,14 @@ fn selinux_labels_on_a_real_selinux_kernel() {
         return;
     }
     let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
-    let run = boot_vm();
+    let run = boot_vm("scenario.sh");
     let ev = Evidence::parse(&run.results);
     let results = checks(&ev, &mode);
+    report(run, &mode, &results);
+}
 
+/// Prints every check's outcome; fails (with the logs) if any failed.
+fn report(run: Run, mode: &str, results: &[(String, Outcome)]) {
     let mut report = format!(
         "selinux-vm ({mode}): image {:.1} s, VM {:.1} s ({}), scratch {}\n",
         run.build_secs,
@@ -662,7 +682,7 @@ fn selinux_labels_on_a_real_selinux_kernel() {
         run.scratch.path().display()
     );
     let failed = results.iter().filter(|(_, r)| r.is_err()).count();
-    for (name, r) in &results {
+    for (name, r) in results {
         let (tag, detail) = match r {
             Ok(d) => ("PASS", d),
             Err(d) => ("FAIL", d),
@@ -695,4 +715,135 @@ fn selinux_labels_on_a_real_selinux_kernel() {
         );
     }
     eprint!("{report}");
+}
+
+// ---------------------------------------------------------------- crash points
+
+/// The crash points `crash.sh` goes through, in order, with the targets the
+/// dry run after each may call uncertain (as `fixtures/crash/` expects them
+/// on an unlabelled host: only a format cut in the middle).
+#[cfg(feature = "failpoints")]
+const CRASH_POINTS: [(&str, &[&str]); 9] = [
+    ("format_device.after_op", &["device"]),
+    ("mount_device.after_intent", &[]),
+    ("mount_device.after_op", &[]),
+    ("setup.after_intent", &[]),
+    ("setup.after_op", &[]),
+    ("teardown.after_intent", &[]),
+    ("teardown.after_op", &[]),
+    ("unmount_device.after_intent", &[]),
+    ("unmount_device.after_op", &[]),
+];
+
+/// The targets a dry run decided uncertain, as `device` / `pod`.
+#[cfg(feature = "failpoints")]
+fn uncertain_targets(doc: &Value) -> Vec<String> {
+    doc["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["decision"] == "uncertain")
+        .map(|t| t["target"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+#[cfg(feature = "failpoints")]
+fn crash_checks(ev: &Evidence) -> Vec<(String, Outcome)> {
+    let mut out = Vec::new();
+    for (point, may_be_uncertain) in CRASH_POINTS {
+        let mounts_side = !point.starts_with("teardown") && !point.starts_with("unmount_device");
+        out.push((
+            format!("{point}: volumed died there"),
+            ev.step(&format!("{point}.died")).and_then(|d| {
+                let log = ev.block(&format!("{point}.log"))?;
+                if log.contains(&format!("crash point {point} reached")) {
+                    Ok(d)
+                } else {
+                    Err(format!("the log does not name the crash point: {log:?}"))
+                }
+            }),
+        ));
+        out.push((
+            format!("{point}: the dry run is uncertain only where a format was cut"),
+            ev.json(&format!("{point}.dryrun")).and_then(|doc| {
+                let got = uncertain_targets(&doc);
+                if got.iter().all(|t| may_be_uncertain.contains(&t.as_str())) {
+                    Ok(format!("uncertain: {got:?}"))
+                } else {
+                    Err(format!(
+                        "uncertain {got:?}, allowed {may_be_uncertain:?}: {doc:#}"
+                    ))
+                }
+            }),
+        ));
+        out.push((
+            format!("{point}: restarted and converged"),
+            ev.step(&format!("{point}.converged")),
+        ));
+        if mounts_side {
+            out.push((
+                format!("{point}: device and pod A mounted with pod A's label"),
+                mounted_with(ev, &format!("{point}.mountinfo"), &device_target(), LABEL_A)
+                    .and_then(|_| {
+                        mounted_with(
+                            ev,
+                            &format!("{point}.mountinfo"),
+                            &pod_target(UID_A),
+                            LABEL_A,
+                        )
+                    }),
+            ));
+            out.push((
+                format!("{point}: dump says mounted with the label"),
+                ev.json(&format!("{point}.dump")).and_then(|d| {
+                    mounted_in_dump(target(&d["state"], None)?, LABEL_A)?;
+                    mounted_in_dump(target(&d["state"], Some(UID_A))?, LABEL_A)
+                }),
+            ));
+        } else {
+            out.push((
+                format!("{point}: nothing of the volume left mounted"),
+                ev.block(&format!("{point}.mountinfo")).and_then(|t| {
+                    let left: Vec<String> = mounts(t)
+                        .into_iter()
+                        .filter(|m| {
+                            m.mount_point == device_target() || m.mount_point == pod_target(UID_A)
+                        })
+                        .map(|m| m.mount_point)
+                        .collect();
+                    if left.is_empty() {
+                        Ok("none".into())
+                    } else {
+                        Err(format!("still mounted: {left:?}"))
+                    }
+                }),
+            ));
+        }
+    }
+    out.push((
+        "crash: the scenario ran to its end".into(),
+        if ev.done {
+            Ok("@@DONE".into())
+        } else {
+            Err("no @@DONE line".into())
+        },
+    ));
+    out
+}
+
+/// Issue #6's crash fixtures with labelled volumes: every crash point of the
+/// journaled operations, on a real SELinux kernel, with the volume labelled.
+/// Needs the crash points compiled in: `.ci/run` runs it with
+/// `--features failpoints`.
+#[cfg(feature = "failpoints")]
+#[test]
+fn labelled_volumes_through_every_crash_point_on_a_real_selinux_kernel() {
+    if !support::require_root("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
+        return;
+    }
+    let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
+    let run = boot_vm("crash.sh");
+    let ev = Evidence::parse(&run.results);
+    let results = crash_checks(&ev);
+    report(run, &mode, &results);
 }
