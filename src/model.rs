@@ -160,7 +160,11 @@ impl PluginName {
 
     /// Parses a pod-dir plugin name (`kubernetes.io~empty-dir`).
     pub fn from_escaped(s: &str) -> Option<Self> {
-        Self::parse(&s.replace('~', "/"))
+        // `parse(&s.replace('~', "/"))` without building the string
+        let unescaped = || s.bytes().map(|b| if b == b'~' { b'/' } else { b });
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str().len() == s.len() && unescaped().eq(p.as_str().bytes()))
     }
 
     /// Whether volumes of this plugin have a device (global) target at all.

@@ -561,32 +561,60 @@ fn fill_input<'a>(
 }
 
 /// The top mount at every mount point of one table, by path bytes (one
-/// hash lookup where [`MountTable::top_at`] searches the sorted table);
-/// a path not there (`/`, or one spelt with a trailing `/`) is looked up in
+/// hash lookup where [`MountTable::top_at`] searches the sorted table),
+/// built on first need: the first [`INDEX_AFTER`] lookups search the table,
+/// as few do not repay hashing every mount point (with every mounted target
+/// found by the scan, a journal that agrees looks up little else). A path
+/// not in the index (`/`, or one spelt with a trailing `/`) is looked up in
 /// the table.
 struct MountIndex<'t> {
     table: &'t MountTable,
-    tops: FxHashMap<&'t [u8], &'t MountInfo>,
+    /// lookups so far, while the index is not built
+    lookups: std::cell::Cell<usize>,
+    tops: std::cell::OnceCell<FxHashMap<&'t [u8], &'t MountInfo>>,
 }
 
+/// Lookups a [`MountIndex`] answers from the sorted table before indexing it.
+const INDEX_AFTER: usize = 64;
+
 impl<'t> MountIndex<'t> {
-    /// Indexes every mount point of `table` (one pass over it), or none
-    /// (`full` false: every lookup goes to the table).
+    /// Indexes `table` once more than [`INDEX_AFTER`] lookups are asked
+    /// (`full` false: never; every lookup goes to the table).
     fn new(table: &'t MountTable, full: bool) -> Self {
-        let mut tops = FxHashMap::default();
-        if full {
-            tops.reserve(table.len());
-            for stack in table.stacks_under(Path::new("/")) {
+        let tops = std::cell::OnceCell::new();
+        if !full {
+            let _ = tops.set(FxHashMap::default());
+        }
+        MountIndex {
+            table,
+            lookups: std::cell::Cell::new(0),
+            tops,
+        }
+    }
+
+    /// The index, built on first call (one pass over the table).
+    fn index(&self) -> &FxHashMap<&'t [u8], &'t MountInfo> {
+        self.tops.get_or_init(|| {
+            let mut tops = FxHashMap::default();
+            tops.reserve(self.table.len());
+            for stack in self.table.stacks_under(Path::new("/")) {
                 let top = stack.top();
                 tops.insert(top.mount_point.as_os_str().as_bytes(), top);
             }
-        }
-        MountIndex { table, tops }
+            tops
+        })
     }
 
     /// The visible mount at `path`, as [`MountTable::top_at`] finds it.
     fn top_at(&self, path: &Path) -> Option<&'t MountInfo> {
-        match self.tops.get(path.as_os_str().as_bytes()) {
+        if self.tops.get().is_none() {
+            let n = self.lookups.get() + 1;
+            self.lookups.set(n);
+            if n <= INDEX_AFTER {
+                return self.table.top_at(path);
+            }
+        }
+        match self.index().get(path.as_os_str().as_bytes()) {
             Some(top) => Some(*top),
             None => self.table.top_at(path),
         }
@@ -611,8 +639,6 @@ fn observed(m: &MountInfo) -> ObservedMount {
     ObservedMount {
         identity: m.identity(),
         source: PathBuf::from(&m.source),
-        mount_options: m.mount_options.join(","),
-        super_options: m.super_options_raw.to_string_lossy().into_owned(),
     }
 }
 
@@ -631,7 +657,7 @@ fn host_targets_moving(
     pods: Vec<PodTarget>,
 ) -> Vec<HostTarget> {
     let devices = view.device_targets.iter().map(|t| device_target(table, t));
-    let pods = pods.into_iter().map(|t| pod_target(table, t));
+    let pods = pods.into_iter().map(pod_target);
     let unknown = view
         .unknown_plugin_dirs
         .iter()
@@ -668,9 +694,10 @@ fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
     }
 }
 
-/// One pod target, moved in: its path, pod, name and observed identity
-/// become the host target's (the identity is the same top mount's).
-fn pod_target(table: &MountIndex<'_>, t: PodTarget) -> HostTarget {
+/// One pod target, moved in: its path, pod, name and observed mount
+/// become the host target's (the scan took them from the top mount at its
+/// path in the same table).
+fn pod_target(t: PodTarget) -> HostTarget {
     let mounted = matches!(t.observed, Observed::Mounted(_));
     let kind = match t.plugin {
         PluginName::EmptyDir if mounted => TargetKind::Mount,
@@ -678,29 +705,16 @@ fn pod_target(table: &MountIndex<'_>, t: PodTarget) -> HostTarget {
         PluginName::HostPath => TargetKind::None,
         PluginName::LocalVolume | PluginName::Csi => TargetKind::Mount,
     };
-    let ready = |volume| Rebuild::Ready {
-        volume,
-        selinux: None,
-    };
+    // the name follows from the path: built only if the target is rebuilt
     let rebuild = match t.plugin {
-        PluginName::EmptyDir | PluginName::HostPath => ready(UniqueVolumeName::per_pod(
-            t.plugin,
-            &t.pod_uid,
-            &t.spec_name,
-        )),
-        PluginName::LocalVolume => ready(UniqueVolumeName::shared(t.plugin, &t.spec_name)),
+        PluginName::EmptyDir | PluginName::HostPath | PluginName::LocalVolume => Rebuild::FromPath,
         PluginName::Csi => csi_rebuild(t.vol_data.as_ref(), &t.path),
     };
     let observation = match t.observed {
-        Observed::Mounted(seen) => match table.top_at(&t.path) {
-            Some(top) => HostObservation::Mounted(ObservedMount {
-                identity: seen.identity,
-                source: PathBuf::from(seen.source),
-                mount_options: top.mount_options.join(","),
-                super_options: top.super_options_raw.to_string_lossy().into_owned(),
-            }),
-            None => HostObservation::DirPresent,
-        },
+        Observed::Mounted(seen) => HostObservation::Mounted(ObservedMount {
+            identity: seen.identity,
+            source: PathBuf::from(seen.source),
+        }),
         Observed::DirPresent => HostObservation::DirPresent,
     };
     HostTarget {

@@ -164,8 +164,6 @@ fn mounted(identity: MountIdentity, source: &str) -> HostObservation {
     HostObservation::Mounted(ObservedMount {
         identity,
         source: source.into(),
-        mount_options: "rw,relatime".into(),
-        super_options: "rw".into(),
     })
 }
 
