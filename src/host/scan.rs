@@ -549,6 +549,46 @@ mod tests {
     }
 
     #[test]
+    fn layout_paths_split_as_bytes_as_by_components() {
+        for base in [
+            "/k/pods",
+            "/k/pods/",
+            "/k//pods",
+            "/",
+            "k/pods",
+            "/k/./pods",
+        ] {
+            let b = Base::new(Path::new(base));
+            for path in [
+                "/k/pods/u/volumes/p~n/x",
+                "/k/pods/u//volumes/./p/x/",
+                "/k/pods/u/../x",
+                "/k/pods",
+                "/k/podsx/u",
+                "/k/pods/1/2/3/4/5/6/7/8",
+                "/k/pods/u/.hidden/x.",
+            ] {
+                let p = Path::new(path);
+                let want = rel_components(p, Path::new(base));
+                let got = RelParts::of(p, &b);
+                assert_eq!(
+                    got.as_ref().map(|g| g.len()),
+                    want.as_ref().map(|w| w.len())
+                );
+                if let (Some(got), Some(want)) = (got, want) {
+                    for (i, w) in want.iter().enumerate() {
+                        match got.get(i) {
+                            Some(g) => assert_eq!(g, *w, "{base} {path} {i}"),
+                            None => assert!(i >= MAX_PARTS, "{base} {path} {i}"),
+                        }
+                    }
+                    assert_eq!(got.all().is_some(), want.len() <= MAX_PARTS);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn kubelet_fixture_targets() {
         let layout = Layout::new("/var/lib/kubelet");
         let scan = scan_mounts(&fixture("kubelet-node.txt"), &layout);

@@ -507,11 +507,14 @@ fn fill_input<'a>(
     // mount is skipped: the merge takes that target's observation, the same
     // top mount of the same table. Device mount paths are always observed
     // here (the merge compares pod binds with them through `observe`).
-    let found_mounted: FxHashSet<&[u8]> = host_targets
-        .iter()
-        .filter(|h| matches!(h.observation, HostObservation::Mounted(_)))
-        .map(|h| h.path.as_os_str().as_bytes())
-        .collect();
+    let mut found_mounted: FxHashSet<&[u8]> = FxHashSet::default();
+    found_mounted.reserve(host_targets.len());
+    found_mounted.extend(
+        host_targets
+            .iter()
+            .filter(|h| matches!(h.observation, HostObservation::Mounted(_)))
+            .map(|h| h.path.as_os_str().as_bytes()),
+    );
     let mut observe = crate::reconstruct::PathMap::default();
     let mut device_paths: FxHashSet<&[u8]> = FxHashSet::default();
     if let Some(state) = journal {
@@ -529,6 +532,9 @@ fn fill_input<'a>(
                 observe.insert(path.to_owned(), HostObservation::DirPresent);
             }
         };
+        // a volume's targets come together and name the same device paths:
+        // the previous ones are skipped without hashing them again
+        let (mut last_mount, mut last_device): (Option<&[u8]>, Option<&[u8]>) = (None, None);
         for (_, entry) in state.entries() {
             let params =
                 std::iter::once(&entry.params).chain(entry.pending.iter().map(|p| &p.params));
@@ -539,11 +545,19 @@ fn fill_input<'a>(
                     look(path);
                 }
                 if let Some(path) = p.device_mount_path.as_deref() {
-                    look(path);
+                    let b = path.as_os_str().as_bytes();
+                    if last_mount != Some(b) {
+                        look(path);
+                        last_mount = Some(b);
+                    }
                 }
                 // one `stat` per distinct device path, however many targets name it
                 if let Some(d) = p.device_path.as_deref() {
-                    device_paths.insert(d.as_os_str().as_bytes());
+                    let b = d.as_os_str().as_bytes();
+                    if last_device != Some(b) {
+                        device_paths.insert(b);
+                        last_device = Some(b);
+                    }
                 }
             }
         }
@@ -685,7 +699,7 @@ fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
     HostTarget {
         path: t.path.clone(),
         target: TargetRef::Device,
-        plugin_name: t.plugin.as_str().to_owned(),
+        plugin_name: t.plugin.as_str().into(),
         plugin: Some(t.plugin),
         spec_name,
         kind: TargetKind::Mount,
@@ -720,7 +734,7 @@ fn pod_target(t: PodTarget) -> HostTarget {
     HostTarget {
         path: t.path,
         target: TargetRef::Pod(t.pod_uid),
-        plugin_name: t.plugin.as_str().to_owned(),
+        plugin_name: t.plugin.as_str().into(),
         plugin: Some(t.plugin),
         spec_name: t.spec_name,
         kind,
@@ -735,7 +749,7 @@ fn unknown_target(table: &MountIndex<'_>, d: &UnknownPluginDir) -> HostTarget {
     HostTarget {
         path: d.path.clone(),
         target: TargetRef::Pod(d.pod_uid.clone()),
-        plugin_name: d.plugin_dir.replace('~', "/"),
+        plugin_name: d.plugin_dir.replace('~', "/").into(),
         plugin: None,
         spec_name: d.name.clone(),
         kind: if d.mounted {

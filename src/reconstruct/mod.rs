@@ -205,7 +205,8 @@ pub struct HostTarget {
     /// device target, or the pod (UID from the path)
     pub target: TargetRef,
     /// the plugin's qualified name as found (unescaped), e.g. `kubernetes.io/secret`
-    pub plugin_name: String,
+    /// (borrowed for the plugins volumed knows)
+    pub plugin_name: Cow<'static, str>,
     /// the plugin, when it is one volumed knows
     pub plugin: Option<PluginName>,
     /// the spec name from the path (pod volume name or PV name)
@@ -539,7 +540,7 @@ fn merge_host_only(
             Err(cause) => out.failed.push(FailedTarget {
                 path: h.path.clone(),
                 target: h.target.clone(),
-                plugin_name: h.plugin_name.clone(),
+                plugin_name: h.plugin_name.to_string(),
                 spec_name: h.spec_name.clone(),
                 cause,
                 observation: h.observation.clone(),

@@ -315,7 +315,7 @@ fn host_target(vol: Vol, seen: Seen, journal: Journal) -> HostTarget {
     HostTarget {
         path: p.path().expect("test targets have paths").to_path_buf(),
         target: p.target.clone(),
-        plugin_name,
+        plugin_name: plugin_name.into(),
         plugin,
         spec_name: p.spec_name.clone(),
         kind: p.kind,
@@ -927,5 +927,48 @@ fn journal_says_reads_well() {
     ];
     for (says, want) in table {
         assert_eq!(says.to_string(), want);
+    }
+}
+
+#[test]
+fn plain_spellings_compare_as_paths_do() {
+    let spellings = [
+        "/a/b", "/a//b", "/a/./b", "/a/b/", "/a/b/.", "//a/b", "/a/b//", "a/b", "./a/b", ".", "/",
+        "/.", "/a/..", "/a/../b", "/a/.b", "/a/b.",
+    ];
+    for x in spellings {
+        let (px, bx) = (Path::new(x), super::plain_bytes(Path::new(x)));
+        assert_eq!(
+            super::is_plain(x.as_bytes()),
+            px.components()
+                .collect::<PathBuf>()
+                .as_os_str()
+                .as_encoded_bytes()
+                == x.as_bytes(),
+            "{x}"
+        );
+        for y in spellings {
+            let by = super::plain_bytes(Path::new(y));
+            assert_eq!(px == Path::new(y), bx == by, "{x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn observe_by_bytes_answers_as_the_path_map() {
+    let mut observe = PathMap::default();
+    observe.insert(PathBuf::from("/k/pods/a/"), HostObservation::DirPresent);
+    observe.insert(PathBuf::from("/k/plugins/x"), HostObservation::Absent);
+    let by_bytes = super::ObserveByBytes::new(&observe);
+    for q in [
+        "/k/pods/a",
+        "/k/pods/a/",
+        "/k//pods/./a",
+        "/k/plugins/x",
+        "/k/plugins/x/.",
+        "/k/pods/b",
+        "/k/plugins",
+    ] {
+        assert_eq!(by_bytes.get(Path::new(q)), observe.get(Path::new(q)), "{q}");
     }
 }

@@ -176,4 +176,21 @@ mod tests {
         m.insert(uid("1"), [0u8; 64]);
         assert_eq!(m.entries.capacity(), 1);
     }
+
+    #[test]
+    fn many_pods_grow_by_doubling() {
+        let mut m = PodMap::new();
+        for i in 0..EXACT_UP_TO {
+            m.insert(uid(&i.to_string()), ());
+        }
+        assert_eq!(m.entries.capacity(), EXACT_UP_TO, "exact up to a few");
+        let mut grew = 0;
+        for i in EXACT_UP_TO..1000 {
+            let before = m.entries.capacity();
+            m.insert(uid(&i.to_string()), ());
+            grew += usize::from(m.entries.capacity() != before);
+        }
+        assert!(grew < 20, "{grew} reallocations for 1000 pods");
+        assert_eq!(m.len(), 1000);
+    }
 }
