@@ -60,7 +60,7 @@ pub fn changed_journal_records<'a>(
         .collect()
 }
 
-fn record_of(d: &Decision) -> Body {
+pub(super) fn record_of(d: &Decision) -> Body {
     Body::Reconstructed {
         target: d.params.clone(),
         state: d.result,

@@ -240,6 +240,29 @@ pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstru
 /// every target mounted in the kubelet layout; the pod-dir walk is left to
 /// [`reconstruct_leftovers`]. Changes nothing anywhere.
 pub fn reconstruct_ready(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstruction {
+    ready_with(host, journal, merge)
+}
+
+/// [`reconstruct_ready`], and per decision whether the journal already
+/// implies it (see [`super::merge_checked`]).
+fn reconstruct_ready_checked(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+) -> (Reconstruction, Vec<bool>) {
+    let mut agrees = Vec::new();
+    let r = ready_with(host, journal, |input| {
+        let (out, checked) = super::merge_checked(input);
+        agrees = checked;
+        out
+    });
+    (r, agrees)
+}
+
+fn ready_with(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+    decide: impl FnOnce(&MergeInput<'_>) -> MergeOutput,
+) -> Reconstruction {
     alarm_if_unreadable(journal);
     let layout = resolved(host.layout);
     let mounts = scan_mounts(host.table, &layout);
@@ -252,7 +275,7 @@ pub fn reconstruct_ready(host: &HostInput<'_>, journal: JournalInput<'_>) -> Rec
         problems: mounts.problems,
     };
     attach_vol_data(&mut view);
-    finish(host, journal, view, merge)
+    finish(host, journal, view, decide)
 }
 
 /// The pod-dir walk of phase 2 (with the CSI `vol_data.json` of what it
@@ -402,8 +425,24 @@ pub fn reconstruct_and_record_ready(
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
     let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
-        let r = reconstruct_ready(host, journal_input(replaced, state));
-        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+        let input = journal_input(replaced, state);
+        if replaced.is_some() {
+            let r = reconstruct_ready(host, input);
+            let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+            return (r, bodies, unchanged);
+        }
+        // the merge checked each decision against its entry as it went:
+        // the same records `changes` finds, without walking the journal again
+        let (r, agrees) = reconstruct_ready_checked(host, input);
+        let bodies: Vec<Body> = r
+            .output
+            .decisions
+            .iter()
+            .zip(&agrees)
+            .filter(|(_, agrees)| !**agrees)
+            .map(|(d, _)| super::apply::record_of(d))
+            .collect();
+        let unchanged = r.output.decisions.len() - bodies.len();
         (r, bodies, unchanged)
     });
     record_and_apply(journal, reconstruction, bodies, unchanged, asw)

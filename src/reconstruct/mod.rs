@@ -366,7 +366,16 @@ impl MergeOutput {
 
 /// Merges the journal with the host: one decision per target plus findings.
 pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
+    merge_checked(input).0
+}
+
+/// [`merge`], and per decision whether the journal already implies it
+/// ([`journal_agrees`] against `input.journal` and the current boot id),
+/// checked while each journal entry is at hand rather than in a second walk
+/// of the journal: what [`changed_journal_records`] finds, as flags.
+pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) {
     let mut out = MergeOutput::default();
+    let mut agrees = Vec::new();
     let mut claimed = vec![false; input.host_targets.len()];
     // keyed by path bytes: `Path`'s own hash walks components
     let host_by_path: FxHashMap<&[u8], usize> = input
@@ -391,6 +400,14 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
                 (None, None) => &HostObservation::Absent,
             };
             let decision = decide_journal_target(input, key, entry, observation);
+            // `entry_agrees`, without comparing the parameters: with no
+            // pending intent they are a clone of the entry's
+            agrees.push(
+                entry.pending.is_none()
+                    && entry.state == decision.result
+                    && entry.boot_id == input.current_boot_id
+                    && entry.observed == decision.observed,
+            );
             record(&mut out, decision, observation);
         }
     }
@@ -404,7 +421,9 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
     // a host target's key is decided when the journal has it (it decided it)
     let journal_has = |key: &TargetKey| input.journal.is_some_and(|j| j.get(key).is_some());
     merge_host_only(input, is_claimed, journal_has, &mut out);
-    out
+    // host-only targets are not in the journal: nothing implies them
+    agrees.resize(out.decisions.len(), false);
+    (out, agrees)
 }
 
 /// A path's bytes, for hashing: host-found paths are spelt plainly (the

@@ -359,6 +359,21 @@ fn check(name: &str, (vol, journal, boot, seen): Input, (want, reason): Expected
         input.host_targets.push(host_target(vol, seen, journal));
     }
     let out = merge(&input);
+    // the flags of `merge_checked` say what `changed_journal_records` finds
+    let (checked, agrees) = merge_checked(&input);
+    assert_eq!(checked, out, "{name}");
+    let changed: Vec<&TargetKey> = changed_journal_records(&out, &state, &input.current_boot_id)
+        .into_iter()
+        .map(|(d, _)| &d.key)
+        .collect();
+    let flagged: Vec<&TargetKey> = out
+        .decisions
+        .iter()
+        .zip(&agrees)
+        .filter(|(_, a)| !**a)
+        .map(|(d, _)| &d.key)
+        .collect();
+    assert_eq!(changed, flagged, "{name}");
     let key = TargetKey::of(&p);
     let Some(want) = want else {
         assert_eq!(out.failed.len(), 1, "{name}: {out:#?}");
