@@ -56,7 +56,9 @@
 //! Only decisions that change what the journal implies are recorded
 //! ([`super::journal_agrees`]), in one batch per phase
 //! ([`Journal::append_batch`]): a journal that agrees with the host costs no
-//! write at all.
+//! write at all. Phase 1 checks each journal decision against its entry
+//! inside the merge (`merge_checked`), while the entry is at hand, instead of
+//! walking the journal a second time.
 //!
 //! A journal that cannot be opened is [`JournalInput::Unreadable`]: every
 //! target is rebuilt from the host alone, and [`reconstruct`] says so once,
