@@ -350,6 +350,9 @@ pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
     }
     let pods = layout.pods_dir();
     let base = Base::new(&pods);
+    // at most one target per mount below `pods/`: one allocation, where
+    // growing by doubling moved every target found so far each time
+    scan.pod_targets.reserve(table.under(&pods).count());
     let mut last_uid = None;
     for m in table.stacks_under(&pods) {
         pod_mount(&m, &base, &mut last_uid, &mut scan);
