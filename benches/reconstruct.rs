@@ -30,7 +30,10 @@
 //! and its decisions), which runs after the ASW is ready (DESIGN.md, host
 //! scan). Breakdown lines show where the time goes: the scan's mount-table
 //! part and its pod-dir walk alone, and phase 1 split into read, decide
-//! (`reconstruct_ready`), record check and ASW fill. The bench asserts that
+//! (`reconstruct_ready`), record check and ASW fill (the record check on its
+//! own, as [`changed_journal_records`]: the daemon's phase 1 makes it inside
+//! the merge, entry by entry, without a second walk of the journal). The
+//! bench asserts that
 //! every pod target was decided `mounted` with reason `mounted_matches`, so
 //! it measured real work.
 //!

@@ -86,6 +86,11 @@ impl PodUid {
     /// Validates a UID: one path component of `[A-Za-z0-9-_.]`.
     pub fn new(uid: impl Into<String>) -> Result<Self, ModelError> {
         let uid = uid.into();
+        // the usual shape passes every check below at once
+        let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
+        if (1..=253).contains(&uid.len()) && uid != "." && uid != ".." && uid.bytes().all(plain) {
+            return Ok(Self(uid.into()));
+        }
         check_component("pod uid", &uid)?;
         if !uid
             .chars()
@@ -160,7 +165,11 @@ impl PluginName {
 
     /// Parses a pod-dir plugin name (`kubernetes.io~empty-dir`).
     pub fn from_escaped(s: &str) -> Option<Self> {
-        Self::parse(&s.replace('~', "/"))
+        // `parse(&s.replace('~', "/"))` without building the string
+        let unescaped = || s.bytes().map(|b| if b == b'~' { b'/' } else { b });
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str().len() == s.len() && unescaped().eq(p.as_str().bytes()))
     }
 
     /// Whether volumes of this plugin have a device (global) target at all.
@@ -825,6 +834,13 @@ mod tests {
         }
         assert_eq!(PluginName::EmptyDir.escaped(), "kubernetes.io~empty-dir");
         assert_eq!(PluginName::from_escaped("kubernetes.io~secret"), None);
+        // as `parse` of the name with every `~` made a `/`
+        assert_eq!(
+            PluginName::from_escaped("kubernetes.io/empty-dir"),
+            Some(PluginName::EmptyDir)
+        );
+        assert_eq!(PluginName::from_escaped("kubernetes.io~empty-di"), None);
+        assert_eq!(PluginName::from_escaped(""), None);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::host::HostError;
@@ -206,6 +207,101 @@ fn rel_components<'a>(path: &'a Path, base: &Path) -> Option<Vec<&'a OsStr>> {
         .collect()
 }
 
+/// The most components a target path in the layout has below its base
+/// (`csi/<driver>/<hash>/globalmount`, `<uid>/volumes/<plugin>/<name>/mount`);
+/// [`RelParts`] counts the rest without keeping them.
+const MAX_PARTS: usize = 6;
+
+/// [`rel_components`] without an allocation: the first [`MAX_PARTS`]
+/// components and how many there are.
+struct RelParts<'a> {
+    parts: [&'a OsStr; MAX_PARTS],
+    len: usize,
+}
+
+impl<'a> RelParts<'a> {
+    /// `path`'s components below `base`, as [`rel_components`] finds them.
+    /// Mount points as the kernel prints them are plain (`base/` then names
+    /// separated by single slashes): those are split as bytes; anything else
+    /// goes through [`rel_components`], so both agree on every path.
+    fn of(path: &'a Path, base: &Base<'_>) -> Option<Self> {
+        let mut out = RelParts {
+            parts: [OsStr::new(""); MAX_PARTS],
+            len: 0,
+        };
+        let fast = base.plain_rest(path).and_then(|rest| {
+            for name in rest.split(|&b| b == b'/') {
+                if matches!(name, b"" | b"." | b"..") {
+                    return None;
+                }
+                out.push(OsStr::from_bytes(name));
+            }
+            Some(())
+        });
+        if fast.is_none() {
+            out.len = 0;
+            rel_components(path, base.path)?
+                .into_iter()
+                .for_each(|name| out.push(name));
+        }
+        Some(out)
+    }
+
+    fn push(&mut self, name: &'a OsStr) {
+        if let Some(slot) = self.parts.get_mut(self.len) {
+            *slot = name;
+        }
+        self.len += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The `i`-th component, if there is one.
+    fn get(&self, i: usize) -> Option<&'a OsStr> {
+        (i < self.len).then(|| self.parts.get(i).copied()).flatten()
+    }
+
+    /// The components as names, `None` if more than [`MAX_PARTS`].
+    fn all(&self) -> Option<&[&'a OsStr]> {
+        self.parts.get(..self.len)
+    }
+}
+
+/// A base dir of the layout (`plugins/`, `pods/`), checked once for
+/// whether it is spelt plainly: absolute, no `.` or empty component, no
+/// trailing `/`.
+struct Base<'a> {
+    path: &'a Path,
+    plain: bool,
+}
+
+impl<'a> Base<'a> {
+    fn new(path: &'a Path) -> Self {
+        let b = path.as_os_str().as_bytes();
+        let plain = b.len() > 1
+            && b.starts_with(b"/")
+            && b[1..]
+                .split(|&c| c == b'/')
+                .all(|n| !matches!(n, b"" | b"." | b".."));
+        Base { path, plain }
+    }
+
+    /// The bytes of `path` after the base and one `/`, when the base is
+    /// plain and `path` starts with it; `None` otherwise (the caller falls
+    /// back to [`rel_components`]).
+    fn plain_rest<'p>(&self, path: &'p Path) -> Option<&'p [u8]> {
+        if !self.plain {
+            return None;
+        }
+        path.as_os_str()
+            .as_bytes()
+            .strip_prefix(self.path.as_os_str().as_bytes())?
+            .strip_prefix(b"/")
+    }
+}
+
 fn observe(stack: &MountStack<'_>) -> ObservedMount {
     let top = stack.top();
     ObservedMount {
@@ -248,32 +344,49 @@ pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
         scan.problems.push(ScanProblem::MountInfoLine(e.clone()));
     }
     let plugins = layout.plugins_dir();
+    let base = Base::new(&plugins);
     for m in table.stacks_under(&plugins) {
-        device_mount(&m, &plugins, &mut scan);
+        device_mount(&m, &base, &mut scan);
     }
     let pods = layout.pods_dir();
+    let base = Base::new(&pods);
+    // at most one target per mount below `pods/`: one allocation, where
+    // growing by doubling moved every target found so far each time
+    scan.pod_targets.reserve(table.under(&pods).count());
     let mut last_uid = None;
     for m in table.stacks_under(&pods) {
-        pod_mount(&m, &pods, &mut last_uid, &mut scan);
+        pod_mount(&m, &base, &mut last_uid, &mut scan);
     }
     scan
 }
 
-fn device_mount(m: &MountStack<'_>, plugins: &Path, scan: &mut MountScan) {
+fn device_mount(m: &MountStack<'_>, plugins: &Base<'_>, scan: &mut MountScan) {
     let path = &m.top().mount_point;
     let unrecognised = |scan: &mut MountScan| {
         scan.problems
             .push(ScanProblem::UnrecognisedMount { path: path.clone() })
     };
-    let Some(parts) = rel_components(path, plugins) else {
+    let Some(parts) = RelParts::of(path, plugins) else {
         return unrecognised(scan);
     };
-    let names: Option<Vec<&str>> = parts
-        .iter()
-        .map(|p| utf8(p, path, &mut scan.problems))
-        .collect();
-    let Some(names) = names else { return };
-    let (plugin, name) = match names.as_slice() {
+    let Some(all) = parts.all() else {
+        // deeper than any device target: unrecognised, once every name
+        // passed the same UTF-8 check as below
+        for p in rel_components(path, plugins.path).unwrap_or_default() {
+            if utf8(p, path, &mut scan.problems).is_none() {
+                return;
+            }
+        }
+        return unrecognised(scan);
+    };
+    let mut names = [""; MAX_PARTS];
+    for (slot, p) in names.iter_mut().zip(all) {
+        let Some(name) = utf8(p, path, &mut scan.problems) else {
+            return;
+        };
+        *slot = name;
+    }
+    let (plugin, name) = match &names[..all.len()] {
         ["local-volume", "mounts", pv] => (
             PluginName::LocalVolume,
             DeviceName::Local { pv: pv.to_string() },
@@ -299,17 +412,25 @@ fn device_mount(m: &MountStack<'_>, plugins: &Path, scan: &mut MountScan) {
 /// `last_uid`: the UID of the previous pod target (the table is sorted, so
 /// a pod's targets come together): the same name is not validated again,
 /// and the targets share it.
-fn pod_mount(m: &MountStack<'_>, pods: &Path, last_uid: &mut Option<PodUid>, scan: &mut MountScan) {
+fn pod_mount(
+    m: &MountStack<'_>,
+    pods: &Base<'_>,
+    last_uid: &mut Option<PodUid>,
+    scan: &mut MountScan,
+) {
     let path = &m.top().mount_point;
-    let Some(parts) = rel_components(path, pods) else {
+    let Some(parts) = RelParts::of(path, pods) else {
         return;
     };
     // Only `<uid>/volumes/…` holds volume targets; subpaths and the rest are
     // someone else's business.
-    if parts.len() < 2 || parts[1] != "volumes" {
+    let (Some(uid_part), Some(volumes)) = (parts.get(0), parts.get(1)) else {
+        return;
+    };
+    if volumes != "volumes" {
         return;
     }
-    let Some(uid_str) = utf8(parts[0], path, &mut scan.problems) else {
+    let Some(uid_str) = utf8(uid_part, path, &mut scan.problems) else {
         return;
     };
     let uid = match last_uid {
@@ -347,7 +468,7 @@ fn pod_mount(m: &MountStack<'_>, pods: &Path, last_uid: &mut Option<PodUid>, sca
         return;
     };
     let shape_ok = match plugin {
-        PluginName::Csi => parts.len() == 5 && parts[4] == "mount",
+        PluginName::Csi => parts.len() == 5 && parts.get(4).is_some_and(|m| m == "mount"),
         _ => parts.len() == 4,
     };
     if !shape_ok {
@@ -427,6 +548,46 @@ mod tests {
         match &t.observed {
             Observed::Mounted(m) => m,
             Observed::DirPresent => panic!("{} is not mounted", t.path.display()),
+        }
+    }
+
+    #[test]
+    fn layout_paths_split_as_bytes_as_by_components() {
+        for base in [
+            "/k/pods",
+            "/k/pods/",
+            "/k//pods",
+            "/",
+            "k/pods",
+            "/k/./pods",
+        ] {
+            let b = Base::new(Path::new(base));
+            for path in [
+                "/k/pods/u/volumes/p~n/x",
+                "/k/pods/u//volumes/./p/x/",
+                "/k/pods/u/../x",
+                "/k/pods",
+                "/k/podsx/u",
+                "/k/pods/1/2/3/4/5/6/7/8",
+                "/k/pods/u/.hidden/x.",
+            ] {
+                let p = Path::new(path);
+                let want = rel_components(p, Path::new(base));
+                let got = RelParts::of(p, &b);
+                assert_eq!(
+                    got.as_ref().map(|g| g.len()),
+                    want.as_ref().map(|w| w.len())
+                );
+                if let (Some(got), Some(want)) = (got, want) {
+                    for (i, w) in want.iter().enumerate() {
+                        match got.get(i) {
+                            Some(g) => assert_eq!(g, *w, "{base} {path} {i}"),
+                            None => assert!(i >= MAX_PARTS, "{base} {path} {i}"),
+                        }
+                    }
+                    assert_eq!(got.all().is_some(), want.len() <= MAX_PARTS);
+                }
+            }
         }
     }
 

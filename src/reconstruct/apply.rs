@@ -1,7 +1,7 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
 use crate::journal::{Body, Entry, JournalState};
-use crate::model::{MountState, SeLinuxContext, TargetRef};
+use crate::model::{MountState, SeLinuxContext, TargetRef, UniqueVolumeName};
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState};
 
 use super::{Decision, MergeOutput, ReconstructError};
@@ -60,7 +60,7 @@ pub fn changed_journal_records<'a>(
         .collect()
 }
 
-fn record_of(d: &Decision) -> Body {
+pub(super) fn record_of(d: &Decision) -> Body {
     Body::Reconstructed {
         target: d.params.clone(),
         state: d.result,
@@ -79,15 +79,19 @@ fn record_of(d: &Decision) -> Body {
 /// (the DSW brings it). Returns the errors, one per failed decision.
 pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
     let live = |d: &&Decision| d.result != MountState::NotMounted;
+    // the volume just added or found: a volume's targets come together
+    let mut known: Option<&UniqueVolumeName> = None;
     for d in out.decisions.iter().filter(live) {
         let device_path = match d.key.target {
             TargetRef::Device => d.params.device_path.clone(),
             TargetRef::Pod(_) => None,
         };
-        // adding a known volume with no spec and no device path changes nothing
-        if device_path.is_none() && asw.volume_exists(&d.key.volume) {
+        // adding a known volume with no spec and no device path changes
+        // nothing (one search either way: no `volume_exists` first)
+        if device_path.is_none() && known == Some(&d.key.volume) {
             continue;
         }
+        known = Some(&d.key.volume);
         asw.add_volume(
             d.key.volume.clone(),
             d.params.plugin,

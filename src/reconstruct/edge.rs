@@ -56,7 +56,9 @@
 //! Only decisions that change what the journal implies are recorded
 //! ([`super::journal_agrees`]), in one batch per phase
 //! ([`Journal::append_batch`]): a journal that agrees with the host costs no
-//! write at all.
+//! write at all. Phase 1 checks each journal decision against its entry
+//! inside the merge (`merge_checked`), while the entry is at hand, instead of
+//! walking the journal a second time.
 //!
 //! A journal that cannot be opened is [`JournalInput::Unreadable`]: every
 //! target is rebuilt from the host alone, and [`reconstruct`] says so once,
@@ -240,6 +242,29 @@ pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstru
 /// every target mounted in the kubelet layout; the pod-dir walk is left to
 /// [`reconstruct_leftovers`]. Changes nothing anywhere.
 pub fn reconstruct_ready(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstruction {
+    ready_with(host, journal, merge)
+}
+
+/// [`reconstruct_ready`], and per decision whether the journal already
+/// implies it (see [`super::merge_checked`]).
+fn reconstruct_ready_checked(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+) -> (Reconstruction, Vec<bool>) {
+    let mut agrees = Vec::new();
+    let r = ready_with(host, journal, |input| {
+        let (out, checked) = super::merge_checked(input);
+        agrees = checked;
+        out
+    });
+    (r, agrees)
+}
+
+fn ready_with(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+    decide: impl FnOnce(&MergeInput<'_>) -> MergeOutput,
+) -> Reconstruction {
     alarm_if_unreadable(journal);
     let layout = resolved(host.layout);
     let mounts = scan_mounts(host.table, &layout);
@@ -252,7 +277,7 @@ pub fn reconstruct_ready(host: &HostInput<'_>, journal: JournalInput<'_>) -> Rec
         problems: mounts.problems,
     };
     attach_vol_data(&mut view);
-    finish(host, journal, view, merge)
+    finish(host, journal, view, decide)
 }
 
 /// The pod-dir walk of phase 2 (with the CSI `vol_data.json` of what it
@@ -402,8 +427,24 @@ pub fn reconstruct_and_record_ready(
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
     let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
-        let r = reconstruct_ready(host, journal_input(replaced, state));
-        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+        let input = journal_input(replaced, state);
+        if replaced.is_some() {
+            let r = reconstruct_ready(host, input);
+            let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+            return (r, bodies, unchanged);
+        }
+        // the merge checked each decision against its entry as it went:
+        // the same records `changes` finds, without walking the journal again
+        let (r, agrees) = reconstruct_ready_checked(host, input);
+        let bodies: Vec<Body> = r
+            .output
+            .decisions
+            .iter()
+            .zip(&agrees)
+            .filter(|(_, agrees)| !**agrees)
+            .map(|(d, _)| super::apply::record_of(d))
+            .collect();
+        let unchanged = r.output.decisions.len() - bodies.len();
         (r, bodies, unchanged)
     });
     record_and_apply(journal, reconstruction, bodies, unchanged, asw)
@@ -507,11 +548,14 @@ fn fill_input<'a>(
     // mount is skipped: the merge takes that target's observation, the same
     // top mount of the same table. Device mount paths are always observed
     // here (the merge compares pod binds with them through `observe`).
-    let found_mounted: FxHashSet<&[u8]> = host_targets
-        .iter()
-        .filter(|h| matches!(h.observation, HostObservation::Mounted(_)))
-        .map(|h| h.path.as_os_str().as_bytes())
-        .collect();
+    let mut found_mounted: FxHashSet<&[u8]> = FxHashSet::default();
+    found_mounted.reserve(host_targets.len());
+    found_mounted.extend(
+        host_targets
+            .iter()
+            .filter(|h| matches!(h.observation, HostObservation::Mounted(_)))
+            .map(|h| h.path.as_os_str().as_bytes()),
+    );
     let mut observe = crate::reconstruct::PathMap::default();
     let mut device_paths: FxHashSet<&[u8]> = FxHashSet::default();
     if let Some(state) = journal {
@@ -529,6 +573,9 @@ fn fill_input<'a>(
                 observe.insert(path.to_owned(), HostObservation::DirPresent);
             }
         };
+        // a volume's targets come together and name the same device paths:
+        // the previous ones are skipped without hashing them again
+        let (mut last_mount, mut last_device): (Option<&[u8]>, Option<&[u8]>) = (None, None);
         for (_, entry) in state.entries() {
             let params =
                 std::iter::once(&entry.params).chain(entry.pending.iter().map(|p| &p.params));
@@ -539,11 +586,19 @@ fn fill_input<'a>(
                     look(path);
                 }
                 if let Some(path) = p.device_mount_path.as_deref() {
-                    look(path);
+                    let b = path.as_os_str().as_bytes();
+                    if last_mount != Some(b) {
+                        look(path);
+                        last_mount = Some(b);
+                    }
                 }
                 // one `stat` per distinct device path, however many targets name it
                 if let Some(d) = p.device_path.as_deref() {
-                    device_paths.insert(d.as_os_str().as_bytes());
+                    let b = d.as_os_str().as_bytes();
+                    if last_device != Some(b) {
+                        device_paths.insert(b);
+                        last_device = Some(b);
+                    }
                 }
             }
         }
@@ -561,32 +616,60 @@ fn fill_input<'a>(
 }
 
 /// The top mount at every mount point of one table, by path bytes (one
-/// hash lookup where [`MountTable::top_at`] searches the sorted table);
-/// a path not there (`/`, or one spelt with a trailing `/`) is looked up in
+/// hash lookup where [`MountTable::top_at`] searches the sorted table),
+/// built on first need: the first [`INDEX_AFTER`] lookups search the table,
+/// as few do not repay hashing every mount point (with every mounted target
+/// found by the scan, a journal that agrees looks up little else). A path
+/// not in the index (`/`, or one spelt with a trailing `/`) is looked up in
 /// the table.
 struct MountIndex<'t> {
     table: &'t MountTable,
-    tops: FxHashMap<&'t [u8], &'t MountInfo>,
+    /// lookups so far, while the index is not built
+    lookups: std::cell::Cell<usize>,
+    tops: std::cell::OnceCell<FxHashMap<&'t [u8], &'t MountInfo>>,
 }
 
+/// Lookups a [`MountIndex`] answers from the sorted table before indexing it.
+const INDEX_AFTER: usize = 64;
+
 impl<'t> MountIndex<'t> {
-    /// Indexes every mount point of `table` (one pass over it), or none
-    /// (`full` false: every lookup goes to the table).
+    /// Indexes `table` once more than [`INDEX_AFTER`] lookups are asked
+    /// (`full` false: never; every lookup goes to the table).
     fn new(table: &'t MountTable, full: bool) -> Self {
-        let mut tops = FxHashMap::default();
-        if full {
-            tops.reserve(table.len());
-            for stack in table.stacks_under(Path::new("/")) {
+        let tops = std::cell::OnceCell::new();
+        if !full {
+            let _ = tops.set(FxHashMap::default());
+        }
+        MountIndex {
+            table,
+            lookups: std::cell::Cell::new(0),
+            tops,
+        }
+    }
+
+    /// The index, built on first call (one pass over the table).
+    fn index(&self) -> &FxHashMap<&'t [u8], &'t MountInfo> {
+        self.tops.get_or_init(|| {
+            let mut tops = FxHashMap::default();
+            tops.reserve(self.table.len());
+            for stack in self.table.stacks_under(Path::new("/")) {
                 let top = stack.top();
                 tops.insert(top.mount_point.as_os_str().as_bytes(), top);
             }
-        }
-        MountIndex { table, tops }
+            tops
+        })
     }
 
     /// The visible mount at `path`, as [`MountTable::top_at`] finds it.
     fn top_at(&self, path: &Path) -> Option<&'t MountInfo> {
-        match self.tops.get(path.as_os_str().as_bytes()) {
+        if self.tops.get().is_none() {
+            let n = self.lookups.get() + 1;
+            self.lookups.set(n);
+            if n <= INDEX_AFTER {
+                return self.table.top_at(path);
+            }
+        }
+        match self.index().get(path.as_os_str().as_bytes()) {
             Some(top) => Some(*top),
             None => self.table.top_at(path),
         }
@@ -611,8 +694,6 @@ fn observed(m: &MountInfo) -> ObservedMount {
     ObservedMount {
         identity: m.identity(),
         source: PathBuf::from(&m.source),
-        mount_options: m.mount_options.join(","),
-        super_options: m.super_options_raw.to_string_lossy().into_owned(),
     }
 }
 
@@ -631,7 +712,7 @@ fn host_targets_moving(
     pods: Vec<PodTarget>,
 ) -> Vec<HostTarget> {
     let devices = view.device_targets.iter().map(|t| device_target(table, t));
-    let pods = pods.into_iter().map(|t| pod_target(table, t));
+    let pods = pods.into_iter().map(pod_target);
     let unknown = view
         .unknown_plugin_dirs
         .iter()
@@ -659,7 +740,7 @@ fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
     HostTarget {
         path: t.path.clone(),
         target: TargetRef::Device,
-        plugin_name: t.plugin.as_str().to_owned(),
+        plugin_name: t.plugin.as_str().into(),
         plugin: Some(t.plugin),
         spec_name,
         kind: TargetKind::Mount,
@@ -668,9 +749,10 @@ fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
     }
 }
 
-/// One pod target, moved in: its path, pod, name and observed identity
-/// become the host target's (the identity is the same top mount's).
-fn pod_target(table: &MountIndex<'_>, t: PodTarget) -> HostTarget {
+/// One pod target, moved in: its path, pod, name and observed mount
+/// become the host target's (the scan took them from the top mount at its
+/// path in the same table).
+fn pod_target(t: PodTarget) -> HostTarget {
     let mounted = matches!(t.observed, Observed::Mounted(_));
     let kind = match t.plugin {
         PluginName::EmptyDir if mounted => TargetKind::Mount,
@@ -678,35 +760,22 @@ fn pod_target(table: &MountIndex<'_>, t: PodTarget) -> HostTarget {
         PluginName::HostPath => TargetKind::None,
         PluginName::LocalVolume | PluginName::Csi => TargetKind::Mount,
     };
-    let ready = |volume| Rebuild::Ready {
-        volume,
-        selinux: None,
-    };
+    // the name follows from the path: built only if the target is rebuilt
     let rebuild = match t.plugin {
-        PluginName::EmptyDir | PluginName::HostPath => ready(UniqueVolumeName::per_pod(
-            t.plugin,
-            &t.pod_uid,
-            &t.spec_name,
-        )),
-        PluginName::LocalVolume => ready(UniqueVolumeName::shared(t.plugin, &t.spec_name)),
+        PluginName::EmptyDir | PluginName::HostPath | PluginName::LocalVolume => Rebuild::FromPath,
         PluginName::Csi => csi_rebuild(t.vol_data.as_ref(), &t.path),
     };
     let observation = match t.observed {
-        Observed::Mounted(seen) => match table.top_at(&t.path) {
-            Some(top) => HostObservation::Mounted(ObservedMount {
-                identity: seen.identity,
-                source: PathBuf::from(seen.source),
-                mount_options: top.mount_options.join(","),
-                super_options: top.super_options_raw.to_string_lossy().into_owned(),
-            }),
-            None => HostObservation::DirPresent,
-        },
+        Observed::Mounted(seen) => HostObservation::Mounted(ObservedMount {
+            identity: seen.identity,
+            source: PathBuf::from(seen.source),
+        }),
         Observed::DirPresent => HostObservation::DirPresent,
     };
     HostTarget {
         path: t.path,
         target: TargetRef::Pod(t.pod_uid),
-        plugin_name: t.plugin.as_str().to_owned(),
+        plugin_name: t.plugin.as_str().into(),
         plugin: Some(t.plugin),
         spec_name: t.spec_name,
         kind,
@@ -721,7 +790,7 @@ fn unknown_target(table: &MountIndex<'_>, d: &UnknownPluginDir) -> HostTarget {
     HostTarget {
         path: d.path.clone(),
         target: TargetRef::Pod(d.pod_uid.clone()),
-        plugin_name: d.plugin_dir.replace('~', "/"),
+        plugin_name: d.plugin_dir.replace('~', "/").into(),
         plugin: None,
         spec_name: d.name.clone(),
         kind: if d.mounted {

@@ -123,6 +123,7 @@ mod error;
 pub mod inspect;
 pub mod report;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 
@@ -146,10 +147,6 @@ pub struct ObservedMount {
     pub identity: MountIdentity,
     /// the mount source (mountinfo's field 10), e.g. `/dev/loop3` or `tmpfs`
     pub source: PathBuf,
-    /// the per-mount options as mountinfo shows them (`rw,relatime`)
-    pub mount_options: String,
-    /// the superblock options as mountinfo shows them (`rw,size=1024k,context="…"`)
-    pub super_options: String,
 }
 
 /// What the host shows at one target's path.
@@ -185,6 +182,13 @@ pub enum Rebuild {
         /// `seLinuxMountContext` from `vol_data.json`, when present
         selinux: Option<SeLinuxContext>,
     },
+    /// The unique volume name follows from the path alone and no label was
+    /// recorded: per pod for an emptyDir or hostPath
+    /// ([`UniqueVolumeName::per_pod`]), the PV name for a local PV
+    /// ([`UniqueVolumeName::shared`]). Built only when the target is rebuilt
+    /// (a target the journal knows never is); other plugins are missing
+    /// metadata.
+    FromPath,
     /// Metadata needed to rebuild the target is missing or unreadable.
     MissingMetadata {
         /// what was missing (e.g. `vol_data.json: no such file`)
@@ -201,7 +205,8 @@ pub struct HostTarget {
     /// device target, or the pod (UID from the path)
     pub target: TargetRef,
     /// the plugin's qualified name as found (unescaped), e.g. `kubernetes.io/secret`
-    pub plugin_name: String,
+    /// (borrowed for the plugins volumed knows)
+    pub plugin_name: Cow<'static, str>,
     /// the plugin, when it is one volumed knows
     pub plugin: Option<PluginName>,
     /// the spec name from the path (pod volume name or PV name)
@@ -361,7 +366,16 @@ impl MergeOutput {
 
 /// Merges the journal with the host: one decision per target plus findings.
 pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
+    merge_checked(input).0
+}
+
+/// [`merge`], and per decision whether the journal already implies it
+/// ([`journal_agrees`] against `input.journal` and the current boot id),
+/// checked while each journal entry is at hand rather than in a second walk
+/// of the journal: what [`changed_journal_records`] finds, as flags.
+pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) {
     let mut out = MergeOutput::default();
+    let mut agrees = Vec::new();
     let mut claimed = vec![false; input.host_targets.len()];
     // keyed by path bytes: `Path`'s own hash walks components
     let host_by_path: FxHashMap<&[u8], usize> = input
@@ -373,18 +387,27 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
 
     if let Some(journal) = input.journal {
         out.decisions.reserve(journal.len());
+        let observe = ObserveByBytes::new(&input.observe);
         for (key, entry) in journal.entries() {
             let path = entry.current_params().path();
             let host = path.and_then(|p| by_path(&host_by_path, p));
             if let Some(i) = host {
                 claimed[i] = true;
             }
-            let observation = match (path.and_then(|p| input.observe.get(p)), host) {
+            let observation = match (path.and_then(|p| observe.get(p)), host) {
                 (Some(seen), _) => seen,
                 (None, Some(i)) => &input.host_targets[i].observation,
                 (None, None) => &HostObservation::Absent,
             };
             let decision = decide_journal_target(input, key, entry, observation);
+            // `entry_agrees`, without comparing the parameters: with no
+            // pending intent they are a clone of the entry's
+            agrees.push(
+                entry.pending.is_none()
+                    && entry.state == decision.result
+                    && entry.boot_id == input.current_boot_id
+                    && entry.observed == decision.observed,
+            );
             record(&mut out, decision, observation);
         }
     }
@@ -398,7 +421,9 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
     // a host target's key is decided when the journal has it (it decided it)
     let journal_has = |key: &TargetKey| input.journal.is_some_and(|j| j.get(key).is_some());
     merge_host_only(input, is_claimed, journal_has, &mut out);
-    out
+    // host-only targets are not in the journal: nothing implies them
+    agrees.resize(out.decisions.len(), false);
+    (out, agrees)
 }
 
 /// A path's bytes, for hashing: host-found paths are spelt plainly (the
@@ -415,15 +440,76 @@ fn by_path(map: &FxHashMap<&[u8], usize>, path: &Path) -> Option<usize> {
     if let Some(i) = map.get(b) {
         return Some(*i);
     }
-    let plain = !(b.windows(2).any(|w| w == b"//")
-        || b.windows(3).any(|w| w == b"/./")
-        || (b.len() > 1 && b.ends_with(b"/"))
-        || b.ends_with(b"/."));
-    if plain {
+    if is_plain(b) {
         return None;
     }
+    map.get(plain_bytes(path).as_ref()).copied()
+}
+
+/// Whether `b` is a path spelt plainly: no empty or `.` component, no
+/// trailing `/` (a lone `/` is plain). Such a spelling is the one
+/// [`Path::components`] gives back, so two plain paths are equal as paths
+/// exactly when their bytes are.
+fn is_plain(b: &[u8]) -> bool {
+    let n = b.len();
+    if n > 1 && b[n - 1] == b'/' {
+        return false;
+    }
+    let mut i = 0;
+    while let Some(off) = b
+        .get(i..)
+        .and_then(|rest| rest.iter().position(|&c| c == b'/'))
+    {
+        let after = i + off + 1;
+        match (b.get(after), b.get(after + 1)) {
+            (Some(b'/'), _) => return false,
+            (Some(b'.'), None | Some(b'/')) => return false,
+            _ => {}
+        }
+        i = after;
+    }
+    true
+}
+
+/// A path's bytes in its plain spelling (see [`is_plain`]).
+fn plain_bytes(path: &Path) -> Cow<'_, [u8]> {
+    let b = path_bytes(path);
+    if is_plain(b) {
+        return Cow::Borrowed(b);
+    }
     let respelt: PathBuf = path.components().collect();
-    map.get(path_bytes(&respelt)).copied()
+    Cow::Owned(respelt.into_os_string().into_encoded_bytes())
+}
+
+/// [`MergeInput::observe`] keyed by plain path bytes: a lookup hashes the
+/// bytes once, where `Path`'s hash walks components — the same answers,
+/// as paths are equal exactly when their plain spellings are.
+struct ObserveByBytes<'i> {
+    map: FxHashMap<Cow<'i, [u8]>, &'i HostObservation>,
+}
+
+impl<'i> ObserveByBytes<'i> {
+    fn new(observe: &'i PathMap<HostObservation>) -> Self {
+        let map = observe
+            .iter()
+            .map(|(p, seen)| (plain_bytes(p), seen))
+            .collect();
+        ObserveByBytes { map }
+    }
+
+    fn get(&self, path: &Path) -> Option<&'i HostObservation> {
+        if self.map.is_empty() {
+            return None;
+        }
+        let b = path_bytes(path);
+        if let Some(seen) = self.map.get(b) {
+            return Some(*seen);
+        }
+        if is_plain(b) {
+            return None;
+        }
+        self.map.get(plain_bytes(path).as_ref()).copied()
+    }
 }
 
 /// The second phase of a split reconstruction: decides the host-found
@@ -473,7 +559,7 @@ fn merge_host_only(
             Err(cause) => out.failed.push(FailedTarget {
                 path: h.path.clone(),
                 target: h.target.clone(),
-                plugin_name: h.plugin_name.clone(),
+                plugin_name: h.plugin_name.to_string(),
                 spec_name: h.spec_name.clone(),
                 cause,
                 observation: h.observation.clone(),
@@ -563,6 +649,7 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
     let plugin = h.plugin.ok_or(RebuildFailure::UnknownPlugin)?;
     let (volume, recorded_label) = match &h.rebuild {
         Rebuild::Ready { volume, selinux } => (volume.clone(), selinux.clone()),
+        Rebuild::FromPath => (volume_from_path(h, plugin)?, None),
         Rebuild::MissingMetadata { what } => {
             return Err(RebuildFailure::MissingMetadata(what.clone()));
         }
@@ -588,6 +675,27 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
         mount_options: Vec::new(),
         fs_type: mount.map(|m| m.identity.fs_type.clone()),
     })
+}
+
+/// The unique volume name of a [`Rebuild::FromPath`] target.
+fn volume_from_path(
+    h: &HostTarget,
+    plugin: PluginName,
+) -> Result<UniqueVolumeName, RebuildFailure> {
+    match (plugin, &h.target) {
+        (PluginName::EmptyDir | PluginName::HostPath, TargetRef::Pod(pod)) => {
+            Ok(UniqueVolumeName::per_pod(plugin, pod, &h.spec_name))
+        }
+        (PluginName::LocalVolume, _) => Ok(UniqueVolumeName::shared(plugin, &h.spec_name)),
+        _ => Err(RebuildFailure::MissingMetadata(format!(
+            "no volume name from the path of a {} {} target",
+            plugin.as_str(),
+            match h.target {
+                TargetRef::Device => "device",
+                TargetRef::Pod(_) => "pod",
+            }
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -164,8 +164,6 @@ fn mounted(identity: MountIdentity, source: &str) -> HostObservation {
     HostObservation::Mounted(ObservedMount {
         identity,
         source: source.into(),
-        mount_options: "rw,relatime".into(),
-        super_options: "rw".into(),
     })
 }
 
@@ -317,7 +315,7 @@ fn host_target(vol: Vol, seen: Seen, journal: Journal) -> HostTarget {
     HostTarget {
         path: p.path().expect("test targets have paths").to_path_buf(),
         target: p.target.clone(),
-        plugin_name,
+        plugin_name: plugin_name.into(),
         plugin,
         spec_name: p.spec_name.clone(),
         kind: p.kind,
@@ -361,6 +359,21 @@ fn check(name: &str, (vol, journal, boot, seen): Input, (want, reason): Expected
         input.host_targets.push(host_target(vol, seen, journal));
     }
     let out = merge(&input);
+    // the flags of `merge_checked` say what `changed_journal_records` finds
+    let (checked, agrees) = merge_checked(&input);
+    assert_eq!(checked, out, "{name}");
+    let changed: Vec<&TargetKey> = changed_journal_records(&out, &state, &input.current_boot_id)
+        .into_iter()
+        .map(|(d, _)| &d.key)
+        .collect();
+    let flagged: Vec<&TargetKey> = out
+        .decisions
+        .iter()
+        .zip(&agrees)
+        .filter(|(_, a)| !**a)
+        .map(|(d, _)| &d.key)
+        .collect();
+    assert_eq!(changed, flagged, "{name}");
     let key = TargetKey::of(&p);
     let Some(want) = want else {
         assert_eq!(out.failed.len(), 1, "{name}: {out:#?}");
@@ -929,5 +942,48 @@ fn journal_says_reads_well() {
     ];
     for (says, want) in table {
         assert_eq!(says.to_string(), want);
+    }
+}
+
+#[test]
+fn plain_spellings_compare_as_paths_do() {
+    let spellings = [
+        "/a/b", "/a//b", "/a/./b", "/a/b/", "/a/b/.", "//a/b", "/a/b//", "a/b", "./a/b", ".", "/",
+        "/.", "/a/..", "/a/../b", "/a/.b", "/a/b.",
+    ];
+    for x in spellings {
+        let (px, bx) = (Path::new(x), super::plain_bytes(Path::new(x)));
+        assert_eq!(
+            super::is_plain(x.as_bytes()),
+            px.components()
+                .collect::<PathBuf>()
+                .as_os_str()
+                .as_encoded_bytes()
+                == x.as_bytes(),
+            "{x}"
+        );
+        for y in spellings {
+            let by = super::plain_bytes(Path::new(y));
+            assert_eq!(px == Path::new(y), bx == by, "{x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn observe_by_bytes_answers_as_the_path_map() {
+    let mut observe = PathMap::default();
+    observe.insert(PathBuf::from("/k/pods/a/"), HostObservation::DirPresent);
+    observe.insert(PathBuf::from("/k/plugins/x"), HostObservation::Absent);
+    let by_bytes = super::ObserveByBytes::new(&observe);
+    for q in [
+        "/k/pods/a",
+        "/k/pods/a/",
+        "/k//pods/./a",
+        "/k/plugins/x",
+        "/k/plugins/x/.",
+        "/k/pods/b",
+        "/k/plugins",
+    ] {
+        assert_eq!(by_bytes.get(Path::new(q)), observe.get(Path::new(q)), "{q}");
     }
 }

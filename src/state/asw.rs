@@ -2,7 +2,7 @@
 //! node, per volume a device target and one target per pod. See the `state`
 //! module doc for the rules.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::path::PathBuf;
 
 use super::{PodMap, SeLinuxState, StateError};
@@ -142,8 +142,9 @@ impl ActualStateOfWorld {
                 .and_then(VolumeSpec::device_target_kind)
                 .is_some()
         };
-        match self.volumes.get_mut(&volume) {
-            Some(v) => {
+        match self.volumes.entry(volume) {
+            btree_map::Entry::Occupied(mut o) => {
+                let v = o.get_mut();
                 if v.spec.is_none() && spec.is_some() {
                     if v.device.is_none() && has_device(&spec) {
                         v.device = Some(not_mounted_device());
@@ -154,22 +155,19 @@ impl ActualStateOfWorld {
                     d.device_path = Some(path);
                 }
             }
-            None => {
+            btree_map::Entry::Vacant(slot) => {
                 let device = (has_device(&spec) || device_path.is_some()).then(|| DeviceTarget {
                     device_path,
                     ..not_mounted_device()
                 });
-                self.volumes.insert(
-                    volume,
-                    Box::new(ActualVolume {
-                        plugin,
-                        spec_name: spec_name.into(),
-                        spec,
-                        device,
-                        selinux: SeLinuxState::Unknown,
-                        pods: PodMap::new(),
-                    }),
-                );
+                slot.insert(Box::new(ActualVolume {
+                    plugin,
+                    spec_name: spec_name.into(),
+                    spec,
+                    device,
+                    selinux: SeLinuxState::Unknown,
+                    pods: PodMap::new(),
+                }));
             }
         }
     }
