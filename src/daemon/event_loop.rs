@@ -77,6 +77,11 @@ pub struct EventLoop {
     pub(super) trim_due: bool,
     /// when the allocator was last trimmed
     pub(super) last_trim: Option<Instant>,
+    /// targets reconstruction could not rebuild (both phases), for the
+    /// one-time forced cleanup (`super::forced`)
+    pub(super) failed_reconstructions: Vec<crate::reconstruct::FailedTarget>,
+    /// the forced cleanup has run
+    pub(super) forced_cleanup_done: bool,
 }
 
 /// The allocator is trimmed at most this often, once no job is in flight.
@@ -86,7 +91,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// And at least this often once populated.
 const SWEEP_IDLE: Duration = Duration::from_secs(120);
 
-fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
+pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
     // The world is plain data; every mutation completes before anything
     // that could panic, so a poisoned lock still guards a consistent state.
     world.lock().unwrap_or_else(|p| p.into_inner())
@@ -129,6 +134,7 @@ impl EventLoop {
                 continue;
             }
             self.reconcile();
+            self.maybe_force_cleanup();
             self.maybe_sweep();
             self.maybe_checkpoint();
             self.maybe_trim();
@@ -159,6 +165,8 @@ impl EventLoop {
                 for e in apply_to_asw(&output, &mut w.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
                 }
+                self.failed_reconstructions
+                    .extend(output.failed.iter().cloned());
                 self.leftovers_done = true;
                 self.sweep_wanted = true;
             }
@@ -174,6 +182,10 @@ impl EventLoop {
                 self.pending.finish(&report.key, ok, Instant::now());
                 if report.ran.contains(&crate::model::Operation::TearDown) {
                     self.sweep_wanted = true;
+                }
+                if report.forced {
+                    self.forced_done(&report);
+                    return;
                 }
                 let mut w = lock(&self.world);
                 for u in &report.updates {
