@@ -86,7 +86,7 @@ impl DaemonConfig {
             static_pods: None,
             static_objects: None,
             boot_id,
-            workers: 4,
+            workers: 16,
             poll_interval: Duration::from_secs(1),
             resync: Duration::from_secs(30),
             checkpoint_every: 10_000,

@@ -139,6 +139,9 @@ pub struct Sources {
     /// the set the DSW was last told about
     current: BTreeMap<PodUid, DesiredPod>,
     objects: StaticObjects,
+    /// the objects dir's signature when `objects` was loaded: an unchanged
+    /// one is not read again when only the pods dir changed
+    objects_signature: Option<Vec<EntrySignature>>,
     signature: Option<(Vec<EntrySignature>, Vec<EntrySignature>)>,
     ready_sent: bool,
 }
@@ -161,6 +164,7 @@ impl Sources {
             last_good: BTreeMap::new(),
             current: BTreeMap::new(),
             objects: StaticObjects::default(),
+            objects_signature: None,
             signature: None,
             ready_sent: false,
         }
@@ -197,9 +201,21 @@ impl Sources {
         let complete = pods.complete && objects.complete;
         let mut file_errors = pods.errors;
         file_errors.extend(objects.errors);
-        let (objs, errs) = StaticObjects::load(&objects.files);
-        self.objects = objs;
-        file_errors.extend(errs);
+        // Objects are read again only when their dir changed (same
+        // signature rule as `poll_changes`): a pods-only change, the common
+        // one, then costs no re-parse of every PV and claim. Their errors
+        // were logged when they were read.
+        let objects_unchanged = objects.complete
+            && self
+                .objects_signature
+                .as_ref()
+                .is_some_and(|s| *s == objects.signature);
+        if !objects_unchanged {
+            let (objs, errs) = StaticObjects::load(&objects.files);
+            self.objects = objs;
+            file_errors.extend(errs);
+            self.objects_signature = objects.complete.then(|| objects.signature.clone());
+        }
         let present: BTreeSet<&PathBuf> = pods.signature.iter().map(|s| &s.0).collect();
         let mut good = BTreeMap::new();
         let mut parsed = Vec::new();

@@ -386,3 +386,30 @@ fn the_example_fixtures_load_without_errors() {
         "kubernetes.io/local-volume/pv-local"
     );
 }
+
+#[test]
+fn objects_are_read_again_only_when_their_dir_changed() {
+    let d = dirs();
+    write(&d.objects, "o.yaml", PV_PVC);
+    write(&d.pods, "p.yaml", &pod("p", "u1", CLAIM));
+    let mut s = sources(&d);
+    s.poll_changes().unwrap();
+    let path_of = |s: &Sources| match &s.current()[&uid("u1")].volumes[0].spec {
+        VolumeSpec::Local { path, .. } => path.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(path_of(&s), Path::new("/mnt/pv1"));
+    // A pods-only change: the cached objects still resolve the claim.
+    write(&d.pods, "q.yaml", &pod("q", "u2", CLAIM));
+    s.poll_changes().unwrap();
+    assert!(s.current()[&uid("u2")].errors.is_empty());
+    // An object edited in place is read again.
+    write(
+        &d.objects,
+        "o.yaml",
+        &PV_PVC.replace("/mnt/pv1", "/mnt/pv1-moved"),
+    );
+    let changed = s.poll_changes().unwrap();
+    assert!(!changed.is_empty());
+    assert_eq!(path_of(&s), Path::new("/mnt/pv1-moved"));
+}
