@@ -20,7 +20,9 @@
 //! **Change detection: polling, not inotify.** [`Sources::poll_changes`]
 //! lists both directories and compares a signature of every entry (device,
 //! inode, size, mtime, ctime, through symlinks; kept as a hash) with the last one; only when
-//! it differs are the files read again. The daemon calls it every
+//! it differs are files read again: the objects when their dir changed (then
+//! every manifest too, as claims resolve against them), else only the
+//! manifests whose own signature changed. The daemon calls it every
 //! [`DEFAULT_POLL_INTERVAL`] (1 s). Polling sees what inotify misses — a
 //! change behind a symlink, a directory that is replaced or appears later,
 //! a watch queue overflow — costs a `readdir` and a few `stat`s per second,
@@ -143,8 +145,10 @@ pub struct DesiredPods {
 #[derive(Debug)]
 pub struct Sources {
     config: SourcesConfig,
-    /// per pod manifest, the UID of its last version that parsed
-    last_good: BTreeMap<PathBuf, PodUid>,
+    /// per pod manifest, the UID of its last version that parsed and the
+    /// file's signature then (an unchanged file is not read again while the
+    /// objects are unchanged too)
+    last_good: BTreeMap<PathBuf, (FileSignature, PodUid)>,
     /// the pods the DSW was last told about, by fingerprint
     current: BTreeMap<PodUid, u64>,
     objects: StaticObjects,
@@ -154,6 +158,14 @@ pub struct Sources {
     /// hashes of both listings' signatures at the last complete poll
     signature: Option<(u64, u64)>,
     ready_sent: bool,
+}
+
+/// One file's part of a listing signature: (device, inode, size, mtime,
+/// ctime).
+type FileSignature = (u64, u64, u64, i64, i64);
+
+fn file_signature(e: &EntrySignature) -> FileSignature {
+    (e.1, e.2, e.3, e.4, e.5)
 }
 
 /// A hash of a listing's signature (equal signatures, equal hashes).
@@ -250,8 +262,13 @@ impl Sources {
             file_errors.extend(errs);
             self.objects_signature = objects.complete.then_some(objects_hash);
         }
-        let present: BTreeSet<&PathBuf> = pods.signature.iter().map(|s| &s.0).collect();
-        /// One manifest's pod: parsed now, or kept from its last good version.
+        let sig_of: BTreeMap<&PathBuf, FileSignature> = pods
+            .signature
+            .iter()
+            .map(|e| (&e.0, file_signature(e)))
+            .collect();
+        /// One manifest's pod: parsed now, or kept as the DSW has it (the
+        /// file is unchanged, or cannot be read now).
         enum Got {
             Parsed(Box<ParsedPod>),
             Kept(PodUid),
@@ -259,15 +276,27 @@ impl Sources {
         let mut good = BTreeMap::new();
         let mut got: Vec<(PathBuf, Got)> = Vec::new();
         for file in &pods.files {
+            let sig = sig_of.get(file).copied().unwrap_or_default();
+            // Unchanged since it was last parsed, and so are the objects its
+            // claims resolve against: the DSW already has its pod.
+            if objects_unchanged
+                && let Some((before, uid)) = self.last_good.get(file)
+                && *before == sig
+                && sig != FileSignature::default()
+            {
+                good.insert(file.clone(), (sig, uid.clone()));
+                got.push((file.clone(), Got::Kept(uid.clone())));
+                continue;
+            }
             let node = &self.config.node_name;
             match read_file(file).and_then(|b| parse_pod(file, &b, node)) {
                 Ok(p) => {
-                    good.insert(file.clone(), p.uid.clone());
+                    good.insert(file.clone(), (sig, p.uid.clone()));
                     got.push((file.clone(), Got::Parsed(Box::new(p))));
                 }
                 Err(e) => {
-                    if let Some(prev) = self.last_good.get(file) {
-                        good.insert(file.clone(), prev.clone());
+                    if let Some((before, prev)) = self.last_good.get(file) {
+                        good.insert(file.clone(), (*before, prev.clone()));
                         got.push((file.clone(), Got::Kept(prev.clone())));
                     }
                     file_errors.push(e);
@@ -276,9 +305,9 @@ impl Sources {
         }
         // an entry that failed its stat but still exists keeps its pod too
         for (file, prev) in &self.last_good {
-            if !good.contains_key(file) && present.contains(file) && complete {
+            if !good.contains_key(file) && sig_of.contains_key(file) && complete {
                 good.insert(file.clone(), prev.clone());
-                got.push((file.clone(), Got::Kept(prev.clone())));
+                got.push((file.clone(), Got::Kept(prev.1.clone())));
             }
         }
         if complete {
@@ -422,8 +451,8 @@ impl Sources {
 /// Decides `is_block` of a local PV by `stat` (through symlinks, so
 /// `/dev/disk/by-id/…` counts) when its claim is resolved: a block device
 /// gets a device target (format, MountDevice, bind), anything else is bound
-/// as a directory. Decided again whenever the folders change; a device that
-/// appears later is seen on the next change.
+/// as a directory. Decided again whenever the pod's manifest or the objects
+/// change; a device that appears later is seen on the next such change.
 fn mark_block_device(spec: &mut crate::model::VolumeSpec) {
     use std::os::unix::fs::FileTypeExt;
     if let crate::model::VolumeSpec::Local { path, is_block, .. } = spec {
