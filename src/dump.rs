@@ -254,6 +254,7 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
     }
     StateSnapshot {
         volumes: volumes.into_values().collect(),
+        pod_errors: Default::default(),
     }
 }
 

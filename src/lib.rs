@@ -13,6 +13,7 @@ pub mod model;
 pub mod plugins;
 pub mod reconciler;
 pub mod reconstruct;
+pub mod selinux;
 pub mod server;
 pub mod sources;
 pub mod state;

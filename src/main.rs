@@ -17,6 +17,7 @@ use volumed::model::{Layout, UniqueVolumeName};
 use volumed::reconstruct::edge::{self, HostInput, JournalInput};
 use volumed::reconstruct::inspect::{InspectedJournal, inspect_journal};
 use volumed::reconstruct::report::render_table;
+use volumed::selinux;
 use volumed::server;
 use volumed::server::client::{self, JournalSource};
 use volumed::server::daemon_file::DaemonFile;
@@ -179,6 +180,39 @@ fn init_logging() {
         .init();
 }
 
+/// `--selinux` and `--feature-gates` against what the host offers: a
+/// startup error, never a stream of failing mounts.
+fn selinux_policy(mode: SeLinuxMode, gates: &[String]) -> Result<selinux::Policy> {
+    use selinux::host::{ETC_SELINUX, FileDefaults, HostFacts, decide};
+    let gates = selinux::FeatureGates::parse(gates)?;
+    let mode = match mode {
+        SeLinuxMode::Auto => selinux::SeLinuxMode::Auto,
+        SeLinuxMode::Enabled => selinux::SeLinuxMode::Enabled,
+        SeLinuxMode::Disabled => selinux::SeLinuxMode::Disabled,
+    };
+    let table = volumed::host::mountinfo::MountTable::read_self()
+        .context("read the mount table to detect SELinux")?;
+    let facts = HostFacts::read(&table, Path::new(ETC_SELINUX));
+    let policy = if decide(mode, &facts)? {
+        let defaults = FileDefaults::read(Path::new(ETC_SELINUX));
+        tracing::info!(
+            ?gates,
+            defaults = %defaults.source,
+            kubernetes = selinux::gates::KUBERNETES_VERSION,
+            "SELinux on: volumes that support it are mounted with -o context"
+        );
+        selinux::Policy::enabled(gates, defaults)
+    } else {
+        tracing::info!(
+            ?mode,
+            host = facts.missing().as_deref().unwrap_or("supports SELinux"),
+            "SELinux mount labels off: no context= option is ever used"
+        );
+        selinux::Policy { gates, host: None }
+    };
+    Ok(policy)
+}
+
 fn run(args: RunArgs) -> Result<()> {
     if let Some(k) = &args.kubeconfig {
         bail!(
@@ -196,6 +230,7 @@ fn run(args: RunArgs) -> Result<()> {
     let journal_dir = args
         .journal_dir
         .unwrap_or_else(|| args.root_dir.join("volumed"));
+    let selinux = selinux_policy(args.selinux, &args.feature_gates)?;
     let boot = boot_id(args.boot_id_file.as_deref())?;
     std::fs::create_dir_all(&args.root_dir)
         .with_context(|| format!("create root dir {}", args.root_dir.display()))?;
@@ -225,6 +260,7 @@ fn run(args: RunArgs) -> Result<()> {
     cfg.static_objects = args.static_objects.clone();
     cfg.checkpoint_every = args.checkpoint_every;
     cfg.poll_interval = Duration::from_millis(args.poll_ms.max(10));
+    cfg.selinux = selinux;
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
         .context("start the daemon")?;

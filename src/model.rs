@@ -504,6 +504,10 @@ pub enum VolumeSpec {
         mount_options: Vec<String>,
         /// volume attributes
         attributes: BTreeMap<String, String>,
+        /// the driver's CSIDriver says `seLinuxMount: true` (filled in when the
+        /// claim is resolved; false without a CSIDriver, as the kubelet does)
+        #[serde(default)]
+        selinux_mount: bool,
     },
 }
 
@@ -805,6 +809,7 @@ mod tests {
             access_modes: vec![],
             mount_options: vec![],
             attributes: BTreeMap::new(),
+            selinux_mount: false,
         };
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),

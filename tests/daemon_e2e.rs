@@ -1139,3 +1139,136 @@ fn failed_reconstructions_are_force_cleaned_once() {
         daemon.stop();
     });
 }
+
+/// A pod with the claim as `data`, mounted by a container whose pod asks
+/// for the SELinux level `level`.
+fn labelled_pv_pod(uid: &str, level: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {uid}, namespace: default, uid: {uid}}}
+spec:
+  securityContext:
+    seLinuxOptions: {{level: '{level}'}}
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: {PVC}}}
+"
+    )
+}
+
+/// Whether this host does SELinux (then the next test does not apply: the
+/// QEMU test in `tests/selinux_vm.rs` covers that side).
+fn host_has_selinux() -> bool {
+    let table = MountTable::read_self().unwrap();
+    table
+        .top_at(Path::new("/sys/fs/selinux"))
+        .is_some_and(|m| m.fs_type == "selinuxfs")
+        && Path::new("/etc/selinux/config").exists()
+}
+
+/// DESIGN/issue #6: on a host without SELinux no `context=` reaches the
+/// kernel (a raw `mount(2)` would fail with EINVAL): two pods whose labels
+/// differ and would conflict on an SELinux host both get the PV, mounted
+/// without a context, and no SELinux metric moves.
+#[test]
+fn no_selinux_context_reaches_the_kernel_on_a_host_without_selinux() {
+    if host_has_selinux() {
+        eprintln!("skipped: this host does SELinux; tests/selinux_vm.rs covers it");
+        return;
+    }
+    real("mounts an ext4 local PV for two labelled pods", || {
+        let mut env = Env::new("volumed-e2e-nosel");
+        let disk = ext4_loop(&env);
+        env.write_pv(disk.path());
+        env.write_pod("a.yaml", &labelled_pv_pod(POD_A, "s0:c10,c20"));
+        env.write_pod("b.yaml", &labelled_pv_pod(POD_B, "s0:c30,c40"));
+        let daemon = env.start();
+        let want = vec![
+            env.device_target(),
+            env.pod_volume(POD_A, LOCAL, PV),
+            env.pod_volume(POD_B, LOCAL, PV),
+        ];
+        daemon.wait_until("both pods' PV targets mounted", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        let mounts = env.mounts_below_root();
+        assert_eq!(mounts.len(), 3, "{mounts:#?}");
+        for m in &mounts {
+            let opts = m.super_options_raw.to_string_lossy().into_owned();
+            assert!(
+                !opts.contains("context="),
+                "{}: {opts}",
+                m.mount_point.display()
+            );
+        }
+        let state = daemon.state();
+        let vol = state["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["volume"] == PV_VOLUME)
+            .unwrap();
+        assert_eq!(vol["device"]["selinux_context"], "", "{state:#}");
+        for p in vol["pods"].as_array().unwrap() {
+            assert_eq!(p["selinux_context"], "", "{state:#}");
+        }
+        assert!(state.get("pod_errors").is_none(), "{state:#}");
+        let metrics = daemon.metrics();
+        assert!(
+            !metrics.contains("volume_manager_selinux_volumes_admitted_total{")
+                && !metrics.contains("volume_manager_selinux_volume_context_mismatch"),
+            "{metrics}"
+        );
+        assert!(
+            daemon.log().contains("SELinux mount labels off"),
+            "{}",
+            daemon.log_tail()
+        );
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+/// `--selinux enabled` where the host cannot, and a bad `--feature-gates`,
+/// stop the daemon at startup with a message naming the cause.
+#[test]
+fn impossible_selinux_settings_are_startup_errors() {
+    let scratch = Scratch::new("volumed-e2e-selflags");
+    let root = scratch.path().join("root");
+    let run = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("run")
+            .arg("--root-dir")
+            .arg(&root)
+            .args(["--listen", "127.0.0.1:0", "--node-name", NODE])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, err) = run(&["--feature-gates", "SELinuxMount=maybe"]);
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("SELinuxMount=\"maybe\""), "{err}");
+    let (status, err) = run(&["--feature-gates", "NoSuchGate=true"]);
+    assert!(!status.success() && err.contains("\"NoSuchGate\""), "{err}");
+    if host_has_selinux() {
+        eprintln!("skipped the --selinux enabled half: this host does SELinux");
+        return;
+    }
+    let (status, err) = run(&["--selinux", "enabled"]);
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("--selinux enabled: this host does not support SELinux mounts"),
+        "{err}"
+    );
+    assert!(!root.exists(), "nothing was set up before the error");
+}

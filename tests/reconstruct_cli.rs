@@ -16,8 +16,8 @@ use std::time::Duration;
 use serde_json::Value;
 use volumed::journal::{Body, Journal, JournalConfig, OpResult};
 use volumed::model::{
-    DevId, Layout, MountIdentity, Operation, PluginName, PodUid, Steps, TargetKind, TargetParams,
-    TargetRef, UniqueVolumeName,
+    DevId, Layout, MountIdentity, Operation, PluginName, PodUid, SeLinuxContext, Steps, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_volumed");
@@ -27,7 +27,13 @@ const P1: &str = "6f1b2c3d-0a4e-4b5f-9c8d-1e2f3a4b5c6d";
 const P2: &str = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d";
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mountinfo/kubelet-node.txt")
+    fixture_named("kubelet-node.txt")
+}
+
+fn fixture_named(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/mountinfo")
+        .join(name)
 }
 
 fn boot_file(dir: &Path) -> PathBuf {
@@ -48,6 +54,11 @@ fn ok(out: &Output) -> &[u8] {
 
 /// `reconstruct --dry-run` against the fixture, as JSON.
 fn dry_run(tmp: &Path, journal: Option<&Path>) -> Value {
+    dry_run_on(&fixture(), tmp, journal)
+}
+
+/// `reconstruct --dry-run` against the mount table `table`, as JSON.
+fn dry_run_on(table: &Path, tmp: &Path, journal: Option<&Path>) -> Value {
     let mut cmd = Command::new(BIN);
     cmd.args([
         "reconstruct",
@@ -58,7 +69,7 @@ fn dry_run(tmp: &Path, journal: Option<&Path>) -> Value {
         "json",
     ])
     .arg("--mountinfo")
-    .arg(fixture())
+    .arg(table)
     .arg("--boot-id-file")
     .arg(boot_file(tmp));
     match journal {
@@ -329,4 +340,159 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
     assert!(daemon.0.try_wait().unwrap().is_none());
     assert!(locked(), "the daemon still holds its journal");
     drop(daemon);
+}
+
+/// The local PV `pv` on loop device `minor` as volumed journals it on an
+/// SELinux host: `label` on both targets (`None`: mounted without one).
+fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> TargetParams {
+    let layout = Layout::new(ROOT);
+    let label = label.map(|l| SeLinuxContext::parse(l).unwrap());
+    TargetParams {
+        volume: UniqueVolumeName::shared(PluginName::LocalVolume, pv),
+        plugin: PluginName::LocalVolume,
+        spec_name: pv.into(),
+        pod_mount_path: match &target {
+            TargetRef::Pod(uid) => Some(layout.pod_target_path(uid, PluginName::LocalVolume, pv)),
+            TargetRef::Device => None,
+        },
+        target,
+        kind: TargetKind::Mount,
+        device_path: Some(format!("/dev/loop{minor}").into()),
+        device_mount_path: Some(layout.local_device_path(pv)),
+        selinux: label,
+        mount_options: vec![],
+        fs_type: Some("ext4".into()),
+    }
+}
+
+/// Issue #6: on an SELinux host's mount table (`context=` quoted and not,
+/// binds of a labelled filesystem), the journal's labels are checked
+/// against the super block's: agreeing ones (also written `c40,c30`) are
+/// mounted, a different label or one the journal did not expect makes the
+/// target uncertain (`selinux_label_differs`); with the journal off every
+/// target is uncertain, as the kubelet, which never reads labels from the
+/// mount table, would have it.
+#[test]
+fn selinux_labels_in_the_mount_table_are_checked_against_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jdir = tmp.path().join("journal");
+    let l = |cats: &str| format!("system_u:object_r:container_file_t:s0:{cats}");
+    let (c10, c40, c1, c5) = (l("c10,c20"), l("c40,c30"), l("c1,c2"), l("c5,c6"));
+    let pod = |s: &str| TargetRef::Pod(PodUid::new(s).unwrap());
+    let (j, _) = Journal::open(&JournalConfig::new(&jdir, "node-a", BOOT)).unwrap();
+    let ext4_at = |minor: u32, ro: bool, label: Option<&str>| MountIdentity {
+        dev: DevId { major: 7, minor },
+        root: "/".into(),
+        fs_type: "ext4".into(),
+        read_only: ro,
+        selinux: label.map(|l| SeLinuxContext::parse(l).unwrap()),
+    };
+    let records = [
+        // agree, quoted label with a comma
+        (
+            Operation::MountDevice,
+            labelled("pv-sel-1", 0, TargetRef::Device, Some(&c10)),
+            Some(ext4_at(0, false, Some(&c10))),
+        ),
+        (
+            Operation::SetUp,
+            labelled("pv-sel-1", 0, pod(P1), Some(&c10)),
+            Some(ext4_at(0, false, Some(&c10))),
+        ),
+        // agree once categories are normalised; no observed identity: params compared
+        (
+            Operation::MountDevice,
+            labelled("pv-sel-2", 1, TargetRef::Device, Some(&c40)),
+            None,
+        ),
+        (
+            Operation::SetUp,
+            labelled("pv-sel-2", 1, pod(P2), Some(&c40)),
+            None,
+        ),
+        // disagree: the journal's label is c1,c2, the host shows c5,c6
+        (
+            Operation::MountDevice,
+            labelled("pv-sel-3", 2, TargetRef::Device, Some(&c1)),
+            Some(ext4_at(2, false, Some(&c1))),
+        ),
+        // disagree: journaled as mounted without a context
+        (
+            Operation::SetUp,
+            labelled("pv-sel-3", 2, pod(P2), None),
+            Some(ext4_at(2, true, None)),
+        ),
+    ];
+    for (op, target, observed) in records {
+        let intent_seq = j
+            .append(Body::Intent {
+                op,
+                steps: Steps::Single,
+                target,
+            })
+            .unwrap();
+        j.append(Body::Outcome {
+            intent_seq,
+            op,
+            result: OpResult::Success,
+            observed,
+        })
+        .unwrap();
+    }
+    j.close().unwrap();
+
+    let table = fixture_named("selinux-kubelet-node.txt");
+    let doc = dry_run_on(&table, tmp.path(), Some(&jdir));
+    let vol = |pv: &str| format!("kubernetes.io/local-volume/{pv}");
+    let rows = [
+        ("device", None, "pv-sel-1", "mounted", "mounted_matches"),
+        ("pod", Some(P1), "pv-sel-1", "mounted", "mounted_matches"),
+        ("device", None, "pv-sel-2", "mounted", "mounted_matches"),
+        ("pod", Some(P2), "pv-sel-2", "mounted", "mounted_matches"),
+        (
+            "device",
+            None,
+            "pv-sel-3",
+            "uncertain",
+            "selinux_label_differs",
+        ),
+        (
+            "pod",
+            Some(P2),
+            "pv-sel-3",
+            "uncertain",
+            "selinux_label_differs",
+        ),
+    ];
+    for (target, pod, pv, decision, reason) in rows {
+        let r = row(&doc, target, pod, &vol(pv));
+        assert_eq!(r["decision"], decision, "{target} {pv}: {r:#}");
+        assert_eq!(r["reason"], reason, "{target} {pv}: {r:#}");
+    }
+    let differs = row(&doc, "device", None, &vol("pv-sel-3"));
+    assert!(
+        differs["observed"].as_str().unwrap().contains(&c5),
+        "the report names the label the host shows: {differs:#}"
+    );
+    // The tmpfs emptyDir the journal never heard of: rebuilt from the host.
+    let mem = format!("kubernetes.io/empty-dir/{P1}-mem");
+    assert_eq!(row(&doc, "pod", Some(P1), &mem)["decision"], "uncertain");
+
+    // `dump` shows the labels the journal recorded, normalised.
+    let dumped: Value = serde_json::from_slice(ok(&dump(tmp.path(), &jdir))).unwrap();
+    let v2 = dumped["state"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["volume"] == vol("pv-sel-2"))
+        .unwrap();
+    assert_eq!(v2["device"]["selinux_context"], l("c30,c40"), "{v2:#}");
+
+    let off = dry_run_on(&table, tmp.path(), None);
+    let targets = off["targets"].as_array().unwrap();
+    assert!(!targets.is_empty());
+    assert!(
+        targets.iter().all(|t| t["decision"] == "uncertain"),
+        "{off:#}"
+    );
 }

@@ -5,7 +5,7 @@
 //! (`reconciler::plan`), starts what is not busy on the worker pool, and
 //! applies finished jobs to the ASW.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use crate::host::sys::Sys;
 use crate::journal::{Body, Journal};
 use crate::metrics::Metrics;
-use crate::model::{Layout, MountState, PluginName, TargetRef, UniqueVolumeName};
+use crate::model::{Layout, MountState, PluginName, PodUid, TargetRef, UniqueVolumeName};
 use crate::reconciler::executor::{Job, JobReport};
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::Pending;
 use crate::reconciler::plan::{Action, plan};
 use crate::reconstruct::{MergeOutput, apply_to_asw};
-use crate::sources::{SourceEvent, apply_event};
+use crate::selinux::Policy;
+use crate::sources::{DesiredPod, SourceEvent, apply_event};
 use crate::state::{ActualStateOfWorld, DesiredStateOfWorld};
 
 /// Everything that can wake the loop.
@@ -53,6 +54,8 @@ pub struct LoopConfig {
     pub resync: Duration,
     /// journal records between checkpoints (0: never)
     pub checkpoint_every: u64,
+    /// the SELinux label rules
+    pub selinux: Policy,
 }
 
 /// The loop's owned state.
@@ -82,6 +85,9 @@ pub struct EventLoop {
     pub(super) failed_reconstructions: Vec<crate::reconstruct::FailedTarget>,
     /// the forced cleanup has run
     pub(super) forced_cleanup_done: bool,
+    /// pods refused a volume for their SELinux label, applied again when
+    /// other pods change (see `sources::Applied::refused`)
+    pub(super) refused: BTreeMap<PodUid, DesiredPod>,
 }
 
 /// The allocator is trimmed at most this often, once no job is in flight.
@@ -157,6 +163,55 @@ impl EventLoop {
         crate::host::sys::trim_malloc();
     }
 
+    /// Applies source events to the DSW, counts their SELinux metrics, and
+    /// retries the pods refused for a label once any other pod changed.
+    ///
+    /// Pods that already have targets in the ASW are applied before new
+    /// ones: after a restart the pod that holds a volume's label keeps it,
+    /// and a newcomer with another label is the one refused (never the
+    /// other way round, which would unmount a running pod's volume).
+    fn apply_sources(&mut self, events: Vec<SourceEvent>) {
+        let mut w = lock(&self.world);
+        let events = holders_first(events, &w.asw);
+        let mut others_changed = false;
+        for e in events {
+            let pod = match &e {
+                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => Some(p.clone()),
+                SourceEvent::PodRemoved(uid) => {
+                    self.refused.remove(uid);
+                    others_changed = true;
+                    None
+                }
+                SourceEvent::SourcesReady => None,
+            };
+            let applied = apply_event(&mut w.dsw, e, &self.cfg.selinux);
+            for m in &applied.metrics {
+                self.metrics.selinux.record(m);
+            }
+            if let Some(p) = pod {
+                if applied.refused {
+                    self.refused.insert(p.uid.clone(), p);
+                } else {
+                    self.refused.remove(&p.uid);
+                    others_changed = true;
+                }
+            }
+        }
+        if !others_changed {
+            return;
+        }
+        for p in self.refused.values() {
+            let applied = apply_event(
+                &mut w.dsw,
+                SourceEvent::PodUpdated(p.clone()),
+                &self.cfg.selinux,
+            );
+            for m in &applied.metrics {
+                self.metrics.selinux.record(m);
+            }
+        }
+    }
+
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Stop => self.stopping = true,
@@ -170,12 +225,7 @@ impl EventLoop {
                 self.leftovers_done = true;
                 self.sweep_wanted = true;
             }
-            Event::Sources(events) => {
-                let mut w = lock(&self.world);
-                for e in events {
-                    apply_event(&mut w.dsw, e);
-                }
-            }
+            Event::Sources(events) => self.apply_sources(events),
             Event::JobDone(report) => {
                 self.trim_due = true;
                 let ok = report.error.is_none();
@@ -372,5 +422,86 @@ impl EventLoop {
             }
             Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
         }
+    }
+}
+
+/// `events` with the additions and updates of pods that have a target in
+/// the ASW moved before those of pods that have none; otherwise in order
+/// (removals stay first, `SourcesReady` stays last).
+fn holders_first(events: Vec<SourceEvent>, asw: &ActualStateOfWorld) -> Vec<SourceEvent> {
+    let is_pod =
+        |e: &SourceEvent| matches!(e, SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_));
+    if events.iter().filter(|e| is_pod(e)).count() < 2 {
+        return events;
+    }
+    let holders: BTreeSet<&PodUid> = asw.possibly_mounted_iter().map(|(_, p, _)| p).collect();
+    let rank = |e: &SourceEvent| match e {
+        SourceEvent::PodRemoved(_) => 0,
+        SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if holders.contains(&p.uid) => 1,
+        SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_) => 2,
+        SourceEvent::SourcesReady => 3,
+    };
+    let mut ranked: Vec<(u8, SourceEvent)> = events.into_iter().map(|e| (rank(&e), e)).collect();
+    ranked.sort_by_key(|(r, _)| *r);
+    ranked.into_iter().map(|(_, e)| e).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{PodMount, SeLinuxState};
+
+    fn pod(uid: &str) -> DesiredPod {
+        DesiredPod {
+            uid: PodUid::new(uid).unwrap(),
+            namespace: "default".into(),
+            name: uid.into(),
+            file: format!("/pods/{uid}.yaml").into(),
+            volumes: vec![],
+            unresolved: Default::default(),
+            errors: vec![],
+            selinux: Default::default(),
+        }
+    }
+
+    fn order(events: &[SourceEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                SourceEvent::PodAdded(p) => format!("+{}", p.uid),
+                SourceEvent::PodUpdated(p) => format!("~{}", p.uid),
+                SourceEvent::PodRemoved(u) => format!("-{u}"),
+                SourceEvent::SourcesReady => "ready".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pods_holding_targets_are_applied_before_newcomers() {
+        let mut asw = ActualStateOfWorld::new();
+        let v = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
+        asw.add_volume(v.clone(), PluginName::LocalVolume, "pv1", None, None);
+        asw.mark_volume_uncertain(
+            &v,
+            &PodUid::new("b-holder").unwrap(),
+            PodMount {
+                outer_name: "data".into(),
+                mount_path: "/r/pods/b-holder/v".into(),
+                kind: crate::model::TargetKind::Mount,
+                selinux: SeLinuxState::Unknown,
+            },
+        )
+        .unwrap();
+        let events = vec![
+            SourceEvent::PodRemoved(PodUid::new("gone").unwrap()),
+            SourceEvent::PodAdded(pod("a-new")),
+            SourceEvent::PodAdded(pod("b-holder")),
+            SourceEvent::PodUpdated(pod("c-new")),
+            SourceEvent::SourcesReady,
+        ];
+        assert_eq!(
+            order(&holders_first(events, &asw)),
+            ["-gone", "+b-holder", "+a-new", "~c-new", "ready"]
+        );
     }
 }

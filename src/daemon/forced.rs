@@ -9,8 +9,9 @@
 //! has reported, after the pass that starts the normal unmounts, each such
 //! target no pod wants is handled once:
 //!
-//! - a pod the DSW knows (any of its volumes, or an unresolved claim) keeps
-//!   it: skipped, not counted (the kubelet skips what the DSW has, and a pod
+//! - a pod the DSW knows (any of its volumes, or an unresolved claim), or
+//!   one the loop holds back (refused for its SELinux label), keeps it:
+//!   skipped, not counted (the kubelet skips what the DSW has, and a pod
 //!   whose claim does not resolve keeps every mount it has);
 //! - a device target whose plugin a DSW volume uses with the same driver:
 //!   skipped, not counted;
@@ -73,9 +74,15 @@ fn csi_driver(path: &Path) -> Option<&str> {
     path.parent()?.parent()?.file_name()?.to_str()
 }
 
-/// Decides, as a pure function of the failed targets and the DSW, what the
-/// forced cleanup does with each (in order).
-pub fn plan_forced(failed: &[FailedTarget], dsw: &DesiredStateOfWorld) -> Vec<Step> {
+/// Decides, as a pure function of the failed targets, the DSW and the pods
+/// known outside it (`also_known`: pods the loop holds back, e.g. refused
+/// for their SELinux label), what the forced cleanup does with each (in
+/// order).
+pub fn plan_forced(
+    failed: &[FailedTarget],
+    dsw: &DesiredStateOfWorld,
+    also_known: &dyn Fn(&PodUid) -> bool,
+) -> Vec<Step> {
     let mut pods: HashSet<&PodUid> = HashSet::new();
     for (_, v) in dsw.volumes() {
         pods.extend(v.pods.keys());
@@ -85,7 +92,9 @@ pub fn plan_forced(failed: &[FailedTarget], dsw: &DesiredStateOfWorld) -> Vec<St
         .map(|f| {
             let plugin = PluginName::parse(&f.plugin_name);
             let wanted = match &f.target {
-                TargetRef::Pod(uid) => pods.contains(uid) || dsw.pod_has_unresolved(uid),
+                TargetRef::Pod(uid) => {
+                    pods.contains(uid) || dsw.pod_has_unresolved(uid) || also_known(uid)
+                }
                 TargetRef::Device => dsw.volumes().any(|(_, v)| match (&v.spec, plugin) {
                     (VolumeSpec::Csi { driver, .. }, Some(PluginName::Csi)) => {
                         csi_driver(&f.path).is_none_or(|d| d == driver)
@@ -134,7 +143,10 @@ impl EventLoop {
             if !w.dsw.is_populated() {
                 return;
             }
-            plan_forced(&self.failed_reconstructions, &w.dsw)
+            let refused = &self.refused;
+            plan_forced(&self.failed_reconstructions, &w.dsw, &|p| {
+                refused.contains_key(p)
+            })
         };
         self.forced_cleanup_done = true;
         // One shot: the list is dropped whatever happens.
@@ -314,10 +326,11 @@ mod tests {
             ),
         ];
         for (what, f, want) in cases {
-            assert_eq!(plan_forced(&[f], &empty), vec![want], "{what}");
+            assert_eq!(plan_forced(&[f], &empty, &|_| false), vec![want], "{what}");
         }
         let f = failed(pod("gone"), csi, missing(), mounted());
-        let [Step::Unmount(p)] = &plan_forced(std::slice::from_ref(&f), &empty)[..] else {
+        let [Step::Unmount(p)] = &plan_forced(std::slice::from_ref(&f), &empty, &|_| false)[..]
+        else {
             panic!("a mounted CSI target of a gone pod is unmounted");
         };
         assert_eq!(p.pod_mount_path.as_deref(), Some(f.path.as_path()));
@@ -331,7 +344,13 @@ mod tests {
         dsw.set_pod_unresolved(&PodUid::new("waiting").unwrap(), true);
         dsw.mark_sources_ready();
         let f = failed(pod("waiting"), "kubernetes.io/csi", missing(), mounted());
-        assert_eq!(plan_forced(&[f], &dsw), vec![Step::Wanted]);
+        assert_eq!(
+            plan_forced(std::slice::from_ref(&f), &dsw, &|_| false),
+            vec![Step::Wanted]
+        );
+        let held = failed(pod("held-back"), "kubernetes.io/csi", missing(), mounted());
+        let known = |p: &PodUid| p.as_str() == "held-back";
+        assert_eq!(plan_forced(&[held], &dsw, &known), vec![Step::Wanted]);
     }
 
     #[test]
@@ -343,15 +362,16 @@ mod tests {
             access_modes: Vec::new(),
             mount_options: Vec::new(),
             attributes: Default::default(),
+            selinux_mount: Default::default(),
         };
         let f = failed(TargetRef::Device, "kubernetes.io/csi", missing(), mounted());
         let same = dsw_with("p", spec("drv"));
         assert_eq!(
-            plan_forced(std::slice::from_ref(&f), &same),
+            plan_forced(std::slice::from_ref(&f), &same, &|_| false),
             vec![Step::Wanted]
         );
         let other = dsw_with("p", spec("other-driver"));
-        let steps = plan_forced(std::slice::from_ref(&f), &other);
+        let steps = plan_forced(std::slice::from_ref(&f), &other, &|_| false);
         assert!(
             matches!(&steps[..], [Step::Unmount(p)] if p.device_mount_path.as_deref() == Some(f.path.as_path())),
             "{steps:?}"

@@ -75,6 +75,8 @@ pub struct DaemonConfig {
     pub resync: Duration,
     /// journal records between checkpoints (0: never)
     pub checkpoint_every: u64,
+    /// the SELinux label rules (`--selinux`, `--feature-gates`)
+    pub selinux: crate::selinux::Policy,
 }
 
 impl DaemonConfig {
@@ -90,6 +92,7 @@ impl DaemonConfig {
             poll_interval: Duration::from_secs(1),
             resync: Duration::from_secs(30),
             checkpoint_every: 10_000,
+            selinux: crate::selinux::Policy::disabled(),
         }
     }
 }
@@ -321,6 +324,7 @@ impl Daemon {
                 layout: cfg.layout.clone(),
                 resync: cfg.resync,
                 checkpoint_every: cfg.checkpoint_every,
+                selinux: cfg.selinux.clone(),
             },
             world: world.clone(),
             events: events_rx,
@@ -338,6 +342,7 @@ impl Daemon {
             last_trim: None,
             failed_reconstructions,
             forced_cleanup_done: false,
+            refused: Default::default(),
         };
         threads.push(spawn("volumed-reconciler", move || looper.run())?);
         Ok(Daemon {
@@ -416,7 +421,13 @@ impl DebugProvider for Provider {
 
     fn state(&self) -> StateSnapshot {
         let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
-        w.asw.snapshot()
+        let mut s = w.asw.snapshot();
+        s.pod_errors = w
+            .dsw
+            .pod_errors()
+            .map(|(p, e)| (p.as_str().to_owned(), e.iter().cloned().collect()))
+            .collect();
+        s
     }
 
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

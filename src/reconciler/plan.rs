@@ -536,4 +536,75 @@ mod tests {
             p.blocked[0].error
         );
     }
+
+    /// Issue #6: a volume mounted with the old pod's label, wanted by a new
+    /// pod with another: the old pod's target goes, then the device, then
+    /// the volume is forgotten, and only then mounted with the new label.
+    #[test]
+    fn a_new_label_remounts_the_volume_once_the_old_pod_is_gone() {
+        use crate::model::SeLinuxContext;
+        let (old, new) = (
+            SeLinuxContext::parse("u:r:t:s0:c3,c4").unwrap(),
+            SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap(),
+        );
+        let mut d = DesiredStateOfWorld::new();
+        let mut a = ActualStateOfWorld::new();
+        let v = UniqueVolumeName::from_raw(PV);
+        d.add_pod_to_volume(
+            &uid("new"),
+            PodVolume {
+                volume: v.clone(),
+                spec_name: "pv1".into(),
+                outer_name: "data".into(),
+                spec: local(),
+                selinux: Some(new.clone()),
+            },
+            LabelCheck {
+                original: Some(new),
+                strict: true,
+            },
+        )
+        .unwrap();
+        d.mark_sources_ready();
+        add_local(&mut a, &v, None);
+        a.mark_device_mounted(
+            &v,
+            DeviceMount {
+                device_path: Some("/dev/loop0".into()),
+                mount_path: "/r/m".into(),
+                selinux: Some(old.clone()),
+            },
+        )
+        .unwrap();
+        a.mark_volume_mounted(
+            &v,
+            &uid("old"),
+            PodMount {
+                outer_name: "data".into(),
+                mount_path: "/r/pods/old/v".into(),
+                kind: TargetKind::Mount,
+                selinux: SeLinuxState::Context(old),
+            },
+        )
+        .unwrap();
+        let p = plan(&d, &a, &|_| false);
+        assert_eq!(names(&p), [format!("teardown {PV} old")]);
+        assert_eq!(p.blocked.len(), 1, "the new pod waits");
+        a.delete_pod_from_volume(&v, &uid("old")).unwrap();
+        let p = plan(&d, &a, &|_| false);
+        assert_eq!(names(&p), [format!("unmount_device {PV}")]);
+        a.mark_device_unmounted(&v).unwrap();
+        let p = plan(&d, &a, &|_| false);
+        assert_eq!(names(&p), [format!("forget {PV}")]);
+        a.delete_volume(&v).unwrap();
+        let p = plan(&d, &a, &|_| false);
+        assert_eq!(names(&p), [format!("mount {PV} new +device")]);
+        let Action::Mount { want, .. } = &p.actions[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            want.selinux.as_ref().map(SeLinuxContext::as_str),
+            Some("u:r:t:s0:c1,c2")
+        );
+    }
 }

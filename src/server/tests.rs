@@ -51,6 +51,7 @@ impl DebugProvider for Fake {
                 device: None,
                 pods: Vec::new(),
             }],
+            pod_errors: Default::default(),
         }
     }
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

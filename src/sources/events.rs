@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{DesiredPod, fingerprint};
 use crate::model::{PodUid, UniqueVolumeName};
-use crate::state::{DesiredStateOfWorld, LabelCheck};
+use crate::selinux::{Counter, MetricEvent, Policy, volume_label};
+use crate::state::{DesiredStateOfWorld, StateError};
 
 /// What changed in the sources. Closed: every way a source changes the DSW
 /// is listed here.
@@ -63,21 +64,42 @@ pub fn diff_fingerprints(
 /// Applies one event to the DSW. For an added or updated pod: the DSW
 /// volumes of the pod that it no longer lists are removed — except those
 /// whose outer name is in [`DesiredPod::unresolved`] (a claim that stopped
-/// resolving keeps what the pod had); its volumes are added (labels are not
-/// computed yet: no label check); its errors are recorded last, because
-/// removing a pod from a volume clears its errors.
-pub fn apply_event(dsw: &mut DesiredStateOfWorld, event: SourceEvent) {
+/// resolving keeps what the pod had); each volume gets its SELinux label
+/// from [`volume_label`] under `policy` and is added with that label check
+/// (a fatal label problem or a refused conflict leaves the pod without the
+/// volume and with an error naming both labels); its errors are recorded
+/// last, because removing a pod from a volume clears its errors.
+///
+/// The pod's errors are replaced by the ones this application finds.
+pub fn apply_event(dsw: &mut DesiredStateOfWorld, event: SourceEvent, policy: &Policy) -> Applied {
+    let mut out = Applied::default();
     match event {
-        SourceEvent::PodAdded(pod) | SourceEvent::PodUpdated(pod) => apply_pod(dsw, pod),
+        SourceEvent::PodAdded(pod) | SourceEvent::PodUpdated(pod) => {
+            apply_pod(dsw, pod, policy, &mut out)
+        }
         SourceEvent::PodRemoved(uid) => {
             dsw.delete_pod(&uid);
         }
         SourceEvent::SourcesReady => dsw.mark_sources_ready(),
     }
+    out
 }
 
-fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod) {
+/// What [`apply_event`] reports back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// the `volume_manager_selinux_*` increments, for the caller to count
+    pub metrics: Vec<MetricEvent>,
+    /// the pod was refused a volume for its SELinux label: the caller
+    /// applies it again when other pods change (the kubelet's populator
+    /// retries it every loop), so it gets the volume once the pod holding
+    /// the other label is gone
+    pub refused: bool,
+}
+
+fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod, policy: &Policy, out: &mut Applied) {
     let uid = pod.uid;
+    dsw.pop_pod_errors(&uid);
     dsw.set_pod_unresolved(&uid, !pod.unresolved.is_empty());
     let wanted: BTreeSet<&UniqueVolumeName> = pod.volumes.iter().map(|v| &v.volume).collect();
     for name in dsw.volumes_of_pod(&uid) {
@@ -94,15 +116,48 @@ fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod) {
         dsw.delete_pod_from_volume(&uid, &name);
     }
     let mut errors = pod.errors;
-    for volume in pod.volumes {
+    for mut volume in pod.volumes {
         let name = volume.volume.clone();
-        match dsw.add_pod_to_volume(&uid, volume, LabelCheck::default()) {
+        let label = volume_label(policy, &pod.selinux, &volume.outer_name, &volume.spec);
+        if let Some(p) = &label.problem {
+            out.metrics
+                .push(MetricEvent::new(Counter::for_problem(p), &volume.spec));
+            if p.fatal {
+                out.refused = true;
+                errors.push(p.message.clone());
+                continue;
+            }
+            tracing::warn!(pod = %uid, volume = %name, problem = %p.message, "SELinux label problem; the volume is used without a label");
+        }
+        let is_new = !dsw.volume_exists(&name);
+        let admitted = is_new && label.check.original.is_some();
+        let spec = volume.spec.clone();
+        volume.selinux = label.effective;
+        match dsw.add_pod_to_volume(&uid, volume, label.check) {
             Ok(added) => {
+                if admitted {
+                    out.metrics
+                        .push(MetricEvent::new(Counter::VolumesAdmitted, &spec));
+                }
                 if let Some(c) = added.conflict {
-                    tracing::warn!(pod = %uid, volume = %name, conflict = %c, "SELinux label conflict");
+                    out.metrics.push(MetricEvent::new(
+                        Counter::VolumeContextMismatchWarnings,
+                        &spec,
+                    ));
+                    tracing::warn!(pod = %uid, volume = %name, conflict = %c, "SELinux label conflict (a warning: the volume does not support SELinux mounts)");
                 }
             }
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => {
+                if matches!(e, StateError::AddPodToVolume { .. }) {
+                    out.refused = true;
+                    out.metrics.push(MetricEvent::new(
+                        Counter::VolumeContextMismatchErrors,
+                        &spec,
+                    ));
+                }
+                tracing::warn!(pod = %uid, volume = %name, error = %e, "the pod does not get the volume");
+                errors.push(e.to_string());
+            }
         }
     }
     for e in errors {

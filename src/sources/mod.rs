@@ -66,7 +66,7 @@ pub mod static_objects;
 pub mod static_pods;
 
 pub use error::{SourceError, SourceErrorCategory};
-pub use events::{SourceEvent, apply_event, diff, diff_fingerprints};
+pub use events::{Applied, SourceEvent, apply_event, diff, diff_fingerprints};
 use read::{EntrySignature, Listing, list_dir, read_file};
 use static_objects::StaticObjects;
 use static_pods::{ParsedPod, ParsedVolume, PodSeLinux, parse_pod};

@@ -252,7 +252,18 @@ impl StaticObjects {
                 }
             )));
         }
-        let spec = pv.spec.clone().map_err(fail)?;
+        let mut spec = pv.spec.clone().map_err(fail)?;
+        if let VolumeSpec::Csi {
+            driver,
+            selinux_mount,
+            ..
+        } = &mut spec
+        {
+            *selinux_mount = self
+                .csi_drivers
+                .get(driver)
+                .is_some_and(|d| d.se_linux_mount);
+        }
         Ok((pv_name.to_owned(), spec))
     }
 }
@@ -386,6 +397,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             access_modes,
             mount_options,
             attributes: csi.volume_attributes.clone().unwrap_or_default(),
+            selinux_mount: false,
         });
     }
     let types: Vec<String> = match serde_json::to_value(spec) {

@@ -54,62 +54,7 @@ pub enum ParsedVolume {
     },
 }
 
-/// `seLinuxOptions` as written; a later issue computes labels from them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SeLinuxOptions {
-    /// `user`
-    pub user: Option<String>,
-    /// `role`
-    pub role: Option<String>,
-    /// `type`
-    pub type_: Option<String>,
-    /// `level`
-    pub level: Option<String>,
-}
-
-impl From<k8s_openapi::api::core::v1::SELinuxOptions> for SeLinuxOptions {
-    fn from(o: k8s_openapi::api::core::v1::SELinuxOptions) -> Self {
-        Self {
-            user: o.user,
-            role: o.role,
-            type_: o.type_,
-            level: o.level,
-        }
-    }
-}
-
-/// Which list a container is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerKind {
-    /// `spec.initContainers`
-    Init,
-    /// `spec.containers`
-    Regular,
-    /// `spec.ephemeralContainers`
-    Ephemeral,
-}
-
-/// One container's `securityContext.seLinuxOptions`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerSeLinux {
-    /// the container's name
-    pub name: String,
-    /// which list it is in
-    pub kind: ContainerKind,
-    /// its options
-    pub options: SeLinuxOptions,
-}
-
-/// The SELinux inputs of a pod, carried for the `selinux` module.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodSeLinux {
-    /// `spec.securityContext.seLinuxOptions`
-    pub pod: Option<SeLinuxOptions>,
-    /// `spec.securityContext.seLinuxChangePolicy` (`MountOption` / `Recursive`)
-    pub change_policy: Option<String>,
-    /// containers that set `securityContext.seLinuxOptions`, in spec order
-    pub containers: Vec<ContainerSeLinux>,
-}
+pub use crate::selinux::{ContainerKind, ContainerSeLinux, PodSeLinux, SeLinuxOptions};
 
 /// A parsed static pod, claims not yet resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,30 +273,50 @@ fn parse_volume(file: &Path, v: &Volume) -> Result<ParsedVolume, SourceError> {
 }
 
 fn selinux_of(spec: &k8s_openapi::api::core::v1::PodSpec) -> PodSeLinux {
+    use k8s_openapi::api::core::v1::{SecurityContext, VolumeMount};
     let ctx = spec.security_context.as_ref();
     let mut containers = Vec::new();
-    let mut push = |name: &str, kind, sc: Option<&k8s_openapi::api::core::v1::SecurityContext>| {
-        if let Some(o) = sc.and_then(|sc| sc.se_linux_options.clone()) {
-            let name = name.to_owned();
-            let options = o.into();
+    let mut push =
+        |name: &str, kind, sc: Option<&SecurityContext>, mounts: Option<&Vec<VolumeMount>>| {
+            let volumes: Vec<String> = mounts
+                .into_iter()
+                .flatten()
+                .map(|m| m.name.clone())
+                .collect();
+            if volumes.is_empty() {
+                return;
+            }
             containers.push(ContainerSeLinux {
-                name,
+                name: name.to_owned(),
                 kind,
-                options,
+                options: sc
+                    .and_then(|sc| sc.se_linux_options.clone())
+                    .map(Into::into),
+                volumes,
             });
-        }
-    };
+        };
     for c in spec.init_containers.iter().flatten() {
-        push(&c.name, ContainerKind::Init, c.security_context.as_ref());
+        push(
+            &c.name,
+            ContainerKind::Init,
+            c.security_context.as_ref(),
+            c.volume_mounts.as_ref(),
+        );
     }
     for c in &spec.containers {
-        push(&c.name, ContainerKind::Regular, c.security_context.as_ref());
+        push(
+            &c.name,
+            ContainerKind::Regular,
+            c.security_context.as_ref(),
+            c.volume_mounts.as_ref(),
+        );
     }
     for c in spec.ephemeral_containers.iter().flatten() {
         push(
             &c.name,
             ContainerKind::Ephemeral,
             c.security_context.as_ref(),
+            c.volume_mounts.as_ref(),
         );
     }
     PodSeLinux {

@@ -226,10 +226,15 @@ fn selinux_options_and_change_policy_are_carried() {
   initContainers:
   - name: i
     securityContext: {seLinuxOptions: {type: init_t}}
+    volumeMounts: [{name: a, mountPath: /a}]
   containers:
+  - name: unmounted
+    securityContext: {seLinuxOptions: {level: 's0:c9'}}
   - name: plain
+    volumeMounts: [{name: a, mountPath: /a}, {name: b, mountPath: /b}]
   - name: c
     securityContext: {seLinuxOptions: {user: u, role: r, type: t, level: s0}}
+    volumeMounts: [{name: b, mountPath: /b}]
 ",
     )
     .unwrap();
@@ -246,7 +251,30 @@ fn selinux_options_and_change_policy_are_carried() {
         .collect();
     assert_eq!(
         names,
-        [("i", ContainerKind::Init), ("c", ContainerKind::Regular)]
+        [
+            ("i", ContainerKind::Init),
+            ("plain", ContainerKind::Regular),
+            ("c", ContainerKind::Regular)
+        ],
+        "every container that mounts a volume, none that mounts nothing"
     );
-    assert_eq!(s.containers[1].options.type_.as_deref(), Some("t"));
+    assert_eq!(s.containers[0].volumes, ["a"]);
+    assert_eq!(s.containers[1].volumes, ["a", "b"]);
+    assert_eq!(s.containers[1].options, None);
+    assert_eq!(
+        s.containers[2]
+            .options
+            .as_ref()
+            .and_then(|o| o.type_.as_deref()),
+        Some("t")
+    );
+    let for_b: Vec<_> = s
+        .options_for("b")
+        .map(|(c, o)| (c.name.as_str(), o.and_then(|o| o.level.as_deref())))
+        .collect();
+    assert_eq!(
+        for_b,
+        [("plain", Some("s0:c1,c2")), ("c", Some("s0"))],
+        "a container's options replace the pod's"
+    );
 }

@@ -221,7 +221,7 @@ fn apply_event_keeps_a_pods_volumes_when_its_claim_stops_resolving() {
     let mut s = sources(&d);
     let mut dsw = DesiredStateOfWorld::new();
     for e in s.poll_changes().unwrap() {
-        apply_event(&mut dsw, e);
+        apply_event(&mut dsw, e, &crate::selinux::Policy::disabled());
     }
     let pv = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
     let cache = UniqueVolumeName::from_raw("kubernetes.io/empty-dir/u1-cache");
@@ -237,7 +237,7 @@ fn apply_event_keeps_a_pods_volumes_when_its_claim_stops_resolving() {
         "{events:?}"
     );
     for e in events {
-        apply_event(&mut dsw, e);
+        apply_event(&mut dsw, e, &crate::selinux::Policy::disabled());
     }
     assert_eq!(dsw.volumes_of_pod(&uid("u1")), [cache.clone(), pv.clone()]);
     let errors = dsw.pop_pod_errors(&uid("u1"));
@@ -249,7 +249,7 @@ fn apply_event_keeps_a_pods_volumes_when_its_claim_stops_resolving() {
     // the volume removed from the manifest: now it goes
     write(&d.pods, "p.yaml", &pod("p", "u1", EMPTY_DIR));
     for e in s.poll_changes().unwrap() {
-        apply_event(&mut dsw, e);
+        apply_event(&mut dsw, e, &crate::selinux::Policy::disabled());
     }
     assert_eq!(dsw.volumes_of_pod(&uid("u1")), [cache]);
 
@@ -258,7 +258,7 @@ fn apply_event_keeps_a_pods_volumes_when_its_claim_stops_resolving() {
     let events = s.poll_changes().unwrap();
     assert_eq!(events, [SourceEvent::PodRemoved(uid("u1"))]);
     for e in events {
-        apply_event(&mut dsw, e);
+        apply_event(&mut dsw, e, &crate::selinux::Policy::disabled());
     }
     assert!(dsw.volumes_to_mount().is_empty());
 }
@@ -325,7 +325,7 @@ fn a_half_written_manifest_keeps_the_pod_of_its_last_good_version() {
     let mut s = sources(&d);
     let mut dsw = DesiredStateOfWorld::new();
     for e in s.poll_changes().unwrap() {
-        apply_event(&mut dsw, e);
+        apply_event(&mut dsw, e, &crate::selinux::Policy::disabled());
     }
     write(
         &d.pods,

@@ -304,6 +304,11 @@ impl DesiredStateOfWorld {
             .unwrap_or_default()
     }
 
+    /// Every pod's current errors (without clearing them), for `/debug/state`.
+    pub fn pod_errors(&self) -> impl Iterator<Item = (&PodUid, &BTreeSet<String>)> {
+        self.pod_errors.iter().filter(|(_, e)| !e.is_empty())
+    }
+
     /// Every pod source has listed its pods once: unmounting may start.
     pub fn mark_sources_ready(&mut self) {
         self.populated = true;

@@ -34,7 +34,10 @@ impl ActualStateOfWorld {
                     .collect(),
             })
             .collect();
-        StateSnapshot { volumes }
+        StateSnapshot {
+            volumes,
+            pod_errors: Default::default(),
+        }
     }
 }
 
@@ -43,6 +46,11 @@ impl ActualStateOfWorld {
 pub struct StateSnapshot {
     /// every volume, sorted by name
     pub volumes: Vec<VolumeSnapshot>,
+    /// `/debug/state` only: each pod's current errors (a volume refused for
+    /// its SELinux label, a claim that does not resolve, a failed
+    /// operation), by pod UID; absent when there are none
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pod_errors: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// One volume in a [`StateSnapshot`].
