@@ -273,7 +273,9 @@ impl Sources {
             Parsed(Box<ParsedPod>),
             Kept(PodUid),
         }
-        let mut good = BTreeMap::new();
+        // Borrowed keys: `last_good` is updated in place below, so a poll
+        // that adds one manifest allocates for that one, not for all.
+        let mut good: BTreeMap<&PathBuf, (FileSignature, PodUid)> = BTreeMap::new();
         let mut got: Vec<(PathBuf, Got)> = Vec::new();
         for file in &pods.files {
             let sig = sig_of.get(file).copied().unwrap_or_default();
@@ -284,19 +286,19 @@ impl Sources {
                 && *before == sig
                 && sig != FileSignature::default()
             {
-                good.insert(file.clone(), (sig, uid.clone()));
+                good.insert(file, (sig, uid.clone()));
                 got.push((file.clone(), Got::Kept(uid.clone())));
                 continue;
             }
             let node = &self.config.node_name;
             match read_file(file).and_then(|b| parse_pod(file, &b, node)) {
                 Ok(p) => {
-                    good.insert(file.clone(), (sig, p.uid.clone()));
+                    good.insert(file, (sig, p.uid.clone()));
                     got.push((file.clone(), Got::Parsed(Box::new(p))));
                 }
                 Err(e) => {
                     if let Some((before, prev)) = self.last_good.get(file) {
-                        good.insert(file.clone(), (*before, prev.clone()));
+                        good.insert(file, (*before, prev.clone()));
                         got.push((file.clone(), Got::Kept(prev.clone())));
                     }
                     file_errors.push(e);
@@ -304,14 +306,27 @@ impl Sources {
             }
         }
         // an entry that failed its stat but still exists keeps its pod too
-        for (file, prev) in &self.last_good {
-            if !good.contains_key(file) && sig_of.contains_key(file) && complete {
-                good.insert(file.clone(), prev.clone());
-                got.push((file.clone(), Got::Kept(prev.1.clone())));
+        if complete {
+            for (file, _) in &sig_of {
+                if good.contains_key(*file) {
+                    continue;
+                }
+                if let Some(prev) = self.last_good.get(*file) {
+                    good.insert(file, prev.clone());
+                    got.push(((*file).clone(), Got::Kept(prev.1.clone())));
+                }
             }
         }
         if complete {
-            self.last_good = good;
+            self.last_good.retain(|f, _| good.contains_key(f));
+            for (file, v) in good {
+                match self.last_good.get_mut(file) {
+                    Some(e) => *e = v,
+                    None => {
+                        self.last_good.insert(file.clone(), v);
+                    }
+                }
+            }
         }
         let mut out: BTreeMap<PodUid, DesiredPod> = BTreeMap::new();
         let mut kept = BTreeSet::new();
@@ -429,17 +444,18 @@ impl Sources {
                 }
             }
         }
-        let mut current: BTreeMap<PodUid, u64> = desired
-            .pods
-            .iter()
-            .map(|(uid, p)| (uid.clone(), fingerprint(p)))
-            .collect();
-        for uid in &desired.kept {
-            if let Some(f) = self.current.get(uid) {
-                current.insert(uid.clone(), *f);
+        // In place: kept pods keep their fingerprint, gone ones go.
+        self.current
+            .retain(|uid, _| desired.pods.contains_key(uid) || desired.kept.contains(uid));
+        for (uid, p) in &desired.pods {
+            let f = fingerprint(p);
+            match self.current.get_mut(uid) {
+                Some(e) => *e = f,
+                None => {
+                    self.current.insert(uid.clone(), f);
+                }
             }
         }
-        self.current = current;
         if !self.ready_sent {
             self.ready_sent = true;
             events.push(SourceEvent::SourcesReady);
