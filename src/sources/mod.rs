@@ -307,7 +307,7 @@ impl Sources {
         }
         // an entry that failed its stat but still exists keeps its pod too
         if complete {
-            for (file, _) in &sig_of {
+            for file in sig_of.keys() {
                 if good.contains_key(*file) {
                     continue;
                 }
