@@ -154,3 +154,101 @@ pub fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Result<(), S
         AswUpdate::PodRemoved { volume, pod } => asw.delete_pod_from_volume(volume, pod),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AccessMode, PluginName, PodUid, StorageMedium, VolumeSpec};
+    use crate::reconciler::pending::OpKey;
+    use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
+
+    /// The loop marks an action's key busy when it starts the job and frees
+    /// the job's key when it reports: the two must be the same key for every
+    /// action kind (`Action::key` and `Job::key` compute it from two shapes).
+    #[test]
+    fn a_job_has_the_exclusivity_key_of_its_action() {
+        let layout = Layout::new("/r");
+        let pod = PodUid::new("p1").unwrap();
+        let block = VolumeSpec::Local {
+            path: "/dev/loop0".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: vec![],
+            is_block: true,
+        };
+        let tmpfs = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        };
+        let shared = UniqueVolumeName::shared(PluginName::LocalVolume, "pv1");
+        let mut asw = ActualStateOfWorld::new();
+        asw.add_volume(
+            shared.clone(),
+            PluginName::LocalVolume,
+            "pv1",
+            Some(block.clone()),
+            None,
+        );
+        asw.mark_device_mounted(
+            &shared,
+            DeviceMount {
+                device_path: Some("/dev/loop0".into()),
+                mount_path: layout.local_device_path("pv1"),
+                selinux: None,
+            },
+        )
+        .unwrap();
+        asw.mark_volume_mounted(
+            &shared,
+            &pod,
+            PodMount {
+                outer_name: "data".into(),
+                mount_path: layout.pod_target_path(&pod, PluginName::LocalVolume, "pv1"),
+                kind: TargetKind::Mount,
+                selinux: SeLinuxState::WithoutContext,
+            },
+        )
+        .unwrap();
+        let want = |spec: VolumeSpec, name: &str| {
+            let volume = crate::model::PodVolume::unique_name(&spec, &pod, name);
+            Box::new(VolumeToMount {
+                volume,
+                pod: pod.clone(),
+                plugin: spec.plugin(),
+                spec,
+                spec_name: name.into(),
+                outer_name: name.into(),
+                selinux: None,
+            })
+        };
+        let actions = [
+            Action::Mount {
+                want: want(block, "pv1"),
+                mount_device: true,
+            },
+            Action::Mount {
+                want: want(tmpfs, "cache"),
+                mount_device: false,
+            },
+            Action::TearDown {
+                volume: shared.clone(),
+                pod: pod.clone(),
+            },
+            Action::UnmountDevice {
+                volume: shared.clone(),
+            },
+        ];
+        let keys: Vec<OpKey> = actions.iter().map(Action::key).collect();
+        assert_eq!(
+            keys[0],
+            OpKey::volume(&shared),
+            "a shared device: volume-wide"
+        );
+        assert!(keys[1].pod.is_some(), "a per-pod tmpfs: per pod");
+        for (action, key) in actions.iter().zip(keys) {
+            let job = job_for(action, &asw, None, &layout).expect("a job");
+            assert_eq!(job.key(), key, "{action:?}");
+        }
+        assert!(job_for(&Action::Forget { volume: shared }, &asw, None, &layout).is_none());
+    }
+}

@@ -95,6 +95,51 @@ fn csi_pvs_carry_driver_handle_and_attributes() {
 }
 
 #[test]
+fn a_csi_volume_supports_selinux_mounts_only_when_its_csidriver_says_so() {
+    let pv = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv2}\nspec:
+  accessModes: [ReadWriteOncePod]
+  claimRef: {namespace: default, name: pvc1}
+  csi: {driver: d.example.com, volumeHandle: h1}
+";
+    let pvc = PVC.replace("pv1", "pv2");
+    let driver = |se: &str| {
+        format!(
+            "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: d.example.com}}\nspec: {{{se}}}\n"
+        )
+    };
+    let selinux_mount = |files: &[(&str, &str)]| {
+        let (_d, o, errors) = load(files);
+        assert!(errors.is_empty(), "{errors:?}");
+        match resolve(&o, "default", "pvc1").unwrap().1 {
+            VolumeSpec::Csi { selinux_mount, .. } => selinux_mount,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(
+        !selinux_mount(&[("a.yaml", pv), ("b.yaml", &pvc)]),
+        "no CSIDriver"
+    );
+    let off = driver("seLinuxMount: false");
+    assert!(!selinux_mount(&[
+        ("a.yaml", pv),
+        ("b.yaml", &pvc),
+        ("c.yaml", &off)
+    ]));
+    let unset = driver("");
+    assert!(!selinux_mount(&[
+        ("a.yaml", pv),
+        ("b.yaml", &pvc),
+        ("c.yaml", &unset)
+    ]));
+    let on = driver("seLinuxMount: true");
+    assert!(selinux_mount(&[
+        ("a.yaml", pv),
+        ("b.yaml", &pvc),
+        ("c.yaml", &on)
+    ]));
+}
+
+#[test]
 fn binding_failures_name_the_claim_pv_and_files() {
     // missing PVC
     let (_d, o, _) = load(&[("pv.yaml", PV)]);

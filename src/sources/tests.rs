@@ -423,3 +423,102 @@ fn objects_are_read_again_only_when_their_dir_changed() {
     assert_eq!(changed.len(), 2, "{changed:?}");
     assert_eq!(path_of(&changed, "u1"), Path::new("/mnt/pv1-moved"));
 }
+
+/// Issue #6 through `apply_event`: the first pod fixes the label of an RWOP
+/// block PV (admitted), a second pod with another label is refused with the
+/// kubelet's message and counted, and a pod whose own containers disagree
+/// is refused with the pod-context error.
+#[test]
+fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
+    use crate::model::AccessMode;
+    use crate::selinux::{
+        ContainerKind, ContainerSeLinux, Counter, FeatureGates, FileDefaults, Policy,
+        SeLinuxOptions,
+    };
+    let policy = Policy::enabled(FeatureGates::default(), FileDefaults::default());
+    let spec = VolumeSpec::Local {
+        path: "/dev/loop3".into(),
+        fs_type: Some("ext4".into()),
+        access_modes: vec![AccessMode::ReadWriteOncePod],
+        mount_options: vec![],
+        is_block: true,
+    };
+    let container = |level: &str| ContainerSeLinux {
+        name: format!("c{level}"),
+        kind: ContainerKind::Regular,
+        options: Some(SeLinuxOptions {
+            level: Some(level.into()),
+            ..SeLinuxOptions::default()
+        }),
+        volumes: vec!["data".into()],
+    };
+    let pod = |u: &str, levels: &[&str]| {
+        let volume = PodVolume {
+            volume: PodVolume::unique_name(&spec, &uid(u), "pv1"),
+            spec_name: "pv1".into(),
+            outer_name: "data".into(),
+            spec: spec.clone(),
+            selinux: None,
+        };
+        let mut p = desired(u, u, vec![volume]);
+        p.selinux.containers = levels.iter().map(|l| container(l)).collect();
+        p
+    };
+    let mut dsw = DesiredStateOfWorld::new();
+    let counters = |a: &crate::sources::Applied| -> Vec<Counter> {
+        a.metrics.iter().map(|m| m.counter).collect()
+    };
+
+    let a = apply_event(
+        &mut dsw,
+        SourceEvent::PodAdded(pod("a", &["s0:c1,c2"])),
+        &policy,
+    );
+    assert!(!a.refused);
+    assert_eq!(counters(&a), [Counter::VolumesAdmitted]);
+    assert_eq!(a.metrics[0].access_mode, "RWOP");
+    let name = UniqueVolumeName::shared(crate::model::PluginName::LocalVolume, "pv1");
+    assert_eq!(
+        dsw.volume(&name)
+            .and_then(|v| v.effective_selinux.as_ref())
+            .map(|c| c.as_str()),
+        Some("system_u:object_r:container_file_t:s0:c1,c2")
+    );
+
+    let b = apply_event(
+        &mut dsw,
+        SourceEvent::PodAdded(pod("b", &["s0:c3,c4"])),
+        &policy,
+    );
+    assert!(b.refused);
+    assert_eq!(counters(&b), [Counter::VolumeContextMismatchErrors]);
+    assert_eq!(b.metrics[0].volume_plugin, "kubernetes.io/local-volume");
+    assert!(!dsw.pod_exists_in_volume(&uid("b"), &name));
+    let errors = dsw.pop_pod_errors(&uid("b"));
+    assert!(
+        errors[0].contains(
+            "conflicting SELinux labels of volume pv1: \"system_u:object_r:container_file_t:s0:c1,c2\" and \"system_u:object_r:container_file_t:s0:c3,c4\""
+        ),
+        "{errors:?}"
+    );
+
+    let c = apply_event(
+        &mut dsw,
+        SourceEvent::PodAdded(pod("c", &["s0:c1,c2", "s0:c5"])),
+        &policy,
+    );
+    assert!(c.refused);
+    assert_eq!(counters(&c), [Counter::PodContextMismatchErrors]);
+    assert!(dsw.pop_pod_errors(&uid("c"))[0].contains("multiple SELinux labels found"));
+
+    // once pod a is gone, b gets the volume with its own label
+    apply_event(&mut dsw, SourceEvent::PodRemoved(uid("a")), &policy);
+    let b = apply_event(
+        &mut dsw,
+        SourceEvent::PodUpdated(pod("b", &["s0:c3,c4"])),
+        &policy,
+    );
+    assert!(!b.refused);
+    assert_eq!(counters(&b), [Counter::VolumesAdmitted]);
+    assert!(dsw.pod_exists_in_volume(&uid("b"), &name));
+}
