@@ -45,7 +45,8 @@
 //! 15 s). Knobs for experiments: `VOLUMED_BENCH_PODS=<n>` (the mass start's
 //! P), `VOLUMED_BENCH_POLL_MS=<ms>` (the daemons' `--poll-ms`),
 //! `VOLUMED_BENCH_DAEMON_ARGS="--journal off"` (more `volumed run`
-//! arguments), `VOLUMED_BENCH_ONLY=mass` (stop after the mass start).
+//! arguments), `VOLUMED_BENCH_ONLY=mass` (stop after the mass start),
+//! `VOLUMED_BENCH_ONLY=memory` (stop after the memory figure).
 //! The journal dir is under `$VOLUMED_BENCH_DIR`, else cargo's
 //! `CARGO_TARGET_TMPDIR` (the real disk, not a tmpfs `/tmp`); the root dir
 //! and the PV dirs are in a scratch dir under the system temp dir. Needs
@@ -659,6 +660,10 @@ fn main() {
         );
         let before = cpu_ticks(b.pid());
         let t = Instant::now();
+        if std::env::var("VOLUMED_BENCH_ONLY").is_ok_and(|v| v == "memory") {
+            b.stop();
+            return;
+        }
         std::thread::sleep(sizes.idle);
         let ticks = cpu_ticks(b.pid()) - before;
         let secs = t.elapsed().as_secs_f64();

@@ -1010,6 +1010,136 @@ fn dump_json_while_running_equals_debug_state() {
     });
 }
 
+/// The one-time forced cleanup of failed reconstructions (seed 000, last
+/// startup step): before the daemon starts, three targets of pods no source
+/// names sit mounted in the layout, none of which reconstruction can
+/// rebuild:
+/// - a CSI pod target without its `vol_data.json`: a bind of a dir outside
+///   the root holding a file. It is unmounted (the file outside survives)
+///   and its empty mount-point dir removed;
+/// - a CSI pod target like it with a foreign mount nested inside: the
+///   unmount fails (no lazy detach), nothing inside is deleted — an error;
+/// - a secret (a plugin volumed does not have) on tmpfs: left mounted with
+///   its file — an error.
+///
+/// `force_cleaned_failed_volume_operations_total` counts 3,
+/// `…_errors_total` 2; a restart counts what is left once more.
+#[test]
+fn failed_reconstructions_are_force_cleaned_once() {
+    real("mounts targets reconstruction cannot rebuild", || {
+        let mut env = Env::new("volumed-e2e-forced");
+        const CSI: &str = "kubernetes.io~csi";
+        // A node a kubelet ran: the root is already a mount point, so the
+        // daemon does not bind it onto itself over the mounts below it.
+        support::mkdirs(&env.root);
+        support::bind_mount(&env.root, &env.root);
+        let outside = env.scratch.path().join("outside");
+        support::mkdirs(&outside);
+        fs::write(outside.join("data.txt"), "kept").unwrap();
+
+        let gone = env.pod_volume("gone-csi", CSI, "pv-gone").join("mount");
+        support::mkdirs(&gone);
+        support::bind_mount(&outside, &gone);
+
+        let nested = env
+            .pod_volume("gone-nested", CSI, "pv-nested")
+            .join("mount");
+        let nested_src = env.scratch.path().join("nested-src");
+        support::mkdirs(&nested_src);
+        support::mkdirs(&nested_src.join("inner"));
+        fs::write(nested_src.join("file.txt"), "nested").unwrap();
+        support::mkdirs(&nested);
+        support::bind_mount(&nested_src, &nested);
+        support::mount_tmpfs(&nested.join("inner"), "size=1m");
+        fs::write(nested.join("inner/in-tmpfs.txt"), "inner").unwrap();
+
+        let secret = env.pod_volume("gone-secret", "kubernetes.io~secret", "token");
+        support::mkdirs(&secret);
+        support::mount_tmpfs(&secret, "size=1m");
+        fs::write(secret.join("token"), "s3cr3t").unwrap();
+
+        let daemon = env.start();
+        let counted = |d: &Daemon| {
+            let m = d.metrics();
+            let one = |name: &str| series(&m, name).first().map_or(-1.0, |(_, v)| *v);
+            (
+                one("force_cleaned_failed_volume_operations_total"),
+                one("force_cleaned_failed_volume_operation_errors_total"),
+            )
+        };
+        daemon.wait_until("three forced cleanups counted, two of them failed", || {
+            counted(&daemon) == (3.0, 2.0)
+        });
+        daemon.wait_until("both forced unmounts finished", || {
+            let log = daemon.log();
+            log.contains("forced cleanup done") && log.contains("forced cleanup failed")
+        });
+        assert!(
+            !MountTable::read_self().unwrap().is_mount_point(&gone),
+            "the CSI target without metadata is unmounted"
+        );
+        assert!(!gone.exists(), "its empty mount-point dir is removed");
+        assert_eq!(
+            fs::read_to_string(outside.join("data.txt")).unwrap(),
+            "kept",
+            "what the bind showed lives on outside the root"
+        );
+        let table = MountTable::read_self().unwrap();
+        assert!(
+            table.is_mount_point(&nested),
+            "a target with a nested mount stays"
+        );
+        assert!(table.is_mount_point(&nested.join("inner")));
+        assert_eq!(
+            fs::read_to_string(nested.join("inner/in-tmpfs.txt")).unwrap(),
+            "inner"
+        );
+        assert_eq!(
+            fs::read_to_string(nested.join("file.txt")).unwrap(),
+            "nested"
+        );
+        assert!(table.is_mount_point(&secret), "no plugin: left mounted");
+        assert_eq!(fs::read_to_string(secret.join("token")).unwrap(), "s3cr3t");
+        assert!(
+            daemon.log().contains("no plugin for this volume type"),
+            "{}",
+            daemon.log_tail()
+        );
+        // The forced teardown was journaled (intent, outcome), then
+        // forgotten: the state the journal implies no longer holds it.
+        let journal: Value = serde_json::from_str(&daemon.get("/debug/journal")).unwrap();
+        let kinds: Vec<&str> = journal["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["volume"] == "kubernetes.io/csi/pv-gone")
+            .map(|r| r["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["intent", "outcome", "forget"], "{journal:#}");
+        assert!(
+            !journal["state"].to_string().contains("pv-gone"),
+            "{journal:#}"
+        );
+        daemon.stop();
+
+        // One shot per start: the next start finds the two left targets
+        // again (two errors again) and the bare dir the unmount left, which
+        // has nothing mounted (counted, no error; orphan cleanup removes
+        // it) — and does nothing more.
+        let daemon = env.start();
+        daemon.wait_until("the restart counts what is left", || {
+            counted(&daemon) == (3.0, 2.0)
+        });
+        daemon.wait_until("orphan cleanup removes the gone pod's dir", || {
+            !env.root.join("pods/gone-csi").exists()
+        });
+        assert_eq!(counted(&daemon), (3.0, 2.0));
+        let table = MountTable::read_self().unwrap();
+        assert!(table.is_mount_point(&nested) && table.is_mount_point(&secret));
+        daemon.stop();
+    });
+}
+
 /// A pod with the claim as `data`, mounted by a container whose pod asks
 /// for the SELinux level `level`.
 fn labelled_pv_pod(uid: &str, level: &str) -> String {

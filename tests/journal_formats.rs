@@ -232,7 +232,7 @@ fn the_v1_journal_opens_and_replays() {
         .1;
     assert_eq!(
         dev_entry.observed,
-        Some(observed()),
+        Some(Box::new(observed())),
         "the observed identity survives the checkpoint"
     );
     // The old journal accepts new records after the checkpointed ones.

@@ -80,6 +80,11 @@ pub struct EventLoop {
     pub(super) trim_due: bool,
     /// when the allocator was last trimmed
     pub(super) last_trim: Option<Instant>,
+    /// targets reconstruction could not rebuild (both phases), for the
+    /// one-time forced cleanup (`super::forced`)
+    pub(super) failed_reconstructions: Vec<crate::reconstruct::FailedTarget>,
+    /// the forced cleanup has run
+    pub(super) forced_cleanup_done: bool,
     /// pods refused a volume for their SELinux label, applied again when
     /// other pods change (see `sources::Applied::refused`)
     pub(super) refused: BTreeMap<PodUid, DesiredPod>,
@@ -92,7 +97,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// And at least this often once populated.
 const SWEEP_IDLE: Duration = Duration::from_secs(120);
 
-fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
+pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
     // The world is plain data; every mutation completes before anything
     // that could panic, so a poisoned lock still guards a consistent state.
     world.lock().unwrap_or_else(|p| p.into_inner())
@@ -135,6 +140,7 @@ impl EventLoop {
                 continue;
             }
             self.reconcile();
+            self.maybe_force_cleanup();
             self.maybe_sweep();
             self.maybe_checkpoint();
             self.maybe_trim();
@@ -214,6 +220,8 @@ impl EventLoop {
                 for e in apply_to_asw(&output, &mut w.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
                 }
+                self.failed_reconstructions
+                    .extend(output.failed.iter().cloned());
                 self.leftovers_done = true;
                 self.sweep_wanted = true;
             }
@@ -224,6 +232,10 @@ impl EventLoop {
                 self.pending.finish(&report.key, ok, Instant::now());
                 if report.ran.contains(&crate::model::Operation::TearDown) {
                     self.sweep_wanted = true;
+                }
+                if report.forced {
+                    self.forced_done(&report);
+                    return;
                 }
                 let mut w = lock(&self.world);
                 for u in &report.updates {

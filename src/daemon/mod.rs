@@ -9,7 +9,10 @@
 //! 3. The pod sources are polled and the reconciler loop starts at once:
 //!    mounts begin while the DSW is still filling; nothing is unmounted until
 //!    every source has been fully listed (`reconciler::plan`).
-//! 4. Stop: no new operation starts, in-flight ones finish, the journal is
+//! 4. Once every source has listed and the pod-dir walk has reported: the
+//!    one-time forced cleanup of the targets reconstruction could not
+//!    rebuild ([`forced`]).
+//! 5. Stop: no new operation starts, in-flight ones finish, the journal is
 //!    flushed by the caller.
 //!
 //! Threads: the loop (all decisions), a small worker pool (the executor's
@@ -18,6 +21,7 @@
 //! [`Daemon::provider`].
 
 pub mod event_loop;
+pub mod forced;
 pub mod orphans;
 pub mod watch;
 
@@ -84,7 +88,7 @@ impl DaemonConfig {
             static_pods: None,
             static_objects: None,
             boot_id,
-            workers: 4,
+            workers: 16,
             poll_interval: Duration::from_secs(1),
             resync: Duration::from_secs(30),
             checkpoint_every: 10_000,
@@ -151,7 +155,7 @@ impl std::fmt::Debug for Daemon {
 fn log_reconstruction(what: &str, output: &MergeOutput) {
     for f in &output.failed {
         tracing::warn!(path = %f.path.display(), cause = ?f.cause,
-            "reconstruction failed for this target; volumed has no plugin or metadata to clean it and leaves it");
+            "reconstruction failed for this target; the forced cleanup handles it once every source has listed");
     }
     tracing::info!(
         decisions = output.decisions.len(),
@@ -232,6 +236,7 @@ impl Daemon {
         };
         record_reconstruction(&metrics, &ready.output);
         log_reconstruction("reconstruction done, ASW ready", &ready.output);
+        let failed_reconstructions = ready.output.failed.clone();
 
         let world = Arc::new(Mutex::new(world));
         let (events_tx, events_rx) = mpsc::channel::<Event>();
@@ -335,6 +340,8 @@ impl Daemon {
             sweep_wanted: false,
             trim_due: false,
             last_trim: None,
+            failed_reconstructions,
+            forced_cleanup_done: false,
             refused: Default::default(),
         };
         threads.push(spawn("volumed-reconciler", move || looper.run())?);

@@ -512,9 +512,9 @@ impl From<&Entry> for EntryV1 {
                 multi_step: p.steps.into(),
                 target: (&p.params).into(),
             }),
-            observed: e.observed.as_ref().map(IdentityV1::from),
+            observed: e.observed.as_deref().map(IdentityV1::from),
             last_seq: e.last_seq,
-            boot_id: e.boot_id.clone(),
+            boot_id: e.boot_id.to_string(),
             reason: e.reason.clone(),
         }
     }
@@ -538,9 +538,9 @@ impl TryFrom<&EntryV1> for Entry {
                     }))
                 })
                 .transpose()?,
-            observed: identity(&e.observed)?,
+            observed: identity(&e.observed)?.map(Box::new),
             last_seq: e.last_seq,
-            boot_id: e.boot_id.clone(),
+            boot_id: e.boot_id.as_str().into(),
             reason: e.reason.clone(),
         })
     }

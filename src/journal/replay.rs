@@ -18,6 +18,7 @@
 //! | forget | the target is no longer tracked |
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::model::{
     MountIdentity, MountState, Operation, Steps, TargetParams, TargetRef, UniqueVolumeName,
@@ -132,12 +133,14 @@ pub struct Entry {
     /// operation in flight, if any (boxed: most entries have none, and an
     /// inline `Pending` would make every entry of the map twice as large)
     pub pending: Option<Box<Pending>>,
-    /// mount identity observed when it was last mounted
-    pub observed: Option<MountIdentity>,
+    /// mount identity observed when it was last mounted (boxed: most
+    /// entries have none)
+    pub observed: Option<Box<MountIdentity>>,
     /// sequence number of the last record about this target
     pub last_seq: u64,
-    /// boot id of that record
-    pub boot_id: String,
+    /// boot id of that record (shared: a journal's entries hold a handful
+    /// of distinct boot ids)
+    pub boot_id: Arc<str>,
     /// reason of the last reconstruction decision, if any
     pub reason: Option<String>,
 }
@@ -176,6 +179,8 @@ pub struct JournalState {
     pending_by_seq: BTreeMap<u64, TargetKey>,
     last_seq: u64,
     anomalies: Vec<Anomaly>,
+    /// the boot id entries last got, shared by the next ones with the same
+    boot: Option<Arc<str>>,
 }
 
 impl PartialEq for JournalState {
@@ -195,7 +200,8 @@ impl JournalState {
             last_seq,
             ..Self::default()
         };
-        for e in entries {
+        for mut e in entries {
+            e.boot_id = s.intern_boot(&e.boot_id);
             let key = TargetKey::of(&e.params);
             if let Some(p) = &e.pending {
                 s.pending_by_seq.insert(p.intent_seq, key.clone());
@@ -256,15 +262,16 @@ impl JournalState {
                 if let Some(old) = self.entries.get(&key).and_then(|e| e.pending.as_ref()) {
                     self.pending_by_seq.remove(&old.intent_seq);
                 }
+                let boot_id = self.intern_boot(&rec.boot_id);
                 self.entries.insert(
                     key,
                     Box::new(Entry {
                         params: target.clone(),
                         state: *state,
                         pending: None,
-                        observed: observed.clone(),
+                        observed: observed.clone().map(Box::new),
                         last_seq: rec.seq,
-                        boot_id: rec.boot_id.clone(),
+                        boot_id,
                         reason: Some(reason.clone()),
                     }),
                 );
@@ -286,6 +293,18 @@ impl JournalState {
         }
     }
 
+    /// `boot_id` as an `Arc` shared with the entries that have it.
+    fn intern_boot(&mut self, boot_id: &str) -> Arc<str> {
+        match &self.boot {
+            Some(b) if **b == *boot_id => b.clone(),
+            _ => {
+                let b: Arc<str> = boot_id.into();
+                self.boot = Some(b.clone());
+                b
+            }
+        }
+    }
+
     fn anomaly(&mut self, seq: u64, what: impl Into<String>) {
         self.anomalies.push(Anomaly {
             seq,
@@ -302,6 +321,7 @@ impl JournalState {
             params: target.clone(),
         });
         let mut superseded = None;
+        let boot_id = self.intern_boot(&rec.boot_id);
         let entry = self.entries.entry(key.clone()).or_insert_with(|| {
             Box::new(Entry {
                 params: target.clone(),
@@ -309,7 +329,7 @@ impl JournalState {
                 pending: None,
                 observed: None,
                 last_seq: rec.seq,
-                boot_id: rec.boot_id.clone(),
+                boot_id: boot_id.clone(),
                 reason: None,
             })
         });
@@ -319,7 +339,7 @@ impl JournalState {
         }
         entry.pending = Some(pending);
         entry.last_seq = rec.seq;
-        entry.boot_id = rec.boot_id.clone();
+        entry.boot_id = boot_id;
         if let Some(old) = superseded {
             self.pending_by_seq.remove(&old);
             self.anomaly(
@@ -338,6 +358,7 @@ impl JournalState {
         result: &OpResult,
         observed: &Option<MountIdentity>,
     ) {
+        let boot_id = self.intern_boot(&rec.boot_id);
         let Some(key) = self.pending_by_seq.remove(&intent_seq) else {
             self.anomaly(
                 rec.seq,
@@ -352,14 +373,14 @@ impl JournalState {
             return;
         };
         entry.last_seq = rec.seq;
-        entry.boot_id = rec.boot_id.clone();
+        entry.boot_id = boot_id;
         entry.reason = None;
         match result {
             OpResult::Success => {
                 if let Some(state) = op.success_state() {
                     entry.state = state;
                     entry.observed = match state {
-                        MountState::Mounted => observed.clone(),
+                        MountState::Mounted => observed.clone().map(Box::new),
                         _ => None,
                     };
                 }

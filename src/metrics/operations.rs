@@ -100,7 +100,7 @@ impl OperationMetrics {
         let force_cleaned = register(r, "force_cleaned_failed_volume_operations_total", || {
             IntCounter::new(
                 "force_cleaned_failed_volume_operations_total",
-                "Volumes whose reconstruction failed that the one-time cleanup tried to clean.",
+                "Targets whose reconstruction failed that the one-time forced cleanup handled.",
             )
         })?;
         let force_cleaned_errors = register(
@@ -109,7 +109,7 @@ impl OperationMetrics {
             || {
                 IntCounter::new(
                     "force_cleaned_failed_volume_operation_errors_total",
-                    "Forced cleanups of failed reconstructions that failed.",
+                    "Forced cleanups of failed reconstructions that failed or were left (no plugin).",
                 )
             },
         )?;

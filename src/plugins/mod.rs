@@ -33,11 +33,13 @@ use crate::host::sys::{Call, Errno, Sys, SysError};
 use crate::model::{Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec};
 
 pub mod empty_dir;
+mod forced;
 pub mod host_path;
 pub mod local;
 mod mount_ops;
 
 pub use empty_dir::EmptyDirPlugin;
+pub use forced::force_unmount;
 pub use host_path::HostPathPlugin;
 pub use local::LocalPlugin;
 
@@ -191,6 +193,19 @@ pub enum PluginError {
         volume: UniqueVolumeName,
         /// the target
         path: PathBuf,
+    },
+    /// a device target a pod still uses (a mount under `pods/` shares its
+    /// device): forced cleanup leaves it
+    #[error("{} {volume}: {path} is in use by {user}; refusing to unmount it", .op.as_str())]
+    DeviceInUse {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the device target
+        path: PathBuf,
+        /// a mount point that shares the device
+        user: PathBuf,
     },
     /// the plugin does not do this operation
     #[error("{} {volume}: not supported by {}", .op.as_str(), .plugin.as_str())]

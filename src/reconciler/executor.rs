@@ -47,6 +47,14 @@ pub enum Job {
         /// the target
         params: TargetParams,
     },
+    /// The one-time forced cleanup of a target reconstruction could not
+    /// rebuild ([`plugins::force_unmount`]): journaled as a TearDown (pod
+    /// target) or UnmountDevice (device target); no ASW change (the target
+    /// was never in the ASW).
+    ForceCleanup {
+        /// minimal parameters: a name for the journal, the plugin, the path
+        params: TargetParams,
+    },
 }
 
 impl Job {
@@ -59,6 +67,10 @@ impl Job {
                 TargetRef::Device => OpKey::volume(&params.volume),
             },
             Job::UnmountDevice { params } => OpKey::volume(&params.volume),
+            Job::ForceCleanup { params } => match &params.target {
+                TargetRef::Pod(p) => OpKey::pod(&params.volume, p),
+                TargetRef::Device => OpKey::volume(&params.volume),
+            },
         }
     }
 }
@@ -143,6 +155,8 @@ pub struct JobReport {
     pub error: Option<String>,
     /// operations that ran (for metrics and tests)
     pub ran: Vec<Operation>,
+    /// a forced cleanup ([`Job::ForceCleanup`]): counted, never retried
+    pub forced: bool,
 }
 
 /// Why a step failed, and whether its target may have changed.
@@ -171,6 +185,8 @@ impl Failure {
 /// Runs jobs. Cheap to share between worker threads.
 pub struct Executor {
     journal: Option<Arc<Journal>>,
+    /// `<root>/pods`: forced cleanup never unmounts a device a mount below it uses
+    pods_dir: PathBuf,
     sys: Arc<dyn Sys>,
     metrics: Arc<Metrics>,
     plugins: Vec<Box<dyn VolumePlugin>>,
@@ -274,6 +290,7 @@ impl Executor {
     ) -> Self {
         Self {
             journal,
+            pods_dir: layout.pods_dir(),
             sys,
             metrics,
             plugins: plugins::all(layout),
@@ -343,6 +360,7 @@ impl Executor {
             updates: Vec::new(),
             error: None,
             ran: Vec::new(),
+            forced: matches!(job, Job::ForceCleanup { .. }),
         };
         let started = Instant::now();
         let result = self.run_inner(job, &mut report);
@@ -350,6 +368,10 @@ impl Executor {
             Job::Mount { want, .. } => (want.plugin, StorageOperation::VolumeMount),
             Job::TearDown { params } => (params.plugin, StorageOperation::VolumeUnmount),
             Job::UnmountDevice { params } => (params.plugin, StorageOperation::UnmountDevice),
+            Job::ForceCleanup { params } => match params.target {
+                TargetRef::Pod(_) => (params.plugin, StorageOperation::VolumeUnmount),
+                TargetRef::Device => (params.plugin, StorageOperation::UnmountDevice),
+            },
         };
         // Like the kubelet, only operations that actually ran are observed.
         if !report.ran.is_empty() {
@@ -488,6 +510,15 @@ impl Executor {
                     volume: params.volume.clone(),
                 });
                 Ok(())
+            }
+            Job::ForceCleanup { params } => {
+                let op = match params.target {
+                    TargetRef::Pod(_) => Operation::TearDown,
+                    TargetRef::Device => Operation::UnmountDevice,
+                };
+                self.journaled(op, Steps::Single, params, &mut r.ran, || {
+                    plugins::force_unmount(params, sys, &self.pods_dir)
+                })
             }
         }
     }

@@ -29,8 +29,8 @@ pub fn journal_agrees(d: &Decision, state: &JournalState, boot_id: &str) -> bool
 fn entry_agrees(d: &Decision, e: &Entry, boot_id: &str) -> bool {
     e.pending.is_none()
         && e.state == d.result
-        && e.boot_id == boot_id
-        && e.observed == d.observed
+        && *e.boot_id == *boot_id
+        && e.observed.as_deref() == d.observed.as_ref()
         && e.params == d.params
 }
 

@@ -263,7 +263,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
             params,
             state: MountState::Mounted,
             pending: None,
-            observed: Some(ext4(false)),
+            observed: Some(Box::new(ext4(false))),
             last_seq: 2,
             boot_id: BOOT.into(),
             reason: None,

@@ -605,7 +605,7 @@ fn decide_journal_target(
     let journal_says = classify::journal_says(entry);
     let expected = classify::expectation(entry, journal_says);
     let host_says = classify::host_says(params.kind, observation, Some(expected), input);
-    let boot = if entry.boot_id == input.current_boot_id {
+    let boot = if *entry.boot_id == *input.current_boot_id {
         Boot::Same
     } else {
         Boot::Rebooted

@@ -788,7 +788,7 @@ fn journal_records_replay_to_the_decisions() {
         let e = replayed.get(&d.key).expect("recorded");
         assert_eq!(e.reported_state(), d.result, "{:?}", d.key);
         assert_eq!(e.reason.as_deref(), Some(d.reason.as_str()));
-        assert_eq!(e.boot_id, "boot-b");
+        assert_eq!(&*e.boot_id, "boot-b");
     }
     // Merging again on the same boot changes nothing.
     let again = merge(&MergeInput {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::DesiredPod;
+use super::{DesiredPod, fingerprint};
 use crate::model::{PodUid, UniqueVolumeName};
 use crate::selinux::{Counter, MetricEvent, Policy, volume_label};
 use crate::state::{DesiredStateOfWorld, StateError};
@@ -29,15 +29,32 @@ pub fn diff(
     old: &BTreeMap<PodUid, DesiredPod>,
     new: &BTreeMap<PodUid, DesiredPod>,
 ) -> Vec<SourceEvent> {
+    let old = old
+        .iter()
+        .map(|(u, p)| (u.clone(), fingerprint(p)))
+        .collect();
+    diff_fingerprints(&old, new, &BTreeSet::new())
+}
+
+/// [`diff`] against what the DSW was last told, kept as [`fingerprint`]s
+/// (the sources keep no pods between polls). A pod in `kept` (its manifest
+/// exists but cannot be read now) is neither removed nor updated.
+pub fn diff_fingerprints(
+    old: &BTreeMap<PodUid, u64>,
+    new: &BTreeMap<PodUid, DesiredPod>,
+    kept: &BTreeSet<PodUid>,
+) -> Vec<SourceEvent> {
     let mut events: Vec<SourceEvent> = old
         .keys()
-        .filter(|uid| !new.contains_key(*uid))
+        .filter(|uid| !new.contains_key(*uid) && !kept.contains(*uid))
         .map(|uid| SourceEvent::PodRemoved(uid.clone()))
         .collect();
     for (uid, pod) in new {
         match old.get(uid) {
             None => events.push(SourceEvent::PodAdded(pod.clone())),
-            Some(before) if before != pod => events.push(SourceEvent::PodUpdated(pod.clone())),
+            Some(before) if *before != fingerprint(pod) => {
+                events.push(SourceEvent::PodUpdated(pod.clone()));
+            }
             Some(_) => {}
         }
     }

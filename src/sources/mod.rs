@@ -19,8 +19,10 @@
 //!
 //! **Change detection: polling, not inotify.** [`Sources::poll_changes`]
 //! lists both directories and compares a signature of every entry (device,
-//! inode, size, mtime, ctime, through symlinks) with the last one; only when
-//! it differs are the files read again. The daemon calls it every
+//! inode, size, mtime, ctime, through symlinks; kept as a hash) with the last one; only when
+//! it differs are files read again: the objects when their dir changed (then
+//! every manifest too, as claims resolve against them), else only the
+//! manifests whose own signature changed. The daemon calls it every
 //! [`DEFAULT_POLL_INTERVAL`] (1 s). Polling sees what inotify misses — a
 //! change behind a symlink, a directory that is replaced or appears later,
 //! a watch queue overflow — costs a `readdir` and a few `stat`s per second,
@@ -38,8 +40,9 @@
 //!   complete and empty, as in the kubelet; an unreadable one is not, and
 //!   that poll changes nothing). Nothing is unmounted before it.
 //! - A manifest that still exists but can no longer be read or parsed (a
-//!   half-written edit) keeps the pod of its last good version, with the
-//!   error added. **Departure:** the kubelet drops that pod; for volumed that
+//!   half-written edit) keeps the pod of its last good version: no event
+//!   changes what the DSW has for it ([`DesiredPods::kept`]); the error is
+//!   logged naming the file. **Departure:** the kubelet drops that pod; for volumed that
 //!   would mean tearing down (and, for a disk emptyDir, deleting) a running
 //!   pod's volumes because of a typo. Deleting the file removes the pod.
 //! - A pod whose claim or volume cannot be resolved gets an error and keeps
@@ -63,7 +66,7 @@ pub mod static_objects;
 pub mod static_pods;
 
 pub use error::{SourceError, SourceErrorCategory};
-pub use events::{Applied, SourceEvent, apply_event, diff};
+pub use events::{Applied, SourceEvent, apply_event, diff, diff_fingerprints};
 use read::{EntrySignature, Listing, list_dir, read_file};
 use static_objects::StaticObjects;
 use static_pods::{ParsedPod, ParsedVolume, PodSeLinux, parse_pod};
@@ -123,6 +126,10 @@ pub struct DesiredPod {
 pub struct DesiredPods {
     /// pods by UID
     pub pods: BTreeMap<PodUid, DesiredPod>,
+    /// pods whose manifest still exists but can no longer be read or parsed:
+    /// they keep what the DSW has for them (their last good version), and
+    /// no event changes them
+    pub kept: BTreeSet<PodUid>,
     /// problems not tied to a pod that was produced (bad files, objects)
     pub file_errors: Vec<SourceError>,
     /// whether every configured directory was listed completely
@@ -130,17 +137,65 @@ pub struct DesiredPods {
 }
 
 /// The static sources with their change detection.
+///
+/// Memory: what is kept between polls is only what diffing needs — per
+/// manifest the UID of its last good version, per pod a fingerprint of what
+/// the DSW was last told ([`fingerprint`]), hashes of the listings — never
+/// parsed or resolved pods (the DSW holds what is wanted).
 #[derive(Debug)]
 pub struct Sources {
     config: SourcesConfig,
-    /// per pod manifest, its last version that parsed (boxed: a `ParsedPod`
-    /// is large and B-tree nodes keep spare slots)
-    last_good: BTreeMap<PathBuf, Box<ParsedPod>>,
-    /// the set the DSW was last told about
-    current: BTreeMap<PodUid, DesiredPod>,
+    /// per pod manifest, the UID of its last version that parsed and the
+    /// file's signature then (an unchanged file is not read again while the
+    /// objects are unchanged too)
+    last_good: BTreeMap<PathBuf, (FileSignature, PodUid)>,
+    /// the pods the DSW was last told about, by fingerprint
+    current: BTreeMap<PodUid, u64>,
     objects: StaticObjects,
-    signature: Option<(Vec<EntrySignature>, Vec<EntrySignature>)>,
+    /// a hash of the objects dir's signature when `objects` was loaded: an
+    /// unchanged one is not read again when only the pods dir changed
+    objects_signature: Option<u64>,
+    /// hashes of both listings' signatures at the last complete poll
+    signature: Option<(u64, u64)>,
     ready_sent: bool,
+}
+
+/// One file's part of a listing signature: (device, inode, size, mtime,
+/// ctime).
+type FileSignature = (u64, u64, u64, i64, i64);
+
+fn file_signature(e: &EntrySignature) -> FileSignature {
+    (e.1, e.2, e.3, e.4, e.5)
+}
+
+/// A hash of a listing's signature (equal signatures, equal hashes).
+fn signature_hash(sig: &[EntrySignature]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    sig.hash(&mut h);
+    h.finish()
+}
+
+/// A fingerprint of everything a pod tells the DSW (its `Debug` form
+/// hashed, so every field counts, new ones included): equal pods, equal
+/// fingerprints.
+pub fn fingerprint(pod: &DesiredPod) -> u64 {
+    use std::hash::Hasher;
+    use std::io::Write;
+    struct H(std::hash::DefaultHasher);
+    impl Write for H {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.write(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut h = H(std::hash::DefaultHasher::new());
+    // Writing into a hasher cannot fail.
+    let _ = write!(h, "{pod:?}");
+    h.0.finish()
 }
 
 fn listing(dir: Option<&PathBuf>) -> Listing {
@@ -161,6 +216,7 @@ impl Sources {
             last_good: BTreeMap::new(),
             current: BTreeMap::new(),
             objects: StaticObjects::default(),
+            objects_signature: None,
             signature: None,
             ready_sent: false,
         }
@@ -176,8 +232,9 @@ impl Sources {
         &self.objects
     }
 
-    /// The pods the DSW was last told about (by [`Sources::poll_changes`]).
-    pub fn current(&self) -> &BTreeMap<PodUid, DesiredPod> {
+    /// The pods the DSW was last told about (by [`Sources::poll_changes`]),
+    /// by [`fingerprint`].
+    pub fn current(&self) -> &BTreeMap<PodUid, u64> {
         &self.current
     }
 
@@ -189,78 +246,123 @@ impl Sources {
         self.load(pods, objects).0
     }
 
-    fn load(
-        &mut self,
-        pods: Listing,
-        objects: Listing,
-    ) -> (DesiredPods, (Vec<EntrySignature>, Vec<EntrySignature>)) {
+    fn load(&mut self, pods: Listing, objects: Listing) -> (DesiredPods, (u64, u64)) {
         let complete = pods.complete && objects.complete;
         let mut file_errors = pods.errors;
         file_errors.extend(objects.errors);
-        let (objs, errs) = StaticObjects::load(&objects.files);
-        self.objects = objs;
-        file_errors.extend(errs);
-        let present: BTreeSet<&PathBuf> = pods.signature.iter().map(|s| &s.0).collect();
-        let mut good = BTreeMap::new();
-        let mut parsed = Vec::new();
+        // Objects are read again only when their dir changed (same
+        // signature rule as `poll_changes`): a pods-only change, the common
+        // one, then costs no re-parse of every PV and claim. Their errors
+        // were logged when they were read.
+        let objects_hash = signature_hash(&objects.signature);
+        let objects_unchanged = objects.complete && self.objects_signature == Some(objects_hash);
+        if !objects_unchanged {
+            let (objs, errs) = StaticObjects::load(&objects.files);
+            self.objects = objs;
+            file_errors.extend(errs);
+            self.objects_signature = objects.complete.then_some(objects_hash);
+        }
+        let sig_of: BTreeMap<&PathBuf, FileSignature> = pods
+            .signature
+            .iter()
+            .map(|e| (&e.0, file_signature(e)))
+            .collect();
+        /// One manifest's pod: parsed now, or kept as the DSW has it (the
+        /// file is unchanged, or cannot be read now).
+        enum Got {
+            Parsed(Box<ParsedPod>),
+            Kept(PodUid),
+        }
+        // Borrowed keys: `last_good` is updated in place below, so a poll
+        // that adds one manifest allocates for that one, not for all.
+        let mut good: BTreeMap<&PathBuf, (FileSignature, PodUid)> = BTreeMap::new();
+        let mut got: Vec<(PathBuf, Got)> = Vec::new();
         for file in &pods.files {
+            let sig = sig_of.get(file).copied().unwrap_or_default();
+            // Unchanged since it was last parsed, and so are the objects its
+            // claims resolve against: the DSW already has its pod.
+            if objects_unchanged
+                && let Some((before, uid)) = self.last_good.get(file)
+                && *before == sig
+                && sig != FileSignature::default()
+            {
+                good.insert(file, (sig, uid.clone()));
+                got.push((file.clone(), Got::Kept(uid.clone())));
+                continue;
+            }
             let node = &self.config.node_name;
             match read_file(file).and_then(|b| parse_pod(file, &b, node)) {
                 Ok(p) => {
-                    good.insert(file.clone(), Box::new(p.clone()));
-                    parsed.push((p, None));
+                    good.insert(file, (sig, p.uid.clone()));
+                    got.push((file.clone(), Got::Parsed(Box::new(p))));
                 }
                 Err(e) => {
-                    if let Some(prev) = self.last_good.get(file) {
-                        good.insert(file.clone(), prev.clone());
-                        parsed.push(((**prev).clone(), Some(e.to_string())));
+                    if let Some((before, prev)) = self.last_good.get(file) {
+                        good.insert(file, (*before, prev.clone()));
+                        got.push((file.clone(), Got::Kept(prev.clone())));
                     }
                     file_errors.push(e);
                 }
             }
         }
         // an entry that failed its stat but still exists keeps its pod too
-        for (file, prev) in &self.last_good {
-            if !good.contains_key(file) && present.contains(file) && complete {
-                good.insert(file.clone(), prev.clone());
-                parsed.push((
-                    (**prev).clone(),
-                    Some(format!("{} cannot be read", file.display())),
-                ));
+        if complete {
+            for file in sig_of.keys() {
+                if good.contains_key(*file) {
+                    continue;
+                }
+                if let Some(prev) = self.last_good.get(*file) {
+                    good.insert(file, prev.clone());
+                    got.push(((*file).clone(), Got::Kept(prev.1.clone())));
+                }
             }
         }
         if complete {
-            self.last_good = good;
+            self.last_good.retain(|f, _| good.contains_key(f));
+            for (file, v) in good {
+                match self.last_good.get_mut(file) {
+                    Some(e) => *e = v,
+                    None => {
+                        self.last_good.insert(file.clone(), v);
+                    }
+                }
+            }
         }
         let mut out: BTreeMap<PodUid, DesiredPod> = BTreeMap::new();
-        parsed.sort_by(|a, b| a.0.file.cmp(&b.0.file));
-        for (p, kept) in parsed {
-            if let Some(other) = out.get(&p.uid) {
+        let mut kept = BTreeSet::new();
+        let mut owner: BTreeMap<PodUid, PathBuf> = BTreeMap::new();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        for (file, g) in got {
+            let uid = match &g {
+                Got::Parsed(p) => p.uid.clone(),
+                Got::Kept(uid) => uid.clone(),
+            };
+            if let Some(other) = owner.get(&uid) {
                 file_errors.push(SourceError::DuplicatePod {
-                    file: p.file.clone(),
-                    uid: p.uid.clone(),
-                    other: other.file.clone(),
+                    file,
+                    uid,
+                    other: other.clone(),
                 });
                 continue;
             }
-            let mut pod = self.resolve(p);
-            if let Some(why) = kept {
-                pod.errors.insert(
-                    0,
-                    format!(
-                        "keeping the last version of {} that could be read: {why}",
-                        pod.file.display()
-                    ),
-                );
+            owner.insert(uid.clone(), file);
+            match g {
+                Got::Parsed(p) => {
+                    out.insert(uid, self.resolve(*p));
+                }
+                Got::Kept(uid) => {
+                    kept.insert(uid);
+                }
             }
-            out.insert(pod.uid.clone(), pod);
         }
         let desired = DesiredPods {
             pods: out,
+            kept,
             file_errors,
             complete,
         };
-        (desired, (pods.signature, objects.signature))
+        let pods_hash = signature_hash(&pods.signature);
+        (desired, (pods_hash, objects_hash))
     }
 
     fn resolve(&self, p: ParsedPod) -> DesiredPod {
@@ -315,11 +417,11 @@ impl Sources {
     pub fn poll_changes(&mut self) -> Option<Vec<SourceEvent>> {
         let pods = listing(self.config.pods_dir.as_ref());
         let objects = listing(self.config.objects_dir.as_ref());
-        let unchanged = self
-            .signature
-            .as_ref()
-            .is_some_and(|(p, o)| *p == pods.signature && *o == objects.signature);
-        if unchanged && self.ready_sent {
+        let now = (
+            signature_hash(&pods.signature),
+            signature_hash(&objects.signature),
+        );
+        if self.signature == Some(now) && self.ready_sent {
             return None;
         }
         let (desired, signature) = self.load(pods, objects);
@@ -332,7 +434,7 @@ impl Sources {
             return None;
         }
         self.signature = Some(signature);
-        let mut events = diff(&self.current, &desired.pods);
+        let mut events = diff_fingerprints(&self.current, &desired.pods, &desired.kept);
         // A pod's own errors (a rejected volume, an unresolved claim) are
         // logged when the pod appears or changes, not on every poll.
         for ev in &events {
@@ -342,7 +444,18 @@ impl Sources {
                 }
             }
         }
-        self.current = desired.pods;
+        // In place: kept pods keep their fingerprint, gone ones go.
+        self.current
+            .retain(|uid, _| desired.pods.contains_key(uid) || desired.kept.contains(uid));
+        for (uid, p) in &desired.pods {
+            let f = fingerprint(p);
+            match self.current.get_mut(uid) {
+                Some(e) => *e = f,
+                None => {
+                    self.current.insert(uid.clone(), f);
+                }
+            }
+        }
         if !self.ready_sent {
             self.ready_sent = true;
             events.push(SourceEvent::SourcesReady);
@@ -354,8 +467,8 @@ impl Sources {
 /// Decides `is_block` of a local PV by `stat` (through symlinks, so
 /// `/dev/disk/by-id/…` counts) when its claim is resolved: a block device
 /// gets a device target (format, MountDevice, bind), anything else is bound
-/// as a directory. Decided again whenever the folders change; a device that
-/// appears later is seen on the next change.
+/// as a directory. Decided again whenever the pod's manifest or the objects
+/// change; a device that appears later is seen on the next such change.
 fn mark_block_device(spec: &mut crate::model::VolumeSpec) {
     use std::os::unix::fs::FileTypeExt;
     if let crate::model::VolumeSpec::Local { path, is_block, .. } = spec {

@@ -332,20 +332,20 @@ fn a_half_written_manifest_keeps_the_pod_of_its_last_good_version() {
         "a.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: [",
     );
-    let events = s.poll_changes().unwrap();
-    let [SourceEvent::PodUpdated(p)] = &events[..] else {
-        panic!("{events:?}")
-    };
-    assert_eq!(p.volumes.len(), 1, "volumes kept");
-    assert!(
-        p.errors[0].starts_with("keeping the last version of"),
-        "{:?}",
-        p.errors
-    );
-    for e in events {
-        apply_event(&mut dsw, e, &crate::selinux::Policy::disabled());
-    }
+    // The pod keeps what the DSW has (its last good version): no event
+    // removes or changes it; the error is logged naming the file.
+    assert_eq!(s.poll_changes(), None);
+    assert!(s.list().kept.contains(&uid("ua")));
     assert_eq!(dsw.volumes_of_pod(&uid("ua")).len(), 1);
+    // Fixed again, with the same content: nothing to tell the DSW.
+    write(&d.pods, "a.yaml", &pod("a", "ua", EMPTY_DIR));
+    assert_eq!(s.poll_changes(), None);
+    // Deleted: removed.
+    std::fs::remove_file(d.pods.join("a.yaml")).unwrap();
+    assert_eq!(
+        s.poll_changes(),
+        Some(vec![SourceEvent::PodRemoved(uid("ua"))])
+    );
 }
 
 #[test]
@@ -385,6 +385,43 @@ fn the_example_fixtures_load_without_errors() {
         p.volumes[0].volume.as_str(),
         "kubernetes.io/local-volume/pv-local"
     );
+}
+
+#[test]
+fn objects_are_read_again_only_when_their_dir_changed() {
+    let d = dirs();
+    write(&d.objects, "o.yaml", PV_PVC);
+    write(&d.pods, "p.yaml", &pod("p", "u1", CLAIM));
+    let mut s = sources(&d);
+    let path_of = |events: &[SourceEvent], u: &str| {
+        events
+            .iter()
+            .find_map(|e| match e {
+                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if p.uid == uid(u) => {
+                    match &p.volumes[0].spec {
+                        VolumeSpec::Local { path, .. } => Some(path.clone()),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    let first = s.poll_changes().unwrap();
+    assert_eq!(path_of(&first, "u1"), Path::new("/mnt/pv1"));
+    // A pods-only change: the cached objects still resolve the claim.
+    write(&d.pods, "q.yaml", &pod("q", "u2", CLAIM));
+    let added = s.poll_changes().unwrap();
+    assert_eq!(path_of(&added, "u2"), Path::new("/mnt/pv1"));
+    // An object edited in place is read again.
+    write(
+        &d.objects,
+        "o.yaml",
+        &PV_PVC.replace("/mnt/pv1", "/mnt/pv1-moved"),
+    );
+    let changed = s.poll_changes().unwrap();
+    assert_eq!(changed.len(), 2, "{changed:?}");
+    assert_eq!(path_of(&changed, "u1"), Path::new("/mnt/pv1-moved"));
 }
 
 /// Issue #6 through `apply_event`: the first pod fixes the label of an RWOP

@@ -1,0 +1,380 @@
+//! The one-time forced cleanup of failed reconstructions (seed 000,
+//! "Proposed VolumeManager startup", last step; the kubelet's
+//! `cleanOrphanVolumes` → `cleanupMounts`, reference §2.7).
+//!
+//! Reconstruction lists the host-found targets it could not rebuild
+//! ([`FailedTarget`]: a plugin volumed does not have, a CSI target without
+//! its `vol_data.json`). They never enter the ASW, so the reconciler never
+//! unmounts them. Once every pod source has listed *and* the pod-dir walk
+//! has reported, after the pass that starts the normal unmounts, each such
+//! target no pod wants is handled once:
+//!
+//! - a pod the DSW knows (any of its volumes, or an unresolved claim), or
+//!   one the loop holds back (refused for its SELinux label), keeps it:
+//!   skipped, not counted (the kubelet skips what the DSW has, and a pod
+//!   whose claim does not resolve keeps every mount it has);
+//! - a device target whose plugin a DSW volume uses with the same driver:
+//!   skipped, not counted;
+//! - otherwise `force_cleaned_failed_volume_operations_total` + 1, then:
+//!   - a plugin volumed does not have: left (DESIGN.md: never force-clean
+//!     plugin dirs of volume types volumed has no plugin for), reported,
+//!     `force_cleaned_failed_volume_operation_errors_total` + 1 — what the
+//!     kubelet counts when it finds no plugin;
+//!   - nothing mounted: nothing to do (the dir is orphan cleanup's);
+//!   - mounted: a [`Job::ForceCleanup`] on the worker pool — intent
+//!     journaled, everything stacked at the target unmounted (no
+//!     `MNT_DETACH`; a nested mount makes it fail), the empty mount-point
+//!     dir removed, outcome journaled — then, whatever the result, a
+//!     `Forget` of the journal entry (the journal knows no more than
+//!     before: a target still there fails reconstruction again at the next
+//!     start). A failure counts an error and is not retried (the kubelet's
+//!     "cleanup is one shot"); unlike the kubelet, a failure of the unmount
+//!     itself is counted too, not only a refusal to start.
+//!
+//! Known limit: a crash between such an intent and its `Forget` leaves a
+//! journal target of a plugin volumed has no implementation for; the next
+//! start settles it from the host (single-step unmount), and if it is still
+//! mounted the reconciler cannot tear it down (it reports "no plugin").
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::model::{
+    PluginName, PodUid, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+};
+use crate::reconciler::executor::{Job, JobReport};
+use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
+use crate::state::DesiredStateOfWorld;
+
+use super::event_loop::{EventLoop, lock};
+
+/// What the forced cleanup does with one failed target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// a pod the DSW knows, or a device a DSW volume may use: not touched, not counted
+    Wanted,
+    /// counted as an error and left: volumed has no plugin for it
+    NoPlugin,
+    /// counted; nothing is mounted there
+    NothingMounted,
+    /// counted; unmount it with these parameters
+    Unmount(Box<TargetParams>),
+}
+
+/// The name the journal records a forced cleanup under: the plugin and the
+/// spec name (the kubelet's force-clean uses the bare spec name; a real
+/// unique name needs the metadata that was missing).
+fn journal_name(f: &FailedTarget) -> UniqueVolumeName {
+    UniqueVolumeName::from_raw(format!("{}/{}", f.plugin_name, f.spec_name))
+}
+
+/// The driver of a CSI device target (`…/csi/<driver>/<hash>/globalmount`).
+fn csi_driver(path: &Path) -> Option<&str> {
+    path.parent()?.parent()?.file_name()?.to_str()
+}
+
+/// Decides, as a pure function of the failed targets, the DSW and the pods
+/// known outside it (`also_known`: pods the loop holds back, e.g. refused
+/// for their SELinux label), what the forced cleanup does with each (in
+/// order).
+pub fn plan_forced(
+    failed: &[FailedTarget],
+    dsw: &DesiredStateOfWorld,
+    also_known: &dyn Fn(&PodUid) -> bool,
+) -> Vec<Step> {
+    let mut pods: HashSet<&PodUid> = HashSet::new();
+    for (_, v) in dsw.volumes() {
+        pods.extend(v.pods.keys());
+    }
+    failed
+        .iter()
+        .map(|f| {
+            let plugin = PluginName::parse(&f.plugin_name);
+            let wanted = match &f.target {
+                TargetRef::Pod(uid) => {
+                    pods.contains(uid) || dsw.pod_has_unresolved(uid) || also_known(uid)
+                }
+                TargetRef::Device => dsw.volumes().any(|(_, v)| match (&v.spec, plugin) {
+                    (VolumeSpec::Csi { driver, .. }, Some(PluginName::Csi)) => {
+                        csi_driver(&f.path).is_none_or(|d| d == driver)
+                    }
+                    _ => Some(v.plugin) == plugin,
+                }),
+            };
+            if wanted {
+                return Step::Wanted;
+            }
+            let plugin = match (plugin, &f.cause) {
+                (Some(p), RebuildFailure::MissingMetadata(_)) => p,
+                (None, _) | (_, RebuildFailure::UnknownPlugin) => return Step::NoPlugin,
+            };
+            if !matches!(f.observation, HostObservation::Mounted(_)) {
+                return Step::NothingMounted;
+            }
+            let is_device = f.target == TargetRef::Device;
+            Step::Unmount(Box::new(TargetParams {
+                volume: journal_name(f),
+                plugin,
+                spec_name: f.spec_name.clone(),
+                target: f.target.clone(),
+                kind: TargetKind::Mount,
+                device_path: None,
+                device_mount_path: is_device.then(|| f.path.clone()),
+                pod_mount_path: (!is_device).then(|| f.path.clone()),
+                selinux: None,
+                mount_options: Vec::new(),
+                fs_type: None,
+            }))
+        })
+        .collect()
+}
+
+impl EventLoop {
+    /// Runs the forced cleanup once: every source listed, the pod-dir walk
+    /// reported (its failures are in), after a pass that started the
+    /// normal unmounts.
+    pub(super) fn maybe_force_cleanup(&mut self) {
+        if self.forced_cleanup_done || !self.leftovers_done {
+            return;
+        }
+        let steps = {
+            let w = lock(&self.world);
+            if !w.dsw.is_populated() {
+                return;
+            }
+            let refused = &self.refused;
+            plan_forced(&self.failed_reconstructions, &w.dsw, &|p| {
+                refused.contains_key(p)
+            })
+        };
+        self.forced_cleanup_done = true;
+        // One shot: the list is dropped whatever happens.
+        let failed = std::mem::take(&mut self.failed_reconstructions);
+        let now = Instant::now();
+        for (f, step) in failed.iter().zip(steps) {
+            let path = f.path.display();
+            match step {
+                Step::Wanted => {
+                    tracing::debug!(path = %path, "forced cleanup: a pod still wants it; left");
+                }
+                Step::NoPlugin => {
+                    self.metrics.ops.force_cleaned.inc();
+                    self.metrics.ops.force_cleaned_errors.inc();
+                    tracing::warn!(path = %path, plugin = %f.plugin_name,
+                        "forced cleanup: volumed has no plugin for this volume type; left as it is");
+                }
+                Step::NothingMounted => {
+                    self.metrics.ops.force_cleaned.inc();
+                    tracing::info!(path = %path, "forced cleanup: nothing mounted; the dir is left to orphan cleanup");
+                }
+                Step::Unmount(params) => {
+                    self.metrics.ops.force_cleaned.inc();
+                    let job = Job::ForceCleanup { params: *params };
+                    let key = job.key();
+                    if !self.pending.start(&key, now) {
+                        self.metrics.ops.force_cleaned_errors.inc();
+                        tracing::warn!(path = %path, "forced cleanup: an operation on it is pending; not retried");
+                        continue;
+                    }
+                    tracing::info!(path = %path, "forced cleanup: unmounting a target reconstruction could not rebuild");
+                    if self.jobs.send(job).is_err() {
+                        self.pending.finish(&key, false, now);
+                        self.metrics.ops.force_cleaned_errors.inc();
+                        self.stopping = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A forced cleanup job finished: counted, and its journal entry
+    /// forgotten whatever the result. The entry holds nothing the host scan
+    /// does not find again, and a kept one would make the next start see a
+    /// journal target of a plugin volumed cannot tear down; forgotten, a
+    /// target that is still there is a failed reconstruction again next
+    /// start (and counted again), exactly as before the attempt.
+    pub(super) fn forced_done(&mut self, report: &JobReport) {
+        match &report.error {
+            Some(e) => {
+                self.metrics.ops.force_cleaned_errors.inc();
+                tracing::warn!(volume = %report.key.volume, error = %e,
+                    "forced cleanup failed; not retried (one shot)");
+            }
+            None => tracing::info!(volume = %report.key.volume, "forced cleanup done"),
+        }
+        // No intent was written when nothing ran (the journal refused it).
+        if report.ran.is_empty() {
+            return;
+        }
+        let target = match &report.key.pod {
+            Some(p) => TargetRef::Pod(p.clone()),
+            None => TargetRef::Device,
+        };
+        let volume = report.key.volume.clone();
+        if let Some(j) = &self.journal
+            && let Err(e) = j.append(crate::journal::Body::Forget { volume, target })
+        {
+            tracing::error!(error = %e, "journal forget record");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DevId, MountIdentity, PodVolume, StorageMedium};
+    use crate::reconstruct::ObservedMount;
+    use crate::state::LabelCheck;
+    use std::path::PathBuf;
+
+    fn mounted() -> HostObservation {
+        HostObservation::Mounted(ObservedMount {
+            identity: MountIdentity {
+                dev: DevId {
+                    major: 0,
+                    minor: 42,
+                },
+                root: PathBuf::from("/"),
+                fs_type: "tmpfs".into(),
+                read_only: false,
+                selinux: None,
+            },
+            source: PathBuf::from("tmpfs"),
+            mount_options: "rw".into(),
+            super_options: "rw".into(),
+        })
+    }
+
+    fn failed(
+        target: TargetRef,
+        plugin: &str,
+        cause: RebuildFailure,
+        obs: HostObservation,
+    ) -> FailedTarget {
+        let path = match &target {
+            TargetRef::Pod(uid) => PathBuf::from(format!(
+                "/r/pods/{uid}/volumes/{}/vol/mount",
+                plugin.replace('/', "~")
+            )),
+            TargetRef::Device => PathBuf::from("/r/plugins/kubernetes.io/csi/drv/abc/globalmount"),
+        };
+        FailedTarget {
+            path,
+            target,
+            plugin_name: plugin.into(),
+            spec_name: "vol".into(),
+            cause,
+            observation: obs,
+        }
+    }
+
+    fn pod(s: &str) -> TargetRef {
+        TargetRef::Pod(PodUid::new(s).unwrap())
+    }
+
+    fn missing() -> RebuildFailure {
+        RebuildFailure::MissingMetadata("vol_data.json".into())
+    }
+
+    fn dsw_with(pod_uid: &str, spec: VolumeSpec) -> DesiredStateOfWorld {
+        let mut dsw = DesiredStateOfWorld::new();
+        let uid = PodUid::new(pod_uid).unwrap();
+        let v = PodVolume {
+            volume: PodVolume::unique_name(&spec, &uid, "other"),
+            spec_name: "other".into(),
+            outer_name: "other".into(),
+            spec,
+            selinux: None,
+        };
+        dsw.add_pod_to_volume(&uid, v, LabelCheck::default())
+            .unwrap();
+        dsw.mark_sources_ready();
+        dsw
+    }
+
+    #[test]
+    fn each_failed_target_gets_one_step() {
+        let csi = "kubernetes.io/csi";
+        let empty = dsw_with(
+            "kept",
+            VolumeSpec::EmptyDir {
+                medium: StorageMedium::Disk,
+                size_limit: None,
+            },
+        );
+        let cases: Vec<(&str, FailedTarget, Step)> = vec![
+            (
+                "a pod the DSW knows keeps its mounts",
+                failed(pod("kept"), csi, missing(), mounted()),
+                Step::Wanted,
+            ),
+            (
+                "no plugin: counted as an error and left",
+                failed(
+                    pod("gone"),
+                    "kubernetes.io/secret",
+                    RebuildFailure::UnknownPlugin,
+                    mounted(),
+                ),
+                Step::NoPlugin,
+            ),
+            (
+                "nothing mounted: nothing to unmount",
+                failed(pod("gone"), csi, missing(), HostObservation::DirPresent),
+                Step::NothingMounted,
+            ),
+        ];
+        for (what, f, want) in cases {
+            assert_eq!(plan_forced(&[f], &empty, &|_| false), vec![want], "{what}");
+        }
+        let f = failed(pod("gone"), csi, missing(), mounted());
+        let [Step::Unmount(p)] = &plan_forced(std::slice::from_ref(&f), &empty, &|_| false)[..]
+        else {
+            panic!("a mounted CSI target of a gone pod is unmounted");
+        };
+        assert_eq!(p.pod_mount_path.as_deref(), Some(f.path.as_path()));
+        assert_eq!(p.plugin, PluginName::Csi);
+        assert_eq!(p.volume.as_str(), "kubernetes.io/csi/vol");
+    }
+
+    #[test]
+    fn an_unresolved_pod_keeps_its_mounts() {
+        let mut dsw = DesiredStateOfWorld::new();
+        dsw.set_pod_unresolved(&PodUid::new("waiting").unwrap(), true);
+        dsw.mark_sources_ready();
+        let f = failed(pod("waiting"), "kubernetes.io/csi", missing(), mounted());
+        assert_eq!(
+            plan_forced(std::slice::from_ref(&f), &dsw, &|_| false),
+            vec![Step::Wanted]
+        );
+        let held = failed(pod("held-back"), "kubernetes.io/csi", missing(), mounted());
+        let known = |p: &PodUid| p.as_str() == "held-back";
+        assert_eq!(plan_forced(&[held], &dsw, &known), vec![Step::Wanted]);
+    }
+
+    #[test]
+    fn a_device_target_is_kept_while_a_dsw_volume_of_its_driver_exists() {
+        let spec = |driver: &str| VolumeSpec::Csi {
+            driver: driver.into(),
+            volume_handle: "h".into(),
+            fs_type: None,
+            access_modes: Vec::new(),
+            mount_options: Vec::new(),
+            attributes: Default::default(),
+            selinux_mount: Default::default(),
+        };
+        let f = failed(TargetRef::Device, "kubernetes.io/csi", missing(), mounted());
+        let same = dsw_with("p", spec("drv"));
+        assert_eq!(
+            plan_forced(std::slice::from_ref(&f), &same, &|_| false),
+            vec![Step::Wanted]
+        );
+        let other = dsw_with("p", spec("other-driver"));
+        let steps = plan_forced(std::slice::from_ref(&f), &other, &|_| false);
+        assert!(
+            matches!(&steps[..], [Step::Unmount(p)] if p.device_mount_path.as_deref() == Some(f.path.as_path())),
+            "{steps:?}"
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! Forced cleanup of a target reconstruction could not rebuild (seed 000's
+//! one-time cleanup of failed reconstructions; the kubelet's
+//! `cleanupMounts`): no spec, no plugin-specific step — only what is still
+//! mounted at the target is unmounted, and its mount-point directory is
+//! removed if it is empty. Nothing is ever deleted inside a mount point: a
+//! target with a nested mount fails to unmount (`EBUSY`, never
+//! `MNT_DETACH`) and a directory that is not empty is left and reported.
+//!
+//! A device target is refused while any mount under `pods/` shares its
+//! device (a pod still uses it; "in use" is decided by major:minor).
+
+use std::path::Path;
+
+use crate::host::sys::Sys;
+use crate::model::{Operation, TargetParams, TargetRef};
+use crate::plugins::mount_ops::{remove_mount_dir, unmount_all};
+use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult};
+
+/// Unmounts everything stacked at the target of `params` (the pod mount
+/// path for a pod target, the device mount path for a device target) and
+/// removes its directory if it is then empty. `pods_dir` is
+/// `<root>/pods`: a device target is refused while a mount below it shares
+/// the device.
+pub fn force_unmount(params: &TargetParams, sys: &dyn Sys, pods_dir: &Path) -> PluginResult {
+    let (op_name, target) = match params.target {
+        TargetRef::Pod(_) => (Operation::TearDown, params.pod_mount_path.as_deref()),
+        TargetRef::Device => (
+            Operation::UnmountDevice,
+            params.device_mount_path.as_deref(),
+        ),
+    };
+    let mut op = Op::new(sys, op_name, params);
+    let target = target.ok_or_else(|| op.missing("target path"))?;
+    if params.target == TargetRef::Device {
+        let table = op.look(sys.read_mountinfo())?;
+        if let Some(top) = table.top_at(target)
+            && let Some(user) = table
+                .by_dev(top.dev)
+                .find(|m| m.mount_point.starts_with(pods_dir))
+        {
+            return Err(PluginError::DeviceInUse {
+                op: op_name,
+                volume: params.volume.clone(),
+                path: target.to_owned(),
+                user: user.mount_point.clone(),
+            });
+        }
+    }
+    unmount_all(&mut op, target)?;
+    let left_behind = remove_mount_dir(&mut op, target)?;
+    let action = if op.changed {
+        Action::Performed
+    } else {
+        Action::AlreadyInPlace
+    };
+    Ok(Outcome {
+        action,
+        left_behind,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::recording_sys::RecordingSys;
+    use crate::model::{PluginName, PodUid, TargetKind, UniqueVolumeName};
+    use std::path::PathBuf;
+
+    fn params(target: TargetRef, path: &str) -> TargetParams {
+        let pod = matches!(target, TargetRef::Pod(_));
+        TargetParams {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/csi/pv-x"),
+            plugin: PluginName::Csi,
+            spec_name: "pv-x".into(),
+            target,
+            kind: TargetKind::Mount,
+            device_path: None,
+            device_mount_path: (!pod).then(|| PathBuf::from(path)),
+            pod_mount_path: pod.then(|| PathBuf::from(path)),
+            selinux: None,
+            mount_options: Vec::new(),
+            fs_type: None,
+        }
+    }
+
+    #[test]
+    fn a_missing_target_path_is_an_error_not_a_guess() {
+        let sys = RecordingSys::new();
+        let mut p = params(TargetRef::Device, "/r/x");
+        p.device_mount_path = None;
+        let err = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap_err();
+        assert!(matches!(err, PluginError::MissingParam { .. }), "{err}");
+    }
+
+    #[test]
+    fn nothing_mounted_and_no_dir_is_already_clean() {
+        let sys = RecordingSys::new();
+        let uid = PodUid::new("p1").unwrap();
+        let p = params(
+            TargetRef::Pod(uid),
+            "/r/pods/p1/volumes/kubernetes.io~csi/pv-x/mount",
+        );
+        let out = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap();
+        assert_eq!(out.action, Action::AlreadyInPlace);
+        assert!(out.left_behind.is_empty());
+    }
+
+    #[test]
+    fn a_mounted_pod_target_is_unmounted_and_its_empty_dir_removed() {
+        let sys = RecordingSys::new();
+        let target = Path::new("/r/pods/p1/volumes/kubernetes.io~csi/pv-x/mount");
+        sys.add(target, crate::host::sys::FileKind::Dir);
+        sys.preset_mount(
+            None,
+            target,
+            Some("tmpfs"),
+            crate::host::sys::MsFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let uid = PodUid::new("p1").unwrap();
+        let p = params(TargetRef::Pod(uid), target.to_str().unwrap());
+        let out = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap();
+        assert_eq!(out.action, Action::Performed);
+        assert!(sys.mounts().is_empty(), "{:?}", sys.mounts());
+        assert!(!sys.exists(target));
+    }
+
+    #[test]
+    fn a_device_target_a_pod_still_binds_is_refused() {
+        let sys = RecordingSys::new();
+        let global = Path::new("/r/plugins/kubernetes.io/csi/d/h/globalmount");
+        let bind = Path::new("/r/pods/p1/volumes/kubernetes.io~csi/pv-x/mount");
+        sys.add(global, crate::host::sys::FileKind::Dir);
+        sys.add(bind, crate::host::sys::FileKind::Dir);
+        let flags = crate::host::sys::MsFlags::empty();
+        sys.preset_mount(None, global, Some("tmpfs"), flags, None)
+            .unwrap();
+        sys.preset_mount(
+            Some(global),
+            bind,
+            None,
+            crate::host::sys::MsFlags::MS_BIND,
+            None,
+        )
+        .unwrap();
+        let p = params(TargetRef::Device, global.to_str().unwrap());
+        let err = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap_err();
+        assert!(matches!(err, PluginError::DeviceInUse { .. }), "{err}");
+        assert_eq!(sys.mounts().len(), 2, "nothing unmounted");
+        assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
+    }
+}
