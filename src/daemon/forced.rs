@@ -241,8 +241,6 @@ mod tests {
                 selinux: None,
             },
             source: PathBuf::from("tmpfs"),
-            mount_options: "rw".into(),
-            super_options: "rw".into(),
         })
     }
 

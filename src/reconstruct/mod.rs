@@ -405,8 +405,8 @@ pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) 
             agrees.push(
                 entry.pending.is_none()
                     && entry.state == decision.result
-                    && entry.boot_id == input.current_boot_id
-                    && entry.observed == decision.observed,
+                    && *entry.boot_id == *input.current_boot_id
+                    && entry.observed.as_deref() == decision.observed.as_ref(),
             );
             record(&mut out, decision, observation);
         }
