@@ -493,6 +493,28 @@ fn cpu_ticks(pid: Pid) -> u64 {
     f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
 }
 
+/// utime + stime per thread name of `pid`, in clock ticks.
+fn thread_ticks(pid: Pid) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_owned();
+        let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let ticks = f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+        *out.entry(name).or_insert(0) += ticks;
+    }
+    out
+}
+
 /// (VmRSS, RssAnon) of `pid` in KiB.
 fn rss_kib(pid: Pid) -> (u64, u64) {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
@@ -659,6 +681,7 @@ fn main() {
             JournalConfig::new("x", "n", "b").cache_capacity >> 20
         );
         let before = cpu_ticks(b.pid());
+        let threads_before = thread_ticks(b.pid());
         let t = Instant::now();
         if std::env::var("VOLUMED_BENCH_ONLY").is_ok_and(|v| v == "memory") {
             b.stop();
@@ -674,6 +697,14 @@ fn main() {
             100.0 * ticks as f64 / clk_tck() / secs,
             poll_ms()
         );
+        let by_thread: Vec<String> = thread_ticks(b.pid())
+            .into_iter()
+            .filter_map(|(name, t)| {
+                let d = t.saturating_sub(threads_before.get(&name).copied().unwrap_or(0));
+                (d > 0).then(|| format!("{name} {:.2} s", d as f64 / clk_tck()))
+            })
+            .collect();
+        println!("  idle CPU by thread: {}", by_thread.join(", "));
         println!("  check: {} mounts below the root", mounts_below(&root_b));
     }
     let stop = b.stop();
