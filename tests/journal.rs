@@ -88,6 +88,33 @@ fn append_survives_reopen_and_sequence_numbers_continue() {
     assert_eq!(j.append(intent(3)).unwrap(), 3);
 }
 
+/// `append_lazy` (operation outcomes) is not waited for: it becomes durable
+/// with the next durable append or `flush_pending`, in log order.
+#[test]
+fn lazy_appends_become_durable_with_the_next_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    assert!(!j.has_pending());
+    j.flush_pending().unwrap();
+    let flushes = j.flush_count();
+    let lazy = j.append_lazy(intent(1)).unwrap();
+    assert!(j.has_pending());
+    assert!(j.synced_through() < lazy);
+    assert_eq!(j.flush_count(), flushes, "no flush of its own");
+    let durable = j.append(intent(2)).unwrap();
+    assert!(j.synced_through() >= durable && durable > lazy);
+    assert!(!j.has_pending(), "the later append carried the lazy one");
+    let lazy = j.append_lazy(intent(3)).unwrap();
+    j.flush_pending().unwrap();
+    assert!(j.synced_through() >= lazy);
+    assert!(!j.has_pending());
+    let before = j.state();
+    j.close().unwrap();
+    let (_, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert_eq!(replay.tail.len(), 3);
+    assert_eq!(replay.state, before);
+}
+
 #[test]
 fn replay_of_checkpoint_plus_tail_equals_replay_of_everything() {
     let dir = tempfile::tempdir().unwrap();

@@ -141,6 +141,7 @@ impl EventLoop {
             }
             self.reconcile();
             self.maybe_force_cleanup();
+            self.maybe_flush();
             self.maybe_sweep();
             self.maybe_checkpoint();
             self.maybe_trim();
@@ -402,6 +403,19 @@ impl EventLoop {
         self.metrics.ops.orphan_cleaned_errors.set(as_i64(r.errors));
         self.last_sweep = Some(now);
         self.sweep_wanted = false;
+    }
+
+    /// Once no job is in flight, makes the outcomes the workers appended
+    /// without waiting durable (one flush for the whole burst; while jobs
+    /// run, their intents' flushes carry the earlier outcomes along).
+    fn maybe_flush(&mut self) {
+        let Some(j) = &self.journal else { return };
+        if self.pending.running() != 0 || !j.has_pending() {
+            return;
+        }
+        if let Err(e) = j.flush_pending() {
+            tracing::error!(error = %e, "flushing the journal's outcomes failed");
+        }
     }
 
     fn maybe_checkpoint(&mut self) {

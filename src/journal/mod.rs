@@ -356,36 +356,65 @@ impl Journal {
     /// Appends a record and returns its sequence number once it is durable
     /// (it survives the death of the process; see the module docs).
     pub fn append(&self, body: Body) -> Result<u64, JournalError> {
+        let seq = self.insert(body)?;
+        self.wait_durable(seq)?;
+        Ok(seq)
+    }
+
+    /// Appends a record without waiting for it to be durable: it becomes
+    /// durable with the next flush — the next [`append`](Self::append) of
+    /// anyone (sled's log is flushed in order, so a later durable record
+    /// makes every earlier one durable) or [`flush_pending`](Self::flush_pending).
+    /// For records whose loss in a crash the reader can tell and repair:
+    /// an operation's outcome (a lost one leaves an intent without outcome,
+    /// which reconstruction settles from the host, exactly as if the
+    /// process had died just before writing it). Never for an intent.
+    pub fn append_lazy(&self, body: Body) -> Result<u64, JournalError> {
+        self.insert(body)
+    }
+
+    /// Makes every record appended so far durable (one group flush, shared
+    /// with concurrent waiters); a no-op when nothing is pending.
+    pub fn flush_pending(&self) -> Result<(), JournalError> {
+        let through = self.inserted_through.load(Ordering::SeqCst);
+        if through == 0 || self.synced_through() >= through {
+            return Ok(());
+        }
+        self.wait_durable(through)
+    }
+
+    /// Whether records were appended that are not durable yet.
+    pub fn has_pending(&self) -> bool {
+        self.synced_through() < self.inserted_through.load(Ordering::SeqCst)
+    }
+
+    fn insert(&self, body: Body) -> Result<u64, JournalError> {
         if let Some(reason) = self.commit.failure() {
             return Err(JournalError::Flush {
                 path: self.dir.clone(),
                 reason,
             });
         }
-        let seq = {
-            let mut w = self.writer();
-            let seq = w.next_seq;
-            let rec = Record {
-                seq,
-                wall_time_ns: now_ns(),
-                boot_id: self.boot_id.clone(),
-                body,
-            };
-            let payload = record::encode(&RecordV1::from(&rec));
-            let value = envelope::seal(self.journal_id, Kind::Record, seq, &payload);
-            self.records
-                .insert(seq.to_be_bytes(), value)
-                .map_err(|source| JournalError::Write {
-                    what: "record",
-                    path: self.dir.clone(),
-                    source,
-                })?;
-            w.state.apply(&rec);
-            w.next_seq = seq + 1;
-            self.inserted_through.store(seq, Ordering::SeqCst);
-            seq
+        let mut w = self.writer();
+        let seq = w.next_seq;
+        let rec = Record {
+            seq,
+            wall_time_ns: now_ns(),
+            boot_id: self.boot_id.clone(),
+            body,
         };
-        self.wait_durable(seq)?;
+        let payload = record::encode(&RecordV1::from(&rec));
+        let value = envelope::seal(self.journal_id, Kind::Record, seq, &payload);
+        self.records
+            .insert(seq.to_be_bytes(), value)
+            .map_err(|source| JournalError::Write {
+                what: "record",
+                path: self.dir.clone(),
+                source,
+            })?;
+        w.state.apply(&rec);
+        w.next_seq = seq + 1;
+        self.inserted_through.store(seq, Ordering::SeqCst);
         Ok(seq)
     }
 

@@ -304,9 +304,10 @@ impl Executor {
             .map(|p| p.as_ref())
     }
 
-    /// Journals the intent, runs `f`, journals the outcome. A journal that
-    /// fails to append is fatal for the operation (nothing touches the OS
-    /// without a durable intent).
+    /// Journals the intent (durable before `f` runs), runs `f`, journals the
+    /// outcome (appended, durable with the next flush). A journal that fails
+    /// to append is fatal for the operation (nothing touches the OS without
+    /// a durable intent).
     fn journaled(
         &self,
         op: Operation,
@@ -339,7 +340,11 @@ impl Executor {
                 Err(e) if e.is_uncertain() => OpResult::FailedUncertain(e.to_string()),
                 Err(e) => OpResult::FailedFinal(e.to_string()),
             };
-            j.append(Body::Outcome {
+            // Not waited for: the next intent's flush (anyone's) or the
+            // loop's idle flush makes it durable; lost in a crash, it
+            // leaves an intent without outcome, which reconstruction
+            // settles from the host (the `after_op` crash points).
+            j.append_lazy(Body::Outcome {
                 intent_seq,
                 op,
                 result: outcome,
