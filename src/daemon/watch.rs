@@ -13,8 +13,11 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
 
 /// Full re-read interval while inotify reports nothing.
 pub const RESYNC: Duration = Duration::from_secs(30);
@@ -25,6 +28,11 @@ pub struct Watcher {
     dirs: Vec<PathBuf>,
     fallback: Duration,
     last_full: Instant,
+    /// what each watch is for: `None` a source dir (every event counts),
+    /// `Some(names)` a parent watched only for these children appearing,
+    /// going or being replaced (a busy parent — a log file beside the
+    /// source dirs — must not re-list the sources on every write)
+    watches: BTreeMap<WatchDescriptor, Option<Vec<OsString>>>,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -59,25 +67,51 @@ impl Watcher {
                 None
             }
         };
-        let w = Self {
+        let mut w = Self {
             inotify,
             dirs,
             fallback,
             last_full: Instant::now(),
+            watches: BTreeMap::new(),
         };
         w.add_watches();
         w
     }
 
     /// (Re-)adds watches; a dir that did not exist yet is watched once it does.
-    fn add_watches(&self) {
+    fn add_watches(&mut self) {
         let Some(ino) = &self.inotify else { return };
+        let mut watches: BTreeMap<WatchDescriptor, Option<Vec<OsString>>> = BTreeMap::new();
         for d in &self.dirs {
             // Adding an existing watch again is harmless (same descriptor).
-            let _ = ino.add_watch(d.as_path(), flags());
-            if let Some(parent) = d.parent() {
-                let _ = ino.add_watch(parent, flags());
+            if let Ok(wd) = ino.add_watch(d.as_path(), flags()) {
+                watches.insert(wd, None);
             }
+            if let (Some(parent), Some(name)) = (d.parent(), d.file_name())
+                && let Ok(wd) = ino.add_watch(parent, flags())
+            {
+                // a parent that is also a source dir keeps `None`: every event counts
+                if let Some(names) = watches.entry(wd).or_insert_with(|| Some(Vec::new())) {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        self.watches = watches;
+    }
+
+    /// Whether an event can change what the sources list.
+    fn relevant(&self, e: &InotifyEvent) -> bool {
+        if e.mask.intersects(
+            AddWatchFlags::IN_Q_OVERFLOW
+                | AddWatchFlags::IN_IGNORED
+                | AddWatchFlags::IN_DELETE_SELF
+                | AddWatchFlags::IN_MOVE_SELF,
+        ) {
+            return true;
+        }
+        match self.watches.get(&e.wd) {
+            Some(None) | None => true,
+            Some(Some(names)) => e.name.as_ref().is_some_and(|n| names.contains(n)),
         }
     }
 
@@ -101,9 +135,17 @@ impl Watcher {
             return false;
         }
         // Drain everything queued: one re-read serves them all.
-        while matches!(ino.read_events(), Ok(evs) if !evs.is_empty()) {}
-        self.add_watches();
-        true
+        let mut relevant = false;
+        while let Ok(evs) = ino.read_events() {
+            if evs.is_empty() {
+                break;
+            }
+            relevant |= evs.iter().any(|e| self.relevant(e));
+        }
+        if relevant {
+            self.add_watches();
+        }
+        relevant
     }
 }
 
@@ -135,6 +177,11 @@ mod tests {
         assert!(
             w.wait(Duration::from_secs(5)),
             "the renamed-in dir wakes it"
+        );
+        std::fs::write(dir.path().join("volumed.log"), "a log line").unwrap();
+        assert!(
+            !w.wait(Duration::from_millis(200)),
+            "a file beside the source dir does not"
         );
         std::fs::write(pods.join("p.yaml"), "x").unwrap();
         assert!(
