@@ -95,7 +95,7 @@ pub fn plan_forced(
                 TargetRef::Pod(uid) => {
                     pods.contains(uid) || dsw.pod_has_unresolved(uid) || also_known(uid)
                 }
-                TargetRef::Device => dsw.volumes().any(|(_, v)| match (&v.spec, plugin) {
+                TargetRef::Device => dsw.volumes().any(|(_, v)| match (&*v.spec, plugin) {
                     (VolumeSpec::Csi { driver, .. }, Some(PluginName::Csi)) => {
                         csi_driver(&f.path).is_none_or(|d| d == driver)
                     }

@@ -86,8 +86,8 @@ pub enum AswUpdate {
         plugin: PluginName,
         /// spec name
         spec_name: String,
-        /// spec
-        spec: Option<VolumeSpec>,
+        /// spec (shared with the DSW)
+        spec: Option<Arc<VolumeSpec>>,
         /// how
         mount: DeviceMount,
     },
@@ -115,8 +115,8 @@ pub enum AswUpdate {
         plugin: PluginName,
         /// spec name
         spec_name: String,
-        /// spec
-        spec: Option<VolumeSpec>,
+        /// spec (shared with the DSW)
+        spec: Option<Arc<VolumeSpec>>,
         /// pod
         pod: PodUid,
         /// how
@@ -225,7 +225,7 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
         pod_mount_path: Some(layout.pod_target_path(&want.pod, want.plugin, &want.spec_name)),
         selinux: want.selinux.clone(),
         mount_options,
-        fs_type: match &want.spec {
+        fs_type: match &*want.spec {
             VolumeSpec::EmptyDir {
                 medium: StorageMedium::Memory,
                 ..
@@ -562,7 +562,7 @@ mod tests {
         VolumeToMount {
             volume: PodVolume::unique_name(&spec, &pod, name),
             plugin: spec.plugin(),
-            spec,
+            spec: spec.into(),
             pod,
             spec_name: name.into(),
             outer_name: name.into(),

@@ -186,7 +186,7 @@ mod tests {
             shared.clone(),
             PluginName::LocalVolume,
             "pv1",
-            Some(block.clone()),
+            Some(block.clone().into()),
             None,
         );
         asw.mark_device_mounted(
@@ -215,7 +215,7 @@ mod tests {
                 volume,
                 pod: pod.clone(),
                 plugin: spec.plugin(),
-                spec,
+                spec: spec.into(),
                 spec_name: name.into(),
                 outer_name: name.into(),
                 selinux: None,

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::{PodMap, SeLinuxState, StateError};
 use crate::model::{
@@ -70,8 +71,8 @@ pub struct ActualVolume {
     pub plugin: PluginName,
     /// the spec name
     pub spec_name: String,
-    /// the spec; `None` when rebuilt from the host alone
-    pub spec: Option<VolumeSpec>,
+    /// the spec, shared with the DSW; `None` when rebuilt from the host alone
+    pub spec: Option<Arc<VolumeSpec>>,
     /// the device target; `None` when the volume has none (or none is known yet)
     pub device: Option<DeviceTarget>,
     /// the volume-level context (the kubelet's `seLinuxMountContext`)
@@ -92,7 +93,7 @@ pub struct MountedVolume {
     /// the spec name
     pub spec_name: String,
     /// the spec, when known
-    pub spec: Option<VolumeSpec>,
+    pub spec: Option<Arc<VolumeSpec>>,
     /// the pod target
     pub target: MountedPod,
     /// the device mount path, when known
@@ -134,11 +135,11 @@ impl ActualStateOfWorld {
         volume: UniqueVolumeName,
         plugin: PluginName,
         spec_name: impl Into<String>,
-        spec: Option<VolumeSpec>,
+        spec: Option<Arc<VolumeSpec>>,
         device_path: Option<PathBuf>,
     ) {
-        let has_device = |s: &Option<VolumeSpec>| {
-            s.as_ref()
+        let has_device = |s: &Option<Arc<VolumeSpec>>| {
+            s.as_deref()
                 .and_then(VolumeSpec::device_target_kind)
                 .is_some()
         };
@@ -856,7 +857,7 @@ mod tests {
             idle.clone(),
             PluginName::LocalVolume,
             "idle",
-            Some(local_spec()),
+            Some(local_spec().into()),
             None,
         );
         asw.mark_device_uncertain(&idle, dm(None, "/gi", None))

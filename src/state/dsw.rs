@@ -2,6 +2,7 @@
 //! with which SELinux labels. See the `state` module doc for the rules.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::{PodMap, SeLinuxConflict, StateError};
 use crate::model::{PluginName, PodUid, PodVolume, SeLinuxContext, UniqueVolumeName, VolumeSpec};
@@ -38,8 +39,9 @@ pub struct DesiredPod {
 pub struct DesiredVolume {
     /// the plugin
     pub plugin: PluginName,
-    /// the spec, as the last pod added it
-    pub spec: VolumeSpec,
+    /// the spec, as the last pod added it (shared with the ASW and the
+    /// jobs: a clone is a count)
+    pub spec: Arc<VolumeSpec>,
     /// the label used for `-o context`, fixed by the first pod
     pub effective_selinux: Option<SeLinuxContext>,
     /// the label compared for conflicts, fixed by the first pod
@@ -66,8 +68,8 @@ pub struct VolumeToMount {
     pub pod: PodUid,
     /// the plugin
     pub plugin: PluginName,
-    /// the spec
-    pub spec: VolumeSpec,
+    /// the spec (shared with the DSW)
+    pub spec: Arc<VolumeSpec>,
     /// the spec name
     pub spec_name: String,
     /// the pod's outer volume name
@@ -115,7 +117,7 @@ impl DesiredStateOfWorld {
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
             Box::new(DesiredVolume {
                 plugin: volume.spec.plugin(),
-                spec: volume.spec.clone(),
+                spec: Arc::new(volume.spec.clone()),
                 effective_selinux: volume.selinux,
                 original_selinux: check.original.clone(),
                 pods: PodMap::new(),
@@ -138,7 +140,10 @@ impl DesiredStateOfWorld {
             }
             conflict = Some(c);
         }
-        entry.spec = volume.spec;
+        // a new `Arc` only for a changed spec: the ASW shares the old one
+        if *entry.spec != volume.spec {
+            entry.spec = Arc::new(volume.spec);
+        }
         entry.pods.insert(pod.clone(), record);
         Ok(AddedPod {
             volume: name,
