@@ -245,7 +245,11 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
             }
             TargetRef::Pod(uid) => v.pods.push(PodSnapshot {
                 pod_uid: uid.clone(),
-                mount_path: p.pod_mount_path.clone().unwrap_or_default(),
+                mount_path: p
+                    .pod_mount_path
+                    .as_deref()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default(),
                 kind: p.kind,
                 state: e.reported_state(),
                 selinux_context: selinux_of(e),

@@ -237,6 +237,68 @@ impl UniqueVolumeName {
     }
 }
 
+/// A path shared by everything that holds it (`Arc<Path>`): a pod target's
+/// path lives in the job's parameters, the journal's state and the ASW, and
+/// a clone is a count. Reads as a [`Path`] (`Deref`); serialises, and shows
+/// in `Debug`, as one.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SharedPath(Arc<Path>);
+
+impl std::ops::Deref for SharedPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for SharedPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SharedPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl From<PathBuf> for SharedPath {
+    fn from(p: PathBuf) -> Self {
+        Self(p.into())
+    }
+}
+
+impl From<&Path> for SharedPath {
+    fn from(p: &Path) -> Self {
+        Self(p.into())
+    }
+}
+
+impl From<String> for SharedPath {
+    fn from(s: String) -> Self {
+        PathBuf::from(s).into()
+    }
+}
+
+impl From<&str> for SharedPath {
+    fn from(s: &str) -> Self {
+        Path::new(s).into()
+    }
+}
+
+impl Serialize for SharedPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        PathBuf::deserialize(d).map(Self::from)
+    }
+}
+
 impl fmt::Display for UniqueVolumeName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -689,8 +751,9 @@ pub struct TargetParams {
     pub device_path: Option<PathBuf>,
     /// The device (global) mount path, if the volume has one.
     pub device_mount_path: Option<PathBuf>,
-    /// The per-pod path, for pod targets.
-    pub pod_mount_path: Option<PathBuf>,
+    /// The per-pod path, for pod targets (shared with the ASW's pod target
+    /// and the journal's state: a clone is a count).
+    pub pod_mount_path: Option<SharedPath>,
     /// The SELinux label mounted with; `None` for none.
     pub selinux: Option<SeLinuxContext>,
     /// Mount options (without the context option).

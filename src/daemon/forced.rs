@@ -121,7 +121,7 @@ pub fn plan_forced(
                 kind: TargetKind::Mount,
                 device_path: None,
                 device_mount_path: is_device.then(|| f.path.clone()),
-                pod_mount_path: (!is_device).then(|| f.path.clone()),
+                pod_mount_path: (!is_device).then(|| f.path.as_path().into()),
                 selinux: None,
                 mount_options: Vec::new(),
                 fs_type: None,

@@ -303,7 +303,7 @@ impl TryFrom<&TargetV1> for TargetParams {
             kind,
             device_path: t.device_path.as_deref().map(bytes_path),
             device_mount_path: t.device_mount_path.as_deref().map(bytes_path),
-            pod_mount_path: t.pod_mount_path.as_deref().map(bytes_path),
+            pod_mount_path: t.pod_mount_path.as_deref().map(|b| bytes_path(b).into()),
             selinux,
             mount_options: t.mount_options.clone(),
             fs_type: t.fs_type.clone(),
@@ -586,6 +586,7 @@ mod tests {
                 PathBuf::from(format!(
                     "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"
                 ))
+                .into()
             }),
             selinux: Some(
                 SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c2").unwrap(),

@@ -7,7 +7,7 @@
 //! Crash points (`<op>.after_intent`, `<op>.after_op`) sit exactly where
 //! DESIGN.md names them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -222,7 +222,11 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
         kind: want.spec.pod_target_kind(),
         device_path,
         device_mount_path: device_mount_path(layout, want),
-        pod_mount_path: Some(layout.pod_target_path(&want.pod, want.plugin, &want.spec_name)),
+        pod_mount_path: Some(
+            layout
+                .pod_target_path(&want.pod, want.plugin, &want.spec_name)
+                .into(),
+        ),
         selinux: want.selinux.clone(),
         mount_options,
         fs_type: match &*want.spec {
@@ -440,7 +444,10 @@ impl Executor {
                 }
                 let pod_mount = PodMount {
                     outer_name: want.outer_name.clone(),
-                    mount_path: pod.pod_mount_path.clone().unwrap_or_default(),
+                    mount_path: pod
+                        .pod_mount_path
+                        .clone()
+                        .unwrap_or_else(|| Path::new("").into()),
                     kind: pod.kind,
                     selinux: SeLinuxState::mounted_with(pod.selinux.clone()),
                 };

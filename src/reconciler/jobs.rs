@@ -203,7 +203,9 @@ mod tests {
             &pod,
             PodMount {
                 outer_name: "data".into(),
-                mount_path: layout.pod_target_path(&pod, PluginName::LocalVolume, "pv1"),
+                mount_path: layout
+                    .pod_target_path(&pod, PluginName::LocalVolume, "pv1")
+                    .into(),
                 kind: TargetKind::Mount,
                 selinux: SeLinuxState::WithoutContext,
             },

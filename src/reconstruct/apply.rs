@@ -143,7 +143,7 @@ fn apply_one(d: &Decision, asw: &mut ActualStateOfWorld) -> Result<(), Reconstru
             }
         }
         TargetRef::Pod(pod) => {
-            let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
+            let mount_path = d.params.pod_mount_path.clone().ok_or_else(no_path)?;
             let known = || SeLinuxState::mounted_with(label(d));
             match d.result {
                 MountState::Mounted => {

@@ -78,9 +78,7 @@ fn device_mount_path() -> PathBuf {
 
 fn params(vol: Vol) -> TargetParams {
     let pod_path = |plugin: &str, name: &str| {
-        Some(PathBuf::from(format!(
-            "{ROOT}/pods/pod1/volumes/{plugin}/{name}"
-        )))
+        Some(PathBuf::from(format!("{ROOT}/pods/pod1/volumes/{plugin}/{name}")).into())
     };
     let base = TargetParams {
         volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),

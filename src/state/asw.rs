@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::{PodMap, SeLinuxState, StateError};
 use crate::model::{
-    MountState, PluginName, PodUid, SeLinuxContext, TargetKind, UniqueVolumeName, VolumeSpec,
+    MountState, PluginName, PodUid, SeLinuxContext, SharedPath, TargetKind, UniqueVolumeName,
+    VolumeSpec,
 };
 
 /// A volume's device (global) target.
@@ -56,8 +57,9 @@ pub struct MountedPod {
 pub struct PodMount {
     /// `pod.spec.volumes[x].name` (empty when rebuilt from the host alone)
     pub outer_name: String,
-    /// the pod target path
-    pub mount_path: PathBuf,
+    /// the pod target path (shared with the job's and the journal's
+    /// parameters: a clone is a count)
+    pub mount_path: SharedPath,
     /// what the target is on disk
     pub kind: TargetKind,
     /// the context the mount was made with

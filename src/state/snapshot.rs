@@ -26,7 +26,7 @@ impl ActualStateOfWorld {
                     .iter()
                     .map(|(uid, p)| PodSnapshot {
                         pod_uid: uid.clone(),
-                        mount_path: p.mount.mount_path.clone(),
+                        mount_path: p.mount.mount_path.to_path_buf(),
                         kind: p.mount.kind,
                         state: p.state,
                         selinux_context: p.mount.selinux.clone(),
