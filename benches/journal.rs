@@ -149,7 +149,7 @@ fn intent(thread: usize, i: usize) -> Body {
         target: TargetParams {
             volume: UniqueVolumeName::shared(plugin, &pv),
             plugin,
-            spec_name: pv.clone(),
+            spec_name: pv.as_str().into(),
             target: TargetRef::Pod(pod.clone()),
             kind: TargetKind::Mount,
             device_path: Some(PathBuf::from(format!("/mnt/disks/ssd{}", i % 4))),

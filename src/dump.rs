@@ -120,7 +120,7 @@ fn lossy(p: Option<&Path>) -> Option<String> {
 fn params_json(p: &TargetParams) -> ParamsJson {
     ParamsJson {
         plugin: p.plugin.as_str().to_owned(),
-        spec_name: p.spec_name.clone(),
+        spec_name: p.spec_name.to_string(),
         kind: p.kind.as_str().to_owned(),
         device_path: lossy(p.device_path.as_deref()),
         device_mount_path: lossy(p.device_mount_path.as_deref()),

@@ -237,6 +237,111 @@ impl UniqueVolumeName {
     }
 }
 
+/// A name shared by everything that holds it (`Arc<str>`): a volume's spec
+/// name and a pod's outer volume name live in the DSW, the jobs, the
+/// journal's state and the ASW, and a clone is a count. Reads as a `str`
+/// (`Deref`); serialises, and shows in `Debug` and `Display`, as one.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SharedStr(Arc<str>);
+
+impl SharedStr {
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SharedStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SharedStr {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for SharedStr {
+    fn as_ref(&self) -> &Path {
+        Path::new(&*self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for SharedStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(s: String) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(s: &str) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<&String> for SharedStr {
+    fn from(s: &String) -> Self {
+        Self(s.as_str().into())
+    }
+}
+
+impl From<SharedStr> for String {
+    fn from(s: SharedStr) -> Self {
+        s.0.to_string()
+    }
+}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for SharedStr {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl Serialize for SharedStr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedStr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self::from)
+    }
+}
+
 /// A path shared by everything that holds it (`Arc<Path>`): a pod target's
 /// path lives in the job's parameters, the journal's state and the ASW, and
 /// a clone is a count. Reads as a [`Path`] (`Deref`); serialises, and shows
@@ -741,8 +846,9 @@ pub struct TargetParams {
     pub volume: UniqueVolumeName,
     /// The plugin.
     pub plugin: PluginName,
-    /// The spec name (pod volume name, or PV name for PVC-backed volumes).
-    pub spec_name: String,
+    /// The spec name (pod volume name, or PV name for PVC-backed volumes),
+    /// shared with the DSW, the ASW and the journal's state.
+    pub spec_name: SharedStr,
     /// Which target.
     pub target: TargetRef,
     /// What the target is on disk.

@@ -116,7 +116,7 @@ pub fn plan_forced(
             Step::Unmount(Box::new(TargetParams {
                 volume: journal_name(f),
                 plugin,
-                spec_name: f.spec_name.clone(),
+                spec_name: f.spec_name.as_str().into(),
                 target: f.target.clone(),
                 kind: TargetKind::Mount,
                 device_path: None,

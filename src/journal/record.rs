@@ -253,7 +253,7 @@ impl From<&TargetParams> for TargetV1 {
         TargetV1 {
             volume: p.volume.as_str().to_owned(),
             plugin: p.plugin.as_str().to_owned(),
-            spec_name: p.spec_name.clone(),
+            spec_name: p.spec_name.to_string(),
             pod_uid: match &p.target {
                 TargetRef::Device => None,
                 TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
@@ -298,7 +298,7 @@ impl TryFrom<&TargetV1> for TargetParams {
         Ok(TargetParams {
             volume: UniqueVolumeName::from_raw(t.volume.clone()),
             plugin,
-            spec_name: t.spec_name.clone(),
+            spec_name: t.spec_name.as_str().into(),
             target,
             kind,
             device_path: t.device_path.as_deref().map(bytes_path),

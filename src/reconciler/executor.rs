@@ -16,8 +16,8 @@ use crate::host::sys::Sys;
 use crate::journal::{Body, Journal, OpResult};
 use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, Steps, StorageMedium, TargetKind, TargetParams,
-    TargetRef, UniqueVolumeName, VolumeSpec,
+    Layout, Operation, PluginName, PodUid, SharedStr, Steps, StorageMedium, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
@@ -85,7 +85,7 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
+        spec_name: SharedStr,
         /// spec (shared with the DSW)
         spec: Option<Arc<VolumeSpec>>,
         /// how
@@ -98,7 +98,7 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
+        spec_name: SharedStr,
         /// how
         mount: DeviceMount,
     },
@@ -114,7 +114,7 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
+        spec_name: SharedStr,
         /// spec (shared with the DSW)
         spec: Option<Arc<VolumeSpec>>,
         /// pod
@@ -129,7 +129,7 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
+        spec_name: SharedStr,
         /// pod
         pod: PodUid,
         /// how

@@ -662,7 +662,7 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
     Ok(TargetParams {
         volume,
         plugin,
-        spec_name: h.spec_name.clone(),
+        spec_name: h.spec_name.as_str().into(),
         target: h.target.clone(),
         kind: h.kind,
         device_path: mount.filter(|_| is_device).map(|m| m.source.clone()),

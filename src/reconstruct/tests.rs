@@ -315,7 +315,7 @@ fn host_target(vol: Vol, seen: Seen, journal: Journal) -> HostTarget {
         target: p.target.clone(),
         plugin_name: plugin_name.into(),
         plugin,
-        spec_name: p.spec_name.clone(),
+        spec_name: p.spec_name.to_string(),
         kind: p.kind,
         observation: observation(vol, seen),
         rebuild,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::{PodMap, SeLinuxState, StateError};
 use crate::model::{
-    MountState, PluginName, PodUid, SeLinuxContext, SharedPath, TargetKind, UniqueVolumeName,
-    VolumeSpec,
+    MountState, PluginName, PodUid, SeLinuxContext, SharedPath, SharedStr, TargetKind,
+    UniqueVolumeName, VolumeSpec,
 };
 
 /// A volume's device (global) target.
@@ -56,7 +56,7 @@ pub struct MountedPod {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodMount {
     /// `pod.spec.volumes[x].name` (empty when rebuilt from the host alone)
-    pub outer_name: String,
+    pub outer_name: SharedStr,
     /// the pod target path (shared with the job's and the journal's
     /// parameters: a clone is a count)
     pub mount_path: SharedPath,
@@ -72,7 +72,7 @@ pub struct ActualVolume {
     /// the plugin, kept apart from the spec so unmount works without one
     pub plugin: PluginName,
     /// the spec name
-    pub spec_name: String,
+    pub spec_name: SharedStr,
     /// the spec, shared with the DSW; `None` when rebuilt from the host alone
     pub spec: Option<Arc<VolumeSpec>>,
     /// the device target; `None` when the volume has none (or none is known yet)
@@ -93,7 +93,7 @@ pub struct MountedVolume {
     /// the plugin
     pub plugin: PluginName,
     /// the spec name
-    pub spec_name: String,
+    pub spec_name: SharedStr,
     /// the spec, when known
     pub spec: Option<Arc<VolumeSpec>>,
     /// the pod target
@@ -136,7 +136,7 @@ impl ActualStateOfWorld {
         &mut self,
         volume: UniqueVolumeName,
         plugin: PluginName,
-        spec_name: impl Into<String>,
+        spec_name: impl Into<SharedStr>,
         spec: Option<Arc<VolumeSpec>>,
         device_path: Option<PathBuf>,
     ) {

@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::{PodMap, SeLinuxConflict, StateError};
-use crate::model::{PluginName, PodUid, PodVolume, SeLinuxContext, UniqueVolumeName, VolumeSpec};
+use crate::model::{
+    PluginName, PodUid, PodVolume, SeLinuxContext, SharedStr, UniqueVolumeName, VolumeSpec,
+};
 
 /// The kubelet's `maxPodErrors`: a pod's error set grows only while it holds
 /// at most this many entries, so at most one more accumulates.
@@ -26,10 +28,11 @@ pub struct LabelCheck {
 /// One pod's use of a desired volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredPod {
-    /// `pod.spec.volumes[x].name`
-    pub outer_name: String,
-    /// the spec name (pod volume name, or PV name)
-    pub spec_name: String,
+    /// `pod.spec.volumes[x].name` (shared with the ASW)
+    pub outer_name: SharedStr,
+    /// the spec name (pod volume name, or PV name), shared with the jobs,
+    /// the ASW and the journal's state
+    pub spec_name: SharedStr,
     /// the label this pod would mount with
     pub selinux: Option<SeLinuxContext>,
 }
@@ -71,9 +74,9 @@ pub struct VolumeToMount {
     /// the spec (shared with the DSW)
     pub spec: Arc<VolumeSpec>,
     /// the spec name
-    pub spec_name: String,
+    pub spec_name: SharedStr,
     /// the pod's outer volume name
-    pub outer_name: String,
+    pub outer_name: SharedStr,
     /// the volume's effective label: what to mount with
     pub selinux: Option<SeLinuxContext>,
 }
@@ -110,8 +113,8 @@ impl DesiredStateOfWorld {
     ) -> Result<AddedPod, StateError> {
         let name = volume.volume;
         let record = DesiredPod {
-            outer_name: volume.outer_name,
-            spec_name: volume.spec_name,
+            outer_name: volume.outer_name.into(),
+            spec_name: volume.spec_name.into(),
             selinux: volume.selinux.clone(),
         };
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
@@ -127,7 +130,7 @@ impl DesiredStateOfWorld {
         let new_pod = !entry.pods.is_empty() && !entry.pods.contains_key(pod);
         if new_pod && entry.original_selinux != check.original {
             let c = SeLinuxConflict {
-                spec_name: record.spec_name.clone(),
+                spec_name: record.spec_name.to_string(),
                 existing: entry.original_selinux.clone(),
                 new: check.original,
             };
