@@ -666,25 +666,30 @@ pub enum VolumeSpec {
         /// whether the path is a block device (decided when the spec is resolved)
         is_block: bool,
     },
-    /// A CSI persistent volume (modelled now, mounted when the CSI plugin lands).
-    Csi {
-        /// the driver name
-        driver: String,
-        /// the volume handle
-        volume_handle: String,
-        /// the fs type
-        fs_type: Option<String>,
-        /// the PV's access modes
-        access_modes: Vec<AccessMode>,
-        /// the PV's `mountOptions`
-        mount_options: Vec<String>,
-        /// volume attributes
-        attributes: BTreeMap<String, String>,
-        /// the driver's CSIDriver says `seLinuxMount: true` (filled in when the
-        /// claim is resolved; false without a CSIDriver, as the kubelet does)
-        #[serde(default)]
-        selinux_mount: bool,
-    },
+    /// A CSI persistent volume (modelled now, mounted when the CSI plugin
+    /// lands). Boxed: its fields would make every spec half as large again.
+    Csi(Box<CsiSpec>),
+}
+
+/// The fields of [`VolumeSpec::Csi`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CsiSpec {
+    /// the driver name
+    pub driver: String,
+    /// the volume handle
+    pub volume_handle: String,
+    /// the fs type
+    pub fs_type: Option<String>,
+    /// the PV's access modes
+    pub access_modes: Vec<AccessMode>,
+    /// the PV's `mountOptions`
+    pub mount_options: Vec<String>,
+    /// volume attributes
+    pub attributes: BTreeMap<String, String>,
+    /// the driver's CSIDriver says `seLinuxMount: true` (filled in when the
+    /// claim is resolved; false without a CSIDriver, as the kubelet does)
+    #[serde(default)]
+    pub selinux_mount: bool,
 }
 
 impl VolumeSpec {
@@ -702,7 +707,7 @@ impl VolumeSpec {
     /// device target.
     pub fn device_target_kind(&self) -> Option<TargetKind> {
         match self {
-            VolumeSpec::Local { is_block: true, .. } | VolumeSpec::Csi { .. } => {
+            VolumeSpec::Local { is_block: true, .. } | VolumeSpec::Csi(_) => {
                 Some(TargetKind::Mount)
             }
             _ => None,
@@ -718,16 +723,15 @@ impl VolumeSpec {
             } => TargetKind::Mount,
             VolumeSpec::EmptyDir { .. } => TargetKind::Dir,
             VolumeSpec::HostPath { .. } => TargetKind::None,
-            VolumeSpec::Local { .. } | VolumeSpec::Csi { .. } => TargetKind::Mount,
+            VolumeSpec::Local { .. } | VolumeSpec::Csi(_) => TargetKind::Mount,
         }
     }
 
     /// The access modes, empty for inline volumes.
     pub fn access_modes(&self) -> &[AccessMode] {
         match self {
-            VolumeSpec::Local { access_modes, .. } | VolumeSpec::Csi { access_modes, .. } => {
-                access_modes
-            }
+            VolumeSpec::Local { access_modes, .. } => access_modes,
+            VolumeSpec::Csi(c) => &c.access_modes,
             _ => &[],
         }
     }
@@ -754,11 +758,9 @@ impl PodVolume {
         let plugin = spec.plugin();
         match spec {
             VolumeSpec::Local { .. } => UniqueVolumeName::shared(plugin, spec_name),
-            VolumeSpec::Csi {
-                driver,
-                volume_handle,
-                ..
-            } => UniqueVolumeName::shared(plugin, &format!("{driver}^{volume_handle}")),
+            VolumeSpec::Csi(c) => {
+                UniqueVolumeName::shared(plugin, &format!("{}^{}", c.driver, c.volume_handle))
+            }
             _ => UniqueVolumeName::per_pod(plugin, pod, spec_name),
         }
     }
@@ -980,7 +982,7 @@ mod tests {
         let name = PodVolume::unique_name(&local, &pod, "pv-local");
         assert_eq!(name.as_str(), "kubernetes.io/local-volume/pv-local");
         assert_eq!(name.plugin(), Some(PluginName::LocalVolume));
-        let csi = VolumeSpec::Csi {
+        let csi = VolumeSpec::Csi(Box::new(CsiSpec {
             driver: "d.example.com".into(),
             volume_handle: "h1".into(),
             fs_type: None,
@@ -988,7 +990,7 @@ mod tests {
             mount_options: vec![],
             attributes: BTreeMap::new(),
             selinux_mount: false,
-        };
+        }));
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),
             "kubernetes.io/csi/d.example.com^h1"
