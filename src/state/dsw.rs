@@ -112,9 +112,16 @@ impl DesiredStateOfWorld {
         check: LabelCheck,
     ) -> Result<AddedPod, StateError> {
         let name = volume.volume;
+        let outer_name = SharedStr::from(volume.outer_name);
+        // an inline volume's spec name is its outer name: one string for both
+        let spec_name = if volume.spec_name == *outer_name {
+            outer_name.clone()
+        } else {
+            volume.spec_name.into()
+        };
         let record = DesiredPod {
-            outer_name: volume.outer_name.into(),
-            spec_name: volume.spec_name.into(),
+            outer_name,
+            spec_name,
             selinux: volume.selinux.clone(),
         };
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
