@@ -149,12 +149,12 @@ fn intent(thread: usize, i: usize) -> Body {
         target: TargetParams {
             volume: UniqueVolumeName::shared(plugin, &pv),
             plugin,
-            spec_name: pv.clone(),
+            spec_name: pv.as_str().into(),
             target: TargetRef::Pod(pod.clone()),
             kind: TargetKind::Mount,
             device_path: Some(PathBuf::from(format!("/mnt/disks/ssd{}", i % 4))),
             device_mount_path: Some(layout.local_device_path(&pv)),
-            pod_mount_path: Some(layout.pod_target_path(&pod, plugin, &pv)),
+            pod_mount_path: Some(layout.pod_target_path(&pod, plugin, &pv).into()),
             selinux: Some(
                 SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c123,c456")
                     .expect("selinux context is valid"),

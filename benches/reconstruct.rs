@@ -116,7 +116,11 @@ fn tmpfs_params(layout: &Layout, pod: &PodUid, name: &str) -> TargetParams {
         kind: TargetKind::Mount,
         device_path: None,
         device_mount_path: None,
-        pod_mount_path: Some(layout.pod_target_path(pod, PluginName::EmptyDir, name)),
+        pod_mount_path: Some(
+            layout
+                .pod_target_path(pod, PluginName::EmptyDir, name)
+                .into(),
+        ),
         selinux: None,
         mount_options: vec!["size=1m".into()],
         fs_type: Some("tmpfs".into()),
@@ -130,7 +134,11 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         plugin: PluginName::LocalVolume,
         spec_name: PV.into(),
         pod_mount_path: match &target {
-            TargetRef::Pod(p) => Some(layout.pod_target_path(p, PluginName::LocalVolume, PV)),
+            TargetRef::Pod(p) => Some(
+                layout
+                    .pod_target_path(p, PluginName::LocalVolume, PV)
+                    .into(),
+            ),
             TargetRef::Device => None,
         },
         target,
@@ -205,14 +213,14 @@ fn main() {
             let t = p.pod_mount_path.clone().expect("pod path");
             mkdirs(&t);
             mount_tmpfs(&t, "size=1m");
-            mounts.push(t);
+            mounts.push(t.to_path_buf());
             p
         } else {
             let p = local_params(&layout, lo.path(), TargetRef::Pod(pod.clone()));
             let t = p.pod_mount_path.clone().expect("pod path");
             mkdirs(&t);
             bind_mount(&device, &t);
-            mounts.push(t);
+            mounts.push(t.to_path_buf());
             p
         };
         ops.push((Operation::SetUp, p));

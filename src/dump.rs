@@ -120,7 +120,7 @@ fn lossy(p: Option<&Path>) -> Option<String> {
 fn params_json(p: &TargetParams) -> ParamsJson {
     ParamsJson {
         plugin: p.plugin.as_str().to_owned(),
-        spec_name: p.spec_name.clone(),
+        spec_name: p.spec_name.to_string(),
         kind: p.kind.as_str().to_owned(),
         device_path: lossy(p.device_path.as_deref()),
         device_mount_path: lossy(p.device_mount_path.as_deref()),
@@ -245,7 +245,11 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
             }
             TargetRef::Pod(uid) => v.pods.push(PodSnapshot {
                 pod_uid: uid.clone(),
-                mount_path: p.pod_mount_path.clone().unwrap_or_default(),
+                mount_path: p
+                    .pod_mount_path
+                    .as_deref()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default(),
                 kind: p.kind,
                 state: e.reported_state(),
                 selinux_context: selinux_of(e),

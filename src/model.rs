@@ -237,6 +237,173 @@ impl UniqueVolumeName {
     }
 }
 
+/// A name shared by everything that holds it (`Arc<str>`): a volume's spec
+/// name and a pod's outer volume name live in the DSW, the jobs, the
+/// journal's state and the ASW, and a clone is a count. Reads as a `str`
+/// (`Deref`); serialises, and shows in `Debug` and `Display`, as one.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SharedStr(Arc<str>);
+
+impl SharedStr {
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SharedStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SharedStr {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for SharedStr {
+    fn as_ref(&self) -> &Path {
+        Path::new(&*self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for SharedStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(s: String) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(s: &str) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<&String> for SharedStr {
+    fn from(s: &String) -> Self {
+        Self(s.as_str().into())
+    }
+}
+
+impl From<SharedStr> for String {
+    fn from(s: SharedStr) -> Self {
+        s.0.to_string()
+    }
+}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for SharedStr {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl Serialize for SharedStr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedStr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self::from)
+    }
+}
+
+/// A path shared by everything that holds it (`Arc<Path>`): a pod target's
+/// path lives in the job's parameters, the journal's state and the ASW, and
+/// a clone is a count. Reads as a [`Path`] (`Deref`); serialises, and shows
+/// in `Debug`, as one.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SharedPath(Arc<Path>);
+
+impl std::ops::Deref for SharedPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for SharedPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SharedPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl From<PathBuf> for SharedPath {
+    fn from(p: PathBuf) -> Self {
+        Self(p.into())
+    }
+}
+
+impl From<&Path> for SharedPath {
+    fn from(p: &Path) -> Self {
+        Self(p.into())
+    }
+}
+
+impl From<String> for SharedPath {
+    fn from(s: String) -> Self {
+        PathBuf::from(s).into()
+    }
+}
+
+impl From<&str> for SharedPath {
+    fn from(s: &str) -> Self {
+        Path::new(s).into()
+    }
+}
+
+impl Serialize for SharedPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        PathBuf::deserialize(d).map(Self::from)
+    }
+}
+
 impl fmt::Display for UniqueVolumeName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -499,25 +666,30 @@ pub enum VolumeSpec {
         /// whether the path is a block device (decided when the spec is resolved)
         is_block: bool,
     },
-    /// A CSI persistent volume (modelled now, mounted when the CSI plugin lands).
-    Csi {
-        /// the driver name
-        driver: String,
-        /// the volume handle
-        volume_handle: String,
-        /// the fs type
-        fs_type: Option<String>,
-        /// the PV's access modes
-        access_modes: Vec<AccessMode>,
-        /// the PV's `mountOptions`
-        mount_options: Vec<String>,
-        /// volume attributes
-        attributes: BTreeMap<String, String>,
-        /// the driver's CSIDriver says `seLinuxMount: true` (filled in when the
-        /// claim is resolved; false without a CSIDriver, as the kubelet does)
-        #[serde(default)]
-        selinux_mount: bool,
-    },
+    /// A CSI persistent volume (modelled now, mounted when the CSI plugin
+    /// lands). Boxed: its fields would make every spec half as large again.
+    Csi(Box<CsiSpec>),
+}
+
+/// The fields of [`VolumeSpec::Csi`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CsiSpec {
+    /// the driver name
+    pub driver: String,
+    /// the volume handle
+    pub volume_handle: String,
+    /// the fs type
+    pub fs_type: Option<String>,
+    /// the PV's access modes
+    pub access_modes: Vec<AccessMode>,
+    /// the PV's `mountOptions`
+    pub mount_options: Vec<String>,
+    /// volume attributes
+    pub attributes: BTreeMap<String, String>,
+    /// the driver's CSIDriver says `seLinuxMount: true` (filled in when the
+    /// claim is resolved; false without a CSIDriver, as the kubelet does)
+    #[serde(default)]
+    pub selinux_mount: bool,
 }
 
 impl VolumeSpec {
@@ -535,7 +707,7 @@ impl VolumeSpec {
     /// device target.
     pub fn device_target_kind(&self) -> Option<TargetKind> {
         match self {
-            VolumeSpec::Local { is_block: true, .. } | VolumeSpec::Csi { .. } => {
+            VolumeSpec::Local { is_block: true, .. } | VolumeSpec::Csi(_) => {
                 Some(TargetKind::Mount)
             }
             _ => None,
@@ -551,16 +723,15 @@ impl VolumeSpec {
             } => TargetKind::Mount,
             VolumeSpec::EmptyDir { .. } => TargetKind::Dir,
             VolumeSpec::HostPath { .. } => TargetKind::None,
-            VolumeSpec::Local { .. } | VolumeSpec::Csi { .. } => TargetKind::Mount,
+            VolumeSpec::Local { .. } | VolumeSpec::Csi(_) => TargetKind::Mount,
         }
     }
 
     /// The access modes, empty for inline volumes.
     pub fn access_modes(&self) -> &[AccessMode] {
         match self {
-            VolumeSpec::Local { access_modes, .. } | VolumeSpec::Csi { access_modes, .. } => {
-                access_modes
-            }
+            VolumeSpec::Local { access_modes, .. } => access_modes,
+            VolumeSpec::Csi(c) => &c.access_modes,
             _ => &[],
         }
     }
@@ -587,11 +758,9 @@ impl PodVolume {
         let plugin = spec.plugin();
         match spec {
             VolumeSpec::Local { .. } => UniqueVolumeName::shared(plugin, spec_name),
-            VolumeSpec::Csi {
-                driver,
-                volume_handle,
-                ..
-            } => UniqueVolumeName::shared(plugin, &format!("{driver}^{volume_handle}")),
+            VolumeSpec::Csi(c) => {
+                UniqueVolumeName::shared(plugin, &format!("{}^{}", c.driver, c.volume_handle))
+            }
             _ => UniqueVolumeName::per_pod(plugin, pod, spec_name),
         }
     }
@@ -679,8 +848,9 @@ pub struct TargetParams {
     pub volume: UniqueVolumeName,
     /// The plugin.
     pub plugin: PluginName,
-    /// The spec name (pod volume name, or PV name for PVC-backed volumes).
-    pub spec_name: String,
+    /// The spec name (pod volume name, or PV name for PVC-backed volumes),
+    /// shared with the DSW, the ASW and the journal's state.
+    pub spec_name: SharedStr,
     /// Which target.
     pub target: TargetRef,
     /// What the target is on disk.
@@ -689,8 +859,9 @@ pub struct TargetParams {
     pub device_path: Option<PathBuf>,
     /// The device (global) mount path, if the volume has one.
     pub device_mount_path: Option<PathBuf>,
-    /// The per-pod path, for pod targets.
-    pub pod_mount_path: Option<PathBuf>,
+    /// The per-pod path, for pod targets (shared with the ASW's pod target
+    /// and the journal's state: a clone is a count).
+    pub pod_mount_path: Option<SharedPath>,
     /// The SELinux label mounted with; `None` for none.
     pub selinux: Option<SeLinuxContext>,
     /// Mount options (without the context option).
@@ -811,7 +982,7 @@ mod tests {
         let name = PodVolume::unique_name(&local, &pod, "pv-local");
         assert_eq!(name.as_str(), "kubernetes.io/local-volume/pv-local");
         assert_eq!(name.plugin(), Some(PluginName::LocalVolume));
-        let csi = VolumeSpec::Csi {
+        let csi = VolumeSpec::Csi(Box::new(CsiSpec {
             driver: "d.example.com".into(),
             volume_handle: "h1".into(),
             fs_type: None,
@@ -819,7 +990,7 @@ mod tests {
             mount_options: vec![],
             attributes: BTreeMap::new(),
             selinux_mount: false,
-        };
+        }));
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),
             "kubernetes.io/csi/d.example.com^h1"

@@ -25,7 +25,7 @@ fn target(i: u64) -> TargetParams {
     TargetParams {
         volume: UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/pod-{}-v{i}", i % 7)),
         plugin: PluginName::EmptyDir,
-        spec_name: format!("v{i}"),
+        spec_name: format!("v{i}").into(),
         target: TargetRef::Pod(pod.clone()),
         kind: TargetKind::Mount,
         device_path: None,

@@ -54,7 +54,11 @@ fn empty_dir_params(layout: &Layout, pod: &str, kind: TargetKind) -> TargetParam
         volume: UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
         plugin: PluginName::EmptyDir,
         spec_name: "cache".into(),
-        pod_mount_path: Some(layout.pod_target_path(&pod, PluginName::EmptyDir, "cache")),
+        pod_mount_path: Some(
+            layout
+                .pod_target_path(&pod, PluginName::EmptyDir, "cache")
+                .into(),
+        ),
         target: TargetRef::Pod(pod),
         kind,
         device_path: None,
@@ -124,7 +128,11 @@ fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
 
 fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
     let pod_mount_path = match &target {
-        TargetRef::Pod(pod) => Some(layout.pod_target_path(pod, PluginName::LocalVolume, "pv1")),
+        TargetRef::Pod(pod) => Some(
+            layout
+                .pod_target_path(pod, PluginName::LocalVolume, "pv1")
+                .into(),
+        ),
         TargetRef::Device => None,
     };
     TargetParams {

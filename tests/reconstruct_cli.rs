@@ -97,9 +97,11 @@ fn local(target: TargetRef) -> TargetParams {
         plugin: PluginName::LocalVolume,
         spec_name: "pv-local-1".into(),
         pod_mount_path: match &target {
-            TargetRef::Pod(uid) => {
-                Some(layout.pod_target_path(uid, PluginName::LocalVolume, "pv-local-1"))
-            }
+            TargetRef::Pod(uid) => Some(
+                layout
+                    .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
+                    .into(),
+            ),
             TargetRef::Device => None,
         },
         target,
@@ -352,7 +354,11 @@ fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> Tar
         plugin: PluginName::LocalVolume,
         spec_name: pv.into(),
         pod_mount_path: match &target {
-            TargetRef::Pod(uid) => Some(layout.pod_target_path(uid, PluginName::LocalVolume, pv)),
+            TargetRef::Pod(uid) => Some(
+                layout
+                    .pod_target_path(uid, PluginName::LocalVolume, pv)
+                    .into(),
+            ),
             TargetRef::Device => None,
         },
         target,

@@ -44,7 +44,11 @@ fn tmpfs_params(layout: &Layout, pod: &str, name: &str) -> TargetParams {
         kind: TargetKind::Mount,
         device_path: None,
         device_mount_path: None,
-        pod_mount_path: Some(layout.pod_target_path(&uid(pod), PluginName::EmptyDir, name)),
+        pod_mount_path: Some(
+            layout
+                .pod_target_path(&uid(pod), PluginName::EmptyDir, name)
+                .into(),
+        ),
         selinux: None,
         mount_options: vec!["size=1m".into()],
         fs_type: Some("tmpfs".into()),
@@ -57,7 +61,11 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         plugin: PluginName::LocalVolume,
         spec_name: "pv1".into(),
         pod_mount_path: match &target {
-            TargetRef::Pod(p) => Some(layout.pod_target_path(p, PluginName::LocalVolume, "pv1")),
+            TargetRef::Pod(p) => Some(
+                layout
+                    .pod_target_path(p, PluginName::LocalVolume, "pv1")
+                    .into(),
+            ),
             TargetRef::Device => None,
         },
         target,

@@ -95,9 +95,9 @@ pub fn plan_forced(
                 TargetRef::Pod(uid) => {
                     pods.contains(uid) || dsw.pod_has_unresolved(uid) || also_known(uid)
                 }
-                TargetRef::Device => dsw.volumes().any(|(_, v)| match (&v.spec, plugin) {
-                    (VolumeSpec::Csi { driver, .. }, Some(PluginName::Csi)) => {
-                        csi_driver(&f.path).is_none_or(|d| d == driver)
+                TargetRef::Device => dsw.volumes().any(|(_, v)| match (&*v.spec, plugin) {
+                    (VolumeSpec::Csi(c), Some(PluginName::Csi)) => {
+                        csi_driver(&f.path).is_none_or(|d| d == c.driver)
                     }
                     _ => Some(v.plugin) == plugin,
                 }),
@@ -116,12 +116,12 @@ pub fn plan_forced(
             Step::Unmount(Box::new(TargetParams {
                 volume: journal_name(f),
                 plugin,
-                spec_name: f.spec_name.clone(),
+                spec_name: f.spec_name.as_str().into(),
                 target: f.target.clone(),
                 kind: TargetKind::Mount,
                 device_path: None,
                 device_mount_path: is_device.then(|| f.path.clone()),
-                pod_mount_path: (!is_device).then(|| f.path.clone()),
+                pod_mount_path: (!is_device).then(|| f.path.as_path().into()),
                 selinux: None,
                 mount_options: Vec::new(),
                 fs_type: None,
@@ -353,14 +353,16 @@ mod tests {
 
     #[test]
     fn a_device_target_is_kept_while_a_dsw_volume_of_its_driver_exists() {
-        let spec = |driver: &str| VolumeSpec::Csi {
-            driver: driver.into(),
-            volume_handle: "h".into(),
-            fs_type: None,
-            access_modes: Vec::new(),
-            mount_options: Vec::new(),
-            attributes: Default::default(),
-            selinux_mount: Default::default(),
+        let spec = |driver: &str| {
+            VolumeSpec::Csi(Box::new(crate::model::CsiSpec {
+                driver: driver.into(),
+                volume_handle: "h".into(),
+                fs_type: None,
+                access_modes: Vec::new(),
+                mount_options: Vec::new(),
+                attributes: Default::default(),
+                selinux_mount: Default::default(),
+            }))
         };
         let f = failed(TargetRef::Device, "kubernetes.io/csi", missing(), mounted());
         let same = dsw_with("p", spec("drv"));

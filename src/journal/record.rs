@@ -253,7 +253,7 @@ impl From<&TargetParams> for TargetV1 {
         TargetV1 {
             volume: p.volume.as_str().to_owned(),
             plugin: p.plugin.as_str().to_owned(),
-            spec_name: p.spec_name.clone(),
+            spec_name: p.spec_name.to_string(),
             pod_uid: match &p.target {
                 TargetRef::Device => None,
                 TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
@@ -298,12 +298,12 @@ impl TryFrom<&TargetV1> for TargetParams {
         Ok(TargetParams {
             volume: UniqueVolumeName::from_raw(t.volume.clone()),
             plugin,
-            spec_name: t.spec_name.clone(),
+            spec_name: t.spec_name.as_str().into(),
             target,
             kind,
             device_path: t.device_path.as_deref().map(bytes_path),
             device_mount_path: t.device_mount_path.as_deref().map(bytes_path),
-            pod_mount_path: t.pod_mount_path.as_deref().map(bytes_path),
+            pod_mount_path: t.pod_mount_path.as_deref().map(|b| bytes_path(b).into()),
             selinux,
             mount_options: t.mount_options.clone(),
             fs_type: t.fs_type.clone(),
@@ -586,6 +586,7 @@ mod tests {
                 PathBuf::from(format!(
                     "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"
                 ))
+                .into()
             }),
             selinux: Some(
                 SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c2").unwrap(),

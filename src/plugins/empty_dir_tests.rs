@@ -44,7 +44,7 @@ fn params(kind: TargetKind, selinux: Option<SeLinuxContext>) -> TargetParams {
         kind,
         device_path: None,
         device_mount_path: None,
-        pod_mount_path: Some(p(TARGET)),
+        pod_mount_path: Some(p(TARGET).into()),
         selinux,
         mount_options: Vec::new(),
         fs_type: None,

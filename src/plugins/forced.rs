@@ -76,7 +76,7 @@ mod tests {
             kind: TargetKind::Mount,
             device_path: None,
             device_mount_path: (!pod).then(|| PathBuf::from(path)),
-            pod_mount_path: pod.then(|| PathBuf::from(path)),
+            pod_mount_path: pod.then(|| Path::new(path).into()),
             selinux: None,
             mount_options: Vec::new(),
             fs_type: None,

@@ -7,7 +7,7 @@
 //! Crash points (`<op>.after_intent`, `<op>.after_op`) sit exactly where
 //! DESIGN.md names them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,8 +16,8 @@ use crate::host::sys::Sys;
 use crate::journal::{Body, Journal, OpResult};
 use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, Steps, StorageMedium, TargetKind, TargetParams,
-    TargetRef, UniqueVolumeName, VolumeSpec,
+    Layout, Operation, PluginName, PodUid, SharedStr, Steps, StorageMedium, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
@@ -85,9 +85,9 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
-        /// spec
-        spec: Option<VolumeSpec>,
+        spec_name: SharedStr,
+        /// spec (shared with the DSW)
+        spec: Option<Arc<VolumeSpec>>,
         /// how
         mount: DeviceMount,
     },
@@ -98,7 +98,7 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
+        spec_name: SharedStr,
         /// how
         mount: DeviceMount,
     },
@@ -114,9 +114,9 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
-        /// spec
-        spec: Option<VolumeSpec>,
+        spec_name: SharedStr,
+        /// spec (shared with the DSW)
+        spec: Option<Arc<VolumeSpec>>,
         /// pod
         pod: PodUid,
         /// how
@@ -129,7 +129,7 @@ pub enum AswUpdate {
         /// plugin
         plugin: PluginName,
         /// spec name
-        spec_name: String,
+        spec_name: SharedStr,
         /// pod
         pod: PodUid,
         /// how
@@ -222,10 +222,14 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
         kind: want.spec.pod_target_kind(),
         device_path,
         device_mount_path: device_mount_path(layout, want),
-        pod_mount_path: Some(layout.pod_target_path(&want.pod, want.plugin, &want.spec_name)),
+        pod_mount_path: Some(
+            layout
+                .pod_target_path(&want.pod, want.plugin, &want.spec_name)
+                .into(),
+        ),
         selinux: want.selinux.clone(),
         mount_options,
-        fs_type: match &want.spec {
+        fs_type: match &*want.spec {
             VolumeSpec::EmptyDir {
                 medium: StorageMedium::Memory,
                 ..
@@ -445,7 +449,10 @@ impl Executor {
                 }
                 let pod_mount = PodMount {
                     outer_name: want.outer_name.clone(),
-                    mount_path: pod.pod_mount_path.clone().unwrap_or_default(),
+                    mount_path: pod
+                        .pod_mount_path
+                        .clone()
+                        .unwrap_or_else(|| Path::new("").into()),
                     kind: pod.kind,
                     selinux: SeLinuxState::mounted_with(pod.selinux.clone()),
                 };
@@ -567,7 +574,7 @@ mod tests {
         VolumeToMount {
             volume: PodVolume::unique_name(&spec, &pod, name),
             plugin: spec.plugin(),
-            spec,
+            spec: spec.into(),
             pod,
             spec_name: name.into(),
             outer_name: name.into(),

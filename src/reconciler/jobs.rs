@@ -186,7 +186,7 @@ mod tests {
             shared.clone(),
             PluginName::LocalVolume,
             "pv1",
-            Some(block.clone()),
+            Some(block.clone().into()),
             None,
         );
         asw.mark_device_mounted(
@@ -203,7 +203,9 @@ mod tests {
             &pod,
             PodMount {
                 outer_name: "data".into(),
-                mount_path: layout.pod_target_path(&pod, PluginName::LocalVolume, "pv1"),
+                mount_path: layout
+                    .pod_target_path(&pod, PluginName::LocalVolume, "pv1")
+                    .into(),
                 kind: TargetKind::Mount,
                 selinux: SeLinuxState::WithoutContext,
             },
@@ -215,7 +217,7 @@ mod tests {
                 volume,
                 pod: pod.clone(),
                 plugin: spec.plugin(),
-                spec,
+                spec: spec.into(),
                 spec_name: name.into(),
                 outer_name: name.into(),
                 selinux: None,

@@ -261,7 +261,7 @@ mod tests {
             volume.clone(),
             crate::model::PluginName::LocalVolume,
             "pv1",
-            Some(local()),
+            Some(local().into()),
             None,
         );
         let dm = DeviceMount {

@@ -1,7 +1,7 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
 use crate::journal::{Body, Entry, JournalState};
-use crate::model::{MountState, SeLinuxContext, TargetRef, UniqueVolumeName};
+use crate::model::{MountState, SeLinuxContext, SharedStr, TargetRef, UniqueVolumeName};
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState};
 
 use super::{Decision, MergeOutput, ReconstructError};
@@ -143,12 +143,12 @@ fn apply_one(d: &Decision, asw: &mut ActualStateOfWorld) -> Result<(), Reconstru
             }
         }
         TargetRef::Pod(pod) => {
-            let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
+            let mount_path = d.params.pod_mount_path.clone().ok_or_else(no_path)?;
             let known = || SeLinuxState::mounted_with(label(d));
             match d.result {
                 MountState::Mounted => {
                     let mount = PodMount {
-                        outer_name: String::new(),
+                        outer_name: SharedStr::default(),
                         mount_path,
                         kind: d.kind,
                         selinux: known(),
@@ -161,7 +161,7 @@ fn apply_one(d: &Decision, asw: &mut ActualStateOfWorld) -> Result<(), Reconstru
                         None => SeLinuxState::Unknown,
                     };
                     let mount = PodMount {
-                        outer_name: String::new(),
+                        outer_name: SharedStr::default(),
                         mount_path,
                         kind: d.kind,
                         selinux,

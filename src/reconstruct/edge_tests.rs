@@ -26,9 +26,11 @@ fn local_params(target: TargetRef) -> TargetParams {
         plugin: PluginName::LocalVolume,
         spec_name: "pv-local-1".into(),
         pod_mount_path: match &target {
-            TargetRef::Pod(uid) => {
-                Some(layout.pod_target_path(uid, PluginName::LocalVolume, "pv-local-1"))
-            }
+            TargetRef::Pod(uid) => Some(
+                layout
+                    .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
+                    .into(),
+            ),
             TargetRef::Device => None,
         },
         target,
@@ -203,7 +205,7 @@ fn journal_dirs_without_a_mount_are_observed_present() {
     let pod_path = layout.pod_target_path(&uid, PluginName::LocalVolume, "pv-local-1");
     std::fs::create_dir_all(&pod_path).unwrap();
     let mut params = local_params(TargetRef::Pod(uid));
-    params.pod_mount_path = Some(pod_path.clone());
+    params.pod_mount_path = Some(pod_path.as_path().into());
     params.device_path = Some(root.join("no-such-device"));
     let state = crate::journal::JournalState::from_entries(
         1,
@@ -255,7 +257,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
         std::fs::create_dir_all(d).unwrap();
     }
     let mut params = local_params(TargetRef::Pod(u1));
-    params.pod_mount_path = Some(journaled.clone());
+    params.pod_mount_path = Some(journaled.as_path().into());
     params.device_mount_path = Some(layout.local_device_path("pv-local-1"));
     let state = crate::journal::JournalState::from_entries(
         2,

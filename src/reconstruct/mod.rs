@@ -662,12 +662,12 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
     Ok(TargetParams {
         volume,
         plugin,
-        spec_name: h.spec_name.clone(),
+        spec_name: h.spec_name.as_str().into(),
         target: h.target.clone(),
         kind: h.kind,
         device_path: mount.filter(|_| is_device).map(|m| m.source.clone()),
         device_mount_path: is_device.then(|| h.path.clone()),
-        pod_mount_path: (!is_device).then(|| h.path.clone()),
+        pod_mount_path: (!is_device).then(|| h.path.as_path().into()),
         selinux: match mount {
             Some(m) => m.identity.selinux.clone(),
             None => recorded_label,

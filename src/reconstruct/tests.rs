@@ -78,9 +78,7 @@ fn device_mount_path() -> PathBuf {
 
 fn params(vol: Vol) -> TargetParams {
     let pod_path = |plugin: &str, name: &str| {
-        Some(PathBuf::from(format!(
-            "{ROOT}/pods/pod1/volumes/{plugin}/{name}"
-        )))
+        Some(PathBuf::from(format!("{ROOT}/pods/pod1/volumes/{plugin}/{name}")).into())
     };
     let base = TargetParams {
         volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
@@ -317,7 +315,7 @@ fn host_target(vol: Vol, seen: Seen, journal: Journal) -> HostTarget {
         target: p.target.clone(),
         plugin_name: plugin_name.into(),
         plugin,
-        spec_name: p.spec_name.clone(),
+        spec_name: p.spec_name.to_string(),
         kind: p.kind,
         observation: observation(vol, seen),
         rebuild,

@@ -144,7 +144,7 @@ pub fn file_label(
 pub fn plugin_supports_context_mount(spec: &VolumeSpec) -> bool {
     match spec {
         VolumeSpec::Local { is_block, .. } => *is_block,
-        VolumeSpec::Csi { selinux_mount, .. } => *selinux_mount,
+        VolumeSpec::Csi(c) => c.selinux_mount,
         VolumeSpec::EmptyDir { .. } | VolumeSpec::HostPath { .. } => false,
     }
 }
@@ -160,7 +160,7 @@ pub fn volume_supports_selinux_mount(gates: &FeatureGates, spec: &VolumeSpec) ->
 }
 
 fn is_pv(spec: &VolumeSpec) -> bool {
-    matches!(spec, VolumeSpec::Local { .. } | VolumeSpec::Csi { .. })
+    matches!(spec, VolumeSpec::Local { .. } | VolumeSpec::Csi(_))
 }
 
 /// The kubelet's `access_mode` metric label: the "highest" of the PV's
@@ -184,7 +184,7 @@ pub fn access_mode_label(spec: &VolumeSpec) -> &'static str {
 /// The kubelet's `volume_plugin` metric label (CSI: `kubernetes.io/csi/<driver>`).
 pub fn volume_plugin_label(spec: &VolumeSpec) -> String {
     match spec {
-        VolumeSpec::Csi { driver, .. } => format!("{}/{driver}", PluginName::Csi.as_str()),
+        VolumeSpec::Csi(c) => format!("{}/{}", PluginName::Csi.as_str(), c.driver),
         _ => spec.plugin().as_str().to_owned(),
     }
 }

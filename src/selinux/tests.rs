@@ -21,7 +21,7 @@ fn block_pv(modes: &[AccessMode]) -> VolumeSpec {
 }
 
 fn csi(selinux_mount: bool) -> VolumeSpec {
-    VolumeSpec::Csi {
+    VolumeSpec::Csi(Box::new(crate::model::CsiSpec {
         driver: "d.example.com".into(),
         volume_handle: "h".into(),
         fs_type: None,
@@ -29,7 +29,7 @@ fn csi(selinux_mount: bool) -> VolumeSpec {
         mount_options: vec![],
         attributes: BTreeMap::new(),
         selinux_mount,
-    }
+    }))
 }
 
 fn level(l: &str) -> SeLinuxOptions {

@@ -110,7 +110,7 @@ fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod, policy: &Policy, ou
             .volume(&name)
             .and_then(|v| v.pods.get(&uid))
             .map(|p| p.outer_name.clone());
-        if outer.is_some_and(|o| pod.unresolved.contains(&o)) {
+        if outer.is_some_and(|o| pod.unresolved.contains(o.as_str())) {
             continue;
         }
         dsw.delete_pod_from_volume(&uid, &name);

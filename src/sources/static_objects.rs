@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::SourceError;
 use super::read::{kind_of, parse_documents, read_file};
-use crate::model::{AccessMode, VolumeSpec, check_component};
+use crate::model::{AccessMode, CsiSpec, VolumeSpec, check_component};
 
 /// A PV's `claimRef`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,15 +253,10 @@ impl StaticObjects {
             )));
         }
         let mut spec = pv.spec.clone().map_err(fail)?;
-        if let VolumeSpec::Csi {
-            driver,
-            selinux_mount,
-            ..
-        } = &mut spec
-        {
-            *selinux_mount = self
+        if let VolumeSpec::Csi(c) = &mut spec {
+            c.selinux_mount = self
                 .csi_drivers
-                .get(driver)
+                .get(&c.driver)
                 .is_some_and(|d| d.se_linux_mount);
         }
         Ok((pv_name.to_owned(), spec))
@@ -390,7 +385,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
         if csi.volume_handle.is_empty() {
             return Err(invalid("csi volumeHandle is empty".to_owned()));
         }
-        return Ok(VolumeSpec::Csi {
+        return Ok(VolumeSpec::Csi(Box::new(CsiSpec {
             driver: csi.driver.clone(),
             volume_handle: csi.volume_handle.clone(),
             fs_type: fs_type(&csi.fs_type),
@@ -398,7 +393,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             mount_options,
             attributes: csi.volume_attributes.clone().unwrap_or_default(),
             selinux_mount: false,
-        });
+        })));
     }
     let types: Vec<String> = match serde_json::to_value(spec) {
         Ok(Value::Object(map)) => map

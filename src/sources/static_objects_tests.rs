@@ -76,22 +76,15 @@ fn csi_pvs_carry_driver_handle_and_attributes() {
     let (_d, o, errors) = load(&[("a.yaml", pv), ("b.yaml", &PVC.replace("pv1", "pv2"))]);
     assert!(errors.is_empty(), "{errors:?}");
     let (_, spec) = resolve(&o, "default", "pvc1").unwrap();
-    let VolumeSpec::Csi {
-        driver,
-        volume_handle,
-        attributes,
-        access_modes,
-        ..
-    } = spec
-    else {
+    let VolumeSpec::Csi(c) = spec else {
         panic!("{spec:?}")
     };
     assert_eq!(
-        (driver.as_str(), volume_handle.as_str()),
+        (c.driver.as_str(), c.volume_handle.as_str()),
         ("d.example.com", "h1")
     );
-    assert_eq!(attributes["a"], "b");
-    assert_eq!(access_modes, [AccessMode::ReadWriteOncePod]);
+    assert_eq!(c.attributes["a"], "b");
+    assert_eq!(c.access_modes, [AccessMode::ReadWriteOncePod]);
 }
 
 #[test]
@@ -111,7 +104,7 @@ fn a_csi_volume_supports_selinux_mounts_only_when_its_csidriver_says_so() {
         let (_d, o, errors) = load(files);
         assert!(errors.is_empty(), "{errors:?}");
         match resolve(&o, "default", "pvc1").unwrap().1 {
-            VolumeSpec::Csi { selinux_mount, .. } => selinux_mount,
+            VolumeSpec::Csi(c) => c.selinux_mount,
             other => panic!("{other:?}"),
         }
     };

@@ -4,10 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::{PodMap, SeLinuxState, StateError};
 use crate::model::{
-    MountState, PluginName, PodUid, SeLinuxContext, TargetKind, UniqueVolumeName, VolumeSpec,
+    MountState, PluginName, PodUid, SeLinuxContext, SharedPath, SharedStr, TargetKind,
+    UniqueVolumeName, VolumeSpec,
 };
 
 /// A volume's device (global) target.
@@ -54,9 +56,10 @@ pub struct MountedPod {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodMount {
     /// `pod.spec.volumes[x].name` (empty when rebuilt from the host alone)
-    pub outer_name: String,
-    /// the pod target path
-    pub mount_path: PathBuf,
+    pub outer_name: SharedStr,
+    /// the pod target path (shared with the job's and the journal's
+    /// parameters: a clone is a count)
+    pub mount_path: SharedPath,
     /// what the target is on disk
     pub kind: TargetKind,
     /// the context the mount was made with
@@ -69,9 +72,9 @@ pub struct ActualVolume {
     /// the plugin, kept apart from the spec so unmount works without one
     pub plugin: PluginName,
     /// the spec name
-    pub spec_name: String,
-    /// the spec; `None` when rebuilt from the host alone
-    pub spec: Option<VolumeSpec>,
+    pub spec_name: SharedStr,
+    /// the spec, shared with the DSW; `None` when rebuilt from the host alone
+    pub spec: Option<Arc<VolumeSpec>>,
     /// the device target; `None` when the volume has none (or none is known yet)
     pub device: Option<DeviceTarget>,
     /// the volume-level context (the kubelet's `seLinuxMountContext`)
@@ -90,9 +93,9 @@ pub struct MountedVolume {
     /// the plugin
     pub plugin: PluginName,
     /// the spec name
-    pub spec_name: String,
+    pub spec_name: SharedStr,
     /// the spec, when known
-    pub spec: Option<VolumeSpec>,
+    pub spec: Option<Arc<VolumeSpec>>,
     /// the pod target
     pub target: MountedPod,
     /// the device mount path, when known
@@ -133,12 +136,12 @@ impl ActualStateOfWorld {
         &mut self,
         volume: UniqueVolumeName,
         plugin: PluginName,
-        spec_name: impl Into<String>,
-        spec: Option<VolumeSpec>,
+        spec_name: impl Into<SharedStr>,
+        spec: Option<Arc<VolumeSpec>>,
         device_path: Option<PathBuf>,
     ) {
-        let has_device = |s: &Option<VolumeSpec>| {
-            s.as_ref()
+        let has_device = |s: &Option<Arc<VolumeSpec>>| {
+            s.as_deref()
                 .and_then(VolumeSpec::device_target_kind)
                 .is_some()
         };
@@ -856,7 +859,7 @@ mod tests {
             idle.clone(),
             PluginName::LocalVolume,
             "idle",
-            Some(local_spec()),
+            Some(local_spec().into()),
             None,
         );
         asw.mark_device_uncertain(&idle, dm(None, "/gi", None))

@@ -2,9 +2,12 @@
 //! with which SELinux labels. See the `state` module doc for the rules.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::{PodMap, SeLinuxConflict, StateError};
-use crate::model::{PluginName, PodUid, PodVolume, SeLinuxContext, UniqueVolumeName, VolumeSpec};
+use crate::model::{
+    PluginName, PodUid, PodVolume, SeLinuxContext, SharedStr, UniqueVolumeName, VolumeSpec,
+};
 
 /// The kubelet's `maxPodErrors`: a pod's error set grows only while it holds
 /// at most this many entries, so at most one more accumulates.
@@ -25,10 +28,11 @@ pub struct LabelCheck {
 /// One pod's use of a desired volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredPod {
-    /// `pod.spec.volumes[x].name`
-    pub outer_name: String,
-    /// the spec name (pod volume name, or PV name)
-    pub spec_name: String,
+    /// `pod.spec.volumes[x].name` (shared with the ASW)
+    pub outer_name: SharedStr,
+    /// the spec name (pod volume name, or PV name), shared with the jobs,
+    /// the ASW and the journal's state
+    pub spec_name: SharedStr,
     /// the label this pod would mount with
     pub selinux: Option<SeLinuxContext>,
 }
@@ -38,8 +42,9 @@ pub struct DesiredPod {
 pub struct DesiredVolume {
     /// the plugin
     pub plugin: PluginName,
-    /// the spec, as the last pod added it
-    pub spec: VolumeSpec,
+    /// the spec, as the last pod added it (shared with the ASW and the
+    /// jobs: a clone is a count)
+    pub spec: Arc<VolumeSpec>,
     /// the label used for `-o context`, fixed by the first pod
     pub effective_selinux: Option<SeLinuxContext>,
     /// the label compared for conflicts, fixed by the first pod
@@ -66,12 +71,12 @@ pub struct VolumeToMount {
     pub pod: PodUid,
     /// the plugin
     pub plugin: PluginName,
-    /// the spec
-    pub spec: VolumeSpec,
+    /// the spec (shared with the DSW)
+    pub spec: Arc<VolumeSpec>,
     /// the spec name
-    pub spec_name: String,
+    pub spec_name: SharedStr,
     /// the pod's outer volume name
-    pub outer_name: String,
+    pub outer_name: SharedStr,
     /// the volume's effective label: what to mount with
     pub selinux: Option<SeLinuxContext>,
 }
@@ -107,15 +112,22 @@ impl DesiredStateOfWorld {
         check: LabelCheck,
     ) -> Result<AddedPod, StateError> {
         let name = volume.volume;
+        let outer_name = SharedStr::from(volume.outer_name);
+        // an inline volume's spec name is its outer name: one string for both
+        let spec_name = if volume.spec_name == *outer_name {
+            outer_name.clone()
+        } else {
+            volume.spec_name.into()
+        };
         let record = DesiredPod {
-            outer_name: volume.outer_name,
-            spec_name: volume.spec_name,
+            outer_name,
+            spec_name,
             selinux: volume.selinux.clone(),
         };
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
             Box::new(DesiredVolume {
                 plugin: volume.spec.plugin(),
-                spec: volume.spec.clone(),
+                spec: Arc::new(volume.spec.clone()),
                 effective_selinux: volume.selinux,
                 original_selinux: check.original.clone(),
                 pods: PodMap::new(),
@@ -125,7 +137,7 @@ impl DesiredStateOfWorld {
         let new_pod = !entry.pods.is_empty() && !entry.pods.contains_key(pod);
         if new_pod && entry.original_selinux != check.original {
             let c = SeLinuxConflict {
-                spec_name: record.spec_name.clone(),
+                spec_name: record.spec_name.to_string(),
                 existing: entry.original_selinux.clone(),
                 new: check.original,
             };
@@ -138,7 +150,10 @@ impl DesiredStateOfWorld {
             }
             conflict = Some(c);
         }
-        entry.spec = volume.spec;
+        // a new `Arc` only for a changed spec: the ASW shares the old one
+        if *entry.spec != volume.spec {
+            entry.spec = Arc::new(volume.spec);
+        }
         entry.pods.insert(pod.clone(), record);
         Ok(AddedPod {
             volume: name,

@@ -271,7 +271,7 @@ mod test_support {
             local(),
             PluginName::LocalVolume,
             "pv1",
-            Some(local_spec()),
+            Some(local_spec().into()),
             None,
         );
         asw

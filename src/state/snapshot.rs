@@ -26,7 +26,7 @@ impl ActualStateOfWorld {
                     .iter()
                     .map(|(uid, p)| PodSnapshot {
                         pod_uid: uid.clone(),
-                        mount_path: p.mount.mount_path.clone(),
+                        mount_path: p.mount.mount_path.to_path_buf(),
                         kind: p.mount.kind,
                         state: p.state,
                         selinux_context: p.mount.selinux.clone(),
@@ -111,7 +111,13 @@ mod tests {
             medium: StorageMedium::Disk,
             size_limit: None,
         };
-        asw.add_volume(ed.clone(), PluginName::EmptyDir, "cache", Some(spec), None);
+        asw.add_volume(
+            ed.clone(),
+            PluginName::EmptyDir,
+            "cache",
+            Some(spec.into()),
+            None,
+        );
         asw.mark_device_mounted(&v, dm(Some("/dev/loop0".into()), "/g", None))
             .unwrap();
         let pm = |path: &str, kind, selinux| PodMount {
