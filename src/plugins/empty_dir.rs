@@ -277,15 +277,7 @@ impl VolumePlugin for EmptyDirPlugin {
                 }
             }
         }
-        let action = if op.changed {
-            Action::Performed
-        } else {
-            Action::AlreadyInPlace
-        };
-        Ok(Outcome {
-            action,
-            left_behind,
-        })
+        Ok(op.finished(left_behind))
     }
 }
 

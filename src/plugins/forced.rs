@@ -13,8 +13,8 @@ use std::path::Path;
 
 use crate::host::sys::Sys;
 use crate::model::{Operation, TargetParams, TargetRef};
-use crate::plugins::mount_ops::{remove_mount_dir, unmount_all};
-use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult};
+use crate::plugins::mount_ops::unmount_target;
+use crate::plugins::{Op, PluginError, PluginResult};
 
 /// Unmounts everything stacked at the target of `params` (the pod mount
 /// path for a pod target, the device mount path for a device target) and
@@ -46,17 +46,7 @@ pub fn force_unmount(params: &TargetParams, sys: &dyn Sys, pods_dir: &Path) -> P
             });
         }
     }
-    unmount_all(&mut op, target)?;
-    let left_behind = remove_mount_dir(&mut op, target)?;
-    let action = if op.changed {
-        Action::Performed
-    } else {
-        Action::AlreadyInPlace
-    };
-    Ok(Outcome {
-        action,
-        left_behind,
-    })
+    unmount_target(&mut op, target)
 }
 
 #[cfg(test)]
@@ -64,6 +54,7 @@ mod tests {
     use super::*;
     use crate::host::recording_sys::RecordingSys;
     use crate::model::{PluginName, PodUid, TargetKind, UniqueVolumeName};
+    use crate::plugins::Action;
     use std::path::PathBuf;
 
     fn params(target: TargetRef, path: &str) -> TargetParams {

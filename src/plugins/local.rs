@@ -28,8 +28,7 @@ use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::sys::{DiskFormat, FileKind, MsFlags, Sys};
 use crate::model::{MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
 use crate::plugins::mount_ops::{
-    data_string, ensure_mounted, identity_at, remove_mount_dir, split_options, target_exists,
-    unmount_all,
+    data_string, ensure_mounted, identity_at, split_options, target_exists, unmount_target,
 };
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -90,20 +89,6 @@ fn mismatch(op: &Op<'_>, device: &Path, found: String, wanted: &str) -> PluginEr
         found,
         wanted: wanted.to_owned(),
     }
-}
-
-fn unmount_target(op: &mut Op<'_>, target: &Path) -> PluginResult {
-    unmount_all(op, target)?;
-    let left_behind: Vec<PathBuf> = remove_mount_dir(op, target)?;
-    let action = if op.changed {
-        Action::Performed
-    } else {
-        Action::AlreadyInPlace
-    };
-    Ok(Outcome {
-        action,
-        left_behind,
-    })
 }
 
 impl VolumePlugin for LocalPlugin {

@@ -350,6 +350,20 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// The outcome of an operation that left `left_behind`: performed when
+    /// anything changed, else already in place.
+    pub(crate) fn finished(&self, left_behind: Vec<std::path::PathBuf>) -> Outcome {
+        let action = if self.changed {
+            Action::Performed
+        } else {
+            Action::AlreadyInPlace
+        };
+        Outcome {
+            action,
+            left_behind,
+        }
+    }
+
     /// A call that only looks.
     pub(crate) fn look<T>(&self, r: Result<T, SysError>) -> Result<T, PluginError> {
         r.map_err(|e| self.sys_err(e, false))

@@ -197,6 +197,14 @@ pub(crate) fn page_round(bytes: u64) -> u64 {
     bytes.div_ceil(4096).saturating_mul(4096)
 }
 
+/// Unmounts everything stacked at `target`, then removes the empty mount
+/// dir (never anything inside a mount); what could not go is left behind.
+pub(crate) fn unmount_target(op: &mut Op<'_>, target: &Path) -> crate::plugins::PluginResult {
+    unmount_all(op, target)?;
+    let left_behind = remove_mount_dir(op, target)?;
+    Ok(op.finished(left_behind))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
