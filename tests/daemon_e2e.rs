@@ -1126,14 +1126,19 @@ fn failed_reconstructions_are_force_cleaned_once() {
         // again (two errors again) and the bare dir the unmount left, which
         // has nothing mounted (counted, no error; orphan cleanup removes
         // it) — and does nothing more.
+        // The first daemon's orphan sweep may already have removed the bare
+        // dir (a sweep every 2 s once the unmount is done): then only the
+        // two left targets are found again.
+        let bare_left = env.root.join("pods/gone-csi").exists();
+        let want = if bare_left { (3.0, 2.0) } else { (2.0, 2.0) };
         let daemon = env.start();
         daemon.wait_until("the restart counts what is left", || {
-            counted(&daemon) == (3.0, 2.0)
+            counted(&daemon) == want
         });
         daemon.wait_until("orphan cleanup removes the gone pod's dir", || {
             !env.root.join("pods/gone-csi").exists()
         });
-        assert_eq!(counted(&daemon), (3.0, 2.0));
+        assert_eq!(counted(&daemon), want);
         let table = MountTable::read_self().unwrap();
         assert!(table.is_mount_point(&nested) && table.is_mount_point(&secret));
         daemon.stop();
