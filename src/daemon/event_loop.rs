@@ -201,6 +201,7 @@ impl EventLoop {
         if !others_changed {
             return;
         }
+        let mut admitted = Vec::new();
         for p in self.refused.values() {
             let applied = apply_event(
                 &mut w.dsw,
@@ -210,6 +211,12 @@ impl EventLoop {
             for m in &applied.metrics {
                 self.metrics.selinux.record(m);
             }
+            if !applied.refused {
+                admitted.push(p.uid.clone());
+            }
+        }
+        for uid in admitted {
+            self.refused.remove(&uid);
         }
     }
 
@@ -414,7 +421,10 @@ impl EventLoop {
             return;
         }
         if let Err(e) = j.flush_pending() {
-            tracing::error!(error = %e, "flushing the journal's outcomes failed");
+            // A failed flush closes the journal for good (no later append
+            // succeeds): stop, as a failed intent would, and reconstruct.
+            tracing::error!(error = %e, "flushing the journal's outcomes failed; stopping");
+            self.stopping = true;
         }
     }
 

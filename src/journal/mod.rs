@@ -1,7 +1,9 @@
 //! The write-ahead journal: every MountDevice (and its format step), SetUp,
 //! TearDown and UnmountDevice is written here as an intent before it touches
 //! the OS and as an outcome after. This module is the only writer of the
-//! journal; [`Journal::append`] is the one append path.
+//! journal: [`Journal::append`] (durable on return: every intent) and
+//! [`Journal::append_lazy`] (outcomes; durable with the next flush) share
+//! one private `insert`; [`Journal::append_batch`] writes a batch atomically.
 //!
 //! # Layout
 //!
@@ -17,7 +19,8 @@
 //!
 //! # Durability
 //!
-//! [`Journal::append`] returns once its record is flushed. sled's `flush`
+//! [`Journal::append`] returns once its record is flushed (and with it every
+//! record before it, lazily appended ones included). sled's `flush`
 //! does not call `fsync` on Linux: it writes its log buffers and calls
 //! `sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)` on them (its
 //! background flusher adds a `sync_all` every 500 ms). That puts the bytes

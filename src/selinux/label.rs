@@ -227,12 +227,13 @@ pub struct VolumeLabel {
 /// name, which its containers' `volumeMounts` use), kubelet §4.2:
 ///
 /// 1. no gate or no SELinux on the host → no label;
-/// 2. a plugin that cannot mount with a context → no label;
-/// 3. `SELinuxChangePolicy` on and the pod `Recursive` → no label (but a
-///    conflict with labelled pods is still checked);
-/// 4. every container that mounts the volume gives one label; a label that
+/// 2. every container that mounts the volume gives one label; a label that
 ///    cannot be built, or two different ones, is a problem — fatal when
 ///    the volume supports SELinux mounts, else a warning and no label;
+/// 3. a plugin that cannot mount with a context → no label, and no
+///    comparison with the volume's other pods;
+/// 4. `SELinuxChangePolicy` on and the pod `Recursive` → no label (but a
+///    conflict with labelled pods is still checked);
 /// 5. the label is the one compared between pods (`original`); it is used
 ///    for mounting only when the volume supports SELinux mounts.
 pub fn volume_label(
@@ -244,20 +245,21 @@ pub fn volume_label(
     let Some(defaults) = &policy.host else {
         return VolumeLabel::default();
     };
-    if !policy.gates.rwop || !plugin_supports_context_mount(spec) {
+    if !policy.gates.rwop {
         return VolumeLabel::default();
     }
     let supported = volume_supports_selinux_mount(&policy.gates, spec);
+    let plugin = plugin_supports_context_mount(spec);
+    // A problem's severity depends on the volume, not on the plugin; only
+    // a plugin that can mount with a context takes part in the comparison
+    // between pods.
     let none = VolumeLabel {
         check: LabelCheck {
             original: None,
-            strict: supported,
+            strict: supported && plugin,
         },
         ..VolumeLabel::default()
     };
-    if policy.gates.change_policy && pod.is_recursive() {
-        return none;
-    }
     let mut label: Option<SeLinuxContext> = None;
     for (container, options) in pod.options_for(outer_name) {
         let this = match file_label(options, defaults) {
@@ -283,6 +285,12 @@ pub fn volume_label(
             }
             Some(_) => {}
         }
+    }
+    if !plugin {
+        return VolumeLabel::default();
+    }
+    if policy.gates.change_policy && pod.is_recursive() {
+        return none;
     }
     VolumeLabel {
         effective: label.clone().filter(|_| supported),

@@ -171,6 +171,19 @@ fn the_label_comes_from_the_containers_that_mount_the_volume_with_blanks_from_th
             problem: None,
         },
         Row {
+            what: "Recursive does not excuse containers that disagree",
+            pod: PodSeLinux {
+                pod: None,
+                change_policy: Some("Recursive".into()),
+                containers: vec![
+                    container("a", Some(level("s0:c1,c2")), &[VOL]),
+                    container("b", Some(level("s0:c3,c4")), &[VOL]),
+                ],
+            },
+            want: None,
+            problem: Some((ProblemKind::PodContextMismatch, true)),
+        },
+        Row {
             what: "MountOption is the default",
             pod: pod(Some("s0:c1,c2"), Some("MountOption")),
             want: Some("system_u:object_r:container_file_t:s0:c1,c2"),
@@ -271,6 +284,30 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
             assert_eq!(got, VolumeLabel::default(), "{what}: no check either");
         }
     }
+    // The kubelet checks a pod's own containers whatever the plugin: on an
+    // RWOP directory PV (a plugin without context mounts) they are an error.
+    let two = PodSeLinux {
+        pod: None,
+        change_policy: None,
+        containers: vec![
+            container("a", Some(level("s0:c1,c2")), &[VOL]),
+            container("b", Some(level("s0:c3,c4")), &[VOL]),
+        ],
+    };
+    let dir_rwop = VolumeSpec::Local {
+        path: "/mnt/disks/d2".into(),
+        fs_type: None,
+        access_modes: vec![AccessMode::ReadWriteOncePod],
+        mount_options: vec![],
+        is_block: false,
+    };
+    let got = volume_label(&on(FeatureGates::default()), &two, VOL, &dir_rwop);
+    let p = got.problem.expect("a problem");
+    assert_eq!((p.kind, p.fatal), (ProblemKind::PodContextMismatch, true));
+    assert!(
+        !got.check.strict,
+        "no comparison between pods without plugin support"
+    );
 }
 
 #[test]
