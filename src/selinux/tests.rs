@@ -48,6 +48,19 @@ fn container(name: &str, options: Option<SeLinuxOptions>, volumes: &[&str]) -> C
     }
 }
 
+/// A pod whose two containers mount [`VOL`] with levels `s0:c1,c2` and
+/// `s0:c3,c4`, with `policy` as its change policy.
+fn disagreeing(policy: Option<&str>) -> PodSeLinux {
+    PodSeLinux {
+        pod: None,
+        change_policy: policy.map(str::to_owned),
+        containers: vec![
+            container("a", Some(level("s0:c1,c2")), &[VOL]),
+            container("b", Some(level("s0:c3,c4")), &[VOL]),
+        ],
+    }
+}
+
 /// A pod whose one container mounts [`VOL`], with the pod-level level (if
 /// any) and change policy.
 fn pod(lvl: Option<&str>, policy: Option<&str>) -> PodSeLinux {
@@ -172,14 +185,7 @@ fn the_label_comes_from_the_containers_that_mount_the_volume_with_blanks_from_th
         },
         Row {
             what: "Recursive does not excuse containers that disagree",
-            pod: PodSeLinux {
-                pod: None,
-                change_policy: Some("Recursive".into()),
-                containers: vec![
-                    container("a", Some(level("s0:c1,c2")), &[VOL]),
-                    container("b", Some(level("s0:c3,c4")), &[VOL]),
-                ],
-            },
+            pod: disagreeing(Some("Recursive")),
             want: None,
             problem: Some((ProblemKind::PodContextMismatch, true)),
         },
@@ -208,19 +214,7 @@ fn the_label_comes_from_the_containers_that_mount_the_volume_with_blanks_from_th
             got.problem
         );
     }
-    let mismatch = volume_label(
-        &all,
-        &PodSeLinux {
-            pod: None,
-            change_policy: None,
-            containers: vec![
-                container("a", Some(level("s0:c1,c2")), &[VOL]),
-                container("b", Some(level("s0:c3,c4")), &[VOL]),
-            ],
-        },
-        VOL,
-        &rwop,
-    );
+    let mismatch = volume_label(&all, &disagreeing(None), VOL, &rwop);
     let msg = mismatch.problem.unwrap().message;
     assert!(
         msg.contains("multiple SELinux labels found: system_u:object_r:container_file_t:s0:c1,c2,system_u:object_r:container_file_t:s0:c3,c4"),
@@ -286,14 +280,7 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
     }
     // The kubelet checks a pod's own containers whatever the plugin: on an
     // RWOP directory PV (a plugin without context mounts) they are an error.
-    let two = PodSeLinux {
-        pod: None,
-        change_policy: None,
-        containers: vec![
-            container("a", Some(level("s0:c1,c2")), &[VOL]),
-            container("b", Some(level("s0:c3,c4")), &[VOL]),
-        ],
-    };
+    let two = disagreeing(None);
     let dir_rwop = VolumeSpec::Local {
         path: "/mnt/disks/d2".into(),
         fs_type: None,
@@ -516,14 +503,7 @@ fn the_kubelets_multiple_pods_truth_table() {
 
 #[test]
 fn problems_are_warnings_where_the_volume_does_not_support_selinux_mounts() {
-    let two = PodSeLinux {
-        pod: None,
-        change_policy: None,
-        containers: vec![
-            container("a", Some(level("s0:c1,c2")), &[VOL]),
-            container("b", Some(level("s0:c3,c4")), &[VOL]),
-        ],
-    };
+    let two = disagreeing(None);
     let rwx = block_pv(&[AccessMode::ReadWriteMany]);
     let got = volume_label(&on(gates(true, false, true)), &two, VOL, &rwx);
     let p = got.problem.expect("a warning");
