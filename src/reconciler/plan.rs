@@ -491,39 +491,47 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_label_still_mounted_blocks_the_new_pod() {
-        use crate::model::SeLinuxContext;
+    /// A DSW where pod `new` wants the local PV with label `wanted` (a
+    /// strict check), and an ASW where its device is mounted with `mounted`.
+    fn relabel_world(
+        wanted: &crate::model::SeLinuxContext,
+        mounted: &crate::model::SeLinuxContext,
+    ) -> (DesiredStateOfWorld, ActualStateOfWorld, UniqueVolumeName) {
         let mut d = DesiredStateOfWorld::new();
         let mut a = ActualStateOfWorld::new();
         let v = UniqueVolumeName::from_raw(PV);
-        let label = SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap();
         let pv = PodVolume {
             volume: v.clone(),
             spec_name: "pv1".into(),
-            outer_name: "pv1".into(),
+            outer_name: "data".into(),
             spec: local(),
-            selinux: Some(label.clone()),
+            selinux: Some(wanted.clone()),
         };
-        d.add_pod_to_volume(
-            &uid("new"),
-            pv,
-            LabelCheck {
-                original: Some(label),
-                strict: true,
-            },
-        )
-        .unwrap();
+        let check = LabelCheck {
+            original: Some(wanted.clone()),
+            strict: true,
+        };
+        d.add_pod_to_volume(&uid("new"), pv, check).unwrap();
         add_local(&mut a, &v, None);
         a.mark_device_mounted(
             &v,
             DeviceMount {
-                device_path: None,
+                device_path: Some("/dev/loop0".into()),
                 mount_path: "/r/m".into(),
-                selinux: Some(SeLinuxContext::parse("u:r:t:s0:c3,c4").unwrap()),
+                selinux: Some(mounted.clone()),
             },
         )
         .unwrap();
+        (d, a, v)
+    }
+
+    #[test]
+    fn a_label_still_mounted_blocks_the_new_pod() {
+        use crate::model::SeLinuxContext;
+        let (d, a, _) = relabel_world(
+            &SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap(),
+            &SeLinuxContext::parse("u:r:t:s0:c3,c4").unwrap(),
+        );
         let p = plan(&d, &a, &|_| false);
         assert!(p.actions.is_empty(), "{:?}", names(&p));
         assert_eq!(p.blocked.len(), 1);
@@ -547,35 +555,8 @@ mod tests {
             SeLinuxContext::parse("u:r:t:s0:c3,c4").unwrap(),
             SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap(),
         );
-        let mut d = DesiredStateOfWorld::new();
-        let mut a = ActualStateOfWorld::new();
-        let v = UniqueVolumeName::from_raw(PV);
-        d.add_pod_to_volume(
-            &uid("new"),
-            PodVolume {
-                volume: v.clone(),
-                spec_name: "pv1".into(),
-                outer_name: "data".into(),
-                spec: local(),
-                selinux: Some(new.clone()),
-            },
-            LabelCheck {
-                original: Some(new),
-                strict: true,
-            },
-        )
-        .unwrap();
+        let (mut d, mut a, v) = relabel_world(&new, &old);
         d.mark_sources_ready();
-        add_local(&mut a, &v, None);
-        a.mark_device_mounted(
-            &v,
-            DeviceMount {
-                device_path: Some("/dev/loop0".into()),
-                mount_path: "/r/m".into(),
-                selinux: Some(old.clone()),
-            },
-        )
-        .unwrap();
         a.mark_volume_mounted(
             &v,
             &uid("old"),
