@@ -87,12 +87,20 @@ impl Watcher {
             if let Ok(wd) = ino.add_watch(d.as_path(), flags()) {
                 watches.insert(wd, None);
             }
-            if let (Some(parent), Some(name)) = (d.parent(), d.file_name())
+            if let Some(parent) = d.parent()
                 && let Ok(wd) = ino.add_watch(parent, flags())
             {
-                // a parent that is also a source dir keeps `None`: every event counts
-                if let Some(names) = watches.entry(wd).or_insert_with(|| Some(Vec::new())) {
-                    names.push(name.to_owned());
+                match d.file_name() {
+                    // a parent that is also a source dir keeps `None`: every event counts
+                    Some(name) => {
+                        if let Some(names) = watches.entry(wd).or_insert_with(|| Some(Vec::new())) {
+                            names.push(name.to_owned());
+                        }
+                    }
+                    // a path ending in `..` names no child: every event counts
+                    None => {
+                        watches.insert(wd, None);
+                    }
                 }
             }
         }
