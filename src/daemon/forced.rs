@@ -16,10 +16,12 @@
 //! - a device target whose plugin a DSW volume uses with the same driver:
 //!   skipped, not counted;
 //! - otherwise `force_cleaned_failed_volume_operations_total` + 1, then:
-//!   - a plugin volumed does not have: left (DESIGN.md: never force-clean
-//!     plugin dirs of volume types volumed has no plugin for), reported,
-//!     `force_cleaned_failed_volume_operation_errors_total` + 1 — what the
-//!     kubelet counts when it finds no plugin;
+//!   - a volume type volumed has no plugin for ([`crate::plugins::NAMES`]:
+//!     CSI — volumed has no CSI node client to call NodeUnpublish or
+//!     NodeUnstage — secret, projected, …): left mounted (DESIGN.md: never
+//!     force-clean plugin dirs of volume types volumed has no plugin for),
+//!     reported, `force_cleaned_failed_volume_operation_errors_total` + 1 —
+//!     what the kubelet counts when it finds no plugin;
 //!   - nothing mounted: nothing to do (the dir is orphan cleanup's);
 //!   - mounted: a [`Job::ForceCleanup`] on the worker pool — intent
 //!     journaled, everything stacked at the target unmounted (no
@@ -106,8 +108,8 @@ pub fn plan_forced(
                 return Step::Wanted;
             }
             let plugin = match (plugin, &f.cause) {
-                (Some(p), RebuildFailure::MissingMetadata(_)) => p,
-                (None, _) | (_, RebuildFailure::UnknownPlugin) => return Step::NoPlugin,
+                (Some(p), RebuildFailure::MissingMetadata(_)) if crate::plugins::has(p) => p,
+                _ => return Step::NoPlugin,
             };
             if !matches!(f.observation, HostObservation::Mounted(_)) {
                 return Step::NothingMounted;
@@ -294,6 +296,7 @@ mod tests {
     #[test]
     fn each_failed_target_gets_one_step() {
         let csi = "kubernetes.io/csi";
+        let local = "kubernetes.io/local-volume";
         let empty = dsw_with(
             "kept",
             VolumeSpec::EmptyDir {
@@ -318,22 +321,27 @@ mod tests {
                 Step::NoPlugin,
             ),
             (
+                "CSI (no node client to call NodeUnpublish): counted as an error and left",
+                failed(pod("gone"), csi, missing(), mounted()),
+                Step::NoPlugin,
+            ),
+            (
                 "nothing mounted: nothing to unmount",
-                failed(pod("gone"), csi, missing(), HostObservation::DirPresent),
+                failed(pod("gone"), local, missing(), HostObservation::DirPresent),
                 Step::NothingMounted,
             ),
         ];
         for (what, f, want) in cases {
             assert_eq!(plan_forced(&[f], &empty, &|_| false), vec![want], "{what}");
         }
-        let f = failed(pod("gone"), csi, missing(), mounted());
+        let f = failed(pod("gone"), local, missing(), mounted());
         let [Step::Unmount(p)] = &plan_forced(std::slice::from_ref(&f), &empty, &|_| false)[..]
         else {
-            panic!("a mounted CSI target of a gone pod is unmounted");
+            panic!("a mounted target of a gone pod whose plugin volumed has is unmounted");
         };
         assert_eq!(p.pod_mount_path.as_deref(), Some(f.path.as_path()));
-        assert_eq!(p.plugin, PluginName::Csi);
-        assert_eq!(p.volume.as_str(), "kubernetes.io/csi/vol");
+        assert_eq!(p.plugin, PluginName::LocalVolume);
+        assert_eq!(p.volume.as_str(), "kubernetes.io/local-volume/vol");
     }
 
     #[test]
@@ -370,11 +378,11 @@ mod tests {
             plan_forced(std::slice::from_ref(&f), &same, &|_| false),
             vec![Step::Wanted]
         );
+        // no pod of its driver: still left, as volumed has no CSI node client
         let other = dsw_with("p", spec("other-driver"));
-        let steps = plan_forced(std::slice::from_ref(&f), &other, &|_| false);
-        assert!(
-            matches!(&steps[..], [Step::Unmount(p)] if p.device_mount_path.as_deref() == Some(f.path.as_path())),
-            "{steps:?}"
+        assert_eq!(
+            plan_forced(std::slice::from_ref(&f), &other, &|_| false),
+            vec![Step::NoPlugin]
         );
     }
 }

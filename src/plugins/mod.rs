@@ -419,6 +419,20 @@ impl<'a> Op<'a> {
     }
 }
 
+/// The volume types volumed has a plugin for ([`all`] makes one of each).
+/// Anything else found on the host (CSI, secret, projected, …) is never
+/// torn down by volumed: it is left and reported (DESIGN.md, removal rules).
+pub const NAMES: [crate::model::PluginName; 3] = [
+    crate::model::PluginName::EmptyDir,
+    crate::model::PluginName::HostPath,
+    crate::model::PluginName::LocalVolume,
+];
+
+/// Whether volumed has a plugin for `name`.
+pub fn has(name: crate::model::PluginName) -> bool {
+    NAMES.contains(&name)
+}
+
 /// Every plugin volumed has, ready to use.
 pub fn all(layout: &crate::model::Layout) -> Vec<Box<dyn VolumePlugin>> {
     vec![
@@ -426,4 +440,20 @@ pub fn all(layout: &crate::model::Layout) -> Vec<Box<dyn VolumePlugin>> {
         Box::new(HostPathPlugin),
         Box::new(LocalPlugin),
     ]
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+
+    #[test]
+    fn names_lists_exactly_the_plugins_all_makes() {
+        let layout = crate::model::Layout::new("/r");
+        let made: Vec<_> = all(&layout).iter().map(|p| p.name()).collect();
+        assert_eq!(made, NAMES);
+        assert!(
+            !has(crate::model::PluginName::Csi),
+            "no CSI node plugin yet"
+        );
+    }
 }
