@@ -80,6 +80,9 @@ pub struct EventLoop {
     pub(super) trim_due: bool,
     /// when the allocator was last trimmed
     pub(super) last_trim: Option<Instant>,
+    /// since when outcomes appended without a flush have been waiting for
+    /// one while jobs were in flight (see `maybe_flush`)
+    pub(super) outcomes_since: Option<Instant>,
     /// targets reconstruction could not rebuild (both phases), for the
     /// one-time forced cleanup (`super::forced`)
     pub(super) failed_reconstructions: Vec<crate::reconstruct::FailedTarget>,
@@ -92,6 +95,10 @@ pub struct EventLoop {
 
 /// The allocator is trimmed at most this often, once no job is in flight.
 const TRIM_EVERY: Duration = Duration::from_secs(1);
+/// Outcomes appended without a flush wait at most this long for one while
+/// other jobs keep running (a long mkfs or a hung mount would otherwise
+/// hold them back for as long as it runs).
+const FLUSH_WITHIN: Duration = Duration::from_millis(200);
 /// Orphan sweeps run at most this often.
 const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// And at least this often once populated.
@@ -122,6 +129,9 @@ impl EventLoop {
                 && let Some(last) = self.last_trim
             {
                 wake = wake.min((last + TRIM_EVERY).saturating_duration_since(now));
+            }
+            if let Some(since) = self.outcomes_since {
+                wake = wake.min((since + FLUSH_WITHIN).saturating_duration_since(now));
             }
             match self.events.recv_timeout(wake) {
                 Ok(ev) => self.handle(ev),
@@ -412,12 +422,20 @@ impl EventLoop {
         self.sweep_wanted = false;
     }
 
-    /// Once no job is in flight, makes the outcomes the workers appended
-    /// without waiting durable (one flush for the whole burst; while jobs
-    /// run, their intents' flushes carry the earlier outcomes along).
+    /// Makes the outcomes the workers appended without waiting durable:
+    /// once no job is in flight (one flush for the whole burst; while jobs
+    /// run, their intents' flushes carry the earlier outcomes along), or
+    /// once they have waited [`FLUSH_WITHIN`] while jobs are still running.
     fn maybe_flush(&mut self) {
         let Some(j) = &self.journal else { return };
-        if self.pending.running() != 0 || !j.has_pending() {
+        let (flush, since) = flush_due(
+            j.has_pending(),
+            self.pending.running() != 0,
+            self.outcomes_since,
+            Instant::now(),
+        );
+        self.outcomes_since = since;
+        if !flush {
             return;
         }
         if let Err(e) = j.flush_pending() {
@@ -446,6 +464,29 @@ impl EventLoop {
             }
             Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
         }
+    }
+}
+
+/// Whether the outcomes waiting for a flush (`waiting`) are flushed now,
+/// and since when they wait afterwards: at once when no job runs, else
+/// once they have waited [`FLUSH_WITHIN`].
+fn flush_due(
+    waiting: bool,
+    jobs_running: bool,
+    since: Option<Instant>,
+    now: Instant,
+) -> (bool, Option<Instant>) {
+    if !waiting {
+        return (false, None);
+    }
+    if !jobs_running {
+        return (true, None);
+    }
+    let since = since.unwrap_or(now);
+    if now >= since + FLUSH_WITHIN {
+        (true, None)
+    } else {
+        (false, Some(since))
     }
 }
 
@@ -485,6 +526,60 @@ mod tests {
             unresolved: Default::default(),
             errors: vec![],
             selinux: Default::default(),
+        }
+    }
+
+    #[test]
+    fn outcomes_are_flushed_when_idle_or_after_waiting_long_enough() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let wait = u64::try_from(FLUSH_WITHIN.as_millis()).unwrap();
+        // (waiting, jobs running, since, now) -> (flush, since after)
+        let cases = [
+            ("nothing waits", false, true, Some(t0), ms(0), (false, None)),
+            (
+                "no job runs: at once",
+                true,
+                false,
+                None,
+                ms(0),
+                (true, None),
+            ),
+            (
+                "a job runs: the wait starts",
+                true,
+                true,
+                None,
+                ms(5),
+                (false, Some(ms(5))),
+            ),
+            (
+                "still within the bound",
+                true,
+                true,
+                Some(t0),
+                ms(wait - 1),
+                (false, Some(t0)),
+            ),
+            (
+                "the bound reached",
+                true,
+                true,
+                Some(t0),
+                ms(wait),
+                (true, None),
+            ),
+            (
+                "long past it",
+                true,
+                true,
+                Some(t0),
+                ms(10 * wait),
+                (true, None),
+            ),
+        ];
+        for (what, waiting, running, since, now, want) in cases {
+            assert_eq!(flush_due(waiting, running, since, now), want, "{what}");
         }
     }
 

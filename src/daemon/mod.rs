@@ -340,6 +340,7 @@ impl Daemon {
             sweep_wanted: false,
             trim_due: false,
             last_trim: None,
+            outcomes_since: None,
             failed_reconstructions,
             forced_cleanup_done: false,
             refused: Default::default(),
