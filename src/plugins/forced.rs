@@ -6,8 +6,9 @@
 //! target with a nested mount fails to unmount (`EBUSY`, never
 //! `MNT_DETACH`) and a directory that is not empty is left and reported.
 //!
-//! A device target is refused while any mount under `pods/` shares its
-//! device (a pod still uses it; "in use" is decided by major:minor).
+//! A device target is refused while any mount under `pods/` shares the
+//! device of any mount stacked there (a pod still uses it; "in use" is
+//! decided by major:minor).
 
 use std::path::Path;
 
@@ -33,11 +34,13 @@ pub fn force_unmount(params: &TargetParams, sys: &dyn Sys, pods_dir: &Path) -> P
     let target = target.ok_or_else(|| op.missing("target path"))?;
     if params.target == TargetRef::Device {
         let table = op.look(sys.read_mountinfo())?;
-        if let Some(top) = table.top_at(target)
-            && let Some(user) = table
-                .by_dev(top.dev)
-                .find(|m| m.mount_point.starts_with(pods_dir))
-        {
+        // every mount stacked at the target is unmounted, so every one of
+        // their devices must be free of pod mounts, not only the top's
+        if let Some(user) = table.at(target).find_map(|m| {
+            table
+                .by_dev(m.dev)
+                .find(|u| u.mount_point.starts_with(pods_dir))
+        }) {
             return Err(PluginError::DeviceInUse {
                 op: op_name,
                 volume: params.volume.clone(),
@@ -139,6 +142,15 @@ mod tests {
         let err = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap_err();
         assert!(matches!(err, PluginError::DeviceInUse { .. }), "{err}");
         assert_eq!(sys.mounts().len(), 2, "nothing unmounted");
+        assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
+
+        // a second mount stacked over the global one: the device a pod
+        // binds is under the top, and still refused
+        sys.preset_mount(None, global, Some("tmpfs"), flags, None)
+            .unwrap();
+        let err = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap_err();
+        assert!(matches!(err, PluginError::DeviceInUse { .. }), "{err}");
+        assert_eq!(sys.mounts().len(), 3, "nothing unmounted");
         assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
     }
 }
