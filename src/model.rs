@@ -63,6 +63,35 @@ pub fn check_component(what: &'static str, value: &str) -> Result<(), ModelError
     Ok(())
 }
 
+/// Checks a name the API server validates as a DNS-1123 label (a pod's
+/// volume names): 1 to 63 of `a-z`, `0-9` and `-`, starting and ending with
+/// a letter or digit. Such a name can never look like one of volumed's own
+/// dir names (`<name>.deleting~<n>`), which matters: those are deleted.
+pub fn check_dns1123_label(what: &'static str, value: &str) -> Result<(), ModelError> {
+    let bad = |why| {
+        Err(ModelError::InvalidName {
+            what,
+            value: value.to_owned(),
+            why,
+        })
+    };
+    if value.is_empty() {
+        return bad("empty");
+    }
+    if value.len() > 63 {
+        return bad("longer than 63 characters (not a DNS-1123 label)");
+    }
+    let ok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !value.bytes().all(|c| ok(c) || c == b'-') {
+        return bad("not a DNS-1123 label: only a-z, 0-9 and '-' are allowed");
+    }
+    let b = value.as_bytes();
+    if !ok(b[0]) || !ok(b[b.len() - 1]) {
+        return bad("not a DNS-1123 label: must start and end with a-z or 0-9");
+    }
+    Ok(())
+}
+
 /// A pod's UID as the kubelet uses it for `pods/<uid>`.
 ///
 /// Shared (`Arc<str>`): reconstruction and the states copy a UID into every

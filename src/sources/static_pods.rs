@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 use super::SourceError;
 use super::quantity::parse_bytes;
 use super::read::{canonical_json, kind_of, parse_documents};
-use crate::model::{HostPathType, PodUid, StorageMedium, VolumeSpec, check_component};
+use crate::model::{HostPathType, PodUid, StorageMedium, VolumeSpec, check_dns1123_label};
 
 /// A pod's volume after parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,7 +201,7 @@ fn volume_types(v: &Volume) -> Vec<String> {
 
 fn parse_volume(file: &Path, v: &Volume) -> Result<ParsedVolume, SourceError> {
     let name = v.name.clone();
-    check_component("volume name", &name).map_err(|e| invalid(file, &name, e.to_string()))?;
+    check_dns1123_label("volume name", &name).map_err(|e| invalid(file, &name, e.to_string()))?;
     let types = volume_types(v);
     if types.len() > 1 {
         let reason = format!("more than one volume type: {}", types.join(", "));

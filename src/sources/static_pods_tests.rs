@@ -140,7 +140,27 @@ fn bad_and_unsupported_volumes_become_pod_errors_naming_file_and_volume() {
     let table = [
         (
             "  - name: ../etc\n    emptyDir: {}\n",
-            "/pods/p.yaml: volume \"../etc\": invalid volume name \"../etc\": contains '/'",
+            "/pods/p.yaml: volume \"../etc\": invalid volume name \"../etc\": not a DNS-1123 label: only a-z, 0-9 and '-' are allowed",
+        ),
+        (
+            // a name shaped like volumed's own interrupted-deletion dirs,
+            // which orphan cleanup finishes deleting
+            "  - name: data.deleting~1
+    emptyDir: {}
+",
+            "/pods/p.yaml: volume \"data.deleting~1\": invalid volume name \"data.deleting~1\": not a DNS-1123 label: only a-z, 0-9 and '-' are allowed",
+        ),
+        (
+            "  - name: -data
+    emptyDir: {}
+",
+            "/pods/p.yaml: volume \"-data\": invalid volume name \"-data\": not a DNS-1123 label: must start and end with a-z or 0-9",
+        ),
+        (
+            "  - name: Data
+    emptyDir: {}
+",
+            "/pods/p.yaml: volume \"Data\": invalid volume name \"Data\": not a DNS-1123 label: only a-z, 0-9 and '-' are allowed",
         ),
         (
             "  - name: s\n    secret: {secretName: x}\n",
