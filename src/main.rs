@@ -213,7 +213,28 @@ fn selinux_policy(mode: SeLinuxMode, gates: &[String]) -> Result<selinux::Policy
     Ok(policy)
 }
 
-fn run(args: RunArgs) -> Result<()> {
+/// `path` made absolute against the working directory, without resolving
+/// symlinks (`std::path::absolute`). Every path volumed is given becomes
+/// absolute once at startup: the root is compared with the mount table's
+/// absolute mount points, and a static pod's UID hashes its manifest's path,
+/// so `--static-pods pods` and `--static-pods /abs/pods` must be the same
+/// pods (a changed UID would tear down and delete the old pod's emptyDirs).
+fn absolute(flag: &str, path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path)
+        .with_context(|| format!("{flag} {}: make it absolute", path.display()))
+}
+
+fn run(mut args: RunArgs) -> Result<()> {
+    args.root_dir = absolute("--root-dir", &args.root_dir)?;
+    for (flag, p) in [
+        ("--static-pods", &mut args.static_pods),
+        ("--static-objects", &mut args.static_objects),
+        ("--journal-dir", &mut args.journal_dir),
+    ] {
+        if let Some(p) = p {
+            *p = absolute(flag, p)?;
+        }
+    }
     if let Some(k) = &args.kubeconfig {
         bail!(
             "--kubeconfig {}: the API-server pod source is not supported yet; use --static-pods and --static-objects",
@@ -383,7 +404,8 @@ fn dump(args: DumpArgs) -> Result<()> {
 
 /// `reconstruct --dry-run`: the merge over the journal (read, or a copy of
 /// it) and one read of the mount table, printed; nothing is changed.
-fn reconstruct(args: ReconstructArgs) -> Result<()> {
+fn reconstruct(mut args: ReconstructArgs) -> Result<()> {
+    args.root_dir = absolute("--root-dir", &args.root_dir)?;
     if !args.dry_run {
         bail!(
             "reconstruction runs inside `volumed run` at startup; `volumed reconstruct` only shows what it would decide: add --dry-run"

@@ -59,6 +59,8 @@ struct Env {
     objects: PathBuf,
     boot: PathBuf,
     starts: usize,
+    /// start the daemon in the scratch dir with relative paths
+    relative: bool,
     // Last: dropped (lazily unmounting what is left) after everything else.
     scratch: Scratch,
 }
@@ -74,6 +76,7 @@ impl Env {
             objects: p.join("objects"),
             boot: p.join("boot_id"),
             starts: 0,
+            relative: false,
             scratch,
         };
         support::mkdirs(&env.pods);
@@ -89,16 +92,22 @@ impl Env {
             .scratch
             .path()
             .join(format!("daemon-{}.log", self.starts));
+        let base = self.scratch.path();
+        let arg = |p: &Path| match self.relative {
+            true => p.strip_prefix(base).unwrap().to_owned(),
+            false => p.to_owned(),
+        };
         let child = Command::new(BIN)
+            .current_dir(base)
             .arg("run")
             .arg("--root-dir")
-            .arg(&self.root)
+            .arg(arg(&self.root))
             .arg("--journal-dir")
-            .arg(&self.journal)
+            .arg(arg(&self.journal))
             .arg("--static-pods")
-            .arg(&self.pods)
+            .arg(arg(&self.pods))
             .arg("--static-objects")
-            .arg(&self.objects)
+            .arg(arg(&self.objects))
             .args(["--listen", "127.0.0.1:0", "--node-name", NODE])
             .arg("--boot-id-file")
             .arg(&self.boot)
@@ -816,6 +825,68 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
             }
         }
         delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+/// A static pod without `metadata.uid` gets a UID hashed from its
+/// manifest's path: the same pods whether the daemon is given its dirs as
+/// absolute or relative paths. Started once with absolute paths and once,
+/// from the scratch dir, with relative ones: the pod keeps its UID, its
+/// disk emptyDir and the file in it.
+#[test]
+fn relative_source_paths_give_a_pod_the_same_uid() {
+    real("restarts the daemon with relative paths", || {
+        let mut env = Env::new("volumed-e2e-relative");
+        env.write_pod(
+            "nouid.yaml",
+            "apiVersion: v1
+kind: Pod
+metadata: {name: nouid, namespace: default}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  volumes:
+  - name: scratch
+    emptyDir: {}
+",
+        );
+        let pods = env.root.join("pods");
+        let uids = |d: &Daemon| -> Vec<String> {
+            let mut found: Vec<String> = targets(&d.state())
+                .keys()
+                .filter_map(|t| t.strip_prefix(&pods).ok()?.iter().next())
+                .map(|u| u.to_string_lossy().into_owned())
+                .collect();
+            found.dedup();
+            found
+        };
+        let daemon = env.start();
+        daemon.wait_until("the pod's emptyDir is set up", || uids(&daemon).len() == 1);
+        let uid = uids(&daemon).remove(0);
+        let kept = env.pod_volume(&uid, EMPTY_DIR, "scratch").join("kept.txt");
+        fs::write(&kept, "kept").unwrap();
+        daemon.stop();
+
+        env.relative = true;
+        let daemon = env.start();
+        daemon.wait_until("the pod is known again", || !uids(&daemon).is_empty());
+        // many passes and an orphan sweep (every 2 s) to do what it should not
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(
+            uids(&daemon),
+            std::slice::from_ref(&uid),
+            "{}",
+            daemon.log_tail()
+        );
+        assert_eq!(fs::read_to_string(&kept).unwrap(), "kept");
+        let dirs: Vec<_> = fs::read_dir(&pods)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(dirs, [std::ffi::OsString::from(&uid)]);
         daemon.stop();
     });
 }
