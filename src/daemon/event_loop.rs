@@ -130,7 +130,11 @@ impl EventLoop {
             {
                 wake = wake.min((last + TRIM_EVERY).saturating_duration_since(now));
             }
-            if let Some(since) = self.outcomes_since {
+            if self.stopping {
+                // only events matter now (the last jobs reporting): no
+                // deadline of work that will not be done, which would spin
+                wake = self.cfg.resync;
+            } else if let Some(since) = self.outcomes_since {
                 wake = wake.min((since + FLUSH_WITHIN).saturating_duration_since(now));
             }
             match self.events.recv_timeout(wake) {
@@ -248,6 +252,11 @@ impl EventLoop {
                 self.trim_due = true;
                 let ok = report.error.is_none();
                 self.pending.finish(&report.key, ok, Instant::now());
+                if self.stopping && report.ran.is_empty() && report.updates.is_empty() {
+                    // queued when the stop came: not started, nothing to apply
+                    tracing::debug!(volume = %report.key.volume, "operation not started: stopping");
+                    return;
+                }
                 if report.ran.contains(&crate::model::Operation::TearDown) {
                     self.sweep_wanted = true;
                 }

@@ -249,13 +249,18 @@ impl Daemon {
             metrics.clone(),
         ));
         let mut threads = Vec::new();
+        // Set by `stop`: the source poller stops, and workers start no job
+        // still queued (only in-flight operations are finished).
+        let poller_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         for _ in 0..cfg.workers.max(1) {
             let rx = jobs_rx.clone();
             let tx = events_tx.clone();
             let exec = executor.clone();
-            threads.push(spawn("volumed-worker", move || worker(&rx, &tx, &exec))?);
+            let stop = poller_stop.clone();
+            threads.push(spawn("volumed-worker", move || {
+                worker(&rx, &tx, &exec, &stop);
+            })?);
         }
-        let poller_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
             let mut sources = Sources::new(SourcesConfig {
                 pods_dir: cfg.static_pods.clone(),
@@ -369,7 +374,8 @@ impl Daemon {
         })
     }
 
-    /// Stops: no new operation starts; waits for in-flight ones.
+    /// Stops: no new operation starts (a queued job is reported as not
+    /// started); waits for in-flight ones.
     pub fn stop(self) {
         self.poller_stop
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -383,14 +389,19 @@ impl Daemon {
     }
 }
 
-fn worker(rx: &Mutex<Receiver<Job>>, tx: &Sender<Event>, exec: &Executor) {
+fn worker(
+    rx: &Mutex<Receiver<Job>>,
+    tx: &Sender<Event>,
+    exec: &Executor,
+    stop: &std::sync::atomic::AtomicBool,
+) {
     loop {
         let job = {
             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
             rx.recv()
         };
         let Ok(job) = job else { return };
-        let report = exec.run(&job);
+        let report = exec.run_unless_stopping(&job, stop);
         if tx.send(Event::JobDone(report)).is_err() {
             return;
         }

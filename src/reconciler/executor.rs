@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::time::Instant;
 
 use crate::failpoint;
@@ -157,6 +158,20 @@ pub struct JobReport {
     pub ran: Vec<Operation>,
     /// a forced cleanup ([`Job::ForceCleanup`]): counted, never retried
     pub forced: bool,
+}
+
+impl JobReport {
+    /// The report of `job` not started at all (`why`): no ASW change,
+    /// nothing ran, nothing journaled.
+    pub fn not_started(job: &Job, why: &str) -> Self {
+        JobReport {
+            key: job.key(),
+            updates: Vec::new(),
+            error: Some(format!("not started: {why}")),
+            ran: Vec::new(),
+            forced: matches!(job, Job::ForceCleanup { .. }),
+        }
+    }
 }
 
 /// Why a step failed, and whether its target may have changed.
@@ -360,6 +375,16 @@ impl Executor {
             uncertain: e.is_uncertain(),
             message: e.to_string(),
         })
+    }
+
+    /// Runs `job` unless the daemon is stopping: a job still queued when
+    /// `stopping` is set is not in flight, so it is not started — nothing
+    /// journaled, nothing touched — and reported as not started.
+    pub fn run_unless_stopping(&self, job: &Job, stopping: &AtomicBool) -> JobReport {
+        if stopping.load(AtomicOrdering::Relaxed) {
+            return JobReport::not_started(job, "volumed is stopping");
+        }
+        self.run(job)
     }
 
     /// Runs one job to its end.
@@ -599,6 +624,25 @@ mod tests {
             medium: StorageMedium::Memory,
             size_limit: Some(1 << 20),
         }
+    }
+
+    #[test]
+    fn a_job_dequeued_while_stopping_is_not_started() {
+        let f = fixture();
+        let job = mount_job(&f, want(tmpfs(), "p1", "cache"), false);
+        let stopping = AtomicBool::new(true);
+        let report = f.exec.run_unless_stopping(&job, &stopping);
+        assert_eq!(
+            report.error.as_deref(),
+            Some("not started: volumed is stopping")
+        );
+        assert!(report.ran.is_empty() && report.updates.is_empty());
+        assert!(records(&f).is_empty(), "nothing journaled");
+        assert!(f.sys.mutations().is_empty(), "{:?}", f.sys.mutations());
+        stopping.store(false, AtomicOrdering::Relaxed);
+        let report = f.exec.run_unless_stopping(&job, &stopping);
+        assert_eq!(report.error, None);
+        assert_eq!(report.ran, vec![Operation::SetUp]);
     }
 
     #[test]
