@@ -891,6 +891,57 @@ spec:
     });
 }
 
+/// A local PV that is a directory (the README's example) is bound straight
+/// into its pod. After a graceful restart the journal and the host agree on
+/// that bind: it is `mounted`, not uncertain, and no plugin operation runs.
+#[test]
+fn a_directory_pv_bind_survives_a_graceful_restart_untouched() {
+    real("restarts the daemon over a directory PV bind", || {
+        let mut env = Env::new("volumed-e2e-dir-pv");
+        let dir = env.scratch.path().join("pv-dir");
+        support::mkdirs(&dir);
+        env.write_pv(&dir);
+        env.write_pod("a.yaml", &pv_pod(POD_A));
+        let target = env.pod_volume(POD_A, LOCAL, PV);
+        let bound = |d: &Daemon| {
+            targets(&d.state())
+                .get(&target)
+                .is_some_and(|(_, s)| s == "mounted")
+        };
+        let daemon = env.start();
+        daemon.wait_until("the directory is bound into the pod", || bound(&daemon));
+        fs::write(target.join("kept.txt"), "kept").unwrap();
+        daemon.stop();
+
+        let daemon = env.start();
+        daemon.wait_until("the bind is mounted after the restart", || bound(&daemon));
+        std::thread::sleep(Duration::from_secs(2));
+        let metrics = daemon.metrics();
+        let ops = series(&metrics, "volumed_plugin_operations_total");
+        assert!(
+            !ops.is_empty() && ops.iter().all(|(_, v)| *v == 0.0),
+            "no plugin operation after the restart: {ops:#?}\n{}",
+            daemon.log_tail()
+        );
+        let decided = series(&metrics, "volumed_reconstruct_decisions_total");
+        assert!(
+            decided
+                .iter()
+                .any(|(l, v)| l.contains("reason=\"mounted_matches\"") && *v >= 1.0),
+            "{decided:#?}"
+        );
+        assert!(
+            decided
+                .iter()
+                .all(|(l, v)| !l.contains("uncertain") || *v == 0.0),
+            "nothing uncertain: {decided:#?}"
+        );
+        assert_eq!(fs::read_to_string(dir.join("kept.txt")).unwrap(), "kept");
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
 #[test]
 fn bad_manifests_are_logged_and_contained_while_good_ones_mount() {
     real("mounts good pods next to bad manifests", || {

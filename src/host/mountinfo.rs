@@ -280,6 +280,22 @@ impl MountTable {
         self.top_of(self.stack_at(path))
     }
 
+    /// The identity `path` shows as a bind source: the visible mount holding
+    /// it (longest prefix), with the root extended by the path below that
+    /// mount point. What a bind of a directory (a local PV that is one)
+    /// must show at its target.
+    pub fn identity_at(&self, path: &Path) -> Option<MountIdentity> {
+        path.ancestors().find_map(|a| {
+            let m = self.top_at(a)?;
+            let mut id = m.identity();
+            let rel = path.strip_prefix(a).ok()?;
+            if !rel.as_os_str().is_empty() {
+                id.root = id.root.join(rel);
+            }
+            Some(id)
+        })
+    }
+
     /// The top of one stack of indices (see [`MountTable::top_at`]).
     fn top_of(&self, stack: &[usize]) -> Option<&MountInfo> {
         let m = |i: usize| &self.entries[i];

@@ -28,7 +28,7 @@ use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::sys::{DiskFormat, FileKind, MsFlags, Sys};
 use crate::model::{MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
 use crate::plugins::mount_ops::{
-    data_string, ensure_mounted, identity_at, split_options, target_exists, unmount_target,
+    data_string, ensure_mounted, split_options, target_exists, unmount_target,
 };
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -208,7 +208,7 @@ impl VolumePlugin for LocalPlugin {
             if op.look(sys.stat(l.path, true))?.kind != FileKind::Dir {
                 return Err(op.wrong_type(l.path, "directory"));
             }
-            (l.path, identity_at(&table, l.path))
+            (l.path, table.identity_at(l.path))
         };
         let want = source_id.map(|mut id| {
             id.read_only = flags.contains(MsFlags::MS_RDONLY);

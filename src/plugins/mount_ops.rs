@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::host::mountinfo::{MountInfo, MountTable};
+use crate::host::mountinfo::MountInfo;
 use crate::host::sys::{Errno, MntFlags, MsFlags, mkdir_all};
-use crate::model::{MountIdentity, SeLinuxContext};
+use crate::model::SeLinuxContext;
 use crate::plugins::{Action, Certainty, Op, PluginError};
 
 /// How many stacked mounts a target may have before we give up unmounting.
@@ -47,20 +47,6 @@ pub(crate) fn data_string(opts: &[String], selinux: Option<&SeLinuxContext>) -> 
     let mut all: Vec<String> = opts.to_vec();
     all.extend(selinux.map(SeLinuxContext::mount_option));
     (!all.is_empty()).then(|| all.join(","))
-}
-
-/// The identity `path` would have as a bind source: the mount holding it
-/// (longest prefix), with the root extended by the path below that mount.
-pub(crate) fn identity_at(table: &MountTable, path: &Path) -> Option<MountIdentity> {
-    path.ancestors().find_map(|a| {
-        let m = table.top_at(a)?;
-        let mut id = m.identity();
-        let rel = path.strip_prefix(a).ok()?;
-        if !rel.as_os_str().is_empty() {
-            id.root = id.root.join(rel);
-        }
-        Some(id)
-    })
 }
 
 /// Unmounts the top mount at `target` without following symlinks. `EINVAL`

@@ -375,6 +375,17 @@ fn compare(expected: Expected<'_>, seen: &ObservedMount, input: &MergeInput<'_>)
 /// identity. Unconfirmed means no.
 fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) -> bool {
     let seen_id = &seen.identity;
+    let read_only = p.mount_options.iter().any(|o| o == "ro");
+    // A pod bind of a directory (a local PV that is one): the directory's
+    // filesystem and its root there (a `fsType` on such a PV means nothing).
+    if p.device_mount_path.is_none()
+        && let Some(device) = &p.device_path
+        && let Some(source) = input.bind_sources.get(device)
+    {
+        return source.dev == seen_id.dev
+            && source.root == seen_id.root
+            && read_only == seen_id.read_only;
+    }
     let memory_empty_dir = p.plugin == PluginName::EmptyDir && p.kind == TargetKind::Mount;
     let fs_type = match (&p.fs_type, memory_empty_dir) {
         (Some(t), _) => Some(t.as_str()),
@@ -384,7 +395,6 @@ fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) ->
     if fs_type.is_some_and(|t| t != seen_id.fs_type) {
         return false;
     }
-    let read_only = p.mount_options.iter().any(|o| o == "ro");
     if read_only != seen_id.read_only {
         return false;
     }

@@ -330,6 +330,7 @@ fn decide_leftovers(
         host_targets: host_targets_moving(&tops, &view, pods),
         observe: Default::default(),
         device_ids: BTreeMap::new(),
+        bind_sources: Default::default(),
     };
     let output = merge_leftovers(&input, &ready.output);
     Reconstruction::new(output, view.problems, host.boot_id.as_str(), journal)
@@ -558,6 +559,7 @@ fn fill_input<'a>(
     );
     let mut observe = crate::reconstruct::PathMap::default();
     let mut device_paths: FxHashSet<&[u8]> = FxHashSet::default();
+    let mut bind_sources = crate::reconstruct::PathMap::default();
     if let Some(state) = journal {
         observe.reserve(state.len() / 8 + 1);
         // looked-up paths by bytes (`Path`'s hash walks components): a path
@@ -592,6 +594,16 @@ fn fill_input<'a>(
                         last_mount = Some(b);
                     }
                 }
+                // a directory bound into a pod (a local PV that is one): the
+                // identity its bind must show, from the same table
+                if p.plugin == PluginName::LocalVolume
+                    && p.device_mount_path.is_none()
+                    && let Some(d) = p.device_path.as_deref()
+                    && !bind_sources.contains_key(d)
+                    && let Some(id) = tops.table.identity_at(d)
+                {
+                    bind_sources.insert(d.to_owned(), id);
+                }
                 // one `stat` per distinct device path, however many targets name it
                 if let Some(d) = p.device_path.as_deref() {
                     let b = d.as_os_str().as_bytes();
@@ -612,6 +624,7 @@ fn fill_input<'a>(
         host_targets,
         observe,
         device_ids: devices::device_ids(device_paths),
+        bind_sources,
     }
 }
 

@@ -90,8 +90,13 @@
 //! A mount matches when [`MountIdentity::matches`] says so against the
 //! identity the journal observed after the mount succeeded (for unmount
 //! intents and settled mounts). When the journal has no observed identity
-//! (a mount intent that never got its outcome), the expected mount is built
-//! from P as well as a pure function can:
+//! (a mount intent that never got its outcome, or a success outcome the
+//! daemon wrote without one), the expected mount is built from P as well as
+//! a pure function can:
+//! - a pod bind of a directory (a local PV that is one, no device target):
+//!   the major:minor and root a bind of that directory shows, from
+//!   [`MergeInput::bind_sources`] (the same mount table), and P's
+//!   read-only flag; P's fs type means nothing there;
 //! - the fs type must be P's (`tmpfs` for a memory emptyDir) and the
 //!   read-only flag must be P's (`ro` in P's mount options);
 //! - a tmpfs is identified by being a tmpfs;
@@ -247,6 +252,11 @@ pub struct MergeInput<'a> {
     /// device paths named by the journal, resolved to the block device's
     /// major:minor (`st_rdev`, following symlinks); missing when unresolved
     pub device_ids: BTreeMap<PathBuf, DevId>,
+    /// directories the journal names as a pod bind's source (a local PV
+    /// that is a directory), with the identity a bind of them shows: the
+    /// mount holding the directory, its root extended by the path below it
+    /// ([`MountTable::identity_at`](crate::host::mountinfo::MountTable::identity_at))
+    pub bind_sources: PathMap<MountIdentity>,
 }
 
 impl MergeInput<'_> {

@@ -658,6 +658,82 @@ fn mount_intent_resolves_device_links_through_device_ids() {
     );
 }
 
+/// A local PV that is a directory is bound straight into the pod (no
+/// device target). The daemon's SetUp outcome records no identity, so the
+/// bind is compared with what a bind of that directory shows
+/// (`bind_sources`: the filesystem holding it, and its root there), never
+/// with the mount's source string (the filesystem's device).
+#[test]
+fn a_directory_pv_bind_is_compared_with_the_directory_it_binds() {
+    const DIR: &str = "/mnt/disks/pv1";
+    let mut p = params(Vol::LocalPod);
+    p.device_path = Some(DIR.into());
+    p.device_mount_path = None;
+    // a PV's fsType means nothing for a directory: not compared
+    p.fs_type = Some("xfs".into());
+    p.selinux = None;
+    let mut w = Writer::new();
+    let i = w.intent(Operation::SetUp, Steps::Single, &p);
+    w.push(Body::Outcome {
+        intent_seq: i,
+        op: Operation::SetUp,
+        result: OpResult::Success,
+        observed: None,
+    });
+    let state = w.state();
+    let vda1 = DevId { major: 8, minor: 1 };
+    let fs = |root: &str| MountIdentity {
+        dev: vda1,
+        root: root.into(),
+        fs_type: "ext4".into(),
+        read_only: false,
+        selinux: None,
+    };
+    let run = |source: Option<MountIdentity>, seen_root: &str| {
+        let mut input = MergeInput {
+            journal: Some(&state),
+            current_boot_id: BOOT.into(),
+            ..MergeInput::default()
+        };
+        input.observe.insert(
+            p.pod_mount_path.clone().unwrap().to_path_buf(),
+            mounted(fs(seen_root), "/dev/vda1"),
+        );
+        if let Some(id) = source {
+            input.bind_sources.insert(DIR.into(), id);
+        }
+        let out = merge(&input);
+        let d = out.decision(&TargetKey::of(&p)).expect("decided");
+        (d.result, d.reason)
+    };
+    let cases = [
+        (
+            "the bind of the dir",
+            Some(fs(DIR)),
+            DIR,
+            MountState::Mounted,
+            Reason::MountedMatches,
+        ),
+        (
+            "another dir of that filesystem",
+            Some(fs(DIR)),
+            "/mnt/other",
+            MountState::Uncertain,
+            Reason::MountedDiffers,
+        ),
+        (
+            "the dir not found in the table: unconfirmed",
+            None,
+            DIR,
+            MountState::Uncertain,
+            Reason::MountedDiffers,
+        ),
+    ];
+    for (what, source, seen_root, result, reason) in cases {
+        assert_eq!(run(source, seen_root), (result, reason), "{what}");
+    }
+}
+
 /// A host-found target at a journal target's path is the same target: the
 /// journal decides, with the host target's observation.
 #[test]
