@@ -8,8 +8,8 @@
 //! catches same-filesystem binds) is left; nothing is followed through a
 //! symlink; dirs of volume types volumed has no plugin for (secret,
 //! projected, …) are left and reported. The only files deleted are the
-//! emptyDir `ready` markers under `pods/<uid>/plugins/`, removed on one
-//! filesystem. Every pod dir (orphan or not) first gets its interrupted
+//! emptyDir `ready` markers under `pods/<uid>/plugins/kubernetes.io~empty-dir/`;
+//! any other plugin's dir there is left and reported too. Every pod dir (orphan or not) first gets its interrupted
 //! emptyDir deletions (`<name>.deleting~<seq>`) finished: a TearDown cut by
 //! a crash completes here.
 
@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::host::mountinfo::MountTable;
-use crate::host::remove::{is_pending_deletion, remove_dir_one_fs};
+use crate::host::remove::is_pending_deletion;
 use crate::host::sys::{Errno, FileKind, Sys};
 use crate::model::{Layout, PluginName, PodUid};
 use crate::plugins::EmptyDirPlugin;
@@ -149,16 +149,19 @@ fn clean_pod(
     }
     // Crash point: the volume dirs are gone, the markers and the pod dir not yet.
     crate::failpoint::hit("orphan_cleanup.mid");
-    // Only emptyDir ready markers live under plugins/; one filesystem, no links followed.
+    // Under plugins/ only emptyDir `ready` markers are volumed's: those are
+    // unlinked and their dirs removed; anything else (another plugin's
+    // data, a mount, a link) is left and reported.
     let plugins = pod_dir.join("plugins");
-    match remove_dir_one_fs(&plugins, sys) {
-        Ok(r) if !r.complete() => {
-            for m in r.kept_mounts {
-                left.push((m, "a mount point under plugins/: never removed".into()));
-            }
+    clean_plugin_dirs(&plugins, sys, &mut left);
+    let plugins_gone =
+        |left: &Vec<(PathBuf, String)>| !left.iter().any(|(p, _)| p.starts_with(&plugins));
+    if plugins_gone(&left) {
+        match sys.rmdir(&plugins) {
+            Ok(()) => {}
+            Err(e) if e.errno() == Some(Errno::ENOENT) => {}
+            Err(e) => left.push((plugins.clone(), format!("not removed: {e}"))),
         }
-        Ok(_) => {}
-        Err(e) => left.push((plugins, e.to_string())),
     }
     for dir in [volumes, pod_dir] {
         match sys.rmdir(&dir) {
@@ -168,6 +171,62 @@ fn clean_pod(
         }
     }
     if left.is_empty() { Ok(()) } else { Err(left) }
+}
+
+/// The dirs under a gone pod's `plugins/`: emptyDir volume dirs holding at
+/// most their `ready` marker are emptied of it and removed; every other
+/// entry is left and reported (never followed, never emptied).
+fn clean_plugin_dirs(plugins: &Path, sys: &dyn Sys, left: &mut Vec<(PathBuf, String)>) {
+    let empty_dir = PluginName::EmptyDir.escaped();
+    let list = |dir: &Path, left: &mut Vec<(PathBuf, String)>| match sys
+        .read_dir_beneath(dir, Path::new(""))
+    {
+        Ok(entries) => entries,
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Vec::new(),
+        Err(e) => {
+            left.push((dir.to_owned(), e.to_string()));
+            Vec::new()
+        }
+    };
+    for p in list(plugins, left) {
+        let pdir = plugins.join(&p.name);
+        if p.name != empty_dir.as_str() {
+            left.push((
+                pdir,
+                "a plugin dir of a volume type volumed has no plugin for: left in place".into(),
+            ));
+            continue;
+        }
+        if p.kind != FileKind::Dir || p.mount_root {
+            left.push((pdir, "not a plain directory: left in place".into()));
+            continue;
+        }
+        for v in list(&pdir, left) {
+            let vdir = pdir.join(&v.name);
+            if v.kind != FileKind::Dir || v.mount_root {
+                left.push((vdir, "not a plain directory: left in place".into()));
+                continue;
+            }
+            for f in list(&vdir, left) {
+                if f.name == "ready" && f.kind == FileKind::File {
+                    if let Err(e) = sys.remove_beneath(&vdir, Path::new("ready"), false) {
+                        left.push((vdir.join("ready"), e.to_string()));
+                    }
+                } else {
+                    left.push((
+                        vdir.join(&f.name),
+                        "not an emptyDir ready marker: left".into(),
+                    ));
+                }
+            }
+            if let Err(e) = sys.rmdir(&vdir) {
+                left.push((vdir, format!("not removed: {e}")));
+            }
+        }
+        if let Err(e) = sys.rmdir(&pdir) {
+            left.push((pdir, format!("not removed: {e}")));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -241,6 +300,39 @@ mod tests {
             why("/r/pods/secret/volumes/kubernetes.io~secret")
                 .unwrap()
                 .contains("no plugin")
+        );
+    }
+
+    #[test]
+    fn under_plugins_only_emptydir_ready_markers_are_removed() {
+        let sys = RecordingSys::new();
+        let layout = Layout::new("/r");
+        let d = |p: &str| sys.add(p, FileKind::Dir);
+        let f = |p: &str| sys.add(p, FileKind::File);
+        // a gone pod: its marker goes, a CSI plugin's data and a stray file stay
+        d("/r/pods/gone/volumes");
+        f("/r/pods/gone/plugins/kubernetes.io~empty-dir/cache/ready");
+        f("/r/pods/gone/plugins/kubernetes.io~empty-dir/other/not-a-marker");
+        f("/r/pods/gone/plugins/kubernetes.io~csi/pv-x/vol_data.json");
+        // a gone pod with nothing but markers: removed completely
+        d("/r/pods/clean/volumes");
+        f("/r/pods/clean/plugins/kubernetes.io~empty-dir/a/ready");
+        f("/r/pods/clean/plugins/kubernetes.io~empty-dir/b/ready");
+
+        let r = sweep(&layout, &sys, &BTreeSet::new());
+        assert_eq!((r.examined, r.removed), (2, 1), "{:#?}", r.left);
+        assert!(!sys.exists("/r/pods/clean"));
+        assert!(!sys.exists("/r/pods/gone/plugins/kubernetes.io~empty-dir/cache"));
+        assert!(sys.exists("/r/pods/gone/plugins/kubernetes.io~empty-dir/other/not-a-marker"));
+        assert!(sys.exists("/r/pods/gone/plugins/kubernetes.io~csi/pv-x/vol_data.json"));
+        let left: Vec<_> = r.left.iter().map(|(p, _)| p.to_str().unwrap()).collect();
+        assert!(
+            left.contains(&"/r/pods/gone/plugins/kubernetes.io~csi"),
+            "{left:?}"
+        );
+        assert!(
+            left.contains(&"/r/pods/gone/plugins/kubernetes.io~empty-dir/other/not-a-marker"),
+            "{left:?}"
         );
     }
 
