@@ -17,22 +17,20 @@
 //! 3. [`apply_event`] is **the one function through which sources change the
 //!    DSW**.
 //!
-//! **Change detection: polling, not inotify.** [`Sources::poll_changes`]
-//! lists both directories and compares a signature of every entry (device,
-//! inode, size, mtime, ctime, through symlinks; kept as a hash) with the last one; only when
-//! it differs are files read again: the objects when their dir changed (then
+//! **Change detection.** [`Sources::poll_changes`] lists both directories
+//! and compares a signature of every entry (device, inode, size, mtime,
+//! ctime, through symlinks; kept as a hash) with the last one; only when it
+//! differs are files read again: the objects when their dir changed (then
 //! every manifest too, as claims resolve against them), else only the
-//! manifests whose own signature changed. The daemon calls it every
-//! [`DEFAULT_POLL_INTERVAL`] (1 s). Polling sees what inotify misses — a
-//! change behind a symlink, a directory that is replaced or appears later,
-//! a watch queue overflow — costs a `readdir` and a few `stat`s per second,
-//! and needs no fd or thread. A manifest written in place in two steps may
-//! be seen half-written; see below.
+//! manifests whose own signature changed. *When* it is called is the
+//! daemon's `watch`: on an inotify event in a source dir (or its parent),
+//! with a full re-read every 30 s as a safety net, and polling every
+//! `--poll-ms` only where inotify cannot be set up. A manifest written in
+//! place in two steps may be seen half-written; see below.
 //!
 //! Which files count and how they are parsed is in `read.rs`: dotfiles and
-//! subdirectories skipped, symlinks followed for reading, only `*.yaml`,
-//! `*.yml`, `*.json` and `*.manifest` read (a departure, explained there),
-//! syntax sniffed from the content.
+//! subdirectories skipped, every other name read (as the kubelet does),
+//! symlinks followed for reading, syntax sniffed from the content.
 //!
 //! Rules that keep mounts safe:
 //! - `SourcesReady` is emitted exactly once, after the first poll in which

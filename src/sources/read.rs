@@ -7,12 +7,13 @@
 //!   to a regular file counts and a symlink to a directory is skipped like a
 //!   directory. Anything else (FIFO, socket, device, dangling symlink) is
 //!   reported. We only ever *read* through a symlink.
-//! - **Manifest names.** **Departure:** the kubelet reads every other file;
-//!   volumed reads only names ending in [`MANIFEST_EXTENSIONS`] (`.yaml`,
-//!   `.yml`, `.json`, and `.manifest`, which older kube-up nodes use) and
-//!   skips the rest silently. A README or an editor's backup
-//!   (`pod.yaml~`, `pod.yaml.orig`) beside the manifests is then not a
-//!   second pod — with the kubelet it is, under another UID.
+//! - **Manifest names.** As the kubelet does, every other name is a
+//!   manifest, whatever its ending (DESIGN.md: one per regular file,
+//!   dotfiles skipped). A README or an editor's backup beside the manifests
+//!   is read too: one that is not a pod is an error naming the file, one
+//!   that is (`pod.yaml~`) is a pod of its own. Skipping names by their
+//!   ending would hide a pod a kubelet ran (`pod.conf`) and have its
+//!   volumes torn down.
 //! - **Content decides the syntax**, not the extension: a file whose first
 //!   non-blank byte is `{` is JSON, anything else is YAML (1.2 core schema
 //!   plus YAML 1.1 booleans `yes`/`no`, as the kubelet's go-yaml reads them;
@@ -35,16 +36,10 @@ use serde_json::Value;
 
 use super::SourceError;
 
-/// The file name endings read as manifests.
-pub const MANIFEST_EXTENSIONS: [&str; 4] = [".yaml", ".yml", ".json", ".manifest"];
-
-/// Whether a directory entry's name is read as a manifest (before `stat`).
+/// Whether a directory entry's name is read as a manifest (before `stat`):
+/// every name not starting with `.`.
 pub fn is_manifest_name(name: &std::ffi::OsStr) -> bool {
-    let name = name.as_encoded_bytes();
-    !name.starts_with(b".")
-        && MANIFEST_EXTENSIONS
-            .iter()
-            .any(|ext| name.len() > ext.len() && name.ends_with(ext.as_bytes()))
+    !name.as_encoded_bytes().starts_with(b".")
 }
 
 /// Manifests larger than this are refused (an API object is at most 1.5 MiB in etcd).
@@ -236,19 +231,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn listing_skips_dotfiles_other_names_and_dirs_and_follows_symlinks_to_files() {
+    fn listing_skips_dotfiles_and_dirs_and_follows_symlinks_to_files() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("a.yaml"), "x: 1").unwrap();
         std::fs::write(d.path().join("m.manifest"), "x: 1").unwrap();
         std::fs::write(d.path().join("c.json"), "{}").unwrap();
         std::fs::write(d.path().join("d.yml"), "x: 1").unwrap();
-        for skipped in [
-            ".hidden.yaml",
-            "README.md",
-            "a.yaml~",
-            "a.yaml.orig",
-            ".yaml",
-        ] {
+        // any ending counts, as with the kubelet
+        for counted in ["README.md", "a.yaml~", "a.yaml.orig"] {
+            std::fs::write(d.path().join(counted), "x: 1").unwrap();
+        }
+        for skipped in [".hidden.yaml", ".yaml"] {
             std::fs::write(d.path().join(skipped), "x: 1").unwrap();
         }
         std::fs::create_dir(d.path().join("sub")).unwrap();
@@ -261,7 +254,16 @@ mod tests {
         let names: Vec<_> = l.files.iter().map(|p| p.file_name().unwrap()).collect();
         assert_eq!(
             names,
-            ["a.yaml", "c.json", "d.yml", "link.yaml", "m.manifest"]
+            [
+                "README.md",
+                "a.yaml",
+                "a.yaml.orig",
+                "a.yaml~",
+                "c.json",
+                "d.yml",
+                "link.yaml",
+                "m.manifest"
+            ]
         );
         assert_eq!(l.errors.len(), 1, "{:?}", l.errors);
         assert!(l.errors[0].to_string().contains("dangling"));

@@ -64,7 +64,7 @@ fn names(pods: &BTreeMap<PodUid, DesiredPod>) -> Vec<&str> {
 }
 
 #[test]
-fn listing_reads_yaml_and_json_and_skips_dotfiles_and_subdirs() {
+fn listing_reads_every_name_but_dotfiles_and_skips_subdirs() {
     let d = dirs();
     write(&d.pods, "a.yaml", &pod("a", "", EMPTY_DIR));
     let json =
@@ -72,19 +72,26 @@ fn listing_reads_yaml_and_json_and_skips_dotfiles_and_subdirs() {
     write(&d.pods, "b.json", json);
     write(&d.pods, "c.manifest", &pod("c", "", ""));
     write(&d.pods, ".d.yaml", &pod("d", "", ""));
-    write(&d.pods, "README.md", "# not a pod\n");
+    // any other name counts, as with the kubelet: a backup is a pod, a
+    // README is an error naming it
     write(&d.pods, "a.yaml~", &pod("backup", "", ""));
+    write(&d.pods, "f.conf", &pod("f", "", ""));
+    write(&d.pods, "README.md", "# not a pod\n");
     std::fs::create_dir(d.pods.join("sub")).unwrap();
     write(&d.pods.join("sub"), "e.yaml", &pod("e", "", ""));
     let got = sources(&d).list();
+    let errs: Vec<String> = got.file_errors.iter().map(ToString::to_string).collect();
+    assert_eq!(errs.len(), 1, "{errs:?}");
     assert!(
-        got.complete && got.file_errors.is_empty(),
-        "{:?}",
-        got.file_errors
+        errs[0].contains(&d.pods.join("README.md").display().to_string()),
+        "{errs:?}"
     );
     let mut n = names(&got.pods);
     n.sort();
-    assert_eq!(n, ["a-node1", "b-node1", "c-node1"]);
+    assert_eq!(
+        n,
+        ["a-node1", "b-node1", "backup-node1", "c-node1", "f-node1"]
+    );
 }
 
 #[test]
