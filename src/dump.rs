@@ -259,6 +259,7 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
     StateSnapshot {
         volumes: volumes.into_values().collect(),
         pod_errors: Default::default(),
+        unmounted_outside: Vec::new(),
     }
 }
 

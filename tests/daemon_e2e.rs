@@ -891,6 +891,65 @@ spec:
     });
 }
 
+/// A tmpfs emptyDir unmounted by someone else while volumed was down (same
+/// boot) is reported at the next start — a warning naming it, the metric,
+/// and a finding in `/debug/state` — and mounted again, as its pod still
+/// wants it.
+#[test]
+fn a_target_unmounted_outside_is_reported_and_mounted_again() {
+    real("unmounts a target behind the daemon's back", || {
+        let mut env = Env::new("volumed-e2e-outside");
+        env.write_pod(
+            "a.yaml",
+            &format!(
+                "apiVersion: v1
+kind: Pod
+metadata: {{name: {POD_A}, namespace: default, uid: {POD_A}}}
+spec:
+  containers: [{{name: app, image: busybox}}]
+  volumes:
+  - name: cache
+    emptyDir: {{medium: Memory}}
+"
+            ),
+        );
+        let target = env.pod_volume(POD_A, EMPTY_DIR, "cache");
+        let mounted = |d: &Daemon| {
+            targets(&d.state())
+                .get(&target)
+                .is_some_and(|(_, s)| s == "mounted")
+        };
+        let daemon = env.start();
+        daemon.wait_until("the tmpfs is mounted", || mounted(&daemon));
+        daemon.stop();
+        support::umount(&target);
+        assert!(!MountTable::read_self().unwrap().is_mount_point(&target));
+
+        let daemon = env.start();
+        let state = daemon.state();
+        let found = state["unmounted_outside"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(found.len(), 1, "{state:#}");
+        assert_eq!(found[0]["target"], "pod");
+        assert_eq!(found[0]["pod_uid"], POD_A);
+        assert_eq!(found[0]["path"], target.to_str().unwrap());
+        let outside = series(&daemon.metrics(), "volumed_unmounted_outside_total");
+        assert_eq!(outside.first().map(|(_, v)| *v), Some(1.0), "{outside:?}");
+        assert!(
+            daemon.log().contains("unmounted outside volumed"),
+            "{}",
+            daemon.log_tail()
+        );
+        daemon.wait_until("the tmpfs is mounted again", || {
+            mounted(&daemon) && MountTable::read_self().unwrap().is_mount_point(&target)
+        });
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
 /// A local PV that is a directory (the README's example) is bound straight
 /// into its pod. After a graceful restart the journal and the host agree on
 /// that bind: it is `mounted`, not uncertain, and no plugin operation runs.

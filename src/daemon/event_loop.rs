@@ -43,6 +43,8 @@ pub struct World {
     pub dsw: DesiredStateOfWorld,
     /// actual state
     pub asw: ActualStateOfWorld,
+    /// what reconstruction found unmounted outside volumed (`/debug/state`)
+    pub unmounted_outside: Vec<crate::state::UnmountedOutside>,
 }
 
 /// Loop settings.
@@ -242,6 +244,7 @@ impl EventLoop {
                 for e in apply_to_asw(&output, &mut w.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
                 }
+                w.unmounted_outside.extend(super::outside_rows(&output));
                 self.failed_reconstructions
                     .extend(output.failed.iter().cloned());
                 self.leftovers_done = true;

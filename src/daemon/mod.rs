@@ -152,10 +152,38 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
+/// The targets `output` found unmounted outside volumed, as `/debug/state`
+/// lists them.
+pub(crate) fn outside_rows(output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
+    output
+        .unmounted_outside
+        .iter()
+        .map(|k| {
+            let pod_uid = match &k.target {
+                crate::model::TargetRef::Pod(p) => Some(p.as_str().to_owned()),
+                crate::model::TargetRef::Device => None,
+            };
+            crate::state::UnmountedOutside {
+                volume: k.volume.as_str().to_owned(),
+                target: if pod_uid.is_some() { "pod" } else { "device" }.to_owned(),
+                pod_uid,
+                path: output
+                    .decision(k)
+                    .and_then(|d| d.params.path())
+                    .map(|p| p.to_string_lossy().into_owned()),
+            }
+        })
+        .collect()
+}
+
 fn log_reconstruction(what: &str, output: &MergeOutput) {
     for f in &output.failed {
         tracing::warn!(path = %f.path.display(), cause = ?f.cause,
             "reconstruction failed for this target; the forced cleanup handles it once every source has listed");
+    }
+    for o in outside_rows(output) {
+        tracing::warn!(volume = %o.volume, target = %o.target, path = o.path.as_deref().unwrap_or("?"),
+            "unmounted outside volumed: the journal had it mounted this boot; mounted again if still needed");
     }
     tracing::info!(
         decisions = output.decisions.len(),
@@ -236,6 +264,7 @@ impl Daemon {
         };
         record_reconstruction(&metrics, &ready.output);
         log_reconstruction("reconstruction done, ASW ready", &ready.output);
+        world.unmounted_outside = outside_rows(&ready.output);
         let failed_reconstructions = ready.output.failed.clone();
 
         let world = Arc::new(Mutex::new(world));
@@ -439,6 +468,7 @@ impl DebugProvider for Provider {
             .pod_errors()
             .map(|(p, e)| (p.as_str().to_owned(), e.iter().cloned().collect()))
             .collect();
+        s.unmounted_outside = w.unmounted_outside.clone();
         s
     }
 

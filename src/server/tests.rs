@@ -52,6 +52,7 @@ impl DebugProvider for Fake {
                 pods: Vec::new(),
             }],
             pod_errors: Default::default(),
+            unmounted_outside: Vec::new(),
         }
     }
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

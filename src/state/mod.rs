@@ -62,7 +62,7 @@ pub use dsw::{
     VolumeToMount,
 };
 pub use pod_map::PodMap;
-pub use snapshot::{DeviceSnapshot, PodSnapshot, StateSnapshot, VolumeSnapshot};
+pub use snapshot::{DeviceSnapshot, PodSnapshot, StateSnapshot, UnmountedOutside, VolumeSnapshot};
 
 /// Errors from the state caches.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -37,6 +37,7 @@ impl ActualStateOfWorld {
         StateSnapshot {
             volumes,
             pod_errors: Default::default(),
+            unmounted_outside: Vec::new(),
         }
     }
 }
@@ -51,6 +52,26 @@ pub struct StateSnapshot {
     /// operation), by pod UID; absent when there are none
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub pod_errors: std::collections::BTreeMap<String, Vec<String>>,
+    /// `/debug/state` only: the targets this start's reconstruction found
+    /// unmounted outside volumed (the journal had them mounted, this boot,
+    /// and the host did not; also counted by
+    /// `volumed_unmounted_outside_total`); absent when there are none
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmounted_outside: Vec<UnmountedOutside>,
+}
+
+/// A target found unmounted outside volumed (DESIGN.md's merge table: a
+/// finding in `/debug/state`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnmountedOutside {
+    /// the unique volume name
+    pub volume: String,
+    /// `device` or `pod`
+    pub target: String,
+    /// the pod, `null` for a device target
+    pub pod_uid: Option<String>,
+    /// the target's path, when known
+    pub path: Option<String>,
 }
 
 /// One volume in a [`StateSnapshot`].
