@@ -25,7 +25,6 @@ use volumed::server::daemon_file::DaemonFile;
 /// The default `--listen` address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
 const DEFAULT_ROOT: &str = "/var/lib/kubelet";
-const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
 /// How long shutdown waits for the HTTP server, then for its tasks.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -160,14 +159,10 @@ struct ReconstructArgs {
 }
 
 fn boot_id(file: Option<&Path>) -> Result<String> {
-    let path = file.unwrap_or(Path::new(BOOT_ID_PATH));
-    let id = std::fs::read_to_string(path)
-        .with_context(|| format!("read boot id from {}", path.display()))?;
-    let id = id.trim();
-    if id.is_empty() {
-        bail!("boot id file {} is empty", path.display());
-    }
-    Ok(id.to_owned())
+    Ok(read_boot_id(file)
+        .context("read the boot id")?
+        .as_str()
+        .to_owned())
 }
 
 fn init_logging() {

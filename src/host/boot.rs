@@ -43,15 +43,28 @@ impl fmt::Display for BootId {
     }
 }
 
-/// Reads the boot id from `path`, or from [`BOOT_ID_PATH`] when `None` (the
+/// Reads the boot id: through `procfs` (one of the places it is sound, see
+/// Cargo.toml) when `path` is `None`, else from the file `path` (the
 /// override is for tests and the hidden `--boot-id-file` flag).
 pub fn read_boot_id(path: Option<&Path>) -> Result<BootId, HostError> {
-    let path = path.unwrap_or(Path::new(BOOT_ID_PATH));
-    let bytes = std::fs::read(path).map_err(|source| HostError::ReadBootId {
-        path: path.to_owned(),
-        source,
-    })?;
-    let text = String::from_utf8_lossy(&bytes);
+    let (path, text) = match path {
+        None => {
+            let path = Path::new(BOOT_ID_PATH);
+            let text =
+                procfs::sys::kernel::random::boot_id().map_err(|e| HostError::ReadBootId {
+                    path: path.to_owned(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            (path, text)
+        }
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|source| HostError::ReadBootId {
+                path: path.to_owned(),
+                source,
+            })?;
+            (path, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
     BootId::new(text.trim()).ok_or_else(|| HostError::InvalidBootId {
         path: path.to_owned(),
         value: text.chars().take(MAX_BOOT_ID_LEN).collect(),
