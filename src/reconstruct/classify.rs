@@ -274,7 +274,10 @@ pub(super) fn decide(
         (J::Nothing | J::Off, H::Mounted | H::Matches | H::Differs | H::LabelDiffers, ..) => {
             (Uncertain, Reason::RebuiltFromHost)
         }
-        (J::Nothing | J::Off, H::DirPresent, ..) => (Mounted, Reason::FoundDir),
+        (J::Nothing, H::DirPresent, ..) => (Mounted, Reason::FoundDir),
+        // KEP-3756: without the journal everything found is uncertain, a
+        // bare dir too (its SetUp runs again, idempotently)
+        (J::Off, H::DirPresent, ..) => (Uncertain, Reason::RebuiltFromHost),
         (J::Nothing, H::Absent, ..) => (NotMounted, Reason::HostLeftover),
         (J::Off, H::Absent, ..) => (Uncertain, Reason::RebuiltFromHost),
     }

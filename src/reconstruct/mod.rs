@@ -47,7 +47,7 @@
 //! | nothing, rebuild fails | — | — | [`MergeOutput::failed`], forced cleanup later | `rebuild_failed` |
 //! | any (`none` target) | not observed | any | the journal's state (pending intent: uncertain) | `journal_stands` |
 //! | nothing (`none` target) | not observed | — | uncertain | `rebuilt_from_host` |
-//! | journal off | anything found | — | uncertain; bare dirs `found_dir`; failures listed | as for "nothing", except a `mount` target's bare dir: uncertain, `rebuilt_from_host` (the kubelet does not look) |
+//! | journal off | anything found | — | uncertain (KEP-3756), bare dirs too; failures listed | `rebuilt_from_host` (`rebuild_failed` for failures) |
 //!
 //! Rows and choices worth a word:
 //!
@@ -66,14 +66,16 @@
 //!   shows it mounted (fstab); `dir` targets survive and are decided by their
 //!   observation like on the same boot. "Same boot" means the boot id of the
 //!   target's last journal record equals the current one.
-//! - **A found bare dir** (a kubelet-era disk emptyDir) is *mounted*, i.e. set
+//! - **A found bare dir** (journal on; a kubelet-era disk emptyDir) is *mounted*, i.e. set
 //!   up: its contents are the pod's data, the directory is all a `dir` target
 //!   is, and marking it uncertain would gain nothing (TearDown of a `dir`
 //!   target is the same whether it was set up or not).
 //! - **A found `mount` target dir with no mount** (journal on): the mount
 //!   table proves nothing is mounted, so it is *not mounted* and its dir goes
 //!   to orphan cleanup. With the journal off volumed behaves like the kubelet,
-//!   which does not look, and calls it uncertain.
+//!   which does not look, and calls it uncertain — as it does every target
+//!   it finds, a bare `dir` target too (KEP-3756's "everything found is
+//!   uncertain"; the next SetUp of a still-wanted one is idempotent).
 //! - **SELinux**: a journal label that disagrees with the observed mount's
 //!   `context=` (categories normalised by [`SeLinuxContext::parse`], so
 //!   `c20,c10` = `c10,c20`) while everything else matches is uncertain with

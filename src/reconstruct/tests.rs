@@ -520,7 +520,7 @@ fn merge_table() {
         ("off: pod bind found", (LocalPod, J::Off, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
         ("off: tmpfs found", (TmpfsPod, J::Off, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
         ("off: mount-point dir without a mount", (LocalPod, J::Off, Same, S::Dir), (Some(Uncertain), R::RebuiltFromHost)),
-        ("off: emptyDir dir found", (DirPod, J::Off, Same, S::Dir), (Some(Mounted), R::FoundDir)),
+        ("off: emptyDir dir found: uncertain too (KEP-3756)", (DirPod, J::Off, Same, S::Dir), (Some(Uncertain), R::RebuiltFromHost)),
         ("off: unknown plugin", (LocalPod, J::OffUnknownPlugin, Same, S::Ours), (None, R::RebuildFailed)),
     ];
     for (name, input, expected) in table {
