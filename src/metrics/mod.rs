@@ -3,10 +3,11 @@
 //!
 //! One [`Metrics`] owns one prometheus [`Registry`]. Metrics are grouped by
 //! the subsystem that increments them, one struct of typed handles per group
-//! (today [`ReconstructMetrics`]); [`Metrics::new`] creates every group and
-//! registers every handle in one place, so a metric that exists is a metric
-//! that is exported. The daemon's metrics (volume manager gauges, storage
-//! operation durations, orphan cleanup, …) slot in as further groups.
+//! ([`ReconstructMetrics`]; `operations::OperationMetrics`: volume manager
+//! gauges, storage operation durations, plugin operations, orphan and
+//! forced cleanup; `selinux::SeLinuxMetrics`); [`Metrics::new`] creates
+//! every group and registers every handle in one place, so a metric that
+//! exists is a metric that is exported.
 //!
 //! # Reconstruction counters
 //!

@@ -15,9 +15,11 @@
 //! watermark claims (copying it last could make a healthy journal look like
 //! it lost acknowledged records). A copy taken while the daemon appends is a
 //! snapshot of some instant, at worst missing the records of the last few
-//! milliseconds; sled recovers the copy as it would after a crash. The
-//! daemon's `GET /debug/journal` endpoint, the documented way to ask a
-//! running daemon, does not exist yet; when it does, asking it comes first.
+//! milliseconds; sled recovers the copy as it would after a crash. This is
+//! DESIGN.md's "reads a copy" (its alternative to asking the daemon): the
+//! dry run needs the replayed state with every target's full parameters,
+//! which the copy gives exactly, while the daemon's `GET /debug/journal`
+//! (what `dump` asks, through `daemon.json`) is the dump document.
 //!
 //! A dir with no journal yet is read as an empty journal (the daemon would
 //! create one), not as an unreadable one.
