@@ -14,7 +14,7 @@ use crate::host::sys::Sys;
 use crate::journal::{Body, Journal};
 use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, PluginName, PodUid, TargetRef, UniqueVolumeName};
-use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::executor::{Executor, JobReport, Queued};
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::Pending;
 use crate::reconciler::plan::{Action, plan};
@@ -63,7 +63,7 @@ pub struct EventLoop {
     pub(super) cfg: LoopConfig,
     pub(super) world: Arc<Mutex<World>>,
     pub(super) events: Receiver<Event>,
-    pub(super) jobs: Sender<Job>,
+    pub(super) jobs: Sender<Queued>,
     pub(super) journal: Option<Arc<Journal>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) pending: Pending,
@@ -302,7 +302,19 @@ impl EventLoop {
             };
             match job {
                 Some(job) => {
-                    if self.jobs.send(job).is_err() {
+                    // The intent goes in now, unflushed: the worker waits
+                    // for it to be durable before touching the OS, and the
+                    // jobs of one pass share the flush. A journal that
+                    // refuses it leaves the job to append its own intent,
+                    // fail, and report as any failed intent does.
+                    let intent = match &self.journal {
+                        Some(j) => Executor::announce(j, &job).unwrap_or_else(|e| {
+                            tracing::error!(error = %e, "journal intent");
+                            None
+                        }),
+                        None => None,
+                    };
+                    if self.jobs.send(Queued { job, intent }).is_err() {
                         self.pending.finish(&key, false, now);
                         self.stopping = true;
                     }

@@ -43,7 +43,7 @@ use std::time::Instant;
 use crate::model::{
     PluginName, PodUid, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
-use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::executor::{Job, JobReport, Queued};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
 use crate::state::DesiredStateOfWorld;
 
@@ -178,7 +178,7 @@ impl EventLoop {
                         continue;
                     }
                     tracing::info!(path = %path, "forced cleanup: unmounting a target reconstruction could not rebuild");
-                    if self.jobs.send(job).is_err() {
+                    if self.jobs.send(Queued { job, intent: None }).is_err() {
                         self.pending.finish(&key, false, now);
                         self.metrics.ops.force_cleaned_errors.inc();
                         self.stopping = true;

@@ -37,7 +37,7 @@ use crate::host::sys::{MsFlags, Sys};
 use crate::journal::Journal;
 use crate::metrics::{Metrics, gather_text, record_reconstruction};
 use crate::model::{Layout, UniqueVolumeName};
-use crate::reconciler::executor::{Executor, Job};
+use crate::reconciler::executor::{Executor, Queued};
 use crate::reconciler::pending::Pending;
 use crate::reconstruct::MergeOutput;
 use crate::reconstruct::apply_to_asw;
@@ -240,7 +240,7 @@ impl Daemon {
 
         let world = Arc::new(Mutex::new(world));
         let (events_tx, events_rx) = mpsc::channel::<Event>();
-        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
         let executor = Arc::new(Executor::new(
             journal.clone(),
@@ -382,14 +382,14 @@ impl Daemon {
     }
 }
 
-fn worker(rx: &Mutex<Receiver<Job>>, tx: &Sender<Event>, exec: &Executor) {
+fn worker(rx: &Mutex<Receiver<Queued>>, tx: &Sender<Event>, exec: &Executor) {
     loop {
         let job = {
             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
             rx.recv()
         };
-        let Ok(job) = job else { return };
-        let report = exec.run(&job);
+        let Ok(q) = job else { return };
+        let report = exec.run_queued(&q.job, q.intent);
         if tx.send(Event::JobDone(report)).is_err() {
             return;
         }
