@@ -1,11 +1,15 @@
 //! The reconciler's event loop: one thread that owns every decision. It
 //! wakes on a closed set of [`Event`]s — sources changed, a job finished, a
 //! stop was asked — or when a backoff window closes, with a slow resync as
-//! the safety net (no 100 ms poll over every volume). Each wake it plans
-//! (`reconciler::plan`), starts what is not busy on the worker pool, and
-//! applies finished jobs to the ASW.
+//! the safety net (no 100 ms poll over every volume). Each wake it applies
+//! finished jobs to the ASW, plans (`reconciler::plan`) and starts what is
+//! not busy on the worker pool — except when the wake brought only jobs
+//! that succeeded while started jobs still wait for a worker: a pass then
+//! could only queue work behind them, so it waits for the job that empties
+//! the queue (one pass per finished job made the loop O(volumes) per job).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -64,6 +68,8 @@ pub struct EventLoop {
     pub(super) world: Arc<Mutex<World>>,
     pub(super) events: Receiver<Event>,
     pub(super) jobs: Sender<Queued>,
+    /// jobs sent that no worker has taken yet (workers count down)
+    pub(super) queued: Arc<AtomicUsize>,
     pub(super) journal: Option<Arc<Journal>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) pending: Pending,
@@ -123,14 +129,17 @@ impl EventLoop {
             {
                 wake = wake.min((last + TRIM_EVERY).saturating_duration_since(now));
             }
-            match self.events.recv_timeout(wake) {
+            let mut pass_due = match self.events.recv_timeout(wake) {
                 Ok(ev) => self.handle(ev),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => self.stopping = true,
-            }
+                Err(RecvTimeoutError::Timeout) => true,
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.stopping = true;
+                    true
+                }
+            };
             // Take every event already queued before planning once.
             while let Ok(ev) = self.events.try_recv() {
-                self.handle(ev);
+                pass_due |= self.handle(ev);
             }
             if self.stopping {
                 if self.pending.running() == 0 {
@@ -139,7 +148,15 @@ impl EventLoop {
                 }
                 continue;
             }
-            self.reconcile();
+            // A job that succeeded while others still wait for a worker
+            // needs no pass yet: whatever its end makes startable would
+            // queue behind them, and the pass (O(volumes)) would run once
+            // per finished job — most of the loop's CPU at a mass start.
+            // The job that empties the queue reports later and brings the
+            // pass (and the gauges) up to date.
+            if pass_due || self.queued.load(Ordering::SeqCst) == 0 {
+                self.reconcile();
+            }
             self.maybe_force_cleanup();
             self.maybe_flush();
             self.maybe_sweep();
@@ -220,7 +237,9 @@ impl EventLoop {
         }
     }
 
-    fn handle(&mut self, ev: Event) {
+    /// Applies one event; true when it calls for a reconcile pass now
+    /// (anything but a job that succeeded).
+    fn handle(&mut self, ev: Event) -> bool {
         match ev {
             Event::Stop => self.stopping = true,
             Event::Leftovers(output) => {
@@ -243,7 +262,7 @@ impl EventLoop {
                 }
                 if report.forced {
                     self.forced_done(&report);
-                    return;
+                    return true;
                 }
                 let mut w = lock(&self.world);
                 for u in &report.updates {
@@ -265,8 +284,10 @@ impl EventLoop {
                         w.dsw.add_pod_error(&p, err.clone());
                     }
                 }
+                return !ok;
             }
         }
+        true
     }
 
     fn reconcile(&mut self) {
@@ -314,6 +335,7 @@ impl EventLoop {
                         }),
                         None => None,
                     };
+                    self.queued.fetch_add(1, Ordering::SeqCst);
                     if self.jobs.send(Queued { job, intent }).is_err() {
                         self.pending.finish(&key, false, now);
                         self.stopping = true;

@@ -26,6 +26,7 @@ pub mod orphans;
 pub mod watch;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -242,6 +243,7 @@ impl Daemon {
         let (events_tx, events_rx) = mpsc::channel::<Event>();
         let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        let queued = Arc::new(AtomicUsize::new(0));
         let executor = Arc::new(Executor::new(
             journal.clone(),
             sys.clone(),
@@ -253,7 +255,10 @@ impl Daemon {
             let rx = jobs_rx.clone();
             let tx = events_tx.clone();
             let exec = executor.clone();
-            threads.push(spawn("volumed-worker", move || worker(&rx, &tx, &exec))?);
+            let queued = queued.clone();
+            threads.push(spawn("volumed-worker", move || {
+                worker(&rx, &queued, &tx, &exec)
+            })?);
         }
         let poller_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
@@ -329,6 +334,7 @@ impl Daemon {
             world: world.clone(),
             events: events_rx,
             jobs: jobs_tx,
+            queued,
             journal: journal.clone(),
             metrics: metrics.clone(),
             pending: Pending::new(),
@@ -382,13 +388,14 @@ impl Daemon {
     }
 }
 
-fn worker(rx: &Mutex<Receiver<Queued>>, tx: &Sender<Event>, exec: &Executor) {
+fn worker(rx: &Mutex<Receiver<Queued>>, queued: &AtomicUsize, tx: &Sender<Event>, exec: &Executor) {
     loop {
         let job = {
             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
             rx.recv()
         };
         let Ok(q) = job else { return };
+        queued.fetch_sub(1, Ordering::SeqCst);
         let report = exec.run_queued(&q.job, q.intent);
         if tx.send(Event::JobDone(report)).is_err() {
             return;
