@@ -274,20 +274,33 @@ impl Daemon {
                 .into_iter()
                 .flatten()
                 .collect();
+            // the objects dir's index in `dirs`, when there is one
+            let objects_at = cfg
+                .static_objects
+                .is_some()
+                .then_some(usize::from(cfg.static_pods.is_some()));
             let mut watcher = watch::Watcher::new(dirs, cfg.poll_interval);
             threads.push(spawn("volumed-sources", move || {
                 // The first listing at once; then on inotify events (or the
                 // fallback poll), with a full re-read every watch::RESYNC.
-                let mut read_now = true;
+                // A wake that concerns the pods dir only does not list the
+                // objects dir again (a `stat` per object file).
+                let mut read_now = Some(watch::Changed::All);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if read_now
-                        && let Some(evs) = sources.poll_changes()
+                    let evs = match &read_now {
+                        None => None,
+                        Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
+                            sources.poll_pods_changes()
+                        }
+                        Some(_) => sources.poll_changes(),
+                    };
+                    if let Some(evs) = evs
                         && !evs.is_empty()
                         && tx.send(Event::Sources(evs)).is_err()
                     {
                         return;
                     }
-                    read_now = watcher.wait(Duration::from_millis(200));
+                    read_now = watcher.wait_changed(Duration::from_millis(200));
                 }
             })?);
         }
