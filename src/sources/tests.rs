@@ -441,7 +441,7 @@ fn a_pods_only_poll_reuses_the_objects_listing_and_a_full_one_lists_it_again() {
         "o.yaml",
         &PV_PVC.replace("/mnt/pv1", "/mnt/pv1-moved"),
     );
-    let spec_path = |events: &[SourceEvent]| match &events[..] {
+    let spec_path = |events: &[SourceEvent]| match events {
         [SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p)] => match &p.volumes[0].spec {
             VolumeSpec::Local { path, .. } => path.clone(),
             other => panic!("{other:?}"),
