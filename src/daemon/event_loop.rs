@@ -399,9 +399,12 @@ impl EventLoop {
 
     /// Sweeps orphaned pod dirs once every source has listed and the
     /// reconstruction walk is done; then after teardowns (rate-limited) and
-    /// every [`SWEEP_IDLE`].
+    /// every [`SWEEP_IDLE`]. Never while an operation is in flight: the
+    /// sweep completes the `.deleting~` renames of every pod, and a disk
+    /// emptyDir's TearDown on a worker renames and then deletes its own
+    /// (the job that ends last brings the next iteration, and the sweep).
     fn maybe_sweep(&mut self) {
-        if !self.leftovers_done {
+        if !self.leftovers_done || self.pending.running() != 0 {
             return;
         }
         let now = Instant::now();
