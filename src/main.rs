@@ -112,6 +112,9 @@ struct RunArgs {
     /// Test only: how often the pod sources are polled, in milliseconds.
     #[arg(long, hide = true, default_value_t = 1000)]
     poll_ms: u64,
+    /// Test only: worker threads for volume operations (0: the default).
+    #[arg(long, hide = true, default_value_t = 0)]
+    workers: usize,
 }
 
 #[derive(Args, Debug)]
@@ -276,6 +279,9 @@ fn run(mut args: RunArgs) -> Result<()> {
     cfg.static_objects = args.static_objects.clone();
     cfg.checkpoint_every = args.checkpoint_every;
     cfg.poll_interval = Duration::from_millis(args.poll_ms.max(10));
+    if args.workers > 0 {
+        cfg.workers = args.workers;
+    }
     cfg.selinux = selinux;
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)

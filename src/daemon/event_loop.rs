@@ -1,11 +1,15 @@
 //! The reconciler's event loop: one thread that owns every decision. It
 //! wakes on a closed set of [`Event`]s — sources changed, a job finished, a
 //! stop was asked — or when a backoff window closes, with a slow resync as
-//! the safety net (no 100 ms poll over every volume). Each wake it plans
-//! (`reconciler::plan`), starts what is not busy on the worker pool, and
-//! applies finished jobs to the ASW.
+//! the safety net (no 100 ms poll over every volume). Each wake it applies
+//! finished jobs to the ASW, plans (`reconciler::plan`) and starts what is
+//! not busy on the worker pool — except when the wake brought only jobs
+//! that succeeded while started jobs still wait for a worker: a pass then
+//! could only queue work behind them, so it waits for the job that empties
+//! the queue (one pass per finished job made the loop O(volumes) per job).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -14,7 +18,7 @@ use crate::host::sys::Sys;
 use crate::journal::{Body, Journal};
 use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, PluginName, PodUid, TargetRef, UniqueVolumeName};
-use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::executor::{Executor, JobReport, Queued};
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::Pending;
 use crate::reconciler::plan::{Action, plan};
@@ -65,7 +69,9 @@ pub struct EventLoop {
     pub(super) cfg: LoopConfig,
     pub(super) world: Arc<Mutex<World>>,
     pub(super) events: Receiver<Event>,
-    pub(super) jobs: Sender<Job>,
+    pub(super) jobs: Sender<Queued>,
+    /// jobs sent that no worker has taken yet (workers count down)
+    pub(super) queued: Arc<AtomicUsize>,
     pub(super) journal: Option<Arc<Journal>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) pending: Pending,
@@ -139,14 +145,17 @@ impl EventLoop {
             } else if let Some(since) = self.outcomes_since {
                 wake = wake.min((since + FLUSH_WITHIN).saturating_duration_since(now));
             }
-            match self.events.recv_timeout(wake) {
+            let mut pass_due = match self.events.recv_timeout(wake) {
                 Ok(ev) => self.handle(ev),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => self.stopping = true,
-            }
+                Err(RecvTimeoutError::Timeout) => true,
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.stopping = true;
+                    true
+                }
+            };
             // Take every event already queued before planning once.
             while let Ok(ev) = self.events.try_recv() {
-                self.handle(ev);
+                pass_due |= self.handle(ev);
             }
             if self.stopping {
                 if self.pending.running() == 0 {
@@ -155,7 +164,15 @@ impl EventLoop {
                 }
                 continue;
             }
-            self.reconcile();
+            // A job that succeeded while others still wait for a worker
+            // needs no pass yet: whatever its end makes startable would
+            // queue behind them, and the pass (O(volumes)) would run once
+            // per finished job — most of the loop's CPU at a mass start.
+            // The job that empties the queue reports later and brings the
+            // pass (and the gauges) up to date.
+            if pass_due || self.queued.load(Ordering::SeqCst) == 0 {
+                self.reconcile();
+            }
             self.maybe_force_cleanup();
             self.maybe_flush();
             self.maybe_sweep();
@@ -236,7 +253,9 @@ impl EventLoop {
         }
     }
 
-    fn handle(&mut self, ev: Event) {
+    /// Applies one event; true when it calls for a reconcile pass now
+    /// (anything but a job that succeeded).
+    fn handle(&mut self, ev: Event) -> bool {
         match ev {
             Event::Stop => self.stopping = true,
             Event::Leftovers(output) => {
@@ -258,14 +277,14 @@ impl EventLoop {
                 if self.stopping && report.ran.is_empty() && report.updates.is_empty() {
                     // queued when the stop came: not started, nothing to apply
                     tracing::debug!(volume = %report.key.volume, "operation not started: stopping");
-                    return;
+                    return false;
                 }
                 if report.ran.contains(&crate::model::Operation::TearDown) {
                     self.sweep_wanted = true;
                 }
                 if report.forced {
                     self.forced_done(&report);
-                    return;
+                    return true;
                 }
                 let mut w = lock(&self.world);
                 for u in &report.updates {
@@ -287,8 +306,10 @@ impl EventLoop {
                         w.dsw.add_pod_error(&p, err.clone());
                     }
                 }
+                return !ok;
             }
         }
+        true
     }
 
     fn reconcile(&mut self) {
@@ -324,7 +345,20 @@ impl EventLoop {
             };
             match job {
                 Some(job) => {
-                    if self.jobs.send(job).is_err() {
+                    // The intent goes in now, unflushed: the worker waits
+                    // for it to be durable before touching the OS, and the
+                    // jobs of one pass share the flush. A journal that
+                    // refuses it leaves the job to append its own intent,
+                    // fail, and report as any failed intent does.
+                    let intent = match &self.journal {
+                        Some(j) => Executor::announce(j, &job).unwrap_or_else(|e| {
+                            tracing::error!(error = %e, "journal intent");
+                            None
+                        }),
+                        None => None,
+                    };
+                    self.queued.fetch_add(1, Ordering::SeqCst);
+                    if self.jobs.send(Queued { job, intent }).is_err() {
                         self.pending.finish(&key, false, now);
                         self.stopping = true;
                     }
@@ -387,9 +421,12 @@ impl EventLoop {
 
     /// Sweeps orphaned pod dirs once every source has listed and the
     /// reconstruction walk is done; then after teardowns (rate-limited) and
-    /// every [`SWEEP_IDLE`].
+    /// every [`SWEEP_IDLE`]. Never while an operation is in flight: the
+    /// sweep completes the `.deleting~` renames of every pod, and a disk
+    /// emptyDir's TearDown on a worker renames and then deletes its own
+    /// (the job that ends last brings the next iteration, and the sweep).
     fn maybe_sweep(&mut self) {
-        if !self.leftovers_done {
+        if !self.leftovers_done || self.pending.running() != 0 {
             return;
         }
         let now = Instant::now();

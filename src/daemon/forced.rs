@@ -45,7 +45,7 @@ use std::time::Instant;
 use crate::model::{
     PluginName, PodUid, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
-use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::executor::{Job, JobReport, Queued};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
 use crate::state::DesiredStateOfWorld;
 
@@ -180,7 +180,9 @@ impl EventLoop {
                         continue;
                     }
                     tracing::info!(path = %path, "forced cleanup: unmounting a target reconstruction could not rebuild");
-                    if self.jobs.send(job).is_err() {
+                    self.queued
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if self.jobs.send(Queued { job, intent: None }).is_err() {
                         self.pending.finish(&key, false, now);
                         self.metrics.ops.force_cleaned_errors.inc();
                         self.stopping = true;

@@ -26,6 +26,7 @@ pub mod orphans;
 pub mod watch;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -37,7 +38,7 @@ use crate::host::sys::{MsFlags, Sys};
 use crate::journal::Journal;
 use crate::metrics::{Metrics, gather_text, record_reconstruction};
 use crate::model::{Layout, UniqueVolumeName};
-use crate::reconciler::executor::{Executor, Job};
+use crate::reconciler::executor::{Executor, Queued};
 use crate::reconciler::pending::Pending;
 use crate::reconstruct::MergeOutput;
 use crate::reconstruct::apply_to_asw;
@@ -269,8 +270,9 @@ impl Daemon {
 
         let world = Arc::new(Mutex::new(world));
         let (events_tx, events_rx) = mpsc::channel::<Event>();
-        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        let queued = Arc::new(AtomicUsize::new(0));
         let executor = Arc::new(Executor::new(
             journal.clone(),
             sys.clone(),
@@ -285,9 +287,10 @@ impl Daemon {
             let rx = jobs_rx.clone();
             let tx = events_tx.clone();
             let exec = executor.clone();
+            let queued = queued.clone();
             let stop = poller_stop.clone();
             threads.push(spawn("volumed-worker", move || {
-                worker(&rx, &tx, &exec, &stop);
+                worker(&rx, &queued, &tx, &exec, &stop);
             })?);
         }
         {
@@ -303,20 +306,33 @@ impl Daemon {
                 .into_iter()
                 .flatten()
                 .collect();
+            // the objects dir's index in `dirs`, when there is one
+            let objects_at = cfg
+                .static_objects
+                .is_some()
+                .then_some(usize::from(cfg.static_pods.is_some()));
             let mut watcher = watch::Watcher::new(dirs, cfg.poll_interval);
             threads.push(spawn("volumed-sources", move || {
                 // The first listing at once; then on inotify events (or the
                 // fallback poll), with a full re-read every watch::RESYNC.
-                let mut read_now = true;
+                // A wake that concerns the pods dir only does not list the
+                // objects dir again (a `stat` per object file).
+                let mut read_now = Some(watch::Changed::All);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if read_now
-                        && let Some(evs) = sources.poll_changes()
+                    let evs = match &read_now {
+                        None => None,
+                        Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
+                            sources.poll_pods_changes()
+                        }
+                        Some(_) => sources.poll_changes(),
+                    };
+                    if let Some(evs) = evs
                         && !evs.is_empty()
                         && tx.send(Event::Sources(evs)).is_err()
                     {
                         return;
                     }
-                    read_now = watcher.wait(Duration::from_millis(200));
+                    read_now = watcher.wait_changed(Duration::from_millis(200));
                 }
             })?);
         }
@@ -363,6 +379,7 @@ impl Daemon {
             world: world.clone(),
             events: events_rx,
             jobs: jobs_tx,
+            queued,
             journal: journal.clone(),
             metrics: metrics.clone(),
             pending: Pending::new(),
@@ -419,7 +436,8 @@ impl Daemon {
 }
 
 fn worker(
-    rx: &Mutex<Receiver<Job>>,
+    rx: &Mutex<Receiver<Queued>>,
+    queued: &AtomicUsize,
     tx: &Sender<Event>,
     exec: &Executor,
     stop: &std::sync::atomic::AtomicBool,
@@ -429,8 +447,9 @@ fn worker(
             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
             rx.recv()
         };
-        let Ok(job) = job else { return };
-        let report = exec.run_unless_stopping(&job, stop);
+        let Ok(q) = job else { return };
+        queued.fetch_sub(1, Ordering::SeqCst);
+        let report = exec.run_unless_stopping(&q.job, q.intent, stop);
         if tx.send(Event::JobDone(report)).is_err() {
             return;
         }

@@ -13,7 +13,7 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -33,6 +33,28 @@ pub struct Watcher {
     /// going or being replaced (a busy parent — a log file beside the
     /// source dirs — must not re-list the sources on every write)
     watches: BTreeMap<WatchDescriptor, Option<Vec<OsString>>>,
+    /// which source dirs (indexes into `dirs`) each watch's events concern:
+    /// (`None`, i) every event, (`Some(name)`, i) events naming `name`
+    concerns: BTreeMap<WatchDescriptor, Vec<(Option<OsString>, usize)>>,
+}
+
+/// Which source dirs a wake concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changed {
+    /// all of them (a resync, a queue overflow, polling without inotify)
+    All,
+    /// these (indexes into the dirs given to [`Watcher::new`])
+    Dirs(BTreeSet<usize>),
+}
+
+impl Changed {
+    /// Whether the dir at `index` may have changed.
+    pub fn includes(&self, index: usize) -> bool {
+        match self {
+            Changed::All => true,
+            Changed::Dirs(d) => d.contains(&index),
+        }
+    }
 }
 
 impl std::fmt::Debug for Watcher {
@@ -73,6 +95,7 @@ impl Watcher {
             fallback,
             last_full: Instant::now(),
             watches: BTreeMap::new(),
+            concerns: BTreeMap::new(),
         };
         w.add_watches();
         w
@@ -82,10 +105,13 @@ impl Watcher {
     fn add_watches(&mut self) {
         let Some(ino) = &self.inotify else { return };
         let mut watches: BTreeMap<WatchDescriptor, Option<Vec<OsString>>> = BTreeMap::new();
-        for d in &self.dirs {
+        let mut concerns: BTreeMap<WatchDescriptor, Vec<(Option<OsString>, usize)>> =
+            BTreeMap::new();
+        for (i, d) in self.dirs.iter().enumerate() {
             // Adding an existing watch again is harmless (same descriptor).
             if let Ok(wd) = ino.add_watch(d.as_path(), flags()) {
                 watches.insert(wd, None);
+                concerns.entry(wd).or_default().push((None, i));
             }
             if let Some(parent) = d.parent()
                 && let Ok(wd) = ino.add_watch(parent, flags())
@@ -96,15 +122,21 @@ impl Watcher {
                         if let Some(names) = watches.entry(wd).or_insert_with(|| Some(Vec::new())) {
                             names.push(name.to_owned());
                         }
+                        concerns
+                            .entry(wd)
+                            .or_default()
+                            .push((Some(name.to_owned()), i));
                     }
                     // a path ending in `..` names no child: every event counts
                     None => {
                         watches.insert(wd, None);
+                        concerns.entry(wd).or_default().push((None, i));
                     }
                 }
             }
         }
         self.watches = watches;
+        self.concerns = concerns;
     }
 
     /// Whether an event can change what the sources list.
@@ -123,37 +155,68 @@ impl Watcher {
         }
     }
 
+    /// The source dirs a relevant event concerns; every dir when the event
+    /// is not about one entry of a watched dir (overflow, a watch gone).
+    fn concerned(&self, e: &InotifyEvent, out: &mut Changed) {
+        let Changed::Dirs(dirs) = out else { return };
+        let whole = e.mask.intersects(
+            AddWatchFlags::IN_Q_OVERFLOW
+                | AddWatchFlags::IN_IGNORED
+                | AddWatchFlags::IN_DELETE_SELF
+                | AddWatchFlags::IN_MOVE_SELF,
+        );
+        let Some(concerns) = self.concerns.get(&e.wd).filter(|_| !whole) else {
+            *out = Changed::All;
+            return;
+        };
+        for (name, i) in concerns {
+            if name.is_none() || name.as_ref() == e.name.as_ref() {
+                dirs.insert(*i);
+            }
+        }
+    }
+
     /// Blocks up to `max` for a change; `true` when the sources should be
     /// re-read now (something changed, or the resync is due).
     pub fn wait(&mut self, max: Duration) -> bool {
+        self.wait_changed(max).is_some()
+    }
+
+    /// Like [`wait`](Self::wait), saying which source dirs the change
+    /// concerns (a resync or polling without inotify: all).
+    pub fn wait_changed(&mut self, max: Duration) -> Option<Changed> {
         let now = Instant::now();
         let Some(ino) = &self.inotify else {
             std::thread::sleep(self.fallback.min(max));
-            return true;
+            return Some(Changed::All);
         };
         if now.saturating_duration_since(self.last_full) >= RESYNC {
             self.last_full = now;
-            return true;
+            return Some(Changed::All);
         }
         let timeout = max.min(RESYNC.saturating_sub(now.saturating_duration_since(self.last_full)));
         let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
         let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
         let ready = matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0);
         if !ready {
-            return false;
+            return None;
         }
         // Drain everything queued: one re-read serves them all.
         let mut relevant = false;
+        let mut changed = Changed::Dirs(BTreeSet::new());
         while let Ok(evs) = ino.read_events() {
             if evs.is_empty() {
                 break;
             }
-            relevant |= evs.iter().any(|e| self.relevant(e));
+            for e in evs.iter().filter(|e| self.relevant(e)) {
+                relevant = true;
+                self.concerned(e, &mut changed);
+            }
         }
         if relevant {
             self.add_watches();
         }
-        relevant
+        relevant.then_some(changed)
     }
 }
 
@@ -171,6 +234,37 @@ mod tests {
         std::fs::write(pods.join("p.yaml"), "x").unwrap();
         assert!(w.wait(Duration::from_secs(5)), "a new manifest wakes it");
         assert!(!w.wait(Duration::from_millis(100)), "drained");
+    }
+
+    #[test]
+    fn a_wake_names_the_source_dirs_it_concerns() {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("pods");
+        let objects = dir.path().join("objects");
+        std::fs::create_dir(&objects).unwrap();
+        let mut w = Watcher::new(
+            vec![pods.clone(), objects.clone()],
+            Duration::from_millis(50),
+        );
+        let staged = dir.path().join("staged");
+        std::fs::create_dir(&staged).unwrap();
+        std::fs::rename(&staged, &pods).unwrap();
+        assert_eq!(
+            w.wait_changed(Duration::from_secs(5)),
+            Some(Changed::Dirs([0].into())),
+            "the pods dir renamed in"
+        );
+        std::fs::write(pods.join("p.yaml"), "x").unwrap();
+        assert_eq!(
+            w.wait_changed(Duration::from_secs(5)),
+            Some(Changed::Dirs([0].into()))
+        );
+        std::fs::write(objects.join("pv.yaml"), "x").unwrap();
+        assert_eq!(
+            w.wait_changed(Duration::from_secs(5)),
+            Some(Changed::Dirs([1].into()))
+        );
+        assert!(Changed::All.includes(1));
     }
 
     #[test]

@@ -371,7 +371,11 @@ impl Journal {
     /// For records whose loss in a crash the reader can tell and repair:
     /// an operation's outcome (a lost one leaves an intent without outcome,
     /// which reconstruction settles from the host, exactly as if the
-    /// process had died just before writing it). Never for an intent.
+    /// process had died just before writing it). An intent only when
+    /// nothing touches the OS for it before [`make_durable`](Self::make_durable)
+    /// returns (the reconciler appends the intents of the jobs it starts
+    /// this way, so one flush covers many; one lost in a crash belongs to
+    /// an operation that never ran).
     pub fn append_lazy(&self, body: Body) -> Result<u64, JournalError> {
         self.insert(body)
     }
@@ -384,6 +388,20 @@ impl Journal {
             return Ok(());
         }
         self.wait_durable(through)
+    }
+
+    /// Returns once the record `seq` (appended with
+    /// [`append_lazy`](Self::append_lazy)) is durable: one group flush,
+    /// shared with concurrent waiters, or none when a flush already covered
+    /// it. An intent appended lazily is acknowledged only through this.
+    pub fn make_durable(&self, seq: u64) -> Result<(), JournalError> {
+        if let Some(reason) = self.commit.failure() {
+            return Err(JournalError::Flush {
+                path: self.dir.clone(),
+                reason,
+            });
+        }
+        self.wait_durable(seq)
     }
 
     /// Whether records were appended that are not durable yet.

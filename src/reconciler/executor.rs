@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::failpoint;
 use crate::host::sys::Sys;
-use crate::journal::{Body, Journal, OpResult};
+use crate::journal::{Body, Journal, JournalError, OpResult};
 use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
     Layout, Operation, PluginName, PodUid, SharedStr, Steps, StorageMedium, TargetKind,
@@ -72,6 +72,56 @@ impl Job {
                 TargetRef::Pod(p) => OpKey::pod(&params.volume, p),
                 TargetRef::Device => OpKey::volume(&params.volume),
             },
+        }
+    }
+}
+
+/// A job on its way to a worker, with the sequence number of its first
+/// step's intent when the loop already appended it ([`Executor::announce`]):
+/// the worker then waits for that record to be durable instead of writing
+/// its own, so the intents of every job started in one pass share flushes.
+#[derive(Debug)]
+pub struct Queued {
+    /// the job
+    pub job: Job,
+    /// its first step's intent, appended but perhaps not durable yet
+    pub intent: Option<Announced>,
+}
+
+/// An intent appended ahead of its operation (not yet known durable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announced {
+    /// the operation it announces
+    pub op: Operation,
+    /// its sequence number
+    pub seq: u64,
+}
+
+impl Job {
+    /// The first step of the job when it is known before the job runs: its
+    /// operation, steps and target. `None` for a mount with a device target
+    /// (whether it is formatted first is read from the device on the worker).
+    pub fn first_step(&self) -> Option<(Operation, Steps, &TargetParams)> {
+        match self {
+            Job::Mount {
+                device: Some(_), ..
+            } => None,
+            Job::Mount {
+                want,
+                device: None,
+                pod,
+            } => Some((Operation::SetUp, setup_steps(&want.spec), pod)),
+            Job::TearDown { params } => Some((Operation::TearDown, Steps::Single, params)),
+            Job::UnmountDevice { params } => {
+                Some((Operation::UnmountDevice, Steps::Single, params))
+            }
+            Job::ForceCleanup { params } => {
+                let op = match params.target {
+                    TargetRef::Pod(_) => Operation::TearDown,
+                    TargetRef::Device => Operation::UnmountDevice,
+                };
+                Some((op, Steps::Single, params))
+            }
         }
     }
 }
@@ -323,20 +373,53 @@ impl Executor {
             .map(|p| p.as_ref())
     }
 
+    /// Appends the intent of `job`'s first step without waiting for it to
+    /// be durable ([`Job::first_step`]; `None` when it is not known ahead,
+    /// or the journal is off). The worker that runs the job waits for it
+    /// ([`Executor::run_queued`]) before touching the OS; until then the
+    /// record reads, after a crash, like an intent whose operation was cut
+    /// short before it began, which reconstruction settles from the host.
+    pub fn announce(journal: &Journal, job: &Job) -> Result<Option<Announced>, JournalError> {
+        let Some((op, steps, params)) = job.first_step() else {
+            return Ok(None);
+        };
+        let seq = journal.append_lazy(Body::Intent {
+            op,
+            steps,
+            target: params.clone(),
+        })?;
+        Ok(Some(Announced { op, seq }))
+    }
+
     /// Journals the intent (durable before `f` runs), runs `f`, journals the
-    /// outcome (appended, durable with the next flush). A journal that fails
-    /// to append is fatal for the operation (nothing touches the OS without
-    /// a durable intent).
+    /// outcome (appended, durable with the next flush). An intent `announced`
+    /// for this operation is waited for instead of written. A journal that
+    /// fails to append or flush is fatal for the operation (nothing touches
+    /// the OS without a durable intent).
     fn journaled(
         &self,
         op: Operation,
         steps: Steps,
         params: &TargetParams,
         ran: &mut Vec<Operation>,
+        announced: &mut Option<Announced>,
         f: impl FnOnce() -> Result<crate::plugins::Outcome, PluginError>,
     ) -> Result<(), Failure> {
-        let intent = match &self.journal {
-            Some(j) => Some(
+        // Only an intent announced for this very operation stands for it.
+        let mine = match announced.take() {
+            Some(a) if a.op == op => Some(a),
+            other => {
+                *announced = other;
+                None
+            }
+        };
+        let intent = match (&self.journal, mine) {
+            (Some(j), Some(a)) => {
+                j.make_durable(a.seq)
+                    .map_err(|e| Failure::journal(format!("journal intent: {e}")))?;
+                Some(a.seq)
+            }
+            (Some(j), _) => Some(
                 j.append(Body::Intent {
                     op,
                     steps,
@@ -344,8 +427,9 @@ impl Executor {
                 })
                 .map_err(|e| Failure::journal(format!("journal intent: {e}")))?,
             ),
-            None => None,
+            (None, _) => None,
         };
+
         failpoint::hit(&format!("{}.after_intent", op.as_str()));
         let result = f();
         ran.push(op);
@@ -380,15 +464,42 @@ impl Executor {
     /// Runs `job` unless the daemon is stopping: a job still queued when
     /// `stopping` is set is not in flight, so it is not started — nothing
     /// journaled, nothing touched — and reported as not started.
-    pub fn run_unless_stopping(&self, job: &Job, stopping: &AtomicBool) -> JobReport {
-        if stopping.load(AtomicOrdering::Relaxed) {
-            return JobReport::not_started(job, "volumed is stopping");
+    /// An intent the loop already `announced` for it gets a final failure
+    /// outcome (its operation never ran, and the journal says so).
+    pub fn run_unless_stopping(
+        &self,
+        job: &Job,
+        announced: Option<Announced>,
+        stopping: &AtomicBool,
+    ) -> JobReport {
+        if !stopping.load(AtomicOrdering::Relaxed) {
+            return self.run_queued(job, announced);
         }
-        self.run(job)
+        let why = "volumed is stopping";
+        let mut report = JobReport::not_started(job, why);
+        if let (Some(j), Some(a)) = (&self.journal, announced)
+            && let Err(e) = j.append_lazy(Body::Outcome {
+                intent_seq: a.seq,
+                op: a.op,
+                result: OpResult::FailedFinal(format!("not started: {why}")),
+                observed: None,
+            })
+        {
+            report.error = Some(format!("journal outcome: {e}"));
+        }
+        report
     }
 
     /// Runs one job to its end.
     pub fn run(&self, job: &Job) -> JobReport {
+        self.run_queued(job, None)
+    }
+
+    /// Runs one job to its end whose first intent may already be appended
+    /// ([`Executor::announce`]): it is made durable before the first step
+    /// touches the OS.
+    pub fn run_queued(&self, job: &Job, announced: Option<Announced>) -> JobReport {
+        let mut announced = announced;
         let mut report = JobReport {
             key: job.key(),
             updates: Vec::new(),
@@ -397,7 +508,23 @@ impl Executor {
             forced: matches!(job, Job::ForceCleanup { .. }),
         };
         let started = Instant::now();
-        let result = self.run_inner(job, &mut report);
+        let mut result = self.run_inner(job, &mut report, &mut announced);
+        // An announced intent the job ended before reaching (no plugin for
+        // it): its operation never ran, and the journal says so.
+        if let (Some(j), Some(a)) = (&self.journal, announced) {
+            let why = match &result {
+                Err(e) => e.message.clone(),
+                Ok(()) => "not run".to_owned(),
+            };
+            if let Err(e) = j.append_lazy(Body::Outcome {
+                intent_seq: a.seq,
+                op: a.op,
+                result: OpResult::FailedFinal(why),
+                observed: None,
+            }) {
+                result = Err(Failure::journal(format!("journal outcome: {e}")));
+            }
+        }
         let (plugin, op) = match job {
             Job::Mount { want, .. } => (want.plugin, StorageOperation::VolumeMount),
             Job::TearDown { params } => (params.plugin, StorageOperation::VolumeUnmount),
@@ -419,7 +546,12 @@ impl Executor {
         report
     }
 
-    fn run_inner(&self, job: &Job, r: &mut JobReport) -> Result<(), Failure> {
+    fn run_inner(
+        &self,
+        job: &Job,
+        r: &mut JobReport,
+        announced: &mut Option<Announced>,
+    ) -> Result<(), Failure> {
         let sys = self.sys.as_ref();
         match job {
             Job::Mount { want, device, pod } => {
@@ -441,6 +573,7 @@ impl Executor {
                             Steps::Multi,
                             dev,
                             &mut r.ran,
+                            announced,
                             || plugin.format(&want.spec, dev, sys),
                         )?;
                     }
@@ -449,6 +582,7 @@ impl Executor {
                         Steps::Single,
                         dev,
                         &mut r.ran,
+                        announced,
                         || plugin.mount_device(&want.spec, dev, sys),
                     );
                     match res {
@@ -486,6 +620,7 @@ impl Executor {
                     setup_steps(&want.spec),
                     pod,
                     &mut r.ran,
+                    announced,
                     || plugin.setup(&want.spec, pod, sys),
                 );
                 match res {
@@ -522,6 +657,7 @@ impl Executor {
                     Steps::Single,
                     params,
                     &mut r.ran,
+                    announced,
                     || plugin.teardown(params, sys),
                 )?;
                 if let TargetRef::Pod(pod) = &params.target {
@@ -541,6 +677,7 @@ impl Executor {
                     Steps::Single,
                     params,
                     &mut r.ran,
+                    announced,
                     || plugin.unmount_device(params, sys),
                 )?;
                 r.updates.push(AswUpdate::DeviceUnmounted {
@@ -553,7 +690,7 @@ impl Executor {
                     TargetRef::Pod(_) => Operation::TearDown,
                     TargetRef::Device => Operation::UnmountDevice,
                 };
-                self.journaled(op, Steps::Single, params, &mut r.ran, || {
+                self.journaled(op, Steps::Single, params, &mut r.ran, announced, || {
                     plugins::force_unmount(params, sys, &self.pods_dir)
                 })
             }
@@ -631,7 +768,7 @@ mod tests {
         let f = fixture();
         let job = mount_job(&f, want(tmpfs(), "p1", "cache"), false);
         let stopping = AtomicBool::new(true);
-        let report = f.exec.run_unless_stopping(&job, &stopping);
+        let report = f.exec.run_unless_stopping(&job, None, &stopping);
         assert_eq!(
             report.error.as_deref(),
             Some("not started: volumed is stopping")
@@ -639,8 +776,27 @@ mod tests {
         assert!(report.ran.is_empty() && report.updates.is_empty());
         assert!(records(&f).is_empty(), "nothing journaled");
         assert!(f.sys.mutations().is_empty(), "{:?}", f.sys.mutations());
+
+        // announced by the loop before the stop: the intent gets its final
+        // failure outcome, and still nothing touches the OS
+        let announced = Executor::announce(&f.journal, &job).unwrap();
+        let report = f.exec.run_unless_stopping(&job, announced, &stopping);
+        assert!(report.ran.is_empty() && report.updates.is_empty());
+        f.journal.flush_pending().unwrap();
+        let recs = records(&f);
+        assert_eq!(recs.len(), 2, "{recs:?}");
+        assert!(matches!(
+            &recs[1].body,
+            Body::Outcome {
+                intent_seq: 1,
+                result: OpResult::FailedFinal(_),
+                ..
+            }
+        ));
+        assert!(f.sys.mutations().is_empty(), "{:?}", f.sys.mutations());
+
         stopping.store(false, AtomicOrdering::Relaxed);
-        let report = f.exec.run_unless_stopping(&job, &stopping);
+        let report = f.exec.run_unless_stopping(&job, None, &stopping);
         assert_eq!(report.error, None);
         assert_eq!(report.ran, vec![Operation::SetUp]);
     }
@@ -686,6 +842,70 @@ mod tests {
             &report.updates[..],
             [AswUpdate::PodMounted { .. }]
         ));
+    }
+
+    #[test]
+    fn announced_intents_are_not_written_again_and_share_one_flush() {
+        let f = fixture();
+        let jobs = [
+            mount_job(&f, want(tmpfs(), "p1", "cache"), false),
+            mount_job(&f, want(tmpfs(), "p2", "cache"), false),
+        ];
+        let announced: Vec<Announced> = jobs
+            .iter()
+            .map(|j| Executor::announce(&f.journal, j).unwrap().unwrap())
+            .collect();
+        assert_eq!(
+            announced.iter().map(|a| (a.op, a.seq)).collect::<Vec<_>>(),
+            [(Operation::SetUp, 1), (Operation::SetUp, 2)]
+        );
+        assert_eq!(f.journal.synced_through(), 0, "announcing does not flush");
+        assert!(f.sys.mounts().is_empty());
+        let flushes = f.journal.flush_count();
+        for (job, a) in jobs.iter().zip(&announced) {
+            let report = f.exec.run_queued(job, Some(*a));
+            assert_eq!(report.error, None);
+            assert!(f.journal.synced_through() >= a.seq);
+        }
+        assert_eq!(
+            f.journal.flush_count(),
+            flushes + 1,
+            "the first job's wait made both intents durable"
+        );
+        let recs = records(&f);
+        assert_eq!(recs.len(), 4, "two intents, two outcomes: {recs:?}");
+        assert!(matches!(
+            &recs[2].body,
+            Body::Outcome {
+                intent_seq: 1,
+                result: OpResult::Success,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &recs[3].body,
+            Body::Outcome {
+                intent_seq: 2,
+                result: OpResult::Success,
+                ..
+            }
+        ));
+        assert_eq!(f.sys.mounts().len(), 2);
+    }
+
+    #[test]
+    fn a_mount_with_a_device_target_is_not_announced() {
+        let f = fixture();
+        let spec = VolumeSpec::Local {
+            path: "/dev/loop9".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: vec![],
+            is_block: true,
+        };
+        let job = mount_job(&f, want(spec, "p1", "pv1"), true);
+        assert_eq!(Executor::announce(&f.journal, &job).unwrap(), None);
+        assert!(records(&f).is_empty());
     }
 
     #[test]

@@ -22,11 +22,13 @@
 //! ctime, through symlinks; kept as a hash) with the last one; only when it
 //! differs are files read again: the objects when their dir changed (then
 //! every manifest too, as claims resolve against them), else only the
-//! manifests whose own signature changed. *When* it is called is the
-//! daemon's `watch`: on an inotify event in a source dir (or its parent),
-//! with a full re-read every 30 s as a safety net, and polling every
-//! `--poll-ms` only where inotify cannot be set up. A manifest written in
-//! place in two steps may be seen half-written; see below.
+//! manifests whose own signature changed ([`Sources::poll_pods_changes`]
+//! skips listing the objects dir when the caller knows it did not change).
+//! *When* it is called is the daemon's `watch`: on an inotify event in a
+//! source dir (or its parent), with a full re-read every 30 s as a safety
+//! net, and polling every `--poll-ms` only where inotify cannot be set up.
+//! A manifest written in place in two steps may be seen half-written; see
+//! below.
 //!
 //! Which files count and how they are parsed is in `read.rs`: dotfiles and
 //! subdirectories skipped, every other name read (as the kubelet does),
@@ -241,25 +243,36 @@ impl Sources {
     pub fn list(&mut self) -> DesiredPods {
         let pods = listing(self.config.pods_dir.as_ref());
         let objects = listing(self.config.objects_dir.as_ref());
-        self.load(pods, objects).0
+        self.load(pods, Some(objects)).0
     }
 
-    fn load(&mut self, pods: Listing, objects: Listing) -> (DesiredPods, (u64, u64)) {
-        let complete = pods.complete && objects.complete;
+    /// `objects: None`: the objects dir is known not to have changed since
+    /// its last complete listing, which is reused without listing it again.
+    fn load(&mut self, pods: Listing, objects: Option<Listing>) -> (DesiredPods, (u64, u64)) {
         let mut file_errors = pods.errors;
-        file_errors.extend(objects.errors);
         // Objects are read again only when their dir changed (same
         // signature rule as `poll_changes`): a pods-only change, the common
         // one, then costs no re-parse of every PV and claim. Their errors
         // were logged when they were read.
-        let objects_hash = signature_hash(&objects.signature);
-        let objects_unchanged = objects.complete && self.objects_signature == Some(objects_hash);
-        if !objects_unchanged {
-            let (objs, errs) = StaticObjects::load(&objects.files);
-            self.objects = objs;
-            file_errors.extend(errs);
-            self.objects_signature = objects.complete.then_some(objects_hash);
-        }
+        let (objects_complete, objects_hash, objects_unchanged) =
+            match (objects, self.objects_signature) {
+                (None, Some(hash)) => (true, hash, true),
+                (objects, _) => {
+                    let objects =
+                        objects.unwrap_or_else(|| listing(self.config.objects_dir.as_ref()));
+                    file_errors.extend(objects.errors);
+                    let hash = signature_hash(&objects.signature);
+                    let unchanged = objects.complete && self.objects_signature == Some(hash);
+                    if !unchanged {
+                        let (objs, errs) = StaticObjects::load(&objects.files);
+                        self.objects = objs;
+                        file_errors.extend(errs);
+                        self.objects_signature = objects.complete.then_some(hash);
+                    }
+                    (objects.complete, hash, unchanged)
+                }
+            };
+        let complete = pods.complete && objects_complete;
         let sig_of: BTreeMap<&PathBuf, FileSignature> = pods
             .signature
             .iter()
@@ -413,11 +426,34 @@ impl Sources {
     /// the next call). The first complete listing ends with
     /// [`SourceEvent::SourcesReady`], exactly once.
     pub fn poll_changes(&mut self) -> Option<Vec<SourceEvent>> {
+        self.poll(true)
+    }
+
+    /// [`poll_changes`](Self::poll_changes) for a caller that knows the
+    /// objects dir has not changed since the last poll (inotify reported
+    /// events in the pods dir only): the objects dir is not listed again
+    /// (a `stat` per object file) unless no complete listing of it is
+    /// known yet.
+    pub fn poll_pods_changes(&mut self) -> Option<Vec<SourceEvent>> {
+        self.poll(false)
+    }
+
+    fn poll(&mut self, list_objects: bool) -> Option<Vec<SourceEvent>> {
         let pods = listing(self.config.pods_dir.as_ref());
-        let objects = listing(self.config.objects_dir.as_ref());
+        let known_objects = self
+            .signature
+            .map(|(_, o)| o)
+            .filter(|o| !list_objects && self.objects_signature == Some(*o));
+        let objects = match known_objects {
+            Some(_) => None,
+            None => Some(listing(self.config.objects_dir.as_ref())),
+        };
         let now = (
             signature_hash(&pods.signature),
-            signature_hash(&objects.signature),
+            match (&objects, known_objects) {
+                (Some(l), _) => signature_hash(&l.signature),
+                (None, o) => o.unwrap_or_default(),
+            },
         );
         if self.signature == Some(now) && self.ready_sent {
             return None;

@@ -431,6 +431,38 @@ fn objects_are_read_again_only_when_their_dir_changed() {
     assert_eq!(path_of(&changed, "u1"), Path::new("/mnt/pv1-moved"));
 }
 
+#[test]
+fn a_pods_only_poll_reuses_the_objects_listing_and_a_full_one_lists_it_again() {
+    let d = dirs();
+    write(&d.objects, "o.yaml", PV_PVC);
+    let mut s = sources(&d);
+    assert_eq!(
+        s.poll_pods_changes(),
+        Some(vec![SourceEvent::SourcesReady]),
+        "with no complete objects listing known, the objects dir is listed"
+    );
+    write(&d.pods, "p.yaml", &pod("p", "u1", CLAIM));
+    // An object edited at the same time: a pods-only poll does not see it.
+    write(
+        &d.objects,
+        "o.yaml",
+        &PV_PVC.replace("/mnt/pv1", "/mnt/pv1-moved"),
+    );
+    let spec_path = |events: &[SourceEvent]| match events {
+        [SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p)] => match &p.volumes[0].spec {
+            VolumeSpec::Local { path, .. } => path.clone(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let added = s.poll_pods_changes().unwrap();
+    assert_eq!(spec_path(&added), Path::new("/mnt/pv1"));
+    assert_eq!(s.poll_pods_changes(), None, "nothing new in the pods dir");
+    let moved = s.poll_changes().unwrap();
+    assert_eq!(spec_path(&moved), Path::new("/mnt/pv1-moved"));
+    assert_eq!(s.poll_changes(), None);
+}
+
 /// Issue #6 through `apply_event`: the first pod fixes the label of an RWOP
 /// block PV (admitted), a second pod with another label is refused with the
 /// kubelet's message and counted, and a pod whose own containers disagree
