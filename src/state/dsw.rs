@@ -92,6 +92,10 @@ pub struct DesiredStateOfWorld {
     /// pods that exist but have a volume that cannot be resolved now: they
     /// keep every mount they have (DESIGN.md "Contracts", static sources)
     unresolved: BTreeSet<PodUid>,
+    /// the spec the last new volume got: a next volume with an equal spec
+    /// shares it (emptyDirs of one medium and size are all alike), which
+    /// saves a spec allocation per such volume
+    last_spec: Option<Arc<VolumeSpec>>,
 }
 
 impl DesiredStateOfWorld {
@@ -124,10 +128,15 @@ impl DesiredStateOfWorld {
             spec_name,
             selinux: volume.selinux.clone(),
         };
+        let last_spec = &mut self.last_spec;
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
+            let spec = match last_spec {
+                Some(s) if **s == volume.spec => s.clone(),
+                _ => last_spec.insert(Arc::new(volume.spec.clone())).clone(),
+            };
             Box::new(DesiredVolume {
                 plugin: volume.spec.plugin(),
-                spec: Arc::new(volume.spec.clone()),
+                spec,
                 effective_selinux: volume.selinux,
                 original_selinux: check.original.clone(),
                 pods: PodMap::new(),
