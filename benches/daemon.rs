@@ -46,7 +46,11 @@
 //! P), `VOLUMED_BENCH_POLL_MS=<ms>` (the daemons' `--poll-ms`),
 //! `VOLUMED_BENCH_DAEMON_ARGS="--journal off"` (more `volumed run`
 //! arguments), `VOLUMED_BENCH_ONLY=mass` (stop after the mass start),
-//! `VOLUMED_BENCH_ONLY=memory` (stop after the memory figure).
+//! `VOLUMED_BENCH_ONLY=memory` (stop after the memory figure),
+//! `VOLUMED_BENCH_PROBE=<program>` (run after each memory point with the
+//! daemon's pid and volume count as arguments, e.g. a script that has gdb
+//! call `malloc_stats()` into the daemon's log, to split RSS into the heap
+//! in use and free pages).
 //! The journal dir is under `$VOLUMED_BENCH_DIR`, else cargo's
 //! `CARGO_TARGET_TMPDIR` (the real disk, not a tmpfs `/tmp`); the root dir
 //! and the PV dirs are in a scratch dir under the system temp dir. Needs
@@ -697,6 +701,12 @@ fn main() {
             at.as_secs_f64()
         );
         points.push((vols, rss, anon));
+        if let Some(probe) = std::env::var_os("VOLUMED_BENCH_PROBE") {
+            let _ = Command::new(probe)
+                .arg(b.pid().to_string())
+                .arg(vols.to_string())
+                .status();
+        }
     }
     if let [(v0, r0, a0), (v1, r1, a1)] = points[..] {
         let dv = (v1 - v0) as f64;

@@ -84,7 +84,8 @@ pub struct EventLoop {
     pub(super) last_sweep: Option<Instant>,
     /// a pod target went away since the last sweep
     pub(super) sweep_wanted: bool,
-    /// a job finished since the allocator was last trimmed
+    /// a job finished or a checkpoint was written since the allocator was
+    /// last trimmed
     pub(super) trim_due: bool,
     /// when the allocator was last trimmed
     pub(super) last_trim: Option<Instant>,
@@ -181,8 +182,8 @@ impl EventLoop {
         }
     }
 
-    /// After a burst of jobs, once none is in flight: gives the memory the
-    /// burst freed back to the kernel (at most every [`TRIM_EVERY`]; an idle
+    /// After a burst of jobs or a checkpoint, once no job is in flight:
+    /// gives the memory they freed back to the kernel (at most every [`TRIM_EVERY`]; an idle
     /// daemon never trims).
     fn maybe_trim(&mut self) {
         if !self.trim_due || self.pending.running() != 0 {
@@ -502,7 +503,11 @@ impl EventLoop {
         if n == 0 || j.synced_through() < self.last_checkpoint_seq + n {
             return;
         }
-        match j.checkpoint() {
+        // The checkpoint's buffers (the whole state, encoded and sealed:
+        // megabytes at 10k volumes) are freed by now: give them back too.
+        let done = j.checkpoint();
+        self.trim_due = true;
+        match done {
             Ok(r) => {
                 self.last_checkpoint_seq = r.through_seq;
                 tracing::debug!(

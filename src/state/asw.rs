@@ -75,8 +75,10 @@ pub struct ActualVolume {
     pub spec_name: SharedStr,
     /// the spec, shared with the DSW; `None` when rebuilt from the host alone
     pub spec: Option<Arc<VolumeSpec>>,
-    /// the device target; `None` when the volume has none (or none is known yet)
-    pub device: Option<DeviceTarget>,
+    /// the device target; `None` when the volume has none (or none is known
+    /// yet). Boxed: most volumes (emptyDir, hostPath, a local PV dir) have
+    /// none, and inline it made every volume record 48 bytes larger.
+    pub device: Option<Box<DeviceTarget>>,
     /// the volume-level context (the kubelet's `seLinuxMountContext`)
     pub selinux: SeLinuxState,
     /// the pod targets
@@ -159,9 +161,10 @@ impl ActualStateOfWorld {
                 }
             }
             btree_map::Entry::Vacant(slot) => {
-                let device = (has_device(&spec) || device_path.is_some()).then(|| DeviceTarget {
-                    device_path,
-                    ..not_mounted_device()
+                let device = (has_device(&spec) || device_path.is_some()).then(|| {
+                    let mut d = not_mounted_device();
+                    d.device_path = device_path;
+                    d
                 });
                 slot.insert(Box::new(ActualVolume {
                     plugin,
@@ -557,12 +560,12 @@ impl ActualStateOfWorld {
     }
 }
 
-fn not_mounted_device() -> DeviceTarget {
-    DeviceTarget {
+fn not_mounted_device() -> Box<DeviceTarget> {
+    Box::new(DeviceTarget {
         state: MountState::NotMounted,
         device_path: None,
         mount_path: None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -580,7 +583,7 @@ mod tests {
         }
     }
     fn device(asw: &ActualStateOfWorld) -> DeviceTarget {
-        asw.volume(&local()).unwrap().device.clone().unwrap()
+        *asw.volume(&local()).unwrap().device.clone().unwrap()
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub struct DesiredStateOfWorld {
     /// pods that exist but have a volume that cannot be resolved now: they
     /// keep every mount they have (DESIGN.md "Contracts", static sources)
     unresolved: BTreeSet<PodUid>,
+    /// per plugin, the spec its last new volume got: a next volume of that
+    /// plugin with an equal spec shares it (emptyDirs of one medium and size
+    /// are all alike), which saves a spec allocation per such volume
+    last_spec: [Option<Arc<VolumeSpec>>; PluginName::ALL.len()],
 }
 
 impl DesiredStateOfWorld {
@@ -124,10 +128,15 @@ impl DesiredStateOfWorld {
             spec_name,
             selinux: volume.selinux.clone(),
         };
+        let last_spec = &mut self.last_spec[volume.spec.plugin() as usize];
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
+            let spec = match last_spec {
+                Some(s) if **s == volume.spec => s.clone(),
+                _ => last_spec.insert(Arc::new(volume.spec.clone())).clone(),
+            };
             Box::new(DesiredVolume {
                 plugin: volume.spec.plugin(),
-                spec: Arc::new(volume.spec.clone()),
+                spec,
                 effective_selinux: volume.selinux,
                 original_selinux: check.original.clone(),
                 pods: PodMap::new(),
@@ -468,6 +477,46 @@ mod tests {
         dsw.delete_pod_from_volume(&b, &local());
         assert!(!dsw.volume_exists(&local()));
         assert!(dsw.volumes_to_mount().is_empty());
+    }
+
+    #[test]
+    fn dsw_new_volumes_with_equal_specs_share_one_spec_per_plugin() {
+        let mut dsw = DesiredStateOfWorld::new();
+        let memory = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        };
+        let disk = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: None,
+        };
+        // pods of an emptyDir and a local PV each, the order a manifest gives
+        let specs = [&memory, &memory, &disk, &memory];
+        let mut names = Vec::new();
+        for (i, spec) in specs.into_iter().enumerate() {
+            let p = uid(&format!("p{i}"));
+            let scratch = PodVolume {
+                volume: PodVolume::unique_name(spec, &p, "scratch"),
+                spec_name: "scratch".into(),
+                outer_name: "scratch".into(),
+                spec: spec.clone(),
+                selinux: None,
+            };
+            let added = dsw
+                .add_pod_to_volume(&p, scratch, LabelCheck::default())
+                .unwrap();
+            names.push(added.volume);
+            dsw.add_pod_to_volume(&p, pod_volume(&p, None), LabelCheck::default())
+                .unwrap();
+        }
+        let spec = |i: usize| dsw.volume(&names[i]).unwrap().spec.clone();
+        // (volume, volume, share one spec?)
+        let table = [(0, 1, true), (1, 2, false), (0, 3, false), (2, 3, false)];
+        for (a, b, shared) in table {
+            assert_eq!(Arc::ptr_eq(&spec(a), &spec(b)), shared, "{a} {b}");
+        }
+        // equal specs, shared or not
+        assert_eq!(*spec(0), *spec(3));
     }
 
     #[test]
