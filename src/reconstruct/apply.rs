@@ -1,7 +1,9 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
 use crate::journal::{Body, Entry, JournalState};
-use crate::model::{MountState, SeLinuxContext, SharedStr, TargetRef, UniqueVolumeName};
+use crate::model::{
+    MountState, SeLinuxContext, SharedStr, TargetParams, TargetRef, UniqueVolumeName,
+};
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState};
 
 use super::{Decision, MergeOutput, ReconstructError};
@@ -62,7 +64,7 @@ pub fn changed_journal_records<'a>(
 
 pub(super) fn record_of(d: &Decision) -> Body {
     Body::Reconstructed {
-        target: d.params.clone(),
+        target: TargetParams::clone(&d.params),
         state: d.result,
         reason: d.reason.as_str().to_owned(),
         observed: d.observed.clone(),
