@@ -115,6 +115,12 @@ pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<Reco
         for path in lives.filter_map(device_path) {
             volume.set_device_path(path);
         }
+        // the live pod targets of the run, at most: one allocation
+        let pods = run
+            .iter()
+            .filter(|d| live(d) && matches!(d.key.target, TargetRef::Pod(_)))
+            .count();
+        volume.reserve_pods(pods);
         for (i, d) in run.iter().enumerate() {
             if let Err(e) = apply_one(d, Some(&mut volume)) {
                 errors.push((first + i, e));

@@ -588,6 +588,12 @@ impl VolumeMut<'_> {
         }
     }
 
+    /// Room for `pods` more pod records (a volume shared by thousands of
+    /// pods grows once, not by doubling).
+    pub fn reserve_pods(&mut self, pods: usize) {
+        self.volume.pods.reserve_exact(pods);
+    }
+
     /// [`ActualStateOfWorld::mark_device_mounted`].
     pub fn mark_device_mounted(&mut self, mount: DeviceMount) {
         self.set_device_state(MountState::Mounted, Some(mount));
