@@ -899,6 +899,11 @@ pub struct TargetParams {
     pub fs_type: Option<String>,
 }
 
+/// One target's parameters, shared (`Arc`): the journal's state holds them
+/// once for an entry and its pending intent, and reconstruction's decisions
+/// share the entry's instead of copying them.
+pub type SharedParams = Arc<TargetParams>;
+
 impl TargetParams {
     /// The path of this target: the pod path for pod targets, the device mount
     /// path for the device target.

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::replay::{Body, Entry, JournalState, OpResult, Pending, Record};
 use crate::model::{
-    DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, Steps,
-    TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, SharedParams,
+    Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
 };
 
 /// One journal record as stored (format v1).
@@ -504,13 +504,13 @@ impl TryFrom<&RecordV1> for Record {
 impl From<&Entry> for EntryV1 {
     fn from(e: &Entry) -> Self {
         EntryV1 {
-            target: (&e.params).into(),
+            target: (&*e.params).into(),
             state: e.state.into(),
             pending: e.pending.as_ref().map(|p| PendingV1 {
                 op: p.op.into(),
                 intent_seq: p.intent_seq,
                 multi_step: p.steps.into(),
-                target: (&p.params).into(),
+                target: (&*p.params).into(),
             }),
             observed: e.observed.as_deref().map(IdentityV1::from),
             last_seq: e.last_seq,
@@ -524,7 +524,7 @@ impl TryFrom<&EntryV1> for Entry {
     type Error = RecordError;
     fn try_from(e: &EntryV1) -> Result<Self, RecordError> {
         Ok(Entry {
-            params: (&e.target).try_into()?,
+            params: SharedParams::new((&e.target).try_into()?),
             state: e.state.into(),
             pending: e
                 .pending
@@ -534,7 +534,7 @@ impl TryFrom<&EntryV1> for Entry {
                         op: p.op.into(),
                         intent_seq: p.intent_seq,
                         steps: steps_of(p.multi_step),
-                        params: (&p.target).try_into()?,
+                        params: SharedParams::new((&p.target).try_into()?),
                     }))
                 })
                 .transpose()?,

@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::model::{
-    MountIdentity, MountState, Operation, Steps, TargetParams, TargetRef, UniqueVolumeName,
+    MountIdentity, MountState, Operation, SharedParams, Steps, TargetParams, TargetRef,
+    UniqueVolumeName,
 };
 
 /// A record with model types (decoded from `record::RecordV1`).
@@ -119,15 +120,17 @@ pub struct Pending {
     pub intent_seq: u64,
     /// one syscall or several
     pub steps: Steps,
-    /// the parameters it was started with
-    pub params: TargetParams,
+    /// the parameters it was started with (shared with the entry while the
+    /// entry has no settled parameters of its own)
+    pub params: SharedParams,
 }
 
 /// What the journal knows of one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    /// parameters of the last settled state
-    pub params: TargetParams,
+    /// parameters of the last settled state (shared: reconstruction's
+    /// decision for the target holds the same)
+    pub params: SharedParams,
     /// last settled state
     pub state: MountState,
     /// operation in flight, if any (boxed: most entries have none, and an
@@ -155,7 +158,7 @@ impl Entry {
         }
     }
     /// The parameters to report: the pending operation's when one runs.
-    pub fn current_params(&self) -> &TargetParams {
+    pub fn current_params(&self) -> &SharedParams {
         self.pending.as_ref().map_or(&self.params, |p| &p.params)
     }
 }
@@ -266,7 +269,7 @@ impl JournalState {
                 self.entries.insert(
                     key,
                     Box::new(Entry {
-                        params: target.clone(),
+                        params: SharedParams::new(target.clone()),
                         state: *state,
                         pending: None,
                         observed: observed.clone().map(Box::new),
@@ -314,17 +317,18 @@ impl JournalState {
 
     fn apply_intent(&mut self, rec: &Record, op: Operation, steps: Steps, target: &TargetParams) {
         let key = TargetKey::of(target);
+        let params = SharedParams::new(target.clone());
         let pending = Box::new(Pending {
             op,
             intent_seq: rec.seq,
             steps,
-            params: target.clone(),
+            params: params.clone(),
         });
         let mut superseded = None;
         let boot_id = self.intern_boot(&rec.boot_id);
         let entry = self.entries.entry(key.clone()).or_insert_with(|| {
             Box::new(Entry {
-                params: target.clone(),
+                params,
                 state: MountState::NotMounted,
                 pending: None,
                 observed: None,

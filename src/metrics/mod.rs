@@ -259,7 +259,8 @@ mod tests {
                 selinux: None,
                 mount_options: vec![],
                 fs_type: None,
-            },
+            }
+            .into(),
             observed: seen.then(|| MountIdentity {
                 dev: crate::model::DevId { major: 7, minor: 0 },
                 root: "/".into(),

@@ -22,7 +22,7 @@ fn journaled(
     };
     state
         .and_then(|s| s.get(&key))
-        .map(|e| e.current_params().clone())
+        .map(|e| TargetParams::clone(e.current_params()))
 }
 
 /// The job for an action, or `None` when it needs no worker (`Forget`) or

@@ -1,8 +1,10 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
 use crate::journal::{Body, Entry, JournalState};
-use crate::model::{MountState, SeLinuxContext, SharedStr, TargetRef, UniqueVolumeName};
-use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState};
+use crate::model::{MountState, SeLinuxContext, SharedStr, TargetParams, TargetRef};
+use crate::state::{
+    ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState, StateError, VolumeMut,
+};
 
 use super::{Decision, MergeOutput, ReconstructError};
 
@@ -62,7 +64,7 @@ pub fn changed_journal_records<'a>(
 
 pub(super) fn record_of(d: &Decision) -> Body {
     Body::Reconstructed {
-        target: d.params.clone(),
+        target: TargetParams::clone(&d.params),
         state: d.result,
         reason: d.reason.as_str().to_owned(),
         observed: d.observed.clone(),
@@ -76,34 +78,65 @@ pub(super) fn record_of(d: &Decision) -> Body {
 /// volumes). Not-mounted pod targets are not recorded (the ASW holds no
 /// not-mounted pods); a not-mounted device target is recorded only when its
 /// volume has another target in the ASW. Volumes are added without a spec
-/// (the DSW brings it). Returns the errors, one per failed decision.
+/// (the DSW brings it). Returns the errors, one per failed decision, in
+/// decision order.
+///
+/// A volume's decisions come together (journal targets in key order): each
+/// run of them is applied through one [`VolumeMut`], found or added once. A
+/// run with nothing mounted or uncertain adds no volume; its decisions wait
+/// until every run is applied, so that a volume another run adds (a
+/// host-only target of the same volume) is there for them, as it would be
+/// had every volume been added first. What they change (a device target
+/// not mounted) no other decision touches.
 pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
     let live = |d: &&Decision| d.result != MountState::NotMounted;
-    // the volume just added or found: a volume's targets come together
-    let mut known: Option<&UniqueVolumeName> = None;
-    for d in out.decisions.iter().filter(live) {
-        let device_path = match d.key.target {
-            TargetRef::Device => d.params.device_path.clone(),
-            TargetRef::Pod(_) => None,
-        };
-        // adding a known volume with no spec and no device path changes
-        // nothing (one search either way: no `volume_exists` first)
-        if device_path.is_none() && known == Some(&d.key.volume) {
+    let device_path = |d: &Decision| match d.key.target {
+        TargetRef::Device => d.params.device_path.clone(),
+        TargetRef::Pod(_) => None,
+    };
+    let mut errors = Vec::new();
+    let mut waiting = Vec::new();
+    let mut at = 0;
+    for run in out.decisions.chunk_by(|a, b| a.key.volume == b.key.volume) {
+        let first = at;
+        at += run.len();
+        let mut lives = run.iter().filter(live);
+        let Some(d) = lives.next() else {
+            waiting.push((first, run));
             continue;
-        }
-        known = Some(&d.key.volume);
-        asw.add_volume(
+        };
+        let mut volume = asw.add_volume_mut(
             d.key.volume.clone(),
             d.params.plugin,
             d.params.spec_name.clone(),
             None,
-            device_path,
+            device_path(d),
         );
+        for path in lives.filter_map(device_path) {
+            volume.set_device_path(path);
+        }
+        // the live pod targets of the run, at most: one allocation
+        let pods = run
+            .iter()
+            .filter(|d| live(d) && matches!(d.key.target, TargetRef::Pod(_)))
+            .count();
+        volume.reserve_pods(pods);
+        for (i, d) in run.iter().enumerate() {
+            if let Err(e) = apply_one(d, Some(&mut volume)) {
+                errors.push((first + i, e));
+            }
+        }
     }
-    out.decisions
-        .iter()
-        .filter_map(|d| apply_one(d, asw).err())
-        .collect()
+    for (first, run) in waiting {
+        let mut volume = asw.volume_mut(&run[0].key.volume);
+        for (i, d) in run.iter().enumerate() {
+            if let Err(e) = apply_one(d, volume.as_mut()) {
+                errors.push((first + i, e));
+            }
+        }
+    }
+    errors.sort_by_key(|(i, _)| *i);
+    errors.into_iter().map(|(_, e)| e).collect()
 }
 
 /// The label a target carries: what the host showed when it showed a
@@ -115,9 +148,23 @@ fn label(d: &Decision) -> Option<SeLinuxContext> {
     }
 }
 
-fn apply_one(d: &Decision, asw: &mut ActualStateOfWorld) -> Result<(), ReconstructError> {
-    let volume = &d.key.volume;
+/// Applies one decision to its volume's record (`None`: the volume is not
+/// in the ASW, which only a run with nothing live meets).
+fn apply_one(d: &Decision, volume: Option<&mut VolumeMut<'_>>) -> Result<(), ReconstructError> {
     let no_path = || ReconstructError::NoTargetPath { key: d.key.clone() };
+    // what the ASW's own `mark_*` says of a volume it does not have (a live
+    // decision's volume was added just before: not met)
+    let absent = || match &d.key.target {
+        TargetRef::Device => StateError::MarkDevice {
+            volume: d.key.volume.clone(),
+            state: d.result,
+        },
+        TargetRef::Pod(pod) => StateError::MarkVolume {
+            volume: d.key.volume.clone(),
+            pod: pod.clone(),
+            state: d.result,
+        },
+    };
     match &d.key.target {
         TargetRef::Device => {
             let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
@@ -126,36 +173,37 @@ fn apply_one(d: &Decision, asw: &mut ActualStateOfWorld) -> Result<(), Reconstru
                 mount_path,
                 selinux: label(d),
             };
-            match d.result {
-                MountState::Mounted => asw.mark_device_mounted(volume, mount)?,
-                MountState::Uncertain => asw.mark_device_uncertain(volume, mount)?,
-                MountState::NotMounted if asw.volume_exists(volume) => {
+            match (d.result, volume) {
+                (MountState::Mounted, Some(v)) => v.mark_device_mounted(mount),
+                (MountState::Uncertain, Some(v)) => v.mark_device_uncertain(mount),
+                (MountState::NotMounted, Some(v)) => {
                     // Record where the device target lives, then its state;
                     // the label of a mount that is gone is not the volume's.
                     let mount = DeviceMount {
                         selinux: None,
                         ..mount
                     };
-                    asw.mark_device_uncertain(volume, mount)?;
-                    asw.mark_device_unmounted(volume)?;
+                    v.mark_device_uncertain(mount);
+                    v.mark_device_unmounted();
                 }
-                MountState::NotMounted => {}
+                (MountState::NotMounted, None) => {}
+                (MountState::Mounted | MountState::Uncertain, None) => return Err(absent().into()),
             }
         }
         TargetRef::Pod(pod) => {
             let mount_path = d.params.pod_mount_path.clone().ok_or_else(no_path)?;
             let known = || SeLinuxState::mounted_with(label(d));
-            match d.result {
-                MountState::Mounted => {
+            match (d.result, volume) {
+                (MountState::Mounted, Some(v)) => {
                     let mount = PodMount {
                         outer_name: SharedStr::default(),
                         mount_path,
                         kind: d.kind,
                         selinux: known(),
                     };
-                    asw.mark_volume_mounted(volume, pod, mount)?;
+                    v.mark_volume_mounted(pod, mount);
                 }
-                MountState::Uncertain => {
+                (MountState::Uncertain, Some(v)) => {
                     let selinux = match d.observed {
                         Some(_) => known(),
                         None => SeLinuxState::Unknown,
@@ -166,9 +214,10 @@ fn apply_one(d: &Decision, asw: &mut ActualStateOfWorld) -> Result<(), Reconstru
                         kind: d.kind,
                         selinux,
                     };
-                    asw.mark_volume_uncertain_via_reconstruction(volume, pod, mount);
+                    v.mark_volume_uncertain_via_reconstruction(pod, mount);
                 }
-                MountState::NotMounted => {}
+                (MountState::NotMounted, _) => {}
+                (MountState::Mounted | MountState::Uncertain, None) => return Err(absent().into()),
             }
         }
     }

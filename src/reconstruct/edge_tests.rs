@@ -210,7 +210,7 @@ fn journal_dirs_without_a_mount_are_observed_present() {
     let state = crate::journal::JournalState::from_entries(
         1,
         [crate::journal::Entry {
-            params,
+            params: params.into(),
             state: MountState::Mounted,
             pending: None,
             observed: None,
@@ -262,7 +262,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
     let state = crate::journal::JournalState::from_entries(
         2,
         [crate::journal::Entry {
-            params,
+            params: params.into(),
             state: MountState::Mounted,
             pending: None,
             observed: Some(Box::new(ext4(false))),

@@ -139,8 +139,8 @@ use std::path::{Path, PathBuf};
 
 use crate::journal::{Entry, JournalState, TargetKey};
 use crate::model::{
-    DevId, MountIdentity, MountState, PluginName, SeLinuxContext, TargetKind, TargetParams,
-    TargetRef, UniqueVolumeName,
+    DevId, MountIdentity, MountState, PluginName, SeLinuxContext, SharedParams, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName,
 };
 
 pub use apply::{apply_to_asw, changed_journal_records, journal_agrees, to_journal_records};
@@ -287,8 +287,9 @@ pub struct Decision {
     /// the merge-table row that decided it
     pub reason: Reason,
     /// the best known parameters: the journal's (the pending intent's when
-    /// one was in flight), else rebuilt from the host
-    pub params: TargetParams,
+    /// one was in flight, shared with the journal's entry), else rebuilt
+    /// from the host
+    pub params: SharedParams,
     /// the mount the host showed, if any
     pub observed: Option<MountIdentity>,
 }
@@ -413,7 +414,7 @@ pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) 
             };
             let decision = decide_journal_target(input, key, entry, observation);
             // `entry_agrees`, without comparing the parameters: with no
-            // pending intent they are a clone of the entry's
+            // pending intent they are the entry's own (the same `Arc`)
             agrees.push(
                 entry.pending.is_none()
                     && entry.state == decision.result
@@ -597,7 +598,7 @@ fn merge_host_only(
                     boot,
                     result,
                     reason,
-                    params,
+                    params: SharedParams::new(params),
                     observed: h.observation.identity().cloned(),
                 };
                 record(out, decision, &h.observation);

@@ -970,6 +970,43 @@ fn apply_keeps_an_unmounted_device_of_a_volume_in_use() {
     assert_eq!(snap.volumes[0].pods[0].state, MountState::Mounted);
 }
 
+/// The same when the pod target is host-only (decided after every journal
+/// target, in a run of its own): the device's run adds no volume, and its
+/// not-mounted device is recorded once the host-only run has added it.
+#[test]
+fn apply_keeps_an_unmounted_device_of_a_volume_a_host_only_pod_uses() {
+    let mut w = Writer::new();
+    write(&mut w, Vol::LocalDevice, Journal::Mounted);
+    let state = w.state();
+    let input = MergeInput {
+        journal: Some(&state),
+        current_boot_id: BOOT.into(),
+        host_targets: vec![host_target(Vol::LocalPod, Seen::Ours, Journal::Nothing)],
+        ..MergeInput::default()
+    };
+    let out = merge(&input);
+    let results: Vec<_> = out
+        .decisions
+        .iter()
+        .map(|d| (d.target_label(), d.result))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("device", MountState::NotMounted),
+            ("pod", MountState::Uncertain)
+        ]
+    );
+    let mut asw = ActualStateOfWorld::new();
+    assert!(apply_to_asw(&out, &mut asw).is_empty());
+    let snap = asw.snapshot();
+    assert_eq!(snap.volumes.len(), 1);
+    let device = snap.volumes[0].device.as_ref().expect("device");
+    assert_eq!(device.state, MountState::NotMounted);
+    assert_eq!(device.mount_path, Some(device_mount_path()));
+    assert_eq!(snap.volumes[0].pods[0].state, MountState::Uncertain);
+}
+
 /// A host-found target with a journal target's key under another path is
 /// not decided twice: the journal's decision stands.
 #[test]

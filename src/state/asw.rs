@@ -122,7 +122,7 @@ pub struct ActualStateOfWorld {
     /// spare slots; the box costs less per volume.
     volumes: BTreeMap<UniqueVolumeName, Box<ActualVolume>>,
     /// (volume, pod) pairs rebuilt at startup and not yet confirmed mounted.
-    reconstructed: BTreeMap<UniqueVolumeName, BTreeSet<PodUid>>,
+    reconstructed: Reconstructed,
 }
 
 impl ActualStateOfWorld {
@@ -142,14 +142,28 @@ impl ActualStateOfWorld {
         spec: Option<Arc<VolumeSpec>>,
         device_path: Option<PathBuf>,
     ) {
+        self.add_volume_mut(volume, plugin, spec_name, spec, device_path);
+    }
+
+    /// [`ActualStateOfWorld::add_volume`], and the volume's record for more
+    /// changes without searching for it again ([`VolumeMut`]).
+    pub fn add_volume_mut(
+        &mut self,
+        volume: UniqueVolumeName,
+        plugin: PluginName,
+        spec_name: impl Into<SharedStr>,
+        spec: Option<Arc<VolumeSpec>>,
+        device_path: Option<PathBuf>,
+    ) -> VolumeMut<'_> {
         let has_device = |s: &Option<Arc<VolumeSpec>>| {
             s.as_deref()
                 .and_then(VolumeSpec::device_target_kind)
                 .is_some()
         };
-        match self.volumes.entry(volume) {
-            btree_map::Entry::Occupied(mut o) => {
-                let v = o.get_mut();
+        let name = volume.clone();
+        let record = match self.volumes.entry(volume) {
+            btree_map::Entry::Occupied(o) => {
+                let v = o.into_mut();
                 if v.spec.is_none() && spec.is_some() {
                     if v.device.is_none() && has_device(&spec) {
                         v.device = Some(not_mounted_device());
@@ -159,6 +173,7 @@ impl ActualStateOfWorld {
                 if let (Some(path), Some(d)) = (device_path, v.device.as_mut()) {
                     d.device_path = Some(path);
                 }
+                v
             }
             btree_map::Entry::Vacant(slot) => {
                 let device = (has_device(&spec) || device_path.is_some()).then(|| {
@@ -173,9 +188,25 @@ impl ActualStateOfWorld {
                     device,
                     selinux: SeLinuxState::Unknown,
                     pods: PodMap::new(),
-                }));
+                }))
             }
+        };
+        VolumeMut {
+            name,
+            volume: record,
+            reconstructed: &mut self.reconstructed,
         }
+    }
+
+    /// One volume's record, for several changes with one search
+    /// ([`VolumeMut`]); `None` when the volume is absent.
+    pub fn volume_mut(&mut self, volume: &UniqueVolumeName) -> Option<VolumeMut<'_>> {
+        let record = self.volumes.get_mut(volume)?;
+        Some(VolumeMut {
+            name: volume.clone(),
+            volume: record,
+            reconstructed: &mut self.reconstructed,
+        })
     }
 
     /// The device target is mounted.
@@ -209,22 +240,13 @@ impl ActualStateOfWorld {
         state: MountState,
         mount: Option<DeviceMount>,
     ) -> Result<(), StateError> {
-        let v = self
-            .volumes
-            .get_mut(volume)
+        let mut v = self
+            .volume_mut(volume)
             .ok_or_else(|| StateError::MarkDevice {
                 volume: volume.clone(),
                 state,
             })?;
-        let d = v.device.get_or_insert_with(not_mounted_device);
-        d.state = state;
-        if let Some(m) = mount {
-            d.device_path = m.device_path.or(d.device_path.take());
-            d.mount_path = Some(m.mount_path);
-            if let Some(c) = m.selinux {
-                v.selinux = SeLinuxState::Context(c);
-            }
-        }
+        v.set_device_state(state, mount);
         Ok(())
     }
 
@@ -274,26 +296,14 @@ impl ActualStateOfWorld {
         mount: PodMount,
         state: MountState,
     ) -> Result<(), StateError> {
-        let v = self
-            .volumes
-            .get_mut(volume)
+        let mut v = self
+            .volume_mut(volume)
             .ok_or_else(|| StateError::MarkVolume {
                 volume: volume.clone(),
                 pod: pod.clone(),
                 state,
             })?;
-        if !v.selinux.is_known() {
-            v.selinux = mount.selinux.clone();
-        }
-        match v.pods.get_mut(pod) {
-            Some(p) if p.state != MountState::Uncertain => p.state = state,
-            _ => {
-                v.pods.insert(pod.clone(), MountedPod { state, mount });
-            }
-        }
-        if state == MountState::Mounted {
-            self.forget_reconstructed(volume, pod);
-        }
+        v.add_pod(pod, mount, state);
         Ok(())
     }
 
@@ -306,19 +316,8 @@ impl ActualStateOfWorld {
         pod: &PodUid,
         mount: PodMount,
     ) -> bool {
-        let Some(v) = self.volumes.get_mut(volume) else {
-            return false;
-        };
-        if v.pods.contains_key(pod) {
-            return false;
-        }
-        let state = MountState::Uncertain;
-        v.pods.insert(pod.clone(), MountedPod { state, mount });
-        self.reconstructed
-            .entry(volume.clone())
-            .or_default()
-            .insert(pod.clone());
-        true
+        self.volume_mut(volume)
+            .is_some_and(|mut v| v.mark_volume_uncertain_via_reconstruction(pod, mount))
     }
 
     /// Whether `pod`'s target of `volume` came from reconstruction and is still uncertain.
@@ -339,12 +338,7 @@ impl ActualStateOfWorld {
     }
 
     fn forget_reconstructed(&mut self, volume: &UniqueVolumeName, pod: &PodUid) {
-        if let Some(set) = self.reconstructed.get_mut(volume) {
-            set.remove(pod);
-            if set.is_empty() {
-                self.reconstructed.remove(volume);
-            }
-        }
+        forget_reconstructed(&mut self.reconstructed, volume, pod);
     }
 
     /// Removes `pod`'s target record of `volume` (absent pod: nothing to do).
@@ -557,6 +551,120 @@ impl ActualStateOfWorld {
     pub fn pod_removed_from_volume(&self, volume: &UniqueVolumeName, pod: &PodUid) -> bool {
         self.pod(volume, pod)
             .is_none_or(|p| p.state == MountState::NotMounted)
+    }
+}
+
+/// Pairs rebuilt at startup and not yet confirmed mounted, per volume.
+type Reconstructed = BTreeMap<UniqueVolumeName, BTreeSet<PodUid>>;
+
+fn forget_reconstructed(
+    reconstructed: &mut Reconstructed,
+    volume: &UniqueVolumeName,
+    pod: &PodUid,
+) {
+    if let Some(set) = reconstructed.get_mut(volume) {
+        set.remove(pod);
+        if set.is_empty() {
+            reconstructed.remove(volume);
+        }
+    }
+}
+
+/// One volume's record in the ASW, found once
+/// ([`ActualStateOfWorld::add_volume_mut`], [`ActualStateOfWorld::volume_mut`])
+/// for several changes: reconstruction applies a volume's decisions
+/// together, as they come (in key order), with one search of the volumes
+/// instead of one per target. Each change means what the ASW method of the
+/// same name means for this volume.
+pub struct VolumeMut<'a> {
+    name: UniqueVolumeName,
+    volume: &'a mut ActualVolume,
+    reconstructed: &'a mut Reconstructed,
+}
+
+impl VolumeMut<'_> {
+    /// Sets a device path, as [`ActualStateOfWorld::add_volume`] does on an
+    /// existing volume without a spec: only when it has a device target.
+    pub fn set_device_path(&mut self, device_path: PathBuf) {
+        if let Some(d) = self.volume.device.as_mut() {
+            d.device_path = Some(device_path);
+        }
+    }
+
+    /// Room for `pods` more pod records (a volume shared by thousands of
+    /// pods grows once, not by doubling).
+    pub fn reserve_pods(&mut self, pods: usize) {
+        self.volume.pods.reserve_exact(pods);
+    }
+
+    /// [`ActualStateOfWorld::mark_device_mounted`].
+    pub fn mark_device_mounted(&mut self, mount: DeviceMount) {
+        self.set_device_state(MountState::Mounted, Some(mount));
+    }
+
+    /// [`ActualStateOfWorld::mark_device_uncertain`].
+    pub fn mark_device_uncertain(&mut self, mount: DeviceMount) {
+        self.set_device_state(MountState::Uncertain, Some(mount));
+    }
+
+    /// [`ActualStateOfWorld::mark_device_unmounted`].
+    pub fn mark_device_unmounted(&mut self) {
+        self.set_device_state(MountState::NotMounted, None);
+    }
+
+    /// Sets the state; the device path and the context only when given.
+    fn set_device_state(&mut self, state: MountState, mount: Option<DeviceMount>) {
+        let v = &mut *self.volume;
+        let d = v.device.get_or_insert_with(not_mounted_device);
+        d.state = state;
+        if let Some(m) = mount {
+            d.device_path = m.device_path.or(d.device_path.take());
+            d.mount_path = Some(m.mount_path);
+            if let Some(c) = m.selinux {
+                v.selinux = SeLinuxState::Context(c);
+            }
+        }
+    }
+
+    /// [`ActualStateOfWorld::mark_volume_mounted`].
+    pub fn mark_volume_mounted(&mut self, pod: &PodUid, mount: PodMount) {
+        self.add_pod(pod, mount, MountState::Mounted);
+    }
+
+    /// See [`ActualStateOfWorld::add_pod`].
+    fn add_pod(&mut self, pod: &PodUid, mount: PodMount, state: MountState) {
+        let v = &mut *self.volume;
+        if !v.selinux.is_known() {
+            v.selinux = mount.selinux.clone();
+        }
+        match v.pods.get_mut(pod) {
+            Some(p) if p.state != MountState::Uncertain => p.state = state,
+            _ => {
+                v.pods.insert(pod.clone(), MountedPod { state, mount });
+            }
+        }
+        if state == MountState::Mounted {
+            forget_reconstructed(self.reconstructed, &self.name, pod);
+        }
+    }
+
+    /// [`ActualStateOfWorld::mark_volume_uncertain_via_reconstruction`].
+    pub fn mark_volume_uncertain_via_reconstruction(
+        &mut self,
+        pod: &PodUid,
+        mount: PodMount,
+    ) -> bool {
+        let v = &mut *self.volume;
+        if v.pods.contains_key(pod) {
+            return false;
+        }
+        let state = MountState::Uncertain;
+        v.pods.insert(pod.clone(), MountedPod { state, mount });
+        self.reconstructed
+            .entry(self.name.clone())
+            .or_default()
+            .insert(pod.clone());
+        true
     }
 }
 

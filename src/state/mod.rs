@@ -55,7 +55,7 @@ mod snapshot;
 
 pub use asw::{
     ActualStateOfWorld, ActualVolume, DeviceMount, DeviceTarget, MountedPod, MountedVolume,
-    PodMount, PodPresence,
+    PodMount, PodPresence, VolumeMut,
 };
 pub use dsw::{
     AddedPod, DesiredPod, DesiredStateOfWorld, DesiredVolume, LabelCheck, MAX_POD_ERRORS,

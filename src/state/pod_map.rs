@@ -67,6 +67,12 @@ impl<V> PodMap<V> {
         }
     }
 
+    /// Room for exactly `additional` more pods (a caller that knows how many
+    /// come: no regrowing, no spare slots).
+    pub fn reserve_exact(&mut self, additional: usize) {
+        self.entries.reserve_exact(additional);
+    }
+
     /// `pod`'s value.
     pub fn get(&self, pod: &PodUid) -> Option<&V> {
         self.find(pod).ok().map(|i| &self.entries[i].1)
