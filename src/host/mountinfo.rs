@@ -315,38 +315,8 @@ impl MountTable {
     /// [`MountTable::under`] yields, grouped by mount point, without a
     /// lookup per mount point.
     pub fn stacks_under(&self, prefix: &Path) -> impl Iterator<Item = MountStack<'_>> {
-        self.stacks_of(&self.by_path[self.under_range(prefix)])
-    }
-
-    /// [`MountTable::stacks_under`] cut into `pieces` consecutive runs of
-    /// about equal length, cut between mount points (a stack is never
-    /// split): chained in order they yield exactly what `stacks_under`
-    /// yields. For scanning a large table on several threads.
-    pub fn stacks_under_in(
-        &self,
-        prefix: &Path,
-        pieces: usize,
-    ) -> Vec<impl Iterator<Item = MountStack<'_>>> {
-        let mut rest = &self.by_path[self.under_range(prefix)];
-        let pieces = pieces.max(1);
-        let step = rest.len().div_ceil(pieces);
-        let mut out = Vec::with_capacity(pieces);
-        for _ in 1..pieces {
-            let mut cut = step.min(rest.len());
-            while cut > 0 && cut < rest.len() && self.key(rest[cut]) == self.key(rest[cut - 1]) {
-                cut += 1;
-            }
-            let (piece, tail) = rest.split_at(cut);
-            out.push(self.stacks_of(piece));
-            rest = tail;
-        }
-        out.push(self.stacks_of(rest));
-        out
-    }
-
-    /// The stacks of a run of `by_path` that starts at a stack's bottom and
-    /// ends at a stack's top.
-    fn stacks_of<'t>(&'t self, mut rest: &'t [usize]) -> impl Iterator<Item = MountStack<'t>> {
+        let range = self.under_range(prefix);
+        let mut rest = &self.by_path[range];
         std::iter::from_fn(move || {
             let (&first, _) = rest.split_first()?;
             let key = self.key(first);
@@ -775,42 +745,6 @@ mod tests {
         assert_eq!(under, vec![71, 72, 76, 74, 75, 77]);
         assert_eq!(t.under(p("/")).count(), t.len() - 1);
         assert_eq!(t.by_id(70).unwrap().mount_point, p("/mnt/disks/vol3"));
-    }
-
-    #[test]
-    fn stacks_under_in_pieces_are_stacks_under_cut_between_mount_points() {
-        // stacks of 1, 3, 1, 2 and 1 mounts: cuts fall inside stacks for
-        // some piece counts and must move to the next mount point
-        let mut input = String::new();
-        let points = [
-            "/k/a", "/k/b", "/k/b", "/k/b", "/k/c", "/k/d", "/k/d", "/k/e",
-        ];
-        for (i, mp) in points.iter().enumerate() {
-            let id = 10 + i;
-            input.push_str(&format!("{id} 1 0:{id} / {mp} rw - tmpfs tmpfs rw\n"));
-        }
-        let t = MountTable::parse(input.as_bytes());
-        let ids = |stacks: &mut dyn Iterator<Item = MountStack<'_>>| -> Vec<Vec<u32>> {
-            stacks
-                .map(|s| s.stack.iter().map(|&i| t.entries[i].mount_id).collect())
-                .collect()
-        };
-        let whole = ids(&mut t.stacks_under(p("/k")));
-        assert_eq!(whole.len(), 5);
-        for pieces in 0..=10 {
-            let cut = t.stacks_under_in(p("/k"), pieces);
-            assert_eq!(cut.len(), pieces.max(1));
-            let mut chained = Vec::new();
-            for mut piece in cut {
-                chained.extend(ids(&mut piece));
-            }
-            assert_eq!(chained, whole, "{pieces} pieces");
-        }
-        assert!(
-            t.stacks_under_in(p("/none"), 2)
-                .into_iter()
-                .all(|mut s| s.next().is_none())
-        );
     }
 
     #[test]

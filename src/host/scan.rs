@@ -350,67 +350,14 @@ pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
     }
     let pods = layout.pods_dir();
     let base = Base::new(&pods);
-    let count = table.under(&pods).count();
-    if count < SCAN_SPLIT_FROM {
-        scan_pod_mounts(table.stacks_under(&pods), count, &base, &mut scan);
-        return scan;
-    }
-    // Two halves of the table, the second on a scoped thread; appended in
-    // order, so the scan finds the same targets in the same order. Without
-    // a thread (none could be started), the second half is scanned here
-    // after the first.
-    let mut halves = table.stacks_under_in(&pods, 2).into_iter();
-    let (first, second) = (halves.next(), halves.next());
-    std::thread::scope(|s| {
-        let mut later = MountScan::default();
-        let spawned = second.map(|second| {
-            std::thread::Builder::new()
-                .name("scan-mounts".into())
-                .spawn_scoped(s, || {
-                    scan_pod_mounts(second, count / 2 + 1, &base, &mut later);
-                    later
-                })
-        });
-        if let Some(first) = first {
-            scan_pod_mounts(first, count / 2 + 1, &base, &mut scan);
-        }
-        let rest = match spawned {
-            Some(Ok(h)) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
-            Some(Err(_)) => {
-                // the closure, and the half it held, went with the error
-                let mut rest = MountScan::default();
-                if let Some(second) = table.stacks_under_in(&pods, 2).into_iter().nth(1) {
-                    scan_pod_mounts(second, count / 2 + 1, &base, &mut rest);
-                }
-                rest
-            }
-            None => MountScan::default(),
-        };
-        scan.pod_targets.extend(rest.pod_targets);
-        scan.unknown_plugin_dirs.extend(rest.unknown_plugin_dirs);
-        scan.problems.extend(rest.problems);
-    });
-    scan
-}
-
-/// Mounts below `pods/` from which [`scan_mounts`] scans two halves of the
-/// table on two threads: fewer do not repay starting one.
-const SCAN_SPLIT_FROM: usize = 2048;
-
-/// The pod targets of a run of stacks below `pods/` (at most `count`).
-fn scan_pod_mounts<'t>(
-    stacks: impl Iterator<Item = MountStack<'t>>,
-    count: usize,
-    base: &Base<'_>,
-    scan: &mut MountScan,
-) {
-    // at most one target per mount: one allocation, where growing by
-    // doubling moved every target found so far each time
-    scan.pod_targets.reserve(count);
+    // at most one target per mount below `pods/`: one allocation, where
+    // growing by doubling moved every target found so far each time
+    scan.pod_targets.reserve(table.under(&pods).count());
     let mut last_uid = None;
-    for m in stacks {
-        pod_mount(&m, base, &mut last_uid, scan);
+    for m in table.stacks_under(&pods) {
+        pod_mount(&m, &base, &mut last_uid, &mut scan);
     }
+    scan
 }
 
 fn device_mount(m: &MountStack<'_>, plugins: &Base<'_>, scan: &mut MountScan) {
@@ -602,45 +549,6 @@ mod tests {
             Observed::Mounted(m) => m,
             Observed::DirPresent => panic!("{} is not mounted", t.path.display()),
         }
-    }
-
-    #[test]
-    fn a_large_table_scanned_in_two_halves_finds_what_one_pass_finds() {
-        use crate::host::testgen::{GEN_ROOT, kubelet_table};
-        let mut bytes = kubelet_table(10_000, 7);
-        // problems in both halves: a bad pod UID and an unrecognised shape
-        for (i, uid) in ["not-a-uid", "zzzzzzzz-0000-4000-8000-000000000000"]
-            .iter()
-            .enumerate()
-        {
-            bytes.extend(format!(
-                "{} 1 0:9{i} / {GEN_ROOT}/pods/{uid}/volumes/kubernetes.io~empty-dir/x rw - tmpfs tmpfs rw\n\
-                 {} 1 0:8{i} / {GEN_ROOT}/pods/{P1}/volumes/kubernetes.io~empty-dir/deep/er rw - tmpfs tmpfs rw\n",
-                90_000 + i,
-                91_000 + i
-            ).bytes());
-        }
-        let table = MountTable::parse(&bytes);
-        let layout = Layout::new(GEN_ROOT);
-        let pods = layout.pods_dir();
-        assert!(table.under(&pods).count() >= SCAN_SPLIT_FROM);
-        let split = scan_mounts(&table, &layout);
-        let mut one = MountScan::default();
-        let count = table.under(&pods).count();
-        scan_pod_mounts(
-            table.stacks_under(&pods),
-            count,
-            &Base::new(&pods),
-            &mut one,
-        );
-        assert!(split.pod_targets.len() > 4_000);
-        assert_eq!(split.pod_targets, one.pod_targets);
-        assert_eq!(split.unknown_plugin_dirs, one.unknown_plugin_dirs);
-        assert!(!one.problems.is_empty());
-        assert_eq!(
-            format!("{:?}", split.problems),
-            format!("{:?}", one.problems)
-        );
     }
 
     #[test]

@@ -369,27 +369,7 @@ fn finish(
 ) -> Reconstruction {
     let input = build_input_moving(host.table, &mut view, journal.state());
     let output = decide(&input);
-    let MergeInput {
-        host_targets,
-        observe,
-        device_ids,
-        ..
-    } = input;
-    drop_later((host_targets, observe, device_ids));
     Reconstruction::new(output, view.problems, host.boot_id.as_str(), journal)
-}
-
-/// Drops `garbage` on a short-lived thread of its own: freeing the merge's
-/// input (one host target per mount, each with its own strings) is not
-/// work the ready ASW waits for. When no thread can be started, `spawn`
-/// drops the closure, and `garbage` with it, here.
-fn drop_later<T: Send + 'static>(garbage: T) {
-    let spawned = std::thread::Builder::new()
-        .name("reconstruct-drop".into())
-        .spawn(move || drop(garbage));
-    if let Err(e) = spawned {
-        tracing::debug!(error = %e, "reconstruction: freed the merge input inline");
-    }
 }
 
 /// The daemon's reconstruction, both phases at once:
