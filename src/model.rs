@@ -33,15 +33,18 @@ pub enum ModelError {
     InvalidSeLinuxContext(String),
 }
 
+/// The [`ModelError::InvalidName`] for `value`.
+fn invalid_name(what: &'static str, value: &str, why: &'static str) -> Result<(), ModelError> {
+    Err(ModelError::InvalidName {
+        what,
+        value: value.to_owned(),
+        why,
+    })
+}
+
 /// Checks a string that will become exactly one path component.
 pub fn check_component(what: &'static str, value: &str) -> Result<(), ModelError> {
-    let bad = |why| {
-        Err(ModelError::InvalidName {
-            what,
-            value: value.to_owned(),
-            why,
-        })
-    };
+    let bad = |why| invalid_name(what, value, why);
     if value.is_empty() {
         return bad("empty");
     }
@@ -68,13 +71,7 @@ pub fn check_component(what: &'static str, value: &str) -> Result<(), ModelError
 /// a letter or digit. Such a name can never look like one of volumed's own
 /// dir names (`<name>.deleting~<n>`), which matters: those are deleted.
 pub fn check_dns1123_label(what: &'static str, value: &str) -> Result<(), ModelError> {
-    let bad = |why| {
-        Err(ModelError::InvalidName {
-            what,
-            value: value.to_owned(),
-            why,
-        })
-    };
+    let bad = |why| invalid_name(what, value, why);
     if value.is_empty() {
         return bad("empty");
     }
