@@ -752,6 +752,11 @@ mod tests {
         }
     }
 
+    /// Whether `r` is the success outcome of intent `intent`.
+    fn succeeded(r: &Record, intent: u64) -> bool {
+        matches!(&r.body, Body::Outcome { intent_seq, result: OpResult::Success, .. } if *intent_seq == intent)
+    }
+
     fn records(f: &Fixture) -> Vec<Record> {
         f.journal.current("n").unwrap().tail
     }
@@ -819,14 +824,7 @@ mod tests {
                 ..
             }
         ));
-        assert!(matches!(
-            &recs[1].body,
-            Body::Outcome {
-                intent_seq: 1,
-                result: OpResult::Success,
-                ..
-            }
-        ));
+        assert!(succeeded(&recs[1], 1));
         let target =
             f.layout
                 .pod_target_path(&PodUid::new("p1").unwrap(), PluginName::EmptyDir, "cache");
@@ -874,22 +872,8 @@ mod tests {
         );
         let recs = records(&f);
         assert_eq!(recs.len(), 4, "two intents, two outcomes: {recs:?}");
-        assert!(matches!(
-            &recs[2].body,
-            Body::Outcome {
-                intent_seq: 1,
-                result: OpResult::Success,
-                ..
-            }
-        ));
-        assert!(matches!(
-            &recs[3].body,
-            Body::Outcome {
-                intent_seq: 2,
-                result: OpResult::Success,
-                ..
-            }
-        ));
+        assert!(succeeded(&recs[2], 1));
+        assert!(succeeded(&recs[3], 2));
         assert_eq!(f.sys.mounts().len(), 2);
     }
 
