@@ -761,6 +761,17 @@ mod tests {
         f.journal.current("n").unwrap().tail
     }
 
+    /// A local PV on the block device `/dev/loop9`, ext4.
+    fn block_pv() -> VolumeSpec {
+        VolumeSpec::Local {
+            path: "/dev/loop9".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: vec![],
+            is_block: true,
+        }
+    }
+
     fn tmpfs() -> VolumeSpec {
         VolumeSpec::EmptyDir {
             medium: StorageMedium::Memory,
@@ -880,13 +891,7 @@ mod tests {
     #[test]
     fn a_mount_with_a_device_target_is_not_announced() {
         let f = fixture();
-        let spec = VolumeSpec::Local {
-            path: "/dev/loop9".into(),
-            fs_type: Some("ext4".into()),
-            access_modes: vec![AccessMode::ReadWriteOnce],
-            mount_options: vec![],
-            is_block: true,
-        };
+        let spec = block_pv();
         let job = mount_job(&f, want(spec, "p1", "pv1"), true);
         assert_eq!(Executor::announce(&f.journal, &job).unwrap(), None);
         assert!(records(&f).is_empty());
@@ -900,13 +905,7 @@ mod tests {
             DevId { major: 7, minor: 9 },
             DiskFormat::Unformatted,
         );
-        let spec = VolumeSpec::Local {
-            path: "/dev/loop9".into(),
-            fs_type: Some("ext4".into()),
-            access_modes: vec![AccessMode::ReadWriteOnce],
-            mount_options: vec![],
-            is_block: true,
-        };
+        let spec = block_pv();
         let report = f
             .exec
             .run(&mount_job(&f, want(spec.clone(), "p1", "pv1"), true));
