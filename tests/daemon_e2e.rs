@@ -914,11 +914,7 @@ spec:
             ),
         );
         let target = env.pod_volume(POD_A, EMPTY_DIR, "cache");
-        let mounted = |d: &Daemon| {
-            targets(&d.state())
-                .get(&target)
-                .is_some_and(|(_, s)| s == "mounted")
-        };
+        let mounted = |d: &Daemon| all_mounted(&d.state(), std::slice::from_ref(&target));
         let daemon = env.start();
         daemon.wait_until("the tmpfs is mounted", || mounted(&daemon));
         daemon.stop();
@@ -962,11 +958,7 @@ fn a_directory_pv_bind_survives_a_graceful_restart_untouched() {
         env.write_pv(&dir);
         env.write_pod("a.yaml", &pv_pod(POD_A));
         let target = env.pod_volume(POD_A, LOCAL, PV);
-        let bound = |d: &Daemon| {
-            targets(&d.state())
-                .get(&target)
-                .is_some_and(|(_, s)| s == "mounted")
-        };
+        let bound = |d: &Daemon| all_mounted(&d.state(), std::slice::from_ref(&target));
         let daemon = env.start();
         daemon.wait_until("the directory is bound into the pod", || bound(&daemon));
         fs::write(target.join("kept.txt"), "kept").unwrap();
