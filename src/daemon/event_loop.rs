@@ -36,8 +36,9 @@ pub enum Event {
     JobDone(JobReport),
     /// stop: finish in-flight jobs, start nothing new
     Stop,
-    /// reconstruction's phase 2 (the pod-dir walk) finished
-    Leftovers(Box<MergeOutput>),
+    /// reconstruction's phase 2 (the pod-dir walk) finished, with the
+    /// targets it found unmounted outside volumed (already logged)
+    Leftovers(Box<MergeOutput>, Vec<crate::state::UnmountedOutside>),
 }
 
 /// The caches the loop mutates and the HTTP provider reads.
@@ -259,12 +260,12 @@ impl EventLoop {
     fn handle(&mut self, ev: Event) -> bool {
         match ev {
             Event::Stop => self.stopping = true,
-            Event::Leftovers(output) => {
+            Event::Leftovers(output, outside) => {
                 let mut w = lock(&self.world);
                 for e in apply_to_asw(&output, &mut w.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
                 }
-                w.unmounted_outside.extend(super::outside_rows(&output));
+                w.unmounted_outside.extend(outside);
                 self.failed_reconstructions
                     .extend(output.failed.iter().cloned());
                 self.leftovers_done = true;

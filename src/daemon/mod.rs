@@ -155,7 +155,7 @@ impl std::fmt::Debug for Daemon {
 
 /// The targets `output` found unmounted outside volumed, as `/debug/state`
 /// lists them.
-pub(crate) fn outside_rows(output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
+fn outside_rows(output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
     output
         .unmounted_outside
         .iter()
@@ -177,12 +177,15 @@ pub(crate) fn outside_rows(output: &MergeOutput) -> Vec<crate::state::UnmountedO
         .collect()
 }
 
-fn log_reconstruction(what: &str, output: &MergeOutput) {
+/// Logs a reconstruction phase; returns its unmounted-outside rows (each
+/// logged), for `/debug/state`.
+fn log_reconstruction(what: &str, output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
     for f in &output.failed {
         tracing::warn!(path = %f.path.display(), cause = ?f.cause,
             "reconstruction failed for this target; the forced cleanup handles it once every source has listed");
     }
-    for o in outside_rows(output) {
+    let outside = outside_rows(output);
+    for o in &outside {
         tracing::warn!(volume = %o.volume, target = %o.target, path = o.path.as_deref().unwrap_or("?"),
             "unmounted outside volumed: the journal had it mounted this boot; mounted again if still needed");
     }
@@ -192,6 +195,7 @@ fn log_reconstruction(what: &str, output: &MergeOutput) {
         unmounted_outside = output.unmounted_outside.len(),
         "{what}"
     );
+    outside
 }
 
 /// Makes `root` a shared mount (bind onto itself first if it is not a mount point).
@@ -264,8 +268,8 @@ impl Daemon {
             }
         };
         record_reconstruction(&metrics, &ready.output);
-        log_reconstruction("reconstruction done, ASW ready", &ready.output);
-        world.unmounted_outside = outside_rows(&ready.output);
+        world.unmounted_outside =
+            log_reconstruction("reconstruction done, ASW ready", &ready.output);
         let failed_reconstructions = ready.output.failed.clone();
 
         let world = Arc::new(Mutex::new(world));
@@ -365,8 +369,8 @@ impl Daemon {
                     None => reconstruct_leftovers(&host, JournalInput::Off, &ready).output,
                 };
                 record_reconstruction(&metrics, &output);
-                log_reconstruction("pod-dir walk done", &output);
-                let _ = tx.send(Event::Leftovers(Box::new(output)));
+                let outside = log_reconstruction("pod-dir walk done", &output);
+                let _ = tx.send(Event::Leftovers(Box::new(output), outside));
             })?);
         }
         let looper = EventLoop {
