@@ -154,16 +154,11 @@ fn clean_pod(
     // data, a mount, a link) is left and reported.
     let plugins = pod_dir.join("plugins");
     clean_plugin_dirs(&plugins, sys, &mut left);
-    let plugins_gone =
-        |left: &Vec<(PathBuf, String)>| !left.iter().any(|(p, _)| p.starts_with(&plugins));
-    if plugins_gone(&left) {
-        match sys.rmdir(&plugins) {
-            Ok(()) => {}
-            Err(e) if e.errno() == Some(Errno::ENOENT) => {}
-            Err(e) => left.push((plugins.clone(), format!("not removed: {e}"))),
-        }
+    let mut dirs = vec![volumes, pod_dir];
+    if !left.iter().any(|(p, _)| p.starts_with(&plugins)) {
+        dirs.insert(0, plugins);
     }
-    for dir in [volumes, pod_dir] {
+    for dir in dirs {
         match sys.rmdir(&dir) {
             Ok(()) => {}
             Err(e) if e.errno() == Some(Errno::ENOENT) => {}
