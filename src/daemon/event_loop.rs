@@ -359,8 +359,7 @@ impl EventLoop {
                         }),
                         None => None,
                     };
-                    self.queued.fetch_add(1, Ordering::SeqCst);
-                    if self.jobs.send(Queued { job, intent }).is_err() {
+                    if !self.send_job(Queued { job, intent }) {
                         self.pending.finish(&key, false, now);
                         self.stopping = true;
                     }
@@ -375,6 +374,13 @@ impl EventLoop {
             }
         }
         self.update_gauges(&w);
+    }
+
+    /// Hands a job to the workers, counted as queued until one takes it;
+    /// false when the workers are gone.
+    pub(super) fn send_job(&self, q: Queued) -> bool {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        self.jobs.send(q).is_ok()
     }
 
     /// Drops a volume with nothing left from the ASW, and its targets from the journal.

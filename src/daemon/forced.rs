@@ -180,9 +180,7 @@ impl EventLoop {
                         continue;
                     }
                     tracing::info!(path = %path, "forced cleanup: unmounting a target reconstruction could not rebuild");
-                    self.queued
-                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    if self.jobs.send(Queued { job, intent: None }).is_err() {
+                    if !self.send_job(Queued { job, intent: None }) {
                         self.pending.finish(&key, false, now);
                         self.metrics.ops.force_cleaned_errors.inc();
                         self.stopping = true;
