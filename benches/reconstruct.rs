@@ -19,10 +19,12 @@
 //!   ([`MountTable::read`]): the kernel formatting the table dominates, and
 //!   no reconstruction can skip it;
 //! - **ready ASW**: the daemon's phase 1
-//!   ([`reconstruct_and_record_ready`]): the same read and parse, the
+//!   ([`read_and_reconstruct_ready`]): the same read and parse, the
 //!   mount-table part of the scan, every journal target's observation, the
 //!   merge, the records that change the journal (none here: it agrees — the
-//!   bench asserts it) and the fill of a fresh [`ActualStateOfWorld`].
+//!   bench asserts it) and the fill of a fresh [`ActualStateOfWorld`]
+//!   (which the daemon makes from the journal on one core while the other
+//!   reads the table, and keeps because the merge agrees with the journal).
 //!
 //! It prints `reconstruct bench: N mounts, ready ASW X ms, floor Y ms, ratio
 //! Z.ZZx (target <= 1.5x); leftovers walk W ms (after ready)`, where the
@@ -62,7 +64,7 @@ use volumed::model::{
     TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use volumed::reconstruct::edge::{
-    HostInput, JournalInput, reconstruct_and_record_ready, reconstruct_leftovers, reconstruct_ready,
+    HostInput, JournalInput, read_and_reconstruct_ready, reconstruct_leftovers, reconstruct_ready,
 };
 use volumed::reconstruct::{Reason, apply_to_asw, changed_journal_records};
 use volumed::state::ActualStateOfWorld;
@@ -252,16 +254,8 @@ fn main() {
     // background flush of the records just written, page cache, another
     // process): a drift lands on both sides of the ratio, not on one.
     let ready_once = || {
-        let table = MountTable::read(mi).expect("read mountinfo");
-        let host = HostInput {
-            layout: &layout,
-            table: &table,
-            boot_id: &boot,
-        };
-        let mut asw = ActualStateOfWorld::new();
-        let outcome =
-            reconstruct_and_record_ready(&journal, None, &host, &mut asw).expect("record");
-        (outcome, asw, table)
+        let r = read_and_reconstruct_ready(&journal, None, mi, &layout, &boot).expect("phase 1");
+        (r.outcome, r.asw, r.table)
     };
     let (mut floors, mut readies) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
     let mut last = None;

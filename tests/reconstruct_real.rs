@@ -3,7 +3,8 @@
 //! journal whose records agree with some targets and disagree with others,
 //! then one scan + merge (`reconstruct_and_record`) and every decision
 //! asserted, with the journal's implied state afterwards equal to the
-//! decisions. Needs root; as another user it says what it skipped.
+//! decisions; then the daemon's phase 1 (`read_and_reconstruct_ready`) on
+//! the journal that now agrees and after a mount is taken away. Needs root; as another user it says what it skipped.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 mod support;
@@ -22,7 +23,8 @@ use volumed::model::{
     Layout, MountIdentity, MountState, Operation, PluginName, PodUid, PodVolume, Steps,
     StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
-use volumed::reconstruct::edge::{HostInput, reconstruct_and_record};
+use volumed::reconstruct::apply_to_asw;
+use volumed::reconstruct::edge::{HostInput, read_and_reconstruct_ready, reconstruct_and_record};
 use volumed::state::ActualStateOfWorld;
 
 const BOOT: &str = "5a5a5a5a-0000-4000-8000-000000000001";
@@ -357,6 +359,53 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
             pod_state(&outside),
             None,
             "not-mounted pod targets are not in the ASW"
+        );
+
+        // A restart now, phase 1 as the daemon runs it: the journal agrees
+        // with every target, so the ASW filled from the journal while the
+        // table was read is kept, and it is the ASW the decisions fill.
+        let mountinfo = Path::new("/proc/self/mountinfo");
+        let again = read_and_reconstruct_ready(&j, None, mountinfo, &layout, &boot).unwrap();
+        let out = &again.outcome.reconstruction.output;
+        assert!(again.asw_from_journal, "{out:#?}");
+        assert!(again.outcome.appended.is_empty());
+        assert_eq!(again.outcome.unchanged, out.decisions.len());
+        let mut from_decisions = ActualStateOfWorld::new();
+        assert!(apply_to_asw(out, &mut from_decisions).is_empty());
+        assert_eq!(again.asw.snapshot(), from_decisions.snapshot());
+        assert_eq!(
+            again.asw.snapshot().volumes.len(),
+            asw_snap.volumes.len(),
+            "the volumes of the first reconstruction"
+        );
+
+        // The matching tmpfs is unmounted outside volumed: the merge
+        // disagrees with its entry, so the ASW is filled from the decisions.
+        umount(matching.pod_mount_path.as_ref().unwrap());
+        let after = read_and_reconstruct_ready(&j, None, mountinfo, &layout, &boot).unwrap();
+        let out = &after.outcome.reconstruction.output;
+        assert!(!after.asw_from_journal);
+        let d = out
+            .decisions
+            .iter()
+            .find(|d| d.key.volume == matching.volume)
+            .unwrap();
+        assert_eq!(
+            (d.result, d.reason.as_str()),
+            (NotMounted, "unmounted_outside")
+        );
+        assert_eq!(after.outcome.appended.len(), 1, "one changed decision");
+        let mut from_decisions = ActualStateOfWorld::new();
+        assert!(apply_to_asw(out, &mut from_decisions).is_empty());
+        assert_eq!(after.asw.snapshot(), from_decisions.snapshot());
+        assert!(
+            !after
+                .asw
+                .snapshot()
+                .volumes
+                .iter()
+                .any(|v| v.volume == matching.volume),
+            "not mounted: not in the ASW"
         );
 
         let _: PathBuf = scratch.path().to_owned();

@@ -43,7 +43,7 @@ use crate::reconciler::pending::Pending;
 use crate::reconstruct::MergeOutput;
 use crate::reconstruct::apply_to_asw;
 use crate::reconstruct::edge::{
-    HostInput, JournalInput, read_mount_table, reconstruct_and_record_ready, reconstruct_leftovers,
+    HostInput, JournalInput, read_and_reconstruct_ready, read_mount_table, reconstruct_leftovers,
     reconstruct_ready, record_leftovers,
 };
 use crate::server::DebugProvider;
@@ -248,23 +248,31 @@ impl Daemon {
 
         // Reconstruction, first and alone.
         let mut world = World::default();
-        let table = read_mount_table(std::path::Path::new(LIVE_MOUNTINFO))?;
-        let host = HostInput {
-            layout: &cfg.layout,
-            table: &table,
-            boot_id: &cfg.boot_id,
-        };
-        let ready = match &journal {
+        let mountinfo = std::path::Path::new(LIVE_MOUNTINFO);
+        let (table, ready) = match &journal {
             Some(j) => {
-                reconstruct_and_record_ready(j, replaced.as_deref(), &host, &mut world.asw)?
-                    .reconstruction
+                let ready = read_and_reconstruct_ready(
+                    j,
+                    replaced.as_deref(),
+                    mountinfo,
+                    &cfg.layout,
+                    &cfg.boot_id,
+                )?;
+                world.asw = ready.asw;
+                (ready.table, ready.outcome.reconstruction)
             }
             None => {
+                let table = read_mount_table(mountinfo)?;
+                let host = HostInput {
+                    layout: &cfg.layout,
+                    table: &table,
+                    boot_id: &cfg.boot_id,
+                };
                 let r = reconstruct_ready(&host, JournalInput::Off);
                 for e in apply_to_asw(&r.output, &mut world.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a decision");
                 }
-                r
+                (table, r)
             }
         };
         record_reconstruction(&metrics, &ready.output);

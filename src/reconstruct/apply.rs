@@ -1,7 +1,9 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
-use crate::journal::{Body, Entry, JournalState};
-use crate::model::{MountState, SeLinuxContext, SharedStr, TargetParams, TargetRef};
+use crate::journal::{Body, Entry, JournalState, TargetKey};
+use crate::model::{
+    MountIdentity, MountState, SeLinuxContext, SharedStr, TargetKind, TargetParams, TargetRef,
+};
 use crate::state::{
     ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState, StateError, VolumeMut,
 };
@@ -89,15 +91,78 @@ pub(super) fn record_of(d: &Decision) -> Body {
 /// had every volume been added first. What they change (a device target
 /// not mounted) no other decision touches.
 pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
-    let live = |d: &&Decision| d.result != MountState::NotMounted;
-    let device_path = |d: &Decision| match d.key.target {
+    let settled: Vec<Settled<'_>> = out.decisions.iter().map(Settled::of_decision).collect();
+    fill(&settled, asw)
+}
+
+/// What filling the ASW reads of one decision: its target, state,
+/// parameters and observed mount. A decision gives it, and so does a
+/// journal entry that a merge in full agreement would decide as it stands
+/// ([`asw_as_journal_says`]).
+#[derive(Debug, Clone, Copy)]
+struct Settled<'a> {
+    key: &'a TargetKey,
+    kind: TargetKind,
+    result: MountState,
+    params: &'a TargetParams,
+    observed: Option<&'a MountIdentity>,
+}
+
+impl<'a> Settled<'a> {
+    fn of_decision(d: &'a Decision) -> Self {
+        Settled {
+            key: &d.key,
+            kind: d.kind,
+            result: d.result,
+            params: &d.params,
+            observed: d.observed.as_ref(),
+        }
+    }
+}
+
+/// The ASW that [`apply_to_asw`] fills when the merge agrees with every
+/// entry of `state` and finds nothing else (the common case of a restart:
+/// every decision is then the entry's settled state, parameters and
+/// observed mount, in key order, which the merge's decision order is), with
+/// the errors it would return. Needs no host: the daemon builds it while the
+/// mount table is being read, and keeps it only when the merge agrees with
+/// every entry ([`super::edge::read_and_reconstruct_ready`]). `None` when
+/// some entry cannot agree: an operation in flight, or a last record from
+/// another boot than `boot_id`.
+pub fn asw_as_journal_says(
+    state: &JournalState,
+    boot_id: &str,
+) -> Option<(ActualStateOfWorld, Vec<ReconstructError>)> {
+    let mut settled = Vec::with_capacity(state.len());
+    for (key, e) in state.entries() {
+        if e.pending.is_some() || *e.boot_id != *boot_id {
+            return None;
+        }
+        settled.push(Settled {
+            key,
+            // a journal target's decision has its parameters' kind
+            kind: e.params.kind,
+            result: e.state,
+            params: &e.params,
+            observed: e.observed.as_deref(),
+        });
+    }
+    let mut asw = ActualStateOfWorld::new();
+    let errors = fill(&settled, &mut asw);
+    Some((asw, errors))
+}
+
+/// [`apply_to_asw`] over the views of its decisions.
+fn fill(decisions: &[Settled<'_>], asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
+    let live = |d: &&Settled<'_>| d.result != MountState::NotMounted;
+    let device_path = |d: &Settled<'_>| match d.key.target {
         TargetRef::Device => d.params.device_path.clone(),
         TargetRef::Pod(_) => None,
     };
     let mut errors = Vec::new();
     let mut waiting = Vec::new();
     let mut at = 0;
-    for run in out.decisions.chunk_by(|a, b| a.key.volume == b.key.volume) {
+    for run in decisions.chunk_by(|a, b| a.key.volume == b.key.volume) {
         let first = at;
         at += run.len();
         let mut lives = run.iter().filter(live);
@@ -141,8 +206,8 @@ pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<Reco
 
 /// The label a target carries: what the host showed when it showed a
 /// mount, else the journal's.
-fn label(d: &Decision) -> Option<SeLinuxContext> {
-    match &d.observed {
+fn label(d: &Settled<'_>) -> Option<SeLinuxContext> {
+    match d.observed {
         Some(identity) => identity.selinux.clone(),
         None => d.params.selinux.clone(),
     }
@@ -150,7 +215,7 @@ fn label(d: &Decision) -> Option<SeLinuxContext> {
 
 /// Applies one decision to its volume's record (`None`: the volume is not
 /// in the ASW, which only a run with nothing live meets).
-fn apply_one(d: &Decision, volume: Option<&mut VolumeMut<'_>>) -> Result<(), ReconstructError> {
+fn apply_one(d: &Settled<'_>, volume: Option<&mut VolumeMut<'_>>) -> Result<(), ReconstructError> {
     let no_path = || ReconstructError::NoTargetPath { key: d.key.clone() };
     // what the ASW's own `mark_*` says of a volume it does not have (a live
     // decision's volume was added just before: not met)

@@ -31,7 +31,9 @@
 //! The daemon reconstructs in two phases (DESIGN.md, host scan: the walk of
 //! pod dirs for leftovers only feeds orphan cleanup and may finish after the
 //! ASW is ready):
-//! 1. **ready** ([`reconstruct_ready`], [`reconstruct_and_record_ready`]):
+//! 1. **ready** ([`reconstruct_ready`], [`reconstruct_and_record_ready`];
+//!    at startup [`read_and_reconstruct_ready`], which also reads the table
+//!    and meanwhile fills the ASW the journal implies):
 //!    the mount-table part of the scan (device and pod targets mounted in the
 //!    kubelet layout, CSI `vol_data.json` beside them), every journal
 //!    target's own observation (the table; for a path with nothing mounted,
@@ -427,28 +429,126 @@ pub fn reconstruct_and_record_ready(
     host: &HostInput<'_>,
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
-    let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
-        let input = journal_input(replaced, state);
-        if replaced.is_some() {
-            let r = reconstruct_ready(host, input);
-            let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
-            return (r, bodies, unchanged);
-        }
-        // the merge checked each decision against its entry as it went:
-        // the same records `changes` finds, without walking the journal again
-        let (r, agrees) = reconstruct_ready_checked(host, input);
-        let bodies: Vec<Body> = r
-            .output
-            .decisions
-            .iter()
-            .zip(&agrees)
-            .filter(|(_, agrees)| !**agrees)
-            .map(|(d, _)| super::apply::record_of(d))
-            .collect();
-        let unchanged = r.output.decisions.len() - bodies.len();
-        (r, bodies, unchanged)
-    });
+    let (reconstruction, bodies, unchanged) =
+        journal.with_state(|state| decide_ready(replaced, host, state));
     record_and_apply(journal, reconstruction, bodies, unchanged, asw)
+}
+
+/// Phase 1's decisions against `state`, the records that change it and how
+/// many decisions need none.
+fn decide_ready(
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    state: &JournalState,
+) -> (Reconstruction, Vec<Body>, usize) {
+    let input = journal_input(replaced, state);
+    if replaced.is_some() {
+        let r = reconstruct_ready(host, input);
+        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+        return (r, bodies, unchanged);
+    }
+    // the merge checked each decision against its entry as it went:
+    // the same records `changes` finds, without walking the journal again
+    let (r, agrees) = reconstruct_ready_checked(host, input);
+    let bodies: Vec<Body> = r
+        .output
+        .decisions
+        .iter()
+        .zip(&agrees)
+        .filter(|(_, agrees)| !**agrees)
+        .map(|(d, _)| super::apply::record_of(d))
+        .collect();
+    let unchanged = r.output.decisions.len() - bodies.len();
+    (r, bodies, unchanged)
+}
+
+/// What [`read_and_reconstruct_ready`] returns: the table it read (phase 2
+/// walks with it), what phase 1 did and the ready ASW.
+#[derive(Debug)]
+pub struct Ready {
+    /// the mount table, read once
+    pub table: MountTable,
+    /// phase 1's decisions, records and ASW errors
+    pub outcome: Outcome,
+    /// the actual state of the world, ready
+    pub asw: ActualStateOfWorld,
+    /// whether `asw` is the one filled from the journal while the table was
+    /// read (the merge agreed with every entry), not one filled afterwards
+    pub asw_from_journal: bool,
+}
+
+/// Phase 1 as the daemon runs it at startup: reads the mount table at
+/// `mountinfo` and does [`reconstruct_and_record_ready`] into a new ASW.
+///
+/// The read is most of phase 1's time, spent in the kernel formatting the
+/// table, and needs nothing from the journal; so the table is read on a
+/// thread of its own while this one fills, from the journal alone, the ASW
+/// the journal implies ([`super::asw_as_journal_says`]). That ASW is kept
+/// only when the merge then agrees with every entry and decides nothing
+/// else: it is then exactly what [`apply_to_asw`] would fill. Otherwise
+/// it is dropped and the ASW is filled from the decisions. The journal's
+/// state is read under one lock for both, so they see the same entries.
+pub fn read_and_reconstruct_ready(
+    journal: &Journal,
+    replaced: Option<&str>,
+    mountinfo: &Path,
+    layout: &Layout,
+    boot_id: &BootId,
+) -> Result<Ready, ReconstructError> {
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name("volumed-mountinfo".into())
+            .spawn_scoped(scope, || read_mount_table(mountinfo));
+        let (table, decided, speculated) = journal.with_state(|state| {
+            let speculated = match replaced {
+                None => super::asw_as_journal_says(state, boot_id.as_str()),
+                Some(_) => None,
+            };
+            let table = match reader {
+                Ok(reader) => reader
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+                // no thread to be had: read here, after the speculation
+                Err(_) => read_mount_table(mountinfo)?,
+            };
+            let host = HostInput {
+                layout,
+                table: &table,
+                boot_id,
+            };
+            let decided = decide_ready(replaced, &host, state);
+            Ok::<_, ReconstructError>((table, decided, speculated))
+        })?;
+        let (reconstruction, bodies, unchanged) = decided;
+        let decisions = reconstruction.output.decisions.len();
+        match speculated {
+            Some((asw, asw_errors)) if bodies.is_empty() && unchanged == decisions => {
+                log_asw_errors(&asw_errors);
+                Ok(Ready {
+                    table,
+                    outcome: Outcome {
+                        reconstruction,
+                        appended: Vec::new(),
+                        unchanged,
+                        asw_errors,
+                    },
+                    asw,
+                    asw_from_journal: true,
+                })
+            }
+            _ => {
+                let mut asw = ActualStateOfWorld::new();
+                let outcome =
+                    record_and_apply(journal, reconstruction, bodies, unchanged, &mut asw)?;
+                Ok(Ready {
+                    table,
+                    outcome,
+                    asw,
+                    asw_from_journal: false,
+                })
+            }
+        }
+    })
 }
 
 /// Phase 2 in the daemon, after readiness: the pod-dir walk, then
@@ -501,15 +601,19 @@ fn record_and_apply(
                 source: Box::new(source),
             })?;
     let asw_errors = apply_to_asw(&reconstruction.output, asw);
-    for e in &asw_errors {
-        tracing::error!(error = %error_chain(e), "reconstruction: the ASW refused a decision");
-    }
+    log_asw_errors(&asw_errors);
     Ok(Outcome {
         reconstruction,
         appended,
         unchanged,
         asw_errors,
     })
+}
+
+fn log_asw_errors(errors: &[ReconstructError]) {
+    for e in errors {
+        tracing::error!(error = %error_chain(e), "reconstruction: the ASW refused a decision");
+    }
 }
 
 /// Fills the merge input from one scan (see the module doc for what goes

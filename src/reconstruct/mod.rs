@@ -143,7 +143,9 @@ use crate::model::{
     TargetParams, TargetRef, UniqueVolumeName,
 };
 
-pub use apply::{apply_to_asw, changed_journal_records, journal_agrees, to_journal_records};
+pub use apply::{
+    apply_to_asw, asw_as_journal_says, changed_journal_records, journal_agrees, to_journal_records,
+};
 pub use classify::{Boot, HostSays, JournalSays, Reason, context_from_super_options};
 pub use error::ReconstructError;
 
@@ -387,6 +389,12 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
 /// checked while each journal entry is at hand rather than in a second walk
 /// of the journal: what [`changed_journal_records`] finds, as flags.
 pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) {
+    merge_checked_split(input, PARALLEL_FROM)
+}
+
+/// [`merge_checked`], deciding the journal in two halves on two threads
+/// from `split_from` entries (tests split small journals with it).
+fn merge_checked_split(input: &MergeInput<'_>, split_from: usize) -> (MergeOutput, Vec<bool>) {
     let mut out = MergeOutput::default();
     let mut agrees = Vec::new();
     let mut claimed = vec![false; input.host_targets.len()];
@@ -399,30 +407,42 @@ pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) 
         .collect();
 
     if let Some(journal) = input.journal {
-        out.decisions.reserve(journal.len());
         let observe = ObserveByBytes::new(&input.observe);
-        for (key, entry) in journal.entries() {
-            let path = entry.current_params().path();
-            let host = path.and_then(|p| by_path(&host_by_path, p));
-            if let Some(i) = host {
-                claimed[i] = true;
-            }
-            let observation = match (path.and_then(|p| observe.get(p)), host) {
-                (Some(seen), _) => seen,
-                (None, Some(i)) => &input.host_targets[i].observation,
-                (None, None) => &HostObservation::Absent,
+        let entries: Vec<(&TargetKey, &Entry)> = journal.entries().collect();
+        let run = |entries: &[(&TargetKey, &Entry)]| {
+            decide_journal_run(input, &host_by_path, &observe, entries)
+        };
+        // Each entry is decided on its own, so a large journal is decided
+        // in two halves on two threads, and the halves' results are
+        // joined in key order. Below `PARALLEL_FROM` a thread costs more
+        // than it saves.
+        let (first, second) = entries.split_at(match entries.len() >= split_from {
+            true => entries.len() / 2,
+            false => entries.len(),
+        });
+        let (mut ran, rest) = std::thread::scope(|scope| {
+            let rest = (!second.is_empty()).then(|| {
+                std::thread::Builder::new()
+                    .name("volumed-merge".into())
+                    .spawn_scoped(scope, || run(second))
+            });
+            let ran = run(first);
+            let rest = match rest {
+                Some(Ok(handle)) => handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // no thread to be had: decide the second half here
+                Some(Err(_)) => run(second),
+                None => JournalRun::default(),
             };
-            let decision = decide_journal_target(input, key, entry, observation);
-            // `entry_agrees`, without comparing the parameters: with no
-            // pending intent they are the entry's own (the same `Arc`)
-            agrees.push(
-                entry.pending.is_none()
-                    && entry.state == decision.result
-                    && *entry.boot_id == *input.current_boot_id
-                    && entry.observed.as_deref() == decision.observed.as_ref(),
-            );
-            record(&mut out, decision, observation);
+            (ran, rest)
+        });
+        ran.append(rest);
+        for i in ran.claimed {
+            claimed[i] = true;
         }
+        agrees = ran.agrees;
+        out = ran.out;
     }
     // Claimed by path: with several host targets at one path (the map
     // holds the last), each asks the map.
@@ -437,6 +457,71 @@ pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) 
     // host-only targets are not in the journal: nothing implies them
     agrees.resize(out.decisions.len(), false);
     (out, agrees)
+}
+
+/// Journal entries from which [`merge_checked`] decides in two halves.
+const PARALLEL_FROM: usize = 2048;
+
+/// What deciding a run of journal entries gives: the decisions and
+/// findings, whether the journal implies each decision, and the host
+/// targets (by index) that the run's entries claimed.
+#[derive(Default)]
+struct JournalRun {
+    out: MergeOutput,
+    agrees: Vec<bool>,
+    claimed: Vec<usize>,
+}
+
+impl JournalRun {
+    /// `next`'s results after this run's.
+    fn append(&mut self, mut next: JournalRun) {
+        self.out.decisions.append(&mut next.out.decisions);
+        self.out
+            .unmounted_outside
+            .append(&mut next.out.unmounted_outside);
+        self.out
+            .orphan_leftovers
+            .append(&mut next.out.orphan_leftovers);
+        self.agrees.append(&mut next.agrees);
+        self.claimed.append(&mut next.claimed);
+    }
+}
+
+/// Decides the journal targets `entries` (consecutive entries of
+/// `input.journal`, in key order).
+fn decide_journal_run(
+    input: &MergeInput<'_>,
+    host_by_path: &FxHashMap<&[u8], usize>,
+    observe: &ObserveByBytes<'_>,
+    entries: &[(&TargetKey, &Entry)],
+) -> JournalRun {
+    let mut run = JournalRun::default();
+    run.out.decisions.reserve(entries.len());
+    run.agrees.reserve(entries.len());
+    run.claimed.reserve(entries.len());
+    for &(key, entry) in entries {
+        let path = entry.current_params().path();
+        let host = path.and_then(|p| by_path(host_by_path, p));
+        if let Some(i) = host {
+            run.claimed.push(i);
+        }
+        let observation = match (path.and_then(|p| observe.get(p)), host) {
+            (Some(seen), _) => seen,
+            (None, Some(i)) => &input.host_targets[i].observation,
+            (None, None) => &HostObservation::Absent,
+        };
+        let decision = decide_journal_target(input, key, entry, observation);
+        // `entry_agrees`, without comparing the parameters: with no
+        // pending intent they are the entry's own (the same `Arc`)
+        run.agrees.push(
+            entry.pending.is_none()
+                && entry.state == decision.result
+                && *entry.boot_id == *input.current_boot_id
+                && entry.observed.as_deref() == decision.observed.as_ref(),
+        );
+        record(&mut run.out, decision, observation);
+    }
+    run
 }
 
 /// A path's bytes, for hashing: host-found paths are spelt plainly (the

@@ -360,6 +360,12 @@ fn check(name: &str, (vol, journal, boot, seen): Input, (want, reason): Expected
     // the flags of `merge_checked` say what `changed_journal_records` finds
     let (checked, agrees) = merge_checked(&input);
     assert_eq!(checked, out, "{name}");
+    // decided on a second thread (the split a large journal gets), the same
+    assert_eq!(
+        merge_checked_split(&input, 1),
+        (checked, agrees.clone()),
+        "{name}: split"
+    );
     let changed: Vec<&TargetKey> = changed_journal_records(&out, &state, &input.current_boot_id)
         .into_iter()
         .map(|(d, _)| &d.key)
@@ -873,6 +879,98 @@ fn journal_records_replay_to_the_decisions() {
         let before = out.decision(&d.key).expect("same targets");
         assert_eq!(d.result, before.result, "{:?}: {:?}", d.key, d.reason);
     }
+}
+
+/// A journal decided in two halves on two threads gives the decisions,
+/// findings and flags of one pass, in the same order.
+#[test]
+fn a_journal_decided_in_halves_is_decided_as_in_one_pass() {
+    let mut w = Writer::new();
+    let seen = busy_journal(&mut w);
+    let state = w.state();
+    let mut input = MergeInput {
+        journal: Some(&state),
+        current_boot_id: BOOT.into(),
+        // found by the scan at a journal target's path: claimed by its
+        // entry, whichever half decides it (else a sixth decision)
+        host_targets: vec![host_target(Vol::TmpfsPod, Seen::Ours, Journal::Nothing)],
+        ..MergeInput::default()
+    };
+    for (vol, s) in seen {
+        let p = params(vol);
+        input
+            .observe
+            .insert(p.path().expect("path").to_path_buf(), observation(vol, s));
+    }
+    let one_pass = merge_checked_split(&input, usize::MAX);
+    assert_eq!(one_pass.0.decisions.len(), 5, "{:#?}", one_pass.0);
+    assert!(
+        !one_pass.0.orphan_leftovers.is_empty() && one_pass.1.contains(&false),
+        "the input exercises findings and flags: {:#?}",
+        one_pass
+    );
+    for split_from in 1..=6 {
+        assert_eq!(
+            merge_checked_split(&input, split_from),
+            one_pass,
+            "split from {split_from}"
+        );
+    }
+}
+
+/// The ASW filled from a journal the merge agrees with is the ASW the
+/// decisions fill; a journal with an operation in flight or from another
+/// boot gives none.
+#[test]
+fn the_asw_as_the_journal_says_is_the_decisions_asw_when_they_agree() {
+    let mut w = Writer::new();
+    write(&mut w, Vol::LocalDevice, Journal::Mounted);
+    write(&mut w, Vol::LocalPod, Journal::Mounted);
+    write(&mut w, Vol::TmpfsPod, Journal::Mounted);
+    write(&mut w, Vol::DirPod, Journal::Unmounted);
+    write(&mut w, Vol::HostPath, Journal::Mounted);
+    let state = w.state();
+    let mut input = MergeInput {
+        journal: Some(&state),
+        current_boot_id: BOOT.into(),
+        ..MergeInput::default()
+    };
+    for (vol, s) in [
+        (Vol::LocalDevice, Seen::Ours),
+        (Vol::LocalPod, Seen::Ours),
+        (Vol::TmpfsPod, Seen::Ours),
+        (Vol::DirPod, Seen::Absent),
+        // a hostPath is the host's own dir, never a mount of volumed's
+        (Vol::HostPath, Seen::Dir),
+    ] {
+        let p = params(vol);
+        input
+            .observe
+            .insert(p.path().expect("path").to_path_buf(), observation(vol, s));
+    }
+    let (out, agrees) = merge_checked(&input);
+    assert_eq!(agrees, [true; 5], "{out:#?}");
+    let mut asw = ActualStateOfWorld::new();
+    assert!(apply_to_asw(&out, &mut asw).is_empty());
+    let (said, errors) = asw_as_journal_says(&state, BOOT).expect("every entry settled");
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(said.snapshot(), asw.snapshot());
+    assert_eq!(said.snapshot().volumes.len(), 3, "{:#?}", said.snapshot());
+    for v in asw.snapshot().volumes {
+        for p in v.pods {
+            assert_eq!(
+                said.is_volume_reconstructed(&v.volume, &p.pod_uid),
+                asw.is_volume_reconstructed(&v.volume, &p.pod_uid)
+            );
+        }
+    }
+
+    assert!(asw_as_journal_says(&state, "boot-b").is_none(), "rebooted");
+    write(&mut w, Vol::TmpfsPod, Journal::UnmountIntent(Steps::Single));
+    assert!(
+        asw_as_journal_says(&w.state(), BOOT).is_none(),
+        "an operation in flight"
+    );
 }
 
 #[test]
