@@ -53,7 +53,7 @@
 //!   naming the file, as the kubelet logs a manifest it cannot process.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::model::{PodUid, PodVolume};
@@ -288,6 +288,7 @@ impl Sources {
         // that adds one manifest allocates for that one, not for all.
         let mut good: BTreeMap<&PathBuf, (FileSignature, PodUid)> = BTreeMap::new();
         let mut got: Vec<(PathBuf, Got)> = Vec::new();
+        let mut to_parse: Vec<(&PathBuf, FileSignature)> = Vec::new();
         for file in &pods.files {
             let sig = sig_of.get(file).copied().unwrap_or_default();
             // Unchanged since it was last parsed, and so are the objects its
@@ -301,8 +302,12 @@ impl Sources {
                 got.push((file.clone(), Got::Kept(uid.clone())));
                 continue;
             }
-            let node = &self.config.node_name;
-            match read_file(file).and_then(|b| parse_pod(file, &b, node)) {
+            to_parse.push((file, sig));
+        }
+        let node = self.config.node_name.as_str();
+        let parsed = read_and_parse_all(to_parse.iter().map(|(f, _)| f.as_path()), node);
+        for ((file, sig), result) in to_parse.into_iter().zip(parsed) {
+            match result {
                 Ok(p) => {
                     good.insert(file, (sig, p.uid.clone()));
                     got.push((file.clone(), Got::Parsed(Box::new(p))));
@@ -496,6 +501,42 @@ impl Sources {
         }
         (!events.is_empty()).then_some(events)
     }
+}
+
+/// Manifests from which [`read_and_parse_all`] uses a second thread.
+const PARALLEL_PARSE_FROM: usize = 32;
+
+/// Reads and parses each manifest of `files` (in order, one result each).
+/// Each file is read and parsed on its own, the costly part of a mass start
+/// (YAML, then the Pod type), so many files are split in two halves and the
+/// second half is read and parsed on a second thread meanwhile.
+fn read_and_parse_all<'f>(
+    files: impl Iterator<Item = &'f Path>,
+    node: &str,
+) -> Vec<Result<ParsedPod, SourceError>> {
+    let files: Vec<&Path> = files.collect();
+    let one = |file: &Path| read_file(file).and_then(|b| parse_pod(file, &b, node));
+    let all = |files: &[&Path]| files.iter().map(|f| one(f)).collect::<Vec<_>>();
+    if files.len() < PARALLEL_PARSE_FROM {
+        return all(&files);
+    }
+    let (first, second) = files.split_at(files.len() / 2);
+    std::thread::scope(|scope| {
+        let rest = std::thread::Builder::new()
+            .name("volumed-parse".into())
+            .spawn_scoped(scope, || all(second));
+        let mut out = all(first);
+        match rest {
+            Ok(handle) => out.extend(
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            ),
+            // no thread to be had: this one parses the second half too
+            Err(_) => out.extend(all(second)),
+        }
+        out
+    })
 }
 
 /// Decides `is_block` of a local PV by `stat` (through symlinks, so

@@ -169,6 +169,39 @@ fn duplicate_uids_keep_the_first_file() {
     assert!(got.file_errors[0].to_string().contains("already used by"));
 }
 
+/// Enough manifests to be parsed on two threads: every pod comes out once,
+/// a bad file in either half is named, and a UID used in both halves keeps
+/// the first file's pod, as with one thread.
+#[test]
+fn many_manifests_parsed_on_two_threads_give_what_one_would() {
+    let n = 2 * PARALLEL_PARSE_FROM + 3;
+    let d = dirs();
+    for i in 0..n {
+        write(
+            &d.pods,
+            &format!("p{i:03}.yaml"),
+            &pod(&format!("p{i}"), "", EMPTY_DIR),
+        );
+    }
+    write(&d.pods, "a-bad.yaml", "kind: Pod\nmetadata: {name: [\n");
+    write(&d.pods, "z-bad.yaml", "kind: Pod\nmetadata: {name: [\n");
+    write(&d.pods, "a-dup.yaml", &pod("first", "same", EMPTY_DIR));
+    write(&d.pods, "z-dup.yaml", &pod("second", "same", EMPTY_DIR));
+    let got = sources(&d).list();
+    assert_eq!(got.pods.len(), n + 1, "{:?}", names(&got.pods));
+    assert_eq!(got.pods[&uid("same")].name, "first-node1");
+    let errs: Vec<String> = got.file_errors.iter().map(ToString::to_string).collect();
+    assert_eq!(errs.len(), 3, "{errs:?}");
+    for bad in ["a-bad.yaml", "z-bad.yaml"] {
+        let file = d.pods.join(bad).display().to_string();
+        assert!(errs.iter().any(|e| e.contains(&file)), "{bad}: {errs:?}");
+    }
+    assert!(
+        errs.iter().any(|e| e.contains("already used by")),
+        "{errs:?}"
+    );
+}
+
 fn desired(name: &str, u: &str, volumes: Vec<PodVolume>) -> DesiredPod {
     DesiredPod {
         uid: uid(u),
