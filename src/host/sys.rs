@@ -103,21 +103,36 @@ pub trait Sys: Send + Sync {
 
 /// Creates `path` and any missing parents with `mode` (like `mkdir -p`,
 /// following symlinks like it); an existing directory is fine, anything
-/// else there is `ENOTDIR`. Only missing directories cost a `mkdir`.
+/// else there is `ENOTDIR`.
+///
+/// `mkdir` comes first and the parents only on `ENOENT`, as `mkdir -p`
+/// does: a target whose parent exists (the common case: a pod's second
+/// volume, a marker beside its volume) costs one `mkdir`, where asking
+/// `stat` first cost a `stat` per missing level and one more for the
+/// parent that exists. Only an existing entry costs a `stat`, to tell a
+/// directory (or a symlink to one) from anything else.
 pub fn mkdir_all(sys: &dyn Sys, path: &Path, mode: u32) -> Result<(), SysError> {
-    match sys.stat(path, true) {
-        Ok(st) if st.kind == FileKind::Dir => Ok(()),
-        Ok(_) => Err(SysError::call(Call::Mkdir, path, Errno::ENOTDIR)),
+    match sys.mkdir(path, mode) {
         Err(e) if e.errno() == Some(Errno::ENOENT) => {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 mkdir_all(sys, parent, mode)?;
             }
             match sys.mkdir(path, mode) {
-                // Created by someone else in between.
-                Err(e) if e.errno() == Some(Errno::EEXIST) => Ok(()),
+                // created by someone else in between
+                Err(e) if e.errno() == Some(Errno::EEXIST) => existing_dir(sys, path),
                 other => other,
             }
         }
+        Err(e) if e.errno() == Some(Errno::EEXIST) => existing_dir(sys, path),
+        other => other,
+    }
+}
+
+/// `Ok` when `path`, which exists, is a directory or a symlink to one.
+fn existing_dir(sys: &dyn Sys, path: &Path) -> Result<(), SysError> {
+    match sys.stat(path, true) {
+        Ok(st) if st.kind == FileKind::Dir => Ok(()),
+        Ok(_) => Err(SysError::call(Call::Mkdir, path, Errno::ENOTDIR)),
         Err(e) => Err(e),
     }
 }
@@ -506,6 +521,46 @@ mod tests {
             "umount2 /a b: EBUSY: Device or resource busy"
         );
         assert_eq!(e.kind(), Call::Umount);
+    }
+
+    /// `mkdir -p` on the real filesystem: what exists is kept, missing
+    /// levels are made, and anything but a directory (or a symlink to one)
+    /// in the way is an error, a dangling symlink included.
+    #[test]
+    fn mkdir_all_makes_missing_levels_and_refuses_what_is_not_a_dir() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        std::fs::create_dir(p.join("dir")).unwrap();
+        std::fs::write(p.join("file"), b"").unwrap();
+        std::os::unix::fs::symlink(p.join("dir"), p.join("to-dir")).unwrap();
+        std::os::unix::fs::symlink(p.join("gone"), p.join("dangling")).unwrap();
+        let table: [(&str, Option<Errno>); 7] = [
+            ("dir", None),
+            ("to-dir", None),
+            ("to-dir/made", None),
+            ("new/a/b", None),
+            ("file", Some(Errno::ENOTDIR)),
+            ("file/below", Some(Errno::ENOTDIR)),
+            ("dangling", Some(Errno::ENOENT)),
+        ];
+        for (rel, want) in table {
+            let path = p.join(rel);
+            let got = mkdir_all(&LinuxSys, &path, 0o750)
+                .err()
+                .and_then(|e| e.errno());
+            assert_eq!(got, want, "{rel}");
+            if want.is_none() {
+                let meta = std::fs::metadata(&path).unwrap();
+                assert!(meta.is_dir(), "{rel}");
+            }
+        }
+        // (the umask may take bits away, never add any)
+        let mode = std::fs::metadata(p.join("new/a"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777 & !0o750, 0, "new levels get at most the mode");
     }
 
     #[test]

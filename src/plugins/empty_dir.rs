@@ -102,10 +102,14 @@ impl EmptyDirPlugin {
             return Ok(Action::AlreadyInPlace);
         }
         if !exists {
-            if let Some(parent) = target.parent() {
+            // the volume dir first, its parents only when they are missing
+            let mut r = op.sys.mkdir(target, 0o777);
+            if let (Err(e), Some(parent)) = (&r, target.parent())
+                && e.errno() == Some(Errno::ENOENT)
+            {
                 op.look(mkdir_all(op.sys, parent, TARGET_DIR_MODE))?;
+                r = op.sys.mkdir(target, 0o777);
             }
-            let r = op.sys.mkdir(target, 0o777);
             op.act_or(r, Errno::EEXIST)?;
         }
         // A directory without its marker: a setup cut short; finish it.

@@ -140,9 +140,15 @@ mod tests {
         let s = spec("/data/a/b", HostPathType::DirectoryOrCreate);
         let out = HostPathPlugin.setup(&s, &params(), &sys).unwrap();
         assert_eq!(out.action, Action::Performed);
+        // as `mkdir -p`: the leaf first (ENOENT: `/data/a` is missing),
+        // then each missing level downwards
         assert_eq!(
             sys.mutations(),
             vec![
+                SysCall::Mkdir {
+                    path: "/data/a/b".into(),
+                    mode: 0o755
+                },
                 SysCall::Mkdir {
                     path: "/data/a".into(),
                     mode: 0o755

@@ -114,8 +114,11 @@ pub(crate) fn ensure_mounted(
         let table = op.look(op.sys.read_mountinfo())?;
         match table.top_at(target) {
             None => {
-                // Creating the directory does not change what is mounted.
-                op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
+                // Creating the directory does not change what is mounted;
+                // it is there unless something removed it meanwhile.
+                if !target_exists(op, target) {
+                    op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
+                }
                 mount(op)?;
                 let action = if replaced {
                     Action::Replaced
