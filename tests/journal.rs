@@ -20,6 +20,26 @@ fn cfg(dir: &Path) -> JournalConfig {
     JournalConfig::new(dir, "node-a", BOOT)
 }
 
+/// Opens the journal's sled database directly (to damage it). A journal
+/// just dropped may still hold sled's file lock for a moment, from a
+/// background thread that has not exited yet (the journal's own open waits
+/// for it the same way), so a lock error is retried for a few seconds.
+fn open_sled(dir: &Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::open(dir) {
+            Ok(db) => return db,
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("open sled at {}: {e}", dir.display()),
+        }
+    }
+}
+
 fn target(i: u64) -> TargetParams {
     let pod = PodUid::new(format!("pod-{}", i % 7)).unwrap();
     TargetParams {
@@ -271,7 +291,7 @@ fn a_bad_value_stops_replay_at_its_sequence_number_and_is_quarantined() {
     }
     drop(j);
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = open_sled(dir.path());
         let records = db.open_tree("records").unwrap();
         let mut v = records.get(5u64.to_be_bytes()).unwrap().unwrap().to_vec();
         v[30] ^= 0x40;
@@ -298,7 +318,7 @@ fn a_bad_value_stops_replay_at_its_sequence_number_and_is_quarantined() {
         replay.tail.iter().map(|r| r.seq).collect::<Vec<_>>(),
         vec![1, 2, 3, 4, 11]
     );
-    let db = sled::open(dir.path()).unwrap();
+    let db = open_sled(dir.path());
     assert_eq!(
         db.open_tree("quarantine").unwrap().len(),
         6,
@@ -394,7 +414,7 @@ fn a_newer_schema_version_moves_the_journal_aside() {
     j.append(intent(1)).unwrap();
     drop(j);
     {
-        let db = sled::open(&dir).unwrap();
+        let db = open_sled(&dir);
         let meta = db.open_tree("meta").unwrap();
         meta.insert(
             "schema_version",
