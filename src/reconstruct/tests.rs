@@ -195,6 +195,27 @@ fn observation(vol: Vol, seen: Seen) -> HostObservation {
     }
 }
 
+/// The merge input of `state` on the same boot, the host showing `seen`.
+fn seeing<'s>(state: &'s JournalState, seen: &[(Vol, Seen)]) -> MergeInput<'s> {
+    let mut input = MergeInput {
+        journal: Some(state),
+        current_boot_id: BOOT.into(),
+        ..MergeInput::default()
+    };
+    observing(&mut input, seen);
+    input
+}
+
+/// What the host shows at each target's path, into `input.observe`.
+fn observing(input: &mut MergeInput<'_>, seen: &[(Vol, Seen)]) {
+    for &(vol, s) in seen {
+        let p = params(vol);
+        input
+            .observe
+            .insert(p.path().expect("path").to_path_buf(), observation(vol, s));
+    }
+}
+
 /// Builds journal records the way the executor writes them.
 struct Writer {
     seq: u64,
@@ -839,12 +860,7 @@ fn journal_records_replay_to_the_decisions() {
         host_targets: vec![found],
         ..MergeInput::default()
     };
-    for (vol, s) in seen {
-        let p = params(vol);
-        input
-            .observe
-            .insert(p.path().expect("path").to_path_buf(), observation(vol, s));
-    }
+    observing(&mut input, &seen);
     let out = merge(&input);
     assert_eq!(out.decisions.len(), 6);
     let records = to_journal_records(&out);
@@ -896,12 +912,7 @@ fn a_journal_decided_in_halves_is_decided_as_in_one_pass() {
         host_targets: vec![host_target(Vol::TmpfsPod, Seen::Ours, Journal::Nothing)],
         ..MergeInput::default()
     };
-    for (vol, s) in seen {
-        let p = params(vol);
-        input
-            .observe
-            .insert(p.path().expect("path").to_path_buf(), observation(vol, s));
-    }
+    observing(&mut input, &seen);
     let one_pass = merge_checked_split(&input, usize::MAX);
     assert_eq!(one_pass.0.decisions.len(), 5, "{:#?}", one_pass.0);
     assert!(
@@ -930,24 +941,17 @@ fn the_asw_as_the_journal_says_is_the_decisions_asw_when_they_agree() {
     write(&mut w, Vol::DirPod, Journal::Unmounted);
     write(&mut w, Vol::HostPath, Journal::Mounted);
     let state = w.state();
-    let mut input = MergeInput {
-        journal: Some(&state),
-        current_boot_id: BOOT.into(),
-        ..MergeInput::default()
-    };
-    for (vol, s) in [
-        (Vol::LocalDevice, Seen::Ours),
-        (Vol::LocalPod, Seen::Ours),
-        (Vol::TmpfsPod, Seen::Ours),
-        (Vol::DirPod, Seen::Absent),
-        // a hostPath is the host's own dir, never a mount of volumed's
-        (Vol::HostPath, Seen::Dir),
-    ] {
-        let p = params(vol);
-        input
-            .observe
-            .insert(p.path().expect("path").to_path_buf(), observation(vol, s));
-    }
+    let input = seeing(
+        &state,
+        &[
+            (Vol::LocalDevice, Seen::Ours),
+            (Vol::LocalPod, Seen::Ours),
+            (Vol::TmpfsPod, Seen::Ours),
+            (Vol::DirPod, Seen::Absent),
+            // a hostPath is the host's own dir, never a mount of volumed's
+            (Vol::HostPath, Seen::Dir),
+        ],
+    );
     let (out, agrees) = merge_checked(&input);
     assert_eq!(agrees, [true; 5], "{out:#?}");
     let mut asw = ActualStateOfWorld::new();
@@ -981,22 +985,15 @@ fn apply_fills_the_asw() {
     write(&mut w, Vol::TmpfsPod, Journal::MountIntent(Steps::Multi));
     write(&mut w, Vol::DirPod, Journal::Unmounted);
     let state = w.state();
-    let mut input = MergeInput {
-        journal: Some(&state),
-        current_boot_id: BOOT.into(),
-        ..MergeInput::default()
-    };
-    for (vol, s) in [
-        (Vol::LocalDevice, Seen::Ours),
-        (Vol::LocalPod, Seen::Ours),
-        (Vol::TmpfsPod, Seen::Ours),
-        (Vol::DirPod, Seen::Absent),
-    ] {
-        let p = params(vol);
-        input
-            .observe
-            .insert(p.path().expect("path").to_path_buf(), observation(vol, s));
-    }
+    let input = seeing(
+        &state,
+        &[
+            (Vol::LocalDevice, Seen::Ours),
+            (Vol::LocalPod, Seen::Ours),
+            (Vol::TmpfsPod, Seen::Ours),
+            (Vol::DirPod, Seen::Absent),
+        ],
+    );
     let out = merge(&input);
     let mut asw = ActualStateOfWorld::new();
     let errors = apply_to_asw(&out, &mut asw);
