@@ -4,7 +4,8 @@
 //! then one scan + merge (`reconstruct_and_record`) and every decision
 //! asserted, with the journal's implied state afterwards equal to the
 //! decisions; then the daemon's phase 1 (`read_and_reconstruct_ready`) on
-//! the journal that now agrees and after a mount is taken away. Needs root; as another user it says what it skipped.
+//! the journal that now agrees and after a mount is taken away. Needs root;
+//! as another user it says what it skipped.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 mod support;

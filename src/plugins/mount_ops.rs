@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::host::mountinfo::MountInfo;
-use crate::host::sys::{Errno, MntFlags, MsFlags, mkdir_all};
+use crate::host::sys::{Errno, FileKind, MntFlags, MsFlags, mkdir_all};
 use crate::model::SeLinuxContext;
 use crate::plugins::{Action, Certainty, Op, PluginError};
 
@@ -114,9 +114,13 @@ pub(crate) fn ensure_mounted(
         let table = op.look(op.sys.read_mountinfo())?;
         match table.top_at(target) {
             None => {
-                // Creating the directory does not change what is mounted;
-                // it is there unless something removed it meanwhile.
-                if !target_exists(op, target) {
+                // Creating the directory does not change what is mounted.
+                // A directory there (the usual case) needs nothing;
+                // anything else goes through `mkdir_all`, which refuses
+                // what is not a directory.
+                let is_dir =
+                    matches!(op.sys.stat(target, false), Ok(st) if st.kind == FileKind::Dir);
+                if !is_dir {
                     op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
                 }
                 mount(op)?;

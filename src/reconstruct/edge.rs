@@ -416,7 +416,8 @@ fn journal_input<'a>(replaced: Option<&'a str>, state: &'a JournalState) -> Jour
     }
 }
 
-/// Phase 1 in the daemon: [`reconstruct_ready`] against `journal`'s state
+/// Phase 1 with the journal, on a table already read (the daemon reads its
+/// own: [`read_and_reconstruct_ready`]): [`reconstruct_ready`] against `journal`'s state
 /// (read in place, under its lock: nothing else writes before readiness),
 /// then, in ONE batch ([`Journal::append_batch`]), a `Reconstructed` record
 /// for every decision the journal does not already imply (so `dump` shows
@@ -523,6 +524,15 @@ pub fn read_and_reconstruct_ready(
         let decisions = reconstruction.output.decisions.len();
         match speculated {
             Some((asw, asw_errors)) if bodies.is_empty() && unchanged == decisions => {
+                // nothing to append, but a journal closed for writes fails
+                // startup here as it does on the other branch
+                journal.append_batch(Vec::new()).map_err(|source| {
+                    ReconstructError::AppendRecords {
+                        path: journal.dir().to_owned(),
+                        count: 0,
+                        source: Box::new(source),
+                    }
+                })?;
                 log_asw_errors(&asw_errors);
                 Ok(Ready {
                     table,

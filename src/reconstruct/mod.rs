@@ -389,12 +389,16 @@ pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
 /// checked while each journal entry is at hand rather than in a second walk
 /// of the journal: what [`changed_journal_records`] finds, as flags.
 pub(crate) fn merge_checked(input: &MergeInput<'_>) -> (MergeOutput, Vec<bool>) {
-    merge_checked_split(input, PARALLEL_FROM)
+    // Each entry is decided on its own, so a large journal is decided in
+    // two halves on two threads, and the halves' results are joined in key
+    // order. Below `PARALLEL_FROM` a thread costs more than it saves.
+    let n = input.journal.map_or(0, JournalState::len);
+    merge_checked_split(input, if n >= PARALLEL_FROM { n / 2 } else { n })
 }
 
-/// [`merge_checked`], deciding the journal in two halves on two threads
-/// from `split_from` entries (tests split small journals with it).
-fn merge_checked_split(input: &MergeInput<'_>, split_from: usize) -> (MergeOutput, Vec<bool>) {
+/// [`merge_checked`], deciding the journal's entries from `split_at` on
+/// (in key order) on a second thread (tests choose where).
+fn merge_checked_split(input: &MergeInput<'_>, split_at: usize) -> (MergeOutput, Vec<bool>) {
     let mut out = MergeOutput::default();
     let mut agrees = Vec::new();
     let mut claimed = vec![false; input.host_targets.len()];
@@ -412,14 +416,7 @@ fn merge_checked_split(input: &MergeInput<'_>, split_from: usize) -> (MergeOutpu
         let run = |entries: &[(&TargetKey, &Entry)]| {
             decide_journal_run(input, &host_by_path, &observe, entries)
         };
-        // Each entry is decided on its own, so a large journal is decided
-        // in two halves on two threads, and the halves' results are
-        // joined in key order. Below `PARALLEL_FROM` a thread costs more
-        // than it saves.
-        let (first, second) = entries.split_at(match entries.len() >= split_from {
-            true => entries.len() / 2,
-            false => entries.len(),
-        });
+        let (first, second) = entries.split_at(split_at.min(entries.len()));
         let (mut ran, rest) = std::thread::scope(|scope| {
             let rest = (!second.is_empty()).then(|| {
                 std::thread::Builder::new()
@@ -473,17 +470,30 @@ struct JournalRun {
 }
 
 impl JournalRun {
-    /// `next`'s results after this run's.
-    fn append(&mut self, mut next: JournalRun) {
-        self.out.decisions.append(&mut next.out.decisions);
+    /// `next`'s results after this run's (every field: a field added to
+    /// [`MergeOutput`] must be joined here too).
+    fn append(&mut self, next: JournalRun) {
+        let JournalRun {
+            out:
+                MergeOutput {
+                    mut decisions,
+                    mut failed,
+                    mut unmounted_outside,
+                    mut orphan_leftovers,
+                    mut needs_device_path_from_node_status,
+                },
+            mut agrees,
+            mut claimed,
+        } = next;
+        self.out.decisions.append(&mut decisions);
+        self.out.failed.append(&mut failed);
+        self.out.unmounted_outside.append(&mut unmounted_outside);
+        self.out.orphan_leftovers.append(&mut orphan_leftovers);
         self.out
-            .unmounted_outside
-            .append(&mut next.out.unmounted_outside);
-        self.out
-            .orphan_leftovers
-            .append(&mut next.out.orphan_leftovers);
-        self.agrees.append(&mut next.agrees);
-        self.claimed.append(&mut next.claimed);
+            .needs_device_path_from_node_status
+            .append(&mut needs_device_path_from_node_status);
+        self.agrees.append(&mut agrees);
+        self.claimed.append(&mut claimed);
     }
 }
 

@@ -383,7 +383,7 @@ fn check(name: &str, (vol, journal, boot, seen): Input, (want, reason): Expected
     assert_eq!(checked, out, "{name}");
     // decided on a second thread (the split a large journal gets), the same
     assert_eq!(
-        merge_checked_split(&input, 1),
+        merge_checked_split(&input, 0),
         (checked, agrees.clone()),
         "{name}: split"
     );
@@ -904,27 +904,47 @@ fn a_journal_decided_in_halves_is_decided_as_in_one_pass() {
     let mut w = Writer::new();
     let seen = busy_journal(&mut w);
     let state = w.state();
+    // Found by the scan at journal targets' paths, the first and the last
+    // in key order, and not to be rebuilt: claimed by their entries,
+    // whichever half decides them (unclaimed, each would be a failed
+    // reconstruction).
+    let found = |vol| HostTarget {
+        rebuild: Rebuild::MissingMetadata {
+            what: "irrelevant".into(),
+        },
+        ..host_target(vol, Seen::Ours, Journal::Nothing)
+    };
     let mut input = MergeInput {
         journal: Some(&state),
         current_boot_id: BOOT.into(),
-        // found by the scan at a journal target's path: claimed by its
-        // entry, whichever half decides it (else a sixth decision)
-        host_targets: vec![host_target(Vol::TmpfsPod, Seen::Ours, Journal::Nothing)],
+        host_targets: vec![found(Vol::TmpfsPod), found(Vol::LocalPod)],
         ..MergeInput::default()
     };
     observing(&mut input, &seen);
     let one_pass = merge_checked_split(&input, usize::MAX);
+    assert!(one_pass.0.failed.is_empty(), "{:#?}", one_pass.0.failed);
     assert_eq!(one_pass.0.decisions.len(), 5, "{:#?}", one_pass.0);
     assert!(
         !one_pass.0.orphan_leftovers.is_empty() && one_pass.1.contains(&false),
         "the input exercises findings and flags: {:#?}",
         one_pass
     );
-    for split_from in 1..=6 {
+    let keys: Vec<String> = one_pass
+        .0
+        .decisions
+        .iter()
+        .map(|d| d.key.volume.as_str().to_owned())
+        .collect();
+    assert!(
+        keys.first().is_some_and(|k| k.contains("pod1-cache"))
+            && keys.last().is_some_and(|k| k.contains("local-volume")),
+        "the host targets' entries are first and last: {keys:?}"
+    );
+    for split_at in 0..=5 {
         assert_eq!(
-            merge_checked_split(&input, split_from),
+            merge_checked_split(&input, split_at),
             one_pass,
-            "split from {split_from}"
+            "second thread from entry {split_at}"
         );
     }
 }
