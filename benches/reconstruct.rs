@@ -255,6 +255,8 @@ fn main() {
     // process): a drift lands on both sides of the ratio, not on one.
     let ready_once = || {
         let r = read_and_reconstruct_ready(&journal, None, mi, &layout, &boot).expect("phase 1");
+        // the journal agrees: the ASW filled while the table was read is kept
+        assert!(r.asw_from_journal, "the ASW was filled after the merge");
         (r.outcome, r.asw, r.table)
     };
     let (mut floors, mut readies) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
