@@ -161,7 +161,8 @@ fn intent(thread: usize, i: usize) -> Body {
             ),
             mount_options: vec!["rw".into(), "relatime".into()],
             fs_type: Some("ext4".into()),
-        },
+        }
+        .into(),
     }
 }
 

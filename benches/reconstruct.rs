@@ -163,7 +163,7 @@ fn journal_done(j: &Journal, ops: &[(Operation, TargetParams)], table: &MountTab
         .map(|(op, p)| Body::Intent {
             op: *op,
             steps: Steps::Single,
-            target: p.clone(),
+            target: p.clone().into(),
         })
         .collect();
     let seqs = j.append_batch(intents).expect("append intents");

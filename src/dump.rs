@@ -512,7 +512,7 @@ mod tests {
                 Body::Intent {
                     op: Operation::MountDevice,
                     steps: Steps::Single,
-                    target: params(TargetRef::Device, None),
+                    target: params(TargetRef::Device, None).into(),
                 },
             ),
             rec(
@@ -529,7 +529,7 @@ mod tests {
                 Body::Intent {
                     op: Operation::SetUp,
                     steps: Steps::Single,
-                    target: params(pod, Some("u:r:t:s0:c2,c1")),
+                    target: params(pod, Some("u:r:t:s0:c2,c1")).into(),
                 },
             ),
         ])

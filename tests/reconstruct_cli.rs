@@ -140,7 +140,7 @@ fn write_journal(dir: &Path) {
             .append(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target: local(target),
+                target: local(target).into(),
             })
             .unwrap();
         j.append(Body::Outcome {
@@ -434,7 +434,7 @@ fn selinux_labels_in_the_mount_table_are_checked_against_the_journal() {
             .append(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target,
+                target: target.into(),
             })
             .unwrap();
         j.append(Body::Outcome {

@@ -84,7 +84,7 @@ fn done(j: &Journal, op: Operation, p: &TargetParams, observed: Option<MountIden
         .append(Body::Intent {
             op,
             steps: Steps::Single,
-            target: p.clone(),
+            target: p.clone().into(),
         })
         .unwrap();
     j.append(Body::Outcome {
@@ -171,7 +171,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
-            target: intent_done.clone(),
+            target: intent_done.clone().into(),
         })
         .unwrap();
         mount_tmpfs_for(&intent_done); // the mount happened, the outcome never got written
@@ -181,7 +181,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
-            target: intent_not_done.clone(),
+            target: intent_not_done.clone().into(),
         })
         .unwrap();
 
@@ -189,7 +189,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Multi,
-            target: multi.clone(),
+            target: multi.clone().into(),
         })
         .unwrap();
         mount_tmpfs_for(&multi); // tmpfs mounted, ownership step may not have run
@@ -200,7 +200,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::TearDown,
             steps: Steps::Single,
-            target: torn_down.clone(),
+            target: torn_down.clone().into(),
         })
         .unwrap();
         umount(torn_down.pod_mount_path.as_ref().unwrap()); // the umount happened, no outcome

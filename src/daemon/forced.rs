@@ -43,7 +43,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::model::{
-    PluginName, PodUid, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    PluginName, PodUid, SharedParams, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    VolumeSpec,
 };
 use crate::reconciler::executor::{Job, JobReport, Queued};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
@@ -61,7 +62,7 @@ pub enum Step {
     /// counted; nothing is mounted there
     NothingMounted,
     /// counted; unmount it with these parameters
-    Unmount(Box<TargetParams>),
+    Unmount(SharedParams),
 }
 
 /// The name the journal records a forced cleanup under: the plugin and the
@@ -115,7 +116,7 @@ pub fn plan_forced(
                 return Step::NothingMounted;
             }
             let is_device = f.target == TargetRef::Device;
-            Step::Unmount(Box::new(TargetParams {
+            Step::Unmount(SharedParams::new(TargetParams {
                 volume: journal_name(f),
                 plugin,
                 spec_name: f.spec_name.as_str().into(),
@@ -172,7 +173,7 @@ impl EventLoop {
                 }
                 Step::Unmount(params) => {
                     self.metrics.ops.force_cleaned.inc();
-                    let job = Job::ForceCleanup { params: *params };
+                    let job = Job::ForceCleanup { params };
                     let key = job.key();
                     if !self.pending.start(&key, now) {
                         self.metrics.ops.force_cleaned_errors.inc();

@@ -394,7 +394,7 @@ impl From<&Record> for RecordV1 {
             Body::Intent { op, steps, target } => BodyV1::Intent {
                 op: (*op).into(),
                 multi_step: (*steps).into(),
-                target: target.into(),
+                target: (&**target).into(),
             },
             Body::Outcome {
                 intent_seq,
@@ -417,7 +417,7 @@ impl From<&Record> for RecordV1 {
                 reason,
                 observed,
             } => BodyV1::Reconstructed {
-                target: target.into(),
+                target: (&**target).into(),
                 state: (*state).into(),
                 reason: reason.clone(),
                 observed: observed.as_ref().map(IdentityV1::from),
@@ -454,7 +454,7 @@ impl TryFrom<&RecordV1> for Record {
             } => Body::Intent {
                 op: (*op).into(),
                 steps: steps_of(*multi_step),
-                target: target.try_into()?,
+                target: SharedParams::new(target.try_into()?),
             },
             BodyV1::Outcome {
                 intent_seq,
@@ -477,7 +477,7 @@ impl TryFrom<&RecordV1> for Record {
                 reason,
                 observed,
             } => Body::Reconstructed {
-                target: target.try_into()?,
+                target: SharedParams::new(target.try_into()?),
                 state: (*state).into(),
                 reason: reason.clone(),
                 observed: identity(observed)?,
@@ -618,12 +618,12 @@ mod tests {
             bodies.push(Body::Intent {
                 op,
                 steps: Steps::Multi,
-                target: target(pod),
+                target: target(pod).into(),
             });
             bodies.push(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target: target(pod),
+                target: target(pod).into(),
             });
             for result in [
                 OpResult::Success,
@@ -644,7 +644,7 @@ mod tests {
             MountState::NotMounted,
         ] {
             bodies.push(Body::Reconstructed {
-                target: target(Some("p")),
+                target: target(Some("p")).into(),
                 state,
                 reason: "r".into(),
                 observed: None,

@@ -17,8 +17,8 @@ use crate::host::sys::Sys;
 use crate::journal::{Body, Journal, JournalError, OpResult};
 use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, SharedStr, Steps, StorageMedium, TargetKind,
-    TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    Layout, Operation, PluginName, PodUid, SharedParams, SharedStr, Steps, StorageMedium,
+    TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
@@ -34,19 +34,21 @@ pub enum Job {
         /// what to mount
         want: Box<VolumeToMount>,
         /// the device target's parameters, when it must be mounted first
-        device: Option<Box<TargetParams>>,
+        /// (shared, as every job's: the journal's state keeps the intent's
+        /// `Arc`, so a mounted target's parameters exist once)
+        device: Option<SharedParams>,
         /// the pod target's parameters
-        pod: Box<TargetParams>,
+        pod: SharedParams,
     },
     /// TearDown of one pod target.
     TearDown {
         /// the target (from the journal when it knows it, else the ASW)
-        params: TargetParams,
+        params: SharedParams,
     },
     /// UnmountDevice of a volume's device target.
     UnmountDevice {
         /// the target
-        params: TargetParams,
+        params: SharedParams,
     },
     /// The one-time forced cleanup of a target reconstruction could not
     /// rebuild ([`plugins::force_unmount`]): journaled as a TearDown (pod
@@ -54,7 +56,7 @@ pub enum Job {
     /// was never in the ASW).
     ForceCleanup {
         /// minimal parameters: a name for the journal, the plugin, the path
-        params: TargetParams,
+        params: SharedParams,
     },
 }
 
@@ -101,7 +103,7 @@ impl Job {
     /// The first step of the job when it is known before the job runs: its
     /// operation, steps and target. `None` for a mount with a device target
     /// (whether it is formatted first is read from the device on the worker).
-    pub fn first_step(&self) -> Option<(Operation, Steps, &TargetParams)> {
+    pub fn first_step(&self) -> Option<(Operation, Steps, &SharedParams)> {
         match self {
             Job::Mount {
                 device: Some(_), ..
@@ -400,7 +402,7 @@ impl Executor {
         &self,
         op: Operation,
         steps: Steps,
-        params: &TargetParams,
+        params: &SharedParams,
         ran: &mut Vec<Operation>,
         announced: &mut Option<Announced>,
         f: impl FnOnce() -> Result<crate::plugins::Outcome, PluginError>,
@@ -746,8 +748,8 @@ mod tests {
 
     fn mount_job(f: &Fixture, want: VolumeToMount, device: bool) -> Job {
         Job::Mount {
-            device: device.then(|| Box::new(device_params(&f.layout, &want))),
-            pod: Box::new(pod_params(&f.layout, &want)),
+            device: device.then(|| device_params(&f.layout, &want).into()),
+            pod: pod_params(&f.layout, &want).into(),
             want: Box::new(want),
         }
     }
@@ -1007,7 +1009,9 @@ mod tests {
         let w = want(tmpfs(), "p1", "cache");
         f.exec.run(&mount_job(&f, w.clone(), false));
         let params = pod_params(&f.layout, &w);
-        let report = f.exec.run(&Job::TearDown { params });
+        let report = f.exec.run(&Job::TearDown {
+            params: params.into(),
+        });
         assert_eq!(report.error, None);
         assert_eq!(report.ran, vec![Operation::TearDown]);
         assert!(

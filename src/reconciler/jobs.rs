@@ -4,25 +4,26 @@
 //! [`apply_update`] is the one place a finished job changes the ASW.
 
 use crate::journal::{JournalState, TargetKey};
-use crate::model::{Layout, TargetKind, TargetParams, TargetRef, UniqueVolumeName};
+use crate::model::{Layout, SharedParams, TargetKind, TargetParams, TargetRef, UniqueVolumeName};
 use crate::state::{ActualStateOfWorld, StateError};
 
 use super::executor::{AswUpdate, Job, device_params, pod_params};
 use super::plan::Action;
 
-/// The parameters of a target the journal knows, if it does.
+/// The parameters of a target the journal knows, if it does (its `Arc`:
+/// a clone is a count).
 fn journaled(
     state: Option<&JournalState>,
     volume: &UniqueVolumeName,
     target: TargetRef,
-) -> Option<TargetParams> {
+) -> Option<SharedParams> {
     let key = TargetKey {
         volume: volume.clone(),
         target,
     };
     state
         .and_then(|s| s.get(&key))
-        .map(|e| TargetParams::clone(e.current_params()))
+        .map(|e| e.current_params().clone())
 }
 
 /// The job for an action, or `None` when it needs no worker (`Forget`) or
@@ -35,8 +36,8 @@ pub fn job_for(
 ) -> Option<Job> {
     match action {
         Action::Mount { want, mount_device } => Some(Job::Mount {
-            device: mount_device.then(|| Box::new(device_params(layout, want))),
-            pod: Box::new(pod_params(layout, want)),
+            device: mount_device.then(|| SharedParams::new(device_params(layout, want))),
+            pod: SharedParams::new(pod_params(layout, want)),
             want: want.clone(),
         }),
         Action::TearDown { volume, pod } => {
@@ -59,7 +60,8 @@ pub fn job_for(
                     selinux: m.mount.selinux.context().cloned(),
                     mount_options: vec![],
                     fs_type: None,
-                },
+                }
+                .into(),
             })
         }
         Action::UnmountDevice { volume } => {
@@ -81,7 +83,8 @@ pub fn job_for(
                     selinux: v.selinux.context().cloned(),
                     mount_options: vec![],
                     fs_type: None,
-                },
+                }
+                .into(),
             })
         }
         Action::Forget { .. } => None,

@@ -1,7 +1,7 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
 use crate::journal::{Body, Entry, JournalState};
-use crate::model::{MountState, SeLinuxContext, SharedStr, TargetParams, TargetRef};
+use crate::model::{MountState, SeLinuxContext, SharedStr, TargetRef};
 use crate::state::{
     ActualStateOfWorld, DeviceMount, PodMount, SeLinuxState, StateError, VolumeMut,
 };
@@ -64,7 +64,7 @@ pub fn changed_journal_records<'a>(
 
 pub(super) fn record_of(d: &Decision) -> Body {
     Body::Reconstructed {
-        target: TargetParams::clone(&d.params),
+        target: d.params.clone(),
         state: d.result,
         reason: d.reason.as_str().to_owned(),
         observed: d.observed.clone(),

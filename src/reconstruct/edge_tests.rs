@@ -74,7 +74,7 @@ fn write_journal(j: &Journal) {
             .append(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target: local_params(target),
+                target: local_params(target).into(),
             })
             .unwrap();
         j.append(Body::Outcome {

@@ -222,7 +222,7 @@ impl Writer {
         self.push(Body::Intent {
             op,
             steps,
-            target: target.clone(),
+            target: target.clone().into(),
         })
     }
     fn outcome(&mut self, intent_seq: u64, op: Operation, result: OpResult, vol: Vol) {
