@@ -123,7 +123,7 @@ pub fn plan_forced(
                 target: f.target.clone(),
                 kind: TargetKind::Mount,
                 device_path: None,
-                device_mount_path: is_device.then(|| f.path.clone()),
+                device_mount_path: is_device.then(|| f.path.as_path().into()),
                 pod_mount_path: (!is_device).then(|| f.path.as_path().into()),
                 selinux: None,
                 mount_options: Vec::new(),

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::replay::{Body, Entry, JournalState, OpResult, Pending, Record};
 use crate::model::{
     DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, SharedParams,
-    Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    SharedStr, Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
 };
 
 /// One journal record as stored (format v1).
@@ -268,7 +268,7 @@ impl From<&TargetParams> for TargetV1 {
             pod_mount_path: p.pod_mount_path.as_deref().map(path_bytes),
             selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
             mount_options: p.mount_options.clone(),
-            fs_type: p.fs_type.clone(),
+            fs_type: p.fs_type.as_deref().map(str::to_owned),
         }
     }
 }
@@ -301,12 +301,12 @@ impl TryFrom<&TargetV1> for TargetParams {
             spec_name: t.spec_name.as_str().into(),
             target,
             kind,
-            device_path: t.device_path.as_deref().map(bytes_path),
-            device_mount_path: t.device_mount_path.as_deref().map(bytes_path),
+            device_path: t.device_path.as_deref().map(|b| bytes_path(b).into()),
+            device_mount_path: t.device_mount_path.as_deref().map(|b| bytes_path(b).into()),
             pod_mount_path: t.pod_mount_path.as_deref().map(|b| bytes_path(b).into()),
             selinux,
             mount_options: t.mount_options.clone(),
-            fs_type: t.fs_type.clone(),
+            fs_type: t.fs_type.as_deref().map(SharedStr::from),
         })
     }
 }
@@ -581,7 +581,7 @@ mod tests {
             }),
             kind: TargetKind::Mount,
             device_path: Some("/dev/loop3".into()),
-            device_mount_path: Some(PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y"))),
+            device_mount_path: Some(PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y")).into()),
             pod_mount_path: pod.map(|p| {
                 PathBuf::from(format!(
                     "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"

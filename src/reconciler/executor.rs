@@ -17,8 +17,8 @@ use crate::host::sys::Sys;
 use crate::journal::{Body, Journal, JournalError, OpResult};
 use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, SharedParams, SharedStr, Steps, StorageMedium,
-    TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps,
+    StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
@@ -300,7 +300,7 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
             VolumeSpec::EmptyDir {
                 medium: StorageMedium::Memory,
                 ..
-            } => Some("tmpfs".into()),
+            } => Some(SharedStr::tmpfs()),
             _ => fs_type,
         },
     }
@@ -324,23 +324,29 @@ pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     }
 }
 
-fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<PathBuf> {
+fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath> {
     match want.spec.device_target_kind() {
         Some(_) if want.plugin == PluginName::LocalVolume => {
-            Some(layout.local_device_path(&want.spec_name))
+            Some(layout.local_device_path(&want.spec_name).into())
         }
         _ => None,
     }
 }
 
-fn spec_details(spec: &VolumeSpec) -> (Option<PathBuf>, Vec<String>, Option<String>) {
+/// A spec's device path, mount options and fs type, as the parameters hold
+/// them (the path is the spec's own `Arc`).
+fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, Vec<String>, Option<SharedStr>) {
     match spec {
         VolumeSpec::Local {
             path,
             fs_type,
             mount_options,
             ..
-        } => (Some(path.clone()), mount_options.clone(), fs_type.clone()),
+        } => (
+            Some(path.clone()),
+            mount_options.clone(),
+            fs_type.as_deref().map(SharedStr::from),
+        ),
         VolumeSpec::EmptyDir {
             size_limit: Some(bytes),
             medium: StorageMedium::Memory,
@@ -562,8 +568,12 @@ impl Executor {
                     .ok_or_else(|| Failure::final_(format!("no plugin for {}", want.plugin)))?;
                 if let Some(dev) = device {
                     let device_mount = DeviceMount {
-                        device_path: dev.device_path.clone(),
-                        mount_path: dev.device_mount_path.clone().unwrap_or_default(),
+                        device_path: dev.device_path.as_deref().map(Path::to_path_buf),
+                        mount_path: dev
+                            .device_mount_path
+                            .as_deref()
+                            .map(Path::to_path_buf)
+                            .unwrap_or_default(),
                         selinux: dev.selinux.clone(),
                     };
                     let needs = plugin

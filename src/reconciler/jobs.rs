@@ -4,7 +4,9 @@
 //! [`apply_update`] is the one place a finished job changes the ASW.
 
 use crate::journal::{JournalState, TargetKey};
-use crate::model::{Layout, SharedParams, TargetKind, TargetParams, TargetRef, UniqueVolumeName};
+use crate::model::{
+    Layout, SharedParams, SharedPath, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+};
 use crate::state::{ActualStateOfWorld, StateError};
 
 use super::executor::{AswUpdate, Job, device_params, pod_params};
@@ -54,8 +56,14 @@ pub fn job_for(
                     spec_name: v.spec_name.clone(),
                     target,
                     kind: m.mount.kind,
-                    device_path: v.device.as_ref().and_then(|d| d.device_path.clone()),
-                    device_mount_path: v.device.as_ref().and_then(|d| d.mount_path.clone()),
+                    device_path: v
+                        .device
+                        .as_ref()
+                        .and_then(|d| d.device_path.as_deref().map(SharedPath::from)),
+                    device_mount_path: v
+                        .device
+                        .as_ref()
+                        .and_then(|d| d.mount_path.as_deref().map(SharedPath::from)),
                     pod_mount_path: Some(m.mount.mount_path.clone()),
                     selinux: m.mount.selinux.context().cloned(),
                     mount_options: vec![],
@@ -77,8 +85,8 @@ pub fn job_for(
                     spec_name: v.spec_name.clone(),
                     target: TargetRef::Device,
                     kind: TargetKind::Mount,
-                    device_path: d.device_path.clone(),
-                    device_mount_path: Some(d.mount_path.clone()?),
+                    device_path: d.device_path.as_deref().map(SharedPath::from),
+                    device_mount_path: Some(d.mount_path.as_deref()?.into()),
                     pod_mount_path: None,
                     selinux: v.selinux.context().cloned(),
                     mount_options: vec![],

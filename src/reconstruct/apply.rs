@@ -1,5 +1,7 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
+use std::path::Path;
+
 use crate::journal::{Body, Entry, JournalState};
 use crate::model::{MountState, SeLinuxContext, SharedStr, TargetRef};
 use crate::state::{
@@ -91,7 +93,7 @@ pub(super) fn record_of(d: &Decision) -> Body {
 pub fn apply_to_asw(out: &MergeOutput, asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
     let live = |d: &&Decision| d.result != MountState::NotMounted;
     let device_path = |d: &Decision| match d.key.target {
-        TargetRef::Device => d.params.device_path.clone(),
+        TargetRef::Device => d.params.device_path.as_deref().map(Path::to_path_buf),
         TargetRef::Pod(_) => None,
     };
     let mut errors = Vec::new();
@@ -169,7 +171,7 @@ fn apply_one(d: &Decision, volume: Option<&mut VolumeMut<'_>>) -> Result<(), Rec
         TargetRef::Device => {
             let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
             let mount = DeviceMount {
-                device_path: d.params.device_path.clone(),
+                device_path: d.params.device_path.as_deref().map(Path::to_path_buf),
                 mount_path,
                 selinux: label(d),
             };

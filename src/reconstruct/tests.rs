@@ -87,7 +87,7 @@ fn params(vol: Vol) -> TargetParams {
         target: TargetRef::Pod(pod()),
         kind: TargetKind::Mount,
         device_path: Some("/dev/loop3".into()),
-        device_mount_path: Some(device_mount_path()),
+        device_mount_path: Some(device_mount_path().into()),
         pod_mount_path: None,
         selinux: Some(ctx(LABEL)),
         mount_options: vec![],

@@ -373,7 +373,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             )));
         }
         return Ok(VolumeSpec::Local {
-            path,
+            path: path.into(),
             fs_type: fs_type(&local.fs_type),
             access_modes,
             mount_options,

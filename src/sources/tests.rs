@@ -415,11 +415,11 @@ fn objects_are_read_again_only_when_their_dir_changed() {
             .unwrap()
     };
     let first = s.poll_changes().unwrap();
-    assert_eq!(path_of(&first, "u1"), Path::new("/mnt/pv1"));
+    assert_eq!(path_of(&first, "u1"), Path::new("/mnt/pv1").into());
     // A pods-only change: the cached objects still resolve the claim.
     write(&d.pods, "q.yaml", &pod("q", "u2", CLAIM));
     let added = s.poll_changes().unwrap();
-    assert_eq!(path_of(&added, "u2"), Path::new("/mnt/pv1"));
+    assert_eq!(path_of(&added, "u2"), Path::new("/mnt/pv1").into());
     // An object edited in place is read again.
     write(
         &d.objects,
@@ -428,7 +428,7 @@ fn objects_are_read_again_only_when_their_dir_changed() {
     );
     let changed = s.poll_changes().unwrap();
     assert_eq!(changed.len(), 2, "{changed:?}");
-    assert_eq!(path_of(&changed, "u1"), Path::new("/mnt/pv1-moved"));
+    assert_eq!(path_of(&changed, "u1"), Path::new("/mnt/pv1-moved").into());
 }
 
 #[test]
@@ -456,10 +456,10 @@ fn a_pods_only_poll_reuses_the_objects_listing_and_a_full_one_lists_it_again() {
         other => panic!("{other:?}"),
     };
     let added = s.poll_pods_changes().unwrap();
-    assert_eq!(spec_path(&added), Path::new("/mnt/pv1"));
+    assert_eq!(spec_path(&added), Path::new("/mnt/pv1").into());
     assert_eq!(s.poll_pods_changes(), None, "nothing new in the pods dir");
     let moved = s.poll_changes().unwrap();
-    assert_eq!(spec_path(&moved), Path::new("/mnt/pv1-moved"));
+    assert_eq!(spec_path(&moved), Path::new("/mnt/pv1-moved").into());
     assert_eq!(s.poll_changes(), None);
 }
 
