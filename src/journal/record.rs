@@ -515,7 +515,7 @@ impl From<&Entry> for EntryV1 {
             observed: e.observed.as_deref().map(IdentityV1::from),
             last_seq: e.last_seq,
             boot_id: e.boot_id.to_string(),
-            reason: e.reason.clone(),
+            reason: e.reason.as_deref().map(str::to_owned),
         }
     }
 }
@@ -541,7 +541,7 @@ impl TryFrom<&EntryV1> for Entry {
             observed: identity(&e.observed)?.map(Box::new),
             last_seq: e.last_seq,
             boot_id: e.boot_id.as_str().into(),
-            reason: e.reason.clone(),
+            reason: e.reason.as_deref().map(SharedStr::from),
         })
     }
 }

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::model::{
-    MountIdentity, MountState, Operation, SharedParams, Steps, TargetParams, TargetRef,
+    MountIdentity, MountState, Operation, SharedParams, SharedStr, Steps, TargetParams, TargetRef,
     UniqueVolumeName,
 };
 
@@ -146,8 +146,10 @@ pub struct Entry {
     /// boot id of that record (shared: a journal's entries hold a handful
     /// of distinct boot ids)
     pub boot_id: Arc<str>,
-    /// reason of the last reconstruction decision, if any
-    pub reason: Option<String>,
+    /// reason of the last reconstruction decision, if any (a `SharedStr`,
+    /// 16 bytes, where a `String` made every entry a malloc size class
+    /// larger)
+    pub reason: Option<SharedStr>,
 }
 
 impl Entry {
@@ -277,7 +279,7 @@ impl JournalState {
                         observed: observed.clone().map(Box::new),
                         last_seq: rec.seq,
                         boot_id,
-                        reason: Some(reason.clone()),
+                        reason: Some(reason.as_str().into()),
                     }),
                 );
             }
