@@ -493,11 +493,15 @@ impl MountState {
 /// An SELinux context `user:role:type[:level]`, with the MCS categories of
 /// the level normalised (sorted, so `s0:c20,c10` equals `s0:c10,c20`).
 ///
-/// Shared (`Arc<str>`): a volume's label is held by the DSW (twice), each
-/// pod's record, the ASW and the journal's parameters; a clone is a count,
-/// and an `Option` of it is 16 bytes, not 24. Serialises as a string.
+/// Shared: a volume's label is held by the DSW (twice), each pod's record,
+/// the ASW (twice) and the journal's parameters, and a clone is a count.
+/// An `Arc<String>`, not an `Arc<str>`, on purpose: a thin pointer, so an
+/// `Option` of it is 8 bytes and the ASW's three-way `SeLinuxState` 16
+/// (with SELinux off every one of them is empty, yet a wide pointer made
+/// each record holding them a malloc size class larger). Serialises as a
+/// string.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SeLinuxContext(Arc<str>);
+pub struct SeLinuxContext(Arc<String>);
 
 impl Serialize for SeLinuxContext {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -507,7 +511,7 @@ impl Serialize for SeLinuxContext {
 
 impl<'de> Deserialize<'de> for SeLinuxContext {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Self(s.into()))
+        String::deserialize(d).map(|s| Self(Arc::new(s)))
     }
 }
 
@@ -535,7 +539,7 @@ impl SeLinuxContext {
             out.push(':');
             out.push_str(&normalise_level(level).ok_or_else(bad)?);
         }
-        Ok(Self(out.into()))
+        Ok(Self(Arc::new(out)))
     }
     /// The normalised context.
     pub fn as_str(&self) -> &str {
