@@ -800,8 +800,9 @@ pub struct PodVolume {
     pub spec_name: String,
     /// `pod.spec.volumes[x].name`
     pub outer_name: String,
-    /// the spec
-    pub spec: VolumeSpec,
+    /// the spec (shared: a claim's is its PersistentVolume's, as the
+    /// static objects hold it, and the DSW keeps this `Arc`)
+    pub spec: Arc<VolumeSpec>,
     /// the SELinux label to mount with, if any
     pub selinux: Option<SeLinuxContext>,
 }

@@ -285,7 +285,7 @@ mod tests {
             volume: PodVolume::unique_name(&spec, &uid, "other"),
             spec_name: "other".into(),
             outer_name: "other".into(),
-            spec,
+            spec: spec.into(),
             selinux: None,
         };
         dsw.add_pod_to_volume(&uid, v, LabelCheck::default())

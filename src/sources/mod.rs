@@ -55,6 +55,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{PodUid, PodVolume};
@@ -404,7 +405,7 @@ impl Sources {
         let mut volumes = Vec::with_capacity(p.volumes.len());
         for v in p.volumes {
             let (outer, spec_name, spec) = match v {
-                ParsedVolume::Inline { name, spec } => (name.clone(), name, spec),
+                ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
                 ParsedVolume::Claim { name, claim_name } => {
                     match self
                         .objects
@@ -524,10 +525,17 @@ impl Sources {
 /// gets a device target (format, MountDevice, bind), anything else is bound
 /// as a directory. Decided again whenever the pod's manifest or the objects
 /// change; a device that appears later is seen on the next such change.
-fn mark_block_device(spec: &mut crate::model::VolumeSpec) {
+/// The spec stays the PV's own (shared) unless this changes it.
+fn mark_block_device(spec: &mut Arc<crate::model::VolumeSpec>) {
+    use crate::model::VolumeSpec;
     use std::os::unix::fs::FileTypeExt;
-    if let crate::model::VolumeSpec::Local { path, is_block, .. } = spec {
-        *is_block = std::fs::metadata(&*path).is_ok_and(|m| m.file_type().is_block_device());
+    if let VolumeSpec::Local { path, is_block, .. } = &**spec {
+        let block = std::fs::metadata(&**path).is_ok_and(|m| m.file_type().is_block_device());
+        if block != *is_block
+            && let VolumeSpec::Local { is_block, .. } = Arc::make_mut(spec)
+        {
+            *is_block = block;
+        }
     }
 }
 

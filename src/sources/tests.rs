@@ -191,7 +191,7 @@ fn empty_dir(u: &str, name: &str) -> PodVolume {
         volume: PodVolume::unique_name(&spec, &uid(u), name),
         spec_name: name.into(),
         outer_name: name.into(),
-        spec,
+        spec: spec.into(),
         selinux: None,
     }
 }
@@ -405,7 +405,7 @@ fn objects_are_read_again_only_when_their_dir_changed() {
             .iter()
             .find_map(|e| match e {
                 SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if p.uid == uid(u) => {
-                    match &p.volumes[0].spec {
+                    match &*p.volumes[0].spec {
                         VolumeSpec::Local { path, .. } => Some(path.clone()),
                         _ => None,
                     }
@@ -449,7 +449,7 @@ fn a_pods_only_poll_reuses_the_objects_listing_and_a_full_one_lists_it_again() {
         &PV_PVC.replace("/mnt/pv1", "/mnt/pv1-moved"),
     );
     let spec_path = |events: &[SourceEvent]| match events {
-        [SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p)] => match &p.volumes[0].spec {
+        [SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p)] => match &*p.volumes[0].spec {
             VolumeSpec::Local { path, .. } => path.clone(),
             other => panic!("{other:?}"),
         },
@@ -496,7 +496,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
             volume: PodVolume::unique_name(&spec, &uid(u), "pv1"),
             spec_name: "pv1".into(),
             outer_name: "data".into(),
-            spec: spec.clone(),
+            spec: spec.clone().into(),
             selinux: None,
         };
         let mut p = desired(u, u, vec![volume]);

@@ -141,8 +141,8 @@ impl DesiredStateOfWorld {
         let last_spec = &mut self.last_spec[volume.spec.plugin() as usize];
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
             let spec = match last_spec {
-                Some(s) if **s == volume.spec => s.clone(),
-                _ => last_spec.insert(Arc::new(volume.spec.clone())).clone(),
+                Some(s) if **s == *volume.spec => s.clone(),
+                _ => last_spec.insert(volume.spec.clone()).clone(),
             };
             Box::new(DesiredVolume {
                 plugin: volume.spec.plugin(),
@@ -170,8 +170,8 @@ impl DesiredStateOfWorld {
             conflict = Some(c);
         }
         // a new `Arc` only for a changed spec: the ASW shares the old one
-        if *entry.spec != volume.spec {
-            entry.spec = Arc::new(volume.spec);
+        if *entry.spec != *volume.spec {
+            entry.spec = volume.spec;
         }
         entry.pods.insert(pod.clone(), record);
         Ok(AddedPod {
@@ -381,7 +381,7 @@ mod tests {
             volume: local(),
             spec_name: "pv1".into(),
             outer_name: format!("data-{pod}"),
-            spec: local_spec(),
+            spec: local_spec().into(),
             selinux,
         }
     }
@@ -467,7 +467,7 @@ mod tests {
             volume: PodVolume::unique_name(&ed, &a, "cache"),
             spec_name: "cache".into(),
             outer_name: "cache".into(),
-            spec: ed,
+            spec: ed.into(),
             selinux: None,
         };
         let cache_name = cache.volume.clone();
@@ -525,7 +525,7 @@ mod tests {
                 volume: PodVolume::unique_name(spec, &p, "scratch"),
                 spec_name: "scratch".into(),
                 outer_name: "scratch".into(),
-                spec: spec.clone(),
+                spec: spec.clone().into(),
                 selinux: None,
             };
             let added = dsw
@@ -562,7 +562,7 @@ mod tests {
                     volume: PodVolume::unique_name(&spec, &p, &outer),
                     spec_name: outer.clone(),
                     outer_name: outer,
-                    spec: spec.clone(),
+                    spec: spec.clone().into(),
                     selinux: None,
                 };
                 let added = dsw.add_pod_to_volume(&p, v, LabelCheck::default());
