@@ -152,8 +152,8 @@ fn intent(thread: usize, i: usize) -> Body {
             spec_name: pv.as_str().into(),
             target: TargetRef::Pod(pod.clone()),
             kind: TargetKind::Mount,
-            device_path: Some(PathBuf::from(format!("/mnt/disks/ssd{}", i % 4))),
-            device_mount_path: Some(layout.local_device_path(&pv)),
+            device_path: Some(PathBuf::from(format!("/mnt/disks/ssd{}", i % 4)).into()),
+            device_mount_path: Some(layout.local_device_path(&pv).into()),
             pod_mount_path: Some(layout.pod_target_path(&pod, plugin, &pv).into()),
             selinux: Some(
                 SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c123,c456")
@@ -161,7 +161,8 @@ fn intent(thread: usize, i: usize) -> Body {
             ),
             mount_options: vec!["rw".into(), "relatime".into()],
             fs_type: Some("ext4".into()),
-        },
+        }
+        .into(),
     }
 }
 

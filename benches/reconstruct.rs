@@ -149,8 +149,8 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         },
         target,
         kind: TargetKind::Mount,
-        device_path: Some(device.to_owned()),
-        device_mount_path: Some(layout.local_device_path(PV)),
+        device_path: Some(device.to_owned().into()),
+        device_mount_path: Some(layout.local_device_path(PV).into()),
         selinux: None,
         mount_options: vec![],
         fs_type: Some("ext4".into()),
@@ -165,7 +165,7 @@ fn journal_done(j: &Journal, ops: &[(Operation, TargetParams)], table: &MountTab
         .map(|(op, p)| Body::Intent {
             op: *op,
             steps: Steps::Single,
-            target: p.clone(),
+            target: p.clone().into(),
         })
         .collect();
     let seqs = j.append_batch(intents).expect("append intents");

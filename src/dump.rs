@@ -127,7 +127,7 @@ fn params_json(p: &TargetParams) -> ParamsJson {
         pod_mount_path: lossy(p.pod_mount_path.as_deref()),
         selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
         mount_options: p.mount_options.clone(),
-        fs_type: p.fs_type.clone(),
+        fs_type: p.fs_type.as_deref().map(str::to_owned),
     }
 }
 
@@ -238,8 +238,8 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
             TargetRef::Device => {
                 v.device = Some(DeviceSnapshot {
                     state: e.reported_state(),
-                    device_path: p.device_path.clone(),
-                    mount_path: p.device_mount_path.clone(),
+                    device_path: p.device_path.as_deref().map(Path::to_path_buf),
+                    mount_path: p.device_mount_path.as_deref().map(Path::to_path_buf),
                     selinux_context: selinux_of(e),
                 })
             }
@@ -512,7 +512,7 @@ mod tests {
                 Body::Intent {
                     op: Operation::MountDevice,
                     steps: Steps::Single,
-                    target: params(TargetRef::Device, None),
+                    target: params(TargetRef::Device, None).into(),
                 },
             ),
             rec(
@@ -529,7 +529,7 @@ mod tests {
                 Body::Intent {
                     op: Operation::SetUp,
                     steps: Steps::Single,
-                    target: params(pod, Some("u:r:t:s0:c2,c1")),
+                    target: params(pod, Some("u:r:t:s0:c2,c1")).into(),
                 },
             ),
         ])

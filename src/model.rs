@@ -275,6 +275,14 @@ impl SharedStr {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// `tmpfs`, one allocation for the whole process: the fs type of every
+    /// memory emptyDir's parameters.
+    pub fn tmpfs() -> Self {
+        static TMPFS: std::sync::LazyLock<SharedStr> =
+            std::sync::LazyLock::new(|| SharedStr::from("tmpfs"));
+        TMPFS.clone()
+    }
 }
 
 impl std::ops::Deref for SharedStr {
@@ -484,9 +492,28 @@ impl MountState {
 
 /// An SELinux context `user:role:type[:level]`, with the MCS categories of
 /// the level normalised (sorted, so `s0:c20,c10` equals `s0:c10,c20`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SeLinuxContext(String);
+///
+/// Shared: a volume's label is held by the DSW (twice), each pod's record,
+/// the ASW (twice) and the journal's parameters, and a clone is a count.
+/// An `Arc<String>`, not an `Arc<str>`, on purpose: a thin pointer, so an
+/// `Option` of it is 8 bytes and the ASW's three-way `SeLinuxState` 16
+/// (with SELinux off every one of them is empty, yet a wide pointer made
+/// each record holding them a malloc size class larger). Serialises as a
+/// string.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SeLinuxContext(Arc<String>);
+
+impl Serialize for SeLinuxContext {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SeLinuxContext {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| Self(Arc::new(s)))
+    }
+}
 
 impl SeLinuxContext {
     /// Parses and normalises a context.
@@ -512,7 +539,7 @@ impl SeLinuxContext {
             out.push(':');
             out.push_str(&normalise_level(level).ok_or_else(bad)?);
         }
-        Ok(Self(out))
+        Ok(Self(Arc::new(out)))
     }
     /// The normalised context.
     pub fn as_str(&self) -> &str {
@@ -674,15 +701,16 @@ pub enum VolumeSpec {
     },
     /// A hostPath.
     HostPath {
-        /// the host path
-        path: PathBuf,
+        /// the host path (shared with the parameters of its targets)
+        path: SharedPath,
         /// the type check
         host_path_type: HostPathType,
     },
     /// A local PersistentVolume.
     Local {
-        /// `spec.local.path`: a block device or a directory
-        path: PathBuf,
+        /// `spec.local.path`: a block device or a directory (shared with
+        /// the parameters of its targets, where it is the device path)
+        path: SharedPath,
         /// `spec.local.fsType` (for block devices), e.g. `ext4`
         fs_type: Option<String>,
         /// the PV's access modes
@@ -772,8 +800,9 @@ pub struct PodVolume {
     pub spec_name: String,
     /// `pod.spec.volumes[x].name`
     pub outer_name: String,
-    /// the spec
-    pub spec: VolumeSpec,
+    /// the spec (shared: a claim's is its PersistentVolume's, as the
+    /// static objects hold it, and the DSW keeps this `Arc`)
+    pub spec: Arc<VolumeSpec>,
     /// the SELinux label to mount with, if any
     pub selinux: Option<SeLinuxContext>,
 }
@@ -881,10 +910,11 @@ pub struct TargetParams {
     pub target: TargetRef,
     /// What the target is on disk.
     pub kind: TargetKind,
-    /// The device (block device, or the source dir for a bind), if any.
-    pub device_path: Option<PathBuf>,
+    /// The device (block device, or the source dir for a bind), if any
+    /// (shared: one allocation however many targets name it).
+    pub device_path: Option<SharedPath>,
     /// The device (global) mount path, if the volume has one.
-    pub device_mount_path: Option<PathBuf>,
+    pub device_mount_path: Option<SharedPath>,
     /// The per-pod path, for pod targets (shared with the ASW's pod target
     /// and the journal's state: a clone is a count).
     pub pod_mount_path: Option<SharedPath>,
@@ -892,8 +922,9 @@ pub struct TargetParams {
     pub selinux: Option<SeLinuxContext>,
     /// Mount options (without the context option).
     pub mount_options: Vec<String>,
-    /// The filesystem type, if known.
-    pub fs_type: Option<String>,
+    /// The filesystem type, if known (shared: every memory emptyDir's is
+    /// the one [`SharedStr::tmpfs`]).
+    pub fs_type: Option<SharedStr>,
 }
 
 /// One target's parameters, shared (`Arc`): the journal's state holds them

@@ -51,7 +51,7 @@ fn write_journal(dir: &Path) {
         .append(Body::Intent {
             op: Operation::MountDevice,
             steps: Steps::Single,
-            target: params(vol, TargetRef::Device),
+            target: params(vol, TargetRef::Device).into(),
         })
         .unwrap();
     j.append(Body::Outcome {
@@ -65,7 +65,7 @@ fn write_journal(dir: &Path) {
     j.append(Body::Intent {
         op: Operation::SetUp,
         steps: Steps::Single,
-        target: params(vol, pod),
+        target: params(vol, pod).into(),
     })
     .unwrap();
     j.append(Body::Intent {
@@ -74,7 +74,8 @@ fn write_journal(dir: &Path) {
         target: params(
             "kubernetes.io/local-volume/pv2",
             TargetRef::Pod(PodUid::new("pod-2").unwrap()),
-        ),
+        )
+        .into(),
     })
     .unwrap();
 }

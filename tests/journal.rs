@@ -61,7 +61,7 @@ fn intent(i: u64) -> Body {
     Body::Intent {
         op: Operation::SetUp,
         steps: Steps::Single,
-        target: target(i),
+        target: target(i).into(),
     }
 }
 

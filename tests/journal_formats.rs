@@ -76,7 +76,7 @@ fn write_v1(dir: &Path) {
         .append(Body::Intent {
             op: Operation::FormatDevice,
             steps: Steps::Multi,
-            target: device(),
+            target: device().into(),
         })
         .unwrap();
     j.append(Body::Outcome {
@@ -90,7 +90,7 @@ fn write_v1(dir: &Path) {
         .append(Body::Intent {
             op: Operation::MountDevice,
             steps: Steps::Single,
-            target: device(),
+            target: device().into(),
         })
         .unwrap();
     j.append(Body::Outcome {
@@ -104,7 +104,7 @@ fn write_v1(dir: &Path) {
         .append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
-            target: pod("pod-a"),
+            target: pod("pod-a").into(),
         })
         .unwrap();
     j.append(Body::Outcome {
@@ -119,7 +119,7 @@ fn write_v1(dir: &Path) {
         .append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
-            target: pod("pod-b"),
+            target: pod("pod-b").into(),
         })
         .unwrap();
     j.append(Body::Outcome {
@@ -132,7 +132,7 @@ fn write_v1(dir: &Path) {
     j.append(Body::Intent {
         op: Operation::TearDown,
         steps: Steps::Single,
-        target: pod("pod-a"),
+        target: pod("pod-a").into(),
     })
     .unwrap();
     j.close().unwrap();
@@ -146,7 +146,7 @@ fn golden_record() -> Record {
         body: Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
-            target: pod("pod-a"),
+            target: pod("pod-a").into(),
         },
     }
 }

@@ -141,8 +141,8 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         spec_name: "pv1".into(),
         target,
         kind: TargetKind::Mount,
-        device_path: Some(device.to_owned()),
-        device_mount_path: Some(layout.local_device_path("pv1")),
+        device_path: Some(device.to_owned().into()),
+        device_mount_path: Some(layout.local_device_path("pv1").into()),
         pod_mount_path,
         selinux: None,
         mount_options: Vec::new(),
@@ -164,7 +164,7 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
         let lo = LoopDevice::attach(&image);
         let layout = Layout::new(scratch.path().join("kubelet"));
         let spec = VolumeSpec::Local {
-            path: lo.path().to_owned(),
+            path: lo.path().to_owned().into(),
             fs_type: Some("ext4".into()),
             access_modes: Vec::new(),
             mount_options: Vec::new(),

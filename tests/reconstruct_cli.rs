@@ -107,7 +107,7 @@ fn local(target: TargetRef) -> TargetParams {
         target,
         kind: TargetKind::Mount,
         device_path: Some("/dev/loop0".into()),
-        device_mount_path: Some(layout.local_device_path("pv-local-1")),
+        device_mount_path: Some(layout.local_device_path("pv-local-1").into()),
         selinux: None,
         mount_options: vec![],
         fs_type: Some("ext4".into()),
@@ -140,7 +140,7 @@ fn write_journal(dir: &Path) {
             .append(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target: local(target),
+                target: local(target).into(),
             })
             .unwrap();
         j.append(Body::Outcome {
@@ -364,7 +364,7 @@ fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> Tar
         target,
         kind: TargetKind::Mount,
         device_path: Some(format!("/dev/loop{minor}").into()),
-        device_mount_path: Some(layout.local_device_path(pv)),
+        device_mount_path: Some(layout.local_device_path(pv).into()),
         selinux: label,
         mount_options: vec![],
         fs_type: Some("ext4".into()),
@@ -434,7 +434,7 @@ fn selinux_labels_in_the_mount_table_are_checked_against_the_journal() {
             .append(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target,
+                target: target.into(),
             })
             .unwrap();
         j.append(Body::Outcome {

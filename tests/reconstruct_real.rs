@@ -73,8 +73,8 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         },
         target,
         kind: TargetKind::Mount,
-        device_path: Some(device.to_owned()),
-        device_mount_path: Some(layout.local_device_path("pv1")),
+        device_path: Some(device.to_owned().into()),
+        device_mount_path: Some(layout.local_device_path("pv1").into()),
         selinux: None,
         mount_options: vec![],
         fs_type: Some("ext4".into()),
@@ -87,7 +87,7 @@ fn done(j: &Journal, op: Operation, p: &TargetParams, observed: Option<MountIden
         .append(Body::Intent {
             op,
             steps: Steps::Single,
-            target: p.clone(),
+            target: p.clone().into(),
         })
         .unwrap();
     j.append(Body::Outcome {
@@ -174,7 +174,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
-            target: intent_done.clone(),
+            target: intent_done.clone().into(),
         })
         .unwrap();
         mount_tmpfs_for(&intent_done); // the mount happened, the outcome never got written
@@ -184,7 +184,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
-            target: intent_not_done.clone(),
+            target: intent_not_done.clone().into(),
         })
         .unwrap();
 
@@ -192,7 +192,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Multi,
-            target: multi.clone(),
+            target: multi.clone().into(),
         })
         .unwrap();
         mount_tmpfs_for(&multi); // tmpfs mounted, ownership step may not have run
@@ -203,7 +203,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         j.append(Body::Intent {
             op: Operation::TearDown,
             steps: Steps::Single,
-            target: torn_down.clone(),
+            target: torn_down.clone().into(),
         })
         .unwrap();
         umount(torn_down.pod_mount_path.as_ref().unwrap()); // the umount happened, no outcome

@@ -43,7 +43,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::model::{
-    PluginName, PodUid, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    PluginName, PodUid, SharedParams, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    VolumeSpec,
 };
 use crate::reconciler::executor::{Job, JobReport, Queued};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
@@ -61,7 +62,7 @@ pub enum Step {
     /// counted; nothing is mounted there
     NothingMounted,
     /// counted; unmount it with these parameters
-    Unmount(Box<TargetParams>),
+    Unmount(SharedParams),
 }
 
 /// The name the journal records a forced cleanup under: the plugin and the
@@ -115,14 +116,14 @@ pub fn plan_forced(
                 return Step::NothingMounted;
             }
             let is_device = f.target == TargetRef::Device;
-            Step::Unmount(Box::new(TargetParams {
+            Step::Unmount(SharedParams::new(TargetParams {
                 volume: journal_name(f),
                 plugin,
                 spec_name: f.spec_name.as_str().into(),
                 target: f.target.clone(),
                 kind: TargetKind::Mount,
                 device_path: None,
-                device_mount_path: is_device.then(|| f.path.clone()),
+                device_mount_path: is_device.then(|| f.path.as_path().into()),
                 pod_mount_path: (!is_device).then(|| f.path.as_path().into()),
                 selinux: None,
                 mount_options: Vec::new(),
@@ -172,7 +173,7 @@ impl EventLoop {
                 }
                 Step::Unmount(params) => {
                     self.metrics.ops.force_cleaned.inc();
-                    let job = Job::ForceCleanup { params: *params };
+                    let job = Job::ForceCleanup { params };
                     let key = job.key();
                     if !self.pending.start(&key, now) {
                         self.metrics.ops.force_cleaned_errors.inc();
@@ -284,7 +285,7 @@ mod tests {
             volume: PodVolume::unique_name(&spec, &uid, "other"),
             spec_name: "other".into(),
             outer_name: "other".into(),
-            spec,
+            spec: spec.into(),
             selinux: None,
         };
         dsw.add_pod_to_volume(&uid, v, LabelCheck::default())

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::replay::{Body, Entry, JournalState, OpResult, Pending, Record};
 use crate::model::{
     DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, SharedParams,
-    Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    SharedStr, Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
 };
 
 /// One journal record as stored (format v1).
@@ -268,7 +268,7 @@ impl From<&TargetParams> for TargetV1 {
             pod_mount_path: p.pod_mount_path.as_deref().map(path_bytes),
             selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
             mount_options: p.mount_options.clone(),
-            fs_type: p.fs_type.clone(),
+            fs_type: p.fs_type.as_deref().map(str::to_owned),
         }
     }
 }
@@ -301,12 +301,12 @@ impl TryFrom<&TargetV1> for TargetParams {
             spec_name: t.spec_name.as_str().into(),
             target,
             kind,
-            device_path: t.device_path.as_deref().map(bytes_path),
-            device_mount_path: t.device_mount_path.as_deref().map(bytes_path),
+            device_path: t.device_path.as_deref().map(|b| bytes_path(b).into()),
+            device_mount_path: t.device_mount_path.as_deref().map(|b| bytes_path(b).into()),
             pod_mount_path: t.pod_mount_path.as_deref().map(|b| bytes_path(b).into()),
             selinux,
             mount_options: t.mount_options.clone(),
-            fs_type: t.fs_type.clone(),
+            fs_type: t.fs_type.as_deref().map(SharedStr::from),
         })
     }
 }
@@ -394,7 +394,7 @@ impl From<&Record> for RecordV1 {
             Body::Intent { op, steps, target } => BodyV1::Intent {
                 op: (*op).into(),
                 multi_step: (*steps).into(),
-                target: target.into(),
+                target: (&**target).into(),
             },
             Body::Outcome {
                 intent_seq,
@@ -417,7 +417,7 @@ impl From<&Record> for RecordV1 {
                 reason,
                 observed,
             } => BodyV1::Reconstructed {
-                target: target.into(),
+                target: (&**target).into(),
                 state: (*state).into(),
                 reason: reason.clone(),
                 observed: observed.as_ref().map(IdentityV1::from),
@@ -454,7 +454,7 @@ impl TryFrom<&RecordV1> for Record {
             } => Body::Intent {
                 op: (*op).into(),
                 steps: steps_of(*multi_step),
-                target: target.try_into()?,
+                target: SharedParams::new(target.try_into()?),
             },
             BodyV1::Outcome {
                 intent_seq,
@@ -477,7 +477,7 @@ impl TryFrom<&RecordV1> for Record {
                 reason,
                 observed,
             } => Body::Reconstructed {
-                target: target.try_into()?,
+                target: SharedParams::new(target.try_into()?),
                 state: (*state).into(),
                 reason: reason.clone(),
                 observed: identity(observed)?,
@@ -515,7 +515,7 @@ impl From<&Entry> for EntryV1 {
             observed: e.observed.as_deref().map(IdentityV1::from),
             last_seq: e.last_seq,
             boot_id: e.boot_id.to_string(),
-            reason: e.reason.clone(),
+            reason: e.reason.as_deref().map(str::to_owned),
         }
     }
 }
@@ -541,7 +541,7 @@ impl TryFrom<&EntryV1> for Entry {
             observed: identity(&e.observed)?.map(Box::new),
             last_seq: e.last_seq,
             boot_id: e.boot_id.as_str().into(),
-            reason: e.reason.clone(),
+            reason: e.reason.as_deref().map(SharedStr::from),
         })
     }
 }
@@ -581,7 +581,7 @@ mod tests {
             }),
             kind: TargetKind::Mount,
             device_path: Some("/dev/loop3".into()),
-            device_mount_path: Some(PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y"))),
+            device_mount_path: Some(PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y")).into()),
             pod_mount_path: pod.map(|p| {
                 PathBuf::from(format!(
                     "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"
@@ -618,12 +618,12 @@ mod tests {
             bodies.push(Body::Intent {
                 op,
                 steps: Steps::Multi,
-                target: target(pod),
+                target: target(pod).into(),
             });
             bodies.push(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target: target(pod),
+                target: target(pod).into(),
             });
             for result in [
                 OpResult::Success,
@@ -644,7 +644,7 @@ mod tests {
             MountState::NotMounted,
         ] {
             bodies.push(Body::Reconstructed {
-                target: target(Some("p")),
+                target: target(Some("p")).into(),
                 state,
                 reason: "r".into(),
                 observed: None,

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::model::{
-    MountIdentity, MountState, Operation, SharedParams, Steps, TargetParams, TargetRef,
+    MountIdentity, MountState, Operation, SharedParams, SharedStr, Steps, TargetParams, TargetRef,
     UniqueVolumeName,
 };
 
@@ -48,7 +48,9 @@ pub enum Body {
         /// one syscall or several steps
         steps: Steps,
         /// the target and everything needed to redo or undo the operation
-        target: TargetParams,
+        /// (shared: the journal's state keeps this very `Arc` for the
+        /// target, so the job that wrote it and the state hold one copy)
+        target: SharedParams,
     },
     /// An operation finished.
     Outcome {
@@ -63,8 +65,8 @@ pub enum Body {
     },
     /// Reconstruction decided a target's state.
     Reconstructed {
-        /// the target
-        target: TargetParams,
+        /// the target (shared, as an intent's: the state keeps this `Arc`)
+        target: SharedParams,
         /// the decision
         state: MountState,
         /// the merge-table row that decided it
@@ -144,8 +146,10 @@ pub struct Entry {
     /// boot id of that record (shared: a journal's entries hold a handful
     /// of distinct boot ids)
     pub boot_id: Arc<str>,
-    /// reason of the last reconstruction decision, if any
-    pub reason: Option<String>,
+    /// reason of the last reconstruction decision, if any (a `SharedStr`,
+    /// 16 bytes, where a `String` made every entry a malloc size class
+    /// larger)
+    pub reason: Option<SharedStr>,
 }
 
 impl Entry {
@@ -269,13 +273,13 @@ impl JournalState {
                 self.entries.insert(
                     key,
                     Box::new(Entry {
-                        params: SharedParams::new(target.clone()),
+                        params: target.clone(),
                         state: *state,
                         pending: None,
                         observed: observed.clone().map(Box::new),
                         last_seq: rec.seq,
                         boot_id,
-                        reason: Some(reason.clone()),
+                        reason: Some(reason.as_str().into()),
                     }),
                 );
             }
@@ -315,9 +319,9 @@ impl JournalState {
         });
     }
 
-    fn apply_intent(&mut self, rec: &Record, op: Operation, steps: Steps, target: &TargetParams) {
+    fn apply_intent(&mut self, rec: &Record, op: Operation, steps: Steps, target: &SharedParams) {
         let key = TargetKey::of(target);
-        let params = SharedParams::new(target.clone());
+        let params = target.clone();
         let pending = Box::new(Pending {
             op,
             intent_seq: rec.seq,
@@ -436,7 +440,7 @@ mod tests {
             Body::Intent {
                 op,
                 steps,
-                target: params(TargetRef::Device),
+                target: params(TargetRef::Device).into(),
             },
         )
     }
@@ -549,7 +553,7 @@ mod tests {
         s.apply(&rec(
             2,
             Body::Reconstructed {
-                target: params(TargetRef::Device),
+                target: params(TargetRef::Device).into(),
                 state: MountState::Uncertain,
                 reason: "multi_step_intent".into(),
                 observed: None,
@@ -584,7 +588,7 @@ mod tests {
             Body::Intent {
                 op: Operation::SetUp,
                 steps: Steps::Single,
-                target: params(pod.clone()),
+                target: params(pod.clone()).into(),
             },
         ));
         s.apply(&intent(2, Operation::MountDevice, Steps::Single));

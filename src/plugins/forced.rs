@@ -58,7 +58,6 @@ mod tests {
     use crate::host::recording_sys::RecordingSys;
     use crate::model::{PluginName, PodUid, TargetKind, UniqueVolumeName};
     use crate::plugins::Action;
-    use std::path::PathBuf;
 
     fn params(target: TargetRef, path: &str) -> TargetParams {
         let pod = matches!(target, TargetRef::Pod(_));
@@ -69,7 +68,7 @@ mod tests {
             target,
             kind: TargetKind::Mount,
             device_path: None,
-            device_mount_path: (!pod).then(|| PathBuf::from(path)),
+            device_mount_path: (!pod).then(|| Path::new(path).into()),
             pod_mount_path: pod.then(|| Path::new(path).into()),
             selinux: None,
             mount_options: Vec::new(),

@@ -128,7 +128,7 @@ mod tests {
 
     fn spec(path: &str, t: HostPathType) -> VolumeSpec {
         VolumeSpec::HostPath {
-            path: PathBuf::from(path),
+            path: PathBuf::from(path).into(),
             host_path_type: t,
         }
     }

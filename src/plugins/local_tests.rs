@@ -38,7 +38,7 @@ fn host(format: DiskFormat) -> RecordingSys {
 
 fn block_spec() -> VolumeSpec {
     VolumeSpec::Local {
-        path: p(DEV),
+        path: p(DEV).into(),
         fs_type: Some("ext4".into()),
         access_modes: Vec::new(),
         mount_options: Vec::new(),
@@ -48,7 +48,7 @@ fn block_spec() -> VolumeSpec {
 
 fn dir_spec(path: &str) -> VolumeSpec {
     VolumeSpec::Local {
-        path: p(path),
+        path: p(path).into(),
         fs_type: None,
         access_modes: Vec::new(),
         mount_options: Vec::new(),
@@ -67,8 +67,8 @@ fn params(target: TargetRef, options: &[&str], selinux: Option<SeLinuxContext>) 
         spec_name: "pv1".into(),
         target,
         kind: TargetKind::Mount,
-        device_path: Some(p(DEV)),
-        device_mount_path: Some(p(GLOBAL)),
+        device_path: Some(p(DEV).into()),
+        device_mount_path: Some(p(GLOBAL).into()),
         pod_mount_path,
         selinux,
         mount_options: options.iter().map(|s| s.to_string()).collect(),

@@ -17,8 +17,8 @@ use crate::host::sys::Sys;
 use crate::journal::{Body, Journal, JournalError, OpResult};
 use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, SharedStr, Steps, StorageMedium, TargetKind,
-    TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps,
+    StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
@@ -34,19 +34,21 @@ pub enum Job {
         /// what to mount
         want: Box<VolumeToMount>,
         /// the device target's parameters, when it must be mounted first
-        device: Option<Box<TargetParams>>,
+        /// (shared, as every job's: the journal's state keeps the intent's
+        /// `Arc`, so a mounted target's parameters exist once)
+        device: Option<SharedParams>,
         /// the pod target's parameters
-        pod: Box<TargetParams>,
+        pod: SharedParams,
     },
     /// TearDown of one pod target.
     TearDown {
         /// the target (from the journal when it knows it, else the ASW)
-        params: TargetParams,
+        params: SharedParams,
     },
     /// UnmountDevice of a volume's device target.
     UnmountDevice {
         /// the target
-        params: TargetParams,
+        params: SharedParams,
     },
     /// The one-time forced cleanup of a target reconstruction could not
     /// rebuild ([`plugins::force_unmount`]): journaled as a TearDown (pod
@@ -54,7 +56,7 @@ pub enum Job {
     /// was never in the ASW).
     ForceCleanup {
         /// minimal parameters: a name for the journal, the plugin, the path
-        params: TargetParams,
+        params: SharedParams,
     },
 }
 
@@ -101,7 +103,7 @@ impl Job {
     /// The first step of the job when it is known before the job runs: its
     /// operation, steps and target. `None` for a mount with a device target
     /// (whether it is formatted first is read from the device on the worker).
-    pub fn first_step(&self) -> Option<(Operation, Steps, &TargetParams)> {
+    pub fn first_step(&self) -> Option<(Operation, Steps, &SharedParams)> {
         match self {
             Job::Mount {
                 device: Some(_), ..
@@ -298,7 +300,7 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
             VolumeSpec::EmptyDir {
                 medium: StorageMedium::Memory,
                 ..
-            } => Some("tmpfs".into()),
+            } => Some(SharedStr::tmpfs()),
             _ => fs_type,
         },
     }
@@ -322,23 +324,29 @@ pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     }
 }
 
-fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<PathBuf> {
+fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath> {
     match want.spec.device_target_kind() {
         Some(_) if want.plugin == PluginName::LocalVolume => {
-            Some(layout.local_device_path(&want.spec_name))
+            Some(layout.local_device_path(&want.spec_name).into())
         }
         _ => None,
     }
 }
 
-fn spec_details(spec: &VolumeSpec) -> (Option<PathBuf>, Vec<String>, Option<String>) {
+/// A spec's device path, mount options and fs type, as the parameters hold
+/// them (the path is the spec's own `Arc`).
+fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, Vec<String>, Option<SharedStr>) {
     match spec {
         VolumeSpec::Local {
             path,
             fs_type,
             mount_options,
             ..
-        } => (Some(path.clone()), mount_options.clone(), fs_type.clone()),
+        } => (
+            Some(path.clone()),
+            mount_options.clone(),
+            fs_type.as_deref().map(SharedStr::from),
+        ),
         VolumeSpec::EmptyDir {
             size_limit: Some(bytes),
             medium: StorageMedium::Memory,
@@ -400,7 +408,7 @@ impl Executor {
         &self,
         op: Operation,
         steps: Steps,
-        params: &TargetParams,
+        params: &SharedParams,
         ran: &mut Vec<Operation>,
         announced: &mut Option<Announced>,
         f: impl FnOnce() -> Result<crate::plugins::Outcome, PluginError>,
@@ -560,8 +568,12 @@ impl Executor {
                     .ok_or_else(|| Failure::final_(format!("no plugin for {}", want.plugin)))?;
                 if let Some(dev) = device {
                     let device_mount = DeviceMount {
-                        device_path: dev.device_path.clone(),
-                        mount_path: dev.device_mount_path.clone().unwrap_or_default(),
+                        device_path: dev.device_path.as_deref().map(Path::to_path_buf),
+                        mount_path: dev
+                            .device_mount_path
+                            .as_deref()
+                            .map(Path::to_path_buf)
+                            .unwrap_or_default(),
                         selinux: dev.selinux.clone(),
                     };
                     let needs = plugin
@@ -746,8 +758,8 @@ mod tests {
 
     fn mount_job(f: &Fixture, want: VolumeToMount, device: bool) -> Job {
         Job::Mount {
-            device: device.then(|| Box::new(device_params(&f.layout, &want))),
-            pod: Box::new(pod_params(&f.layout, &want)),
+            device: device.then(|| device_params(&f.layout, &want).into()),
+            pod: pod_params(&f.layout, &want).into(),
             want: Box::new(want),
         }
     }
@@ -1007,7 +1019,9 @@ mod tests {
         let w = want(tmpfs(), "p1", "cache");
         f.exec.run(&mount_job(&f, w.clone(), false));
         let params = pod_params(&f.layout, &w);
-        let report = f.exec.run(&Job::TearDown { params });
+        let report = f.exec.run(&Job::TearDown {
+            params: params.into(),
+        });
         assert_eq!(report.error, None);
         assert_eq!(report.ran, vec![Operation::TearDown]);
         assert!(

@@ -4,25 +4,28 @@
 //! [`apply_update`] is the one place a finished job changes the ASW.
 
 use crate::journal::{JournalState, TargetKey};
-use crate::model::{Layout, TargetKind, TargetParams, TargetRef, UniqueVolumeName};
+use crate::model::{
+    Layout, SharedParams, SharedPath, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+};
 use crate::state::{ActualStateOfWorld, StateError};
 
 use super::executor::{AswUpdate, Job, device_params, pod_params};
 use super::plan::Action;
 
-/// The parameters of a target the journal knows, if it does.
+/// The parameters of a target the journal knows, if it does (its `Arc`:
+/// a clone is a count).
 fn journaled(
     state: Option<&JournalState>,
     volume: &UniqueVolumeName,
     target: TargetRef,
-) -> Option<TargetParams> {
+) -> Option<SharedParams> {
     let key = TargetKey {
         volume: volume.clone(),
         target,
     };
     state
         .and_then(|s| s.get(&key))
-        .map(|e| TargetParams::clone(e.current_params()))
+        .map(|e| e.current_params().clone())
 }
 
 /// The job for an action, or `None` when it needs no worker (`Forget`) or
@@ -35,8 +38,8 @@ pub fn job_for(
 ) -> Option<Job> {
     match action {
         Action::Mount { want, mount_device } => Some(Job::Mount {
-            device: mount_device.then(|| Box::new(device_params(layout, want))),
-            pod: Box::new(pod_params(layout, want)),
+            device: mount_device.then(|| SharedParams::new(device_params(layout, want))),
+            pod: SharedParams::new(pod_params(layout, want)),
             want: want.clone(),
         }),
         Action::TearDown { volume, pod } => {
@@ -53,13 +56,20 @@ pub fn job_for(
                     spec_name: v.spec_name.clone(),
                     target,
                     kind: m.mount.kind,
-                    device_path: v.device.as_ref().and_then(|d| d.device_path.clone()),
-                    device_mount_path: v.device.as_ref().and_then(|d| d.mount_path.clone()),
+                    device_path: v
+                        .device
+                        .as_ref()
+                        .and_then(|d| d.device_path.as_deref().map(SharedPath::from)),
+                    device_mount_path: v
+                        .device
+                        .as_ref()
+                        .and_then(|d| d.mount_path.as_deref().map(SharedPath::from)),
                     pod_mount_path: Some(m.mount.mount_path.clone()),
                     selinux: m.mount.selinux.context().cloned(),
                     mount_options: vec![],
                     fs_type: None,
-                },
+                }
+                .into(),
             })
         }
         Action::UnmountDevice { volume } => {
@@ -75,13 +85,14 @@ pub fn job_for(
                     spec_name: v.spec_name.clone(),
                     target: TargetRef::Device,
                     kind: TargetKind::Mount,
-                    device_path: d.device_path.clone(),
-                    device_mount_path: Some(d.mount_path.clone()?),
+                    device_path: d.device_path.as_deref().map(SharedPath::from),
+                    device_mount_path: Some(d.mount_path.as_deref()?.into()),
                     pod_mount_path: None,
                     selinux: v.selinux.context().cloned(),
                     mount_options: vec![],
                     fs_type: None,
-                },
+                }
+                .into(),
             })
         }
         Action::Forget { .. } => None,

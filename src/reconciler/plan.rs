@@ -226,7 +226,7 @@ mod tests {
             volume: volume.clone(),
             spec_name: name.into(),
             outer_name: name.into(),
-            spec,
+            spec: spec.into(),
             selinux: None,
         };
         dsw.add_pod_to_volume(&p, pv, LabelCheck::default())
@@ -504,7 +504,7 @@ mod tests {
             volume: v.clone(),
             spec_name: "pv1".into(),
             outer_name: "data".into(),
-            spec: local(),
+            spec: local().into(),
             selinux: Some(wanted.clone()),
         };
         let check = LabelCheck {

@@ -1,5 +1,7 @@
 //! What the merge's decisions become: journal records and ASW entries.
 
+use std::path::Path;
+
 use crate::journal::{Body, Entry, JournalState, TargetKey};
 use crate::model::{
     MountIdentity, MountState, SeLinuxContext, SharedStr, TargetKind, TargetParams, TargetRef,
@@ -66,7 +68,7 @@ pub fn changed_journal_records<'a>(
 
 pub(super) fn record_of(d: &Decision) -> Body {
     Body::Reconstructed {
-        target: TargetParams::clone(&d.params),
+        target: d.params.clone(),
         state: d.result,
         reason: d.reason.as_str().to_owned(),
         observed: d.observed.clone(),
@@ -156,7 +158,7 @@ pub fn asw_as_journal_says(
 fn fill(decisions: &[Settled<'_>], asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
     let live = |d: &&Settled<'_>| d.result != MountState::NotMounted;
     let device_path = |d: &Settled<'_>| match d.key.target {
-        TargetRef::Device => d.params.device_path.clone(),
+        TargetRef::Device => d.params.device_path.as_deref().map(Path::to_path_buf),
         TargetRef::Pod(_) => None,
     };
     let mut errors = Vec::new();
@@ -234,7 +236,7 @@ fn apply_one(d: &Settled<'_>, volume: Option<&mut VolumeMut<'_>>) -> Result<(), 
         TargetRef::Device => {
             let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
             let mount = DeviceMount {
-                device_path: d.params.device_path.clone(),
+                device_path: d.params.device_path.as_deref().map(Path::to_path_buf),
                 mount_path,
                 selinux: label(d),
             };

@@ -383,7 +383,7 @@ fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) ->
     // filesystem and its root there (a `fsType` on such a PV means nothing).
     if p.device_mount_path.is_none()
         && let Some(device) = &p.device_path
-        && let Some(source) = input.bind_sources.get(device)
+        && let Some(source) = input.bind_sources.get(&**device)
     {
         return source.dev == seen_id.dev
             && source.root == seen_id.root
@@ -414,7 +414,7 @@ fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) ->
     let Some(device) = &p.device_path else {
         return false;
     };
-    match input.device_ids.get(device) {
+    match input.device_ids.get(&**device) {
         Some(id) => *id == seen_id.dev,
         None => normalise(device) == normalise(&seen.source),
     }

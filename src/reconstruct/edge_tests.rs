@@ -35,8 +35,8 @@ fn local_params(target: TargetRef) -> TargetParams {
         },
         target,
         kind: TargetKind::Mount,
-        device_path: Some(PathBuf::from("/dev/loop0")),
-        device_mount_path: Some(layout.local_device_path("pv-local-1")),
+        device_path: Some(PathBuf::from("/dev/loop0").into()),
+        device_mount_path: Some(layout.local_device_path("pv-local-1").into()),
         selinux: None,
         mount_options: vec![],
         fs_type: Some("ext4".into()),
@@ -74,7 +74,7 @@ fn write_journal(j: &Journal) {
             .append(Body::Intent {
                 op,
                 steps: Steps::Single,
-                target: local_params(target),
+                target: local_params(target).into(),
             })
             .unwrap();
         j.append(Body::Outcome {
@@ -206,7 +206,7 @@ fn journal_dirs_without_a_mount_are_observed_present() {
     std::fs::create_dir_all(&pod_path).unwrap();
     let mut params = local_params(TargetRef::Pod(uid));
     params.pod_mount_path = Some(pod_path.as_path().into());
-    params.device_path = Some(root.join("no-such-device"));
+    params.device_path = Some(root.join("no-such-device").into());
     let state = crate::journal::JournalState::from_entries(
         1,
         [crate::journal::Entry {
@@ -258,7 +258,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
     }
     let mut params = local_params(TargetRef::Pod(u1));
     params.pod_mount_path = Some(journaled.as_path().into());
-    params.device_mount_path = Some(layout.local_device_path("pv-local-1"));
+    params.device_mount_path = Some(layout.local_device_path("pv-local-1").into());
     let state = crate::journal::JournalState::from_entries(
         2,
         [crate::journal::Entry {

@@ -281,7 +281,7 @@ mod tests {
             .append(Body::Intent {
                 op: Operation::SetUp,
                 steps: Steps::Multi,
-                target: params(),
+                target: params().into(),
             })
             .unwrap();
         held.append(Body::Outcome {

@@ -773,15 +773,17 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
         spec_name: h.spec_name.as_str().into(),
         target: h.target.clone(),
         kind: h.kind,
-        device_path: mount.filter(|_| is_device).map(|m| m.source.clone()),
-        device_mount_path: is_device.then(|| h.path.clone()),
+        device_path: mount
+            .filter(|_| is_device)
+            .map(|m| m.source.as_path().into()),
+        device_mount_path: is_device.then(|| h.path.as_path().into()),
         pod_mount_path: (!is_device).then(|| h.path.as_path().into()),
         selinux: match mount {
             Some(m) => m.identity.selinux.clone(),
             None => recorded_label,
         },
         mount_options: Vec::new(),
-        fs_type: mount.map(|m| m.identity.fs_type.clone()),
+        fs_type: mount.map(|m| m.identity.fs_type.as_str().into()),
     })
 }
 

@@ -87,7 +87,7 @@ fn params(vol: Vol) -> TargetParams {
         target: TargetRef::Pod(pod()),
         kind: TargetKind::Mount,
         device_path: Some("/dev/loop3".into()),
-        device_mount_path: Some(device_mount_path()),
+        device_mount_path: Some(device_mount_path().into()),
         pod_mount_path: None,
         selinux: Some(ctx(LABEL)),
         mount_options: vec![],
@@ -243,7 +243,7 @@ impl Writer {
         self.push(Body::Intent {
             op,
             steps,
-            target: target.clone(),
+            target: target.clone().into(),
         })
     }
     fn outcome(&mut self, intent_seq: u64, op: Operation, result: OpResult, vol: Vol) {

@@ -353,7 +353,7 @@ fn add_all(
             volume: name.clone(),
             spec_name: "pv1".into(),
             outer_name: VOL.into(),
-            spec: spec.clone(),
+            spec: spec.clone().into(),
             selinux: label.effective,
         };
         volume = Some(name);

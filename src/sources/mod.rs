@@ -53,7 +53,9 @@
 //!   naming the file, as the kubelet logs a manifest it cannot process.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{PodUid, PodVolume};
@@ -145,10 +147,13 @@ pub struct DesiredPods {
 #[derive(Debug)]
 pub struct Sources {
     config: SourcesConfig,
-    /// per pod manifest, the UID of its last version that parsed and the
-    /// file's signature then (an unchanged file is not read again while the
-    /// objects are unchanged too)
-    last_good: BTreeMap<PathBuf, (FileSignature, PodUid)>,
+    /// per pod manifest, the UID of its last version that parsed and a
+    /// hash of the file's signature then (an unchanged file is not read
+    /// again while the objects are unchanged too). Keyed by file name (the
+    /// manifests are the pods dir's direct children) and hashed, as the
+    /// listings' signatures are: one entry per pod, so its size is memory
+    /// per volume (a full path and a 40-byte signature were twice this)
+    last_good: BTreeMap<Box<OsStr>, (u64, PodUid)>,
     /// the pods the DSW was last told about, by fingerprint
     current: BTreeMap<PodUid, u64>,
     objects: StaticObjects,
@@ -166,6 +171,21 @@ type FileSignature = (u64, u64, u64, i64, i64);
 
 fn file_signature(e: &EntrySignature) -> FileSignature {
     (e.1, e.2, e.3, e.4, e.5)
+}
+
+/// A hash of one file's signature, as `last_good` keeps it (equal
+/// signatures, equal hashes).
+fn file_signature_hash(sig: &FileSignature) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    sig.hash(&mut h);
+    h.finish()
+}
+
+/// The `last_good` key of a manifest: its file name (a path without one,
+/// which a listing never yields, is keyed by the whole path).
+fn manifest_key(file: &Path) -> &OsStr {
+    file.file_name().unwrap_or(file.as_os_str())
 }
 
 /// A hash of a listing's signature (equal signatures, equal hashes).
@@ -286,35 +306,36 @@ impl Sources {
         }
         // Borrowed keys: `last_good` is updated in place below, so a poll
         // that adds one manifest allocates for that one, not for all.
-        let mut good: BTreeMap<&PathBuf, (FileSignature, PodUid)> = BTreeMap::new();
+        let mut good: BTreeMap<&OsStr, (u64, PodUid)> = BTreeMap::new();
         let mut got: Vec<(PathBuf, Got)> = Vec::new();
-        let mut to_parse: Vec<(&PathBuf, FileSignature)> = Vec::new();
+        let mut to_parse: Vec<(&PathBuf, u64)> = Vec::new();
         for file in &pods.files {
             let sig = sig_of.get(file).copied().unwrap_or_default();
             // Unchanged since it was last parsed, and so are the objects its
             // claims resolve against: the DSW already has its pod.
+            let sig_hash = file_signature_hash(&sig);
             if objects_unchanged
-                && let Some((before, uid)) = self.last_good.get(file)
-                && *before == sig
+                && let Some((before, uid)) = self.last_good.get(manifest_key(file))
+                && *before == sig_hash
                 && sig != FileSignature::default()
             {
-                good.insert(file, (sig, uid.clone()));
+                good.insert(manifest_key(file), (sig_hash, uid.clone()));
                 got.push((file.clone(), Got::Kept(uid.clone())));
                 continue;
             }
-            to_parse.push((file, sig));
+            to_parse.push((file, sig_hash));
         }
         let node = self.config.node_name.as_str();
         let parsed = read_and_parse_all(to_parse.iter().map(|(f, _)| f.as_path()), node);
-        for ((file, sig), result) in to_parse.into_iter().zip(parsed) {
+        for ((file, sig_hash), result) in to_parse.into_iter().zip(parsed) {
             match result {
                 Ok(p) => {
-                    good.insert(file, (sig, p.uid.clone()));
+                    good.insert(manifest_key(file), (sig_hash, p.uid.clone()));
                     got.push((file.clone(), Got::Parsed(Box::new(p))));
                 }
                 Err(e) => {
-                    if let Some((before, prev)) = self.last_good.get(file) {
-                        good.insert(file, (*before, prev.clone()));
+                    if let Some((before, prev)) = self.last_good.get(manifest_key(file)) {
+                        good.insert(manifest_key(file), (*before, prev.clone()));
                         got.push((file.clone(), Got::Kept(prev.clone())));
                     }
                     file_errors.push(e);
@@ -324,22 +345,23 @@ impl Sources {
         // an entry that failed its stat but still exists keeps its pod too
         if complete {
             for file in sig_of.keys() {
-                if good.contains_key(*file) {
+                let name = manifest_key(file);
+                if good.contains_key(name) {
                     continue;
                 }
-                if let Some(prev) = self.last_good.get(*file) {
-                    good.insert(file, prev.clone());
+                if let Some(prev) = self.last_good.get(name) {
+                    good.insert(name, prev.clone());
                     got.push(((*file).clone(), Got::Kept(prev.1.clone())));
                 }
             }
         }
         if complete {
-            self.last_good.retain(|f, _| good.contains_key(f));
-            for (file, v) in good {
-                match self.last_good.get_mut(file) {
+            self.last_good.retain(|f, _| good.contains_key(&**f));
+            for (name, v) in good {
+                match self.last_good.get_mut(name) {
                     Some(e) => *e = v,
                     None => {
-                        self.last_good.insert(file.clone(), v);
+                        self.last_good.insert(name.into(), v);
                     }
                 }
             }
@@ -388,7 +410,7 @@ impl Sources {
         let mut volumes = Vec::with_capacity(p.volumes.len());
         for v in p.volumes {
             let (outer, spec_name, spec) = match v {
-                ParsedVolume::Inline { name, spec } => (name.clone(), name, spec),
+                ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
                 ParsedVolume::Claim { name, claim_name } => {
                     match self
                         .objects
@@ -544,10 +566,17 @@ fn read_and_parse_all<'f>(
 /// gets a device target (format, MountDevice, bind), anything else is bound
 /// as a directory. Decided again whenever the pod's manifest or the objects
 /// change; a device that appears later is seen on the next such change.
-fn mark_block_device(spec: &mut crate::model::VolumeSpec) {
+/// The spec stays the PV's own (shared) unless this changes it.
+fn mark_block_device(spec: &mut Arc<crate::model::VolumeSpec>) {
+    use crate::model::VolumeSpec;
     use std::os::unix::fs::FileTypeExt;
-    if let crate::model::VolumeSpec::Local { path, is_block, .. } = spec {
-        *is_block = std::fs::metadata(&*path).is_ok_and(|m| m.file_type().is_block_device());
+    if let VolumeSpec::Local { path, is_block, .. } = &**spec {
+        let block = std::fs::metadata(&**path).is_ok_and(|m| m.file_type().is_block_device());
+        if block != *is_block
+            && let VolumeSpec::Local { is_block, .. } = Arc::make_mut(spec)
+        {
+            *is_block = block;
+        }
     }
 }
 

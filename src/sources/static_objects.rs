@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec};
 use k8s_openapi::api::storage::v1::CSIDriver;
@@ -50,8 +51,9 @@ pub struct PvInfo {
     pub file: PathBuf,
     /// `spec.claimRef`
     pub claim_ref: Option<ClaimRef>,
-    /// the spec, or why it cannot be used (the message names file and PV)
-    pub spec: Result<VolumeSpec, String>,
+    /// the spec, or why it cannot be used (the message names file and PV);
+    /// shared with the DSW volumes of the pods that claim it
+    pub spec: Result<Arc<VolumeSpec>, String>,
 }
 
 /// A PersistentVolumeClaim as read.
@@ -146,7 +148,9 @@ impl StaticObjects {
                 let info = PvInfo {
                     file: file.to_owned(),
                     claim_ref,
-                    spec: pv_spec(file, &name, &spec).map_err(|e| e.to_string()),
+                    spec: pv_spec(file, &name, &spec)
+                        .map(Arc::new)
+                        .map_err(|e| e.to_string()),
                 };
                 insert_new(
                     &mut self.pvs,
@@ -211,7 +215,7 @@ impl StaticObjects {
         volume: &str,
         namespace: &str,
         claim: &str,
-    ) -> Result<(String, VolumeSpec), SourceError> {
+    ) -> Result<(String, Arc<VolumeSpec>), SourceError> {
         let fail = |reason: String| SourceError::Claim {
             file: pod_file.to_owned(),
             volume: volume.to_owned(),
@@ -253,11 +257,17 @@ impl StaticObjects {
             )));
         }
         let mut spec = pv.spec.clone().map_err(fail)?;
-        if let VolumeSpec::Csi(c) = &mut spec {
-            c.selinux_mount = self
+        if let VolumeSpec::Csi(c) = &*spec {
+            let selinux_mount = self
                 .csi_drivers
                 .get(&c.driver)
                 .is_some_and(|d| d.se_linux_mount);
+            // a copy of the PV's spec only when the driver changes it
+            if c.selinux_mount != selinux_mount
+                && let VolumeSpec::Csi(c) = Arc::make_mut(&mut spec)
+            {
+                c.selinux_mount = selinux_mount;
+            }
         }
         Ok((pv_name.to_owned(), spec))
     }
@@ -373,7 +383,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             )));
         }
         return Ok(VolumeSpec::Local {
-            path,
+            path: path.into(),
             fs_type: fs_type(&local.fs_type),
             access_modes,
             mount_options,

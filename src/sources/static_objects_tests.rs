@@ -36,6 +36,7 @@ spec: {volumeName: pv1}
 
 fn resolve(o: &StaticObjects, ns: &str, claim: &str) -> Result<(String, VolumeSpec), String> {
     o.resolve_claim(Path::new("/pods/p.yaml"), "data", ns, claim)
+        .map(|(pv, spec)| (pv, VolumeSpec::clone(&spec)))
         .map_err(|e| e.to_string())
 }
 
@@ -64,6 +65,19 @@ fn multi_document_files_and_lists_are_read() {
             is_block: false,
         }
     );
+}
+
+#[test]
+fn a_claim_resolves_to_its_pvs_own_spec() {
+    let (_d, o, errors) = load(&[("a.yaml", PV), ("b.yaml", PVC)]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let spec = || {
+        let p = Path::new("/pods/p.yaml");
+        o.resolve_claim(p, "data", "default", "pvc1").unwrap().1
+    };
+    // one allocation for the PV however many pods claim it
+    assert!(Arc::ptr_eq(&spec(), &spec()));
+    assert!(matches!(&o.pvs["pv1"].spec, Ok(s) if Arc::ptr_eq(s, &spec())));
 }
 
 #[test]

@@ -253,7 +253,7 @@ fn parse_volume(file: &Path, v: &Volume) -> Result<ParsedVolume, SourceError> {
             }
         };
         let spec = VolumeSpec::HostPath {
-            path,
+            path: path.into(),
             host_path_type,
         };
         return Ok(ParsedVolume::Inline { name, spec });

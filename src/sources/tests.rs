@@ -224,7 +224,7 @@ fn empty_dir(u: &str, name: &str) -> PodVolume {
         volume: PodVolume::unique_name(&spec, &uid(u), name),
         spec_name: name.into(),
         outer_name: name.into(),
-        spec,
+        spec: spec.into(),
         selinux: None,
     }
 }
@@ -438,7 +438,7 @@ fn objects_are_read_again_only_when_their_dir_changed() {
             .iter()
             .find_map(|e| match e {
                 SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if p.uid == uid(u) => {
-                    match &p.volumes[0].spec {
+                    match &*p.volumes[0].spec {
                         VolumeSpec::Local { path, .. } => Some(path.clone()),
                         _ => None,
                     }
@@ -448,11 +448,11 @@ fn objects_are_read_again_only_when_their_dir_changed() {
             .unwrap()
     };
     let first = s.poll_changes().unwrap();
-    assert_eq!(path_of(&first, "u1"), Path::new("/mnt/pv1"));
+    assert_eq!(path_of(&first, "u1"), Path::new("/mnt/pv1").into());
     // A pods-only change: the cached objects still resolve the claim.
     write(&d.pods, "q.yaml", &pod("q", "u2", CLAIM));
     let added = s.poll_changes().unwrap();
-    assert_eq!(path_of(&added, "u2"), Path::new("/mnt/pv1"));
+    assert_eq!(path_of(&added, "u2"), Path::new("/mnt/pv1").into());
     // An object edited in place is read again.
     write(
         &d.objects,
@@ -461,7 +461,7 @@ fn objects_are_read_again_only_when_their_dir_changed() {
     );
     let changed = s.poll_changes().unwrap();
     assert_eq!(changed.len(), 2, "{changed:?}");
-    assert_eq!(path_of(&changed, "u1"), Path::new("/mnt/pv1-moved"));
+    assert_eq!(path_of(&changed, "u1"), Path::new("/mnt/pv1-moved").into());
 }
 
 #[test]
@@ -482,17 +482,17 @@ fn a_pods_only_poll_reuses_the_objects_listing_and_a_full_one_lists_it_again() {
         &PV_PVC.replace("/mnt/pv1", "/mnt/pv1-moved"),
     );
     let spec_path = |events: &[SourceEvent]| match events {
-        [SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p)] => match &p.volumes[0].spec {
+        [SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p)] => match &*p.volumes[0].spec {
             VolumeSpec::Local { path, .. } => path.clone(),
             other => panic!("{other:?}"),
         },
         other => panic!("{other:?}"),
     };
     let added = s.poll_pods_changes().unwrap();
-    assert_eq!(spec_path(&added), Path::new("/mnt/pv1"));
+    assert_eq!(spec_path(&added), Path::new("/mnt/pv1").into());
     assert_eq!(s.poll_pods_changes(), None, "nothing new in the pods dir");
     let moved = s.poll_changes().unwrap();
-    assert_eq!(spec_path(&moved), Path::new("/mnt/pv1-moved"));
+    assert_eq!(spec_path(&moved), Path::new("/mnt/pv1-moved").into());
     assert_eq!(s.poll_changes(), None);
 }
 
@@ -529,7 +529,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
             volume: PodVolume::unique_name(&spec, &uid(u), "pv1"),
             spec_name: "pv1".into(),
             outer_name: "data".into(),
-            spec: spec.clone(),
+            spec: spec.clone().into(),
             selinux: None,
         };
         let mut p = desired(u, u, vec![volume]);

@@ -9,6 +9,9 @@ use crate::model::{
     PluginName, PodUid, PodVolume, SeLinuxContext, SharedStr, UniqueVolumeName, VolumeSpec,
 };
 
+/// How many recent outer names [`DesiredStateOfWorld`] keeps to share.
+const RECENT_NAMES: usize = 8;
+
 /// The kubelet's `maxPodErrors`: a pod's error set grows only while it holds
 /// at most this many entries, so at most one more accumulates.
 pub const MAX_POD_ERRORS: usize = 10;
@@ -96,6 +99,13 @@ pub struct DesiredStateOfWorld {
     /// plugin with an equal spec shares it (emptyDirs of one medium and size
     /// are all alike), which saves a spec allocation per such volume
     last_spec: [Option<Arc<VolumeSpec>>; PluginName::ALL.len()],
+    /// the few outer names (`pod.spec.volumes[x].name`) records got most
+    /// recently, most recent first: a record whose name equals one shares
+    /// it. Pods written from one template name their volumes alike
+    /// (`cache`, `data`), so this saves a string allocation per volume; a
+    /// new name pushes out the least recently used, so it never holds more
+    /// than a handful
+    recent_names: [Option<SharedStr>; RECENT_NAMES],
 }
 
 impl DesiredStateOfWorld {
@@ -116,7 +126,7 @@ impl DesiredStateOfWorld {
         check: LabelCheck,
     ) -> Result<AddedPod, StateError> {
         let name = volume.volume;
-        let outer_name = SharedStr::from(volume.outer_name);
+        let outer_name = self.shared_name(volume.outer_name);
         // an inline volume's spec name is its outer name: one string for both
         let spec_name = if volume.spec_name == *outer_name {
             outer_name.clone()
@@ -131,8 +141,8 @@ impl DesiredStateOfWorld {
         let last_spec = &mut self.last_spec[volume.spec.plugin() as usize];
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
             let spec = match last_spec {
-                Some(s) if **s == volume.spec => s.clone(),
-                _ => last_spec.insert(Arc::new(volume.spec.clone())).clone(),
+                Some(s) if **s == *volume.spec => s.clone(),
+                _ => last_spec.insert(volume.spec.clone()).clone(),
             };
             Box::new(DesiredVolume {
                 plugin: volume.spec.plugin(),
@@ -160,14 +170,30 @@ impl DesiredStateOfWorld {
             conflict = Some(c);
         }
         // a new `Arc` only for a changed spec: the ASW shares the old one
-        if *entry.spec != volume.spec {
-            entry.spec = Arc::new(volume.spec);
+        if *entry.spec != *volume.spec {
+            entry.spec = volume.spec;
         }
         entry.pods.insert(pod.clone(), record);
         Ok(AddedPod {
             volume: name,
             conflict,
         })
+    }
+
+    /// `name` as a [`SharedStr`]: a recent equal one when there is one.
+    fn shared_name(&mut self, name: String) -> SharedStr {
+        let recent = &mut self.recent_names;
+        let at = recent
+            .iter()
+            .position(|n| n.as_ref().is_some_and(|n| *n == name));
+        let shared = at
+            .and_then(|i| recent[i].clone())
+            .unwrap_or_else(|| SharedStr::from(name));
+        // to the front, the ones before it one down; a new one pushes the
+        // least recently used (the last) out
+        recent[..=at.unwrap_or(RECENT_NAMES - 1)].rotate_right(1);
+        recent[0] = Some(shared.clone());
+        shared
     }
 
     /// Removes `pod` from `volume`, and the volume once no pod wants it.
@@ -355,7 +381,7 @@ mod tests {
             volume: local(),
             spec_name: "pv1".into(),
             outer_name: format!("data-{pod}"),
-            spec: local_spec(),
+            spec: local_spec().into(),
             selinux,
         }
     }
@@ -441,7 +467,7 @@ mod tests {
             volume: PodVolume::unique_name(&ed, &a, "cache"),
             spec_name: "cache".into(),
             outer_name: "cache".into(),
-            spec: ed,
+            spec: ed.into(),
             selinux: None,
         };
         let cache_name = cache.volume.clone();
@@ -499,7 +525,7 @@ mod tests {
                 volume: PodVolume::unique_name(spec, &p, "scratch"),
                 spec_name: "scratch".into(),
                 outer_name: "scratch".into(),
-                spec: spec.clone(),
+                spec: spec.clone().into(),
                 selinux: None,
             };
             let added = dsw
@@ -517,6 +543,47 @@ mod tests {
         }
         // equal specs, shared or not
         assert_eq!(*spec(0), *spec(3));
+    }
+
+    #[test]
+    fn dsw_records_with_equal_outer_names_share_one_recent_name() {
+        let mut dsw = DesiredStateOfWorld::new();
+        let spec = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: None,
+        };
+        // pod i has `scratch` and `v<i>`: every `scratch` is one string
+        // while the others pass through the few recent names
+        let mut names = Vec::new();
+        for i in 0..2 * RECENT_NAMES {
+            let p = uid(&format!("p{i}"));
+            for outer in ["scratch".to_owned(), format!("v{i}")] {
+                let v = PodVolume {
+                    volume: PodVolume::unique_name(&spec, &p, &outer),
+                    spec_name: outer.clone(),
+                    outer_name: outer,
+                    spec: spec.clone().into(),
+                    selinux: None,
+                };
+                let added = dsw.add_pod_to_volume(&p, v, LabelCheck::default());
+                names.push((p.clone(), added.unwrap().volume));
+            }
+        }
+        let outer = |(p, v): &(PodUid, UniqueVolumeName)| {
+            let rec = dsw.volume(v).unwrap().pods.get(p).unwrap();
+            // an inline volume's spec name is its outer name
+            assert!(std::ptr::eq(
+                rec.outer_name.as_str(),
+                rec.spec_name.as_str()
+            ));
+            rec.outer_name.clone()
+        };
+        let first = outer(&names[0]);
+        for n in names.iter().step_by(2) {
+            assert!(std::ptr::eq(outer(n).as_str(), first.as_str()), "{n:?}");
+        }
+        assert_eq!(outer(&names[3]), "v1");
+        assert_eq!(dsw.recent_names.iter().flatten().count(), RECENT_NAMES);
     }
 
     #[test]
