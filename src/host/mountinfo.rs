@@ -156,6 +156,50 @@ pub struct MountTable {
     warnings: Vec<LineError>,
 }
 
+/// Reads `path` to end-of-file and sends it on in pieces of about
+/// [`OVERLAP_CHUNK`] bytes, then ends (dropping `tx`); an error (or a file
+/// over [`MAX_MOUNTINFO_BYTES`]) is sent instead of the rest.
+fn read_pieces(path: &Path, tx: &std::sync::mpsc::Sender<Result<Vec<u8>, HostError>>) {
+    let err = |source| HostError::ReadMountInfo {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = tx.send(Err(err(e)));
+            return;
+        }
+    };
+    let mut total = 0;
+    loop {
+        let mut piece = Vec::with_capacity(OVERLAP_CHUNK);
+        let read = (&mut file)
+            .take(OVERLAP_CHUNK as u64)
+            .read_to_end(&mut piece);
+        match read {
+            Err(e) => {
+                let _ = tx.send(Err(err(e)));
+                return;
+            }
+            Ok(0) => return,
+            Ok(n) => {
+                total += n;
+                if total > MAX_MOUNTINFO_BYTES {
+                    let _ = tx.send(Err(HostError::MountInfoTooLarge {
+                        path: path.to_owned(),
+                        limit: MAX_MOUNTINFO_BYTES,
+                    }));
+                    return;
+                }
+                if tx.send(Ok(piece)).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// Reads a whole mountinfo file to end-of-file into one buffer (see the
 /// module docs for why that takes several `read()` calls for large tables).
 pub fn read_mountinfo(path: &Path) -> Result<Vec<u8>, HostError> {
@@ -178,31 +222,131 @@ pub fn read_mountinfo(path: &Path) -> Result<Vec<u8>, HostError> {
     Ok(buf)
 }
 
+/// How much of the table [`MountTable::read_overlapped`]'s reader gathers
+/// (in reads of at most a page: see the module docs) before handing it on.
+const OVERLAP_CHUNK: usize = 64 << 10;
+
+/// A table parsed line by line as its bytes arrive in pieces cut anywhere
+/// ([`MountTable::parse`] is one piece; [`MountTable::read_overlapped`]
+/// feeds the pieces of a read in progress).
+#[derive(Debug, Default)]
+struct TableBuilder {
+    entries: Vec<MountInfo>,
+    errors: Vec<LineError>,
+    warnings: Vec<LineError>,
+    /// lines parsed so far
+    lines: usize,
+    /// the start of a line cut at the end of the last piece
+    partial: Vec<u8>,
+    /// bytes fed so far
+    bytes: usize,
+}
+
+impl TableBuilder {
+    fn line(&mut self, line: &[u8]) {
+        self.lines += 1;
+        let line_no = self.lines;
+        let warnings = &mut self.warnings;
+        match parse_line(line, &mut |kind| {
+            warnings.push(LineError {
+                line: line_no,
+                kind,
+            })
+        }) {
+            Ok(entry) => self.entries.push(entry),
+            Err(kind) => self.errors.push(LineError {
+                line: line_no,
+                kind,
+            }),
+        }
+    }
+
+    /// Parses every line `piece` completes; a line cut at its end waits.
+    fn feed(&mut self, piece: &[u8]) {
+        self.bytes += piece.len();
+        let Some(last) = piece.iter().rposition(|&b| b == b'\n') else {
+            self.partial.extend_from_slice(piece);
+            return;
+        };
+        let (complete, rest) = (&piece[..last], &piece[last + 1..]);
+        let mut lines = complete.split(|&b| b == b'\n');
+        if !self.partial.is_empty() {
+            let mut first = std::mem::take(&mut self.partial);
+            first.extend_from_slice(lines.next().unwrap_or_default());
+            self.line(&first);
+        }
+        for line in lines {
+            self.line(line);
+        }
+        self.partial.extend_from_slice(rest);
+    }
+
+    fn finish(mut self) -> MountTable {
+        if !self.partial.is_empty() {
+            let last = std::mem::take(&mut self.partial);
+            self.line(&last);
+        } else if self.bytes == 1 && self.lines == 1 {
+            // a lone newline is an empty table, as an empty file is
+            self.errors.clear();
+            self.lines = 0;
+        }
+        MountTable::from_parts(self.entries, self.errors, self.warnings)
+    }
+}
+
 impl MountTable {
     /// Parses a whole mountinfo file. Never fails: bad lines are collected
     /// in [`MountTable::errors`].
     pub fn parse(input: &[u8]) -> Self {
-        let mut entries = Vec::with_capacity(input.len() / 110 + 1);
-        let mut errors = Vec::new();
-        let mut warnings = Vec::new();
-        let body = input.strip_suffix(b"\n").unwrap_or(input);
-        if !body.is_empty() {
-            for (i, line) in body.split(|&b| b == b'\n').enumerate() {
-                let line_no = i + 1;
-                match parse_line(line, &mut |kind| {
-                    warnings.push(LineError {
-                        line: line_no,
-                        kind,
-                    })
-                }) {
-                    Ok(entry) => entries.push(entry),
-                    Err(kind) => errors.push(LineError {
-                        line: line_no,
-                        kind,
-                    }),
+        let mut b = TableBuilder {
+            entries: Vec::with_capacity(input.len() / 110 + 1),
+            ..TableBuilder::default()
+        };
+        b.feed(input);
+        b.finish()
+    }
+
+    /// Reads and parses `path` as [`MountTable::read`] does, and runs
+    /// `meanwhile` during the read: the file is read on a thread of its
+    /// own, and this thread parses its lines as they arrive once
+    /// `meanwhile` is done. The kernel formatting the table is most of a
+    /// read's time (one page per `read()`), so the parse, and whatever
+    /// `meanwhile` does, costs little more than the read alone when a
+    /// second core is free. Without a thread to be had, reads first.
+    pub fn read_overlapped<T>(
+        path: &Path,
+        meanwhile: impl FnOnce() -> T,
+    ) -> (Result<Self, HostError>, T) {
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::channel::<Result<Vec<u8>, HostError>>();
+            let reader = std::thread::Builder::new()
+                .name("volumed-mountinfo".into())
+                .spawn_scoped(scope, move || read_pieces(path, &tx));
+            if reader.is_err() {
+                let done = meanwhile();
+                return (MountTable::read(path), done);
+            }
+            let done = meanwhile();
+            let mut b = TableBuilder {
+                entries: Vec::with_capacity(16 << 10),
+                ..TableBuilder::default()
+            };
+            for piece in rx {
+                match piece {
+                    Ok(bytes) => b.feed(&bytes),
+                    Err(e) => return (Err(e), done),
                 }
             }
-        }
+            (Ok(b.finish()), done)
+        })
+    }
+
+    /// A table from parsed lines, indexed by path.
+    fn from_parts(
+        entries: Vec<MountInfo>,
+        errors: Vec<LineError>,
+        warnings: Vec<LineError>,
+    ) -> Self {
         let mut by_path: Vec<usize> = (0..entries.len()).collect();
         by_path.sort_by(|&a, &b| {
             let (pa, pb) = (&entries[a].mount_point, &entries[b].mount_point);
@@ -605,6 +749,87 @@ mod tests {
 
     fn p(s: &str) -> &Path {
         Path::new(s)
+    }
+
+    /// What a table holds, for comparing two.
+    fn parts(t: &MountTable) -> (Vec<MountInfo>, Vec<LineError>, Vec<LineError>, Vec<PathBuf>) {
+        let sorted = t.by_path.iter().map(|&i| t.entries[i].mount_point.clone());
+        (
+            t.entries().to_vec(),
+            t.errors().to_vec(),
+            t.warnings().to_vec(),
+            sorted.collect(),
+        )
+    }
+
+    /// A table fed in pieces cut anywhere (mid-line, mid-escape, at a
+    /// newline) is the table parsed in one piece: lines, line numbers of
+    /// errors and warnings, and the path order.
+    #[test]
+    fn a_table_fed_in_pieces_is_the_table_parsed_whole() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mountinfo");
+        let mut inputs: Vec<Vec<u8>> = [
+            "kubelet-node.txt",
+            "escaped-paths.txt",
+            "selinux-kubelet-node.txt",
+        ]
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+        inputs.push(kubelet_table(300, 7));
+        for edge in [
+            "",
+            "\n",
+            "\n\n",
+            "garbage\n\nmore garbage",
+            "no newline at the end",
+        ] {
+            inputs.push(edge.as_bytes().to_vec());
+        }
+        let mut with_errors = inputs[0].clone();
+        with_errors.extend_from_slice(b"bad line\n\n");
+        with_errors.extend_from_slice(&inputs[1]);
+        inputs.push(with_errors);
+        for input in &inputs {
+            let whole = parts(&MountTable::parse(input));
+            for size in [1, 2, 3, 7, 64, 4096, input.len().max(1)] {
+                let mut b = TableBuilder::default();
+                for piece in input.chunks(size) {
+                    b.feed(piece);
+                }
+                assert_eq!(
+                    parts(&b.finish()),
+                    whole,
+                    "pieces of {size} of {:?}",
+                    String::from_utf8_lossy(&input[..input.len().min(40)])
+                );
+            }
+        }
+        assert_eq!(MountTable::parse(b"\n").len(), 0);
+        assert!(
+            MountTable::parse(b"\n").errors().is_empty(),
+            "a lone newline is empty"
+        );
+    }
+
+    /// The overlapped read of the live table gives what the plain read
+    /// gives, and runs `meanwhile`.
+    #[test]
+    fn an_overlapped_read_is_the_plain_read() {
+        let path = Path::new("/proc/self/mountinfo");
+        let (table, ran) = MountTable::read_overlapped(path, || 42);
+        assert_eq!(ran, 42);
+        let table = table.unwrap();
+        let plain = MountTable::read(path).unwrap();
+        assert!(!table.is_empty());
+        // the table may change between two reads (other tests mount in
+        // their own namespaces, not this one): compare what both hold
+        assert_eq!(parts(&table), parts(&plain));
+        let (missing, _) = MountTable::read_overlapped(Path::new("/nonexistent/mountinfo"), || ());
+        assert!(
+            matches!(missing, Err(HostError::ReadMountInfo { .. })),
+            "{missing:?}"
+        );
     }
 
     #[test]

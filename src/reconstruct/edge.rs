@@ -483,8 +483,10 @@ pub struct Ready {
 ///
 /// The read is most of phase 1's time, spent in the kernel formatting the
 /// table, and needs nothing from the journal; so the table is read on a
-/// thread of its own while this one fills, from the journal alone, the ASW
-/// the journal implies ([`super::asw_as_journal_says`]). That ASW is kept
+/// thread of its own ([`MountTable::read_overlapped`]) while this one fills,
+/// from the journal alone, the ASW the journal implies
+/// ([`super::asw_as_journal_says`]) and then parses the table's lines as
+/// they arrive. That ASW is kept
 /// only when the merge then agrees with every entry and decides nothing
 /// else: it is then exactly what [`apply_to_asw`] would fill. Otherwise
 /// it is dropped and the ASW is filled from the decisions. The journal's
@@ -496,69 +498,60 @@ pub fn read_and_reconstruct_ready(
     layout: &Layout,
     boot_id: &BootId,
 ) -> Result<Ready, ReconstructError> {
-    std::thread::scope(|scope| {
-        let reader = std::thread::Builder::new()
-            .name("volumed-mountinfo".into())
-            .spawn_scoped(scope, || read_mount_table(mountinfo));
-        let (table, decided, speculated) = journal.with_state(|state| {
-            let speculated = match replaced {
-                None => super::asw_as_journal_says(state, boot_id.as_str()),
-                Some(_) => None,
-            };
-            let table = match reader {
-                Ok(reader) => reader
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
-                // no thread to be had: read here, after the speculation
-                Err(_) => read_mount_table(mountinfo)?,
-            };
-            let host = HostInput {
-                layout,
-                table: &table,
-                boot_id,
-            };
-            let decided = decide_ready(replaced, &host, state);
-            Ok::<_, ReconstructError>((table, decided, speculated))
+    let (table, decided, speculated) = journal.with_state(|state| {
+        let (table, speculated) = MountTable::read_overlapped(mountinfo, || match replaced {
+            None => super::asw_as_journal_says(state, boot_id.as_str()),
+            Some(_) => None,
+        });
+        let table = table.map_err(|source| ReconstructError::ReadMountTable {
+            path: mountinfo.to_owned(),
+            source,
         })?;
-        let (reconstruction, bodies, unchanged) = decided;
-        let decisions = reconstruction.output.decisions.len();
-        match speculated {
-            Some((asw, asw_errors)) if bodies.is_empty() && unchanged == decisions => {
-                // nothing to append, but a journal closed for writes fails
-                // startup here as it does on the other branch
-                journal.append_batch(Vec::new()).map_err(|source| {
-                    ReconstructError::AppendRecords {
-                        path: journal.dir().to_owned(),
-                        count: 0,
-                        source: Box::new(source),
-                    }
+        let host = HostInput {
+            layout,
+            table: &table,
+            boot_id,
+        };
+        let decided = decide_ready(replaced, &host, state);
+        Ok::<_, ReconstructError>((table, decided, speculated))
+    })?;
+    let (reconstruction, bodies, unchanged) = decided;
+    let decisions = reconstruction.output.decisions.len();
+    match speculated {
+        Some((asw, asw_errors)) if bodies.is_empty() && unchanged == decisions => {
+            // nothing to append, but a journal closed for writes fails
+            // startup here as it does on the other branch
+            journal
+                .append_batch(Vec::new())
+                .map_err(|source| ReconstructError::AppendRecords {
+                    path: journal.dir().to_owned(),
+                    count: 0,
+                    source: Box::new(source),
                 })?;
-                log_asw_errors(&asw_errors);
-                Ok(Ready {
-                    table,
-                    outcome: Outcome {
-                        reconstruction,
-                        appended: Vec::new(),
-                        unchanged,
-                        asw_errors,
-                    },
-                    asw,
-                    asw_from_journal: true,
-                })
-            }
-            _ => {
-                let mut asw = ActualStateOfWorld::new();
-                let outcome =
-                    record_and_apply(journal, reconstruction, bodies, unchanged, &mut asw)?;
-                Ok(Ready {
-                    table,
-                    outcome,
-                    asw,
-                    asw_from_journal: false,
-                })
-            }
+            log_asw_errors(&asw_errors);
+            Ok(Ready {
+                table,
+                outcome: Outcome {
+                    reconstruction,
+                    appended: Vec::new(),
+                    unchanged,
+                    asw_errors,
+                },
+                asw,
+                asw_from_journal: true,
+            })
         }
-    })
+        _ => {
+            let mut asw = ActualStateOfWorld::new();
+            let outcome = record_and_apply(journal, reconstruction, bodies, unchanged, &mut asw)?;
+            Ok(Ready {
+                table,
+                outcome,
+                asw,
+                asw_from_journal: false,
+            })
+        }
+    }
 }
 
 /// Phase 2 in the daemon, after readiness: the pod-dir walk, then
