@@ -126,6 +126,37 @@ fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
     });
 }
 
+/// A symlink planted where a memory emptyDir goes, pointing out of the pod
+/// dir, is refused: nothing is mounted there or where it points.
+#[test]
+fn a_symlinked_tmpfs_target_is_refused_and_nothing_is_mounted_through_it() {
+    if !require_root("mounts tmpfs") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let scratch = Scratch::new("volumed-plug-symlink-");
+        let layout = Layout::new(scratch.path().join("kubelet"));
+        let plugin = EmptyDirPlugin::new(layout.clone());
+        let pa = empty_dir_params(&layout, POD_A, TargetKind::Mount);
+        let target = pa.pod_mount_path.clone().unwrap();
+        let outside = scratch.path().join("outside");
+        mkdirs(&outside);
+        mkdirs(target.parent().unwrap());
+        symlink(&outside, &target).unwrap();
+
+        let err = plugin.setup(&memory(1 << 20), &pa, &LinuxSys).unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+        assert!(top(&outside).is_none(), "mounted through the symlink");
+        assert!(top(&target).is_none());
+        assert!(
+            fs::symlink_metadata(&target)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    });
+}
+
 fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
     let pod_mount_path = match &target {
         TargetRef::Pod(pod) => Some(

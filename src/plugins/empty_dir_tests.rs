@@ -190,6 +190,27 @@ fn a_tmpfs_of_another_size_is_remounted_never_replaced() {
     assert_eq!(sys.mounts().len(), 1, "still the same tmpfs");
 }
 
+/// A symlink where the tmpfs goes is refused, naming the path, and
+/// nothing is mounted: mounting through it would put the volume wherever
+/// it points.
+#[test]
+fn a_symlink_at_a_memory_target_is_refused_not_mounted_through() {
+    let sys = host();
+    sys.add(TARGET, FileKind::Symlink);
+    let err = plugin()
+        .setup(&memory(None), &params(TargetKind::Mount, None), &sys)
+        .unwrap_err();
+    assert!(err.to_string().contains(TARGET), "{err}");
+    assert!(err.to_string().contains("symlink"), "{err}");
+    assert!(
+        !sys.mutations()
+            .iter()
+            .any(|c| matches!(c, SysCall::Mount { .. })),
+        "{:?}",
+        sys.mutations()
+    );
+}
+
 #[test]
 fn a_foreign_mount_at_a_memory_target_is_unmounted_then_the_tmpfs_mounted() {
     let sys = host();
