@@ -28,6 +28,8 @@
 //! Linux 5.8 (mount cursors) skip no entry but are not one atomic snapshot.
 //! Detecting a change during the read (poll for `POLLPRI` on the same fd, the
 //! mechanism kubernetes PR #61776 proposed) belongs to the syscall seam.
+//! [`MountTable::read_overlapped`] makes the same reads on a second thread
+//! and parses each line as it arrives, with the same line parser.
 
 use std::ffi::OsString;
 use std::fs::File;
