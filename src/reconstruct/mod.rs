@@ -416,24 +416,8 @@ fn merge_checked_split(input: &MergeInput<'_>, split_at: usize) -> (MergeOutput,
         let run = |entries: &[(&TargetKey, &Entry)]| {
             decide_journal_run(input, &host_by_path, &observe, entries)
         };
-        let (first, second) = entries.split_at(split_at.min(entries.len()));
-        let (mut ran, rest) = std::thread::scope(|scope| {
-            let rest = (!second.is_empty()).then(|| {
-                std::thread::Builder::new()
-                    .name("volumed-merge".into())
-                    .spawn_scoped(scope, || run(second))
-            });
-            let ran = run(first);
-            let rest = match rest {
-                Some(Ok(handle)) => handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                // no thread to be had: decide the second half here
-                Some(Err(_)) => run(second),
-                None => JournalRun::default(),
-            };
-            (ran, rest)
-        });
+        let (mut ran, rest) =
+            crate::halves::in_two_halves("volumed-merge", &entries, split_at, run);
         ran.append(rest);
         for i in ran.claimed {
             claimed[i] = true;

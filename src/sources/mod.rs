@@ -539,26 +539,13 @@ fn read_and_parse_all<'f>(
     let files: Vec<&Path> = files.collect();
     let one = |file: &Path| read_file(file).and_then(|b| parse_pod(file, &b, node));
     let all = |files: &[&Path]| files.iter().map(|f| one(f)).collect::<Vec<_>>();
-    if files.len() < PARALLEL_PARSE_FROM {
-        return all(&files);
-    }
-    let (first, second) = files.split_at(files.len() / 2);
-    std::thread::scope(|scope| {
-        let rest = std::thread::Builder::new()
-            .name("volumed-parse".into())
-            .spawn_scoped(scope, || all(second));
-        let mut out = all(first);
-        match rest {
-            Ok(handle) => out.extend(
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            ),
-            // no thread to be had: this one parses the second half too
-            Err(_) => out.extend(all(second)),
-        }
-        out
-    })
+    let at = match files.len() >= PARALLEL_PARSE_FROM {
+        true => files.len() / 2,
+        false => files.len(),
+    };
+    let (mut out, rest) = crate::halves::in_two_halves("volumed-parse", &files, at, all);
+    out.extend(rest);
+    out
 }
 
 /// Decides `is_block` of a local PV by `stat` (through symlinks, so
