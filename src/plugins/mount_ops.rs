@@ -102,7 +102,10 @@ pub(crate) fn ensure_mounted(
     wanted: &dyn Fn(&MountInfo) -> bool,
     mount: &mut dyn FnMut(&mut Op<'_>) -> Result<(), PluginError>,
 ) -> Result<(Action, Option<MountInfo>), PluginError> {
-    if !target_exists(op, target) {
+    // One `lstat` of the target answers three questions. Only a definite
+    // ENOENT says it is missing (any other error takes the careful path).
+    let found = op.sys.stat(target, false);
+    if matches!(&found, Err(e) if e.errno() == Some(Errno::ENOENT)) {
         // Nothing can be mounted on a path that does not exist, so the mount
         // table (O(mounts) to read: O(n²) over a mass start) is not needed.
         op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
@@ -112,9 +115,12 @@ pub(crate) fn ensure_mounted(
     // A symlink at the target is never mounted through: the volume would
     // land wherever it points, outside the pod dir (a symlinked parent is
     // not caught here; see the note on issue #4).
-    if matches!(op.sys.stat(target, false), Ok(st) if st.kind == FileKind::Symlink) {
+    if matches!(&found, Ok(st) if st.kind == FileKind::Symlink) {
         return Err(op.wrong_type(target, "directory (not a symlink)"));
     }
+    // whether a directory is there now (asked again after an unmount,
+    // which shows what was beneath)
+    let mut is_dir = matches!(found, Ok(st) if st.kind == FileKind::Dir);
     let mut replaced = false;
     for _ in 0..=MAX_UNMOUNTS {
         let table = op.look(op.sys.read_mountinfo())?;
@@ -124,8 +130,6 @@ pub(crate) fn ensure_mounted(
                 // A directory there (the usual case) needs nothing;
                 // anything else goes through `mkdir_all`, which refuses
                 // what is not a directory.
-                let is_dir =
-                    matches!(op.sys.stat(target, false), Ok(st) if st.kind == FileKind::Dir);
                 if !is_dir {
                     op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
                 }
@@ -148,6 +152,7 @@ pub(crate) fn ensure_mounted(
             Some(_) => {
                 umount_once(op, target)?;
                 replaced = true;
+                is_dir = matches!(op.sys.stat(target, false), Ok(st) if st.kind == FileKind::Dir);
             }
         }
     }
