@@ -6,7 +6,7 @@
 pub mod daemon;
 pub mod dump;
 pub mod failpoint;
-mod halves;
+pub mod halves;
 pub mod host;
 pub mod journal;
 pub mod metrics;
