@@ -12,6 +12,7 @@
 
 mod support;
 
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ use support::{
 use volumed::host::mountinfo::{MountInfo, MountTable};
 use volumed::host::remove::remove_dir_one_fs;
 use volumed::host::sys::{
-    DirEntry, DiskFormat, FileStat, LinuxSys, MntFlags, MsFlags, Sys, SysError,
+    Beneath, DirEntry, DiskFormat, FileStat, LinuxSys, MntFlags, MsFlags, Sys, SysError,
 };
 use volumed::model::{
     Layout, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
@@ -89,6 +90,7 @@ fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
     in_private_mount_ns(|| {
         let scratch = Scratch::new("volumed-plug-tmpfs-");
         let layout = Layout::new(scratch.path().join("kubelet"));
+        mkdirs(layout.root()); // the daemon makes the root; targets are made beneath it
         let plugin = EmptyDirPlugin::new(layout.clone());
         let pa = empty_dir_params(&layout, POD_A, TargetKind::Mount);
         let target = pa.pod_mount_path.clone().unwrap();
@@ -136,6 +138,7 @@ fn a_symlinked_tmpfs_target_is_refused_and_nothing_is_mounted_through_it() {
     in_private_mount_ns(|| {
         let scratch = Scratch::new("volumed-plug-symlink-");
         let layout = Layout::new(scratch.path().join("kubelet"));
+        mkdirs(layout.root()); // the daemon makes the root; targets are made beneath it
         let plugin = EmptyDirPlugin::new(layout.clone());
         let pa = empty_dir_params(&layout, POD_A, TargetKind::Mount);
         let target = pa.pod_mount_path.clone().unwrap();
@@ -154,6 +157,176 @@ fn a_symlinked_tmpfs_target_is_refused_and_nothing_is_mounted_through_it() {
                 .file_type()
                 .is_symlink()
         );
+    });
+}
+
+/// Every mount point below `dir`, in the live table.
+fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let table = MountTable::read_self().expect("read mountinfo");
+    table
+        .entries()
+        .iter()
+        .map(|m| m.mount_point.clone())
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+/// Every path below `dir` (sorted), symlinks not followed.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                todo.push(e.path());
+            }
+            out.push(e.path().strip_prefix(dir).unwrap().to_owned());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A symlink planted at any directory between the root dir and a target
+/// (the pod dir, its `volumes`, the plugin's dir, or `plugins` where the
+/// ready marker goes), pointing to a look-alike tree outside: SetUp of a
+/// memory emptyDir, of a disk emptyDir and of a directory local PV, and
+/// TearDown of a disk emptyDir, all fail naming `ELOOP`, and the outside
+/// tree is exactly as it was: nothing mounted, made, renamed or deleted in
+/// it. (Before targets were reached beneath the root, each of them went
+/// through the link.)
+#[test]
+fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
+    if !require_root("mounts tmpfs and binds") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let pod = PodUid::new(POD_A).unwrap();
+        // (what is replaced by a symlink, relative to the pod dir)
+        let levels = [
+            "",
+            "volumes",
+            "volumes/kubernetes.io~empty-dir",
+            "volumes/kubernetes.io~local-volume",
+            "plugins",
+        ];
+        for level in levels {
+            let scratch = Scratch::new("volumed-plug-parent-link-");
+            let layout = Layout::new(scratch.path().join("kubelet"));
+            let pod_dir = layout.pod_dir(&pod);
+            let outside = scratch.path().join("outside");
+            // The look-alike: the whole pod tree, with data in the emptyDir.
+            let look_alike = outside.join("pod");
+            mkdirs(&look_alike.join("volumes/kubernetes.io~empty-dir/cache"));
+            mkdirs(&look_alike.join("volumes/kubernetes.io~local-volume"));
+            mkdirs(&look_alike.join("plugins/kubernetes.io~empty-dir/cache"));
+            fs::write(
+                look_alike.join("plugins/kubernetes.io~empty-dir/cache/ready"),
+                b"",
+            )
+            .unwrap();
+            fs::write(
+                look_alike.join("volumes/kubernetes.io~empty-dir/cache/data"),
+                b"keep",
+            )
+            .unwrap();
+            let pv_dir = scratch.path().join("pv");
+            mkdirs(&pv_dir);
+            mkdirs(&pod_dir);
+            let link = pod_dir.join(level);
+            let link = if level.is_empty() {
+                pod_dir.clone()
+            } else {
+                link
+            };
+            if link.exists() {
+                fs::remove_dir(&link).unwrap();
+            }
+            mkdirs(link.parent().unwrap());
+            symlink(look_alike.join(level), &link).unwrap();
+            let before = tree(&outside);
+
+            let empty_dir = EmptyDirPlugin::new(layout.clone());
+            let local = LocalPlugin::new(layout.clone());
+            let mem = empty_dir_params(&layout, POD_A, TargetKind::Mount);
+            let disk = empty_dir_params(&layout, POD_A, TargetKind::Dir);
+            let mut pv = local_params(&layout, &pv_dir, TargetRef::Pod(pod.clone()));
+            pv.device_mount_path = None;
+            let pv_spec = VolumeSpec::Local {
+                path: pv_dir.clone().into(),
+                fs_type: None,
+                access_modes: Vec::new(),
+                mount_options: Vec::new(),
+                is_block: false,
+            };
+            // Which operations pass through the replaced level.
+            let through = |what: &str| match level {
+                "" | "volumes" => true,
+                "volumes/kubernetes.io~local-volume" => what == "local setup",
+                // the emptyDir's volume dir, or its ready marker
+                _ => what != "local setup",
+            };
+            let unmount_all_below = |dir: &Path| {
+                for m in mounts_below(dir).into_iter().rev() {
+                    nix::mount::umount2(&m, MntFlags::MNT_DETACH).unwrap();
+                }
+            };
+            type Run<'a> = Box<dyn Fn() -> volumed::plugins::PluginResult + 'a>;
+            let runs: [(&str, Run<'_>); 4] = [
+                (
+                    "memory setup",
+                    Box::new(|| empty_dir.setup(&memory(1 << 20), &mem, &LinuxSys)),
+                ),
+                (
+                    "disk setup",
+                    Box::new(|| empty_dir.setup(&DISK, &disk, &LinuxSys)),
+                ),
+                (
+                    "disk teardown",
+                    Box::new(|| empty_dir.teardown(&disk, &LinuxSys)),
+                ),
+                (
+                    "local setup",
+                    Box::new(|| local.setup(&pv_spec, &pv, &LinuxSys)),
+                ),
+            ];
+            for (what, run) in runs {
+                let r = run();
+                if through(what) {
+                    let e = r.expect_err(&format!("{what} through a symlink at {level:?}"));
+                    assert!(e.to_string().contains("ELOOP"), "{what} at {level:?}: {e}");
+                }
+                assert_eq!(
+                    mounts_below(&outside),
+                    Vec::<PathBuf>::new(),
+                    "{what} mounted through the symlink at {level:?}"
+                );
+                // what a run did inside the pod dir is not the next one's business
+                unmount_all_below(scratch.path());
+            }
+            assert_eq!(
+                mounts_below(&outside),
+                Vec::<PathBuf>::new(),
+                "something was mounted through the symlink at {level:?}"
+            );
+            assert_eq!(
+                tree(&outside),
+                before,
+                "the outside tree changed ({level:?})"
+            );
+            assert_eq!(
+                fs::read(look_alike.join("volumes/kubernetes.io~empty-dir/cache/data")).unwrap(),
+                b"keep"
+            );
+            assert!(
+                fs::symlink_metadata(&link)
+                    .unwrap()
+                    .file_type()
+                    .is_symlink(),
+                "the link itself was replaced ({level:?})"
+            );
+        }
     });
 }
 
@@ -194,6 +367,8 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
             .unwrap();
         let lo = LoopDevice::attach(&image);
         let layout = Layout::new(scratch.path().join("kubelet"));
+        mkdirs(layout.root()); // the daemon makes the root; targets are made beneath it
+        let local = LocalPlugin::new(layout.clone());
         let spec = VolumeSpec::Local {
             path: lo.path().to_owned().into(),
             fs_type: Some("ext4".into()),
@@ -215,29 +390,23 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
             LinuxSys.probe_fs(lo.path()).unwrap(),
             DiskFormat::Unformatted
         );
-        assert!(LocalPlugin.needs_format(&spec, &dev, &LinuxSys).unwrap());
+        assert!(local.needs_format(&spec, &dev, &LinuxSys).unwrap());
         assert_eq!(
-            LocalPlugin.format(&spec, &dev, &LinuxSys).unwrap().action,
+            local.format(&spec, &dev, &LinuxSys).unwrap().action,
             Action::Performed
         );
-        assert!(!LocalPlugin.needs_format(&spec, &dev, &LinuxSys).unwrap());
+        assert!(!local.needs_format(&spec, &dev, &LinuxSys).unwrap());
         assert_eq!(
             LinuxSys.probe_fs(lo.path()).unwrap(),
             DiskFormat::Filesystem("ext4".into())
         );
 
         assert_eq!(
-            LocalPlugin
-                .mount_device(&spec, &dev, &LinuxSys)
-                .unwrap()
-                .action,
+            local.mount_device(&spec, &dev, &LinuxSys).unwrap().action,
             Action::Performed
         );
         assert_eq!(
-            LocalPlugin
-                .mount_device(&spec, &dev, &LinuxSys)
-                .unwrap()
-                .action,
+            local.mount_device(&spec, &dev, &LinuxSys).unwrap().action,
             Action::AlreadyInPlace
         );
         let g = top(&global).expect("device mounted");
@@ -247,9 +416,9 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
         );
 
         for uid in [POD_A, POD_B] {
-            let out = LocalPlugin.setup(&spec, &pod(uid), &LinuxSys).unwrap();
+            let out = local.setup(&spec, &pod(uid), &LinuxSys).unwrap();
             assert_eq!(out.action, Action::Performed);
-            let again = LocalPlugin.setup(&spec, &pod(uid), &LinuxSys).unwrap();
+            let again = local.setup(&spec, &pod(uid), &LinuxSys).unwrap();
             assert_eq!(again.action, Action::AlreadyInPlace);
         }
         let a = pod(POD_A).pod_mount_path.unwrap();
@@ -261,25 +430,25 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
         assert_eq!(fs::read(b.join("hello")).unwrap(), b"from a");
 
         for uid in [POD_A, POD_B] {
-            let out = LocalPlugin.teardown(&pod(uid), &LinuxSys).unwrap();
+            let out = local.teardown(&pod(uid), &LinuxSys).unwrap();
             assert_eq!(out.action, Action::Performed);
             assert!(out.left_behind.is_empty());
         }
         assert!(top(&a).is_none() && !a.exists());
         assert_eq!(
-            LocalPlugin.unmount_device(&dev, &LinuxSys).unwrap().action,
+            local.unmount_device(&dev, &LinuxSys).unwrap().action,
             Action::Performed
         );
         assert!(top(&global).is_none() && !global.exists());
 
         // Never reformatted: the data survives another format + mount.
         assert_eq!(
-            LocalPlugin.format(&spec, &dev, &LinuxSys).unwrap().action,
+            local.format(&spec, &dev, &LinuxSys).unwrap().action,
             Action::AlreadyInPlace
         );
-        LocalPlugin.mount_device(&spec, &dev, &LinuxSys).unwrap();
+        local.mount_device(&spec, &dev, &LinuxSys).unwrap();
         assert_eq!(fs::read(global.join("hello")).unwrap(), b"from a");
-        LocalPlugin.unmount_device(&dev, &LinuxSys).unwrap();
+        local.unmount_device(&dev, &LinuxSys).unwrap();
 
         assert!(
             lo.close_and_wait_unbound(Duration::from_secs(10)),
@@ -323,8 +492,24 @@ impl Sys for StatxOnly {
     fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError> {
         LinuxSys.create_file(path, mode)
     }
-    fn rename(&self, from: &Path, to: &Path) -> Result<(), SysError> {
-        LinuxSys.rename(from, to)
+    fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        LinuxSys.rename_beneath(from, to_name)
+    }
+    fn mkdir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        LinuxSys.mkdir_beneath(at, mode)
+    }
+    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        LinuxSys.stat_beneath(at)
+    }
+    fn mount_beneath(
+        &self,
+        source: Option<&Path>,
+        at: Beneath<'_>,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        LinuxSys.mount_beneath(source, at, fstype, flags, data)
     }
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {
         LinuxSys.rmdir(path)
@@ -394,6 +579,7 @@ fn disk_empty_dir_teardown_does_not_enter_a_nested_foreign_tmpfs() {
     in_private_mount_ns(|| {
         let scratch = Scratch::new("volumed-plug-nested-");
         let layout = Layout::new(scratch.path().join("kubelet"));
+        mkdirs(layout.root()); // the daemon makes the root; targets are made beneath it
         let plugin = EmptyDirPlugin::with_seq_start(layout.clone(), 41);
         let pa = empty_dir_params(&layout, POD_A, TargetKind::Dir);
         let target = pa.pod_mount_path.clone().unwrap();
@@ -438,6 +624,7 @@ fn a_symlink_out_of_the_pod_dir_is_removed_as_a_link_and_its_target_kept() {
         fs::write(outside.join("precious"), b"p").unwrap();
         fs::write(outside.join("dir/also"), b"a").unwrap();
         let layout = Layout::new(scratch.path().join("kubelet"));
+        mkdirs(layout.root()); // the daemon makes the root; targets are made beneath it
         let plugin = EmptyDirPlugin::new(layout.clone());
         let pa = empty_dir_params(&layout, POD_A, TargetKind::Dir);
         let target = pa.pod_mount_path.clone().unwrap();

@@ -177,12 +177,14 @@ impl State {
         }
     }
 
-    /// What `openat2(RESOLVE_BENEATH|NO_XDEV|NO_SYMLINKS)` would say of `base/rel`.
+    /// What `openat2(RESOLVE_BENEATH|NO_SYMLINKS)` would say of `base/rel`
+    /// (with `NO_XDEV` too unless `cross_mounts`).
     pub(crate) fn check_beneath(
         &self,
         call: Call,
         base: &Path,
         rel: &Path,
+        cross_mounts: bool,
     ) -> Result<(), SysError> {
         let full = base.join(rel);
         let err = |e| SysError::call(call, &full, e);
@@ -198,7 +200,9 @@ impl State {
             match self.files.get(&p) {
                 None => return Err(err(Errno::ENOENT)),
                 Some(FileKind::Symlink) => return Err(err(Errno::ELOOP)),
-                Some(FileKind::Dir) if self.is_mount_point(&p) => return Err(err(Errno::EXDEV)),
+                Some(FileKind::Dir) if !cross_mounts && self.is_mount_point(&p) => {
+                    return Err(err(Errno::EXDEV));
+                }
                 Some(FileKind::Dir) => {}
                 Some(_) => return Err(err(Errno::ENOTDIR)),
             }

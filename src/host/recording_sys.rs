@@ -12,14 +12,15 @@
 //! identity of what it binds. [`RecordingSys::read_mountinfo`] renders the
 //! fake mounts as mountinfo text and parses it with the real parser.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::host::fake_host::{State, create};
 use crate::host::mountinfo::{MountTable, escape};
 use crate::host::sys::{
-    Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, MntFlags, MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, MntFlags, MsFlags, Sys,
+    SysError,
 };
 use crate::model::DevId;
 
@@ -152,6 +153,34 @@ impl Sys for RecordingSys {
             .do_mount(source, target, fstype, flags, data)
     }
 
+    /// Recorded as the [`SysCall::Mount`] of `base/rel`; a symlink at or
+    /// above the target, below the base, fails it with `ELOOP`.
+    fn mount_beneath(
+        &self,
+        source: Option<&Path>,
+        at: Beneath<'_>,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        let target = at.full();
+        let call = SysCall::Mount {
+            source: source.map(Path::to_owned),
+            target: target.clone(),
+            fstype: fstype.map(str::to_owned),
+            flags,
+            data: data.map(str::to_owned),
+        };
+        let mut st = self.enter(call, &target)?;
+        if let Some(parent) = at.parent() {
+            st.check_beneath(Call::Mount, parent.base, parent.rel, true)?;
+        }
+        if st.files.get(&target) == Some(&FileKind::Symlink) {
+            return Err(SysError::call(Call::Mount, &target, Errno::ELOOP));
+        }
+        st.do_mount(source, &target, fstype, flags, data)
+    }
+
     fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError> {
         let call = SysCall::Umount {
             target: target.to_owned(),
@@ -191,21 +220,7 @@ impl Sys for RecordingSys {
             follow,
         };
         let st = self.enter(call, path)?;
-        let kind = *st
-            .files
-            .get(path)
-            .ok_or_else(|| SysError::call(Call::Stat, path, Errno::ENOENT))?;
-        let rdev = st
-            .devices
-            .get(path)
-            .copied()
-            .unwrap_or(DevId { major: 0, minor: 0 });
-        Ok(FileStat {
-            kind,
-            dev: st.identity_of(path).0,
-            rdev,
-            perm: 0o755,
-        })
+        stat_of(&st, path)
     }
 
     fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
@@ -217,6 +232,36 @@ impl Sys for RecordingSys {
             path,
         )?;
         create(&mut st, Call::Mkdir, path, FileKind::Dir)
+    }
+
+    /// Recorded as the [`SysCall::Stat`] of `base/rel` (not following);
+    /// a symlink above it, below the base, fails it with `ELOOP`.
+    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        let path = at.full();
+        let call = SysCall::Stat {
+            path: path.clone(),
+            follow: false,
+        };
+        let st = self.enter(call, &path)?;
+        if let Some(parent) = at.parent() {
+            st.check_beneath(Call::Stat, parent.base, parent.rel, true)?;
+        }
+        stat_of(&st, &path)
+    }
+
+    /// Recorded as the [`SysCall::Mkdir`] of `base/rel`; a symlink above
+    /// it, below the base, fails it with `ELOOP`.
+    fn mkdir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        let path = at.full();
+        let call = SysCall::Mkdir {
+            path: path.clone(),
+            mode,
+        };
+        let mut st = self.enter(call, &path)?;
+        if let Some(parent) = at.parent() {
+            st.check_beneath(Call::Mkdir, parent.base, parent.rel, true)?;
+        }
+        create(&mut st, Call::Mkdir, &path, FileKind::Dir)
     }
 
     fn chmod_dir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
@@ -242,13 +287,20 @@ impl Sys for RecordingSys {
         create(&mut st, Call::CreateFile, path, FileKind::File)
     }
 
-    fn rename(&self, from: &Path, to: &Path) -> Result<(), SysError> {
+    /// Recorded as the [`SysCall::Rename`] of `base/rel`; a symlink above
+    /// it, below the base, fails it with `ELOOP`.
+    fn rename_beneath(&self, at: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        let from = &at.full();
+        let to = &from.with_file_name(to_name);
         let call = SysCall::Rename {
-            from: from.into(),
-            to: to.into(),
+            from: from.clone(),
+            to: to.clone(),
         };
         let mut st = self.enter(call, from)?;
         let err = |e| SysError::call(Call::Rename, from, e);
+        if let Some(parent) = at.parent() {
+            st.check_beneath(Call::Rename, parent.base, parent.rel, true)?;
+        }
         if !st.files.contains_key(from) {
             return Err(err(Errno::ENOENT));
         }
@@ -294,7 +346,7 @@ impl Sys for RecordingSys {
             rel: rel.into(),
         };
         let st = self.enter(call, &base.join(rel))?;
-        st.check_beneath(Call::ReadDirBeneath, base, rel)?;
+        st.check_beneath(Call::ReadDirBeneath, base, rel, false)?;
         let dir = base.join(rel);
         Ok(st
             .children(&dir)
@@ -315,7 +367,7 @@ impl Sys for RecordingSys {
         };
         let mut st = self.enter(call, &base.join(rel))?;
         let parent = rel.parent().unwrap_or(Path::new(""));
-        st.check_beneath(Call::RemoveBeneath, base, parent)?;
+        st.check_beneath(Call::RemoveBeneath, base, parent, false)?;
         st.remove(Call::RemoveBeneath, &base.join(rel), dir)
     }
 
@@ -379,4 +431,23 @@ impl Sys for RecordingSys {
         }
         Ok(MountTable::parse(text.as_bytes()))
     }
+}
+
+/// What the fake's `statx` reports of `path`.
+fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
+    let kind = *st
+        .files
+        .get(path)
+        .ok_or_else(|| SysError::call(Call::Stat, path, Errno::ENOENT))?;
+    let rdev = st
+        .devices
+        .get(path)
+        .copied()
+        .unwrap_or(DevId { major: 0, minor: 0 });
+    Ok(FileStat {
+        kind,
+        dev: st.identity_of(path).0,
+        rdev,
+        perm: 0o755,
+    })
 }

@@ -26,7 +26,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::host::mountinfo::MountTable;
-use crate::host::sys::{Call, Errno, FileKind, Sys, SysError};
+use crate::host::sys::{Beneath, Call, Errno, FileKind, Sys, SysError};
 
 /// The marker between a directory's name and its deletion sequence number.
 pub const DELETING_INFIX: &str = ".deleting~";
@@ -146,12 +146,14 @@ pub fn is_pending_deletion(name: &OsStr) -> bool {
         })
 }
 
-/// Renames `dir` to `<name>.deleting~<seq>` (never replacing anything there)
-/// and returns the new path.
-pub fn rename_for_deletion(dir: &Path, seq: u64, sys: &dyn Sys) -> Result<PathBuf, SysError> {
-    let to =
-        deletion_name(dir, seq).ok_or_else(|| SysError::call(Call::Rename, dir, Errno::EINVAL))?;
-    sys.rename(dir, &to)?;
+/// Renames `dir` to `<name>.deleting~<seq>` (never replacing anything there,
+/// never through a symlink below its base) and returns the new path.
+pub fn rename_for_deletion(dir: Beneath<'_>, seq: u64, sys: &dyn Sys) -> Result<PathBuf, SysError> {
+    let from = dir.full();
+    let to = deletion_name(&from, seq)
+        .ok_or_else(|| SysError::call(Call::Rename, &from, Errno::EINVAL))?;
+    let name = to.file_name().unwrap_or_default();
+    sys.rename_beneath(dir, name)?;
     Ok(to)
 }
 
@@ -282,7 +284,8 @@ mod tests {
         let sys = RecordingSys::new();
         sys.add("/v/cache/f", FileKind::File);
         sys.add("/v/other/f", FileKind::File);
-        let to = rename_for_deletion(Path::new("/v/cache"), 7, &sys).unwrap();
+        let at = Beneath::split(Path::new("/v"), Path::new("/v/cache")).unwrap();
+        let to = rename_for_deletion(at, 7, &sys).unwrap();
         assert_eq!(to, p("/v/cache.deleting~7"));
         let done = finish_pending_deletions(Path::new("/v"), &sys).unwrap();
         assert_eq!(done.len(), 1);

@@ -25,6 +25,15 @@
 //!   symlink swapped in or a mount point on the way fails the call (`ELOOP`,
 //!   `EXDEV`) instead of being followed; entries are removed with `unlinkat`,
 //!   which never follows the last component (storage-facts D5, D6).
+//! - **Targets beneath the root** ([`Sys::stat_beneath`],
+//!   [`Sys::mkdir_beneath`], [`Sys::mount_beneath`], [`Sys::rename_beneath`]):
+//!   a mount target and the directories on its way are reached from the root
+//!   dir with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (mounts on the
+//!   way may be crossed), and the mount is made on the opened `O_PATH`
+//!   handle's `/proc/self/fd/N`, so a symlink anywhere below the root fails
+//!   the call with `ELOOP` instead of sending the volume elsewhere, and
+//!   nothing swapped in after the check can redirect the mount. The root
+//!   itself may sit behind a symlink; the daemon canonicalises it.
 //! - **Filesystem probe** ([`Sys::probe_fs`]): runs `blkid -p -s TYPE -s
 //!   PTTYPE -o export <dev>` like the kubelet's `GetDiskFormat`: a low-level
 //!   probe that reads the device itself (not the udev cache). Exit status 2
@@ -33,7 +42,7 @@
 //! - **Formatting** ([`Sys::mkfs`]): runs `mkfs.<fs>` as a child; ext2/3/4
 //!   get `-F -m0` as the kubelet passes them.
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -47,7 +56,7 @@ use crate::host::mountinfo::MountTable;
 use crate::model::DevId;
 
 pub use crate::host::sys_types::{
-    Call, DirEntry, DiskFormat, FileKind, FileStat, SysCall, SysError,
+    Beneath, Call, DirEntry, DiskFormat, FileKind, FileStat, SysCall, SysError,
 };
 pub use nix::errno::Errno;
 pub use nix::mount::{MntFlags, MsFlags};
@@ -63,6 +72,19 @@ pub trait Sys: Send + Sync {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), SysError>;
+    /// `mount(2)` onto `at.rel` resolved beneath `at.base` without following
+    /// any symlink (`ELOOP`) or leaving the base: the target is opened
+    /// `O_PATH` and the mount made on its `/proc/self/fd/N`, so nothing
+    /// swapped in between the check and the mount can redirect it. Errors
+    /// and the recording fake name `base/rel`.
+    fn mount_beneath(
+        &self,
+        source: Option<&Path>,
+        at: Beneath<'_>,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError>;
     /// `umount2(2)`; pass [`MntFlags::UMOUNT_NOFOLLOW`] so a symlink is never
     /// followed to another mount.
     fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError>;
@@ -74,14 +96,23 @@ pub trait Sys: Send + Sync {
     /// `statx`; `follow` follows a last symlink (for device paths such as
     /// `/dev/disk/by-id/…`).
     fn stat(&self, path: &Path, follow: bool) -> Result<FileStat, SysError>;
+    /// `statx` of `at` (never following it), reached beneath `at.base`
+    /// without following any symlink on the way (`ELOOP`).
+    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError>;
     /// `mkdir(2)` with this mode (the umask still applies; see [`Sys::chmod_dir`]).
     fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError>;
+    /// `mkdirat(2)` of `at.rel`'s last component in its parent, the parent
+    /// opened beneath `at.base` without following any symlink (`ELOOP`).
+    fn mkdir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError>;
     /// Sets a directory's permission bits; refuses a symlink (`ELOOP`).
     fn chmod_dir(&self, path: &Path, mode: u32) -> Result<(), SysError>;
     /// Creates an empty regular file; fails with `EEXIST` if anything is there.
     fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError>;
-    /// Renames without replacing (`EEXIST` if `to` exists).
-    fn rename(&self, from: &Path, to: &Path) -> Result<(), SysError>;
+    /// Renames the entry `from` to `to_name` in the same directory without
+    /// replacing (`EEXIST` if taken); the directory is opened beneath
+    /// `from.base` without following any symlink (`ELOOP`), and the entry
+    /// itself is never followed.
+    fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError>;
     /// `rmdir(2)`: only an empty directory that is not a mount point.
     fn rmdir(&self, path: &Path) -> Result<(), SysError>;
     /// `unlink(2)`: removes a non-directory, a symlink itself rather than its target.
@@ -112,18 +143,54 @@ pub trait Sys: Send + Sync {
 /// parent that exists. Only an existing entry costs a `stat`, to tell a
 /// directory (or a symlink to one) from anything else.
 pub fn mkdir_all(sys: &dyn Sys, path: &Path, mode: u32) -> Result<(), SysError> {
-    match sys.mkdir(path, mode) {
-        Err(e) if e.errno() == Some(Errno::ENOENT) => {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                mkdir_all(sys, parent, mode)?;
+    leaf_first(
+        path,
+        &|p| sys.mkdir(p, mode),
+        &|p| p.parent().filter(|p| !p.as_os_str().is_empty()),
+        &|p| existing_dir(sys, p),
+    )
+}
+
+/// Like [`mkdir_all`] for `at.rel` beneath `at.base`, with no symlink
+/// followed anywhere below the base: every level is made with
+/// [`Sys::mkdir_beneath`], and an existing entry must be a directory
+/// itself (a symlink there, even to a directory, is `ELOOP`).
+pub fn mkdir_all_beneath(sys: &dyn Sys, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+    leaf_first(
+        at,
+        &|b| sys.mkdir_beneath(b, mode),
+        &|b| b.parent().filter(|b| !b.rel.as_os_str().is_empty()),
+        &|b| {
+            let full = b.full();
+            match sys.stat_beneath(b)?.kind {
+                FileKind::Dir => Ok(()),
+                FileKind::Symlink => Err(SysError::call(Call::Mkdir, &full, Errno::ELOOP)),
+                _ => Err(SysError::call(Call::Mkdir, &full, Errno::ENOTDIR)),
             }
-            match sys.mkdir(path, mode) {
+        },
+    )
+}
+
+/// `mkdir -p`'s order: the leaf first, its parents only on `ENOENT`, and
+/// an existing entry checked by `existing`.
+fn leaf_first<P: Copy>(
+    p: P,
+    mkdir: &dyn Fn(P) -> Result<(), SysError>,
+    parent: &dyn Fn(P) -> Option<P>,
+    existing: &dyn Fn(P) -> Result<(), SysError>,
+) -> Result<(), SysError> {
+    match mkdir(p) {
+        Err(e) if e.errno() == Some(Errno::ENOENT) => {
+            if let Some(up) = parent(p) {
+                leaf_first(up, mkdir, parent, existing)?;
+            }
+            match mkdir(p) {
                 // created by someone else in between
-                Err(e) if e.errno() == Some(Errno::EEXIST) => existing_dir(sys, path),
+                Err(e) if e.errno() == Some(Errno::EEXIST) => existing(p),
                 other => other,
             }
         }
-        Err(e) if e.errno() == Some(Errno::EEXIST) => existing_dir(sys, path),
+        Err(e) if e.errno() == Some(Errno::EEXIST) => existing(p),
         other => other,
     }
 }
@@ -219,6 +286,24 @@ impl LinuxSys {
         let how = OpenHow::new().flags(flags).resolve(RESOLVE_SAFE);
         nix::fcntl::openat2(base_fd.as_fd(), rel, how).map_err(err)
     }
+
+    /// Opens `at` as an `O_PATH` handle (plus `extra`), resolved beneath its
+    /// base without symlinks (mounts on the way may be crossed: a target's
+    /// parents can be mounts). The base itself is opened as given.
+    fn open_path_beneath(call: Call, at: Beneath<'_>, extra: OFlag) -> Result<OwnedFd, SysError> {
+        let err = |errno| SysError::call(call, &at.full(), errno);
+        let flags = OFlag::O_PATH | OFlag::O_CLOEXEC | extra;
+        let base_fd =
+            nix::fcntl::open(at.base, flags | OFlag::O_DIRECTORY, Mode::empty()).map_err(err)?;
+        if at.rel.as_os_str().is_empty() {
+            return Ok(base_fd);
+        }
+        let resolve = ResolveFlag::RESOLVE_BENEATH
+            | ResolveFlag::RESOLVE_NO_SYMLINKS
+            | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+        let how = OpenHow::new().flags(flags).resolve(resolve);
+        nix::fcntl::openat2(base_fd.as_fd(), at.rel, how).map_err(err)
+    }
 }
 
 impl Sys for LinuxSys {
@@ -232,6 +317,20 @@ impl Sys for LinuxSys {
     ) -> Result<(), SysError> {
         nix::mount::mount(source, target, fstype, flags, data)
             .map_err(|e| SysError::call(Call::Mount, target, e))
+    }
+
+    fn mount_beneath(
+        &self,
+        source: Option<&Path>,
+        at: Beneath<'_>,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        let fd = Self::open_path_beneath(Call::Mount, at, OFlag::empty())?;
+        let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        nix::mount::mount(source, proc_path.as_str(), fstype, flags, data)
+            .map_err(|e| SysError::call(Call::Mount, &at.full(), e))
     }
 
     fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError> {
@@ -289,6 +388,35 @@ impl Sys for LinuxSys {
         nix::unistd::mkdir(path, mode(m)).map_err(|e| SysError::call(Call::Mkdir, path, e))
     }
 
+    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        let path = at.full();
+        let Some(parent) = at.parent() else {
+            return self.stat(&path, false); // the base itself
+        };
+        let leaf = cpath(
+            Call::Stat,
+            Path::new(at.rel.file_name().unwrap_or_default()),
+        )?;
+        let dir = Self::open_path_beneath(Call::Stat, parent, OFlag::O_DIRECTORY)?;
+        let st = statx_at(
+            dir.as_raw_fd(),
+            &leaf,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        )
+        .map_err(|e| SysError::call(Call::Stat, &path, e))?;
+        file_stat(&st, Call::Stat, &path)
+    }
+
+    fn mkdir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+        let err = |e| SysError::call(Call::Mkdir, &at.full(), e);
+        let (Some(parent), Some(leaf)) = (at.parent(), at.rel.file_name()) else {
+            return Err(err(Errno::EEXIST)); // the base itself
+        };
+        let dir = Self::open_path_beneath(Call::Mkdir, parent, OFlag::O_DIRECTORY)?;
+        nix::sys::stat::mkdirat(dir.as_fd(), leaf, mode(m)).map_err(err)
+    }
+
     fn chmod_dir(&self, path: &Path, m: u32) -> Result<(), SysError> {
         let err = |e| SysError::call(Call::ChmodDir, path, e);
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -304,15 +432,20 @@ impl Sys for LinuxSys {
             .map_err(|e| SysError::call(Call::CreateFile, path, e))
     }
 
-    fn rename(&self, from: &Path, to: &Path) -> Result<(), SysError> {
+    fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        let err = |e| SysError::call(Call::Rename, &from.full(), e);
+        let (Some(parent), Some(name)) = (from.parent(), from.rel.file_name()) else {
+            return Err(err(Errno::EINVAL)); // the base itself
+        };
+        let dir = Self::open_path_beneath(Call::Rename, parent, OFlag::O_DIRECTORY)?;
         nix::fcntl::renameat2(
-            nix::fcntl::AT_FDCWD,
-            from,
-            nix::fcntl::AT_FDCWD,
-            to,
+            dir.as_fd(),
+            name,
+            dir.as_fd(),
+            to_name,
             nix::fcntl::RenameFlags::RENAME_NOREPLACE,
         )
-        .map_err(|e| SysError::call(Call::Rename, from, e))
+        .map_err(err)
     }
 
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {

@@ -15,6 +15,44 @@ use nix::mount::{MntFlags, MsFlags};
 use crate::host::HostError;
 use crate::model::DevId;
 
+/// A path given as a trusted base directory and a path `rel` beneath it
+/// that is resolved without following any symlink and without leaving
+/// `base` (`openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`). Mount targets
+/// and the directories on their way are reached this way: a symlink under
+/// the root dir would put a volume somewhere else than the mount table is
+/// later searched for, possibly outside the pod dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beneath<'p> {
+    /// the trusted directory (the root dir, canonical)
+    pub base: &'p Path,
+    /// the path under it (relative, without `..`)
+    pub rel: &'p Path,
+}
+
+impl<'p> Beneath<'p> {
+    /// `path` split at `base`; `None` when `path` is not below `base` or
+    /// climbs out of it with `..`.
+    pub fn split(base: &'p Path, path: &'p Path) -> Option<Self> {
+        let rel = path.strip_prefix(base).ok()?;
+        let plain = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        plain.then_some(Self { base, rel })
+    }
+    /// `base/rel`, for messages and the recording fake.
+    pub fn full(&self) -> PathBuf {
+        self.base.join(self.rel)
+    }
+    /// The parent of `rel` beneath the same base (`None` for `base` itself).
+    pub fn parent(&self) -> Option<Self> {
+        let rel = self.rel.parent()?;
+        Some(Self {
+            base: self.base,
+            rel,
+        })
+    }
+}
+
 /// The kinds of call the seam makes: what a [`SysError`] names and what the
 /// recording fake is told to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -346,5 +384,37 @@ impl SysCall {
                 | Call::ProbeFs
                 | Call::ReadMountinfo
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beneath_splits_only_paths_below_the_base_without_climbing() {
+        let base = Path::new("/k");
+        let table: [(&str, Option<&str>); 7] = [
+            ("/k/pods/u/volumes/x", Some("pods/u/volumes/x")),
+            ("/k", Some("")),
+            ("/kk/pods", None),
+            ("/other", None),
+            ("/k/pods/../../etc", None),
+            ("/k/./pods", Some("pods")), // `Path` drops `.` components
+            ("k/pods", None),
+        ];
+        for (path, want) in table {
+            let got = Beneath::split(base, Path::new(path));
+            assert_eq!(
+                got.map(|b| b.rel.to_owned()),
+                want.map(PathBuf::from),
+                "{path}"
+            );
+        }
+        let b = Beneath::split(base, Path::new("/k/a/b")).unwrap();
+        assert_eq!(b.full(), Path::new("/k/a/b"));
+        assert_eq!(b.parent().unwrap().rel, Path::new("a"));
+        assert_eq!(b.parent().unwrap().parent().unwrap().rel, Path::new(""));
+        assert!(b.parent().unwrap().parent().unwrap().parent().is_none());
     }
 }

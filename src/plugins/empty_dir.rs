@@ -26,14 +26,14 @@ use crate::host::mountinfo::MountInfo;
 use crate::host::remove::{
     Removal, finish_pending_deletions, remove_dir_one_fs, rename_for_deletion,
 };
-use crate::host::sys::{Errno, FileKind, MsFlags, Sys, SysError, mkdir_all};
+use crate::host::sys::{Beneath, Errno, FileKind, MsFlags, Sys, SysError, mkdir_all_beneath};
 use crate::model::{
     Layout, Operation, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
     VolumeSpec,
 };
 use crate::plugins::mount_ops::{
-    TARGET_DIR_MODE, data_string, ensure_mounted, page_round, parse_size, remove_mount_dir,
-    split_options, unmount_all,
+    TARGET_DIR_MODE, beneath, data_string, ensure_mounted, page_round, parse_size,
+    remove_mount_dir, split_options, unmount_all,
 };
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -92,23 +92,27 @@ impl EmptyDirPlugin {
         target: &Path,
         marker: &Path,
     ) -> Result<Action, PluginError> {
-        let exists = match op.sys.stat(target, false) {
+        // Looked at and made beneath the root: a symlink on the way is
+        // refused (`ELOOP`), never followed.
+        let root = self.layout.root();
+        let at = beneath(op, root, target)?;
+        let exists = match op.sys.stat_beneath(at) {
             Ok(st) if st.kind == FileKind::Dir => true,
             Ok(_) => return Err(op.wrong_type(target, "directory")),
             Err(e) if e.errno() == Some(Errno::ENOENT) => false,
             Err(e) => return Err(op.sys_err(e, false)),
         };
-        if exists && present(op, marker)? {
+        if exists && present(op, beneath(op, root, marker)?)? {
             return Ok(Action::AlreadyInPlace);
         }
         if !exists {
             // the volume dir first, its parents only when they are missing
-            let mut r = op.sys.mkdir(target, 0o777);
-            if let (Err(e), Some(parent)) = (&r, target.parent())
+            let mut r = op.sys.mkdir_beneath(at, 0o777);
+            if let (Err(e), Some(parent)) = (&r, at.parent())
                 && e.errno() == Some(Errno::ENOENT)
             {
-                op.look(mkdir_all(op.sys, parent, TARGET_DIR_MODE))?;
-                r = op.sys.mkdir(target, 0o777);
+                op.look(mkdir_all_beneath(op.sys, parent, TARGET_DIR_MODE))?;
+                r = op.sys.mkdir_beneath(at, 0o777);
             }
             op.act_or(r, Errno::EEXIST)?;
         }
@@ -137,17 +141,18 @@ impl EmptyDirPlugin {
                 && m.is_read_only() == read_only
                 && m.super_options.selinux.context == params.selinux
         };
-        let mut mount = |op: &mut Op<'_>| {
-            let r = op.sys.mount(
+        let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
+            let r = op.sys.mount_beneath(
                 Some(Path::new("tmpfs")),
-                target,
+                at,
                 Some("tmpfs"),
                 flags,
                 data.as_deref(),
             );
             op.act(r)
         };
-        let (action, existing) = ensure_mounted(op, target, &wanted, &mut mount)?;
+        let root = self.layout.root();
+        let (action, existing) = ensure_mounted(op, root, target, &wanted, &mut mount)?;
         let (Some(m), Some(limit)) = (existing, size_limit) else {
             return Ok(action);
         };
@@ -162,9 +167,9 @@ impl EmptyDirPlugin {
         // Data safety: fix the size in place. The label cannot change on a
         // remount, so it is not passed again.
         let data = data_string(&size_opts, None);
-        let r = op.sys.mount(
+        let r = op.sys.mount_beneath(
             None,
-            target,
+            beneath(op, root, target)?,
             Some("tmpfs"),
             MsFlags::MS_REMOUNT | flags,
             data.as_deref(),
@@ -174,7 +179,8 @@ impl EmptyDirPlugin {
     }
 
     fn teardown_disk(&self, op: &mut Op<'_>, target: &Path) -> Result<Vec<PathBuf>, PluginError> {
-        match op.sys.stat(target, false) {
+        let at = beneath(op, self.layout.root(), target)?;
+        match op.sys.stat_beneath(at) {
             Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
             Err(e) => return Err(op.sys_err(e, false)),
             Ok(_) => {}
@@ -190,7 +196,7 @@ impl EmptyDirPlugin {
         let mut renamed = None;
         for _ in 0..RENAME_TRIES {
             let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-            match rename_for_deletion(target, seq, op.sys) {
+            match rename_for_deletion(at, seq, op.sys) {
                 Err(e) if e.errno() == Some(Errno::EEXIST) => continue,
                 r => {
                     renamed = Some(op.act(r)?);
@@ -212,9 +218,9 @@ impl EmptyDirPlugin {
     }
 }
 
-/// Whether `path` exists (not following a last symlink).
-fn present(op: &Op<'_>, path: &Path) -> Result<bool, PluginError> {
-    match op.sys.stat(path, false) {
+/// Whether `at` exists (not following it, nor any symlink on the way).
+fn present(op: &Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
+    match op.sys.stat_beneath(at) {
         Ok(_) => Ok(true),
         Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(false),
         Err(e) => Err(op.sys_err(e, false)),
@@ -249,9 +255,12 @@ impl VolumePlugin for EmptyDirPlugin {
             let r = op.sys.chmod_dir(target, 0o777);
             op.act(r)?;
         }
-        if !present(&op, &marker)? {
-            if let Some(dir) = marker.parent() {
-                op.look(mkdir_all(op.sys, dir, TARGET_DIR_MODE))?;
+        // The marker is looked for, and its dir made, beneath the root: a
+        // symlink on the way is refused rather than read or written through.
+        let marker_at = beneath(&op, self.layout.root(), &marker)?;
+        if !present(&op, marker_at)? {
+            if let Some(dir) = marker_at.parent() {
+                op.look(mkdir_all_beneath(op.sys, dir, TARGET_DIR_MODE))?;
             }
             let r = op.sys.create_file(&marker, 0o644);
             op.act_or(r, Errno::EEXIST)?;
@@ -271,11 +280,17 @@ impl VolumePlugin for EmptyDirPlugin {
             TargetKind::Dir => self.teardown_disk(&mut op, target)?,
             TargetKind::None => return Err(op.bad_spec(self.name(), "target kind none")),
         };
-        if present(&op, &marker)? {
-            let r = op.sys.unlink(&marker);
+        if present(&op, beneath(&op, self.layout.root(), &marker)?)? {
+            // beneath the pod dir: a symlink on the way fails the call
+            let TargetRef::Pod(pod) = &params.target else {
+                return Err(op.missing("pod uid"));
+            };
+            let pod_dir = self.layout.pod_dir(pod);
+            let rel = marker.strip_prefix(&pod_dir).unwrap_or(&marker);
+            let r = op.sys.remove_beneath(&pod_dir, rel, false);
             op.act_or(r, Errno::ENOENT)?;
-            if let Some(dir) = marker.parent() {
-                match op.sys.rmdir(dir) {
+            if let Some(dir) = rel.parent() {
+                match op.sys.remove_beneath(&pod_dir, dir, true) {
                     Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::ENOTEMPTY)) => {}
                     r => op.act(r)?,
                 }

@@ -211,6 +211,52 @@ fn a_symlink_at_a_memory_target_is_refused_not_mounted_through() {
     );
 }
 
+/// A symlink at any level between the root and the target or marker:
+/// SetUp (disk or memory) and TearDown fail with `ELOOP`, and no mount,
+/// dir, rename or marker goes through it (the fake refuses a symlink on the
+/// way of a `*_beneath` call as `openat2(RESOLVE_NO_SYMLINKS)` does; the
+/// real kernel is tested in tests/plugins_real.rs).
+#[test]
+fn a_symlink_on_the_way_to_a_target_or_marker_is_refused() {
+    let levels = [
+        "/k/pods",
+        "/k/pods/pod1",
+        "/k/pods/pod1/volumes",
+        "/k/pods/pod1/volumes/kubernetes.io~empty-dir",
+        "/k/pods/pod1/plugins",
+        "/k/pods/pod1/plugins/kubernetes.io~empty-dir",
+    ];
+    for link in levels {
+        for (kind, spec) in [(TargetKind::Dir, disk()), (TargetKind::Mount, memory(None))] {
+            let sys = RecordingSys::new();
+            sys.add("/k", FileKind::Dir);
+            sys.add(link, FileKind::Symlink);
+            let pa = params(kind, None);
+            let err = plugin().setup(&spec, &pa, &sys).unwrap_err();
+            assert!(err.to_string().contains("ELOOP"), "{link}: {err}");
+            let nothing_through = |when: &str| {
+                for path in [TARGET, MARKER_DIR, MARKER] {
+                    if Path::new(path).starts_with(link) {
+                        assert!(!sys.exists(path), "{when} {link} {kind:?}: {path} made");
+                    }
+                }
+                let mounted: Vec<_> = sys.mounts().into_iter().map(|m| m.target).collect();
+                assert!(
+                    mounted.iter().all(|m| !m.starts_with(link)),
+                    "{when} {link} {kind:?}: {mounted:?}"
+                );
+            };
+            nothing_through("setup");
+            // A teardown of what the journal says is there finds nothing
+            // (the fake's link leads nowhere) or refuses; it never goes through.
+            if let Err(e) = plugin().teardown(&pa, &sys) {
+                assert!(e.to_string().contains("ELOOP"), "{link} {kind:?}: {e}");
+            }
+            nothing_through("teardown");
+        }
+    }
+}
+
 #[test]
 fn a_foreign_mount_at_a_memory_target_is_unmounted_then_the_tmpfs_mounted() {
     let sys = host();
@@ -265,9 +311,16 @@ fn tmpfs_teardown_unmounts_then_removes_the_dir_and_the_marker() {
                 flags: MntFlags::UMOUNT_NOFOLLOW
             },
             SysCall::Rmdir { path: p(TARGET) },
-            SysCall::Unlink { path: p(MARKER) },
-            SysCall::Rmdir {
-                path: p(MARKER_DIR)
+            // the marker and its dir, beneath the pod dir
+            SysCall::RemoveBeneath {
+                base: p("/k/pods/pod1"),
+                rel: p("plugins/kubernetes.io~empty-dir/cache/ready"),
+                dir: false,
+            },
+            SysCall::RemoveBeneath {
+                base: p("/k/pods/pod1"),
+                rel: p("plugins/kubernetes.io~empty-dir/cache"),
+                dir: true,
             },
         ]
     );

@@ -25,8 +25,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::host::mountinfo::{MountInfo, MountTable};
-use crate::host::sys::{DiskFormat, FileKind, MsFlags, Sys};
-use crate::model::{MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
+use crate::host::sys::{Beneath, DiskFormat, FileKind, MsFlags, Sys};
+use crate::model::{Layout, MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
 use crate::plugins::mount_ops::{
     data_string, ensure_mounted, split_options, target_exists, unmount_target,
 };
@@ -36,8 +36,18 @@ use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugi
 pub const DEFAULT_FS_TYPE: &str = "ext4";
 
 /// The local PV plugin.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct LocalPlugin;
+#[derive(Debug, Clone)]
+pub struct LocalPlugin {
+    layout: Layout,
+}
+
+impl LocalPlugin {
+    /// A plugin for the layout under `layout` (its targets are reached
+    /// beneath the root dir).
+    pub fn new(layout: Layout) -> Self {
+        Self { layout }
+    }
+}
 
 /// The parts of a local spec the operations use.
 struct Local<'s> {
@@ -165,13 +175,14 @@ impl VolumePlugin for LocalPlugin {
             selinux: params.selinux.clone(),
         };
         let wanted = |m: &MountInfo| want.matches(&m.identity());
-        let mut mount = |op: &mut Op<'_>| {
+        let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
             let r = op
                 .sys
-                .mount(Some(device), target, Some(fs), flags, data.as_deref());
+                .mount_beneath(Some(device), at, Some(fs), flags, data.as_deref());
             op.act(r)
         };
-        let (action, _) = ensure_mounted(&mut op, target, &wanted, &mut mount)?;
+        let root = self.layout.root();
+        let (action, _) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
         Ok(Outcome::of(action))
     }
 
@@ -215,19 +226,20 @@ impl VolumePlugin for LocalPlugin {
             id
         });
         let wanted = |m: &MountInfo| want.as_ref().is_some_and(|w| w.matches(&m.identity()));
-        let mut mount = |op: &mut Op<'_>| {
+        let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
             let r = op
                 .sys
-                .mount(Some(source), target, None, MsFlags::MS_BIND, None);
+                .mount_beneath(Some(source), at, None, MsFlags::MS_BIND, None);
             op.act(r)?;
             if !flags.is_empty() {
                 let remount = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | flags;
-                let r = op.sys.mount(None, target, None, remount, None);
+                let r = op.sys.mount_beneath(None, at, None, remount, None);
                 op.act(r)?;
             }
             Ok(())
         };
-        let (action, _) = ensure_mounted(&mut op, target, &wanted, &mut mount)?;
+        let root = self.layout.root();
+        let (action, _) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
         Ok(Outcome::of(action))
     }
 

@@ -15,6 +15,10 @@ use crate::plugins::Certainty;
 const DEV: &str = "/dev/loop7";
 const GLOBAL: &str = "/k/plugins/kubernetes.io/local-volume/mounts/pv1";
 
+fn plugin() -> LocalPlugin {
+    LocalPlugin::new(Layout::new("/k"))
+}
+
 fn p(s: &str) -> PathBuf {
     PathBuf::from(s)
 }
@@ -108,11 +112,11 @@ fn bind(to: PathBuf) -> SysCall {
 fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
     let sys = host(DiskFormat::Unformatted);
     assert!(
-        LocalPlugin
+        plugin()
             .needs_format(&block_spec(), &device(), &sys)
             .unwrap()
     );
-    let out = LocalPlugin.format(&block_spec(), &device(), &sys).unwrap();
+    let out = plugin().format(&block_spec(), &device(), &sys).unwrap();
     assert_eq!(out.action, Action::Performed);
     assert_eq!(
         sys.mutations(),
@@ -123,23 +127,21 @@ fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
     );
     sys.clear_calls();
     assert!(
-        !LocalPlugin
+        !plugin()
             .needs_format(&block_spec(), &device(), &sys)
             .unwrap()
     );
-    let out = LocalPlugin.format(&block_spec(), &device(), &sys).unwrap();
+    let out = plugin().format(&block_spec(), &device(), &sys).unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty());
 
     let sys = host(DiskFormat::PartitionTable("gpt".into()));
     assert!(
-        !LocalPlugin
+        !plugin()
             .needs_format(&block_spec(), &device(), &sys)
             .unwrap()
     );
-    let e = LocalPlugin
-        .format(&block_spec(), &device(), &sys)
-        .unwrap_err();
+    let e = plugin().format(&block_spec(), &device(), &sys).unwrap_err();
     assert!(matches!(e, PluginError::FormatMismatch { .. }), "{e}");
     assert!(sys.mutations().is_empty());
 }
@@ -147,13 +149,13 @@ fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
 #[test]
 fn mount_device_refuses_an_unformatted_or_foreign_filesystem() {
     let sys = host(DiskFormat::Unformatted);
-    let e = LocalPlugin
+    let e = plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap_err();
     assert!(matches!(e, PluginError::NotFormatted { .. }), "{e}");
     assert_eq!(e.certainty(), Certainty::Final);
     let sys = host(DiskFormat::Filesystem("xfs".into()));
-    let e = LocalPlugin
+    let e = plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap_err();
     assert_eq!(
@@ -168,7 +170,7 @@ fn mount_device_passes_options_and_context_and_is_idempotent() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     let label = SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c9,c2").unwrap();
     let pa = params(TargetRef::Device, &["noatime", "discard"], Some(label));
-    let out = LocalPlugin.mount_device(&block_spec(), &pa, &sys).unwrap();
+    let out = plugin().mount_device(&block_spec(), &pa, &sys).unwrap();
     assert_eq!(out.action, Action::Performed);
     assert_eq!(
         sys.mutations(),
@@ -184,7 +186,7 @@ fn mount_device_passes_options_and_context_and_is_idempotent() {
         ]
     );
     sys.clear_calls();
-    let out = LocalPlugin.mount_device(&block_spec(), &pa, &sys).unwrap();
+    let out = plugin().mount_device(&block_spec(), &pa, &sys).unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty(), "already mounted: no mount call");
 }
@@ -201,7 +203,7 @@ fn a_foreign_mount_at_the_device_target_is_unmounted_then_the_device_mounted() {
         None,
     )
     .unwrap();
-    let out = LocalPlugin
+    let out = plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap();
     assert_eq!(out.action, Action::Replaced);
@@ -230,7 +232,7 @@ fn a_failed_mount_after_replacing_a_foreign_one_is_uncertain() {
     )
     .unwrap();
     sys.fail_nth(Call::Mount, 1, Errno::EINVAL);
-    let e = LocalPlugin
+    let e = plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Uncertain);
@@ -242,7 +244,7 @@ fn a_failed_mount_after_replacing_a_foreign_one_is_uncertain() {
     );
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     sys.fail_nth(Call::Mount, 1, Errno::EINVAL);
-    let e = LocalPlugin
+    let e = plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Final, "nothing changed: {e}");
@@ -252,9 +254,7 @@ fn a_failed_mount_after_replacing_a_foreign_one_is_uncertain() {
 fn a_failed_mkfs_is_uncertain() {
     let sys = host(DiskFormat::Unformatted);
     sys.fail_nth(Call::Mkfs, 1, Errno::EIO);
-    let e = LocalPlugin
-        .format(&block_spec(), &device(), &sys)
-        .unwrap_err();
+    let e = plugin().format(&block_spec(), &device(), &sys).unwrap_err();
     assert_eq!(e.certainty(), Certainty::Uncertain);
     assert_eq!(e.sys_error().and_then(|s| s.path()), Some(Path::new(DEV)));
 }
@@ -262,12 +262,12 @@ fn a_failed_mkfs_is_uncertain() {
 #[test]
 fn setup_binds_the_device_mount_into_each_pod_once() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
-    LocalPlugin
+    plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap();
     sys.clear_calls();
     for uid in ["podA", "podB"] {
-        let out = LocalPlugin.setup(&block_spec(), &pod(uid), &sys).unwrap();
+        let out = plugin().setup(&block_spec(), &pod(uid), &sys).unwrap();
         assert_eq!(out.action, Action::Performed);
     }
     assert_eq!(
@@ -286,9 +286,7 @@ fn setup_binds_the_device_mount_into_each_pod_once() {
         ]
     );
     sys.clear_calls();
-    let out = LocalPlugin
-        .setup(&block_spec(), &pod("podA"), &sys)
-        .unwrap();
+    let out = plugin().setup(&block_spec(), &pod("podA"), &sys).unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty());
     let table = sys.read_mountinfo().unwrap();
@@ -300,12 +298,12 @@ fn setup_binds_the_device_mount_into_each_pod_once() {
 #[test]
 fn a_read_only_setup_binds_then_remounts_read_only() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
-    LocalPlugin
+    plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap();
     sys.clear_calls();
     let pa = params(TargetRef::Pod(PodUid::new("podA").unwrap()), &["ro"], None);
-    LocalPlugin.setup(&block_spec(), &pa, &sys).unwrap();
+    plugin().setup(&block_spec(), &pa, &sys).unwrap();
     assert_eq!(
         sys.mutations()[1..],
         [
@@ -321,20 +319,18 @@ fn a_read_only_setup_binds_then_remounts_read_only() {
     );
     sys.clear_calls();
     assert_eq!(
-        LocalPlugin.setup(&block_spec(), &pa, &sys).unwrap().action,
+        plugin().setup(&block_spec(), &pa, &sys).unwrap().action,
         Action::AlreadyInPlace
     );
     // The same target wanted read-write is a different identity: replaced.
-    let out = LocalPlugin
-        .setup(&block_spec(), &pod("podA"), &sys)
-        .unwrap();
+    let out = plugin().setup(&block_spec(), &pod("podA"), &sys).unwrap();
     assert_eq!(out.action, Action::Replaced);
 }
 
 #[test]
 fn setup_needs_the_device_target_mounted() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
-    let e = LocalPlugin
+    let e = plugin()
         .setup(&block_spec(), &pod("podA"), &sys)
         .unwrap_err();
     assert!(matches!(e, PluginError::DeviceNotMounted { .. }), "{e}");
@@ -346,9 +342,9 @@ fn a_directory_pv_is_bind_mounted_and_has_no_device_target() {
     let sys = host(DiskFormat::Unformatted);
     sys.add("/mnt/disks/vol1", FileKind::Dir);
     let spec = dir_spec("/mnt/disks/vol1");
-    assert_eq!(LocalPlugin.device_target_kind(&spec), None);
-    assert!(LocalPlugin.mount_device(&spec, &device(), &sys).is_err());
-    let out = LocalPlugin.setup(&spec, &pod("podA"), &sys).unwrap();
+    assert_eq!(plugin().device_target_kind(&spec), None);
+    assert!(plugin().mount_device(&spec, &device(), &sys).is_err());
+    let out = plugin().setup(&spec, &pod("podA"), &sys).unwrap();
     assert_eq!(out.action, Action::Performed);
     assert_eq!(
         sys.mutations()[1],
@@ -362,7 +358,7 @@ fn a_directory_pv_is_bind_mounted_and_has_no_device_target() {
     );
     sys.clear_calls();
     assert_eq!(
-        LocalPlugin.setup(&spec, &pod("podA"), &sys).unwrap().action,
+        plugin().setup(&spec, &pod("podA"), &sys).unwrap().action,
         Action::AlreadyInPlace
     );
     assert!(sys.mutations().is_empty());
@@ -371,19 +367,17 @@ fn a_directory_pv_is_bind_mounted_and_has_no_device_target() {
 #[test]
 fn teardown_and_unmount_device_unmount_then_remove_the_dir_and_repeat_harmlessly() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
-    LocalPlugin
+    plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap();
-    LocalPlugin
-        .setup(&block_spec(), &pod("podA"), &sys)
-        .unwrap();
+    plugin().setup(&block_spec(), &pod("podA"), &sys).unwrap();
     sys.clear_calls();
     assert_eq!(
-        LocalPlugin.teardown(&pod("podA"), &sys).unwrap().action,
+        plugin().teardown(&pod("podA"), &sys).unwrap().action,
         Action::Performed
     );
     assert_eq!(
-        LocalPlugin.unmount_device(&device(), &sys).unwrap().action,
+        plugin().unmount_device(&device(), &sys).unwrap().action,
         Action::Performed
     );
     assert_eq!(
@@ -405,11 +399,11 @@ fn teardown_and_unmount_device_unmount_then_remove_the_dir_and_repeat_harmlessly
     );
     sys.clear_calls();
     assert_eq!(
-        LocalPlugin.teardown(&pod("podA"), &sys).unwrap().action,
+        plugin().teardown(&pod("podA"), &sys).unwrap().action,
         Action::AlreadyInPlace
     );
     assert_eq!(
-        LocalPlugin.unmount_device(&device(), &sys).unwrap().action,
+        plugin().unmount_device(&device(), &sys).unwrap().action,
         Action::AlreadyInPlace
     );
     assert!(sys.mutations().is_empty());
@@ -418,11 +412,11 @@ fn teardown_and_unmount_device_unmount_then_remove_the_dir_and_repeat_harmlessly
 #[test]
 fn a_busy_unmount_is_final_and_names_the_path() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
-    LocalPlugin
+    plugin()
         .mount_device(&block_spec(), &device(), &sys)
         .unwrap();
     sys.fail_nth(Call::Umount, 1, Errno::EBUSY);
-    let e = LocalPlugin.unmount_device(&device(), &sys).unwrap_err();
+    let e = plugin().unmount_device(&device(), &sys).unwrap_err();
     assert_eq!(e.certainty(), Certainty::Final);
     assert_eq!(
         e.to_string(),

@@ -207,6 +207,19 @@ pub enum PluginError {
         /// a mount point that shares the device
         user: PathBuf,
     },
+    /// a target path is not beneath the root dir (targets are reached from
+    /// the root without following symlinks)
+    #[error("{} {volume}: {path} is not beneath the root dir {root}; refusing to use it", .op.as_str())]
+    OutsideRoot {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the target
+        path: PathBuf,
+        /// the root dir
+        root: PathBuf,
+    },
     /// the plugin does not do this operation
     #[error("{} {volume}: not supported by {}", .op.as_str(), .plugin.as_str())]
     Unsupported {
@@ -438,7 +451,7 @@ pub fn all(layout: &crate::model::Layout) -> Vec<Box<dyn VolumePlugin>> {
     vec![
         Box::new(EmptyDirPlugin::new(layout.clone())),
         Box::new(HostPathPlugin),
-        Box::new(LocalPlugin),
+        Box::new(LocalPlugin::new(layout.clone())),
     ]
 }
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::host::mountinfo::MountInfo;
-use crate::host::sys::{Errno, FileKind, MntFlags, MsFlags, mkdir_all};
+use crate::host::sys::{Beneath, Errno, FileKind, MntFlags, MsFlags, mkdir_all_beneath};
 use crate::model::SeLinuxContext;
 use crate::plugins::{Action, Certainty, Op, PluginError};
 
@@ -93,28 +93,51 @@ fn still_mounted(op: &Op<'_>, target: &Path) -> PluginError {
     }
 }
 
+/// `target` as a path beneath the root dir, to be reached without
+/// following symlinks ([`Beneath`]); a target elsewhere is refused.
+pub(crate) fn beneath<'p>(
+    op: &Op<'_>,
+    root: &'p Path,
+    target: &'p Path,
+) -> Result<Beneath<'p>, PluginError> {
+    Beneath::split(root, target).ok_or_else(|| PluginError::OutsideRoot {
+        op: op.op,
+        volume: op.volume.clone(),
+        path: target.to_owned(),
+        root: root.to_owned(),
+    })
+}
+
 /// DESIGN.md "Targets": if the visible mount at `target` is the intended one
 /// (`wanted`), nothing is mounted and it is returned; a different mount is
 /// unmounted (repeatedly, for stacks) and then `mount` runs. Never adopts.
+///
+/// The target must lie beneath `root`; its directories are made, and
+/// `mount` is given the target to mount on, without following any symlink
+/// below `root` ([`Beneath`]), so the volume lands at the path the mount
+/// table is searched for and never outside the pod dir.
 pub(crate) fn ensure_mounted(
     op: &mut Op<'_>,
+    root: &Path,
     target: &Path,
     wanted: &dyn Fn(&MountInfo) -> bool,
-    mount: &mut dyn FnMut(&mut Op<'_>) -> Result<(), PluginError>,
+    mount: &mut dyn FnMut(&mut Op<'_>, Beneath<'_>) -> Result<(), PluginError>,
 ) -> Result<(Action, Option<MountInfo>), PluginError> {
+    let at = beneath(op, root, target)?;
     // One `lstat` of the target answers three questions. Only a definite
     // ENOENT says it is missing (any other error takes the careful path).
-    let found = op.sys.stat(target, false);
+    // It is made beneath the root, so a symlink on the way fails it (ELOOP).
+    let found = op.sys.stat_beneath(at);
     if matches!(&found, Err(e) if e.errno() == Some(Errno::ENOENT)) {
         // Nothing can be mounted on a path that does not exist, so the mount
         // table (O(mounts) to read: O(n²) over a mass start) is not needed.
-        op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
-        mount(op)?;
+        op.look(mkdir_all_beneath(op.sys, at, TARGET_DIR_MODE))?;
+        mount(op, at)?;
         return Ok((Action::Performed, None));
     }
     // A symlink at the target is never mounted through: the volume would
-    // land wherever it points, outside the pod dir (a symlinked parent is
-    // not caught here; see the note on issue #4).
+    // land wherever it points, outside the pod dir (one on the way is
+    // refused by the mount itself, `ELOOP`).
     if matches!(&found, Ok(st) if st.kind == FileKind::Symlink) {
         return Err(op.wrong_type(target, "directory (not a symlink)"));
     }
@@ -131,9 +154,9 @@ pub(crate) fn ensure_mounted(
                 // anything else goes through `mkdir_all`, which refuses
                 // what is not a directory.
                 if !is_dir {
-                    op.look(mkdir_all(op.sys, target, TARGET_DIR_MODE))?;
+                    op.look(mkdir_all_beneath(op.sys, at, TARGET_DIR_MODE))?;
                 }
-                mount(op)?;
+                mount(op, at)?;
                 let action = if replaced {
                     Action::Replaced
                 } else {
@@ -152,7 +175,7 @@ pub(crate) fn ensure_mounted(
             Some(_) => {
                 umount_once(op, target)?;
                 replaced = true;
-                is_dir = matches!(op.sys.stat(target, false), Ok(st) if st.kind == FileKind::Dir);
+                is_dir = matches!(op.sys.stat_beneath(at), Ok(st) if st.kind == FileKind::Dir);
             }
         }
     }

@@ -731,6 +731,8 @@ mod tests {
         let (j, _) = Journal::open(&JournalConfig::new(dir.path().join("j"), "n", "b")).unwrap();
         let journal = Arc::new(j);
         let sys = Arc::new(RecordingSys::new());
+        // the root dir exists (the daemon makes it); targets are made beneath it
+        sys.add("/r", crate::host::sys::FileKind::Dir);
         let layout = Layout::new("/r");
         let metrics = Arc::new(Metrics::new().unwrap());
         let exec = Executor::new(Some(journal.clone()), sys.clone(), &layout, metrics);
