@@ -61,6 +61,8 @@ struct Env {
     starts: usize,
     /// start the daemon in the scratch dir with relative paths
     relative: bool,
+    /// give `--root-dir` as this path (a symlink to `root`) instead
+    root_arg: Option<PathBuf>,
     // Last: dropped (lazily unmounting what is left) after everything else.
     scratch: Scratch,
 }
@@ -77,6 +79,7 @@ impl Env {
             boot: p.join("boot_id"),
             starts: 0,
             relative: false,
+            root_arg: None,
             scratch,
         };
         support::mkdirs(&env.pods);
@@ -101,7 +104,7 @@ impl Env {
             .current_dir(base)
             .arg("run")
             .arg("--root-dir")
-            .arg(arg(&self.root))
+            .arg(arg(self.root_arg.as_ref().unwrap_or(&self.root)))
             .arg("--journal-dir")
             .arg(arg(&self.journal))
             .arg("--static-pods")
@@ -785,6 +788,12 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
         daemon.stop();
         assert_eq!(table_of(&env), before, "stopping unmounts nothing");
 
+        // Restarted with the root dir named through a symlink (as with
+        // `/var/lib/kubelet` -> `/data/kubelet`): the daemon resolves it, so
+        // its targets are the same paths the journal and the table hold.
+        let link = env.scratch.path().join("root-link");
+        std::os::unix::fs::symlink(&env.root, &link).unwrap();
+        env.root_arg = Some(link);
         let daemon = env.start();
         daemon.wait_until(
             "every target mounted in /debug/state after the restart",

@@ -239,11 +239,19 @@ impl Daemon {
         sys: Arc<dyn Sys>,
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
+        let mut cfg = cfg;
         let root = cfg.layout.root().to_owned();
-        std::fs::create_dir_all(&root).map_err(|source| DaemonError::RootDir {
+        let err = |source| DaemonError::RootDir {
             path: root.clone(),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(&root).map_err(err)?;
+        // The root is used resolved: the mount table shows resolved paths,
+        // and targets are reached beneath it without following symlinks
+        // (a root dir behind a symlink, `/var/lib/kubelet` -> `/data/kubelet`,
+        // is fine; a symlink below it is refused).
+        let root = std::fs::canonicalize(&root).map_err(err)?;
+        cfg.layout = Layout::new(&root);
         make_root_shared(sys.as_ref(), &root)?;
 
         // Reconstruction, first and alone.
