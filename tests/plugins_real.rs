@@ -191,11 +191,13 @@ fn tree(dir: &Path) -> Vec<PathBuf> {
 /// A symlink planted at any directory between the root dir and a target
 /// (the pod dir, its `volumes`, the plugin's dir, or `plugins` where the
 /// ready marker goes), pointing to a look-alike tree outside: SetUp of a
-/// memory emptyDir, of a disk emptyDir and of a directory local PV, and
-/// TearDown of a disk emptyDir, all fail naming `ELOOP`, and the outside
-/// tree is exactly as it was: nothing mounted, made, renamed or deleted in
-/// it. (Before targets were reached beneath the root, each of them went
-/// through the link.)
+/// memory emptyDir, of a disk emptyDir and of a directory local PV,
+/// TearDown of a disk emptyDir and of the local PV, and finishing pending
+/// deletions all fail naming `ELOOP` where they pass the link, and the
+/// outside tree is exactly as it was: nothing mounted, made, renamed or
+/// deleted in it (an empty dir there would have been taken by a path-based
+/// `rmdir`). Before targets were reached beneath the root, each of them
+/// went through the link.
 #[test]
 fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
     if !require_root("mounts tmpfs and binds") {
@@ -219,7 +221,15 @@ fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
             // The look-alike: the whole pod tree, with data in the emptyDir.
             let look_alike = outside.join("pod");
             mkdirs(&look_alike.join("volumes/kubernetes.io~empty-dir/cache"));
-            mkdirs(&look_alike.join("volumes/kubernetes.io~local-volume"));
+            // an empty pv1 dir a teardown's rmdir would take, and a pending
+            // deletion a sweep would finish, were they reached through the link
+            mkdirs(&look_alike.join("volumes/kubernetes.io~local-volume/pv1"));
+            mkdirs(&look_alike.join("volumes/kubernetes.io~empty-dir/old.deleting~5"));
+            fs::write(
+                look_alike.join("volumes/kubernetes.io~empty-dir/old.deleting~5/f"),
+                b"",
+            )
+            .unwrap();
             mkdirs(&look_alike.join("plugins/kubernetes.io~empty-dir/cache"));
             fs::write(
                 look_alike.join("plugins/kubernetes.io~empty-dir/cache/ready"),
@@ -263,39 +273,58 @@ fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
             // Which operations pass through the replaced level.
             let through = |what: &str| match level {
                 "" | "volumes" => true,
-                "volumes/kubernetes.io~local-volume" => what == "local setup",
-                // the emptyDir's volume dir, or its ready marker
-                _ => what != "local setup",
+                "volumes/kubernetes.io~local-volume" => what.starts_with("local"),
+                "volumes/kubernetes.io~empty-dir" => !what.starts_with("local"),
+                // the ready marker (written by SetUp, removed by TearDown)
+                _ => what.starts_with("disk") || what == "memory setup",
             };
             let unmount_all_below = |dir: &Path| {
                 for m in mounts_below(dir).into_iter().rev() {
                     nix::mount::umount2(&m, MntFlags::MNT_DETACH).unwrap();
                 }
             };
-            type Run<'a> = Box<dyn Fn() -> volumed::plugins::PluginResult + 'a>;
-            let runs: [(&str, Run<'_>); 4] = [
+            type Run<'a> = Box<dyn Fn() -> Result<(), String> + 'a>;
+            let done = |r: volumed::plugins::PluginResult| r.map(drop).map_err(|e| e.to_string());
+            let runs: [(&str, Run<'_>); 6] = [
                 (
                     "memory setup",
-                    Box::new(|| empty_dir.setup(&memory(1 << 20), &mem, &LinuxSys)),
+                    Box::new(|| done(empty_dir.setup(&memory(1 << 20), &mem, &LinuxSys))),
                 ),
                 (
                     "disk setup",
-                    Box::new(|| empty_dir.setup(&DISK, &disk, &LinuxSys)),
+                    Box::new(|| done(empty_dir.setup(&DISK, &disk, &LinuxSys))),
                 ),
                 (
                     "disk teardown",
-                    Box::new(|| empty_dir.teardown(&disk, &LinuxSys)),
+                    Box::new(|| done(empty_dir.teardown(&disk, &LinuxSys))),
+                ),
+                (
+                    "pending deletions",
+                    Box::new(|| {
+                        let r = empty_dir.finish_pending(&pod, &LinuxSys);
+                        r.map(drop).map_err(|e| e.to_string())
+                    }),
                 ),
                 (
                     "local setup",
-                    Box::new(|| local.setup(&pv_spec, &pv, &LinuxSys)),
+                    Box::new(|| done(local.setup(&pv_spec, &pv, &LinuxSys))),
+                ),
+                (
+                    "local teardown",
+                    Box::new(|| done(local.teardown(&pv, &LinuxSys))),
                 ),
             ];
             for (what, run) in runs {
                 let r = run();
                 if through(what) {
                     let e = r.expect_err(&format!("{what} through a symlink at {level:?}"));
-                    assert!(e.to_string().contains("ELOOP"), "{what} at {level:?}: {e}");
+                    // (the listing opens with O_NOFOLLOW | O_DIRECTORY, which
+                    // says ENOTDIR of a symlink as the last component)
+                    let listing = what == "pending deletions";
+                    assert!(
+                        e.contains("ELOOP") || (listing && e.contains("ENOTDIR")),
+                        "{what} at {level:?}: {e}"
+                    );
                 }
                 assert_eq!(
                     mounts_below(&outside),
@@ -500,6 +529,9 @@ impl Sys for StatxOnly {
     }
     fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
         LinuxSys.stat_beneath(at)
+    }
+    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
+        LinuxSys.rmdir_beneath(at)
     }
     fn mount_beneath(
         &self,

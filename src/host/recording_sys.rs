@@ -172,9 +172,7 @@ impl Sys for RecordingSys {
             data: data.map(str::to_owned),
         };
         let mut st = self.enter(call, &target)?;
-        if let Some(parent) = at.parent() {
-            st.check_beneath(Call::Mount, parent.base, parent.rel, true)?;
-        }
+        parent_beneath(&st, Call::Mount, at, &target)?;
         if st.files.get(&target) == Some(&FileKind::Symlink) {
             return Err(SysError::call(Call::Mount, &target, Errno::ELOOP));
         }
@@ -243,9 +241,7 @@ impl Sys for RecordingSys {
             follow: false,
         };
         let st = self.enter(call, &path)?;
-        if let Some(parent) = at.parent() {
-            st.check_beneath(Call::Stat, parent.base, parent.rel, true)?;
-        }
+        parent_beneath(&st, Call::Stat, at, &path)?;
         stat_of(&st, &path)
     }
 
@@ -258,9 +254,7 @@ impl Sys for RecordingSys {
             mode,
         };
         let mut st = self.enter(call, &path)?;
-        if let Some(parent) = at.parent() {
-            st.check_beneath(Call::Mkdir, parent.base, parent.rel, true)?;
-        }
+        parent_beneath(&st, Call::Mkdir, at, &path)?;
         create(&mut st, Call::Mkdir, &path, FileKind::Dir)
     }
 
@@ -298,9 +292,7 @@ impl Sys for RecordingSys {
         };
         let mut st = self.enter(call, from)?;
         let err = |e| SysError::call(Call::Rename, from, e);
-        if let Some(parent) = at.parent() {
-            st.check_beneath(Call::Rename, parent.base, parent.rel, true)?;
-        }
+        parent_beneath(&st, Call::Rename, at, from)?;
         if !st.files.contains_key(from) {
             return Err(err(Errno::ENOENT));
         }
@@ -328,6 +320,15 @@ impl Sys for RecordingSys {
             }
         }
         Ok(())
+    }
+
+    /// Recorded as the [`SysCall::Rmdir`] of `base/rel`; a symlink above
+    /// it, below the base, fails it with `ELOOP`.
+    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
+        let path = at.full();
+        let mut st = self.enter(SysCall::Rmdir { path: path.clone() }, &path)?;
+        parent_beneath(&st, Call::Rmdir, at, &path)?;
+        st.remove(Call::Rmdir, &path, true)
     }
 
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {
@@ -450,4 +451,18 @@ fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
         rdev,
         perm: 0o755,
     })
+}
+
+/// What opening `at`'s parent with `openat2(RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS)` would say (mounts may be crossed), the error
+/// naming `path` as the real calls do.
+fn parent_beneath(st: &State, call: Call, at: Beneath<'_>, path: &Path) -> Result<(), SysError> {
+    let Some(parent) = at.parent() else {
+        return Ok(());
+    };
+    st.check_beneath(call, parent.base, parent.rel, true)
+        .map_err(|e| match e.errno() {
+            Some(errno) => SysError::call(call, path, errno),
+            None => e,
+        })
 }

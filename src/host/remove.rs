@@ -158,17 +158,20 @@ pub fn rename_for_deletion(dir: Beneath<'_>, seq: u64, sys: &dyn Sys) -> Result<
 }
 
 /// Finishes deletions a crash cut short: removes every `*.deleting~<seq>`
-/// entry of `parent` with [`remove_dir_one_fs`]. A missing `parent` is fine.
+/// entry of `parent` with [`remove_dir_one_fs`]. `parent` is listed beneath
+/// its base (a symlink on the way fails the listing, so nothing at the
+/// link's destination is deleted). A missing `parent` is fine.
 pub fn finish_pending_deletions(
-    parent: &Path,
+    parent: Beneath<'_>,
     sys: &dyn Sys,
 ) -> Result<Vec<(PathBuf, Removal)>, SysError> {
-    let entries = match sys.read_dir_beneath(parent, Path::new("")) {
+    let entries = match sys.read_dir_beneath(parent.base, parent.rel) {
         Ok(e) => e,
         Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut done = Vec::new();
+    let parent = parent.full();
     for entry in entries.into_iter().filter(|e| is_pending_deletion(&e.name)) {
         let path = parent.join(&entry.name);
         let removal = remove_dir_one_fs(&path, sys)?;
@@ -287,15 +290,19 @@ mod tests {
         let at = Beneath::split(Path::new("/v"), Path::new("/v/cache")).unwrap();
         let to = rename_for_deletion(at, 7, &sys).unwrap();
         assert_eq!(to, p("/v/cache.deleting~7"));
-        let done = finish_pending_deletions(Path::new("/v"), &sys).unwrap();
+        let v = Beneath::split(Path::new("/v"), Path::new("/v")).unwrap();
+        let done = finish_pending_deletions(v, &sys).unwrap();
         assert_eq!(done.len(), 1);
         assert!(done[0].1.complete());
         assert!(!sys.exists("/v/cache.deleting~7"));
         assert!(sys.exists("/v/other/f"));
         assert!(
-            finish_pending_deletions(Path::new("/nope"), &sys)
-                .unwrap()
-                .is_empty()
+            finish_pending_deletions(
+                Beneath::split(Path::new("/v"), Path::new("/v/nope")).unwrap(),
+                &sys
+            )
+            .unwrap()
+            .is_empty()
         );
     }
 }

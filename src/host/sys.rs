@@ -26,7 +26,8 @@
 //!   `EXDEV`) instead of being followed; entries are removed with `unlinkat`,
 //!   which never follows the last component (storage-facts D5, D6).
 //! - **Targets beneath the root** ([`Sys::stat_beneath`],
-//!   [`Sys::mkdir_beneath`], [`Sys::mount_beneath`], [`Sys::rename_beneath`]):
+//!   [`Sys::mkdir_beneath`], [`Sys::mount_beneath`], [`Sys::rename_beneath`],
+//!   [`Sys::rmdir_beneath`]):
 //!   a mount target and the directories on its way are reached from the root
 //!   dir with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (mounts on the
 //!   way may be crossed), and the mount is made on the opened `O_PATH`
@@ -115,6 +116,10 @@ pub trait Sys: Send + Sync {
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError>;
     /// `rmdir(2)`: only an empty directory that is not a mount point.
     fn rmdir(&self, path: &Path) -> Result<(), SysError>;
+    /// `unlinkat(AT_REMOVEDIR)` of `at`'s last component in its parent, the
+    /// parent opened beneath `at.base` without following any symlink
+    /// (`ELOOP`).
+    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError>;
     /// `unlink(2)`: removes a non-directory, a symlink itself rather than its target.
     fn unlink(&self, path: &Path) -> Result<(), SysError>;
     /// Lists `base/rel` (`rel` empty for `base`), opened beneath `base`
@@ -289,18 +294,23 @@ impl LinuxSys {
 
     /// Opens `at` as an `O_PATH` handle (plus `extra`), resolved beneath its
     /// base without symlinks (mounts on the way may be crossed: a target's
-    /// parents can be mounts). The base itself is opened as given.
-    fn open_path_beneath(call: Call, at: Beneath<'_>, extra: OFlag) -> Result<OwnedFd, SysError> {
-        let err = |errno| SysError::call(call, &at.full(), errno);
+    /// parents can be mounts). The base itself is opened as given. Errors
+    /// name `named` (the path the caller was asked to act on).
+    fn open_path_beneath(
+        call: Call,
+        at: Beneath<'_>,
+        extra: OFlag,
+        named: &Path,
+    ) -> Result<OwnedFd, SysError> {
+        let err = |errno| SysError::call(call, named, errno);
         let flags = OFlag::O_PATH | OFlag::O_CLOEXEC | extra;
         let base_fd =
             nix::fcntl::open(at.base, flags | OFlag::O_DIRECTORY, Mode::empty()).map_err(err)?;
         if at.rel.as_os_str().is_empty() {
             return Ok(base_fd);
         }
-        let resolve = ResolveFlag::RESOLVE_BENEATH
-            | ResolveFlag::RESOLVE_NO_SYMLINKS
-            | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+        // (NO_SYMLINKS covers magic links too)
+        let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS;
         let how = OpenHow::new().flags(flags).resolve(resolve);
         nix::fcntl::openat2(base_fd.as_fd(), at.rel, how).map_err(err)
     }
@@ -327,7 +337,7 @@ impl Sys for LinuxSys {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), SysError> {
-        let fd = Self::open_path_beneath(Call::Mount, at, OFlag::empty())?;
+        let fd = Self::open_path_beneath(Call::Mount, at, OFlag::empty(), &at.full())?;
         let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         nix::mount::mount(source, proc_path.as_str(), fstype, flags, data)
             .map_err(|e| SysError::call(Call::Mount, &at.full(), e))
@@ -397,7 +407,7 @@ impl Sys for LinuxSys {
             Call::Stat,
             Path::new(at.rel.file_name().unwrap_or_default()),
         )?;
-        let dir = Self::open_path_beneath(Call::Stat, parent, OFlag::O_DIRECTORY)?;
+        let dir = Self::open_path_beneath(Call::Stat, parent, OFlag::O_DIRECTORY, &path)?;
         let st = statx_at(
             dir.as_raw_fd(),
             &leaf,
@@ -409,11 +419,12 @@ impl Sys for LinuxSys {
     }
 
     fn mkdir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
-        let err = |e| SysError::call(Call::Mkdir, &at.full(), e);
+        let path = at.full();
+        let err = |e| SysError::call(Call::Mkdir, &path, e);
         let (Some(parent), Some(leaf)) = (at.parent(), at.rel.file_name()) else {
             return Err(err(Errno::EEXIST)); // the base itself
         };
-        let dir = Self::open_path_beneath(Call::Mkdir, parent, OFlag::O_DIRECTORY)?;
+        let dir = Self::open_path_beneath(Call::Mkdir, parent, OFlag::O_DIRECTORY, &path)?;
         nix::sys::stat::mkdirat(dir.as_fd(), leaf, mode(m)).map_err(err)
     }
 
@@ -433,11 +444,12 @@ impl Sys for LinuxSys {
     }
 
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
-        let err = |e| SysError::call(Call::Rename, &from.full(), e);
+        let path = from.full();
+        let err = |e| SysError::call(Call::Rename, &path, e);
         let (Some(parent), Some(name)) = (from.parent(), from.rel.file_name()) else {
             return Err(err(Errno::EINVAL)); // the base itself
         };
-        let dir = Self::open_path_beneath(Call::Rename, parent, OFlag::O_DIRECTORY)?;
+        let dir = Self::open_path_beneath(Call::Rename, parent, OFlag::O_DIRECTORY, &path)?;
         nix::fcntl::renameat2(
             dir.as_fd(),
             name,
@@ -446,6 +458,16 @@ impl Sys for LinuxSys {
             nix::fcntl::RenameFlags::RENAME_NOREPLACE,
         )
         .map_err(err)
+    }
+
+    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
+        let path = at.full();
+        let err = |e| SysError::call(Call::Rmdir, &path, e);
+        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
+            return Err(err(Errno::EBUSY)); // the base itself
+        };
+        let dir = Self::open_path_beneath(Call::Rmdir, parent, OFlag::O_DIRECTORY, &path)?;
+        nix::unistd::unlinkat(dir.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir).map_err(err)
     }
 
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {

@@ -71,12 +71,13 @@ impl EmptyDirPlugin {
         pod: &PodUid,
         sys: &dyn Sys,
     ) -> Result<Vec<(PathBuf, Removal)>, SysError> {
-        let dir = self
-            .layout
-            .pod_dir(pod)
-            .join("volumes")
-            .join(PluginName::EmptyDir.escaped());
-        finish_pending_deletions(&dir, sys)
+        // listed beneath the pod dir: a symlinked `volumes` fails the listing
+        let pod_dir = self.layout.pod_dir(pod);
+        let dir = pod_dir.join("volumes").join(PluginName::EmptyDir.escaped());
+        let at = Beneath::split(&pod_dir, &dir).ok_or_else(|| {
+            SysError::call(crate::host::sys::Call::ReadDirBeneath, &dir, Errno::EXDEV)
+        })?;
+        finish_pending_deletions(at, sys)
     }
 
     fn marker(&self, op: &Op<'_>, params: &TargetParams) -> Result<PathBuf, PluginError> {
@@ -275,7 +276,7 @@ impl VolumePlugin for EmptyDirPlugin {
         let left_behind = match params.kind {
             TargetKind::Mount => {
                 unmount_all(&mut op, target)?;
-                remove_mount_dir(&mut op, target)?
+                remove_mount_dir(&mut op, self.layout.root(), target)?
             }
             TargetKind::Dir => self.teardown_disk(&mut op, target)?,
             TargetKind::None => return Err(op.bad_spec(self.name(), "target kind none")),

@@ -10,19 +10,18 @@
 //! device of any mount stacked there (a pod still uses it; "in use" is
 //! decided by major:minor).
 
-use std::path::Path;
-
 use crate::host::sys::Sys;
-use crate::model::{Operation, TargetParams, TargetRef};
+use crate::model::{Layout, Operation, TargetParams, TargetRef};
 use crate::plugins::mount_ops::unmount_target;
 use crate::plugins::{Op, PluginError, PluginResult};
 
 /// Unmounts everything stacked at the target of `params` (the pod mount
 /// path for a pod target, the device mount path for a device target) and
-/// removes its directory if it is then empty. `pods_dir` is
-/// `<root>/pods`: a device target is refused while a mount below it shares
-/// the device.
-pub fn force_unmount(params: &TargetParams, sys: &dyn Sys, pods_dir: &Path) -> PluginResult {
+/// removes its directory (beneath the root dir) if it is then empty. A
+/// device target is refused while a mount below `<root>/pods` shares the
+/// device.
+pub fn force_unmount(params: &TargetParams, sys: &dyn Sys, layout: &Layout) -> PluginResult {
+    let pods_dir = &layout.pods_dir();
     let (op_name, target) = match params.target {
         TargetRef::Pod(_) => (Operation::TearDown, params.pod_mount_path.as_deref()),
         TargetRef::Device => (
@@ -49,7 +48,7 @@ pub fn force_unmount(params: &TargetParams, sys: &dyn Sys, pods_dir: &Path) -> P
             });
         }
     }
-    unmount_target(&mut op, target)
+    unmount_target(&mut op, layout.root(), target)
 }
 
 #[cfg(test)]
@@ -58,6 +57,7 @@ mod tests {
     use crate::host::recording_sys::RecordingSys;
     use crate::model::{PluginName, PodUid, TargetKind, UniqueVolumeName};
     use crate::plugins::Action;
+    use std::path::Path;
 
     fn params(target: TargetRef, path: &str) -> TargetParams {
         let pod = matches!(target, TargetRef::Pod(_));
@@ -81,7 +81,7 @@ mod tests {
         let sys = RecordingSys::new();
         let mut p = params(TargetRef::Device, "/r/x");
         p.device_mount_path = None;
-        let err = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap_err();
+        let err = force_unmount(&p, &sys, &Layout::new("/r")).unwrap_err();
         assert!(matches!(err, PluginError::MissingParam { .. }), "{err}");
     }
 
@@ -93,7 +93,7 @@ mod tests {
             TargetRef::Pod(uid),
             "/r/pods/p1/volumes/kubernetes.io~csi/pv-x/mount",
         );
-        let out = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap();
+        let out = force_unmount(&p, &sys, &Layout::new("/r")).unwrap();
         assert_eq!(out.action, Action::AlreadyInPlace);
         assert!(out.left_behind.is_empty());
     }
@@ -113,7 +113,7 @@ mod tests {
         .unwrap();
         let uid = PodUid::new("p1").unwrap();
         let p = params(TargetRef::Pod(uid), target.to_str().unwrap());
-        let out = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap();
+        let out = force_unmount(&p, &sys, &Layout::new("/r")).unwrap();
         assert_eq!(out.action, Action::Performed);
         assert!(sys.mounts().is_empty(), "{:?}", sys.mounts());
         assert!(!sys.exists(target));
@@ -138,7 +138,7 @@ mod tests {
         )
         .unwrap();
         let p = params(TargetRef::Device, global.to_str().unwrap());
-        let err = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap_err();
+        let err = force_unmount(&p, &sys, &Layout::new("/r")).unwrap_err();
         assert!(matches!(err, PluginError::DeviceInUse { .. }), "{err}");
         assert_eq!(sys.mounts().len(), 2, "nothing unmounted");
         assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
@@ -147,7 +147,7 @@ mod tests {
         // binds is under the top, and still refused
         sys.preset_mount(None, global, Some("tmpfs"), flags, None)
             .unwrap();
-        let err = force_unmount(&p, &sys, Path::new("/r/pods")).unwrap_err();
+        let err = force_unmount(&p, &sys, &Layout::new("/r")).unwrap_err();
         assert!(matches!(err, PluginError::DeviceInUse { .. }), "{err}");
         assert_eq!(sys.mounts().len(), 3, "nothing unmounted");
         assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());

@@ -249,7 +249,7 @@ impl VolumePlugin for LocalPlugin {
             .pod_mount_path
             .as_deref()
             .ok_or_else(|| op.missing("pod mount path"))?;
-        unmount_target(&mut op, target)
+        unmount_target(&mut op, self.layout.root(), target)
     }
 
     fn unmount_device(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
@@ -258,7 +258,7 @@ impl VolumePlugin for LocalPlugin {
             .device_mount_path
             .as_deref()
             .ok_or_else(|| op.missing("device mount path"))?;
-        unmount_target(&mut op, target)
+        unmount_target(&mut op, self.layout.root(), target)
     }
 }
 

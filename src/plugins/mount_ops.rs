@@ -189,19 +189,23 @@ pub(crate) fn target_exists(op: &Op<'_>, path: &Path) -> bool {
     !matches!(op.sys.stat(path, false), Err(e) if e.errno() == Some(Errno::ENOENT))
 }
 
-/// Removes an unmounted target directory. Missing is fine; one that is not
-/// empty is left and returned for the caller to report.
+/// Removes an unmounted target directory, reached beneath the root dir (a
+/// symlink on the way fails with `ELOOP` rather than removing an empty dir
+/// elsewhere). Missing is fine; one that is not empty is left and returned
+/// for the caller to report.
 pub(crate) fn remove_mount_dir(
     op: &mut Op<'_>,
+    root: &Path,
     target: &Path,
 ) -> Result<Vec<PathBuf>, PluginError> {
-    match op.sys.stat(target, false) {
+    let at = beneath(op, root, target)?;
+    match op.sys.stat_beneath(at) {
         Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
         r => {
             op.look(r)?;
         }
     }
-    match op.sys.rmdir(target) {
+    match op.sys.rmdir_beneath(at) {
         Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(Vec::new()),
         Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => Ok(vec![target.to_owned()]),
         r => op.act(r).map(|()| Vec::new()),
@@ -226,9 +230,13 @@ pub(crate) fn page_round(bytes: u64) -> u64 {
 
 /// Unmounts everything stacked at `target`, then removes the empty mount
 /// dir (never anything inside a mount); what could not go is left behind.
-pub(crate) fn unmount_target(op: &mut Op<'_>, target: &Path) -> crate::plugins::PluginResult {
+pub(crate) fn unmount_target(
+    op: &mut Op<'_>,
+    root: &Path,
+    target: &Path,
+) -> crate::plugins::PluginResult {
     unmount_all(op, target)?;
-    let left_behind = remove_mount_dir(op, target)?;
+    let left_behind = remove_mount_dir(op, root, target)?;
     Ok(op.finished(left_behind))
 }
 

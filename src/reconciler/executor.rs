@@ -7,7 +7,7 @@
 //! Crash points (`<op>.after_intent`, `<op>.after_op`) sit exactly where
 //! DESIGN.md names them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::time::Instant;
@@ -252,8 +252,9 @@ impl Failure {
 /// Runs jobs. Cheap to share between worker threads.
 pub struct Executor {
     journal: Option<Arc<Journal>>,
-    /// `<root>/pods`: forced cleanup never unmounts a device a mount below it uses
-    pods_dir: PathBuf,
+    /// the kubelet layout: forced cleanup never unmounts a device a mount
+    /// below `<root>/pods` uses, and removes dirs beneath the root
+    layout: Layout,
     sys: Arc<dyn Sys>,
     metrics: Arc<Metrics>,
     plugins: Vec<Box<dyn VolumePlugin>>,
@@ -367,7 +368,7 @@ impl Executor {
     ) -> Self {
         Self {
             journal,
-            pods_dir: layout.pods_dir(),
+            layout: layout.clone(),
             sys,
             metrics,
             plugins: plugins::all(layout),
@@ -703,7 +704,7 @@ impl Executor {
                     TargetRef::Device => Operation::UnmountDevice,
                 };
                 self.journaled(op, Steps::Single, params, &mut r.ran, announced, || {
-                    plugins::force_unmount(params, sys, &self.pods_dir)
+                    plugins::force_unmount(params, sys, &self.layout)
                 })
             }
         }
