@@ -16,6 +16,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use support::{
@@ -24,7 +25,7 @@ use support::{
 use volumed::host::mountinfo::{MountInfo, MountTable};
 use volumed::host::remove::remove_dir_one_fs;
 use volumed::host::sys::{
-    Beneath, DirEntry, DiskFormat, FileStat, LinuxSys, MntFlags, MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DiskFormat, FileStat, LinuxSys, MntFlags, MsFlags, Sys, SysError,
 };
 use volumed::model::{
     Layout, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
@@ -486,10 +487,45 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
     });
 }
 
-/// `LinuxSys` with an empty mount table: only `statx` can see mount points.
-struct StatxOnly;
+/// `LinuxSys` seen through a test's wrapper: optionally with an empty
+/// mount table (only `statx` can see mount points), and optionally with a
+/// hook run once, right before the first call of one kind reaches the
+/// kernel. The hook stands in for a concurrent writer under the root dir
+/// (a directory swapped for a symlink between a check and the call): no
+/// real race can be timed reliably, and this is the moment one would hit.
+#[derive(Default)]
+struct Wrapped {
+    empty_table: bool,
+    hook: Mutex<Option<(Call, Hook)>>,
+}
 
-impl Sys for StatxOnly {
+/// What [`Wrapped`] runs before a call.
+type Hook = Box<dyn FnOnce() + Send>;
+
+impl Wrapped {
+    fn statx_only() -> Self {
+        Self {
+            empty_table: true,
+            ..Self::default()
+        }
+    }
+    fn before(call: Call, hook: impl FnOnce() + Send + 'static) -> Self {
+        Self {
+            hook: Mutex::new(Some((call, Box::new(hook)))),
+            ..Self::default()
+        }
+    }
+    fn fire(&self, call: Call) {
+        let mut hook = self.hook.lock().unwrap();
+        if hook.as_ref().is_some_and(|(c, _)| *c == call) {
+            let (_, f) = hook.take().unwrap();
+            drop(hook);
+            f();
+        }
+    }
+}
+
+impl Sys for Wrapped {
     fn mount(
         &self,
         source: Option<&Path>,
@@ -498,40 +534,8 @@ impl Sys for StatxOnly {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), SysError> {
+        self.fire(Call::Mount);
         LinuxSys.mount(source, target, fstype, flags, data)
-    }
-    fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError> {
-        LinuxSys.umount2(target, flags)
-    }
-    fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
-        LinuxSys.mount_root(path)
-    }
-    fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
-        LinuxSys.mnt_id(path)
-    }
-    fn stat(&self, path: &Path, follow: bool) -> Result<FileStat, SysError> {
-        LinuxSys.stat(path, follow)
-    }
-    fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
-        LinuxSys.mkdir(path, mode)
-    }
-    fn chmod_dir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
-        LinuxSys.chmod_dir(path, mode)
-    }
-    fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError> {
-        LinuxSys.create_file(path, mode)
-    }
-    fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
-        LinuxSys.rename_beneath(from, to_name)
-    }
-    fn mkdir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
-        LinuxSys.mkdir_beneath(at, mode)
-    }
-    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
-        LinuxSys.stat_beneath(at)
-    }
-    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
-        LinuxSys.rmdir_beneath(at)
     }
     fn mount_beneath(
         &self,
@@ -541,9 +545,62 @@ impl Sys for StatxOnly {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), SysError> {
+        self.fire(Call::Mount);
         LinuxSys.mount_beneath(source, at, fstype, flags, data)
     }
+    fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
+        self.fire(Call::Mount);
+        LinuxSys.bind_beneath(source, at)
+    }
+    fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
+        self.fire(Call::Umount);
+        LinuxSys.umount2_beneath(at, flags)
+    }
+    fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
+        self.fire(Call::MountRoot);
+        LinuxSys.mount_root(path)
+    }
+    fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
+        LinuxSys.mnt_id(path)
+    }
+    fn stat(&self, path: &Path, follow: bool) -> Result<FileStat, SysError> {
+        self.fire(Call::Stat);
+        LinuxSys.stat(path, follow)
+    }
+    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        self.fire(Call::Stat);
+        LinuxSys.stat_beneath(at)
+    }
+    fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        self.fire(Call::Mkdir);
+        LinuxSys.mkdir(path, mode)
+    }
+    fn mkdir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        self.fire(Call::Mkdir);
+        LinuxSys.mkdir_beneath(at, mode)
+    }
+    fn chmod_dir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        self.fire(Call::ChmodDir);
+        LinuxSys.chmod_dir_beneath(at, mode)
+    }
+    fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        self.fire(Call::CreateFile);
+        LinuxSys.create_file(path, mode)
+    }
+    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        self.fire(Call::CreateFile);
+        LinuxSys.create_file_beneath(at, mode)
+    }
+    fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        self.fire(Call::Rename);
+        LinuxSys.rename_beneath(from, to_name)
+    }
+    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
+        self.fire(Call::Rmdir);
+        LinuxSys.rmdir_beneath(at)
+    }
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {
+        self.fire(Call::Rmdir);
         LinuxSys.rmdir(path)
     }
     fn unlink(&self, path: &Path) -> Result<(), SysError> {
@@ -562,8 +619,171 @@ impl Sys for StatxOnly {
         LinuxSys.probe_fs(device)
     }
     fn read_mountinfo(&self) -> Result<MountTable, SysError> {
-        Ok(MountTable::parse(b""))
+        if self.empty_table {
+            Ok(MountTable::parse(b""))
+        } else {
+            LinuxSys.read_mountinfo()
+        }
     }
+}
+
+/// Runs `body` in a private mount namespace, as root (skipped otherwise).
+fn real(what: &str, body: impl FnOnce()) {
+    if require_root(what) {
+        in_private_mount_ns(body);
+    }
+}
+
+/// The layout of a root dir in `scratch`, made (as the daemon makes it).
+fn made_root(scratch: &Scratch) -> Layout {
+    let layout = Layout::new(fs::canonicalize(scratch.path()).unwrap().join("kubelet"));
+    mkdirs(layout.root());
+    layout
+}
+
+/// Renames `dir` aside and puts a symlink to `to` in its place.
+fn swap_for_symlink(dir: &Path, to: &Path) {
+    fs::rename(dir, dir.with_extension("aside")).unwrap();
+    symlink(to, dir).unwrap();
+}
+
+/// A directory outside the root, next to it in the scratch dir.
+fn outside(scratch: &Scratch, name: &str) -> PathBuf {
+    let o = fs::canonicalize(scratch.path())
+        .unwrap()
+        .join("outside")
+        .join(name);
+    mkdirs(&o);
+    o
+}
+
+/// Pod A's teardown unmounts by a handle on its target's parent: a plugin
+/// dir swapped for a symlink to pod B's right before the unmount fails it
+/// (`ELOOP`) instead of unmounting pod B's tmpfs, which a running pod uses.
+#[test]
+fn an_unmount_never_follows_a_directory_swapped_for_a_symlink_to_another_pods() {
+    real("race: unmount", || {
+        let scratch = Scratch::new("volumed-race-umount-");
+        let layout = made_root(&scratch);
+        let plugin = EmptyDirPlugin::new(layout.clone());
+        let a = empty_dir_params(&layout, POD_A, TargetKind::Mount);
+        let b = empty_dir_params(&layout, POD_B, TargetKind::Mount);
+        plugin.setup(&memory(0), &a, &LinuxSys).unwrap();
+        plugin.setup(&memory(0), &b, &LinuxSys).unwrap();
+        let target_b = b.pod_mount_path.clone().unwrap();
+        fs::write(target_b.join("data"), b"pod B").unwrap();
+        let dir_a = a
+            .pod_mount_path
+            .as_deref()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_owned();
+        let dir_b = target_b.parent().unwrap().to_owned();
+        let sys = Wrapped::before(Call::Umount, move || swap_for_symlink(&dir_a, &dir_b));
+        let err = plugin.teardown(&a, &sys).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Too many levels of symbolic links")
+                || err.to_string().contains("ELOOP"),
+            "{err}"
+        );
+        assert!(top(&target_b).is_some(), "pod B's tmpfs is still mounted");
+        assert_eq!(fs::read(target_b.join("data")).unwrap(), b"pod B");
+    });
+}
+
+/// The emptyDir's `chmod 0777` and its ready marker are made beneath the
+/// root: a directory swapped for a symlink out of the root right before
+/// either call fails it, and nothing outside changes.
+#[test]
+fn chmod_and_the_ready_marker_never_follow_a_directory_swapped_for_a_symlink() {
+    real("race: chmod and marker", || {
+        use std::os::unix::fs::PermissionsExt;
+        let scratch = Scratch::new("volumed-race-chmod-");
+        let layout = made_root(&scratch);
+        let plugin = EmptyDirPlugin::new(layout.clone());
+
+        let out = outside(&scratch, "volumes");
+        mkdirs(&out.join("cache"));
+        fs::set_permissions(out.join("cache"), fs::Permissions::from_mode(0o700)).unwrap();
+        let a = empty_dir_params(&layout, POD_A, TargetKind::Dir);
+        let dir = a
+            .pod_mount_path
+            .as_deref()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_owned();
+        let o = out.clone();
+        let sys = Wrapped::before(Call::ChmodDir, move || swap_for_symlink(&dir, &o));
+        assert!(plugin.setup(&DISK, &a, &sys).is_err());
+        let mode = fs::metadata(out.join("cache")).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o700, "the dir outside the root keeps its mode");
+
+        let out = outside(&scratch, "plugins");
+        mkdirs(&out.join("cache"));
+        let b = empty_dir_params(&layout, POD_B, TargetKind::Dir);
+        let marker = layout.empty_dir_ready_marker(&PodUid::new(POD_B).unwrap(), "cache");
+        let dir = marker.parent().unwrap().parent().unwrap().to_owned();
+        let o = out.clone();
+        let sys = Wrapped::before(Call::CreateFile, move || swap_for_symlink(&dir, &o));
+        assert!(plugin.setup(&DISK, &b, &sys).is_err());
+        assert!(
+            !out.join("cache/ready").exists(),
+            "no marker outside the root"
+        );
+    });
+}
+
+/// A block local PV's SetUp binds the device mount from beneath the root:
+/// its `mounts` dir swapped for a symlink out of the root right before the
+/// bind fails it, and the pod never sees the directory outside.
+#[test]
+fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink() {
+    real("race: bind source", || {
+        let scratch = Scratch::new("volumed-race-bind-");
+        let layout = made_root(&scratch);
+        let out = outside(&scratch, "mounts");
+        mkdirs(&out.join("pv1"));
+        fs::write(out.join("pv1/host-secret"), b"x").unwrap();
+        let global = layout.local_device_path("pv1");
+        mkdirs(&global);
+        mount_tmpfs(&global, ""); // stands in for the device's mount
+        let pod = PodUid::new(POD_A).unwrap();
+        let params = TargetParams {
+            volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+            plugin: PluginName::LocalVolume,
+            spec_name: "pv1".into(),
+            pod_mount_path: Some(
+                layout
+                    .pod_target_path(&pod, PluginName::LocalVolume, "pv1")
+                    .into(),
+            ),
+            target: TargetRef::Pod(pod),
+            kind: TargetKind::Mount,
+            device_path: Some(PathBuf::from("/dev/null").into()),
+            device_mount_path: Some(global.clone().into()),
+            selinux: None,
+            mount_options: Vec::new(),
+            fs_type: Some("ext4".into()),
+        };
+        let spec = VolumeSpec::Local {
+            path: PathBuf::from("/dev/null").into(),
+            fs_type: Some("ext4".into()),
+            access_modes: Vec::new(),
+            mount_options: Vec::new(),
+            is_block: true,
+        };
+        let mounts = global.parent().unwrap().to_owned();
+        let o = out.clone();
+        let sys = Wrapped::before(Call::Mount, move || swap_for_symlink(&mounts, &o));
+        let plugin = LocalPlugin::new(layout.clone());
+        assert!(plugin.setup(&spec, &params, &sys).is_err());
+        let target = params.pod_mount_path.as_deref().unwrap();
+        assert!(top(target).is_none(), "nothing mounted at the pod target");
+        assert!(!target.join("host-secret").exists());
+    });
 }
 
 #[test]
@@ -578,7 +798,7 @@ fn removal_leaves_a_same_filesystem_bind_and_everything_under_it() {
         fs::write(src.join("deep/precious"), b"x").unwrap();
         for (sys, name) in [
             (&LinuxSys as &dyn Sys, "with-table"),
-            (&StatxOnly, "statx-only"),
+            (&Wrapped::statx_only(), "statx-only"),
         ] {
             let d = scratch.path().join(name);
             let m = d.join("keep/m");

@@ -179,12 +179,41 @@ impl Sys for RecordingSys {
         st.do_mount(source, &target, fstype, flags, data)
     }
 
-    fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError> {
+    /// Recorded as the [`SysCall::Mount`] (`MS_BIND`) of `source` on `at`,
+    /// both full paths; a symlink at or above either end, below its base,
+    /// fails it with `ELOOP`.
+    fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
+        let target = at.full();
+        let from = source.full();
+        let call = SysCall::Mount {
+            source: Some(from.clone()),
+            target: target.clone(),
+            fstype: None,
+            flags: MsFlags::MS_BIND,
+            data: None,
+        };
+        let mut st = self.enter(call, &target)?;
+        for end in [source, at] {
+            parent_beneath(&st, Call::Mount, end, &target)?;
+            if st.files.get(&end.full()) == Some(&FileKind::Symlink) {
+                return Err(SysError::call(Call::Mount, &target, Errno::ELOOP));
+            }
+        }
+        st.do_mount(Some(&from), &target, None, MsFlags::MS_BIND, None)
+    }
+
+    /// Recorded as the [`SysCall::Umount`] of `base/rel` (with
+    /// `UMOUNT_NOFOLLOW` added, as the real call does); a symlink above the
+    /// target, below the base, fails it with `ELOOP`.
+    fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
+        let full = at.full();
+        let target = full.as_path();
         let call = SysCall::Umount {
             target: target.to_owned(),
-            flags,
+            flags: flags | MntFlags::UMOUNT_NOFOLLOW,
         };
         let mut st = self.enter(call, target)?;
+        parent_beneath(&st, Call::Umount, at, target)?;
         let i = st.mounts.iter().rposition(|m| m.target == target);
         let i = i.ok_or_else(|| SysError::call(Call::Umount, target, Errno::EINVAL))?;
         if st
@@ -258,12 +287,14 @@ impl Sys for RecordingSys {
         create(&mut st, Call::Mkdir, &path, FileKind::Dir)
     }
 
-    fn chmod_dir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+    fn chmod_dir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        let path = &at.full();
         let call = SysCall::ChmodDir {
             path: path.into(),
             mode,
         };
         let st = self.enter(call, path)?;
+        parent_beneath(&st, Call::ChmodDir, at, path)?;
         match st.files.get(path) {
             Some(FileKind::Dir) => Ok(()),
             Some(FileKind::Symlink) => Err(SysError::call(Call::ChmodDir, path, Errno::ELOOP)),
@@ -278,6 +309,17 @@ impl Sys for RecordingSys {
             mode,
         };
         let mut st = self.enter(call, path)?;
+        create(&mut st, Call::CreateFile, path, FileKind::File)
+    }
+
+    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        let path = &at.full();
+        let call = SysCall::CreateFile {
+            path: path.into(),
+            mode,
+        };
+        let mut st = self.enter(call, path)?;
+        parent_beneath(&st, Call::CreateFile, at, path)?;
         create(&mut st, Call::CreateFile, path, FileKind::File)
     }
 
@@ -465,4 +507,48 @@ fn parent_beneath(st: &State, call: Call, at: Beneath<'_>, path: &Path) -> Resul
             Some(errno) => SysError::call(call, path, errno),
             None => e,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calls a plugin makes on a target and its neighbours beneath the
+    /// root refuse a symlink on the way as the kernel's
+    /// `openat2(RESOLVE_NO_SYMLINKS)` does (`ELOOP`), and change nothing.
+    #[test]
+    fn beneath_calls_refuse_a_symlink_on_the_way_and_change_nothing() {
+        let sys = RecordingSys::new();
+        sys.add("/k", FileKind::Dir);
+        sys.add("/k/t", FileKind::Dir);
+        sys.add("/k/link", FileKind::Symlink);
+        let at = |p: &'static str| Beneath::split(Path::new("/k"), Path::new(p)).unwrap();
+        let results: [(&str, Result<(), SysError>); 4] = [
+            (
+                "umount2",
+                sys.umount2_beneath(at("/k/link/t"), MntFlags::empty()),
+            ),
+            ("chmod", sys.chmod_dir_beneath(at("/k/link/t"), 0o777)),
+            (
+                "create",
+                sys.create_file_beneath(at("/k/link/ready"), 0o644),
+            ),
+            ("bind", sys.bind_beneath(at("/k/link/src"), at("/k/t"))),
+        ];
+        for (what, r) in results {
+            assert_eq!(r.unwrap_err().errno(), Some(Errno::ELOOP), "{what}");
+        }
+        assert!(!sys.exists("/k/link/ready"));
+        assert!(sys.mounts().is_empty());
+
+        // the same calls on plain directories go through
+        sys.add("/k/src", FileKind::Dir);
+        sys.bind_beneath(at("/k/src"), at("/k/t")).unwrap();
+        assert_eq!(sys.mounts().len(), 1);
+        sys.umount2_beneath(at("/k/t"), MntFlags::empty()).unwrap();
+        assert!(sys.mounts().is_empty());
+        sys.chmod_dir_beneath(at("/k/t"), 0o777).unwrap();
+        sys.create_file_beneath(at("/k/t/ready"), 0o644).unwrap();
+        assert!(sys.exists("/k/t/ready"));
+    }
 }

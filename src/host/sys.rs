@@ -26,7 +26,9 @@
 //!   `EXDEV`) instead of being followed; entries are removed with `unlinkat`,
 //!   which never follows the last component (storage-facts D5, D6).
 //! - **Targets beneath the root** ([`Sys::stat_beneath`],
-//!   [`Sys::mkdir_beneath`], [`Sys::mount_beneath`], [`Sys::rename_beneath`],
+//!   [`Sys::mkdir_beneath`], [`Sys::mount_beneath`], [`Sys::bind_beneath`],
+//!   [`Sys::umount2_beneath`], [`Sys::chmod_dir_beneath`],
+//!   [`Sys::create_file_beneath`], [`Sys::rename_beneath`],
 //!   [`Sys::rmdir_beneath`]):
 //!   a mount target and the directories on its way are reached from the root
 //!   dir with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (mounts on the
@@ -86,9 +88,19 @@ pub trait Sys: Send + Sync {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), SysError>;
-    /// `umount2(2)`; pass [`MntFlags::UMOUNT_NOFOLLOW`] so a symlink is never
-    /// followed to another mount.
-    fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError>;
+    /// Binds `source` onto `at` (`MS_BIND`), both reached beneath their bases
+    /// without following any symlink (`ELOOP`): each is opened `O_PATH` and
+    /// the mount made between their `/proc/self/fd/N`, so neither end can
+    /// be redirected after the check. Errors name `at`.
+    fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError>;
+    /// `umount2(2)` of the mount at `at`, with [`MntFlags::UMOUNT_NOFOLLOW`]
+    /// added: its parent is opened beneath `at.base` without following any
+    /// symlink (`ELOOP`) and the unmount named through that handle
+    /// (`/proc/self/fd/N/<name>`), so a directory swapped for a symlink on
+    /// the way cannot send it to another pod's mount. (The parent, not the
+    /// target, is held open: a handle on the mount itself would make it
+    /// busy.)
+    fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError>;
     /// Whether `path` (not following a last symlink) is the root of a mount,
     /// same-filesystem binds included.
     fn mount_root(&self, path: &Path) -> Result<bool, SysError>;
@@ -105,10 +117,14 @@ pub trait Sys: Send + Sync {
     /// `mkdirat(2)` of `at.rel`'s last component in its parent, the parent
     /// opened beneath `at.base` without following any symlink (`ELOOP`).
     fn mkdir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError>;
-    /// Sets a directory's permission bits; refuses a symlink (`ELOOP`).
-    fn chmod_dir(&self, path: &Path, mode: u32) -> Result<(), SysError>;
+    /// Sets the permission bits of the directory `at`, opened beneath
+    /// `at.base` without following any symlink, itself included (`ELOOP`).
+    fn chmod_dir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError>;
     /// Creates an empty regular file; fails with `EEXIST` if anything is there.
     fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError>;
+    /// [`Sys::create_file`] of `at`'s last component in its parent, the
+    /// parent opened beneath `at.base` without following any symlink (`ELOOP`).
+    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError>;
     /// Renames the entry `from` to `to_name` in the same directory without
     /// replacing (`EEXIST` if taken); the directory is opened beneath
     /// `from.base` without following any symlink (`ELOOP`), and the entry
@@ -302,8 +318,19 @@ impl LinuxSys {
         extra: OFlag,
         named: &Path,
     ) -> Result<OwnedFd, SysError> {
+        Self::open_at_beneath(call, at, OFlag::O_PATH | extra, named)
+    }
+
+    /// [`LinuxSys::open_path_beneath`] with `flags` as given (plus
+    /// `O_CLOEXEC`), for a handle that must allow I/O (`fchmod`).
+    fn open_at_beneath(
+        call: Call,
+        at: Beneath<'_>,
+        flags: OFlag,
+        named: &Path,
+    ) -> Result<OwnedFd, SysError> {
         let err = |errno| SysError::call(call, named, errno);
-        let flags = OFlag::O_PATH | OFlag::O_CLOEXEC | extra;
+        let flags = flags | OFlag::O_CLOEXEC;
         let base_fd =
             nix::fcntl::open(at.base, flags | OFlag::O_DIRECTORY, Mode::empty()).map_err(err)?;
         if at.rel.as_os_str().is_empty() {
@@ -343,8 +370,31 @@ impl Sys for LinuxSys {
             .map_err(|e| SysError::call(Call::Mount, &at.full(), e))
     }
 
-    fn umount2(&self, target: &Path, flags: MntFlags) -> Result<(), SysError> {
-        nix::mount::umount2(target, flags).map_err(|e| SysError::call(Call::Umount, target, e))
+    fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
+        let target = at.full();
+        let from = Self::open_path_beneath(Call::Mount, source, OFlag::empty(), &target)?;
+        let to = Self::open_path_beneath(Call::Mount, at, OFlag::empty(), &target)?;
+        let from_path = format!("/proc/self/fd/{}", from.as_raw_fd());
+        let to_path = format!("/proc/self/fd/{}", to.as_raw_fd());
+        nix::mount::mount(
+            Some(from_path.as_str()),
+            to_path.as_str(),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| SysError::call(Call::Mount, &target, e))
+    }
+
+    fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
+        let target = at.full();
+        let err = |e| SysError::call(Call::Umount, &target, e);
+        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
+            return Err(err(Errno::EINVAL)); // the base itself
+        };
+        let dir = Self::open_path_beneath(Call::Umount, parent, OFlag::O_DIRECTORY, &target)?;
+        let through = Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
+        nix::mount::umount2(&through, flags | MntFlags::UMOUNT_NOFOLLOW).map_err(err)
     }
 
     fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
@@ -428,11 +478,26 @@ impl Sys for LinuxSys {
         nix::sys::stat::mkdirat(dir.as_fd(), leaf, mode(m)).map_err(err)
     }
 
-    fn chmod_dir(&self, path: &Path, m: u32) -> Result<(), SysError> {
-        let err = |e| SysError::call(Call::ChmodDir, path, e);
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(err)?;
-        nix::sys::stat::fchmod(fd.as_fd(), mode(m)).map_err(err)
+    fn chmod_dir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+        let path = at.full();
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+        let fd = Self::open_at_beneath(Call::ChmodDir, at, flags, &path)?;
+        nix::sys::stat::fchmod(fd.as_fd(), mode(m))
+            .map_err(|e| SysError::call(Call::ChmodDir, &path, e))
+    }
+
+    fn create_file_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+        let path = at.full();
+        let err = |e| SysError::call(Call::CreateFile, &path, e);
+        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
+            return Err(err(Errno::EEXIST)); // the base itself
+        };
+        let dir = Self::open_path_beneath(Call::CreateFile, parent, OFlag::O_DIRECTORY, &path)?;
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        nix::fcntl::openat(dir.as_fd(), name, flags, mode(m))
+            .map(drop)
+            .map_err(err)
     }
 
     fn create_file(&self, path: &Path, m: u32) -> Result<(), SysError> {

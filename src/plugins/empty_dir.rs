@@ -253,7 +253,9 @@ impl VolumePlugin for EmptyDirPlugin {
         };
         if matches!(action, Action::Performed | Action::Replaced) {
             // The kubelet's setupDir: the volume root is world-writable.
-            let r = op.sys.chmod_dir(target, 0o777);
+            let r = op
+                .sys
+                .chmod_dir_beneath(beneath(&op, self.layout.root(), target)?, 0o777);
             op.act(r)?;
         }
         // The marker is looked for, and its dir made, beneath the root: a
@@ -263,7 +265,7 @@ impl VolumePlugin for EmptyDirPlugin {
             if let Some(dir) = marker_at.parent() {
                 op.look(mkdir_all_beneath(op.sys, dir, TARGET_DIR_MODE))?;
             }
-            let r = op.sys.create_file(&marker, 0o644);
+            let r = op.sys.create_file_beneath(marker_at, 0o644);
             op.act_or(r, Errno::EEXIST)?;
         }
         Ok(Outcome::of(action))
@@ -275,7 +277,7 @@ impl VolumePlugin for EmptyDirPlugin {
         let marker = self.marker(&op, params)?;
         let left_behind = match params.kind {
             TargetKind::Mount => {
-                unmount_all(&mut op, target)?;
+                unmount_all(&mut op, self.layout.root(), target)?;
                 remove_mount_dir(&mut op, self.layout.root(), target)?
             }
             TargetKind::Dir => self.teardown_disk(&mut op, target)?,

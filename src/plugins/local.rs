@@ -28,7 +28,7 @@ use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::sys::{Beneath, DiskFormat, FileKind, MsFlags, Sys};
 use crate::model::{Layout, MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
 use crate::plugins::mount_ops::{
-    data_string, ensure_mounted, split_options, target_exists, unmount_target,
+    beneath, data_string, ensure_mounted, split_options, target_exists, unmount_target,
 };
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -226,10 +226,21 @@ impl VolumePlugin for LocalPlugin {
             id
         });
         let wanted = |m: &MountInfo| want.as_ref().is_some_and(|w| w.matches(&m.identity()));
+        // A device mount (under the root's `plugins/`) is bound from beneath
+        // the root, as the target is reached: a symlink swapped in on its way
+        // cannot make the pod see another directory. A directory PV's path
+        // is the operator's, outside the root by design.
+        let source_at = match l.is_block {
+            true => Some(beneath(&op, self.layout.root(), source)?),
+            false => None,
+        };
         let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
-            let r = op
-                .sys
-                .mount_beneath(Some(source), at, None, MsFlags::MS_BIND, None);
+            let r = match source_at {
+                Some(from) => op.sys.bind_beneath(from, at),
+                None => op
+                    .sys
+                    .mount_beneath(Some(source), at, None, MsFlags::MS_BIND, None),
+            };
             op.act(r)?;
             if !flags.is_empty() {
                 let remount = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | flags;

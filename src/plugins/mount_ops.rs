@@ -49,13 +49,14 @@ pub(crate) fn data_string(opts: &[String], selinux: Option<&SeLinuxContext>) -> 
     (!all.is_empty()).then(|| all.join(","))
 }
 
-/// Unmounts the top mount at `target` without following symlinks. `EINVAL`
-/// counts as done only when the table confirms nothing is mounted there.
-fn umount_once(op: &mut Op<'_>, target: &Path) -> Result<(), PluginError> {
-    match op.sys.umount2(target, MntFlags::UMOUNT_NOFOLLOW) {
+/// Unmounts the top mount at `at` without following symlinks, on the way
+/// or at the target. `EINVAL` counts as done only when the table confirms
+/// nothing is mounted there.
+fn umount_once(op: &mut Op<'_>, at: Beneath<'_>) -> Result<(), PluginError> {
+    match op.sys.umount2_beneath(at, MntFlags::UMOUNT_NOFOLLOW) {
         Err(e) if e.errno() == Some(Errno::EINVAL) => {
             let table = op.look(op.sys.read_mountinfo())?;
-            if table.is_mount_point(target) {
+            if table.is_mount_point(&at.full()) {
                 Err(op.sys_err(e, true))
             } else {
                 Ok(())
@@ -65,15 +66,22 @@ fn umount_once(op: &mut Op<'_>, target: &Path) -> Result<(), PluginError> {
     }
 }
 
-/// Unmounts everything stacked at `target`; true when something was unmounted.
-pub(crate) fn unmount_all(op: &mut Op<'_>, target: &Path) -> Result<bool, PluginError> {
+/// Unmounts everything stacked at `target`, which must lie beneath `root`
+/// (checked before anything is unmounted); true when something was
+/// unmounted.
+pub(crate) fn unmount_all(
+    op: &mut Op<'_>,
+    root: &Path,
+    target: &Path,
+) -> Result<bool, PluginError> {
+    let at = beneath(op, root, target)?;
     let mut any = false;
     for _ in 0..MAX_UNMOUNTS {
         let table = op.look(op.sys.read_mountinfo())?;
         if !table.is_mount_point(target) {
             return Ok(any);
         }
-        umount_once(op, target)?;
+        umount_once(op, at)?;
         any = true;
     }
     Err(still_mounted(op, target))
@@ -173,7 +181,7 @@ pub(crate) fn ensure_mounted(
                 return Ok((action, Some(m.clone())));
             }
             Some(_) => {
-                umount_once(op, target)?;
+                umount_once(op, at)?;
                 replaced = true;
                 is_dir = matches!(op.sys.stat_beneath(at), Ok(st) if st.kind == FileKind::Dir);
             }
@@ -235,7 +243,7 @@ pub(crate) fn unmount_target(
     root: &Path,
     target: &Path,
 ) -> crate::plugins::PluginResult {
-    unmount_all(op, target)?;
+    unmount_all(op, root, target)?;
     let left_behind = remove_mount_dir(op, root, target)?;
     Ok(op.finished(left_behind))
 }
