@@ -736,6 +736,43 @@ fn chmod_and_the_ready_marker_never_follow_a_directory_swapped_for_a_symlink() {
     });
 }
 
+/// A pending emptyDir deletion (`cache.deleting~7`) is finished by a walk
+/// that reaches every directory without following a symlink anywhere in its
+/// path: the plugin dir swapped for a symlink out of the root after the
+/// listing fails the walk, and the tree of the same name outside is kept.
+/// Then the same deletion, undisturbed, removes the whole tree.
+#[test]
+fn a_deletion_walk_never_follows_a_directory_swapped_for_a_symlink() {
+    real("race: deletion walk", || {
+        let scratch = Scratch::new("volumed-race-delete-");
+        let layout = made_root(&scratch);
+        let out = outside(&scratch, "empty-dir");
+        mkdirs(&out.join("cache.deleting~7/deep"));
+        fs::write(out.join("cache.deleting~7/deep/precious"), b"x").unwrap();
+        let pod = PodUid::new(POD_A).unwrap();
+        let plugin_dir = layout
+            .pod_dir(&pod)
+            .join("volumes")
+            .join(PluginName::EmptyDir.escaped());
+        mkdirs(&plugin_dir.join("cache.deleting~7/deep"));
+        fs::write(plugin_dir.join("cache.deleting~7/deep/f"), b"y").unwrap();
+        let plugin = EmptyDirPlugin::new(layout.clone());
+
+        let (d, o) = (plugin_dir.clone(), out.clone());
+        let sys = Wrapped::before(Call::Stat, move || swap_for_symlink(&d, &o));
+        assert!(plugin.finish_pending(&pod, &sys).is_err());
+        assert!(out.join("cache.deleting~7/deep/precious").exists());
+
+        fs::remove_file(&plugin_dir).unwrap();
+        fs::rename(plugin_dir.with_extension("aside"), &plugin_dir).unwrap();
+        let done = plugin.finish_pending(&pod, &LinuxSys).unwrap();
+        assert_eq!(done.len(), 1);
+        assert!(done[0].1.complete(), "{done:?}");
+        assert!(!plugin_dir.join("cache.deleting~7").exists());
+        assert!(out.join("cache.deleting~7/deep/precious").exists());
+    });
+}
+
 /// A block local PV's SetUp binds the device mount from beneath the root:
 /// its `mounts` dir swapped for a symlink out of the root right before the
 /// bind fails it, and the pod never sees the directory outside.

@@ -373,13 +373,17 @@ impl Sys for RecordingSys {
         st.remove(Call::Rmdir, &path, true)
     }
 
+    /// A symlink above `path` fails it with `ELOOP`, as in the real call.
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {
         let mut st = self.enter(SysCall::Rmdir { path: path.into() }, path)?;
+        no_symlink_above(&st, Call::Rmdir, path, path)?;
         st.remove(Call::Rmdir, path, true)
     }
 
+    /// A symlink above `path` fails it with `ELOOP`, as in the real call.
     fn unlink(&self, path: &Path) -> Result<(), SysError> {
         let mut st = self.enter(SysCall::Unlink { path: path.into() }, path)?;
+        no_symlink_above(&st, Call::Unlink, path, path)?;
         st.remove(Call::Unlink, path, false)
     }
 
@@ -389,6 +393,7 @@ impl Sys for RecordingSys {
             rel: rel.into(),
         };
         let st = self.enter(call, &base.join(rel))?;
+        no_symlink_above(&st, Call::ReadDirBeneath, base, &base.join(rel))?;
         st.check_beneath(Call::ReadDirBeneath, base, rel, false)?;
         let dir = base.join(rel);
         Ok(st
@@ -410,6 +415,7 @@ impl Sys for RecordingSys {
         };
         let mut st = self.enter(call, &base.join(rel))?;
         let parent = rel.parent().unwrap_or(Path::new(""));
+        no_symlink_above(&st, Call::RemoveBeneath, base, &base.join(rel))?;
         st.check_beneath(Call::RemoveBeneath, base, parent, false)?;
         st.remove(Call::RemoveBeneath, &base.join(rel), dir)
     }
@@ -498,6 +504,20 @@ fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
 /// What opening `at`'s parent with `openat2(RESOLVE_BENEATH |
 /// RESOLVE_NO_SYMLINKS)` would say (mounts may be crossed), the error
 /// naming `path` as the real calls do.
+/// `ELOOP` (naming `named`) when a directory above `path` is a symlink in
+/// the fake tree, as the real calls that resolve with `RESOLVE_NO_SYMLINKS`
+/// from the start of the path refuse it.
+fn no_symlink_above(st: &State, call: Call, path: &Path, named: &Path) -> Result<(), SysError> {
+    match path
+        .ancestors()
+        .skip(1)
+        .any(|a| st.files.get(a) == Some(&FileKind::Symlink))
+    {
+        true => Err(SysError::call(call, named, Errno::ELOOP)),
+        false => Ok(()),
+    }
+}
+
 fn parent_beneath(st: &State, call: Call, at: Beneath<'_>, path: &Path) -> Result<(), SysError> {
     let Some(parent) = at.parent() else {
         return Ok(());
@@ -517,7 +537,7 @@ mod tests {
     /// root refuse a symlink on the way as the kernel's
     /// `openat2(RESOLVE_NO_SYMLINKS)` does (`ELOOP`), and change nothing.
     #[test]
-    fn beneath_calls_refuse_a_symlink_on_the_way_and_change_nothing() {
+    fn beneath_and_removal_calls_refuse_a_symlink_on_the_way_and_change_nothing() {
         let sys = RecordingSys::new();
         sys.add("/k", FileKind::Dir);
         sys.add("/k/t", FileKind::Dir);
@@ -540,6 +560,27 @@ mod tests {
         }
         assert!(!sys.exists("/k/link/ready"));
         assert!(sys.mounts().is_empty());
+
+        // removal refuses a symlink anywhere above what it acts on
+        sys.add("/k/link/d", FileKind::Dir);
+        sys.add("/k/link/f", FileKind::File);
+        let removals: [(&str, Result<(), SysError>); 4] = [
+            ("rmdir", sys.rmdir(Path::new("/k/link/d"))),
+            ("unlink", sys.unlink(Path::new("/k/link/f"))),
+            (
+                "remove",
+                sys.remove_beneath(Path::new("/k/link/d"), Path::new("x"), false),
+            ),
+            (
+                "list",
+                sys.read_dir_beneath(Path::new("/k/link/d"), Path::new(""))
+                    .map(drop),
+            ),
+        ];
+        for (what, r) in removals {
+            assert_eq!(r.unwrap_err().errno(), Some(Errno::ELOOP), "{what}");
+        }
+        assert!(sys.exists("/k/link/d") && sys.exists("/k/link/f"));
 
         // the same calls on plain directories go through
         sys.add("/k/src", FileKind::Dir);

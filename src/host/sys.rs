@@ -130,16 +130,22 @@ pub trait Sys: Send + Sync {
     /// `from.base` without following any symlink (`ELOOP`), and the entry
     /// itself is never followed.
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError>;
-    /// `rmdir(2)`: only an empty directory that is not a mount point.
+    /// `rmdir(2)`: only an empty directory that is not a mount point. No
+    /// symlink anywhere in `path` is followed (`ELOOP`): removal works on
+    /// paths below the daemon's root, which it resolves at startup.
     fn rmdir(&self, path: &Path) -> Result<(), SysError>;
     /// `unlinkat(AT_REMOVEDIR)` of `at`'s last component in its parent, the
     /// parent opened beneath `at.base` without following any symlink
     /// (`ELOOP`).
     fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError>;
-    /// `unlink(2)`: removes a non-directory, a symlink itself rather than its target.
+    /// `unlink(2)`: removes a non-directory, a symlink itself rather than its
+    /// target; no symlink above it is followed (`ELOOP`), as for [`Sys::rmdir`].
     fn unlink(&self, path: &Path) -> Result<(), SysError>;
     /// Lists `base/rel` (`rel` empty for `base`), opened beneath `base`
-    /// without following symlinks or crossing mounts.
+    /// without following symlinks or crossing mounts; `base` itself is
+    /// reached without following a symlink anywhere in its path, as for
+    /// [`Sys::rmdir`] (so a directory above it swapped for a symlink between
+    /// two calls of a walk fails the next one).
     fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError>;
     /// Removes the entry `base/rel` (a directory when `dir`, which must be
     /// empty), its parent opened beneath `base` without following symlinks
@@ -294,11 +300,48 @@ const RESOLVE_SAFE: ResolveFlag = ResolveFlag::RESOLVE_BENEATH
     .union(ResolveFlag::RESOLVE_NO_SYMLINKS);
 
 impl LinuxSys {
-    /// Opens `base` (no symlink) and then `rel` beneath it as a directory.
+    /// Opens the directory `dir` without following a symlink anywhere in
+    /// its path (`ELOOP`); mounts on the way are crossed. For the paths
+    /// removal works on: all below the daemon's root, which it resolves at
+    /// startup, so a symlink in them is one planted below the root.
+    fn open_dir_no_symlinks(
+        dir: &Path,
+        err: impl Fn(Errno) -> SysError,
+    ) -> Result<OwnedFd, SysError> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let how = OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+        nix::fcntl::openat2(nix::fcntl::AT_FDCWD, dir, how).map_err(err)
+    }
+
+    /// Removes the entry `path` (a directory when `dir`) in its parent, the
+    /// parent opened without following a symlink anywhere in its path.
+    fn unlink_no_symlinks(call: Call, path: &Path, dir: bool) -> Result<(), SysError> {
+        let err = |e| SysError::call(call, path, e);
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(err(Errno::EINVAL));
+        };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        let fd = Self::open_dir_no_symlinks(parent, err)?;
+        let flag = if dir {
+            nix::unistd::UnlinkatFlags::RemoveDir
+        } else {
+            nix::unistd::UnlinkatFlags::NoRemoveDir
+        };
+        nix::unistd::unlinkat(fd.as_fd(), name, flag).map_err(err)
+    }
+
+    /// Opens `base` (no symlink anywhere in its path) and then `rel`
+    /// beneath it as a directory (no symlink, no mount crossed).
     fn open_beneath(call: Call, base: &Path, rel: &Path) -> Result<OwnedFd, SysError> {
         let err = |errno| SysError::call(call, &base.join(rel), errno);
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let base_fd = nix::fcntl::open(base, flags, Mode::empty()).map_err(err)?;
+        let base_fd = Self::open_dir_no_symlinks(base, err)?;
         let rel = if rel.as_os_str().is_empty() {
             Path::new(".")
         } else {
@@ -536,17 +579,11 @@ impl Sys for LinuxSys {
     }
 
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {
-        std::fs::remove_dir(path).map_err(|e| {
-            SysError::call(
-                Call::Rmdir,
-                path,
-                Errno::from_raw(e.raw_os_error().unwrap_or(0)),
-            )
-        })
+        Self::unlink_no_symlinks(Call::Rmdir, path, true)
     }
 
     fn unlink(&self, path: &Path) -> Result<(), SysError> {
-        nix::unistd::unlink(path).map_err(|e| SysError::call(Call::Unlink, path, e))
+        Self::unlink_no_symlinks(Call::Unlink, path, false)
     }
 
     fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError> {
