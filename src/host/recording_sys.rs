@@ -501,9 +501,6 @@ fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
     })
 }
 
-/// What opening `at`'s parent with `openat2(RESOLVE_BENEATH |
-/// RESOLVE_NO_SYMLINKS)` would say (mounts may be crossed), the error
-/// naming `path` as the real calls do.
 /// `ELOOP` (naming `named`) when a directory above `path` is a symlink in
 /// the fake tree, as the real calls that resolve with `RESOLVE_NO_SYMLINKS`
 /// from the start of the path refuse it.
@@ -518,6 +515,9 @@ fn no_symlink_above(st: &State, call: Call, path: &Path, named: &Path) -> Result
     }
 }
 
+/// What opening `at`'s parent with `openat2(RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS)` would say (mounts may be crossed), the error
+/// naming `path` as the real calls do.
 fn parent_beneath(st: &State, call: Call, at: Beneath<'_>, path: &Path) -> Result<(), SysError> {
     let Some(parent) = at.parent() else {
         return Ok(());

@@ -19,12 +19,19 @@
 //!   attribute, fall back to "`st_dev` differs from the parent's" plus a
 //!   mount-table lookup (which catches same-filesystem binds the `st_dev`
 //!   heuristic misses, storage-facts D4).
-//! - **Removal** ([`Sys::read_dir_beneath`], [`Sys::remove_beneath`]): every
-//!   directory is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_XDEV |
-//!   RESOLVE_NO_SYMLINKS)` relative to the directory being removed, so a
-//!   symlink swapped in or a mount point on the way fails the call (`ELOOP`,
-//!   `EXDEV`) instead of being followed; entries are removed with `unlinkat`,
-//!   which never follows the last component (storage-facts D5, D6).
+//! - **Removal** ([`Sys::read_dir_beneath`], [`Sys::remove_beneath`],
+//!   [`Sys::rmdir`], [`Sys::unlink`]): the directory being removed (the
+//!   walk's start) is opened with `openat2(RESOLVE_NO_SYMLINKS)` from the
+//!   current directory, so a symlink anywhere in its path fails the call
+//!   (`ELOOP`) — its paths are below the daemon's root, which is resolved at
+//!   startup, so a symlink there was planted; every directory below it is
+//!   opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_XDEV |
+//!   RESOLVE_NO_SYMLINKS)` relative to it, so a symlink swapped in or a
+//!   mount point on the way fails the call (`ELOOP`, `EXDEV`) instead of
+//!   being followed; entries are removed with `unlinkat` in a parent opened
+//!   the same way, which never follows the last component (storage-facts
+//!   D5, D6). The checks before a removal (`stat`, [`Sys::mount_root`]) read
+//!   by path; whatever they were told, the removal itself refuses a symlink.
 //! - **Targets beneath the root** ([`Sys::stat_beneath`],
 //!   [`Sys::mkdir_beneath`], [`Sys::mount_beneath`], [`Sys::bind_beneath`],
 //!   [`Sys::umount2_beneath`], [`Sys::chmod_dir_beneath`],
@@ -35,8 +42,9 @@
 //!   way may be crossed), and the mount is made on the opened `O_PATH`
 //!   handle's `/proc/self/fd/N`, so a symlink anywhere below the root fails
 //!   the call with `ELOOP` instead of sending the volume elsewhere, and
-//!   nothing swapped in after the check can redirect the mount. The root
-//!   itself may sit behind a symlink; the daemon canonicalises it.
+//!   nothing swapped in after the check can redirect the mount. Here the
+//!   root itself may sit behind a symlink (the daemon resolves it anyway,
+//!   for removal and for the mount table's resolved paths).
 //! - **Filesystem probe** ([`Sys::probe_fs`]): runs `blkid -p -s TYPE -s
 //!   PTTYPE -o export <dev>` like the kubelet's `GetDiskFormat`: a low-level
 //!   probe that reads the device itself (not the udev cache). Exit status 2
@@ -112,7 +120,8 @@ pub trait Sys: Send + Sync {
     /// `statx` of `at` (never following it), reached beneath `at.base`
     /// without following any symlink on the way (`ELOOP`).
     fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError>;
-    /// `mkdir(2)` with this mode (the umask still applies; see [`Sys::chmod_dir`]).
+    /// `mkdir(2)` with this mode (the umask still applies; see
+    /// [`Sys::chmod_dir_beneath`]).
     fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError>;
     /// `mkdirat(2)` of `at.rel`'s last component in its parent, the parent
     /// opened beneath `at.base` without following any symlink (`ELOOP`).
@@ -304,11 +313,12 @@ impl LinuxSys {
     /// its path (`ELOOP`); mounts on the way are crossed. For the paths
     /// removal works on: all below the daemon's root, which it resolves at
     /// startup, so a symlink in them is one planted below the root.
+    /// The handle is `O_PATH`: it only serves as the directory of `*at` calls.
     fn open_dir_no_symlinks(
         dir: &Path,
         err: impl Fn(Errno) -> SysError,
     ) -> Result<OwnedFd, SysError> {
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let how = OpenHow::new()
             .flags(flags)
             .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);

@@ -425,3 +425,24 @@ fn a_busy_unmount_is_final_and_names_the_path() {
         )
     );
 }
+
+/// A target outside the root dir (a journal written under another root,
+/// say) is refused before anything is unmounted: the mount found there is
+/// left as it is, on every retry, and the error names the root.
+#[test]
+fn a_target_outside_the_root_is_refused_before_anything_is_unmounted() {
+    let sys = host(DiskFormat::Unformatted);
+    let outside = p("/elsewhere/pods/podA/volumes/kubernetes.io~local-volume/pv1");
+    sys.add(&outside, FileKind::Dir);
+    sys.preset_mount(None, &outside, Some("tmpfs"), MsFlags::empty(), None)
+        .unwrap();
+    let mut params = pod("podA");
+    params.pod_mount_path = Some(outside.clone().into());
+    for _ in 0..2 {
+        let err = plugin().teardown(&params, &sys).unwrap_err();
+        assert!(matches!(err, PluginError::OutsideRoot { .. }), "{err}");
+        assert!(err.to_string().contains("/k"), "{err}");
+        assert_eq!(sys.mounts().len(), 1, "nothing unmounted");
+        assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
+    }
+}
