@@ -55,7 +55,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
@@ -374,6 +374,24 @@ impl LinuxSys {
         Self::open_at_beneath(call, at, OFlag::O_PATH | extra, named)
     }
 
+    /// Runs `act` on `at`'s last component in its parent, the parent opened
+    /// `O_PATH` beneath `at.base` without following any symlink (`ELOOP`);
+    /// errors name `at`, and `at` being the base itself is `on_base`.
+    fn in_parent_beneath<T>(
+        call: Call,
+        at: Beneath<'_>,
+        on_base: Errno,
+        act: impl FnOnce(BorrowedFd<'_>, &OsStr) -> nix::Result<T>,
+    ) -> Result<T, SysError> {
+        let path = at.full();
+        let err = |e| SysError::call(call, &path, e);
+        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
+            return Err(err(on_base));
+        };
+        let dir = Self::open_path_beneath(call, parent, OFlag::O_DIRECTORY, &path)?;
+        act(dir.as_fd(), name).map_err(err)
+    }
+
     /// [`LinuxSys::open_path_beneath`] with `flags` as given (plus
     /// `O_CLOEXEC`), for a handle that must allow I/O (`fchmod`).
     fn open_at_beneath(
@@ -440,14 +458,10 @@ impl Sys for LinuxSys {
     }
 
     fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
-        let target = at.full();
-        let err = |e| SysError::call(Call::Umount, &target, e);
-        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
-            return Err(err(Errno::EINVAL)); // the base itself
-        };
-        let dir = Self::open_path_beneath(Call::Umount, parent, OFlag::O_DIRECTORY, &target)?;
-        let through = Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
-        nix::mount::umount2(&through, flags | MntFlags::UMOUNT_NOFOLLOW).map_err(err)
+        Self::in_parent_beneath(Call::Umount, at, Errno::EINVAL, |dir, name| {
+            let through = Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
+            nix::mount::umount2(&through, flags | MntFlags::UMOUNT_NOFOLLOW)
+        })
     }
 
     fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
@@ -522,13 +536,9 @@ impl Sys for LinuxSys {
     }
 
     fn mkdir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
-        let path = at.full();
-        let err = |e| SysError::call(Call::Mkdir, &path, e);
-        let (Some(parent), Some(leaf)) = (at.parent(), at.rel.file_name()) else {
-            return Err(err(Errno::EEXIST)); // the base itself
-        };
-        let dir = Self::open_path_beneath(Call::Mkdir, parent, OFlag::O_DIRECTORY, &path)?;
-        nix::sys::stat::mkdirat(dir.as_fd(), leaf, mode(m)).map_err(err)
+        Self::in_parent_beneath(Call::Mkdir, at, Errno::EEXIST, |dir, name| {
+            nix::sys::stat::mkdirat(dir, name, mode(m))
+        })
     }
 
     fn chmod_dir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
@@ -540,17 +550,11 @@ impl Sys for LinuxSys {
     }
 
     fn create_file_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
-        let path = at.full();
-        let err = |e| SysError::call(Call::CreateFile, &path, e);
-        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
-            return Err(err(Errno::EEXIST)); // the base itself
-        };
-        let dir = Self::open_path_beneath(Call::CreateFile, parent, OFlag::O_DIRECTORY, &path)?;
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        nix::fcntl::openat(dir.as_fd(), name, flags, mode(m))
-            .map(drop)
-            .map_err(err)
+        Self::in_parent_beneath(Call::CreateFile, at, Errno::EEXIST, |dir, name| {
+            nix::fcntl::openat(dir, name, flags, mode(m)).map(drop)
+        })
     }
 
     fn create_file(&self, path: &Path, m: u32) -> Result<(), SysError> {
@@ -562,30 +566,16 @@ impl Sys for LinuxSys {
     }
 
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
-        let path = from.full();
-        let err = |e| SysError::call(Call::Rename, &path, e);
-        let (Some(parent), Some(name)) = (from.parent(), from.rel.file_name()) else {
-            return Err(err(Errno::EINVAL)); // the base itself
-        };
-        let dir = Self::open_path_beneath(Call::Rename, parent, OFlag::O_DIRECTORY, &path)?;
-        nix::fcntl::renameat2(
-            dir.as_fd(),
-            name,
-            dir.as_fd(),
-            to_name,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(err)
+        Self::in_parent_beneath(Call::Rename, from, Errno::EINVAL, |dir, name| {
+            let flags = nix::fcntl::RenameFlags::RENAME_NOREPLACE;
+            nix::fcntl::renameat2(dir, name, dir, to_name, flags)
+        })
     }
 
     fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
-        let path = at.full();
-        let err = |e| SysError::call(Call::Rmdir, &path, e);
-        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
-            return Err(err(Errno::EBUSY)); // the base itself
-        };
-        let dir = Self::open_path_beneath(Call::Rmdir, parent, OFlag::O_DIRECTORY, &path)?;
-        nix::unistd::unlinkat(dir.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir).map_err(err)
+        Self::in_parent_beneath(Call::Rmdir, at, Errno::EBUSY, |dir, name| {
+            nix::unistd::unlinkat(dir, name, nix::unistd::UnlinkatFlags::RemoveDir)
+        })
     }
 
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {
