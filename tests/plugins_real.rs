@@ -607,6 +607,7 @@ impl Sys for Wrapped {
         LinuxSys.unlink(path)
     }
     fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError> {
+        self.fire(Call::ReadDirBeneath);
         LinuxSys.read_dir_beneath(base, rel)
     }
     fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
@@ -768,6 +769,39 @@ fn a_deletion_walk_never_follows_a_directory_swapped_for_a_symlink() {
         assert!(done[0].1.complete(), "{done:?}");
         assert!(!plugin_dir.join("cache.deleting~7").exists());
         assert!(out.join("cache.deleting~7/deep/precious").exists());
+    });
+}
+
+/// A disk emptyDir's TearDown deletes on one filesystem: a tmpfs mounted
+/// on the renamed dir itself after the mount checks, right before the walk
+/// lists it, is refused by the kernel (`EXDEV`), kept and reported, and the
+/// file on it survives.
+#[test]
+fn a_mount_that_lands_on_the_dir_being_deleted_after_the_check_is_not_entered() {
+    real("race: mount on the deleted dir", || {
+        let scratch = Scratch::new("volumed-race-xdev-");
+        let layout = made_root(&scratch);
+        let plugin = EmptyDirPlugin::new(layout.clone());
+        let a = empty_dir_params(&layout, POD_A, TargetKind::Dir);
+        plugin.setup(&DISK, &a, &LinuxSys).unwrap();
+        let target = a.pod_mount_path.clone().unwrap();
+        fs::write(target.join("data"), b"pod A").unwrap();
+        let plugin_dir = target.parent().unwrap().to_owned();
+        let sys = Wrapped::before(Call::ReadDirBeneath, move || {
+            let renamed = fs::read_dir(&plugin_dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.to_string_lossy().contains(".deleting~"))
+                .expect("the renamed dir");
+            mount_tmpfs(&renamed, "");
+            fs::write(renamed.join("precious"), b"x").unwrap();
+        });
+        let out = plugin.teardown(&a, &sys).unwrap();
+        let kept = &out.left_behind;
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(kept[0].to_string_lossy().contains(".deleting~"), "{kept:?}");
+        assert_eq!(fs::read(kept[0].join("precious")).unwrap(), b"x");
+        assert!(top(&kept[0]).is_some(), "the tmpfs is left mounted");
     });
 }
 

@@ -67,7 +67,13 @@ pub fn remove_dir_one_fs(path: &Path, sys: &dyn Sys) -> Result<Removal, SysError
         out.removed += 1;
         return Ok(out);
     }
-    if walk(sys, &table, path, Path::new(""), &mut out)? {
+    // Walked from its parent, so the kernel also refuses (EXDEV) a mount
+    // that lands on `path` itself after the check above.
+    let (base, rel) = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => (parent, Path::new(name)),
+        _ => (path, Path::new("")),
+    };
+    if walk(sys, &table, base, rel, &mut out)? {
         ignore_enoent(sys.rmdir(path))?;
         out.removed += 1;
     }
@@ -209,19 +215,20 @@ mod tests {
         assert_eq!(
             removes,
             vec![
+                // walked from the parent, so a mount on /r/d itself is refused
                 SysCall::RemoveBeneath {
-                    base: p("/r/d"),
-                    rel: p("a/file"),
+                    base: p("/r"),
+                    rel: p("d/a/file"),
                     dir: false
                 },
                 SysCall::RemoveBeneath {
-                    base: p("/r/d"),
-                    rel: p("a"),
+                    base: p("/r"),
+                    rel: p("d/a"),
                     dir: true
                 },
                 SysCall::RemoveBeneath {
-                    base: p("/r/d"),
-                    rel: p("link"),
+                    base: p("/r"),
+                    rel: p("d/link"),
                     dir: false
                 },
                 SysCall::Rmdir { path: p("/r/d") },
