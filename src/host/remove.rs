@@ -6,13 +6,16 @@
 //!   `STATX_ATTR_MOUNT_ROOT` (which, unlike the kubelet's `st_dev` heuristic,
 //!   catches a bind mount from the same filesystem); a mount root is left
 //!   alone with everything under it, and so are its ancestors;
-//! - it never follows a symlink: a symlink is unlinked as a link, and every
-//!   directory is opened beneath the directory being removed with
-//!   `RESOLVE_NO_SYMLINKS`, so a symlink swapped in during the walk fails the
-//!   call instead of leading out of the tree;
-//! - it never crosses into another filesystem: directories are opened with
-//!   `RESOLVE_NO_XDEV`, so even a mount that appeared after the check is
-//!   refused by the kernel (`EXDEV`) and kept.
+//! - it never follows a symlink: a symlink is unlinked as a link; the walk
+//!   starts from the parent of the directory being removed, opened with no
+//!   symlink anywhere in its path, and every directory from there down
+//!   (the removed one included) is opened beneath it with
+//!   `RESOLVE_NO_SYMLINKS`, so a symlink swapped in during the walk fails
+//!   the call instead of leading out of the tree;
+//! - it never crosses into another filesystem: those directories are opened
+//!   with `RESOLVE_NO_XDEV`, so even a mount that appeared after the check,
+//!   on the removed directory itself or below it, is refused by the kernel
+//!   (`EXDEV`) and kept.
 //!
 //! What is left behind is returned ([`Removal::kept_mounts`]), not hidden:
 //! the caller reports it.
