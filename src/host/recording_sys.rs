@@ -172,10 +172,7 @@ impl Sys for RecordingSys {
             data: data.map(str::to_owned),
         };
         let mut st = self.enter(call, &target)?;
-        parent_beneath(&st, Call::Mount, at, &target)?;
-        if st.files.get(&target) == Some(&FileKind::Symlink) {
-            return Err(SysError::call(Call::Mount, &target, Errno::ELOOP));
-        }
+        open_path_beneath(&st, Call::Mount, at, &target)?;
         st.do_mount(source, &target, fstype, flags, data)
     }
 
@@ -194,10 +191,7 @@ impl Sys for RecordingSys {
         };
         let mut st = self.enter(call, &target)?;
         for end in [source, at] {
-            parent_beneath(&st, Call::Mount, end, &target)?;
-            if st.files.get(&end.full()) == Some(&FileKind::Symlink) {
-                return Err(SysError::call(Call::Mount, &target, Errno::ELOOP));
-            }
+            open_path_beneath(&st, Call::Mount, end, &target)?;
         }
         st.do_mount(Some(&from), &target, None, MsFlags::MS_BIND, None)
     }
@@ -510,6 +504,22 @@ fn no_symlink_above(st: &State, call: Call, path: &Path, named: &Path) -> Result
         .skip(1)
         .any(|a| st.files.get(a) == Some(&FileKind::Symlink))
     {
+        true => Err(SysError::call(call, named, Errno::ELOOP)),
+        false => Ok(()),
+    }
+}
+
+/// What opening `at` itself `O_PATH` with `openat2(RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS)` would say about symlinks: its parent's answer, and
+/// `ELOOP` for a symlink at `at` (errors name `named`).
+fn open_path_beneath(
+    st: &State,
+    call: Call,
+    at: Beneath<'_>,
+    named: &Path,
+) -> Result<(), SysError> {
+    parent_beneath(st, call, at, named)?;
+    match st.files.get(&at.full()) == Some(&FileKind::Symlink) {
         true => Err(SysError::call(call, named, Errno::ELOOP)),
         false => Ok(()),
     }

@@ -325,25 +325,33 @@ impl LinuxSys {
         nix::fcntl::openat2(nix::fcntl::AT_FDCWD, dir, how).map_err(err)
     }
 
-    /// Removes the entry `path` (a directory when `dir`) in its parent, the
-    /// parent opened without following a symlink anywhere in its path.
-    fn unlink_no_symlinks(call: Call, path: &Path, dir: bool) -> Result<(), SysError> {
-        let err = |e| SysError::call(call, path, e);
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(err(Errno::EINVAL));
+    /// Removes the entry `base/rel` (a directory when `dir`) in its parent,
+    /// opened as [`LinuxSys::open_beneath`] does; errors are `call`'s.
+    fn unlink_beneath(call: Call, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
+        let full = base.join(rel);
+        let Some(name) = rel.file_name() else {
+            return Err(SysError::call(call, &full, Errno::EINVAL));
         };
-        let parent = if parent.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            parent
-        };
-        let fd = Self::open_dir_no_symlinks(parent, err)?;
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let fd = Self::open_beneath(call, base, parent)?;
         let flag = if dir {
             nix::unistd::UnlinkatFlags::RemoveDir
         } else {
             nix::unistd::UnlinkatFlags::NoRemoveDir
         };
-        nix::unistd::unlinkat(fd.as_fd(), name, flag).map_err(err)
+        nix::unistd::unlinkat(fd.as_fd(), name, flag).map_err(|e| SysError::call(call, &full, e))
+    }
+
+    /// [`LinuxSys::unlink_beneath`] of `path`'s name in its parent: no
+    /// symlink anywhere in the path is followed.
+    fn unlink_no_symlinks(call: Call, path: &Path, dir: bool) -> Result<(), SysError> {
+        match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+                Self::unlink_beneath(call, parent, Path::new(name), dir)
+            }
+            (_, Some(name)) => Self::unlink_beneath(call, Path::new("."), Path::new(name), dir),
+            _ => Err(SysError::call(call, path, Errno::EINVAL)),
+        }
     }
 
     /// Opens `base` (no symlink anywhere in its path) and then `rel`
@@ -626,19 +634,7 @@ impl Sys for LinuxSys {
     }
 
     fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
-        let call = Call::RemoveBeneath;
-        let full = base.join(rel);
-        let Some(name) = rel.file_name() else {
-            return Err(SysError::call(call, &full, Errno::EINVAL));
-        };
-        let parent = rel.parent().unwrap_or(Path::new(""));
-        let fd = Self::open_beneath(call, base, parent)?;
-        let flag = if dir {
-            nix::unistd::UnlinkatFlags::RemoveDir
-        } else {
-            nix::unistd::UnlinkatFlags::NoRemoveDir
-        };
-        nix::unistd::unlinkat(fd.as_fd(), name, flag).map_err(|e| SysError::call(call, &full, e))
+        Self::unlink_beneath(Call::RemoveBeneath, base, rel, dir)
     }
 
     fn mkfs(&self, device: &Path, fstype: &str) -> Result<(), SysError> {

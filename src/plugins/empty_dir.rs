@@ -32,8 +32,8 @@ use crate::model::{
     VolumeSpec,
 };
 use crate::plugins::mount_ops::{
-    TARGET_DIR_MODE, beneath, data_string, ensure_mounted, page_round, parse_size,
-    remove_mount_dir, split_options, unmount_all,
+    TARGET_DIR_MODE, beneath, data_string, ensure_mounted, page_round, parse_size, split_options,
+    unmount_and_remove_dir,
 };
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -276,10 +276,7 @@ impl VolumePlugin for EmptyDirPlugin {
         let target = pod_target(&op, params)?;
         let marker = self.marker(&op, params)?;
         let left_behind = match params.kind {
-            TargetKind::Mount => {
-                unmount_all(&mut op, self.layout.root(), target)?;
-                remove_mount_dir(&mut op, self.layout.root(), target)?
-            }
+            TargetKind::Mount => unmount_and_remove_dir(&mut op, self.layout.root(), target)?,
             TargetKind::Dir => self.teardown_disk(&mut op, target)?,
             TargetKind::None => return Err(op.bad_spec(self.name(), "target kind none")),
         };

@@ -230,10 +230,8 @@ impl VolumePlugin for LocalPlugin {
         // the root, as the target is reached: a symlink swapped in on its way
         // cannot make the pod see another directory. A directory PV's path
         // is the operator's, outside the root by design.
-        let source_at = match l.is_block {
-            true => Some(beneath(&op, self.layout.root(), source)?),
-            false => None,
-        };
+        let root = self.layout.root();
+        let source_at = l.is_block.then(|| beneath(&op, root, source)).transpose()?;
         let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
             let r = match source_at {
                 Some(from) => op.sys.bind_beneath(from, at),
@@ -249,7 +247,6 @@ impl VolumePlugin for LocalPlugin {
             }
             Ok(())
         };
-        let root = self.layout.root();
         let (action, _) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
         Ok(Outcome::of(action))
     }

@@ -66,15 +66,9 @@ fn umount_once(op: &mut Op<'_>, at: Beneath<'_>) -> Result<(), PluginError> {
     }
 }
 
-/// Unmounts everything stacked at `target`, which must lie beneath `root`
-/// (checked before anything is unmounted); true when something was
-/// unmounted.
-pub(crate) fn unmount_all(
-    op: &mut Op<'_>,
-    root: &Path,
-    target: &Path,
-) -> Result<bool, PluginError> {
-    let at = beneath(op, root, target)?;
+/// Unmounts everything stacked at `at`; true when something was unmounted.
+fn unmount_all(op: &mut Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
+    let target = &at.full();
     let mut any = false;
     for _ in 0..MAX_UNMOUNTS {
         let table = op.look(op.sys.read_mountinfo())?;
@@ -201,12 +195,7 @@ pub(crate) fn target_exists(op: &Op<'_>, path: &Path) -> bool {
 /// symlink on the way fails with `ELOOP` rather than removing an empty dir
 /// elsewhere). Missing is fine; one that is not empty is left and returned
 /// for the caller to report.
-pub(crate) fn remove_mount_dir(
-    op: &mut Op<'_>,
-    root: &Path,
-    target: &Path,
-) -> Result<Vec<PathBuf>, PluginError> {
-    let at = beneath(op, root, target)?;
+fn remove_mount_dir(op: &mut Op<'_>, at: Beneath<'_>) -> Result<Vec<PathBuf>, PluginError> {
     match op.sys.stat_beneath(at) {
         Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(Vec::new()),
         r => {
@@ -215,7 +204,7 @@ pub(crate) fn remove_mount_dir(
     }
     match op.sys.rmdir_beneath(at) {
         Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(Vec::new()),
-        Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => Ok(vec![target.to_owned()]),
+        Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => Ok(vec![at.full()]),
         r => op.act(r).map(|()| Vec::new()),
     }
 }
@@ -237,14 +226,25 @@ pub(crate) fn page_round(bytes: u64) -> u64 {
 }
 
 /// Unmounts everything stacked at `target`, then removes the empty mount
-/// dir (never anything inside a mount); what could not go is left behind.
+/// dir (never anything inside a mount); returns what could not go. The
+/// target must lie beneath `root`, checked before anything is unmounted.
+pub(crate) fn unmount_and_remove_dir(
+    op: &mut Op<'_>,
+    root: &Path,
+    target: &Path,
+) -> Result<Vec<PathBuf>, PluginError> {
+    let at = beneath(op, root, target)?;
+    unmount_all(op, at)?;
+    remove_mount_dir(op, at)
+}
+
+/// [`unmount_and_remove_dir`] as a finished operation.
 pub(crate) fn unmount_target(
     op: &mut Op<'_>,
     root: &Path,
     target: &Path,
 ) -> crate::plugins::PluginResult {
-    unmount_all(op, root, target)?;
-    let left_behind = remove_mount_dir(op, root, target)?;
+    let left_behind = unmount_and_remove_dir(op, root, target)?;
     Ok(op.finished(left_behind))
 }
 
