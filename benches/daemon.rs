@@ -286,6 +286,15 @@ fn fresh_ext4(dir: &Path, size_mb: u64) -> LoopDevice {
     dev
 }
 
+/// Stops a daemon (printing how long SIGTERM took), then detaches the fresh
+/// ext4 its root was on and its loop device.
+fn stop_on_ext4(daemon: Daemon, fs: &Path, dev: LoopDevice) {
+    let stop = daemon.stop();
+    println!("  SIGTERM to exit: {:.0} ms", stop.as_secs_f64() * 1e3);
+    umount2(fs, MntFlags::MNT_DETACH).expect("detach the daemon's ext4");
+    drop(dev);
+}
+
 /// One floor run: the daemon's directories and mounts for `pods` pods, done
 /// directly; returns the time, then detaches everything. `marker_dirs`:
 /// also the dirs of each emptyDir's ready marker
@@ -709,10 +718,7 @@ fn main() {
          CPU {:.2} s",
         cpu_ticks(a.pid()) as f64 / clk_tck()
     );
-    let stop = a.stop();
-    println!("  SIGTERM to exit: {:.0} ms", stop.as_secs_f64() * 1e3);
-    umount2(&fs_a, MntFlags::MNT_DETACH).expect("detach the daemon's ext4");
-    drop(dev_a);
+    stop_on_ext4(a, &fs_a, dev_a);
 
     if std::env::var("VOLUMED_BENCH_ONLY").is_ok_and(|v| v == "mass") {
         return;
@@ -765,10 +771,7 @@ fn main() {
             }
         }
         let [(v0, r0, a0), (v1, r1, a1)] = points[..] else {
-            let stop = b.stop();
-            println!("  SIGTERM to exit: {:.0} ms", stop.as_secs_f64() * 1e3);
-            umount2(&fs_b, MntFlags::MNT_DETACH).expect("detach the daemon's ext4");
-            drop(dev_b);
+            stop_on_ext4(b, &fs_b, dev_b);
             break;
         };
         let dv = (v1 - v0) as f64;
@@ -780,10 +783,7 @@ fn main() {
         );
         slopes.push(slope);
         if round + 1 < sizes.mem_rounds {
-            let stop = b.stop();
-            println!("  SIGTERM to exit: {:.0} ms", stop.as_secs_f64() * 1e3);
-            umount2(&fs_b, MntFlags::MNT_DETACH).expect("detach the daemon's ext4");
-            drop(dev_b);
+            stop_on_ext4(b, &fs_b, dev_b);
         } else {
             last = Some((b, fs_b, dev_b, v1));
         }
@@ -838,10 +838,7 @@ fn main() {
                 mounts_below(&fs_b.join("root"))
             );
         }
-        let stop = b.stop();
-        println!("  SIGTERM to exit: {:.0} ms", stop.as_secs_f64() * 1e3);
-        umount2(&fs_b, MntFlags::MNT_DETACH).expect("detach the daemon's ext4");
-        drop(dev_b);
+        stop_on_ext4(b, &fs_b, dev_b);
     }
     println!(
         "daemon bench: done in {:.0} s",
