@@ -648,6 +648,25 @@ fn swap_for_symlink(dir: &Path, to: &Path) {
     symlink(to, dir).unwrap();
 }
 
+/// `LinuxSys` with `dir` swapped for a symlink to `to` right before the
+/// first `call`.
+fn swapped_before(call: Call, dir: PathBuf, to: PathBuf) -> Wrapped {
+    Wrapped::before(call, move || swap_for_symlink(&dir, &to))
+}
+
+/// The plugin dir a pod target sits in (`…/volumes/<plugin>`).
+fn plugin_dir_of(params: &TargetParams) -> PathBuf {
+    let target = params.pod_mount_path.as_deref().unwrap();
+    target.parent().unwrap().to_owned()
+}
+
+/// Writes `x` to `dir/rel`, making the directories on the way.
+fn plant(dir: &Path, rel: &str) {
+    let file = dir.join(rel);
+    mkdirs(file.parent().unwrap());
+    fs::write(file, b"x").unwrap();
+}
+
 /// A directory outside the root, next to it in the scratch dir.
 fn outside(scratch: &Scratch, name: &str) -> PathBuf {
     let o = fs::canonicalize(scratch.path())
@@ -673,15 +692,7 @@ fn an_unmount_never_follows_a_directory_swapped_for_a_symlink_to_another_pods() 
         plugin.setup(&memory(0), &b, &LinuxSys).unwrap();
         let target_b = b.pod_mount_path.clone().unwrap();
         fs::write(target_b.join("data"), b"pod B").unwrap();
-        let dir_a = a
-            .pod_mount_path
-            .as_deref()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .to_owned();
-        let dir_b = target_b.parent().unwrap().to_owned();
-        let sys = Wrapped::before(Call::Umount, move || swap_for_symlink(&dir_a, &dir_b));
+        let sys = swapped_before(Call::Umount, plugin_dir_of(&a), plugin_dir_of(&b));
         let err = plugin.teardown(&a, &sys).unwrap_err().to_string();
         assert!(err.contains("ELOOP"), "{err}");
         assert!(top(&target_b).is_some(), "pod B's tmpfs is still mounted");
@@ -704,15 +715,7 @@ fn chmod_and_the_ready_marker_never_follow_a_directory_swapped_for_a_symlink() {
         mkdirs(&out.join("cache"));
         fs::set_permissions(out.join("cache"), fs::Permissions::from_mode(0o700)).unwrap();
         let a = empty_dir_params(&layout, POD_A, TargetKind::Dir);
-        let dir = a
-            .pod_mount_path
-            .as_deref()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .to_owned();
-        let o = out.clone();
-        let sys = Wrapped::before(Call::ChmodDir, move || swap_for_symlink(&dir, &o));
+        let sys = swapped_before(Call::ChmodDir, plugin_dir_of(&a), out.clone());
         let err = plugin.setup(&DISK, &a, &sys).unwrap_err().to_string();
         assert!(err.contains("ELOOP"), "{err}");
         let mode = fs::metadata(out.join("cache")).unwrap().mode() & 0o7777;
@@ -723,8 +726,7 @@ fn chmod_and_the_ready_marker_never_follow_a_directory_swapped_for_a_symlink() {
         let b = empty_dir_params(&layout, POD_B, TargetKind::Dir);
         let marker = layout.empty_dir_ready_marker(&PodUid::new(POD_B).unwrap(), "cache");
         let dir = marker.parent().unwrap().parent().unwrap().to_owned();
-        let o = out.clone();
-        let sys = Wrapped::before(Call::CreateFile, move || swap_for_symlink(&dir, &o));
+        let sys = swapped_before(Call::CreateFile, dir, out.clone());
         let err = plugin.setup(&DISK, &b, &sys).unwrap_err().to_string();
         assert!(err.contains("ELOOP"), "{err}");
         assert!(
@@ -745,19 +747,16 @@ fn a_deletion_walk_never_follows_a_directory_swapped_for_a_symlink() {
         let scratch = Scratch::new("volumed-race-delete-");
         let layout = made_root(&scratch);
         let out = outside(&scratch, "empty-dir");
-        mkdirs(&out.join("cache.deleting~7/deep"));
-        fs::write(out.join("cache.deleting~7/deep/precious"), b"x").unwrap();
+        plant(&out, "cache.deleting~7/deep/precious");
         let pod = PodUid::new(POD_A).unwrap();
         let plugin_dir = layout
             .pod_dir(&pod)
             .join("volumes")
             .join(PluginName::EmptyDir.escaped());
-        mkdirs(&plugin_dir.join("cache.deleting~7/deep"));
-        fs::write(plugin_dir.join("cache.deleting~7/deep/f"), b"y").unwrap();
+        plant(&plugin_dir, "cache.deleting~7/deep/f");
         let plugin = EmptyDirPlugin::new(layout.clone());
 
-        let (d, o) = (plugin_dir.clone(), out.clone());
-        let sys = Wrapped::before(Call::Stat, move || swap_for_symlink(&d, &o));
+        let sys = swapped_before(Call::Stat, plugin_dir.clone(), out.clone());
         let err = plugin.finish_pending(&pod, &sys).unwrap_err().to_string();
         assert!(err.contains("ELOOP"), "{err}");
         assert!(out.join("cache.deleting~7/deep/precious").exists());
@@ -814,8 +813,7 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
         let scratch = Scratch::new("volumed-race-bind-");
         let layout = made_root(&scratch);
         let out = outside(&scratch, "mounts");
-        mkdirs(&out.join("pv1"));
-        fs::write(out.join("pv1/host-secret"), b"x").unwrap();
+        plant(&out, "pv1/host-secret");
         let global = layout.local_device_path("pv1");
         mkdirs(&global);
         mount_tmpfs(&global, ""); // stands in for the device's mount
@@ -845,8 +843,7 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
             is_block: true,
         };
         let mounts = global.parent().unwrap().to_owned();
-        let o = out.clone();
-        let sys = Wrapped::before(Call::Mount, move || swap_for_symlink(&mounts, &o));
+        let sys = swapped_before(Call::Mount, mounts, out.clone());
         let plugin = LocalPlugin::new(layout.clone());
         let err = plugin.setup(&spec, &params, &sys).unwrap_err().to_string();
         assert!(err.contains("ELOOP"), "{err}");
