@@ -1,7 +1,7 @@
-//! Journal append benchmark: what one durable [`Journal::append`] costs, next
+//! Journal append benchmark: what one durable [`Journal::append_record`] costs, next
 //! to what the disk itself costs for the same bytes.
 //!
-//! `Journal::append` returns once its record is durable against the death
+//! `Journal::append_record` returns once its record is durable against the death
 //! of the process. sled 0.34.7 gets there with `sync_file_range(WAIT_BEFORE |
 //! WRITE | WAIT_AFTER)` on its log buffers, not `fsync` (see the journal
 //! module docs and storage-facts C5), and the journal adds a `pwrite` of the
@@ -167,7 +167,7 @@ fn intent(thread: usize, i: usize) -> Body {
 }
 
 /// Bytes sled is given for one record: the 8-byte big-endian key plus the
-/// sealed envelope, encoded exactly as `Journal::append` does.
+/// sealed envelope, encoded exactly as `Journal::append_record` does.
 fn record_bytes() -> (usize, usize) {
     let rec = Record {
         seq: 1_000,
@@ -268,7 +268,7 @@ fn journal_run(dir: &Path, threads: usize, counts: Counts) -> Stats {
     // Untimed: lets sled allocate its first segment and warm its caches.
     for i in 0..counts.warmup {
         journal
-            .append(intent(usize::MAX, i))
+            .append_record(intent(usize::MAX, i))
             .expect("warm-up append");
     }
     let flushes_before = journal.flush_count();
@@ -285,7 +285,7 @@ fn journal_run(dir: &Path, threads: usize, counts: Counts) -> Stats {
                 barrier.wait();
                 for body in bodies {
                     let start = Instant::now();
-                    journal.append(body).expect("journal append");
+                    journal.append_record(body).expect("journal append");
                     lat.push(nanos(start.elapsed()));
                 }
                 lat

@@ -12,7 +12,7 @@
 //! the scratch dir holding what the daemon would have written for them:
 //! MountDevice for the device target, SetUp for each pod target (intent +
 //! success outcome with the observed mount), appended with
-//! [`Journal::append_batch`]. Neither is timed (storage-facts C1: ~0.2 ms
+//! [`Journal::append_records`]. Neither is timed (storage-facts C1: ~0.2 ms
 //! per mount at 10k). Then, median of several runs each:
 //!
 //! - **floor**: one read + parse of `/proc/self/mountinfo`
@@ -172,7 +172,7 @@ fn journal_done(j: &Journal, ops: &[(Operation, TargetParams)], table: &MountTab
             target: p.clone().into(),
         })
         .collect();
-    let seqs = j.append_batch(intents).expect("append intents");
+    let seqs = j.append_records(intents).expect("append intents");
     let outcomes = ops
         .iter()
         .zip(seqs)
@@ -189,7 +189,7 @@ fn journal_done(j: &Journal, ops: &[(Operation, TargetParams)], table: &MountTab
             }
         })
         .collect();
-    j.append_batch(outcomes).expect("append outcomes");
+    j.append_records(outcomes).expect("append outcomes");
 }
 
 fn main() {

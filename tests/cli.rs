@@ -48,13 +48,13 @@ fn write_journal(dir: &Path) {
     let (j, _) = Journal::open(&JournalConfig::new(dir, "node-a", BOOT)).unwrap();
     let vol = "kubernetes.io/local-volume/pv1";
     let i = j
-        .append(Body::Intent {
+        .append_record(Body::Intent {
             op: Operation::MountDevice,
             steps: Steps::Single,
             target: params(vol, TargetRef::Device).into(),
         })
         .unwrap();
-    j.append(Body::Outcome {
+    j.append_record(Body::Outcome {
         intent_seq: i,
         op: Operation::MountDevice,
         result: OpResult::Success,
@@ -62,13 +62,13 @@ fn write_journal(dir: &Path) {
     })
     .unwrap();
     let pod = TargetRef::Pod(PodUid::new("pod-1").unwrap());
-    j.append(Body::Intent {
+    j.append_record(Body::Intent {
         op: Operation::SetUp,
         steps: Steps::Single,
         target: params(vol, pod).into(),
     })
     .unwrap();
-    j.append(Body::Intent {
+    j.append_record(Body::Intent {
         op: Operation::SetUp,
         steps: Steps::Single,
         target: params(

@@ -78,7 +78,7 @@ fn workload(journal: &Journal, n: u64) {
                 OpResult::Success
             };
             journal
-                .append(Body::Outcome {
+                .append_record(Body::Outcome {
                     intent_seq: seq,
                     op: Operation::SetUp,
                     result,
@@ -87,7 +87,7 @@ fn workload(journal: &Journal, n: u64) {
                 .unwrap();
             continue;
         }
-        pending.push(journal.append(intent(i % 11)).unwrap());
+        pending.push(journal.append_record(intent(i % 11)).unwrap());
     }
 }
 
@@ -96,8 +96,8 @@ fn append_survives_reopen_and_sequence_numbers_continue() {
     let dir = tempfile::tempdir().unwrap();
     let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
     assert!(replay.created);
-    assert_eq!(j.append(intent(1)).unwrap(), 1);
-    assert_eq!(j.append(intent(2)).unwrap(), 2);
+    assert_eq!(j.append_record(intent(1)).unwrap(), 1);
+    assert_eq!(j.append_record(intent(2)).unwrap(), 2);
     let before = j.state();
     j.close().unwrap();
     let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
@@ -105,10 +105,10 @@ fn append_survives_reopen_and_sequence_numbers_continue() {
     assert_eq!(replay.node_name, "node-a");
     assert_eq!(replay.tail.len(), 2);
     assert_eq!(replay.state, before);
-    assert_eq!(j.append(intent(3)).unwrap(), 3);
+    assert_eq!(j.append_record(intent(3)).unwrap(), 3);
 }
 
-/// `append_lazy` (operation outcomes) is not waited for: it becomes durable
+/// `append_record_lazy` (operation outcomes) is not waited for: it becomes durable
 /// with the next durable append or `flush_pending`, in log order.
 #[test]
 fn lazy_appends_become_durable_with_the_next_flush() {
@@ -117,14 +117,14 @@ fn lazy_appends_become_durable_with_the_next_flush() {
     assert!(!j.has_pending());
     j.flush_pending().unwrap();
     let flushes = j.flush_count();
-    let lazy = j.append_lazy(intent(1)).unwrap();
+    let lazy = j.append_record_lazy(intent(1)).unwrap();
     assert!(j.has_pending());
     assert!(j.synced_through() < lazy);
     assert_eq!(j.flush_count(), flushes, "no flush of its own");
-    let durable = j.append(intent(2)).unwrap();
+    let durable = j.append_record(intent(2)).unwrap();
     assert!(j.synced_through() >= durable && durable > lazy);
     assert!(!j.has_pending(), "the later append carried the lazy one");
-    let lazy = j.append_lazy(intent(3)).unwrap();
+    let lazy = j.append_record_lazy(intent(3)).unwrap();
     j.flush_pending().unwrap();
     assert!(j.synced_through() >= lazy);
     assert!(!j.has_pending());
@@ -190,7 +190,10 @@ fn concurrent_appenders_share_flushes() {
             std::thread::spawn(move || {
                 barrier.wait();
                 (0..per_thread)
-                    .map(|i| j.append(intent((t * per_thread + i) as u64)).unwrap())
+                    .map(|i| {
+                        j.append_record(intent((t * per_thread + i) as u64))
+                            .unwrap()
+                    })
                     .collect::<Vec<_>>()
             })
         })
@@ -224,7 +227,7 @@ fn child_appender() {
     let (j, _) = Journal::open(&cfg(Path::new(&dir))).unwrap();
     let mut out = std::io::stdout().lock();
     for i in 0.. {
-        let seq = j.append(intent(i)).unwrap();
+        let seq = j.append_record(intent(i)).unwrap();
         use std::io::Write;
         writeln!(out, "ACK {seq}").unwrap();
         out.flush().unwrap();
@@ -287,7 +290,7 @@ fn a_bad_value_stops_replay_at_its_sequence_number_and_is_quarantined() {
     let dir = tempfile::tempdir().unwrap();
     let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
     for i in 0..10 {
-        j.append(intent(i)).unwrap();
+        j.append_record(intent(i)).unwrap();
     }
     drop(j);
     {
@@ -310,7 +313,7 @@ fn a_bad_value_stops_replay_at_its_sequence_number_and_is_quarantined() {
     let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
     assert_eq!(replay.corruption.unwrap().seq, 5);
     assert_eq!(replay.quarantined, (5..=10).collect::<Vec<_>>());
-    assert_eq!(j.append(intent(99)).unwrap(), 11);
+    assert_eq!(j.append_record(intent(99)).unwrap(), 11);
     drop(j);
     let (_, replay) = Journal::open(&cfg(dir.path())).unwrap();
     assert!(replay.corruption.is_none());
@@ -363,7 +366,7 @@ fn flipped_bytes_in_sleds_files_move_the_journal_aside() {
         let dir = parent.path().join("journal");
         let (j, _) = Journal::open(&cfg(&dir)).unwrap();
         for i in 0..200 {
-            j.append(intent(i)).unwrap();
+            j.append_record(intent(i)).unwrap();
         }
         drop(j);
         let size = std::fs::metadata(dir.join(file)).unwrap().len();
@@ -395,7 +398,7 @@ fn a_lost_tail_after_a_reboot_is_reported_not_fatal() {
     let dir = parent.path().join("journal");
     let (j, _) = Journal::open(&cfg(&dir)).unwrap();
     for i in 0..200 {
-        j.append(intent(i)).unwrap();
+        j.append_record(intent(i)).unwrap();
     }
     drop(j);
     flip_bytes(&dir.join("db"), 20_000, 16);
@@ -411,7 +414,7 @@ fn a_newer_schema_version_moves_the_journal_aside() {
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join("journal");
     let (j, _) = Journal::open(&cfg(&dir)).unwrap();
-    j.append(intent(1)).unwrap();
+    j.append_record(intent(1)).unwrap();
     drop(j);
     {
         let db = open_sled(&dir);
@@ -496,11 +499,11 @@ fn a_batch_of_a_thousand_costs_one_flush_and_replays_in_order() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("j");
     let (j, _) = Journal::open(&cfg(&dir)).unwrap();
-    let first = j.append(intent(0)).unwrap();
-    assert!(j.append_batch(Vec::new()).unwrap().is_empty());
+    let first = j.append_record(intent(0)).unwrap();
+    assert!(j.append_records(Vec::new()).unwrap().is_empty());
     let flushes = j.flush_count();
     let bodies: Vec<Body> = (1..=1_000).map(intent).collect();
-    let seqs = j.append_batch(bodies.clone()).unwrap();
+    let seqs = j.append_records(bodies.clone()).unwrap();
     assert_eq!(
         seqs,
         (first + 1..=first + 1_000).collect::<Vec<_>>(),

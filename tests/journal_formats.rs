@@ -73,13 +73,13 @@ fn observed() -> MountIdentity {
 fn write_v1(dir: &Path) {
     let (j, _) = Journal::open(&JournalConfig::new(dir, "fixture-node", BOOT)).unwrap();
     let f = j
-        .append(Body::Intent {
+        .append_record(Body::Intent {
             op: Operation::FormatDevice,
             steps: Steps::Multi,
             target: device().into(),
         })
         .unwrap();
-    j.append(Body::Outcome {
+    j.append_record(Body::Outcome {
         intent_seq: f,
         op: Operation::FormatDevice,
         result: OpResult::Success,
@@ -87,13 +87,13 @@ fn write_v1(dir: &Path) {
     })
     .unwrap();
     let m = j
-        .append(Body::Intent {
+        .append_record(Body::Intent {
             op: Operation::MountDevice,
             steps: Steps::Single,
             target: device().into(),
         })
         .unwrap();
-    j.append(Body::Outcome {
+    j.append_record(Body::Outcome {
         intent_seq: m,
         op: Operation::MountDevice,
         result: OpResult::Success,
@@ -101,13 +101,13 @@ fn write_v1(dir: &Path) {
     })
     .unwrap();
     let a = j
-        .append(Body::Intent {
+        .append_record(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
             target: pod("pod-a").into(),
         })
         .unwrap();
-    j.append(Body::Outcome {
+    j.append_record(Body::Outcome {
         intent_seq: a,
         op: Operation::SetUp,
         result: OpResult::Success,
@@ -116,20 +116,20 @@ fn write_v1(dir: &Path) {
     .unwrap();
     j.checkpoint().unwrap();
     let b = j
-        .append(Body::Intent {
+        .append_record(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
             target: pod("pod-b").into(),
         })
         .unwrap();
-    j.append(Body::Outcome {
+    j.append_record(Body::Outcome {
         intent_seq: b,
         op: Operation::SetUp,
         result: OpResult::FailedFinal("mount: exit 32".into()),
         observed: None,
     })
     .unwrap();
-    j.append(Body::Intent {
+    j.append_record(Body::Intent {
         op: Operation::TearDown,
         steps: Steps::Single,
         target: pod("pod-a").into(),
@@ -237,7 +237,7 @@ fn the_v1_journal_opens_and_replays() {
     );
     // The old journal accepts new records after the checkpointed ones.
     assert_eq!(
-        j.append(Body::Forget {
+        j.append_record(Body::Forget {
             volume: UniqueVolumeName::from_raw(VOLUME),
             target: TargetRef::Device
         })

@@ -137,13 +137,13 @@ fn write_journal(dir: &Path) {
     ];
     for (op, target, seen) in targets {
         let intent_seq = j
-            .append(Body::Intent {
+            .append_record(Body::Intent {
                 op,
                 steps: Steps::Single,
                 target: local(target).into(),
             })
             .unwrap();
-        j.append(Body::Outcome {
+        j.append_record(Body::Outcome {
             intent_seq,
             op,
             result: OpResult::Success,
@@ -431,13 +431,13 @@ fn selinux_labels_in_the_mount_table_are_checked_against_the_journal() {
     ];
     for (op, target, observed) in records {
         let intent_seq = j
-            .append(Body::Intent {
+            .append_record(Body::Intent {
                 op,
                 steps: Steps::Single,
                 target: target.into(),
             })
             .unwrap();
-        j.append(Body::Outcome {
+        j.append_record(Body::Outcome {
             intent_seq,
             op,
             result: OpResult::Success,

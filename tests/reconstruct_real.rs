@@ -84,13 +84,13 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
 /// Journals a completed operation (intent + success outcome).
 fn done(j: &Journal, op: Operation, p: &TargetParams, observed: Option<MountIdentity>) {
     let i = j
-        .append(Body::Intent {
+        .append_record(Body::Intent {
             op,
             steps: Steps::Single,
             target: p.clone().into(),
         })
         .unwrap();
-    j.append(Body::Outcome {
+    j.append_record(Body::Outcome {
         intent_seq: i,
         op,
         result: OpResult::Success,
@@ -171,7 +171,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         umount(outside.pod_mount_path.as_ref().unwrap()); // unmounted outside volumed
 
         let intent_done = tmpfs_params(&layout, "e", "cache");
-        j.append(Body::Intent {
+        j.append_record(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
             target: intent_done.clone().into(),
@@ -181,7 +181,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
 
         let intent_not_done = tmpfs_params(&layout, "f", "cache");
         mkdirs(intent_not_done.pod_mount_path.as_ref().unwrap());
-        j.append(Body::Intent {
+        j.append_record(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Single,
             target: intent_not_done.clone().into(),
@@ -189,7 +189,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         .unwrap();
 
         let multi = tmpfs_params(&layout, "g", "cache");
-        j.append(Body::Intent {
+        j.append_record(Body::Intent {
             op: Operation::SetUp,
             steps: Steps::Multi,
             target: multi.clone().into(),
@@ -200,7 +200,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         let torn_down = tmpfs_params(&layout, "h", "cache");
         mount_tmpfs_for(&torn_down);
         done(&j, Operation::SetUp, &torn_down, None);
-        j.append(Body::Intent {
+        j.append_record(Body::Intent {
             op: Operation::TearDown,
             steps: Steps::Single,
             target: torn_down.clone().into(),

@@ -127,3 +127,55 @@ fn journal_dependencies_are_pinned_exactly() {
     );
     assert!(!cargo.contains("serde_yaml"), "serde_yaml is deprecated");
 }
+
+/// A file's code without its tests: nothing of a `*tests.rs` file, and the
+/// rest of a file from its first `#[cfg(test)]` on.
+fn production_code(p: &Path) -> String {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if name.ends_with("tests.rs") {
+        return String::new();
+    }
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    match text.find("#[cfg(test)]") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
+#[test]
+fn the_daemon_writes_the_journal_only_through_its_typed_api() {
+    // the raw appends (`append_record`, `append_record_lazy`,
+    // `append_records`) are for tests, tools and the journal itself
+    for p in files(&["src"]) {
+        if p.starts_with(root().join("src/journal")) {
+            continue;
+        }
+        assert!(
+            !production_code(&p).contains("append_record"),
+            "{} appends raw journal records: use journal::ops (begin, finish, forget, …)",
+            p.display()
+        );
+    }
+}
+
+#[test]
+fn unsafe_code_lives_only_in_the_syscall_seam() {
+    let word = ["un", "safe "].concat();
+    let block = ["un", "safe {"].concat();
+    for p in files(&["src", "migrations"]) {
+        if p == root().join("src/host/sys.rs") {
+            continue;
+        }
+        let code: String = production_code(&p)
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        assert!(
+            !code.contains(&block)
+                && !code.contains(&format!("{word}fn"))
+                && !code.contains(&format!("{word}impl")),
+            "{} has unsafe code: it belongs in src/host/sys.rs",
+            p.display()
+        );
+    }
+}

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::host::sys::Sys;
-use crate::journal::{Body, Journal};
+use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, PluginName, PodUid, TargetRef, UniqueVolumeName};
 use crate::reconciler::executor::{Executor, JobReport, Queued};
@@ -401,15 +401,10 @@ impl EventLoop {
                 .map(|(k, _)| k.target.clone())
                 .collect()
         });
-        for target in targets {
-            let body = Body::Forget {
-                volume: volume.clone(),
-                target,
-            };
-            if let Err(e) = j.append(body) {
-                tracing::error!(error = %e, "journal forget record");
-                return false;
-            }
+        // one batch: one flush however many targets
+        if let Err(e) = j.forget(volume, targets) {
+            tracing::error!(error = %e, "journal forget records");
+            return false;
         }
         true
     }

@@ -214,9 +214,8 @@ impl EventLoop {
             Some(p) => TargetRef::Pod(p.clone()),
             None => TargetRef::Device,
         };
-        let volume = report.key.volume.clone();
         if let Some(j) = &self.journal
-            && let Err(e) = j.append(crate::journal::Body::Forget { volume, target })
+            && let Err(e) = j.forget(&report.key.volume, vec![target])
         {
             tracing::error!(error = %e, "journal forget record");
         }

@@ -135,6 +135,15 @@ pub fn seal(journal_id: u64, kind: Kind, seq: u64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The sequence number an envelope claims to carry, unverified: what to
+/// pass to [`open`] for a value whose key does not say it (the checkpoint's).
+pub fn claimed_seq(value: &[u8]) -> Option<u64> {
+    value
+        .get(8..16)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+}
+
 /// Verifies an envelope stored under `key_seq` and returns its payload.
 pub fn open(
     journal_id: u64,

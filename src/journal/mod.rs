@@ -1,9 +1,12 @@
 //! The write-ahead journal: every MountDevice (and its format step), SetUp,
 //! TearDown and UnmountDevice is written here as an intent before it touches
 //! the OS and as an outcome after. This module is the only writer of the
-//! journal: [`Journal::append`] (durable on return: every intent) and
-//! [`Journal::append_lazy`] (outcomes; durable with the next flush) share
-//! one private `insert`; [`Journal::append_batch`] writes a batch atomically.
+//! journal. The daemon writes through the typed API of [`ops`] (announce,
+//! confirm or begin an operation, finish or withdraw it, forget targets,
+//! record reconstruction); the raw appends ([`Journal::append_record`],
+//! [`Journal::append_record_lazy`], [`Journal::append_records`]) are for
+//! tests, tools and migrations. Every record is sealed and written in one
+//! private `insert_all`.
 //!
 //! # Layout
 //!
@@ -19,7 +22,7 @@
 //!
 //! # Durability
 //!
-//! [`Journal::append`] returns once its record is flushed (and with it every
+//! [`Journal::append_record`] returns once its record is flushed (and with it every
 //! record before it, lazily appended ones included). sled's `flush`
 //! does not call `fsync` on Linux: it writes its log buffers and calls
 //! `sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)` on them (its
@@ -52,6 +55,7 @@
 pub mod commit;
 pub mod envelope;
 mod open;
+pub mod ops;
 pub mod record;
 pub mod replay;
 pub mod watermark;
@@ -65,6 +69,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use open::{CheckpointInfo, Corruption, Replay};
+pub use ops::{Announced, Decided, DurableIntent, Permit};
 pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
 
 use commit::GroupCommit;
@@ -359,27 +364,18 @@ impl Journal {
         f(&self.writer().state)
     }
 
-    /// Appends a record and returns its sequence number once it is durable
-    /// (it survives the death of the process; see the module docs).
-    pub fn append(&self, body: Body) -> Result<u64, JournalError> {
+    /// Raw: appends a record and returns its sequence number once it is
+    /// durable (it survives the death of the process; see the module docs).
+    pub fn append_record(&self, body: Body) -> Result<u64, JournalError> {
         let seq = self.insert(body)?;
         self.wait_durable(seq)?;
         Ok(seq)
     }
 
-    /// Appends a record without waiting for it to be durable: it becomes
-    /// durable with the next flush — the next [`append`](Self::append) of
-    /// anyone (sled's log is flushed in order, so a later durable record
-    /// makes every earlier one durable) or [`flush_pending`](Self::flush_pending).
-    /// For records whose loss in a crash the reader can tell and repair:
-    /// an operation's outcome (a lost one leaves an intent without outcome,
-    /// which reconstruction settles from the host, exactly as if the
-    /// process had died just before writing it). An intent only when
-    /// nothing touches the OS for it before [`make_durable`](Self::make_durable)
-    /// returns (the reconciler appends the intents of the jobs it starts
-    /// this way, so one flush covers many; one lost in a crash belongs to
-    /// an operation that never ran).
-    pub fn append_lazy(&self, body: Body) -> Result<u64, JournalError> {
+    /// Raw: appends a record without waiting for it to be durable: it
+    /// becomes durable with the next flush, anyone's (sled's log is flushed
+    /// in order, so a later durable record makes every earlier one durable).
+    pub fn append_record_lazy(&self, body: Body) -> Result<u64, JournalError> {
         self.insert(body)
     }
 
@@ -394,16 +390,11 @@ impl Journal {
     }
 
     /// Returns once the record `seq` (appended with
-    /// [`append_lazy`](Self::append_lazy)) is durable: one group flush,
+    /// [`append_record_lazy`](Self::append_record_lazy)) is durable: one group flush,
     /// shared with concurrent waiters, or none when a flush already covered
     /// it. An intent appended lazily is acknowledged only through this.
     pub fn make_durable(&self, seq: u64) -> Result<(), JournalError> {
-        if let Some(reason) = self.commit.failure() {
-            return Err(JournalError::Flush {
-                path: self.dir.clone(),
-                reason,
-            });
-        }
+        self.check_open()?;
         self.wait_durable(seq)
     }
 
@@ -413,33 +404,72 @@ impl Journal {
     }
 
     fn insert(&self, body: Body) -> Result<u64, JournalError> {
-        if let Some(reason) = self.commit.failure() {
-            return Err(JournalError::Flush {
+        let (_, last) = self.insert_all(vec![body])?;
+        Ok(last)
+    }
+
+    /// Fails when a flush failed before: the journal is closed for writes.
+    fn check_open(&self) -> Result<(), JournalError> {
+        match self.commit.failure() {
+            Some(reason) => Err(JournalError::Flush {
                 path: self.dir.clone(),
                 reason,
-            });
+            }),
+            None => Ok(()),
         }
+    }
+
+    /// The one place records are sealed and written: `bodies` (at least
+    /// one) as consecutive records, inserted atomically (one sled insert,
+    /// or one batch: every record or none), then applied to the state.
+    /// Returns the first and last sequence numbers.
+    fn insert_all(&self, bodies: Vec<Body>) -> Result<(u64, u64), JournalError> {
+        self.check_open()?;
         let mut w = self.writer();
-        let seq = w.next_seq;
-        let rec = Record {
-            seq,
-            wall_time_ns: now_ns(),
-            boot_id: self.boot_id.clone(),
-            body,
+        let first = w.next_seq;
+        let wall_time_ns = now_ns();
+        let records: Vec<Record> = (first..)
+            .zip(bodies)
+            .map(|(seq, body)| Record {
+                seq,
+                wall_time_ns,
+                boot_id: self.boot_id.clone(),
+                body,
+            })
+            .collect();
+        let sealed = |rec: &Record| {
+            let payload = record::encode(&RecordV1::from(rec));
+            envelope::seal(self.journal_id, Kind::Record, rec.seq, &payload)
         };
-        let payload = record::encode(&RecordV1::from(&rec));
-        let value = envelope::seal(self.journal_id, Kind::Record, seq, &payload);
-        self.records
-            .insert(seq.to_be_bytes(), value)
-            .map_err(|source| JournalError::Write {
-                what: "record",
-                path: self.dir.clone(),
-                source,
-            })?;
-        w.state.apply(&rec);
-        w.next_seq = seq + 1;
-        self.inserted_through.store(seq, Ordering::SeqCst);
-        Ok(seq)
+        let write_err = |what, source| JournalError::Write {
+            what,
+            path: self.dir.clone(),
+            source,
+        };
+        match records.as_slice() {
+            [] => return Ok((first, first.saturating_sub(1))),
+            [one] => {
+                self.records
+                    .insert(one.seq.to_be_bytes(), sealed(one))
+                    .map_err(|e| write_err("record", e))?;
+            }
+            many => {
+                let mut batch = sled::Batch::default();
+                for rec in many {
+                    batch.insert(&rec.seq.to_be_bytes(), sealed(rec));
+                }
+                self.records
+                    .apply_batch(batch)
+                    .map_err(|e| write_err("record batch", e))?;
+            }
+        }
+        for rec in &records {
+            w.state.apply(rec);
+        }
+        let last = first + records.len() as u64 - 1;
+        w.next_seq = last + 1;
+        self.inserted_through.store(last, Ordering::SeqCst);
+        Ok((first, last))
     }
 
     /// Returns once `seq` is durable (group commit; a failed flush is fatal).
@@ -460,59 +490,20 @@ impl Journal {
     /// sequence numbers once all of them are durable: one insert of the
     /// whole batch under the writer lock (sled applies it atomically: every
     /// record or none), then ONE durable wait through the group commit — so a
-    /// batch of N records costs about one flush where N [`append`](Self::append)
+    /// batch of N records costs about one flush where N [`append_record`](Self::append_record)
     /// calls from one thread cost N. Replay applies the records in order, as
     /// if appended one by one. An empty batch appends and flushes nothing.
     ///
-    /// For writers that have many records ready at once (reconstruction's
-    /// decisions); the write-ahead rule per operation still calls `append`.
-    pub fn append_batch(&self, bodies: Vec<Body>) -> Result<Vec<u64>, JournalError> {
-        if let Some(reason) = self.commit.failure() {
-            return Err(JournalError::Flush {
-                path: self.dir.clone(),
-                reason,
-            });
-        }
+    /// Raw; the daemon's batches are [`Journal::forget`] and
+    /// [`Journal::record_reconstruction`].
+    pub fn append_records(&self, bodies: Vec<Body>) -> Result<Vec<u64>, JournalError> {
+        self.check_open()?;
         if bodies.is_empty() {
             return Ok(Vec::new());
         }
-        let seqs = {
-            let mut w = self.writer();
-            let first = w.next_seq;
-            let wall_time_ns = now_ns();
-            let records: Vec<Record> = (first..)
-                .zip(bodies)
-                .map(|(seq, body)| Record {
-                    seq,
-                    wall_time_ns,
-                    boot_id: self.boot_id.clone(),
-                    body,
-                })
-                .collect();
-            let mut batch = sled::Batch::default();
-            for rec in &records {
-                let payload = record::encode(&RecordV1::from(rec));
-                let value = envelope::seal(self.journal_id, Kind::Record, rec.seq, &payload);
-                batch.insert(&rec.seq.to_be_bytes(), value);
-            }
-            self.records
-                .apply_batch(batch)
-                .map_err(|source| JournalError::Write {
-                    what: "record batch",
-                    path: self.dir.clone(),
-                    source,
-                })?;
-            for rec in &records {
-                w.state.apply(rec);
-            }
-            let last = first + records.len() as u64 - 1;
-            w.next_seq = last + 1;
-            self.inserted_through.store(last, Ordering::SeqCst);
-            (first..=last).collect::<Vec<u64>>()
-        };
-        let last = seqs.last().copied().unwrap_or_default();
+        let (first, last) = self.insert_all(bodies)?;
         self.wait_durable(last)?;
-        Ok(seqs)
+        Ok((first..=last).collect())
     }
 
     fn flush_through(&self, through: u64) -> Result<(), String> {
@@ -601,10 +592,7 @@ impl Journal {
             .get(open::CHECKPOINT_KEY)
             .map_err(read_err)?
             .and_then(|v| {
-                let seq = v
-                    .get(8..16)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .map(u64::from_le_bytes)?;
+                let seq = envelope::claimed_seq(&v)?;
                 let payload = envelope::open(self.journal_id, Kind::Checkpoint, seq, &v).ok()?;
                 let ck: CheckpointV1 = record::decode(payload).ok()?;
                 Some(open::CheckpointInfo {

@@ -289,11 +289,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     if let Some(v) =
         contain(|| checkpoint.get(CHECKPOINT_KEY)).map_err(|e| corrupt("checkpoint", e))?
     {
-        let claimed = v
-            .get(8..16)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0);
+        let claimed = envelope::claimed_seq(&v).unwrap_or(0);
         let decoded = envelope::open(journal_id, Kind::Checkpoint, claimed, &v)
             .map_err(|e| e.to_string())
             .and_then(|p| record::decode::<CheckpointV1>(p).map_err(|e| e.to_string()))

@@ -182,8 +182,8 @@ impl VolumePlugin for LocalPlugin {
             op.act(r)
         };
         let root = self.layout.root();
-        let (action, _) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
-        Ok(Outcome::of(action))
+        let (action, seen) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
+        Ok(Outcome::seen(action, seen.map(|m| m.identity())))
     }
 
     fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
@@ -247,8 +247,8 @@ impl VolumePlugin for LocalPlugin {
             }
             Ok(())
         };
-        let (action, _) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
-        Ok(Outcome::of(action))
+        let (action, seen) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
+        Ok(Outcome::seen(action, seen.map(|m| m.identity())))
     }
 
     fn teardown(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {

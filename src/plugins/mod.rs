@@ -30,7 +30,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::host::sys::{Call, Errno, Sys, SysError};
-use crate::model::{Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec};
+use crate::model::{
+    MountIdentity, Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec,
+};
 
 pub mod empty_dir;
 mod forced;
@@ -64,6 +66,11 @@ pub struct Outcome {
     /// paths left on disk that the caller should report: nested mount points
     /// a teardown found and did not touch, a directory that was not empty
     pub left_behind: Vec<PathBuf>,
+    /// the intended mount as the mount table showed it, when the operation
+    /// read the table and found it there (a fresh mount is not looked up:
+    /// a table read per mount would make a mass start quadratic); the
+    /// journal's outcome records it for the next restart's merge
+    pub seen: Option<MountIdentity>,
 }
 
 impl Outcome {
@@ -72,6 +79,15 @@ impl Outcome {
         Self {
             action,
             left_behind: Vec::new(),
+            seen: None,
+        }
+    }
+
+    /// An outcome whose mount was seen in the table.
+    pub fn seen(action: Action, seen: Option<MountIdentity>) -> Self {
+        Self {
+            seen,
+            ..Self::of(action)
         }
     }
 }
@@ -374,6 +390,7 @@ impl<'a> Op<'a> {
         Outcome {
             action,
             left_behind,
+            seen: None,
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::failpoint;
 use crate::host::sys::Sys;
-use crate::journal::{Body, Journal, JournalError, OpResult};
+use crate::journal::{Announced, Journal, JournalError, OpResult, Permit};
 use crate::metrics::{Metrics, StorageOperation};
 use crate::model::{
     Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps,
@@ -88,15 +88,6 @@ pub struct Queued {
     pub job: Job,
     /// its first step's intent, appended but perhaps not durable yet
     pub intent: Option<Announced>,
-}
-
-/// An intent appended ahead of its operation (not yet known durable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Announced {
-    /// the operation it announces
-    pub op: Operation,
-    /// its sequence number
-    pub seq: u64,
 }
 
 impl Job {
@@ -208,6 +199,9 @@ pub struct JobReport {
     pub error: Option<String>,
     /// operations that ran (for metrics and tests)
     pub ran: Vec<Operation>,
+    /// what the operations left in place: nested mount points, a dir that
+    /// was not empty (logged; the orphan sweep reports them again)
+    pub left_behind: Vec<std::path::PathBuf>,
     /// a forced cleanup ([`Job::ForceCleanup`]): counted, never retried
     pub forced: bool,
 }
@@ -221,6 +215,7 @@ impl JobReport {
             updates: Vec::new(),
             error: Some(format!("not started: {why}")),
             ran: Vec::new(),
+            left_behind: Vec::new(),
             forced: matches!(job, Job::ForceCleanup { .. }),
         }
     }
@@ -392,82 +387,78 @@ impl Executor {
         let Some((op, steps, params)) = job.first_step() else {
             return Ok(None);
         };
-        let seq = journal.append_lazy(Body::Intent {
-            op,
-            steps,
-            target: params.clone(),
-        })?;
-        Ok(Some(Announced { op, seq }))
+        journal.announce(op, steps, params).map(Some)
     }
 
-    /// Journals the intent (durable before `f` runs), runs `f`, journals the
-    /// outcome (appended, durable with the next flush). An intent `announced`
-    /// for this operation is waited for instead of written. A journal that
-    /// fails to append or flush is fatal for the operation (nothing touches
-    /// the OS without a durable intent).
+    /// The permit for `op`: the intent `announced` for this very operation
+    /// made durable, else a new intent written durably (nothing without a
+    /// journal). A journal that fails is fatal for the operation.
+    fn permit(
+        &self,
+        op: Operation,
+        steps: Steps,
+        params: &SharedParams,
+        announced: &mut Option<Announced>,
+    ) -> Result<Permit, Failure> {
+        let Some(j) = &self.journal else {
+            return Ok(Permit::journal_off());
+        };
+        let durable = match announced.take() {
+            Some(a) if a.op() == op => j.confirm(a),
+            other => {
+                *announced = other;
+                j.begin(op, steps, params)
+            }
+        };
+        durable
+            .map(Permit::Journaled)
+            .map_err(|e| Failure::journal(format!("journal intent: {e}")))
+    }
+
+    /// Journals the intent (durable before `f` runs), runs `f` with the
+    /// permit, journals the outcome (appended, durable with the next flush)
+    /// with the mount the plugin saw; what it left behind goes to the
+    /// report.
     fn journaled(
         &self,
         op: Operation,
         steps: Steps,
         params: &SharedParams,
-        ran: &mut Vec<Operation>,
+        r: &mut JobReport,
         announced: &mut Option<Announced>,
-        f: impl FnOnce() -> Result<crate::plugins::Outcome, PluginError>,
+        f: impl FnOnce(&Permit) -> Result<crate::plugins::Outcome, PluginError>,
     ) -> Result<(), Failure> {
-        // Only an intent announced for this very operation stands for it.
-        let mine = match announced.take() {
-            Some(a) if a.op == op => Some(a),
-            other => {
-                *announced = other;
-                None
-            }
-        };
-        let intent = match (&self.journal, mine) {
-            (Some(j), Some(a)) => {
-                j.make_durable(a.seq)
-                    .map_err(|e| Failure::journal(format!("journal intent: {e}")))?;
-                Some(a.seq)
-            }
-            (Some(j), _) => Some(
-                j.append(Body::Intent {
-                    op,
-                    steps,
-                    target: params.clone(),
-                })
-                .map_err(|e| Failure::journal(format!("journal intent: {e}")))?,
-            ),
-            (None, _) => None,
-        };
-
+        let permit = self.permit(op, steps, params, announced)?;
         failpoint::hit(&format!("{}.after_intent", op.as_str()));
-        let result = f();
-        ran.push(op);
+        let result = f(&permit);
+        r.ran.push(op);
         self.metrics.ops.plugin_operation(params.plugin, op);
         if result.is_ok() {
             failpoint::hit(&format!("{}.after_op", op.as_str()));
         }
-        if let (Some(j), Some(intent_seq)) = (&self.journal, intent) {
-            let outcome = match &result {
-                Ok(_) => OpResult::Success,
-                Err(e) if e.is_uncertain() => OpResult::FailedUncertain(e.to_string()),
-                Err(e) => OpResult::FailedFinal(e.to_string()),
-            };
-            // Not waited for: the next intent's flush (anyone's) or the
-            // loop's idle flush makes it durable; lost in a crash, it
-            // leaves an intent without outcome, which reconstruction
-            // settles from the host (the `after_op` crash points).
-            j.append_lazy(Body::Outcome {
-                intent_seq,
-                op,
-                result: outcome,
-                observed: None,
-            })
-            .map_err(|e| Failure::journal(format!("journal outcome: {e}")))?;
+        let (outcome, observed) = match &result {
+            Ok(o) => (OpResult::Success, o.seen.clone()),
+            Err(e) if e.is_uncertain() => (OpResult::FailedUncertain(e.to_string()), None),
+            Err(e) => (OpResult::FailedFinal(e.to_string()), None),
+        };
+        if let (Some(j), Permit::Journaled(intent)) = (&self.journal, permit) {
+            j.finish(intent, outcome, observed)
+                .map_err(|e| Failure::journal(format!("journal outcome: {e}")))?;
         }
-        result.map(drop).map_err(|e| Failure {
+        let done = result.map_err(|e| Failure {
             uncertain: e.is_uncertain(),
             message: e.to_string(),
-        })
+        })?;
+        if done.action == crate::plugins::Action::Remounted {
+            tracing::info!(volume = %params.volume, op = op.as_str(),
+                "the mount was in place with other options; remounted in place");
+        }
+        for path in &done.left_behind {
+            tracing::warn!(volume = %params.volume, op = op.as_str(), path = %path.display(),
+                "left in place: a mount point or a non-empty dir the operation does not remove");
+        }
+        r.left_behind.extend(done.left_behind);
+        Ok(())
     }
 
     /// Runs `job` unless the daemon is stopping: a job still queued when
@@ -487,12 +478,7 @@ impl Executor {
         let why = "volumed is stopping";
         let mut report = JobReport::not_started(job, why);
         if let (Some(j), Some(a)) = (&self.journal, announced)
-            && let Err(e) = j.append_lazy(Body::Outcome {
-                intent_seq: a.seq,
-                op: a.op,
-                result: OpResult::FailedFinal(format!("not started: {why}")),
-                observed: None,
-            })
+            && let Err(e) = j.withdraw(a, format!("not started: {why}"))
         {
             report.error = Some(format!("journal outcome: {e}"));
         }
@@ -514,6 +500,7 @@ impl Executor {
             updates: Vec::new(),
             error: None,
             ran: Vec::new(),
+            left_behind: Vec::new(),
             forced: matches!(job, Job::ForceCleanup { .. }),
         };
         let started = Instant::now();
@@ -525,12 +512,7 @@ impl Executor {
                 Err(e) => e.message.clone(),
                 Ok(()) => "not run".to_owned(),
             };
-            if let Err(e) = j.append_lazy(Body::Outcome {
-                intent_seq: a.seq,
-                op: a.op,
-                result: OpResult::FailedFinal(why),
-                observed: None,
-            }) {
+            if let Err(e) = j.withdraw(a, why) {
                 result = Err(Failure::journal(format!("journal outcome: {e}")));
             }
         }
@@ -585,18 +567,18 @@ impl Executor {
                             Operation::FormatDevice,
                             Steps::Multi,
                             dev,
-                            &mut r.ran,
+                            r,
                             announced,
-                            || plugin.format(&want.spec, dev, sys),
+                            |_: &Permit| plugin.format(&want.spec, dev, sys),
                         )?;
                     }
                     let res = self.journaled(
                         Operation::MountDevice,
                         Steps::Single,
                         dev,
-                        &mut r.ran,
+                        r,
                         announced,
-                        || plugin.mount_device(&want.spec, dev, sys),
+                        |_: &Permit| plugin.mount_device(&want.spec, dev, sys),
                     );
                     match res {
                         Ok(()) => r.updates.push(AswUpdate::DeviceMounted {
@@ -632,9 +614,9 @@ impl Executor {
                     Operation::SetUp,
                     setup_steps(&want.spec),
                     pod,
-                    &mut r.ran,
+                    r,
                     announced,
-                    || plugin.setup(&want.spec, pod, sys),
+                    |_: &Permit| plugin.setup(&want.spec, pod, sys),
                 );
                 match res {
                     Ok(()) => {
@@ -669,9 +651,9 @@ impl Executor {
                     Operation::TearDown,
                     Steps::Single,
                     params,
-                    &mut r.ran,
+                    r,
                     announced,
-                    || plugin.teardown(params, sys),
+                    |_: &Permit| plugin.teardown(params, sys),
                 )?;
                 if let TargetRef::Pod(pod) = &params.target {
                     r.updates.push(AswUpdate::PodRemoved {
@@ -689,9 +671,9 @@ impl Executor {
                     Operation::UnmountDevice,
                     Steps::Single,
                     params,
-                    &mut r.ran,
+                    r,
                     announced,
-                    || plugin.unmount_device(params, sys),
+                    |_: &Permit| plugin.unmount_device(params, sys),
                 )?;
                 r.updates.push(AswUpdate::DeviceUnmounted {
                     volume: params.volume.clone(),
@@ -703,7 +685,7 @@ impl Executor {
                     TargetRef::Pod(_) => Operation::TearDown,
                     TargetRef::Device => Operation::UnmountDevice,
                 };
-                self.journaled(op, Steps::Single, params, &mut r.ran, announced, || {
+                self.journaled(op, Steps::Single, params, r, announced, |_: &Permit| {
                     plugins::force_unmount(params, sys, &self.layout)
                 })
             }
@@ -716,8 +698,8 @@ mod tests {
     use super::*;
     use crate::host::recording_sys::RecordingSys;
     use crate::host::sys::{Call, DiskFormat, Errno, SysCall};
-    use crate::journal::{JournalConfig, Record};
-    use crate::model::{AccessMode, DevId, MountState, PodVolume};
+    use crate::journal::{Body, JournalConfig, Record};
+    use crate::model::{AccessMode, DevId, MountIdentity, MountState, PodVolume};
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -880,16 +862,20 @@ mod tests {
             .map(|j| Executor::announce(&f.journal, j).unwrap().unwrap())
             .collect();
         assert_eq!(
-            announced.iter().map(|a| (a.op, a.seq)).collect::<Vec<_>>(),
+            announced
+                .iter()
+                .map(|a| (a.op(), a.seq()))
+                .collect::<Vec<_>>(),
             [(Operation::SetUp, 1), (Operation::SetUp, 2)]
         );
         assert_eq!(f.journal.synced_through(), 0, "announcing does not flush");
         assert!(f.sys.mounts().is_empty());
         let flushes = f.journal.flush_count();
-        for (job, a) in jobs.iter().zip(&announced) {
-            let report = f.exec.run_queued(job, Some(*a));
+        for (job, a) in jobs.iter().zip(announced) {
+            let seq = a.seq();
+            let report = f.exec.run_queued(job, Some(a));
             assert_eq!(report.error, None);
-            assert!(f.journal.synced_through() >= a.seq);
+            assert!(f.journal.synced_through() >= seq);
         }
         assert_eq!(
             f.journal.flush_count(),
@@ -972,6 +958,45 @@ mod tests {
             before,
             "never reformat"
         );
+    }
+
+    #[test]
+    fn an_outcome_records_the_mount_the_plugin_saw_in_place() {
+        let f = fixture();
+        f.sys.add_device(
+            "/dev/loop9",
+            DevId { major: 7, minor: 9 },
+            DiskFormat::Filesystem("ext4".into()),
+        );
+        let job = mount_job(&f, want(block_pv(), "p1", "pv1"), true);
+        let observed = |f: &Fixture| -> Vec<(Operation, Option<MountIdentity>)> {
+            records(f)
+                .iter()
+                .filter_map(|r| match &r.body {
+                    Body::Outcome { op, observed, .. } => Some((*op, observed.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(f.exec.run(&job).error, None);
+        f.journal.flush_pending().unwrap();
+        let first = observed(&f);
+        assert!(
+            first.iter().all(|(_, o)| o.is_none()),
+            "a fresh mount is not looked up: {first:?}"
+        );
+        // the same job again (a restart that re-runs it): both mounts are
+        // found in the table, and what was seen is journaled
+        assert_eq!(f.exec.run(&job).error, None);
+        f.journal.flush_pending().unwrap();
+        let again = &observed(&f)[first.len()..];
+        assert_eq!(again.len(), 2, "{again:?}");
+        let (op, seen) = &again[0];
+        assert_eq!(*op, Operation::MountDevice);
+        let seen = seen.as_ref().expect("the device mount was seen");
+        assert_eq!(seen.dev, DevId { major: 7, minor: 9 });
+        assert_eq!(seen.fs_type, "ext4");
+        assert!(again[1].1.is_some(), "the pod bind was seen too");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::journal::{Body, Entry, JournalState, TargetKey};
+use crate::journal::{Decided, Entry, JournalState, TargetKey};
 use crate::model::{
     MountIdentity, MountState, SeLinuxContext, SharedStr, TargetKind, TargetParams, TargetRef,
 };
@@ -15,7 +15,7 @@ use super::{Decision, MergeOutput, ReconstructError};
 /// One `Reconstructed` record per decision, so that replaying them makes the
 /// journal's state equal to the decisions (and to the ASW). Failed rebuilds
 /// have no parameters and are not recorded.
-pub fn to_journal_records(out: &MergeOutput) -> Vec<Body> {
+pub fn to_journal_records(out: &MergeOutput) -> Vec<Decided> {
     out.decisions.iter().map(record_of).collect()
 }
 
@@ -48,7 +48,7 @@ pub fn changed_journal_records<'a>(
     out: &'a MergeOutput,
     state: &JournalState,
     boot_id: &str,
-) -> Vec<(&'a Decision, Body)> {
+) -> Vec<(&'a Decision, Decided)> {
     // The merge decides journal targets in key order, as `entries` yields
     // them: walk both together, and look up only what is out of step.
     let mut entries = state.entries().peekable();
@@ -66,8 +66,8 @@ pub fn changed_journal_records<'a>(
         .collect()
 }
 
-pub(super) fn record_of(d: &Decision) -> Body {
-    Body::Reconstructed {
+pub(super) fn record_of(d: &Decision) -> Decided {
+    Decided {
         target: d.params.clone(),
         state: d.result,
         reason: d.reason.as_str().to_owned(),

@@ -57,7 +57,7 @@
 //!
 //! Only decisions that change what the journal implies are recorded
 //! ([`super::journal_agrees`]), in one batch per phase
-//! ([`Journal::append_batch`]): a journal that agrees with the host costs no
+//! ([`Journal::record_reconstruction`]): a journal that agrees with the host costs no
 //! write at all. Phase 1 checks each journal decision against its entry
 //! inside the merge (`merge_checked`), while the entry is at hand, instead of
 //! walking the journal a second time.
@@ -83,7 +83,7 @@ use crate::host::scan::{
     DeviceName, DeviceTarget, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir,
     VolData, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs,
 };
-use crate::journal::{Body, Journal, JournalState};
+use crate::journal::{Decided, Journal, JournalState};
 use crate::model::{Layout, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName};
 use crate::state::ActualStateOfWorld;
 
@@ -419,7 +419,7 @@ fn journal_input<'a>(replaced: Option<&'a str>, state: &'a JournalState) -> Jour
 /// Phase 1 with the journal, on a table already read (the daemon reads its
 /// own: [`read_and_reconstruct_ready`]): [`reconstruct_ready`] against `journal`'s state
 /// (read in place, under its lock: nothing else writes before readiness),
-/// then, in ONE batch ([`Journal::append_batch`]), a `Reconstructed` record
+/// then, in ONE batch ([`Journal::record_reconstruction`]), a `Reconstructed` record
 /// for every decision the journal does not already imply (so `dump` shows
 /// the live state afterwards), then the ASW. When it returns, the ASW is
 /// ready; call [`record_leftovers`] afterwards. `replaced`: as for
@@ -441,7 +441,7 @@ fn decide_ready(
     replaced: Option<&str>,
     host: &HostInput<'_>,
     state: &JournalState,
-) -> (Reconstruction, Vec<Body>, usize) {
+) -> (Reconstruction, Vec<Decided>, usize) {
     let input = journal_input(replaced, state);
     if replaced.is_some() {
         let r = reconstruct_ready(host, input);
@@ -451,7 +451,7 @@ fn decide_ready(
     // the merge checked each decision against its entry as it went:
     // the same records `changes` finds, without walking the journal again
     let (r, agrees) = reconstruct_ready_checked(host, input);
-    let bodies: Vec<Body> = r
+    let bodies: Vec<Decided> = r
         .output
         .decisions
         .iter()
@@ -522,7 +522,7 @@ pub fn read_and_reconstruct_ready(
             // nothing to append, but a journal closed for writes fails
             // startup here as it does on the other branch
             journal
-                .append_batch(Vec::new())
+                .record_reconstruction(Vec::new())
                 .map_err(|source| ReconstructError::AppendRecords {
                     path: journal.dir().to_owned(),
                     count: 0,
@@ -578,8 +578,8 @@ pub fn record_leftovers(
 }
 
 /// The records that change the journal, and how many decisions need none.
-fn changes(out: &MergeOutput, state: &JournalState, boot_id: &str) -> (Vec<Body>, usize) {
-    let bodies: Vec<Body> = changed_journal_records(out, state, boot_id)
+fn changes(out: &MergeOutput, state: &JournalState, boot_id: &str) -> (Vec<Decided>, usize) {
+    let bodies: Vec<Decided> = changed_journal_records(out, state, boot_id)
         .into_iter()
         .map(|(_, body)| body)
         .collect();
@@ -590,19 +590,18 @@ fn changes(out: &MergeOutput, state: &JournalState, boot_id: &str) -> (Vec<Body>
 fn record_and_apply(
     journal: &Journal,
     reconstruction: Reconstruction,
-    bodies: Vec<Body>,
+    bodies: Vec<Decided>,
     unchanged: usize,
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
     let count = bodies.len();
-    let appended =
-        journal
-            .append_batch(bodies)
-            .map_err(|source| ReconstructError::AppendRecords {
-                path: journal.dir().to_owned(),
-                count,
-                source: Box::new(source),
-            })?;
+    let appended = journal.record_reconstruction(bodies).map_err(|source| {
+        ReconstructError::AppendRecords {
+            path: journal.dir().to_owned(),
+            count,
+            source: Box::new(source),
+        }
+    })?;
     let asw_errors = apply_to_asw(&reconstruction.output, asw);
     log_asw_errors(&asw_errors);
     Ok(Outcome {

@@ -71,13 +71,13 @@ fn write_journal(j: &Journal) {
     ];
     for (op, target, seen) in targets {
         let intent_seq = j
-            .append(Body::Intent {
+            .append_record(Body::Intent {
                 op,
                 steps: Steps::Single,
                 target: local_params(target).into(),
             })
             .unwrap();
-        j.append(Body::Outcome {
+        j.append_record(Body::Outcome {
             intent_seq,
             op,
             result: OpResult::Success,

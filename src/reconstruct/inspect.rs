@@ -278,13 +278,13 @@ mod tests {
         let dir = tmp.path().join("journal");
         let (held, _) = Journal::open(&JournalConfig::new(&dir, "n", BOOT)).unwrap();
         let intent_seq = held
-            .append(Body::Intent {
+            .append_record(Body::Intent {
                 op: Operation::SetUp,
                 steps: Steps::Multi,
                 target: params().into(),
             })
             .unwrap();
-        held.append(Body::Outcome {
+        held.append_record(Body::Outcome {
             intent_seq,
             op: Operation::SetUp,
             result: OpResult::Success,

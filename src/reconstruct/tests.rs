@@ -872,7 +872,7 @@ fn journal_records_replay_to_the_decisions() {
             seq,
             wall_time_ns: seq,
             boot_id: "boot-b".into(),
-            body,
+            body: body.into(),
         });
     }
     assert!(

@@ -1,0 +1,297 @@
+//! The journal's writer API, one call per thing the daemon has to say: an
+//! operation announced, begun, finished or withdrawn, a volume's targets
+//! forgotten, reconstruction's decisions recorded. The daemon writes records
+//! only through these (`tests/tidy.rs` checks that nothing outside the
+//! journal calls the raw appends).
+//!
+//! The write-ahead rule is a type: a plugin call needs a [`Permit`], and a
+//! permit is made only from a [`DurableIntent`] ([`Journal::begin`], or
+//! [`Journal::confirm`] of an [`Announced`] one) or, with the journal off,
+//! by [`Permit::journal_off`]. An [`Announced`] intent permits nothing.
+
+use crate::model::UniqueVolumeName;
+use crate::model::{MountIdentity, MountState, Operation, SharedParams, Steps, TargetRef};
+
+use super::{Body, Journal, JournalError, OpResult};
+
+/// An intent appended ahead of its operation, not known to be durable: it
+/// permits nothing until [`Journal::confirm`]ed. Dropped unconfirmed, it
+/// reads after a crash as an operation cut before it began.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "an announced intent is confirmed before its operation or withdrawn"]
+pub struct Announced {
+    op: Operation,
+    seq: u64,
+}
+
+impl Announced {
+    /// The operation it announces.
+    pub fn op(&self) -> Operation {
+        self.op
+    }
+
+    /// Its sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// A durable intent: its operation may touch the OS, and its outcome is
+/// written by handing it back to [`Journal::finish`].
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a begun operation's outcome is journaled with Journal::finish"]
+pub struct DurableIntent {
+    op: Operation,
+    seq: u64,
+}
+
+impl DurableIntent {
+    /// The operation it permits.
+    pub fn op(&self) -> Operation {
+        self.op
+    }
+
+    /// Its sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// What a plugin call needs: a durable intent, or the journal being off.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Permit {
+    /// the intent is durable
+    Journaled(DurableIntent),
+    /// `--journal off`: nothing to write ahead
+    JournalOff,
+}
+
+impl Permit {
+    /// The permit of a daemon that runs without a journal.
+    pub fn journal_off() -> Self {
+        Permit::JournalOff
+    }
+}
+
+/// One reconstruction decision as the journal records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// the target (shared: the state keeps this `Arc`)
+    pub target: SharedParams,
+    /// the state decided
+    pub state: MountState,
+    /// the merge-table row that decided it
+    pub reason: String,
+    /// the mount the host showed, if any
+    pub observed: Option<MountIdentity>,
+}
+
+impl Journal {
+    /// Appends `op`'s intent on `target` without waiting for it to be
+    /// durable: the intents of many jobs then share one flush.
+    pub fn announce(
+        &self,
+        op: Operation,
+        steps: Steps,
+        target: &SharedParams,
+    ) -> Result<Announced, JournalError> {
+        let seq = self.insert(intent(op, steps, target))?;
+        Ok(Announced { op, seq })
+    }
+
+    /// Returns once an announced intent is durable (a flush shared with
+    /// concurrent waiters, or none when one already covered it).
+    pub fn confirm(&self, announced: Announced) -> Result<DurableIntent, JournalError> {
+        self.make_durable(announced.seq)?;
+        Ok(DurableIntent {
+            op: announced.op,
+            seq: announced.seq,
+        })
+    }
+
+    /// Appends `op`'s intent on `target` and returns once it is durable.
+    pub fn begin(
+        &self,
+        op: Operation,
+        steps: Steps,
+        target: &SharedParams,
+    ) -> Result<DurableIntent, JournalError> {
+        let seq = self.insert(intent(op, steps, target))?;
+        self.wait_durable(seq)?;
+        Ok(DurableIntent { op, seq })
+    }
+
+    /// Appends the outcome of a begun operation, with the mount the plugin
+    /// saw when it saw one. Not waited for: the next flush (anyone's)
+    /// makes it durable; one lost in a crash leaves an intent without an
+    /// outcome, which reconstruction settles from the host.
+    pub fn finish(
+        &self,
+        intent: DurableIntent,
+        result: OpResult,
+        observed: Option<MountIdentity>,
+    ) -> Result<u64, JournalError> {
+        self.insert(Body::Outcome {
+            intent_seq: intent.seq,
+            op: intent.op,
+            result,
+            observed,
+        })
+    }
+
+    /// Closes an announced intent whose operation never ran (`why`), with
+    /// a final failure: nothing touched the OS for it.
+    pub fn withdraw(&self, announced: Announced, why: String) -> Result<u64, JournalError> {
+        self.insert(Body::Outcome {
+            intent_seq: announced.seq,
+            op: announced.op,
+            result: OpResult::FailedFinal(why),
+            observed: None,
+        })
+    }
+
+    /// Forgets `volume`'s `targets` (fully cleaned up) in one batch, durable
+    /// on return: one flush however many targets.
+    pub fn forget(
+        &self,
+        volume: &UniqueVolumeName,
+        targets: Vec<TargetRef>,
+    ) -> Result<(), JournalError> {
+        let bodies = targets
+            .into_iter()
+            .map(|target| Body::Forget {
+                volume: volume.clone(),
+                target,
+            })
+            .collect();
+        self.append_records(bodies).map(drop)
+    }
+
+    /// Records reconstruction's decisions in one batch, durable on return;
+    /// an empty batch writes nothing but still fails on a journal closed
+    /// for writes.
+    pub fn record_reconstruction(&self, decided: Vec<Decided>) -> Result<Vec<u64>, JournalError> {
+        self.append_records(decided.into_iter().map(Body::from).collect())
+    }
+}
+
+impl From<Decided> for Body {
+    fn from(d: Decided) -> Self {
+        Body::Reconstructed {
+            target: d.target,
+            state: d.state,
+            reason: d.reason,
+            observed: d.observed,
+        }
+    }
+}
+
+fn intent(op: Operation, steps: Steps, target: &SharedParams) -> Body {
+    Body::Intent {
+        op,
+        steps,
+        target: target.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::JournalConfig;
+    use crate::model::{PluginName, TargetKind, TargetParams};
+
+    const BOOT: &str = "boot-1";
+
+    fn params(volume: &str) -> SharedParams {
+        SharedParams::new(TargetParams {
+            volume: UniqueVolumeName::from_raw(volume),
+            plugin: PluginName::EmptyDir,
+            spec_name: "cache".into(),
+            target: TargetRef::Device,
+            kind: TargetKind::Dir,
+            device_path: None,
+            device_mount_path: None,
+            pod_mount_path: None,
+            selinux: None,
+            mount_options: Vec::new(),
+            fs_type: None,
+        })
+    }
+
+    fn open() -> (tempfile::TempDir, Journal) {
+        let tmp = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(&JournalConfig::new(tmp.path().join("j"), "n", BOOT)).unwrap();
+        (tmp, j)
+    }
+
+    #[test]
+    fn an_announced_intent_is_durable_only_once_confirmed() {
+        let (_t, j) = open();
+        let a = j
+            .announce(Operation::SetUp, Steps::Single, &params("v"))
+            .unwrap();
+        assert!(j.synced_through() < a.seq(), "announcing does not flush");
+        let seq = a.seq();
+        let d = j.confirm(a).unwrap();
+        assert_eq!(d.seq(), seq);
+        assert!(j.synced_through() >= seq, "confirmed means durable");
+    }
+
+    #[test]
+    fn begin_is_durable_and_finish_completes_the_pending_intent() {
+        let (_t, j) = open();
+        let d = j
+            .begin(Operation::TearDown, Steps::Single, &params("v"))
+            .unwrap();
+        assert!(j.synced_through() >= d.seq());
+        let key = crate::journal::TargetKey {
+            volume: UniqueVolumeName::from_raw("v"),
+            target: TargetRef::Device,
+        };
+        assert!(j.with_state(|s| s.get(&key).unwrap().pending.is_some()));
+        j.finish(d, OpResult::Success, None).unwrap();
+        j.with_state(|s| {
+            let e = s.get(&key).unwrap();
+            assert!(e.pending.is_none(), "the outcome closes the intent");
+            assert_eq!(e.reported_state(), MountState::NotMounted);
+        });
+    }
+
+    #[test]
+    fn withdraw_says_the_operation_never_ran() {
+        let (_t, j) = open();
+        let a = j
+            .announce(Operation::SetUp, Steps::Single, &params("v"))
+            .unwrap();
+        let seq = a.seq();
+        let out = j.withdraw(a, "not started: stopping".into()).unwrap();
+        j.flush_pending().unwrap();
+        let tail = j.current("n").unwrap().tail;
+        let rec = tail.iter().find(|r| r.seq == out).unwrap();
+        assert!(matches!(
+            &rec.body,
+            Body::Outcome { intent_seq, result: OpResult::FailedFinal(why), .. }
+                if *intent_seq == seq && why.contains("stopping")
+        ));
+    }
+
+    #[test]
+    fn forgetting_many_targets_costs_one_flush() {
+        let (_t, j) = open();
+        let v = UniqueVolumeName::from_raw("v");
+        let pods: Vec<TargetRef> = (0..5)
+            .map(|i| TargetRef::Pod(crate::model::PodUid::new(format!("p{i}")).unwrap()))
+            .collect();
+        let before = j.flush_count();
+        j.forget(&v, pods).unwrap();
+        assert_eq!(j.flush_count(), before + 1);
+        let forgets = j
+            .current("n")
+            .unwrap()
+            .tail
+            .iter()
+            .filter(|r| matches!(r.body, Body::Forget { .. }))
+            .count();
+        assert_eq!(forgets, 5);
+    }
+}
