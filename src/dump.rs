@@ -375,11 +375,9 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
         let _ = writeln!(out, "REPLAY STOPPED at seq {}: {}", c.seq, c.reason);
     }
     let _ = writeln!(out, "\nrecords ({}):", doc.records.len());
-    let _ = writeln!(
-        out,
-        "{:>6}  {:<24}  {:<13}  {:<14}  {:<40}  {:<12}  detail",
-        "SEQ", "TIME", "TYPE", "OP", "VOLUME", "POD"
-    );
+    let mut rows = vec![cells([
+        "SEQ", "TIME", "TYPE", "OP", "VOLUME", "POD", "DETAIL",
+    ])];
     for r in &doc.records {
         let detail = match r.kind.as_str() {
             "intent" => format!("{} step", r.steps.as_deref().unwrap_or("?")),
@@ -399,53 +397,90 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
             ),
             _ => String::new(),
         };
-        let _ = writeln!(
-            out,
-            "{:>6}  {:<24}  {:<13}  {:<14}  {:<40}  {:<12}  {detail}",
-            r.seq,
+        rows.push(vec![
+            r.seq.to_string(),
             format_time(r.wall_time_ns),
-            r.kind,
-            r.op.as_deref().unwrap_or("-"),
-            opt(&r.volume),
-            opt(&r.pod_uid),
-        );
+            r.kind.clone(),
+            r.op.clone().unwrap_or_else(|| "-".into()),
+            opt(&r.volume).to_owned(),
+            opt(&r.pod_uid).to_owned(),
+            detail,
+        ]);
     }
+    out.push_str(&columns(&rows));
     let _ = writeln!(out, "\nstate ({} volumes):", doc.state.volumes.len());
-    let _ = writeln!(
-        out,
-        "{:<40}  {:<12}  {:<5}  {:<11}  {:<30}  path",
-        "VOLUME", "TARGET", "KIND", "STATE", "SELINUX"
-    );
+    let mut rows = vec![cells([
+        "VOLUME", "TARGET", "KIND", "STATE", "SELINUX", "PATH",
+    ])];
+    let shown = |p: Option<&Path>| p.map_or("-".into(), |p| p.display().to_string());
     for v in &doc.state.volumes {
         if let Some(d) = &v.device {
-            let _ = writeln!(
-                out,
-                "{:<40}  {:<12}  {:<5}  {:<11}  {:<30}  {} (device {})",
-                v.volume.as_str(),
-                "device",
-                "mount",
-                d.state.as_str(),
+            rows.push(vec![
+                v.volume.as_str().to_owned(),
+                "device".into(),
+                "mount".into(),
+                d.state.as_str().to_owned(),
                 selinux_text(&d.selinux_context),
-                d.mount_path
-                    .as_deref()
-                    .map_or("-".into(), |p| p.display().to_string()),
-                d.device_path
-                    .as_deref()
-                    .map_or("-".into(), |p| p.display().to_string()),
-            );
+                format!(
+                    "{} (device {})",
+                    shown(d.mount_path.as_deref()),
+                    shown(d.device_path.as_deref())
+                ),
+            ]);
         }
         for p in &v.pods {
-            let _ = writeln!(
-                out,
-                "{:<40}  {:<12}  {:<5}  {:<11}  {:<30}  {}",
-                v.volume.as_str(),
-                p.pod_uid.as_str(),
-                p.kind.as_str(),
-                p.state.as_str(),
+            rows.push(vec![
+                v.volume.as_str().to_owned(),
+                p.pod_uid.as_str().to_owned(),
+                p.kind.as_str().to_owned(),
+                p.state.as_str().to_owned(),
                 selinux_text(&p.selinux_context),
-                p.mount_path.display()
-            );
+                p.mount_path.display().to_string(),
+            ]);
         }
+    }
+    out.push_str(&columns(&rows));
+    out
+}
+
+/// Spaces between two columns (kubectl's tabwriter padding).
+const COLUMN_GAP: usize = 3;
+
+fn cells<const N: usize>(headers: [&str; N]) -> Vec<String> {
+    headers.map(str::to_owned).into()
+}
+
+/// Rows as columns sized to their content, as kubectl prints a table: every
+/// column but the last is as wide as its widest cell (in characters) plus
+/// [`COLUMN_GAP`], so each column starts at the same offset on every row
+/// whatever the names' lengths (an emptyDir's unique name carries the pod
+/// UID); the last column is free text and not padded.
+fn columns(rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = Vec::new();
+    for row in rows {
+        let padded = row.len().saturating_sub(1);
+        for (i, cell) in row.iter().take(padded).enumerate() {
+            let w = cell.chars().count();
+            match widths.get_mut(i) {
+                Some(max) => *max = (*max).max(w),
+                None => widths.push(w),
+            }
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths
+                    .get(i)
+                    .map_or(0, |w| w.saturating_sub(cell.chars().count()));
+                line.extend(std::iter::repeat_n(' ', pad + COLUMN_GAP));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }
@@ -593,6 +628,58 @@ mod tests {
         assert!(t.contains("intent 1 success"), "{t}");
         assert!(t.contains("uncertain"), "{t}");
         assert!(t.contains("2025-11-21T11:26:49.123Z"), "{t}");
+    }
+
+    /// Where each column of a rendered table line starts: the first
+    /// character and each one after a gap of two or more spaces.
+    fn column_starts(line: &str) -> Vec<usize> {
+        let b = line.as_bytes();
+        (0..b.len())
+            .filter(|&i| {
+                b[i] != b' ' && (i == 0 || (i >= 2 && b[i - 1] == b' ' && b[i - 2] == b' '))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn table_columns_line_up_with_a_long_volume_name() {
+        // An emptyDir's unique name carries the pod UID: 61 characters here.
+        let uid = "0b4d1c9e-2f8a-4c7b-9e1d-5a6f7b8c9d0e";
+        let mut long = params(TargetRef::Pod(PodUid::new(uid).unwrap()), None);
+        long.volume = UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/{uid}-scratch"));
+        long.plugin = PluginName::EmptyDir;
+        long.kind = TargetKind::Dir;
+        let mut records = sample().tail;
+        records.push(rec(
+            4,
+            Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Single,
+                target: long.into(),
+            },
+        ));
+        let doc = document(&replay(records), "b", None);
+        let t = render_table(&doc, Path::new("/j"));
+        for (header, rows) in [("SEQ", 4), ("VOLUME", 3)] {
+            let mut lines = t
+                .lines()
+                .skip_while(|l| !l.trim_start().starts_with(header));
+            let head = lines
+                .next()
+                .unwrap_or_else(|| panic!("no {header} line in\n{t}"));
+            // the first column's own alignment aside
+            let want = column_starts(head).split_off(1);
+            let body: Vec<&str> = lines.take(rows).collect();
+            assert_eq!(body.len(), rows, "{t}");
+            for line in body {
+                let got = column_starts(line);
+                assert!(
+                    want.iter().all(|c| got.contains(c)),
+                    "a column of {line:?} does not start at the header's offsets {want:?}\n{t}"
+                );
+            }
+        }
+        assert!(t.contains(uid), "{t}");
     }
 
     #[test]

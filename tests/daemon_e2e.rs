@@ -90,6 +90,21 @@ impl Env {
 
     /// Starts `volumed run` and waits until it is ready.
     fn start(&mut self) -> Daemon {
+        let daemon = self.spawn();
+        let daemon_json = self.journal.join("daemon.json");
+        let pid = daemon.child.borrow().id();
+        daemon.wait_until("daemon.json names the new daemon", || {
+            daemon.wrote_json(&daemon_json, pid)
+        });
+        let mut daemon = daemon;
+        let info: Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
+        daemon.addr = Some(info["listen"].as_str().unwrap().parse().unwrap());
+        daemon.wait_until("/readyz is 200", || daemon.try_get("/readyz").0 == 200);
+        daemon
+    }
+
+    /// Starts `volumed run` without waiting for anything.
+    fn spawn(&mut self) -> Daemon {
         self.starts += 1;
         let log = self
             .scratch
@@ -121,24 +136,12 @@ impl Env {
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut daemon = Daemon {
+        Daemon {
             child: RefCell::new(child),
             addr: None,
             log,
             exited: Cell::new(false),
-        };
-        let daemon_json = self.journal.join("daemon.json");
-        let pid = daemon.child.borrow().id();
-        daemon.wait_until("daemon.json names the new daemon", || {
-            fs::read(&daemon_json)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .is_some_and(|v| v["pid"] == pid)
-        });
-        let info: Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
-        daemon.addr = Some(info["listen"].as_str().unwrap().parse().unwrap());
-        daemon.wait_until("/readyz is 200", || daemon.try_get("/readyz").0 == 200);
-        daemon
+        }
     }
 
     fn write_pod(&self, file: &str, text: &str) {
@@ -203,6 +206,14 @@ impl Drop for Daemon {
 }
 
 impl Daemon {
+    /// Whether `daemon.json` names this daemon (written once it started).
+    fn wrote_json(&self, daemon_json: &Path, pid: u32) -> bool {
+        fs::read(daemon_json)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v["pid"] == pid)
+    }
+
     /// The last lines of the daemon's stderr.
     fn log_tail(&self) -> String {
         let text = fs::read_to_string(&self.log).unwrap_or_default();
@@ -1436,4 +1447,125 @@ fn impossible_selinux_settings_are_startup_errors() {
         "{err}"
     );
     assert!(!root.exists(), "nothing was set up before the error");
+}
+
+/// A pod with only a tmpfs emptyDir `cache`.
+fn memory_pod(uid: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {uid}, namespace: default, uid: {uid}}}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts: [{{name: cache, mountPath: /cache}}]
+  volumes:
+  - name: cache
+    emptyDir: {{medium: Memory}}
+"
+    )
+}
+
+/// A node a kubelet ran, whose root is not a mount point and sits on a
+/// private mount, with a volume still mounted beneath it: binding the root
+/// onto itself would hide the volume or (recursively) duplicate it, the
+/// original then out of reach of any unmount. The daemon refuses to start,
+/// naming the mount and the fix, and leaves it exactly as it was.
+#[test]
+fn a_root_on_a_private_mount_with_mounts_beneath_refuses_to_start_and_leaves_them() {
+    real(
+        "mounts a tmpfs below a root that is not a mount point",
+        || {
+            let mut env = Env::new("volumed-e2e-root-private-");
+            let cache = env.pod_volume(POD_A, EMPTY_DIR, "cache");
+            support::mkdirs(&cache);
+            support::mount_tmpfs(&cache, "size=1m");
+            fs::write(cache.join("data"), b"pod A").unwrap();
+            let daemon = env.spawn();
+            let daemon_json = env.journal.join("daemon.json");
+            let pid = daemon.child.borrow().id();
+            // until it exits, or has started (it then bound the root already)
+            let deadline = Instant::now() + WAIT;
+            let status = loop {
+                let exited = daemon.child.borrow_mut().try_wait().unwrap();
+                if exited.is_some()
+                    || daemon.wrote_json(&daemon_json, pid)
+                    || Instant::now() >= deadline
+                {
+                    break exited;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let table = MountTable::read_self().unwrap();
+            let (at_cache, at_root) = (table.at(&cache).count(), table.at(&env.root).count());
+            let Some(status) = status else {
+                panic!(
+                    "the daemon started instead of refusing: {at_cache} mount(s) at {}, {at_root} at the root\n--- daemon stderr tail ---\n{}",
+                    cache.display(),
+                    daemon.log_tail()
+                );
+            };
+            daemon.exited.set(true);
+            assert!(!status.success(), "{status}\n{}", daemon.log_tail());
+            let log = daemon.log();
+            assert!(
+                log.contains(cache.to_str().unwrap()),
+                "names the mount:\n{log}"
+            );
+            assert!(
+                log.contains("mount --make-rshared"),
+                "names the fix:\n{log}"
+            );
+            assert_eq!(at_cache, 1, "neither duplicated nor unmounted");
+            assert_eq!(at_root, 0, "nothing bound over it");
+            assert_eq!(
+                fs::read(cache.join("data")).unwrap(),
+                b"pod A",
+                "not hidden"
+            );
+        },
+    );
+}
+
+/// The same node with the root's holding mount shared (as systemd makes
+/// `/`): the kubelet's rule, nothing to bind. The daemon starts, keeps the
+/// pod's tmpfs, and the mount table shows it once and the root unbound.
+#[test]
+fn a_root_on_a_shared_mount_is_used_as_it_is_and_mounts_beneath_stay_single() {
+    real("mounts a shared tmpfs holding the root", || {
+        let mut env = Env::new("volumed-e2e-root-shared-");
+        let host = env.scratch.path().join("host");
+        support::mkdirs(&host);
+        support::mount_tmpfs(&host, "");
+        nix::mount::mount(
+            None::<&str>,
+            &host,
+            None::<&str>,
+            nix::mount::MsFlags::MS_SHARED,
+            None::<&str>,
+        )
+        .unwrap();
+        env.root = host.join("root");
+        let cache = env.pod_volume(POD_A, EMPTY_DIR, "cache");
+        support::mkdirs(&cache);
+        support::mount_tmpfs(&cache, "");
+        fs::write(cache.join("data"), b"pod A").unwrap();
+        env.write_pod("a.yaml", &memory_pod(POD_A));
+        let daemon = env.start();
+        daemon.wait_until("the pod's tmpfs is mounted in /debug/state", || {
+            targets(&daemon.state())
+                .get(&cache)
+                .is_some_and(|(_, s)| s == "mounted")
+        });
+        let table = MountTable::read_self().unwrap();
+        assert_eq!(table.at(&cache).count(), 1, "not duplicated");
+        assert_eq!(table.at(&env.root).count(), 0, "nothing bound over it");
+        assert_eq!(
+            fs::read(cache.join("data")).unwrap(),
+            b"pod A",
+            "the same tmpfs"
+        );
+        daemon.stop();
+    });
 }

@@ -1,7 +1,8 @@
 //! The node daemon, assembled: seed 000's "Proposed VolumeManager startup".
 //!
 //! 1. The root dir is made a shared mount, as the kubelet does (bind-mounted
-//!    onto itself first when it is not a mount point).
+//!    onto itself first when it is not a mount point and the mount holding
+//!    it is not shared; refused when that would bind over mounts beneath it).
 //! 2. Reconstruction, before anything else and without any network: one read
 //!    of the mount table merged with the journal (`reconstruct::edge`), its
 //!    decisions journaled, the ASW filled. `/readyz` stays 503 until this is
@@ -117,6 +118,22 @@ pub enum DaemonError {
         /// the cause
         source: Box<crate::host::sys::SysError>,
     },
+    /// the root dir is not a mount point, the mount holding it is not
+    /// shared, and mounts exist beneath it: binding the root onto itself
+    /// would hide or duplicate them
+    #[error(
+        "make root dir {path} a shared mount: it is not a mount point, the mount holding it ({holder}) is not shared, and {} mount(s) exist beneath it ({}); binding the root onto itself would hide or duplicate them. Make the holding mount shared (`mount --make-rshared {holder}`), or unmount them, then start volumed again",
+        .mounts.len(),
+        name_mounts(.mounts)
+    )]
+    MountsBeneathRoot {
+        /// the root dir
+        path: PathBuf,
+        /// the mount point of the mount holding it
+        holder: PathBuf,
+        /// the mount points beneath it
+        mounts: Vec<PathBuf>,
+    },
     /// reconstruction failed (the journal refused its records)
     #[error("reconstruct: {0}")]
     Reconstruct(#[from] crate::reconstruct::ReconstructError),
@@ -198,24 +215,68 @@ fn log_reconstruction(what: &str, output: &MergeOutput) -> Vec<crate::state::Unm
     outside
 }
 
-/// Makes `root` a shared mount (bind onto itself first if it is not a mount point).
+/// Makes `root` a shared mount, never by binding over a mount that already
+/// exists beneath it: a recursive bind of the root onto itself clones every
+/// mount below and leaves the originals under the bind, out of reach of any
+/// unmount (their devices stay busy for good); a plain bind hides them.
+///
+/// - `root` a mount point: made shared, with everything below it;
+/// - `root` on a mount that is already shared (the kubelet's `MakeRShared`
+///   checks the same): nothing to do, a mount made below it propagates;
+/// - otherwise, with nothing mounted below: bound onto itself, then shared;
+/// - otherwise: refused with an error naming the mounts and the fixes.
 fn make_root_shared(sys: &dyn Sys, root: &std::path::Path) -> Result<(), DaemonError> {
     let err = |source| DaemonError::SharedRoot {
         path: root.to_owned(),
         source: Box::new(source),
     };
-    if !sys.mount_root(root).map_err(err)? {
-        sys.mount(
-            Some(root),
-            root,
-            None,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None,
-        )
-        .map_err(err)?;
+    let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
+    if sys.mount_root(root).map_err(err)? {
+        return sys.mount(None, root, None, shared, None).map_err(err);
     }
-    sys.mount(None, root, None, MsFlags::MS_SHARED | MsFlags::MS_REC, None)
-        .map_err(err)
+    let table = sys.read_mountinfo().map_err(err)?;
+    let id = sys.mnt_id(root).map_err(err)?;
+    let holder = u32::try_from(id)
+        .ok()
+        .and_then(|id| table.by_id(id))
+        .or_else(|| root.ancestors().find_map(|a| table.top_at(a)));
+    if holder.is_some_and(|m| m.propagation.shared.is_some()) {
+        return Ok(());
+    }
+    let beneath: Vec<PathBuf> = table.under(root).map(|m| m.mount_point.clone()).collect();
+    if !beneath.is_empty() {
+        return Err(DaemonError::MountsBeneathRoot {
+            path: root.to_owned(),
+            holder: holder.map_or_else(|| PathBuf::from("/"), |m| m.mount_point.clone()),
+            mounts: beneath,
+        });
+    }
+    sys.mount(
+        Some(root),
+        root,
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None,
+    )
+    .map_err(err)?;
+    sys.mount(None, root, None, shared, None).map_err(err)
+}
+
+/// At most this many paths are named in an error that lists mounts.
+const MOUNTS_NAMED: usize = 5;
+
+/// `mounts` for an error message: the first few, and how many more.
+fn name_mounts(mounts: &[PathBuf]) -> String {
+    let mut s = mounts
+        .iter()
+        .take(MOUNTS_NAMED)
+        .map(|m| m.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if mounts.len() > MOUNTS_NAMED {
+        s.push_str(&format!(" and {} more", mounts.len() - MOUNTS_NAMED));
+    }
+    s
 }
 
 fn spawn(
@@ -521,5 +582,101 @@ impl DebugProvider for Provider {
             .map_err(|e| e.to_string())?;
         let only = volume.map(UniqueVolumeName::from_raw);
         Ok(crate::dump::document(&replay, &self.boot_id, only.as_ref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::host::recording_sys::{RecordingSys, SysCall};
+    use crate::host::sys::FileKind;
+
+    const ROOT: &str = "/var/lib/kubelet";
+    const CACHE: &str = "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache";
+
+    fn tmpfs(sys: &RecordingSys, at: &str) {
+        sys.add(at, FileKind::Dir);
+        sys.preset_mount(None, Path::new(at), Some("tmpfs"), MsFlags::empty(), None)
+            .unwrap();
+    }
+
+    /// How often each mount point shows in the fake's mount table.
+    fn times_mounted(sys: &RecordingSys, at: &str) -> usize {
+        let table = sys.read_mountinfo().unwrap();
+        table.at(Path::new(at)).count()
+    }
+
+    fn mount_call(source: Option<&str>, flags: MsFlags) -> SysCall {
+        SysCall::Mount {
+            source: source.map(PathBuf::from),
+            target: PathBuf::from(ROOT),
+            fstype: None,
+            flags,
+            data: None,
+        }
+    }
+
+    #[test]
+    fn mounts_beneath_a_root_on_a_private_mount_refuse_startup_and_stay_as_they_are() {
+        let sys = RecordingSys::new();
+        tmpfs(&sys, CACHE);
+        let e = make_root_shared(&sys, Path::new(ROOT)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(&e, DaemonError::MountsBeneathRoot { mounts, .. } if mounts == &[PathBuf::from(CACHE)]),
+            "{msg}"
+        );
+        assert!(msg.contains(CACHE), "names the mount: {msg}");
+        assert!(
+            msg.contains("mount --make-rshared /"),
+            "names the fix: {msg}"
+        );
+        assert_eq!(sys.mutations(), vec![], "nothing bound over it");
+        assert_eq!(times_mounted(&sys, CACHE), 1);
+        assert_eq!(times_mounted(&sys, ROOT), 0);
+    }
+
+    #[test]
+    fn a_root_on_a_shared_mount_is_left_as_it_is_whatever_is_beneath() {
+        let sys = RecordingSys::new();
+        tmpfs(&sys, "/var");
+        sys.preset_mount(None, Path::new("/var"), None, MsFlags::MS_SHARED, None)
+            .unwrap();
+        tmpfs(&sys, CACHE);
+        make_root_shared(&sys, Path::new(ROOT)).unwrap();
+        assert_eq!(sys.mutations(), vec![]);
+        assert_eq!(times_mounted(&sys, CACHE), 1);
+    }
+
+    #[test]
+    fn a_root_with_nothing_beneath_is_bound_onto_itself_then_shared() {
+        let sys = RecordingSys::new();
+        sys.add(ROOT, FileKind::Dir);
+        make_root_shared(&sys, Path::new(ROOT)).unwrap();
+        assert_eq!(
+            sys.mutations(),
+            vec![
+                mount_call(Some(ROOT), MsFlags::MS_BIND | MsFlags::MS_REC),
+                mount_call(None, MsFlags::MS_SHARED | MsFlags::MS_REC),
+            ]
+        );
+        let table = sys.read_mountinfo().unwrap();
+        let root = table.top_at(Path::new(ROOT)).unwrap();
+        assert!(root.propagation.shared.is_some(), "{root:?}");
+    }
+
+    #[test]
+    fn a_root_that_is_a_mount_point_is_made_shared_with_what_is_beneath() {
+        let sys = RecordingSys::new();
+        tmpfs(&sys, ROOT);
+        tmpfs(&sys, CACHE);
+        make_root_shared(&sys, Path::new(ROOT)).unwrap();
+        assert_eq!(
+            sys.mutations(),
+            vec![mount_call(None, MsFlags::MS_SHARED | MsFlags::MS_REC)]
+        );
+        assert_eq!(times_mounted(&sys, CACHE), 1);
     }
 }

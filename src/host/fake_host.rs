@@ -31,6 +31,8 @@ pub struct FakeMount {
     pub read_only: bool,
     /// super-block options as mountinfo shows them
     pub super_options: String,
+    /// a shared mount (`shared:<id>` in mountinfo)
+    pub shared: bool,
 }
 
 #[derive(Debug, Default)]
@@ -79,6 +81,21 @@ impl State {
         if self.files.get(target) != Some(&FileKind::Dir) {
             return Err(err(Errno::ENOENT));
         }
+        let propagation =
+            MsFlags::MS_SHARED | MsFlags::MS_PRIVATE | MsFlags::MS_SLAVE | MsFlags::MS_UNBINDABLE;
+        if flags.intersects(propagation) {
+            // As the kernel: only a mount point's propagation can change.
+            if !self.is_mount_point(target) {
+                return Err(err(Errno::EINVAL));
+            }
+            let rec = flags.contains(MsFlags::MS_REC);
+            for m in &mut self.mounts {
+                if m.target == target || (rec && m.target.starts_with(target)) {
+                    m.shared = flags.contains(MsFlags::MS_SHARED);
+                }
+            }
+            return Ok(());
+        }
         let ro = flags.contains(MsFlags::MS_RDONLY);
         if flags.contains(MsFlags::MS_REMOUNT) {
             let top = self.mounts.iter_mut().rev().find(|m| m.target == target);
@@ -112,6 +129,7 @@ impl State {
                 root,
                 read_only: ro,
                 super_options,
+                shared: false,
             }
         } else {
             let fstype = fstype.ok_or_else(|| err(Errno::EINVAL))?.to_owned();
@@ -142,9 +160,31 @@ impl State {
                 root: PathBuf::from("/"),
                 read_only: ro,
                 super_options: super_options(ro, data),
+                shared: false,
             }
         };
+        // A recursive bind clones every mount below its source onto the
+        // same place below the target (bound onto itself: each one twice).
+        let below: Vec<FakeMount> = match source {
+            Some(src) if flags.contains(MsFlags::MS_BIND | MsFlags::MS_REC) => self
+                .mounts
+                .iter()
+                .filter_map(|m| {
+                    let rel = m.target.strip_prefix(src).ok()?;
+                    (!rel.as_os_str().is_empty()).then(|| FakeMount {
+                        target: target.join(rel),
+                        ..m.clone()
+                    })
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         self.mounts.push(mount);
+        for mut m in below {
+            m.id = self.next_id;
+            self.next_id += 1;
+            self.mounts.push(m);
+        }
         Ok(())
     }
 

@@ -459,8 +459,13 @@ impl Sys for RecordingSys {
             let path = |p: &Path| {
                 String::from_utf8_lossy(&escape(p.as_os_str().as_encoded_bytes())).into_owned()
             };
+            let shared = if m.shared {
+                format!(" shared:{}", m.id)
+            } else {
+                String::new()
+            };
             text.push_str(&format!(
-                "{} {} {} {} {} {} - {} {} {}\n",
+                "{} {} {} {} {} {}{shared} - {} {} {}\n",
                 m.id,
                 parent,
                 m.dev,

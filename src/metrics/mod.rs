@@ -436,6 +436,7 @@ mod tests {
             "kubelet_orphan_pod_cleaned_volumes_errors",
             "volumed_plugin_operations_total",
             "volumed_unmounted_outside_total",
+            "volumed_nested_mounts_left_total",
             "volumed_reconstruct_decisions_total",
         ];
         for n in names {

@@ -2,7 +2,10 @@
 //! `storage_operation_duration_seconds`, `volume_manager_total_volumes`,
 //! orphan-cleanup and forced-cleanup series (exact names and labels,
 //! `reference/kubelet-behaviour.md` §5), and volumed's own
-//! `volumed_plugin_operations_total` and `volumed_unmounted_outside_total`.
+//! `volumed_plugin_operations_total`, `volumed_unmounted_outside_total` and
+//! `volumed_nested_mounts_left_total{plugin}` (+1 per TearDown attempt that
+//! found mounts beneath a directory volume and left it in place: the
+//! operation fails and is retried, so a steady rate means a stuck volume).
 
 use std::time::Duration;
 
@@ -27,6 +30,8 @@ pub struct OperationMetrics {
     pub plugin_operations: IntCounterVec,
     /// `volumed_unmounted_outside_total`
     pub unmounted_outside: IntCounter,
+    /// `volumed_nested_mounts_left_total{plugin}`
+    pub nested_mounts_left: IntCounterVec,
     /// `volume_manager_total_volumes{plugin_name,state}`
     pub total_volumes: IntGaugeVec,
     /// `force_cleaned_failed_volume_operations_total`
@@ -88,6 +93,15 @@ impl OperationMetrics {
                 "Targets the journal knew mounted that were found unmounted outside volumed.",
             )
         })?;
+        let nested_mounts_left = register(r, "volumed_nested_mounts_left_total", || {
+            IntCounterVec::new(
+                Opts::new(
+                    "volumed_nested_mounts_left_total",
+                    "TearDowns that found mounts beneath a directory volume and left it in place (retried).",
+                ),
+                &["plugin"],
+            )
+        })?;
         let total_volumes = register(r, "volume_manager_total_volumes", || {
             IntGaugeVec::new(
                 Opts::new(
@@ -130,11 +144,13 @@ impl OperationMetrics {
             for op in Operation::ALL {
                 plugin_operations.with_label_values(&[p.as_str(), op.as_str()]);
             }
+            nested_mounts_left.with_label_values(&[p.as_str()]);
         }
         Ok(Self {
             storage_duration,
             plugin_operations,
             unmounted_outside,
+            nested_mounts_left,
             total_volumes,
             force_cleaned,
             force_cleaned_errors,
@@ -147,6 +163,13 @@ impl OperationMetrics {
     pub fn plugin_operation(&self, plugin: PluginName, op: Operation) {
         self.plugin_operations
             .with_label_values(&[plugin.as_str(), op.as_str()])
+            .inc();
+    }
+
+    /// A TearDown left a directory volume in place: mounts are beneath it.
+    pub fn nested_mounts_left(&self, plugin: PluginName) {
+        self.nested_mounts_left
+            .with_label_values(&[plugin.as_str()])
             .inc();
     }
 

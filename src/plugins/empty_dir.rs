@@ -15,9 +15,12 @@
 //! medium): a tmpfs is unmounted and its directory removed; a disk emptyDir
 //! is first renamed to `<vol>.deleting~<seq>` (so a re-added pod never sees a
 //! half-emptied dir), then deleted on its own filesystem, stopping at any
-//! nested mount root (those are returned as left behind); then the ready
-//! marker goes. [`EmptyDirPlugin::finish_pending`] completes deletions a
-//! crash interrupted.
+//! mount root that appeared since the check (returned as left behind); then
+//! the ready marker goes. A disk emptyDir with a mount beneath it is neither
+//! renamed (the mount would move along) nor emptied: the TearDown fails
+//! with [`PluginError::MountsBeneath`] and is retried until the mount is
+//! gone. [`EmptyDirPlugin::finish_pending`] completes deletions a crash
+//! interrupted.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,6 +195,24 @@ impl EmptyDirPlugin {
                 op: op.op,
                 volume: op.volume.clone(),
                 path: target.to_owned(),
+            });
+        }
+        // A mount below the dir would be carried along by the rename to the
+        // `.deleting~` path (someone else's mount, moved where nobody looks
+        // for it). The dir stays, and the TearDown fails, final (nothing
+        // changed): the volume stays in the ASW as mounted, the pod carries
+        // the error, and the reconciler retries with backoff until the mounts
+        // are gone. A success would claim the data was deleted.
+        let nested: Vec<PathBuf> = table
+            .stacks_under(target)
+            .map(|s| s.mount_point().to_owned())
+            .collect();
+        if !nested.is_empty() {
+            return Err(PluginError::MountsBeneath {
+                op: op.op,
+                volume: op.volume.clone(),
+                path: target.to_owned(),
+                mounts: nested,
             });
         }
         let mut renamed = None;

@@ -333,24 +333,16 @@ fn tmpfs_teardown_unmounts_then_removes_the_dir_and_the_marker() {
 }
 
 #[test]
-fn disk_teardown_renames_then_deletes_and_leaves_nested_mounts_alone() {
+fn disk_teardown_renames_then_deletes() {
     let sys = host();
     let pa = params(TargetKind::Dir, None);
     plugin().setup(&disk(), &pa, &sys).unwrap();
     sys.add(format!("{TARGET}/data/file"), FileKind::File);
-    sys.add(format!("{TARGET}/mnt/inside"), FileKind::File);
-    sys.preset_mount(
-        None,
-        &p(TARGET).join("mnt"),
-        Some("tmpfs"),
-        MsFlags::empty(),
-        None,
-    )
-    .unwrap();
     sys.clear_calls();
     let out = plugin().teardown(&pa, &sys).unwrap();
     let deleting = format!("{TARGET}.deleting~7");
-    assert_eq!(out.left_behind, vec![p(&deleting).join("mnt")]);
+    assert_eq!(out.action, Action::Performed);
+    assert!(out.left_behind.is_empty());
     assert_eq!(
         sys.mutations()[0],
         SysCall::Rename {
@@ -359,14 +351,57 @@ fn disk_teardown_renames_then_deletes_and_leaves_nested_mounts_alone() {
         }
     );
     assert!(!sys.exists(TARGET));
-    assert!(!sys.exists(format!("{deleting}/data")));
-    assert!(sys.exists(format!("{deleting}/mnt/inside")));
+    assert!(!sys.exists(&deleting));
     assert!(!sys.exists(MARKER));
+}
+
+/// A mount anywhere below a disk emptyDir: the rename would carry it to
+/// the `.deleting~` path. The dir is left where it is, untouched, and the
+/// TearDown fails (final) naming the mount, to be retried once it is gone.
+#[test]
+fn a_disk_teardown_with_a_mount_beneath_leaves_everything_where_it_is() {
+    let sys = host();
+    let pa = params(TargetKind::Dir, None);
+    plugin().setup(&disk(), &pa, &sys).unwrap();
+    sys.add(format!("{TARGET}/data/file"), FileKind::File);
+    sys.add(format!("{TARGET}/x/mnt/inside"), FileKind::File);
+    let nested = p(TARGET).join("x/mnt");
+    sys.preset_mount(None, &nested, Some("tmpfs"), MsFlags::empty(), None)
+        .unwrap();
+    sys.clear_calls();
+    let e = plugin().teardown(&pa, &sys).unwrap_err();
     assert!(
-        !sys.calls()
-            .iter()
-            .any(|c| matches!(c, SysCall::ReadDirBeneath { rel, .. } if rel.starts_with("mnt")))
+        matches!(&e, PluginError::MountsBeneath { path, mounts, .. }
+            if path == Path::new(TARGET) && mounts == std::slice::from_ref(&nested)),
+        "{e}"
     );
+    assert_eq!(e.certainty(), Certainty::Final);
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("{TARGET}/x/mnt")), "{msg}");
+    assert_eq!(
+        sys.mutations(),
+        vec![],
+        "nothing renamed, deleted or unmounted"
+    );
+    assert!(sys.exists(format!("{TARGET}/data/file")));
+    assert!(sys.exists(MARKER));
+    assert_eq!(
+        sys.mounts()
+            .iter()
+            .map(|m| m.target.clone())
+            .collect::<Vec<_>>(),
+        vec![nested.clone()],
+        "the mount is where it was"
+    );
+
+    // once it is unmounted, the retry deletes the dir
+    sys.umount2_beneath(
+        Beneath::split(Path::new("/k"), &nested).unwrap(),
+        MntFlags::empty(),
+    )
+    .unwrap();
+    plugin().teardown(&pa, &sys).unwrap();
+    assert!(!sys.exists(TARGET));
 }
 
 #[test]

@@ -210,6 +210,24 @@ pub enum PluginError {
         /// the target
         path: PathBuf,
     },
+    /// mounts exist below a directory target: it is neither renamed (that
+    /// would carry them along) nor emptied, and stays until they are gone
+    #[error(
+        "{} {volume}: {} mount(s) beneath {path} ({}); leaving it in place, neither renamed nor emptied, until they are unmounted",
+        .op.as_str(),
+        .mounts.len(),
+        .mounts.iter().map(|m| m.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    MountsBeneath {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the target
+        path: PathBuf,
+        /// the mount points below it
+        mounts: Vec<PathBuf>,
+    },
     /// a device target a pod still uses (a mount under `pods/` shares its
     /// device): forced cleanup leaves it
     #[error("{} {volume}: {path} is in use by {user}; refusing to unmount it", .op.as_str())]

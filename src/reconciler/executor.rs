@@ -433,6 +433,13 @@ impl Executor {
         let result = f(&permit);
         r.ran.push(op);
         self.metrics.ops.plugin_operation(params.plugin, op);
+        if let Err(PluginError::MountsBeneath { path, mounts, .. }) = &result {
+            // the job's error is logged and shown as the pod's; this says
+            // which mounts hold the volume dir, and counts it
+            tracing::warn!(volume = %params.volume, path = %path.display(), ?mounts,
+                "mounts beneath a volume dir: left in place, neither renamed nor emptied");
+            self.metrics.ops.nested_mounts_left(params.plugin);
+        }
         if result.is_ok() {
             failpoint::hit(&format!("{}.after_op", op.as_str()));
         }
@@ -1061,5 +1068,50 @@ mod tests {
             &report.updates[..],
             [AswUpdate::PodRemoved { .. }]
         ));
+    }
+
+    /// A disk emptyDir with a foreign mount beneath it: the TearDown fails,
+    /// final, naming the mount; the journal says so, the ASW keeps the pod
+    /// (no update), and `volumed_nested_mounts_left_total` counts it.
+    #[test]
+    fn a_teardown_refused_for_a_nested_mount_is_a_final_failure_and_counted() {
+        let f = fixture();
+        let disk = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: None,
+        };
+        let w = want(disk, "p1", "scratch");
+        assert_eq!(f.exec.run(&mount_job(&f, w.clone(), false)).error, None);
+        let params = pod_params(&f.layout, &w);
+        let nested = params.pod_mount_path.as_deref().unwrap().join("m");
+        f.sys.add(&nested, crate::host::sys::FileKind::Dir);
+        f.sys
+            .preset_mount(
+                None,
+                &nested,
+                Some("tmpfs"),
+                crate::host::sys::MsFlags::empty(),
+                None,
+            )
+            .unwrap();
+        let report = f.exec.run(&Job::TearDown {
+            params: params.into(),
+        });
+        let error = report.error.expect("the teardown fails");
+        assert!(error.contains(&nested.display().to_string()), "{error}");
+        assert!(report.updates.is_empty(), "{:?}", report.updates);
+        let last = records(&f).pop().unwrap();
+        assert!(
+            matches!(&last.body, Body::Outcome { result: OpResult::FailedFinal(e), .. } if *e == error),
+            "{last:?}"
+        );
+        let counted = f
+            .exec
+            .metrics
+            .ops
+            .nested_mounts_left
+            .with_label_values(&[PluginName::EmptyDir.as_str()])
+            .get();
+        assert_eq!(counted, 1);
     }
 }

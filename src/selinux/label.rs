@@ -111,24 +111,31 @@ impl PodSeLinux {
 /// The file label a container's options translate to, as go-selinux's
 /// `InitLabels` builds the mount label: the options' `user` and `level`,
 /// the defaults' role and type (a pod's `role` and `type` name its
-/// *process*, not its files). Every blank comes from the host's defaults,
-/// the level included — where the kubelet would allocate a random MCS pair
-/// that the container runtime does not know, volumed takes the policy's
-/// default level (`s0`), which every container's categories dominate.
+/// *process*, not its files), blanks in `user` from the host's defaults.
+///
+/// `None` without a `level` (seed 002: the kubelet knows a pod's context only
+/// when "at least `SELinuxOptions.Level` is set"). The kubelet gives no label
+/// for unset options too; for options without a level it would allocate a
+/// random MCS pair that the container runtime does not know, so the pod
+/// could not read its own volume: volumed mounts such volumes without
+/// `context=` instead.
 pub fn file_label(
     options: Option<&SeLinuxOptions>,
     defaults: &FileDefaults,
-) -> Result<SeLinuxContext, String> {
-    let empty = SeLinuxOptions::default();
-    let o = options.unwrap_or(&empty);
+) -> Result<Option<SeLinuxContext>, String> {
+    let Some(o) = options else {
+        return Ok(None);
+    };
+    let Some(level) = o.level.as_deref() else {
+        return Ok(None);
+    };
     let label = format!(
-        "{}:{}:{}:{}",
+        "{}:{}:{}:{level}",
         o.user.as_deref().unwrap_or(&defaults.user),
         defaults.role,
         defaults.type_,
-        o.level.as_deref().unwrap_or(&defaults.level),
     );
-    SeLinuxContext::parse(&label).map_err(|_| {
+    SeLinuxContext::parse(&label).map(Some).map_err(|_| {
         format!(
             "failed to construct SELinux label from context {o}: {label:?} is not a valid label"
         )
@@ -260,7 +267,9 @@ pub fn volume_label(
         },
         ..VolumeLabel::default()
     };
-    let mut label: Option<SeLinuxContext> = None;
+    // `None` until a container that mounts the volume is seen; then that
+    // container's label, itself `None` when its options set no level.
+    let mut label: Option<Option<SeLinuxContext>> = None;
     for (container, options) in pod.options_for(outer_name) {
         let this = match file_label(options, defaults) {
             Ok(l) => l,
@@ -276,16 +285,26 @@ pub fn volume_label(
         match &label {
             None => label = Some(this),
             Some(first) if *first != this => {
+                // as the kubelet: a container without a label and one with
+                // a label are two labels ("" and L)
+                let show = |l: &Option<SeLinuxContext>| {
+                    l.as_ref().map_or("", SeLinuxContext::as_str).to_owned()
+                };
                 return with_problem(
                     none,
                     ProblemKind::PodContextMismatch,
                     supported,
-                    format!("volume {outer_name:?}: multiple SELinux labels found: {first},{this}"),
+                    format!(
+                        "volume {outer_name:?}: multiple SELinux labels found: {},{}",
+                        show(first),
+                        show(&this)
+                    ),
                 );
             }
             Some(_) => {}
         }
     }
+    let label = label.flatten();
     if !plugin {
         return VolumeLabel::default();
     }

@@ -107,10 +107,53 @@ fn the_label_comes_from_the_containers_that_mount_the_volume_with_blanks_from_th
             problem: None,
         },
         Row {
-            what: "no options anywhere: the host's default label",
+            what: "no options anywhere: no label (seed 002, the kubelet's \"\")",
             pod: pod(None, None),
-            want: Some("system_u:object_r:container_file_t:s0"),
+            want: None,
             problem: None,
+        },
+        Row {
+            what: "user, role and type without a level: no label",
+            pod: PodSeLinux {
+                pod: Some(SeLinuxOptions {
+                    level: None,
+                    ..staff.clone()
+                }),
+                change_policy: None,
+                containers: vec![container("c", None, &[VOL])],
+            },
+            want: None,
+            problem: None,
+        },
+        Row {
+            what: "container options without a level replace a pod level: no label",
+            pod: PodSeLinux {
+                pod: Some(level("s0:c1,c2")),
+                change_policy: None,
+                containers: vec![container(
+                    "c",
+                    Some(SeLinuxOptions {
+                        user: Some("staff_u".into()),
+                        ..SeLinuxOptions::default()
+                    }),
+                    &[VOL],
+                )],
+            },
+            want: None,
+            problem: None,
+        },
+        Row {
+            what: "one container without a level, one with: two labels, the pod context mismatch",
+            pod: PodSeLinux {
+                pod: None,
+                change_policy: None,
+                containers: vec![
+                    container("a", None, &[VOL]),
+                    container("b", Some(level("s0:c3,c4")), &[VOL]),
+                ],
+            },
+            want: None,
+            problem: Some((ProblemKind::PodContextMismatch, true)),
         },
         Row {
             what: "container options replace the pod's as a whole; user and level kept, role and type name the process",
@@ -396,7 +439,7 @@ fn the_kubelets_multiple_pods_truth_table() {
         Vec<Added>,
         Option<&'a str>,
     );
-    let rows: Vec<Case> = vec![
+    let mut rows: Vec<Case> = vec![
         (
             "RWOP, same label",
             &only_rwop,
@@ -494,6 +537,43 @@ fn the_kubelets_multiple_pods_truth_table() {
             Some(l1),
         ),
     ];
+    // Not in the kubelet's table, but its rule: a pod without a level has
+    // the label "", which differs from any other.
+    let no_level = || pod(None, None);
+    rows.extend([
+        (
+            "RWOP: no level, then a level",
+            &only_rwop,
+            &rwop,
+            vec![no_level(), p(a, None)],
+            vec![Ok, Error],
+            None,
+        ),
+        (
+            "RWOP: a level, then no level",
+            &only_rwop,
+            &rwop,
+            vec![p(a, None), no_level()],
+            vec![Ok, Error],
+            Some(l1),
+        ),
+        (
+            "RWOP: no level twice",
+            &only_rwop,
+            &rwop,
+            vec![no_level(), no_level()],
+            vec![Ok, Ok],
+            None,
+        ),
+        (
+            "RWX with only the RWOP gate: no level, then a level, a warning",
+            &only_rwop,
+            &rwx,
+            vec![no_level(), p(a, None)],
+            vec![Ok, Warning],
+            None,
+        ),
+    ]);
     for (what, policy, spec, pods, want, label) in rows {
         let (got, got_label) = add_all(policy, spec, &pods);
         assert_eq!(got, want, "{what}");
@@ -532,11 +612,26 @@ fn problems_are_warnings_where_the_volume_does_not_support_selinux_mounts() {
 }
 
 #[test]
-fn file_label_fills_blanks_from_the_defaults() {
+fn file_label_needs_a_level_and_fills_other_blanks_from_the_defaults() {
     let d = FileDefaults::default();
+    assert_eq!(file_label(None, &d), Ok(None), "no options: no label");
+    let no_level = SeLinuxOptions {
+        user: Some("staff_u".into()),
+        role: Some("staff_r".into()),
+        type_: Some("spc_t".into()),
+        level: None,
+    };
     assert_eq!(
-        file_label(None, &d).unwrap().as_str(),
-        "system_u:object_r:container_file_t:s0"
+        file_label(Some(&no_level), &d),
+        Ok(None),
+        "no level: no label"
+    );
+    assert_eq!(
+        file_label(Some(&level("s0:c1,c2")), &d)
+            .unwrap()
+            .map(|l| l.as_str().to_owned())
+            .as_deref(),
+        Some("system_u:object_r:container_file_t:s0:c1,c2")
     );
     let custom = FileDefaults {
         user: "u".into(),
@@ -545,7 +640,13 @@ fn file_label_fills_blanks_from_the_defaults() {
         level: "s0:c0".into(),
         source: "test".into(),
     };
-    assert_eq!(file_label(None, &custom).unwrap().as_str(), "u:r:t:s0:c0");
+    assert_eq!(
+        file_label(Some(&level("s0:c5")), &custom)
+            .unwrap()
+            .map(|l| l.as_str().to_owned())
+            .as_deref(),
+        Some("u:r:t:s0:c5")
+    );
     let e = file_label(Some(&level("s0:c1\",c2")), &d).unwrap_err();
     assert!(e.contains("failed to construct SELinux label"), "{e}");
 }
