@@ -446,7 +446,7 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
 /// Spaces between two columns (kubectl's tabwriter padding).
 const COLUMN_GAP: usize = 3;
 
-fn cells<const N: usize>(headers: [&str; N]) -> Vec<String> {
+pub(crate) fn cells<const N: usize>(headers: [&str; N]) -> Vec<String> {
     headers.map(str::to_owned).into()
 }
 
@@ -455,7 +455,7 @@ fn cells<const N: usize>(headers: [&str; N]) -> Vec<String> {
 /// [`COLUMN_GAP`], so each column starts at the same offset on every row
 /// whatever the names' lengths (an emptyDir's unique name carries the pod
 /// UID); the last column is free text and not padded.
-fn columns(rows: &[Vec<String>]) -> String {
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = Vec::new();
     for row in rows {
         let padded = row.len().saturating_sub(1);

@@ -268,27 +268,26 @@ pub fn render_table(r: &ReconstructReport) -> String {
     if let Some(note) = &r.journal_note {
         let _ = writeln!(out, "note: {note}");
     }
-    let _ = writeln!(
-        out,
-        "\n{:<11}  {:<21}  {:<40}  {:<6}  {:<36}  {:<5}  {:<28}  {:<13}  {:<8}  path",
-        "DECISION", "REASON", "VOLUME", "TARGET", "POD", "KIND", "JOURNAL", "HOST", "BOOT"
-    );
+    // sized to the content: an emptyDir's unique name carries its pod UID
+    let mut rows = vec![crate::dump::cells([
+        "DECISION", "REASON", "VOLUME", "TARGET", "POD", "KIND", "JOURNAL", "HOST", "BOOT", "PATH",
+    ])];
     for t in &r.targets {
-        let _ = writeln!(
-            out,
-            "{:<11}  {:<21}  {:<40}  {:<6}  {:<36}  {:<5}  {:<28}  {:<13}  {:<8}  {}",
-            t.decision,
-            t.reason,
-            t.volume,
-            t.target,
-            t.pod_uid.as_deref().unwrap_or("-"),
-            t.kind,
-            t.journal_says,
-            t.host_says,
-            t.boot,
-            t.path.as_deref().unwrap_or("-"),
-        );
+        rows.push(vec![
+            t.decision.to_string(),
+            t.reason.to_string(),
+            t.volume.to_string(),
+            t.target.to_string(),
+            t.pod_uid.as_deref().unwrap_or("-").to_owned(),
+            t.kind.to_string(),
+            t.journal_says.to_string(),
+            t.host_says.to_string(),
+            t.boot.to_string(),
+            t.path.as_deref().unwrap_or("-").to_owned(),
+        ]);
     }
+    out.push('\n');
+    out.push_str(&crate::dump::columns(&rows));
     if !r.failed.is_empty() {
         let _ = writeln!(out, "\nfailed to rebuild ({}):", r.failed.len());
         for f in &r.failed {
@@ -340,4 +339,50 @@ pub fn render_table(r: &ReconstructReport) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(volume: &str, pod: Option<&str>) -> TargetRow {
+        TargetRow {
+            volume: volume.into(),
+            target: if pod.is_some() { "pod" } else { "device" },
+            pod_uid: pod.map(str::to_owned),
+            kind: "mount",
+            path: Some(format!("/r/{volume}")),
+            journal_says: "mounted".into(),
+            host_says: "matches",
+            boot: "same",
+            decision: "mounted",
+            reason: "journal_and_host_agree",
+            observed: None,
+        }
+    }
+
+    #[test]
+    fn the_table_lines_up_whatever_the_names_length() {
+        let long = "kubernetes.io/empty-dir/0f3a9c1e-5b7d-4e2a-9c8b-1d2e3f4a5b6c-cache";
+        let r = ReconstructReport {
+            boot_id: "b".into(),
+            journal: "on",
+            journal_note: None,
+            targets: vec![row("pv1", None), row(long, Some("0f3a9c1e"))],
+            failed: vec![],
+            unmounted_outside: vec![],
+            orphan_leftovers: vec![],
+            problems: vec![],
+        };
+        let t = render_table(&r);
+        let mut lines = t.lines().skip_while(|l| !l.starts_with("DECISION"));
+        let head = lines.next().unwrap_or_else(|| panic!("no header in\n{t}"));
+        let path_at = head.find("PATH").unwrap();
+        let host_at = head.find("HOST").unwrap();
+        for line in lines.take(2) {
+            assert_eq!(line.find("/r/"), Some(path_at), "{t}");
+            assert_eq!(line.find("matches"), Some(host_at), "{t}");
+        }
+        assert!(t.contains(long), "{t}");
+    }
 }
