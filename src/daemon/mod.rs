@@ -15,8 +15,11 @@
 //! 5. Stop: no new operation starts, in-flight ones finish, the journal is
 //!    flushed by the caller.
 //!
-//! Threads: the loop (all decisions), a small worker pool (the executor's
-//! blocking syscalls and journal appends), and the source poller. The HTTP
+//! Threads: the loop (all decisions: a pure [`core`] stepped by the
+//! [`event_loop`] driver), a small worker pool (the executor's blocking
+//! syscalls and journal appends), the loop's journal thread (flushes,
+//! checkpoints, `Forget` records) and host thread (orphan sweeps, malloc
+//! trims), the source poller and the pod-dir walk. The HTTP
 //! server runs on the caller's tokio runtime and reads through
 //! [`Daemon::provider`].
 
