@@ -19,148 +19,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
-use crate::model::{Layout, Operation, PluginName, PodUid, TargetRef, UniqueVolumeName};
-use crate::reconciler::executor::{Job, JobReport};
+use crate::model::{Layout, Operation, PluginName, PodUid, UniqueVolumeName};
+use crate::reconciler::executor::JobReport;
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::{OpKey, Pending};
 use crate::reconciler::plan::{Action, plan};
-use crate::reconstruct::{FailedTarget, MergeOutput, apply_to_asw};
+use crate::reconstruct::{FailedTarget, apply_to_asw};
 use crate::selinux::Policy;
-use crate::sources::{DesiredPod, SourceEvent, apply_event};
-use crate::state::{ActualStateOfWorld, DesiredStateOfWorld, UnmountedOutside};
+use crate::sources::DesiredPod;
 
-/// Everything that can wake the loop.
-#[derive(Debug)]
-pub enum Event {
-    /// the pod sources changed
-    Sources(Vec<SourceEvent>),
-    /// a job finished
-    JobDone(JobReport),
-    /// stop: finish in-flight work, start nothing new
-    Stop,
-    /// reconstruction's phase 2 (the pod-dir walk) finished, with the
-    /// targets it found unmounted outside volumed (already logged)
-    Leftovers(Box<MergeOutput>, Vec<UnmountedOutside>),
-    /// an effect the driver performed finished
-    Done(Completion),
-}
-
-/// How an effect ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Completion {
-    /// a job was not handed to a worker: no parameters known for it, or
-    /// the workers are gone (`workers_gone`)
-    NotStarted {
-        /// its key
-        key: OpKey,
-        /// a forced cleanup
-        forced: bool,
-        /// the workers are gone: the loop stops
-        workers_gone: bool,
-    },
-    /// the outcomes appended without waiting are durable, or the flush
-    /// failed (the journal is closed for good)
-    Flushed(Result<(), String>),
-    /// a checkpoint through this sequence number was written, or failed
-    Checkpointed(Result<u64, String>),
-    /// a `Forget` is durable (`ok`) or was refused; `key` when the plan
-    /// decided it (the volume stays busy until then)
-    Forgotten {
-        /// the planned forget's key
-        key: Option<OpKey>,
-        /// whether every record was appended
-        ok: bool,
-    },
-    /// an orphan sweep finished
-    Swept,
-    /// the allocator was trimmed
-    Trimmed,
-}
-
-/// The caches the loop mutates and the HTTP provider reads.
-#[derive(Debug, Default)]
-pub struct World {
-    /// desired state
-    pub dsw: DesiredStateOfWorld,
-    /// actual state
-    pub asw: ActualStateOfWorld,
-    /// what reconstruction found unmounted outside volumed (`/debug/state`)
-    pub unmounted_outside: Vec<UnmountedOutside>,
-    /// every pod source has listed (`/readyz`; see [`Phase::ready`])
-    pub ready: bool,
-}
-
-/// A journal write the loop decided (performed in order on one thread).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JournalWork {
-    /// make the outcomes the workers appended without waiting durable
-    Flush,
-    /// write a checkpoint
-    Checkpoint,
-    /// forget the volume's targets the journal has as not mounted (the
-    /// plan's `Forget`: the volume left the ASW)
-    ForgetVolume {
-        /// its key, busy until this is done
-        key: OpKey,
-        /// the volume
-        volume: UniqueVolumeName,
-    },
-    /// forget one target (after a forced cleanup ran)
-    ForgetTarget {
-        /// the name it was journaled under
-        volume: UniqueVolumeName,
-        /// the target
-        target: TargetRef,
-    },
-}
-
-/// Host work the loop decided (on its own thread: a hung filesystem must
-/// not hold back the journal).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostWork {
-    /// sweep orphaned pod dirs; `known` holds every pod the DSW or ASW knows
-    Sweep {
-        /// pods not to be touched
-        known: BTreeSet<PodUid>,
-    },
-    /// give freed memory back to the kernel
-    Trim,
-}
-
-/// What the driver does for a step.
-#[derive(Debug)]
-pub enum Effect {
-    /// hand a job to the workers; `announce`: append its first intent
-    /// (unflushed) first, so the jobs of one pass share flushes
-    Start {
-        /// the job
-        job: Job,
-        /// append its intent ahead
-        announce: bool,
-    },
-    /// a teardown: built from the journal's last parameters for the target
-    /// when it has them, else `fallback` (from the ASW), then started as
-    /// [`Effect::Start`] with `announce`
-    StartTearDown {
-        /// the planned teardown
-        action: Action,
-        /// the job as the ASW describes it
-        fallback: Option<Job>,
-    },
-    /// a journal write
-    Journal(JournalWork),
-    /// host work
-    Host(HostWork),
-}
-
-/// What the driver read from shared counters before the step.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Observed {
-    /// jobs sent that no worker has taken yet
-    pub queued_jobs: usize,
-    /// the journal's synced-through watermark
-    pub synced_through: u64,
-}
+pub use super::effects::{Completion, Effect, Event, HostWork, JournalWork, Observed, World};
 
 /// Where startup and shutdown stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -500,58 +368,6 @@ impl Core {
         }
     }
 
-    /// Applies source events to the DSW, counts their SELinux metrics, and
-    /// retries the pods refused for a label once any other pod changed.
-    ///
-    /// Pods that already have targets in the ASW are applied before new
-    /// ones: after a restart the pod that holds a volume's label keeps it,
-    /// and a newcomer with another label is the one refused (never the
-    /// other way round, which would unmount a running pod's volume).
-    fn apply_sources(&mut self, w: &mut World, events: Vec<SourceEvent>) {
-        let events = holders_first(events, &w.asw);
-        let mut others_changed = false;
-        for e in events {
-            let pod = match &e {
-                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => Some(p.clone()),
-                SourceEvent::PodRemoved(uid) => {
-                    self.refused.remove(uid);
-                    others_changed = true;
-                    None
-                }
-                SourceEvent::SourcesReady => None,
-            };
-            let applied = apply_event(&mut w.dsw, e, &self.cfg.selinux);
-            for m in &applied.metrics {
-                self.metrics.selinux.record(m);
-            }
-            if let Some(p) = pod {
-                if applied.refused {
-                    self.refused.insert(p.uid.clone(), p);
-                } else {
-                    self.refused.remove(&p.uid);
-                    others_changed = true;
-                }
-            }
-        }
-        if !others_changed {
-            return;
-        }
-        let mut admitted = Vec::new();
-        for p in self.refused.values() {
-            let again = SourceEvent::PodUpdated(p.clone());
-            let applied = apply_event(&mut w.dsw, again, &self.cfg.selinux);
-            for m in &applied.metrics {
-                self.metrics.selinux.record(m);
-            }
-            if !applied.refused {
-                admitted.push(p.uid.clone());
-            }
-        }
-        for uid in admitted {
-            self.refused.remove(&uid);
-        }
-    }
-
     /// One pass: what `plan` decides is started (its key marked running);
     /// a `Forget` drops the volume from the ASW here and its journal
     /// targets on the journal's thread (the volume busy until then).
@@ -712,30 +528,6 @@ fn update_gauges(metrics: &Metrics, w: &World) {
         counts.push((p, "desired_state_of_world", n));
     }
     metrics.ops.set_total_volumes(&counts);
-}
-
-/// `events` with the additions and updates of pods that have a target in
-/// the ASW moved before those of pods that have none; otherwise in order
-/// (removals stay first, `SourcesReady` stays last).
-pub(super) fn holders_first(
-    events: Vec<SourceEvent>,
-    asw: &ActualStateOfWorld,
-) -> Vec<SourceEvent> {
-    let is_pod =
-        |e: &SourceEvent| matches!(e, SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_));
-    if events.iter().filter(|e| is_pod(e)).count() < 2 {
-        return events;
-    }
-    let holders: BTreeSet<&PodUid> = asw.possibly_mounted_iter().map(|(_, p, _)| p).collect();
-    let rank = |e: &SourceEvent| match e {
-        SourceEvent::PodRemoved(_) => 0,
-        SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if holders.contains(&p.uid) => 1,
-        SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_) => 2,
-        SourceEvent::SourcesReady => 3,
-    };
-    let mut ranked: Vec<(u8, SourceEvent)> = events.into_iter().map(|e| (rank(&e), e)).collect();
-    ranked.sort_by_key(|(r, _)| *r);
-    ranked.into_iter().map(|(_, e)| e).collect()
 }
 
 #[cfg(test)]

@@ -2,8 +2,13 @@
 //! kernel, no thread, no journal.
 
 use super::*;
+use crate::daemon::admit::holders_first;
+use crate::model::PluginName;
 use crate::model::{PodVolume, StorageMedium, VolumeSpec};
 use crate::reconciler::executor::AswUpdate;
+use crate::reconciler::executor::Job;
+use crate::sources::SourceEvent;
+use crate::state::ActualStateOfWorld;
 use crate::state::{PodMount, SeLinuxState};
 
 fn ms(t0: Instant, n: u64) -> Instant {

@@ -23,7 +23,9 @@
 //! server runs on the caller's tokio runtime and reads through
 //! [`Daemon::provider`].
 
+mod admit;
 pub mod core;
+pub mod effects;
 pub mod event_loop;
 pub mod forced;
 pub mod orphans;
