@@ -1,56 +1,38 @@
-//! The reconciler's event loop: one thread that owns every decision. It
-//! wakes on a closed set of [`Event`]s — sources changed, a job finished, a
-//! stop was asked — or when a backoff window closes, with a slow resync as
-//! the safety net (no 100 ms poll over every volume). Each wake it applies
-//! finished jobs to the ASW, plans (`reconciler::plan`) and starts what is
-//! not busy on the worker pool — except when the wake brought only jobs
-//! that succeeded while started jobs still wait for a worker: a pass then
-//! could only queue work behind them, so it waits for the job that empties
-//! the queue (one pass per finished job made the loop O(volumes) per job).
+//! The reconciler loop's driver: the thread that owns every decision, and
+//! the threads that carry out the slow ones. It waits for the next
+//! [`Event`] (or the core's next deadline), locks the [`World`] only for
+//! [`Core::step`] — in-memory changes, never a journal write or a syscall —
+//! and performs the returned effects after unlocking:
+//!
+//! - jobs go to the worker pool (the intent of a job's first step appended
+//!   first, unflushed, on this thread: a sled insert, no flush);
+//! - journal work (flush, checkpoint, `Forget` records) goes to the journal
+//!   thread, in order;
+//! - host work (orphan sweep, malloc trim) goes to the host thread;
+//!
+//! and each completion comes back as an [`Event::Done`]. So a slow flush, a
+//! hung sweep or a two-minute mount delays neither another volume's
+//! decisions nor `/readyz`, `/metrics` or `/debug/state`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
-use crate::model::{Layout, MountState, PluginName, PodUid, TargetRef, UniqueVolumeName};
-use crate::reconciler::executor::{Executor, JobReport, Queued};
-use crate::reconciler::jobs::{apply_update, job_for};
-use crate::reconciler::pending::Pending;
-use crate::reconciler::plan::{Action, plan};
-use crate::reconstruct::{MergeOutput, apply_to_asw};
+use crate::model::{Layout, MountState, TargetRef, UniqueVolumeName};
+use crate::reconciler::executor::{Executor, Job, Queued};
+use crate::reconciler::jobs::journal_job;
+use crate::reconstruct::FailedTarget;
 use crate::selinux::Policy;
-use crate::sources::{DesiredPod, SourceEvent, apply_event};
-use crate::state::{ActualStateOfWorld, DesiredStateOfWorld};
 
-/// Everything that can wake the loop.
-#[derive(Debug)]
-pub enum Event {
-    /// the pod sources changed
-    Sources(Vec<SourceEvent>),
-    /// a job finished
-    JobDone(JobReport),
-    /// stop: finish in-flight jobs, start nothing new
-    Stop,
-    /// reconstruction's phase 2 (the pod-dir walk) finished, with the
-    /// targets it found unmounted outside volumed (already logged)
-    Leftovers(Box<MergeOutput>, Vec<crate::state::UnmountedOutside>),
-}
-
-/// The caches the loop mutates and the HTTP provider reads.
-#[derive(Debug, Default)]
-pub struct World {
-    /// desired state
-    pub dsw: DesiredStateOfWorld,
-    /// actual state
-    pub asw: ActualStateOfWorld,
-    /// what reconstruction found unmounted outside volumed (`/debug/state`)
-    pub unmounted_outside: Vec<crate::state::UnmountedOutside>,
-}
+pub use super::core::{
+    Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, World,
+};
+use super::{DaemonError, spawn};
 
 /// Loop settings.
 #[derive(Debug, Clone)]
@@ -63,56 +45,9 @@ pub struct LoopConfig {
     pub checkpoint_every: u64,
     /// the SELinux label rules
     pub selinux: Policy,
+    /// worker threads for operations
+    pub workers: usize,
 }
-
-/// The loop's owned state.
-pub struct EventLoop {
-    pub(super) cfg: LoopConfig,
-    pub(super) world: Arc<Mutex<World>>,
-    pub(super) events: Receiver<Event>,
-    pub(super) jobs: Sender<Queued>,
-    /// jobs sent that no worker has taken yet (workers count down)
-    pub(super) queued: Arc<AtomicUsize>,
-    pub(super) journal: Option<Arc<Journal>>,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) pending: Pending,
-    pub(super) stopping: bool,
-    pub(super) last_checkpoint_seq: u64,
-    pub(super) sys: Arc<dyn Sys>,
-    /// reconstruction's pod-dir walk has reported
-    pub(super) leftovers_done: bool,
-    /// when orphans were last swept
-    pub(super) last_sweep: Option<Instant>,
-    /// a pod target went away since the last sweep
-    pub(super) sweep_wanted: bool,
-    /// a job finished or a checkpoint was written since the allocator was
-    /// last trimmed
-    pub(super) trim_due: bool,
-    /// when the allocator was last trimmed
-    pub(super) last_trim: Option<Instant>,
-    /// since when outcomes appended without a flush have been waiting for
-    /// one while jobs were in flight (see `maybe_flush`)
-    pub(super) outcomes_since: Option<Instant>,
-    /// targets reconstruction could not rebuild (both phases), for the
-    /// one-time forced cleanup (`super::forced`)
-    pub(super) failed_reconstructions: Vec<crate::reconstruct::FailedTarget>,
-    /// the forced cleanup has run
-    pub(super) forced_cleanup_done: bool,
-    /// pods refused a volume for their SELinux label, applied again when
-    /// other pods change (see `sources::Applied::refused`)
-    pub(super) refused: BTreeMap<PodUid, DesiredPod>,
-}
-
-/// The allocator is trimmed at most this often, once no job is in flight.
-const TRIM_EVERY: Duration = Duration::from_secs(1);
-/// Outcomes appended without a flush wait at most this long for one while
-/// other jobs keep running (a long mkfs or a hung mount would otherwise
-/// hold them back for as long as it runs).
-const FLUSH_WITHIN: Duration = Duration::from_millis(200);
-/// Orphan sweeps run at most this often.
-const SWEEP_EVERY: Duration = Duration::from_secs(2);
-/// And at least this often once populated.
-const SWEEP_IDLE: Duration = Duration::from_secs(120);
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
     // The world is plain data; every mutation completes before anything
@@ -120,563 +55,373 @@ pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
     world.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl EventLoop {
-    /// Runs until [`Event::Stop`] and every in-flight job has reported.
-    pub fn run(mut self) {
+/// What the loop needs from its caller.
+pub struct LoopParts {
+    /// settings
+    pub cfg: LoopConfig,
+    /// the caches the provider reads
+    pub world: Arc<Mutex<World>>,
+    /// `None`: journal off
+    pub journal: Option<Arc<Journal>>,
+    /// the syscall seam
+    pub sys: Arc<dyn Sys>,
+    /// metrics
+    pub metrics: Arc<Metrics>,
+    /// reconstruction phase 1's failed targets (for the forced cleanup)
+    pub failed: Vec<FailedTarget>,
+    /// where events arrive (the sender side is cloned to every producer)
+    pub events: (Sender<Event>, Receiver<Event>),
+    /// set before [`Event::Stop`] is sent: workers start no queued job
+    pub stopping: Arc<AtomicBool>,
+}
+
+/// Starts the loop, its worker pool and its journal and host threads;
+/// returns their handles (they end once [`Event::Stop`] was handled and
+/// nothing is in flight).
+pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> {
+    let LoopParts {
+        cfg,
+        world,
+        journal,
+        sys,
+        metrics,
+        failed,
+        events: (events_tx, events_rx),
+        stopping,
+    } = parts;
+    let mut threads = Vec::new();
+    let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
+    let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+    let queued = Arc::new(AtomicUsize::new(0));
+    let executor = Arc::new(Executor::new(
+        journal.clone(),
+        sys.clone(),
+        &cfg.layout,
+        metrics.clone(),
+    ));
+    for _ in 0..cfg.workers.max(1) {
+        let (rx, tx, exec) = (jobs_rx.clone(), events_tx.clone(), executor.clone());
+        let (queued, stop) = (queued.clone(), stopping.clone());
+        threads.push(spawn("volumed-worker", move || {
+            worker(&rx, &queued, &tx, &exec, &stop);
+        })?);
+    }
+    let journal_lane = match &journal {
+        Some(j) => {
+            let (tx, rx) = mpsc::channel::<JournalWork>();
+            let (j, events) = (j.clone(), events_tx.clone());
+            threads.push(spawn("volumed-journal", move || {
+                journal_lane(&rx, &j, &events);
+            })?);
+            Some(tx)
+        }
+        None => None,
+    };
+    let host_lane = {
+        let (tx, rx) = mpsc::channel::<HostWork>();
+        let (layout, sys, metrics) = (cfg.layout.clone(), sys.clone(), metrics.clone());
+        let events = events_tx.clone();
+        threads.push(spawn("volumed-host", move || {
+            host_lane(&rx, &layout, sys.as_ref(), &metrics, &events);
+        })?);
+        tx
+    };
+    // The loop must see every producer gone to notice a lost stop.
+    drop(events_tx);
+    let core = Core::new(
+        CoreConfig {
+            layout: cfg.layout.clone(),
+            journal: journal.is_some(),
+            resync: cfg.resync,
+            checkpoint_every: cfg.checkpoint_every,
+            selinux: cfg.selinux.clone(),
+        },
+        metrics,
+        failed,
+        journal.as_ref().map_or(0, |j| j.synced_through()),
+    );
+    let driver = Driver {
+        core,
+        world,
+        events: events_rx,
+        jobs: jobs_tx,
+        queued,
+        journal,
+        journal_lane,
+        host_lane,
+    };
+    threads.push(spawn("volumed-reconciler", move || driver.run())?);
+    Ok(threads)
+}
+
+/// The decision thread.
+struct Driver {
+    core: Core,
+    world: Arc<Mutex<World>>,
+    events: Receiver<Event>,
+    jobs: Sender<Queued>,
+    /// jobs sent that no worker has taken yet (workers count down)
+    queued: Arc<AtomicUsize>,
+    journal: Option<Arc<Journal>>,
+    journal_lane: Option<Sender<JournalWork>>,
+    host_lane: Sender<HostWork>,
+}
+
+impl Driver {
+    /// Runs until the core is finished: stopped, nothing in flight.
+    fn run(mut self) {
+        // Completions the driver produced itself (a job it could not start),
+        // handled at the next step without waiting.
+        let mut feedback: Vec<Event> = Vec::new();
         loop {
-            let now = Instant::now();
-            let mut wake = self
-                .pending
-                .next_retry(now)
-                .map_or(self.cfg.resync, |t| t.saturating_duration_since(now))
-                .min(self.cfg.resync);
-            if self.sweep_wanted
-                && let Some(last) = self.last_sweep
-            {
-                wake = wake.min((last + SWEEP_EVERY).saturating_duration_since(now));
-            }
-            if self.trim_due
-                && let Some(last) = self.last_trim
-            {
-                wake = wake.min((last + TRIM_EVERY).saturating_duration_since(now));
-            }
-            if self.stopping {
-                // only events matter now (the last jobs reporting): no
-                // deadline of work that will not be done, which would spin
-                wake = self.cfg.resync;
-            } else if let Some(since) = self.outcomes_since {
-                wake = wake.min((since + FLUSH_WITHIN).saturating_duration_since(now));
-            }
-            let mut pass_due = match self.events.recv_timeout(wake) {
-                Ok(ev) => self.handle(ev),
-                Err(RecvTimeoutError::Timeout) => true,
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.stopping = true;
-                    true
+            let mut batch = std::mem::take(&mut feedback);
+            let mut orphaned = false;
+            if batch.is_empty() {
+                match self
+                    .events
+                    .recv_timeout(self.core.next_wake(Instant::now()))
+                {
+                    Ok(ev) => batch.push(ev),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        // every producer is gone, workers and threads too:
+                        // nothing more can report
+                        batch.push(Event::Stop);
+                        orphaned = true;
+                    }
                 }
-            };
+            }
             // Take every event already queued before planning once.
-            while let Ok(ev) = self.events.try_recv() {
-                pass_due |= self.handle(ev);
-            }
-            if self.stopping {
-                if self.pending.running() == 0 {
-                    tracing::info!("reconciler stopped: no operation in flight");
-                    return;
-                }
-                continue;
-            }
-            // A job that succeeded while others still wait for a worker
-            // needs no pass yet: whatever its end makes startable would
-            // queue behind them, and the pass (O(volumes)) would run once
-            // per finished job — most of the loop's CPU at a mass start.
-            // The job that empties the queue reports later and brings the
-            // pass (and the gauges) up to date.
-            if pass_due || self.queued.load(Ordering::SeqCst) == 0 {
-                self.reconcile();
-            }
-            self.maybe_force_cleanup();
-            self.maybe_flush();
-            self.maybe_sweep();
-            self.maybe_checkpoint();
-            self.maybe_trim();
-        }
-    }
-
-    /// After a burst of jobs or a checkpoint, once no job is in flight:
-    /// gives the memory they freed back to the kernel (at most every [`TRIM_EVERY`]; an idle
-    /// daemon never trims).
-    fn maybe_trim(&mut self) {
-        if !self.trim_due || self.pending.running() != 0 {
-            return;
-        }
-        let now = Instant::now();
-        if self.last_trim.is_some_and(|t| now < t + TRIM_EVERY) {
-            return;
-        }
-        self.trim_due = false;
-        self.last_trim = Some(now);
-        crate::host::sys::trim_malloc();
-    }
-
-    /// Applies source events to the DSW, counts their SELinux metrics, and
-    /// retries the pods refused for a label once any other pod changed.
-    ///
-    /// Pods that already have targets in the ASW are applied before new
-    /// ones: after a restart the pod that holds a volume's label keeps it,
-    /// and a newcomer with another label is the one refused (never the
-    /// other way round, which would unmount a running pod's volume).
-    fn apply_sources(&mut self, events: Vec<SourceEvent>) {
-        let mut w = lock(&self.world);
-        let events = holders_first(events, &w.asw);
-        let mut others_changed = false;
-        for e in events {
-            let pod = match &e {
-                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => Some(p.clone()),
-                SourceEvent::PodRemoved(uid) => {
-                    self.refused.remove(uid);
-                    others_changed = true;
-                    None
-                }
-                SourceEvent::SourcesReady => None,
+            batch.extend(self.events.try_iter());
+            let obs = Observed {
+                queued_jobs: self.queued.load(Ordering::SeqCst),
+                synced_through: self.journal.as_ref().map_or(0, |j| j.synced_through()),
             };
-            let applied = apply_event(&mut w.dsw, e, &self.cfg.selinux);
-            for m in &applied.metrics {
-                self.metrics.selinux.record(m);
-            }
-            if let Some(p) = pod {
-                if applied.refused {
-                    self.refused.insert(p.uid.clone(), p);
-                } else {
-                    self.refused.remove(&p.uid);
-                    others_changed = true;
-                }
-            }
-        }
-        if !others_changed {
-            return;
-        }
-        let mut admitted = Vec::new();
-        for p in self.refused.values() {
-            let applied = apply_event(
-                &mut w.dsw,
-                SourceEvent::PodUpdated(p.clone()),
-                &self.cfg.selinux,
-            );
-            for m in &applied.metrics {
-                self.metrics.selinux.record(m);
-            }
-            if !applied.refused {
-                admitted.push(p.uid.clone());
-            }
-        }
-        for uid in admitted {
-            self.refused.remove(&uid);
-        }
-    }
-
-    /// Applies one event; true when it calls for a reconcile pass now
-    /// (anything but a job that succeeded).
-    fn handle(&mut self, ev: Event) -> bool {
-        match ev {
-            Event::Stop => self.stopping = true,
-            Event::Leftovers(output, outside) => {
+            let effects = {
                 let mut w = lock(&self.world);
-                for e in apply_to_asw(&output, &mut w.asw) {
-                    tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
-                }
-                w.unmounted_outside.extend(outside);
-                self.failed_reconstructions
-                    .extend(output.failed.iter().cloned());
-                self.leftovers_done = true;
-                self.sweep_wanted = true;
-            }
-            Event::Sources(events) => self.apply_sources(events),
-            Event::JobDone(report) => {
-                self.trim_due = true;
-                let ok = report.error.is_none();
-                self.pending.finish(&report.key, ok, Instant::now());
-                if self.stopping && report.ran.is_empty() && report.updates.is_empty() {
-                    // queued when the stop came: not started, nothing to apply
-                    tracing::debug!(volume = %report.key.volume, "operation not started: stopping");
-                    return false;
-                }
-                if report.ran.contains(&crate::model::Operation::TearDown) {
-                    self.sweep_wanted = true;
-                }
-                if report.forced {
-                    self.forced_done(&report);
-                    return true;
-                }
-                let mut w = lock(&self.world);
-                for u in &report.updates {
-                    if let Err(e) = apply_update(&mut w.asw, u) {
-                        tracing::error!(error = %e, "applying a finished operation to the ASW failed");
-                    }
-                }
-                if let Some(err) = &report.error {
-                    tracing::warn!(volume = %report.key.volume, error = %err, "volume operation failed; backing off");
-                    let pods: BTreeSet<_> = match &report.key.pod {
-                        Some(p) => [p.clone()].into(),
-                        None => w
-                            .dsw
-                            .volume(&report.key.volume)
-                            .map(|v| v.pods.keys().cloned().collect())
-                            .unwrap_or_default(),
-                    };
-                    for p in pods {
-                        w.dsw.add_pod_error(&p, err.clone());
-                    }
-                }
-                return !ok;
-            }
-        }
-        true
-    }
-
-    fn reconcile(&mut self) {
-        let now = Instant::now();
-        let mut w = lock(&self.world);
-        let p = {
-            let pending = &self.pending;
-            plan(&w.dsw, &w.asw, &|k| pending.busy(k, now))
-        };
-        for b in p.blocked {
-            w.dsw.add_pod_error(&b.pod, b.error.to_string());
-        }
-        for action in p.actions {
-            let key = action.key();
-            if !self.pending.start(&key, now) {
-                continue;
-            }
-            if let Action::Forget { volume } = &action {
-                let ok = self.forget(&mut w.asw, volume);
-                self.pending.finish(&key, ok, now);
-                continue;
-            }
-            // Only teardowns read the journal (for the target's last
-            // parameters), under its lock and without copying its state: a
-            // copy per pass is O(targets) with the appenders locked out.
-            let job = match (&action, &self.journal) {
-                (Action::Mount { .. }, _) | (_, None) => {
-                    job_for(&action, &w.asw, None, &self.cfg.layout)
-                }
-                (_, Some(j)) => {
-                    j.with_state(|s| job_for(&action, &w.asw, Some(s), &self.cfg.layout))
-                }
+                self.core.step(&mut w, batch, Instant::now(), obs)
             };
-            match job {
-                Some(job) => {
-                    // The intent goes in now, unflushed: the worker waits
-                    // for it to be durable before touching the OS, and the
-                    // jobs of one pass share the flush. A journal that
-                    // refuses it leaves the job to append its own intent,
-                    // fail, and report as any failed intent does.
-                    let intent = match &self.journal {
-                        Some(j) => Executor::announce(j, &job).unwrap_or_else(|e| {
-                            tracing::error!(error = %e, "journal intent");
-                            None
-                        }),
-                        None => None,
-                    };
-                    if !self.send_job(Queued { job, intent }) {
-                        self.pending.finish(&key, false, now);
-                        self.stopping = true;
-                    }
-                }
-                None => {
-                    tracing::error!(
-                        ?action,
-                        "no parameters known for this operation; it is left for a later pass"
-                    );
-                    self.pending.finish(&key, false, now);
-                }
+            for e in effects {
+                self.perform(e, &mut feedback);
             }
-        }
-        self.update_gauges(&w);
-    }
-
-    /// Hands a job to the workers, counted as queued until one takes it;
-    /// false when the workers are gone.
-    pub(super) fn send_job(&self, q: Queued) -> bool {
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        self.jobs.send(q).is_ok()
-    }
-
-    /// Drops a volume with nothing left from the ASW, and its targets from the journal.
-    fn forget(&self, asw: &mut ActualStateOfWorld, volume: &UniqueVolumeName) -> bool {
-        if let Err(e) = asw.delete_volume(volume) {
-            tracing::warn!(error = %e, "forget volume");
-            return false;
-        }
-        let Some(j) = &self.journal else {
-            return true;
-        };
-        let targets: Vec<TargetRef> = j.with_state(|state| {
-            state
-                .entries()
-                .filter(|(k, e)| {
-                    &k.volume == volume && e.reported_state() == MountState::NotMounted
-                })
-                .map(|(k, _)| k.target.clone())
-                .collect()
-        });
-        // one batch: one flush however many targets
-        if let Err(e) = j.forget(volume, targets) {
-            tracing::error!(error = %e, "journal forget records");
-            return false;
-        }
-        true
-    }
-
-    fn update_gauges(&self, w: &World) {
-        // Counted in place: a copy of every target per pass would make each
-        // pass O(volumes) in allocations.
-        let mut counts: Vec<(PluginName, &'static str, usize)> = Vec::new();
-        for (p, n) in w.asw.mounted_counts() {
-            counts.push((p, "actual_state_of_world", n));
-        }
-        for (p, n) in w.dsw.to_mount_counts() {
-            counts.push((p, "desired_state_of_world", n));
-        }
-        self.metrics.ops.set_total_volumes(&counts);
-    }
-
-    /// Sweeps orphaned pod dirs once every source has listed and the
-    /// reconstruction walk is done; then after teardowns (rate-limited) and
-    /// every [`SWEEP_IDLE`]. Never while an operation is in flight: the
-    /// sweep completes the `.deleting~` renames of every pod, and a disk
-    /// emptyDir's TearDown on a worker renames and then deletes its own
-    /// (the job that ends last brings the next iteration, and the sweep).
-    fn maybe_sweep(&mut self) {
-        if !self.leftovers_done || self.pending.running() != 0 {
-            return;
-        }
-        let now = Instant::now();
-        let due = match self.last_sweep {
-            None => true,
-            Some(t) => {
-                let since = now.saturating_duration_since(t);
-                (self.sweep_wanted && since >= SWEEP_EVERY) || since >= SWEEP_IDLE
-            }
-        };
-        let known = {
-            let w = lock(&self.world);
-            if !due || !w.dsw.is_populated() {
+            if orphaned || (self.core.finished() && feedback.is_empty()) {
+                tracing::info!("reconciler stopped: no operation in flight");
                 return;
             }
-            let mut known: BTreeSet<crate::model::PodUid> = BTreeSet::new();
-            for (_, v) in w.dsw.volumes() {
-                known.extend(v.pods.keys().cloned());
+        }
+    }
+
+    fn perform(&self, effect: Effect, feedback: &mut Vec<Event>) {
+        match effect {
+            Effect::Start { job, announce } => self.start(job, announce, feedback),
+            Effect::StartTearDown { action, fallback } => {
+                // Only teardowns read the journal (for the target's last
+                // parameters), without copying its state.
+                let job = self
+                    .journal
+                    .as_ref()
+                    .and_then(|j| j.with_state(|s| journal_job(&action, s)))
+                    .or(fallback);
+                match job {
+                    Some(job) => self.start(job, true, feedback),
+                    None => {
+                        tracing::error!(
+                            ?action,
+                            "no parameters known for this operation; it is left for a later pass"
+                        );
+                        feedback.push(Event::Done(Completion::NotStarted {
+                            key: action.key(),
+                            forced: false,
+                            workers_gone: false,
+                        }));
+                    }
+                }
             }
-            for (_, v) in w.asw.volumes() {
-                known.extend(v.pods.keys().cloned());
-            }
-            known
-        };
-        let r = super::orphans::sweep(&self.cfg.layout, self.sys.as_ref(), &known);
-        for (path, why) in &r.left {
-            tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");
-        }
-        if r.examined > 0 || r.finished_deletions > 0 {
-            tracing::info!(
-                examined = r.examined,
-                removed = r.removed,
-                errors = r.errors,
-                finished_deletions = r.finished_deletions,
-                "orphaned pod dirs swept"
-            );
-        }
-        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        self.metrics.ops.orphan_cleaned.set(as_i64(r.examined));
-        self.metrics.ops.orphan_cleaned_errors.set(as_i64(r.errors));
-        self.last_sweep = Some(now);
-        self.sweep_wanted = false;
-    }
-
-    /// Makes the outcomes the workers appended without waiting durable:
-    /// once no job is in flight (one flush for the whole burst; while jobs
-    /// run, their intents' flushes carry the earlier outcomes along), or
-    /// once they have waited [`FLUSH_WITHIN`] while jobs are still running.
-    fn maybe_flush(&mut self) {
-        let Some(j) = &self.journal else { return };
-        let (flush, since) = flush_due(
-            j.has_pending(),
-            self.pending.running() != 0,
-            self.outcomes_since,
-            Instant::now(),
-        );
-        self.outcomes_since = since;
-        if !flush {
-            return;
-        }
-        if let Err(e) = j.flush_pending() {
-            // A failed flush closes the journal for good (no later append
-            // succeeds): stop, as a failed intent would, and reconstruct.
-            tracing::error!(error = %e, "flushing the journal's outcomes failed; stopping");
-            self.stopping = true;
-        }
-    }
-
-    fn maybe_checkpoint(&mut self) {
-        let (Some(j), n) = (&self.journal, self.cfg.checkpoint_every) else {
-            return;
-        };
-        if n == 0 || j.synced_through() < self.last_checkpoint_seq + n {
-            return;
-        }
-        // The checkpoint's buffers (the whole state, encoded and sealed:
-        // megabytes at 10k volumes) are freed by now: give them back too.
-        let done = j.checkpoint();
-        self.trim_due = true;
-        match done {
-            Ok(r) => {
-                self.last_checkpoint_seq = r.through_seq;
-                tracing::debug!(
-                    through = r.through_seq,
-                    dropped = r.dropped,
-                    "journal checkpoint"
-                );
-            }
-            Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
-        }
-    }
-}
-
-/// Whether the outcomes waiting for a flush (`waiting`) are flushed now,
-/// and since when they wait afterwards: at once when no job runs, else
-/// once they have waited [`FLUSH_WITHIN`].
-fn flush_due(
-    waiting: bool,
-    jobs_running: bool,
-    since: Option<Instant>,
-    now: Instant,
-) -> (bool, Option<Instant>) {
-    if !waiting {
-        return (false, None);
-    }
-    if !jobs_running {
-        return (true, None);
-    }
-    let since = since.unwrap_or(now);
-    if now >= since + FLUSH_WITHIN {
-        (true, None)
-    } else {
-        (false, Some(since))
-    }
-}
-
-/// `events` with the additions and updates of pods that have a target in
-/// the ASW moved before those of pods that have none; otherwise in order
-/// (removals stay first, `SourcesReady` stays last).
-fn holders_first(events: Vec<SourceEvent>, asw: &ActualStateOfWorld) -> Vec<SourceEvent> {
-    let is_pod =
-        |e: &SourceEvent| matches!(e, SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_));
-    if events.iter().filter(|e| is_pod(e)).count() < 2 {
-        return events;
-    }
-    let holders: BTreeSet<&PodUid> = asw.possibly_mounted_iter().map(|(_, p, _)| p).collect();
-    let rank = |e: &SourceEvent| match e {
-        SourceEvent::PodRemoved(_) => 0,
-        SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if holders.contains(&p.uid) => 1,
-        SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_) => 2,
-        SourceEvent::SourcesReady => 3,
-    };
-    let mut ranked: Vec<(u8, SourceEvent)> = events.into_iter().map(|e| (rank(&e), e)).collect();
-    ranked.sort_by_key(|(r, _)| *r);
-    ranked.into_iter().map(|(_, e)| e).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::{PodMount, SeLinuxState};
-
-    fn pod(uid: &str) -> DesiredPod {
-        DesiredPod {
-            uid: PodUid::new(uid).unwrap(),
-            namespace: "default".into(),
-            name: uid.into(),
-            file: format!("/pods/{uid}.yaml").into(),
-            volumes: vec![],
-            unresolved: Default::default(),
-            errors: vec![],
-            selinux: Default::default(),
-        }
-    }
-
-    #[test]
-    fn outcomes_are_flushed_when_idle_or_after_waiting_long_enough() {
-        let t0 = Instant::now();
-        let ms = |n| t0 + Duration::from_millis(n);
-        let wait = u64::try_from(FLUSH_WITHIN.as_millis()).unwrap();
-        // (waiting, jobs running, since, now) -> (flush, since after)
-        let cases = [
-            ("nothing waits", false, true, Some(t0), ms(0), (false, None)),
-            (
-                "no job runs: at once",
-                true,
-                false,
-                None,
-                ms(0),
-                (true, None),
-            ),
-            (
-                "a job runs: the wait starts",
-                true,
-                true,
-                None,
-                ms(5),
-                (false, Some(ms(5))),
-            ),
-            (
-                "still within the bound",
-                true,
-                true,
-                Some(t0),
-                ms(wait - 1),
-                (false, Some(t0)),
-            ),
-            (
-                "the bound reached",
-                true,
-                true,
-                Some(t0),
-                ms(wait),
-                (true, None),
-            ),
-            (
-                "long past it",
-                true,
-                true,
-                Some(t0),
-                ms(10 * wait),
-                (true, None),
-            ),
-        ];
-        for (what, waiting, running, since, now, want) in cases {
-            assert_eq!(flush_due(waiting, running, since, now), want, "{what}");
-        }
-    }
-
-    fn order(events: &[SourceEvent]) -> Vec<String> {
-        events
-            .iter()
-            .map(|e| match e {
-                SourceEvent::PodAdded(p) => format!("+{}", p.uid),
-                SourceEvent::PodUpdated(p) => format!("~{}", p.uid),
-                SourceEvent::PodRemoved(u) => format!("-{u}"),
-                SourceEvent::SourcesReady => "ready".into(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn pods_holding_targets_are_applied_before_newcomers() {
-        let mut asw = ActualStateOfWorld::new();
-        let v = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
-        asw.add_volume(v.clone(), PluginName::LocalVolume, "pv1", None, None);
-        asw.mark_volume_uncertain(
-            &v,
-            &PodUid::new("b-holder").unwrap(),
-            PodMount {
-                outer_name: "data".into(),
-                mount_path: "/r/pods/b-holder/v".into(),
-                kind: crate::model::TargetKind::Mount,
-                selinux: SeLinuxState::Unknown,
+            Effect::Journal(work) => match &self.journal_lane {
+                Some(lane) => {
+                    if let Err(mpsc::SendError(work)) = lane.send(work) {
+                        feedback.push(Event::Done(lane_gone_journal(work)));
+                    }
+                }
+                None => feedback.push(Event::Done(lane_gone_journal(work))),
             },
-        )
-        .unwrap();
-        let events = vec![
-            SourceEvent::PodRemoved(PodUid::new("gone").unwrap()),
-            SourceEvent::PodAdded(pod("a-new")),
-            SourceEvent::PodAdded(pod("b-holder")),
-            SourceEvent::PodUpdated(pod("c-new")),
-            SourceEvent::SourcesReady,
-        ];
-        assert_eq!(
-            order(&holders_first(events, &asw)),
-            ["-gone", "+b-holder", "+a-new", "~c-new", "ready"]
+            Effect::Host(work) => {
+                if let Err(mpsc::SendError(work)) = self.host_lane.send(work) {
+                    feedback.push(Event::Done(match work {
+                        HostWork::Sweep { .. } => Completion::Swept,
+                        HostWork::Trim => Completion::Trimmed,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Hands a job to the workers, counted as queued until one takes it.
+    /// With `announce`, its first intent is appended first, unflushed: the
+    /// worker waits for it to be durable before touching the OS, and the
+    /// jobs of one pass share the flush. A journal that refuses it leaves
+    /// the job to append its own intent, fail, and report as any failed
+    /// intent does.
+    fn start(&self, job: Job, announce: bool, feedback: &mut Vec<Event>) {
+        let intent = match (&self.journal, announce) {
+            (Some(j), true) => Executor::announce(j, &job).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "journal intent");
+                None
+            }),
+            _ => None,
+        };
+        let (key, forced) = (job.key(), matches!(job, Job::ForceCleanup { .. }));
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        if self.jobs.send(Queued { job, intent }).is_err() {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            feedback.push(Event::Done(Completion::NotStarted {
+                key,
+                forced,
+                workers_gone: true,
+            }));
+        }
+    }
+}
+
+/// The completion of journal work that found no journal thread.
+fn lane_gone_journal(work: JournalWork) -> Completion {
+    let why = "the journal thread is gone".to_owned();
+    match work {
+        JournalWork::Flush => Completion::Flushed(Err(why)),
+        JournalWork::Checkpoint => Completion::Checkpointed(Err(why)),
+        JournalWork::ForgetVolume { key, .. } => Completion::Forgotten {
+            key: Some(key),
+            ok: false,
+        },
+        JournalWork::ForgetTarget { .. } => Completion::Forgotten {
+            key: None,
+            ok: false,
+        },
+    }
+}
+
+/// Performs journal work in order; each completion goes back to the loop.
+fn journal_lane(rx: &Receiver<JournalWork>, j: &Journal, events: &Sender<Event>) {
+    for work in rx {
+        let done = match work {
+            JournalWork::Flush => Completion::Flushed(j.flush_pending().map_err(|e| e.to_string())),
+            JournalWork::Checkpoint => Completion::Checkpointed(match j.checkpoint() {
+                Ok(r) => {
+                    tracing::debug!(
+                        through = r.through_seq,
+                        dropped = r.dropped,
+                        "journal checkpoint"
+                    );
+                    Ok(r.through_seq)
+                }
+                Err(e) => Err(e.to_string()),
+            }),
+            JournalWork::ForgetVolume { key, volume } => Completion::Forgotten {
+                key: Some(key),
+                ok: forget_volume(j, &volume),
+            },
+            JournalWork::ForgetTarget { volume, target } => {
+                let ok = j.forget(&volume, vec![target]);
+                if let Err(e) = &ok {
+                    tracing::error!(error = %e, "journal forget record");
+                }
+                Completion::Forgotten {
+                    key: None,
+                    ok: ok.is_ok(),
+                }
+            }
+        };
+        if events.send(Event::Done(done)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Forgets the targets of `volume` the journal has as not mounted: one
+/// batch, one flush.
+fn forget_volume(j: &Journal, volume: &UniqueVolumeName) -> bool {
+    let targets: Vec<TargetRef> = j.with_state(|state| {
+        state
+            .entries()
+            .filter(|(k, e)| &k.volume == volume && e.reported_state() == MountState::NotMounted)
+            .map(|(k, _)| k.target.clone())
+            .collect()
+    });
+    match j.forget(volume, targets) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "journal forget record");
+            false
+        }
+    }
+}
+
+/// Performs host work in order; each completion goes back to the loop.
+fn host_lane(
+    rx: &Receiver<HostWork>,
+    layout: &Layout,
+    sys: &dyn Sys,
+    metrics: &Metrics,
+    events: &Sender<Event>,
+) {
+    for work in rx {
+        let done = match work {
+            HostWork::Sweep { known } => {
+                sweep(layout, sys, metrics, &known);
+                Completion::Swept
+            }
+            HostWork::Trim => {
+                crate::host::sys::trim_malloc();
+                Completion::Trimmed
+            }
+        };
+        if events.send(Event::Done(done)).is_err() {
+            return;
+        }
+    }
+}
+
+fn sweep(
+    layout: &Layout,
+    sys: &dyn Sys,
+    metrics: &Metrics,
+    known: &std::collections::BTreeSet<crate::model::PodUid>,
+) {
+    let r = super::orphans::sweep(layout, sys, known);
+    for (path, why) in &r.left {
+        tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");
+    }
+    if r.examined > 0 || r.finished_deletions > 0 {
+        tracing::info!(
+            examined = r.examined,
+            removed = r.removed,
+            errors = r.errors,
+            finished_deletions = r.finished_deletions,
+            "orphaned pod dirs swept"
         );
+    }
+    let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    metrics.ops.orphan_cleaned.set(as_i64(r.examined));
+    metrics.ops.orphan_cleaned_errors.set(as_i64(r.errors));
+}
+
+fn worker(
+    rx: &Mutex<Receiver<Queued>>,
+    queued: &AtomicUsize,
+    tx: &Sender<Event>,
+    exec: &Executor,
+    stop: &AtomicBool,
+) {
+    loop {
+        let job = {
+            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+            rx.recv()
+        };
+        let Ok(q) = job else { return };
+        queued.fetch_sub(1, Ordering::SeqCst);
+        let report = exec.run_unless_stopping(&q.job, q.intent, stop);
+        if tx.send(Event::JobDone(report)).is_err() {
+            return;
+        }
     }
 }

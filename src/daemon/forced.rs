@@ -46,11 +46,11 @@ use crate::model::{
     PluginName, PodUid, SharedParams, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
     VolumeSpec,
 };
-use crate::reconciler::executor::{Job, JobReport, Queued};
+use crate::reconciler::executor::{Job, JobReport};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
 use crate::state::DesiredStateOfWorld;
 
-use super::event_loop::{EventLoop, lock};
+use super::core::{Core, Effect, JournalWork, World};
 
 /// What the forced cleanup does with one failed target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,28 +133,16 @@ pub fn plan_forced(
         .collect()
 }
 
-impl EventLoop {
-    /// Runs the forced cleanup once: every source listed, the pod-dir walk
-    /// reported (its failures are in), after a pass that started the
-    /// normal unmounts.
-    pub(super) fn maybe_force_cleanup(&mut self) {
-        if self.forced_cleanup_done || !self.leftovers_done {
-            return;
-        }
+impl Core {
+    /// Decides the forced cleanup, once: every source listed, the pod-dir
+    /// walk reported (its failures are in), after a pass that started the
+    /// normal unmounts. The list is dropped whatever happens (one shot).
+    pub(super) fn force_cleanup(&mut self, w: &World, now: Instant, out: &mut Vec<Effect>) {
         let steps = {
-            let w = lock(&self.world);
-            if !w.dsw.is_populated() {
-                return;
-            }
             let refused = &self.refused;
-            plan_forced(&self.failed_reconstructions, &w.dsw, &|p| {
-                refused.contains_key(p)
-            })
+            plan_forced(&self.failed, &w.dsw, &|p| refused.contains_key(p))
         };
-        self.forced_cleanup_done = true;
-        // One shot: the list is dropped whatever happens.
-        let failed = std::mem::take(&mut self.failed_reconstructions);
-        let now = Instant::now();
+        let failed = std::mem::take(&mut self.failed);
         for (f, step) in failed.iter().zip(steps) {
             let path = f.path.display();
             match step {
@@ -174,18 +162,16 @@ impl EventLoop {
                 Step::Unmount(params) => {
                     self.metrics.ops.force_cleaned.inc();
                     let job = Job::ForceCleanup { params };
-                    let key = job.key();
-                    if !self.pending.start(&key, now) {
+                    if !self.pending.start(&job.key(), now) {
                         self.metrics.ops.force_cleaned_errors.inc();
                         tracing::warn!(path = %path, "forced cleanup: an operation on it is pending; not retried");
                         continue;
                     }
                     tracing::info!(path = %path, "forced cleanup: unmounting a target reconstruction could not rebuild");
-                    if !self.send_job(Queued { job, intent: None }) {
-                        self.pending.finish(&key, false, now);
-                        self.metrics.ops.force_cleaned_errors.inc();
-                        self.stopping = true;
-                    }
+                    out.push(Effect::Start {
+                        job,
+                        announce: false,
+                    });
                 }
             }
         }
@@ -197,7 +183,7 @@ impl EventLoop {
     /// journal target of a plugin volumed cannot tear down; forgotten, a
     /// target that is still there is a failed reconstruction again next
     /// start (and counted again), exactly as before the attempt.
-    pub(super) fn forced_done(&mut self, report: &JobReport) {
+    pub(super) fn forced_done(&mut self, report: &JobReport, out: &mut Vec<Effect>) {
         match &report.error {
             Some(e) => {
                 self.metrics.ops.force_cleaned_errors.inc();
@@ -207,18 +193,18 @@ impl EventLoop {
             None => tracing::info!(volume = %report.key.volume, "forced cleanup done"),
         }
         // No intent was written when nothing ran (the journal refused it).
-        if report.ran.is_empty() {
+        if report.ran.is_empty() || !self.cfg.journal {
             return;
         }
         let target = match &report.key.pod {
             Some(p) => TargetRef::Pod(p.clone()),
             None => TargetRef::Device,
         };
-        if let Some(j) = &self.journal
-            && let Err(e) = j.forget(&report.key.volume, vec![target])
-        {
-            tracing::error!(error = %e, "journal forget record");
-        }
+        self.in_flight.forgets += 1;
+        out.push(Effect::Journal(JournalWork::ForgetTarget {
+            volume: report.key.volume.clone(),
+            target,
+        }));
     }
 }
 

@@ -16,19 +16,25 @@
 //! 5. Stop: no new operation starts, in-flight ones finish, the journal is
 //!    flushed by the caller.
 //!
-//! Threads: the loop (all decisions), a small worker pool (the executor's
-//! blocking syscalls and journal appends), and the source poller. The HTTP
+//! Threads: the loop (all decisions: a pure [`core`] stepped by the
+//! [`event_loop`] driver), a small worker pool (the executor's blocking
+//! syscalls and journal appends), the loop's journal thread (flushes,
+//! checkpoints, `Forget` records) and host thread (orphan sweeps, malloc
+//! trims), the source poller and the pod-dir walk. The HTTP
 //! server runs on the caller's tokio runtime and reads through
 //! [`Daemon::provider`].
 
+mod admit;
+pub mod core;
+pub mod effects;
 pub mod event_loop;
 pub mod forced;
 pub mod orphans;
 pub mod watch;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -39,8 +45,6 @@ use crate::host::sys::{MsFlags, Sys};
 use crate::journal::Journal;
 use crate::metrics::{Metrics, gather_text, record_reconstruction};
 use crate::model::{Layout, UniqueVolumeName};
-use crate::reconciler::executor::{Executor, Queued};
-use crate::reconciler::pending::Pending;
 use crate::reconstruct::MergeOutput;
 use crate::reconstruct::apply_to_asw;
 use crate::reconstruct::edge::{
@@ -51,7 +55,7 @@ use crate::server::DebugProvider;
 use crate::sources::{Sources, SourcesConfig};
 use crate::state::StateSnapshot;
 
-use event_loop::{Event, EventLoop, LoopConfig, World};
+use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
 
 /// The live mount table the daemon reads.
 pub const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -155,7 +159,10 @@ pub struct Daemon {
     world: Arc<Mutex<World>>,
     events: Sender<Event>,
     threads: Vec<JoinHandle<()>>,
-    poller_stop: Arc<std::sync::atomic::AtomicBool>,
+    /// set at stop: workers start no queued job
+    stopping: Arc<AtomicBool>,
+    /// wakes the source poller at stop
+    poller: watch::Stopper,
     metrics: Arc<Metrics>,
     journal: Option<Arc<Journal>>,
     node_name: String,
@@ -279,7 +286,7 @@ fn name_mounts(mounts: &[PathBuf]) -> String {
     s
 }
 
-fn spawn(
+pub(super) fn spawn(
     name: &'static str,
     f: impl FnOnce() + Send + 'static,
 ) -> Result<JoinHandle<()>, DaemonError> {
@@ -351,29 +358,26 @@ impl Daemon {
 
         let world = Arc::new(Mutex::new(world));
         let (events_tx, events_rx) = mpsc::channel::<Event>();
-        let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
-        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
-        let queued = Arc::new(AtomicUsize::new(0));
-        let executor = Arc::new(Executor::new(
-            journal.clone(),
-            sys.clone(),
-            &cfg.layout,
-            metrics.clone(),
-        ));
-        let mut threads = Vec::new();
-        // Set by `stop`: the source poller stops, and workers start no job
-        // still queued (only in-flight operations are finished).
-        let poller_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        for _ in 0..cfg.workers.max(1) {
-            let rx = jobs_rx.clone();
-            let tx = events_tx.clone();
-            let exec = executor.clone();
-            let queued = queued.clone();
-            let stop = poller_stop.clone();
-            threads.push(spawn("volumed-worker", move || {
-                worker(&rx, &queued, &tx, &exec, &stop);
-            })?);
-        }
+        // Set by `stop`: workers start no job still queued (only in-flight
+        // operations are finished).
+        let stopping = Arc::new(AtomicBool::new(false));
+        let mut threads = spawn_loop(LoopParts {
+            cfg: LoopConfig {
+                layout: cfg.layout.clone(),
+                resync: cfg.resync,
+                checkpoint_every: cfg.checkpoint_every,
+                selinux: cfg.selinux.clone(),
+                workers: cfg.workers,
+            },
+            world: world.clone(),
+            journal: journal.clone(),
+            sys,
+            metrics: metrics.clone(),
+            failed: failed_reconstructions,
+            events: (events_tx.clone(), events_rx),
+            stopping: stopping.clone(),
+        })?;
+        let poller;
         {
             let mut sources = Sources::new(SourcesConfig {
                 pods_dir: cfg.static_pods.clone(),
@@ -382,7 +386,6 @@ impl Daemon {
                 poll_interval: cfg.poll_interval,
             });
             let tx = events_tx.clone();
-            let stop = poller_stop.clone();
             let dirs: Vec<PathBuf> = [cfg.static_pods.clone(), cfg.static_objects.clone()]
                 .into_iter()
                 .flatten()
@@ -393,13 +396,14 @@ impl Daemon {
                 .is_some()
                 .then_some(usize::from(cfg.static_pods.is_some()));
             let mut watcher = watch::Watcher::new(dirs, cfg.poll_interval);
+            poller = watcher.stopper();
             threads.push(spawn("volumed-sources", move || {
                 // The first listing at once; then on inotify events (or the
                 // fallback poll), with a full re-read every watch::RESYNC.
                 // A wake that concerns the pods dir only does not list the
                 // objects dir again (a `stat` per object file).
                 let mut read_now = Some(watch::Changed::All);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while !watcher.is_stopped() {
                     let evs = match &read_now {
                         None => None,
                         Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
@@ -413,7 +417,7 @@ impl Daemon {
                     {
                         return;
                     }
-                    read_now = watcher.wait_changed(Duration::from_millis(200));
+                    read_now = watcher.wait_changed(watch::RESYNC);
                 }
             })?);
         }
@@ -450,39 +454,12 @@ impl Daemon {
                 let _ = tx.send(Event::Leftovers(Box::new(output), outside));
             })?);
         }
-        let looper = EventLoop {
-            cfg: LoopConfig {
-                layout: cfg.layout.clone(),
-                resync: cfg.resync,
-                checkpoint_every: cfg.checkpoint_every,
-                selinux: cfg.selinux.clone(),
-            },
-            world: world.clone(),
-            events: events_rx,
-            jobs: jobs_tx,
-            queued,
-            journal: journal.clone(),
-            metrics: metrics.clone(),
-            pending: Pending::new(),
-            stopping: false,
-            last_checkpoint_seq: journal.as_ref().map_or(0, |j| j.synced_through()),
-            sys,
-            leftovers_done: false,
-            last_sweep: None,
-            sweep_wanted: false,
-            trim_due: false,
-            last_trim: None,
-            outcomes_since: None,
-            failed_reconstructions,
-            forced_cleanup_done: false,
-            refused: Default::default(),
-        };
-        threads.push(spawn("volumed-reconciler", move || looper.run())?);
         Ok(Daemon {
             world,
             events: events_tx,
             threads,
-            poller_stop,
+            stopping,
+            poller,
             metrics,
             journal,
             node_name: cfg.node_name,
@@ -504,35 +481,15 @@ impl Daemon {
     /// Stops: no new operation starts (a queued job is reported as not
     /// started); waits for in-flight ones.
     pub fn stop(self) {
-        self.poller_stop
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.poller.stop();
         let _ = self.events.send(Event::Stop);
         drop(self.events);
         for t in self.threads {
             if t.join().is_err() {
                 tracing::error!("a daemon thread panicked");
             }
-        }
-    }
-}
-
-fn worker(
-    rx: &Mutex<Receiver<Queued>>,
-    queued: &AtomicUsize,
-    tx: &Sender<Event>,
-    exec: &Executor,
-    stop: &std::sync::atomic::AtomicBool,
-) {
-    loop {
-        let job = {
-            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-            rx.recv()
-        };
-        let Ok(q) = job else { return };
-        queued.fetch_sub(1, Ordering::SeqCst);
-        let report = exec.run_unless_stopping(&q.job, q.intent, stop);
-        if tx.send(Event::JobDone(report)).is_err() {
-            return;
         }
     }
 }
@@ -548,9 +505,10 @@ struct Provider {
 impl DebugProvider for Provider {
     fn ready(&self) -> Result<(), String> {
         // A provider exists only once `Daemon::start` has reconstructed, so
-        // readiness waits only for every pod source to have listed.
+        // readiness waits only for every pod source to have listed (not for
+        // the pod-dir walk: see `core::Phase::ready`).
         let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
-        if !w.dsw.is_populated() {
+        if !w.ready {
             return Err("not every pod source has been listed yet".into());
         }
         Ok(())
@@ -584,6 +542,9 @@ impl DebugProvider for Provider {
         Ok(crate::dump::document(&replay, &self.boot_id, only.as_ref()))
     }
 }
+
+#[cfg(test)]
+mod loop_tests;
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,21 @@ fn journaled(
         .map(|e| e.current_params().clone())
 }
 
+/// The job for a teardown (`TearDown`, `UnmountDevice`) from the journal's
+/// last parameters for its target, when the journal knows them (they are
+/// what was mounted; the ASW may know less).
+pub fn journal_job(action: &Action, state: &JournalState) -> Option<Job> {
+    match action {
+        Action::TearDown { volume, pod } => {
+            journaled(Some(state), volume, TargetRef::Pod(pod.clone()))
+                .map(|params| Job::TearDown { params })
+        }
+        Action::UnmountDevice { volume } => journaled(Some(state), volume, TargetRef::Device)
+            .map(|params| Job::UnmountDevice { params }),
+        Action::Mount { .. } | Action::Forget { .. } => None,
+    }
+}
+
 /// The job for an action, or `None` when it needs no worker (`Forget`) or
 /// the target's parameters are unknown (reported by the caller).
 pub fn job_for(
@@ -43,10 +58,10 @@ pub fn job_for(
             want: want.clone(),
         }),
         Action::TearDown { volume, pod } => {
-            let target = TargetRef::Pod(pod.clone());
-            if let Some(p) = journaled(journal, volume, target.clone()) {
-                return Some(Job::TearDown { params: p });
+            if let Some(job) = journal.and_then(|s| journal_job(action, s)) {
+                return Some(job);
             }
+            let target = TargetRef::Pod(pod.clone());
             let v = asw.volume(volume)?;
             let m = asw.pod(volume, pod)?;
             Some(Job::TearDown {
@@ -73,8 +88,8 @@ pub fn job_for(
             })
         }
         Action::UnmountDevice { volume } => {
-            if let Some(p) = journaled(journal, volume, TargetRef::Device) {
-                return Some(Job::UnmountDevice { params: p });
+            if let Some(job) = journal.and_then(|s| journal_job(action, s)) {
+                return Some(job);
             }
             let v = asw.volume(volume)?;
             let d = v.device.as_ref()?;

@@ -1,0 +1,90 @@
+//! Source events into the DSW, as the loop applies them: pods that hold
+//! targets first, SELinux metrics counted, and the pods refused for their
+//! label applied again whenever another pod changes.
+
+use std::collections::BTreeSet;
+
+use crate::model::PodUid;
+use crate::sources::{SourceEvent, apply_event};
+use crate::state::ActualStateOfWorld;
+
+use super::core::Core;
+use super::effects::World;
+
+impl Core {
+    /// Applies source events to the DSW, counts their SELinux metrics, and
+    /// retries the pods refused for a label once any other pod changed.
+    ///
+    /// Pods that already have targets in the ASW are applied before new
+    /// ones: after a restart the pod that holds a volume's label keeps it,
+    /// and a newcomer with another label is the one refused (never the
+    /// other way round, which would unmount a running pod's volume).
+    pub(super) fn apply_sources(&mut self, w: &mut World, events: Vec<SourceEvent>) {
+        let events = holders_first(events, &w.asw);
+        let mut others_changed = false;
+        for e in events {
+            let pod = match &e {
+                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => Some(p.clone()),
+                SourceEvent::PodRemoved(uid) => {
+                    self.refused.remove(uid);
+                    others_changed = true;
+                    None
+                }
+                SourceEvent::SourcesReady => None,
+            };
+            let applied = apply_event(&mut w.dsw, e, &self.cfg.selinux);
+            for m in &applied.metrics {
+                self.metrics.selinux.record(m);
+            }
+            if let Some(p) = pod {
+                if applied.refused {
+                    self.refused.insert(p.uid.clone(), p);
+                } else {
+                    self.refused.remove(&p.uid);
+                    others_changed = true;
+                }
+            }
+        }
+        if !others_changed {
+            return;
+        }
+        let mut admitted = Vec::new();
+        for p in self.refused.values() {
+            let again = SourceEvent::PodUpdated(p.clone());
+            let applied = apply_event(&mut w.dsw, again, &self.cfg.selinux);
+            for m in &applied.metrics {
+                self.metrics.selinux.record(m);
+            }
+            if !applied.refused {
+                admitted.push(p.uid.clone());
+            }
+        }
+        for uid in admitted {
+            self.refused.remove(&uid);
+        }
+    }
+}
+
+/// `events` with the additions and updates of pods that have a target in
+/// the ASW moved before those of pods that have none; otherwise in order
+/// (removals stay first, `SourcesReady` stays last).
+pub(super) fn holders_first(
+    events: Vec<SourceEvent>,
+    asw: &ActualStateOfWorld,
+) -> Vec<SourceEvent> {
+    let is_pod =
+        |e: &SourceEvent| matches!(e, SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_));
+    if events.iter().filter(|e| is_pod(e)).count() < 2 {
+        return events;
+    }
+    let holders: BTreeSet<&PodUid> = asw.possibly_mounted_iter().map(|(_, p, _)| p).collect();
+    let rank = |e: &SourceEvent| match e {
+        SourceEvent::PodRemoved(_) => 0,
+        SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if holders.contains(&p.uid) => 1,
+        SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_) => 2,
+        SourceEvent::SourcesReady => 3,
+    };
+    let mut ranked: Vec<(u8, SourceEvent)> = events.into_iter().map(|e| (rank(&e), e)).collect();
+    ranked.sort_by_key(|(r, _)| *r);
+    ranked.into_iter().map(|(_, e)| e).collect()
+}

@@ -1,0 +1,535 @@
+//! The reconciler loop's decisions as a pure step: `(state, events, now,
+//! what the driver observed) → effects`. No journal, no syscall, no thread,
+//! no clock: the driver (`super::event_loop`) calls [`Core::step`] with the
+//! [`World`] locked — so the step changes only memory — and performs the
+//! returned [`Effect`]s after unlocking, slow ones off the decision thread;
+//! their completions come back as [`Event::Done`].
+//!
+//! The state is one [`Phase`] (where startup and shutdown stand), the
+//! operations `Pending` admits, and deadlines ([`Timers`]) instead of flags:
+//! a flush is due by a time, a sweep at a time, a trim not before a time.
+//! Each step applies the events, then — unless the wake brought only jobs
+//! that succeeded while started jobs still wait for a worker (the job that
+//! empties the queue brings the pass; one pass per finished job made the
+//! loop O(volumes) per job) — plans a pass (`reconciler::plan`), then the
+//! one-time forced cleanup, then flush, sweep, checkpoint and trim.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::metrics::Metrics;
+use crate::model::{Layout, Operation, PluginName, PodUid, UniqueVolumeName};
+use crate::reconciler::executor::JobReport;
+use crate::reconciler::jobs::{apply_update, job_for};
+use crate::reconciler::pending::{OpKey, Pending};
+use crate::reconciler::plan::{Action, plan};
+use crate::reconstruct::{FailedTarget, apply_to_asw};
+use crate::selinux::Policy;
+use crate::sources::DesiredPod;
+
+pub use super::effects::{Completion, Effect, Event, HostWork, JournalWork, Observed, World};
+
+/// Where startup and shutdown stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// not every pod source has listed: not ready, nothing is unmounted
+    /// (`plan`'s gate); `walked`: the pod-dir walk has reported
+    Listing {
+        /// the walk reported first
+        walked: bool,
+    },
+    /// every source listed (ready); the pod-dir walk still runs
+    Populated,
+    /// listed and walked: the forced cleanup has been decided, orphans are
+    /// swept on their timers
+    Settled,
+    /// stop asked: nothing new starts; over once nothing is in flight
+    Stopping,
+}
+
+impl Phase {
+    /// Whether `/readyz` says 200: reconstruction's phase 1 is done (the
+    /// loop exists only after it) and every pod source has listed. The
+    /// pod-dir walk is not waited for: it only finds kubelet-era dirs and
+    /// leftovers for cleanup.
+    pub fn ready(self) -> bool {
+        matches!(self, Phase::Populated | Phase::Settled)
+    }
+}
+
+/// Deadlines; `None`: nothing due.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timers {
+    /// outcomes wait for a flush: at once when no job runs, else by this
+    pub flush_by: Option<Instant>,
+    /// the next orphan sweep (once settled, while no job runs)
+    pub sweep_at: Option<Instant>,
+    /// sweeps are rate limited: none before this
+    pub sweep_not_before: Option<Instant>,
+    /// memory was freed: trim at this time once no job runs
+    pub trim_at: Option<Instant>,
+    /// trims are rate limited: none before this
+    pub trim_not_before: Option<Instant>,
+}
+
+/// Slow work the driver is performing for the loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// a flush
+    pub flush: bool,
+    /// a checkpoint
+    pub checkpoint: bool,
+    /// an orphan sweep (no job starts meanwhile: it finishes pending
+    /// deletions a TearDown would race with, and removes dirs a SetUp makes)
+    pub sweep: bool,
+    /// a trim
+    pub trim: bool,
+    /// `Forget` writes
+    pub forgets: usize,
+}
+
+impl InFlight {
+    fn any(&self) -> bool {
+        self.flush || self.checkpoint || self.sweep || self.trim || self.forgets > 0
+    }
+}
+
+/// The core's settings.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// the kubelet layout
+    pub layout: Layout,
+    /// the journal is on (flushes, checkpoints, forgets, announced intents)
+    pub journal: bool,
+    /// how often to re-plan with nothing happening
+    pub resync: Duration,
+    /// journal records between checkpoints (0: never)
+    pub checkpoint_every: u64,
+    /// the SELinux label rules
+    pub selinux: Policy,
+}
+
+/// The allocator is trimmed at most this often, once no job is in flight.
+pub const TRIM_EVERY: Duration = Duration::from_secs(1);
+/// Outcomes appended without a flush wait at most this long for one while
+/// other jobs keep running (a long mkfs or a hung mount must not hold them).
+pub const FLUSH_WITHIN: Duration = Duration::from_millis(200);
+/// Orphan sweeps run at most this often.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
+/// And at least this often once settled.
+pub const SWEEP_IDLE: Duration = Duration::from_secs(120);
+
+/// The loop's state.
+#[derive(Debug)]
+pub struct Core {
+    pub(super) cfg: CoreConfig,
+    pub(super) phase: Phase,
+    pub(super) pending: Pending,
+    pub(super) timers: Timers,
+    pub(super) in_flight: InFlight,
+    pub(super) metrics: Arc<Metrics>,
+    /// the checkpoint covers the journal through this sequence number
+    last_checkpoint_seq: u64,
+    /// targets reconstruction could not rebuild (both phases), for the
+    /// one-time forced cleanup (`super::forced`; emptied when decided)
+    pub(super) failed: Vec<FailedTarget>,
+    /// pods refused a volume for their SELinux label, applied again when
+    /// other pods change (see `sources::Applied::refused`)
+    pub(super) refused: BTreeMap<PodUid, DesiredPod>,
+}
+
+impl Core {
+    /// A core in [`Phase::Listing`], with reconstruction's phase 1 failures
+    /// and the journal's watermark at start.
+    pub fn new(
+        cfg: CoreConfig,
+        metrics: Arc<Metrics>,
+        failed: Vec<FailedTarget>,
+        synced_through: u64,
+    ) -> Self {
+        Self {
+            cfg,
+            phase: Phase::Listing { walked: false },
+            pending: Pending::new(),
+            timers: Timers::default(),
+            in_flight: InFlight::default(),
+            metrics,
+            last_checkpoint_seq: synced_through,
+            failed,
+            refused: BTreeMap::new(),
+        }
+    }
+
+    /// The phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Stopping, with no job and no slow effect in flight: the loop ends.
+    pub fn finished(&self) -> bool {
+        self.phase == Phase::Stopping && self.pending.running() == 0 && !self.in_flight.any()
+    }
+
+    /// How long the driver may wait for an event: until the earliest
+    /// deadline whose other conditions hold (a deadline that cannot fire
+    /// yet would make the loop spin), at most the resync.
+    pub fn next_wake(&self, now: Instant) -> Duration {
+        let idle = self.pending.running() == 0;
+        let t = &self.timers;
+        let deadlines = [
+            self.pending.next_retry(now),
+            t.flush_by.filter(|_| !self.in_flight.flush),
+            t.sweep_at
+                .filter(|_| idle && !self.in_flight.sweep && self.phase == Phase::Settled),
+            t.trim_at.filter(|_| idle && !self.in_flight.trim),
+        ];
+        let mut wake = self.cfg.resync;
+        if self.phase != Phase::Stopping {
+            for d in deadlines.into_iter().flatten() {
+                wake = wake.min(d.saturating_duration_since(now));
+            }
+        }
+        wake
+    }
+
+    /// One step: applies `events` (none: a timer or the resync fired) to
+    /// the core and `w`, and returns what the driver must do, in order.
+    pub fn step(
+        &mut self,
+        w: &mut World,
+        events: Vec<Event>,
+        now: Instant,
+        obs: Observed,
+    ) -> Vec<Effect> {
+        let mut out = Vec::new();
+        let mut pass_due = events.is_empty();
+        for ev in events {
+            pass_due |= self.handle(w, ev, now, &mut out);
+        }
+        w.ready = self.phase.ready() || (w.ready && self.phase == Phase::Stopping);
+        if self.phase == Phase::Stopping {
+            return out;
+        }
+        if (pass_due || obs.queued_jobs == 0) && !self.in_flight.sweep {
+            self.reconcile(w, now, &mut out);
+        }
+        if self.phase == Phase::Settled && !self.failed.is_empty() {
+            self.force_cleanup(w, now, &mut out);
+        }
+        self.maybe_flush(now, &mut out);
+        self.maybe_sweep(w, now, &mut out);
+        self.maybe_checkpoint(obs.synced_through, &mut out);
+        self.maybe_trim(now, &mut out);
+        out
+    }
+
+    /// Applies one event; true when it calls for a pass now (anything but
+    /// a job that succeeded or a journal write done).
+    fn handle(&mut self, w: &mut World, ev: Event, now: Instant, out: &mut Vec<Effect>) -> bool {
+        match ev {
+            Event::Stop => self.phase = Phase::Stopping,
+            Event::Leftovers(output, outside) => {
+                for e in apply_to_asw(&output, &mut w.asw) {
+                    tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
+                }
+                w.unmounted_outside.extend(outside);
+                self.failed.extend(output.failed.iter().cloned());
+                self.phase = match self.phase {
+                    Phase::Listing { .. } => Phase::Listing { walked: true },
+                    Phase::Populated => self.settle(now),
+                    p => p,
+                };
+            }
+            Event::Sources(events) => {
+                self.apply_sources(w, events);
+                if let Phase::Listing { walked } = self.phase
+                    && w.dsw.is_populated()
+                {
+                    self.phase = if walked {
+                        self.settle(now)
+                    } else {
+                        Phase::Populated
+                    };
+                }
+            }
+            Event::JobDone(report) => return self.job_done(w, report, now, out),
+            Event::Done(c) => return self.completed(c, now),
+        }
+        true
+    }
+
+    /// Enters [`Phase::Settled`]: the first sweep is due at once.
+    fn settle(&mut self, now: Instant) -> Phase {
+        self.timers.sweep_at = Some(now);
+        Phase::Settled
+    }
+
+    fn job_done(
+        &mut self,
+        w: &mut World,
+        report: JobReport,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        let ok = report.error.is_none();
+        self.pending.finish(&report.key, ok, now);
+        self.trim_due(now);
+        if self.cfg.journal {
+            // the worker appended outcomes without waiting for them
+            self.timers.flush_by.get_or_insert(now + FLUSH_WITHIN);
+        }
+        if self.phase == Phase::Stopping && report.ran.is_empty() && report.updates.is_empty() {
+            // queued when the stop came: not started, nothing to apply
+            tracing::debug!(volume = %report.key.volume, "operation not started: stopping");
+            return false;
+        }
+        if report.ran.contains(&Operation::TearDown) {
+            self.sweep_wanted(now);
+        }
+        if report.forced {
+            self.forced_done(&report, out);
+            return true;
+        }
+        for u in &report.updates {
+            if let Err(e) = apply_update(&mut w.asw, u) {
+                tracing::error!(error = %e, "applying a finished operation to the ASW failed");
+            }
+        }
+        if let Some(err) = &report.error {
+            tracing::warn!(volume = %report.key.volume, error = %err, "volume operation failed; backing off");
+            let pods: BTreeSet<_> = match &report.key.pod {
+                Some(p) => [p.clone()].into(),
+                None => w
+                    .dsw
+                    .volume(&report.key.volume)
+                    .map(|v| v.pods.keys().cloned().collect())
+                    .unwrap_or_default(),
+            };
+            for p in pods {
+                w.dsw.add_pod_error(&p, err.clone());
+            }
+        }
+        !ok
+    }
+
+    fn completed(&mut self, c: Completion, now: Instant) -> bool {
+        match c {
+            Completion::NotStarted {
+                key,
+                forced,
+                workers_gone,
+            } => {
+                self.pending.finish(&key, false, now);
+                if forced {
+                    self.metrics.ops.force_cleaned_errors.inc();
+                }
+                if workers_gone {
+                    self.phase = Phase::Stopping;
+                }
+                false
+            }
+            Completion::Flushed(r) => {
+                self.in_flight.flush = false;
+                if let Err(e) = r {
+                    // A failed flush closes the journal for good (no later
+                    // append succeeds): stop, as a failed intent would.
+                    tracing::error!(error = %e, "flushing the journal's outcomes failed; stopping");
+                    self.phase = Phase::Stopping;
+                }
+                false
+            }
+            Completion::Checkpointed(r) => {
+                self.in_flight.checkpoint = false;
+                // its buffers (the whole state, encoded) are freed by now
+                self.trim_due(now);
+                match r {
+                    Ok(through) => self.last_checkpoint_seq = through,
+                    Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
+                }
+                false
+            }
+            Completion::Forgotten { key, ok } => {
+                self.in_flight.forgets = self.in_flight.forgets.saturating_sub(1);
+                if let Some(k) = key {
+                    self.pending.finish(&k, ok, now);
+                }
+                true
+            }
+            Completion::Swept => {
+                self.in_flight.sweep = false;
+                // the passes held back while it ran
+                true
+            }
+            Completion::Trimmed => {
+                self.in_flight.trim = false;
+                false
+            }
+        }
+    }
+
+    /// One pass: what `plan` decides is started (its key marked running);
+    /// a `Forget` drops the volume from the ASW here and its journal
+    /// targets on the journal's thread (the volume busy until then).
+    fn reconcile(&mut self, w: &mut World, now: Instant, out: &mut Vec<Effect>) {
+        let p = {
+            let pending = &self.pending;
+            plan(&w.dsw, &w.asw, &|k| pending.busy(k, now))
+        };
+        for b in p.blocked {
+            w.dsw.add_pod_error(&b.pod, b.error.to_string());
+        }
+        for action in p.actions {
+            let key = action.key();
+            if !self.pending.start(&key, now) {
+                continue;
+            }
+            if let Action::Forget { volume } = &action {
+                self.forget(w, key, volume.clone(), now, out);
+                continue;
+            }
+            let job = job_for(&action, &w.asw, None, &self.cfg.layout);
+            match (&action, job) {
+                (Action::Mount { .. }, Some(job)) => out.push(Effect::Start {
+                    job,
+                    announce: self.cfg.journal,
+                }),
+                (Action::TearDown { .. } | Action::UnmountDevice { .. }, fallback)
+                    if self.cfg.journal =>
+                {
+                    out.push(Effect::StartTearDown { action, fallback });
+                }
+                (_, Some(job)) => out.push(Effect::Start {
+                    job,
+                    announce: false,
+                }),
+                (_, None) => {
+                    tracing::error!(
+                        ?action,
+                        "no parameters known for this operation; it is left for a later pass"
+                    );
+                    self.pending.finish(&key, false, now);
+                }
+            }
+        }
+        update_gauges(&self.metrics, w);
+    }
+
+    fn forget(
+        &mut self,
+        w: &mut World,
+        key: OpKey,
+        volume: UniqueVolumeName,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        if let Err(e) = w.asw.delete_volume(&volume) {
+            tracing::warn!(error = %e, "forget volume");
+            self.pending.finish(&key, false, now);
+            return;
+        }
+        if !self.cfg.journal {
+            self.pending.finish(&key, true, now);
+            return;
+        }
+        self.in_flight.forgets += 1;
+        out.push(Effect::Journal(JournalWork::ForgetVolume { key, volume }));
+    }
+
+    /// Flushes the outcomes appended without waiting: once no job is in
+    /// flight (one flush for the whole burst; while jobs run, their intents'
+    /// flushes carry earlier outcomes along), or once they have waited
+    /// [`FLUSH_WITHIN`].
+    fn maybe_flush(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let Some(by) = self.timers.flush_by else {
+            return;
+        };
+        if self.in_flight.flush || (self.pending.running() != 0 && now < by) {
+            return;
+        }
+        self.timers.flush_by = None;
+        self.in_flight.flush = true;
+        out.push(Effect::Journal(JournalWork::Flush));
+    }
+
+    /// Asks for a sweep at the rate limit (a pod target went away).
+    fn sweep_wanted(&mut self, now: Instant) {
+        let soonest = self.timers.sweep_not_before.unwrap_or(now);
+        let at = self.timers.sweep_at.map_or(soonest, |t| t.min(soonest));
+        self.timers.sweep_at = Some(at);
+    }
+
+    /// Sweeps orphaned pod dirs once settled, when due, never while an
+    /// operation is in flight (the sweep completes the `.deleting~` renames
+    /// of every pod, which a disk emptyDir's TearDown makes and deletes).
+    fn maybe_sweep(&mut self, w: &World, now: Instant, out: &mut Vec<Effect>) {
+        let due = self.timers.sweep_at.is_some_and(|t| now >= t);
+        if self.phase != Phase::Settled
+            || !due
+            || self.in_flight.sweep
+            || self.pending.running() != 0
+        {
+            return;
+        }
+        let mut known: BTreeSet<PodUid> = BTreeSet::new();
+        for (_, v) in w.dsw.volumes() {
+            known.extend(v.pods.keys().cloned());
+        }
+        for (_, v) in w.asw.volumes() {
+            known.extend(v.pods.keys().cloned());
+        }
+        self.timers.sweep_at = Some(now + SWEEP_IDLE);
+        self.timers.sweep_not_before = Some(now + SWEEP_EVERY);
+        self.in_flight.sweep = true;
+        out.push(Effect::Host(HostWork::Sweep { known }));
+    }
+
+    fn maybe_checkpoint(&mut self, synced_through: u64, out: &mut Vec<Effect>) {
+        let n = self.cfg.checkpoint_every;
+        if !self.cfg.journal
+            || n == 0
+            || self.in_flight.checkpoint
+            || synced_through < self.last_checkpoint_seq + n
+        {
+            return;
+        }
+        self.in_flight.checkpoint = true;
+        out.push(Effect::Journal(JournalWork::Checkpoint));
+    }
+
+    /// Memory was freed (a job ended, a checkpoint was written): a trim is
+    /// due, at most every [`TRIM_EVERY`].
+    fn trim_due(&mut self, now: Instant) {
+        let soonest = self.timers.trim_not_before.map_or(now, |t| t.max(now));
+        self.timers.trim_at.get_or_insert(soonest);
+    }
+
+    /// Trims once no job is in flight (an idle daemon never trims).
+    fn maybe_trim(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let due = self.timers.trim_at.is_some_and(|t| now >= t);
+        if !due || self.in_flight.trim || self.pending.running() != 0 {
+            return;
+        }
+        self.timers.trim_at = None;
+        self.timers.trim_not_before = Some(now + TRIM_EVERY);
+        self.in_flight.trim = true;
+        out.push(Effect::Host(HostWork::Trim));
+    }
+}
+
+fn update_gauges(metrics: &Metrics, w: &World) {
+    // Counted in place: a copy of every target per pass would make each
+    // pass O(volumes) in allocations.
+    let mut counts: Vec<(PluginName, &'static str, usize)> = Vec::new();
+    for (p, n) in w.asw.mounted_counts() {
+        counts.push((p, "actual_state_of_world", n));
+    }
+    for (p, n) in w.dsw.to_mount_counts() {
+        counts.push((p, "desired_state_of_world", n));
+    }
+    metrics.ops.set_total_volumes(&counts);
+}
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

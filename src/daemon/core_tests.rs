@@ -1,0 +1,477 @@
+//! Table tests of the loop's core: events and times in, effects out; no
+//! kernel, no thread, no journal.
+
+use super::*;
+use crate::daemon::admit::holders_first;
+use crate::model::PluginName;
+use crate::model::{PodVolume, StorageMedium, VolumeSpec};
+use crate::reconciler::executor::AswUpdate;
+use crate::reconciler::executor::Job;
+use crate::sources::SourceEvent;
+use crate::state::ActualStateOfWorld;
+use crate::state::{PodMount, SeLinuxState};
+
+fn ms(t0: Instant, n: u64) -> Instant {
+    t0 + Duration::from_millis(n)
+}
+
+fn uid(s: &str) -> PodUid {
+    PodUid::new(s).unwrap()
+}
+
+/// A pod with one memory emptyDir.
+fn pod(u: &str) -> DesiredPod {
+    let spec = VolumeSpec::EmptyDir {
+        medium: StorageMedium::Memory,
+        size_limit: None,
+    };
+    DesiredPod {
+        uid: uid(u),
+        namespace: "default".into(),
+        name: u.into(),
+        file: format!("/pods/{u}.yaml").into(),
+        volumes: vec![PodVolume {
+            volume: PodVolume::unique_name(&spec, &uid(u), "cache"),
+            spec_name: "cache".into(),
+            outer_name: "cache".into(),
+            spec: spec.into(),
+            selinux: None,
+        }],
+        unresolved: Default::default(),
+        errors: vec![],
+        selinux: Default::default(),
+    }
+}
+
+fn core(checkpoint_every: u64) -> (Core, World) {
+    let cfg = CoreConfig {
+        layout: Layout::new("/r"),
+        journal: true,
+        resync: Duration::from_secs(30),
+        checkpoint_every,
+        selinux: Policy::disabled(),
+    };
+    let metrics = Arc::new(Metrics::new().unwrap());
+    (Core::new(cfg, metrics, Vec::new(), 0), World::default())
+}
+
+fn added(pods: &[&str], ready: bool) -> Event {
+    let mut evs: Vec<SourceEvent> = pods.iter().map(|p| SourceEvent::PodAdded(pod(p))).collect();
+    if ready {
+        evs.push(SourceEvent::SourcesReady);
+    }
+    Event::Sources(evs)
+}
+
+fn walked() -> Event {
+    Event::Leftovers(Box::default(), Vec::new())
+}
+
+/// The effects, one word each: `mount:<pod>`, `teardown:<pod>`, `flush`,
+/// `checkpoint`, `forget`, `sweep`, `trim`.
+fn names(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .map(|e| match e {
+            Effect::Start {
+                job: Job::Mount { want, .. },
+                ..
+            } => format!("mount:{}", want.pod),
+            Effect::Start { job, .. } => format!("start:{:?}", job.key()),
+            Effect::StartTearDown {
+                action: Action::TearDown { pod, .. },
+                ..
+            } => format!("teardown:{pod}"),
+            Effect::StartTearDown { .. } => "unmount-device".into(),
+            Effect::Journal(JournalWork::Flush) => "flush".into(),
+            Effect::Journal(JournalWork::Checkpoint) => "checkpoint".into(),
+            Effect::Journal(JournalWork::ForgetVolume { .. }) => "forget".into(),
+            Effect::Journal(JournalWork::ForgetTarget { .. }) => "forget-target".into(),
+            Effect::Host(HostWork::Sweep { .. }) => "sweep".into(),
+            Effect::Host(HostWork::Trim) => "trim".into(),
+        })
+        .collect()
+}
+
+/// The report of a mount job that succeeded.
+fn mounted(effects: &[Effect], pod: &str) -> Event {
+    let want = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Start {
+                job: Job::Mount { want, .. },
+                ..
+            } if want.pod.as_str() == pod => Some(want.clone()),
+            _ => None,
+        })
+        .expect("a mount of that pod was started");
+    Event::JobDone(JobReport {
+        key: OpKey::for_mount(&want.volume, &want.pod, &want.spec),
+        updates: vec![AswUpdate::PodMounted {
+            volume: want.volume.clone(),
+            plugin: want.plugin,
+            spec_name: want.spec_name.clone(),
+            spec: Some(want.spec.clone()),
+            pod: want.pod.clone(),
+            mount: PodMount {
+                outer_name: want.outer_name.clone(),
+                mount_path: format!("/r/pods/{pod}/volumes/x/cache").into(),
+                kind: crate::model::TargetKind::Mount,
+                selinux: SeLinuxState::Unknown,
+            },
+        }],
+        error: None,
+        ran: vec![Operation::SetUp],
+        forced: false,
+        left_behind: Vec::new(),
+    })
+}
+
+fn idle() -> Observed {
+    Observed::default()
+}
+
+#[test]
+fn the_phase_follows_sources_and_the_walk_and_readiness_waits_only_for_sources() {
+    // (what, events in order) -> (phase, ready) after the last
+    let cases: Vec<(&str, Vec<Event>, Phase, bool)> = vec![
+        (
+            "nothing yet",
+            vec![],
+            Phase::Listing { walked: false },
+            false,
+        ),
+        (
+            "a pod listed, not every source",
+            vec![added(&["a"], false)],
+            Phase::Listing { walked: false },
+            false,
+        ),
+        (
+            "walk first",
+            vec![walked()],
+            Phase::Listing { walked: true },
+            false,
+        ),
+        (
+            "every source listed, the walk still runs: ready",
+            vec![added(&["a"], true)],
+            Phase::Populated,
+            true,
+        ),
+        (
+            "listed, then walked",
+            vec![added(&[], true), walked()],
+            Phase::Settled,
+            true,
+        ),
+        (
+            "walked, then listed",
+            vec![walked(), added(&[], true)],
+            Phase::Settled,
+            true,
+        ),
+        (
+            "stop while listing",
+            vec![Event::Stop],
+            Phase::Stopping,
+            false,
+        ),
+        (
+            "stop once ready keeps readiness for the last requests",
+            vec![added(&[], true), Event::Stop],
+            Phase::Stopping,
+            true,
+        ),
+    ];
+    let t0 = Instant::now();
+    for (what, events, phase, ready) in cases {
+        let (mut c, mut w) = core(0);
+        for (i, ev) in events.into_iter().enumerate() {
+            c.step(&mut w, vec![ev], ms(t0, i as u64), idle());
+        }
+        assert_eq!((c.phase(), w.ready), (phase, ready), "{what}");
+    }
+}
+
+#[test]
+fn mounts_start_while_listing_and_a_succeeded_job_behind_a_queue_plans_nothing() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a", "b"], false)], t0, idle());
+    assert_eq!(names(&first), ["mount:a", "mount:b"]);
+    // a finished while b still waits for a worker: no pass, no flush yet
+    let queued = Observed {
+        queued_jobs: 1,
+        ..idle()
+    };
+    let c_added = c.step(
+        &mut w,
+        vec![mounted(&first, "a"), added(&["c"], false)],
+        ms(t0, 1),
+        queued,
+    );
+    assert_eq!(names(&c_added), ["mount:c"], "a source change still plans");
+    let quiet = c.step(&mut w, vec![mounted(&first, "b")], ms(t0, 2), queued);
+    assert!(names(&quiet).is_empty(), "{:?}", names(&quiet));
+}
+
+#[test]
+fn outcomes_are_flushed_when_idle_or_within_the_bound_and_one_flush_at_a_time() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a", "b"], true)], t0, idle());
+    let wait = u64::try_from(FLUSH_WITHIN.as_millis()).unwrap();
+    // (what, at, events) -> effects; b keeps running throughout the first rows
+    let a_done = c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 10), idle());
+    assert!(!names(&a_done).contains(&"flush".into()), "b still runs");
+    assert_eq!(c.next_wake(ms(t0, 10)), Duration::from_millis(wait));
+    let early = c.step(&mut w, vec![], ms(t0, 10 + wait - 1), idle());
+    assert!(!names(&early).contains(&"flush".into()), "within the bound");
+    let due = c.step(&mut w, vec![], ms(t0, 10 + wait), idle());
+    assert!(names(&due).contains(&"flush".into()), "the bound reached");
+    let b_done = c.step(&mut w, vec![mounted(&first, "b")], ms(t0, 300), idle());
+    assert!(
+        !names(&b_done).contains(&"flush".into()),
+        "one flush in flight at a time"
+    );
+    let next = c.step(
+        &mut w,
+        vec![Event::Done(Completion::Flushed(Ok(())))],
+        ms(t0, 301),
+        idle(),
+    );
+    assert!(
+        names(&next).contains(&"flush".into()),
+        "idle: at once after it"
+    );
+    let failed = c.step(
+        &mut w,
+        vec![Event::Done(Completion::Flushed(Err("eio".into())))],
+        ms(t0, 302),
+        idle(),
+    );
+    assert!(failed.is_empty());
+    assert_eq!(c.phase(), Phase::Stopping, "a failed flush stops the loop");
+}
+
+#[test]
+fn trims_wait_for_idle_and_come_at_most_once_a_second() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a", "b"], false)], t0, idle());
+    let a = c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 1), idle());
+    assert!(!names(&a).contains(&"trim".into()), "b still runs");
+    let b = c.step(&mut w, vec![mounted(&first, "b")], ms(t0, 2), idle());
+    assert!(names(&b).contains(&"trim".into()), "idle: trimmed");
+    c.step(
+        &mut w,
+        vec![Event::Done(Completion::Trimmed)],
+        ms(t0, 3),
+        idle(),
+    );
+    let again = c.step(&mut w, vec![added(&["c"], false)], ms(t0, 4), idle());
+    let again = c.step(&mut w, vec![mounted(&again, "c")], ms(t0, 5), idle());
+    assert!(!names(&again).contains(&"trim".into()), "rate limited");
+    let wake = c.next_wake(ms(t0, 5));
+    assert!(wake <= TRIM_EVERY && wake > Duration::ZERO, "{wake:?}");
+    let later = c.step(&mut w, vec![], ms(t0, 2 + 1000), idle());
+    assert!(names(&later).contains(&"trim".into()));
+    let (mut quiet, mut w) = core(0);
+    for i in 0..3 {
+        let e = quiet.step(&mut w, vec![], ms(t0, i * 5000), idle());
+        assert!(e.is_empty(), "an idle daemon never trims");
+    }
+}
+
+#[test]
+fn sweeps_start_once_settled_never_beside_a_job_and_hold_passes_back() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a"], true)], t0, idle());
+    assert_eq!(
+        names(&first),
+        ["mount:a"],
+        "populated, not walked: no sweep"
+    );
+    let walked_now = c.step(&mut w, vec![walked()], ms(t0, 1), idle());
+    assert!(!names(&walked_now).contains(&"sweep".into()), "a job runs");
+    let swept = c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 2), idle());
+    assert!(
+        names(&swept).contains(&"sweep".into()),
+        "{:?}",
+        names(&swept)
+    );
+    // while it runs, a new pod is applied but not started
+    let held = c.step(&mut w, vec![added(&["b"], false)], ms(t0, 3), idle());
+    assert!(!names(&held).iter().any(|n| n.starts_with("mount")));
+    assert!(w.dsw.volumes().any(|(_, v)| v.pods.contains_key(&uid("b"))));
+    let after = c.step(
+        &mut w,
+        vec![Event::Done(Completion::Swept)],
+        ms(t0, 4),
+        idle(),
+    );
+    assert_eq!(names(&after), ["mount:b"], "the pass held back");
+    assert_eq!(c.timers.sweep_at, Some(ms(t0, 2) + SWEEP_IDLE));
+    // a teardown asks for one at the rate limit
+    c.sweep_wanted(ms(t0, 5));
+    assert_eq!(c.timers.sweep_at, Some(ms(t0, 2) + SWEEP_EVERY));
+}
+
+#[test]
+fn a_forgotten_volume_stays_busy_until_its_records_are_durable() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a"], true), walked()], t0, idle());
+    let sweep = c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 1), idle());
+    assert_eq!(names(&sweep), ["flush", "sweep", "trim"]);
+    let gone = Event::Sources(vec![SourceEvent::PodRemoved(uid("a"))]);
+    let swept = Event::Done(Completion::Swept);
+    let down = c.step(&mut w, vec![gone, swept], ms(t0, 2), idle());
+    assert!(names(&down).contains(&"teardown:a".into()));
+    let Some(Effect::StartTearDown {
+        fallback: Some(job),
+        ..
+    }) = down
+        .iter()
+        .find(|e| matches!(e, Effect::StartTearDown { .. }))
+    else {
+        panic!("the ASW gives a fallback job");
+    };
+    let torn = Event::JobDone(JobReport {
+        key: job.key(),
+        updates: vec![AswUpdate::PodRemoved {
+            volume: job.key().volume.clone(),
+            pod: uid("a"),
+        }],
+        error: None,
+        ran: vec![Operation::TearDown],
+        forced: false,
+        left_behind: Vec::new(),
+    });
+    let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
+    assert!(
+        names(&forget).contains(&"forget".into()),
+        "{:?}",
+        names(&forget)
+    );
+    assert_eq!(
+        w.asw.volumes().count(),
+        0,
+        "the ASW forgets in memory at once"
+    );
+    assert_eq!(
+        c.pending.running(),
+        1,
+        "the volume is busy until the write is done"
+    );
+    let Some(Effect::Journal(JournalWork::ForgetVolume { key, .. })) = forget
+        .iter()
+        .find(|e| matches!(e, Effect::Journal(JournalWork::ForgetVolume { .. })))
+    else {
+        unreachable!()
+    };
+    c.step(&mut w, vec![Event::Stop], ms(t0, 4), idle());
+    assert!(!c.finished(), "the stop waits for the forget");
+    let done = Completion::Forgotten {
+        key: Some(key.clone()),
+        ok: true,
+    };
+    let rest = [
+        done,
+        Completion::Flushed(Ok(())),
+        Completion::Trimmed,
+        Completion::Swept,
+    ];
+    c.step(&mut w, rest.map(Event::Done).into(), ms(t0, 5), idle());
+    assert!(c.finished(), "{:?}", c.in_flight);
+}
+
+#[test]
+fn a_checkpoint_follows_every_n_durable_records_one_at_a_time() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(10);
+    let at = |synced_through| Observed {
+        queued_jobs: 0,
+        synced_through,
+    };
+    // (synced through, completion before) -> checkpoint?
+    let rows: Vec<(u64, Option<Completion>, bool)> = vec![
+        (9, None, false),
+        (10, None, true),
+        (25, None, false),
+        (25, Some(Completion::Checkpointed(Ok(25))), false),
+        (34, None, false),
+        (35, None, true),
+        (50, Some(Completion::Checkpointed(Err("eio".into()))), true),
+    ];
+    for (i, (synced, done, want)) in rows.into_iter().enumerate() {
+        let evs = done.map(Event::Done).into_iter().collect();
+        let e = c.step(&mut w, evs, ms(t0, i as u64), at(synced));
+        assert_eq!(names(&e).contains(&"checkpoint".into()), want, "row {i}");
+    }
+}
+
+#[test]
+fn the_stop_ends_the_loop_once_nothing_is_in_flight() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a"], false)], t0, idle());
+    let stop = c.step(
+        &mut w,
+        vec![Event::Stop, added(&["b"], false)],
+        ms(t0, 1),
+        idle(),
+    );
+    assert!(stop.is_empty(), "nothing new starts: {:?}", names(&stop));
+    assert!(!c.finished(), "a runs");
+    assert_eq!(
+        c.next_wake(ms(t0, 1)),
+        Duration::from_secs(30),
+        "no deadline"
+    );
+    c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 2), idle());
+    assert!(c.finished());
+}
+
+fn order(events: &[SourceEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| match e {
+            SourceEvent::PodAdded(p) => format!("+{}", p.uid),
+            SourceEvent::PodUpdated(p) => format!("~{}", p.uid),
+            SourceEvent::PodRemoved(u) => format!("-{u}"),
+            SourceEvent::SourcesReady => "ready".into(),
+        })
+        .collect()
+}
+
+#[test]
+fn pods_holding_targets_are_applied_before_newcomers() {
+    let mut asw = ActualStateOfWorld::new();
+    let v = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
+    asw.add_volume(v.clone(), PluginName::LocalVolume, "pv1", None, None);
+    asw.mark_volume_uncertain(
+        &v,
+        &uid("b-holder"),
+        PodMount {
+            outer_name: "data".into(),
+            mount_path: "/r/pods/b-holder/v".into(),
+            kind: crate::model::TargetKind::Mount,
+            selinux: SeLinuxState::Unknown,
+        },
+    )
+    .unwrap();
+    let events = vec![
+        SourceEvent::PodRemoved(uid("gone")),
+        SourceEvent::PodAdded(pod("a-new")),
+        SourceEvent::PodAdded(pod("b-holder")),
+        SourceEvent::PodUpdated(pod("c-new")),
+        SourceEvent::SourcesReady,
+    ];
+    assert_eq!(
+        order(&holders_first(events, &asw)),
+        ["-gone", "+b-holder", "+a-new", "~c-new", "ready"]
+    );
+}

@@ -1,0 +1,146 @@
+//! The loop's vocabulary: the [`Event`]s that wake it, the [`World`] it
+//! changes under the lock, and the [`Effect`]s its core asks the driver to
+//! perform (jobs, journal work, host work) with their [`Completion`]s.
+
+use std::collections::BTreeSet;
+
+use crate::model::{PodUid, TargetRef, UniqueVolumeName};
+use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::pending::OpKey;
+use crate::reconciler::plan::Action;
+use crate::reconstruct::MergeOutput;
+use crate::sources::SourceEvent;
+use crate::state::{ActualStateOfWorld, DesiredStateOfWorld, UnmountedOutside};
+
+/// Everything that can wake the loop.
+#[derive(Debug)]
+pub enum Event {
+    /// the pod sources changed
+    Sources(Vec<SourceEvent>),
+    /// a job finished
+    JobDone(JobReport),
+    /// stop: finish in-flight work, start nothing new
+    Stop,
+    /// reconstruction's phase 2 (the pod-dir walk) finished, with the
+    /// targets it found unmounted outside volumed (already logged)
+    Leftovers(Box<MergeOutput>, Vec<UnmountedOutside>),
+    /// an effect the driver performed finished
+    Done(Completion),
+}
+
+/// How an effect ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// a job was not handed to a worker: no parameters known for it, or
+    /// the workers are gone (`workers_gone`)
+    NotStarted {
+        /// its key
+        key: OpKey,
+        /// a forced cleanup
+        forced: bool,
+        /// the workers are gone: the loop stops
+        workers_gone: bool,
+    },
+    /// the outcomes appended without waiting are durable, or the flush
+    /// failed (the journal is closed for good)
+    Flushed(Result<(), String>),
+    /// a checkpoint through this sequence number was written, or failed
+    Checkpointed(Result<u64, String>),
+    /// a `Forget` is durable (`ok`) or was refused; `key` when the plan
+    /// decided it (the volume stays busy until then)
+    Forgotten {
+        /// the planned forget's key
+        key: Option<OpKey>,
+        /// whether every record was appended
+        ok: bool,
+    },
+    /// an orphan sweep finished
+    Swept,
+    /// the allocator was trimmed
+    Trimmed,
+}
+
+/// The caches the loop mutates and the HTTP provider reads.
+#[derive(Debug, Default)]
+pub struct World {
+    /// desired state
+    pub dsw: DesiredStateOfWorld,
+    /// actual state
+    pub asw: ActualStateOfWorld,
+    /// what reconstruction found unmounted outside volumed (`/debug/state`)
+    pub unmounted_outside: Vec<UnmountedOutside>,
+    /// every pod source has listed (`/readyz`; see `core::Phase::ready`)
+    pub ready: bool,
+}
+
+/// A journal write the loop decided (performed in order on one thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalWork {
+    /// make the outcomes the workers appended without waiting durable
+    Flush,
+    /// write a checkpoint
+    Checkpoint,
+    /// forget the volume's targets the journal has as not mounted (the
+    /// plan's `Forget`: the volume left the ASW)
+    ForgetVolume {
+        /// its key, busy until this is done
+        key: OpKey,
+        /// the volume
+        volume: UniqueVolumeName,
+    },
+    /// forget one target (after a forced cleanup ran)
+    ForgetTarget {
+        /// the name it was journaled under
+        volume: UniqueVolumeName,
+        /// the target
+        target: TargetRef,
+    },
+}
+
+/// Host work the loop decided (on its own thread: a hung filesystem must
+/// not hold back the journal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostWork {
+    /// sweep orphaned pod dirs; `known` holds every pod the DSW or ASW knows
+    Sweep {
+        /// pods not to be touched
+        known: BTreeSet<PodUid>,
+    },
+    /// give freed memory back to the kernel
+    Trim,
+}
+
+/// What the driver does for a step.
+#[derive(Debug)]
+pub enum Effect {
+    /// hand a job to the workers; `announce`: append its first intent
+    /// (unflushed) first, so the jobs of one pass share flushes
+    Start {
+        /// the job
+        job: Job,
+        /// append its intent ahead
+        announce: bool,
+    },
+    /// a teardown: built from the journal's last parameters for the target
+    /// when it has them, else `fallback` (from the ASW), then started as
+    /// [`Effect::Start`] with `announce`
+    StartTearDown {
+        /// the planned teardown
+        action: Action,
+        /// the job as the ASW describes it
+        fallback: Option<Job>,
+    },
+    /// a journal write
+    Journal(JournalWork),
+    /// host work
+    Host(HostWork),
+}
+
+/// What the driver read from shared counters before the step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// jobs sent that no worker has taken yet
+    pub queued_jobs: usize,
+    /// the journal's synced-through watermark
+    pub synced_through: u64,
+}
