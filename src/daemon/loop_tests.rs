@@ -237,7 +237,9 @@ impl Rig {
     fn stop(self) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.events.send(Event::Stop).unwrap();
+        // the loop may have ended already on an earlier stop (the joins
+        // below are what this checks)
+        let _ = self.events.send(Event::Stop);
         let (tx, rx) = mpsc::channel();
         let threads = self.threads;
         std::thread::spawn(move || {
