@@ -28,6 +28,7 @@ use volumed::host::remove::remove_dir_one_fs;
 use volumed::host::sys::{
     Beneath, Call, DirEntry, DiskFormat, FileStat, LinuxSys, MntFlags, MsFlags, Sys, SysError,
 };
+use volumed::journal::Permit;
 use volumed::model::{
     Layout, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
     UniqueVolumeName, VolumeSpec,
@@ -98,7 +99,9 @@ fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
         let target = pa.pod_mount_path.clone().unwrap();
         let marker = layout.empty_dir_ready_marker(&PodUid::new(POD_A).unwrap(), "cache");
 
-        let out = plugin.setup(&memory(1 << 20), &pa, &LinuxSys).unwrap();
+        let out = plugin
+            .setup(&Permit::JournalOff, &memory(1 << 20), &pa, &LinuxSys)
+            .unwrap();
         assert_eq!(out.action, Action::Performed);
         let m = top(&target).expect("tmpfs mounted");
         assert_eq!(m.fs_type, "tmpfs");
@@ -107,24 +110,33 @@ fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
         assert!(marker.exists());
         fs::write(target.join("data"), b"keep me").unwrap();
 
-        let again = plugin.setup(&memory(1 << 20), &pa, &LinuxSys).unwrap();
+        let again = plugin
+            .setup(&Permit::JournalOff, &memory(1 << 20), &pa, &LinuxSys)
+            .unwrap();
         assert_eq!(again.action, Action::AlreadyInPlace);
 
-        let resized = plugin.setup(&memory(2 << 20), &pa, &LinuxSys).unwrap();
+        let resized = plugin
+            .setup(&Permit::JournalOff, &memory(2 << 20), &pa, &LinuxSys)
+            .unwrap();
         assert_eq!(resized.action, Action::Remounted);
         let m2 = top(&target).expect("still mounted");
         assert_eq!(size_option(&m2).as_deref(), Some("2048k"));
         assert_eq!(m2.mount_id, m.mount_id, "remounted, not replaced");
         assert_eq!(fs::read(target.join("data")).unwrap(), b"keep me");
 
-        let down = plugin.teardown(&pa, &LinuxSys).unwrap();
+        let down = plugin
+            .teardown(&Permit::JournalOff, &pa, &LinuxSys)
+            .unwrap();
         assert_eq!(down.action, Action::Performed);
         assert!(down.left_behind.is_empty());
         assert!(top(&target).is_none());
         assert!(!target.exists());
         assert!(!marker.exists());
         assert_eq!(
-            plugin.teardown(&pa, &LinuxSys).unwrap().action,
+            plugin
+                .teardown(&Permit::JournalOff, &pa, &LinuxSys)
+                .unwrap()
+                .action,
             Action::AlreadyInPlace
         );
     });
@@ -149,7 +161,9 @@ fn a_symlinked_tmpfs_target_is_refused_and_nothing_is_mounted_through_it() {
         mkdirs(target.parent().unwrap());
         symlink(&outside, &target).unwrap();
 
-        let err = plugin.setup(&memory(1 << 20), &pa, &LinuxSys).unwrap_err();
+        let err = plugin
+            .setup(&Permit::JournalOff, &memory(1 << 20), &pa, &LinuxSys)
+            .unwrap_err();
         assert!(err.to_string().contains("symlink"), "{err}");
         assert!(top(&outside).is_none(), "mounted through the symlink");
         assert!(top(&target).is_none());
@@ -290,15 +304,24 @@ fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
             let runs: [(&str, Run<'_>); 6] = [
                 (
                     "memory setup",
-                    Box::new(|| done(empty_dir.setup(&memory(1 << 20), &mem, &LinuxSys))),
+                    Box::new(|| {
+                        done(empty_dir.setup(
+                            &Permit::JournalOff,
+                            &memory(1 << 20),
+                            &mem,
+                            &LinuxSys,
+                        ))
+                    }),
                 ),
                 (
                     "disk setup",
-                    Box::new(|| done(empty_dir.setup(&DISK, &disk, &LinuxSys))),
+                    Box::new(|| {
+                        done(empty_dir.setup(&Permit::JournalOff, &DISK, &disk, &LinuxSys))
+                    }),
                 ),
                 (
                     "disk teardown",
-                    Box::new(|| done(empty_dir.teardown(&disk, &LinuxSys))),
+                    Box::new(|| done(empty_dir.teardown(&Permit::JournalOff, &disk, &LinuxSys))),
                 ),
                 (
                     "pending deletions",
@@ -309,11 +332,11 @@ fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
                 ),
                 (
                     "local setup",
-                    Box::new(|| done(local.setup(&pv_spec, &pv, &LinuxSys))),
+                    Box::new(|| done(local.setup(&Permit::JournalOff, &pv_spec, &pv, &LinuxSys))),
                 ),
                 (
                     "local teardown",
-                    Box::new(|| done(local.teardown(&pv, &LinuxSys))),
+                    Box::new(|| done(local.teardown(&Permit::JournalOff, &pv, &LinuxSys))),
                 ),
             ];
             for (what, run) in runs {
@@ -423,7 +446,10 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
         );
         assert!(local.needs_format(&spec, &dev, &LinuxSys).unwrap());
         assert_eq!(
-            local.format(&spec, &dev, &LinuxSys).unwrap().action,
+            local
+                .format(&Permit::JournalOff, &spec, &dev, &LinuxSys)
+                .unwrap()
+                .action,
             Action::Performed
         );
         assert!(!local.needs_format(&spec, &dev, &LinuxSys).unwrap());
@@ -433,11 +459,17 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
         );
 
         assert_eq!(
-            local.mount_device(&spec, &dev, &LinuxSys).unwrap().action,
+            local
+                .mount_device(&Permit::JournalOff, &spec, &dev, &LinuxSys)
+                .unwrap()
+                .action,
             Action::Performed
         );
         assert_eq!(
-            local.mount_device(&spec, &dev, &LinuxSys).unwrap().action,
+            local
+                .mount_device(&Permit::JournalOff, &spec, &dev, &LinuxSys)
+                .unwrap()
+                .action,
             Action::AlreadyInPlace
         );
         let g = top(&global).expect("device mounted");
@@ -447,9 +479,13 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
         );
 
         for uid in [POD_A, POD_B] {
-            let out = local.setup(&spec, &pod(uid), &LinuxSys).unwrap();
+            let out = local
+                .setup(&Permit::JournalOff, &spec, &pod(uid), &LinuxSys)
+                .unwrap();
             assert_eq!(out.action, Action::Performed);
-            let again = local.setup(&spec, &pod(uid), &LinuxSys).unwrap();
+            let again = local
+                .setup(&Permit::JournalOff, &spec, &pod(uid), &LinuxSys)
+                .unwrap();
             assert_eq!(again.action, Action::AlreadyInPlace);
         }
         let a = pod(POD_A).pod_mount_path.unwrap();
@@ -461,25 +497,37 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
         assert_eq!(fs::read(b.join("hello")).unwrap(), b"from a");
 
         for uid in [POD_A, POD_B] {
-            let out = local.teardown(&pod(uid), &LinuxSys).unwrap();
+            let out = local
+                .teardown(&Permit::JournalOff, &pod(uid), &LinuxSys)
+                .unwrap();
             assert_eq!(out.action, Action::Performed);
             assert!(out.left_behind.is_empty());
         }
         assert!(top(&a).is_none() && !a.exists());
         assert_eq!(
-            local.unmount_device(&dev, &LinuxSys).unwrap().action,
+            local
+                .unmount_device(&Permit::JournalOff, &dev, &LinuxSys)
+                .unwrap()
+                .action,
             Action::Performed
         );
         assert!(top(&global).is_none() && !global.exists());
 
         // Never reformatted: the data survives another format + mount.
         assert_eq!(
-            local.format(&spec, &dev, &LinuxSys).unwrap().action,
+            local
+                .format(&Permit::JournalOff, &spec, &dev, &LinuxSys)
+                .unwrap()
+                .action,
             Action::AlreadyInPlace
         );
-        local.mount_device(&spec, &dev, &LinuxSys).unwrap();
+        local
+            .mount_device(&Permit::JournalOff, &spec, &dev, &LinuxSys)
+            .unwrap();
         assert_eq!(fs::read(global.join("hello")).unwrap(), b"from a");
-        local.unmount_device(&dev, &LinuxSys).unwrap();
+        local
+            .unmount_device(&Permit::JournalOff, &dev, &LinuxSys)
+            .unwrap();
 
         assert!(
             lo.close_and_wait_unbound(Duration::from_secs(10)),
@@ -689,12 +737,19 @@ fn an_unmount_never_follows_a_directory_swapped_for_a_symlink_to_another_pods() 
         let plugin = EmptyDirPlugin::new(layout.clone());
         let a = empty_dir_params(&layout, POD_A, TargetKind::Mount);
         let b = empty_dir_params(&layout, POD_B, TargetKind::Mount);
-        plugin.setup(&memory(0), &a, &LinuxSys).unwrap();
-        plugin.setup(&memory(0), &b, &LinuxSys).unwrap();
+        plugin
+            .setup(&Permit::JournalOff, &memory(0), &a, &LinuxSys)
+            .unwrap();
+        plugin
+            .setup(&Permit::JournalOff, &memory(0), &b, &LinuxSys)
+            .unwrap();
         let target_b = b.pod_mount_path.clone().unwrap();
         fs::write(target_b.join("data"), b"pod B").unwrap();
         let sys = swapped_before(Call::Umount, plugin_dir_of(&a), plugin_dir_of(&b));
-        let err = plugin.teardown(&a, &sys).unwrap_err().to_string();
+        let err = plugin
+            .teardown(&Permit::JournalOff, &a, &sys)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ELOOP"), "{err}");
         assert!(top(&target_b).is_some(), "pod B's tmpfs is still mounted");
         assert_eq!(fs::read(target_b.join("data")).unwrap(), b"pod B");
@@ -717,7 +772,10 @@ fn chmod_and_the_ready_marker_never_follow_a_directory_swapped_for_a_symlink() {
         fs::set_permissions(out.join("cache"), fs::Permissions::from_mode(0o700)).unwrap();
         let a = empty_dir_params(&layout, POD_A, TargetKind::Dir);
         let sys = swapped_before(Call::ChmodDir, plugin_dir_of(&a), out.clone());
-        let err = plugin.setup(&DISK, &a, &sys).unwrap_err().to_string();
+        let err = plugin
+            .setup(&Permit::JournalOff, &DISK, &a, &sys)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ELOOP"), "{err}");
         let mode = fs::metadata(out.join("cache")).unwrap().mode() & 0o7777;
         assert_eq!(mode, 0o700, "the dir outside the root keeps its mode");
@@ -728,7 +786,10 @@ fn chmod_and_the_ready_marker_never_follow_a_directory_swapped_for_a_symlink() {
         let marker = layout.empty_dir_ready_marker(&PodUid::new(POD_B).unwrap(), "cache");
         let dir = marker.parent().unwrap().parent().unwrap().to_owned();
         let sys = swapped_before(Call::CreateFile, dir, out.clone());
-        let err = plugin.setup(&DISK, &b, &sys).unwrap_err().to_string();
+        let err = plugin
+            .setup(&Permit::JournalOff, &DISK, &b, &sys)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ELOOP"), "{err}");
         assert!(
             !out.join("cache/ready").exists(),
@@ -783,7 +844,9 @@ fn a_mount_that_lands_on_the_dir_being_deleted_after_the_check_is_not_entered() 
         let layout = made_root(&scratch);
         let plugin = EmptyDirPlugin::new(layout.clone());
         let a = empty_dir_params(&layout, POD_A, TargetKind::Dir);
-        plugin.setup(&DISK, &a, &LinuxSys).unwrap();
+        plugin
+            .setup(&Permit::JournalOff, &DISK, &a, &LinuxSys)
+            .unwrap();
         let target = a.pod_mount_path.clone().unwrap();
         fs::write(target.join("data"), b"pod A").unwrap();
         let plugin_dir = target.parent().unwrap().to_owned();
@@ -796,7 +859,7 @@ fn a_mount_that_lands_on_the_dir_being_deleted_after_the_check_is_not_entered() 
             mount_tmpfs(&renamed, "");
             fs::write(renamed.join("precious"), b"x").unwrap();
         });
-        let out = plugin.teardown(&a, &sys).unwrap();
+        let out = plugin.teardown(&Permit::JournalOff, &a, &sys).unwrap();
         let kept = &out.left_behind;
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert!(kept[0].to_string_lossy().contains(".deleting~"), "{kept:?}");
@@ -846,7 +909,10 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
         let mounts = global.parent().unwrap().to_owned();
         let sys = swapped_before(Call::Mount, mounts, out.clone());
         let plugin = LocalPlugin::new(layout.clone());
-        let err = plugin.setup(&spec, &params, &sys).unwrap_err().to_string();
+        let err = plugin
+            .setup(&Permit::JournalOff, &spec, &params, &sys)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ELOOP"), "{err}");
         let target = params.pod_mount_path.as_deref().unwrap();
         assert!(top(target).is_none(), "nothing mounted at the pod target");
@@ -908,7 +974,10 @@ fn disk_empty_dir_teardown_leaves_a_dir_with_a_nested_foreign_tmpfs_in_place() {
         let pa = empty_dir_params(&layout, POD_A, TargetKind::Dir);
         let target = pa.pod_mount_path.clone().unwrap();
         assert_eq!(
-            plugin.setup(&DISK, &pa, &LinuxSys).unwrap().action,
+            plugin
+                .setup(&Permit::JournalOff, &DISK, &pa, &LinuxSys)
+                .unwrap()
+                .action,
             Action::Performed
         );
         assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o777);
@@ -920,7 +989,9 @@ fn disk_empty_dir_teardown_leaves_a_dir_with_a_nested_foreign_tmpfs_in_place() {
         fs::write(nested.join("data"), b"not ours").unwrap();
         let marker = layout.empty_dir_ready_marker(&PodUid::new(POD_A).unwrap(), "cache");
 
-        let err = plugin.teardown(&pa, &LinuxSys).unwrap_err();
+        let err = plugin
+            .teardown(&Permit::JournalOff, &pa, &LinuxSys)
+            .unwrap_err();
         assert!(!err.is_uncertain(), "nothing changed: {err}");
         let msg = err.to_string();
         assert!(msg.contains(&nested.display().to_string()), "{msg}");
@@ -935,7 +1006,9 @@ fn disk_empty_dir_teardown_leaves_a_dir_with_a_nested_foreign_tmpfs_in_place() {
         assert_eq!(below, vec![nested.clone()], "nothing else mounted or moved");
 
         support::umount(&nested);
-        plugin.teardown(&pa, &LinuxSys).unwrap();
+        plugin
+            .teardown(&Permit::JournalOff, &pa, &LinuxSys)
+            .unwrap();
         assert!(!target.exists());
         assert!(!renamed.exists());
         assert!(!marker.exists());
@@ -958,12 +1031,16 @@ fn a_symlink_out_of_the_pod_dir_is_removed_as_a_link_and_its_target_kept() {
         let plugin = EmptyDirPlugin::new(layout.clone());
         let pa = empty_dir_params(&layout, POD_A, TargetKind::Dir);
         let target = pa.pod_mount_path.clone().unwrap();
-        plugin.setup(&DISK, &pa, &LinuxSys).unwrap();
+        plugin
+            .setup(&Permit::JournalOff, &DISK, &pa, &LinuxSys)
+            .unwrap();
         symlink(outside.join("dir"), target.join("to-dir")).unwrap();
         symlink(outside.join("precious"), target.join("to-file")).unwrap();
         symlink("/", target.join("to-root")).unwrap();
 
-        let out = plugin.teardown(&pa, &LinuxSys).unwrap();
+        let out = plugin
+            .teardown(&Permit::JournalOff, &pa, &LinuxSys)
+            .unwrap();
         assert!(out.left_behind.is_empty());
         assert!(!target.exists());
         assert_eq!(fs::read(outside.join("precious")).unwrap(), b"p");

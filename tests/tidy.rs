@@ -179,3 +179,23 @@ fn unsafe_code_lives_only_in_the_syscall_seam() {
         );
     }
 }
+
+#[test]
+fn only_the_executor_runs_a_plugin_without_a_durable_intent() {
+    // A plugin call needs a `Permit`; the one made without a journal
+    // intent is for `--journal off`, decided in the executor.
+    let off = ["Permit::", "JournalOff"].concat();
+    let off_fn = ["journal", "_off()"].concat();
+    for p in files(&["src"]) {
+        if p == root().join("src/reconciler/executor.rs") || p == root().join("src/journal/ops.rs")
+        {
+            continue;
+        }
+        let code = production_code(&p);
+        assert!(
+            !code.contains(&off) && !code.contains(&off_fn),
+            "{} makes a plugin permit without a durable intent",
+            p.display()
+        );
+    }
+}

@@ -7,7 +7,9 @@
 //! The write-ahead rule is a type: a plugin call needs a [`Permit`], and a
 //! permit is made only from a [`DurableIntent`] ([`Journal::begin`], or
 //! [`Journal::confirm`] of an [`Announced`] one) or, with the journal off,
-//! by [`Permit::journal_off`]. An [`Announced`] intent permits nothing.
+//! by [`Permit::journal_off`] (only the executor does, for `--journal off`;
+//! `tests/tidy.rs` checks it). Every mutating `VolumePlugin` method takes
+//! the permit. An [`Announced`] intent permits nothing.
 
 use crate::model::UniqueVolumeName;
 use crate::model::{MountIdentity, MountState, Operation, SharedParams, Steps, TargetRef};

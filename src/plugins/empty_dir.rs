@@ -30,6 +30,7 @@ use crate::host::remove::{
     Removal, finish_pending_deletions, remove_dir_one_fs, rename_for_deletion,
 };
 use crate::host::sys::{Beneath, Errno, FileKind, MsFlags, Sys, SysError, mkdir_all_beneath};
+use crate::journal::Permit;
 use crate::model::{
     Layout, Operation, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
     VolumeSpec,
@@ -261,7 +262,13 @@ impl VolumePlugin for EmptyDirPlugin {
         PluginName::EmptyDir
     }
 
-    fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+    fn setup(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
         let mut op = Op::new(sys, Operation::SetUp, params);
         let VolumeSpec::EmptyDir { medium, size_limit } = spec else {
             return Err(op.bad_spec(self.name(), "not an emptyDir"));
@@ -292,7 +299,7 @@ impl VolumePlugin for EmptyDirPlugin {
         Ok(Outcome::of(action))
     }
 
-    fn teardown(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+    fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
         let mut op = Op::new(sys, Operation::TearDown, params);
         let target = pod_target(&op, params)?;
         let marker = self.marker(&op, params)?;

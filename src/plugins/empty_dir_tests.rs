@@ -86,7 +86,9 @@ fn marker_calls() -> Vec<SysCall> {
 fn disk_setup_makes_a_0777_dir_and_the_ready_marker_then_is_in_place() {
     let sys = host();
     let pa = params(TargetKind::Dir, None);
-    let out = plugin().setup(&disk(), &pa, &sys).unwrap();
+    let out = plugin()
+        .setup(&Permit::JournalOff, &disk(), &pa, &sys)
+        .unwrap();
     assert_eq!(out.action, Action::Performed);
     let mut want = vec![
         SysCall::Mkdir {
@@ -101,7 +103,9 @@ fn disk_setup_makes_a_0777_dir_and_the_ready_marker_then_is_in_place() {
     want.extend(marker_calls());
     assert_eq!(sys.mutations(), want);
     sys.clear_calls();
-    let out = plugin().setup(&disk(), &pa, &sys).unwrap();
+    let out = plugin()
+        .setup(&Permit::JournalOff, &disk(), &pa, &sys)
+        .unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty());
 }
@@ -111,7 +115,12 @@ fn disk_dir_without_marker_is_finished_not_recreated() {
     let sys = host();
     sys.add(TARGET, FileKind::Dir);
     let out = plugin()
-        .setup(&disk(), &params(TargetKind::Dir, None), &sys)
+        .setup(
+            &Permit::JournalOff,
+            &disk(),
+            &params(TargetKind::Dir, None),
+            &sys,
+        )
         .unwrap();
     assert_eq!(out.action, Action::Performed);
     let mut want = vec![SysCall::ChmodDir {
@@ -126,7 +135,9 @@ fn disk_dir_without_marker_is_finished_not_recreated() {
 fn memory_setup_mounts_a_sized_labelled_tmpfs_and_a_second_setup_mounts_nothing() {
     let sys = host();
     let pa = params(TargetKind::Mount, Some(label()));
-    let out = plugin().setup(&memory(Some(1 << 20)), &pa, &sys).unwrap();
+    let out = plugin()
+        .setup(&Permit::JournalOff, &memory(Some(1 << 20)), &pa, &sys)
+        .unwrap();
     assert_eq!(out.action, Action::Performed);
     let mut want = vec![
         SysCall::Mkdir {
@@ -151,7 +162,9 @@ fn memory_setup_mounts_a_sized_labelled_tmpfs_and_a_second_setup_mounts_nothing(
     assert_eq!(sys.mutations(), want);
 
     sys.clear_calls();
-    let out = plugin().setup(&memory(Some(1 << 20)), &pa, &sys).unwrap();
+    let out = plugin()
+        .setup(&Permit::JournalOff, &memory(Some(1 << 20)), &pa, &sys)
+        .unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
 }
@@ -171,6 +184,7 @@ fn a_tmpfs_of_another_size_is_remounted_never_replaced() {
     .unwrap();
     let out = plugin()
         .setup(
+            &Permit::JournalOff,
             &memory(Some(2 << 20)),
             &params(TargetKind::Mount, None),
             &sys,
@@ -198,7 +212,12 @@ fn a_symlink_at_a_memory_target_is_refused_not_mounted_through() {
     let sys = host();
     sys.add(TARGET, FileKind::Symlink);
     let err = plugin()
-        .setup(&memory(None), &params(TargetKind::Mount, None), &sys)
+        .setup(
+            &Permit::JournalOff,
+            &memory(None),
+            &params(TargetKind::Mount, None),
+            &sys,
+        )
         .unwrap_err();
     assert!(err.to_string().contains(TARGET), "{err}");
     assert!(err.to_string().contains("symlink"), "{err}");
@@ -232,7 +251,9 @@ fn a_symlink_on_the_way_to_a_target_or_marker_is_refused() {
             sys.add("/k", FileKind::Dir);
             sys.add(link, FileKind::Symlink);
             let pa = params(kind, None);
-            let err = plugin().setup(&spec, &pa, &sys).unwrap_err();
+            let err = plugin()
+                .setup(&Permit::JournalOff, &spec, &pa, &sys)
+                .unwrap_err();
             assert!(err.to_string().contains("ELOOP"), "{link}: {err}");
             let nothing_through = |when: &str| {
                 for path in [TARGET, MARKER_DIR, MARKER] {
@@ -249,7 +270,7 @@ fn a_symlink_on_the_way_to_a_target_or_marker_is_refused() {
             nothing_through("setup");
             // A teardown of what the journal says is there finds nothing
             // (the fake's link leads nowhere) or refuses; it never goes through.
-            if let Err(e) = plugin().teardown(&pa, &sys) {
+            if let Err(e) = plugin().teardown(&Permit::JournalOff, &pa, &sys) {
                 assert!(e.to_string().contains("ELOOP"), "{link} {kind:?}: {e}");
             }
             nothing_through("teardown");
@@ -271,7 +292,12 @@ fn a_foreign_mount_at_a_memory_target_is_unmounted_then_the_tmpfs_mounted() {
     )
     .unwrap();
     let out = plugin()
-        .setup(&memory(None), &params(TargetKind::Mount, None), &sys)
+        .setup(
+            &Permit::JournalOff,
+            &memory(None),
+            &params(TargetKind::Mount, None),
+            &sys,
+        )
         .unwrap();
     assert_eq!(out.action, Action::Replaced);
     let mut want = vec![
@@ -299,9 +325,11 @@ fn a_foreign_mount_at_a_memory_target_is_unmounted_then_the_tmpfs_mounted() {
 fn tmpfs_teardown_unmounts_then_removes_the_dir_and_the_marker() {
     let sys = host();
     let pa = params(TargetKind::Mount, None);
-    plugin().setup(&memory(None), &pa, &sys).unwrap();
+    plugin()
+        .setup(&Permit::JournalOff, &memory(None), &pa, &sys)
+        .unwrap();
     sys.clear_calls();
-    let out = plugin().teardown(&pa, &sys).unwrap();
+    let out = plugin().teardown(&Permit::JournalOff, &pa, &sys).unwrap();
     assert_eq!(out.action, Action::Performed);
     assert_eq!(
         sys.mutations(),
@@ -326,7 +354,10 @@ fn tmpfs_teardown_unmounts_then_removes_the_dir_and_the_marker() {
     );
     sys.clear_calls();
     assert_eq!(
-        plugin().teardown(&pa, &sys).unwrap().action,
+        plugin()
+            .teardown(&Permit::JournalOff, &pa, &sys)
+            .unwrap()
+            .action,
         Action::AlreadyInPlace
     );
     assert!(sys.mutations().is_empty());
@@ -336,10 +367,12 @@ fn tmpfs_teardown_unmounts_then_removes_the_dir_and_the_marker() {
 fn disk_teardown_renames_then_deletes() {
     let sys = host();
     let pa = params(TargetKind::Dir, None);
-    plugin().setup(&disk(), &pa, &sys).unwrap();
+    plugin()
+        .setup(&Permit::JournalOff, &disk(), &pa, &sys)
+        .unwrap();
     sys.add(format!("{TARGET}/data/file"), FileKind::File);
     sys.clear_calls();
-    let out = plugin().teardown(&pa, &sys).unwrap();
+    let out = plugin().teardown(&Permit::JournalOff, &pa, &sys).unwrap();
     let deleting = format!("{TARGET}.deleting~7");
     assert_eq!(out.action, Action::Performed);
     assert!(out.left_behind.is_empty());
@@ -362,14 +395,18 @@ fn disk_teardown_renames_then_deletes() {
 fn a_disk_teardown_with_a_mount_beneath_leaves_everything_where_it_is() {
     let sys = host();
     let pa = params(TargetKind::Dir, None);
-    plugin().setup(&disk(), &pa, &sys).unwrap();
+    plugin()
+        .setup(&Permit::JournalOff, &disk(), &pa, &sys)
+        .unwrap();
     sys.add(format!("{TARGET}/data/file"), FileKind::File);
     sys.add(format!("{TARGET}/x/mnt/inside"), FileKind::File);
     let nested = p(TARGET).join("x/mnt");
     sys.preset_mount(None, &nested, Some("tmpfs"), MsFlags::empty(), None)
         .unwrap();
     sys.clear_calls();
-    let e = plugin().teardown(&pa, &sys).unwrap_err();
+    let e = plugin()
+        .teardown(&Permit::JournalOff, &pa, &sys)
+        .unwrap_err();
     assert!(
         matches!(&e, PluginError::MountsBeneath { path, mounts, .. }
             if path == Path::new(TARGET) && mounts == std::slice::from_ref(&nested)),
@@ -400,7 +437,7 @@ fn a_disk_teardown_with_a_mount_beneath_leaves_everything_where_it_is() {
         MntFlags::empty(),
     )
     .unwrap();
-    plugin().teardown(&pa, &sys).unwrap();
+    plugin().teardown(&Permit::JournalOff, &pa, &sys).unwrap();
     assert!(!sys.exists(TARGET));
 }
 
@@ -417,7 +454,7 @@ fn a_disk_target_with_something_mounted_on_it_is_never_deleted() {
     )
     .unwrap();
     let e = plugin()
-        .teardown(&params(TargetKind::Dir, None), &sys)
+        .teardown(&Permit::JournalOff, &params(TargetKind::Dir, None), &sys)
         .unwrap_err();
     assert!(matches!(e, PluginError::TargetIsMountPoint { .. }), "{e}");
     assert_eq!(e.certainty(), Certainty::Final);
@@ -428,10 +465,14 @@ fn a_disk_target_with_something_mounted_on_it_is_never_deleted() {
 fn pending_deletions_of_a_pod_are_finished() {
     let sys = host();
     let pa = params(TargetKind::Dir, None);
-    plugin().setup(&disk(), &pa, &sys).unwrap();
+    plugin()
+        .setup(&Permit::JournalOff, &disk(), &pa, &sys)
+        .unwrap();
     sys.add(format!("{TARGET}/f"), FileKind::File);
     sys.fail_nth(Call::RemoveBeneath, 1, Errno::EINTR);
-    let e = plugin().teardown(&pa, &sys).unwrap_err();
+    let e = plugin()
+        .teardown(&Permit::JournalOff, &pa, &sys)
+        .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Uncertain, "renamed already: {e}");
     assert!(sys.exists(format!("{TARGET}.deleting~7/f")));
     let done = plugin()
@@ -447,7 +488,9 @@ fn injected_failures_name_the_call_and_path_and_say_final_or_uncertain() {
 
     let sys = host();
     sys.fail_nth(Call::Mount, 1, Errno::ENOMEM);
-    let e = plugin().setup(&memory(None), &pa, &sys).unwrap_err();
+    let e = plugin()
+        .setup(&Permit::JournalOff, &memory(None), &pa, &sys)
+        .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Final);
     assert_eq!(
         e.to_string(),
@@ -456,7 +499,9 @@ fn injected_failures_name_the_call_and_path_and_say_final_or_uncertain() {
 
     let sys = host();
     sys.fail_nth(Call::ChmodDir, 1, Errno::EPERM);
-    let e = plugin().setup(&memory(None), &pa, &sys).unwrap_err();
+    let e = plugin()
+        .setup(&Permit::JournalOff, &memory(None), &pa, &sys)
+        .unwrap_err();
     assert_eq!(
         e.certainty(),
         Certainty::Uncertain,
@@ -465,9 +510,13 @@ fn injected_failures_name_the_call_and_path_and_say_final_or_uncertain() {
     assert_eq!(e.sys_error().map(|s| s.kind()), Some(Call::ChmodDir));
 
     let sys = host();
-    plugin().setup(&memory(None), &pa, &sys).unwrap();
+    plugin()
+        .setup(&Permit::JournalOff, &memory(None), &pa, &sys)
+        .unwrap();
     sys.fail_nth(Call::Umount, 1, Errno::EBUSY);
-    let e = plugin().teardown(&pa, &sys).unwrap_err();
+    let e = plugin()
+        .teardown(&Permit::JournalOff, &pa, &sys)
+        .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Final);
     assert_eq!(
         e.sys_error().and_then(|s| s.path()),

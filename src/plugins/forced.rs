@@ -11,6 +11,7 @@
 //! decided by major:minor).
 
 use crate::host::sys::Sys;
+use crate::journal::Permit;
 use crate::model::{Layout, Operation, TargetParams, TargetRef};
 use crate::plugins::mount_ops::unmount_target;
 use crate::plugins::{Op, PluginError, PluginResult};
@@ -20,7 +21,12 @@ use crate::plugins::{Op, PluginError, PluginResult};
 /// removes its directory (beneath the root dir) if it is then empty. A
 /// device target is refused while a mount below `<root>/pods` shares the
 /// device.
-pub fn force_unmount(params: &TargetParams, sys: &dyn Sys, layout: &Layout) -> PluginResult {
+pub fn force_unmount(
+    _permit: &Permit,
+    params: &TargetParams,
+    sys: &dyn Sys,
+    layout: &Layout,
+) -> PluginResult {
     let pods_dir = &layout.pods_dir();
     let (op_name, target) = match params.target {
         TargetRef::Pod(_) => (Operation::TearDown, params.pod_mount_path.as_deref()),
@@ -81,7 +87,7 @@ mod tests {
         let sys = RecordingSys::new();
         let mut p = params(TargetRef::Device, "/r/x");
         p.device_mount_path = None;
-        let err = force_unmount(&p, &sys, &Layout::new("/r")).unwrap_err();
+        let err = force_unmount(&Permit::JournalOff, &p, &sys, &Layout::new("/r")).unwrap_err();
         assert!(matches!(err, PluginError::MissingParam { .. }), "{err}");
     }
 
@@ -93,7 +99,7 @@ mod tests {
             TargetRef::Pod(uid),
             "/r/pods/p1/volumes/kubernetes.io~csi/pv-x/mount",
         );
-        let out = force_unmount(&p, &sys, &Layout::new("/r")).unwrap();
+        let out = force_unmount(&Permit::JournalOff, &p, &sys, &Layout::new("/r")).unwrap();
         assert_eq!(out.action, Action::AlreadyInPlace);
         assert!(out.left_behind.is_empty());
     }
@@ -113,7 +119,7 @@ mod tests {
         .unwrap();
         let uid = PodUid::new("p1").unwrap();
         let p = params(TargetRef::Pod(uid), target.to_str().unwrap());
-        let out = force_unmount(&p, &sys, &Layout::new("/r")).unwrap();
+        let out = force_unmount(&Permit::JournalOff, &p, &sys, &Layout::new("/r")).unwrap();
         assert_eq!(out.action, Action::Performed);
         assert!(sys.mounts().is_empty(), "{:?}", sys.mounts());
         assert!(!sys.exists(target));
@@ -138,7 +144,7 @@ mod tests {
         )
         .unwrap();
         let p = params(TargetRef::Device, global.to_str().unwrap());
-        let err = force_unmount(&p, &sys, &Layout::new("/r")).unwrap_err();
+        let err = force_unmount(&Permit::JournalOff, &p, &sys, &Layout::new("/r")).unwrap_err();
         assert!(matches!(err, PluginError::DeviceInUse { .. }), "{err}");
         assert_eq!(sys.mounts().len(), 2, "nothing unmounted");
         assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
@@ -147,7 +153,7 @@ mod tests {
         // binds is under the top, and still refused
         sys.preset_mount(None, global, Some("tmpfs"), flags, None)
             .unwrap();
-        let err = force_unmount(&p, &sys, &Layout::new("/r")).unwrap_err();
+        let err = force_unmount(&Permit::JournalOff, &p, &sys, &Layout::new("/r")).unwrap_err();
         assert!(matches!(err, PluginError::DeviceInUse { .. }), "{err}");
         assert_eq!(sys.mounts().len(), 3, "nothing unmounted");
         assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());

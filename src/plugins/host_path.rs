@@ -16,6 +16,7 @@
 use std::path::Path;
 
 use crate::host::sys::{Errno, FileKind, Sys, mkdir_all};
+use crate::journal::Permit;
 use crate::model::{HostPathType, Operation, PluginName, TargetParams, VolumeSpec};
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -56,7 +57,13 @@ impl VolumePlugin for HostPathPlugin {
         PluginName::HostPath
     }
 
-    fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+    fn setup(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
         let mut op = Op::new(sys, Operation::SetUp, params);
         let VolumeSpec::HostPath {
             path,
@@ -94,7 +101,7 @@ impl VolumePlugin for HostPathPlugin {
         Ok(Outcome::of(action))
     }
 
-    fn teardown(&self, _params: &TargetParams, _sys: &dyn Sys) -> PluginResult {
+    fn teardown(&self, _permit: &Permit, _params: &TargetParams, _sys: &dyn Sys) -> PluginResult {
         Ok(Outcome::of(Action::AlreadyInPlace))
     }
 }
@@ -138,7 +145,9 @@ mod tests {
         let sys = RecordingSys::new();
         sys.add("/data", FileKind::Dir);
         let s = spec("/data/a/b", HostPathType::DirectoryOrCreate);
-        let out = HostPathPlugin.setup(&s, &params(), &sys).unwrap();
+        let out = HostPathPlugin
+            .setup(&Permit::JournalOff, &s, &params(), &sys)
+            .unwrap();
         assert_eq!(out.action, Action::Performed);
         // as `mkdir -p`: the leaf first (ENOENT: `/data/a` is missing),
         // then each missing level downwards
@@ -160,7 +169,9 @@ mod tests {
             ]
         );
         sys.clear_calls();
-        let out = HostPathPlugin.setup(&s, &params(), &sys).unwrap();
+        let out = HostPathPlugin
+            .setup(&Permit::JournalOff, &s, &params(), &sys)
+            .unwrap();
         assert_eq!(out.action, Action::AlreadyInPlace);
         assert!(sys.mutations().is_empty());
     }
@@ -170,7 +181,12 @@ mod tests {
         let sys = RecordingSys::new();
         sys.add("/etc", FileKind::Dir);
         let out = HostPathPlugin
-            .setup(&spec("/etc/f", HostPathType::FileOrCreate), &params(), &sys)
+            .setup(
+                &Permit::JournalOff,
+                &spec("/etc/f", HostPathType::FileOrCreate),
+                &params(),
+                &sys,
+            )
             .unwrap();
         assert_eq!(out.action, Action::Performed);
         assert_eq!(
@@ -182,6 +198,7 @@ mod tests {
         );
         let e = HostPathPlugin
             .setup(
+                &Permit::JournalOff,
                 &spec("/nope/f", HostPathType::FileOrCreate),
                 &params(),
                 &sys,
@@ -197,7 +214,12 @@ mod tests {
         sys.add("/run/s", FileKind::Socket);
         sys.add("/dev/sda", FileKind::BlockDevice);
         let p = params();
-        let ok = |s| HostPathPlugin.setup(&s, &p, &sys).map(|o| o.action).ok();
+        let ok = |s| {
+            HostPathPlugin
+                .setup(&Permit::JournalOff, &s, &p, &sys)
+                .map(|o| o.action)
+                .ok()
+        };
         assert_eq!(
             ok(spec("/run/s", HostPathType::Socket)),
             Some(Action::AlreadyInPlace)
@@ -214,7 +236,12 @@ mod tests {
             Some(Action::AlreadyInPlace)
         );
         let e = HostPathPlugin
-            .setup(&spec("/run/s", HostPathType::DirectoryOrCreate), &p, &sys)
+            .setup(
+                &Permit::JournalOff,
+                &spec("/run/s", HostPathType::DirectoryOrCreate),
+                &p,
+                &sys,
+            )
             .unwrap_err();
         assert_eq!(
             e.to_string(),

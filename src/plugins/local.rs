@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::sys::{Beneath, DiskFormat, FileKind, MsFlags, Sys};
+use crate::journal::Permit;
 use crate::model::{Layout, MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
 use crate::plugins::mount_ops::{
     beneath, data_string, ensure_mounted, split_options, target_exists, unmount_target,
@@ -120,7 +121,13 @@ impl VolumePlugin for LocalPlugin {
         Ok(op.look(sys.probe_fs(device))? == DiskFormat::Unformatted)
     }
 
-    fn format(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+    fn format(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
         let mut op = Op::new(sys, Operation::FormatDevice, params);
         let (device, fs) = block(&op, spec, params)?;
         match op.look(sys.probe_fs(device))? {
@@ -137,6 +144,7 @@ impl VolumePlugin for LocalPlugin {
 
     fn mount_device(
         &self,
+        _permit: &Permit,
         spec: &VolumeSpec,
         params: &TargetParams,
         sys: &dyn Sys,
@@ -186,7 +194,13 @@ impl VolumePlugin for LocalPlugin {
         Ok(Outcome::seen(action, seen.map(|m| m.identity())))
     }
 
-    fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+    fn setup(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
         let mut op = Op::new(sys, Operation::SetUp, params);
         let l = local(&op, spec)?;
         let target = params
@@ -251,7 +265,7 @@ impl VolumePlugin for LocalPlugin {
         Ok(Outcome::seen(action, seen.map(|m| m.identity())))
     }
 
-    fn teardown(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+    fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
         let mut op = Op::new(sys, Operation::TearDown, params);
         let target = params
             .pod_mount_path
@@ -260,7 +274,12 @@ impl VolumePlugin for LocalPlugin {
         unmount_target(&mut op, self.layout.root(), target)
     }
 
-    fn unmount_device(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+    fn unmount_device(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
         let mut op = Op::new(sys, Operation::UnmountDevice, params);
         let target = params
             .device_mount_path

@@ -116,7 +116,9 @@ fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
             .needs_format(&block_spec(), &device(), &sys)
             .unwrap()
     );
-    let out = plugin().format(&block_spec(), &device(), &sys).unwrap();
+    let out = plugin()
+        .format(&Permit::JournalOff, &block_spec(), &device(), &sys)
+        .unwrap();
     assert_eq!(out.action, Action::Performed);
     assert_eq!(
         sys.mutations(),
@@ -131,7 +133,9 @@ fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
             .needs_format(&block_spec(), &device(), &sys)
             .unwrap()
     );
-    let out = plugin().format(&block_spec(), &device(), &sys).unwrap();
+    let out = plugin()
+        .format(&Permit::JournalOff, &block_spec(), &device(), &sys)
+        .unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty());
 
@@ -141,7 +145,9 @@ fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
             .needs_format(&block_spec(), &device(), &sys)
             .unwrap()
     );
-    let e = plugin().format(&block_spec(), &device(), &sys).unwrap_err();
+    let e = plugin()
+        .format(&Permit::JournalOff, &block_spec(), &device(), &sys)
+        .unwrap_err();
     assert!(matches!(e, PluginError::FormatMismatch { .. }), "{e}");
     assert!(sys.mutations().is_empty());
 }
@@ -150,13 +156,13 @@ fn formats_only_a_device_with_no_filesystem_and_never_reformats() {
 fn mount_device_refuses_an_unformatted_or_foreign_filesystem() {
     let sys = host(DiskFormat::Unformatted);
     let e = plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap_err();
     assert!(matches!(e, PluginError::NotFormatted { .. }), "{e}");
     assert_eq!(e.certainty(), Certainty::Final);
     let sys = host(DiskFormat::Filesystem("xfs".into()));
     let e = plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -170,7 +176,9 @@ fn mount_device_passes_options_and_context_and_is_idempotent() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     let label = SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c9,c2").unwrap();
     let pa = params(TargetRef::Device, &["noatime", "discard"], Some(label));
-    let out = plugin().mount_device(&block_spec(), &pa, &sys).unwrap();
+    let out = plugin()
+        .mount_device(&Permit::JournalOff, &block_spec(), &pa, &sys)
+        .unwrap();
     assert_eq!(out.action, Action::Performed);
     assert_eq!(
         sys.mutations(),
@@ -186,7 +194,9 @@ fn mount_device_passes_options_and_context_and_is_idempotent() {
         ]
     );
     sys.clear_calls();
-    let out = plugin().mount_device(&block_spec(), &pa, &sys).unwrap();
+    let out = plugin()
+        .mount_device(&Permit::JournalOff, &block_spec(), &pa, &sys)
+        .unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty(), "already mounted: no mount call");
 }
@@ -204,7 +214,7 @@ fn a_foreign_mount_at_the_device_target_is_unmounted_then_the_device_mounted() {
     )
     .unwrap();
     let out = plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap();
     assert_eq!(out.action, Action::Replaced);
     assert_eq!(
@@ -233,7 +243,7 @@ fn a_failed_mount_after_replacing_a_foreign_one_is_uncertain() {
     .unwrap();
     sys.fail_nth(Call::Mount, 1, Errno::EINVAL);
     let e = plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Uncertain);
     assert_eq!(
@@ -245,7 +255,7 @@ fn a_failed_mount_after_replacing_a_foreign_one_is_uncertain() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     sys.fail_nth(Call::Mount, 1, Errno::EINVAL);
     let e = plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Final, "nothing changed: {e}");
 }
@@ -254,7 +264,9 @@ fn a_failed_mount_after_replacing_a_foreign_one_is_uncertain() {
 fn a_failed_mkfs_is_uncertain() {
     let sys = host(DiskFormat::Unformatted);
     sys.fail_nth(Call::Mkfs, 1, Errno::EIO);
-    let e = plugin().format(&block_spec(), &device(), &sys).unwrap_err();
+    let e = plugin()
+        .format(&Permit::JournalOff, &block_spec(), &device(), &sys)
+        .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Uncertain);
     assert_eq!(e.sys_error().and_then(|s| s.path()), Some(Path::new(DEV)));
 }
@@ -263,11 +275,13 @@ fn a_failed_mkfs_is_uncertain() {
 fn setup_binds_the_device_mount_into_each_pod_once() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap();
     sys.clear_calls();
     for uid in ["podA", "podB"] {
-        let out = plugin().setup(&block_spec(), &pod(uid), &sys).unwrap();
+        let out = plugin()
+            .setup(&Permit::JournalOff, &block_spec(), &pod(uid), &sys)
+            .unwrap();
         assert_eq!(out.action, Action::Performed);
     }
     assert_eq!(
@@ -286,7 +300,9 @@ fn setup_binds_the_device_mount_into_each_pod_once() {
         ]
     );
     sys.clear_calls();
-    let out = plugin().setup(&block_spec(), &pod("podA"), &sys).unwrap();
+    let out = plugin()
+        .setup(&Permit::JournalOff, &block_spec(), &pod("podA"), &sys)
+        .unwrap();
     assert_eq!(out.action, Action::AlreadyInPlace);
     assert!(sys.mutations().is_empty());
     let table = sys.read_mountinfo().unwrap();
@@ -299,11 +315,13 @@ fn setup_binds_the_device_mount_into_each_pod_once() {
 fn a_read_only_setup_binds_then_remounts_read_only() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap();
     sys.clear_calls();
     let pa = params(TargetRef::Pod(PodUid::new("podA").unwrap()), &["ro"], None);
-    plugin().setup(&block_spec(), &pa, &sys).unwrap();
+    plugin()
+        .setup(&Permit::JournalOff, &block_spec(), &pa, &sys)
+        .unwrap();
     assert_eq!(
         sys.mutations()[1..],
         [
@@ -319,11 +337,16 @@ fn a_read_only_setup_binds_then_remounts_read_only() {
     );
     sys.clear_calls();
     assert_eq!(
-        plugin().setup(&block_spec(), &pa, &sys).unwrap().action,
+        plugin()
+            .setup(&Permit::JournalOff, &block_spec(), &pa, &sys)
+            .unwrap()
+            .action,
         Action::AlreadyInPlace
     );
     // The same target wanted read-write is a different identity: replaced.
-    let out = plugin().setup(&block_spec(), &pod("podA"), &sys).unwrap();
+    let out = plugin()
+        .setup(&Permit::JournalOff, &block_spec(), &pod("podA"), &sys)
+        .unwrap();
     assert_eq!(out.action, Action::Replaced);
 }
 
@@ -331,7 +354,7 @@ fn a_read_only_setup_binds_then_remounts_read_only() {
 fn setup_needs_the_device_target_mounted() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     let e = plugin()
-        .setup(&block_spec(), &pod("podA"), &sys)
+        .setup(&Permit::JournalOff, &block_spec(), &pod("podA"), &sys)
         .unwrap_err();
     assert!(matches!(e, PluginError::DeviceNotMounted { .. }), "{e}");
     assert!(sys.mutations().is_empty());
@@ -343,8 +366,14 @@ fn a_directory_pv_is_bind_mounted_and_has_no_device_target() {
     sys.add("/mnt/disks/vol1", FileKind::Dir);
     let spec = dir_spec("/mnt/disks/vol1");
     assert_eq!(plugin().device_target_kind(&spec), None);
-    assert!(plugin().mount_device(&spec, &device(), &sys).is_err());
-    let out = plugin().setup(&spec, &pod("podA"), &sys).unwrap();
+    assert!(
+        plugin()
+            .mount_device(&Permit::JournalOff, &spec, &device(), &sys)
+            .is_err()
+    );
+    let out = plugin()
+        .setup(&Permit::JournalOff, &spec, &pod("podA"), &sys)
+        .unwrap();
     assert_eq!(out.action, Action::Performed);
     assert_eq!(
         sys.mutations()[1],
@@ -358,7 +387,10 @@ fn a_directory_pv_is_bind_mounted_and_has_no_device_target() {
     );
     sys.clear_calls();
     assert_eq!(
-        plugin().setup(&spec, &pod("podA"), &sys).unwrap().action,
+        plugin()
+            .setup(&Permit::JournalOff, &spec, &pod("podA"), &sys)
+            .unwrap()
+            .action,
         Action::AlreadyInPlace
     );
     assert!(sys.mutations().is_empty());
@@ -368,16 +400,24 @@ fn a_directory_pv_is_bind_mounted_and_has_no_device_target() {
 fn teardown_and_unmount_device_unmount_then_remove_the_dir_and_repeat_harmlessly() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap();
-    plugin().setup(&block_spec(), &pod("podA"), &sys).unwrap();
+    plugin()
+        .setup(&Permit::JournalOff, &block_spec(), &pod("podA"), &sys)
+        .unwrap();
     sys.clear_calls();
     assert_eq!(
-        plugin().teardown(&pod("podA"), &sys).unwrap().action,
+        plugin()
+            .teardown(&Permit::JournalOff, &pod("podA"), &sys)
+            .unwrap()
+            .action,
         Action::Performed
     );
     assert_eq!(
-        plugin().unmount_device(&device(), &sys).unwrap().action,
+        plugin()
+            .unmount_device(&Permit::JournalOff, &device(), &sys)
+            .unwrap()
+            .action,
         Action::Performed
     );
     assert_eq!(
@@ -399,11 +439,17 @@ fn teardown_and_unmount_device_unmount_then_remove_the_dir_and_repeat_harmlessly
     );
     sys.clear_calls();
     assert_eq!(
-        plugin().teardown(&pod("podA"), &sys).unwrap().action,
+        plugin()
+            .teardown(&Permit::JournalOff, &pod("podA"), &sys)
+            .unwrap()
+            .action,
         Action::AlreadyInPlace
     );
     assert_eq!(
-        plugin().unmount_device(&device(), &sys).unwrap().action,
+        plugin()
+            .unmount_device(&Permit::JournalOff, &device(), &sys)
+            .unwrap()
+            .action,
         Action::AlreadyInPlace
     );
     assert!(sys.mutations().is_empty());
@@ -413,10 +459,12 @@ fn teardown_and_unmount_device_unmount_then_remove_the_dir_and_repeat_harmlessly
 fn a_busy_unmount_is_final_and_names_the_path() {
     let sys = host(DiskFormat::Filesystem("ext4".into()));
     plugin()
-        .mount_device(&block_spec(), &device(), &sys)
+        .mount_device(&Permit::JournalOff, &block_spec(), &device(), &sys)
         .unwrap();
     sys.fail_nth(Call::Umount, 1, Errno::EBUSY);
-    let e = plugin().unmount_device(&device(), &sys).unwrap_err();
+    let e = plugin()
+        .unmount_device(&Permit::JournalOff, &device(), &sys)
+        .unwrap_err();
     assert_eq!(e.certainty(), Certainty::Final);
     assert_eq!(
         e.to_string(),
@@ -439,7 +487,9 @@ fn a_target_outside_the_root_is_refused_before_anything_is_unmounted() {
     let mut params = pod("podA");
     params.pod_mount_path = Some(outside.clone().into());
     for _ in 0..2 {
-        let err = plugin().teardown(&params, &sys).unwrap_err();
+        let err = plugin()
+            .teardown(&Permit::JournalOff, &params, &sys)
+            .unwrap_err();
         assert!(matches!(err, PluginError::OutsideRoot { .. }), "{err}");
         assert!(err.to_string().contains("/k"), "{err}");
         assert_eq!(sys.mounts().len(), 1, "nothing unmounted");

@@ -30,6 +30,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::host::sys::{Call, Errno, Sys, SysError};
+use crate::journal::Permit;
 use crate::model::{
     MountIdentity, Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec,
 };
@@ -320,13 +321,20 @@ pub trait VolumePlugin: Send + Sync {
 
     /// Formats the device; never reformats (a device holding a filesystem is
     /// [`Action::AlreadyInPlace`]).
-    fn format(&self, _spec: &VolumeSpec, params: &TargetParams, _sys: &dyn Sys) -> PluginResult {
+    fn format(
+        &self,
+        _permit: &Permit,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> PluginResult {
         Err(unsupported(Operation::FormatDevice, params, self.name()))
     }
 
     /// Mounts the device (global) target.
     fn mount_device(
         &self,
+        _permit: &Permit,
         _spec: &VolumeSpec,
         params: &TargetParams,
         _sys: &dyn Sys,
@@ -335,13 +343,24 @@ pub trait VolumePlugin: Send + Sync {
     }
 
     /// Sets up the per-pod target.
-    fn setup(&self, spec: &VolumeSpec, params: &TargetParams, sys: &dyn Sys) -> PluginResult;
+    fn setup(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult;
 
     /// Tears down the per-pod target, from the journal's params alone.
-    fn teardown(&self, params: &TargetParams, sys: &dyn Sys) -> PluginResult;
+    fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult;
 
     /// Unmounts the device (global) target, from the journal's params alone.
-    fn unmount_device(&self, params: &TargetParams, _sys: &dyn Sys) -> PluginResult {
+    fn unmount_device(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> PluginResult {
         Err(unsupported(Operation::UnmountDevice, params, self.name()))
     }
 }

@@ -576,7 +576,7 @@ impl Executor {
                             dev,
                             r,
                             announced,
-                            |_: &Permit| plugin.format(&want.spec, dev, sys),
+                            |permit: &Permit| plugin.format(permit, &want.spec, dev, sys),
                         )?;
                     }
                     let res = self.journaled(
@@ -585,7 +585,7 @@ impl Executor {
                         dev,
                         r,
                         announced,
-                        |_: &Permit| plugin.mount_device(&want.spec, dev, sys),
+                        |permit: &Permit| plugin.mount_device(permit, &want.spec, dev, sys),
                     );
                     match res {
                         Ok(()) => r.updates.push(AswUpdate::DeviceMounted {
@@ -623,7 +623,7 @@ impl Executor {
                     pod,
                     r,
                     announced,
-                    |_: &Permit| plugin.setup(&want.spec, pod, sys),
+                    |permit: &Permit| plugin.setup(permit, &want.spec, pod, sys),
                 );
                 match res {
                     Ok(()) => {
@@ -660,7 +660,7 @@ impl Executor {
                     params,
                     r,
                     announced,
-                    |_: &Permit| plugin.teardown(params, sys),
+                    |permit: &Permit| plugin.teardown(permit, params, sys),
                 )?;
                 if let TargetRef::Pod(pod) = &params.target {
                     r.updates.push(AswUpdate::PodRemoved {
@@ -680,7 +680,7 @@ impl Executor {
                     params,
                     r,
                     announced,
-                    |_: &Permit| plugin.unmount_device(params, sys),
+                    |permit: &Permit| plugin.unmount_device(permit, params, sys),
                 )?;
                 r.updates.push(AswUpdate::DeviceUnmounted {
                     volume: params.volume.clone(),
@@ -692,9 +692,14 @@ impl Executor {
                     TargetRef::Pod(_) => Operation::TearDown,
                     TargetRef::Device => Operation::UnmountDevice,
                 };
-                self.journaled(op, Steps::Single, params, r, announced, |_: &Permit| {
-                    plugins::force_unmount(params, sys, &self.layout)
-                })
+                self.journaled(
+                    op,
+                    Steps::Single,
+                    params,
+                    r,
+                    announced,
+                    |permit: &Permit| plugins::force_unmount(permit, params, sys, &self.layout),
+                )
             }
         }
     }
