@@ -61,7 +61,12 @@ use support::{
 use volumed::host::boot::read_boot_id;
 use volumed::host::mountinfo::MountTable;
 use volumed::host::scan::{scan_host, scan_mounts, walk_pod_dirs};
-use volumed::host::testgen::XorShift;
+// the generator the unit tests use, compiled into the bench: it is not
+// part of the library
+#[path = "../src/host/testgen.rs"]
+#[allow(dead_code)] // the bench uses the generator, not the table builder
+mod testgen;
+use testgen::XorShift;
 use volumed::journal::{Body, Journal, JournalConfig, OpResult};
 use volumed::model::{
     Layout, MountState, Operation, PluginName, PodUid, PodVolume, Steps, StorageMedium, TargetKind,

@@ -29,18 +29,19 @@
 use std::path::PathBuf;
 
 pub mod boot;
-#[doc(hidden)]
-pub mod fake_host;
+#[cfg(test)]
+pub(crate) mod fake_host;
 pub mod mountinfo;
 pub mod pod_dirs;
-pub mod recording_sys;
+#[cfg(test)]
+pub(crate) mod recording_sys;
 pub mod remove;
 pub mod scan;
 pub mod super_options;
 pub mod sys;
 pub mod sys_types;
-#[doc(hidden)]
-pub mod testgen;
+#[cfg(test)]
+pub(crate) mod testgen;
 
 /// What kind of failure a [`HostError`] is, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
