@@ -52,7 +52,7 @@
 //! pods (about 5 min on a 2-core VM); `VOLUMED_BENCH_SCALE_50K=1` adds
 //! 50,000; `VOLUMED_BENCH_SCALE_SIZES=500,2000` picks others. Quick mode
 //! (`VOLUMED_BENCH_QUICK=1`, `--quick` or `cargo test --benches`): 200 and
-//! 1,000 (about 20 s). `VOLUMED_BENCH_POLL_MS` and
+//! 1,000 (about 10 s). `VOLUMED_BENCH_POLL_MS` and
 //! `VOLUMED_BENCH_DAEMON_ARGS` are passed on as in `benches/daemon.rs`.
 //! Needs root; otherwise prints what it skipped and exits 0.
 
@@ -932,6 +932,7 @@ fn draw_svg(path: &Path, rows: &[Row], note: &str) -> Result<(), Box<dyn std::er
         .x_desc("volumes (static pods, one memory emptyDir each)")
         .y_desc("seconds")
         .x_labels(12)
+        .x_max_light_lines(0)
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y}"))
         .draw()?;
