@@ -69,36 +69,27 @@
 //! stderr log is kept in the scratch dir while the bench runs and its tail
 //! printed when something goes wrong.
 
+#[path = "support/mod.rs"]
+mod bench_support;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use support::{
-    LoopDevice, Scratch, bind_mount, enter_private_mount_ns, mkdirs, mount_tmpfs, require_root,
+use bench_support::{
+    BIN, Daemon, POLL, clk_tck, cpu_ticks, fresh_ext4, journal_base, mounts_below, poll_ms,
+    quick_mode, rss_kib, shared_root, stop_on_ext4, thread_ticks, threads_since, uid, write_pods,
 };
+use nix::mount::{MntFlags, umount2};
+use support::{Scratch, bind_mount, enter_private_mount_ns, mkdirs, mount_tmpfs, require_root};
 use volumed::host::boot::read_boot_id;
 use volumed::journal::JournalConfig;
 use volumed::model::{Layout, PluginName, PodUid};
 
-const BIN: &str = env!("CARGO_BIN_EXE_volumed");
-const NODE: &str = "bench-node";
-/// How often the bench asks the daemon's `/metrics` while waiting.
-const POLL: Duration = Duration::from_millis(20);
-/// How often [`Daemon::wait_mounted`] asks: the mass start's clock stops at
-/// the first answer that shows every volume, so it reads up to this late
-/// (at 20 ms, a tenth of the figure). Each ask costs the daemon one
-/// `/metrics` render, which is small next to the work it waits for.
-const MOUNTED_POLL: Duration = Duration::from_millis(5);
 /// Floor runs; the median is reported.
 const FLOOR_RUNS: usize = 3;
 
@@ -120,10 +111,7 @@ struct Sizes {
 
 impl Sizes {
     fn from_args() -> Self {
-        let args: Vec<String> = std::env::args().collect();
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var("VOLUMED_BENCH_QUICK").is_ok_and(|v| v == "1")
-            || !args.iter().any(|a| a == "--bench");
+        let quick = quick_mode();
         let mass_pods = std::env::var("VOLUMED_BENCH_PODS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -150,17 +138,6 @@ impl Sizes {
             }
         }
     }
-}
-
-/// Where the journal goes: the real disk, not a tmpfs.
-fn journal_base() -> PathBuf {
-    std::env::var_os("VOLUMED_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
-}
-
-fn uid(i: usize) -> String {
-    format!("00000000-0000-4000-8000-{i:012}")
 }
 
 fn pv_name(i: usize) -> String {
@@ -244,57 +221,6 @@ fn write_objects(range: std::ops::Range<usize>, pvs: &Path, objects: &Path) {
     }
 }
 
-/// Writes the manifests of pods `range` into `dir`, each under a name the
-/// sources skip and then renamed, so no poll sees half a file.
-fn write_pods(range: std::ops::Range<usize>, dir: &Path) {
-    mkdirs(dir);
-    for i in range {
-        let tmp = dir.join(format!(".bench-{i:05}.json.tmp"));
-        fs::write(&tmp, pod_manifest(i)).expect("write pod manifest");
-        fs::rename(&tmp, dir.join(format!("bench-{i:05}.json"))).expect("rename pod manifest");
-    }
-}
-
-/// Makes `root` a shared bind mount of itself, as the daemon does its own.
-fn shared_root(root: &Path) {
-    mkdirs(root);
-    bind_mount(root, root);
-    mount(
-        None::<&str>,
-        root,
-        None::<&str>,
-        MsFlags::MS_SHARED | MsFlags::MS_REC,
-        None::<&str>,
-    )
-    .expect("make root shared");
-}
-
-/// A freshly made ext4 (sparse image, loop device with autoclear) mounted on
-/// `dir`. The mass start's roots live on one each, floor and daemon alike:
-/// on a filesystem that earlier runs and tests filled and emptied, ext4's
-/// inode allocator scans the recently deleted inodes on every `mkdir`
-/// (perf: `__ext4_new_inode → find_inode_bit → recently_deleted`), which
-/// made the same floor take 0.07 s or 1.1 s from one run to the next.
-/// The memory rounds' roots get one too (`size_mb` is larger there: 10,000
-/// volumes need more inodes than 512 MiB of ext4 has).
-fn fresh_ext4(dir: &Path, size_mb: u64) -> LoopDevice {
-    let image = dir.with_extension("img");
-    support::mkfs_ext4(&image, size_mb);
-    let dev = LoopDevice::attach(&image);
-    mkdirs(dir);
-    support::mount_device(dev.path(), dir, "ext4");
-    dev
-}
-
-/// Stops a daemon (printing how long SIGTERM took), then detaches the fresh
-/// ext4 its root was on and its loop device.
-fn stop_on_ext4(daemon: Daemon, fs: &Path, dev: LoopDevice) {
-    let stop = daemon.stop();
-    println!("  SIGTERM to exit: {:.0} ms", stop.as_secs_f64() * 1e3);
-    umount2(fs, MntFlags::MNT_DETACH).expect("detach the daemon's ext4");
-    drop(dev);
-}
-
 /// One floor run: the daemon's directories and mounts for `pods` pods, done
 /// directly; returns the time, then detaches everything. `marker_dirs`:
 /// also the dirs of each emptyDir's ready marker
@@ -330,272 +256,6 @@ fn floor_once(root: &Path, pvs: &Path, pods: usize, marker_dirs: bool) -> Durati
     let took = start.elapsed();
     umount2(root, MntFlags::MNT_DETACH).expect("detach floor root");
     took
-}
-
-/// `--poll-ms` for the daemons: 100, or `VOLUMED_BENCH_POLL_MS`.
-fn poll_ms() -> String {
-    std::env::var("VOLUMED_BENCH_POLL_MS").unwrap_or_else(|_| "100".into())
-}
-
-/// More `volumed run` arguments from `VOLUMED_BENCH_DAEMON_ARGS` (split on
-/// whitespace), for experiments such as `--journal off`.
-fn extra_args() -> Vec<String> {
-    std::env::var("VOLUMED_BENCH_DAEMON_ARGS")
-        .map(|v| v.split_whitespace().map(str::to_owned).collect())
-        .unwrap_or_default()
-}
-
-/// A spawned `volumed run`, SIGKILLed if dropped while still running.
-struct Daemon {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-    root: PathBuf,
-}
-
-impl Daemon {
-    fn start(
-        root: &Path,
-        journal: &Path,
-        pods: &Path,
-        objects: &Path,
-        boot_file: &Path,
-        log: PathBuf,
-    ) -> Daemon {
-        let child = Command::new(BIN)
-            .arg("run")
-            .arg("--root-dir")
-            .arg(root)
-            .arg("--journal-dir")
-            .arg(journal)
-            .arg("--static-pods")
-            .arg(pods)
-            .arg("--static-objects")
-            .arg(objects)
-            .args(["--listen", "127.0.0.1:0", "--node-name", NODE])
-            .arg("--boot-id-file")
-            .arg(boot_file)
-            .args(["--poll-ms", &poll_ms()])
-            .args(extra_args())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).expect("daemon log file"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {BIN}: {e}"));
-        let mut d = Daemon {
-            child,
-            addr: String::new(),
-            log,
-            root: root.to_owned(),
-        };
-        let info = journal.join("daemon.json");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !info.exists() {
-            d.check_alive();
-            assert!(Instant::now() < deadline, "no daemon.json after 60 s");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let v: serde_json::Value =
-            serde_json::from_slice(&fs::read(&info).expect("read daemon.json"))
-                .expect("parse daemon.json");
-        d.addr = v["listen"].as_str().expect("listen address").to_owned();
-        d
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits i32"))
-    }
-
-    fn log_tail(&self) -> String {
-        let log = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn check_alive(&mut self) {
-        if let Some(s) = self.child.try_wait().expect("wait daemon") {
-            panic!(
-                "the daemon exited early ({s}); log tail:\n{}",
-                self.log_tail()
-            );
-        }
-    }
-
-    fn get(&self, path: &str) -> (u16, String) {
-        http_get(&self.addr, path)
-    }
-
-    fn wait_ready(&mut self) -> Duration {
-        let start = Instant::now();
-        loop {
-            self.check_alive();
-            if self.get("/readyz").0 == 200 {
-                return start.elapsed();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "not ready after 120 s"
-            );
-            std::thread::sleep(POLL);
-        }
-    }
-
-    /// (desired, actual) volume counts from `/metrics`.
-    fn volume_counts(&self) -> (u64, u64) {
-        let (status, body) = self.get("/metrics");
-        assert_eq!(status, 200, "/metrics: {body}");
-        let (mut dsw, mut asw) = (0, 0);
-        for line in body.lines() {
-            let Some(rest) = line.strip_prefix("volume_manager_total_volumes{") else {
-                continue;
-            };
-            let n: u64 = rest
-                .rsplit(' ')
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-            if rest.contains("state=\"actual_state_of_world\"") {
-                asw += n;
-            } else if rest.contains("state=\"desired_state_of_world\"") {
-                dsw += n;
-            }
-        }
-        (dsw, asw)
-    }
-
-    /// Waits until the ASW holds `want` mounted volumes: the times (from
-    /// `since`) at which the DSW and the ASW reached it, or `None` on timeout.
-    fn wait_mounted(
-        &mut self,
-        want: u64,
-        since: Instant,
-        limit: Duration,
-    ) -> Option<(Duration, Duration)> {
-        let mut dsw_at = None;
-        loop {
-            self.check_alive();
-            let (dsw, asw) = self.volume_counts();
-            if dsw_at.is_none() && dsw >= want {
-                dsw_at = Some(since.elapsed());
-            }
-            if asw >= want {
-                let at = since.elapsed();
-                return Some((dsw_at.unwrap_or(at), at));
-            }
-            if since.elapsed() > limit {
-                println!(
-                    "  gave up after {:.0} s: DSW {dsw}, ASW {asw} of {want} volumes",
-                    limit.as_secs_f64()
-                );
-                return None;
-            }
-            std::thread::sleep(MOUNTED_POLL);
-        }
-    }
-
-    /// SIGTERM, wait (bounded), then detach the root's mounts.
-    fn stop(mut self) -> Duration {
-        let start = Instant::now();
-        let _ = kill(self.pid(), Signal::SIGTERM);
-        let deadline = start + Duration::from_secs(120);
-        while self.child.try_wait().expect("wait daemon").is_none() {
-            if Instant::now() > deadline {
-                println!("  the daemon did not stop within 120 s of SIGTERM; killed");
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let took = start.elapsed();
-        let _ = umount2(&self.root, MntFlags::MNT_DETACH);
-        took
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A minimal HTTP/1.1 GET (`Connection: close`): status and body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("read timeout");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send request");
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).expect("read response");
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_owned())
-}
-
-/// utime + stime of `pid` in clock ticks (`/proc/<pid>/stat` fields 14, 15).
-fn cpu_ticks(pid: Pid) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
-    // the command may hold spaces: fields are counted after the last ')'
-    let after = &stat[stat.rfind(')').expect("comm") + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // `after` starts at field 3 (state), so field 14 is index 11
-    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
-}
-
-/// utime + stime per thread name of `pid`, in clock ticks.
-fn thread_ticks(pid: Pid) -> std::collections::BTreeMap<String, u64> {
-    let mut out = std::collections::BTreeMap::new();
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = stat[open + 1..close].to_owned();
-        let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-        let ticks = f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
-            + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        *out.entry(name).or_insert(0) += ticks;
-    }
-    out
-}
-
-/// (VmRSS, RssAnon) of `pid` in KiB.
-fn rss_kib(pid: Pid) -> (u64, u64) {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("RssAnon:"))
-}
-
-fn mounts_below(root: &Path) -> usize {
-    let table = volumed::host::mountinfo::MountTable::read_self().expect("read mountinfo");
-    table
-        .entries()
-        .iter()
-        .filter(|m| m.mount_point.starts_with(root) && m.mount_point != root)
-        .count()
 }
 
 fn main() {
@@ -664,16 +324,16 @@ fn main() {
     let root_a = fs_a.join("root");
     let pods_a = scratch.path().join("pods-a");
     let staged = scratch.path().join("pods-a.staged");
-    write_pods(0..p, &staged);
+    write_pods(0..p, &staged, pod_manifest);
     let mut a = Daemon::start(
         &root_a,
         &jbase.path().join("journal-a"),
         &pods_a,
-        &objects,
+        Some(&objects),
         &boot_file,
         scratch.path().join("daemon-a.log"),
     );
-    let ready = a.wait_ready();
+    let ready = a.wait_ready(POLL, Duration::from_secs(120));
     let t0 = Instant::now();
     fs::rename(&staged, &pods_a).expect("move the manifests into place");
     let want = 2 * p as u64;
@@ -682,7 +342,7 @@ fn main() {
             let ratio = asw_at.as_secs_f64() / floor.as_secs_f64();
             println!(
                 "mass start: {p} pods x 2 volumes (tmpfs emptyDir + bind of a per-pod local PV dir); \
-                 ready {:.0} ms before the manifests moved in; all in the DSW after {:.0} ms",
+                 ready {:.0} ms after the spawn, then the manifests moved in; all in the DSW after {:.0} ms",
                 ready.as_secs_f64() * 1e3,
                 dsw_at.as_secs_f64() * 1e3
             );
@@ -738,17 +398,17 @@ fn main() {
             &fs_b.join("root"),
             &jbase.path().join(format!("journal-b{round}")),
             &pods_b,
-            &objects,
+            Some(&objects),
             &boot_file,
             scratch.path().join(format!("daemon-b{round}.log")),
         );
-        b.wait_ready();
+        b.wait_ready(POLL, Duration::from_secs(120));
         let (rss0, anon0) = rss_kib(b.pid());
         let mut points = Vec::new();
         let mut from = 0;
         for vols in [sizes.mem_lo, sizes.mem_hi] {
             let t = Instant::now();
-            write_pods(from..vols / 2, &pods_b);
+            write_pods(from..vols / 2, &pods_b, pod_manifest);
             from = vols / 2;
             let Some((_, at)) = b.wait_mounted(vols as u64, t, sizes.wait) else {
                 println!("memory: stopped at {vols}; log tail:\n{}", b.log_tail());
@@ -825,14 +485,10 @@ fn main() {
                 100.0 * ticks as f64 / clk_tck() / secs,
                 poll_ms()
             );
-            let by_thread: Vec<String> = thread_ticks(b.pid())
-                .into_iter()
-                .filter_map(|(name, t)| {
-                    let d = t.saturating_sub(threads_before.get(&name).copied().unwrap_or(0));
-                    (d > 0).then(|| format!("{name} {:.2} s", d as f64 / clk_tck()))
-                })
-                .collect();
-            println!("  idle CPU by thread: {}", by_thread.join(", "));
+            println!(
+                "  idle CPU by thread: {}",
+                threads_since(b.pid(), &threads_before)
+            );
             println!(
                 "  check: {} mounts below the root",
                 mounts_below(&fs_b.join("root"))
@@ -844,10 +500,4 @@ fn main() {
         "daemon bench: done in {:.0} s",
         started.elapsed().as_secs_f64()
     );
-}
-
-fn clk_tck() -> f64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
 }
