@@ -1,6 +1,7 @@
 //! The desired state of world (DSW): which pods want which volumes, and
 //! with which SELinux labels. See the `state` module doc for the rules.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -90,6 +91,15 @@ pub struct DesiredStateOfWorld {
     /// Boxed: a volume record is a few hundred bytes and B-tree nodes keep
     /// spare slots; the box costs less per volume.
     volumes: BTreeMap<UniqueVolumeName, Box<DesiredVolume>>,
+    /// The same (pod, volume) pairs as `volumes`' pod maps, by pod: a pod's
+    /// event finds its volumes without a walk of the node. A pair is here
+    /// exactly when the volume's map holds the pod (every change to a map
+    /// goes through `add_pod_to_volume` or `delete_pod_from_volume`). The
+    /// keys are the shared names (a clone is a count); `None` is never
+    /// stored: it sorts first, so a pod's pairs start at `(pod, None)`.
+    by_pod: BTreeSet<(PodUid, Option<UniqueVolumeName>)>,
+    /// per plugin, how many (volume, pod) pairs there are
+    pairs: [usize; PluginName::ALL.len()],
     pod_errors: BTreeMap<PodUid, BTreeSet<String>>,
     populated: bool,
     /// pods that exist but have a volume that cannot be resolved now: they
@@ -173,7 +183,10 @@ impl DesiredStateOfWorld {
         if *entry.spec != *volume.spec {
             entry.spec = volume.spec;
         }
-        entry.pods.insert(pod.clone(), record);
+        if entry.pods.insert(pod.clone(), record).is_none() {
+            self.by_pod.insert((pod.clone(), Some(name.clone())));
+            self.pairs[entry.plugin as usize] += 1;
+        }
         Ok(AddedPod {
             volume: name,
             conflict,
@@ -200,15 +213,21 @@ impl DesiredStateOfWorld {
     /// Clears the pod's errors, as the kubelet does.
     pub fn delete_pod_from_volume(&mut self, pod: &PodUid, volume: &UniqueVolumeName) {
         self.pod_errors.remove(pod);
-        if let Some(v) = self.volumes.get_mut(volume) {
-            v.pods.remove(pod);
-            if v.pods.is_empty() {
-                self.volumes.remove(volume);
-            }
+        // one search of the volumes, whether the volume stays or goes
+        let Entry::Occupied(mut v) = self.volumes.entry(volume.clone()) else {
+            return;
+        };
+        if v.get_mut().pods.remove(pod).is_some() {
+            self.by_pod.remove(&(pod.clone(), Some(volume.clone())));
+            self.pairs[v.get().plugin as usize] -= 1;
+        }
+        if v.get().pods.is_empty() {
+            v.remove();
         }
     }
 
-    /// Removes `pod` from every volume; returns the volumes it was removed from.
+    /// Removes `pod` from every volume; returns the volumes it was removed
+    /// from. Costs O(the pod's volumes), whatever the node holds.
     pub fn delete_pod(&mut self, pod: &PodUid) -> Vec<UniqueVolumeName> {
         let names = self.volumes_of_pod(pod);
         for name in &names {
@@ -272,6 +291,15 @@ impl DesiredStateOfWorld {
             .is_some_and(|v| v.pods.contains_key(pod) && v.effective_selinux.as_ref() == label)
     }
 
+    /// Whether `pod` wants some volume. O(log n), from the index by pod: a
+    /// caller asking about many pods needs no set of its own.
+    pub fn pod_has_volumes(&self, pod: &PodUid) -> bool {
+        self.by_pod
+            .range((pod.clone(), None)..)
+            .next()
+            .is_some_and(|(p, _)| p == pod)
+    }
+
     /// One volume's record.
     pub fn volume(&self, volume: &UniqueVolumeName) -> Option<&DesiredVolume> {
         self.volumes.get(volume).map(|v| &**v)
@@ -282,12 +310,13 @@ impl DesiredStateOfWorld {
         self.volumes.iter().map(|(n, v)| (n, &**v))
     }
 
-    /// The volumes `pod` wants, sorted.
+    /// The volumes `pod` wants, sorted. O(the pod's volumes), from the
+    /// index by pod.
     pub fn volumes_of_pod(&self, pod: &PodUid) -> Vec<UniqueVolumeName> {
-        self.volumes
-            .iter()
-            .filter(|(_, v)| v.pods.contains_key(pod))
-            .map(|(n, _)| n.clone())
+        self.by_pod
+            .range((pod.clone(), None)..)
+            .take_while(|(p, _)| p == pod)
+            .filter_map(|(_, v)| v.clone())
             .collect()
     }
 
@@ -328,13 +357,14 @@ impl DesiredStateOfWorld {
     }
 
     /// Per plugin, how many (volume, pod) pairs [`Self::volumes_to_mount`]
-    /// lists, without copying them.
+    /// lists (plugins without any left out), from counts kept up to date:
+    /// no walk of the node.
     pub fn to_mount_counts(&self) -> BTreeMap<PluginName, usize> {
-        let mut out = BTreeMap::new();
-        for v in self.volumes.values().filter(|v| !v.pods.is_empty()) {
-            *out.entry(v.plugin).or_default() += v.pods.len();
-        }
-        out
+        PluginName::ALL
+            .into_iter()
+            .map(|p| (p, self.pairs[p as usize]))
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// Records an error for `pod`. Like the kubelet, an error is added only
@@ -606,6 +636,122 @@ mod tests {
         dsw.add_pod_error(&p, "same");
         assert_eq!(dsw.pop_pod_errors(&p), ["same"], "a set");
         assert_eq!(dsw.pop_pod_errors(&uid("p2")), ["other"]);
+    }
+
+    /// What the index by pod and the pair counts must be: a full walk of
+    /// every volume's pods.
+    fn assert_index_matches_a_walk(dsw: &DesiredStateOfWorld, all: &[PodUid], step: &str) {
+        let mut walk: BTreeSet<(PodUid, Option<UniqueVolumeName>)> = BTreeSet::new();
+        let mut counts: BTreeMap<PluginName, usize> = BTreeMap::new();
+        for (name, v) in dsw.volumes() {
+            assert!(!v.pods.is_empty(), "{step}: {name} kept without pods");
+            for uid in v.pods.keys() {
+                walk.insert((uid.clone(), Some(name.clone())));
+            }
+            *counts.entry(v.plugin).or_default() += v.pods.len();
+        }
+        assert_eq!(dsw.by_pod, walk, "{step}: index by pod");
+        assert_eq!(dsw.to_mount_counts(), counts, "{step}: counts");
+        let pods: BTreeSet<&PodUid> = walk.iter().map(|(p, _)| p).collect();
+        for pod in all {
+            let has = pods.contains(pod);
+            assert_eq!(dsw.pod_has_volumes(pod), has, "{step}: {pod}");
+        }
+        for pod in pods {
+            let of_pod: Vec<UniqueVolumeName> = dsw
+                .volumes()
+                .filter(|(_, v)| v.pods.contains_key(pod))
+                .map(|(n, _)| n.clone())
+                .collect();
+            assert_eq!(dsw.volumes_of_pod(pod), of_pod, "{step}: {pod}");
+        }
+    }
+
+    #[test]
+    fn dsw_index_by_pod_equals_a_full_walk_after_every_operation() {
+        use crate::host::testgen::XorShift;
+        let pods: Vec<PodUid> = (0..6).map(|i| uid(&format!("p{i}"))).collect();
+        let labels = [None, Some(ctx("u:r:t:s0:c1")), Some(ctx("u:r:t:s0:c2"))];
+        let memory = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        };
+        // a volume of one pod (an emptyDir) or shared (one of a few PVs)
+        let volume = |rng: &mut XorShift, pod: &PodUid| -> PodVolume {
+            let n = rng.below(6);
+            match n {
+                0..3 => PodVolume {
+                    volume: PodVolume::unique_name(&memory, pod, &format!("e{n}")),
+                    spec_name: format!("e{n}"),
+                    outer_name: format!("e{n}"),
+                    spec: memory.clone().into(),
+                    selinux: None,
+                },
+                _ => PodVolume {
+                    volume: UniqueVolumeName::shared(PluginName::LocalVolume, &format!("pv{n}")),
+                    spec_name: format!("pv{n}"),
+                    outer_name: "data".into(),
+                    spec: local_spec().into(),
+                    selinux: None,
+                },
+            }
+        };
+        // a number in 0..n
+        let below = |rng: &mut XorShift, n: usize| {
+            usize::try_from(rng.below(n as u64)).expect("below n, a usize")
+        };
+        for seed in 1..=20u64 {
+            let mut rng = XorShift::new(seed);
+            let mut dsw = DesiredStateOfWorld::new();
+            for i in 0..400 {
+                let pod = &pods[below(&mut rng, pods.len())];
+                let op = rng.below(8);
+                let step = format!("seed {seed} step {i} op {op} pod {pod}");
+                match op {
+                    // adds, some refused for a strict label conflict
+                    0..3 => {
+                        let mut v = volume(&mut rng, pod);
+                        let label = labels[below(&mut rng, labels.len())].clone();
+                        v.selinux = label.clone();
+                        let check = LabelCheck {
+                            original: label,
+                            strict: rng.below(2) == 0,
+                        };
+                        let _ = dsw.add_pod_to_volume(pod, v, check);
+                    }
+                    3 => {
+                        let v = volume(&mut rng, pod).volume;
+                        dsw.delete_pod_from_volume(pod, &v);
+                    }
+                    // a volume the pod has, when it has one
+                    4 => {
+                        let of_pod = dsw.volumes_of_pod(pod);
+                        if !of_pod.is_empty() {
+                            let v = &of_pod[below(&mut rng, of_pod.len())];
+                            dsw.delete_pod_from_volume(pod, v);
+                        }
+                    }
+                    5 => {
+                        let want = dsw.volumes_of_pod(pod);
+                        assert_eq!(dsw.delete_pod(pod), want, "{step}");
+                        assert!(dsw.volumes_of_pod(pod).is_empty(), "{step}");
+                    }
+                    6 => {
+                        dsw.add_pod_error(pod, format!("error {i}"));
+                        dsw.set_pod_unresolved(pod, rng.below(2) == 0);
+                    }
+                    _ => {
+                        dsw.pop_pod_errors(pod);
+                    }
+                }
+                assert_index_matches_a_walk(&dsw, &pods, &step);
+            }
+            for pod in &pods {
+                dsw.delete_pod(pod);
+            }
+            assert_index_matches_a_walk(&dsw, &pods, &format!("seed {seed}: all deleted"));
+            assert!(dsw.by_pod.is_empty() && dsw.volumes().next().is_none());
+        }
     }
 
     #[test]
