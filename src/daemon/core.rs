@@ -307,7 +307,7 @@ impl Core {
                     .unwrap_or_default(),
             };
             for p in pods {
-                w.dsw.add_pod_error(&p, err.clone());
+                w.dsw.add_pod_error(&p, err.to_string());
             }
         }
         !ok

@@ -196,7 +196,7 @@ pub struct JobReport {
     /// the ASW changes, in order
     pub updates: Vec<AswUpdate>,
     /// the error that ended the job, if any
-    pub error: Option<String>,
+    pub error: Option<JobError>,
     /// operations that ran (for metrics and tests)
     pub ran: Vec<Operation>,
     /// what the operations left in place: nested mount points, a dir that
@@ -209,11 +209,11 @@ pub struct JobReport {
 impl JobReport {
     /// The report of `job` not started at all (`why`): no ASW change,
     /// nothing ran, nothing journaled.
-    pub fn not_started(job: &Job, why: &str) -> Self {
+    pub fn not_started(job: &Job, why: &'static str) -> Self {
         JobReport {
             key: job.key(),
             updates: Vec::new(),
-            error: Some(format!("not started: {why}")),
+            error: Some(JobError::NotStarted(why)),
             ran: Vec::new(),
             left_behind: Vec::new(),
             forced: matches!(job, Job::ForceCleanup { .. }),
@@ -221,25 +221,58 @@ impl JobReport {
     }
 }
 
-/// Why a step failed, and whether its target may have changed.
-#[derive(Debug)]
-struct Failure {
-    message: String,
-    uncertain: bool,
+/// Why a job failed. The DSW keeps its message as the pod's error, as
+/// the kubelet keeps its operation errors (strings, deduplicated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// never started: the daemon is stopping
+    #[error("not started: {0}")]
+    NotStarted(&'static str),
+    /// volumed has no plugin for the volume's type
+    #[error("no plugin for {0}")]
+    NoPlugin(PluginName),
+    /// the journal refused an intent or an outcome: nothing more may
+    /// touch the OS, and the target may have changed
+    #[error("journal {step}: {message}")]
+    Journal {
+        /// `intent` or `outcome`
+        step: &'static str,
+        /// the journal's error
+        message: String,
+    },
+    /// the plugin failed (`uncertain`: the target may have changed)
+    #[error("{message}")]
+    Plugin {
+        /// the plugin's error
+        message: String,
+        /// whether the target may have changed
+        uncertain: bool,
+    },
 }
 
-impl Failure {
-    fn final_(message: String) -> Self {
-        Self {
-            message,
-            uncertain: false,
+impl JobError {
+    /// Whether the target may have changed.
+    pub fn is_uncertain(&self) -> bool {
+        match self {
+            JobError::Journal { .. } => true,
+            JobError::Plugin { uncertain, .. } => *uncertain,
+            JobError::NotStarted(_) | JobError::NoPlugin(_) => false,
         }
     }
-    /// The journal refused a record: nothing more may touch the OS.
-    fn journal(message: String) -> Self {
-        Self {
-            message,
-            uncertain: true,
+
+    fn journal(step: &'static str, e: &JournalError) -> Self {
+        JobError::Journal {
+            step,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<&PluginError> for JobError {
+    fn from(e: &PluginError) -> Self {
+        JobError::Plugin {
+            message: e.to_string(),
+            uncertain: e.is_uncertain(),
         }
     }
 }
@@ -399,7 +432,7 @@ impl Executor {
         steps: Steps,
         params: &SharedParams,
         announced: &mut Option<Announced>,
-    ) -> Result<Permit, Failure> {
+    ) -> Result<Permit, JobError> {
         let Some(j) = &self.journal else {
             return Ok(Permit::journal_off());
         };
@@ -412,7 +445,7 @@ impl Executor {
         };
         durable
             .map(Permit::Journaled)
-            .map_err(|e| Failure::journal(format!("journal intent: {e}")))
+            .map_err(|e| JobError::journal("intent", &e))
     }
 
     /// Journals the intent (durable before `f` runs), runs `f` with the
@@ -427,7 +460,7 @@ impl Executor {
         r: &mut JobReport,
         announced: &mut Option<Announced>,
         f: impl FnOnce(&Permit) -> Result<crate::plugins::Outcome, PluginError>,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), JobError> {
         let permit = self.permit(op, steps, params, announced)?;
         failpoint::hit(&format!("{}.after_intent", op.as_str()));
         let result = f(&permit);
@@ -450,12 +483,9 @@ impl Executor {
         };
         if let (Some(j), Permit::Journaled(intent)) = (&self.journal, permit) {
             j.finish(intent, outcome, observed)
-                .map_err(|e| Failure::journal(format!("journal outcome: {e}")))?;
+                .map_err(|e| JobError::journal("outcome", &e))?;
         }
-        let done = result.map_err(|e| Failure {
-            uncertain: e.is_uncertain(),
-            message: e.to_string(),
-        })?;
+        let done = result.map_err(|e| JobError::from(&e))?;
         if done.action == crate::plugins::Action::Remounted {
             tracing::info!(volume = %params.volume, op = op.as_str(),
                 "the mount was in place with other options; remounted in place");
@@ -487,7 +517,7 @@ impl Executor {
         if let (Some(j), Some(a)) = (&self.journal, announced)
             && let Err(e) = j.withdraw(a, format!("not started: {why}"))
         {
-            report.error = Some(format!("journal outcome: {e}"));
+            report.error = Some(JobError::journal("outcome", &e));
         }
         report
     }
@@ -516,11 +546,11 @@ impl Executor {
         // it): its operation never ran, and the journal says so.
         if let (Some(j), Some(a)) = (&self.journal, announced) {
             let why = match &result {
-                Err(e) => e.message.clone(),
+                Err(e) => e.to_string(),
                 Ok(()) => "not run".to_owned(),
             };
             if let Err(e) = j.withdraw(a, why) {
-                result = Err(Failure::journal(format!("journal outcome: {e}")));
+                result = Err(JobError::journal("outcome", &e));
             }
         }
         let (plugin, op) = match job {
@@ -539,7 +569,7 @@ impl Executor {
                 .storage_operation(plugin, op, result.is_ok(), started.elapsed());
         }
         if let Err(e) = result {
-            report.error = Some(e.message);
+            report.error = Some(e);
         }
         report
     }
@@ -549,13 +579,13 @@ impl Executor {
         job: &Job,
         r: &mut JobReport,
         announced: &mut Option<Announced>,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), JobError> {
         let sys = self.sys.as_ref();
         match job {
             Job::Mount { want, device, pod } => {
                 let plugin = self
                     .plugin(want.plugin)
-                    .ok_or_else(|| Failure::final_(format!("no plugin for {}", want.plugin)))?;
+                    .ok_or(JobError::NoPlugin(want.plugin))?;
                 if let Some(dev) = device {
                     let device_mount = DeviceMount {
                         device_path: dev.device_path.as_deref().map(Path::to_path_buf),
@@ -568,7 +598,7 @@ impl Executor {
                     };
                     let needs = plugin
                         .needs_format(&want.spec, dev, sys)
-                        .map_err(|e| Failure::final_(e.to_string()))?;
+                        .map_err(|e| JobError::from(&e))?;
                     if needs {
                         self.journaled(
                             Operation::FormatDevice,
@@ -596,7 +626,7 @@ impl Executor {
                             mount: device_mount,
                         }),
                         Err(e) => {
-                            if e.uncertain {
+                            if e.is_uncertain() {
                                 r.updates.push(AswUpdate::DeviceUncertain {
                                     volume: want.volume.clone(),
                                     plugin: want.plugin,
@@ -637,7 +667,7 @@ impl Executor {
                         });
                         Ok(())
                     }
-                    Err(e) if !e.uncertain => Err(e),
+                    Err(e) if !e.is_uncertain() => Err(e),
                     Err(e) => {
                         r.updates.push(AswUpdate::PodUncertain {
                             volume: want.volume.clone(),
@@ -653,7 +683,7 @@ impl Executor {
             Job::TearDown { params } => {
                 let plugin = self
                     .plugin(params.plugin)
-                    .ok_or_else(|| Failure::final_(format!("no plugin for {}", params.plugin)))?;
+                    .ok_or(JobError::NoPlugin(params.plugin))?;
                 self.journaled(
                     Operation::TearDown,
                     Steps::Single,
@@ -673,7 +703,7 @@ impl Executor {
             Job::UnmountDevice { params } => {
                 let plugin = self
                     .plugin(params.plugin)
-                    .ok_or_else(|| Failure::final_(format!("no plugin for {}", params.plugin)))?;
+                    .ok_or(JobError::NoPlugin(params.plugin))?;
                 self.journaled(
                     Operation::UnmountDevice,
                     Steps::Single,
@@ -795,7 +825,11 @@ mod tests {
         let stopping = AtomicBool::new(true);
         let report = f.exec.run_unless_stopping(&job, None, &stopping);
         assert_eq!(
-            report.error.as_deref(),
+            report.error,
+            Some(JobError::NotStarted("volumed is stopping"))
+        );
+        assert_eq!(
+            report.error.map(|e| e.to_string()).as_deref(),
             Some("not started: volumed is stopping")
         );
         assert!(report.ran.is_empty() && report.updates.is_empty());
@@ -1020,6 +1054,8 @@ mod tests {
                 .exec
                 .run(&mount_job(&f, want(tmpfs(), "p1", "cache"), false));
             let err = report.error.clone().expect("the mount failed");
+            assert_eq!(err.is_uncertain(), uncertain, "{err}");
+            let err = err.to_string();
             assert!(err.contains("cache"), "the error names the volume: {err}");
             let recs = records(&f);
             let outcome = match &recs[1].body {
@@ -1103,6 +1139,8 @@ mod tests {
             params: params.into(),
         });
         let error = report.error.expect("the teardown fails");
+        assert!(!error.is_uncertain(), "a refusal changes nothing: {error}");
+        let error = error.to_string();
         assert!(error.contains(&nested.display().to_string()), "{error}");
         assert!(report.updates.is_empty(), "{:?}", report.updates);
         let last = records(&f).pop().unwrap();
