@@ -15,7 +15,7 @@ mod shared;
 mod spec;
 mod target;
 
-pub use layout::Layout;
+pub use layout::{Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE};
 pub use mount::{DevId, MountIdentity, SeLinuxContext};
 pub use names::{
     ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,

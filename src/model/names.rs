@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 /// Errors from validating names and labels.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ModelError {
     /// a name that becomes a path component is empty, too long, or contains `/`, NUL, or is `.`/`..`
     #[error("invalid {what} {value:?}: {why}")]
@@ -104,23 +104,32 @@ impl PodUid {
     /// Validates a UID: one path component of `[A-Za-z0-9-_.]`.
     pub fn new(uid: impl Into<String>) -> Result<Self, ModelError> {
         let uid = uid.into();
+        Self::check(&uid)?;
+        Ok(Self(uid.into()))
+    }
+    /// The checks of [`PodUid::new`], without making one.
+    pub(super) fn check(uid: &str) -> Result<(), ModelError> {
         // the usual shape passes every check below at once
         let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
         if (1..=253).contains(&uid.len()) && uid != "." && uid != ".." && uid.bytes().all(plain) {
-            return Ok(Self(uid.into()));
+            return Ok(());
         }
-        check_component("pod uid", &uid)?;
+        check_component("pod uid", uid)?;
         if !uid
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         {
-            return Err(ModelError::InvalidName {
-                what: "pod uid",
-                value: uid,
-                why: "only ASCII letters, digits, '-', '_' and '.' are allowed",
-            });
+            return invalid_name(
+                "pod uid",
+                uid,
+                "only ASCII letters, digits, '-', '_' and '.' are allowed",
+            );
         }
-        Ok(Self(uid.into()))
+        Ok(())
+    }
+    /// A UID that passed [`PodUid::check`].
+    pub(super) fn from_checked(uid: &str) -> Self {
+        Self(uid.into())
     }
     /// The UID as a string.
     pub fn as_str(&self) -> &str {
