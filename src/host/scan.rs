@@ -285,7 +285,7 @@ fn device_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
 }
 
 /// `last_uid`: the UID of the previous pod target (the table is sorted, so
-/// a pod's targets come together): the targets share it.
+/// a pod's targets come together): not checked again, and shared.
 fn pod_mount(
     m: &MountStack<'_>,
     layout: &Layout,
@@ -293,13 +293,14 @@ fn pod_mount(
     scan: &mut MountScan,
 ) {
     let path = &m.top().mount_point;
+    // Only `<uid>/volumes/…` holds volume targets; subpaths and the rest are
+    // someone else's business.
+    let parsed = layout.parse_in_known(Area::PodVolumes, path, last_uid.as_ref());
     let mut uid = |pod: PodName<'_>| match last_uid {
         Some(u) if u.as_str() == pod.as_str() => u.clone(),
         _ => last_uid.insert(pod.to_uid()).clone(),
     };
-    // Only `<uid>/volumes/…` holds volume targets; subpaths and the rest are
-    // someone else's business.
-    let (pod, plugin, spec_name) = match layout.parse_in(Area::PodVolumes, path) {
+    let (pod, plugin, spec_name) = match parsed {
         Ok(KubeletPath::PodVolume {
             pod,
             plugin,

@@ -171,28 +171,42 @@ impl Layout {
 
     /// Parses a path in any area of the layout.
     pub fn parse<'a>(&self, path: &'a Path) -> Result<KubeletPath<'a>, LayoutError> {
-        self.parse_where(path, None)
+        self.parse_where(path, None, None)
     }
 
     /// Parses a path expected in `area`: a path in another area, or in none,
     /// is [`LayoutError::Elsewhere`] before any of its names is checked.
     pub fn parse_in<'a>(&self, area: Area, path: &'a Path) -> Result<KubeletPath<'a>, LayoutError> {
-        self.parse_where(path, Some(area))
+        self.parse_where(path, Some(area), None)
+    }
+
+    /// [`Layout::parse_in`] for one of a run of paths: a pod UID equal to
+    /// `known` (a [`PodUid`], so valid) is not checked again. A sorted
+    /// mount table lists a pod's paths together.
+    pub fn parse_in_known<'a>(
+        &self,
+        area: Area,
+        path: &'a Path,
+        known: Option<&PodUid>,
+    ) -> Result<KubeletPath<'a>, LayoutError> {
+        self.parse_where(path, Some(area), known)
     }
 
     fn parse_where<'a>(
         &self,
         path: &'a Path,
         want: Option<Area>,
+        known: Option<&PodUid>,
     ) -> Result<KubeletPath<'a>, LayoutError> {
-        let parts = RelParts::of(path, &self.root, self.plain).ok_or(LayoutError::Outside)?;
-        let area = parts.area().ok_or(LayoutError::Elsewhere)?;
+        let (base, parts) =
+            RelParts::of(path, &self.root, self.plain).ok_or(LayoutError::Outside)?;
+        let area = parts.area(base).ok_or(LayoutError::Elsewhere)?;
         if want.is_some_and(|w| w != area) {
             return Err(LayoutError::Elsewhere);
         }
         match area {
-            Area::PodVolumes => pod_volume(&parts),
-            Area::PodPlugins => pod_plugin(&parts),
+            Area::PodVolumes => pod_volume(&parts, known),
+            Area::PodPlugins => pod_plugin(&parts, known),
             Area::Devices => device(&parts, || {
                 // deeper than any device path: every name below the root
                 // is UTF-8 exactly when the rest of the path is
@@ -205,20 +219,23 @@ impl Layout {
     /// The device target a path ends in, whatever the root: for code that
     /// holds a device target's path but not the layout it came from.
     pub fn device_of(path: &Path) -> Option<KubeletPath<'_>> {
-        let mut tail = [OsStr::new(""); MAX_PARTS];
+        // a CSI globalmount has six names from `plugins`, a local PV five
+        const N: usize = 6;
+        let mut tail = [OsStr::new(""); N];
         let mut n = 0;
-        for c in path.components().rev().take(MAX_PARTS) {
+        for c in path.components().rev().take(N) {
             let Component::Normal(name) = c else { break };
             n += 1;
-            tail[MAX_PARTS - n] = name;
+            tail[N - n] = name;
         }
-        // a CSI globalmount has six names from `plugins`, a local PV five
-        [MAX_PARTS, MAX_PARTS - 1]
+        [N, N - 1]
             .into_iter()
             .filter(|&len| len <= n)
-            .find_map(|len| {
-                let parts = RelParts::from_names(&tail[MAX_PARTS - len..]);
-                device(&parts, || false).ok()
+            .find_map(|len| match tail[N - len..] {
+                [p, k, ref rest @ ..] if p == PLUGINS && k == KUBERNETES_IO => {
+                    device(&RelParts::from_names(rest), || false).ok()
+                }
+                _ => None,
             })
     }
 }
@@ -353,25 +370,46 @@ fn is_plain(root: &Path) -> bool {
             .all(|n| !matches!(n, b"" | b"." | b".."))
 }
 
-/// The most names a path of the layout has below the root
-/// (`plugins/kubernetes.io/csi/<driver>/<hash>/globalmount`,
-/// `pods/<uid>/volumes/<plugin>/<name>/mount`).
+/// Where a path's names are counted from: the dir of its area.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Base {
+    /// `<root>/pods`
+    Pods,
+    /// `<root>/plugins/kubernetes.io`
+    Devices,
+    /// `<root>`: no area
+    Root,
+}
+
+impl Base {
+    /// The names from the root to the base.
+    fn names(self) -> &'static [&'static str] {
+        match self {
+            Base::Pods => &[PODS],
+            Base::Devices => &[PLUGINS, KUBERNETES_IO],
+            Base::Root => &[],
+        }
+    }
+}
+
+/// More names than any path of the layout has below its base
+/// (`<uid>/volumes/<plugin>/<name>/mount`, `csi/<driver>/<hash>/globalmount`).
 const MAX_PARTS: usize = 6;
 
-/// A path's names below the root: the first [`MAX_PARTS`] of them and how
-/// many there are, without an allocation.
+/// A path's names below its [`Base`]: the first [`MAX_PARTS`] of them and
+/// how many there are, without an allocation.
 struct RelParts<'a> {
     parts: [&'a OsStr; MAX_PARTS],
     len: usize,
 }
 
 impl<'a> RelParts<'a> {
-    /// Mount points as the kernel prints them are plain (`root/` then names
-    /// separated by single slashes): those are split as bytes; anything else
-    /// goes through [`Path::components`], and both agree on every path.
-    fn of(path: &'a Path, root: &Path, root_plain: bool) -> Option<Self> {
-        let mut out = Self::from_names(&[]);
-        let rest = root_plain
+    /// Mount points as the kernel prints them are plain (`root/`, then the
+    /// base, then names separated by single slashes): those are split as
+    /// bytes; anything else goes through [`Path::components`], and both
+    /// agree on every path.
+    fn of(path: &'a Path, root: &Path, root_plain: bool) -> Option<(Base, Self)> {
+        let below_root = root_plain
             .then(|| {
                 path.as_os_str()
                     .as_bytes()
@@ -379,25 +417,41 @@ impl<'a> RelParts<'a> {
                     .strip_prefix(b"/")
             })
             .flatten();
-        let fast = rest.and_then(|rest| {
+        let fast = below_root.and_then(|rest| {
+            let (base, rest) = [Base::Pods, Base::Devices]
+                .into_iter()
+                .find_map(|base| Some((base, strip_names(rest, base.names())?)))
+                .unwrap_or((Base::Root, rest));
+            let mut out = Self::from_names(&[]);
             for name in rest.split(|&b| b == b'/') {
                 if matches!(name, b"" | b"." | b"..") {
                     return None;
                 }
                 out.push(OsStr::from_bytes(name));
             }
-            Some(())
+            Some((base, out))
         });
-        if fast.is_none() {
-            out.len = 0;
-            for c in path.strip_prefix(root).ok()?.components() {
-                let Component::Normal(name) = c else {
-                    return None;
-                };
-                out.push(name);
-            }
+        if fast.is_some() {
+            return fast;
         }
-        Some(out)
+        let names = path
+            .strip_prefix(root)
+            .ok()?
+            .components()
+            .map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let base = [Base::Pods, Base::Devices]
+            .into_iter()
+            .find(|b| {
+                let fixed = b.names();
+                fixed.len() < names.len() && fixed.iter().zip(&names).all(|(f, n)| n == f)
+            })
+            .unwrap_or(Base::Root);
+        let rest = names.get(base.names().len()..).unwrap_or_default();
+        Some((base, Self::from_names(rest)))
     }
 
     fn from_names(names: &[&'a OsStr]) -> Self {
@@ -431,18 +485,23 @@ impl<'a> RelParts<'a> {
         self.parts.get(..self.len)
     }
 
-    /// The area by its fixed names alone.
-    fn area(&self) -> Option<Area> {
-        if self.is(0, PODS) && self.get(1).is_some() {
-            if self.is(2, VOLUMES) {
-                return Some(Area::PodVolumes);
-            }
-            if self.is(2, PLUGINS) {
-                return Some(Area::PodPlugins);
-            }
+    /// The area, by the base and the fixed names alone.
+    fn area(&self, base: Base) -> Option<Area> {
+        match base {
+            Base::Pods if self.is(1, VOLUMES) => Some(Area::PodVolumes),
+            Base::Pods if self.is(1, PLUGINS) => Some(Area::PodPlugins),
+            Base::Devices if self.len > 0 => Some(Area::Devices),
+            _ => None,
         }
-        (self.is(0, PLUGINS) && self.is(1, KUBERNETES_IO)).then_some(Area::Devices)
     }
+}
+
+/// `rest` after `names`, each followed by a `/`.
+fn strip_names<'r>(mut rest: &'r [u8], names: &[&str]) -> Option<&'r [u8]> {
+    for n in names {
+        rest = rest.strip_prefix(n.as_bytes())?.strip_prefix(b"/")?;
+    }
+    Some(rest)
 }
 
 fn utf8(name: &OsStr) -> Result<&str, LayoutError> {
@@ -450,22 +509,27 @@ fn utf8(name: &OsStr) -> Result<&str, LayoutError> {
 }
 
 /// `pods/<uid>/…`: the UID, checked.
-fn pod_name<'a>(parts: &RelParts<'a>) -> Result<PodName<'a>, LayoutError> {
-    let name = utf8(parts.get(1).ok_or(LayoutError::Unrecognised)?)?;
-    PodUid::check(name).map_err(LayoutError::InvalidPodUid)?;
+fn pod_name<'a>(parts: &RelParts<'a>, known: Option<&PodUid>) -> Result<PodName<'a>, LayoutError> {
+    let name = utf8(parts.get(0).ok_or(LayoutError::Unrecognised)?)?;
+    if known.is_none_or(|k| k.as_str() != name) {
+        PodUid::check(name).map_err(LayoutError::InvalidPodUid)?;
+    }
     Ok(PodName(name))
 }
 
 /// `pods/<uid>/volumes/…`
-fn pod_volume<'a>(parts: &RelParts<'a>) -> Result<KubeletPath<'a>, LayoutError> {
-    let pod = pod_name(parts)?;
-    let (Some(plugin_dir), Some(name)) = (parts.get(3), parts.get(4)) else {
+fn pod_volume<'a>(
+    parts: &RelParts<'a>,
+    known: Option<&PodUid>,
+) -> Result<KubeletPath<'a>, LayoutError> {
+    let pod = pod_name(parts, known)?;
+    let (Some(plugin_dir), Some(name)) = (parts.get(2), parts.get(3)) else {
         return Err(LayoutError::Unrecognised);
     };
     let plugin_dir = utf8(plugin_dir)?;
     let Some(plugin) = PluginName::from_escaped(plugin_dir) else {
         return match parts.len {
-            5 => Ok(KubeletPath::UnknownPodVolume {
+            4 => Ok(KubeletPath::UnknownPodVolume {
                 pod,
                 plugin_dir,
                 name,
@@ -475,16 +539,16 @@ fn pod_volume<'a>(parts: &RelParts<'a>) -> Result<KubeletPath<'a>, LayoutError> 
     };
     let csi = plugin == PluginName::Csi;
     match parts.len {
-        5 => Ok(KubeletPath::PodVolume {
+        4 => Ok(KubeletPath::PodVolume {
             pod,
             plugin,
             spec_name: utf8(name)?,
         }),
-        6 if csi && parts.is(5, CSI_POD_MOUNT) => Ok(KubeletPath::CsiPodMount {
+        5 if csi && parts.is(4, CSI_POD_MOUNT) => Ok(KubeletPath::CsiPodMount {
             pod,
             spec_name: utf8(name)?,
         }),
-        6 if csi && parts.is(5, VOL_DATA_FILE) => Ok(KubeletPath::CsiPodVolData {
+        5 if csi && parts.is(4, VOL_DATA_FILE) => Ok(KubeletPath::CsiPodVolData {
             pod,
             spec_name: utf8(name)?,
         }),
@@ -493,15 +557,18 @@ fn pod_volume<'a>(parts: &RelParts<'a>) -> Result<KubeletPath<'a>, LayoutError> 
 }
 
 /// `pods/<uid>/plugins/…`
-fn pod_plugin<'a>(parts: &RelParts<'a>) -> Result<KubeletPath<'a>, LayoutError> {
-    let pod = pod_name(parts)?;
+fn pod_plugin<'a>(
+    parts: &RelParts<'a>,
+    known: Option<&PodUid>,
+) -> Result<KubeletPath<'a>, LayoutError> {
+    let pod = pod_name(parts, known)?;
     let empty_dir = parts
-        .get(3)
+        .get(2)
         .and_then(OsStr::to_str)
         .and_then(PluginName::from_escaped)
         == Some(PluginName::EmptyDir);
-    match (parts.len, parts.get(4)) {
-        (6, Some(name)) if empty_dir && parts.is(5, READY_MARKER) => {
+    match (parts.len, parts.get(3)) {
+        (5, Some(name)) if empty_dir && parts.is(4, READY_MARKER) => {
             Ok(KubeletPath::EmptyDirReady {
                 pod,
                 spec_name: utf8(name)?,
@@ -530,13 +597,11 @@ fn device<'a>(
     let local = PluginName::LocalVolume.short();
     let csi = PluginName::Csi.short();
     match names.get(..all.len()).unwrap_or_default() {
-        [PLUGINS, KUBERNETES_IO, p, LOCAL_MOUNTS, pv] if *p == local => {
-            Ok(KubeletPath::LocalDevice { pv })
-        }
-        [PLUGINS, KUBERNETES_IO, p, driver, hash, CSI_GLOBAL_MOUNT] if *p == csi => {
+        [p, LOCAL_MOUNTS, pv] if *p == local => Ok(KubeletPath::LocalDevice { pv }),
+        [p, driver, hash, CSI_GLOBAL_MOUNT] if *p == csi => {
             Ok(KubeletPath::CsiGlobalMount { driver, hash })
         }
-        [PLUGINS, KUBERNETES_IO, p, driver, hash, VOL_DATA_FILE] if *p == csi => {
+        [p, driver, hash, VOL_DATA_FILE] if *p == csi => {
             Ok(KubeletPath::CsiDeviceVolData { driver, hash })
         }
         _ => Err(LayoutError::Unrecognised),
@@ -796,43 +861,38 @@ mod tests {
 
     #[test]
     fn paths_split_as_bytes_as_by_components() {
-        for root in ["/k", "/k/", "/k//x", "/", "k", "/k/./x"] {
+        for root in ["/k", "/k/", "/k//x", "/", "k", "/k/./x", "/k/pods"] {
             let base = Path::new(root);
-            let plain = is_plain(base);
             for path in [
                 "/k/pods/u/volumes/p~n/x",
                 "/k/pods/u//volumes/./p/x/",
                 "/k/pods/u/../x",
                 "/k/x/pods",
                 "/k/pods",
+                "/k/pods/",
+                "/k/podsx/u",
                 "/kx/pods/u",
                 "/k/pods/1/2/3/4/5/6/7/8",
                 "/k/pods/u/.hidden/x.",
+                "/k/plugins/kubernetes.io",
+                "/k/plugins/kubernetes.io/csi/d/h/globalmount",
+                "/k/plugins//kubernetes.io/csi",
+                "/k/plugins/kubernetes.io/a/b/c/d/e/f/g",
+                "/k/pods/pods/x",
             ] {
                 let p = Path::new(path);
-                let want: Option<Vec<&OsStr>> = p.strip_prefix(base).ok().and_then(|r| {
-                    r.components()
-                        .map(|c| match c {
-                            Component::Normal(n) => Some(n),
-                            _ => None,
-                        })
-                        .collect()
-                });
-                let got = RelParts::of(p, base, plain);
-                assert_eq!(
-                    got.as_ref().map(|g| g.len),
-                    want.as_ref().map(|w| w.len()),
-                    "{root} {path}"
-                );
-                if let (Some(got), Some(want)) = (got, want) {
-                    for (i, w) in want.iter().enumerate() {
-                        match got.get(i) {
-                            Some(g) => assert_eq!(g, *w, "{root} {path} {i}"),
-                            None => assert!(i >= MAX_PARTS, "{root} {path} {i}"),
-                        }
-                    }
-                    assert_eq!(got.all().is_some(), want.len() <= MAX_PARTS);
-                }
+                let fast = RelParts::of(p, base, is_plain(base));
+                let slow = RelParts::of(p, base, false);
+                let view = |r: Option<(Base, RelParts<'_>)>| {
+                    r.map(|(b, parts)| {
+                        let names: Vec<String> = (0..MAX_PARTS)
+                            .filter_map(|i| parts.get(i))
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .collect();
+                        (b.names(), parts.len, names)
+                    })
+                };
+                assert_eq!(view(fast), view(slow), "{root} {path}");
             }
         }
     }
