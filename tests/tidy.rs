@@ -1,7 +1,8 @@
 //! Keeps the tree honest: every source file has a `//!` doc, every module
 //! ARCHITECTURE.md names exists, mount syscalls and raw libc stay inside the
-//! `host` seam, no test hides behind an ignore or should-panic attribute, and the
-//! two dependency pins the journal relies on stay exact.
+//! `host` seam, kubelet path names are spelt only in the layout module, no
+//! test hides behind an ignore or should-panic attribute, and the two
+//! dependency pins the journal relies on stay exact.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 use std::path::{Path, PathBuf};
@@ -128,18 +129,82 @@ fn journal_dependencies_are_pinned_exactly() {
     assert!(!cargo.contains("serde_yaml"), "serde_yaml is deprecated");
 }
 
-/// A file's code without its tests: nothing of a `*tests.rs` file, and the
-/// rest of a file from its first `#[cfg(test)]` on.
+/// The lines of `text` (numbered from 1) that are neither comments nor
+/// inside an item under `#[cfg(test)]` (a `mod x;` line, or a block up to
+/// its closing brace).
+fn non_test_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((i, line)) = lines.next() {
+        let t = line.trim_start();
+        if t.starts_with("//") {
+            continue;
+        }
+        if t != "#[cfg(test)]" {
+            out.push((i + 1, line));
+            continue;
+        }
+        let mut depth = 0usize;
+        for (_, l) in lines.by_ref() {
+            depth = (depth + l.matches('{').count()).saturating_sub(l.matches('}').count());
+            let t = l.trim();
+            if depth == 0 && !t.starts_with("#[") && (t.ends_with(';') || t.ends_with('}')) {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn kubelet_paths_are_spelt_only_in_the_layout_module() {
+    // names only the kubelet layout has; `model/layout.rs` builds and parses
+    // every path with them (CSI's `mount` is also a syscall and a target
+    // kind, so it is not among them)
+    let names = [
+        "kubernetes.io~",
+        "\"kubernetes.io\"",
+        "globalmount",
+        "vol_data.json",
+        "\"pods\"",
+        "\"volumes\"",
+        "\"plugins\"",
+        "\"mounts\"",
+        "\"ready\"",
+    ];
+    // test data spells the layout on purpose, as a node shows it
+    let exempt = ["src/model/layout.rs", "src/host/testgen.rs"];
+    let mut found = Vec::new();
+    for p in files(&["src"]) {
+        let rel = p.strip_prefix(root()).unwrap_or(&p);
+        let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if exempt.iter().any(|e| rel == Path::new(e)) || name.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (i, line) in non_test_lines(&text) {
+            for n in names.iter().filter(|n| line.contains(*n)) {
+                found.push(format!("{}:{i}: {n}", rel.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "kubelet path names outside src/model/layout.rs (build or parse the path there):\n{}",
+        found.join("\n")
+    );
+}
+
+/// A file's code without its tests or comments: nothing of a `*tests.rs`
+/// file, else its [`non_test_lines`].
 fn production_code(p: &Path) -> String {
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     if name.ends_with("tests.rs") {
         return String::new();
     }
     let text = std::fs::read_to_string(p).unwrap_or_default();
-    match text.find("#[cfg(test)]") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
-    }
+    let lines: Vec<&str> = non_test_lines(&text).into_iter().map(|(_, l)| l).collect();
+    lines.join("\n")
 }
 
 #[test]
@@ -166,10 +231,7 @@ fn unsafe_code_lives_only_in_the_syscall_seam() {
         if p == root().join("src/host/sys.rs") {
             continue;
         }
-        let code: String = production_code(&p)
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect();
+        let code = production_code(&p);
         assert!(
             !code.contains(&block)
                 && !code.contains(&format!("{word}fn"))

@@ -43,8 +43,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::model::{
-    PluginName, PodUid, SharedParams, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
-    VolumeSpec,
+    KubeletPath, Layout, PluginName, PodUid, SharedParams, TargetKind, TargetParams, TargetRef,
+    UniqueVolumeName, VolumeSpec,
 };
 use crate::reconciler::executor::{Job, JobReport};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
@@ -74,7 +74,10 @@ fn journal_name(f: &FailedTarget) -> UniqueVolumeName {
 
 /// The driver of a CSI device target (`…/csi/<driver>/<hash>/globalmount`).
 fn csi_driver(path: &Path) -> Option<&str> {
-    path.parent()?.parent()?.file_name()?.to_str()
+    match Layout::device_of(path)? {
+        KubeletPath::CsiGlobalMount { driver, .. } => Some(driver),
+        _ => None,
+    }
 }
 
 /// Decides, as a pure function of the failed targets, the DSW and the pods

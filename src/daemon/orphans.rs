@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use crate::host::mountinfo::MountTable;
 use crate::host::remove::is_pending_deletion;
 use crate::host::sys::{Errno, FileKind, Sys};
-use crate::model::{Layout, PluginName, PodUid};
+use crate::model::{Layout, PluginName, PodUid, READY_MARKER};
 use crate::plugins::EmptyDirPlugin;
 
 /// What one sweep did.
@@ -105,7 +105,7 @@ fn clean_pod(
 ) -> Result<(), Vec<(PathBuf, String)>> {
     let mut left = Vec::new();
     let pod_dir = layout.pod_dir(uid);
-    let volumes = pod_dir.join("volumes");
+    let volumes = layout.pod_volumes_dir(uid);
     for plugin_dir in sys
         .read_dir_beneath(&volumes, Path::new(""))
         .unwrap_or_default()
@@ -152,7 +152,7 @@ fn clean_pod(
     // Under plugins/ only emptyDir `ready` markers are volumed's: those are
     // unlinked and their dirs removed; anything else (another plugin's
     // data, a mount, a link) is left and reported.
-    let plugins = pod_dir.join("plugins");
+    let plugins = layout.pod_plugins_dir(uid);
     clean_plugin_dirs(&plugins, sys, &mut left);
     let mut dirs = vec![volumes, pod_dir];
     if !left.iter().any(|(p, _)| p.starts_with(&plugins)) {
@@ -203,9 +203,9 @@ fn clean_plugin_dirs(plugins: &Path, sys: &dyn Sys, left: &mut Vec<(PathBuf, Str
                 continue;
             }
             for f in list(&vdir, left) {
-                if f.name == "ready" && f.kind == FileKind::File {
-                    if let Err(e) = sys.remove_beneath(&vdir, Path::new("ready"), false) {
-                        left.push((vdir.join("ready"), e.to_string()));
+                if f.name == READY_MARKER && f.kind == FileKind::File {
+                    if let Err(e) = sys.remove_beneath(&vdir, Path::new(&f.name), false) {
+                        left.push((vdir.join(&f.name), e.to_string()));
                     }
                 } else {
                     left.push((

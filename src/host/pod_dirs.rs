@@ -20,7 +20,7 @@ use serde::Deserialize;
 use crate::host::HostError;
 use crate::host::mountinfo::MountTable;
 use crate::host::scan::{
-    HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir, pod_uid, utf8,
+    DeviceName, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir, pod_uid, utf8,
 };
 use crate::model::{Layout, PluginName};
 
@@ -152,7 +152,7 @@ pub fn walk_pod_dirs(
         let Some(uid) = pod_uid(uid_str, &pod_dir, problems) else {
             continue;
         };
-        let volumes = pod_dir.join("volumes");
+        let volumes = layout.pod_volumes_dir(&uid);
         if dir_present(&volumes, problems) != Some(true) {
             continue;
         }
@@ -184,7 +184,7 @@ pub fn walk_pod_dirs(
                 };
                 let mut target = vol_dir.clone();
                 if plugin == PluginName::Csi {
-                    let mount = vol_dir.join("mount");
+                    let mount = layout.pod_target_path(&uid, plugin, spec_name);
                     match dir_present(&mount, problems) {
                         Some(true) => target = mount,
                         Some(false) => {}
@@ -251,35 +251,29 @@ pub fn read_vol_data(path: &Path) -> Result<Option<VolData>, HostError> {
         })
 }
 
-/// The `vol_data.json` beside a CSI pod target or globalmount.
-fn vol_data_path(target: &Path) -> Option<PathBuf> {
-    let dir = if target.file_name()? == "mount" || target.file_name()? == "globalmount" {
-        target.parent()?
-    } else {
-        target
-    };
-    Some(dir.join("vol_data.json"))
-}
-
-fn load(target: &Path, problems: &mut Vec<ScanProblem>) -> Option<VolData> {
-    let path = vol_data_path(target)?;
-    read_vol_data(&path)
+fn load(path: &Path, problems: &mut Vec<ScanProblem>) -> Option<VolData> {
+    read_vol_data(path)
         .map_err(|e| problems.push(e.into()))
         .ok()
         .flatten()
 }
 
-/// Reads the `vol_data.json` of every CSI target in `view`.
-pub fn attach_vol_data(view: &mut HostView) {
+/// Reads the `vol_data.json` of every CSI target in `view`, found under
+/// `layout`.
+pub fn attach_vol_data(view: &mut HostView, layout: &Layout) {
     let problems = &mut view.problems;
     for t in &mut view.device_targets {
-        if t.plugin == PluginName::Csi {
-            t.vol_data = load(&t.path, problems);
+        if let DeviceName::Csi {
+            driver,
+            handle_hash,
+        } = &t.name
+        {
+            t.vol_data = load(&layout.csi_device_vol_data(driver, handle_hash), problems);
         }
     }
     for t in view.pod_targets.iter_mut().chain(&mut view.found_dirs) {
         if t.plugin == PluginName::Csi {
-            t.vol_data = load(&t.path, problems);
+            t.vol_data = load(&layout.csi_pod_vol_data(&t.pod_uid, &t.spec_name), problems);
         }
     }
 }
@@ -320,23 +314,6 @@ mod tests {
             "the .deleting~ dir is orphan cleanup's, not a volume"
         );
         assert!(unknown.is_empty() && problems.is_empty(), "{problems:?}");
-    }
-
-    #[test]
-    fn vol_data_path_sits_beside_the_target() {
-        let p = |s: &str| vol_data_path(Path::new(s)).unwrap();
-        assert_eq!(
-            p("/k/pods/u/volumes/kubernetes.io~csi/pv/mount"),
-            Path::new("/k/pods/u/volumes/kubernetes.io~csi/pv/vol_data.json")
-        );
-        assert_eq!(
-            p("/k/plugins/kubernetes.io/csi/d/h/globalmount"),
-            Path::new("/k/plugins/kubernetes.io/csi/d/h/vol_data.json")
-        );
-        assert_eq!(
-            p("/k/pods/u/volumes/kubernetes.io~csi/pv"),
-            Path::new("/k/pods/u/volumes/kubernetes.io~csi/pv/vol_data.json")
-        );
     }
 
     #[test]

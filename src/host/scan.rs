@@ -7,7 +7,7 @@
 //!   CSI `csi/<driver>/<handle hash>/globalmount`) and the pod targets under
 //!   `<root>/pods/<uid>/volumes/<plugin~escaped>/<name>` (`/mount` for CSI).
 //!   Device targets come from the mount table itself, never only through pod
-//!   dirs (k8s #85476).
+//!   dirs (k8s #85476). Each mount point is read by [`Layout::parse_in`].
 //! - [`walk_pod_dirs`]: the directories `<root>/pods/*/volumes/*/*` that exist
 //!   but are not mount points (disk emptyDirs, leftovers), never following a
 //!   symlink; dirs of plugins volumed has no plugin for (secret, projected, …)
@@ -24,14 +24,15 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::host::HostError;
 use crate::host::boot::{BootId, read_boot_id};
 use crate::host::mountinfo::{LineError, MountStack, MountTable};
 pub use crate::host::pod_dirs::{VolData, attach_vol_data, read_vol_data, walk_pod_dirs};
-use crate::model::{Layout, ModelError, MountIdentity, PluginName, PodUid};
+use crate::model::{
+    Area, KubeletPath, Layout, LayoutError, ModelError, MountIdentity, PluginName, PodName, PodUid,
+};
 
 /// What the mount table shows at a target path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,114 +195,6 @@ pub struct HostView {
     pub problems: Vec<ScanProblem>,
 }
 
-/// The components of `path` below `base`, as `OsStr`s (`None` if not below
-/// or if any component is not a plain name).
-fn rel_components<'a>(path: &'a Path, base: &Path) -> Option<Vec<&'a OsStr>> {
-    path.strip_prefix(base)
-        .ok()?
-        .components()
-        .map(|c| match c {
-            Component::Normal(n) => Some(n),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The most components a target path in the layout has below its base
-/// (`csi/<driver>/<hash>/globalmount`, `<uid>/volumes/<plugin>/<name>/mount`);
-/// [`RelParts`] counts the rest without keeping them.
-const MAX_PARTS: usize = 6;
-
-/// [`rel_components`] without an allocation: the first [`MAX_PARTS`]
-/// components and how many there are.
-struct RelParts<'a> {
-    parts: [&'a OsStr; MAX_PARTS],
-    len: usize,
-}
-
-impl<'a> RelParts<'a> {
-    /// `path`'s components below `base`, as [`rel_components`] finds them.
-    /// Mount points as the kernel prints them are plain (`base/` then names
-    /// separated by single slashes): those are split as bytes; anything else
-    /// goes through [`rel_components`], so both agree on every path.
-    fn of(path: &'a Path, base: &Base<'_>) -> Option<Self> {
-        let mut out = RelParts {
-            parts: [OsStr::new(""); MAX_PARTS],
-            len: 0,
-        };
-        let fast = base.plain_rest(path).and_then(|rest| {
-            for name in rest.split(|&b| b == b'/') {
-                if matches!(name, b"" | b"." | b"..") {
-                    return None;
-                }
-                out.push(OsStr::from_bytes(name));
-            }
-            Some(())
-        });
-        if fast.is_none() {
-            out.len = 0;
-            rel_components(path, base.path)?
-                .into_iter()
-                .for_each(|name| out.push(name));
-        }
-        Some(out)
-    }
-
-    fn push(&mut self, name: &'a OsStr) {
-        if let Some(slot) = self.parts.get_mut(self.len) {
-            *slot = name;
-        }
-        self.len += 1;
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The `i`-th component, if there is one.
-    fn get(&self, i: usize) -> Option<&'a OsStr> {
-        (i < self.len).then(|| self.parts.get(i).copied()).flatten()
-    }
-
-    /// The components as names, `None` if more than [`MAX_PARTS`].
-    fn all(&self) -> Option<&[&'a OsStr]> {
-        self.parts.get(..self.len)
-    }
-}
-
-/// A base dir of the layout (`plugins/`, `pods/`), checked once for
-/// whether it is spelt plainly: absolute, no `.` or empty component, no
-/// trailing `/`.
-struct Base<'a> {
-    path: &'a Path,
-    plain: bool,
-}
-
-impl<'a> Base<'a> {
-    fn new(path: &'a Path) -> Self {
-        let b = path.as_os_str().as_bytes();
-        let plain = b.len() > 1
-            && b.starts_with(b"/")
-            && b[1..]
-                .split(|&c| c == b'/')
-                .all(|n| !matches!(n, b"" | b"." | b".."));
-        Base { path, plain }
-    }
-
-    /// The bytes of `path` after the base and one `/`, when the base is
-    /// plain and `path` starts with it; `None` otherwise (the caller falls
-    /// back to [`rel_components`]).
-    fn plain_rest<'p>(&self, path: &'p Path) -> Option<&'p [u8]> {
-        if !self.plain {
-            return None;
-        }
-        path.as_os_str()
-            .as_bytes()
-            .strip_prefix(self.path.as_os_str().as_bytes())?
-            .strip_prefix(b"/")
-    }
-}
-
 fn observe(stack: &MountStack<'_>) -> ObservedMount {
     let top = stack.top();
     ObservedMount {
@@ -319,11 +212,15 @@ pub(super) fn utf8<'a>(
 ) -> Option<&'a str> {
     let s = name.to_str();
     if s.is_none() {
-        problems.push(ScanProblem::NonUtf8Name {
-            path: path.to_owned(),
-        });
+        non_utf8(path, problems);
     }
     s
+}
+
+fn non_utf8(path: &Path, problems: &mut Vec<ScanProblem>) {
+    problems.push(ScanProblem::NonUtf8Name {
+        path: path.to_owned(),
+    });
 }
 
 pub(super) fn pod_uid(name: &str, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<PodUid> {
@@ -343,62 +240,40 @@ pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
     for e in table.errors().iter().chain(table.warnings()) {
         scan.problems.push(ScanProblem::MountInfoLine(e.clone()));
     }
-    let plugins = layout.plugins_dir();
-    let base = Base::new(&plugins);
-    for m in table.stacks_under(&plugins) {
-        device_mount(&m, &base, &mut scan);
+    for m in table.stacks_under(&layout.plugins_dir()) {
+        device_mount(&m, layout, &mut scan);
     }
     let pods = layout.pods_dir();
-    let base = Base::new(&pods);
     // at most one target per mount below `pods/`: one allocation, where
     // growing by doubling moved every target found so far each time
     scan.pod_targets.reserve(table.under(&pods).count());
     let mut last_uid = None;
     for m in table.stacks_under(&pods) {
-        pod_mount(&m, &base, &mut last_uid, &mut scan);
+        pod_mount(&m, layout, &mut last_uid, &mut scan);
     }
     scan
 }
 
-fn device_mount(m: &MountStack<'_>, plugins: &Base<'_>, scan: &mut MountScan) {
+fn device_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
     let path = &m.top().mount_point;
-    let unrecognised = |scan: &mut MountScan| {
-        scan.problems
-            .push(ScanProblem::UnrecognisedMount { path: path.clone() })
-    };
-    let Some(parts) = RelParts::of(path, plugins) else {
-        return unrecognised(scan);
-    };
-    let Some(all) = parts.all() else {
-        // deeper than any device target: unrecognised, once every name
-        // passed the same UTF-8 check as below
-        for p in rel_components(path, plugins.path).unwrap_or_default() {
-            if utf8(p, path, &mut scan.problems).is_none() {
-                return;
-            }
-        }
-        return unrecognised(scan);
-    };
-    let mut names = [""; MAX_PARTS];
-    for (slot, p) in names.iter_mut().zip(all) {
-        let Some(name) = utf8(p, path, &mut scan.problems) else {
-            return;
-        };
-        *slot = name;
-    }
-    let (plugin, name) = match &names[..all.len()] {
-        ["local-volume", "mounts", pv] => (
+    let (plugin, name) = match layout.parse_in(Area::Devices, path) {
+        Ok(KubeletPath::LocalDevice { pv }) => (
             PluginName::LocalVolume,
-            DeviceName::Local { pv: pv.to_string() },
+            DeviceName::Local { pv: pv.to_owned() },
         ),
-        ["csi", driver, hash, "globalmount"] => (
+        Ok(KubeletPath::CsiGlobalMount { driver, hash }) => (
             PluginName::Csi,
             DeviceName::Csi {
-                driver: driver.to_string(),
-                handle_hash: hash.to_string(),
+                driver: driver.to_owned(),
+                handle_hash: hash.to_owned(),
             },
         ),
-        _ => return unrecognised(scan),
+        Err(LayoutError::NonUtf8) => return non_utf8(path, &mut scan.problems),
+        _ => {
+            return scan
+                .problems
+                .push(ScanProblem::UnrecognisedMount { path: path.clone() });
+        }
     };
     scan.device_targets.push(DeviceTarget {
         path: path.clone(),
@@ -410,76 +285,58 @@ fn device_mount(m: &MountStack<'_>, plugins: &Base<'_>, scan: &mut MountScan) {
 }
 
 /// `last_uid`: the UID of the previous pod target (the table is sorted, so
-/// a pod's targets come together): the same name is not validated again,
-/// and the targets share it.
+/// a pod's targets come together): not checked again, and shared.
 fn pod_mount(
     m: &MountStack<'_>,
-    pods: &Base<'_>,
+    layout: &Layout,
     last_uid: &mut Option<PodUid>,
     scan: &mut MountScan,
 ) {
     let path = &m.top().mount_point;
-    let Some(parts) = RelParts::of(path, pods) else {
-        return;
-    };
     // Only `<uid>/volumes/…` holds volume targets; subpaths and the rest are
     // someone else's business.
-    let (Some(uid_part), Some(volumes)) = (parts.get(0), parts.get(1)) else {
-        return;
+    let parsed = layout.parse_in_known(Area::PodVolumes, path, last_uid.as_ref());
+    let mut uid = |pod: PodName<'_>| match last_uid {
+        Some(u) if u.as_str() == pod.as_str() => u.clone(),
+        _ => last_uid.insert(pod.to_uid()).clone(),
     };
-    if volumes != "volumes" {
-        return;
-    }
-    let Some(uid_str) = utf8(uid_part, path, &mut scan.problems) else {
-        return;
-    };
-    let uid = match last_uid {
-        Some(u) if u.as_str() == uid_str => u.clone(),
-        _ => {
-            let Some(uid) = pod_uid(uid_str, path, &mut scan.problems) else {
-                return;
-            };
-            *last_uid = Some(uid.clone());
-            uid
-        }
-    };
-    let unrecognised = |scan: &mut MountScan| {
-        scan.problems
-            .push(ScanProblem::UnrecognisedMount { path: path.clone() })
-    };
-    let (Some(plugin_dir), Some(name)) = (parts.get(2), parts.get(3)) else {
-        return unrecognised(scan);
-    };
-    let Some(plugin_str) = utf8(plugin_dir, path, &mut scan.problems) else {
-        return;
-    };
-    let Some(plugin) = PluginName::from_escaped(plugin_str) else {
-        if parts.len() == 4 {
-            scan.unknown_plugin_dirs.push(UnknownPluginDir {
+    let (pod, plugin, spec_name) = match parsed {
+        Ok(KubeletPath::PodVolume {
+            pod,
+            plugin,
+            spec_name,
+        }) if plugin != PluginName::Csi => (pod, plugin, spec_name),
+        Ok(KubeletPath::CsiPodMount { pod, spec_name }) => (pod, PluginName::Csi, spec_name),
+        Ok(KubeletPath::UnknownPodVolume {
+            pod,
+            plugin_dir,
+            name,
+        }) => {
+            return scan.unknown_plugin_dirs.push(UnknownPluginDir {
                 path: path.clone(),
-                pod_uid: uid,
-                plugin_dir: plugin_str.to_owned(),
+                pod_uid: uid(pod),
+                plugin_dir: plugin_dir.to_owned(),
                 name: name.to_string_lossy().into_owned(),
                 mounted: true,
             });
-        } else {
-            unrecognised(scan);
         }
-        return;
-    };
-    let shape_ok = match plugin {
-        PluginName::Csi => parts.len() == 5 && parts.get(4).is_some_and(|m| m == "mount"),
-        _ => parts.len() == 4,
-    };
-    if !shape_ok {
-        return unrecognised(scan);
-    }
-    let Some(spec_name) = utf8(name, path, &mut scan.problems) else {
-        return;
+        Err(LayoutError::Outside | LayoutError::Elsewhere) => return,
+        Err(LayoutError::NonUtf8) => return non_utf8(path, &mut scan.problems),
+        Err(LayoutError::InvalidPodUid(source)) => {
+            return scan.problems.push(ScanProblem::InvalidPodUid {
+                path: path.clone(),
+                source,
+            });
+        }
+        Ok(_) | Err(LayoutError::Unrecognised) => {
+            return scan
+                .problems
+                .push(ScanProblem::UnrecognisedMount { path: path.clone() });
+        }
     };
     scan.pod_targets.push(PodTarget {
         path: path.clone(),
-        pod_uid: uid,
+        pod_uid: uid(pod),
         plugin,
         spec_name: spec_name.to_owned(),
         observed: Observed::Mounted(observe(m)),
@@ -504,7 +361,7 @@ pub fn scan_with_table(table: &MountTable, layout: &Layout, boot_id: BootId) -> 
         unknown_plugin_dirs: mounts.unknown_plugin_dirs,
         problems: mounts.problems,
     };
-    attach_vol_data(&mut view);
+    attach_vol_data(&mut view, layout);
     view
 }
 
@@ -548,46 +405,6 @@ mod tests {
         match &t.observed {
             Observed::Mounted(m) => m,
             Observed::DirPresent => panic!("{} is not mounted", t.path.display()),
-        }
-    }
-
-    #[test]
-    fn layout_paths_split_as_bytes_as_by_components() {
-        for base in [
-            "/k/pods",
-            "/k/pods/",
-            "/k//pods",
-            "/",
-            "k/pods",
-            "/k/./pods",
-        ] {
-            let b = Base::new(Path::new(base));
-            for path in [
-                "/k/pods/u/volumes/p~n/x",
-                "/k/pods/u//volumes/./p/x/",
-                "/k/pods/u/../x",
-                "/k/pods",
-                "/k/podsx/u",
-                "/k/pods/1/2/3/4/5/6/7/8",
-                "/k/pods/u/.hidden/x.",
-            ] {
-                let p = Path::new(path);
-                let want = rel_components(p, Path::new(base));
-                let got = RelParts::of(p, &b);
-                assert_eq!(
-                    got.as_ref().map(|g| g.len()),
-                    want.as_ref().map(|w| w.len())
-                );
-                if let (Some(got), Some(want)) = (got, want) {
-                    for (i, w) in want.iter().enumerate() {
-                        match got.get(i) {
-                            Some(g) => assert_eq!(g, *w, "{base} {path} {i}"),
-                            None => assert!(i >= MAX_PARTS, "{base} {path} {i}"),
-                        }
-                    }
-                    assert_eq!(got.all().is_some(), want.len() <= MAX_PARTS);
-                }
-            }
         }
     }
 

@@ -77,7 +77,7 @@ impl EmptyDirPlugin {
     ) -> Result<Vec<(PathBuf, Removal)>, SysError> {
         // listed beneath the pod dir: a symlinked `volumes` fails the listing
         let pod_dir = self.layout.pod_dir(pod);
-        let dir = pod_dir.join("volumes").join(PluginName::EmptyDir.escaped());
+        let dir = self.layout.pod_volume_plugin_dir(pod, PluginName::EmptyDir);
         let at = Beneath::split(&pod_dir, &dir).ok_or_else(|| {
             SysError::call(crate::host::sys::Call::ReadDirBeneath, &dir, Errno::EXDEV)
         })?;

@@ -84,7 +84,9 @@ use crate::host::scan::{
     VolData, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs,
 };
 use crate::journal::{Decided, Journal, JournalState};
-use crate::model::{Layout, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName};
+use crate::model::{
+    Layout, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName, VOL_DATA_FILE,
+};
 use crate::state::ActualStateOfWorld;
 
 use super::report::{ReconstructReport, report_with};
@@ -278,7 +280,7 @@ fn ready_with(
         unknown_plugin_dirs: mounts.unknown_plugin_dirs,
         problems: mounts.problems,
     };
-    attach_vol_data(&mut view);
+    attach_vol_data(&mut view, &layout);
     finish(host, journal, view, decide)
 }
 
@@ -297,7 +299,7 @@ fn walk_leftovers(host: &HostInput<'_>) -> HostView {
         unknown_plugin_dirs,
         problems,
     };
-    attach_vol_data(&mut view);
+    attach_vol_data(&mut view, &layout);
     view
 }
 
@@ -932,7 +934,7 @@ fn unknown_target(table: &MountIndex<'_>, d: &UnknownPluginDir) -> HostTarget {
 /// label, from the `vol_data.json` beside it.
 fn csi_rebuild(vol_data: Option<&VolData>, target: &Path) -> Rebuild {
     let missing = |what: &str| Rebuild::MissingMetadata {
-        what: format!("vol_data.json beside {}: {what}", target.display()),
+        what: format!("{VOL_DATA_FILE} beside {}: {what}", target.display()),
     };
     let Some(v) = vol_data else {
         return missing("missing or unreadable");

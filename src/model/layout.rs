@@ -1,0 +1,899 @@
+//! The kubelet's on-disk layout under the root dir: every path volumed
+//! makes or reads there is built by [`Layout`], and every such path read
+//! back (a mount point, a listed dir) is parsed by [`Layout::parse`] into a
+//! [`KubeletPath`]. The layout's names are spelt only here (`tests/tidy.rs`
+//! checks it).
+//!
+//! *Invariants:* a built path parses back to what built it, and
+//! [`Layout::path_of`] builds it again; anything else — a `.`/`..`
+//! component, a missing or extra component, a non-UTF-8 name, a bad pod
+//! UID, a path outside the root — is a [`LayoutError`]. Parsing borrows from
+//! the path and allocates nothing: reconstruction parses one path per
+//! mount-table row.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::{ModelError, PluginName, PodUid};
+
+const PODS: &str = "pods";
+const VOLUMES: &str = "volumes";
+const PLUGINS: &str = "plugins";
+const KUBERNETES_IO: &str = "kubernetes.io";
+const LOCAL_MOUNTS: &str = "mounts";
+const CSI_POD_MOUNT: &str = "mount";
+const CSI_GLOBAL_MOUNT: &str = "globalmount";
+
+/// The CSI metadata file beside a pod `mount` dir and a globalmount.
+pub const VOL_DATA_FILE: &str = "vol_data.json";
+/// The emptyDir marker file under `pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/`.
+pub const READY_MARKER: &str = "ready";
+
+/// Kubelet-compatible on-disk layout under the root dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    root: PathBuf,
+    /// whether `root` is spelt plainly, so a path below it splits as bytes
+    plain: bool,
+}
+
+impl Layout {
+    /// A layout rooted at `root` (the kubelet's `--root-dir`).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let plain = is_plain(&root);
+        Self { root, plain }
+    }
+    /// The root dir.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    /// `<root>/pods`
+    pub fn pods_dir(&self) -> PathBuf {
+        self.root.join(PODS)
+    }
+    /// `<root>/pods/<uid>`
+    pub fn pod_dir(&self, pod: &PodUid) -> PathBuf {
+        self.pods_dir().join(pod.as_str())
+    }
+    /// `<root>/pods/<uid>/volumes`
+    pub fn pod_volumes_dir(&self, pod: &PodUid) -> PathBuf {
+        self.pod_dir(pod).join(VOLUMES)
+    }
+    /// `<root>/pods/<uid>/volumes/<plugin~escaped>`
+    pub fn pod_volume_plugin_dir(&self, pod: &PodUid, plugin: PluginName) -> PathBuf {
+        self.pod_volumes_dir(pod).join(plugin.escaped())
+    }
+    /// `<root>/pods/<uid>/volumes/<plugin~escaped>/<spec name>`; CSI adds `/mount`.
+    pub fn pod_volume_dir(&self, pod: &PodUid, plugin: PluginName, spec_name: &str) -> PathBuf {
+        self.pod_volume_plugin_dir(pod, plugin).join(spec_name)
+    }
+    /// The path the pod target is mounted at / set up in.
+    pub fn pod_target_path(&self, pod: &PodUid, plugin: PluginName, spec_name: &str) -> PathBuf {
+        let dir = self.pod_volume_dir(pod, plugin, spec_name);
+        if plugin == PluginName::Csi {
+            dir.join(CSI_POD_MOUNT)
+        } else {
+            dir
+        }
+    }
+    /// `<root>/pods/<uid>/volumes/kubernetes.io~csi/<spec name>/vol_data.json`
+    pub fn csi_pod_vol_data(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
+        self.pod_volume_dir(pod, PluginName::Csi, spec_name)
+            .join(VOL_DATA_FILE)
+    }
+    /// `<root>/pods/<uid>/plugins`
+    pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {
+        self.pod_dir(pod).join(PLUGINS)
+    }
+    /// `<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/ready`
+    pub fn empty_dir_ready_marker(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
+        self.pod_plugins_dir(pod)
+            .join(PluginName::EmptyDir.escaped())
+            .join(spec_name)
+            .join(READY_MARKER)
+    }
+    /// `<root>/plugins/kubernetes.io`
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.root.join(PLUGINS).join(KUBERNETES_IO)
+    }
+    /// Local PV device target: `<root>/plugins/kubernetes.io/local-volume/mounts/<pv>`.
+    pub fn local_device_path(&self, pv_name: &str) -> PathBuf {
+        self.plugins_dir()
+            .join(PluginName::LocalVolume.short())
+            .join(LOCAL_MOUNTS)
+            .join(pv_name)
+    }
+    /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`: the
+    /// dir of a CSI device target and its `vol_data.json`.
+    pub fn csi_device_dir(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
+        self.plugins_dir()
+            .join(PluginName::Csi.short())
+            .join(driver)
+            .join(handle_sha256_hex)
+    }
+    /// CSI device target: `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`.
+    pub fn csi_device_path(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
+        self.csi_device_dir(driver, handle_sha256_hex)
+            .join(CSI_GLOBAL_MOUNT)
+    }
+    /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/vol_data.json`
+    pub fn csi_device_vol_data(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
+        self.csi_device_dir(driver, handle_sha256_hex)
+            .join(VOL_DATA_FILE)
+    }
+    /// The dir name of a CSI volume handle under `csi/<driver>/`: the hex
+    /// SHA-256 of the handle, as the kubelet names it.
+    pub fn csi_handle_hash(volume_handle: &str) -> String {
+        use sha2::{Digest, Sha256};
+        use std::fmt::Write as _;
+        let digest = Sha256::digest(volume_handle.as_bytes());
+        digest.iter().fold(String::with_capacity(64), |mut s, b| {
+            // writing to a String cannot fail
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    }
+
+    /// The path a parsed value names (the inverse of [`Layout::parse`]).
+    pub fn path_of(&self, p: &KubeletPath<'_>) -> PathBuf {
+        match *p {
+            KubeletPath::PodVolume {
+                pod,
+                plugin,
+                spec_name,
+            } => self.pod_volume_dir(&pod.to_uid(), plugin, spec_name),
+            KubeletPath::CsiPodMount { pod, spec_name } => {
+                self.pod_target_path(&pod.to_uid(), PluginName::Csi, spec_name)
+            }
+            KubeletPath::CsiPodVolData { pod, spec_name } => {
+                self.csi_pod_vol_data(&pod.to_uid(), spec_name)
+            }
+            KubeletPath::UnknownPodVolume {
+                pod,
+                plugin_dir,
+                name,
+            } => self
+                .pod_volumes_dir(&pod.to_uid())
+                .join(plugin_dir)
+                .join(name),
+            KubeletPath::EmptyDirReady { pod, spec_name } => {
+                self.empty_dir_ready_marker(&pod.to_uid(), spec_name)
+            }
+            KubeletPath::LocalDevice { pv } => self.local_device_path(pv),
+            KubeletPath::CsiGlobalMount { driver, hash } => self.csi_device_path(driver, hash),
+            KubeletPath::CsiDeviceVolData { driver, hash } => {
+                self.csi_device_vol_data(driver, hash)
+            }
+        }
+    }
+
+    /// Parses a path in any area of the layout.
+    pub fn parse<'a>(&self, path: &'a Path) -> Result<KubeletPath<'a>, LayoutError> {
+        self.parse_where(path, None, None)
+    }
+
+    /// Parses a path expected in `area`: a path in another area, or in none,
+    /// is [`LayoutError::Elsewhere`] before any of its names is checked.
+    pub fn parse_in<'a>(&self, area: Area, path: &'a Path) -> Result<KubeletPath<'a>, LayoutError> {
+        self.parse_where(path, Some(area), None)
+    }
+
+    /// [`Layout::parse_in`] for one of a run of paths: a pod UID equal to
+    /// `known` (a [`PodUid`], so valid) is not checked again. A sorted
+    /// mount table lists a pod's paths together.
+    pub fn parse_in_known<'a>(
+        &self,
+        area: Area,
+        path: &'a Path,
+        known: Option<&PodUid>,
+    ) -> Result<KubeletPath<'a>, LayoutError> {
+        self.parse_where(path, Some(area), known)
+    }
+
+    fn parse_where<'a>(
+        &self,
+        path: &'a Path,
+        want: Option<Area>,
+        known: Option<&PodUid>,
+    ) -> Result<KubeletPath<'a>, LayoutError> {
+        let (base, parts) =
+            RelParts::of(path, &self.root, self.plain).ok_or(LayoutError::Outside)?;
+        let area = parts.area(base).ok_or(LayoutError::Elsewhere)?;
+        if want.is_some_and(|w| w != area) {
+            return Err(LayoutError::Elsewhere);
+        }
+        match area {
+            Area::PodVolumes => pod_volume(&parts, known),
+            Area::PodPlugins => pod_plugin(&parts, known),
+            Area::Devices => device(&parts, || {
+                // deeper than any device path: every name below the root
+                // is UTF-8 exactly when the rest of the path is
+                path.strip_prefix(&self.root)
+                    .map_or(true, |rest| rest.to_str().is_some())
+            }),
+        }
+    }
+
+    /// The device target a path ends in, whatever the root: for code that
+    /// holds a device target's path but not the layout it came from.
+    pub fn device_of(path: &Path) -> Option<KubeletPath<'_>> {
+        // a CSI globalmount has six names from `plugins`, a local PV five
+        const N: usize = 6;
+        let mut tail = [OsStr::new(""); N];
+        let mut n = 0;
+        for c in path.components().rev().take(N) {
+            let Component::Normal(name) = c else { break };
+            n += 1;
+            tail[N - n] = name;
+        }
+        [N, N - 1]
+            .into_iter()
+            .filter(|&len| len <= n)
+            .find_map(|len| match tail[N - len..] {
+                [p, k, ref rest @ ..] if p == PLUGINS && k == KUBERNETES_IO => {
+                    device(&RelParts::from_names(rest), || false).ok()
+                }
+                _ => None,
+            })
+    }
+}
+
+/// The areas of the layout [`Layout::parse`] knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Area {
+    /// `pods/<uid>/volumes/…`
+    PodVolumes,
+    /// `pods/<uid>/plugins/…`
+    PodPlugins,
+    /// `plugins/kubernetes.io/…`
+    Devices,
+}
+
+/// A pod UID read from a path: checked as [`PodUid::new`] checks it, and
+/// borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodName<'a>(&'a str);
+
+impl<'a> PodName<'a> {
+    /// The UID as a string.
+    pub fn as_str(self) -> &'a str {
+        self.0
+    }
+    /// The owned UID (no second check).
+    pub fn to_uid(self) -> PodUid {
+        PodUid::from_checked(self.0)
+    }
+}
+
+impl<'a> From<&'a PodUid> for PodName<'a> {
+    fn from(uid: &'a PodUid) -> Self {
+        PodName(uid.as_str())
+    }
+}
+
+/// A path of the layout, parsed; names borrow from the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeletPath<'a> {
+    /// `pods/<uid>/volumes/<plugin~escaped>/<spec name>` of a plugin volumed
+    /// knows: the pod target, except for CSI (its `mount` is).
+    PodVolume {
+        /// the pod
+        pod: PodName<'a>,
+        /// the plugin
+        plugin: PluginName,
+        /// the spec name
+        spec_name: &'a str,
+    },
+    /// `pods/<uid>/volumes/kubernetes.io~csi/<spec name>/mount`
+    CsiPodMount {
+        /// the pod
+        pod: PodName<'a>,
+        /// the spec name
+        spec_name: &'a str,
+    },
+    /// `pods/<uid>/volumes/kubernetes.io~csi/<spec name>/vol_data.json`
+    CsiPodVolData {
+        /// the pod
+        pod: PodName<'a>,
+        /// the spec name
+        spec_name: &'a str,
+    },
+    /// `pods/<uid>/volumes/<plugin dir>/<name>` of a plugin volumed does not
+    /// know (secret, projected, …); the name is whatever is on disk.
+    UnknownPodVolume {
+        /// the pod
+        pod: PodName<'a>,
+        /// the plugin dir name (`kubernetes.io~secret`)
+        plugin_dir: &'a str,
+        /// the volume dir name
+        name: &'a OsStr,
+    },
+    /// `pods/<uid>/plugins/kubernetes.io~empty-dir/<spec name>/ready`
+    EmptyDirReady {
+        /// the pod
+        pod: PodName<'a>,
+        /// the spec name
+        spec_name: &'a str,
+    },
+    /// `plugins/kubernetes.io/local-volume/mounts/<pv>`
+    LocalDevice {
+        /// the PV name
+        pv: &'a str,
+    },
+    /// `plugins/kubernetes.io/csi/<driver>/<hash>/globalmount`
+    CsiGlobalMount {
+        /// the driver name
+        driver: &'a str,
+        /// the dir named by the SHA-256 of the volume handle
+        hash: &'a str,
+    },
+    /// `plugins/kubernetes.io/csi/<driver>/<hash>/vol_data.json`
+    CsiDeviceVolData {
+        /// the driver name
+        driver: &'a str,
+        /// the dir named by the SHA-256 of the volume handle
+        hash: &'a str,
+    },
+}
+
+/// Why a path is not one [`KubeletPath`] names. Names are checked left to
+/// right, each area's fixed names first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    /// not below the root, or with a `.`/`..` component on the way
+    #[error("not a plain path below the root dir")]
+    Outside,
+    /// below the root, but not in the area asked for, or in none
+    /// (`pods/<uid>/etc-hosts`, `pods/<uid>/volume-subpaths/…`)
+    #[error("not in the part of the kubelet layout asked for")]
+    Elsewhere,
+    /// a name that is not UTF-8
+    #[error("a name is not utf-8")]
+    NonUtf8,
+    /// `pods/<name>` where the name is not a pod UID
+    #[error(transparent)]
+    InvalidPodUid(ModelError),
+    /// in an area of the layout, but not a path the kubelet makes there
+    #[error("not a path of the kubelet layout")]
+    Unrecognised,
+}
+
+/// Absolute, not `/`, no empty, `.` or `..` component, no trailing `/`.
+fn is_plain(root: &Path) -> bool {
+    let b = root.as_os_str().as_bytes();
+    b.len() > 1
+        && b.starts_with(b"/")
+        && b[1..]
+            .split(|&c| c == b'/')
+            .all(|n| !matches!(n, b"" | b"." | b".."))
+}
+
+/// Where a path's names are counted from: the dir of its area.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Base {
+    /// `<root>/pods`
+    Pods,
+    /// `<root>/plugins/kubernetes.io`
+    Devices,
+    /// `<root>`: no area
+    Root,
+}
+
+impl Base {
+    /// The names from the root to the base.
+    fn names(self) -> &'static [&'static str] {
+        match self {
+            Base::Pods => &[PODS],
+            Base::Devices => &[PLUGINS, KUBERNETES_IO],
+            Base::Root => &[],
+        }
+    }
+}
+
+/// More names than any path of the layout has below its base
+/// (`<uid>/volumes/<plugin>/<name>/mount`, `csi/<driver>/<hash>/globalmount`).
+const MAX_PARTS: usize = 6;
+
+/// A path's names below its [`Base`]: the first [`MAX_PARTS`] of them and
+/// how many there are, without an allocation.
+struct RelParts<'a> {
+    parts: [&'a OsStr; MAX_PARTS],
+    len: usize,
+}
+
+impl<'a> RelParts<'a> {
+    /// Mount points as the kernel prints them are plain (`root/`, then the
+    /// base, then names separated by single slashes): those are split as
+    /// bytes; anything else goes through [`Path::components`], and both
+    /// agree on every path.
+    fn of(path: &'a Path, root: &Path, root_plain: bool) -> Option<(Base, Self)> {
+        let below_root = root_plain
+            .then(|| {
+                path.as_os_str()
+                    .as_bytes()
+                    .strip_prefix(root.as_os_str().as_bytes())?
+                    .strip_prefix(b"/")
+            })
+            .flatten();
+        let fast = below_root.and_then(|rest| {
+            let (base, rest) = [Base::Pods, Base::Devices]
+                .into_iter()
+                .find_map(|base| Some((base, strip_names(rest, base.names())?)))
+                .unwrap_or((Base::Root, rest));
+            let mut out = Self::from_names(&[]);
+            for name in rest.split(|&b| b == b'/') {
+                if matches!(name, b"" | b"." | b"..") {
+                    return None;
+                }
+                out.push(OsStr::from_bytes(name));
+            }
+            Some((base, out))
+        });
+        if fast.is_some() {
+            return fast;
+        }
+        let names = path
+            .strip_prefix(root)
+            .ok()?
+            .components()
+            .map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let base = [Base::Pods, Base::Devices]
+            .into_iter()
+            .find(|b| {
+                let fixed = b.names();
+                fixed.len() < names.len() && fixed.iter().zip(&names).all(|(f, n)| n == f)
+            })
+            .unwrap_or(Base::Root);
+        let rest = names.get(base.names().len()..).unwrap_or_default();
+        Some((base, Self::from_names(rest)))
+    }
+
+    fn from_names(names: &[&'a OsStr]) -> Self {
+        let mut out = RelParts {
+            parts: [OsStr::new(""); MAX_PARTS],
+            len: 0,
+        };
+        names.iter().for_each(|n| out.push(n));
+        out
+    }
+
+    fn push(&mut self, name: &'a OsStr) {
+        if let Some(slot) = self.parts.get_mut(self.len) {
+            *slot = name;
+        }
+        self.len += 1;
+    }
+
+    /// The `i`-th name, if there is one.
+    fn get(&self, i: usize) -> Option<&'a OsStr> {
+        (i < self.len).then(|| self.parts.get(i).copied()).flatten()
+    }
+
+    /// Whether the `i`-th name is `want`.
+    fn is(&self, i: usize, want: &str) -> bool {
+        self.get(i).is_some_and(|n| n == want)
+    }
+
+    /// The names, `None` if more than [`MAX_PARTS`].
+    fn all(&self) -> Option<&[&'a OsStr]> {
+        self.parts.get(..self.len)
+    }
+
+    /// The area, by the base and the fixed names alone.
+    fn area(&self, base: Base) -> Option<Area> {
+        match base {
+            Base::Pods if self.is(1, VOLUMES) => Some(Area::PodVolumes),
+            Base::Pods if self.is(1, PLUGINS) => Some(Area::PodPlugins),
+            Base::Devices if self.len > 0 => Some(Area::Devices),
+            _ => None,
+        }
+    }
+}
+
+/// `rest` after `names`, each followed by a `/`.
+fn strip_names<'r>(mut rest: &'r [u8], names: &[&str]) -> Option<&'r [u8]> {
+    for n in names {
+        rest = rest.strip_prefix(n.as_bytes())?.strip_prefix(b"/")?;
+    }
+    Some(rest)
+}
+
+fn utf8(name: &OsStr) -> Result<&str, LayoutError> {
+    name.to_str().ok_or(LayoutError::NonUtf8)
+}
+
+/// `pods/<uid>/…`: the UID, checked.
+fn pod_name<'a>(parts: &RelParts<'a>, known: Option<&PodUid>) -> Result<PodName<'a>, LayoutError> {
+    let name = utf8(parts.get(0).ok_or(LayoutError::Unrecognised)?)?;
+    if known.is_none_or(|k| k.as_str() != name) {
+        PodUid::check(name).map_err(LayoutError::InvalidPodUid)?;
+    }
+    Ok(PodName(name))
+}
+
+/// `pods/<uid>/volumes/…`
+fn pod_volume<'a>(
+    parts: &RelParts<'a>,
+    known: Option<&PodUid>,
+) -> Result<KubeletPath<'a>, LayoutError> {
+    let pod = pod_name(parts, known)?;
+    let (Some(plugin_dir), Some(name)) = (parts.get(2), parts.get(3)) else {
+        return Err(LayoutError::Unrecognised);
+    };
+    let plugin_dir = utf8(plugin_dir)?;
+    let Some(plugin) = PluginName::from_escaped(plugin_dir) else {
+        return match parts.len {
+            4 => Ok(KubeletPath::UnknownPodVolume {
+                pod,
+                plugin_dir,
+                name,
+            }),
+            _ => Err(LayoutError::Unrecognised),
+        };
+    };
+    let csi = plugin == PluginName::Csi;
+    match parts.len {
+        4 => Ok(KubeletPath::PodVolume {
+            pod,
+            plugin,
+            spec_name: utf8(name)?,
+        }),
+        5 if csi && parts.is(4, CSI_POD_MOUNT) => Ok(KubeletPath::CsiPodMount {
+            pod,
+            spec_name: utf8(name)?,
+        }),
+        5 if csi && parts.is(4, VOL_DATA_FILE) => Ok(KubeletPath::CsiPodVolData {
+            pod,
+            spec_name: utf8(name)?,
+        }),
+        _ => Err(LayoutError::Unrecognised),
+    }
+}
+
+/// `pods/<uid>/plugins/…`
+fn pod_plugin<'a>(
+    parts: &RelParts<'a>,
+    known: Option<&PodUid>,
+) -> Result<KubeletPath<'a>, LayoutError> {
+    let pod = pod_name(parts, known)?;
+    let empty_dir = parts
+        .get(2)
+        .and_then(OsStr::to_str)
+        .and_then(PluginName::from_escaped)
+        == Some(PluginName::EmptyDir);
+    match (parts.len, parts.get(3)) {
+        (5, Some(name)) if empty_dir && parts.is(4, READY_MARKER) => {
+            Ok(KubeletPath::EmptyDirReady {
+                pod,
+                spec_name: utf8(name)?,
+            })
+        }
+        _ => Err(LayoutError::Unrecognised),
+    }
+}
+
+/// `plugins/kubernetes.io/…`. `deep_names_utf8` says, for a path deeper
+/// than any device path, whether all its names are UTF-8.
+fn device<'a>(
+    parts: &RelParts<'a>,
+    deep_names_utf8: impl FnOnce() -> bool,
+) -> Result<KubeletPath<'a>, LayoutError> {
+    let Some(all) = parts.all() else {
+        return Err(match deep_names_utf8() {
+            true => LayoutError::Unrecognised,
+            false => LayoutError::NonUtf8,
+        });
+    };
+    let mut names = [""; MAX_PARTS];
+    for (slot, p) in names.iter_mut().zip(all) {
+        *slot = utf8(p)?;
+    }
+    let local = PluginName::LocalVolume.short();
+    let csi = PluginName::Csi.short();
+    match names.get(..all.len()).unwrap_or_default() {
+        [p, LOCAL_MOUNTS, pv] if *p == local => Ok(KubeletPath::LocalDevice { pv }),
+        [p, driver, hash, CSI_GLOBAL_MOUNT] if *p == csi => {
+            Ok(KubeletPath::CsiGlobalMount { driver, hash })
+        }
+        [p, driver, hash, VOL_DATA_FILE] if *p == csi => {
+            Ok(KubeletPath::CsiDeviceVolData { driver, hash })
+        }
+        _ => Err(LayoutError::Unrecognised),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid(s: &str) -> PodUid {
+        PodUid::new(s).unwrap()
+    }
+
+    #[test]
+    fn layout_is_kubelet_compatible() {
+        let l = Layout::new("/var/lib/kubelet");
+        let pod = PodUid::new("u1").unwrap();
+        assert_eq!(
+            l.pod_target_path(&pod, PluginName::LocalVolume, "pv-local"),
+            PathBuf::from("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~local-volume/pv-local")
+        );
+        assert_eq!(
+            l.pod_target_path(&pod, PluginName::Csi, "pv1"),
+            PathBuf::from("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pv1/mount")
+        );
+        assert_eq!(
+            l.local_device_path("pv-local"),
+            PathBuf::from("/var/lib/kubelet/plugins/kubernetes.io/local-volume/mounts/pv-local")
+        );
+        assert_eq!(
+            l.empty_dir_ready_marker(&pod, "c"),
+            PathBuf::from("/var/lib/kubelet/pods/u1/plugins/kubernetes.io~empty-dir/c/ready")
+        );
+        assert_eq!(
+            l.csi_pod_vol_data(&pod, "pv"),
+            PathBuf::from("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pv/vol_data.json")
+        );
+        assert_eq!(
+            l.csi_device_vol_data("d", "h"),
+            PathBuf::from("/var/lib/kubelet/plugins/kubernetes.io/csi/d/h/vol_data.json")
+        );
+        assert_eq!(
+            Layout::csi_handle_hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    /// Every path a builder makes, and the value it parses back to.
+    fn built<'h>(l: &Layout, pod: &PodUid, hash: &'h str) -> Vec<(PathBuf, KubeletPath<'h>)> {
+        let p = PodName("u-1");
+        assert_eq!(PodName::from(pod), p);
+        let mut out = Vec::new();
+        for plugin in PluginName::ALL {
+            out.push((
+                l.pod_volume_dir(pod, plugin, "vol"),
+                KubeletPath::PodVolume {
+                    pod: p,
+                    plugin,
+                    spec_name: "vol",
+                },
+            ));
+            if plugin != PluginName::Csi {
+                assert_eq!(
+                    l.pod_target_path(pod, plugin, "vol"),
+                    l.pod_volume_dir(pod, plugin, "vol")
+                );
+            }
+        }
+        out.extend([
+            (
+                l.pod_target_path(pod, PluginName::Csi, "pv"),
+                KubeletPath::CsiPodMount {
+                    pod: p,
+                    spec_name: "pv",
+                },
+            ),
+            (
+                l.csi_pod_vol_data(pod, "pv"),
+                KubeletPath::CsiPodVolData {
+                    pod: p,
+                    spec_name: "pv",
+                },
+            ),
+            (
+                l.pod_volumes_dir(pod)
+                    .join("kubernetes.io~secret")
+                    .join("tok"),
+                KubeletPath::UnknownPodVolume {
+                    pod: p,
+                    plugin_dir: "kubernetes.io~secret",
+                    name: OsStr::new("tok"),
+                },
+            ),
+            (
+                l.empty_dir_ready_marker(pod, "cache"),
+                KubeletPath::EmptyDirReady {
+                    pod: p,
+                    spec_name: "cache",
+                },
+            ),
+            (
+                l.local_device_path("pv-local"),
+                KubeletPath::LocalDevice { pv: "pv-local" },
+            ),
+            (
+                l.csi_device_path("d.example.com", hash),
+                KubeletPath::CsiGlobalMount {
+                    driver: "d.example.com",
+                    hash,
+                },
+            ),
+            (
+                l.csi_device_vol_data("d.example.com", hash),
+                KubeletPath::CsiDeviceVolData {
+                    driver: "d.example.com",
+                    hash,
+                },
+            ),
+        ]);
+        out
+    }
+
+    #[test]
+    fn every_built_path_parses_back_to_what_built_it() {
+        for root in ["/var/lib/kubelet", "/", "/k//x/", "relative/root"] {
+            let l = Layout::new(root);
+            let pod = uid("u-1");
+            let hash = Layout::csi_handle_hash("handle-1");
+            for (path, want) in built(&l, &pod, &hash) {
+                assert_eq!(l.parse(&path), Ok(want), "{root}: {}", path.display());
+                assert_eq!(l.path_of(&want), path, "{root}");
+                let area = match want {
+                    KubeletPath::EmptyDirReady { .. } => Area::PodPlugins,
+                    KubeletPath::LocalDevice { .. }
+                    | KubeletPath::CsiGlobalMount { .. }
+                    | KubeletPath::CsiDeviceVolData { .. } => Area::Devices,
+                    _ => Area::PodVolumes,
+                };
+                assert_eq!(l.parse_in(area, &path), Ok(want));
+                for other in [Area::PodVolumes, Area::PodPlugins, Area::Devices] {
+                    if other != area {
+                        assert_eq!(l.parse_in(other, &path), Err(LayoutError::Elsewhere));
+                    }
+                }
+                let tail = Layout::device_of(&path);
+                assert_eq!(tail, (area == Area::Devices).then_some(want));
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_and_hostile_paths_do_not_parse() {
+        use LayoutError::*;
+        let l = Layout::new("/k");
+        let table: &[(&str, LayoutError)] = &[
+            (
+                "/elsewhere/pods/u/volumes/kubernetes.io~empty-dir/v",
+                Outside,
+            ),
+            ("/kx/pods/u/volumes/kubernetes.io~empty-dir/v", Outside),
+            ("/k/pods/u/volumes/kubernetes.io~empty-dir/../v", Outside),
+            (
+                "/k/pods/../pods/u/volumes/kubernetes.io~empty-dir/v",
+                Outside,
+            ),
+            ("/k/pods/u/volumes/kubernetes.io~empty-dir/..", Outside),
+            (
+                "/k/plugins/kubernetes.io/../kubernetes.io/local-volume/mounts/pv",
+                Outside,
+            ),
+            ("/k", Elsewhere),
+            ("/k/pods", Elsewhere),
+            ("/k/pods/u", Elsewhere),
+            ("/k/pods/u/etc-hosts", Elsewhere),
+            ("/k/pods/u/volume-subpaths/v/c/0", Elsewhere),
+            ("/k/plugins", Elsewhere),
+            ("/k/plugins/other.io/x", Elsewhere),
+            ("/k/plugins_registry/x", Elsewhere),
+            (
+                "/k/pods/bad uid/volumes/kubernetes.io~empty-dir/v",
+                InvalidPodUid(PodUid::new("bad uid").unwrap_err()),
+            ),
+            ("/k/pods/u/volumes", Unrecognised),
+            ("/k/pods/u/volumes/kubernetes.io~empty-dir", Unrecognised),
+            (
+                "/k/pods/u/volumes/kubernetes.io~empty-dir/v/extra",
+                Unrecognised,
+            ),
+            ("/k/pods/u/volumes/kubernetes.io~csi/v/other", Unrecognised),
+            (
+                "/k/pods/u/volumes/kubernetes.io~csi/v/mount/extra",
+                Unrecognised,
+            ),
+            (
+                "/k/pods/u/volumes/kubernetes.io~empty-dir/v/mount",
+                Unrecognised,
+            ),
+            (
+                "/k/pods/u/volumes/kubernetes.io~secret/v/extra",
+                Unrecognised,
+            ),
+            ("/k/pods/u/plugins/kubernetes.io~empty-dir/v", Unrecognised),
+            (
+                "/k/pods/u/plugins/kubernetes.io~empty-dir/v/other",
+                Unrecognised,
+            ),
+            ("/k/pods/u/plugins/kubernetes.io~csi/v/ready", Unrecognised),
+            ("/k/plugins/kubernetes.io/csi/d/h", Unrecognised),
+            (
+                "/k/plugins/kubernetes.io/csi/d/h/globalmount/x",
+                Unrecognised,
+            ),
+            ("/k/plugins/kubernetes.io/local-volume/mounts", Unrecognised),
+            (
+                "/k/plugins/kubernetes.io/local-volume/other/pv",
+                Unrecognised,
+            ),
+            ("/k/plugins/kubernetes.io/empty-dir/mounts/pv", Unrecognised),
+            ("/k/plugins/kubernetes.io/csi/a/b/c/d/e/f/g", Unrecognised),
+        ];
+        for (path, want) in table {
+            assert_eq!(l.parse(Path::new(path)).as_ref(), Err(want), "{path}");
+        }
+        let bad = |s: &str| {
+            let mut b = s.as_bytes().to_vec();
+            b.extend_from_slice(b"\xff");
+            PathBuf::from(OsStr::from_bytes(&b))
+        };
+        for path in [
+            bad("/k/pods/u").join("volumes/kubernetes.io~empty-dir/v"),
+            bad("/k/pods/u/volumes/kubernetes.io~empty-dir/v"),
+            bad("/k/pods/u/volumes/kubernetes.io~csi/v").join("mount"),
+            bad("/k/pods/u/volumes/kubernetes.io~empty-dir").join("v"),
+            bad("/k/pods/u/plugins/kubernetes.io~empty-dir/v").join("ready"),
+            bad("/k/plugins/kubernetes.io/local-volume/mounts/pv"),
+            bad("/k/plugins/kubernetes.io/csi/d/h/globalmount/a/b/c"),
+            bad("/k/plugins/kubernetes.io/x").join("y"),
+        ] {
+            assert_eq!(l.parse(&path), Err(NonUtf8), "{}", path.display());
+        }
+        // an unknown plugin's volume name may be any bytes
+        let odd = bad("/k/pods/u/volumes/kubernetes.io~secret/v");
+        assert!(matches!(
+            l.parse(&odd),
+            Ok(KubeletPath::UnknownPodVolume { .. })
+        ));
+        for tail in [
+            "/x/plugins/kubernetes.io/csi/d/h/other",
+            "plugins/kubernetes.io/csi/d/globalmount",
+            "/kubernetes.io/csi/d/h/globalmount",
+            "/x/plugins/kubernetes.io/csi/d/../h/globalmount",
+        ] {
+            assert_eq!(Layout::device_of(Path::new(tail)), None, "{tail}");
+        }
+    }
+
+    #[test]
+    fn paths_split_as_bytes_as_by_components() {
+        for root in ["/k", "/k/", "/k//x", "/", "k", "/k/./x", "/k/pods"] {
+            let base = Path::new(root);
+            for path in [
+                "/k/pods/u/volumes/p~n/x",
+                "/k/pods/u//volumes/./p/x/",
+                "/k/pods/u/../x",
+                "/k/x/pods",
+                "/k/pods",
+                "/k/pods/",
+                "/k/podsx/u",
+                "/kx/pods/u",
+                "/k/pods/1/2/3/4/5/6/7/8",
+                "/k/pods/u/.hidden/x.",
+                "/k/plugins/kubernetes.io",
+                "/k/plugins/kubernetes.io/csi/d/h/globalmount",
+                "/k/plugins//kubernetes.io/csi",
+                "/k/plugins/kubernetes.io/a/b/c/d/e/f/g",
+                "/k/pods/pods/x",
+            ] {
+                let p = Path::new(path);
+                let fast = RelParts::of(p, base, is_plain(base));
+                let slow = RelParts::of(p, base, false);
+                let view = |r: Option<(Base, RelParts<'_>)>| {
+                    r.map(|(b, parts)| {
+                        let names: Vec<String> = (0..MAX_PARTS)
+                            .filter_map(|i| parts.get(i))
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .collect();
+                        (b.names(), parts.len, names)
+                    })
+                };
+                assert_eq!(view(fast), view(slow), "{root} {path}");
+            }
+        }
+    }
+}

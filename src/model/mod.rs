@@ -1,0 +1,25 @@
+//! Plain data shared by every module: unique volume names, pod UIDs, volume
+//! specs, target kinds, mount identity, SELinux contexts and mount states.
+//!
+//! Nothing here does I/O. Names that end up in paths (pod UIDs, volume and PV
+//! names, plugin names) are validated when they are constructed, so a hostile
+//! manifest cannot smuggle `..` or `/` into a path built from them.
+//!
+//! *Invariant:* model types are not the journal's on-disk types; the journal
+//! converts to and from them explicitly (`journal::record`).
+
+mod layout;
+mod mount;
+mod names;
+mod shared;
+mod spec;
+mod target;
+
+pub use layout::{Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE};
+pub use mount::{DevId, MountIdentity, SeLinuxContext};
+pub use names::{
+    ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,
+};
+pub use shared::{SharedPath, SharedStr};
+pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};
+pub use target::{MountState, Operation, SharedParams, Steps, TargetKind, TargetParams, TargetRef};

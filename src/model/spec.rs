@@ -1,0 +1,226 @@
+//! What a volume is (`VolumeSpec`) and how one pod wants it (`PodVolume`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{PluginName, PodUid, SeLinuxContext, SharedPath, TargetKind, UniqueVolumeName};
+
+/// emptyDir storage medium.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageMedium {
+    /// The node's disk: a plain directory.
+    Disk,
+    /// `medium: Memory`: a tmpfs.
+    Memory,
+}
+
+/// hostPath `type` checks, as the kubelet does them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HostPathType {
+    /// `""`: no check.
+    Unset,
+    /// `DirectoryOrCreate`
+    DirectoryOrCreate,
+    /// `Directory`
+    Directory,
+    /// `FileOrCreate`
+    FileOrCreate,
+    /// `File`
+    File,
+    /// `Socket`
+    Socket,
+    /// `CharDevice`
+    CharDevice,
+    /// `BlockDevice`
+    BlockDevice,
+}
+
+/// PV access modes, ordered as the kubelet's SELinux metrics rank them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AccessMode {
+    /// ReadWriteOncePod
+    ReadWriteOncePod,
+    /// ReadWriteOnce
+    ReadWriteOnce,
+    /// ReadOnlyMany
+    ReadOnlyMany,
+    /// ReadWriteMany
+    ReadWriteMany,
+}
+
+/// What a volume is, with everything a plugin needs to mount and unmount it
+/// without an API server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VolumeSpec {
+    /// An emptyDir.
+    EmptyDir {
+        /// disk or memory
+        medium: StorageMedium,
+        /// `sizeLimit` in bytes
+        size_limit: Option<u64>,
+    },
+    /// A hostPath.
+    HostPath {
+        /// the host path (shared with the parameters of its targets)
+        path: SharedPath,
+        /// the type check
+        host_path_type: HostPathType,
+    },
+    /// A local PersistentVolume.
+    Local {
+        /// `spec.local.path`: a block device or a directory (shared with
+        /// the parameters of its targets, where it is the device path)
+        path: SharedPath,
+        /// `spec.local.fsType` (for block devices), e.g. `ext4`
+        fs_type: Option<String>,
+        /// the PV's access modes
+        access_modes: Vec<AccessMode>,
+        /// the PV's `mountOptions`
+        mount_options: Vec<String>,
+        /// whether the path is a block device (decided when the spec is resolved)
+        is_block: bool,
+    },
+    /// A CSI persistent volume (modelled now, mounted when the CSI plugin
+    /// lands). Boxed: its fields would make every spec half as large again.
+    Csi(Box<CsiSpec>),
+}
+
+/// The fields of [`VolumeSpec::Csi`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CsiSpec {
+    /// the driver name
+    pub driver: String,
+    /// the volume handle
+    pub volume_handle: String,
+    /// the fs type
+    pub fs_type: Option<String>,
+    /// the PV's access modes
+    pub access_modes: Vec<AccessMode>,
+    /// the PV's `mountOptions`
+    pub mount_options: Vec<String>,
+    /// volume attributes
+    pub attributes: BTreeMap<String, String>,
+    /// the driver's CSIDriver says `seLinuxMount: true` (filled in when the
+    /// claim is resolved; false without a CSIDriver, as the kubelet does)
+    #[serde(default)]
+    pub selinux_mount: bool,
+}
+
+impl VolumeSpec {
+    /// The plugin that owns this spec.
+    pub fn plugin(&self) -> PluginName {
+        match self {
+            VolumeSpec::EmptyDir { .. } => PluginName::EmptyDir,
+            VolumeSpec::HostPath { .. } => PluginName::HostPath,
+            VolumeSpec::Local { .. } => PluginName::LocalVolume,
+            VolumeSpec::Csi { .. } => PluginName::Csi,
+        }
+    }
+
+    /// The kind of the device (global) target, or `None` when the volume has no
+    /// device target.
+    pub fn device_target_kind(&self) -> Option<TargetKind> {
+        match self {
+            VolumeSpec::Local { is_block: true, .. } | VolumeSpec::Csi(_) => {
+                Some(TargetKind::Mount)
+            }
+            _ => None,
+        }
+    }
+
+    /// The kind of the per-pod target.
+    pub fn pod_target_kind(&self) -> TargetKind {
+        match self {
+            VolumeSpec::EmptyDir {
+                medium: StorageMedium::Memory,
+                ..
+            } => TargetKind::Mount,
+            VolumeSpec::EmptyDir { .. } => TargetKind::Dir,
+            VolumeSpec::HostPath { .. } => TargetKind::None,
+            VolumeSpec::Local { .. } | VolumeSpec::Csi(_) => TargetKind::Mount,
+        }
+    }
+
+    /// The access modes, empty for inline volumes.
+    pub fn access_modes(&self) -> &[AccessMode] {
+        match self {
+            VolumeSpec::Local { access_modes, .. } => access_modes,
+            VolumeSpec::Csi(c) => &c.access_modes,
+            _ => &[],
+        }
+    }
+}
+
+/// A volume as one pod wants it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodVolume {
+    /// the unique volume name
+    pub volume: UniqueVolumeName,
+    /// the spec name: the pod's volume name for inline volumes, the PV name for PVC-backed ones
+    pub spec_name: String,
+    /// `pod.spec.volumes[x].name`
+    pub outer_name: String,
+    /// the spec (shared: a claim's is its PersistentVolume's, as the
+    /// static objects hold it, and the DSW keeps this `Arc`)
+    pub spec: Arc<VolumeSpec>,
+    /// the SELinux label to mount with, if any
+    pub selinux: Option<SeLinuxContext>,
+}
+
+impl PodVolume {
+    /// Builds the unique name the kubelet would give this volume for `pod`.
+    pub fn unique_name(spec: &VolumeSpec, pod: &PodUid, spec_name: &str) -> UniqueVolumeName {
+        let plugin = spec.plugin();
+        match spec {
+            VolumeSpec::Local { .. } => UniqueVolumeName::shared(plugin, spec_name),
+            VolumeSpec::Csi(c) => {
+                UniqueVolumeName::shared(plugin, &format!("{}^{}", c.driver, c.volume_handle))
+            }
+            _ => UniqueVolumeName::per_pod(plugin, pod, spec_name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_names_follow_the_kubelet() {
+        let pod = PodUid::new("uid1").unwrap();
+        let ed = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: None,
+        };
+        assert_eq!(
+            PodVolume::unique_name(&ed, &pod, "cache").as_str(),
+            "kubernetes.io/empty-dir/uid1-cache"
+        );
+        let local = VolumeSpec::Local {
+            path: "/dev/loop0".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: vec![],
+            is_block: true,
+        };
+        let name = PodVolume::unique_name(&local, &pod, "pv-local");
+        assert_eq!(name.as_str(), "kubernetes.io/local-volume/pv-local");
+        assert_eq!(name.plugin(), Some(PluginName::LocalVolume));
+        let csi = VolumeSpec::Csi(Box::new(CsiSpec {
+            driver: "d.example.com".into(),
+            volume_handle: "h1".into(),
+            fs_type: None,
+            access_modes: vec![],
+            mount_options: vec![],
+            attributes: BTreeMap::new(),
+            selinux_mount: false,
+        }));
+        assert_eq!(
+            PodVolume::unique_name(&csi, &pod, "pv1").as_str(),
+            "kubernetes.io/csi/d.example.com^h1"
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! Targets and the operations on them: what a target is on disk, its
+//! state, and the parameters the journal records with every intent.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{PluginName, PodUid, SeLinuxContext, SharedPath, SharedStr, UniqueVolumeName};
+
+/// What a target is on disk (DESIGN.md "Targets").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    /// A mount point (tmpfs emptyDir, local PV device mount and bind).
+    Mount,
+    /// A directory and its contents (disk emptyDir).
+    Dir,
+    /// Nothing on disk to track (hostPath).
+    None,
+}
+
+impl TargetKind {
+    /// The JSON / table spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Mount => "mount",
+            TargetKind::Dir => "dir",
+            TargetKind::None => "none",
+        }
+    }
+}
+
+/// The state of one target (device or pod), as `dump` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountState {
+    /// Known to be mounted (or, for `dir` targets, set up).
+    Mounted,
+    /// May or may not be mounted; the next operation must be idempotent.
+    Uncertain,
+    /// Known not to be mounted.
+    NotMounted,
+}
+
+impl MountState {
+    /// The JSON / table spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MountState::Mounted => "mounted",
+            MountState::Uncertain => "uncertain",
+            MountState::NotMounted => "not_mounted",
+        }
+    }
+}
+
+/// Which of a volume's two targets an operation acts on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TargetRef {
+    /// The device (global) target, shared by every pod.
+    Device,
+    /// The per-pod target.
+    Pod(PodUid),
+}
+
+/// The four journaled volume operations, plus formatting as its own step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    /// Creating a filesystem on a device before its first MountDevice.
+    FormatDevice,
+    /// Mounting the device (global) target.
+    MountDevice,
+    /// Setting up the per-pod target.
+    SetUp,
+    /// Tearing down the per-pod target.
+    TearDown,
+    /// Unmounting the device (global) target.
+    UnmountDevice,
+}
+
+impl Operation {
+    /// Every operation.
+    pub const ALL: [Operation; 5] = [
+        Operation::FormatDevice,
+        Operation::MountDevice,
+        Operation::SetUp,
+        Operation::TearDown,
+        Operation::UnmountDevice,
+    ];
+    /// The snake_case name used in records, crash points and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::FormatDevice => "format_device",
+            Operation::MountDevice => "mount_device",
+            Operation::SetUp => "setup",
+            Operation::TearDown => "teardown",
+            Operation::UnmountDevice => "unmount_device",
+        }
+    }
+    /// Whether the operation acts on the device target.
+    pub fn is_device_op(self) -> bool {
+        matches!(
+            self,
+            Operation::FormatDevice | Operation::MountDevice | Operation::UnmountDevice
+        )
+    }
+    /// The state a successful run leaves its target in, if it changes it
+    /// (formatting leaves the device unmounted).
+    pub fn success_state(self) -> Option<MountState> {
+        match self {
+            Operation::FormatDevice => None,
+            Operation::MountDevice | Operation::SetUp => Some(MountState::Mounted),
+            Operation::TearDown | Operation::UnmountDevice => Some(MountState::NotMounted),
+        }
+    }
+}
+
+/// Whether an operation is one syscall (a mount or an umount, whose effect
+/// the host shows completely) or several steps (format then mount, tmpfs then
+/// ownership, CSI calls) that a crash can cut in the middle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Steps {
+    /// One mount(2) or umount2(2).
+    Single,
+    /// More than one step.
+    Multi,
+}
+
+/// Everything needed to redo or undo an operation on one target without an
+/// API server: what the journal records with every intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetParams {
+    /// The unique volume name.
+    pub volume: UniqueVolumeName,
+    /// The plugin.
+    pub plugin: PluginName,
+    /// The spec name (pod volume name, or PV name for PVC-backed volumes),
+    /// shared with the DSW, the ASW and the journal's state.
+    pub spec_name: SharedStr,
+    /// Which target.
+    pub target: TargetRef,
+    /// What the target is on disk.
+    pub kind: TargetKind,
+    /// The device (block device, or the source dir for a bind), if any
+    /// (shared: one allocation however many targets name it).
+    pub device_path: Option<SharedPath>,
+    /// The device (global) mount path, if the volume has one.
+    pub device_mount_path: Option<SharedPath>,
+    /// The per-pod path, for pod targets (shared with the ASW's pod target
+    /// and the journal's state: a clone is a count).
+    pub pod_mount_path: Option<SharedPath>,
+    /// The SELinux label mounted with; `None` for none.
+    pub selinux: Option<SeLinuxContext>,
+    /// Mount options (without the context option).
+    pub mount_options: Vec<String>,
+    /// The filesystem type, if known (shared: every memory emptyDir's is
+    /// the one [`SharedStr::tmpfs`]).
+    pub fs_type: Option<SharedStr>,
+}
+
+/// One target's parameters, shared (`Arc`): the journal's state holds them
+/// once for an entry and its pending intent, and reconstruction's decisions
+/// share the entry's instead of copying them.
+pub type SharedParams = Arc<TargetParams>;
+
+impl TargetParams {
+    /// The path of this target: the pod path for pod targets, the device mount
+    /// path for the device target.
+    pub fn path(&self) -> Option<&Path> {
+        match self.target {
+            TargetRef::Device => self.device_mount_path.as_deref(),
+            TargetRef::Pod(_) => self.pod_mount_path.as_deref(),
+        }
+    }
+}
