@@ -16,7 +16,7 @@ mod spec;
 mod target;
 
 pub use layout::{Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE};
-pub use mount::{DevId, MountIdentity, SeLinuxContext};
+pub use mount::{DevId, MountIdentity, SeLinuxContext, TMPFS};
 pub use names::{
     ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,
 };

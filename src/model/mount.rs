@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::ModelError;
 
+/// The fs type of a memory emptyDir (and of any tmpfs in the mount table).
+pub const TMPFS: &str = "tmpfs";
+
 /// An SELinux context `user:role:type[:level]`, with the MCS categories of
 /// the level normalised (sorted, so `s0:c20,c10` equals `s0:c10,c20`).
 ///
@@ -156,7 +159,7 @@ impl MountIdentity {
         {
             return false;
         }
-        if self.fs_type == "tmpfs" {
+        if self.fs_type == TMPFS {
             return true;
         }
         self.dev == observed.dev && self.root == observed.root

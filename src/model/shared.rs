@@ -24,7 +24,7 @@ impl SharedStr {
     /// memory emptyDir's parameters.
     pub fn tmpfs() -> Self {
         static TMPFS: std::sync::LazyLock<SharedStr> =
-            std::sync::LazyLock::new(|| SharedStr::from("tmpfs"));
+            std::sync::LazyLock::new(|| SharedStr::from(super::TMPFS));
         TMPFS.clone()
     }
 }

@@ -32,8 +32,8 @@ use crate::host::remove::{
 use crate::host::sys::{Beneath, Errno, FileKind, MsFlags, Sys, SysError, mkdir_all_beneath};
 use crate::journal::Permit;
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, StorageMedium, TargetKind, TargetParams, TargetRef,
-    VolumeSpec,
+    Layout, Operation, PluginName, PodUid, StorageMedium, TMPFS, TargetKind, TargetParams,
+    TargetRef, VolumeSpec,
 };
 use crate::plugins::mount_ops::{
     TARGET_DIR_MODE, beneath, data_string, ensure_mounted, page_round, parse_size, split_options,
@@ -142,15 +142,15 @@ impl EmptyDirPlugin {
         let data = data_string(&size_opts, params.selinux.as_ref());
         let read_only = flags.contains(MsFlags::MS_RDONLY);
         let wanted = |m: &MountInfo| {
-            m.fs_type == "tmpfs"
+            m.fs_type == TMPFS
                 && m.is_read_only() == read_only
                 && m.super_options.selinux.context == params.selinux
         };
         let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
             let r = op.sys.mount_beneath(
-                Some(Path::new("tmpfs")),
+                Some(Path::new(TMPFS)),
                 at,
-                Some("tmpfs"),
+                Some(TMPFS),
                 flags,
                 data.as_deref(),
             );
@@ -175,7 +175,7 @@ impl EmptyDirPlugin {
         let r = op.sys.mount_beneath(
             None,
             beneath(op, root, target)?,
-            Some("tmpfs"),
+            Some(TMPFS),
             MsFlags::MS_REMOUNT | flags,
             data.as_deref(),
         );

@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::journal::Entry;
 use crate::model::{
-    MountIdentity, MountState, Operation, PluginName, SeLinuxContext, Steps, TargetKind,
+    MountIdentity, MountState, Operation, PluginName, SeLinuxContext, Steps, TMPFS, TargetKind,
     TargetParams, TargetRef,
 };
 
@@ -392,7 +392,7 @@ fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) ->
     let memory_empty_dir = p.plugin == PluginName::EmptyDir && p.kind == TargetKind::Mount;
     let fs_type = match (&p.fs_type, memory_empty_dir) {
         (Some(t), _) => Some(t.as_str()),
-        (None, true) => Some("tmpfs"),
+        (None, true) => Some(TMPFS),
         (None, false) => None,
     };
     if fs_type.is_some_and(|t| t != seen_id.fs_type) {
@@ -401,7 +401,7 @@ fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) ->
     if read_only != seen_id.read_only {
         return false;
     }
-    if seen_id.fs_type == "tmpfs" && fs_type == Some("tmpfs") {
+    if seen_id.fs_type == TMPFS && fs_type == Some(TMPFS) {
         return true;
     }
     // A pod bind of a device target: same filesystem and root as the device mount.
