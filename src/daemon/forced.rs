@@ -118,20 +118,14 @@ pub fn plan_forced(
             if !matches!(f.observation, HostObservation::Mounted(_)) {
                 return Step::NothingMounted;
             }
-            let is_device = f.target == TargetRef::Device;
-            Step::Unmount(SharedParams::new(TargetParams {
-                volume: journal_name(f),
+            Step::Unmount(SharedParams::new(TargetParams::at(
+                journal_name(f),
                 plugin,
-                spec_name: f.spec_name.as_str().into(),
-                target: f.target.clone(),
-                kind: TargetKind::Mount,
-                device_path: None,
-                device_mount_path: is_device.then(|| f.path.as_path().into()),
-                pod_mount_path: (!is_device).then(|| f.path.as_path().into()),
-                selinux: None,
-                mount_options: Vec::new(),
-                fs_type: None,
-            }))
+                f.spec_name.as_str().into(),
+                f.target.clone(),
+                TargetKind::Mount,
+                Some(f.path.as_path().into()),
+            )))
         })
         .collect()
 }

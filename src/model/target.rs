@@ -166,6 +166,33 @@ pub struct TargetParams {
 pub type SharedParams = Arc<TargetParams>;
 
 impl TargetParams {
+    /// A target at `path` (a pod target's pod path, the device target's
+    /// mount path) with nothing else known — no device, label, options or
+    /// fs type; callers add what they know with struct update syntax.
+    pub fn at(
+        volume: UniqueVolumeName,
+        plugin: PluginName,
+        spec_name: SharedStr,
+        target: TargetRef,
+        kind: TargetKind,
+        path: Option<SharedPath>,
+    ) -> Self {
+        let is_device = target == TargetRef::Device;
+        TargetParams {
+            volume,
+            plugin,
+            spec_name,
+            target,
+            kind,
+            device_path: None,
+            device_mount_path: if is_device { path.clone() } else { None },
+            pod_mount_path: if is_device { None } else { path },
+            selinux: None,
+            mount_options: Vec::new(),
+            fs_type: None,
+        }
+    }
+
     /// The path of this target: the pod path for pod targets, the device mount
     /// path for the device target.
     pub fn path(&self) -> Option<&Path> {
@@ -173,5 +200,31 @@ impl TargetParams {
             TargetRef::Device => self.device_mount_path.as_deref(),
             TargetRef::Pod(_) => self.pod_mount_path.as_deref(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_at_a_path_puts_it_where_its_kind_of_target_keeps_it() {
+        let at = |target: TargetRef| {
+            TargetParams::at(
+                UniqueVolumeName::from_raw("v"),
+                PluginName::LocalVolume,
+                "pv1".into(),
+                target,
+                TargetKind::Mount,
+                Some(Path::new("/r/x").into()),
+            )
+        };
+        let device = at(TargetRef::Device);
+        assert_eq!(device.path(), Some(Path::new("/r/x")));
+        assert_eq!(device.pod_mount_path, None);
+        let pod = at(TargetRef::Pod(crate::model::PodUid::new("p1").unwrap()));
+        assert_eq!(pod.path(), Some(Path::new("/r/x")));
+        assert_eq!(pod.device_mount_path, None);
+        assert!(pod.device_path.is_none() && pod.selinux.is_none() && pod.fs_type.is_none());
     }
 }

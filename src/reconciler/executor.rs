@@ -310,19 +310,10 @@ pub fn setup_steps(spec: &VolumeSpec) -> Steps {
 /// The parameters of a pod target, from what the DSW wants.
 pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     let (device_path, mount_options, fs_type) = spec_details(&want.spec);
+    let path = layout.pod_target_path(&want.pod, want.plugin, &want.spec_name);
     TargetParams {
-        volume: want.volume.clone(),
-        plugin: want.plugin,
-        spec_name: want.spec_name.clone(),
-        target: TargetRef::Pod(want.pod.clone()),
-        kind: want.spec.pod_target_kind(),
         device_path,
         device_mount_path: device_mount_path(layout, want),
-        pod_mount_path: Some(
-            layout
-                .pod_target_path(&want.pod, want.plugin, &want.spec_name)
-                .into(),
-        ),
         selinux: want.selinux.clone(),
         mount_options,
         fs_type: match &*want.spec {
@@ -332,6 +323,14 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
             } => Some(SharedStr::tmpfs()),
             _ => fs_type,
         },
+        ..TargetParams::at(
+            want.volume.clone(),
+            want.plugin,
+            want.spec_name.clone(),
+            TargetRef::Pod(want.pod.clone()),
+            want.spec.pod_target_kind(),
+            Some(path.into()),
+        )
     }
 }
 
@@ -339,17 +338,18 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
 pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     let (device_path, mount_options, fs_type) = spec_details(&want.spec);
     TargetParams {
-        volume: want.volume.clone(),
-        plugin: want.plugin,
-        spec_name: want.spec_name.clone(),
-        target: TargetRef::Device,
-        kind: TargetKind::Mount,
         device_path,
-        device_mount_path: device_mount_path(layout, want),
-        pod_mount_path: None,
         selinux: want.selinux.clone(),
         mount_options,
         fs_type,
+        ..TargetParams::at(
+            want.volume.clone(),
+            want.plugin,
+            want.spec_name.clone(),
+            TargetRef::Device,
+            TargetKind::Mount,
+            device_mount_path(layout, want),
+        )
     }
 }
 

@@ -64,25 +64,22 @@ pub fn job_for(
             let target = TargetRef::Pod(pod.clone());
             let v = asw.volume(volume)?;
             let m = asw.pod(volume, pod)?;
+            let device = v.device.as_ref();
             Some(Job::TearDown {
                 params: TargetParams {
-                    volume: volume.clone(),
-                    plugin: v.plugin,
-                    spec_name: v.spec_name.clone(),
-                    target,
-                    kind: m.mount.kind,
-                    device_path: v
-                        .device
-                        .as_ref()
+                    device_path: device
                         .and_then(|d| d.device_path.as_deref().map(SharedPath::from)),
-                    device_mount_path: v
-                        .device
-                        .as_ref()
+                    device_mount_path: device
                         .and_then(|d| d.mount_path.as_deref().map(SharedPath::from)),
-                    pod_mount_path: Some(m.mount.mount_path.clone()),
                     selinux: m.mount.selinux.context().cloned(),
-                    mount_options: vec![],
-                    fs_type: None,
+                    ..TargetParams::at(
+                        volume.clone(),
+                        v.plugin,
+                        v.spec_name.clone(),
+                        target,
+                        m.mount.kind,
+                        Some(m.mount.mount_path.clone()),
+                    )
                 }
                 .into(),
             })
@@ -95,17 +92,16 @@ pub fn job_for(
             let d = v.device.as_ref()?;
             Some(Job::UnmountDevice {
                 params: TargetParams {
-                    volume: volume.clone(),
-                    plugin: v.plugin,
-                    spec_name: v.spec_name.clone(),
-                    target: TargetRef::Device,
-                    kind: TargetKind::Mount,
                     device_path: d.device_path.as_deref().map(SharedPath::from),
-                    device_mount_path: Some(d.mount_path.as_deref()?.into()),
-                    pod_mount_path: None,
                     selinux: v.selinux.context().cloned(),
-                    mount_options: vec![],
-                    fs_type: None,
+                    ..TargetParams::at(
+                        volume.clone(),
+                        v.plugin,
+                        v.spec_name.clone(),
+                        TargetRef::Device,
+                        TargetKind::Mount,
+                        Some(d.mount_path.as_deref()?.into()),
+                    )
                 }
                 .into(),
             })

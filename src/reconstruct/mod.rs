@@ -752,22 +752,22 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
     };
     let is_device = h.target == TargetRef::Device;
     Ok(TargetParams {
-        volume,
-        plugin,
-        spec_name: h.spec_name.as_str().into(),
-        target: h.target.clone(),
-        kind: h.kind,
         device_path: mount
             .filter(|_| is_device)
             .map(|m| m.source.as_path().into()),
-        device_mount_path: is_device.then(|| h.path.as_path().into()),
-        pod_mount_path: (!is_device).then(|| h.path.as_path().into()),
         selinux: match mount {
             Some(m) => m.identity.selinux.clone(),
             None => recorded_label,
         },
-        mount_options: Vec::new(),
         fs_type: mount.map(|m| m.identity.fs_type.as_str().into()),
+        ..TargetParams::at(
+            volume,
+            plugin,
+            h.spec_name.as_str().into(),
+            h.target.clone(),
+            h.kind,
+            Some(h.path.as_path().into()),
+        )
     })
 }
 
