@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 use crate::model::{Layout, Operation, PluginName, PodUid, UniqueVolumeName};
-use crate::reconciler::executor::JobReport;
+use crate::reconciler::jobs::JobReport;
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::{OpKey, Pending};
 use crate::reconciler::plan::{Action, plan};

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::model::{PodUid, TargetRef, UniqueVolumeName};
-use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::jobs::{Job, JobReport};
 use crate::reconciler::pending::OpKey;
 use crate::reconciler::plan::Action;
 use crate::reconstruct::MergeOutput;

@@ -24,8 +24,9 @@ use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, TargetRef, UniqueVolumeName};
-use crate::reconciler::executor::{Executor, Job, Queued};
+use crate::reconciler::executor::Executor;
 use crate::reconciler::jobs::journal_job;
+use crate::reconciler::jobs::{Job, Queued};
 use crate::reconstruct::FailedTarget;
 use crate::selinux::Policy;
 

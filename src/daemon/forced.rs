@@ -46,7 +46,7 @@ use crate::model::{
     KubeletPath, Layout, PluginName, PodUid, SharedParams, TargetKind, TargetParams, TargetRef,
     UniqueVolumeName, VolumeSpec,
 };
-use crate::reconciler::executor::{Job, JobReport};
+use crate::reconciler::jobs::{Job, JobReport};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
 use crate::state::DesiredStateOfWorld;
 

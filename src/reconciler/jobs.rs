@@ -1,16 +1,366 @@
-//! From plan to work and back: [`job_for`] turns a planned [`Action`] into a
-//! [`Job`] carrying every parameter the worker needs (from the DSW's wish,
-//! the journal's last parameters for the target, or the ASW), and
-//! [`apply_update`] is the one place a finished job changes the ASW.
+//! From plan to work and back: the [`Job`] types (what a worker runs, the
+//! [`JobReport`] it returns, the [`AswUpdate`]s it implies, [`JobError`]),
+//! the target parameters built from the DSW's wish ([`pod_params`],
+//! [`device_params`]), [`job_for`], which turns a planned [`Action`] into a
+//! job carrying every parameter the worker needs (from the DSW, the
+//! journal's last parameters for the target, or the ASW), and
+//! [`apply_update`], the one place a finished job changes the ASW.
 
-use crate::journal::{JournalState, TargetKey};
+use std::sync::Arc;
+
+use crate::journal::{Announced, JournalError, JournalState, TargetKey};
 use crate::model::{
-    Layout, SharedParams, SharedPath, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps,
+    StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
-use crate::state::{ActualStateOfWorld, StateError};
+use crate::plugins::PluginError;
+use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
 
-use super::executor::{AswUpdate, Job, device_params, pod_params};
+use super::pending::OpKey;
 use super::plan::Action;
+
+/// A planned operation with everything the worker needs (built by the loop
+/// from the plan, the ASW and the journal).
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// MountDevice (with its format step) when `device` is set, then SetUp.
+    Mount {
+        /// what to mount
+        want: Box<VolumeToMount>,
+        /// the device target's parameters, when it must be mounted first
+        /// (shared, as every job's: the journal's state keeps the intent's
+        /// `Arc`, so a mounted target's parameters exist once)
+        device: Option<SharedParams>,
+        /// the pod target's parameters
+        pod: SharedParams,
+    },
+    /// TearDown of one pod target.
+    TearDown {
+        /// the target (from the journal when it knows it, else the ASW)
+        params: SharedParams,
+    },
+    /// UnmountDevice of a volume's device target.
+    UnmountDevice {
+        /// the target
+        params: SharedParams,
+    },
+    /// The one-time forced cleanup of a target reconstruction could not
+    /// rebuild ([`plugins::force_unmount`]): journaled as a TearDown (pod
+    /// target) or UnmountDevice (device target); no ASW change (the target
+    /// was never in the ASW).
+    ForceCleanup {
+        /// minimal parameters: a name for the journal, the plugin, the path
+        params: SharedParams,
+    },
+}
+
+impl Job {
+    /// The exclusivity key.
+    pub fn key(&self) -> OpKey {
+        match self {
+            Job::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
+            Job::TearDown { params } => match &params.target {
+                TargetRef::Pod(p) => OpKey::pod(&params.volume, p),
+                TargetRef::Device => OpKey::volume(&params.volume),
+            },
+            Job::UnmountDevice { params } => OpKey::volume(&params.volume),
+            Job::ForceCleanup { params } => match &params.target {
+                TargetRef::Pod(p) => OpKey::pod(&params.volume, p),
+                TargetRef::Device => OpKey::volume(&params.volume),
+            },
+        }
+    }
+}
+
+/// A job on its way to a worker, with the sequence number of its first
+/// step's intent when the loop already appended it ([`Executor::announce`]):
+/// the worker then waits for that record to be durable instead of writing
+/// its own, so the intents of every job started in one pass share flushes.
+#[derive(Debug)]
+pub struct Queued {
+    /// the job
+    pub job: Job,
+    /// its first step's intent, appended but perhaps not durable yet
+    pub intent: Option<Announced>,
+}
+
+impl Job {
+    /// The first step of the job when it is known before the job runs: its
+    /// operation, steps and target. `None` for a mount with a device target
+    /// (whether it is formatted first is read from the device on the worker).
+    pub fn first_step(&self) -> Option<(Operation, Steps, &SharedParams)> {
+        match self {
+            Job::Mount {
+                device: Some(_), ..
+            } => None,
+            Job::Mount {
+                want,
+                device: None,
+                pod,
+            } => Some((Operation::SetUp, setup_steps(&want.spec), pod)),
+            Job::TearDown { params } => Some((Operation::TearDown, Steps::Single, params)),
+            Job::UnmountDevice { params } => {
+                Some((Operation::UnmountDevice, Steps::Single, params))
+            }
+            Job::ForceCleanup { params } => {
+                let op = match params.target {
+                    TargetRef::Pod(_) => Operation::TearDown,
+                    TargetRef::Device => Operation::UnmountDevice,
+                };
+                Some((op, Steps::Single, params))
+            }
+        }
+    }
+}
+
+/// One change to the ASW an operation implies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AswUpdate {
+    /// the device target is mounted
+    DeviceMounted {
+        /// volume
+        volume: UniqueVolumeName,
+        /// plugin
+        plugin: PluginName,
+        /// spec name
+        spec_name: SharedStr,
+        /// spec (shared with the DSW)
+        spec: Option<Arc<VolumeSpec>>,
+        /// how
+        mount: DeviceMount,
+    },
+    /// the device target may be mounted
+    DeviceUncertain {
+        /// volume
+        volume: UniqueVolumeName,
+        /// plugin
+        plugin: PluginName,
+        /// spec name
+        spec_name: SharedStr,
+        /// how
+        mount: DeviceMount,
+    },
+    /// the device target is unmounted
+    DeviceUnmounted {
+        /// volume
+        volume: UniqueVolumeName,
+    },
+    /// a pod target is set up
+    PodMounted {
+        /// volume
+        volume: UniqueVolumeName,
+        /// plugin
+        plugin: PluginName,
+        /// spec name
+        spec_name: SharedStr,
+        /// spec (shared with the DSW)
+        spec: Option<Arc<VolumeSpec>>,
+        /// pod
+        pod: PodUid,
+        /// how
+        mount: PodMount,
+    },
+    /// a pod target may be set up
+    PodUncertain {
+        /// volume
+        volume: UniqueVolumeName,
+        /// plugin
+        plugin: PluginName,
+        /// spec name
+        spec_name: SharedStr,
+        /// pod
+        pod: PodUid,
+        /// how
+        mount: PodMount,
+    },
+    /// a pod target is torn down
+    PodRemoved {
+        /// volume
+        volume: UniqueVolumeName,
+        /// pod
+        pod: PodUid,
+    },
+}
+
+/// What one job did.
+#[derive(Debug)]
+pub struct JobReport {
+    /// the job's key
+    pub key: OpKey,
+    /// the ASW changes, in order
+    pub updates: Vec<AswUpdate>,
+    /// the error that ended the job, if any
+    pub error: Option<JobError>,
+    /// operations that ran (for metrics and tests)
+    pub ran: Vec<Operation>,
+    /// what the operations left in place: nested mount points, a dir that
+    /// was not empty (logged; the orphan sweep reports them again)
+    pub left_behind: Vec<std::path::PathBuf>,
+    /// a forced cleanup ([`Job::ForceCleanup`]): counted, never retried
+    pub forced: bool,
+}
+
+impl JobReport {
+    /// The report of `job` not started at all (`why`): no ASW change,
+    /// nothing ran, nothing journaled.
+    pub fn not_started(job: &Job, why: &'static str) -> Self {
+        JobReport {
+            key: job.key(),
+            updates: Vec::new(),
+            error: Some(JobError::NotStarted(why)),
+            ran: Vec::new(),
+            left_behind: Vec::new(),
+            forced: matches!(job, Job::ForceCleanup { .. }),
+        }
+    }
+}
+
+/// Why a job failed. The DSW keeps its message as the pod's error, as
+/// the kubelet keeps its operation errors (strings, deduplicated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// never started: the daemon is stopping
+    #[error("not started: {0}")]
+    NotStarted(&'static str),
+    /// volumed has no plugin for the volume's type
+    #[error("no plugin for {0}")]
+    NoPlugin(PluginName),
+    /// the journal refused an intent or an outcome: nothing more may
+    /// touch the OS, and the target may have changed
+    #[error("journal {step}: {message}")]
+    Journal {
+        /// `intent` or `outcome`
+        step: &'static str,
+        /// the journal's error
+        message: String,
+    },
+    /// the plugin failed (`uncertain`: the target may have changed)
+    #[error("{message}")]
+    Plugin {
+        /// the plugin's error
+        message: String,
+        /// whether the target may have changed
+        uncertain: bool,
+    },
+}
+
+impl JobError {
+    /// Whether the target may have changed.
+    pub fn is_uncertain(&self) -> bool {
+        match self {
+            JobError::Journal { .. } => true,
+            JobError::Plugin { uncertain, .. } => *uncertain,
+            JobError::NotStarted(_) | JobError::NoPlugin(_) => false,
+        }
+    }
+
+    pub(super) fn journal(step: &'static str, e: &JournalError) -> Self {
+        JobError::Journal {
+            step,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<&PluginError> for JobError {
+    fn from(e: &PluginError) -> Self {
+        JobError::Plugin {
+            message: e.to_string(),
+            uncertain: e.is_uncertain(),
+        }
+    }
+}
+
+/// Whether SetUp of `spec` is one syscall or several (the merge settles a
+/// single-step intent from the host, and re-runs a multi-step one).
+pub fn setup_steps(spec: &VolumeSpec) -> Steps {
+    match spec {
+        // tmpfs, then its mode: two steps a crash can cut apart
+        VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            ..
+        } => Steps::Multi,
+        _ => Steps::Single,
+    }
+}
+
+/// The parameters of a pod target, from what the DSW wants.
+pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
+    let (device_path, mount_options, fs_type) = spec_details(&want.spec);
+    let path = layout.pod_target_path(&want.pod, want.plugin, &want.spec_name);
+    TargetParams {
+        device_path,
+        device_mount_path: device_mount_path(layout, want),
+        selinux: want.selinux.clone(),
+        mount_options,
+        fs_type: match &*want.spec {
+            VolumeSpec::EmptyDir {
+                medium: StorageMedium::Memory,
+                ..
+            } => Some(SharedStr::tmpfs()),
+            _ => fs_type,
+        },
+        ..TargetParams::at(
+            want.volume.clone(),
+            want.plugin,
+            want.spec_name.clone(),
+            TargetRef::Pod(want.pod.clone()),
+            want.spec.pod_target_kind(),
+            Some(path.into()),
+        )
+    }
+}
+
+/// The parameters of a device target, from what the DSW wants.
+pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
+    let (device_path, mount_options, fs_type) = spec_details(&want.spec);
+    TargetParams {
+        device_path,
+        selinux: want.selinux.clone(),
+        mount_options,
+        fs_type,
+        ..TargetParams::at(
+            want.volume.clone(),
+            want.plugin,
+            want.spec_name.clone(),
+            TargetRef::Device,
+            TargetKind::Mount,
+            device_mount_path(layout, want),
+        )
+    }
+}
+
+fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath> {
+    match want.spec.device_target_kind() {
+        Some(_) if want.plugin == PluginName::LocalVolume => {
+            Some(layout.local_device_path(&want.spec_name).into())
+        }
+        _ => None,
+    }
+}
+
+/// A spec's device path, mount options and fs type, as the parameters hold
+/// them (the path is the spec's own `Arc`).
+fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, Vec<String>, Option<SharedStr>) {
+    match spec {
+        VolumeSpec::Local {
+            path,
+            fs_type,
+            mount_options,
+            ..
+        } => (
+            Some(path.clone()),
+            mount_options.clone(),
+            fs_type.as_deref().map(SharedStr::from),
+        ),
+        VolumeSpec::EmptyDir {
+            size_limit: Some(bytes),
+            medium: StorageMedium::Memory,
+        } => (None, vec![format!("size={bytes}")], None),
+        VolumeSpec::HostPath { path, .. } => (Some(path.clone()), vec![], None),
+        _ => (None, vec![], None),
+    }
+}
 
 /// The parameters of a target the journal knows, if it does (its `Arc`:
 /// a clone is a count).
