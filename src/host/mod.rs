@@ -16,7 +16,7 @@
 //!
 //! - [`sys`]: the one syscall seam — mount, umount2, statx, openat2, mkfs,
 //!   blkid behind the [`sys::Sys`] trait, with the nix implementation
-//!   [`sys::LinuxSys`]; [`recording_sys`] is its recording fake.
+//!   [`sys::LinuxSys`]; `recording_sys` (test builds) is its recording fake.
 //! - [`remove`]: safe removal that never deletes a mount point or what is
 //!   under one, never follows a symlink and never crosses a filesystem.
 //!

@@ -4,8 +4,8 @@
 //! - [`LinuxSys`] is the real implementation: a thin pass-through to `nix`,
 //!   with raw `libc` only for `statx` (nix has no wrapper) — the only
 //!   `unsafe` in the crate, each block with a `SAFETY` note.
-//! - [`crate::host::recording_sys::RecordingSys`] is the fake for unit tests:
-//!   it records every call as a typed [`crate::host::recording_sys::SysCall`],
+//! - `RecordingSys` (`host::recording_sys`, test builds) is the fake for unit tests:
+//!   it records every call as a typed `SysCall`,
 //!   keeps a fake file tree and mount table, and fails the n-th call of a
 //!   kind with a chosen errno.
 //!

@@ -2,7 +2,7 @@
 //! the error that names the call, the path and the errno, what `statx` and a
 //! directory listing report, what a device holds, and [`SysCall`], one
 //! recorded call with its arguments as plain comparable data (what
-//! [`crate::host::recording_sys::RecordingSys`] records and tests compare).
+//! `RecordingSys` (`host::recording_sys`, test builds) records and tests compare).
 //! Re-exported from [`crate::host::sys`].
 
 use std::ffi::OsString;

@@ -201,7 +201,7 @@ impl PluginName {
 
     /// Whether volumes of this plugin have a device (global) target at all.
     /// Some volumes of a device-mountable plugin may still have none (a local
-    /// PV that is a directory); see [`VolumeSpec::device_target_kind`].
+    /// PV that is a directory); see [`crate::model::VolumeSpec::device_target_kind`].
     pub fn is_device_mountable(self) -> bool {
         matches!(self, PluginName::LocalVolume | PluginName::Csi)
     }

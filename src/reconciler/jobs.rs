@@ -45,7 +45,7 @@ pub enum Job {
         params: SharedParams,
     },
     /// The one-time forced cleanup of a target reconstruction could not
-    /// rebuild ([`plugins::force_unmount`]): journaled as a TearDown (pod
+    /// rebuild ([`crate::plugins::force_unmount`]): journaled as a TearDown (pod
     /// target) or UnmountDevice (device target); no ASW change (the target
     /// was never in the ASW).
     ForceCleanup {
@@ -73,7 +73,7 @@ impl Job {
 }
 
 /// A job on its way to a worker, with the sequence number of its first
-/// step's intent when the loop already appended it ([`Executor::announce`]):
+/// step's intent when the loop already appended it ([`super::executor::Executor::announce`]):
 /// the worker then waits for that record to be durable instead of writing
 /// its own, so the intents of every job started in one pass share flushes.
 #[derive(Debug)]
