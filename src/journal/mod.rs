@@ -52,6 +52,7 @@
 //! aside to `<dir>.corrupt-<unix time>` — never deleted — and reported as a
 //! typed [`JournalError`]; the caller reconstructs from the host alone.
 
+mod checkpoint;
 pub mod commit;
 pub mod envelope;
 mod open;
@@ -68,13 +69,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use checkpoint::CheckpointReport;
 pub use open::{CheckpointInfo, Corruption, Replay};
 pub use ops::{Announced, Decided, DurableIntent, Permit};
 pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
 
 use commit::GroupCommit;
 use envelope::Kind;
-use record::{CheckpointV1, RecordV1};
+use record::RecordV1;
 use watermark::{Acked, Watermark};
 
 /// The journal layout version this build writes (`meta/schema_version`).
@@ -306,17 +308,6 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-/// What a checkpoint did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointReport {
-    /// the last record folded in
-    pub through_seq: u64,
-    /// targets in the checkpoint
-    pub entries: usize,
-    /// records dropped after it was durable
-    pub dropped: usize,
-}
-
 impl Journal {
     /// Opens (or creates) the journal and replays it.
     pub fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalError> {
@@ -517,52 +508,7 @@ impl Journal {
             .map_err(|e| format!("write {}: {e}", self.watermark.path().display()))
     }
 
-    /// Writes the state implied by every record so far (pending intents
-    /// included) as one checkpoint, makes it durable, then drops the records
-    /// it covers. A crash between the two steps (`checkpoint.mid`) leaves old
-    /// records that replay skips.
-    pub fn checkpoint(&self) -> Result<CheckpointReport, JournalError> {
-        let _one_at_a_time = self
-            .checkpoint_lock
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let (ck, through) = {
-            let w = self.writer();
-            (CheckpointV1::of(&w.state, now_ns()), w.state.last_seq())
-        };
-        let write_err = |what, source| JournalError::Write {
-            what,
-            path: self.dir.clone(),
-            source,
-        };
-        let value = envelope::seal(
-            self.journal_id,
-            Kind::Checkpoint,
-            through,
-            &record::encode(&ck),
-        );
-        self.checkpoint
-            .insert(open::CHECKPOINT_KEY, value)
-            .map_err(|e| write_err("checkpoint", e))?;
-        self.flush_or_close()?;
-        crate::failpoint::hit("checkpoint.mid");
-        let mut dropped = 0;
-        for key in self.records.range(..=through.to_be_bytes()).keys() {
-            let key = key.map_err(|e| write_err("record drop", e))?;
-            self.records
-                .remove(key)
-                .map_err(|e| write_err("record drop", e))?;
-            dropped += 1;
-        }
-        self.flush_or_close()?;
-        Ok(CheckpointReport {
-            through_seq: through,
-            entries: ck.entries.len(),
-            dropped,
-        })
-    }
-
-    fn flush_or_close(&self) -> Result<(), JournalError> {
+    pub(super) fn flush_or_close(&self) -> Result<(), JournalError> {
         let closed = |reason| JournalError::Flush {
             path: self.dir.clone(),
             reason,
@@ -574,62 +520,6 @@ impl Journal {
         self.flush_through(through).map_err(|reason| {
             self.commit.fail(reason.clone());
             closed(reason)
-        })
-    }
-
-    /// What `dump` would show, read from the open journal: the checkpoint
-    /// info, the records after it, and the live state. For the daemon's
-    /// `/debug/journal`, while it holds sled's lock.
-    pub fn current(&self, node_name: &str) -> Result<Replay, JournalError> {
-        let read_err = |source| JournalError::Write {
-            what: "read back",
-            path: self.dir.clone(),
-            source,
-        };
-        let state = self.state();
-        let checkpoint = self
-            .checkpoint
-            .get(open::CHECKPOINT_KEY)
-            .map_err(read_err)?
-            .and_then(|v| {
-                let seq = envelope::claimed_seq(&v)?;
-                let payload = envelope::open(self.journal_id, Kind::Checkpoint, seq, &v).ok()?;
-                let ck: CheckpointV1 = record::decode(payload).ok()?;
-                Some(open::CheckpointInfo {
-                    through_seq: ck.through_seq,
-                    wall_time_ns: ck.wall_time_ns,
-                    entries: ck.entries.len(),
-                })
-            });
-        let mut tail = Vec::new();
-        let mut corruption = None;
-        for kv in self.records.iter() {
-            let (k, v) = kv.map_err(read_err)?;
-            let Ok(key) = <[u8; 8]>::try_from(k.as_ref()) else {
-                continue;
-            };
-            let seq = u64::from_be_bytes(key);
-            if checkpoint.as_ref().is_some_and(|c| seq <= c.through_seq) {
-                continue;
-            }
-            match record::open_record(self.journal_id, seq, &v) {
-                Ok(r) => tail.push(r),
-                Err(reason) => {
-                    corruption = Some(Corruption { seq, reason });
-                    break;
-                }
-            }
-        }
-        Ok(Replay {
-            state,
-            tail,
-            checkpoint,
-            corruption,
-            quarantined: Vec::new(),
-            lost_tail: None,
-            created: false,
-            node_name: node_name.to_owned(),
-            schema_version: SCHEMA_VERSION,
         })
     }
 

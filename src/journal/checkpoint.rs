@@ -1,0 +1,122 @@
+//! Checkpoints (the whole state written as one envelope, then the records
+//! it covers dropped) and the read-back of an open journal that `dump` and
+//! `/debug/journal` show.
+
+use super::envelope::{self, Kind};
+use super::open::{self, Corruption, Replay};
+use super::record::{self, CheckpointV1};
+use super::{Journal, JournalError, SCHEMA_VERSION, now_ns};
+
+/// What a checkpoint did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// the last record folded in
+    pub through_seq: u64,
+    /// targets in the checkpoint
+    pub entries: usize,
+    /// records dropped after it was durable
+    pub dropped: usize,
+}
+
+impl Journal {
+    /// Writes the state implied by every record so far (pending intents
+    /// included) as one checkpoint, makes it durable, then drops the records
+    /// it covers. A crash between the two steps (`checkpoint.mid`) leaves old
+    /// records that replay skips.
+    pub fn checkpoint(&self) -> Result<CheckpointReport, JournalError> {
+        let _one_at_a_time = self
+            .checkpoint_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (ck, through) = {
+            let w = self.writer();
+            (CheckpointV1::of(&w.state, now_ns()), w.state.last_seq())
+        };
+        let write_err = |what, source| JournalError::Write {
+            what,
+            path: self.dir.clone(),
+            source,
+        };
+        let value = envelope::seal(
+            self.journal_id,
+            Kind::Checkpoint,
+            through,
+            &record::encode(&ck),
+        );
+        self.checkpoint
+            .insert(open::CHECKPOINT_KEY, value)
+            .map_err(|e| write_err("checkpoint", e))?;
+        self.flush_or_close()?;
+        crate::failpoint::hit("checkpoint.mid");
+        let mut dropped = 0;
+        for key in self.records.range(..=through.to_be_bytes()).keys() {
+            let key = key.map_err(|e| write_err("record drop", e))?;
+            self.records
+                .remove(key)
+                .map_err(|e| write_err("record drop", e))?;
+            dropped += 1;
+        }
+        self.flush_or_close()?;
+        Ok(CheckpointReport {
+            through_seq: through,
+            entries: ck.entries.len(),
+            dropped,
+        })
+    }
+
+    /// What `dump` would show, read from the open journal: the checkpoint
+    /// info, the records after it, and the live state. For the daemon's
+    /// `/debug/journal`, while it holds sled's lock.
+    pub fn current(&self, node_name: &str) -> Result<Replay, JournalError> {
+        let read_err = |source| JournalError::Write {
+            what: "read back",
+            path: self.dir.clone(),
+            source,
+        };
+        let state = self.state();
+        let checkpoint = self
+            .checkpoint
+            .get(open::CHECKPOINT_KEY)
+            .map_err(read_err)?
+            .and_then(|v| {
+                let seq = envelope::claimed_seq(&v)?;
+                let payload = envelope::open(self.journal_id, Kind::Checkpoint, seq, &v).ok()?;
+                let ck: CheckpointV1 = record::decode(payload).ok()?;
+                Some(open::CheckpointInfo {
+                    through_seq: ck.through_seq,
+                    wall_time_ns: ck.wall_time_ns,
+                    entries: ck.entries.len(),
+                })
+            });
+        let mut tail = Vec::new();
+        let mut corruption = None;
+        for kv in self.records.iter() {
+            let (k, v) = kv.map_err(read_err)?;
+            let Ok(key) = <[u8; 8]>::try_from(k.as_ref()) else {
+                continue;
+            };
+            let seq = u64::from_be_bytes(key);
+            if checkpoint.as_ref().is_some_and(|c| seq <= c.through_seq) {
+                continue;
+            }
+            match record::open_record(self.journal_id, seq, &v) {
+                Ok(r) => tail.push(r),
+                Err(reason) => {
+                    corruption = Some(Corruption { seq, reason });
+                    break;
+                }
+            }
+        }
+        Ok(Replay {
+            state,
+            tail,
+            checkpoint,
+            corruption,
+            quarantined: Vec::new(),
+            lost_tail: None,
+            created: false,
+            node_name: node_name.to_owned(),
+            schema_version: SCHEMA_VERSION,
+        })
+    }
+}
