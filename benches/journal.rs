@@ -159,7 +159,7 @@ fn intent(thread: usize, i: usize) -> Body {
                 SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c123,c456")
                     .expect("selinux context is valid"),
             ),
-            mount_options: vec!["rw".into(), "relatime".into()],
+            mount_options: vec!["rw".into(), "relatime".into()].into(),
             fs_type: Some("ext4".into()),
         }
         .into(),

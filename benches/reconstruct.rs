@@ -137,7 +137,7 @@ fn tmpfs_params(layout: &Layout, pod: &PodUid, name: &str) -> TargetParams {
                 .into(),
         ),
         selinux: None,
-        mount_options: vec!["size=1m".into()],
+        mount_options: vec!["size=1m".into()].into(),
         fs_type: Some("tmpfs".into()),
     }
 }
@@ -161,7 +161,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         device_path: Some(device.to_owned().into()),
         device_mount_path: Some(layout.local_device_path(PV).into()),
         selinux: None,
-        mount_options: vec![],
+        mount_options: Default::default(),
         fs_type: Some("ext4".into()),
     }
 }

@@ -126,7 +126,7 @@ fn params_json(p: &TargetParams) -> ParamsJson {
         device_mount_path: lossy(p.device_mount_path.as_deref()),
         pod_mount_path: lossy(p.pod_mount_path.as_deref()),
         selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
-        mount_options: p.mount_options.clone(),
+        mount_options: p.mount_options.to_vec(),
         fs_type: p.fs_type.as_deref().map(str::to_owned),
     }
 }
@@ -507,7 +507,7 @@ mod tests {
             device_path: Some("/dev/loop3".into()),
             device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
             selinux: selinux.map(|s| SeLinuxContext::parse(s).unwrap()),
-            mount_options: vec![],
+            mount_options: Default::default(),
             fs_type: Some("ext4".into()),
         }
     }

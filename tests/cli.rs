@@ -39,7 +39,7 @@ fn params(volume: &str, target: TargetRef) -> TargetParams {
         device_path: Some("/dev/loop7".into()),
         device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
         selinux: None,
-        mount_options: vec!["noatime".into()],
+        mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
     }
 }

@@ -52,7 +52,7 @@ fn target(i: u64) -> TargetParams {
         device_mount_path: None,
         pod_mount_path: Some(format!("/r/pods/{pod}/volumes/kubernetes.io~empty-dir/v{i}").into()),
         selinux: None,
-        mount_options: vec![format!("size={i}k")],
+        mount_options: vec![format!("size={i}k")].into(),
         fs_type: Some("tmpfs".into()),
     }
 }

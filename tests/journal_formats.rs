@@ -42,7 +42,7 @@ fn device() -> TargetParams {
         selinux: Some(
             SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c7,c3").unwrap(),
         ),
-        mount_options: vec!["noatime".into()],
+        mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
     }
 }

@@ -68,7 +68,7 @@ fn empty_dir_params(layout: &Layout, pod: &str, kind: TargetKind) -> TargetParam
         device_path: None,
         device_mount_path: None,
         selinux: None,
-        mount_options: Vec::new(),
+        mount_options: Default::default(),
         fs_type: None,
     }
 }
@@ -403,7 +403,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         device_mount_path: Some(layout.local_device_path("pv1").into()),
         pod_mount_path,
         selinux: None,
-        mount_options: Vec::new(),
+        mount_options: Default::default(),
         fs_type: Some("ext4".into()),
     }
 }
@@ -896,7 +896,7 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
             device_path: Some(PathBuf::from("/dev/null").into()),
             device_mount_path: Some(global.clone().into()),
             selinux: None,
-            mount_options: Vec::new(),
+            mount_options: Default::default(),
             fs_type: Some("ext4".into()),
         };
         let spec = VolumeSpec::Local {

@@ -109,7 +109,7 @@ fn local(target: TargetRef) -> TargetParams {
         device_path: Some("/dev/loop0".into()),
         device_mount_path: Some(layout.local_device_path("pv-local-1").into()),
         selinux: None,
-        mount_options: vec![],
+        mount_options: Default::default(),
         fs_type: Some("ext4".into()),
     }
 }
@@ -366,7 +366,7 @@ fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> Tar
         device_path: Some(format!("/dev/loop{minor}").into()),
         device_mount_path: Some(layout.local_device_path(pv).into()),
         selinux: label,
-        mount_options: vec![],
+        mount_options: Default::default(),
         fs_type: Some("ext4".into()),
     }
 }

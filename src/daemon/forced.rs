@@ -350,7 +350,7 @@ mod tests {
                 volume_handle: "h".into(),
                 fs_type: None,
                 access_modes: Vec::new(),
-                mount_options: Vec::new(),
+                mount_options: Default::default(),
                 attributes: Default::default(),
                 selinux_mount: Default::default(),
             }))

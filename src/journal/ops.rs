@@ -215,7 +215,7 @@ mod tests {
             device_mount_path: None,
             pod_mount_path: None,
             selinux: None,
-            mount_options: Vec::new(),
+            mount_options: Default::default(),
             fs_type: None,
         })
     }

@@ -267,7 +267,7 @@ impl From<&TargetParams> for TargetV1 {
             device_mount_path: p.device_mount_path.as_deref().map(path_bytes),
             pod_mount_path: p.pod_mount_path.as_deref().map(path_bytes),
             selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
-            mount_options: p.mount_options.clone(),
+            mount_options: p.mount_options.to_vec(),
             fs_type: p.fs_type.as_deref().map(str::to_owned),
         }
     }
@@ -305,7 +305,7 @@ impl TryFrom<&TargetV1> for TargetParams {
             device_mount_path: t.device_mount_path.as_deref().map(|b| bytes_path(b).into()),
             pod_mount_path: t.pod_mount_path.as_deref().map(|b| bytes_path(b).into()),
             selinux,
-            mount_options: t.mount_options.clone(),
+            mount_options: t.mount_options.clone().into(),
             fs_type: t.fs_type.as_deref().map(SharedStr::from),
         })
     }
@@ -591,7 +591,7 @@ mod tests {
             selinux: Some(
                 SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c2").unwrap(),
             ),
-            mount_options: vec!["noatime".into()],
+            mount_options: vec!["noatime".into()].into(),
             fs_type: Some("ext4".into()),
         }
     }

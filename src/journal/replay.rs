@@ -420,7 +420,7 @@ mod tests {
             device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
             pod_mount_path: None,
             selinux: None,
-            mount_options: vec![],
+            mount_options: Default::default(),
             fs_type: Some("ext4".into()),
         }
     }

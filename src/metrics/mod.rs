@@ -257,7 +257,7 @@ mod tests {
                 device_mount_path: None,
                 pod_mount_path: None,
                 selinux: None,
-                mount_options: vec![],
+                mount_options: Default::default(),
                 fs_type: None,
             }
             .into(),
@@ -399,7 +399,7 @@ mod tests {
             path: "/dev/loop9".into(),
             fs_type: Some("ext4".into()),
             access_modes: vec![crate::model::AccessMode::ReadWriteOncePod],
-            mount_options: vec![],
+            mount_options: Default::default(),
             is_block: true,
         };
         use crate::selinux::{Counter, MetricEvent};

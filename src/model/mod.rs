@@ -22,4 +22,6 @@ pub use names::{
 };
 pub use shared::{SharedPath, SharedStr};
 pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};
-pub use target::{MountState, Operation, SharedParams, Steps, TargetKind, TargetParams, TargetRef};
+pub use target::{
+    MountOptions, MountState, Operation, SharedParams, Steps, TargetKind, TargetParams, TargetRef,
+};

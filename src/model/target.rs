@@ -154,10 +154,44 @@ pub struct TargetParams {
     /// The SELinux label mounted with; `None` for none.
     pub selinux: Option<SeLinuxContext>,
     /// Mount options (without the context option).
-    pub mount_options: Vec<String>,
+    pub mount_options: MountOptions,
     /// The filesystem type, if known (shared: every memory emptyDir's is
     /// the one [`SharedStr::tmpfs`]).
     pub fs_type: Option<SharedStr>,
+}
+
+/// Mount options as a PersistentVolume gives them (`ro`, `noatime`,
+/// `size=…`), without the SELinux context option; a slice of strings to
+/// read, with the questions the daemon asks of them answered here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MountOptions(Vec<String>);
+
+impl MountOptions {
+    /// Whether `ro` is among them (the last word for a mount's flags; `rw`
+    /// is the default and never overrides it, as mount(8) reads them).
+    pub fn is_read_only(&self) -> bool {
+        self.0.iter().any(|o| o == "ro")
+    }
+}
+
+impl std::ops::Deref for MountOptions {
+    type Target = [String];
+    fn deref(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl From<Vec<String>> for MountOptions {
+    fn from(v: Vec<String>) -> Self {
+        MountOptions(v)
+    }
+}
+
+impl FromIterator<String> for MountOptions {
+    fn from_iter<I: IntoIterator<Item = String>>(iter: I) -> Self {
+        MountOptions(iter.into_iter().collect())
+    }
 }
 
 /// One target's parameters, shared (`Arc`): the journal's state holds them
@@ -188,7 +222,7 @@ impl TargetParams {
             device_mount_path: if is_device { path.clone() } else { None },
             pod_mount_path: if is_device { None } else { path },
             selinux: None,
-            mount_options: Vec::new(),
+            mount_options: MountOptions::default(),
             fs_type: None,
         }
     }
@@ -206,6 +240,15 @@ impl TargetParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_options_say_whether_they_mount_read_only() {
+        let opts = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<MountOptions>();
+        assert!(opts(&["noatime", "ro"]).is_read_only());
+        assert!(opts(&["ro", "rw"]).is_read_only(), "rw never overrides ro");
+        assert!(!opts(&["rw", "size=1m", "rootcontext=ro"]).is_read_only());
+        assert!(!MountOptions::default().is_read_only());
+    }
 
     #[test]
     fn a_target_at_a_path_puts_it_where_its_kind_of_target_keeps_it() {

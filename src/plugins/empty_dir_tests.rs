@@ -46,7 +46,7 @@ fn params(kind: TargetKind, selinux: Option<SeLinuxContext>) -> TargetParams {
         device_mount_path: None,
         pod_mount_path: Some(p(TARGET).into()),
         selinux,
-        mount_options: Vec::new(),
+        mount_options: Default::default(),
         fs_type: None,
     }
 }

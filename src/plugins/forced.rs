@@ -77,7 +77,7 @@ mod tests {
             device_mount_path: (!pod).then(|| Path::new(path).into()),
             pod_mount_path: pod.then(|| Path::new(path).into()),
             selinux: None,
-            mount_options: Vec::new(),
+            mount_options: Default::default(),
             fs_type: None,
         }
     }

@@ -45,7 +45,7 @@ fn block_spec() -> VolumeSpec {
         path: p(DEV).into(),
         fs_type: Some("ext4".into()),
         access_modes: Vec::new(),
-        mount_options: Vec::new(),
+        mount_options: Default::default(),
         is_block: true,
     }
 }
@@ -55,7 +55,7 @@ fn dir_spec(path: &str) -> VolumeSpec {
         path: p(path).into(),
         fs_type: None,
         access_modes: Vec::new(),
-        mount_options: Vec::new(),
+        mount_options: Default::default(),
         is_block: false,
     }
 }

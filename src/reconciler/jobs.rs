@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use crate::journal::{Announced, JournalError, JournalState, TargetKey};
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps,
-    StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    Layout, MountOptions, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr,
+    Steps, StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::PluginError;
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
@@ -341,7 +341,7 @@ fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath
 
 /// A spec's device path, mount options and fs type, as the parameters hold
 /// them (the path is the spec's own `Arc`).
-fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, Vec<String>, Option<SharedStr>) {
+fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, MountOptions, Option<SharedStr>) {
     match spec {
         VolumeSpec::Local {
             path,
@@ -350,15 +350,15 @@ fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, Vec<String>, Option<S
             ..
         } => (
             Some(path.clone()),
-            mount_options.clone(),
+            mount_options.clone().into(),
             fs_type.as_deref().map(SharedStr::from),
         ),
         VolumeSpec::EmptyDir {
             size_limit: Some(bytes),
             medium: StorageMedium::Memory,
-        } => (None, vec![format!("size={bytes}")], None),
-        VolumeSpec::HostPath { path, .. } => (Some(path.clone()), vec![], None),
-        _ => (None, vec![], None),
+        } => (None, vec![format!("size={bytes}")].into(), None),
+        VolumeSpec::HostPath { path, .. } => (Some(path.clone()), MountOptions::default(), None),
+        _ => (None, MountOptions::default(), None),
     }
 }
 
@@ -545,7 +545,7 @@ mod tests {
             path: "/dev/loop0".into(),
             fs_type: Some("ext4".into()),
             access_modes: vec![AccessMode::ReadWriteOnce],
-            mount_options: vec![],
+            mount_options: Default::default(),
             is_block: true,
         };
         let tmpfs = VolumeSpec::EmptyDir {

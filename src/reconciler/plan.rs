@@ -202,7 +202,7 @@ mod tests {
             path: "/dev/loop0".into(),
             fs_type: Some("ext4".into()),
             access_modes: vec![AccessMode::ReadWriteOnce],
-            mount_options: vec![],
+            mount_options: Default::default(),
             is_block: true,
         }
     }

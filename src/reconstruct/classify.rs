@@ -378,7 +378,7 @@ fn compare(expected: Expected<'_>, seen: &ObservedMount, input: &MergeInput<'_>)
 /// identity. Unconfirmed means no.
 fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) -> bool {
     let seen_id = &seen.identity;
-    let read_only = p.mount_options.iter().any(|o| o == "ro");
+    let read_only = p.mount_options.is_read_only();
     // A pod bind of a directory (a local PV that is one): the directory's
     // filesystem and its root there (a `fsType` on such a PV means nothing).
     if p.device_mount_path.is_none()

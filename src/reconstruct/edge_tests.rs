@@ -38,7 +38,7 @@ fn local_params(target: TargetRef) -> TargetParams {
         device_path: Some(PathBuf::from("/dev/loop0").into()),
         device_mount_path: Some(layout.local_device_path("pv-local-1").into()),
         selinux: None,
-        mount_options: vec![],
+        mount_options: Default::default(),
         fs_type: Some("ext4".into()),
     }
 }

@@ -254,7 +254,7 @@ mod tests {
             device_mount_path: None,
             pod_mount_path: Some("/r/pods/p1/volumes/kubernetes.io~empty-dir/cache".into()),
             selinux: None,
-            mount_options: vec![],
+            mount_options: Default::default(),
             fs_type: None,
         }
     }

@@ -90,7 +90,7 @@ fn params(vol: Vol) -> TargetParams {
         device_mount_path: Some(device_mount_path().into()),
         pod_mount_path: None,
         selinux: Some(ctx(LABEL)),
-        mount_options: vec![],
+        mount_options: Default::default(),
         fs_type: Some("ext4".into()),
     };
     match vol {

@@ -15,7 +15,7 @@ fn block_pv(modes: &[AccessMode]) -> VolumeSpec {
         path: "/dev/loop7".into(),
         fs_type: Some("ext4".into()),
         access_modes: modes.to_vec(),
-        mount_options: vec![],
+        mount_options: Default::default(),
         is_block: true,
     }
 }
@@ -26,7 +26,7 @@ fn csi(selinux_mount: bool) -> VolumeSpec {
         volume_handle: "h".into(),
         fs_type: None,
         access_modes: vec![AccessMode::ReadWriteOncePod],
-        mount_options: vec![],
+        mount_options: Default::default(),
         attributes: BTreeMap::new(),
         selinux_mount,
     }))
@@ -273,7 +273,7 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
         path: "/mnt/disks/d1".into(),
         fs_type: None,
         access_modes: vec![AccessMode::ReadWriteOncePod],
-        mount_options: vec![],
+        mount_options: Default::default(),
         is_block: false,
     };
     let tmpfs = VolumeSpec::EmptyDir {
@@ -328,7 +328,7 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
         path: "/mnt/disks/d2".into(),
         fs_type: None,
         access_modes: vec![AccessMode::ReadWriteOncePod],
-        mount_options: vec![],
+        mount_options: Default::default(),
         is_block: false,
     };
     let got = volume_label(&on(FeatureGates::default()), &two, VOL, &dir_rwop);

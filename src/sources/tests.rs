@@ -512,7 +512,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
         path: "/dev/loop3".into(),
         fs_type: Some("ext4".into()),
         access_modes: vec![AccessMode::ReadWriteOncePod],
-        mount_options: vec![],
+        mount_options: Default::default(),
         is_block: true,
     };
     let container = |level: &str| ContainerSeLinux {

@@ -257,7 +257,7 @@ mod test_support {
             path: "/dev/loop0".into(),
             fs_type: Some("ext4".into()),
             access_modes: vec![AccessMode::ReadWriteOncePod],
-            mount_options: vec![],
+            mount_options: Default::default(),
             is_block: true,
         }
     }
