@@ -168,8 +168,8 @@ pub struct TargetParams {
 pub struct MountOptions(Vec<String>);
 
 impl MountOptions {
-    /// Whether `ro` is among them (the last word for a mount's flags; `rw`
-    /// is the default and never overrides it, as mount(8) reads them).
+    /// Whether `ro` is among them: the plugins turn `ro` into `MS_RDONLY`
+    /// and drop `rw` (the default), so any `ro` makes the mount read-only.
     pub fn is_read_only(&self) -> bool {
         self.0.iter().any(|o| o == "ro")
     }
@@ -245,7 +245,7 @@ mod tests {
     fn mount_options_say_whether_they_mount_read_only() {
         let opts = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<MountOptions>();
         assert!(opts(&["noatime", "ro"]).is_read_only());
-        assert!(opts(&["ro", "rw"]).is_read_only(), "rw never overrides ro");
+        assert!(opts(&["ro", "rw"]).is_read_only(), "as the plugins mount it");
         assert!(!opts(&["rw", "size=1m", "rootcontext=ro"]).is_read_only());
         assert!(!MountOptions::default().is_read_only());
     }
