@@ -81,12 +81,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bench_support::{
-    BIN, Daemon, POLL, clk_tck, cpu_ticks, fresh_ext4, journal_base, mounts_below, poll_ms,
-    quick_mode, rss_kib, shared_root, stop_on_ext4, thread_ticks, threads_since, uid, write_pods,
+    BIN, Daemon, POLL, boot_id_file, clk_tck, cpu_ticks, fresh_ext4, journal_tempdir, mounts_below,
+    poll_ms, quick_mode, rss_kib, shared_root, stop_on_ext4, thread_ticks, threads_since, uid,
+    write_pods,
 };
 use nix::mount::{MntFlags, umount2};
 use support::{Scratch, bind_mount, enter_private_mount_ns, mkdirs, mount_tmpfs, require_root};
-use volumed::host::boot::read_boot_id;
 use volumed::journal::JournalConfig;
 use volumed::model::{Layout, PluginName, PodUid};
 
@@ -267,20 +267,8 @@ fn main() {
     let started = Instant::now();
 
     let scratch = Scratch::new("volumed-daemon-bench-");
-    let jbase = tempfile::Builder::new()
-        .prefix("volumed-daemon-bench-journal-")
-        .tempdir_in({
-            let b = journal_base();
-            mkdirs(&b);
-            b
-        })
-        .expect("journal tempdir");
-    let boot_file = scratch.path().join("boot_id");
-    fs::write(
-        &boot_file,
-        read_boot_id(None).expect("boot id").as_str().to_owned() + "\n",
-    )
-    .expect("write boot id");
+    let jbase = journal_tempdir("volumed-daemon-bench-journal-");
+    let boot_file = boot_id_file(scratch.path());
     let pvs = scratch.path().join("pvs");
     let objects = scratch.path().join("objects");
     let p = sizes.mass_pods;

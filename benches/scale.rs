@@ -68,13 +68,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bench_support::{
-    Daemon, MOUNTED_POLL, clk_tck, cpu_ticks, drop_ext4, fresh_ext4, journal_base, median,
-    mounts_below, poll_ms, quick_mode, rss_kib, shared_root, thread_ticks, threads_since, uid,
-    write_pods,
+    Daemon, MOUNTED_POLL, boot_id_file, clk_tck, cpu_ticks, drop_ext4, fresh_ext4, journal_tempdir,
+    median, mounts_below, poll_ms, quick_mode, rss_kib, shared_root, thread_ticks, threads_since,
+    uid, write_pods,
 };
 use nix::mount::{MntFlags, umount2};
 use support::{Scratch, enter_private_mount_ns, mkdirs, mount_tmpfs, require_root};
-use volumed::host::boot::read_boot_id;
 use volumed::host::mountinfo::{MountTable, read_mountinfo};
 use volumed::model::{Layout, PluginName, PodUid};
 
@@ -985,20 +984,8 @@ fn main() {
     enter_private_mount_ns();
     let started = Instant::now();
     let scratch = Scratch::new("volumed-scale-bench-");
-    let journals = tempfile::Builder::new()
-        .prefix("volumed-scale-bench-journal-")
-        .tempdir_in({
-            let b = journal_base();
-            mkdirs(&b);
-            b
-        })
-        .expect("journal tempdir");
-    let boot_file = scratch.path().join("boot_id");
-    fs::write(
-        &boot_file,
-        read_boot_id(None).expect("boot id").as_str().to_owned() + "\n",
-    )
-    .expect("write boot id");
+    let journals = journal_tempdir("volumed-scale-bench-journal-");
+    let boot_file = boot_id_file(scratch.path());
     println!(
         "scale bench ({} mode): {:?} pods, one memory emptyDir each; binary {}; journals under {}; {}",
         if cfg.quick { "quick" } else { "full" },

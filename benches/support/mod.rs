@@ -51,6 +51,25 @@ pub fn journal_base() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
 }
 
+/// A fresh dir for journals under [`journal_base`], named `prefix…`.
+pub fn journal_tempdir(prefix: &str) -> tempfile::TempDir {
+    let base = journal_base();
+    mkdirs(&base);
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(base)
+        .expect("journal tempdir")
+}
+
+/// Writes this boot's id into `dir/boot_id` (what the daemons are given as
+/// `--boot-id-file`) and returns the file.
+pub fn boot_id_file(dir: &Path) -> PathBuf {
+    let file = dir.join("boot_id");
+    let id = volumed::host::boot::read_boot_id(None).expect("boot id");
+    fs::write(&file, id.as_str().to_owned() + "\n").expect("write boot id");
+    file
+}
+
 /// Pod `i`'s UID.
 pub fn uid(i: usize) -> String {
     format!("00000000-0000-4000-8000-{i:012}")

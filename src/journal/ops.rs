@@ -205,19 +205,14 @@ mod tests {
     const BOOT: &str = "boot-1";
 
     fn params(volume: &str) -> SharedParams {
-        SharedParams::new(TargetParams {
-            volume: UniqueVolumeName::from_raw(volume),
-            plugin: PluginName::EmptyDir,
-            spec_name: "cache".into(),
-            target: TargetRef::Device,
-            kind: TargetKind::Dir,
-            device_path: None,
-            device_mount_path: None,
-            pod_mount_path: None,
-            selinux: None,
-            mount_options: Default::default(),
-            fs_type: None,
-        })
+        SharedParams::new(TargetParams::at(
+            UniqueVolumeName::from_raw(volume),
+            PluginName::EmptyDir,
+            "cache".into(),
+            TargetRef::Device,
+            TargetKind::Dir,
+            None,
+        ))
     }
 
     fn open() -> (tempfile::TempDir, Journal) {

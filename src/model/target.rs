@@ -245,7 +245,10 @@ mod tests {
     fn mount_options_say_whether_they_mount_read_only() {
         let opts = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<MountOptions>();
         assert!(opts(&["noatime", "ro"]).is_read_only());
-        assert!(opts(&["ro", "rw"]).is_read_only(), "as the plugins mount it");
+        assert!(
+            opts(&["ro", "rw"]).is_read_only(),
+            "as the plugins mount it"
+        );
         assert!(!opts(&["rw", "size=1m", "rootcontext=ro"]).is_read_only());
         assert!(!MountOptions::default().is_read_only());
     }
