@@ -26,17 +26,6 @@ const SYS_BLOCK: &str = "/sys/block";
 /// Largest sysfs attribute read (a path or a `major:minor`).
 const MAX_SYSFS_BYTES: u64 = 4096;
 
-/// A `dev_t` as major:minor (glibc's encoding, which the kernel's
-/// `new_encode_dev` matches for every number it hands out).
-pub fn dev_id_of(rdev: u64) -> DevId {
-    let major = nix::sys::stat::major(rdev);
-    let minor = nix::sys::stat::minor(rdev);
-    DevId {
-        major: u32::try_from(major).unwrap_or(u32::MAX),
-        minor: u32::try_from(minor).unwrap_or(u32::MAX),
-    }
-}
-
 /// The device number `path` stands for: a block device's own number
 /// (following symlinks), or the loop device backed by a regular file.
 /// `None` when it is neither, or cannot be `stat`ed.
@@ -101,25 +90,11 @@ pub fn device_ids<'a>(
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::os::unix::fs::FileTypeExt;
 
     use super::*;
     use crate::host::recording_sys::RecordingSys;
-    use crate::host::sys::LinuxSys;
-
-    #[test]
-    fn dev_t_encoding_splits_into_major_and_minor() {
-        // 7:3, and a large minor (259:65536) in glibc's split encoding.
-        assert_eq!(dev_id_of(0x703), DevId { major: 7, minor: 3 });
-        let rdev = nix::sys::stat::makedev(259, 65536);
-        assert_eq!(
-            dev_id_of(rdev),
-            DevId {
-                major: 259,
-                minor: 65536
-            }
-        );
-    }
+    use crate::host::sys::{LinuxSys, Sys};
 
     #[test]
     fn missing_dirs_and_char_devices_are_unresolved() {
@@ -144,7 +119,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let link = tmp.path().join("by-uuid-1234");
         std::os::unix::fs::symlink(dev, &link).unwrap();
-        let want = dev_id_of(fs::metadata(dev).unwrap().rdev());
+        let want = LinuxSys.stat(dev, true).unwrap().rdev;
         assert_eq!(device_id(&LinuxSys, &link), Some(want));
     }
 

@@ -659,6 +659,7 @@ fn log_asw_errors(errors: &[ReconstructError]) {
 
 /// Fills the merge input from one scan (see the module doc for what goes
 /// where).
+#[cfg(test)]
 pub fn build_input<'a>(
     sys: &dyn Sys,
     table: &MountTable,
@@ -670,7 +671,7 @@ pub fn build_input<'a>(
     fill_input(sys, &tops, host_targets, view, journal)
 }
 
-/// [`build_input`], taking the view's pod targets and bare dirs instead of
+/// `build_input`, taking the view's pod targets and bare dirs instead of
 /// copying them.
 fn build_input_moving<'a>(
     sys: &dyn Sys,
@@ -861,12 +862,13 @@ fn observed(m: &MountInfo) -> ObservedMount {
 
 /// Every host-found target, in scan order: device targets, mounted pod
 /// targets, bare dirs, then dirs of unknown plugins.
+#[cfg(test)]
 fn host_targets(table: &MountIndex<'_>, view: &HostView) -> Vec<HostTarget> {
     let pods = view.pod_targets.iter().chain(&view.found_dirs).cloned();
     host_targets_moving(table, view, pods.collect())
 }
 
-/// [`host_targets`], with the pod targets and bare dirs moved in (in that
+/// `host_targets`, with the pod targets and bare dirs moved in (in that
 /// order).
 fn host_targets_moving(
     table: &MountIndex<'_>,
