@@ -61,6 +61,7 @@ use support::{
 use volumed::host::boot::read_boot_id;
 use volumed::host::mountinfo::MountTable;
 use volumed::host::scan::{scan_host, scan_mounts, walk_pod_dirs};
+use volumed::host::sys::{LinuxSys, Sys};
 // the generator the unit tests use, compiled into the bench: it is not
 // part of the library
 #[path = "../src/host/testgen.rs"]
@@ -263,7 +264,8 @@ fn main() {
     // background flush of the records just written, page cache, another
     // process): a drift lands on both sides of the ratio, not on one.
     let ready_once = || {
-        let r = read_and_reconstruct_ready(&journal, None, mi, &layout, &boot).expect("phase 1");
+        let r =
+            read_and_reconstruct_ready(&journal, None, &LinuxSys, &layout, &boot).expect("phase 1");
         // the journal agrees: the ASW filled while the table was read is kept
         assert!(r.asw_from_journal, "the ASW was filled after the merge");
         (r.outcome, r.asw, r.table)
@@ -288,7 +290,7 @@ fn main() {
     let (parse_only, _) = median_ms(RUNS, || MountTable::parse(&bytes));
     // the daemon's own way to read: parsed on this thread as a second one reads
     let (overlapped, _) = median_ms(RUNS, || {
-        MountTable::read_overlapped(mi, || ())
+        MountTable::read_overlapped(|piece| LinuxSys.read_mountinfo_pieces(piece), || ())
             .0
             .expect("read mountinfo")
     });
@@ -296,6 +298,7 @@ fn main() {
         layout: &layout,
         table: &table,
         boot_id: &boot,
+        sys: &LinuxSys,
     };
     // the bench must have measured real work
     let out = &outcome.reconstruction.output;
@@ -342,12 +345,16 @@ fn main() {
     );
 
     // where the time goes, on the already-read table
-    let (scan, view) = median_ms(RUNS, || scan_host(&layout, mi, None).expect("scan host"));
+    let (scan, view) = median_ms(RUNS, || {
+        scan_host(&LinuxSys, &layout, mi, None).expect("scan host")
+    });
     assert_eq!(view.pod_targets.len(), n, "pod targets found");
     assert_eq!(view.device_targets.len(), 1, "device targets found");
     assert!(view.problems.is_empty(), "{:?}", view.problems);
     let (mounts_part, _) = median_ms(RUNS, || scan_mounts(&table, &layout));
-    let (walk_part, _) = median_ms(RUNS, || walk_pod_dirs(&layout, &table, &mut Vec::new()));
+    let (walk_part, _) = median_ms(RUNS, || {
+        walk_pod_dirs(&LinuxSys, &layout, &table, &mut Vec::new())
+    });
     let (decide, r) = median_ms(RUNS, || {
         journal.with_state(|s| reconstruct_ready(&host, JournalInput::Replayed(s)))
     });

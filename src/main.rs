@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use volumed::daemon::{Daemon, DaemonConfig};
 use volumed::host::boot::read_boot_id;
+use volumed::host::sys::LIVE_MOUNTINFO;
 use volumed::host::sys::LinuxSys;
 use volumed::journal::{Category, Journal, JournalConfig};
 use volumed::model::{Layout, UniqueVolumeName};
@@ -25,7 +26,6 @@ use volumed::server::daemon_file::DaemonFile;
 /// The default `--listen` address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
 const DEFAULT_ROOT: &str = "/var/lib/kubelet";
-const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
 /// How long shutdown waits for the HTTP server, then for its tasks.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// glibc malloc arenas for the whole process (`limit_malloc_arenas`).
@@ -432,6 +432,7 @@ fn reconstruct(mut args: ReconstructArgs) -> Result<()> {
         layout: &layout,
         table: &table,
         boot_id: &boot,
+        sys: &volumed::host::sys::LinuxSys,
     };
     let mut report = edge::reconstruct(&host, input).report();
     if let Some(note) = inspected.as_ref().and_then(|i| i.note(&journal_dir)) {

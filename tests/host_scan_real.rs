@@ -107,7 +107,13 @@ fn scan_finds_every_real_target() {
         mount_tmpfs(&bad, "size=1m");
         mounts.push(bad.clone());
 
-        let view = scan_host(&layout, Path::new("/proc/self/mountinfo"), None).unwrap();
+        let view = scan_host(
+            &volumed::host::sys::LinuxSys,
+            &layout,
+            Path::new("/proc/self/mountinfo"),
+            None,
+        )
+        .unwrap();
 
         // the device target
         assert_eq!(view.device_targets.len(), 1, "{:#?}", view.device_targets);

@@ -26,7 +26,8 @@ use support::{
 use volumed::host::mountinfo::{MountInfo, MountTable};
 use volumed::host::remove::remove_dir_one_fs;
 use volumed::host::sys::{
-    Beneath, Call, DirEntry, DiskFormat, FileStat, LinuxSys, MntFlags, MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DiskFormat, FileStat, LinuxSys, Listing, MntFlags, MsFlags, Sys,
+    SysError,
 };
 use volumed::journal::Permit;
 use volumed::model::{
@@ -674,6 +675,25 @@ impl Sys for Wrapped {
         } else {
             LinuxSys.read_mountinfo()
         }
+    }
+    fn read_mountinfo_pieces(
+        &self,
+        piece: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<(), SysError> {
+        if self.empty_table {
+            Ok(())
+        } else {
+            LinuxSys.read_mountinfo_pieces(piece)
+        }
+    }
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, SysError> {
+        LinuxSys.canonicalize(path)
+    }
+    fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
+        LinuxSys.read_dir(path)
+    }
+    fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
+        LinuxSys.read_file(path, limit, follow)
     }
 }
 

@@ -218,6 +218,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
             layout: &layout,
             table: &table,
             boot_id: &boot,
+            sys: &volumed::host::sys::LinuxSys,
         };
         let mut asw = ActualStateOfWorld::new();
         let outcome = reconstruct_and_record(&j, None, &host, &mut asw).unwrap();
@@ -365,8 +366,9 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         // A restart now, phase 1 as the daemon runs it: the journal agrees
         // with every target, so the ASW filled from the journal while the
         // table was read is kept, and it is the ASW the decisions fill.
-        let mountinfo = Path::new("/proc/self/mountinfo");
-        let again = read_and_reconstruct_ready(&j, None, mountinfo, &layout, &boot).unwrap();
+        let again =
+            read_and_reconstruct_ready(&j, None, &volumed::host::sys::LinuxSys, &layout, &boot)
+                .unwrap();
         let out = &again.outcome.reconstruction.output;
         assert!(again.asw_from_journal, "{out:#?}");
         assert!(again.outcome.appended.is_empty());
@@ -383,7 +385,9 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         // The matching tmpfs is unmounted outside volumed: the merge
         // disagrees with its entry, so the ASW is filled from the decisions.
         umount(matching.pod_mount_path.as_ref().unwrap());
-        let after = read_and_reconstruct_ready(&j, None, mountinfo, &layout, &boot).unwrap();
+        let after =
+            read_and_reconstruct_ready(&j, None, &volumed::host::sys::LinuxSys, &layout, &boot)
+                .unwrap();
         let out = &after.outcome.reconstruction.output;
         assert!(!after.asw_from_journal);
         let d = out

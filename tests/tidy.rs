@@ -1,8 +1,10 @@
 //! Keeps the tree honest: every source file has a `//!` doc, every module
 //! ARCHITECTURE.md names exists, mount syscalls and raw libc stay inside the
 //! `host` seam, kubelet path names are spelt only in the layout module, no
-//! test hides behind an ignore or should-panic attribute, and the two
-//! dependency pins the journal relies on stay exact.
+//! test hides behind an ignore or should-panic attribute, host reads go
+//! through the `Sys` seam (no `std::fs` outside the modules that read
+//! files of their own), and the two dependency pins the journal relies on
+//! stay exact.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 use std::path::{Path, PathBuf};
@@ -259,5 +261,80 @@ fn only_the_executor_runs_a_plugin_without_a_durable_intent() {
             "{} makes a plugin permit without a durable intent",
             p.display()
         );
+    }
+}
+
+/// Whether a line of code names `std::fs` (a path or an import), not
+/// counting the `std::os::unix::fs` extension traits.
+fn names_std_fs(line: &str) -> bool {
+    if line.contains("std::fs") {
+        return true;
+    }
+    let imports = line.trim_start().starts_with("use std::{");
+    line.match_indices("fs::").any(|(i, _)| {
+        let before = &line[..i];
+        let ident = before
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        !ident && !before.ends_with("unix::") && !before.ends_with("::")
+    }) || (imports
+        && line
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|w| w == "fs"))
+}
+
+#[test]
+fn host_state_is_read_only_through_the_seam() {
+    // Who may use std::fs, and why: `host` is the seam (and reads captured
+    // mount tables and the boot id); `journal` owns its files; `sources`
+    // read the manifest folders, `server/daemon_file.rs` the daemon file and
+    // `selinux/host.rs` `/etc/selinux`: inputs and configuration, not host
+    // mount state; `reconstruct/inspect.rs` copies a journal for the dry
+    // run; `main.rs` is the binary's edge.
+    let allowed = [
+        "src/host/",
+        "src/journal/",
+        "src/sources/",
+        "src/server/daemon_file.rs",
+        "src/selinux/host.rs",
+        "src/reconstruct/inspect.rs",
+        "src/main.rs",
+    ];
+    let mut found = Vec::new();
+    for p in files(&["src"]) {
+        let rel = p.strip_prefix(root()).unwrap_or(&p);
+        if allowed.iter().any(|a| rel.to_string_lossy().starts_with(a)) {
+            continue;
+        }
+        for line in production_code(&p).lines() {
+            if names_std_fs(line) {
+                found.push(format!("{}: {}", rel.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "std::fs outside the modules allowed it (read the host through host::sys::Sys):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_std_fs_check_sees_paths_and_imports() {
+    for hit in [
+        "let x = std::fs::read(p);",
+        "use std::fs;",
+        "fs::canonicalize(p)",
+        "use std::{fs, io};",
+    ] {
+        assert!(names_std_fs(hit), "{hit}");
+    }
+    for miss in [
+        "use std::os::unix::fs::MetadataExt;",
+        "selinuxfs::x",
+        "// fs::read",
+    ] {
+        assert!(!names_std_fs(miss) || miss.starts_with("//"), "{miss}");
     }
 }

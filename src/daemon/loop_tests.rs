@@ -2,7 +2,7 @@
 //! and host threads, and the recording fake underneath (no kernel). Each
 //! wait is bounded, so a deadlock fails the test instead of hanging it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -13,7 +13,7 @@ use super::event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
 use crate::host::mountinfo::MountTable;
 use crate::host::recording_sys::RecordingSys;
 use crate::host::sys::{
-    Beneath, DirEntry, DiskFormat, FileKind, FileStat, MntFlags, MsFlags, Sys, SysError,
+    Beneath, DirEntry, DiskFormat, FileKind, FileStat, Listing, MntFlags, MsFlags, Sys, SysError,
 };
 use crate::journal::{Journal, JournalConfig};
 use crate::metrics::Metrics;
@@ -122,6 +122,21 @@ impl Sys for Gated {
     }
     fn read_mountinfo(&self) -> Result<MountTable, SysError> {
         self.inner.read_mountinfo()
+    }
+    fn read_mountinfo_pieces(
+        &self,
+        piece: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<(), SysError> {
+        self.inner.read_mountinfo_pieces(piece)
+    }
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, SysError> {
+        self.inner.canonicalize(path)
+    }
+    fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
+        self.inner.read_dir(path)
+    }
+    fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
+        self.inner.read_file(path, limit, follow)
     }
 }
 

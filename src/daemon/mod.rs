@@ -48,17 +48,14 @@ use crate::model::{Layout, UniqueVolumeName};
 use crate::reconstruct::MergeOutput;
 use crate::reconstruct::apply_to_asw;
 use crate::reconstruct::edge::{
-    HostInput, JournalInput, read_and_reconstruct_ready, read_mount_table, reconstruct_leftovers,
-    reconstruct_ready, record_leftovers,
+    HostInput, JournalInput, read_and_reconstruct_ready, read_live_mount_table,
+    reconstruct_leftovers, reconstruct_ready, record_leftovers,
 };
 use crate::server::DebugProvider;
 use crate::sources::{Sources, SourcesConfig};
 use crate::state::StateSnapshot;
 
 use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
-
-/// The live mount table the daemon reads.
-pub const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -313,24 +310,23 @@ impl Daemon {
             path: root.clone(),
             source,
         };
-        std::fs::create_dir_all(&root).map_err(err)?;
+        crate::host::sys::mkdir_all(sys.as_ref(), &root, 0o755).map_err(|e| err(e.to_io()))?;
         // The root is used resolved: the mount table shows resolved paths,
         // and targets are reached beneath it without following symlinks
         // (a root dir behind a symlink, `/var/lib/kubelet` -> `/data/kubelet`,
         // is fine; a symlink below it is refused).
-        let root = std::fs::canonicalize(&root).map_err(err)?;
+        let root = sys.canonicalize(&root).map_err(|e| err(e.to_io()))?;
         cfg.layout = Layout::new(&root);
         make_root_shared(sys.as_ref(), &root)?;
 
         // Reconstruction, first and alone.
         let mut world = World::default();
-        let mountinfo = std::path::Path::new(LIVE_MOUNTINFO);
         let (table, ready) = match &journal {
             Some(j) => {
                 let ready = read_and_reconstruct_ready(
                     j,
                     replaced.as_deref(),
-                    mountinfo,
+                    sys.as_ref(),
                     &cfg.layout,
                     &cfg.boot_id,
                 )?;
@@ -338,11 +334,12 @@ impl Daemon {
                 (ready.table, ready.outcome.reconstruction)
             }
             None => {
-                let table = read_mount_table(mountinfo)?;
+                let table = read_live_mount_table(sys.as_ref())?;
                 let host = HostInput {
                     layout: &cfg.layout,
                     table: &table,
                     boot_id: &cfg.boot_id,
+                    sys: sys.as_ref(),
                 };
                 let r = reconstruct_ready(&host, JournalInput::Off);
                 for e in apply_to_asw(&r.output, &mut world.asw) {
@@ -371,7 +368,7 @@ impl Daemon {
             },
             world: world.clone(),
             journal: journal.clone(),
-            sys,
+            sys: sys.clone(),
             metrics: metrics.clone(),
             failed: failed_reconstructions,
             events: (events_tx.clone(), events_rx),
@@ -428,12 +425,14 @@ impl Daemon {
             let journal = journal.clone();
             let layout = cfg.layout.clone();
             let boot = cfg.boot_id.clone();
+            let leftovers_sys = sys;
             let metrics = metrics.clone();
             threads.push(spawn("volumed-leftovers", move || {
                 let host = HostInput {
                     layout: &layout,
                     table: &table,
                     boot_id: &boot,
+                    sys: leftovers_sys.as_ref(),
                 };
                 let output = match &journal {
                     Some(j) => {
@@ -545,6 +544,8 @@ impl DebugProvider for Provider {
 
 #[cfg(test)]
 mod loop_tests;
+#[cfg(test)]
+mod start_tests;
 
 #[cfg(test)]
 mod tests {

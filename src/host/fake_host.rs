@@ -41,6 +41,8 @@ pub(crate) struct State {
     pub(crate) counts: HashMap<Call, usize>,
     pub(crate) failures: Vec<(Call, usize, Errno)>,
     pub(crate) files: BTreeMap<PathBuf, FileKind>,
+    /// what the regular files among `files` hold (empty when absent)
+    pub(crate) contents: BTreeMap<PathBuf, Vec<u8>>,
     pub(crate) devices: BTreeMap<PathBuf, DevId>,
     pub(crate) formats: BTreeMap<PathBuf, DiskFormat>,
     pub(crate) mounts: Vec<FakeMount>,

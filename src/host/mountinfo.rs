@@ -158,46 +158,37 @@ pub struct MountTable {
     warnings: Vec<LineError>,
 }
 
-/// Reads `path` to end-of-file and sends it on in pieces of about
-/// [`OVERLAP_CHUNK`] bytes, then ends (dropping `tx`); an error (or a file
-/// over [`MAX_MOUNTINFO_BYTES`]) is sent instead of the rest.
-fn read_pieces(path: &Path, tx: &std::sync::mpsc::Sender<Result<Vec<u8>, HostError>>) {
+/// Reads `path` to end-of-file and hands it to `piece` in pieces of about
+/// [`OVERLAP_CHUNK`] bytes, until `piece` returns false; a file over
+/// [`MAX_MOUNTINFO_BYTES`] is an error.
+pub(crate) fn read_pieces(
+    path: &Path,
+    piece: &mut dyn FnMut(Vec<u8>) -> bool,
+) -> Result<(), HostError> {
     let err = |source| HostError::ReadMountInfo {
         path: path.to_owned(),
         source,
     };
-    let mut file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = tx.send(Err(err(e)));
-            return;
-        }
-    };
+    let mut file = File::open(path).map_err(err)?;
     let mut total = 0;
     loop {
-        let mut piece = Vec::with_capacity(OVERLAP_CHUNK);
-        let read = (&mut file)
+        let mut buf = Vec::with_capacity(OVERLAP_CHUNK);
+        let n = (&mut file)
             .take(OVERLAP_CHUNK as u64)
-            .read_to_end(&mut piece);
-        match read {
-            Err(e) => {
-                let _ = tx.send(Err(err(e)));
-                return;
-            }
-            Ok(0) => return,
-            Ok(n) => {
-                total += n;
-                if total > MAX_MOUNTINFO_BYTES {
-                    let _ = tx.send(Err(HostError::MountInfoTooLarge {
-                        path: path.to_owned(),
-                        limit: MAX_MOUNTINFO_BYTES,
-                    }));
-                    return;
-                }
-                if tx.send(Ok(piece)).is_err() {
-                    return;
-                }
-            }
+            .read_to_end(&mut buf)
+            .map_err(err)?;
+        if n == 0 {
+            return Ok(());
+        }
+        total += n;
+        if total > MAX_MOUNTINFO_BYTES {
+            return Err(HostError::MountInfoTooLarge {
+                path: path.to_owned(),
+                limit: MAX_MOUNTINFO_BYTES,
+            });
+        }
+        if !piece(buf) {
+            return Ok(());
         }
     }
 }
@@ -308,31 +299,53 @@ impl MountTable {
         b.finish()
     }
 
-    /// Reads and parses `path` as [`MountTable::read`] does, and runs
-    /// `meanwhile` during the read: the file is read on a thread of its
+    /// Parses what `read` hands over (a mountinfo read in pieces, e.g.
+    /// [`Sys::read_mountinfo_pieces`](crate::host::sys::Sys::read_mountinfo_pieces)),
+    /// and runs `meanwhile` during the read: `read` runs on a thread of its
     /// own, and this thread parses its lines as they arrive once
     /// `meanwhile` is done. The kernel formatting the table is most of a
     /// read's time (one page per `read()`), so the parse, and whatever
     /// `meanwhile` does, costs little more than the read alone when a
     /// second core is free. Without a thread to be had, reads first.
-    pub fn read_overlapped<T>(
-        path: &Path,
+    pub fn read_overlapped<T, E: Send>(
+        read: impl FnOnce(&mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), E> + Send,
         meanwhile: impl FnOnce() -> T,
-    ) -> (Result<Self, HostError>, T) {
+    ) -> (Result<Self, E>, T) {
+        // the reader, taken by the thread or, without one, by this thread
+        let slot = std::sync::Mutex::new(Some(read));
+        let take = || slot.lock().ok().and_then(|mut r| r.take());
         std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::channel::<Result<Vec<u8>, HostError>>();
-            let reader = std::thread::Builder::new()
+            let (tx, rx) = std::sync::mpsc::channel::<Result<Vec<u8>, E>>();
+            let spawned = std::thread::Builder::new()
                 .name("volumed-mountinfo".into())
-                .spawn_scoped(scope, move || read_pieces(path, &tx));
-            if reader.is_err() {
-                let done = meanwhile();
-                return (MountTable::read(path), done);
-            }
+                .spawn_scoped(scope, {
+                    let tx = tx.clone();
+                    move || {
+                        if let Some(read) = take()
+                            && let Err(e) = read(&mut |piece| tx.send(Ok(piece)).is_ok())
+                        {
+                            let _ = tx.send(Err(e));
+                        }
+                    }
+                });
             let done = meanwhile();
             let mut b = TableBuilder {
                 entries: Vec::with_capacity(16 << 10),
                 ..TableBuilder::default()
             };
+            if spawned.is_err()
+                && let Some(read) = take()
+            {
+                drop(tx);
+                return match read(&mut |piece| {
+                    b.feed(&piece);
+                    true
+                }) {
+                    Ok(()) => (Ok(b.finish()), done),
+                    Err(e) => (Err(e), done),
+                };
+            }
+            drop(tx);
             for piece in rx {
                 match piece {
                     Ok(bytes) => b.feed(&bytes),
@@ -819,7 +832,7 @@ mod tests {
     #[test]
     fn an_overlapped_read_is_the_plain_read() {
         let path = Path::new("/proc/self/mountinfo");
-        let (table, ran) = MountTable::read_overlapped(path, || 42);
+        let (table, ran) = MountTable::read_overlapped(|f| read_pieces(path, f), || 42);
         assert_eq!(ran, 42);
         let table = table.unwrap();
         let plain = MountTable::read(path).unwrap();
@@ -827,7 +840,10 @@ mod tests {
         // the table may change between two reads (other tests mount in
         // their own namespaces, not this one): compare what both hold
         assert_eq!(parts(&table), parts(&plain));
-        let (missing, _) = MountTable::read_overlapped(Path::new("/nonexistent/mountinfo"), || ());
+        let (missing, _) = MountTable::read_overlapped(
+            |f| read_pieces(Path::new("/nonexistent/mountinfo"), f),
+            || (),
+        );
         assert!(
             matches!(missing, Err(HostError::ReadMountInfo { .. })),
             "{missing:?}"

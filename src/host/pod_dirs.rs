@@ -2,17 +2,14 @@
 //! for volume directories that are not mount points, and the CSI
 //! `vol_data.json` files beside pod `mount` dirs and globalmounts.
 //!
-//! Nothing here follows a symlink: entries are classified by `lstat`
-//! (`symlink_metadata`), a symlink where the layout has a directory is a
+//! Every read goes through the [`Sys`] seam. Nothing here follows a
+//! symlink: entries are classified by `lstat`, a symlink where the layout has a directory is a
 //! reported [`ScanProblem::Symlink`], and `vol_data.json` is opened with
 //! `O_NOFOLLOW` and read only if it is a small regular file. Every failure on
 //! one path is a [`ScanProblem`]; the walk goes on.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fs;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -22,6 +19,7 @@ use crate::host::mountinfo::MountTable;
 use crate::host::scan::{
     DeviceName, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir, pod_uid, utf8,
 };
+use crate::host::sys::{Errno, FileKind, Sys};
 use crate::model::{Layout, PluginName};
 
 /// Largest `vol_data.json` we read (the kubelet's are a few hundred bytes).
@@ -59,15 +57,15 @@ pub struct VolData {
 
 /// The entries of `dir` that are directories (by `lstat`), sorted by name.
 /// A missing `dir` is empty; symlinks and files are reported, not returned.
-fn subdirs(dir: &Path, problems: &mut Vec<ScanProblem>) -> Vec<(OsString, PathBuf)> {
-    let entries = match fs::read_dir(dir) {
+fn subdirs(sys: &dyn Sys, dir: &Path, problems: &mut Vec<ScanProblem>) -> Vec<(OsString, PathBuf)> {
+    let entries = match sys.read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
-        Err(source) => {
+        Err(e) if e.errno() == Some(Errno::ENOENT) => return Vec::new(),
+        Err(e) => {
             problems.push(
                 HostError::ReadDir {
                     path: dir.to_owned(),
-                    source,
+                    source: e.to_io(),
                 }
                 .into(),
             );
@@ -75,30 +73,19 @@ fn subdirs(dir: &Path, problems: &mut Vec<ScanProblem>) -> Vec<(OsString, PathBu
         }
     };
     let mut out = Vec::new();
-    for entry in entries {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(source) => {
-                problems.push(
-                    HostError::ReadDir {
-                        path: dir.to_owned(),
-                        source,
-                    }
-                    .into(),
-                );
-                break;
-            }
-        };
-        let path = entry.path();
-        match fs::symlink_metadata(&path) {
-            Ok(md) if md.file_type().is_symlink() => {
-                problems.push(ScanProblem::Symlink { path });
-            }
-            Ok(md) if md.is_dir() => out.push((entry.file_name(), path)),
+    for (name, kind) in entries {
+        let path = dir.join(&name);
+        match kind {
+            Ok(FileKind::Symlink) => problems.push(ScanProblem::Symlink { path }),
+            Ok(FileKind::Dir) => out.push((name, path)),
             Ok(_) => problems.push(ScanProblem::NotADirectory { path }),
-            // raced with a removal: nothing there any more
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => problems.push(HostError::Stat { path, source }.into()),
+            Err(e) => problems.push(
+                HostError::Stat {
+                    path,
+                    source: e.to_io(),
+                }
+                .into(),
+            ),
         }
     }
     out.sort();
@@ -107,27 +94,27 @@ fn subdirs(dir: &Path, problems: &mut Vec<ScanProblem>) -> Vec<(OsString, PathBu
 
 /// What an `lstat` of `path` shows: `Some(true)` a directory, `Some(false)`
 /// nothing there, `None` something else (reported).
-fn dir_present(path: &Path, problems: &mut Vec<ScanProblem>) -> Option<bool> {
-    match fs::symlink_metadata(path) {
-        Ok(md) if md.file_type().is_symlink() => {
+fn dir_present(sys: &dyn Sys, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<bool> {
+    match sys.stat(path, false) {
+        Ok(st) if st.kind == FileKind::Symlink => {
             problems.push(ScanProblem::Symlink {
                 path: path.to_owned(),
             });
             None
         }
-        Ok(md) if md.is_dir() => Some(true),
+        Ok(st) if st.kind == FileKind::Dir => Some(true),
         Ok(_) => {
             problems.push(ScanProblem::NotADirectory {
                 path: path.to_owned(),
             });
             None
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(false),
-        Err(source) => {
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Some(false),
+        Err(e) => {
             problems.push(
                 HostError::Stat {
                     path: path.to_owned(),
-                    source,
+                    source: e.to_io(),
                 }
                 .into(),
             );
@@ -140,12 +127,13 @@ fn dir_present(path: &Path, problems: &mut Vec<ScanProblem>) -> Option<bool> {
 /// mount points in `table`. Returns (found dirs of known plugins, dirs of
 /// unknown plugins that are not mount points); problems are appended.
 pub fn walk_pod_dirs(
+    sys: &dyn Sys,
     layout: &Layout,
     table: &MountTable,
     problems: &mut Vec<ScanProblem>,
 ) -> (Vec<PodTarget>, Vec<UnknownPluginDir>) {
     let (mut found, mut unknown) = (Vec::new(), Vec::new());
-    for (uid_name, pod_dir) in subdirs(&layout.pods_dir(), problems) {
+    for (uid_name, pod_dir) in subdirs(sys, &layout.pods_dir(), problems) {
         let Some(uid_str) = utf8(&uid_name, &pod_dir, problems) else {
             continue;
         };
@@ -153,15 +141,15 @@ pub fn walk_pod_dirs(
             continue;
         };
         let volumes = layout.pod_volumes_dir(&uid);
-        if dir_present(&volumes, problems) != Some(true) {
+        if dir_present(sys, &volumes, problems) != Some(true) {
             continue;
         }
-        for (plugin_name, plugin_dir) in subdirs(&volumes, problems) {
+        for (plugin_name, plugin_dir) in subdirs(sys, &volumes, problems) {
             let Some(plugin_str) = utf8(&plugin_name, &plugin_dir, problems) else {
                 continue;
             };
             let plugin = PluginName::from_escaped(plugin_str);
-            for (vol_name, vol_dir) in subdirs(&plugin_dir, problems) {
+            for (vol_name, vol_dir) in subdirs(sys, &plugin_dir, problems) {
                 // `<name>.deleting~<seq>`: an emptyDir TearDown cut by a crash.
                 // Not a volume: orphan cleanup finishes deleting it.
                 if crate::host::remove::is_pending_deletion(&vol_name) {
@@ -185,7 +173,7 @@ pub fn walk_pod_dirs(
                 let mut target = vol_dir.clone();
                 if plugin == PluginName::Csi {
                     let mount = layout.pod_target_path(&uid, plugin, spec_name);
-                    match dir_present(&mount, problems) {
+                    match dir_present(sys, &mount, problems) {
                         Some(true) => target = mount,
                         Some(false) => {}
                         None => continue,
@@ -210,39 +198,27 @@ pub fn walk_pod_dirs(
 
 /// Reads a CSI `vol_data.json`: `Ok(None)` when there is none. Never follows
 /// a symlink and refuses anything but a small regular file.
-pub fn read_vol_data(path: &Path) -> Result<Option<VolData>, HostError> {
+pub fn read_vol_data(sys: &dyn Sys, path: &Path) -> Result<Option<VolData>, HostError> {
     let refuse = |why| HostError::RefuseVolData {
         path: path.to_owned(),
         why,
     };
-    let io = |source| HostError::ReadVolData {
-        path: path.to_owned(),
-        source,
+    let bytes = match sys.read_file(path, MAX_VOL_DATA_BYTES, false) {
+        Ok(b) => b,
+        Err(e) => match e.errno() {
+            Some(Errno::ENOENT) => return Ok(None),
+            // the last component is a symlink
+            Some(Errno::ELOOP) => return Err(refuse("it is a symlink")),
+            Some(Errno::EINVAL) => return Err(refuse("not a regular file")),
+            Some(Errno::EFBIG) => return Err(refuse("larger than 64 KiB")),
+            _ => {
+                return Err(HostError::ReadVolData {
+                    path: path.to_owned(),
+                    source: e.to_io(),
+                });
+            }
+        },
     };
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(path);
-    let file = match file {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        // ELOOP: the last component is a symlink
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
-            return Err(refuse("it is a symlink"));
-        }
-        Err(e) => return Err(io(e)),
-    };
-    let md = file.metadata().map_err(io)?;
-    if !md.is_file() {
-        return Err(refuse("not a regular file"));
-    }
-    if md.len() > MAX_VOL_DATA_BYTES {
-        return Err(refuse("larger than 64 KiB"));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_VOL_DATA_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|source| HostError::ParseVolData {
@@ -251,8 +227,8 @@ pub fn read_vol_data(path: &Path) -> Result<Option<VolData>, HostError> {
         })
 }
 
-fn load(path: &Path, problems: &mut Vec<ScanProblem>) -> Option<VolData> {
-    read_vol_data(path)
+fn load(sys: &dyn Sys, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<VolData> {
+    read_vol_data(sys, path)
         .map_err(|e| problems.push(e.into()))
         .ok()
         .flatten()
@@ -260,7 +236,7 @@ fn load(path: &Path, problems: &mut Vec<ScanProblem>) -> Option<VolData> {
 
 /// Reads the `vol_data.json` of every CSI target in `view`, found under
 /// `layout`.
-pub fn attach_vol_data(view: &mut HostView, layout: &Layout) {
+pub fn attach_vol_data(sys: &dyn Sys, view: &mut HostView, layout: &Layout) {
     let problems = &mut view.problems;
     for t in &mut view.device_targets {
         if let DeviceName::Csi {
@@ -268,30 +244,45 @@ pub fn attach_vol_data(view: &mut HostView, layout: &Layout) {
             handle_hash,
         } = &t.name
         {
-            t.vol_data = load(&layout.csi_device_vol_data(driver, handle_hash), problems);
+            t.vol_data = load(
+                sys,
+                &layout.csi_device_vol_data(driver, handle_hash),
+                problems,
+            );
         }
     }
     for t in view.pod_targets.iter_mut().chain(&mut view.found_dirs) {
         if t.plugin == PluginName::Csi {
-            t.vol_data = load(&layout.csi_pod_vol_data(&t.pod_uid, &t.spec_name), problems);
+            t.vol_data = load(
+                sys,
+                &layout.csi_pod_vol_data(&t.pod_uid, &t.spec_name),
+                problems,
+            );
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
+    use crate::host::sys::LinuxSys;
 
     #[test]
     fn missing_root_scans_empty() {
         let tmp = tempfile::tempdir().unwrap();
         let mut problems = Vec::new();
         let layout = Layout::new(tmp.path().join("absent"));
-        let (found, unknown) = walk_pod_dirs(&layout, &MountTable::default(), &mut problems);
+        let (found, unknown) =
+            walk_pod_dirs(&LinuxSys, &layout, &MountTable::default(), &mut problems);
         assert!(found.is_empty() && unknown.is_empty() && problems.is_empty());
-        assert_eq!(read_vol_data(&tmp.path().join("none.json")).unwrap(), None);
+        assert_eq!(
+            read_vol_data(&LinuxSys, &tmp.path().join("none.json")).unwrap(),
+            None
+        );
         fs::write(tmp.path().join("n.json"), r#"{"volumeHandle": 5}"#).unwrap();
-        let err = read_vol_data(&tmp.path().join("n.json")).unwrap_err();
+        let err = read_vol_data(&LinuxSys, &tmp.path().join("n.json")).unwrap_err();
         assert!(
             err.to_string().starts_with("parsing csi volume data"),
             "{err}"
@@ -306,7 +297,8 @@ mod tests {
         fs::create_dir_all(ed.join("disk.deleting~7/sub")).unwrap();
         fs::create_dir_all(ed.join("cache")).unwrap();
         let mut problems = Vec::new();
-        let (found, unknown) = walk_pod_dirs(&layout, &MountTable::default(), &mut problems);
+        let (found, unknown) =
+            walk_pod_dirs(&LinuxSys, &layout, &MountTable::default(), &mut problems);
         let names: Vec<_> = found.iter().map(|t| t.spec_name.as_str()).collect();
         assert_eq!(
             names,
@@ -321,7 +313,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let big = tmp.path().join("big.json");
         fs::write(&big, vec![b' '; 70 << 10]).unwrap();
-        let err = read_vol_data(&big).unwrap_err();
+        let err = read_vol_data(&LinuxSys, &big).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -332,7 +324,7 @@ mod tests {
             ),
             "{err}"
         );
-        let err = read_vol_data(tmp.path()).unwrap_err();
+        let err = read_vol_data(&LinuxSys, tmp.path()).unwrap_err();
         assert!(
             matches!(
                 err,

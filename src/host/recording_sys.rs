@@ -19,8 +19,8 @@ use std::sync::{Mutex, MutexGuard};
 use crate::host::fake_host::{State, create};
 use crate::host::mountinfo::{MountTable, escape};
 use crate::host::sys::{
-    Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, MntFlags, MsFlags, Sys,
-    SysError,
+    Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, LIVE_MOUNTINFO, Listing,
+    MntFlags, MsFlags, Sys, SysError,
 };
 use crate::model::DevId;
 
@@ -70,6 +70,14 @@ impl RecordingSys {
     /// Forgets the recorded calls (the fake host stays as it is).
     pub fn clear_calls(&self) {
         self.lock().calls.clear();
+    }
+
+    /// Adds a regular file holding `bytes` (and its missing parent
+    /// directories) without recording.
+    pub fn add_file(&self, path: impl AsRef<Path>, bytes: impl Into<Vec<u8>>) {
+        let path = path.as_ref();
+        self.add(path, FileKind::File);
+        self.lock().contents.insert(path.to_owned(), bytes.into());
     }
 
     /// Adds a path of `kind` (and its missing parent directories) without recording.
@@ -442,43 +450,113 @@ impl Sys for RecordingSys {
     }
 
     fn read_mountinfo(&self) -> Result<MountTable, SysError> {
-        let st = self.enter(SysCall::ReadMountinfo, Path::new("/proc/self/mountinfo"))?;
-        let mut text = String::from("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
-        for m in &st.mounts {
-            let parent = m
-                .target
-                .ancestors()
-                .skip(1)
-                .find_map(|a| {
-                    st.mounts
-                        .iter()
-                        .rev()
-                        .find(|p| p.target == a && p.id < m.id)
-                })
-                .map_or(1, |p| p.id);
-            let path = |p: &Path| {
-                String::from_utf8_lossy(&escape(p.as_os_str().as_encoded_bytes())).into_owned()
-            };
-            let shared = if m.shared {
-                format!(" shared:{}", m.id)
-            } else {
-                String::new()
-            };
-            text.push_str(&format!(
-                "{} {} {} {} {} {}{shared} - {} {} {}\n",
-                m.id,
-                parent,
-                m.dev,
-                path(&m.root),
-                path(&m.target),
-                if m.read_only { "ro" } else { "rw" },
-                m.fstype,
-                m.source,
-                m.super_options
-            ));
-        }
-        Ok(MountTable::parse(text.as_bytes()))
+        let st = self.enter(SysCall::ReadMountinfo, Path::new(LIVE_MOUNTINFO))?;
+        Ok(MountTable::parse(mountinfo_text(&st).as_bytes()))
     }
+
+    /// Recorded as one [`SysCall::ReadMountinfo`]; the text comes in pieces
+    /// cut mid-line, as a real read's may be.
+    fn read_mountinfo_pieces(
+        &self,
+        piece: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<(), SysError> {
+        let text = {
+            let st = self.enter(SysCall::ReadMountinfo, Path::new(LIVE_MOUNTINFO))?;
+            mountinfo_text(&st).into_bytes()
+        };
+        for chunk in text.chunks(97) {
+            if !piece(chunk.to_vec()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The path itself when it exists with no symlink on the way (the fake
+    /// keeps no link targets).
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, SysError> {
+        let st = self.enter(SysCall::Canonicalize { path: path.into() }, path)?;
+        no_symlink_above(&st, Call::Canonicalize, path, path)?;
+        match st.files.get(path) {
+            Some(FileKind::Symlink) => Err(SysError::call(Call::Canonicalize, path, Errno::ELOOP)),
+            Some(_) => Ok(path.to_owned()),
+            None => Err(SysError::call(Call::Canonicalize, path, Errno::ENOENT)),
+        }
+    }
+
+    fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
+        let st = self.enter(SysCall::ReadDir { path: path.into() }, path)?;
+        match st.files.get(path) {
+            Some(FileKind::Dir) => {}
+            Some(_) => return Err(SysError::call(Call::ReadDir, path, Errno::ENOTDIR)),
+            None => return Err(SysError::call(Call::ReadDir, path, Errno::ENOENT)),
+        }
+        Ok(st
+            .children(path)
+            .into_iter()
+            .map(|(p, kind)| {
+                (
+                    p.file_name().map(OsString::from).unwrap_or_default(),
+                    Ok(kind),
+                )
+            })
+            .collect())
+    }
+
+    fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
+        let st = self.enter(SysCall::ReadFile { path: path.into() }, path)?;
+        let err = |e| SysError::call(Call::ReadFile, path, e);
+        match st.files.get(path) {
+            Some(FileKind::File) => {}
+            Some(FileKind::Symlink) if !follow => return Err(err(Errno::ELOOP)),
+            Some(_) => return Err(err(Errno::EINVAL)),
+            None => return Err(err(Errno::ENOENT)),
+        }
+        let bytes = st.contents.get(path).cloned().unwrap_or_default();
+        if bytes.len() as u64 > limit {
+            return Err(err(Errno::EFBIG));
+        }
+        Ok(bytes)
+    }
+}
+
+/// The fake mounts as mountinfo text, under a root mount of the disk.
+fn mountinfo_text(st: &State) -> String {
+    let mut text = String::from("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+    for m in &st.mounts {
+        let parent = m
+            .target
+            .ancestors()
+            .skip(1)
+            .find_map(|a| {
+                st.mounts
+                    .iter()
+                    .rev()
+                    .find(|p| p.target == a && p.id < m.id)
+            })
+            .map_or(1, |p| p.id);
+        let path = |p: &Path| {
+            String::from_utf8_lossy(&escape(p.as_os_str().as_encoded_bytes())).into_owned()
+        };
+        let shared = if m.shared {
+            format!(" shared:{}", m.id)
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "{} {} {} {} {} {}{shared} - {} {} {}\n",
+            m.id,
+            parent,
+            m.dev,
+            path(&m.root),
+            path(&m.target),
+            if m.read_only { "ro" } else { "rw" },
+            m.fstype,
+            m.source,
+            m.super_options
+        ));
+    }
+    text
 }
 
 /// What the fake's `statx` reports of `path`.

@@ -23,13 +23,13 @@
 //! be read; every other oddity is a [`ScanProblem`] and the rest still scans.
 
 use std::ffi::{OsStr, OsString};
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::host::HostError;
 use crate::host::boot::{BootId, read_boot_id};
 use crate::host::mountinfo::{LineError, MountStack, MountTable};
 pub use crate::host::pod_dirs::{VolData, attach_vol_data, read_vol_data, walk_pod_dirs};
+use crate::host::sys::Sys;
 use crate::model::{
     Area, KubeletPath, Layout, LayoutError, ModelError, MountIdentity, PluginName, PodName, PodUid,
 };
@@ -346,9 +346,14 @@ fn pod_mount(
 
 /// A full scan over an already-read mount table: the pure mount part, the
 /// pod-dir walk and the CSI volume data.
-pub fn scan_with_table(table: &MountTable, layout: &Layout, boot_id: BootId) -> HostView {
+pub fn scan_with_table(
+    sys: &dyn Sys,
+    table: &MountTable,
+    layout: &Layout,
+    boot_id: BootId,
+) -> HostView {
     let mut mounts = scan_mounts(table, layout);
-    let (found_dirs, unknown) = walk_pod_dirs(layout, table, &mut mounts.problems);
+    let (found_dirs, unknown) = walk_pod_dirs(sys, layout, table, &mut mounts.problems);
     mounts.unknown_plugin_dirs.extend(unknown);
     mounts
         .unknown_plugin_dirs
@@ -361,27 +366,33 @@ pub fn scan_with_table(table: &MountTable, layout: &Layout, boot_id: BootId) -> 
         unknown_plugin_dirs: mounts.unknown_plugin_dirs,
         problems: mounts.problems,
     };
-    attach_vol_data(&mut view, layout);
+    attach_vol_data(sys, &mut view, layout);
     view
 }
 
 /// Scans the host: reads the boot id (from `boot_id_path`, default the
 /// kernel's) and the mount table at `mountinfo` once, then everything else.
 pub fn scan_host(
+    sys: &dyn Sys,
     layout: &Layout,
     mountinfo: &Path,
     boot_id_path: Option<&Path>,
 ) -> Result<HostView, HostError> {
     let boot_id = read_boot_id(boot_id_path)?;
     let table = MountTable::read(mountinfo)?;
-    let root = fs::canonicalize(layout.root()).unwrap_or_else(|_| layout.root().to_owned());
-    Ok(scan_with_table(&table, &Layout::new(root), boot_id))
+    let root = sys
+        .canonicalize(layout.root())
+        .unwrap_or_else(|_| layout.root().to_owned());
+    Ok(scan_with_table(sys, &table, &Layout::new(root), boot_id))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
     use crate::host::mountinfo::escape;
+    use crate::host::sys::LinuxSys;
     use crate::model::DevId;
     use std::os::unix::ffi::OsStrExt;
 
@@ -622,7 +633,7 @@ mod tests {
         let boot = tmp.path().join("boot_id");
         fs::write(&boot, "b00t\n").unwrap();
 
-        let view = scan_host(&Layout::new(&root), &mi_path, Some(&boot)).unwrap();
+        let view = scan_host(&LinuxSys, &Layout::new(&root), &mi_path, Some(&boot)).unwrap();
         assert_eq!(view.boot_id.as_str(), "b00t");
 
         let found: Vec<(&str, &Path)> = view

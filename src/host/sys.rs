@@ -54,20 +54,21 @@
 //!   get `-F -m0` as the kubelet passes them.
 
 use std::ffi::{CString, OsStr, OsString};
+use std::io::Read;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
-use crate::host::mountinfo::MountTable;
+use crate::host::mountinfo::{MountTable, read_pieces};
 use crate::model::DevId;
 
 pub use crate::host::sys_types::{
-    Beneath, Call, DirEntry, DiskFormat, FileKind, FileStat, SysCall, SysError,
+    Beneath, Call, DirEntry, DiskFormat, FileKind, FileStat, Listing, SysCall, SysError,
 };
 pub use nix::errno::Errno;
 pub use nix::mount::{MntFlags, MsFlags};
@@ -166,6 +167,21 @@ pub trait Sys: Send + Sync {
     fn probe_fs(&self, device: &Path) -> Result<DiskFormat, SysError>;
     /// The mount table as this process sees it.
     fn read_mountinfo(&self) -> Result<MountTable, SysError>;
+    /// Reads `/proc/self/mountinfo` and hands it to `piece` in pieces cut
+    /// anywhere, as they arrive (so a caller can parse while the kernel
+    /// still formats the rest); stops early when `piece` returns false.
+    fn read_mountinfo_pieces(&self, piece: &mut dyn FnMut(Vec<u8>) -> bool)
+    -> Result<(), SysError>;
+    /// `realpath(3)`: `path` with every symlink, `.` and `..` resolved.
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, SysError>;
+    /// The entries of the directory `path`, each classified by `lstat`
+    /// (never followed); an entry gone before its `lstat` is left out.
+    fn read_dir(&self, path: &Path) -> Result<Listing, SysError>;
+    /// The whole of a regular file of at most `limit` bytes (sysfs
+    /// attributes, CSI `vol_data.json`). With `follow` false a symlink at
+    /// the last component fails with `ELOOP`; anything but a regular file
+    /// fails with `EINVAL`, a larger file with `EFBIG`.
+    fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError>;
 }
 
 /// Creates `path` and any missing parents with `mode` (like `mkdir -p`,
@@ -667,6 +683,94 @@ impl Sys for LinuxSys {
     fn read_mountinfo(&self) -> Result<MountTable, SysError> {
         MountTable::read_self().map_err(|e| SysError::MountInfo(Box::new(e)))
     }
+
+    fn read_mountinfo_pieces(
+        &self,
+        piece: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<(), SysError> {
+        read_pieces(Path::new(LIVE_MOUNTINFO), piece).map_err(|e| SysError::MountInfo(Box::new(e)))
+    }
+
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, SysError> {
+        std::fs::canonicalize(path).map_err(|e| io_error(Call::Canonicalize, path, &e))
+    }
+
+    fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
+        let err = |e: &std::io::Error| io_error(Call::ReadDir, path, e);
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| err(&e))? {
+            let entry = entry.map_err(|e| err(&e))?;
+            // the dirent's type when the filesystem gives one, else `lstat`
+            let kind = match entry.file_type() {
+                Ok(t) => std_kind(t)
+                    .ok_or_else(|| SysError::call(Call::Stat, &entry.path(), Errno::EINVAL)),
+                // raced with a removal: nothing there any more
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => Err(io_error(Call::Stat, &entry.path(), &e)),
+            };
+            out.push((entry.file_name(), kind));
+        }
+        Ok(out)
+    }
+
+    fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
+        let err = |e: Errno| SysError::call(Call::ReadFile, path, e);
+        // O_NONBLOCK: opening a FIFO planted there must not hang the read
+        let mut flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        if !follow {
+            flags |= OFlag::O_NOFOLLOW;
+        }
+        let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(err)?;
+        let mut file = std::fs::File::from(fd);
+        let md = file
+            .metadata()
+            .map_err(|e| io_error(Call::ReadFile, path, &e))?;
+        if !md.is_file() {
+            return Err(err(Errno::EINVAL));
+        }
+        if md.len() > limit {
+            return Err(err(Errno::EFBIG));
+        }
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error(Call::ReadFile, path, &e))?;
+        if bytes.len() as u64 > limit {
+            return Err(err(Errno::EFBIG));
+        }
+        Ok(bytes)
+    }
+}
+
+fn std_kind(t: std::fs::FileType) -> Option<FileKind> {
+    use std::os::unix::fs::FileTypeExt;
+    Some(if t.is_dir() {
+        FileKind::Dir
+    } else if t.is_file() {
+        FileKind::File
+    } else if t.is_symlink() {
+        FileKind::Symlink
+    } else if t.is_socket() {
+        FileKind::Socket
+    } else if t.is_char_device() {
+        FileKind::CharDevice
+    } else if t.is_block_device() {
+        FileKind::BlockDevice
+    } else if t.is_fifo() {
+        FileKind::Fifo
+    } else {
+        return None;
+    })
+}
+
+/// The live mount table of this process.
+pub const LIVE_MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// An I/O error of `call` on `path` as the seam's error (its errno, else `EIO`).
+fn io_error(call: Call, path: &Path, e: &std::io::Error) -> SysError {
+    let errno = e.raw_os_error().map_or(Errno::EIO, Errno::from_raw);
+    SysError::call(call, path, errno)
 }
 
 /// Runs a child, returning its stdout on success.

@@ -89,6 +89,12 @@ pub enum Call {
     ProbeFs,
     /// reading `/proc/self/mountinfo`
     ReadMountinfo,
+    /// `realpath`
+    Canonicalize,
+    /// listing a directory, each entry classified by `lstat`
+    ReadDir,
+    /// reading a small file whole
+    ReadFile,
 }
 
 impl Call {
@@ -111,6 +117,9 @@ impl Call {
             Call::Mkfs => "mkfs",
             Call::ProbeFs => "blkid",
             Call::ReadMountinfo => "read mountinfo",
+            Call::Canonicalize => "canonicalize",
+            Call::ReadDir => "read dir",
+            Call::ReadFile => "read file",
         }
     }
 }
@@ -184,7 +193,19 @@ impl SysError {
             SysError::MountInfo(_) => None,
         }
     }
+    /// As an I/O error, for the callers whose errors carry one: the errno
+    /// when there is one, else the message.
+    pub fn to_io(&self) -> std::io::Error {
+        match self.errno() {
+            Some(errno) => std::io::Error::from(errno),
+            None => std::io::Error::other(self.to_string()),
+        }
+    }
 }
+
+/// A directory listing ([`super::sys::Sys::read_dir`]): each entry's name and
+/// what `lstat` showed (an error for that entry alone).
+pub type Listing = Vec<(OsString, Result<FileKind, SysError>)>;
 
 /// What a directory entry or path is (from `statx`, never following the last
 /// symlink unless asked).
@@ -348,6 +369,21 @@ pub enum SysCall {
     },
     /// mountinfo read
     ReadMountinfo,
+    /// `realpath`
+    Canonicalize {
+        /// path
+        path: PathBuf,
+    },
+    /// directory listing
+    ReadDir {
+        /// path
+        path: PathBuf,
+    },
+    /// small file read
+    ReadFile {
+        /// path
+        path: PathBuf,
+    },
 }
 
 impl SysCall {
@@ -370,6 +406,9 @@ impl SysCall {
             SysCall::Mkfs { .. } => Call::Mkfs,
             SysCall::ProbeFs { .. } => Call::ProbeFs,
             SysCall::ReadMountinfo => Call::ReadMountinfo,
+            SysCall::Canonicalize { .. } => Call::Canonicalize,
+            SysCall::ReadDir { .. } => Call::ReadDir,
+            SysCall::ReadFile { .. } => Call::ReadFile,
         }
     }
 
@@ -383,6 +422,9 @@ impl SysCall {
                 | Call::ReadDirBeneath
                 | Call::ProbeFs
                 | Call::ReadMountinfo
+                | Call::Canonicalize
+                | Call::ReadDir
+                | Call::ReadFile
         )
     }
 }

@@ -125,6 +125,7 @@ impl Layout {
     }
     /// The dir name of a CSI volume handle under `csi/<driver>/`: the hex
     /// SHA-256 of the handle, as the kubelet names it.
+    #[cfg(test)]
     pub fn csi_handle_hash(volume_handle: &str) -> String {
         use sha2::{Digest, Sha256};
         use std::fmt::Write as _;

@@ -99,6 +99,7 @@ impl Operation {
         }
     }
     /// Whether the operation acts on the device target.
+    #[cfg(test)]
     pub fn is_device_op(self) -> bool {
         matches!(
             self,

@@ -282,6 +282,7 @@ impl PluginError {
         self.certainty() == Certainty::Uncertain
     }
     /// The failed kernel call, if that is what failed.
+    #[cfg(test)]
     pub fn sys_error(&self) -> Option<&SysError> {
         match self {
             PluginError::Sys { source, .. } => Some(source),

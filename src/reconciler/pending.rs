@@ -51,6 +51,7 @@ impl OpKey {
         }
     }
     /// Whether two keys may not run at the same time.
+    #[cfg(test)]
     pub fn conflicts(&self, other: &OpKey) -> bool {
         self.volume == other.volume
             && (self.pod.is_none() || other.pod.is_none() || self.pod == other.pod)

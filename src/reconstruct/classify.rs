@@ -8,8 +8,8 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::journal::Entry;
 use crate::model::{
-    MountIdentity, MountState, Operation, PluginName, SeLinuxContext, Steps, TMPFS, TargetKind,
-    TargetParams, TargetRef,
+    MountIdentity, MountState, Operation, PluginName, Steps, TMPFS, TargetKind, TargetParams,
+    TargetRef,
 };
 
 use super::{HostObservation, MergeInput, ObservedMount};
@@ -425,35 +425,4 @@ fn normalise(path: &Path) -> PathBuf {
     path.components()
         .filter(|c| *c != Component::CurDir)
         .collect()
-}
-
-/// The `context=` label in mountinfo's super options (quoted by the kernel
-/// when it contains a comma), normalised; `None` when absent or invalid.
-pub fn context_from_super_options(super_options: &str) -> Option<SeLinuxContext> {
-    let mut rest = super_options;
-    while !rest.is_empty() {
-        let (option, tail) = split_option(rest);
-        if let Some(value) = option.strip_prefix("context=") {
-            let value = value
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(value);
-            return SeLinuxContext::parse(value).ok();
-        }
-        rest = tail;
-    }
-    None
-}
-
-/// Splits off the first comma-separated option, honouring double quotes.
-fn split_option(s: &str) -> (&str, &str) {
-    let mut quoted = false;
-    for (i, c) in s.char_indices() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => return (&s[..i], &s[i + 1..]),
-            _ => {}
-        }
-    }
-    (s, "")
 }

@@ -15,62 +15,54 @@
 //! *Invariant:* read-only: `stat`, `readlink`-free, reads of sysfs files.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::host::sys::{FileKind, Sys};
 use crate::model::DevId;
 
 /// Where the kernel lists block devices.
 const SYS_BLOCK: &str = "/sys/block";
 
-/// A `dev_t` as major:minor (glibc's encoding, which the kernel's
-/// `new_encode_dev` matches for every number it hands out).
-pub fn dev_id_of(rdev: u64) -> DevId {
-    let major = nix::sys::stat::major(rdev);
-    let minor = nix::sys::stat::minor(rdev);
-    DevId {
-        major: u32::try_from(major).unwrap_or(u32::MAX),
-        minor: u32::try_from(minor).unwrap_or(u32::MAX),
-    }
-}
+/// Largest sysfs attribute read (a path or a `major:minor`).
+const MAX_SYSFS_BYTES: u64 = 4096;
 
 /// The device number `path` stands for: a block device's own number
 /// (following symlinks), or the loop device backed by a regular file.
 /// `None` when it is neither, or cannot be `stat`ed.
-pub fn device_id(path: &Path) -> Option<DevId> {
-    device_id_in(path, Path::new(SYS_BLOCK))
+pub fn device_id(sys: &dyn Sys, path: &Path) -> Option<DevId> {
+    device_id_in(sys, path, Path::new(SYS_BLOCK))
 }
 
-fn device_id_in(path: &Path, sys_block: &Path) -> Option<DevId> {
-    let md = fs::metadata(path).ok()?;
-    let kind = md.file_type();
-    if kind.is_block_device() {
-        Some(dev_id_of(md.rdev()))
-    } else if kind.is_file() {
-        loop_backed_by(&fs::canonicalize(path).ok()?, sys_block)
-    } else {
-        None
+fn device_id_in(sys: &dyn Sys, path: &Path, sys_block: &Path) -> Option<DevId> {
+    let st = sys.stat(path, true).ok()?;
+    match st.kind {
+        FileKind::BlockDevice => Some(st.rdev),
+        FileKind::File => loop_backed_by(sys, &sys.canonicalize(path).ok()?, sys_block),
+        _ => None,
     }
 }
 
+/// A sysfs attribute as text, without its trailing newline.
+fn sysfs_attr(sys: &dyn Sys, path: &Path) -> Option<String> {
+    let bytes = sys.read_file(path, MAX_SYSFS_BYTES, true).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    Some(text.trim_end_matches('\n').to_owned())
+}
+
 /// The loop device whose backing file is `file` (canonical), from sysfs.
-fn loop_backed_by(file: &Path, sys_block: &Path) -> Option<DevId> {
-    for dev in fs::read_dir(sys_block).ok()?.flatten() {
-        let name = dev.file_name();
+fn loop_backed_by(sys: &dyn Sys, file: &Path, sys_block: &Path) -> Option<DevId> {
+    for (name, _) in sys.read_dir(sys_block).ok()? {
         if !name.to_string_lossy().starts_with("loop") {
             continue;
         }
-        let dir = dev.path();
-        let Ok(backing) = fs::read_to_string(dir.join("loop").join("backing_file")) else {
+        let dir = sys_block.join(&name);
+        let Some(backing) = sysfs_attr(sys, &dir.join("loop").join("backing_file")) else {
             continue;
         };
-        if Path::new(backing.trim_end_matches('\n')) != file {
+        if Path::new(&backing) != file {
             continue;
         }
-        return fs::read_to_string(dir.join("dev"))
-            .ok()
-            .and_then(|s| parse_major_minor(s.trim()));
+        return sysfs_attr(sys, &dir.join("dev")).and_then(|s| parse_major_minor(s.trim()));
     }
     None
 }
@@ -85,37 +77,31 @@ fn parse_major_minor(s: &str) -> Option<DevId> {
 }
 
 /// Resolves every path in `paths`; unresolved ones are absent.
-pub fn device_ids<'a>(paths: impl IntoIterator<Item = &'a Path>) -> BTreeMap<PathBuf, DevId> {
+pub fn device_ids<'a>(
+    sys: &dyn Sys,
+    paths: impl IntoIterator<Item = &'a Path>,
+) -> BTreeMap<PathBuf, DevId> {
     paths
         .into_iter()
-        .filter_map(|p| device_id(p).map(|id| (p.to_path_buf(), id)))
+        .filter_map(|p| device_id(sys, p).map(|id| (p.to_path_buf(), id)))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::fs;
+    use std::os::unix::fs::FileTypeExt;
 
-    #[test]
-    fn dev_t_encoding_splits_into_major_and_minor() {
-        // 7:3, and a large minor (259:65536) in glibc's split encoding.
-        assert_eq!(dev_id_of(0x703), DevId { major: 7, minor: 3 });
-        let rdev = nix::sys::stat::makedev(259, 65536);
-        assert_eq!(
-            dev_id_of(rdev),
-            DevId {
-                major: 259,
-                minor: 65536
-            }
-        );
-    }
+    use super::*;
+    use crate::host::recording_sys::RecordingSys;
+    use crate::host::sys::{LinuxSys, Sys};
 
     #[test]
     fn missing_dirs_and_char_devices_are_unresolved() {
         let tmp = tempfile::tempdir().unwrap();
-        assert_eq!(device_id(&tmp.path().join("absent")), None);
-        assert_eq!(device_id(tmp.path()), None);
-        assert_eq!(device_id(Path::new("/dev/null")), None);
+        assert_eq!(device_id(&LinuxSys, &tmp.path().join("absent")), None);
+        assert_eq!(device_id(&LinuxSys, tmp.path()), None);
+        assert_eq!(device_id(&LinuxSys, Path::new("/dev/null")), None);
     }
 
     #[test]
@@ -133,8 +119,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let link = tmp.path().join("by-uuid-1234");
         std::os::unix::fs::symlink(dev, &link).unwrap();
-        let want = dev_id_of(fs::metadata(dev).unwrap().rdev());
-        assert_eq!(device_id(&link), Some(want));
+        let want = LinuxSys.stat(dev, true).unwrap().rdev;
+        assert_eq!(device_id(&LinuxSys, &link), Some(want));
     }
 
     #[test]
@@ -154,13 +140,29 @@ mod tests {
         }
         fs::create_dir_all(sys.join("sda")).unwrap();
         assert_eq!(
-            loop_backed_by(&canonical, &sys),
+            loop_backed_by(&LinuxSys, &canonical, &sys),
             Some(DevId { major: 7, minor: 3 })
         );
         assert_eq!(
-            device_id_in(&image, &sys),
+            device_id_in(&LinuxSys, &image, &sys),
             Some(DevId { major: 7, minor: 3 })
         );
         assert_eq!(parse_major_minor("x:1"), None);
+    }
+
+    #[test]
+    fn the_fake_host_resolves_devices_and_loop_images() {
+        let fake = RecordingSys::new();
+        let sda = DevId { major: 8, minor: 0 };
+        fake.add_device("/dev/sda", sda, crate::host::sys::DiskFormat::Unformatted);
+        fake.add_file("/images/disk.img", "");
+        fake.add_file("/sys/block/loop3/loop/backing_file", "/images/disk.img\n");
+        fake.add_file("/sys/block/loop3/dev", "7:3\n");
+        assert_eq!(device_id(&fake, Path::new("/dev/sda")), Some(sda));
+        assert_eq!(
+            device_id(&fake, Path::new("/images/disk.img")),
+            Some(DevId { major: 7, minor: 3 })
+        );
+        assert_eq!(device_id(&fake, Path::new("/images")), None);
     }
 }

@@ -71,7 +71,6 @@
 //! never mounts, unmounts or deletes.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -83,6 +82,7 @@ use crate::host::scan::{
     DeviceName, DeviceTarget, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir,
     VolData, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs,
 };
+use crate::host::sys::{FileKind, Sys, SysError};
 use crate::journal::{Decided, Journal, JournalState};
 use crate::model::{
     Layout, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName, VOL_DATA_FILE,
@@ -130,7 +130,7 @@ impl<'a> JournalInput<'a> {
 }
 
 /// The host side: the layout, one read of the mount table, the boot id.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct HostInput<'a> {
     /// the kubelet layout (root dir as configured; canonicalised here)
     pub layout: &'a Layout,
@@ -138,6 +138,19 @@ pub struct HostInput<'a> {
     pub table: &'a MountTable,
     /// the boot id now
     pub boot_id: &'a BootId,
+    /// the seam every other host read goes through (the root's resolution,
+    /// `lstat`s, the pod-dir walk, `vol_data.json`, device nodes, sysfs)
+    pub sys: &'a dyn Sys,
+}
+
+impl std::fmt::Debug for HostInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostInput")
+            .field("layout", self.layout)
+            .field("table", &self.table.entries().len())
+            .field("boot_id", self.boot_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What one reconstruction found and decided.
@@ -212,10 +225,31 @@ pub fn read_mount_table(path: &Path) -> Result<MountTable, ReconstructError> {
     })
 }
 
+/// Reads the live mount table once, through the seam.
+pub fn read_live_mount_table(sys: &dyn Sys) -> Result<MountTable, ReconstructError> {
+    sys.read_mountinfo().map_err(mount_table_error)
+}
+
+/// A failed read of the live table as reconstruction reports it.
+fn mount_table_error(e: SysError) -> ReconstructError {
+    let path = std::path::PathBuf::from(crate::host::sys::LIVE_MOUNTINFO);
+    let source = match e {
+        SysError::MountInfo(host) => *host,
+        other => crate::host::HostError::ReadMountInfo {
+            path: path.clone(),
+            source: other.to_io(),
+        },
+    };
+    ReconstructError::ReadMountTable { path, source }
+}
+
 /// The layout with its root canonicalised (the mount table shows resolved
 /// paths).
-fn resolved(layout: &Layout) -> Layout {
-    Layout::new(fs::canonicalize(layout.root()).unwrap_or_else(|_| layout.root().into()))
+fn resolved(sys: &dyn Sys, layout: &Layout) -> Layout {
+    Layout::new(
+        sys.canonicalize(layout.root())
+            .unwrap_or_else(|_| layout.root().into()),
+    )
 }
 
 fn alarm_if_unreadable(journal: JournalInput<'_>) {
@@ -234,8 +268,8 @@ fn alarm_if_unreadable(journal: JournalInput<'_>) {
 /// Changes nothing anywhere (the dry run shares it).
 pub fn reconstruct(host: &HostInput<'_>, journal: JournalInput<'_>) -> Reconstruction {
     alarm_if_unreadable(journal);
-    let layout = resolved(host.layout);
-    let view = scan_with_table(host.table, &layout, host.boot_id.clone());
+    let layout = resolved(host.sys, host.layout);
+    let view = scan_with_table(host.sys, host.table, &layout, host.boot_id.clone());
     finish(host, journal, view, merge)
 }
 
@@ -270,7 +304,7 @@ fn ready_with(
     decide: impl FnOnce(&MergeInput<'_>) -> MergeOutput,
 ) -> Reconstruction {
     alarm_if_unreadable(journal);
-    let layout = resolved(host.layout);
+    let layout = resolved(host.sys, host.layout);
     let mounts = scan_mounts(host.table, &layout);
     let mut view = HostView {
         boot_id: host.boot_id.clone(),
@@ -280,7 +314,7 @@ fn ready_with(
         unknown_plugin_dirs: mounts.unknown_plugin_dirs,
         problems: mounts.problems,
     };
-    attach_vol_data(&mut view, &layout);
+    attach_vol_data(host.sys, &mut view, &layout);
     finish(host, journal, view, decide)
 }
 
@@ -288,9 +322,10 @@ fn ready_with(
 /// found): bare dirs of known plugins and dirs of unknown plugins that are
 /// not mount points.
 fn walk_leftovers(host: &HostInput<'_>) -> HostView {
-    let layout = resolved(host.layout);
+    let layout = resolved(host.sys, host.layout);
     let mut problems = Vec::new();
-    let (found_dirs, unknown_plugin_dirs) = walk_pod_dirs(&layout, host.table, &mut problems);
+    let (found_dirs, unknown_plugin_dirs) =
+        walk_pod_dirs(host.sys, &layout, host.table, &mut problems);
     let mut view = HostView {
         boot_id: host.boot_id.clone(),
         device_targets: Vec::new(),
@@ -299,7 +334,7 @@ fn walk_leftovers(host: &HostInput<'_>) -> HostView {
         unknown_plugin_dirs,
         problems,
     };
-    attach_vol_data(&mut view, &layout);
+    attach_vol_data(host.sys, &mut view, &layout);
     view
 }
 
@@ -371,7 +406,7 @@ fn finish(
     mut view: HostView,
     decide: impl FnOnce(&MergeInput<'_>) -> MergeOutput,
 ) -> Reconstruction {
-    let input = build_input_moving(host.table, &mut view, journal.state());
+    let input = build_input_moving(host.sys, host.table, &mut view, journal.state());
     let output = decide(&input);
     Reconstruction::new(output, view.problems, host.boot_id.as_str(), journal)
 }
@@ -480,8 +515,9 @@ pub struct Ready {
     pub asw_from_journal: bool,
 }
 
-/// Phase 1 as the daemon runs it at startup: reads the mount table at
-/// `mountinfo` and does [`reconstruct_and_record_ready`] into a new ASW.
+/// Phase 1 as the daemon runs it at startup: reads
+/// the live mount table through `sys` and does [`reconstruct_and_record_ready`]
+/// into a new ASW.
 ///
 /// The read is most of phase 1's time, spent in the kernel formatting the
 /// table, and needs nothing from the journal; so the table is read on a
@@ -496,23 +532,24 @@ pub struct Ready {
 pub fn read_and_reconstruct_ready(
     journal: &Journal,
     replaced: Option<&str>,
-    mountinfo: &Path,
+    sys: &dyn Sys,
     layout: &Layout,
     boot_id: &BootId,
 ) -> Result<Ready, ReconstructError> {
     let (table, decided, speculated) = journal.with_state(|state| {
-        let (table, speculated) = MountTable::read_overlapped(mountinfo, || match replaced {
-            None => super::asw_as_journal_says(state, boot_id.as_str()),
-            Some(_) => None,
-        });
-        let table = table.map_err(|source| ReconstructError::ReadMountTable {
-            path: mountinfo.to_owned(),
-            source,
-        })?;
+        let (table, speculated) = MountTable::read_overlapped(
+            |piece| sys.read_mountinfo_pieces(piece),
+            || match replaced {
+                None => super::asw_as_journal_says(state, boot_id.as_str()),
+                Some(_) => None,
+            },
+        );
+        let table = table.map_err(mount_table_error)?;
         let host = HostInput {
             layout,
             table: &table,
             boot_id,
+            sys,
         };
         let decided = decide_ready(replaced, &host, state);
         Ok::<_, ReconstructError>((table, decided, speculated))
@@ -622,19 +659,22 @@ fn log_asw_errors(errors: &[ReconstructError]) {
 
 /// Fills the merge input from one scan (see the module doc for what goes
 /// where).
+#[cfg(test)]
 pub fn build_input<'a>(
+    sys: &dyn Sys,
     table: &MountTable,
     view: &HostView,
     journal: Option<&'a JournalState>,
 ) -> MergeInput<'a> {
     let tops = MountIndex::new(table, true);
     let host_targets = host_targets(&tops, view);
-    fill_input(&tops, host_targets, view, journal)
+    fill_input(sys, &tops, host_targets, view, journal)
 }
 
-/// [`build_input`], taking the view's pod targets and bare dirs instead of
+/// `build_input`, taking the view's pod targets and bare dirs instead of
 /// copying them.
 fn build_input_moving<'a>(
+    sys: &dyn Sys,
     table: &MountTable,
     view: &mut HostView,
     journal: Option<&'a JournalState>,
@@ -643,10 +683,11 @@ fn build_input_moving<'a>(
     let mut pods = std::mem::take(&mut view.pod_targets);
     pods.append(&mut view.found_dirs);
     let host_targets = host_targets_moving(&tops, view, pods);
-    fill_input(&tops, host_targets, view, journal)
+    fill_input(sys, &tops, host_targets, view, journal)
 }
 
 fn fill_input<'a>(
+    sys: &dyn Sys,
     tops: &MountIndex<'_>,
     host_targets: Vec<HostTarget>,
     view: &HostView,
@@ -679,7 +720,7 @@ fn fill_input<'a>(
             }
             if let Some(top) = tops.top_at(path) {
                 observe.insert(path.to_owned(), HostObservation::Mounted(observed(top)));
-            } else if is_dir(path) {
+            } else if is_dir(sys, path) {
                 observe.insert(path.to_owned(), HostObservation::DirPresent);
             }
         };
@@ -731,7 +772,7 @@ fn fill_input<'a>(
         current_boot_id: view.boot_id.as_str().to_owned(),
         host_targets,
         observe,
-        device_ids: devices::device_ids(device_paths),
+        device_ids: devices::device_ids(sys, device_paths),
         bind_sources,
     }
 }
@@ -806,8 +847,9 @@ impl<'t> MountIndex<'t> {
 }
 
 /// A directory, not followed through a symlink.
-fn is_dir(path: &Path) -> bool {
-    fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+fn is_dir(sys: &dyn Sys, path: &Path) -> bool {
+    sys.stat(path, false)
+        .is_ok_and(|st| st.kind == FileKind::Dir)
 }
 
 /// The merge's view of one mountinfo line.
@@ -820,12 +862,13 @@ fn observed(m: &MountInfo) -> ObservedMount {
 
 /// Every host-found target, in scan order: device targets, mounted pod
 /// targets, bare dirs, then dirs of unknown plugins.
+#[cfg(test)]
 fn host_targets(table: &MountIndex<'_>, view: &HostView) -> Vec<HostTarget> {
     let pods = view.pod_targets.iter().chain(&view.found_dirs).cloned();
     host_targets_moving(table, view, pods.collect())
 }
 
-/// [`host_targets`], with the pod targets and bare dirs moved in (in that
+/// `host_targets`, with the pod targets and bare dirs moved in (in that
 /// order).
 fn host_targets_moving(
     table: &MountIndex<'_>,

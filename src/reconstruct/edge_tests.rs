@@ -96,6 +96,7 @@ fn journal_off_rebuilds_every_found_target_as_uncertain() {
         layout: &layout,
         table: &table,
         boot_id: &boot,
+        sys: &crate::host::sys::LinuxSys,
     };
     let r = reconstruct(&host, JournalInput::Off);
     let d = &r.output.decisions;
@@ -124,6 +125,7 @@ fn reconstruct_and_record_appends_one_record_per_changed_decision() {
         layout: &layout,
         table: &table,
         boot_id: &boot,
+        sys: &crate::host::sys::LinuxSys,
     };
     let mut asw = ActualStateOfWorld::new();
     let outcome = reconstruct_and_record(&journal, None, &host, &mut asw).unwrap();
@@ -184,6 +186,7 @@ fn an_unreadable_journal_rebuilds_from_the_host_alone() {
         layout: &layout,
         table: &table,
         boot_id: &boot,
+        sys: &crate::host::sys::LinuxSys,
     };
     let r = reconstruct(&host, JournalInput::Unreadable { reason: "checksum" });
     assert_eq!(r.report().journal, "unreadable");
@@ -220,8 +223,13 @@ fn journal_dirs_without_a_mount_are_observed_present() {
         }],
     );
     let table = MountTable::parse(b"");
-    let view = scan_with_table(&table, &layout, BootId::new(BOOT).unwrap());
-    let input = build_input(&table, &view, Some(&state));
+    let view = scan_with_table(
+        &crate::host::sys::LinuxSys,
+        &table,
+        &layout,
+        BootId::new(BOOT).unwrap(),
+    );
+    let input = build_input(&crate::host::sys::LinuxSys, &table, &view, Some(&state));
     assert_eq!(input.observation(&pod_path), &HostObservation::DirPresent);
     assert!(input.device_ids.is_empty());
 }
@@ -277,6 +285,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
         layout: &layout,
         table: &table,
         boot_id: &boot,
+        sys: &crate::host::sys::LinuxSys,
     };
     for journal in [JournalInput::Replayed(&state), JournalInput::Off] {
         let one = reconstruct(&host, journal);

@@ -80,8 +80,7 @@
 //!   `context=` (categories normalised by [`SeLinuxContext::parse`], so
 //!   `c20,c10` = `c10,c20`) while everything else matches is uncertain with
 //!   its own reason, so the next SetUp/MountDevice remounts with the right
-//!   label. [`context_from_super_options`] reads the label from mountinfo's
-//!   super options for the caller.
+//!   label (the host's mountinfo parser reads it from the super options).
 //! - **A device target absent while pod binds remain**: every target is
 //!   decided on its own observation; the pod binds match their recorded
 //!   identity (major:minor, root), so they stay mounted ("in use" is decided
@@ -146,7 +145,7 @@ use crate::model::{
 pub use apply::{
     apply_to_asw, asw_as_journal_says, changed_journal_records, journal_agrees, to_journal_records,
 };
-pub use classify::{Boot, HostSays, JournalSays, Reason, context_from_super_options};
+pub use classify::{Boot, HostSays, JournalSays, Reason};
 pub use error::ReconstructError;
 
 /// One mount the mount table shows at a target's path (the top-most one).

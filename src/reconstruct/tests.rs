@@ -785,30 +785,6 @@ fn host_target_at_a_journal_path_is_the_journal_target() {
 }
 
 #[test]
-fn context_is_read_from_super_options_normalised() {
-    let table = [
-        (
-            "rw,context=\"system_u:object_r:container_file_t:s0:c20,c10\",size=1024k",
-            Some(LABEL),
-        ),
-        (
-            "rw,context=system_u:object_r:container_file_t:s0,x",
-            Some("system_u:object_r:container_file_t:s0"),
-        ),
-        ("rw,size=1024k", None),
-        ("rw,context=\"bad\"", None),
-        ("", None),
-    ];
-    for (options, want) in table {
-        assert_eq!(
-            context_from_super_options(options),
-            want.map(ctx),
-            "{options}"
-        );
-    }
-}
-
-#[test]
 fn reasons_are_distinct_snake_case() {
     let names: std::collections::BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
     assert_eq!(names.len(), Reason::ALL.len());

@@ -77,6 +77,7 @@ impl Default for FeatureGates {
 
 impl FeatureGates {
     /// All three off: what a kubelet without SELinux mount support does.
+    #[cfg(test)]
     pub fn all_off() -> Self {
         Self {
             rwop: false,

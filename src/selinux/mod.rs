@@ -67,11 +67,6 @@ impl Policy {
             host: Some(defaults),
         }
     }
-
-    /// Whether labels are computed at all.
-    pub fn is_enabled(&self) -> bool {
-        self.host.is_some() && self.gates.rwop
-    }
 }
 
 impl Default for Policy {

@@ -252,6 +252,7 @@ impl ActualStateOfWorld {
 
     /// Overwrites the device path while the device is uncertain (a
     /// reconstructed volume learning its device later).
+    #[cfg(test)]
     pub fn update_reconstructed_device_path(
         &mut self,
         volume: &UniqueVolumeName,
@@ -321,6 +322,7 @@ impl ActualStateOfWorld {
     }
 
     /// Whether `pod`'s target of `volume` came from reconstruction and is still uncertain.
+    #[cfg(test)]
     pub fn is_volume_reconstructed(&self, volume: &UniqueVolumeName, pod: &PodUid) -> bool {
         let uncertain = self
             .pod(volume, pod)
@@ -333,6 +335,7 @@ impl ActualStateOfWorld {
     }
 
     /// Whether some pod target of `volume` came from reconstruction.
+    #[cfg(test)]
     pub fn is_volume_device_reconstructed(&self, volume: &UniqueVolumeName) -> bool {
         self.reconstructed.contains_key(volume)
     }
@@ -428,6 +431,7 @@ impl ActualStateOfWorld {
     }
 
     /// Pod targets whose state passes `keep`, optionally of one pod only.
+    #[cfg(test)]
     fn pod_targets(
         &self,
         only: Option<&PodUid>,
@@ -455,12 +459,13 @@ impl ActualStateOfWorld {
     }
 
     /// Pod targets that are mounted (not uncertain).
+    #[cfg(test)]
     pub fn get_mounted_volumes(&self) -> Vec<MountedVolume> {
         self.pod_targets(None, |s| s == MountState::Mounted)
     }
 
     /// Per plugin, how many pod targets are mounted (what
-    /// [`Self::get_mounted_volumes`] lists), without copying them.
+    /// `Self::get_mounted_volumes` lists), without copying them.
     pub fn mounted_counts(&self) -> BTreeMap<PluginName, usize> {
         let mut out = BTreeMap::new();
         for v in self.volumes.values() {
@@ -477,16 +482,18 @@ impl ActualStateOfWorld {
     }
 
     /// `pod`'s targets that are mounted (not uncertain).
+    #[cfg(test)]
     pub fn get_mounted_volumes_for_pod(&self, pod: &PodUid) -> Vec<MountedVolume> {
         self.pod_targets(Some(pod), |s| s == MountState::Mounted)
     }
 
     /// Pod targets that are mounted or uncertain.
+    #[cfg(test)]
     pub fn get_possibly_mounted_volumes(&self) -> Vec<MountedVolume> {
         self.pod_targets(None, |s| s != MountState::NotMounted)
     }
 
-    /// The pod targets [`Self::get_possibly_mounted_volumes`] lists, borrowed:
+    /// The pod targets `Self::get_possibly_mounted_volumes` lists, borrowed:
     /// (volume, pod, the volume's context).
     pub fn possibly_mounted_iter(
         &self,
@@ -500,11 +507,13 @@ impl ActualStateOfWorld {
     }
 
     /// `pod`'s targets that are mounted or uncertain.
+    #[cfg(test)]
     pub fn get_possibly_mounted_volumes_for_pod(&self, pod: &PodUid) -> Vec<MountedVolume> {
         self.pod_targets(Some(pod), |s| s != MountState::NotMounted)
     }
 
     /// Whether `pod` has a mounted (not uncertain) target.
+    #[cfg(test)]
     pub fn pod_has_mounted_volumes(&self, pod: &PodUid) -> bool {
         self.volumes.values().any(|v| {
             v.pods
@@ -519,6 +528,7 @@ impl ActualStateOfWorld {
     }
 
     /// Volumes whose device target is mounted (not uncertain).
+    #[cfg(test)]
     pub fn get_globally_mounted_volumes(&self) -> Vec<(UniqueVolumeName, ActualVolume)> {
         self.volumes_where(|v| {
             v.device
@@ -539,6 +549,7 @@ impl ActualStateOfWorld {
     }
 
     /// Whether a pod other than `pod` may have `volume` mounted (uncertain counts).
+    #[cfg(test)]
     pub fn is_volume_mounted_elsewhere(&self, volume: &UniqueVolumeName, pod: &PodUid) -> bool {
         self.volumes.get(volume).is_some_and(|v| {
             v.pods
@@ -548,6 +559,7 @@ impl ActualStateOfWorld {
     }
 
     /// Whether `pod`'s target of `volume` is gone: false while mounted or uncertain.
+    #[cfg(test)]
     pub fn pod_removed_from_volume(&self, volume: &UniqueVolumeName, pod: &PodUid) -> bool {
         self.pod(volume, pod)
             .is_none_or(|p| p.state == MountState::NotMounted)

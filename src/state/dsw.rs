@@ -66,7 +66,7 @@ pub struct AddedPod {
     pub conflict: Option<SeLinuxConflict>,
 }
 
-/// One (volume, pod) pair to mount, as [`DesiredStateOfWorld::volumes_to_mount`] lists them.
+/// One (volume, pod) pair to mount, as `DesiredStateOfWorld::volumes_to_mount` lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeToMount {
     /// the volume
@@ -262,6 +262,7 @@ impl DesiredStateOfWorld {
 
     /// Whether some pod wants `volume` mounted with `label` (the effective
     /// label); a volume mounted with another label is not desired.
+    #[cfg(test)]
     pub fn volume_exists_with_label(
         &self,
         volume: &UniqueVolumeName,
@@ -280,6 +281,7 @@ impl DesiredStateOfWorld {
     }
 
     /// Whether `pod` wants `volume` mounted with `label` (the effective label).
+    #[cfg(test)]
     pub fn pod_exists_in_volume_with_label(
         &self,
         pod: &PodUid,
@@ -293,6 +295,7 @@ impl DesiredStateOfWorld {
 
     /// Whether `pod` wants some volume. O(log n), from the index by pod: a
     /// caller asking about many pods needs no set of its own.
+    #[cfg(test)]
     pub fn pod_has_volumes(&self, pod: &PodUid) -> bool {
         self.by_pod
             .range((pod.clone(), None)..)
@@ -321,13 +324,14 @@ impl DesiredStateOfWorld {
     }
 
     /// One entry per (volume, pod), sorted by volume then pod.
+    #[cfg(test)]
     pub fn volumes_to_mount(&self) -> Vec<VolumeToMount> {
         self.volumes_to_mount_iter()
             .map(|(name, uid, v, p)| Self::volume_to_mount(name, uid, v, p))
             .collect()
     }
 
-    /// The (volume, pod) pairs [`Self::volumes_to_mount`] lists, borrowed:
+    /// The (volume, pod) pairs `Self::volumes_to_mount` lists, borrowed:
     /// for a pass that copies only the pairs it acts on.
     pub fn volumes_to_mount_iter(
         &self,
@@ -338,7 +342,7 @@ impl DesiredStateOfWorld {
         })
     }
 
-    /// One pair of [`Self::volumes_to_mount_iter`] as [`Self::volumes_to_mount`] lists it.
+    /// One pair of [`Self::volumes_to_mount_iter`] as `Self::volumes_to_mount` lists it.
     pub fn volume_to_mount(
         name: &UniqueVolumeName,
         uid: &PodUid,
@@ -356,7 +360,7 @@ impl DesiredStateOfWorld {
         }
     }
 
-    /// Per plugin, how many (volume, pod) pairs [`Self::volumes_to_mount`]
+    /// Per plugin, how many (volume, pod) pairs `Self::volumes_to_mount`
     /// lists (plugins without any left out), from counts kept up to date:
     /// no walk of the node.
     pub fn to_mount_counts(&self) -> BTreeMap<PluginName, usize> {

@@ -1,0 +1,111 @@
+//! `Daemon::start` whole on the recording fake: every host read and change
+//! goes through the seam, so the daemon runs with no kernel underneath
+//! (a real journal and a real static pods folder: inputs, not host state).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Daemon, DaemonConfig};
+use crate::host::boot::BootId;
+use crate::host::recording_sys::{RecordingSys, SysCall};
+use crate::journal::{Journal, JournalConfig};
+use crate::metrics::Metrics;
+use crate::model::{Layout, PluginName, PodUid};
+
+const ROOT: &str = "/var/lib/kubelet";
+const NODE: &str = "node-1";
+const BOOT: &str = "0b0b0b0b-1111-2222-3333-444444444444";
+const UID: &str = "5a5a5a5a-1111-2222-3333-444444444444";
+
+const POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: default
+  uid: 5a5a5a5a-1111-2222-3333-444444444444
+spec:
+  nodeName: node-1
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - {name: cache, mountPath: /cache}
+  volumes:
+  - name: cache
+    emptyDir: {medium: Memory}
+";
+
+fn start(sys: &Arc<RecordingSys>, dir: &Path) -> Daemon {
+    let (journal, _) = Journal::open(&JournalConfig::new(dir.join("journal"), NODE, BOOT))
+        .expect("open the journal");
+    let boot = BootId::new(BOOT).expect("a boot id");
+    let mut cfg = DaemonConfig::new(Layout::new(ROOT), NODE, boot);
+    cfg.static_pods = Some(dir.join("pods"));
+    cfg.poll_interval = Duration::from_millis(20);
+    cfg.workers = 2;
+    Daemon::start(
+        cfg,
+        Some(Arc::new(journal)),
+        None,
+        sys.clone(),
+        Arc::new(Metrics::new().expect("metrics")),
+    )
+    .expect("the daemon starts on the fake")
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Calls that mount something below the pods dir.
+fn pod_mounts(sys: &RecordingSys) -> Vec<SysCall> {
+    let pods = Layout::new(ROOT).pods_dir();
+    sys.calls()
+        .into_iter()
+        .filter(|c| matches!(c, SysCall::Mount { target, .. } if target.starts_with(&pods)))
+        .collect()
+}
+
+#[test]
+fn the_daemon_runs_on_the_fake_and_a_restart_mounts_nothing_again() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    std::fs::create_dir(dir.path().join("pods")).expect("the pods dir");
+    std::fs::write(dir.path().join("pods/web.yaml"), POD).expect("the manifest");
+    let sys = Arc::new(RecordingSys::new());
+    let uid = PodUid::new(UID).expect("a pod uid");
+    let target = Layout::new(ROOT).pod_target_path(&uid, PluginName::EmptyDir, "cache");
+
+    let daemon = start(&sys, dir.path());
+    let provider = daemon.provider();
+    wait_for("the emptyDir mount", || {
+        sys.mounts()
+            .iter()
+            .any(|m| m.target == target && m.fstype == "tmpfs")
+    });
+    wait_for("readiness", || provider.ready().is_ok());
+    assert_eq!(pod_mounts(&sys).len(), 1, "{:?}", pod_mounts(&sys));
+    daemon.stop();
+    drop(provider);
+
+    // the same host and journal: reconstruction finds the mount the journal
+    // names, and the reconciler has nothing to do
+    sys.clear_calls();
+    let daemon = start(&sys, dir.path());
+    let provider = daemon.provider();
+    wait_for("readiness after the restart", || provider.ready().is_ok());
+    // a resync's worth of the loop: any mount it would issue is issued by now
+    std::thread::sleep(Duration::from_millis(300));
+    daemon.stop();
+    assert!(pod_mounts(&sys).is_empty(), "{:?}", pod_mounts(&sys));
+    let mounted: Vec<_> = sys
+        .mounts()
+        .into_iter()
+        .filter(|m| m.target == target)
+        .collect();
+    assert_eq!(mounted.len(), 1, "mounted once: {mounted:?}");
+}
