@@ -47,6 +47,8 @@ pub struct LoopConfig {
     pub selinux: Policy,
     /// worker threads for operations
     pub workers: usize,
+    /// when the daemon started (the `ready` phase is timed from it)
+    pub started: Instant,
 }
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -141,6 +143,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         journal.as_ref().map_or(0, |j| j.synced_through()),
     );
     let driver = Driver {
+        started: cfg.started,
         core,
         world,
         events: events_rx,
@@ -156,6 +159,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
 
 /// The decision thread.
 struct Driver {
+    started: Instant,
     core: Core,
     world: Arc<Mutex<World>>,
     events: Receiver<Event>,
@@ -197,10 +201,15 @@ impl Driver {
                 queued_jobs: self.queued.load(Ordering::SeqCst),
                 synced_through: self.journal.as_ref().map_or(0, |j| j.synced_through()),
             };
+            let was_ready = self.core.phase().ready();
+            let stepped = Instant::now();
             let effects = {
                 let mut w = lock(&self.world);
-                self.core.step(&mut w, batch, Instant::now(), obs)
+                self.core.step(&mut w, batch, stepped, obs)
             };
+            if !was_ready && self.core.phase().ready() {
+                self.log_ready(stepped);
+            }
             for e in effects {
                 self.perform(e, &mut feedback);
             }
@@ -209,6 +218,24 @@ impl Driver {
                 return;
             }
         }
+    }
+
+    /// The step at `stepped` populated the DSW (every source listed): it
+    /// and readiness as startup phases.
+    fn log_ready(&self, stepped: Instant) {
+        let pairs: usize = lock(&self.world).dsw.to_mount_counts().values().sum();
+        // the step: the listing applied to the DSW, and the pass after it
+        tracing::info!(
+            phase = "dsw_populated",
+            elapsed_ms = crate::elapsed_ms(stepped.elapsed()),
+            pairs,
+            "startup phase"
+        );
+        tracing::info!(
+            phase = "ready",
+            elapsed_ms = crate::elapsed_ms(self.started.elapsed()),
+            "startup phase: every pod source listed, /readyz 200"
+        );
     }
 
     fn perform(&self, effect: Effect, feedback: &mut Vec<Event>) {

@@ -164,6 +164,7 @@ fn rig(workers: usize) -> Rig {
             checkpoint_every: 0,
             selinux: crate::selinux::Policy::disabled(),
             workers,
+            started: std::time::Instant::now(),
         },
         world: world.clone(),
         journal: Some(journal.clone()),

@@ -37,9 +37,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::dump::DumpDoc;
+use crate::elapsed_ms;
 use crate::host::boot::BootId;
 use crate::host::sys::{MsFlags, Sys};
 use crate::journal::Journal;
@@ -307,6 +308,7 @@ impl Daemon {
         sys: Arc<dyn Sys>,
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
+        let started = Instant::now();
         let mut cfg = cfg;
         let root = cfg.layout.root().to_owned();
         let err = |source| DaemonError::RootDir {
@@ -352,6 +354,12 @@ impl Daemon {
             }
         };
         record_reconstruction(&metrics, &ready.output);
+        tracing::info!(
+            phase = "asw_ready",
+            elapsed_ms = elapsed_ms(started.elapsed()),
+            targets = ready.output.decisions.len(),
+            "startup phase"
+        );
         world.unmounted_outside =
             log_reconstruction("reconstruction done, ASW ready", &ready.output);
         let failed_reconstructions = ready.output.failed.clone();
@@ -368,6 +376,7 @@ impl Daemon {
                 checkpoint_every: cfg.checkpoint_every,
                 selinux: cfg.selinux.clone(),
                 workers: cfg.workers,
+                started,
             },
             world: world.clone(),
             journal: journal.clone(),
@@ -403,7 +412,9 @@ impl Daemon {
                 // A wake that concerns the pods dir only does not list the
                 // objects dir again (a `stat` per object file).
                 let mut read_now = Some(watch::Changed::All);
+                let mut listed = false;
                 while !watcher.is_stopped() {
+                    let polled = Instant::now();
                     let evs = match &read_now {
                         None => None,
                         Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
@@ -411,6 +422,15 @@ impl Daemon {
                         }
                         Some(_) => sources.poll_changes(),
                     };
+                    if !listed && sources.ready_sent() {
+                        listed = true;
+                        tracing::info!(
+                            phase = "sources_listed",
+                            elapsed_ms = elapsed_ms(polled.elapsed()),
+                            pods = sources.current().len(),
+                            "startup phase"
+                        );
+                    }
                     if let Some(evs) = evs
                         && !evs.is_empty()
                         && tx.send(Event::Sources(evs)).is_err()
@@ -430,6 +450,7 @@ impl Daemon {
             let boot = cfg.boot_id.clone();
             let metrics = metrics.clone();
             threads.push(spawn("volumed-leftovers", move || {
+                let walk = Instant::now();
                 let host = HostInput {
                     layout: &layout,
                     table: &table,
@@ -451,6 +472,11 @@ impl Daemon {
                 };
                 record_reconstruction(&metrics, &output);
                 let outside = log_reconstruction("pod-dir walk done", &output);
+                tracing::info!(
+                    phase = "pod_dir_walk",
+                    elapsed_ms = elapsed_ms(walk.elapsed()),
+                    "startup phase"
+                );
                 let _ = tx.send(Event::Leftovers(Box::new(output), outside));
             })?);
         }
@@ -481,6 +507,7 @@ impl Daemon {
     /// Stops: no new operation starts (a queued job is reported as not
     /// started); waits for in-flight ones.
     pub fn stop(self) {
+        let asked = Instant::now();
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.poller.stop();
@@ -491,6 +518,11 @@ impl Daemon {
                 tracing::error!("a daemon thread panicked");
             }
         }
+        tracing::info!(
+            phase = "stop",
+            elapsed_ms = elapsed_ms(asked.elapsed()),
+            "daemon stopped: every thread joined"
+        );
     }
 }
 

@@ -258,6 +258,12 @@ impl Sources {
         &self.current
     }
 
+    /// Whether [`SourceEvent::SourcesReady`] has been emitted: every
+    /// configured directory was listed completely once.
+    pub fn ready_sent(&self) -> bool {
+        self.ready_sent
+    }
+
     /// Lists both directories now and returns the full desired set. Updates
     /// the objects and the last good version of each manifest.
     pub fn list(&mut self) -> DesiredPods {
