@@ -75,6 +75,9 @@ pub struct LoopParts {
     pub events: (Sender<Event>, Receiver<Event>),
     /// set before [`Event::Stop`] is sent: workers start no queued job
     pub stopping: Arc<AtomicBool>,
+    /// told once the loop is ready (every pod source listed); dropped,
+    /// untold, when the loop ends before
+    pub on_ready: Option<Sender<()>>,
 }
 
 /// Starts the loop, its worker pool and its journal and host threads;
@@ -90,6 +93,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         failed,
         events: (events_tx, events_rx),
         stopping,
+        on_ready,
     } = parts;
     let mut threads = Vec::new();
     let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
@@ -144,6 +148,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     );
     let driver = Driver {
         started: cfg.started,
+        on_ready,
         core,
         world,
         events: events_rx,
@@ -160,6 +165,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
 /// The decision thread.
 struct Driver {
     started: Instant,
+    on_ready: Option<Sender<()>>,
     core: Core,
     world: Arc<Mutex<World>>,
     events: Receiver<Event>,
@@ -222,7 +228,7 @@ impl Driver {
 
     /// The step at `stepped` populated the DSW (every source listed): it
     /// and readiness as startup phases.
-    fn log_ready(&self, stepped: Instant) {
+    fn log_ready(&mut self, stepped: Instant) {
         let pairs: usize = lock(&self.world).dsw.to_mount_counts().values().sum();
         // the step: the listing applied to the DSW, and the pass after it
         tracing::info!(
@@ -236,6 +242,9 @@ impl Driver {
             elapsed_ms = crate::elapsed_ms(self.started.elapsed()),
             "startup phase: every pod source listed, /readyz 200"
         );
+        if let Some(tx) = self.on_ready.take() {
+            let _ = tx.send(());
+        }
     }
 
     fn perform(&self, effect: Effect, feedback: &mut Vec<Event>) {

@@ -173,6 +173,7 @@ fn rig(workers: usize) -> Rig {
         failed: Vec::new(),
         events: (events.clone(), events_rx),
         stopping: stopping.clone(),
+        on_ready: None,
     })
     .unwrap();
     let provider = Provider {

@@ -9,7 +9,8 @@
 //!    done *and* every pod source has been listed.
 //! 3. The pod sources are polled and the reconciler loop starts at once:
 //!    mounts begin while the DSW is still filling; nothing is unmounted until
-//!    every source has been fully listed (`reconciler::plan`).
+//!    every source has been fully listed (`reconciler::plan`). Once it has
+//!    (ready), reconstruction's phase 2, the pod-dir walk, starts.
 //! 4. Once every source has listed and the pod-dir walk has reported: the
 //!    one-time forced cleanup of the targets reconstruction could not
 //!    rebuild ([`forced`]).
@@ -369,6 +370,7 @@ impl Daemon {
         // Set by `stop`: workers start no job still queued (only in-flight
         // operations are finished).
         let stopping = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
         let mut threads = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 layout: cfg.layout.clone(),
@@ -385,6 +387,7 @@ impl Daemon {
             failed: failed_reconstructions,
             events: (events_tx.clone(), events_rx),
             stopping: stopping.clone(),
+            on_ready: Some(ready_tx),
         })?;
         let poller;
         {
@@ -442,14 +445,20 @@ impl Daemon {
             })?);
         }
         {
-            // Phase 2: the pod-dir walk, after readiness (DESIGN.md allows it;
-            // it only finds kubelet-era dirs and leftovers for cleanup).
+            // Phase 2: the pod-dir walk, once ready (DESIGN.md allows it;
+            // it only finds kubelet-era dirs and leftovers for cleanup): a
+            // stat of every pod's dirs must not compete for the CPU with
+            // the first listing of the sources, which readiness waits for.
             let tx = events_tx.clone();
             let journal = journal.clone();
             let layout = cfg.layout.clone();
             let boot = cfg.boot_id.clone();
             let metrics = metrics.clone();
             threads.push(spawn("volumed-leftovers", move || {
+                if ready_rx.recv().is_err() {
+                    // the loop ended before it was ready: nothing to walk for
+                    return;
+                }
                 let walk = Instant::now();
                 let host = HostInput {
                     layout: &layout,
