@@ -126,9 +126,9 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     let host_lane = {
         let (tx, rx) = mpsc::channel::<HostWork>();
         let (layout, sys, metrics) = (cfg.layout.clone(), sys.clone(), metrics.clone());
-        let events = events_tx.clone();
+        let (events, stop) = (events_tx.clone(), stopping.clone());
         threads.push(spawn("volumed-host", move || {
-            host_lane(&rx, &layout, sys.as_ref(), &metrics, &events);
+            host_lane(&rx, &layout, sys.as_ref(), &metrics, &events, &stop);
         })?);
         tx
     };
@@ -399,11 +399,12 @@ fn host_lane(
     sys: &dyn Sys,
     metrics: &Metrics,
     events: &Sender<Event>,
+    stop: &AtomicBool,
 ) {
     for work in rx {
         let done = match work {
             HostWork::Sweep { known } => {
-                sweep(layout, sys, metrics, &known);
+                sweep(layout, sys, metrics, &known, stop);
                 Completion::Swept
             }
             HostWork::Trim => {
@@ -422,8 +423,9 @@ fn sweep(
     sys: &dyn Sys,
     metrics: &Metrics,
     known: &std::collections::BTreeSet<crate::model::PodUid>,
+    stop: &AtomicBool,
 ) {
-    let r = super::orphans::sweep(layout, sys, known);
+    let r = super::orphans::sweep(layout, sys, known, stop);
     for (path, why) in &r.left {
         tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");
     }
