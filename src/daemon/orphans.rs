@@ -246,6 +246,19 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_asked_to_stop_ends_before_the_next_pod() {
+        let sys = RecordingSys::new();
+        let layout = Layout::new("/r");
+        sys.add(
+            "/r/pods/gone/volumes/kubernetes.io~empty-dir/cache",
+            FileKind::Dir,
+        );
+        let r = sweep(&layout, &sys, &BTreeSet::new(), &AtomicBool::new(true));
+        assert_eq!(r.examined, 0);
+        assert!(sys.exists("/r/pods/gone"), "left for the next sweep");
+    }
+
+    #[test]
     fn orphans_are_removed_known_pods_kept_and_risky_dirs_left() {
         let sys = RecordingSys::new();
         let layout = Layout::new("/r");
