@@ -18,3 +18,9 @@ pub mod selinux;
 pub mod server;
 pub mod sources;
 pub mod state;
+
+/// A duration in milliseconds to 0.1 ms, as the startup phase lines carry
+/// it: `phase=<name> elapsed_ms=<n>`, the shape `benches/scale.rs` parses.
+pub fn elapsed_ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}

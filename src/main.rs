@@ -343,6 +343,7 @@ fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, Option<S
     let cfg = JournalConfig::new(dir, node, boot);
     // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
     // lock for a moment; wait for it rather than fail the start.
+    let started = std::time::Instant::now();
     let mut opened = Journal::open(&cfg);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while matches!(&opened, Err(e) if e.category() == Category::Busy)
@@ -354,6 +355,8 @@ fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, Option<S
     match opened {
         Ok((j, replay)) => {
             tracing::info!(
+                phase = "journal_open",
+                elapsed_ms = volumed::elapsed_ms(started.elapsed()),
                 records = replay.tail.len(),
                 targets = replay.state.len(),
                 checkpoint = ?replay.checkpoint.as_ref().map(|c| c.through_seq),

@@ -48,6 +48,8 @@ pub struct LoopConfig {
     pub selinux: Policy,
     /// worker threads for operations
     pub workers: usize,
+    /// when the daemon started (the `ready` phase is timed from it)
+    pub started: Instant,
 }
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -74,6 +76,9 @@ pub struct LoopParts {
     pub events: (Sender<Event>, Receiver<Event>),
     /// set before [`Event::Stop`] is sent: workers start no queued job
     pub stopping: Arc<AtomicBool>,
+    /// told once the loop is ready (every pod source listed); dropped,
+    /// untold, when the loop ends before
+    pub on_ready: Option<Sender<()>>,
 }
 
 /// Starts the loop, its worker pool and its journal and host threads;
@@ -89,6 +94,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         failed,
         events: (events_tx, events_rx),
         stopping,
+        on_ready,
     } = parts;
     let mut threads = Vec::new();
     let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
@@ -121,9 +127,9 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     let host_lane = {
         let (tx, rx) = mpsc::channel::<HostWork>();
         let (layout, sys, metrics) = (cfg.layout.clone(), sys.clone(), metrics.clone());
-        let events = events_tx.clone();
+        let (events, stop) = (events_tx.clone(), stopping.clone());
         threads.push(spawn("volumed-host", move || {
-            host_lane(&rx, &layout, sys.as_ref(), &metrics, &events);
+            host_lane(&rx, &layout, sys.as_ref(), &metrics, &events, &stop);
         })?);
         tx
     };
@@ -142,6 +148,8 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         journal.as_ref().map_or(0, |j| j.synced_through()),
     );
     let driver = Driver {
+        started: cfg.started,
+        on_ready,
         core,
         world,
         events: events_rx,
@@ -157,6 +165,8 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
 
 /// The decision thread.
 struct Driver {
+    started: Instant,
+    on_ready: Option<Sender<()>>,
     core: Core,
     world: Arc<Mutex<World>>,
     events: Receiver<Event>,
@@ -198,10 +208,15 @@ impl Driver {
                 queued_jobs: self.queued.load(Ordering::SeqCst),
                 synced_through: self.journal.as_ref().map_or(0, |j| j.synced_through()),
             };
+            let was_ready = self.core.phase().ready();
+            let stepped = Instant::now();
             let effects = {
                 let mut w = lock(&self.world);
-                self.core.step(&mut w, batch, Instant::now(), obs)
+                self.core.step(&mut w, batch, stepped, obs)
             };
+            if !was_ready && self.core.phase().ready() {
+                self.log_ready(stepped);
+            }
             for e in effects {
                 self.perform(e, &mut feedback);
             }
@@ -209,6 +224,27 @@ impl Driver {
                 tracing::info!("reconciler stopped: no operation in flight");
                 return;
             }
+        }
+    }
+
+    /// The step at `stepped` populated the DSW (every source listed): it
+    /// and readiness as startup phases.
+    fn log_ready(&mut self, stepped: Instant) {
+        let pairs: usize = lock(&self.world).dsw.to_mount_counts().values().sum();
+        // the step: the listing applied to the DSW, and the pass after it
+        tracing::info!(
+            phase = "dsw_populated",
+            elapsed_ms = crate::elapsed_ms(stepped.elapsed()),
+            pairs,
+            "startup phase"
+        );
+        tracing::info!(
+            phase = "readyz",
+            elapsed_ms = crate::elapsed_ms(self.started.elapsed()),
+            "startup phase: every pod source listed, /readyz 200"
+        );
+        if let Some(tx) = self.on_ready.take() {
+            let _ = tx.send(());
         }
     }
 
@@ -364,11 +400,12 @@ fn host_lane(
     sys: &dyn Sys,
     metrics: &Metrics,
     events: &Sender<Event>,
+    stop: &AtomicBool,
 ) {
     for work in rx {
         let done = match work {
             HostWork::Sweep { known } => {
-                sweep(layout, sys, metrics, &known);
+                sweep(layout, sys, metrics, &known, stop);
                 Completion::Swept
             }
             HostWork::Trim => {
@@ -387,8 +424,9 @@ fn sweep(
     sys: &dyn Sys,
     metrics: &Metrics,
     known: &std::collections::BTreeSet<crate::model::PodUid>,
+    stop: &AtomicBool,
 ) {
-    let r = super::orphans::sweep(layout, sys, known);
+    let r = super::orphans::sweep(layout, sys, known, stop);
     for (path, why) in &r.left {
         tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");
     }

@@ -89,24 +89,37 @@ pub fn plan_forced(
     dsw: &DesiredStateOfWorld,
     also_known: &dyn Fn(&PodUid) -> bool,
 ) -> Vec<Step> {
-    let mut pods: HashSet<&PodUid> = HashSet::new();
-    for (_, v) in dsw.volumes() {
-        pods.extend(v.pods.keys());
-    }
+    // What the device targets are checked against, found once (per-plugin
+    // pair counts, and the CSI drivers in one walk, only when a CSI device
+    // target failed): a walk of the DSW per failed target made the check
+    // O(failed × volumes).
+    let in_use = dsw.to_mount_counts();
+    let csi_device_failed = failed.iter().any(|f| {
+        f.target == TargetRef::Device && PluginName::parse(&f.plugin_name) == Some(PluginName::Csi)
+    });
+    let csi_drivers: HashSet<&str> = match csi_device_failed {
+        true => dsw
+            .volumes()
+            .filter_map(|(_, v)| match &*v.spec {
+                VolumeSpec::Csi(c) => Some(c.driver.as_str()),
+                _ => None,
+            })
+            .collect(),
+        false => HashSet::new(),
+    };
     failed
         .iter()
         .map(|f| {
             let plugin = PluginName::parse(&f.plugin_name);
             let wanted = match &f.target {
                 TargetRef::Pod(uid) => {
-                    pods.contains(uid) || dsw.pod_has_unresolved(uid) || also_known(uid)
+                    dsw.pod_has_volumes(uid) || dsw.pod_has_unresolved(uid) || also_known(uid)
                 }
-                TargetRef::Device => dsw.volumes().any(|(_, v)| match (&*v.spec, plugin) {
-                    (VolumeSpec::Csi(c), Some(PluginName::Csi)) => {
-                        csi_driver(&f.path).is_none_or(|d| d == c.driver)
-                    }
-                    _ => Some(v.plugin) == plugin,
-                }),
+                TargetRef::Device => match (plugin, csi_driver(&f.path)) {
+                    (Some(PluginName::Csi), Some(d)) => csi_drivers.contains(d),
+                    (Some(p), _) => in_use.contains_key(&p),
+                    (None, _) => false,
+                },
             };
             if wanted {
                 return Step::Wanted;

@@ -179,6 +179,7 @@ fn rig(workers: usize) -> Rig {
             checkpoint_every: 0,
             selinux: crate::selinux::Policy::disabled(),
             workers,
+            started: std::time::Instant::now(),
         },
         world: world.clone(),
         journal: Some(journal.clone()),
@@ -187,6 +188,7 @@ fn rig(workers: usize) -> Rig {
         failed: Vec::new(),
         events: (events.clone(), events_rx),
         stopping: stopping.clone(),
+        on_ready: None,
     })
     .unwrap();
     let provider = Provider {

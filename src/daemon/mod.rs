@@ -9,7 +9,8 @@
 //!    done *and* every pod source has been listed.
 //! 3. The pod sources are polled and the reconciler loop starts at once:
 //!    mounts begin while the DSW is still filling; nothing is unmounted until
-//!    every source has been fully listed (`reconciler::plan`).
+//!    every source has been fully listed (`reconciler::plan`). Once it has
+//!    (ready), reconstruction's phase 2, the pod-dir walk, starts.
 //! 4. Once every source has listed and the pod-dir walk has reported: the
 //!    one-time forced cleanup of the targets reconstruction could not
 //!    rebuild ([`forced`]).
@@ -37,9 +38,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::dump::DumpDoc;
+use crate::elapsed_ms;
 use crate::host::boot::BootId;
 use crate::host::sys::{MsFlags, Sys};
 use crate::journal::Journal;
@@ -304,6 +306,7 @@ impl Daemon {
         sys: Arc<dyn Sys>,
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
+        let started = Instant::now();
         let mut cfg = cfg;
         let root = cfg.layout.root().to_owned();
         let err = |source| DaemonError::RootDir {
@@ -349,6 +352,12 @@ impl Daemon {
             }
         };
         record_reconstruction(&metrics, &ready.output);
+        tracing::info!(
+            phase = "asw_ready",
+            elapsed_ms = elapsed_ms(started.elapsed()),
+            targets = ready.output.decisions.len(),
+            "startup phase"
+        );
         world.unmounted_outside =
             log_reconstruction("reconstruction done, ASW ready", &ready.output);
         let failed_reconstructions = ready.output.failed.clone();
@@ -358,6 +367,7 @@ impl Daemon {
         // Set by `stop`: workers start no job still queued (only in-flight
         // operations are finished).
         let stopping = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
         let mut threads = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 layout: cfg.layout.clone(),
@@ -365,6 +375,7 @@ impl Daemon {
                 checkpoint_every: cfg.checkpoint_every,
                 selinux: cfg.selinux.clone(),
                 workers: cfg.workers,
+                started,
             },
             world: world.clone(),
             journal: journal.clone(),
@@ -373,6 +384,7 @@ impl Daemon {
             failed: failed_reconstructions,
             events: (events_tx.clone(), events_rx),
             stopping: stopping.clone(),
+            on_ready: Some(ready_tx),
         })?;
         let poller;
         {
@@ -400,7 +412,9 @@ impl Daemon {
                 // A wake that concerns the pods dir only does not list the
                 // objects dir again (a `stat` per object file).
                 let mut read_now = Some(watch::Changed::All);
+                let mut listed = false;
                 while !watcher.is_stopped() {
+                    let polled = Instant::now();
                     let evs = match &read_now {
                         None => None,
                         Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
@@ -408,6 +422,15 @@ impl Daemon {
                         }
                         Some(_) => sources.poll_changes(),
                     };
+                    if !listed && sources.ready_sent() {
+                        listed = true;
+                        tracing::info!(
+                            phase = "sources_listed",
+                            elapsed_ms = elapsed_ms(polled.elapsed()),
+                            pods = sources.current().len(),
+                            "startup phase"
+                        );
+                    }
                     if let Some(evs) = evs
                         && !evs.is_empty()
                         && tx.send(Event::Sources(evs)).is_err()
@@ -419,8 +442,10 @@ impl Daemon {
             })?);
         }
         {
-            // Phase 2: the pod-dir walk, after readiness (DESIGN.md allows it;
-            // it only finds kubelet-era dirs and leftovers for cleanup).
+            // Phase 2: the pod-dir walk, once ready (DESIGN.md allows it;
+            // it only finds kubelet-era dirs and leftovers for cleanup): a
+            // stat of every pod's dirs must not compete for the CPU with
+            // the first listing of the sources, which readiness waits for.
             let tx = events_tx.clone();
             let journal = journal.clone();
             let layout = cfg.layout.clone();
@@ -428,6 +453,11 @@ impl Daemon {
             let leftovers_sys = sys;
             let metrics = metrics.clone();
             threads.push(spawn("volumed-leftovers", move || {
+                if ready_rx.recv().is_err() {
+                    // the loop ended before it was ready: nothing to walk for
+                    return;
+                }
+                let walk = Instant::now();
                 let host = HostInput {
                     layout: &layout,
                     table: &table,
@@ -450,6 +480,11 @@ impl Daemon {
                 };
                 record_reconstruction(&metrics, &output);
                 let outside = log_reconstruction("pod-dir walk done", &output);
+                tracing::info!(
+                    phase = "pod_dir_walk",
+                    elapsed_ms = elapsed_ms(walk.elapsed()),
+                    "startup phase"
+                );
                 let _ = tx.send(Event::Leftovers(Box::new(output), outside));
             })?);
         }
@@ -480,6 +515,7 @@ impl Daemon {
     /// Stops: no new operation starts (a queued job is reported as not
     /// started); waits for in-flight ones.
     pub fn stop(self) {
+        let asked = Instant::now();
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.poller.stop();
@@ -490,6 +526,11 @@ impl Daemon {
                 tracing::error!("a daemon thread panicked");
             }
         }
+        tracing::info!(
+            phase = "stop",
+            elapsed_ms = elapsed_ms(asked.elapsed()),
+            "daemon stopped: every thread joined"
+        );
     }
 }
 

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::host::mountinfo::MountTable;
 use crate::host::remove::is_pending_deletion;
@@ -38,7 +39,14 @@ pub struct SweepReport {
 }
 
 /// Sweeps `<root>/pods`. `known` holds every pod the DSW or the ASW knows.
-pub fn sweep(layout: &Layout, sys: &dyn Sys, known: &BTreeSet<PodUid>) -> SweepReport {
+/// Ends early, between two pods, once `stop` is set: a graceful stop must
+/// not wait for a walk of every pod dir (the next start sweeps again).
+pub fn sweep(
+    layout: &Layout,
+    sys: &dyn Sys,
+    known: &BTreeSet<PodUid>,
+    stop: &AtomicBool,
+) -> SweepReport {
     let mut report = SweepReport::default();
     let pods = layout.pods_dir();
     let entries = match sys.read_dir_beneath(&pods, Path::new("")) {
@@ -60,6 +68,9 @@ pub fn sweep(layout: &Layout, sys: &dyn Sys, known: &BTreeSet<PodUid>) -> SweepR
     };
     let empty_dir = EmptyDirPlugin::new(layout.clone());
     for entry in entries {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         let path = pods.join(&entry.name);
         let Some(uid) = entry.name.to_str().and_then(|n| PodUid::new(n).ok()) else {
             report.left.push((path, "not a pod uid".into()));
@@ -235,6 +246,19 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_asked_to_stop_ends_before_the_next_pod() {
+        let sys = RecordingSys::new();
+        let layout = Layout::new("/r");
+        sys.add(
+            "/r/pods/gone/volumes/kubernetes.io~empty-dir/cache",
+            FileKind::Dir,
+        );
+        let r = sweep(&layout, &sys, &BTreeSet::new(), &AtomicBool::new(true));
+        assert_eq!(r.examined, 0);
+        assert!(sys.exists("/r/pods/gone"), "left for the next sweep");
+    }
+
+    #[test]
     fn orphans_are_removed_known_pods_kept_and_risky_dirs_left() {
         let sys = RecordingSys::new();
         let layout = Layout::new("/r");
@@ -268,7 +292,7 @@ mod tests {
         d("/r/pods/live/volumes/kubernetes.io~empty-dir/cache");
 
         let known: BTreeSet<_> = [uid("live")].into();
-        let r = sweep(&layout, &sys, &known);
+        let r = sweep(&layout, &sys, &known, &AtomicBool::new(false));
         assert_eq!(r.examined, 4);
         assert_eq!(r.removed, 1, "{:#?}", r.left);
         assert_eq!(r.errors, 3);
@@ -314,7 +338,7 @@ mod tests {
         f("/r/pods/clean/plugins/kubernetes.io~empty-dir/a/ready");
         f("/r/pods/clean/plugins/kubernetes.io~empty-dir/b/ready");
 
-        let r = sweep(&layout, &sys, &BTreeSet::new());
+        let r = sweep(&layout, &sys, &BTreeSet::new(), &AtomicBool::new(false));
         assert_eq!((r.examined, r.removed), (2, 1), "{:#?}", r.left);
         assert!(!sys.exists("/r/pods/clean"));
         assert!(!sys.exists("/r/pods/gone/plugins/kubernetes.io~empty-dir/cache"));
@@ -344,7 +368,7 @@ mod tests {
             FileKind::File,
         );
         let known: BTreeSet<_> = [uid("live")].into();
-        let r = sweep(&layout, &sys, &known);
+        let r = sweep(&layout, &sys, &known, &AtomicBool::new(false));
         assert_eq!(r.finished_deletions, 1);
         assert!(!sys.exists("/r/pods/live/volumes/kubernetes.io~empty-dir/scratch.deleting~7"));
         assert_eq!(r.examined, 0);

@@ -171,11 +171,19 @@ fn target_label(t: &TargetRef) -> &'static str {
 /// Counts one reconstruction's decisions and failures.
 pub fn record_reconstruction(metrics: &Metrics, out: &MergeOutput) {
     let m = &metrics.reconstruct;
+    // looked up per decision: a walk of the leftovers for each made this
+    // O(decisions × leftovers)
+    let left_dirs: std::collections::HashSet<&crate::journal::TargetKey> = out
+        .orphan_leftovers
+        .iter()
+        .filter(|l| l.dir_present)
+        .map(|l| &l.key)
+        .collect();
     for d in &out.decisions {
         m.decisions_total
             .with_label_values(&[d.target_label(), d.result.as_str(), d.reason.as_str()])
             .inc();
-        if matches!(d.key.target, TargetRef::Pod(_)) && found_on_host(out, d) {
+        if matches!(d.key.target, TargetRef::Pod(_)) && found_on_host(&left_dirs, d) {
             m.operations_total.inc();
         }
     }
@@ -198,13 +206,11 @@ pub fn record_reconstruction(metrics: &Metrics, out: &MergeOutput) {
 
 /// Whether the host showed something at a decided target: a mount, a
 /// directory, or a mount-point dir left behind.
-fn found_on_host(out: &MergeOutput, d: &crate::reconstruct::Decision) -> bool {
-    d.observed.is_some()
-        || d.host_says == HostSays::DirPresent
-        || out
-            .orphan_leftovers
-            .iter()
-            .any(|l| l.key == d.key && l.dir_present)
+fn found_on_host(
+    left_dirs: &std::collections::HashSet<&crate::journal::TargetKey>,
+    d: &crate::reconstruct::Decision,
+) -> bool {
+    d.observed.is_some() || d.host_says == HostSays::DirPresent || left_dirs.contains(&d.key)
 }
 
 /// Every registered metric in the text exposition format.

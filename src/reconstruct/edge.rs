@@ -73,9 +73,11 @@
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use fxhash::{FxHashMap, FxHashSet};
 
+use crate::elapsed_ms;
 use crate::host::boot::BootId;
 use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::scan::{
@@ -537,6 +539,7 @@ pub fn read_and_reconstruct_ready(
     boot_id: &BootId,
 ) -> Result<Ready, ReconstructError> {
     let (table, decided, speculated) = journal.with_state(|state| {
+        let scan = Instant::now();
         let (table, speculated) = MountTable::read_overlapped(
             |piece| sys.read_mountinfo_pieces(piece),
             || match replaced {
@@ -545,13 +548,26 @@ pub fn read_and_reconstruct_ready(
             },
         );
         let table = table.map_err(mount_table_error)?;
+        tracing::info!(
+            phase = "mount_scan",
+            elapsed_ms = elapsed_ms(scan.elapsed()),
+            mounts = table.len(),
+            "startup phase"
+        );
         let host = HostInput {
             layout,
             table: &table,
             boot_id,
             sys,
         };
+        let merge = Instant::now();
         let decided = decide_ready(replaced, &host, state);
+        tracing::info!(
+            phase = "merge",
+            elapsed_ms = elapsed_ms(merge.elapsed()),
+            decisions = decided.0.output.decisions.len(),
+            "startup phase"
+        );
         Ok::<_, ReconstructError>((table, decided, speculated))
     })?;
     let (reconstruction, bodies, unchanged) = decided;

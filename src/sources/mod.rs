@@ -258,6 +258,12 @@ impl Sources {
         &self.current
     }
 
+    /// Whether [`SourceEvent::SourcesReady`] has been emitted: every
+    /// configured directory was listed completely once.
+    pub fn ready_sent(&self) -> bool {
+        self.ready_sent
+    }
+
     /// Lists both directories now and returns the full desired set. Updates
     /// the objects and the last good version of each manifest.
     pub fn list(&mut self) -> DesiredPods {
@@ -293,10 +299,13 @@ impl Sources {
                 }
             };
         let complete = pods.complete && objects_complete;
-        let sig_of: BTreeMap<&PathBuf, FileSignature> = pods
+        // Keyed and sorted by the path's bytes: every manifest is a child
+        // of the one pods dir, so that is the order of their paths, without
+        // a component-wise comparison per step.
+        let sig_of: BTreeMap<&OsStr, (&PathBuf, FileSignature)> = pods
             .signature
             .iter()
-            .map(|e| (&e.0, file_signature(e)))
+            .map(|e| (e.0.as_os_str(), (&e.0, file_signature(e))))
             .collect();
         /// One manifest's pod: parsed now, or kept as the DSW has it (the
         /// file is unchanged, or cannot be read now).
@@ -310,7 +319,10 @@ impl Sources {
         let mut got: Vec<(PathBuf, Got)> = Vec::new();
         let mut to_parse: Vec<(&PathBuf, u64)> = Vec::new();
         for file in &pods.files {
-            let sig = sig_of.get(file).copied().unwrap_or_default();
+            let sig = sig_of
+                .get(file.as_os_str())
+                .map(|(_, s)| *s)
+                .unwrap_or_default();
             // Unchanged since it was last parsed, and so are the objects its
             // claims resolve against: the DSW already has its pod.
             let sig_hash = file_signature_hash(&sig);
@@ -344,7 +356,7 @@ impl Sources {
         }
         // an entry that failed its stat but still exists keeps its pod too
         if complete {
-            for file in sig_of.keys() {
+            for (file, _) in sig_of.values() {
                 let name = manifest_key(file);
                 if good.contains_key(name) {
                     continue;
@@ -369,7 +381,7 @@ impl Sources {
         let mut out: BTreeMap<PodUid, DesiredPod> = BTreeMap::new();
         let mut kept = BTreeSet::new();
         let mut owner: BTreeMap<PodUid, PathBuf> = BTreeMap::new();
-        got.sort_by(|a, b| a.0.cmp(&b.0));
+        got.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
         for (file, g) in got {
             let uid = match &g {
                 Got::Parsed(p) => p.uid.clone(),

@@ -295,7 +295,6 @@ impl DesiredStateOfWorld {
 
     /// Whether `pod` wants some volume. O(log n), from the index by pod: a
     /// caller asking about many pods needs no set of its own.
-    #[cfg(test)]
     pub fn pod_has_volumes(&self, pod: &PodUid) -> bool {
         self.by_pod
             .range((pod.clone(), None)..)
