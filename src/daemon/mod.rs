@@ -31,6 +31,7 @@ pub mod effects;
 pub mod event_loop;
 pub mod forced;
 pub mod orphans;
+mod startup;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -43,21 +44,17 @@ use std::time::{Duration, Instant};
 use crate::dump::DumpDoc;
 use crate::elapsed_ms;
 use crate::host::boot::BootId;
-use crate::host::sys::{MsFlags, Sys};
+use crate::host::sys::Sys;
 use crate::journal::Journal;
-use crate::metrics::{Metrics, gather_text, record_reconstruction};
+use crate::metrics::{Metrics, gather_text};
 use crate::model::{Layout, UniqueVolumeName};
-use crate::reconstruct::MergeOutput;
-use crate::reconstruct::apply_to_asw;
-use crate::reconstruct::edge::{
-    HostInput, JournalInput, read_and_reconstruct_ready, read_live_mount_table,
-    reconstruct_leftovers, reconstruct_ready, record_leftovers,
-};
 use crate::server::DebugProvider;
-use crate::sources::{Sources, SourcesConfig};
 use crate::state::StateSnapshot;
 
 use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
+use startup::{
+    Leftovers, name_mounts, reconstruct_first, resolved_root, spawn_leftovers, spawn_sources,
+};
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -176,115 +173,6 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
-/// The targets `output` found unmounted outside volumed, as `/debug/state`
-/// lists them.
-fn outside_rows(output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
-    output
-        .unmounted_outside
-        .iter()
-        .map(|k| {
-            let pod_uid = match &k.target {
-                crate::model::TargetRef::Pod(p) => Some(p.as_str().to_owned()),
-                crate::model::TargetRef::Device => None,
-            };
-            crate::state::UnmountedOutside {
-                volume: k.volume.as_str().to_owned(),
-                target: if pod_uid.is_some() { "pod" } else { "device" }.to_owned(),
-                pod_uid,
-                path: output
-                    .decision(k)
-                    .and_then(|d| d.params.path())
-                    .map(|p| p.to_string_lossy().into_owned()),
-            }
-        })
-        .collect()
-}
-
-/// Logs a reconstruction phase; returns its unmounted-outside rows (each
-/// logged), for `/debug/state`.
-fn log_reconstruction(what: &str, output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
-    for f in &output.failed {
-        tracing::warn!(path = %f.path.display(), cause = ?f.cause,
-            "reconstruction failed for this target; the forced cleanup handles it once every source has listed");
-    }
-    let outside = outside_rows(output);
-    for o in &outside {
-        tracing::warn!(volume = %o.volume, target = %o.target, path = o.path.as_deref().unwrap_or("?"),
-            "unmounted outside volumed: the journal had it mounted this boot; mounted again if still needed");
-    }
-    tracing::info!(
-        decisions = output.decisions.len(),
-        failed = output.failed.len(),
-        unmounted_outside = output.unmounted_outside.len(),
-        "{what}"
-    );
-    outside
-}
-
-/// Makes `root` a shared mount, never by binding over a mount that already
-/// exists beneath it: a recursive bind of the root onto itself clones every
-/// mount below and leaves the originals under the bind, out of reach of any
-/// unmount (their devices stay busy for good); a plain bind hides them.
-///
-/// - `root` a mount point: made shared, with everything below it;
-/// - `root` on a mount that is already shared (the kubelet's `MakeRShared`
-///   checks the same): nothing to do, a mount made below it propagates;
-/// - otherwise, with nothing mounted below: bound onto itself, then shared;
-/// - otherwise: refused with an error naming the mounts and the fixes.
-fn make_root_shared(sys: &dyn Sys, root: &std::path::Path) -> Result<(), DaemonError> {
-    let err = |source| DaemonError::SharedRoot {
-        path: root.to_owned(),
-        source: Box::new(source),
-    };
-    let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
-    if sys.mount_root(root).map_err(err)? {
-        return sys.mount(None, root, None, shared, None).map_err(err);
-    }
-    let table = sys.read_mountinfo().map_err(err)?;
-    let id = sys.mnt_id(root).map_err(err)?;
-    let holder = u32::try_from(id)
-        .ok()
-        .and_then(|id| table.by_id(id))
-        .or_else(|| root.ancestors().find_map(|a| table.top_at(a)));
-    if holder.is_some_and(|m| m.propagation.shared.is_some()) {
-        return Ok(());
-    }
-    let beneath: Vec<PathBuf> = table.under(root).map(|m| m.mount_point.clone()).collect();
-    if !beneath.is_empty() {
-        return Err(DaemonError::MountsBeneathRoot {
-            path: root.to_owned(),
-            holder: holder.map_or_else(|| PathBuf::from("/"), |m| m.mount_point.clone()),
-            mounts: beneath,
-        });
-    }
-    sys.mount(
-        Some(root),
-        root,
-        None,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None,
-    )
-    .map_err(err)?;
-    sys.mount(None, root, None, shared, None).map_err(err)
-}
-
-/// At most this many paths are named in an error that lists mounts.
-const MOUNTS_NAMED: usize = 5;
-
-/// `mounts` for an error message: the first few, and how many more.
-fn name_mounts(mounts: &[PathBuf]) -> String {
-    let mut s = mounts
-        .iter()
-        .take(MOUNTS_NAMED)
-        .map(|m| m.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    if mounts.len() > MOUNTS_NAMED {
-        s.push_str(&format!(" and {} more", mounts.len() - MOUNTS_NAMED));
-    }
-    s
-}
-
 pub(super) fn spawn(
     name: &'static str,
     f: impl FnOnce() + Send + 'static,
@@ -308,58 +196,17 @@ impl Daemon {
     ) -> Result<Daemon, DaemonError> {
         let started = Instant::now();
         let mut cfg = cfg;
-        let root = cfg.layout.root().to_owned();
-        let err = |source| DaemonError::RootDir {
-            path: root.clone(),
-            source,
-        };
-        crate::host::sys::mkdir_all(sys.as_ref(), &root, 0o755).map_err(|e| err(e.to_io()))?;
-        // The root is used resolved: the mount table shows resolved paths,
-        // and targets are reached beneath it without following symlinks
-        // (a root dir behind a symlink, `/var/lib/kubelet` -> `/data/kubelet`,
-        // is fine; a symlink below it is refused).
-        let root = sys.canonicalize(&root).map_err(|e| err(e.to_io()))?;
-        cfg.layout = Layout::new(&root);
-        make_root_shared(sys.as_ref(), &root)?;
+        cfg.layout = resolved_root(&cfg.layout, sys.as_ref())?;
 
         // Reconstruction, first and alone.
-        let mut world = World::default();
-        let (table, ready) = match &journal {
-            Some(j) => {
-                let ready = read_and_reconstruct_ready(
-                    j,
-                    replaced.as_deref(),
-                    sys.as_ref(),
-                    &cfg.layout,
-                    &cfg.boot_id,
-                )?;
-                world.asw = ready.asw;
-                (ready.table, ready.outcome.reconstruction)
-            }
-            None => {
-                let table = read_live_mount_table(sys.as_ref())?;
-                let host = HostInput {
-                    layout: &cfg.layout,
-                    table: &table,
-                    boot_id: &cfg.boot_id,
-                    sys: sys.as_ref(),
-                };
-                let r = reconstruct_ready(&host, JournalInput::Off);
-                for e in apply_to_asw(&r.output, &mut world.asw) {
-                    tracing::error!(error = %e, "reconstruction: the ASW refused a decision");
-                }
-                (table, r)
-            }
-        };
-        record_reconstruction(&metrics, &ready.output);
-        tracing::info!(
-            phase = "asw_ready",
-            elapsed_ms = elapsed_ms(started.elapsed()),
-            targets = ready.output.decisions.len(),
-            "startup phase"
-        );
-        world.unmounted_outside =
-            log_reconstruction("reconstruction done, ASW ready", &ready.output);
+        let (world, table, ready) = reconstruct_first(
+            &cfg,
+            journal.as_ref(),
+            replaced.as_deref(),
+            &sys,
+            &metrics,
+            started,
+        )?;
         let failed_reconstructions = ready.output.failed.clone();
 
         let world = Arc::new(Mutex::new(world));
@@ -386,108 +233,22 @@ impl Daemon {
             stopping: stopping.clone(),
             on_ready: Some(ready_tx),
         })?;
-        let poller;
-        {
-            let mut sources = Sources::new(SourcesConfig {
-                pods_dir: cfg.static_pods.clone(),
-                objects_dir: cfg.static_objects.clone(),
-                node_name: cfg.node_name.clone(),
-                poll_interval: cfg.poll_interval,
-            });
-            let tx = events_tx.clone();
-            let dirs: Vec<PathBuf> = [cfg.static_pods.clone(), cfg.static_objects.clone()]
-                .into_iter()
-                .flatten()
-                .collect();
-            // the objects dir's index in `dirs`, when there is one
-            let objects_at = cfg
-                .static_objects
-                .is_some()
-                .then_some(usize::from(cfg.static_pods.is_some()));
-            let mut watcher = watch::Watcher::new(dirs, cfg.poll_interval);
-            poller = watcher.stopper();
-            threads.push(spawn("volumed-sources", move || {
-                // The first listing at once; then on inotify events (or the
-                // fallback poll), with a full re-read every watch::RESYNC.
-                // A wake that concerns the pods dir only does not list the
-                // objects dir again (a `stat` per object file).
-                let mut read_now = Some(watch::Changed::All);
-                let mut listed = false;
-                while !watcher.is_stopped() {
-                    let polled = Instant::now();
-                    let evs = match &read_now {
-                        None => None,
-                        Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
-                            sources.poll_pods_changes()
-                        }
-                        Some(_) => sources.poll_changes(),
-                    };
-                    if !listed && sources.ready_sent() {
-                        listed = true;
-                        tracing::info!(
-                            phase = "sources_listed",
-                            elapsed_ms = elapsed_ms(polled.elapsed()),
-                            pods = sources.current().len(),
-                            "startup phase"
-                        );
-                    }
-                    if let Some(evs) = evs
-                        && !evs.is_empty()
-                        && tx.send(Event::Sources(evs)).is_err()
-                    {
-                        return;
-                    }
-                    read_now = watcher.wait_changed(watch::RESYNC);
-                }
-            })?);
-        }
-        {
-            // Phase 2: the pod-dir walk, once ready (DESIGN.md allows it;
-            // it only finds kubelet-era dirs and leftovers for cleanup): a
-            // stat of every pod's dirs must not compete for the CPU with
-            // the first listing of the sources, which readiness waits for.
-            let tx = events_tx.clone();
-            let journal = journal.clone();
-            let layout = cfg.layout.clone();
-            let boot = cfg.boot_id.clone();
-            let leftovers_sys = sys;
-            let metrics = metrics.clone();
-            threads.push(spawn("volumed-leftovers", move || {
-                if ready_rx.recv().is_err() {
-                    // the loop ended before it was ready: nothing to walk for
-                    return;
-                }
-                let walk = Instant::now();
-                let host = HostInput {
-                    layout: &layout,
-                    table: &table,
-                    boot_id: &boot,
-                    sys: leftovers_sys.as_ref(),
-                };
-                let output = match &journal {
-                    Some(j) => {
-                        let mut scratch = crate::state::ActualStateOfWorld::new();
-                        match record_leftovers(j, replaced.as_deref(), &host, &ready, &mut scratch)
-                        {
-                            Ok(o) => o.reconstruction.output,
-                            Err(e) => {
-                                tracing::error!(error = %e, "recording leftover decisions failed");
-                                return;
-                            }
-                        }
-                    }
-                    None => reconstruct_leftovers(&host, JournalInput::Off, &ready).output,
-                };
-                record_reconstruction(&metrics, &output);
-                let outside = log_reconstruction("pod-dir walk done", &output);
-                tracing::info!(
-                    phase = "pod_dir_walk",
-                    elapsed_ms = elapsed_ms(walk.elapsed()),
-                    "startup phase"
-                );
-                let _ = tx.send(Event::Leftovers(Box::new(output), outside));
-            })?);
-        }
+        let (sources, poller) = spawn_sources(&cfg, events_tx.clone())?;
+        threads.push(sources);
+        threads.push(spawn_leftovers(
+            Leftovers {
+                layout: cfg.layout.clone(),
+                boot: cfg.boot_id.clone(),
+                journal: journal.clone(),
+                replaced,
+                table,
+                ready,
+            },
+            sys,
+            metrics.clone(),
+            ready_rx,
+            events_tx.clone(),
+        )?);
         Ok(Daemon {
             world,
             events: events_tx,
@@ -592,9 +353,10 @@ mod start_tests;
 mod tests {
     use std::path::Path;
 
+    use super::startup::make_root_shared;
     use super::*;
     use crate::host::recording_sys::{RecordingSys, SysCall};
-    use crate::host::sys::FileKind;
+    use crate::host::sys::{FileKind, MsFlags};
 
     const ROOT: &str = "/var/lib/kubelet";
     const CACHE: &str = "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache";

@@ -1,0 +1,313 @@
+//! The startup steps `Daemon::start` runs in seed 000's order: the root
+//! dir made a shared mount (never by binding over mounts beneath it),
+//! reconstruction phase 1, the source poller, and phase 2 (the pod-dir
+//! walk) once the loop is ready. Each logs its phase with its duration.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::elapsed_ms;
+use crate::host::boot::BootId;
+use crate::host::mountinfo::MountTable;
+use crate::host::sys::{MsFlags, Sys};
+use crate::journal::Journal;
+use crate::metrics::{Metrics, record_reconstruction};
+use crate::model::Layout;
+use crate::reconstruct::edge::{
+    HostInput, JournalInput, Reconstruction, read_and_reconstruct_ready, read_live_mount_table,
+    reconstruct_leftovers, reconstruct_ready, record_leftovers,
+};
+use crate::reconstruct::{MergeOutput, apply_to_asw};
+use crate::sources::{Sources, SourcesConfig};
+
+use super::event_loop::{Event, World};
+use super::{DaemonConfig, DaemonError, spawn, watch};
+
+/// The targets `output` found unmounted outside volumed, as `/debug/state`
+/// lists them.
+fn outside_rows(output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
+    output
+        .unmounted_outside
+        .iter()
+        .map(|k| {
+            let pod_uid = match &k.target {
+                crate::model::TargetRef::Pod(p) => Some(p.as_str().to_owned()),
+                crate::model::TargetRef::Device => None,
+            };
+            crate::state::UnmountedOutside {
+                volume: k.volume.as_str().to_owned(),
+                target: if pod_uid.is_some() { "pod" } else { "device" }.to_owned(),
+                pod_uid,
+                path: output
+                    .decision(k)
+                    .and_then(|d| d.params.path())
+                    .map(|p| p.to_string_lossy().into_owned()),
+            }
+        })
+        .collect()
+}
+
+/// Logs a reconstruction phase; returns its unmounted-outside rows (each
+/// logged), for `/debug/state`.
+fn log_reconstruction(what: &str, output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
+    for f in &output.failed {
+        tracing::warn!(path = %f.path.display(), cause = ?f.cause,
+            "reconstruction failed for this target; the forced cleanup handles it once every source has listed");
+    }
+    let outside = outside_rows(output);
+    for o in &outside {
+        tracing::warn!(volume = %o.volume, target = %o.target, path = o.path.as_deref().unwrap_or("?"),
+            "unmounted outside volumed: the journal had it mounted this boot; mounted again if still needed");
+    }
+    tracing::info!(
+        decisions = output.decisions.len(),
+        failed = output.failed.len(),
+        unmounted_outside = output.unmounted_outside.len(),
+        "{what}"
+    );
+    outside
+}
+
+/// Makes `root` a shared mount, never by binding over a mount that already
+/// exists beneath it: a recursive bind of the root onto itself clones every
+/// mount below and leaves the originals under the bind, out of reach of any
+/// unmount (their devices stay busy for good); a plain bind hides them.
+///
+/// - `root` a mount point: made shared, with everything below it;
+/// - `root` on a mount that is already shared (the kubelet's `MakeRShared`
+///   checks the same): nothing to do, a mount made below it propagates;
+/// - otherwise, with nothing mounted below: bound onto itself, then shared;
+/// - otherwise: refused with an error naming the mounts and the fixes.
+pub(super) fn make_root_shared(sys: &dyn Sys, root: &std::path::Path) -> Result<(), DaemonError> {
+    let err = |source| DaemonError::SharedRoot {
+        path: root.to_owned(),
+        source: Box::new(source),
+    };
+    let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
+    if sys.mount_root(root).map_err(err)? {
+        return sys.mount(None, root, None, shared, None).map_err(err);
+    }
+    let table = sys.read_mountinfo().map_err(err)?;
+    let id = sys.mnt_id(root).map_err(err)?;
+    let holder = u32::try_from(id)
+        .ok()
+        .and_then(|id| table.by_id(id))
+        .or_else(|| root.ancestors().find_map(|a| table.top_at(a)));
+    if holder.is_some_and(|m| m.propagation.shared.is_some()) {
+        return Ok(());
+    }
+    let beneath: Vec<PathBuf> = table.under(root).map(|m| m.mount_point.clone()).collect();
+    if !beneath.is_empty() {
+        return Err(DaemonError::MountsBeneathRoot {
+            path: root.to_owned(),
+            holder: holder.map_or_else(|| PathBuf::from("/"), |m| m.mount_point.clone()),
+            mounts: beneath,
+        });
+    }
+    sys.mount(
+        Some(root),
+        root,
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None,
+    )
+    .map_err(err)?;
+    sys.mount(None, root, None, shared, None).map_err(err)
+}
+
+/// At most this many paths are named in an error that lists mounts.
+const MOUNTS_NAMED: usize = 5;
+
+/// `mounts` for an error message: the first few, and how many more.
+pub(super) fn name_mounts(mounts: &[PathBuf]) -> String {
+    let mut s = mounts
+        .iter()
+        .take(MOUNTS_NAMED)
+        .map(|m| m.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if mounts.len() > MOUNTS_NAMED {
+        s.push_str(&format!(" and {} more", mounts.len() - MOUNTS_NAMED));
+    }
+    s
+}
+
+/// The root dir made, resolved and made a shared mount; the layout on it.
+/// The root is used resolved: the mount table shows resolved paths, and
+/// targets are reached beneath it without following symlinks (a root dir
+/// behind a symlink, `/var/lib/kubelet` -> `/data/kubelet`, is fine; a
+/// symlink below it is refused).
+pub(super) fn resolved_root(layout: &Layout, sys: &dyn Sys) -> Result<Layout, DaemonError> {
+    let root = layout.root().to_owned();
+    let err = |source| DaemonError::RootDir {
+        path: root.clone(),
+        source,
+    };
+    crate::host::sys::mkdir_all(sys, &root, 0o755).map_err(|e| err(e.to_io()))?;
+    let root = sys.canonicalize(&root).map_err(|e| err(e.to_io()))?;
+    make_root_shared(sys, &root)?;
+    Ok(Layout::new(&root))
+}
+
+/// Reconstruction phase 1: one mount-table read merged with the journal
+/// (or, with the journal off, the host alone) into a ready ASW. Returns
+/// the world, the table (phase 2 reuses it) and what was decided.
+pub(super) fn reconstruct_first(
+    cfg: &DaemonConfig,
+    journal: Option<&Arc<Journal>>,
+    replaced: Option<&str>,
+    sys: &Arc<dyn Sys>,
+    metrics: &Metrics,
+    started: Instant,
+) -> Result<(World, MountTable, Reconstruction), DaemonError> {
+    let mut world = World::default();
+    let (table, ready) = match journal {
+        Some(j) => {
+            let ready =
+                read_and_reconstruct_ready(j, replaced, sys.as_ref(), &cfg.layout, &cfg.boot_id)?;
+            world.asw = ready.asw;
+            (ready.table, ready.outcome.reconstruction)
+        }
+        None => {
+            let table = read_live_mount_table(sys.as_ref())?;
+            let host = HostInput {
+                layout: &cfg.layout,
+                table: &table,
+                boot_id: &cfg.boot_id,
+                sys: sys.as_ref(),
+            };
+            let r = reconstruct_ready(&host, JournalInput::Off);
+            for e in apply_to_asw(&r.output, &mut world.asw) {
+                tracing::error!(error = %e, "reconstruction: the ASW refused a decision");
+            }
+            (table, r)
+        }
+    };
+    record_reconstruction(metrics, &ready.output);
+    tracing::info!(
+        phase = "asw_ready",
+        elapsed_ms = elapsed_ms(started.elapsed()),
+        targets = ready.output.decisions.len(),
+        "startup phase"
+    );
+    world.unmounted_outside = log_reconstruction("reconstruction done, ASW ready", &ready.output);
+    Ok((world, table, ready))
+}
+
+/// The source poller: the first listing at once; then on inotify events
+/// (or the fallback poll), with a full re-read every [`watch::RESYNC`]. A
+/// wake that concerns the pods dir only does not list the objects dir
+/// again (a `stat` per object file).
+pub(super) fn spawn_sources(
+    cfg: &DaemonConfig,
+    tx: Sender<Event>,
+) -> Result<(JoinHandle<()>, watch::Stopper), DaemonError> {
+    let mut sources = Sources::new(SourcesConfig {
+        pods_dir: cfg.static_pods.clone(),
+        objects_dir: cfg.static_objects.clone(),
+        node_name: cfg.node_name.clone(),
+        poll_interval: cfg.poll_interval,
+    });
+    let dirs: Vec<PathBuf> = [cfg.static_pods.clone(), cfg.static_objects.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    // the objects dir's index in `dirs`, when there is one
+    let objects_at = cfg
+        .static_objects
+        .is_some()
+        .then_some(usize::from(cfg.static_pods.is_some()));
+    let mut watcher = watch::Watcher::new(dirs, cfg.poll_interval);
+    let stopper = watcher.stopper();
+    let thread = spawn("volumed-sources", move || {
+        let mut read_now = Some(watch::Changed::All);
+        let mut listed = false;
+        while !watcher.is_stopped() {
+            let polled = Instant::now();
+            let evs = match &read_now {
+                None => None,
+                Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
+                    sources.poll_pods_changes()
+                }
+                Some(_) => sources.poll_changes(),
+            };
+            if !listed && sources.ready_sent() {
+                listed = true;
+                tracing::info!(
+                    phase = "sources_listed",
+                    elapsed_ms = elapsed_ms(polled.elapsed()),
+                    pods = sources.current().len(),
+                    "startup phase"
+                );
+            }
+            if let Some(evs) = evs
+                && !evs.is_empty()
+                && tx.send(Event::Sources(evs)).is_err()
+            {
+                return;
+            }
+            read_now = watcher.wait_changed(watch::RESYNC);
+        }
+    })?;
+    Ok((thread, stopper))
+}
+
+/// What reconstruction phase 2 starts from.
+pub(super) struct Leftovers {
+    pub(super) layout: Layout,
+    pub(super) boot: BootId,
+    pub(super) journal: Option<Arc<Journal>>,
+    pub(super) replaced: Option<String>,
+    pub(super) table: MountTable,
+    pub(super) ready: Reconstruction,
+}
+
+/// Reconstruction phase 2, the pod-dir walk, once the loop is ready
+/// (DESIGN.md allows it; it only finds kubelet-era dirs and leftovers for
+/// cleanup): a stat of every pod's dirs must not compete for the CPU with
+/// the first listing of the sources, which readiness waits for.
+pub(super) fn spawn_leftovers(
+    l: Leftovers,
+    sys: Arc<dyn Sys>,
+    metrics: Arc<Metrics>,
+    ready: mpsc::Receiver<()>,
+    tx: Sender<Event>,
+) -> Result<JoinHandle<()>, DaemonError> {
+    spawn("volumed-leftovers", move || {
+        if ready.recv().is_err() {
+            // the loop ended before it was ready: nothing to walk for
+            return;
+        }
+        let walk = Instant::now();
+        let host = HostInput {
+            layout: &l.layout,
+            table: &l.table,
+            boot_id: &l.boot,
+            sys: sys.as_ref(),
+        };
+        let output = match &l.journal {
+            Some(j) => {
+                let mut scratch = crate::state::ActualStateOfWorld::new();
+                match record_leftovers(j, l.replaced.as_deref(), &host, &l.ready, &mut scratch) {
+                    Ok(o) => o.reconstruction.output,
+                    Err(e) => {
+                        tracing::error!(error = %e, "recording leftover decisions failed");
+                        return;
+                    }
+                }
+            }
+            None => reconstruct_leftovers(&host, JournalInput::Off, &l.ready).output,
+        };
+        record_reconstruction(&metrics, &output);
+        let outside = log_reconstruction("pod-dir walk done", &output);
+        tracing::info!(
+            phase = "pod_dir_walk",
+            elapsed_ms = elapsed_ms(walk.elapsed()),
+            "startup phase"
+        );
+        let _ = tx.send(Event::Leftovers(Box::new(output), outside));
+    })
+}
