@@ -55,6 +55,7 @@
 mod checkpoint;
 pub mod commit;
 pub mod envelope;
+mod error;
 mod open;
 pub mod ops;
 pub mod record;
@@ -70,6 +71,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use checkpoint::CheckpointReport;
+pub use error::{Category, JournalError};
 pub use open::{CheckpointInfo, Corruption, Replay};
 pub use ops::{Announced, Decided, DurableIntent, Permit};
 pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
@@ -141,132 +143,6 @@ impl JournalConfig {
             // a running daemon holds the lock for good: ask it instead, soon
             lock_wait: std::time::Duration::from_millis(300),
             ..Self::new(dir, "", boot_id)
-        }
-    }
-}
-
-/// What went wrong, by step. Callers branch on [`JournalError::category`].
-#[derive(Debug, thiserror::Error)]
-pub enum JournalError {
-    /// creating the journal dir failed
-    #[error("create journal dir {path}: {source}")]
-    CreateDir {
-        /// the dir
-        path: PathBuf,
-        /// the cause
-        source: std::io::Error,
-    },
-    /// there is no journal in the dir
-    #[error("no journal in {path}")]
-    NotFound {
-        /// the dir
-        path: PathBuf,
-    },
-    /// another process (a running daemon) holds sled's lock
-    #[error("journal {path} is locked by another process (is the daemon running?)")]
-    Locked {
-        /// the dir
-        path: PathBuf,
-    },
-    /// the journal cannot be trusted; it was moved aside if `moved_to` is set
-    #[error("journal {path} is corrupt: {reason}{}", moved(.moved_to))]
-    Corrupt {
-        /// the dir
-        path: PathBuf,
-        /// what was wrong
-        reason: String,
-        /// where it was moved
-        moved_to: Option<PathBuf>,
-    },
-    /// the journal was written by a newer build
-    #[error("journal {path} has schema version {found}, newer than this build reads ({supported}){}", moved(.moved_to))]
-    NewerSchema {
-        /// the dir
-        path: PathBuf,
-        /// version found
-        found: u32,
-        /// version this build reads
-        supported: u32,
-        /// where it was moved
-        moved_to: Option<PathBuf>,
-    },
-    /// moving a corrupt journal aside failed
-    #[error("move corrupt journal {from} aside to {to}: {source}")]
-    MoveAside {
-        /// the journal dir
-        from: PathBuf,
-        /// the destination
-        to: PathBuf,
-        /// the cause
-        source: std::io::Error,
-    },
-    /// a migration step failed
-    #[error("migrate journal {path} from schema {from}: {reason}")]
-    Migrate {
-        /// the dir
-        path: PathBuf,
-        /// version migrated from
-        from: u32,
-        /// what failed
-        reason: String,
-    },
-    /// sled refused a write
-    #[error("write {what} to journal {path}: {source}")]
-    Write {
-        /// what was written
-        what: &'static str,
-        /// the dir
-        path: PathBuf,
-        /// the cause
-        source: sled::Error,
-    },
-    /// the watermark file could not be opened or written
-    #[error("watermark {path}: {source}")]
-    Watermark {
-        /// the file
-        path: PathBuf,
-        /// the cause
-        source: std::io::Error,
-    },
-    /// a flush failed; the journal accepts nothing more and the daemon must exit
-    #[error("flush journal {path} failed, the journal is closed: {reason}")]
-    Flush {
-        /// the dir
-        path: PathBuf,
-        /// the cause
-        reason: String,
-    },
-}
-
-fn moved(to: &Option<PathBuf>) -> String {
-    to.as_ref()
-        .map(|p| format!("; moved aside to {}", p.display()))
-        .unwrap_or_default()
-}
-
-/// Error categories recovery branches on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Category {
-    /// the journal is damaged or unreadable: reconstruct from the host alone
-    Corruption,
-    /// the journal is in use by another process
-    Busy,
-    /// there is no journal
-    NotFound,
-    /// an I/O error; a failed flush is fatal
-    Io,
-}
-
-impl JournalError {
-    /// The category of this error.
-    pub fn category(&self) -> Category {
-        match self {
-            JournalError::Corrupt { .. }
-            | JournalError::NewerSchema { .. }
-            | JournalError::Migrate { .. } => Category::Corruption,
-            JournalError::Locked { .. } => Category::Busy,
-            JournalError::NotFound { .. } => Category::NotFound,
-            _ => Category::Io,
         }
     }
 }

@@ -20,7 +20,8 @@ use crate::model::{Layout, Operation, PluginName, SharedParams, Steps, TargetRef
 use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState};
 
-use super::jobs::{AswUpdate, Job, JobError, JobReport, setup_steps};
+use super::jobs::{AswUpdate, Job, JobError, JobReport};
+use super::params::setup_steps;
 
 /// Runs jobs. Cheap to share between worker threads.
 pub struct Executor {
@@ -398,7 +399,7 @@ mod tests {
     use crate::model::{
         AccessMode, DevId, MountIdentity, MountState, PodUid, PodVolume, StorageMedium, VolumeSpec,
     };
-    use crate::reconciler::jobs::{device_params, pod_params};
+    use crate::reconciler::params::{device_params, pod_params};
     use crate::state::VolumeToMount;
 
     struct Fixture {

@@ -1,7 +1,6 @@
 //! From plan to work and back: the [`Job`] types (what a worker runs, the
 //! [`JobReport`] it returns, the [`AswUpdate`]s it implies, [`JobError`]),
-//! the target parameters built from the DSW's wish ([`pod_params`],
-//! [`device_params`]), [`job_for`], which turns a planned [`Action`] into a
+//! [`job_for`], which turns a planned [`Action`] into a
 //! job carrying every parameter the worker needs (from the DSW, the
 //! journal's last parameters for the target, or the ASW), and
 //! [`apply_update`], the one place a finished job changes the ASW.
@@ -10,12 +9,13 @@ use std::sync::Arc;
 
 use crate::journal::{Announced, JournalError, JournalState, TargetKey};
 use crate::model::{
-    Layout, MountOptions, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr,
-    Steps, StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::PluginError;
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
 
+use super::params::{device_params, pod_params, setup_steps};
 use super::pending::OpKey;
 use super::plan::Action;
 
@@ -268,97 +268,6 @@ impl From<&PluginError> for JobError {
             message: e.to_string(),
             uncertain: e.is_uncertain(),
         }
-    }
-}
-
-/// Whether SetUp of `spec` is one syscall or several (the merge settles a
-/// single-step intent from the host, and re-runs a multi-step one).
-pub fn setup_steps(spec: &VolumeSpec) -> Steps {
-    match spec {
-        // tmpfs, then its mode: two steps a crash can cut apart
-        VolumeSpec::EmptyDir {
-            medium: StorageMedium::Memory,
-            ..
-        } => Steps::Multi,
-        _ => Steps::Single,
-    }
-}
-
-/// The parameters of a pod target, from what the DSW wants.
-pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
-    let (device_path, mount_options, fs_type) = spec_details(&want.spec);
-    let path = layout.pod_target_path(&want.pod, want.plugin, &want.spec_name);
-    TargetParams {
-        device_path,
-        device_mount_path: device_mount_path(layout, want),
-        selinux: want.selinux.clone(),
-        mount_options,
-        fs_type: match &*want.spec {
-            VolumeSpec::EmptyDir {
-                medium: StorageMedium::Memory,
-                ..
-            } => Some(SharedStr::tmpfs()),
-            _ => fs_type,
-        },
-        ..TargetParams::at(
-            want.volume.clone(),
-            want.plugin,
-            want.spec_name.clone(),
-            TargetRef::Pod(want.pod.clone()),
-            want.spec.pod_target_kind(),
-            Some(path.into()),
-        )
-    }
-}
-
-/// The parameters of a device target, from what the DSW wants.
-pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
-    let (device_path, mount_options, fs_type) = spec_details(&want.spec);
-    TargetParams {
-        device_path,
-        selinux: want.selinux.clone(),
-        mount_options,
-        fs_type,
-        ..TargetParams::at(
-            want.volume.clone(),
-            want.plugin,
-            want.spec_name.clone(),
-            TargetRef::Device,
-            TargetKind::Mount,
-            device_mount_path(layout, want),
-        )
-    }
-}
-
-fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath> {
-    match want.spec.device_target_kind() {
-        Some(_) if want.plugin == PluginName::LocalVolume => {
-            Some(layout.local_device_path(&want.spec_name).into())
-        }
-        _ => None,
-    }
-}
-
-/// A spec's device path, mount options and fs type, as the parameters hold
-/// them (the path is the spec's own `Arc`).
-fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, MountOptions, Option<SharedStr>) {
-    match spec {
-        VolumeSpec::Local {
-            path,
-            fs_type,
-            mount_options,
-            ..
-        } => (
-            Some(path.clone()),
-            mount_options.clone().into(),
-            fs_type.as_deref().map(SharedStr::from),
-        ),
-        VolumeSpec::EmptyDir {
-            size_limit: Some(bytes),
-            medium: StorageMedium::Memory,
-        } => (None, vec![format!("size={bytes}")].into(), None),
-        VolumeSpec::HostPath { path, .. } => (Some(path.clone()), MountOptions::default(), None),
-        _ => (None, MountOptions::default(), None),
     }
 }
 

@@ -8,5 +8,6 @@
 
 pub mod executor;
 pub mod jobs;
+pub mod params;
 pub mod pending;
 pub mod plan;
