@@ -1,0 +1,374 @@
+//! On-disk record types (format v1) and their conversion to and from `model`.
+//!
+//! These structs are what bincode 1.3.3 encodes inside an envelope
+//! (`envelope.rs`). They are deliberately not the model types: strings and
+//! raw path bytes only, so a change to the model never silently changes the
+//! format. A change here is a new format version with a migration in
+//! `migrations/` (see `docs/journal-format.md`).
+
+use serde::{Deserialize, Serialize};
+
+mod convert;
+
+use super::replay::Record;
+
+/// One journal record as stored (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordV1 {
+    /// Sequence number, strictly increasing per journal.
+    pub seq: u64,
+    /// Wall time, nanoseconds since the Unix epoch.
+    pub wall_time_ns: u64,
+    /// Boot id of the machine when the record was written.
+    pub boot_id: String,
+    /// What happened.
+    pub body: BodyV1,
+}
+
+/// The body of a record (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BodyV1 {
+    /// An operation is about to touch the OS.
+    Intent {
+        /// the operation
+        op: OpV1,
+        /// one syscall or several steps
+        multi_step: bool,
+        /// the target and its parameters
+        target: TargetV1,
+    },
+    /// The operation whose intent is `intent_seq` finished.
+    Outcome {
+        /// the intent this completes
+        intent_seq: u64,
+        /// the operation (repeated for readers)
+        op: OpV1,
+        /// how it ended
+        result: ResultV1,
+        /// what the host showed after a successful mount, if observed
+        observed: Option<IdentityV1>,
+    },
+    /// Reconstruction decided the state of a target.
+    Reconstructed {
+        /// the target and its parameters
+        target: TargetV1,
+        /// the decided state
+        state: StateV1,
+        /// why (one reason per row of the merge table)
+        reason: String,
+        /// what the host showed, if mounted
+        observed: Option<IdentityV1>,
+    },
+    /// A target is fully cleaned up and no longer tracked.
+    Forget {
+        /// unique volume name
+        volume: String,
+        /// pod uid, `None` for the device target
+        pod_uid: Option<String>,
+    },
+}
+
+/// Operation (format v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum OpV1 {
+    FormatDevice,
+    MountDevice,
+    SetUp,
+    TearDown,
+    UnmountDevice,
+}
+
+/// Outcome (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResultV1 {
+    /// The operation completed.
+    Success,
+    /// The operation failed and did not change the target: the state before holds.
+    FailedFinal {
+        /// error text
+        error: String,
+    },
+    /// The operation failed and may have changed the target.
+    FailedUncertain {
+        /// error text
+        error: String,
+    },
+}
+
+/// Target state (format v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum StateV1 {
+    Mounted,
+    Uncertain,
+    NotMounted,
+}
+
+/// Target parameters (format v1); paths as raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct TargetV1 {
+    pub volume: String,
+    pub plugin: String,
+    pub spec_name: String,
+    /// `None` for the device target.
+    pub pod_uid: Option<String>,
+    /// 0 mount, 1 dir, 2 none
+    pub kind: u8,
+    pub device_path: Option<Vec<u8>>,
+    pub device_mount_path: Option<Vec<u8>>,
+    pub pod_mount_path: Option<Vec<u8>>,
+    pub selinux_context: Option<String>,
+    pub mount_options: Vec<String>,
+    pub fs_type: Option<String>,
+}
+
+/// Mount identity (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct IdentityV1 {
+    pub major: u32,
+    pub minor: u32,
+    pub root: Vec<u8>,
+    pub fs_type: String,
+    pub read_only: bool,
+    pub selinux_context: Option<String>,
+}
+
+/// A stored value that decodes but does not make sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// bincode could not decode the payload
+    #[error("payload does not decode: {0}")]
+    Decode(String),
+    /// a field holds a value the model refuses
+    #[error("field {field} holds {value:?}: {why}")]
+    Field {
+        /// the field
+        field: &'static str,
+        /// the value
+        value: String,
+        /// why it is refused
+        why: String,
+    },
+}
+
+pub(super) fn field_err(field: &'static str, value: &str, why: impl ToString) -> RecordError {
+    RecordError::Field {
+        field,
+        value: value.to_owned(),
+        why: why.to_string(),
+    }
+}
+
+/// Verifies the envelope of a stored record value and decodes it into a
+/// model-level [`Record`]; the error says what failed (envelope, payload or
+/// a field). The one decode path for replay, `current` and `dump`.
+pub fn open_record(journal_id: u64, seq: u64, value: &[u8]) -> Result<Record, String> {
+    let payload = super::envelope::open(journal_id, super::envelope::Kind::Record, seq, value)
+        .map_err(|e| e.to_string())?;
+    let v1: RecordV1 = decode(payload).map_err(|e| e.to_string())?;
+    Record::try_from(&v1).map_err(|e| e.to_string())
+}
+
+/// Encodes a value with bincode 1.3.3's default options.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing plain structs of strings, integers and byte vectors into a
+    // Vec cannot fail; an empty payload would fail to decode loudly anyway.
+    bincode::serialize(value).unwrap_or_default()
+}
+
+/// Decodes a value, with the length limit enforced by the envelope already.
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordError> {
+    bincode::deserialize(bytes).map_err(|e| RecordError::Decode(e.to_string()))
+}
+
+/// A checkpoint as stored (format v1): the state implied by every record up
+/// to and including `through_seq`, pending intents included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointV1 {
+    /// the last record folded in
+    pub through_seq: u64,
+    /// wall time of the checkpoint, ns since the Unix epoch
+    pub wall_time_ns: u64,
+    /// every tracked target
+    pub entries: Vec<EntryV1>,
+}
+
+/// One target in a checkpoint (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct EntryV1 {
+    pub target: TargetV1,
+    pub state: StateV1,
+    pub pending: Option<PendingV1>,
+    pub observed: Option<IdentityV1>,
+    pub last_seq: u64,
+    pub boot_id: String,
+    pub reason: Option<String>,
+}
+
+/// A pending intent in a checkpoint (format v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct PendingV1 {
+    pub op: OpV1,
+    pub intent_seq: u64,
+    pub multi_step: bool,
+    pub target: TargetV1,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::journal::replay::{Body, JournalState, OpResult};
+    use crate::model::{
+        DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, Steps,
+        TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    };
+
+    fn target(pod: Option<&str>) -> TargetParams {
+        TargetParams {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            plugin: PluginName::LocalVolume,
+            spec_name: "pv1".into(),
+            target: pod.map_or(TargetRef::Device, |p| {
+                TargetRef::Pod(PodUid::new(p).unwrap())
+            }),
+            kind: TargetKind::Mount,
+            device_path: Some("/dev/loop3".into()),
+            device_mount_path: Some(PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y")).into()),
+            pod_mount_path: pod.map(|p| {
+                PathBuf::from(format!(
+                    "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"
+                ))
+                .into()
+            }),
+            selinux: Some(
+                SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c2").unwrap(),
+            ),
+            mount_options: vec!["noatime".into()].into(),
+            fs_type: Some("ext4".into()),
+        }
+    }
+
+    fn observed() -> MountIdentity {
+        MountIdentity {
+            dev: DevId { major: 7, minor: 3 },
+            root: "/".into(),
+            fs_type: "ext4".into(),
+            read_only: false,
+            selinux: None,
+        }
+    }
+
+    /// Every body variant, every operation and every result.
+    pub(crate) fn every_record() -> Vec<Record> {
+        let mut bodies = Vec::new();
+        for op in Operation::ALL {
+            let pod = if op.is_device_op() {
+                None
+            } else {
+                Some("pod-a")
+            };
+            bodies.push(Body::Intent {
+                op,
+                steps: Steps::Multi,
+                target: target(pod).into(),
+            });
+            bodies.push(Body::Intent {
+                op,
+                steps: Steps::Single,
+                target: target(pod).into(),
+            });
+            for result in [
+                OpResult::Success,
+                OpResult::FailedFinal("exit 32".into()),
+                OpResult::FailedUncertain("timeout".into()),
+            ] {
+                bodies.push(Body::Outcome {
+                    intent_seq: 9,
+                    op,
+                    result,
+                    observed: Some(observed()),
+                });
+            }
+        }
+        for state in [
+            MountState::Mounted,
+            MountState::Uncertain,
+            MountState::NotMounted,
+        ] {
+            bodies.push(Body::Reconstructed {
+                target: target(Some("p")).into(),
+                state,
+                reason: "r".into(),
+                observed: None,
+            });
+        }
+        bodies.push(Body::Forget {
+            volume: UniqueVolumeName::from_raw("v"),
+            target: TargetRef::Device,
+        });
+        bodies.push(Body::Forget {
+            volume: UniqueVolumeName::from_raw("v"),
+            target: TargetRef::Pod(PodUid::new("p").unwrap()),
+        });
+        bodies
+            .into_iter()
+            .enumerate()
+            .map(|(i, body)| Record {
+                seq: i as u64 + 1,
+                wall_time_ns: 1_700_000_000_000_000_000,
+                boot_id: "boot".into(),
+                body,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_record_type_round_trips_through_bincode() {
+        for r in every_record() {
+            let bytes = encode(&RecordV1::from(&r));
+            let back: RecordV1 = decode(&bytes).unwrap();
+            assert_eq!(Record::try_from(&back).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn checkpoint_round_trips_with_pending_intents() {
+        let mut s = JournalState::default();
+        for r in every_record().iter().take(4) {
+            s.apply(r);
+        }
+        let ck = CheckpointV1::of(&s, 5);
+        let back: CheckpointV1 = decode(&encode(&ck)).unwrap();
+        assert_eq!(
+            back.to_state().unwrap(),
+            JournalState::from_entries(s.last_seq(), s.entries().map(|(_, e)| e.clone()))
+        );
+        assert!(back.entries.iter().any(|e| e.pending.is_some()));
+    }
+
+    #[test]
+    fn hostile_fields_are_refused_with_their_name() {
+        let mut t = TargetV1::from(&target(Some("p")));
+        t.pod_uid = Some("../../etc".into());
+        let err = TargetParams::try_from(&t).unwrap_err();
+        assert!(err.to_string().contains("pod_uid"), "{err}");
+        let mut t = TargetV1::from(&target(None));
+        t.plugin = "kubernetes.io/secret".into();
+        assert!(
+            TargetParams::try_from(&t)
+                .unwrap_err()
+                .to_string()
+                .contains("plugin")
+        );
+        assert!(decode::<RecordV1>(b"\x01\x02").is_err());
+    }
+}
