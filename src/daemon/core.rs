@@ -532,4 +532,4 @@ fn update_gauges(metrics: &Metrics, w: &World) {
 
 #[cfg(test)]
 #[path = "core_tests.rs"]
-mod tests;
+pub(super) mod tests;

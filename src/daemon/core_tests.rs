@@ -19,8 +19,8 @@ fn uid(s: &str) -> PodUid {
     PodUid::new(s).unwrap()
 }
 
-/// A pod with one memory emptyDir.
-fn pod(u: &str) -> DesiredPod {
+/// A pod with one memory emptyDir (the loop tests use it too).
+pub(in crate::daemon) fn pod(u: &str) -> DesiredPod {
     let spec = VolumeSpec::EmptyDir {
         medium: StorageMedium::Memory,
         size_limit: None,

@@ -2,6 +2,7 @@
 //! and host threads, and the recording fake underneath (no kernel). Each
 //! wait is bounded, so a deadlock fails the test instead of hanging it.
 
+use super::core::tests::pod;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -17,9 +18,9 @@ use crate::host::sys::{
 };
 use crate::journal::{Journal, JournalConfig};
 use crate::metrics::Metrics;
-use crate::model::{Layout, PodUid, PodVolume, StorageMedium, VolumeSpec};
+use crate::model::{Layout, PodUid};
 use crate::server::DebugProvider;
-use crate::sources::{DesiredPod, SourceEvent};
+use crate::sources::SourceEvent;
 
 /// Generous: only a hang (or a deadlock) comes near it.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -267,31 +268,6 @@ impl Rig {
         });
         rx.recv_timeout(PATIENCE)
             .expect("every loop thread ends after the stop");
-    }
-}
-
-/// A pod with one memory emptyDir (a tmpfs mount).
-fn pod(u: &str) -> DesiredPod {
-    let uid = PodUid::new(u).unwrap();
-    let spec = VolumeSpec::EmptyDir {
-        medium: StorageMedium::Memory,
-        size_limit: None,
-    };
-    DesiredPod {
-        uid: uid.clone(),
-        namespace: "default".into(),
-        name: u.into(),
-        file: format!("/pods/{u}.yaml").into(),
-        volumes: vec![PodVolume {
-            volume: PodVolume::unique_name(&spec, &uid, "cache"),
-            spec_name: "cache".into(),
-            outer_name: "cache".into(),
-            spec: spec.into(),
-            selinux: None,
-        }],
-        unresolved: Default::default(),
-        errors: vec![],
-        selinux: Default::default(),
     }
 }
 
