@@ -233,7 +233,7 @@ impl Daemon {
             stopping: stopping.clone(),
             on_ready: Some(ready_tx),
         })?;
-        let (sources, poller) = spawn_sources(&cfg, events_tx.clone())?;
+        let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone())?;
         threads.push(sources);
         threads.push(spawn_leftovers(
             Leftovers {

@@ -203,14 +203,18 @@ pub(super) fn reconstruct_first(
 /// again (a `stat` per object file).
 pub(super) fn spawn_sources(
     cfg: &DaemonConfig,
+    sys: Arc<dyn Sys>,
     tx: Sender<Event>,
 ) -> Result<(JoinHandle<()>, watch::Stopper), DaemonError> {
-    let mut sources = Sources::new(SourcesConfig {
-        pods_dir: cfg.static_pods.clone(),
-        objects_dir: cfg.static_objects.clone(),
-        node_name: cfg.node_name.clone(),
-        poll_interval: cfg.poll_interval,
-    });
+    let mut sources = Sources::with_sys(
+        SourcesConfig {
+            pods_dir: cfg.static_pods.clone(),
+            objects_dir: cfg.static_objects.clone(),
+            node_name: cfg.node_name.clone(),
+            poll_interval: cfg.poll_interval,
+        },
+        sys,
+    );
     let dirs: Vec<PathBuf> = [cfg.static_pods.clone(), cfg.static_objects.clone()]
         .into_iter()
         .flatten()

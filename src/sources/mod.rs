@@ -52,6 +52,7 @@
 //!   (a rejected volume name, an unresolved claim), is logged at error level
 //!   naming the file, as the kubelet logs a manifest it cannot process.
 
+use crate::host::sys::{FileKind, LinuxSys, Sys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -144,9 +145,10 @@ pub struct DesiredPods {
 /// manifest the UID of its last good version, per pod a fingerprint of what
 /// the DSW was last told ([`fingerprint`]), hashes of the listings — never
 /// parsed or resolved pods (the DSW holds what is wanted).
-#[derive(Debug)]
 pub struct Sources {
     config: SourcesConfig,
+    /// how a local PV's path is looked at (is it a block device?)
+    sys: Arc<dyn Sys>,
     /// per pod manifest, the UID of its last version that parsed and a
     /// hash of the file's signature then (an unchanged file is not read
     /// again while the objects are unchanged too). Keyed by file name (the
@@ -228,11 +230,26 @@ fn listing(dir: Option<&PathBuf>) -> Listing {
     }
 }
 
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("config", &self.config)
+            .field("pod_count", &self.current.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Sources {
     /// Sources that have read nothing yet.
     pub fn new(config: SourcesConfig) -> Self {
+        Self::with_sys(config, Arc::new(LinuxSys))
+    }
+
+    /// Sources that look at the host through `sys`.
+    pub fn with_sys(config: SourcesConfig, sys: Arc<dyn Sys>) -> Self {
         Self {
             config,
+            sys,
             last_good: BTreeMap::new(),
             current: BTreeMap::new(),
             objects: StaticObjects::default(),
@@ -429,7 +446,7 @@ impl Sources {
                         .resolve_claim(&p.file, &name, &p.namespace, &claim_name)
                     {
                         Ok((pv, mut spec)) => {
-                            mark_block_device(&mut spec);
+                            mark_block_device(self.sys.as_ref(), &mut spec);
                             (name, pv, spec)
                         }
                         Err(e) => {
@@ -566,11 +583,12 @@ fn read_and_parse_all<'f>(
 /// as a directory. Decided again whenever the pod's manifest or the objects
 /// change; a device that appears later is seen on the next such change.
 /// The spec stays the PV's own (shared) unless this changes it.
-fn mark_block_device(spec: &mut Arc<crate::model::VolumeSpec>) {
+fn mark_block_device(sys: &dyn Sys, spec: &mut Arc<crate::model::VolumeSpec>) {
     use crate::model::VolumeSpec;
-    use std::os::unix::fs::FileTypeExt;
     if let VolumeSpec::Local { path, is_block, .. } = &**spec {
-        let block = std::fs::metadata(&**path).is_ok_and(|m| m.file_type().is_block_device());
+        let block = sys
+            .stat(path, true)
+            .is_ok_and(|st| st.kind == FileKind::BlockDevice);
         if block != *is_block
             && let VolumeSpec::Local { is_block, .. } = Arc::make_mut(spec)
         {

@@ -594,3 +594,30 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
     assert_eq!(counters(&b), [Counter::VolumesAdmitted]);
     assert!(dsw.pod_exists_in_volume(&uid("b"), &name));
 }
+
+#[test]
+fn a_local_pv_on_a_block_device_is_known_through_the_seam() {
+    use crate::host::recording_sys::RecordingSys;
+    use crate::host::sys::DiskFormat;
+    use crate::model::{DevId, VolumeSpec};
+    let d = dirs();
+    write(&d.pods, "p.yaml", &pod("p", "u1", CLAIM));
+    write(&d.objects, "o.yaml", PV_PVC);
+    let is_block = |s: &mut Sources| {
+        let got = s.list();
+        let v = &got.pods[&uid("u1")].volumes[0];
+        matches!(&*v.spec, VolumeSpec::Local { is_block: true, .. })
+    };
+    // /mnt/pv1 is no block device here; on the fake it is one
+    assert!(!is_block(&mut sources(&d)));
+    let fake = Arc::new(RecordingSys::new());
+    fake.add_device(
+        "/mnt/pv1",
+        DevId { major: 7, minor: 1 },
+        DiskFormat::Unformatted,
+    );
+    let mut c = SourcesConfig::new("node1");
+    c.pods_dir = Some(d.pods.clone());
+    c.objects_dir = Some(d.objects.clone());
+    assert!(is_block(&mut Sources::with_sys(c, fake)));
+}
