@@ -123,7 +123,6 @@ fn mounted(effects: &[Effect], pod: &str) -> Event {
         error: None,
         ran: vec![Operation::SetUp],
         forced: false,
-        left_behind: Vec::new(),
     })
 }
 
@@ -348,7 +347,6 @@ fn a_forgotten_volume_stays_busy_until_its_records_are_durable() {
         error: None,
         ran: vec![Operation::TearDown],
         forced: false,
-        left_behind: Vec::new(),
     });
     let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
     assert!(

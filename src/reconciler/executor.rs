@@ -149,7 +149,6 @@ impl Executor {
             tracing::warn!(volume = %params.volume, op = op.as_str(), path = %path.display(),
                 "left in place: a mount point or a non-empty dir the operation does not remove");
         }
-        r.left_behind.extend(done.left_behind);
         Ok(())
     }
 
@@ -192,7 +191,6 @@ impl Executor {
             updates: Vec::new(),
             error: None,
             ran: Vec::new(),
-            left_behind: Vec::new(),
             forced: matches!(job, Job::ForceCleanup { .. }),
         };
         let started = Instant::now();

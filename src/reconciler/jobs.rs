@@ -193,9 +193,6 @@ pub struct JobReport {
     pub error: Option<JobError>,
     /// operations that ran (for metrics and tests)
     pub ran: Vec<Operation>,
-    /// what the operations left in place: nested mount points, a dir that
-    /// was not empty (logged; the orphan sweep reports them again)
-    pub left_behind: Vec<std::path::PathBuf>,
     /// a forced cleanup ([`Job::ForceCleanup`]): counted, never retried
     pub forced: bool,
 }
@@ -209,7 +206,6 @@ impl JobReport {
             updates: Vec::new(),
             error: Some(JobError::NotStarted(why)),
             ran: Vec::new(),
-            left_behind: Vec::new(),
             forced: matches!(job, Job::ForceCleanup { .. }),
         }
     }
