@@ -7,7 +7,7 @@
 //! The write-ahead rule is a type: a plugin call needs a [`Permit`], and a
 //! permit is made only from a [`DurableIntent`] ([`Journal::begin`], or
 //! [`Journal::confirm`] of an [`Announced`] one) or, with the journal off,
-//! by [`Permit::journal_off`] (only the executor does, for `--journal off`;
+//! by [`Permit::JournalOff`] (only the executor does, for `--journal off`;
 //! `tests/tidy.rs` checks it). Every mutating `VolumePlugin` method takes
 //! the permit. An [`Announced`] intent permits nothing.
 
@@ -66,13 +66,6 @@ pub enum Permit {
     Journaled(DurableIntent),
     /// `--journal off`: nothing to write ahead
     JournalOff,
-}
-
-impl Permit {
-    /// The permit of a daemon that runs without a journal.
-    pub fn journal_off() -> Self {
-        Permit::JournalOff
-    }
 }
 
 /// One reconstruction decision as the journal records it.

@@ -89,7 +89,7 @@ impl Executor {
         announced: &mut Option<Announced>,
     ) -> Result<Permit, JobError> {
         let Some(j) = &self.journal else {
-            return Ok(Permit::journal_off());
+            return Ok(Permit::JournalOff);
         };
         let durable = match announced.take() {
             Some(a) if a.op() == op => j.confirm(a),
