@@ -259,8 +259,8 @@ impl Journal {
     /// Returns once the record `seq` (appended with
     /// [`append_record_lazy`](Self::append_record_lazy)) is durable: one group flush,
     /// shared with concurrent waiters, or none when a flush already covered
-    /// it. An intent appended lazily is acknowledged only through this.
-    pub fn make_durable(&self, seq: u64) -> Result<(), JournalError> {
+    /// it; [`Journal::confirm`] is the way an announced intent gets here.
+    pub(super) fn make_durable(&self, seq: u64) -> Result<(), JournalError> {
         self.check_open()?;
         self.wait_durable(seq)
     }
