@@ -140,6 +140,7 @@ fn tmpfs_params(layout: &Layout, pod: &PodUid, name: &str) -> TargetParams {
         selinux: None,
         mount_options: vec!["size=1m".into()].into(),
         fs_type: Some("tmpfs".into()),
+        csi: None,
     }
 }
 
@@ -164,6 +165,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         selinux: None,
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 

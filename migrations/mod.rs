@@ -1,9 +1,9 @@
 //! Journal schema migrations: one pure step per version, applied in order
 //! when a journal written by an older build is opened.
 //!
-//! Format v1 is the first released format (documented in
-//! `docs/journal-format.md` and `migrations/README.md`); no step exists yet.
-//! To change the format: bump `journal::SCHEMA_VERSION`, add a `Step` from
+//! Format v1 was the first released format; v2 (the current one, documented
+//! in `docs/journal-format.md`) adds the CSI arguments to every target. To
+//! change the format: bump `journal::SCHEMA_VERSION`, add a `Step` from
 //! the old version whose `run` rewrites the old trees into the new layout
 //! (re-encoding every value; it must be idempotent, since a crash can cut it
 //! short and the next open runs it again), keep a journal written by the old
@@ -20,8 +20,94 @@ pub struct Step {
     pub run: fn(&sled::Db) -> Result<(), String>,
 }
 
-/// Every step, in order. Empty while v1 is the only format.
-pub const STEPS: &[Step] = &[];
+/// Every step, in order.
+pub const STEPS: &[Step] = &[Step {
+    from: 1,
+    to: 2,
+    run: v1_to_v2,
+}];
+
+/// v1 → v2: every record, quarantined record and the checkpoint re-encoded
+/// with a `TargetV2` (v1's fields, then no CSI arguments). One sled
+/// transaction writes them all and the new schema version, so a crash leaves
+/// either the v1 journal or the v2 one, never a mix; running it again on a
+/// v1 journal is the same step. A value that does not open as v1 (a damaged
+/// one) is left exactly as it is, for replay to find and report.
+fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
+    use sled::Transactional;
+
+    use super::envelope::{self, Kind};
+    use super::record::{self, CheckpointOf, RecordOf, TargetV1, TargetV2};
+
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    let tree = |name: &str| db.open_tree(name).map_err(|e| err(name, &e));
+    let (meta, records, quarantine, checkpoint) = (
+        tree("meta")?,
+        tree("records")?,
+        tree("quarantine")?,
+        tree("checkpoint")?,
+    );
+    let id = meta
+        .get("journal_id")
+        .map_err(|e| err("meta", &e))?
+        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map(u64::from_le_bytes)
+        .ok_or("meta journal_id is missing")?;
+
+    let record_v2 = |seq: u64, value: &[u8]| -> Option<Vec<u8>> {
+        let payload = envelope::open(id, Kind::Record, seq, value).ok()?;
+        let v1: RecordOf<TargetV1> = record::decode(payload).ok()?;
+        let v2: RecordOf<TargetV2> = v1.map_target(TargetV2::from);
+        Some(envelope::seal(id, Kind::Record, seq, &record::encode(&v2)))
+    };
+    let rewrite = |t: &sled::Tree| -> Result<Vec<(sled::IVec, Vec<u8>)>, String> {
+        let mut out = Vec::new();
+        for kv in t.iter() {
+            let (k, v) = kv.map_err(|e| err("read", &e))?;
+            let seq = <[u8; 8]>::try_from(k.as_ref()).map(u64::from_be_bytes);
+            if let Some(new) = seq.ok().and_then(|seq| record_v2(seq, &v)) {
+                out.push((k, new));
+            }
+        }
+        Ok(out)
+    };
+    let new_records = rewrite(&records)?;
+    let new_quarantine = rewrite(&quarantine)?;
+    let new_checkpoint = match checkpoint
+        .get("current")
+        .map_err(|e| err("checkpoint", &e))?
+    {
+        Some(v) => {
+            let seq = envelope::claimed_seq(&v).unwrap_or(0);
+            envelope::open(id, Kind::Checkpoint, seq, &v)
+                .ok()
+                .and_then(|p| record::decode::<CheckpointOf<TargetV1>>(p).ok())
+                .map(|ck| {
+                    let v2: CheckpointOf<TargetV2> = ck.map_target(TargetV2::from);
+                    envelope::seal(id, Kind::Checkpoint, seq, &record::encode(&v2))
+                })
+        }
+        None => None,
+    };
+
+    (&records, &quarantine, &checkpoint, &meta)
+        .transaction(|(r, q, c, m)| {
+            for (k, v) in &new_records {
+                r.insert(k, v.as_slice())?;
+            }
+            for (k, v) in &new_quarantine {
+                q.insert(k, v.as_slice())?;
+            }
+            if let Some(v) = &new_checkpoint {
+                c.insert("current", v.as_slice())?;
+            }
+            m.insert("schema_version", 2u32.to_le_bytes().to_vec())?;
+            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+        })
+        .map_err(|e| format!("transaction: {e:?}"))?;
+    db.flush().map_err(|e| err("flush", &e))?;
+    Ok(())
+}
 
 /// The chain of steps that leads from `from` to `to`, or why there is none.
 pub fn plan(steps: &[Step], from: u32, to: u32) -> Result<Vec<&Step>, String> {
@@ -83,5 +169,6 @@ mod tests {
         assert!(plan(&steps, 1, 1).unwrap().is_empty());
         assert!(plan(&steps, 0, 3).unwrap_err().contains("from schema 0"));
         assert!(plan(STEPS, 1, 1).unwrap().is_empty());
+        assert_eq!(plan(STEPS, 1, 2).unwrap().len(), 1);
     }
 }

@@ -509,6 +509,7 @@ mod tests {
             selinux: selinux.map(|s| SeLinuxContext::parse(s).unwrap()),
             mount_options: Default::default(),
             fs_type: Some("ext4".into()),
+            csi: None,
         }
     }
 

@@ -41,6 +41,7 @@ fn params(volume: &str, target: TargetRef) -> TargetParams {
         selinux: None,
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 
@@ -117,7 +118,7 @@ fn dump_json_shows_records_and_implied_state() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], volumed::journal::SCHEMA_VERSION);
     assert_eq!(v["boot_id"], BOOT);
     assert_eq!(v["records"].as_array().unwrap().len(), 4);
     let vols = v["state"]["volumes"].as_array().unwrap();

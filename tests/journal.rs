@@ -54,6 +54,7 @@ fn target(i: u64) -> TargetParams {
         selinux: None,
         mount_options: vec![format!("size={i}k")].into(),
         fs_type: Some("tmpfs".into()),
+        csi: None,
     }
 }
 

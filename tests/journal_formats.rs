@@ -1,23 +1,26 @@
 //! Journals written by every released format stay readable.
 //!
 //! `fixtures/journal/v1/journal` is a sled journal written by format v1 (the
-//! first). It is opened by the current build here; when the format changes,
-//! the new build must still open it (through `migrations/`), and a `v2`
-//! fixture is added beside it. `record-golden.hex` pins the exact bytes of
-//! one v1 record envelope, so an accidental encoding change fails loudly.
+//! first), `fixtures/journal/v2/journal` one written by format v2 (which adds
+//! a CSI target's arguments). The current build opens both here: v1 through
+//! `migrations/` (and, for an inspection, as it is, unchanged). Each
+//! `record-golden.hex` pins the exact bytes of one record envelope of its
+//! format, so an accidental encoding change fails loudly.
 //!
-//! Regenerate (only when adding a new format's fixture, never to make a test
-//! pass): `VOLUMED_WRITE_JOURNAL_FIXTURE=1 cargo test --test journal_formats`.
+//! Regenerate the current format's fixture (only when adding a new format,
+//! never to make a test pass):
+//! `VOLUMED_WRITE_JOURNAL_FIXTURE=1 cargo test --test journal_formats`.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 use std::path::{Path, PathBuf};
 
 use volumed::journal::envelope::{self, Kind};
-use volumed::journal::record::{self, RecordV1};
+use volumed::journal::record::{self, RecordV1, RecordV2};
 use volumed::journal::{Body, Journal, JournalConfig, OpResult, Record};
 use volumed::model::{
-    DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, Steps,
-    TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    AccessMode, CsiLifecycle, CsiParams, DevId, MountIdentity, MountState, Operation, PluginName,
+    PodUid, SeLinuxContext, SecretRef, Steps, TargetKind, TargetParams, TargetRef,
+    UniqueVolumeName,
 };
 
 const BOOT: &str = "0b0b0b0b-1111-2222-3333-444444444444";
@@ -25,6 +28,57 @@ const VOLUME: &str = "kubernetes.io/local-volume/pv-local";
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v1")
+}
+
+fn fixture_v2_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v2")
+}
+
+const CSI_VOLUME: &str = "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1";
+
+/// A CSI pod target with every CSI argument set (secrets by reference only).
+fn csi_pod(uid: &str) -> TargetParams {
+    let csi = CsiParams {
+        driver: "hostpath.csi.k8s.io".into(),
+        volume_handle: "vol-1".into(),
+        lifecycle: CsiLifecycle::Persistent,
+        access_modes: vec![AccessMode::ReadWriteOnce, AccessMode::ReadOnlyMany],
+        read_only: true,
+        publish_context: [("lun".to_owned(), "3".to_owned())].into(),
+        volume_context: [
+            ("csi.storage.k8s.io/pod.name".to_owned(), "web-0".to_owned()),
+            (
+                "storage.kubernetes.io/csiProvisionerIdentity".to_owned(),
+                "x".to_owned(),
+            ),
+        ]
+        .into(),
+        stage_secret: Some(SecretRef {
+            namespace: "ns".into(),
+            name: "stage".into(),
+        }),
+        publish_secret: None,
+        mount_group: Some("2000".into()),
+        attachment_id: Some("csi-0123".into()),
+    };
+    TargetParams {
+        volume: UniqueVolumeName::from_raw(CSI_VOLUME),
+        plugin: PluginName::Csi,
+        spec_name: "pv-csi".into(),
+        target: TargetRef::Pod(PodUid::new(uid).unwrap()),
+        kind: TargetKind::Mount,
+        device_path: None,
+        device_mount_path: Some(
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/abc/globalmount".into(),
+        ),
+        pod_mount_path: Some(
+            format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~csi/pv-csi/mount").into(),
+        ),
+        selinux: None,
+        mount_options: vec!["noatime".into()].into(),
+        fs_type: Some("xfs".into()),
+        csi: Some(csi.into()),
+    }
 }
 
 fn device() -> TargetParams {
@@ -44,6 +98,7 @@ fn device() -> TargetParams {
         ),
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 
@@ -68,9 +123,10 @@ fn observed() -> MountIdentity {
     }
 }
 
-/// The workload the v1 fixture holds: format, mount, two SetUps (one
-/// finished), a checkpoint in the middle, then a TearDown intent with no outcome.
-fn write_v1(dir: &Path) {
+/// The workload the fixtures hold: format, mount, two SetUps (one
+/// finished), a checkpoint in the middle, then a TearDown intent with no
+/// outcome; the v2 fixture then adds a CSI SetUp, done, after the checkpoint.
+fn write_current(dir: &Path) {
     let (j, _) = Journal::open(&JournalConfig::new(dir, "fixture-node", BOOT)).unwrap();
     let f = j
         .append_record(Body::Intent {
@@ -135,6 +191,20 @@ fn write_v1(dir: &Path) {
         target: pod("pod-a").into(),
     })
     .unwrap();
+    let c = j
+        .append_record(Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Multi,
+            target: csi_pod("pod-c").into(),
+        })
+        .unwrap();
+    j.append_record(Body::Outcome {
+        intent_seq: c,
+        op: Operation::SetUp,
+        result: OpResult::Success,
+        observed: None,
+    })
+    .unwrap();
     j.close().unwrap();
 }
 
@@ -153,12 +223,49 @@ fn golden_record() -> Record {
 
 const GOLDEN_JOURNAL_ID: u64 = 0x5eed_0000_0000_0001;
 
-fn golden_hex() -> String {
-    let payload = record::encode(&RecordV1::from(&golden_record()));
-    envelope::seal(GOLDEN_JOURNAL_ID, Kind::Record, 42, &payload)
+fn hex(payload: &[u8]) -> String {
+    envelope::seal(GOLDEN_JOURNAL_ID, Kind::Record, 42, payload)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+fn golden_hex() -> String {
+    hex(&record::encode(&RecordV1::from(&golden_record())))
+}
+
+fn golden_v2_record() -> Record {
+    Record {
+        body: Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Multi,
+            target: csi_pod("pod-c").into(),
+        },
+        ..golden_record()
+    }
+}
+
+fn golden_v2_hex() -> String {
+    hex(&record::encode(&RecordV2::from(&golden_v2_record())))
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    let s = s.trim();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn schema_of(dir: &Path) -> u32 {
+    let db = sled::open(dir).unwrap();
+    let v = db
+        .open_tree("meta")
+        .unwrap()
+        .get("schema_version")
+        .unwrap()
+        .unwrap();
+    u32::from_le_bytes(v.as_ref().try_into().unwrap())
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -179,10 +286,10 @@ fn write_fixtures_when_asked() {
     if std::env::var_os("VOLUMED_WRITE_JOURNAL_FIXTURE").is_none() {
         return;
     }
-    let dir = fixture_dir();
+    let dir = fixture_v2_dir();
     let _ = std::fs::remove_dir_all(dir.join("journal"));
-    write_v1(&dir.join("journal"));
-    std::fs::write(dir.join("record-golden.hex"), golden_hex() + "\n").unwrap();
+    write_current(&dir.join("journal"));
+    std::fs::write(dir.join("record-golden.hex"), golden_v2_hex() + "\n").unwrap();
 }
 
 #[test]
@@ -198,7 +305,7 @@ fn the_v1_journal_opens_and_replays() {
     ))
     .unwrap();
     assert!(replay.corruption.is_none());
-    assert_eq!(replay.schema_version, 1);
+    assert_eq!(replay.schema_version, 2, "the daemon migrates a v1 journal");
     assert_eq!(replay.node_name, "fixture-node");
     assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
     assert_eq!(
@@ -244,6 +351,60 @@ fn the_v1_journal_opens_and_replays() {
         .unwrap(),
         10
     );
+    j.close().unwrap();
+    // Opened again, migrated, it replays to the same state plus the Forget.
+    let (_, again) = Journal::open(&JournalConfig::new(&copy, "other-node", BOOT)).unwrap();
+    assert!(again.corruption.is_none());
+    assert_eq!(
+        again.tail.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![7, 8, 9, 10]
+    );
+}
+
+#[test]
+fn an_inspection_reads_a_v1_journal_without_migrating_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_dir().join("journal"), &copy);
+    let (_, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
+    assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+    assert_eq!(replay.schema_version, 1);
+    assert_eq!(replay.tail.len(), 3);
+    assert_eq!(replay.state.entries().count(), 3);
+    drop(replay);
+    assert_eq!(schema_of(&copy), 1, "an inspection changes nothing");
+}
+
+#[test]
+fn the_v2_journal_opens_with_its_csi_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v2_dir().join("journal"), &copy);
+    let (_, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+    assert!(replay.corruption.is_none());
+    assert_eq!(replay.schema_version, 2);
+    let csi = replay
+        .state
+        .entries()
+        .find(|(k, _)| k.volume.as_str() == CSI_VOLUME)
+        .expect("the CSI target")
+        .1;
+    assert_eq!(csi.state, MountState::Mounted);
+    assert_eq!(*csi.params, csi_pod("pod-c"));
+}
+
+#[test]
+fn the_v2_record_encoding_is_pinned() {
+    let want = std::fs::read_to_string(fixture_v2_dir().join("record-golden.hex")).unwrap();
+    assert_eq!(
+        golden_v2_hex(),
+        want.trim(),
+        "the v2 record bytes changed: that is a new format version"
+    );
+    let bytes = unhex(&want);
+    let payload = envelope::open(GOLDEN_JOURNAL_ID, Kind::Record, 42, &bytes).unwrap();
+    let rec: RecordV2 = record::decode(payload).unwrap();
+    assert_eq!(Record::try_from(&rec).unwrap(), golden_v2_record());
 }
 
 #[test]

@@ -71,6 +71,7 @@ fn empty_dir_params(layout: &Layout, pod: &str, kind: TargetKind) -> TargetParam
         selinux: None,
         mount_options: Default::default(),
         fs_type: None,
+        csi: None,
     }
 }
 
@@ -406,6 +407,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         selinux: None,
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 
@@ -918,6 +920,7 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
             selinux: None,
             mount_options: Default::default(),
             fs_type: Some("ext4".into()),
+            csi: None,
         };
         let spec = VolumeSpec::Local {
             path: PathBuf::from("/dev/null").into(),

@@ -111,6 +111,7 @@ fn local(target: TargetRef) -> TargetParams {
         selinux: None,
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 
@@ -368,6 +369,7 @@ fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> Tar
         selinux: label,
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 

@@ -55,6 +55,7 @@ fn tmpfs_params(layout: &Layout, pod: &str, name: &str) -> TargetParams {
         selinux: None,
         mount_options: vec!["size=1m".into()].into(),
         fs_type: Some("tmpfs".into()),
+        csi: None,
     }
 }
 
@@ -78,6 +79,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         selinux: None,
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicU64;
 
 use super::commit::GroupCommit;
 use super::envelope::{self, Kind};
-use super::record::{self, CheckpointV1};
+use super::record;
 use super::replay::{JournalState, Record};
 use super::watermark::{Acked, Watermark};
 use super::{
@@ -266,10 +266,15 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     if schema > SCHEMA_VERSION {
         return Err(Distrust::Newer(schema));
     }
-    if schema < SCHEMA_VERSION {
+    // An inspection (`dump`, `reconstruct --dry-run`) changes nothing, so it
+    // reads an older journal in its own format instead of migrating it.
+    let read_schema = if schema < SCHEMA_VERSION && cfg.on_corrupt != OnCorrupt::Report {
         migrations::migrate(&db, schema, SCHEMA_VERSION)
             .map_err(|e| Distrust::Corrupt(format!("migration from schema {schema}: {e}")))?;
-    }
+        SCHEMA_VERSION
+    } else {
+        schema
+    };
     let node_name = get(META_NODE)?
         .map(|v| String::from_utf8_lossy(&v).into_owned())
         .unwrap_or_default();
@@ -283,7 +288,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         lost_tail: None,
         created,
         node_name,
-        schema_version: SCHEMA_VERSION,
+        schema_version: read_schema,
     };
     let mut through = 0;
     if let Some(v) =
@@ -292,15 +297,14 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         let claimed = envelope::claimed_seq(&v).unwrap_or(0);
         let decoded = envelope::open(journal_id, Kind::Checkpoint, claimed, &v)
             .map_err(|e| e.to_string())
-            .and_then(|p| record::decode::<CheckpointV1>(p).map_err(|e| e.to_string()))
-            .and_then(|ck| ck.to_state().map(|s| (ck, s)).map_err(|e| e.to_string()));
+            .and_then(|p| record::decode_checkpoint(read_schema, p).map_err(|e| e.to_string()));
         match decoded {
-            Ok((ck, state)) => {
-                through = ck.through_seq;
+            Ok((state, through_seq, wall_time_ns, entries)) => {
+                through = through_seq;
                 replay.checkpoint = Some(CheckpointInfo {
-                    through_seq: ck.through_seq,
-                    wall_time_ns: ck.wall_time_ns,
-                    entries: ck.entries.len(),
+                    through_seq,
+                    wall_time_ns,
+                    entries,
                 });
                 replay.state = state;
             }
@@ -329,7 +333,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
             if seq <= through || replay.corruption.is_some() {
                 continue;
             }
-            match record::open_record(journal_id, seq, &v) {
+            match record::open_record_of(read_schema, journal_id, seq, &v) {
                 Ok(rec) => {
                     replay.state.apply(&rec);
                     replay.tail.push(rec);

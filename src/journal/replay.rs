@@ -25,7 +25,7 @@ use crate::model::{
     UniqueVolumeName,
 };
 
-/// A record with model types (decoded from `record::RecordV1`).
+/// A record with model types (decoded from `record::RecordV2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// sequence number
@@ -422,6 +422,7 @@ mod tests {
             selinux: None,
             mount_options: Default::default(),
             fs_type: Some("ext4".into()),
+            csi: None,
         }
     }
 

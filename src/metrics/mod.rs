@@ -265,6 +265,7 @@ mod tests {
                 selinux: None,
                 mount_options: Default::default(),
                 fs_type: None,
+                csi: None,
             }
             .into(),
             observed: seen.then(|| MountIdentity {

@@ -8,6 +8,7 @@
 //! *Invariant:* model types are not the journal's on-disk types; the journal
 //! converts to and from them explicitly (`journal::record`).
 
+mod csi;
 mod layout;
 mod mount;
 mod names;
@@ -15,6 +16,7 @@ mod shared;
 mod spec;
 mod target;
 
+pub use csi::{CsiLifecycle, CsiParams, SecretRef};
 pub use layout::{Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE};
 pub use mount::{DevId, MountIdentity, SeLinuxContext, TMPFS};
 pub use names::{

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PluginName, PodUid, SeLinuxContext, SharedPath, SharedStr, UniqueVolumeName};
+use super::{
+    CsiParams, PluginName, PodUid, SeLinuxContext, SharedPath, SharedStr, UniqueVolumeName,
+};
 
 /// What a target is on disk (DESIGN.md "Targets").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -159,6 +161,8 @@ pub struct TargetParams {
     /// The filesystem type, if known (shared: every memory emptyDir's is
     /// the one [`SharedStr::tmpfs`]).
     pub fs_type: Option<SharedStr>,
+    /// The CSI arguments, for CSI targets only (shared: a clone is a count).
+    pub csi: Option<Arc<CsiParams>>,
 }
 
 /// Mount options as a PersistentVolume gives them (`ro`, `noatime`,
@@ -225,6 +229,7 @@ impl TargetParams {
             selinux: None,
             mount_options: MountOptions::default(),
             fs_type: None,
+            csi: None,
         }
     }
 

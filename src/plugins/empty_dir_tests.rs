@@ -48,6 +48,7 @@ fn params(kind: TargetKind, selinux: Option<SeLinuxContext>) -> TargetParams {
         selinux,
         mount_options: Default::default(),
         fs_type: None,
+        csi: None,
     }
 }
 

@@ -79,6 +79,7 @@ mod tests {
             selinux: None,
             mount_options: Default::default(),
             fs_type: None,
+            csi: None,
         }
     }
 

@@ -40,6 +40,7 @@ fn local_params(target: TargetRef) -> TargetParams {
         selinux: None,
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
+        csi: None,
     }
 }
 

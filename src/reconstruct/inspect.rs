@@ -256,6 +256,7 @@ mod tests {
             selinux: None,
             mount_options: Default::default(),
             fs_type: None,
+            csi: None,
         }
     }
 

@@ -92,6 +92,7 @@ fn params(vol: Vol) -> TargetParams {
         selinux: Some(ctx(LABEL)),
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
+        csi: None,
     };
     match vol {
         Vol::LocalDevice => TargetParams {

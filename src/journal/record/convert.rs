@@ -1,16 +1,19 @@
-//! The conversions between the on-disk v1 types and the model: every
+//! The conversions between the on-disk types and the model: every
 //! field checked on the way in (a value the model refuses is a
 //! [`RecordError`], never a panic), paths as raw bytes both ways.
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::super::replay::{Body, Entry, JournalState, OpResult, Pending, Record};
 use super::*;
 use crate::model::{
-    DevId, MountIdentity, MountState, Operation, PluginName, PodUid, SeLinuxContext, SharedParams,
-    SharedStr, Steps, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    AccessMode, CsiLifecycle, CsiParams, DevId, MountIdentity, MountState, Operation, PluginName,
+    PodUid, SeLinuxContext, SecretRef, SharedParams, SharedStr, Steps, TargetKind, TargetParams,
+    TargetRef, UniqueVolumeName, check_component,
 };
 
 fn path_bytes(p: &Path) -> Vec<u8> {
@@ -130,6 +133,145 @@ impl TryFrom<&TargetV1> for TargetParams {
             selinux,
             mount_options: t.mount_options.clone().into(),
             fs_type: t.fs_type.as_deref().map(SharedStr::from),
+            csi: None,
+        })
+    }
+}
+
+/// A format's target type: how the model's parameters are written in it and
+/// read back from it. Records and checkpoints convert through it.
+pub trait TargetFormat: Sized {
+    /// The parameters as this format writes them (format v1 has no place
+    /// for CSI arguments and drops them; only fixtures write v1).
+    fn from_params(p: &TargetParams) -> Self;
+    /// The parameters this value holds, every field checked.
+    fn to_params(&self) -> Result<TargetParams, RecordError>;
+}
+
+impl TargetFormat for TargetV1 {
+    fn from_params(p: &TargetParams) -> Self {
+        p.into()
+    }
+    fn to_params(&self) -> Result<TargetParams, RecordError> {
+        self.try_into()
+    }
+}
+
+impl TargetFormat for TargetV2 {
+    fn from_params(p: &TargetParams) -> Self {
+        TargetV2 {
+            base: p.into(),
+            csi: p.csi.as_deref().map(CsiV2::from),
+        }
+    }
+    fn to_params(&self) -> Result<TargetParams, RecordError> {
+        let mut p = TargetParams::try_from(&self.base)?;
+        if let Some(c) = &self.csi {
+            if p.plugin != PluginName::Csi {
+                return Err(field_err(
+                    "csi",
+                    &self.base.plugin,
+                    "CSI arguments on a non-CSI target",
+                ));
+            }
+            p.csi = Some(Arc::new(CsiParams::try_from(c)?));
+        }
+        Ok(p)
+    }
+}
+
+impl From<TargetV1> for TargetV2 {
+    fn from(base: TargetV1) -> Self {
+        TargetV2 { base, csi: None }
+    }
+}
+
+fn access_mode_code(m: AccessMode) -> u8 {
+    match m {
+        AccessMode::ReadWriteOncePod => 0,
+        AccessMode::ReadWriteOnce => 1,
+        AccessMode::ReadOnlyMany => 2,
+        AccessMode::ReadWriteMany => 3,
+    }
+}
+
+fn secret_v2(s: &SecretRef) -> SecretRefV2 {
+    SecretRefV2 {
+        namespace: s.namespace.clone(),
+        name: s.name.clone(),
+    }
+}
+
+fn secret_ref(s: &SecretRefV2) -> SecretRef {
+    SecretRef {
+        namespace: s.namespace.clone(),
+        name: s.name.clone(),
+    }
+}
+
+impl From<&CsiParams> for CsiV2 {
+    fn from(c: &CsiParams) -> Self {
+        let pairs =
+            |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        CsiV2 {
+            driver: c.driver.clone(),
+            volume_handle: c.volume_handle.clone(),
+            lifecycle: match c.lifecycle {
+                CsiLifecycle::Persistent => 0,
+                CsiLifecycle::Ephemeral => 1,
+            },
+            access_modes: c
+                .access_modes
+                .iter()
+                .map(|m| access_mode_code(*m))
+                .collect(),
+            read_only: c.read_only,
+            publish_context: pairs(&c.publish_context),
+            volume_context: pairs(&c.volume_context),
+            stage_secret: c.stage_secret.as_ref().map(secret_v2),
+            publish_secret: c.publish_secret.as_ref().map(secret_v2),
+            mount_group: c.mount_group.clone(),
+            attachment_id: c.attachment_id.clone(),
+        }
+    }
+}
+
+impl TryFrom<&CsiV2> for CsiParams {
+    type Error = RecordError;
+    fn try_from(c: &CsiV2) -> Result<Self, RecordError> {
+        check_component("csi driver", &c.driver)
+            .map_err(|e| field_err("csi.driver", &c.driver, e))?;
+        if c.volume_handle.is_empty() {
+            return Err(field_err("csi.volume_handle", "", "empty"));
+        }
+        let lifecycle = match c.lifecycle {
+            0 => CsiLifecycle::Persistent,
+            1 => CsiLifecycle::Ephemeral,
+            n => return Err(field_err("csi.lifecycle", &n.to_string(), "not 0 or 1")),
+        };
+        let access_modes = c
+            .access_modes
+            .iter()
+            .map(|m| match m {
+                0 => Ok(AccessMode::ReadWriteOncePod),
+                1 => Ok(AccessMode::ReadWriteOnce),
+                2 => Ok(AccessMode::ReadOnlyMany),
+                3 => Ok(AccessMode::ReadWriteMany),
+                n => Err(field_err("csi.access_modes", &n.to_string(), "not 0 to 3")),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(CsiParams {
+            driver: c.driver.clone(),
+            volume_handle: c.volume_handle.clone(),
+            lifecycle,
+            access_modes,
+            read_only: c.read_only,
+            publish_context: c.publish_context.iter().cloned().collect(),
+            volume_context: c.volume_context.iter().cloned().collect(),
+            stage_secret: c.stage_secret.as_ref().map(secret_ref),
+            publish_secret: c.publish_secret.as_ref().map(secret_ref),
+            mount_group: c.mount_group.clone(),
+            attachment_id: c.attachment_id.clone(),
         })
     }
 }
@@ -176,20 +318,20 @@ fn steps_of(multi_step: bool) -> Steps {
     }
 }
 
-impl From<&Record> for RecordV1 {
+impl<T: TargetFormat> From<&Record> for RecordOf<T> {
     fn from(r: &Record) -> Self {
         let body = match &r.body {
-            Body::Intent { op, steps, target } => BodyV1::Intent {
+            Body::Intent { op, steps, target } => BodyOf::Intent {
                 op: (*op).into(),
                 multi_step: (*steps).into(),
-                target: (&**target).into(),
+                target: T::from_params(target),
             },
             Body::Outcome {
                 intent_seq,
                 op,
                 result,
                 observed,
-            } => BodyV1::Outcome {
+            } => BodyOf::Outcome {
                 intent_seq: *intent_seq,
                 op: (*op).into(),
                 result: match result {
@@ -204,13 +346,13 @@ impl From<&Record> for RecordV1 {
                 state,
                 reason,
                 observed,
-            } => BodyV1::Reconstructed {
-                target: (&**target).into(),
+            } => BodyOf::Reconstructed {
+                target: T::from_params(target),
                 state: (*state).into(),
                 reason: reason.clone(),
                 observed: observed.as_ref().map(IdentityV1::from),
             },
-            Body::Forget { volume, target } => BodyV1::Forget {
+            Body::Forget { volume, target } => BodyOf::Forget {
                 volume: volume.as_str().to_owned(),
                 pod_uid: match target {
                     TargetRef::Device => None,
@@ -218,7 +360,7 @@ impl From<&Record> for RecordV1 {
                 },
             },
         };
-        RecordV1 {
+        RecordOf {
             seq: r.seq,
             wall_time_ns: r.wall_time_ns,
             boot_id: r.boot_id.clone(),
@@ -231,20 +373,20 @@ fn identity(o: &Option<IdentityV1>) -> Result<Option<MountIdentity>, RecordError
     o.as_ref().map(MountIdentity::try_from).transpose()
 }
 
-impl TryFrom<&RecordV1> for Record {
+impl<T: TargetFormat> TryFrom<&RecordOf<T>> for Record {
     type Error = RecordError;
-    fn try_from(r: &RecordV1) -> Result<Self, RecordError> {
+    fn try_from(r: &RecordOf<T>) -> Result<Self, RecordError> {
         let body = match &r.body {
-            BodyV1::Intent {
+            BodyOf::Intent {
                 op,
                 multi_step,
                 target,
             } => Body::Intent {
                 op: (*op).into(),
                 steps: steps_of(*multi_step),
-                target: SharedParams::new(target.try_into()?),
+                target: SharedParams::new(target.to_params()?),
             },
-            BodyV1::Outcome {
+            BodyOf::Outcome {
                 intent_seq,
                 op,
                 result,
@@ -259,18 +401,18 @@ impl TryFrom<&RecordV1> for Record {
                 },
                 observed: identity(observed)?,
             },
-            BodyV1::Reconstructed {
+            BodyOf::Reconstructed {
                 target,
                 state,
                 reason,
                 observed,
             } => Body::Reconstructed {
-                target: SharedParams::new(target.try_into()?),
+                target: SharedParams::new(target.to_params()?),
                 state: (*state).into(),
                 reason: reason.clone(),
                 observed: identity(observed)?,
             },
-            BodyV1::Forget { volume, pod_uid } => Body::Forget {
+            BodyOf::Forget { volume, pod_uid } => Body::Forget {
                 volume: UniqueVolumeName::from_raw(volume.clone()),
                 target: match pod_uid {
                     None => TargetRef::Device,
@@ -289,16 +431,16 @@ impl TryFrom<&RecordV1> for Record {
     }
 }
 
-impl From<&Entry> for EntryV1 {
+impl<T: TargetFormat> From<&Entry> for EntryOf<T> {
     fn from(e: &Entry) -> Self {
-        EntryV1 {
-            target: (&*e.params).into(),
+        EntryOf {
+            target: T::from_params(&e.params),
             state: e.state.into(),
-            pending: e.pending.as_ref().map(|p| PendingV1 {
+            pending: e.pending.as_ref().map(|p| PendingOf {
                 op: p.op.into(),
                 intent_seq: p.intent_seq,
                 multi_step: p.steps.into(),
-                target: (&*p.params).into(),
+                target: T::from_params(&p.params),
             }),
             observed: e.observed.as_deref().map(IdentityV1::from),
             last_seq: e.last_seq,
@@ -308,11 +450,11 @@ impl From<&Entry> for EntryV1 {
     }
 }
 
-impl TryFrom<&EntryV1> for Entry {
+impl<T: TargetFormat> TryFrom<&EntryOf<T>> for Entry {
     type Error = RecordError;
-    fn try_from(e: &EntryV1) -> Result<Self, RecordError> {
+    fn try_from(e: &EntryOf<T>) -> Result<Self, RecordError> {
         Ok(Entry {
-            params: SharedParams::new((&e.target).try_into()?),
+            params: SharedParams::new(e.target.to_params()?),
             state: e.state.into(),
             pending: e
                 .pending
@@ -322,7 +464,7 @@ impl TryFrom<&EntryV1> for Entry {
                         op: p.op.into(),
                         intent_seq: p.intent_seq,
                         steps: steps_of(p.multi_step),
-                        params: SharedParams::new((&p.target).try_into()?),
+                        params: SharedParams::new(p.target.to_params()?),
                     }))
                 })
                 .transpose()?,
@@ -334,13 +476,13 @@ impl TryFrom<&EntryV1> for Entry {
     }
 }
 
-impl CheckpointV1 {
+impl<T: TargetFormat> CheckpointOf<T> {
     /// The checkpoint of a state.
     pub fn of(state: &JournalState, wall_time_ns: u64) -> Self {
-        CheckpointV1 {
+        CheckpointOf {
             through_seq: state.last_seq(),
             wall_time_ns,
-            entries: state.entries().map(|(_, e)| EntryV1::from(e)).collect(),
+            entries: state.entries().map(|(_, e)| EntryOf::from(e)).collect(),
         }
     }
     /// The state it holds.

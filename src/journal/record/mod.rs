@@ -1,20 +1,27 @@
-//! On-disk record types (format v1) and their conversion to and from `model`.
+//! On-disk record types and their conversion to and from `model`.
 //!
 //! These structs are what bincode 1.3.3 encodes inside an envelope
 //! (`envelope.rs`). They are deliberately not the model types: strings and
 //! raw path bytes only, so a change to the model never silently changes the
 //! format. A change here is a new format version with a migration in
 //! `migrations/` (see `docs/journal-format.md`).
+//!
+//! Records, bodies and checkpoints are generic over the target type: format
+//! v1 is them with [`TargetV1`], format v2 (the current one) with
+//! [`TargetV2`], which adds the CSI arguments. bincode writes no type names,
+//! so `RecordOf<TargetV1>` encodes exactly as v1 always did.
 
 use serde::{Deserialize, Serialize};
 
 mod convert;
 
-use super::replay::Record;
+pub use convert::TargetFormat;
 
-/// One journal record as stored (format v1).
+use super::replay::{JournalState, Record};
+
+/// One journal record as stored, generic over the format's target type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordV1 {
+pub struct RecordOf<T> {
     /// Sequence number, strictly increasing per journal.
     pub seq: u64,
     /// Wall time, nanoseconds since the Unix epoch.
@@ -22,12 +29,17 @@ pub struct RecordV1 {
     /// Boot id of the machine when the record was written.
     pub boot_id: String,
     /// What happened.
-    pub body: BodyV1,
+    pub body: BodyOf<T>,
 }
 
-/// The body of a record (format v1).
+/// A record of format v1.
+pub type RecordV1 = RecordOf<TargetV1>;
+/// A record of format v2 (the current format).
+pub type RecordV2 = RecordOf<TargetV2>;
+
+/// The body of a record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BodyV1 {
+pub enum BodyOf<T> {
     /// An operation is about to touch the OS.
     Intent {
         /// the operation
@@ -35,7 +47,7 @@ pub enum BodyV1 {
         /// one syscall or several steps
         multi_step: bool,
         /// the target and its parameters
-        target: TargetV1,
+        target: T,
     },
     /// The operation whose intent is `intent_seq` finished.
     Outcome {
@@ -51,7 +63,7 @@ pub enum BodyV1 {
     /// Reconstruction decided the state of a target.
     Reconstructed {
         /// the target and its parameters
-        target: TargetV1,
+        target: T,
         /// the decided state
         state: StateV1,
         /// why (one reason per row of the merge table)
@@ -124,7 +136,46 @@ pub struct TargetV1 {
     pub fs_type: Option<String>,
 }
 
-/// Mount identity (format v1).
+/// Target parameters (format v2): v1's, then the CSI arguments of a CSI
+/// target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetV2 {
+    /// every field of format v1, in v1's order
+    pub base: TargetV1,
+    /// the CSI arguments, `None` for other plugins
+    pub csi: Option<CsiV2>,
+}
+
+/// A secret reference (format v2): namespace and name, never the bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct SecretRefV2 {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The CSI arguments of a target (format v2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct CsiV2 {
+    pub driver: String,
+    pub volume_handle: String,
+    /// 0 persistent, 1 ephemeral
+    pub lifecycle: u8,
+    /// 0 ReadWriteOncePod, 1 ReadWriteOnce, 2 ReadOnlyMany, 3 ReadWriteMany
+    pub access_modes: Vec<u8>,
+    pub read_only: bool,
+    /// sorted by key
+    pub publish_context: Vec<(String, String)>,
+    /// sorted by key
+    pub volume_context: Vec<(String, String)>,
+    pub stage_secret: Option<SecretRefV2>,
+    pub publish_secret: Option<SecretRefV2>,
+    pub mount_group: Option<String>,
+    pub attachment_id: Option<String>,
+}
+
+/// Mount identity (format v1, unchanged in v2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(missing_docs)]
 pub struct IdentityV1 {
@@ -166,10 +217,47 @@ pub(super) fn field_err(field: &'static str, value: &str, why: impl ToString) ->
 /// model-level [`Record`]; the error says what failed (envelope, payload or
 /// a field). The one decode path for replay, `current` and `dump`.
 pub fn open_record(journal_id: u64, seq: u64, value: &[u8]) -> Result<Record, String> {
+    open_record_of(super::SCHEMA_VERSION, journal_id, seq, value)
+}
+
+/// [`open_record`] for a journal of schema `schema`: an inspection reads an
+/// old journal as it is, without migrating it.
+pub fn open_record_of(
+    schema: u32,
+    journal_id: u64,
+    seq: u64,
+    value: &[u8],
+) -> Result<Record, String> {
     let payload = super::envelope::open(journal_id, super::envelope::Kind::Record, seq, value)
         .map_err(|e| e.to_string())?;
-    let v1: RecordV1 = decode(payload).map_err(|e| e.to_string())?;
-    Record::try_from(&v1).map_err(|e| e.to_string())
+    let record = match schema {
+        1 => decode::<RecordV1>(payload).and_then(|r| Record::try_from(&r)),
+        _ => decode::<RecordV2>(payload).and_then(|r| Record::try_from(&r)),
+    };
+    record.map_err(|e| e.to_string())
+}
+
+/// Decodes a checkpoint payload of schema `schema` into its state and the
+/// figures the replay reports (`through_seq`, wall time, entry count).
+pub fn decode_checkpoint(
+    schema: u32,
+    payload: &[u8],
+) -> Result<(JournalState, u64, u64, usize), RecordError> {
+    fn of<T: TargetFormat + for<'de> Deserialize<'de>>(
+        payload: &[u8],
+    ) -> Result<(JournalState, u64, u64, usize), RecordError> {
+        let ck: CheckpointOf<T> = decode(payload)?;
+        Ok((
+            ck.to_state()?,
+            ck.through_seq,
+            ck.wall_time_ns,
+            ck.entries.len(),
+        ))
+    }
+    match schema {
+        1 => of::<TargetV1>(payload),
+        _ => of::<TargetV2>(payload),
+    }
 }
 
 /// Encodes a value with bincode 1.3.3's default options.
@@ -184,39 +272,118 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordErr
     bincode::deserialize(bytes).map_err(|e| RecordError::Decode(e.to_string()))
 }
 
-/// A checkpoint as stored (format v1): the state implied by every record up
-/// to and including `through_seq`, pending intents included.
+/// A checkpoint as stored: the state implied by every record up to and
+/// including `through_seq`, pending intents included.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckpointV1 {
+pub struct CheckpointOf<T> {
     /// the last record folded in
     pub through_seq: u64,
     /// wall time of the checkpoint, ns since the Unix epoch
     pub wall_time_ns: u64,
     /// every tracked target
-    pub entries: Vec<EntryV1>,
+    pub entries: Vec<EntryOf<T>>,
 }
 
-/// One target in a checkpoint (format v1).
+/// A checkpoint of format v1.
+pub type CheckpointV1 = CheckpointOf<TargetV1>;
+/// A checkpoint of format v2 (the current format).
+pub type CheckpointV2 = CheckpointOf<TargetV2>;
+
+/// One target in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(missing_docs)]
-pub struct EntryV1 {
-    pub target: TargetV1,
+pub struct EntryOf<T> {
+    pub target: T,
     pub state: StateV1,
-    pub pending: Option<PendingV1>,
+    pub pending: Option<PendingOf<T>>,
     pub observed: Option<IdentityV1>,
     pub last_seq: u64,
     pub boot_id: String,
     pub reason: Option<String>,
 }
 
-/// A pending intent in a checkpoint (format v1).
+/// A pending intent in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(missing_docs)]
-pub struct PendingV1 {
+pub struct PendingOf<T> {
     pub op: OpV1,
     pub intent_seq: u64,
     pub multi_step: bool,
-    pub target: TargetV1,
+    pub target: T,
+}
+
+impl<T> RecordOf<T> {
+    /// The same record with its targets converted (a migration's step).
+    pub fn map_target<U>(self, f: impl Fn(T) -> U) -> RecordOf<U> {
+        let body = match self.body {
+            BodyOf::Intent {
+                op,
+                multi_step,
+                target,
+            } => BodyOf::Intent {
+                op,
+                multi_step,
+                target: f(target),
+            },
+            BodyOf::Outcome {
+                intent_seq,
+                op,
+                result,
+                observed,
+            } => BodyOf::Outcome {
+                intent_seq,
+                op,
+                result,
+                observed,
+            },
+            BodyOf::Reconstructed {
+                target,
+                state,
+                reason,
+                observed,
+            } => BodyOf::Reconstructed {
+                target: f(target),
+                state,
+                reason,
+                observed,
+            },
+            BodyOf::Forget { volume, pod_uid } => BodyOf::Forget { volume, pod_uid },
+        };
+        RecordOf {
+            seq: self.seq,
+            wall_time_ns: self.wall_time_ns,
+            boot_id: self.boot_id,
+            body,
+        }
+    }
+}
+
+impl<T> CheckpointOf<T> {
+    /// The same checkpoint with its targets converted (a migration's step).
+    pub fn map_target<U>(self, f: impl Fn(T) -> U) -> CheckpointOf<U> {
+        CheckpointOf {
+            through_seq: self.through_seq,
+            wall_time_ns: self.wall_time_ns,
+            entries: self
+                .entries
+                .into_iter()
+                .map(|e| EntryOf {
+                    target: f(e.target),
+                    state: e.state,
+                    pending: e.pending.map(|p| PendingOf {
+                        op: p.op,
+                        intent_seq: p.intent_seq,
+                        multi_step: p.multi_step,
+                        target: f(p.target),
+                    }),
+                    observed: e.observed,
+                    last_seq: e.last_seq,
+                    boot_id: e.boot_id,
+                    reason: e.reason,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -254,6 +421,7 @@ mod tests {
             ),
             mount_options: vec!["noatime".into()].into(),
             fs_type: Some("ext4".into()),
+            csi: None,
         }
     }
 
@@ -331,13 +499,89 @@ mod tests {
             .collect()
     }
 
+    fn csi_target() -> TargetParams {
+        TargetParams {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/csi/d.example.com^h"),
+            plugin: PluginName::Csi,
+            csi: Some(std::sync::Arc::new(crate::model::CsiParams {
+                driver: "d.example.com".into(),
+                volume_handle: "h".into(),
+                lifecycle: crate::model::CsiLifecycle::Ephemeral,
+                access_modes: vec![crate::model::AccessMode::ReadWriteMany],
+                read_only: false,
+                publish_context: [("a".to_owned(), "b".to_owned())].into(),
+                volume_context: [("c".to_owned(), "d".to_owned())].into(),
+                stage_secret: None,
+                publish_secret: Some(crate::model::SecretRef {
+                    namespace: "ns".into(),
+                    name: "s".into(),
+                }),
+                mount_group: None,
+                attachment_id: None,
+            })),
+            ..target(Some("p"))
+        }
+    }
+
     #[test]
     fn every_record_type_round_trips_through_bincode() {
         for r in every_record() {
-            let bytes = encode(&RecordV1::from(&r));
-            let back: RecordV1 = decode(&bytes).unwrap();
+            let bytes = encode(&RecordV2::from(&r));
+            let back: RecordV2 = decode(&bytes).unwrap();
+            assert_eq!(Record::try_from(&back).unwrap(), r);
+            // format v1 writes the same bodies (without CSI arguments)
+            let back: RecordV1 = decode(&encode(&RecordV1::from(&r))).unwrap();
             assert_eq!(Record::try_from(&back).unwrap(), r);
         }
+        let csi = Record {
+            body: Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Multi,
+                target: csi_target().into(),
+            },
+            ..every_record()[0].clone()
+        };
+        let back: RecordV2 = decode(&encode(&RecordV2::from(&csi))).unwrap();
+        assert_eq!(
+            Record::try_from(&back).unwrap(),
+            csi,
+            "CSI arguments survive v2"
+        );
+    }
+
+    #[test]
+    fn a_v1_record_migrates_to_the_same_v2_record() {
+        for r in every_record() {
+            let v2 = RecordV1::from(&r).map_target(TargetV2::from);
+            assert_eq!(v2, RecordV2::from(&r));
+        }
+    }
+
+    #[test]
+    fn hostile_csi_fields_are_refused_with_their_name() {
+        let mut t = TargetV2::from_params(&csi_target());
+        if let Some(c) = t.csi.as_mut() {
+            c.driver = "../x".into();
+        }
+        assert!(
+            t.to_params()
+                .unwrap_err()
+                .to_string()
+                .contains("csi.driver")
+        );
+        let mut t = TargetV2::from_params(&csi_target());
+        if let Some(c) = t.csi.as_mut() {
+            c.lifecycle = 9;
+        }
+        assert!(
+            t.to_params()
+                .unwrap_err()
+                .to_string()
+                .contains("csi.lifecycle")
+        );
+        let mut t = TargetV2::from_params(&csi_target());
+        t.base.plugin = "kubernetes.io/empty-dir".into();
+        assert!(t.to_params().unwrap_err().to_string().contains("non-CSI"));
     }
 
     #[test]
@@ -346,8 +590,8 @@ mod tests {
         for r in every_record().iter().take(4) {
             s.apply(r);
         }
-        let ck = CheckpointV1::of(&s, 5);
-        let back: CheckpointV1 = decode(&encode(&ck)).unwrap();
+        let ck = CheckpointV2::of(&s, 5);
+        let back: CheckpointV2 = decode(&encode(&ck)).unwrap();
         assert_eq!(
             back.to_state().unwrap(),
             JournalState::from_entries(s.last_seq(), s.entries().map(|(_, e)| e.clone()))
