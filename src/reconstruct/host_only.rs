@@ -16,7 +16,7 @@ use crate::model::{PluginName, SharedParams, TargetParams, TargetRef, UniqueVolu
 
 /// The second phase of a split reconstruction: decides the host-found
 /// targets of `input` (the pod-dir walk's bare dirs and dirs of unknown
-/// plugins) that nothing has decided yet, exactly as [`merge`] decides
+/// plugins) that nothing has decided yet, exactly as [`merge`](super::merge) decides
 /// host-only targets. A target is already decided when its path or key is
 /// a journal target's (the journal decided it, from its own observation) or
 /// one of `decided`'s decisions (the first phase's). `input.journal` says

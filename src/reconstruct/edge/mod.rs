@@ -1,11 +1,11 @@
-//! The I/O edge of reconstruction: fills a [`MergeInput`] from the host
+//! The I/O edge of reconstruction: fills a [`MergeInput`](super::MergeInput) from the host
 //! (one mount-table read, the pod-dir walk, `stat` of device paths) and the
-//! journal, runs the pure [`merge`], and — inside the daemon — writes the
+//! journal, runs the pure [`merge`](super::merge), and — inside the daemon — writes the
 //! decisions that change the journal back as `Reconstructed` records and
 //! fills the ASW.
 //!
-//! What goes into the [`MergeInput`] (as the `reconstruct` module doc asks):
-//! - `host_targets`: every target [`scan_with_table`] found — device
+//! What goes into the [`MergeInput`](super::MergeInput) (as the `reconstruct` module doc asks):
+//! - `host_targets`: every target [`scan_with_table`](crate::host::scan::scan_with_table) found — device
 //!   targets mounted under `plugins/`, pod targets mounted under
 //!   `pods/<uid>/volumes/`, bare pod volume dirs, and dirs of plugins volumed
 //!   does not have (which the merge lists as failed, never cleans). The
@@ -57,7 +57,7 @@
 //!
 //! Only decisions that change what the journal implies are recorded
 //! ([`super::journal_agrees`]), in one batch per phase
-//! ([`Journal::record_reconstruction`]): a journal that agrees with the host costs no
+//! ([`Journal::record_reconstruction`](crate::journal::Journal::record_reconstruction)): a journal that agrees with the host costs no
 //! write at all. Phase 1 checks each journal decision against its entry
 //! inside the merge (`merge_checked`), while the entry is at hand, instead of
 //! walking the journal a second time.
