@@ -28,7 +28,10 @@ use crate::reconstruct::{FailedTarget, apply_to_asw};
 use crate::selinux::Policy;
 use crate::sources::DesiredPod;
 
+mod housekeeping;
+
 pub use super::effects::{Completion, Effect, Event, HostWork, JournalWork, Observed, World};
+pub use housekeeping::{FLUSH_WITHIN, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY};
 
 /// Where startup and shutdown stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,16 +112,6 @@ pub struct CoreConfig {
     /// the SELinux label rules
     pub selinux: Policy,
 }
-
-/// The allocator is trimmed at most this often, once no job is in flight.
-pub const TRIM_EVERY: Duration = Duration::from_secs(1);
-/// Outcomes appended without a flush wait at most this long for one while
-/// other jobs keep running (a long mkfs or a hung mount must not hold them).
-pub const FLUSH_WITHIN: Duration = Duration::from_millis(200);
-/// Orphan sweeps run at most this often.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
-/// And at least this often once settled.
-pub const SWEEP_IDLE: Duration = Duration::from_secs(120);
 
 /// The loop's state.
 #[derive(Debug)]
@@ -434,86 +427,6 @@ impl Core {
         }
         self.in_flight.forgets += 1;
         out.push(Effect::Journal(JournalWork::ForgetVolume { key, volume }));
-    }
-
-    /// Flushes the outcomes appended without waiting: once no job is in
-    /// flight (one flush for the whole burst; while jobs run, their intents'
-    /// flushes carry earlier outcomes along), or once they have waited
-    /// [`FLUSH_WITHIN`].
-    fn maybe_flush(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let Some(by) = self.timers.flush_by else {
-            return;
-        };
-        if self.in_flight.flush || (self.pending.running() != 0 && now < by) {
-            return;
-        }
-        self.timers.flush_by = None;
-        self.in_flight.flush = true;
-        out.push(Effect::Journal(JournalWork::Flush));
-    }
-
-    /// Asks for a sweep at the rate limit (a pod target went away).
-    fn sweep_wanted(&mut self, now: Instant) {
-        let soonest = self.timers.sweep_not_before.unwrap_or(now);
-        let at = self.timers.sweep_at.map_or(soonest, |t| t.min(soonest));
-        self.timers.sweep_at = Some(at);
-    }
-
-    /// Sweeps orphaned pod dirs once settled, when due, never while an
-    /// operation is in flight (the sweep completes the `.deleting~` renames
-    /// of every pod, which a disk emptyDir's TearDown makes and deletes).
-    fn maybe_sweep(&mut self, w: &World, now: Instant, out: &mut Vec<Effect>) {
-        let due = self.timers.sweep_at.is_some_and(|t| now >= t);
-        if self.phase != Phase::Settled
-            || !due
-            || self.in_flight.sweep
-            || self.pending.running() != 0
-        {
-            return;
-        }
-        let mut known: BTreeSet<PodUid> = BTreeSet::new();
-        for (_, v) in w.dsw.volumes() {
-            known.extend(v.pods.keys().cloned());
-        }
-        for (_, v) in w.asw.volumes() {
-            known.extend(v.pods.keys().cloned());
-        }
-        self.timers.sweep_at = Some(now + SWEEP_IDLE);
-        self.timers.sweep_not_before = Some(now + SWEEP_EVERY);
-        self.in_flight.sweep = true;
-        out.push(Effect::Host(HostWork::Sweep { known }));
-    }
-
-    fn maybe_checkpoint(&mut self, synced_through: u64, out: &mut Vec<Effect>) {
-        let n = self.cfg.checkpoint_every;
-        if !self.cfg.journal
-            || n == 0
-            || self.in_flight.checkpoint
-            || synced_through < self.last_checkpoint_seq + n
-        {
-            return;
-        }
-        self.in_flight.checkpoint = true;
-        out.push(Effect::Journal(JournalWork::Checkpoint));
-    }
-
-    /// Memory was freed (a job ended, a checkpoint was written): a trim is
-    /// due, at most every [`TRIM_EVERY`].
-    fn trim_due(&mut self, now: Instant) {
-        let soonest = self.timers.trim_not_before.map_or(now, |t| t.max(now));
-        self.timers.trim_at.get_or_insert(soonest);
-    }
-
-    /// Trims once no job is in flight (an idle daemon never trims).
-    fn maybe_trim(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let due = self.timers.trim_at.is_some_and(|t| now >= t);
-        if !due || self.in_flight.trim || self.pending.running() != 0 {
-            return;
-        }
-        self.timers.trim_at = None;
-        self.timers.trim_not_before = Some(now + TRIM_EVERY);
-        self.in_flight.trim = true;
-        out.push(Effect::Host(HostWork::Trim));
     }
 }
 

@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
+use super::merge::merge_checked_split;
 use super::*;
 use crate::journal::{Body, OpResult, Record};
-use crate::model::{Operation, PodUid, Steps};
+use crate::model::{Operation, PodUid, Steps, TargetParams};
 use crate::state::{ActualStateOfWorld, SeLinuxState};
 
 const BOOT: &str = "boot-a";
@@ -1155,9 +1156,9 @@ fn plain_spellings_compare_as_paths_do() {
         "/.", "/a/..", "/a/../b", "/a/.b", "/a/b.",
     ];
     for x in spellings {
-        let (px, bx) = (Path::new(x), super::plain_bytes(Path::new(x)));
+        let (px, bx) = (Path::new(x), super::paths::plain_bytes(Path::new(x)));
         assert_eq!(
-            super::is_plain(x.as_bytes()),
+            super::paths::is_plain(x.as_bytes()),
             px.components()
                 .collect::<PathBuf>()
                 .as_os_str()
@@ -1166,7 +1167,7 @@ fn plain_spellings_compare_as_paths_do() {
             "{x}"
         );
         for y in spellings {
-            let by = super::plain_bytes(Path::new(y));
+            let by = super::paths::plain_bytes(Path::new(y));
             assert_eq!(px == Path::new(y), bx == by, "{x} vs {y}");
         }
     }
@@ -1177,7 +1178,7 @@ fn observe_by_bytes_answers_as_the_path_map() {
     let mut observe = PathMap::default();
     observe.insert(PathBuf::from("/k/pods/a/"), HostObservation::DirPresent);
     observe.insert(PathBuf::from("/k/plugins/x"), HostObservation::Absent);
-    let by_bytes = super::ObserveByBytes::new(&observe);
+    let by_bytes = super::paths::ObserveByBytes::new(&observe);
     for q in [
         "/k/pods/a",
         "/k/pods/a/",

@@ -52,27 +52,30 @@
 //!   (a rejected volume name, an unresolved claim), is logged at error level
 //!   naming the file, as the kubelet logs a manifest it cannot process.
 
-use crate::host::sys::{FileKind, LinuxSys, Sys};
+use crate::host::sys::{LinuxSys, Sys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{PodUid, PodVolume};
-
 mod error;
 mod events;
+mod load;
 pub mod quantity;
 pub mod read;
+mod signature;
 pub mod static_objects;
 pub mod static_pods;
 
 pub use error::{SourceError, SourceErrorCategory};
 pub use events::{Applied, SourceEvent, apply_event, diff, diff_fingerprints};
-use read::{EntrySignature, Listing, list_dir, read_file};
+use read::{Listing, list_dir};
+pub use signature::fingerprint;
+use signature::signature_hash;
 use static_objects::StaticObjects;
-use static_pods::{ParsedPod, ParsedVolume, PodSeLinux, parse_pod};
+use static_pods::PodSeLinux;
 
 /// How often the daemon should call [`Sources::poll_changes`] by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -166,60 +169,6 @@ pub struct Sources {
     signature: Option<(u64, u64)>,
     ready_sent: bool,
 }
-
-/// One file's part of a listing signature: (device, inode, size, mtime,
-/// ctime).
-type FileSignature = (u64, u64, u64, i64, i64);
-
-fn file_signature(e: &EntrySignature) -> FileSignature {
-    (e.1, e.2, e.3, e.4, e.5)
-}
-
-/// A hash of one file's signature, as `last_good` keeps it (equal
-/// signatures, equal hashes).
-fn file_signature_hash(sig: &FileSignature) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    sig.hash(&mut h);
-    h.finish()
-}
-
-/// The `last_good` key of a manifest: its file name (a path without one,
-/// which a listing never yields, is keyed by the whole path).
-fn manifest_key(file: &Path) -> &OsStr {
-    file.file_name().unwrap_or(file.as_os_str())
-}
-
-/// A hash of a listing's signature (equal signatures, equal hashes).
-fn signature_hash(sig: &[EntrySignature]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    sig.hash(&mut h);
-    h.finish()
-}
-
-/// A fingerprint of everything a pod tells the DSW (its `Debug` form
-/// hashed, so every field counts, new ones included): equal pods, equal
-/// fingerprints.
-pub fn fingerprint(pod: &DesiredPod) -> u64 {
-    use std::hash::Hasher;
-    use std::io::Write;
-    struct H(std::hash::DefaultHasher);
-    impl Write for H {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.write(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut h = H(std::hash::DefaultHasher::new());
-    // Writing into a hasher cannot fail.
-    let _ = write!(h, "{pod:?}");
-    h.0.finish()
-}
-
 fn listing(dir: Option<&PathBuf>) -> Listing {
     match dir {
         Some(d) => list_dir(d),
@@ -287,194 +236,6 @@ impl Sources {
         let pods = listing(self.config.pods_dir.as_ref());
         let objects = listing(self.config.objects_dir.as_ref());
         self.load(pods, Some(objects)).0
-    }
-
-    /// `objects: None`: the objects dir is known not to have changed since
-    /// its last complete listing, which is reused without listing it again.
-    fn load(&mut self, pods: Listing, objects: Option<Listing>) -> (DesiredPods, (u64, u64)) {
-        let mut file_errors = pods.errors;
-        // Objects are read again only when their dir changed (same
-        // signature rule as `poll_changes`): a pods-only change, the common
-        // one, then costs no re-parse of every PV and claim. Their errors
-        // were logged when they were read.
-        let (objects_complete, objects_hash, objects_unchanged) =
-            match (objects, self.objects_signature) {
-                (None, Some(hash)) => (true, hash, true),
-                (objects, _) => {
-                    let objects =
-                        objects.unwrap_or_else(|| listing(self.config.objects_dir.as_ref()));
-                    file_errors.extend(objects.errors);
-                    let hash = signature_hash(&objects.signature);
-                    let unchanged = objects.complete && self.objects_signature == Some(hash);
-                    if !unchanged {
-                        let (objs, errs) = StaticObjects::load(&objects.files);
-                        self.objects = objs;
-                        file_errors.extend(errs);
-                        self.objects_signature = objects.complete.then_some(hash);
-                    }
-                    (objects.complete, hash, unchanged)
-                }
-            };
-        let complete = pods.complete && objects_complete;
-        // Keyed and sorted by the path's bytes: every manifest is a child
-        // of the one pods dir, so that is the order of their paths, without
-        // a component-wise comparison per step.
-        let sig_of: BTreeMap<&OsStr, (&PathBuf, FileSignature)> = pods
-            .signature
-            .iter()
-            .map(|e| (e.0.as_os_str(), (&e.0, file_signature(e))))
-            .collect();
-        /// One manifest's pod: parsed now, or kept as the DSW has it (the
-        /// file is unchanged, or cannot be read now).
-        enum Got {
-            Parsed(Box<ParsedPod>),
-            Kept(PodUid),
-        }
-        // Borrowed keys: `last_good` is updated in place below, so a poll
-        // that adds one manifest allocates for that one, not for all.
-        let mut good: BTreeMap<&OsStr, (u64, PodUid)> = BTreeMap::new();
-        let mut got: Vec<(PathBuf, Got)> = Vec::new();
-        let mut to_parse: Vec<(&PathBuf, u64)> = Vec::new();
-        for file in &pods.files {
-            let sig = sig_of
-                .get(file.as_os_str())
-                .map(|(_, s)| *s)
-                .unwrap_or_default();
-            // Unchanged since it was last parsed, and so are the objects its
-            // claims resolve against: the DSW already has its pod.
-            let sig_hash = file_signature_hash(&sig);
-            if objects_unchanged
-                && let Some((before, uid)) = self.last_good.get(manifest_key(file))
-                && *before == sig_hash
-                && sig != FileSignature::default()
-            {
-                good.insert(manifest_key(file), (sig_hash, uid.clone()));
-                got.push((file.clone(), Got::Kept(uid.clone())));
-                continue;
-            }
-            to_parse.push((file, sig_hash));
-        }
-        let node = self.config.node_name.as_str();
-        let parsed = read_and_parse_all(to_parse.iter().map(|(f, _)| f.as_path()), node);
-        for ((file, sig_hash), result) in to_parse.into_iter().zip(parsed) {
-            match result {
-                Ok(p) => {
-                    good.insert(manifest_key(file), (sig_hash, p.uid.clone()));
-                    got.push((file.clone(), Got::Parsed(Box::new(p))));
-                }
-                Err(e) => {
-                    if let Some((before, prev)) = self.last_good.get(manifest_key(file)) {
-                        good.insert(manifest_key(file), (*before, prev.clone()));
-                        got.push((file.clone(), Got::Kept(prev.clone())));
-                    }
-                    file_errors.push(e);
-                }
-            }
-        }
-        // an entry that failed its stat but still exists keeps its pod too
-        if complete {
-            for (file, _) in sig_of.values() {
-                let name = manifest_key(file);
-                if good.contains_key(name) {
-                    continue;
-                }
-                if let Some(prev) = self.last_good.get(name) {
-                    good.insert(name, prev.clone());
-                    got.push(((*file).clone(), Got::Kept(prev.1.clone())));
-                }
-            }
-        }
-        if complete {
-            self.last_good.retain(|f, _| good.contains_key(&**f));
-            for (name, v) in good {
-                match self.last_good.get_mut(name) {
-                    Some(e) => *e = v,
-                    None => {
-                        self.last_good.insert(name.into(), v);
-                    }
-                }
-            }
-        }
-        let mut out: BTreeMap<PodUid, DesiredPod> = BTreeMap::new();
-        let mut kept = BTreeSet::new();
-        let mut owner: BTreeMap<PodUid, PathBuf> = BTreeMap::new();
-        got.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
-        for (file, g) in got {
-            let uid = match &g {
-                Got::Parsed(p) => p.uid.clone(),
-                Got::Kept(uid) => uid.clone(),
-            };
-            if let Some(other) = owner.get(&uid) {
-                file_errors.push(SourceError::DuplicatePod {
-                    file,
-                    uid,
-                    other: other.clone(),
-                });
-                continue;
-            }
-            owner.insert(uid.clone(), file);
-            match g {
-                Got::Parsed(p) => {
-                    out.insert(uid, self.resolve(*p));
-                }
-                Got::Kept(uid) => {
-                    kept.insert(uid);
-                }
-            }
-        }
-        let desired = DesiredPods {
-            pods: out,
-            kept,
-            file_errors,
-            complete,
-        };
-        let pods_hash = signature_hash(&pods.signature);
-        (desired, (pods_hash, objects_hash))
-    }
-
-    fn resolve(&self, p: ParsedPod) -> DesiredPod {
-        let mut errors = p.errors;
-        let mut unresolved = p.failed_volumes;
-        // exactly as many as the pod has: a pushed-to Vec reserves four
-        let mut volumes = Vec::with_capacity(p.volumes.len());
-        for v in p.volumes {
-            let (outer, spec_name, spec) = match v {
-                ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
-                ParsedVolume::Claim { name, claim_name } => {
-                    match self
-                        .objects
-                        .resolve_claim(&p.file, &name, &p.namespace, &claim_name)
-                    {
-                        Ok((pv, mut spec)) => {
-                            mark_block_device(self.sys.as_ref(), &mut spec);
-                            (name, pv, spec)
-                        }
-                        Err(e) => {
-                            errors.push(e.to_string());
-                            unresolved.insert(name);
-                            continue;
-                        }
-                    }
-                }
-            };
-            volumes.push(PodVolume {
-                volume: PodVolume::unique_name(&spec, &p.uid, &spec_name),
-                spec_name,
-                outer_name: outer,
-                spec,
-                selinux: None,
-            });
-        }
-        DesiredPod {
-            uid: p.uid,
-            namespace: p.namespace,
-            name: p.name,
-            file: p.file,
-            volumes,
-            unresolved,
-            errors,
-            selinux: p.selinux,
-        }
     }
 
     /// Checks both directories; returns the events since the last call, or
@@ -551,49 +312,6 @@ impl Sources {
             events.push(SourceEvent::SourcesReady);
         }
         (!events.is_empty()).then_some(events)
-    }
-}
-
-/// Manifests from which [`read_and_parse_all`] uses a second thread.
-const PARALLEL_PARSE_FROM: usize = 32;
-
-/// Reads and parses each manifest of `files` (in order, one result each).
-/// Each file is read and parsed on its own, the costly part of a mass start
-/// (YAML, then the Pod type), so many files are split in two halves and the
-/// second half is read and parsed on a second thread meanwhile.
-fn read_and_parse_all<'f>(
-    files: impl Iterator<Item = &'f Path>,
-    node: &str,
-) -> Vec<Result<ParsedPod, SourceError>> {
-    let files: Vec<&Path> = files.collect();
-    let one = |file: &Path| read_file(file).and_then(|b| parse_pod(file, &b, node));
-    let all = |files: &[&Path]| files.iter().map(|f| one(f)).collect::<Vec<_>>();
-    let at = match files.len() >= PARALLEL_PARSE_FROM {
-        true => files.len() / 2,
-        false => files.len(),
-    };
-    let (mut out, rest) = crate::halves::in_two_halves("volumed-parse", &files, at, all);
-    out.extend(rest);
-    out
-}
-
-/// Decides `is_block` of a local PV by `stat` (through symlinks, so
-/// `/dev/disk/by-id/…` counts) when its claim is resolved: a block device
-/// gets a device target (format, MountDevice, bind), anything else is bound
-/// as a directory. Decided again whenever the pod's manifest or the objects
-/// change; a device that appears later is seen on the next such change.
-/// The spec stays the PV's own (shared) unless this changes it.
-fn mark_block_device(sys: &dyn Sys, spec: &mut Arc<crate::model::VolumeSpec>) {
-    use crate::model::VolumeSpec;
-    if let VolumeSpec::Local { path, is_block, .. } = &**spec {
-        let block = sys
-            .stat(path, true)
-            .is_ok_and(|st| st.kind == FileKind::BlockDevice);
-        if block != *is_block
-            && let VolumeSpec::Local { is_block, .. } = Arc::make_mut(spec)
-        {
-            *is_block = block;
-        }
     }
 }
 

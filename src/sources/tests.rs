@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use super::load::PARALLEL_PARSE_FROM;
 use super::*;
 use crate::model::{StorageMedium, UniqueVolumeName, VolumeSpec};
 use crate::state::DesiredStateOfWorld;

@@ -4,10 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
+use super::input::build_input;
 use super::*;
-use crate::journal::{Body, JournalConfig, OpResult};
-use crate::model::{DevId, MountIdentity, MountState, Operation, PodUid, Steps, TargetParams};
-use crate::reconstruct::Reason;
+use crate::host::scan::scan_with_table;
+use crate::journal::{Body, Journal, JournalConfig, OpResult};
+use crate::model::{
+    DevId, MountIdentity, MountState, Operation, PluginName, PodUid, Steps, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName,
+};
+use crate::reconstruct::{HostObservation, Reason};
+use crate::state::ActualStateOfWorld;
 
 const BOOT: &str = "11111111-2222-3333-4444-555555555555";
 const ROOT: &str = "/var/lib/kubelet";

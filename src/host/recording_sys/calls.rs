@@ -1,0 +1,497 @@
+//! [`RecordingSys`]'s side of the [`Sys`] seam: each call recorded, then
+//! checked against and applied to the fake file tree and mount table.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use crate::host::fake_host::{State, create};
+use crate::host::mountinfo::{MountTable, escape};
+use crate::host::sys::{
+    Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, LIVE_MOUNTINFO, Listing,
+    MntFlags, MsFlags, Sys, SysError,
+};
+use crate::model::DevId;
+
+use super::RecordingSys;
+use crate::host::sys::SysCall;
+
+impl Sys for RecordingSys {
+    fn mount(
+        &self,
+        source: Option<&Path>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        let call = SysCall::Mount {
+            source: source.map(Path::to_owned),
+            target: target.to_owned(),
+            fstype: fstype.map(str::to_owned),
+            flags,
+            data: data.map(str::to_owned),
+        };
+        self.enter(call, target)?
+            .do_mount(source, target, fstype, flags, data)
+    }
+
+    /// Recorded as the [`SysCall::Mount`] of `base/rel`; a symlink at or
+    /// above the target, below the base, fails it with `ELOOP`.
+    fn mount_beneath(
+        &self,
+        source: Option<&Path>,
+        at: Beneath<'_>,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        let target = at.full();
+        let call = SysCall::Mount {
+            source: source.map(Path::to_owned),
+            target: target.clone(),
+            fstype: fstype.map(str::to_owned),
+            flags,
+            data: data.map(str::to_owned),
+        };
+        let mut st = self.enter(call, &target)?;
+        open_path_beneath(&st, Call::Mount, at, &target)?;
+        st.do_mount(source, &target, fstype, flags, data)
+    }
+
+    /// Recorded as the [`SysCall::Mount`] (`MS_BIND`) of `source` on `at`,
+    /// both full paths; a symlink at or above either end, below its base,
+    /// fails it with `ELOOP`.
+    fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
+        let target = at.full();
+        let from = source.full();
+        let call = SysCall::Mount {
+            source: Some(from.clone()),
+            target: target.clone(),
+            fstype: None,
+            flags: MsFlags::MS_BIND,
+            data: None,
+        };
+        let mut st = self.enter(call, &target)?;
+        for end in [source, at] {
+            open_path_beneath(&st, Call::Mount, end, &target)?;
+        }
+        st.do_mount(Some(&from), &target, None, MsFlags::MS_BIND, None)
+    }
+
+    /// Recorded as the [`SysCall::Umount`] of `base/rel` (with
+    /// `UMOUNT_NOFOLLOW` added, as the real call does); a symlink above the
+    /// target, below the base, fails it with `ELOOP`.
+    fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
+        let full = at.full();
+        let target = full.as_path();
+        let call = SysCall::Umount {
+            target: target.to_owned(),
+            flags: flags | MntFlags::UMOUNT_NOFOLLOW,
+        };
+        let mut st = self.enter(call, target)?;
+        parent_beneath(&st, Call::Umount, at, target)?;
+        let i = st.mounts.iter().rposition(|m| m.target == target);
+        let i = i.ok_or_else(|| SysError::call(Call::Umount, target, Errno::EINVAL))?;
+        if st
+            .mounts
+            .iter()
+            .any(|m| m.target.starts_with(target) && m.target != target)
+        {
+            return Err(SysError::call(Call::Umount, target, Errno::EBUSY));
+        }
+        st.mounts.remove(i);
+        Ok(())
+    }
+
+    fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
+        let st = self.enter(SysCall::MountRoot { path: path.into() }, path)?;
+        if !st.files.contains_key(path) {
+            return Err(SysError::call(Call::MountRoot, path, Errno::ENOENT));
+        }
+        Ok(path == Path::new("/") || st.is_mount_point(path))
+    }
+
+    fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
+        let st = self.enter(SysCall::MntId { path: path.into() }, path)?;
+        let id = path.ancestors().find_map(|a| st.top(a)).map_or(1, |m| m.id);
+        Ok(u64::from(id))
+    }
+
+    fn stat(&self, path: &Path, follow: bool) -> Result<FileStat, SysError> {
+        let call = SysCall::Stat {
+            path: path.into(),
+            follow,
+        };
+        let st = self.enter(call, path)?;
+        stat_of(&st, path)
+    }
+
+    fn mkdir(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        let mut st = self.enter(
+            SysCall::Mkdir {
+                path: path.into(),
+                mode,
+            },
+            path,
+        )?;
+        create(&mut st, Call::Mkdir, path, FileKind::Dir)
+    }
+
+    /// Recorded as the [`SysCall::Stat`] of `base/rel` (not following);
+    /// a symlink above it, below the base, fails it with `ELOOP`.
+    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        let path = at.full();
+        let call = SysCall::Stat {
+            path: path.clone(),
+            follow: false,
+        };
+        let st = self.enter(call, &path)?;
+        parent_beneath(&st, Call::Stat, at, &path)?;
+        stat_of(&st, &path)
+    }
+
+    /// Recorded as the [`SysCall::Mkdir`] of `base/rel`; a symlink above
+    /// it, below the base, fails it with `ELOOP`.
+    fn mkdir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        let path = at.full();
+        let call = SysCall::Mkdir {
+            path: path.clone(),
+            mode,
+        };
+        let mut st = self.enter(call, &path)?;
+        parent_beneath(&st, Call::Mkdir, at, &path)?;
+        create(&mut st, Call::Mkdir, &path, FileKind::Dir)
+    }
+
+    fn chmod_dir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        let path = &at.full();
+        let call = SysCall::ChmodDir {
+            path: path.into(),
+            mode,
+        };
+        let st = self.enter(call, path)?;
+        parent_beneath(&st, Call::ChmodDir, at, path)?;
+        match st.files.get(path) {
+            Some(FileKind::Dir) => Ok(()),
+            Some(FileKind::Symlink) => Err(SysError::call(Call::ChmodDir, path, Errno::ELOOP)),
+            Some(_) => Err(SysError::call(Call::ChmodDir, path, Errno::ENOTDIR)),
+            None => Err(SysError::call(Call::ChmodDir, path, Errno::ENOENT)),
+        }
+    }
+
+    fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError> {
+        let call = SysCall::CreateFile {
+            path: path.into(),
+            mode,
+        };
+        let mut st = self.enter(call, path)?;
+        create(&mut st, Call::CreateFile, path, FileKind::File)
+    }
+
+    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        let path = &at.full();
+        let call = SysCall::CreateFile {
+            path: path.into(),
+            mode,
+        };
+        let mut st = self.enter(call, path)?;
+        parent_beneath(&st, Call::CreateFile, at, path)?;
+        create(&mut st, Call::CreateFile, path, FileKind::File)
+    }
+
+    /// Recorded as the [`SysCall::Rename`] of `base/rel`; a symlink above
+    /// it, below the base, fails it with `ELOOP`.
+    fn rename_beneath(&self, at: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        let from = &at.full();
+        let to = &from.with_file_name(to_name);
+        let call = SysCall::Rename {
+            from: from.clone(),
+            to: to.clone(),
+        };
+        let mut st = self.enter(call, from)?;
+        let err = |e| SysError::call(Call::Rename, from, e);
+        parent_beneath(&st, Call::Rename, at, from)?;
+        if !st.files.contains_key(from) {
+            return Err(err(Errno::ENOENT));
+        }
+        if st.files.contains_key(to) {
+            return Err(err(Errno::EEXIST));
+        }
+        if st.is_mount_point(from) {
+            return Err(err(Errno::EBUSY));
+        }
+        let moved: Vec<_> = st
+            .files
+            .keys()
+            .filter(|p| p.starts_with(from))
+            .cloned()
+            .collect();
+        for p in moved {
+            let rel = p.strip_prefix(from).unwrap_or(Path::new("")).to_owned();
+            if let Some(k) = st.files.remove(&p) {
+                st.files.insert(to.join(rel), k);
+            }
+        }
+        for m in st.mounts.iter_mut() {
+            if let Ok(rel) = m.target.strip_prefix(from) {
+                m.target = to.join(rel);
+            }
+        }
+        Ok(())
+    }
+
+    /// Recorded as the [`SysCall::Rmdir`] of `base/rel`; a symlink above
+    /// it, below the base, fails it with `ELOOP`.
+    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
+        let path = at.full();
+        let mut st = self.enter(SysCall::Rmdir { path: path.clone() }, &path)?;
+        parent_beneath(&st, Call::Rmdir, at, &path)?;
+        st.remove(Call::Rmdir, &path, true)
+    }
+
+    /// A symlink above `path` fails it with `ELOOP`, as in the real call.
+    fn rmdir(&self, path: &Path) -> Result<(), SysError> {
+        let mut st = self.enter(SysCall::Rmdir { path: path.into() }, path)?;
+        no_symlink_above(&st, Call::Rmdir, path, path)?;
+        st.remove(Call::Rmdir, path, true)
+    }
+
+    /// A symlink above `path` fails it with `ELOOP`, as in the real call.
+    fn unlink(&self, path: &Path) -> Result<(), SysError> {
+        let mut st = self.enter(SysCall::Unlink { path: path.into() }, path)?;
+        no_symlink_above(&st, Call::Unlink, path, path)?;
+        st.remove(Call::Unlink, path, false)
+    }
+
+    fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError> {
+        let call = SysCall::ReadDirBeneath {
+            base: base.into(),
+            rel: rel.into(),
+        };
+        let st = self.enter(call, &base.join(rel))?;
+        no_symlink_above(&st, Call::ReadDirBeneath, base, &base.join(rel))?;
+        st.check_beneath(Call::ReadDirBeneath, base, rel, false)?;
+        let dir = base.join(rel);
+        Ok(st
+            .children(&dir)
+            .into_iter()
+            .map(|(p, kind)| DirEntry {
+                name: p.file_name().map(OsString::from).unwrap_or_default(),
+                kind,
+                mount_root: st.is_mount_point(&p),
+            })
+            .collect())
+    }
+
+    fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
+        let call = SysCall::RemoveBeneath {
+            base: base.into(),
+            rel: rel.into(),
+            dir,
+        };
+        let mut st = self.enter(call, &base.join(rel))?;
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        no_symlink_above(&st, Call::RemoveBeneath, base, &base.join(rel))?;
+        st.check_beneath(Call::RemoveBeneath, base, parent, false)?;
+        st.remove(Call::RemoveBeneath, &base.join(rel), dir)
+    }
+
+    fn mkfs(&self, device: &Path, fstype: &str) -> Result<(), SysError> {
+        let call = SysCall::Mkfs {
+            device: device.into(),
+            fstype: fstype.into(),
+        };
+        let mut st = self.enter(call, device)?;
+        if !st.devices.contains_key(device) {
+            return Err(SysError::call(Call::Mkfs, device, Errno::ENOENT));
+        }
+        st.formats
+            .insert(device.to_owned(), DiskFormat::Filesystem(fstype.to_owned()));
+        Ok(())
+    }
+
+    fn probe_fs(&self, device: &Path) -> Result<DiskFormat, SysError> {
+        let st = self.enter(
+            SysCall::ProbeFs {
+                device: device.into(),
+            },
+            device,
+        )?;
+        st.formats
+            .get(device)
+            .cloned()
+            .ok_or_else(|| SysError::call(Call::ProbeFs, device, Errno::ENOENT))
+    }
+
+    fn read_mountinfo(&self) -> Result<MountTable, SysError> {
+        let st = self.enter(SysCall::ReadMountinfo, Path::new(LIVE_MOUNTINFO))?;
+        Ok(MountTable::parse(mountinfo_text(&st).as_bytes()))
+    }
+
+    /// Recorded as one [`SysCall::ReadMountinfo`]; the text comes in pieces
+    /// cut mid-line, as a real read's may be.
+    fn read_mountinfo_pieces(
+        &self,
+        piece: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<(), SysError> {
+        let text = {
+            let st = self.enter(SysCall::ReadMountinfo, Path::new(LIVE_MOUNTINFO))?;
+            mountinfo_text(&st).into_bytes()
+        };
+        for chunk in text.chunks(97) {
+            if !piece(chunk.to_vec()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The path itself when it exists with no symlink on the way (the fake
+    /// keeps no link targets).
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, SysError> {
+        let st = self.enter(SysCall::Canonicalize { path: path.into() }, path)?;
+        no_symlink_above(&st, Call::Canonicalize, path, path)?;
+        match st.files.get(path) {
+            Some(FileKind::Symlink) => Err(SysError::call(Call::Canonicalize, path, Errno::ELOOP)),
+            Some(_) => Ok(path.to_owned()),
+            None => Err(SysError::call(Call::Canonicalize, path, Errno::ENOENT)),
+        }
+    }
+
+    fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
+        let st = self.enter(SysCall::ReadDir { path: path.into() }, path)?;
+        match st.files.get(path) {
+            Some(FileKind::Dir) => {}
+            Some(_) => return Err(SysError::call(Call::ReadDir, path, Errno::ENOTDIR)),
+            None => return Err(SysError::call(Call::ReadDir, path, Errno::ENOENT)),
+        }
+        Ok(st
+            .children(path)
+            .into_iter()
+            .map(|(p, kind)| {
+                (
+                    p.file_name().map(OsString::from).unwrap_or_default(),
+                    Ok(kind),
+                )
+            })
+            .collect())
+    }
+
+    fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
+        let st = self.enter(SysCall::ReadFile { path: path.into() }, path)?;
+        let err = |e| SysError::call(Call::ReadFile, path, e);
+        match st.files.get(path) {
+            Some(FileKind::File) => {}
+            Some(FileKind::Symlink) if !follow => return Err(err(Errno::ELOOP)),
+            Some(_) => return Err(err(Errno::EINVAL)),
+            None => return Err(err(Errno::ENOENT)),
+        }
+        let bytes = st.contents.get(path).cloned().unwrap_or_default();
+        if bytes.len() as u64 > limit {
+            return Err(err(Errno::EFBIG));
+        }
+        Ok(bytes)
+    }
+}
+
+/// The fake mounts as mountinfo text, under a root mount of the disk.
+fn mountinfo_text(st: &State) -> String {
+    let mut text = String::from("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+    for m in &st.mounts {
+        let parent = m
+            .target
+            .ancestors()
+            .skip(1)
+            .find_map(|a| {
+                st.mounts
+                    .iter()
+                    .rev()
+                    .find(|p| p.target == a && p.id < m.id)
+            })
+            .map_or(1, |p| p.id);
+        let path = |p: &Path| {
+            String::from_utf8_lossy(&escape(p.as_os_str().as_encoded_bytes())).into_owned()
+        };
+        let shared = if m.shared {
+            format!(" shared:{}", m.id)
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "{} {} {} {} {} {}{shared} - {} {} {}\n",
+            m.id,
+            parent,
+            m.dev,
+            path(&m.root),
+            path(&m.target),
+            if m.read_only { "ro" } else { "rw" },
+            m.fstype,
+            m.source,
+            m.super_options
+        ));
+    }
+    text
+}
+
+/// What the fake's `statx` reports of `path`.
+fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
+    let kind = *st
+        .files
+        .get(path)
+        .ok_or_else(|| SysError::call(Call::Stat, path, Errno::ENOENT))?;
+    let rdev = st
+        .devices
+        .get(path)
+        .copied()
+        .unwrap_or(DevId { major: 0, minor: 0 });
+    Ok(FileStat {
+        kind,
+        dev: st.identity_of(path).0,
+        rdev,
+        perm: 0o755,
+    })
+}
+
+/// `ELOOP` (naming `named`) when a directory above `path` is a symlink in
+/// the fake tree, as the real calls that resolve with `RESOLVE_NO_SYMLINKS`
+/// from the start of the path refuse it.
+fn no_symlink_above(st: &State, call: Call, path: &Path, named: &Path) -> Result<(), SysError> {
+    match path
+        .ancestors()
+        .skip(1)
+        .any(|a| st.files.get(a) == Some(&FileKind::Symlink))
+    {
+        true => Err(SysError::call(call, named, Errno::ELOOP)),
+        false => Ok(()),
+    }
+}
+
+/// What opening `at` itself `O_PATH` with `openat2(RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS)` would say about symlinks: its parent's answer, and
+/// `ELOOP` for a symlink at `at` (errors name `named`).
+fn open_path_beneath(
+    st: &State,
+    call: Call,
+    at: Beneath<'_>,
+    named: &Path,
+) -> Result<(), SysError> {
+    parent_beneath(st, call, at, named)?;
+    match st.files.get(&at.full()) == Some(&FileKind::Symlink) {
+        true => Err(SysError::call(call, named, Errno::ELOOP)),
+        false => Ok(()),
+    }
+}
+
+/// What opening `at`'s parent with `openat2(RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS)` would say (mounts may be crossed), the error
+/// naming `path` as the real calls do.
+fn parent_beneath(st: &State, call: Call, at: Beneath<'_>, path: &Path) -> Result<(), SysError> {
+    let Some(parent) = at.parent() else {
+        return Ok(());
+    };
+    st.check_beneath(call, parent.base, parent.rel, true)
+        .map_err(|e| match e.errno() {
+            Some(errno) => SysError::call(call, path, errno),
+            None => e,
+        })
+}

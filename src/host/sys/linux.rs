@@ -1,0 +1,344 @@
+//! [`LinuxSys`], the real kernel behind the [`Sys`] seam.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
+use super::child::{parse_blkid_export, run};
+use super::raw::{cpath, file_stat, io_error, mode, mount_root_attr, statx_at, std_kind};
+use super::{
+    Beneath, Call, DirEntry, DiskFormat, Errno, FileStat, LIVE_MOUNTINFO, Listing, MntFlags,
+    MsFlags, Sys, SysError,
+};
+use crate::host::mountinfo::{MountTable, read_pieces};
+
+/// The real kernel, through nix (libc for `statx`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LinuxSys;
+
+impl Sys for LinuxSys {
+    fn mount(
+        &self,
+        source: Option<&Path>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        nix::mount::mount(source, target, fstype, flags, data)
+            .map_err(|e| SysError::call(Call::Mount, target, e))
+    }
+
+    fn mount_beneath(
+        &self,
+        source: Option<&Path>,
+        at: Beneath<'_>,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        let fd = Self::open_path_beneath(Call::Mount, at, OFlag::empty(), &at.full())?;
+        let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        nix::mount::mount(source, proc_path.as_str(), fstype, flags, data)
+            .map_err(|e| SysError::call(Call::Mount, &at.full(), e))
+    }
+
+    fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
+        let target = at.full();
+        let from = Self::open_path_beneath(Call::Mount, source, OFlag::empty(), &target)?;
+        let to = Self::open_path_beneath(Call::Mount, at, OFlag::empty(), &target)?;
+        let from_path = format!("/proc/self/fd/{}", from.as_raw_fd());
+        let to_path = format!("/proc/self/fd/{}", to.as_raw_fd());
+        nix::mount::mount(
+            Some(from_path.as_str()),
+            to_path.as_str(),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| SysError::call(Call::Mount, &target, e))
+    }
+
+    fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
+        Self::in_parent_beneath(Call::Umount, at, Errno::EINVAL, |dir, name| {
+            let through = Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
+            nix::mount::umount2(&through, flags | MntFlags::UMOUNT_NOFOLLOW)
+        })
+    }
+
+    fn mount_root(&self, path: &Path) -> Result<bool, SysError> {
+        let c = cpath(Call::MountRoot, path)?;
+        let st = statx_at(
+            libc::AT_FDCWD,
+            &c,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        )
+        .map_err(|e| SysError::call(Call::MountRoot, path, e))?;
+        if let Some(root) = mount_root_attr(&st) {
+            return Ok(root);
+        }
+        // Kernel < 5.8: st_dev against the parent, then the mount table for
+        // same-filesystem binds.
+        let Some(parent) = path.parent() else {
+            return Ok(true);
+        };
+        let parent_dev = self.stat(parent, true)?.dev;
+        if (st.stx_dev_major, st.stx_dev_minor) != (parent_dev.major, parent_dev.minor) {
+            return Ok(true);
+        }
+        Ok(self.read_mountinfo()?.is_mount_point(path))
+    }
+
+    fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
+        let c = cpath(Call::MntId, path)?;
+        let st = statx_at(
+            libc::AT_FDCWD,
+            &c,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+        )
+        .map_err(|e| SysError::call(Call::MntId, path, e))?;
+        if st.stx_mask & libc::STATX_MNT_ID == 0 {
+            return Err(SysError::call(Call::MntId, path, Errno::ENOSYS));
+        }
+        Ok(st.stx_mnt_id)
+    }
+
+    fn stat(&self, path: &Path, follow: bool) -> Result<FileStat, SysError> {
+        let c = cpath(Call::Stat, path)?;
+        let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+        let st = statx_at(libc::AT_FDCWD, &c, flags, libc::STATX_BASIC_STATS)
+            .map_err(|e| SysError::call(Call::Stat, path, e))?;
+        file_stat(&st, Call::Stat, path)
+    }
+
+    fn mkdir(&self, path: &Path, m: u32) -> Result<(), SysError> {
+        nix::unistd::mkdir(path, mode(m)).map_err(|e| SysError::call(Call::Mkdir, path, e))
+    }
+
+    fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        let path = at.full();
+        let Some(parent) = at.parent() else {
+            return self.stat(&path, false); // the base itself
+        };
+        let leaf = cpath(
+            Call::Stat,
+            Path::new(at.rel.file_name().unwrap_or_default()),
+        )?;
+        let dir = Self::open_path_beneath(Call::Stat, parent, OFlag::O_DIRECTORY, &path)?;
+        let st = statx_at(
+            dir.as_raw_fd(),
+            &leaf,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        )
+        .map_err(|e| SysError::call(Call::Stat, &path, e))?;
+        file_stat(&st, Call::Stat, &path)
+    }
+
+    fn mkdir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+        Self::in_parent_beneath(Call::Mkdir, at, Errno::EEXIST, |dir, name| {
+            nix::sys::stat::mkdirat(dir, name, mode(m))
+        })
+    }
+
+    fn chmod_dir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+        let path = at.full();
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+        let fd = Self::open_at_beneath(Call::ChmodDir, at, flags, &path)?;
+        nix::sys::stat::fchmod(fd.as_fd(), mode(m))
+            .map_err(|e| SysError::call(Call::ChmodDir, &path, e))
+    }
+
+    fn create_file_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        Self::in_parent_beneath(Call::CreateFile, at, Errno::EEXIST, |dir, name| {
+            nix::fcntl::openat(dir, name, flags, mode(m)).map(drop)
+        })
+    }
+
+    fn create_file(&self, path: &Path, m: u32) -> Result<(), SysError> {
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        nix::fcntl::open(path, flags, mode(m))
+            .map(drop)
+            .map_err(|e| SysError::call(Call::CreateFile, path, e))
+    }
+
+    fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        Self::in_parent_beneath(Call::Rename, from, Errno::EINVAL, |dir, name| {
+            let flags = nix::fcntl::RenameFlags::RENAME_NOREPLACE;
+            nix::fcntl::renameat2(dir, name, dir, to_name, flags)
+        })
+    }
+
+    fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
+        Self::in_parent_beneath(Call::Rmdir, at, Errno::EBUSY, |dir, name| {
+            nix::unistd::unlinkat(dir, name, nix::unistd::UnlinkatFlags::RemoveDir)
+        })
+    }
+
+    fn rmdir(&self, path: &Path) -> Result<(), SysError> {
+        Self::unlink_no_symlinks(Call::Rmdir, path, true)
+    }
+
+    fn unlink(&self, path: &Path) -> Result<(), SysError> {
+        Self::unlink_no_symlinks(Call::Unlink, path, false)
+    }
+
+    fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError> {
+        let call = Call::ReadDirBeneath;
+        let fd = Self::open_beneath(call, base, rel)?;
+        let err = |e| SysError::call(call, &base.join(rel), e);
+        let dot = CString::from(c".");
+        let own = statx_at(fd.as_raw_fd(), &dot, 0, libc::STATX_BASIC_STATS).map_err(err)?;
+        let mut dir = nix::dir::Dir::from_fd(fd).map_err(err)?;
+        let mut names = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.map_err(err)?;
+            let name = entry.file_name();
+            if name != c"." && name != c".." {
+                names.push(name.to_owned());
+            }
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let os = OsString::from(std::ffi::OsStr::from_bytes(name.as_bytes()));
+            let path = base.join(rel).join(&os);
+            let st = statx_at(
+                dir.as_raw_fd(),
+                &name,
+                libc::AT_SYMLINK_NOFOLLOW,
+                libc::STATX_BASIC_STATS,
+            )
+            .map_err(|e| SysError::call(Call::Stat, &path, e))?;
+            let kind = file_stat(&st, Call::Stat, &path)?.kind;
+            let other_dev =
+                (st.stx_dev_major, st.stx_dev_minor) != (own.stx_dev_major, own.stx_dev_minor);
+            let mount_root = mount_root_attr(&st).unwrap_or(other_dev) || other_dev;
+            out.push(DirEntry {
+                name: os,
+                kind,
+                mount_root,
+            });
+        }
+        Ok(out)
+    }
+
+    fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
+        Self::unlink_beneath(Call::RemoveBeneath, base, rel, dir)
+    }
+
+    fn mkfs(&self, device: &Path, fstype: &str) -> Result<(), SysError> {
+        if fstype.is_empty() || !fstype.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(SysError::call(Call::Mkfs, device, Errno::EINVAL));
+        }
+        let program = format!("mkfs.{fstype}");
+        let mut cmd = Command::new(&program);
+        if matches!(fstype, "ext2" | "ext3" | "ext4") {
+            cmd.args(["-F", "-m0"]);
+        }
+        cmd.arg(device);
+        run(Call::Mkfs, device, &program, &mut cmd).map(drop)
+    }
+
+    fn probe_fs(&self, device: &Path) -> Result<DiskFormat, SysError> {
+        let mut cmd = Command::new("blkid");
+        cmd.args(["-p", "-s", "TYPE", "-s", "PTTYPE", "-o", "export"]);
+        cmd.arg(device);
+        let out = match run(Call::ProbeFs, device, "blkid", &mut cmd) {
+            Ok(out) => out,
+            Err(SysError::Command { status, .. }) if status == "exit status: 2" => {
+                return Ok(DiskFormat::Unformatted);
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(parse_blkid_export(&out))
+    }
+
+    fn read_mountinfo(&self) -> Result<MountTable, SysError> {
+        MountTable::read_self().map_err(|e| SysError::MountInfo(Box::new(e)))
+    }
+
+    fn read_mountinfo_pieces(
+        &self,
+        piece: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<(), SysError> {
+        read_pieces(Path::new(LIVE_MOUNTINFO), piece).map_err(|e| SysError::MountInfo(Box::new(e)))
+    }
+
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, SysError> {
+        std::fs::canonicalize(path).map_err(|e| io_error(Call::Canonicalize, path, &e))
+    }
+
+    fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
+        let err = |e: &std::io::Error| io_error(Call::ReadDir, path, e);
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| err(&e))? {
+            let entry = entry.map_err(|e| err(&e))?;
+            // the dirent's type when the filesystem gives one, else `lstat`
+            let kind = match entry.file_type() {
+                Ok(t) => std_kind(t)
+                    .ok_or_else(|| SysError::call(Call::Stat, &entry.path(), Errno::EINVAL)),
+                // raced with a removal: nothing there any more
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => Err(io_error(Call::Stat, &entry.path(), &e)),
+            };
+            out.push((entry.file_name(), kind));
+        }
+        Ok(out)
+    }
+
+    fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
+        let err = |e: Errno| SysError::call(Call::ReadFile, path, e);
+        // O_NONBLOCK: opening a FIFO planted there must not hang the read
+        let mut flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        if !follow {
+            flags |= OFlag::O_NOFOLLOW;
+        }
+        let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(err)?;
+        let mut file = std::fs::File::from(fd);
+        let md = file
+            .metadata()
+            .map_err(|e| io_error(Call::ReadFile, path, &e))?;
+        if !md.is_file() {
+            return Err(err(Errno::EINVAL));
+        }
+        if md.len() > limit {
+            return Err(err(Errno::EFBIG));
+        }
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error(Call::ReadFile, path, &e))?;
+        if bytes.len() as u64 > limit {
+            return Err(err(Errno::EFBIG));
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::sys::FileKind;
+
+    #[test]
+    fn the_real_statx_sees_a_directory_and_the_root_mount() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = LinuxSys.stat(dir.path(), false).unwrap();
+        assert_eq!(st.kind, FileKind::Dir);
+        assert!(LinuxSys.mount_root(Path::new("/")).unwrap());
+        assert!(!LinuxSys.mount_root(dir.path()).unwrap());
+        assert!(LinuxSys.mnt_id(dir.path()).unwrap() > 0);
+    }
+}

@@ -1,0 +1,278 @@
+//! The daemon's reconstruction: each phase's decisions recorded in the
+//! journal (only what changes it) and applied to the ASW.
+
+use std::time::Instant;
+
+use crate::elapsed_ms;
+use crate::host::boot::BootId;
+use crate::host::mountinfo::MountTable;
+use crate::host::sys::Sys;
+use crate::journal::{Decided, Journal, JournalState};
+use crate::model::Layout;
+use crate::state::ActualStateOfWorld;
+
+use super::phases::{
+    decide_leftovers, reconstruct_ready, reconstruct_ready_checked, walk_leftovers,
+};
+use super::{HostInput, JournalInput, Outcome, Reconstruction, error_chain, mount_table_error};
+use crate::reconstruct::{MergeOutput, ReconstructError, apply_to_asw, changed_journal_records};
+
+/// The daemon's reconstruction, both phases at once:
+/// [`reconstruct_and_record_ready`] then [`record_leftovers`], as one
+/// [`Outcome`]. `replaced` is set when `journal` is a fresh journal
+/// standing in for one that could not be opened: its (empty) state is not
+/// consulted, and every target is rebuilt from the host alone.
+///
+/// Fails only when records cannot be appended; the journal is then closed
+/// for writes and the daemon must exit (a later start reconstructs again).
+pub fn reconstruct_and_record(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let ready = reconstruct_and_record_ready(journal, replaced, host, asw)?;
+    let left = record_leftovers(journal, replaced, host, &ready.reconstruction, asw)?;
+    let state = journal.state();
+    let input = journal_input(replaced, &state);
+    let mut appended = ready.appended;
+    appended.extend(left.appended);
+    let mut asw_errors = ready.asw_errors;
+    asw_errors.extend(left.asw_errors);
+    Ok(Outcome {
+        reconstruction: Reconstruction::combine(
+            ready.reconstruction,
+            left.reconstruction,
+            host.boot_id.as_str(),
+            input,
+        ),
+        appended,
+        unchanged: ready.unchanged + left.unchanged,
+        asw_errors,
+    })
+}
+
+fn journal_input<'a>(replaced: Option<&'a str>, state: &'a JournalState) -> JournalInput<'a> {
+    match replaced {
+        Some(reason) => JournalInput::Unreadable { reason },
+        None => JournalInput::Replayed(state),
+    }
+}
+
+/// Phase 1 with the journal, on a table already read (the daemon reads its
+/// own: [`read_and_reconstruct_ready`]): [`reconstruct_ready`] against `journal`'s state
+/// (read in place, under its lock: nothing else writes before readiness),
+/// then, in ONE batch ([`Journal::record_reconstruction`]), a `Reconstructed` record
+/// for every decision the journal does not already imply (so `dump` shows
+/// the live state afterwards), then the ASW. When it returns, the ASW is
+/// ready; call [`record_leftovers`] afterwards. `replaced`: as for
+/// [`reconstruct_and_record`].
+pub fn reconstruct_and_record_ready(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let (reconstruction, bodies, unchanged) =
+        journal.with_state(|state| decide_ready(replaced, host, state));
+    record_and_apply(journal, reconstruction, bodies, unchanged, asw)
+}
+
+/// Phase 1's decisions against `state`, the records that change it and how
+/// many decisions need none.
+fn decide_ready(
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    state: &JournalState,
+) -> (Reconstruction, Vec<Decided>, usize) {
+    let input = journal_input(replaced, state);
+    if replaced.is_some() {
+        let r = reconstruct_ready(host, input);
+        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+        return (r, bodies, unchanged);
+    }
+    // the merge checked each decision against its entry as it went:
+    // the same records `changes` finds, without walking the journal again
+    let (r, agrees) = reconstruct_ready_checked(host, input);
+    let bodies: Vec<Decided> = r
+        .output
+        .decisions
+        .iter()
+        .zip(&agrees)
+        .filter(|(_, agrees)| !**agrees)
+        .map(|(d, _)| crate::reconstruct::apply::record_of(d))
+        .collect();
+    let unchanged = r.output.decisions.len() - bodies.len();
+    (r, bodies, unchanged)
+}
+
+/// What [`read_and_reconstruct_ready`] returns: the table it read (phase 2
+/// walks with it), what phase 1 did and the ready ASW.
+#[derive(Debug)]
+pub struct Ready {
+    /// the mount table, read once
+    pub table: MountTable,
+    /// phase 1's decisions, records and ASW errors
+    pub outcome: Outcome,
+    /// the actual state of the world, ready
+    pub asw: ActualStateOfWorld,
+    /// whether `asw` is the one filled from the journal while the table was
+    /// read (the merge agreed with every entry), not one filled afterwards
+    pub asw_from_journal: bool,
+}
+
+/// Phase 1 as the daemon runs it at startup: reads
+/// the live mount table through `sys` and does [`reconstruct_and_record_ready`]
+/// into a new ASW.
+///
+/// The read is most of phase 1's time, spent in the kernel formatting the
+/// table, and needs nothing from the journal; so the table is read on a
+/// thread of its own ([`MountTable::read_overlapped`]) while this one fills,
+/// from the journal alone, the ASW the journal implies
+/// ([`crate::reconstruct::asw_as_journal_says`]) and then parses the table's lines as
+/// they arrive. That ASW is kept
+/// only when the merge then agrees with every entry and decides nothing
+/// else: it is then exactly what [`apply_to_asw`] would fill. Otherwise
+/// it is dropped and the ASW is filled from the decisions. The journal's
+/// state is read under one lock for both, so they see the same entries.
+pub fn read_and_reconstruct_ready(
+    journal: &Journal,
+    replaced: Option<&str>,
+    sys: &dyn Sys,
+    layout: &Layout,
+    boot_id: &BootId,
+) -> Result<Ready, ReconstructError> {
+    let (table, decided, speculated) = journal.with_state(|state| {
+        let scan = Instant::now();
+        let (table, speculated) = MountTable::read_overlapped(
+            |piece| sys.read_mountinfo_pieces(piece),
+            || match replaced {
+                None => crate::reconstruct::asw_as_journal_says(state, boot_id.as_str()),
+                Some(_) => None,
+            },
+        );
+        let table = table.map_err(mount_table_error)?;
+        tracing::info!(
+            phase = "mount_scan",
+            elapsed_ms = elapsed_ms(scan.elapsed()),
+            mounts = table.len(),
+            "startup phase"
+        );
+        let host = HostInput {
+            layout,
+            table: &table,
+            boot_id,
+            sys,
+        };
+        let merge = Instant::now();
+        let decided = decide_ready(replaced, &host, state);
+        tracing::info!(
+            phase = "merge",
+            elapsed_ms = elapsed_ms(merge.elapsed()),
+            decisions = decided.0.output.decisions.len(),
+            "startup phase"
+        );
+        Ok::<_, ReconstructError>((table, decided, speculated))
+    })?;
+    let (reconstruction, bodies, unchanged) = decided;
+    let decisions = reconstruction.output.decisions.len();
+    match speculated {
+        Some((asw, asw_errors)) if bodies.is_empty() && unchanged == decisions => {
+            // nothing to append, but a journal closed for writes fails
+            // startup here as it does on the other branch
+            journal
+                .record_reconstruction(Vec::new())
+                .map_err(|source| ReconstructError::AppendRecords {
+                    path: journal.dir().to_owned(),
+                    count: 0,
+                    source: Box::new(source),
+                })?;
+            log_asw_errors(&asw_errors);
+            Ok(Ready {
+                table,
+                outcome: Outcome {
+                    reconstruction,
+                    appended: Vec::new(),
+                    unchanged,
+                    asw_errors,
+                },
+                asw,
+                asw_from_journal: true,
+            })
+        }
+        _ => {
+            let mut asw = ActualStateOfWorld::new();
+            let outcome = record_and_apply(journal, reconstruction, bodies, unchanged, &mut asw)?;
+            Ok(Ready {
+                table,
+                outcome,
+                asw,
+                asw_from_journal: false,
+            })
+        }
+    }
+}
+
+/// Phase 2 in the daemon, after readiness: the pod-dir walk, then
+/// decisions for what it found that neither the journal nor `ready`
+/// decided, recorded like phase 1's (one batch, only what changes) and
+/// applied to the ASW. The journal state is read after the walk: a target
+/// an operation started meanwhile has its intent written before its
+/// directory was made, so the walk cannot find a dir the journal does not
+/// already claim.
+pub fn record_leftovers(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    ready: &Reconstruction,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let view = walk_leftovers(host);
+    let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
+        let r = decide_leftovers(host, journal_input(replaced, state), view, ready);
+        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
+        (r, bodies, unchanged)
+    });
+    record_and_apply(journal, reconstruction, bodies, unchanged, asw)
+}
+
+/// The records that change the journal, and how many decisions need none.
+fn changes(out: &MergeOutput, state: &JournalState, boot_id: &str) -> (Vec<Decided>, usize) {
+    let bodies: Vec<Decided> = changed_journal_records(out, state, boot_id)
+        .into_iter()
+        .map(|(_, body)| body)
+        .collect();
+    let unchanged = out.decisions.len() - bodies.len();
+    (bodies, unchanged)
+}
+
+fn record_and_apply(
+    journal: &Journal,
+    reconstruction: Reconstruction,
+    bodies: Vec<Decided>,
+    unchanged: usize,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let count = bodies.len();
+    let appended = journal.record_reconstruction(bodies).map_err(|source| {
+        ReconstructError::AppendRecords {
+            path: journal.dir().to_owned(),
+            count,
+            source: Box::new(source),
+        }
+    })?;
+    let asw_errors = apply_to_asw(&reconstruction.output, asw);
+    log_asw_errors(&asw_errors);
+    Ok(Outcome {
+        reconstruction,
+        appended,
+        unchanged,
+        asw_errors,
+    })
+}
+
+fn log_asw_errors(errors: &[ReconstructError]) {
+    for e in errors {
+        tracing::error!(error = %error_chain(e), "reconstruction: the ASW refused a decision");
+    }
+}

@@ -1,0 +1,61 @@
+//! Hashes the sources keep between polls: of a listing's or a manifest's
+//! signature, and a pod's fingerprint.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use super::DesiredPod;
+use super::read::EntrySignature;
+
+/// One file's part of a listing signature: (device, inode, size, mtime,
+/// ctime).
+pub(super) type FileSignature = (u64, u64, u64, i64, i64);
+
+pub(super) fn file_signature(e: &EntrySignature) -> FileSignature {
+    (e.1, e.2, e.3, e.4, e.5)
+}
+
+/// A hash of one file's signature, as `last_good` keeps it (equal
+/// signatures, equal hashes).
+pub(super) fn file_signature_hash(sig: &FileSignature) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    sig.hash(&mut h);
+    h.finish()
+}
+
+/// The `last_good` key of a manifest: its file name (a path without one,
+/// which a listing never yields, is keyed by the whole path).
+pub(super) fn manifest_key(file: &Path) -> &OsStr {
+    file.file_name().unwrap_or(file.as_os_str())
+}
+
+/// A hash of a listing's signature (equal signatures, equal hashes).
+pub(super) fn signature_hash(sig: &[EntrySignature]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    sig.hash(&mut h);
+    h.finish()
+}
+
+/// A fingerprint of everything a pod tells the DSW (its `Debug` form
+/// hashed, so every field counts, new ones included): equal pods, equal
+/// fingerprints.
+pub fn fingerprint(pod: &DesiredPod) -> u64 {
+    use std::hash::Hasher;
+    use std::io::Write;
+    struct H(std::hash::DefaultHasher);
+    impl Write for H {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.write(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut h = H(std::hash::DefaultHasher::new());
+    // Writing into a hasher cannot fail.
+    let _ = write!(h, "{pod:?}");
+    h.0.finish()
+}
