@@ -1,5 +1,6 @@
 //! Real-kernel test harness: a private mount namespace per test, mount
-//! helpers, loop devices that cannot leak, and a root check.
+//! helpers, loop devices that cannot leak, and a root check; the test CSI
+//! driver as a child process is in [`csi_driver`].
 //!
 //! Used by integration tests (`mod support;`) and benches
 //! (`#[path = "../tests/support/mod.rs"] mod support;`).
@@ -67,6 +68,8 @@ use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use volumed::host::mountinfo::MountTable;
+
+pub mod csi_driver;
 
 /// Set in the re-executed child: the name of the test it runs.
 const CHILD_ENV: &str = "VOLUMED_TEST_MOUNT_NS_CHILD";

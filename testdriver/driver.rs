@@ -1,0 +1,107 @@
+//! What every RPC shares: the driver's configuration and [`Driver::call`],
+//! which logs the call, applies its fault and runs the work.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tonic::{Response, Status};
+
+use crate::state::{Fault, State};
+
+/// The node capabilities `--caps` may add.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Caps {
+    /// GET_VOLUME_STATS.
+    pub stats: bool,
+    /// VOLUME_CONDITION.
+    pub condition: bool,
+    /// VOLUME_MOUNT_GROUP.
+    pub mount_group: bool,
+}
+
+impl Caps {
+    /// Parses a comma-separated list of capability names (empty: none).
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut caps = Caps::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "GET_VOLUME_STATS" => caps.stats = true,
+                "VOLUME_CONDITION" => caps.condition = true,
+                "VOLUME_MOUNT_GROUP" => caps.mount_group = true,
+                other => {
+                    return Err(format!(
+                        "unknown capability {other:?} (GET_VOLUME_STATS, VOLUME_CONDITION, VOLUME_MOUNT_GROUP)"
+                    ));
+                }
+            }
+        }
+        Ok(caps)
+    }
+}
+
+/// The driver: its flags and its state directory.
+#[derive(Debug)]
+pub struct Driver {
+    /// `--name`.
+    pub name: String,
+    /// `--node-id` (default: the hostname).
+    pub node_id: String,
+    /// The CSI socket's path (GetInfo's endpoint).
+    pub endpoint: String,
+    /// Whether STAGE_UNSTAGE_VOLUME is advertised (not `--no-stage`).
+    pub stage: bool,
+    /// `--caps`.
+    pub caps: Caps,
+    /// `--stack`: NodePublish on a mounted target mounts again on top.
+    pub stack: bool,
+    /// The call log and fault file.
+    pub state: State,
+    /// Serialises the mount work, so each check-then-mount is atomic.
+    pub work_lock: Mutex<()>,
+}
+
+impl Driver {
+    /// Runs one RPC: logs `entry`, applies the fault that matches it, then
+    /// runs `work` (under the work lock).
+    ///
+    /// All of it runs in a task of its own: when the caller gives up (a
+    /// deadline) the server drops the request's future, but a real driver
+    /// goes on with what it started, and so does this one.
+    pub async fn call<T, F>(self: &Arc<Self>, entry: Value, work: F) -> Result<Response<T>, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Driver, &Fault) -> Result<T, Status> + Send + 'static,
+    {
+        let driver = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            let fault = driver.state.begin(entry)?;
+            if let Some(delay) = fault.delay {
+                tokio::time::sleep(delay).await;
+            }
+            if let Some((code, message)) = &fault.status {
+                return Err(Status::new(*code, message.clone()));
+            }
+            let out = {
+                let _guard = driver.work_lock.lock().unwrap_or_else(|p| p.into_inner());
+                work(&driver, &fault)
+            };
+            if fault.die_after_work {
+                die();
+            }
+            out
+        });
+        match task.await {
+            Ok(out) => out.map(Response::new),
+            Err(e) => Err(Status::internal(format!(
+                "test driver: handler failed: {e}"
+            ))),
+        }
+    }
+}
+
+/// Dies at once, as if killed from outside: no reply, no cleanup.
+fn die() -> ! {
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    // SIGKILL cannot be blocked or caught; this is never reached
+    std::process::abort()
+}

@@ -1,0 +1,417 @@
+//! The CSI Node service, with real mounts: a tmpfs per staged volume,
+//! bind-mounted into each publish target.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tonic::{Request, Response, Status};
+
+use volumed::csi::proto::csi_v1::{
+    NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
+    NodeGetCapabilitiesResponse, NodeGetInfoRequest, NodeGetInfoResponse,
+    NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse, NodePublishVolumeRequest,
+    NodePublishVolumeResponse, NodeServiceCapability, NodeStageVolumeRequest,
+    NodeStageVolumeResponse, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse,
+    NodeUnstageVolumeRequest, NodeUnstageVolumeResponse, VolumeCapability, VolumeCondition,
+    VolumeUsage, node_server::Node, node_service_capability, volume_capability::AccessType,
+    volume_usage::Unit,
+};
+
+use crate::driver::Driver;
+use crate::mounts;
+
+/// The volume context key the kubelet sets on inline ephemeral volumes.
+const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
+
+/// The Node service.
+pub struct NodeService(pub Arc<Driver>);
+
+/// INVALID_ARGUMENT unless `value` is set.
+fn require(value: &str, field: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    Ok(())
+}
+
+/// INVALID_ARGUMENT unless the capability is present and a mount (this
+/// driver has no block volumes).
+fn require_mount(cap: Option<&VolumeCapability>) -> Result<(), Status> {
+    match cap.and_then(|c| c.access_type.as_ref()) {
+        None if cap.is_none() => Err(Status::invalid_argument("volume_capability is required")),
+        None => Err(Status::invalid_argument(
+            "volume_capability.access_type is required",
+        )),
+        Some(AccessType::Block(_)) => Err(Status::invalid_argument(
+            "block volumes are not supported by this driver",
+        )),
+        Some(AccessType::Mount(_)) => Ok(()),
+    }
+}
+
+fn internal(what: &str, path: &str, e: impl std::fmt::Display) -> Status {
+    Status::internal(format!("{what} {path}: {e}"))
+}
+
+fn is_mount_point(path: &str) -> Result<bool, Status> {
+    mounts::is_mount_point(Path::new(path)).map_err(|e| internal("reading mounts at", path, e))
+}
+
+/// The capability's fields for the call log.
+fn capability_fields(entry: &mut Value, cap: Option<&VolumeCapability>) {
+    let Some(cap) = cap else { return };
+    if let Some(mode) = &cap.access_mode {
+        entry["access_mode"] = json!(mode.mode);
+    }
+    match &cap.access_type {
+        Some(AccessType::Mount(m)) => {
+            entry["access_type"] = json!("mount");
+            entry["fs_type"] = json!(m.fs_type);
+            entry["mount_flags"] = json!(m.mount_flags);
+            entry["volume_mount_group"] = json!(m.volume_mount_group);
+        }
+        Some(AccessType::Block(_)) => entry["access_type"] = json!("block"),
+        None => {}
+    }
+}
+
+/// tmpfs options for a new volume: its group when VOLUME_MOUNT_GROUP is
+/// advertised and the CO passed one (the pod's fsGroup).
+fn tmpfs_options(driver: &Driver, cap: Option<&VolumeCapability>) -> Option<String> {
+    if !driver.caps.mount_group {
+        return None;
+    }
+    match cap.and_then(|c| c.access_type.as_ref()) {
+        Some(AccessType::Mount(m)) => m
+            .volume_mount_group
+            .parse::<u32>()
+            .ok()
+            .map(|gid| format!("mode=2775,gid={gid}")),
+        _ => None,
+    }
+}
+
+fn create_dir(path: &str) -> Result<(), Status> {
+    fs::create_dir_all(path).map_err(|e| internal("creating", path, e))
+}
+
+/// Unmounts the top mount at `path`; FAILED if something is still mounted
+/// there afterwards (stacked mounts), as Kubernetes' `CleanupMountPoint`
+/// does for most drivers.
+fn unmount_once(path: &str) -> Result<(), Status> {
+    mounts::unmount(Path::new(path)).map_err(|e| internal("unmounting", path, e))?;
+    if is_mount_point(path)? {
+        return Err(Status::internal(format!(
+            "failed to unmount path {path}: still a mount point"
+        )));
+    }
+    Ok(())
+}
+
+fn stage(driver: &Driver, req: &NodeStageVolumeRequest) -> Result<NodeStageVolumeResponse, Status> {
+    require(&req.volume_id, "volume_id")?;
+    require(&req.staging_target_path, "staging_target_path")?;
+    require_mount(req.volume_capability.as_ref())?;
+    if !driver.stage {
+        return Err(Status::unimplemented(
+            "STAGE_UNSTAGE_VOLUME is not advertised (--no-stage)",
+        ));
+    }
+    let path = &req.staging_target_path;
+    create_dir(path)?;
+    if is_mount_point(path)? {
+        return Ok(NodeStageVolumeResponse {});
+    }
+    let options = tmpfs_options(driver, req.volume_capability.as_ref());
+    mounts::mount_tmpfs(Path::new(path), false, options.as_deref())
+        .map_err(|e| internal("mounting tmpfs at", path, e))?;
+    Ok(NodeStageVolumeResponse {})
+}
+
+fn unstage(
+    driver: &Driver,
+    req: &NodeUnstageVolumeRequest,
+) -> Result<NodeUnstageVolumeResponse, Status> {
+    require(&req.volume_id, "volume_id")?;
+    require(&req.staging_target_path, "staging_target_path")?;
+    if !driver.stage {
+        return Err(Status::unimplemented(
+            "STAGE_UNSTAGE_VOLUME is not advertised (--no-stage)",
+        ));
+    }
+    if is_mount_point(&req.staging_target_path)? {
+        unmount_once(&req.staging_target_path)?;
+    }
+    Ok(NodeUnstageVolumeResponse {})
+}
+
+fn publish(
+    driver: &Driver,
+    req: &NodePublishVolumeRequest,
+) -> Result<NodePublishVolumeResponse, Status> {
+    require(&req.volume_id, "volume_id")?;
+    require(&req.target_path, "target_path")?;
+    require_mount(req.volume_capability.as_ref())?;
+    let ephemeral = req
+        .volume_context
+        .get(EPHEMERAL)
+        .is_some_and(|v| v == "true");
+    let staged = driver.stage && !ephemeral;
+    if staged {
+        require(&req.staging_target_path, "staging_target_path")?;
+        if !is_mount_point(&req.staging_target_path)? {
+            return Err(Status::failed_precondition(format!(
+                "volume {} is not staged at {}",
+                req.volume_id, req.staging_target_path
+            )));
+        }
+    }
+    let target = &req.target_path;
+    create_dir(target)?;
+    if is_mount_point(target)? && !driver.stack {
+        return Ok(NodePublishVolumeResponse {});
+    }
+    if staged {
+        mounts::bind(
+            Path::new(&req.staging_target_path),
+            Path::new(target),
+            req.readonly,
+        )
+        .map_err(|e| internal("bind-mounting the staged volume at", target, e))?;
+    } else {
+        let options = tmpfs_options(driver, req.volume_capability.as_ref());
+        mounts::mount_tmpfs(Path::new(target), req.readonly, options.as_deref())
+            .map_err(|e| internal("mounting tmpfs at", target, e))?;
+    }
+    Ok(NodePublishVolumeResponse {})
+}
+
+fn unpublish(req: &NodeUnpublishVolumeRequest) -> Result<NodeUnpublishVolumeResponse, Status> {
+    require(&req.volume_id, "volume_id")?;
+    require(&req.target_path, "target_path")?;
+    let target = &req.target_path;
+    if is_mount_point(target)? {
+        unmount_once(target)?;
+    }
+    // the SP removes the target it created (CSI spec, NodeUnpublishVolume)
+    match fs::remove_dir(target) {
+        Ok(()) => Ok(NodeUnpublishVolumeResponse {}),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(NodeUnpublishVolumeResponse {}),
+        Err(e) => Err(internal("removing", target, e)),
+    }
+}
+
+/// statvfs figures as i64, saturating (they never come near).
+fn figure(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn stats(
+    driver: &Driver,
+    req: &NodeGetVolumeStatsRequest,
+    abnormal: Option<&str>,
+) -> Result<NodeGetVolumeStatsResponse, Status> {
+    require(&req.volume_id, "volume_id")?;
+    require(&req.volume_path, "volume_path")?;
+    let path = &req.volume_path;
+    match fs::symlink_metadata(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Status::not_found(format!(
+                "volume path {path} does not exist"
+            )));
+        }
+        Err(e) => return Err(internal("stat", path, e)),
+    }
+    let vfs =
+        nix::sys::statvfs::statvfs(Path::new(path)).map_err(|e| internal("statvfs", path, e))?;
+    // all u64 on 64-bit Linux, the only target this test double runs on
+    let frsize = vfs.fragment_size();
+    let blocks = vfs.blocks();
+    let (free, avail) = (vfs.blocks_free(), vfs.blocks_available());
+    let (files, files_free) = (vfs.files(), vfs.files_free());
+    let usage = vec![
+        VolumeUsage {
+            available: figure(avail.saturating_mul(frsize)),
+            total: figure(blocks.saturating_mul(frsize)),
+            used: figure(blocks.saturating_sub(free).saturating_mul(frsize)),
+            unit: Unit::Bytes as i32,
+        },
+        VolumeUsage {
+            available: figure(files_free),
+            total: figure(files),
+            used: figure(files.saturating_sub(files_free)),
+            unit: Unit::Inodes as i32,
+        },
+    ];
+    let volume_condition = driver.caps.condition.then(|| match abnormal {
+        Some(message) => VolumeCondition {
+            abnormal: true,
+            message: message.to_owned(),
+        },
+        None => VolumeCondition {
+            abnormal: false,
+            message: "ok".to_owned(),
+        },
+    });
+    Ok(NodeGetVolumeStatsResponse {
+        usage,
+        volume_condition,
+    })
+}
+
+fn rpc_capability(t: node_service_capability::rpc::Type) -> NodeServiceCapability {
+    NodeServiceCapability {
+        r#type: Some(node_service_capability::Type::Rpc(
+            node_service_capability::Rpc { r#type: t as i32 },
+        )),
+    }
+}
+
+fn map(m: &HashMap<String, String>) -> Value {
+    json!(m)
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let mut entry = json!({
+            "method": "NodeStageVolume",
+            "volume_id": req.volume_id,
+            "staging_target_path": req.staging_target_path,
+            "volume_context": map(&req.volume_context),
+            "publish_context": map(&req.publish_context),
+            "secrets": map(&req.secrets),
+        });
+        capability_fields(&mut entry, req.volume_capability.as_ref());
+        self.0.call(entry, move |d, _| stage(d, &req)).await
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let entry = json!({
+            "method": "NodeUnstageVolume",
+            "volume_id": req.volume_id,
+            "staging_target_path": req.staging_target_path,
+        });
+        self.0.call(entry, move |d, _| unstage(d, &req)).await
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let mut entry = json!({
+            "method": "NodePublishVolume",
+            "volume_id": req.volume_id,
+            "target_path": req.target_path,
+            "staging_target_path": req.staging_target_path,
+            "readonly": req.readonly,
+            "volume_context": map(&req.volume_context),
+            "publish_context": map(&req.publish_context),
+            "secrets": map(&req.secrets),
+        });
+        capability_fields(&mut entry, req.volume_capability.as_ref());
+        self.0.call(entry, move |d, _| publish(d, &req)).await
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let entry = json!({
+            "method": "NodeUnpublishVolume",
+            "volume_id": req.volume_id,
+            "target_path": req.target_path,
+        });
+        self.0.call(entry, move |_, _| unpublish(&req)).await
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        let req = request.into_inner();
+        let entry = json!({
+            "method": "NodeGetVolumeStats",
+            "volume_id": req.volume_id,
+            "volume_path": req.volume_path,
+            "staging_target_path": req.staging_target_path,
+        });
+        self.0
+            .call(entry, move |d, fault| {
+                stats(d, &req, fault.abnormal.as_deref())
+            })
+            .await
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let entry = json!({
+            "method": "NodeExpandVolume",
+            "volume_id": req.volume_id,
+            "volume_path": req.volume_path,
+        });
+        self.0
+            .call(entry, |_, _| {
+                Err(Status::unimplemented("EXPAND_VOLUME is not advertised"))
+            })
+            .await
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        use node_service_capability::rpc::Type;
+        let entry = json!({"method": "NodeGetCapabilities"});
+        self.0
+            .call(entry, |d, _| {
+                let wanted = [
+                    (d.stage, Type::StageUnstageVolume),
+                    (d.caps.stats, Type::GetVolumeStats),
+                    (d.caps.condition, Type::VolumeCondition),
+                    (d.caps.mount_group, Type::VolumeMountGroup),
+                ];
+                let capabilities = wanted
+                    .into_iter()
+                    .filter(|(on, _)| *on)
+                    .map(|(_, t)| rpc_capability(t))
+                    .collect();
+                Ok(NodeGetCapabilitiesResponse { capabilities })
+            })
+            .await
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        let entry = json!({"method": "NodeGetInfo"});
+        self.0
+            .call(entry, |d, _| {
+                Ok(NodeGetInfoResponse {
+                    node_id: d.node_id.clone(),
+                    max_volumes_per_node: 0,
+                    accessible_topology: None,
+                })
+            })
+            .await
+    }
+}

@@ -1,0 +1,680 @@
+//! The test CSI driver (`volumed-testdriver`) against a real kernel, each
+//! test in its own private mount namespace, the driver a real child
+//! process driven over its unix socket with the generated tonic clients:
+//! stage / publish / unpublish / unstage with the mounts they make and
+//! remove, validation, an injected error that does no work, a delay the
+//! caller gives up on while the work completes, a death after the work and
+//! an idempotent retry on a restarted driver, stacked publishes with
+//! `--stack`, `--no-stage` and volume health, and the registration socket.
+//!
+//! Needs root (mounts); as another user each test prints what it skipped
+//! and passes.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tonic::Code;
+
+use support::csi_driver::{DriverOpts, TestDriver};
+use support::{Scratch, in_private_mount_ns, require_root};
+use volumed::csi::connect_unix;
+use volumed::csi::proto::csi_v1::{
+    GetPluginInfoRequest, NodeGetCapabilitiesRequest, NodeGetInfoRequest,
+    NodeGetVolumeStatsRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
+    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, ProbeRequest, VolumeCapability,
+    identity_client::IdentityClient,
+    node_client::NodeClient,
+    node_service_capability,
+    volume_capability::{AccessMode, AccessType, MountVolume, access_mode::Mode},
+    volume_usage::Unit,
+};
+use volumed::csi::proto::pluginregistration::{
+    InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
+};
+use volumed::host::mountinfo::{MountInfo, MountTable};
+
+const DRIVER: &str = "test.csi.volumed.dev";
+const VOL: &str = "vol-1";
+
+/// Runs `body` as root in a private mount namespace on a current-thread
+/// runtime; as another user, skips.
+fn in_ns<F, Fut>(what: &str, body: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    if !require_root(what) {
+        return;
+    }
+    in_private_mount_ns(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+            .block_on(body());
+    });
+}
+
+/// The mounts stacked exactly at `path`, bottom first.
+fn mounts_at(path: &Path) -> Vec<MountInfo> {
+    MountTable::read_self()
+        .expect("read mountinfo")
+        .entries()
+        .iter()
+        .filter(|m| m.mount_point == path)
+        .cloned()
+        .collect()
+}
+
+fn capability() -> VolumeCapability {
+    VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: "ext4".into(),
+            mount_flags: vec!["noatime".into()],
+            volume_mount_group: String::new(),
+        })),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    }
+}
+
+fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn stage_req(staging: &Path) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_id: VOL.into(),
+        publish_context: map(&[("attached", "yes")]),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(capability()),
+        secrets: map(&[("password", "s3cret")]),
+        volume_context: map(&[("tier", "gold")]),
+    }
+}
+
+fn publish_req(staging: &Path, target: &Path, readonly: bool) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: VOL.into(),
+        publish_context: HashMap::new(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(capability()),
+        readonly,
+        secrets: map(&[("token", "t0k")]),
+        volume_context: map(&[("tier", "gold")]),
+    }
+}
+
+fn unpublish_req(target: &Path) -> NodeUnpublishVolumeRequest {
+    NodeUnpublishVolumeRequest {
+        volume_id: VOL.into(),
+        target_path: target.display().to_string(),
+    }
+}
+
+fn unstage_req(staging: &Path) -> NodeUnstageVolumeRequest {
+    NodeUnstageVolumeRequest {
+        volume_id: VOL.into(),
+        staging_target_path: staging.display().to_string(),
+    }
+}
+
+async fn node(driver: &TestDriver) -> NodeClient<tonic::transport::Channel> {
+    NodeClient::new(connect_unix(driver.endpoint()).await.expect("connect"))
+}
+
+/// A scratch dir with the driver's socket and state in `driver/`, the
+/// staging path and a target below it (neither created).
+fn layout(prefix: &str) -> (Scratch, DriverOpts, PathBuf, PathBuf) {
+    let scratch = Scratch::new(prefix);
+    let opts = DriverOpts::in_dir(DRIVER, &scratch.path().join("driver"));
+    let staging = scratch.path().join("staging").join(VOL);
+    let target = scratch.path().join("pod").join("mount");
+    (scratch, opts, staging, target)
+}
+
+/// Waits (up to `timeout`) until `cond` holds.
+async fn eventually(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn stage_publish_unpublish_unstage_mount_and_unmount_for_real() {
+    in_ns("mounts tmpfs and binds", || async {
+        let (scratch, mut opts, staging, target) = layout("csi-td-life-");
+        opts.node_id = Some("node-a".into());
+        let mut driver = TestDriver::spawn(opts);
+        let channel = connect_unix(driver.endpoint()).await.unwrap();
+        let mut identity = IdentityClient::new(channel.clone());
+        let mut client = NodeClient::new(channel);
+
+        let info = identity
+            .get_plugin_info(GetPluginInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(info.name, DRIVER);
+        assert!(!info.vendor_version.is_empty());
+        let probe = identity.probe(ProbeRequest {}).await.unwrap().into_inner();
+        assert_eq!(probe.ready, Some(true));
+        let node_info = client
+            .node_get_info(NodeGetInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(node_info.node_id, "node-a");
+        assert_eq!(node_info.max_volumes_per_node, 0);
+        let caps: Vec<i32> = client
+            .node_get_capabilities(NodeGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities
+            .into_iter()
+            .filter_map(|c| {
+                c.r#type
+                    .map(|node_service_capability::Type::Rpc(r)| r.r#type)
+            })
+            .collect();
+        use node_service_capability::rpc::Type;
+        assert_eq!(
+            caps,
+            [
+                Type::StageUnstageVolume as i32,
+                Type::GetVolumeStats as i32,
+                Type::VolumeCondition as i32
+            ]
+        );
+
+        // validation: missing fields, publish before stage
+        let mut bad = stage_req(&staging);
+        bad.volume_id.clear();
+        let err = client.node_stage_volume(bad).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+        let mut bad = stage_req(&staging);
+        bad.volume_capability = None;
+        let err = client.node_stage_volume(bad).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+        let err = client
+            .node_publish_volume(publish_req(&staging, &target, false))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+        assert!(mounts_at(&target).is_empty());
+
+        // stage: the staging dir is created and gets a tmpfs; again: no-op
+        client.node_stage_volume(stage_req(&staging)).await.unwrap();
+        let staged = mounts_at(&staging);
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        assert_eq!(staged[0].fs_type, "tmpfs");
+        client.node_stage_volume(stage_req(&staging)).await.unwrap();
+        assert_eq!(mounts_at(&staging).len(), 1);
+
+        // publish: a bind of the staged tmpfs, created target dir
+        client
+            .node_publish_volume(publish_req(&staging, &target, false))
+            .await
+            .unwrap();
+        let published = mounts_at(&target);
+        assert_eq!(published.len(), 1, "{published:?}");
+        assert_eq!(published[0].dev, staged[0].dev, "a bind of the staged fs");
+        assert!(!published[0].is_read_only());
+        std::fs::write(target.join("hello"), b"through the target").unwrap();
+        assert_eq!(
+            std::fs::read(staging.join("hello")).unwrap(),
+            b"through the target"
+        );
+        // publish again without --stack: OK, nothing stacked
+        client
+            .node_publish_volume(publish_req(&staging, &target, false))
+            .await
+            .unwrap();
+        assert_eq!(mounts_at(&target).len(), 1);
+
+        // a read-only publish elsewhere is a read-only bind
+        let ro_target = scratch.path().join("pod-ro").join("mount");
+        client
+            .node_publish_volume(publish_req(&staging, &ro_target, true))
+            .await
+            .unwrap();
+        let ro = mounts_at(&ro_target);
+        assert_eq!(ro.len(), 1);
+        assert!(ro[0].is_read_only(), "{:?}", ro[0].mount_options);
+        assert_eq!(std::fs::read(ro_target.join("hello")).unwrap().len(), 18);
+        let err = std::fs::write(ro_target.join("nope"), b"x").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(nix::libc::EROFS), "{err}");
+
+        // stats: bytes and inodes of the tmpfs, condition ok
+        let stats = client
+            .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                volume_id: VOL.into(),
+                volume_path: target.display().to_string(),
+                staging_target_path: staging.display().to_string(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let units: Vec<i32> = stats.usage.iter().map(|u| u.unit).collect();
+        assert_eq!(units, [Unit::Bytes as i32, Unit::Inodes as i32]);
+        assert!(stats.usage.iter().all(|u| u.total > 0 && u.used > 0));
+        let condition = stats.volume_condition.expect("VOLUME_CONDITION advertised");
+        assert!(!condition.abnormal);
+        assert_eq!(condition.message, "ok");
+        let err = client
+            .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                volume_id: VOL.into(),
+                volume_path: scratch.path().join("nowhere").display().to_string(),
+                staging_target_path: String::new(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "{err}");
+
+        // unpublish: unmounted and the target dir removed; again: OK
+        for t in [&target, &ro_target] {
+            client
+                .node_unpublish_volume(unpublish_req(t))
+                .await
+                .unwrap();
+            assert!(mounts_at(t).is_empty());
+            assert!(!t.exists(), "the SP removes the target");
+        }
+        client
+            .node_unpublish_volume(unpublish_req(&target))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(staging.join("hello")).unwrap().len(), 18);
+
+        // unstage: unmounted, the staging dir stays (the CO's); again: OK
+        client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap();
+        assert!(mounts_at(&staging).is_empty());
+        assert!(staging.is_dir() && !staging.join("hello").exists());
+        client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap();
+        assert!(scratch.mounts_below().is_empty());
+
+        // every call logged, invalid ones too, with its arguments
+        for (method, n) in [
+            ("GetPluginInfo", 1),
+            ("Probe", 1),
+            ("NodeGetInfo", 1),
+            ("NodeGetCapabilities", 1),
+            ("NodeStageVolume", 4),
+            ("NodePublishVolume", 4),
+            ("NodeGetVolumeStats", 2),
+            ("NodeUnpublishVolume", 3),
+            ("NodeUnstageVolume", 2),
+        ] {
+            assert_eq!(driver.count(method), n, "{method}");
+        }
+        assert_eq!(driver.calls().len(), 19);
+        let calls = driver.calls();
+        let stage = calls
+            .iter()
+            .rfind(|c| c["method"] == "NodeStageVolume")
+            .unwrap();
+        assert_eq!(stage["staging_target_path"], staging.display().to_string());
+        assert_eq!(stage["secrets"], json!({"password": "s3cret"}));
+        assert_eq!(stage["volume_context"], json!({"tier": "gold"}));
+        assert_eq!(stage["publish_context"], json!({"attached": "yes"}));
+        assert_eq!(stage["fs_type"], "ext4");
+        assert_eq!(stage["mount_flags"], json!(["noatime"]));
+        assert_eq!(stage["access_mode"], Mode::SingleNodeWriter as i32);
+        let ro_publish = calls
+            .iter()
+            .find(|c| c["method"] == "NodePublishVolume" && c["readonly"] == true)
+            .unwrap();
+        assert_eq!(ro_publish["target_path"], ro_target.display().to_string());
+        assert_eq!(ro_publish["secrets"], json!({"token": "t0k"}));
+
+        // SIGTERM: exit 0, socket removed
+        let endpoint = driver.endpoint().to_owned();
+        let status = driver.stop().expect("exit status");
+        assert_eq!(status.code(), Some(0), "{status}");
+        assert!(!endpoint.exists(), "socket removed on SIGTERM");
+    });
+}
+
+#[test]
+fn an_error_fault_answers_the_code_and_does_no_work() {
+    in_ns("mounts tmpfs", || async {
+        let (scratch, opts, staging, _) = layout("csi-td-code-");
+        let driver = TestDriver::spawn(opts);
+        let mut client = node(&driver).await;
+        driver.set_faults(json!([
+            {"method": "NodeStageVolume", "volume_id": "other-vol", "code": "Internal"},
+            {"method": "NodeStageVolume", "code": "Unavailable", "message": "not yet", "times": 1},
+        ]));
+
+        let err = client
+            .node_stage_volume(stage_req(&staging))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{err}");
+        assert_eq!(err.message(), "not yet");
+        assert!(
+            !staging.exists(),
+            "no work: the staging dir is not even created"
+        );
+        assert!(scratch.mounts_below().is_empty());
+        assert_eq!(driver.faults()[1]["times"], 0, "the use is counted down");
+        assert_eq!(driver.faults()[0]["code"], "Internal", "other rules kept");
+
+        // the rule is used up: the retry works
+        client.node_stage_volume(stage_req(&staging)).await.unwrap();
+        assert_eq!(mounts_at(&staging).len(), 1);
+        assert_eq!(driver.count("NodeStageVolume"), 2);
+
+        // a fault file that does not parse fails loudly
+        driver.set_faults(json!([{"method": "NodeUnstageVolume", "cod": "Internal"}]));
+        let err = client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Internal, "{err}");
+        assert!(err.message().contains("faults.json"), "{err}");
+        assert_eq!(mounts_at(&staging).len(), 1);
+
+        driver.clear_faults();
+        client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap();
+        assert!(scratch.mounts_below().is_empty());
+    });
+}
+
+#[test]
+fn a_delayed_call_times_out_at_the_caller_and_still_completes() {
+    in_ns("mounts tmpfs", || async {
+        let (scratch, opts, staging, _) = layout("csi-td-delay-");
+        let driver = TestDriver::spawn(opts);
+        let mut client = node(&driver).await;
+        driver.set_faults(json!([
+            {"method": "NodeStageVolume", "delay_ms": 1500, "times": 1},
+        ]));
+
+        let start = Instant::now();
+        let mut req = tonic::Request::new(stage_req(&staging));
+        req.set_timeout(Duration::from_millis(300));
+        let err = client.node_stage_volume(req).await.unwrap_err();
+        // tonic 0.14 reports its own deadline (the `grpc-timeout` it sent)
+        // as CANCELLED "Timeout expired", where a Go client says
+        // DEADLINE_EXCEEDED: a CSI caller must take both as "outcome unknown"
+        assert!(
+            err.code() == Code::DeadlineExceeded
+                || (err.code() == Code::Cancelled && err.message() == "Timeout expired"),
+            "{err:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_millis(1200),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(mounts_at(&staging).is_empty(), "not yet: still sleeping");
+
+        eventually(
+            Duration::from_secs(10),
+            "the delayed stage to mount",
+            || mounts_at(&staging).len() == 1,
+        )
+        .await;
+        assert!(start.elapsed() >= Duration::from_millis(1500));
+        assert_eq!(driver.count("NodeStageVolume"), 1);
+
+        // the retry finds it staged
+        client.node_stage_volume(stage_req(&staging)).await.unwrap();
+        assert_eq!(mounts_at(&staging).len(), 1);
+        client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap();
+        assert!(scratch.mounts_below().is_empty());
+    });
+}
+
+#[test]
+fn a_driver_that_dies_after_the_work_is_retried_idempotently() {
+    in_ns("mounts tmpfs", || async {
+        let (scratch, opts, staging, _) = layout("csi-td-die-");
+        let mut driver = TestDriver::spawn(opts);
+        driver.set_faults(json!([
+            {"method": "NodeStageVolume", "die_after_work": true, "times": 1},
+        ]));
+        let mut client = node(&driver).await;
+
+        let err = client
+            .node_stage_volume(stage_req(&staging))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err.code(),
+                Code::Unavailable | Code::Unknown | Code::Internal
+            ),
+            "no reply, a broken connection (tonic: UNKNOWN \"transport error\"): {err:?}"
+        );
+        let status = driver.wait_exit(Duration::from_secs(10));
+        assert_eq!(status.signal(), Some(9), "killed, not exited: {status}");
+        assert_eq!(mounts_at(&staging).len(), 1, "the work was done");
+        assert!(
+            driver.endpoint().exists(),
+            "a dead driver leaves its socket"
+        );
+
+        // restarted on the same state: stale socket replaced, rule used up
+        let mut driver = TestDriver::spawn(driver.opts().clone());
+        assert_eq!(driver.faults()[0]["times"], 0);
+        let mut client = node(&driver).await;
+        client.node_stage_volume(stage_req(&staging)).await.unwrap();
+        assert_eq!(mounts_at(&staging).len(), 1, "idempotent: no second tmpfs");
+        assert_eq!(
+            driver.count("NodeStageVolume"),
+            2,
+            "the log survives restarts"
+        );
+        let pids: Vec<_> = driver.calls().iter().map(|c| c["pid"].clone()).collect();
+        assert_ne!(pids[0], pids[1], "the calls came to two processes");
+
+        client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap();
+        assert!(scratch.mounts_below().is_empty());
+        assert!(driver.kill().is_some());
+    });
+}
+
+#[test]
+fn stack_mounts_a_second_publish_on_top_and_the_default_does_not() {
+    in_ns("mounts tmpfs and binds", || async {
+        for stack in [true, false] {
+            let (scratch, mut opts, staging, target) = layout("csi-td-stack-");
+            opts.stack = stack;
+            let driver = TestDriver::spawn(opts);
+            let mut client = node(&driver).await;
+            client.node_stage_volume(stage_req(&staging)).await.unwrap();
+            for _ in 0..2 {
+                client
+                    .node_publish_volume(publish_req(&staging, &target, false))
+                    .await
+                    .unwrap();
+            }
+            let expected = if stack { 2 } else { 1 };
+            assert_eq!(mounts_at(&target).len(), expected, "--stack {stack}");
+            assert_eq!(driver.count("NodePublishVolume"), 2);
+
+            if stack {
+                // one unmount leaves the lower bind: the unpublish fails, as
+                // Kubernetes' CleanupMountPoint does; the next one finishes
+                let err = client
+                    .node_unpublish_volume(unpublish_req(&target))
+                    .await
+                    .unwrap_err();
+                assert_eq!(err.code(), Code::Internal, "{err}");
+                assert_eq!(mounts_at(&target).len(), 1);
+            }
+            client
+                .node_unpublish_volume(unpublish_req(&target))
+                .await
+                .unwrap();
+            assert!(mounts_at(&target).is_empty() && !target.exists());
+            client
+                .node_unstage_volume(unstage_req(&staging))
+                .await
+                .unwrap();
+            assert!(scratch.mounts_below().is_empty());
+        }
+    });
+}
+
+#[test]
+fn without_stage_publish_mounts_its_own_tmpfs_and_health_follows_faults() {
+    in_ns("mounts tmpfs", || async {
+        let (scratch, mut opts, staging, target) = layout("csi-td-nostage-");
+        opts.no_stage = true;
+        opts.caps = Some("GET_VOLUME_STATS,VOLUME_CONDITION,VOLUME_MOUNT_GROUP".into());
+        let driver = TestDriver::spawn(opts);
+        let mut client = node(&driver).await;
+        let caps = client
+            .node_get_capabilities(NodeGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities;
+        assert_eq!(caps.len(), 3, "no STAGE_UNSTAGE_VOLUME: {caps:?}");
+        let err = client
+            .node_stage_volume(stage_req(&staging))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unimplemented, "{err}");
+
+        let mut req = publish_req(Path::new(""), &target, true);
+        if let Some(AccessType::Mount(m)) = req
+            .volume_capability
+            .as_mut()
+            .and_then(|c| c.access_type.as_mut())
+        {
+            m.volume_mount_group = "1234".into();
+        }
+        client.node_publish_volume(req).await.unwrap();
+        let mounted = mounts_at(&target);
+        assert_eq!(mounted.len(), 1);
+        assert_eq!(mounted[0].fs_type, "tmpfs");
+        assert!(mounted[0].is_read_only());
+        assert!(
+            mounted[0]
+                .super_options_raw
+                .to_string_lossy()
+                .contains("gid=1234")
+        );
+        assert_eq!(driver.calls().last().unwrap()["volume_mount_group"], "1234");
+
+        driver.set_faults(json!([
+            {"method": "NodeGetVolumeStats", "abnormal": "disk on fire", "times": 1},
+        ]));
+        let stats_req = NodeGetVolumeStatsRequest {
+            volume_id: VOL.into(),
+            volume_path: target.display().to_string(),
+            staging_target_path: String::new(),
+        };
+        let sick = client
+            .node_get_volume_stats(stats_req.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .volume_condition
+            .unwrap();
+        assert!(sick.abnormal);
+        assert_eq!(sick.message, "disk on fire");
+        let well = client
+            .node_get_volume_stats(stats_req)
+            .await
+            .unwrap()
+            .into_inner()
+            .volume_condition
+            .unwrap();
+        assert!(!well.abnormal);
+
+        client
+            .node_unpublish_volume(unpublish_req(&target))
+            .await
+            .unwrap();
+        assert!(scratch.mounts_below().is_empty() && !target.exists());
+    });
+}
+
+#[test]
+fn the_registration_socket_describes_the_driver_and_logs_the_status() {
+    in_ns("runs the driver in a mount namespace", || async {
+        let (scratch, mut opts, _, _) = layout("csi-td-reg-");
+        opts.registration_dir = Some(scratch.path().join("plugins_registry"));
+        let reg_socket = opts.registration_socket().unwrap();
+        let mut driver = TestDriver::spawn(opts);
+        assert!(reg_socket.exists());
+        let mut reg = RegistrationClient::new(connect_unix(&reg_socket).await.unwrap());
+
+        let info = reg.get_info(InfoRequest {}).await.unwrap().into_inner();
+        assert_eq!(info.r#type, "CSIPlugin");
+        assert_eq!(info.name, DRIVER);
+        assert_eq!(info.endpoint, driver.endpoint().display().to_string());
+        assert!(
+            info.supported_versions.iter().any(|v| v.starts_with("1.")),
+            "{info:?}"
+        );
+        reg.notify_registration_status(RegistrationStatus {
+            plugin_registered: false,
+            error: "version mismatch".into(),
+        })
+        .await
+        .unwrap();
+        reg.notify_registration_status(RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        })
+        .await
+        .unwrap();
+
+        let calls = driver.calls();
+        let methods: Vec<&str> = calls.iter().filter_map(|c| c["method"].as_str()).collect();
+        assert_eq!(
+            methods,
+            [
+                "GetInfo",
+                "NotifyRegistrationStatus",
+                "NotifyRegistrationStatus"
+            ]
+        );
+        assert_eq!(calls[1]["plugin_registered"], false);
+        assert_eq!(calls[1]["error"], "version mismatch");
+        assert_eq!(calls[2]["plugin_registered"], true);
+
+        let endpoint = driver.endpoint().to_owned();
+        assert_eq!(driver.stop().and_then(|s| s.code()), Some(0));
+        assert!(
+            !endpoint.exists() && !reg_socket.exists(),
+            "sockets removed"
+        );
+    });
+}
