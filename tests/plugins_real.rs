@@ -643,6 +643,10 @@ impl Sys for Wrapped {
         self.fire(Call::CreateFile);
         LinuxSys.create_file_beneath(at, mode)
     }
+    fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError> {
+        self.fire(Call::WriteFile);
+        LinuxSys.write_file_beneath(at, bytes, mode)
+    }
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
         self.fire(Call::Rename);
         LinuxSys.rename_beneath(from, to_name)

@@ -73,6 +73,8 @@ pub enum Call {
     ChmodDir,
     /// `open(O_CREAT|O_EXCL|O_NOFOLLOW)`
     CreateFile,
+    /// writing a small file whole: a temp file, fsync, rename, fsync of the dir
+    WriteFile,
     /// `renameat2(RENAME_NOREPLACE)`
     Rename,
     /// `rmdir(2)`
@@ -109,6 +111,7 @@ impl Call {
             Call::Mkdir => "mkdir",
             Call::ChmodDir => "chmod",
             Call::CreateFile => "create file",
+            Call::WriteFile => "write file",
             Call::Rename => "rename",
             Call::Rmdir => "rmdir",
             Call::Unlink => "unlink",
@@ -238,6 +241,17 @@ pub struct FileStat {
     pub rdev: DevId,
     /// permission bits (`mode & 0o7777`)
     pub perm: u32,
+    /// the inode number
+    pub ino: u64,
+}
+
+impl FileStat {
+    /// The file's identity: (device, inode), which a file replaced at the
+    /// same path does not share.
+    pub fn file_id(&self) -> (u64, u64) {
+        let dev = (u64::from(self.dev.major) << 32) | u64::from(self.dev.minor);
+        (dev, self.ino)
+    }
 }
 
 /// One entry of a directory listed by [`Sys::read_dir_beneath`](crate::host::sys::Sys::read_dir_beneath).
@@ -322,6 +336,13 @@ pub enum SysCall {
         /// mode
         mode: u32,
     },
+    /// a file written whole and durably
+    WriteFile {
+        /// path
+        path: PathBuf,
+        /// mode
+        mode: u32,
+    },
     /// rename without replacing
     Rename {
         /// from
@@ -398,6 +419,7 @@ impl SysCall {
             SysCall::Mkdir { .. } => Call::Mkdir,
             SysCall::ChmodDir { .. } => Call::ChmodDir,
             SysCall::CreateFile { .. } => Call::CreateFile,
+            SysCall::WriteFile { .. } => Call::WriteFile,
             SysCall::Rename { .. } => Call::Rename,
             SysCall::Rmdir { .. } => Call::Rmdir,
             SysCall::Unlink { .. } => Call::Unlink,

@@ -188,6 +188,23 @@ impl Sys for RecordingSys {
         create(&mut st, Call::CreateFile, path, FileKind::File)
     }
 
+    fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError> {
+        let path = &at.full();
+        let call = SysCall::WriteFile {
+            path: path.into(),
+            mode,
+        };
+        let mut st = self.enter(call, path)?;
+        parent_beneath(&st, Call::WriteFile, at, path)?;
+        match st.files.get(path) {
+            Some(FileKind::File) => {}
+            Some(_) => return Err(SysError::call(Call::WriteFile, path, Errno::EISDIR)),
+            None => create(&mut st, Call::WriteFile, path, FileKind::File)?,
+        }
+        st.contents.insert(path.to_owned(), bytes.to_vec());
+        Ok(())
+    }
+
     fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
         let path = &at.full();
         let call = SysCall::CreateFile {
@@ -449,6 +466,7 @@ fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
         dev: st.identity_of(path).0,
         rdev,
         perm: 0o755,
+        ino: 0,
     })
 }
 

@@ -165,6 +165,34 @@ impl Sys for LinuxSys {
         })
     }
 
+    fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], m: u32) -> Result<(), SysError> {
+        let path = at.full();
+        let err = |e| SysError::call(Call::WriteFile, &path, e);
+        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
+            return Err(err(Errno::EINVAL));
+        };
+        let dir = Self::open_at_beneath(Call::WriteFile, parent, OFlag::O_RDONLY, &path)?;
+        let mut tmp = std::ffi::OsString::from(".");
+        tmp.push(name);
+        tmp.push(".volumed-tmp");
+        // a temp file a crash left behind is ours to replace
+        let _ = nix::unistd::unlinkat(
+            &dir,
+            tmp.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::openat(&dir, tmp.as_os_str(), flags, mode(m)).map_err(err)?;
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, bytes)
+            .map_err(|e| err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        file.sync_all()
+            .map_err(|e| err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        nix::fcntl::renameat(&dir, tmp.as_os_str(), &dir, name).map_err(err)?;
+        nix::unistd::fsync(&dir).map_err(err)
+    }
+
     fn create_file(&self, path: &Path, m: u32) -> Result<(), SysError> {
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;

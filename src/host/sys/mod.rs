@@ -134,6 +134,12 @@ pub trait Sys: Send + Sync {
     /// [`Sys::create_file`] of `at`'s last component in its parent, the
     /// parent opened beneath `at.base` without following any symlink (`ELOOP`).
     fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError>;
+    /// Writes `bytes` as the whole content of `at` (created or replaced)
+    /// durably: a temp file beside it, fsync, rename over it, fsync of the
+    /// dir. The parent is opened beneath `at.base` without following any
+    /// symlink (`ELOOP`); a reader sees the old content or the new, never a
+    /// part.
+    fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError>;
     /// Renames the entry `from` to `to_name` in the same directory without
     /// replacing (`EEXIST` if taken); the directory is opened beneath
     /// `from.base` without following any symlink (`ELOOP`), and the entry

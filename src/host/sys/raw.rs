@@ -69,6 +69,7 @@ pub(super) fn file_stat(st: &libc::statx, call: Call, path: &Path) -> Result<Fil
             minor: st.stx_rdev_minor,
         },
         perm: m & 0o7777,
+        ino: st.stx_ino,
     })
 }
 

@@ -1,0 +1,382 @@
+//! `kubernetes.io/csi`: volumes a CSI driver mounts, driven as the kubelet
+//! drives them — MountDevice = `NodeStageVolume`, SetUp =
+//! `NodePublishVolume`, TearDown = `NodeUnpublishVolume`, UnmountDevice =
+//! `NodeUnstageVolume` — with the kubelet's paths and `vol_data.json`.
+//!
+//! Every argument comes from the target's journaled [`CsiParams`], so a
+//! crashed call is re-run, and a staged or published volume undone, without
+//! an API server. Secrets are journaled as references and read here, when
+//! the call is made.
+//!
+//! What the host shows after a call is recorded in the outcome (the mount at
+//! the path, or none): the spec leaves staging to the driver, and some
+//! drivers publish without a mount (DESIGN.md "CSI"). `vol_data.json` is
+//! written with fsync and rename before the call (the kubelet writes it
+//! unsynced and can lose it: k8s #108217).
+//!
+//! A driver without `STAGE_UNSTAGE_VOLUME` is never staged: MountDevice and
+//! UnmountDevice complete without a call, and NodePublish gets no staging
+//! path, as in the kubelet.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::csi::CsiError;
+use crate::csi::client::{access_mode, mount_capability, proto_map};
+use crate::csi::proto::csi_v1 as pb;
+use crate::csi::registry::{Driver, Drivers};
+use crate::host::sys::{Errno, Sys};
+use crate::journal::Permit;
+use crate::model::{
+    CsiLifecycle, CsiParams, Layout, MountIdentity, Operation, PluginName, SecretRef, TargetParams,
+    TargetRef, VOL_DATA_FILE, VolumeSpec,
+};
+use crate::plugins::mount_ops::beneath;
+use crate::plugins::{Action, Certainty, Op, Outcome, PluginError, PluginResult, VolumePlugin};
+
+/// Reads the Secrets a CSI call needs (`nodeStageSecretRef`,
+/// `nodePublishSecretRef`) when the call is made.
+pub trait SecretSource: Send + Sync + std::fmt::Debug {
+    /// The Secret's data, or why it cannot be had.
+    fn secret(&self, r: &SecretRef) -> Result<BTreeMap<String, String>, String>;
+}
+
+/// The CSI plugin.
+#[derive(Debug, Clone)]
+pub struct CsiPlugin {
+    layout: Layout,
+    node_name: String,
+    drivers: Arc<Drivers>,
+    secrets: Option<Arc<dyn SecretSource>>,
+}
+
+impl CsiPlugin {
+    /// A plugin calling `drivers`, reading secrets from `secrets`.
+    pub fn new(
+        layout: Layout,
+        node_name: &str,
+        drivers: Arc<Drivers>,
+        secrets: Option<Arc<dyn SecretSource>>,
+    ) -> Self {
+        Self {
+            layout,
+            node_name: node_name.to_owned(),
+            drivers,
+            secrets,
+        }
+    }
+
+    fn csi<'p>(&self, op: &Op<'_>, params: &'p TargetParams) -> Result<&'p CsiParams, PluginError> {
+        params
+            .csi
+            .as_deref()
+            .ok_or_else(|| op.missing("CSI arguments"))
+    }
+
+    fn driver(&self, op: &Op<'_>, csi: &CsiParams) -> Result<Arc<Driver>, PluginError> {
+        self.drivers
+            .get(&csi.driver)
+            .map_err(|source| PluginError::Driver {
+                op: op.op,
+                volume: op.volume.clone(),
+                source: Box::new(source),
+            })
+    }
+
+    fn secret(
+        &self,
+        op: &Op<'_>,
+        r: Option<&SecretRef>,
+    ) -> Result<BTreeMap<String, String>, PluginError> {
+        let Some(r) = r else {
+            return Ok(BTreeMap::new());
+        };
+        let found = match &self.secrets {
+            Some(s) => s.secret(r),
+            None => Err("no source of Secrets is configured".to_owned()),
+        };
+        found.map_err(|why| PluginError::Secret {
+            op: op.op,
+            volume: op.volume.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            why,
+        })
+    }
+
+    /// Writes `vol_data.json` into `dir` (made if missing), durably.
+    fn write_vol_data(
+        &self,
+        op: &mut Op<'_>,
+        dir: &Path,
+        fields: &[(&str, &str)],
+    ) -> Result<(), PluginError> {
+        let root = self.layout.root();
+        let at = beneath(op, root, dir)?;
+        match op.sys.mkdir_beneath(at, 0o750) {
+            Err(e) if e.errno() == Some(Errno::EEXIST) => {}
+            r => op.act(r)?,
+        }
+        let json: BTreeMap<&str, &str> = fields.iter().copied().collect();
+        let bytes = serde_json::to_vec(&json).unwrap_or_default();
+        let file = dir.join(VOL_DATA_FILE);
+        let file_at = beneath(op, root, &file)?;
+        op.act(op.sys.write_file_beneath(file_at, &bytes, 0o640))
+    }
+
+    /// The mount the host shows at `path` after a call, if any.
+    fn observe(&self, op: &Op<'_>, path: &Path) -> Result<Option<MountIdentity>, PluginError> {
+        match op.sys.mount_root(path) {
+            Ok(false) => Ok(None),
+            Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(None),
+            Ok(true) => Ok(op.look(op.sys.read_mountinfo())?.identity_at(path)),
+            Err(e) => Err(op.sys_err(e, false)),
+        }
+    }
+
+    /// After an unpublish or unstage: the path must hold no mount; then the
+    /// (empty) mount dir, `vol_data.json` and their dir go. Never deletes
+    /// inside a mount: a path still mounted is an uncertain error.
+    fn clean_up(
+        &self,
+        op: &mut Op<'_>,
+        path: &Path,
+        remove_path: bool,
+    ) -> Result<Vec<std::path::PathBuf>, PluginError> {
+        if let Ok(true) = op.sys.mount_root(path) {
+            return Err(PluginError::StillMounted {
+                op: op.op,
+                volume: op.volume.clone(),
+                path: path.to_owned(),
+                tries: 1,
+                certainty: Certainty::Uncertain,
+            });
+        }
+        let root = self.layout.root();
+        let mut left = Vec::new();
+        let Some(dir) = path.parent() else {
+            return Ok(left);
+        };
+        let rel = |p: &Path| p.strip_prefix(root).map(Path::to_path_buf).ok();
+        let (Some(rel_path), Some(rel_data), Some(rel_dir)) =
+            (rel(path), rel(&dir.join(VOL_DATA_FILE)), rel(dir))
+        else {
+            beneath(op, root, path)?;
+            return Ok(left);
+        };
+        let gone_ok = |r: Result<(), crate::host::sys::SysError>| match r {
+            Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(()),
+            r => r,
+        };
+        if remove_path {
+            match op.sys.remove_beneath(root, &rel_path, true) {
+                Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => left.push(path.to_owned()),
+                r => op.act(gone_ok(r))?,
+            }
+        }
+        op.act(gone_ok(op.sys.remove_beneath(root, &rel_data, false)))?;
+        match op.sys.remove_beneath(root, &rel_dir, true) {
+            Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => left.push(dir.to_owned()),
+            r => op.act(gone_ok(r))?,
+        }
+        Ok(left)
+    }
+
+    fn rpc_err(&self, op: &Op<'_>, e: CsiError) -> PluginError {
+        let certainty = if e.is_final() && !op.changed {
+            Certainty::Final
+        } else {
+            Certainty::Uncertain
+        };
+        PluginError::Csi {
+            op: op.op,
+            volume: op.volume.clone(),
+            certainty,
+            source: Box::new(e),
+        }
+    }
+
+    fn mount_flags(params: &TargetParams, selinux: bool) -> Vec<String> {
+        let mut flags = params.mount_options.to_vec();
+        if selinux && let Some(ctx) = &params.selinux {
+            flags.push(format!("context=\"{}\"", ctx.as_str()));
+        }
+        flags
+    }
+}
+
+fn path_str(op: &Op<'_>, p: Option<&Path>, what: &'static str) -> Result<String, PluginError> {
+    p.and_then(Path::to_str)
+        .map(str::to_owned)
+        .ok_or_else(|| op.missing(what))
+}
+
+impl VolumePlugin for CsiPlugin {
+    fn name(&self) -> PluginName {
+        PluginName::Csi
+    }
+
+    fn mount_device(
+        &self,
+        _permit: &Permit,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        let mut op = Op::new(sys, Operation::MountDevice, params);
+        let csi = self.csi(&op, params)?;
+        let staging = path_str(&op, params.device_mount_path.as_deref(), "staging path")?;
+        let staging_path = Path::new(&staging);
+        let driver = self.driver(&op, csi)?;
+        if let Some(dir) = staging_path.parent() {
+            self.write_vol_data(
+                &mut op,
+                dir,
+                &[
+                    ("driverName", &csi.driver),
+                    ("volumeHandle", &csi.volume_handle),
+                ],
+            )?;
+        }
+        if !driver.caps.stage_unstage {
+            return Ok(Outcome::of(Action::AlreadyInPlace));
+        }
+        let at = beneath(&op, self.layout.root(), staging_path)?;
+        match op.sys.mkdir_beneath(at, 0o750) {
+            Err(e) if e.errno() == Some(Errno::EEXIST) => {}
+            r => op.act(r)?,
+        }
+        let secrets = self.secret(&op, csi.stage_secret.as_ref())?;
+        let flags = Self::mount_flags(params, true);
+        let req = pb::NodeStageVolumeRequest {
+            volume_id: csi.volume_handle.clone(),
+            publish_context: proto_map(&csi.publish_context),
+            staging_target_path: staging.clone(),
+            volume_capability: Some(mount_capability(
+                params.fs_type.as_deref(),
+                &flags,
+                None,
+                access_mode(&csi.access_modes, driver.caps),
+            )),
+            secrets: secrets.into_iter().collect(),
+            volume_context: proto_map(&csi.volume_context),
+        };
+        self.drivers
+            .block_on(driver.client.stage(req))
+            .map_err(|e| self.rpc_err(&op, e))?;
+        op.changed = true;
+        Ok(Outcome::seen(
+            Action::Performed,
+            self.observe(&op, staging_path)?,
+        ))
+    }
+
+    fn setup(
+        &self,
+        _permit: &Permit,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        let mut op = Op::new(sys, Operation::SetUp, params);
+        let csi = self.csi(&op, params)?;
+        let target = path_str(&op, params.pod_mount_path.as_deref(), "pod path")?;
+        let target_path = Path::new(&target);
+        if !matches!(params.target, TargetRef::Pod(_)) {
+            return Err(op.missing("pod uid"));
+        }
+        let driver = self.driver(&op, csi)?;
+        let selinux_label = params.selinux.as_ref().map(|c| c.as_str().to_owned());
+        if let Some(dir) = target_path.parent() {
+            self.write_vol_data(
+                &mut op,
+                dir,
+                &[
+                    ("specVolID", &params.spec_name),
+                    ("volumeHandle", &csi.volume_handle),
+                    ("driverName", &csi.driver),
+                    ("nodeName", &self.node_name),
+                    (
+                        "attachmentID",
+                        csi.attachment_id.as_deref().unwrap_or_default(),
+                    ),
+                    ("volumeLifecycleMode", csi.lifecycle.as_str()),
+                    (
+                        "seLinuxMountContext",
+                        selinux_label.as_deref().unwrap_or_default(),
+                    ),
+                ],
+            )?;
+        }
+        let staged = driver.caps.stage_unstage && csi.lifecycle == CsiLifecycle::Persistent;
+        let staging = if staged {
+            path_str(&op, params.device_mount_path.as_deref(), "staging path")?
+        } else {
+            String::new()
+        };
+        let secrets = self.secret(&op, csi.publish_secret.as_ref())?;
+        // The label goes to the superblock's mount: NodeStage's when the
+        // volume is staged, else NodePublish's.
+        let flags = Self::mount_flags(params, !staged);
+        let group = (driver.caps.volume_mount_group)
+            .then_some(csi.mount_group.as_deref())
+            .flatten();
+        let req = pb::NodePublishVolumeRequest {
+            volume_id: csi.volume_handle.clone(),
+            publish_context: proto_map(&csi.publish_context),
+            staging_target_path: staging,
+            target_path: target.clone(),
+            volume_capability: Some(mount_capability(
+                params.fs_type.as_deref(),
+                &flags,
+                group,
+                access_mode(&csi.access_modes, driver.caps),
+            )),
+            readonly: csi.read_only,
+            secrets: secrets.into_iter().collect(),
+            volume_context: proto_map(&csi.volume_context),
+        };
+        self.drivers
+            .block_on(driver.client.publish(req))
+            .map_err(|e| self.rpc_err(&op, e))?;
+        op.changed = true;
+        Ok(Outcome::seen(
+            Action::Performed,
+            self.observe(&op, target_path)?,
+        ))
+    }
+
+    fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::TearDown, params);
+        let csi = self.csi(&op, params)?;
+        let target = path_str(&op, params.pod_mount_path.as_deref(), "pod path")?;
+        let driver = self.driver(&op, csi)?;
+        self.drivers
+            .block_on(driver.client.unpublish(&csi.volume_handle, &target))
+            .map_err(|e| self.rpc_err(&op, e))?;
+        op.changed = true;
+        let left = self.clean_up(&mut op, Path::new(&target), true)?;
+        Ok(op.finished(left))
+    }
+
+    fn unmount_device(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        let mut op = Op::new(sys, Operation::UnmountDevice, params);
+        let csi = self.csi(&op, params)?;
+        let staging = path_str(&op, params.device_mount_path.as_deref(), "staging path")?;
+        let driver = self.driver(&op, csi)?;
+        if driver.caps.stage_unstage {
+            self.drivers
+                .block_on(driver.client.unstage(&csi.volume_handle, &staging))
+                .map_err(|e| self.rpc_err(&op, e))?;
+            op.changed = true;
+        }
+        let left = self.clean_up(&mut op, Path::new(&staging), true)?;
+        Ok(op.finished(left))
+    }
+}
