@@ -50,6 +50,8 @@ pub struct LoopConfig {
     pub workers: usize,
     /// when the daemon started (the `ready` phase is timed from it)
     pub started: Instant,
+    /// the CSI plugin, when CSI drivers are configured or discovered
+    pub csi: Option<crate::plugins::CsiPlugin>,
 }
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -100,12 +102,11 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
     let jobs_rx = Arc::new(Mutex::new(jobs_rx));
     let queued = Arc::new(AtomicUsize::new(0));
-    let executor = Arc::new(Executor::new(
-        journal.clone(),
-        sys.clone(),
-        &cfg.layout,
-        metrics.clone(),
-    ));
+    let mut executor = Executor::new(journal.clone(), sys.clone(), &cfg.layout, metrics.clone());
+    if let Some(csi) = &cfg.csi {
+        executor = executor.with_plugin(Box::new(csi.clone()));
+    }
+    let executor = Arc::new(executor);
     for _ in 0..cfg.workers.max(1) {
         let (rx, tx, exec) = (jobs_rx.clone(), events_tx.clone(), executor.clone());
         let (queued, stop) = (queued.clone(), stopping.clone());

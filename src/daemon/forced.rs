@@ -366,6 +366,7 @@ mod tests {
                 mount_options: Default::default(),
                 attributes: Default::default(),
                 selinux_mount: Default::default(),
+                ..Default::default()
             }))
         };
         let f = failed(TargetRef::Device, "kubernetes.io/csi", missing(), mounted());

@@ -97,6 +97,9 @@ impl Sys for Gated {
     fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
         self.inner.create_file_beneath(at, mode)
     }
+    fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError> {
+        self.inner.write_file_beneath(at, bytes, mode)
+    }
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &std::ffi::OsStr) -> Result<(), SysError> {
         self.inner.rename_beneath(from, to_name)
     }
@@ -181,6 +184,7 @@ fn rig(workers: usize) -> Rig {
             selinux: crate::selinux::Policy::disabled(),
             workers,
             started: std::time::Instant::now(),
+            csi: None,
         },
         world: world.clone(),
         journal: Some(journal.clone()),

@@ -79,6 +79,20 @@ pub struct DaemonConfig {
     pub checkpoint_every: u64,
     /// the SELinux label rules (`--selinux`, `--feature-gates`)
     pub selinux: crate::selinux::Policy,
+    /// CSI: the driver registry (`--csi-driver`, and `plugins_registry/`
+    /// when `discover` is set) and where Secrets come from; `None`: no CSI
+    pub csi: Option<CsiSetup>,
+}
+
+/// The daemon's CSI settings.
+#[derive(Debug, Clone)]
+pub struct CsiSetup {
+    /// the drivers
+    pub drivers: Arc<crate::csi::registry::Drivers>,
+    /// where a CSI call's Secrets are read
+    pub secrets: Option<Arc<dyn crate::plugins::csi::SecretSource>>,
+    /// watch `<root>/plugins_registry/` for registration sockets
+    pub discover: bool,
 }
 
 impl DaemonConfig {
@@ -95,6 +109,7 @@ impl DaemonConfig {
             resync: Duration::from_secs(30),
             checkpoint_every: 10_000,
             selinux: crate::selinux::Policy::disabled(),
+            csi: None,
         }
     }
 }
@@ -102,6 +117,9 @@ impl DaemonConfig {
 /// What failed while starting or stopping, by step.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
+    /// the CSI plugin registration watcher could not start
+    #[error("start the CSI plugin registration watcher: {0}")]
+    Csi(std::io::Error),
     /// creating the root dir failed
     #[error("create root dir {path}: {source}")]
     RootDir {
@@ -159,6 +177,8 @@ pub struct Daemon {
     stopping: Arc<AtomicBool>,
     /// wakes the source poller at stop
     poller: watch::Stopper,
+    /// the plugin registration watcher, when CSI discovery is on
+    discovery: Option<crate::csi::discovery::Discovery>,
     metrics: Arc<Metrics>,
     journal: Option<Arc<Journal>>,
     node_name: String,
@@ -223,6 +243,14 @@ impl Daemon {
                 selinux: cfg.selinux.clone(),
                 workers: cfg.workers,
                 started,
+                csi: cfg.csi.as_ref().map(|c| {
+                    crate::plugins::CsiPlugin::new(
+                        cfg.layout.clone(),
+                        &cfg.node_name,
+                        c.drivers.clone(),
+                        c.secrets.clone(),
+                    )
+                }),
             },
             world: world.clone(),
             journal: journal.clone(),
@@ -244,17 +272,31 @@ impl Daemon {
                 table,
                 ready,
             },
-            sys,
+            sys.clone(),
             metrics.clone(),
             ready_rx,
             events_tx.clone(),
         )?);
+        // Nothing waits for a driver: operations on a volume whose driver
+        // is not registered yet fail and back off until it is.
+        let discovery = match &cfg.csi {
+            Some(c) if c.discover => Some(
+                crate::csi::discovery::Discovery::start(
+                    cfg.layout.plugins_registry_dir(),
+                    c.drivers.clone(),
+                    sys.clone(),
+                )
+                .map_err(DaemonError::Csi)?,
+            ),
+            _ => None,
+        };
         Ok(Daemon {
             world,
             events: events_tx,
             threads,
             stopping,
             poller,
+            discovery,
             metrics,
             journal,
             node_name: cfg.node_name,
@@ -280,6 +322,9 @@ impl Daemon {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.poller.stop();
+        if let Some(mut d) = self.discovery {
+            d.stop();
+        }
         let _ = self.events.send(Event::Stop);
         drop(self.events);
         for t in self.threads {

@@ -23,6 +23,7 @@ const PLUGINS: &str = "plugins";
 const KUBERNETES_IO: &str = "kubernetes.io";
 const LOCAL_MOUNTS: &str = "mounts";
 const CSI_POD_MOUNT: &str = "mount";
+const PLUGINS_REGISTRY: &str = "plugins_registry";
 const CSI_GLOBAL_MOUNT: &str = "globalmount";
 
 /// The CSI metadata file beside a pod `mount` dir and a globalmount.
@@ -123,9 +124,13 @@ impl Layout {
         self.csi_device_dir(driver, handle_sha256_hex)
             .join(VOL_DATA_FILE)
     }
+    /// `<root>/plugins_registry`: where node-driver-registrar puts the
+    /// registration socket of each plugin, as for the kubelet.
+    pub fn plugins_registry_dir(&self) -> PathBuf {
+        self.root.join(PLUGINS_REGISTRY)
+    }
     /// The dir name of a CSI volume handle under `csi/<driver>/`: the hex
     /// SHA-256 of the handle, as the kubelet names it.
-    #[cfg(test)]
     pub fn csi_handle_hash(volume_handle: &str) -> String {
         use sha2::{Digest, Sha256};
         use std::fmt::Write as _;

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PluginName, PodUid, SeLinuxContext, SharedPath, TargetKind, UniqueVolumeName};
+use super::{
+    PluginName, PodUid, SeLinuxContext, SecretRef, SharedPath, TargetKind, UniqueVolumeName,
+};
 
 /// emptyDir storage medium.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,7 +91,7 @@ pub enum VolumeSpec {
 }
 
 /// The fields of [`VolumeSpec::Csi`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CsiSpec {
     /// the driver name
     pub driver: String,
@@ -107,6 +109,20 @@ pub struct CsiSpec {
     /// claim is resolved; false without a CSIDriver, as the kubelet does)
     #[serde(default)]
     pub selinux_mount: bool,
+    /// `spec.csi.readOnly`
+    #[serde(default)]
+    pub read_only: bool,
+    /// `spec.csi.nodeStageSecretRef`
+    #[serde(default)]
+    pub stage_secret: Option<SecretRef>,
+    /// `spec.csi.nodePublishSecretRef`
+    #[serde(default)]
+    pub publish_secret: Option<SecretRef>,
+    /// the VolumeAttachment that attached it to this node (its name and
+    /// `attachmentMetadata`), when the driver needs attaching (filled in
+    /// when the claim is resolved)
+    #[serde(default)]
+    pub attachment: Option<(String, BTreeMap<String, String>)>,
 }
 
 impl VolumeSpec {
@@ -217,6 +233,10 @@ mod tests {
             mount_options: vec![],
             attributes: BTreeMap::new(),
             selinux_mount: false,
+            read_only: false,
+            stage_secret: None,
+            publish_secret: None,
+            attachment: None,
         }));
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),

@@ -35,12 +35,14 @@ use crate::model::{
     MountIdentity, Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec,
 };
 
+pub mod csi;
 pub mod empty_dir;
 mod forced;
 pub mod host_path;
 pub mod local;
 mod mount_ops;
 
+pub use csi::CsiPlugin;
 pub use empty_dir::EmptyDirPlugin;
 pub use forced::force_unmount;
 pub use host_path::HostPathPlugin;
@@ -255,6 +257,46 @@ pub enum PluginError {
         /// the root dir
         root: PathBuf,
     },
+    /// a CSI call failed; certain when the driver's status is final and
+    /// nothing changed before it (the kubelet's `isFinalError`)
+    #[error("{} {volume}: {source}", .op.as_str())]
+    Csi {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// whether the target may have changed
+        certainty: Certainty,
+        /// the failed call
+        #[source]
+        source: Box<crate::csi::CsiError>,
+    },
+    /// the volume's CSI driver is not registered or not reachable: no call
+    /// was made; retried with backoff until it is
+    #[error("{} {volume}: {source}", .op.as_str())]
+    Driver {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// why the driver cannot be used
+        #[source]
+        source: Box<crate::csi::registry::RegistryError>,
+    },
+    /// a Secret a CSI call needs cannot be read: no call was made
+    #[error("{} {volume}: Secret {namespace}/{name}: {why}", .op.as_str())]
+    Secret {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the Secret's namespace
+        namespace: String,
+        /// the Secret's name
+        name: String,
+        /// why
+        why: String,
+    },
     /// the plugin does not do this operation
     #[error("{} {volume}: not supported by {}", .op.as_str(), .plugin.as_str())]
     Unsupported {
@@ -271,9 +313,9 @@ impl PluginError {
     /// Whether the target may have changed (the kubelet's uncertain progress).
     pub fn certainty(&self) -> Certainty {
         match self {
-            PluginError::Sys { certainty, .. } | PluginError::StillMounted { certainty, .. } => {
-                *certainty
-            }
+            PluginError::Sys { certainty, .. }
+            | PluginError::StillMounted { certainty, .. }
+            | PluginError::Csi { certainty, .. } => *certainty,
             _ => Certainty::Final,
         }
     }

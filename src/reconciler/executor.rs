@@ -21,7 +21,7 @@ use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
 
 use super::jobs::{AswUpdate, Job, JobError, JobReport};
-use super::params::setup_steps;
+use super::params::{plugin_steps, setup_steps};
 
 /// Runs jobs. Cheap to share between worker threads.
 pub struct Executor {
@@ -56,6 +56,13 @@ impl Executor {
             metrics,
             plugins: plugins::all(layout),
         }
+    }
+
+    /// The same executor with one more plugin (the CSI plugin, which
+    /// needs the driver registry).
+    pub fn with_plugin(mut self, plugin: Box<dyn VolumePlugin>) -> Self {
+        self.plugins.push(plugin);
+        self
     }
 
     fn plugin(&self, name: PluginName) -> Option<&dyn VolumePlugin> {
@@ -285,7 +292,7 @@ impl Executor {
         }
         let res = self.journaled(
             Operation::MountDevice,
-            Steps::Single,
+            plugin_steps(dev.plugin, Steps::Single),
             dev,
             r,
             announced,
@@ -383,7 +390,7 @@ impl Executor {
             .ok_or(JobError::NoPlugin(params.plugin))?;
         self.journaled(
             Operation::TearDown,
-            Steps::Single,
+            plugin_steps(params.plugin, Steps::Single),
             params,
             r,
             announced,
@@ -411,7 +418,7 @@ impl Executor {
             .ok_or(JobError::NoPlugin(params.plugin))?;
         self.journaled(
             Operation::UnmountDevice,
-            Steps::Single,
+            plugin_steps(params.plugin, Steps::Single),
             params,
             r,
             announced,

@@ -15,7 +15,7 @@ use crate::model::{
 use crate::plugins::PluginError;
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
 
-use super::params::{device_params, pod_params, setup_steps};
+use super::params::{device_params, plugin_steps, pod_params, setup_steps};
 use super::pending::OpKey;
 use super::plan::Action;
 
@@ -98,10 +98,16 @@ impl Job {
                 device: None,
                 pod,
             } => Some((Operation::SetUp, setup_steps(&want.spec), pod)),
-            Job::TearDown { params } => Some((Operation::TearDown, Steps::Single, params)),
-            Job::UnmountDevice { params } => {
-                Some((Operation::UnmountDevice, Steps::Single, params))
-            }
+            Job::TearDown { params } => Some((
+                Operation::TearDown,
+                plugin_steps(params.plugin, Steps::Single),
+                params,
+            )),
+            Job::UnmountDevice { params } => Some((
+                Operation::UnmountDevice,
+                plugin_steps(params.plugin, Steps::Single),
+                params,
+            )),
             Job::ForceCleanup { params } => {
                 let op = match params.target {
                     TargetRef::Pod(_) => Operation::TearDown,

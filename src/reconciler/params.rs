@@ -2,9 +2,11 @@
 //! device target's paths, device, options, fs type and label, and whether
 //! SetUp is one step or several. The journal records them with each intent.
 
+use std::sync::Arc;
+
 use crate::model::{
-    Layout, MountOptions, PluginName, SharedPath, SharedStr, Steps, StorageMedium, TargetKind,
-    TargetParams, TargetRef, VolumeSpec,
+    CsiLifecycle, CsiParams, Layout, MountOptions, PluginName, SharedPath, SharedStr, Steps,
+    StorageMedium, TargetKind, TargetParams, TargetRef, VolumeSpec,
 };
 use crate::state::VolumeToMount;
 
@@ -12,6 +14,8 @@ use crate::state::VolumeToMount;
 /// single-step intent from the host, and re-runs a multi-step one).
 pub fn setup_steps(spec: &VolumeSpec) -> Steps {
     match spec {
+        // an RPC: what the driver did is not one syscall the host shows
+        VolumeSpec::Csi(_) => Steps::Multi,
         // tmpfs, then its mode: two steps a crash can cut apart
         VolumeSpec::EmptyDir {
             medium: StorageMedium::Memory,
@@ -19,6 +23,40 @@ pub fn setup_steps(spec: &VolumeSpec) -> Steps {
         } => Steps::Multi,
         _ => Steps::Single,
     }
+}
+
+/// The steps of an operation on a target of `plugin` whose own plugin
+/// would make it `steps`: every CSI operation is an RPC, so several.
+pub fn plugin_steps(plugin: PluginName, steps: Steps) -> Steps {
+    if plugin == PluginName::Csi {
+        Steps::Multi
+    } else {
+        steps
+    }
+}
+
+/// The CSI arguments of a volume's targets, from its spec.
+fn csi_params(spec: &VolumeSpec) -> Option<Arc<CsiParams>> {
+    let VolumeSpec::Csi(c) = spec else {
+        return None;
+    };
+    Some(Arc::new(CsiParams {
+        driver: c.driver.clone(),
+        volume_handle: c.volume_handle.clone(),
+        lifecycle: CsiLifecycle::Persistent,
+        access_modes: c.access_modes.clone(),
+        read_only: c.read_only,
+        publish_context: c
+            .attachment
+            .as_ref()
+            .map(|a| a.1.clone())
+            .unwrap_or_default(),
+        volume_context: c.attributes.clone(),
+        stage_secret: c.stage_secret.clone(),
+        publish_secret: c.publish_secret.clone(),
+        mount_group: None,
+        attachment_id: c.attachment.as_ref().map(|a| a.0.clone()),
+    }))
 }
 
 /// The parameters of a pod target, from what the DSW wants.
@@ -37,6 +75,7 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
             } => Some(SharedStr::tmpfs()),
             _ => fs_type,
         },
+        csi: csi_params(&want.spec),
         ..TargetParams::at(
             want.volume.clone(),
             want.plugin,
@@ -56,6 +95,7 @@ pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
         selinux: want.selinux.clone(),
         mount_options,
         fs_type,
+        csi: csi_params(&want.spec),
         ..TargetParams::at(
             want.volume.clone(),
             want.plugin,
@@ -68,10 +108,15 @@ pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
 }
 
 fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath> {
-    match want.spec.device_target_kind() {
-        Some(_) if want.plugin == PluginName::LocalVolume => {
+    match (&*want.spec, want.spec.device_target_kind()) {
+        (_, Some(_)) if want.plugin == PluginName::LocalVolume => {
             Some(layout.local_device_path(&want.spec_name).into())
         }
+        (VolumeSpec::Csi(c), Some(_)) => Some(
+            layout
+                .csi_device_path(&c.driver, &Layout::csi_handle_hash(&c.volume_handle))
+                .into(),
+        ),
         _ => None,
     }
 }
@@ -95,6 +140,11 @@ fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, MountOptions, Option<
             medium: StorageMedium::Memory,
         } => (None, vec![format!("size={bytes}")].into(), None),
         VolumeSpec::HostPath { path, .. } => (Some(path.clone()), MountOptions::default(), None),
+        VolumeSpec::Csi(c) => (
+            None,
+            c.mount_options.clone().into(),
+            c.fs_type.as_deref().map(SharedStr::from),
+        ),
         _ => (None, MountOptions::default(), None),
     }
 }

@@ -29,6 +29,7 @@ fn csi(selinux_mount: bool) -> VolumeSpec {
         mount_options: Default::default(),
         attributes: BTreeMap::new(),
         selinux_mount,
+        ..Default::default()
     }))
 }
 

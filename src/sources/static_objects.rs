@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use super::SourceError;
 use super::read::{kind_of, parse_documents, read_file};
-use crate::model::{AccessMode, CsiSpec, VolumeSpec, check_component};
+use crate::model::{AccessMode, CsiSpec, SecretRef, VolumeSpec, check_component};
 
 /// A PV's `claimRef`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,6 +273,14 @@ impl StaticObjects {
     }
 }
 
+fn secret_ref(r: &Option<k8s_openapi::api::core::v1::SecretReference>) -> Option<SecretRef> {
+    let r = r.as_ref()?;
+    Some(SecretRef {
+        namespace: r.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+        name: r.name.clone().filter(|n| !n.is_empty())?,
+    })
+}
+
 fn decode<T: DeserializeOwned>(file: &Path, doc: Value) -> Result<T, SourceError> {
     serde_json::from_value(doc).map_err(|e| SourceError::Decode {
         file: file.to_owned(),
@@ -403,6 +411,10 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             mount_options,
             attributes: csi.volume_attributes.clone().unwrap_or_default(),
             selinux_mount: false,
+            read_only: csi.read_only.unwrap_or(false),
+            stage_secret: secret_ref(&csi.node_stage_secret_ref),
+            publish_secret: secret_ref(&csi.node_publish_secret_ref),
+            attachment: None,
         })));
     }
     let types: Vec<String> = match serde_json::to_value(spec) {
