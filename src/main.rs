@@ -100,6 +100,14 @@ struct RunArgs {
     /// Feature gates, `Name=true|false,...`, with the kubelet's names.
     #[arg(long, value_delimiter = ',')]
     feature_gates: Vec<String>,
+    /// A CSI driver by name and socket, `NAME=SOCKET` (repeatable): for a
+    /// node without node-driver-registrar. Drivers that register through
+    /// `<root-dir>/plugins_registry/` are found without it.
+    #[arg(long = "csi-driver", value_name = "NAME=SOCKET")]
+    csi_driver: Vec<String>,
+    /// Timeout of every CSI call, in seconds (the kubelet's: 120).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    csi_timeout: u64,
     /// Reserved for the API-server pod source (not supported yet).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -284,6 +292,7 @@ fn run(mut args: RunArgs) -> Result<()> {
     }
     cfg.selinux = selinux;
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
+    cfg.csi = Some(csi_setup(&args.csi_driver, args.csi_timeout, &metrics)?);
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
         .context("start the daemon")?;
 
@@ -466,4 +475,36 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The CSI driver registry: `--csi-driver` flags, then discovery through
+/// `plugins_registry/` (always on, as in the kubelet).
+fn csi_setup(
+    flags: &[String],
+    timeout_s: u64,
+    metrics: &volumed::metrics::Metrics,
+) -> anyhow::Result<volumed::daemon::CsiSetup> {
+    let drivers = volumed::csi::registry::Drivers::new(
+        Duration::from_secs(timeout_s.max(1)),
+        Some(metrics.ops.csi_seconds.clone()),
+    )
+    .context("start the CSI client runtime")?;
+    for flag in flags {
+        let (name, socket) = flag
+            .split_once('=')
+            .with_context(|| format!("--csi-driver {flag:?}: expected NAME=SOCKET"))?;
+        volumed::model::check_component("CSI driver name", name)
+            .with_context(|| format!("--csi-driver {flag:?}"))?;
+        let socket = Path::new(socket);
+        anyhow::ensure!(
+            socket.is_absolute(),
+            "--csi-driver {flag:?}: the socket must be an absolute path"
+        );
+        drivers.configure(name, socket);
+    }
+    Ok(volumed::daemon::CsiSetup {
+        drivers: Arc::new(drivers),
+        secrets: None,
+        discover: true,
+    })
 }

@@ -392,7 +392,7 @@ mod tests {
         m.ops
             .plugin_operation(PluginName::EmptyDir, Operation::SetUp);
         m.ops.storage_operation(
-            PluginName::EmptyDir,
+            PluginName::EmptyDir.as_str(),
             StorageOperation::VolumeMount,
             true,
             std::time::Duration::from_millis(5),

@@ -34,6 +34,8 @@ pub struct OperationMetrics {
     pub nested_mounts_left: IntCounterVec,
     /// `volume_manager_total_volumes{plugin_name,state}`
     pub total_volumes: IntGaugeVec,
+    /// `csi_operations_seconds{driver_name,method_name,grpc_status_code,migrated}`
+    pub csi_seconds: HistogramVec,
     /// `force_cleaned_failed_volume_operations_total`
     pub force_cleaned: IntCounter,
     /// `force_cleaned_failed_volume_operation_errors_total`
@@ -76,6 +78,16 @@ impl OperationMetrics {
                 )
                 .buckets(STORAGE_BUCKETS.to_vec()),
                 &["volume_plugin", "operation_name", "status", "migrated"],
+            )
+        })?;
+        let csi_seconds = register(r, "csi_operations_seconds", || {
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "csi_operations_seconds",
+                    "Container Storage Interface operation duration with gRPC error code status total",
+                )
+                .buckets(STORAGE_BUCKETS.to_vec()),
+                &["driver_name", "method_name", "grpc_status_code", "migrated"],
             )
         })?;
         let plugin_operations = register(r, "volumed_plugin_operations_total", || {
@@ -148,6 +160,7 @@ impl OperationMetrics {
         }
         Ok(Self {
             storage_duration,
+            csi_seconds,
             plugin_operations,
             unmounted_outside,
             nested_mounts_left,
@@ -174,16 +187,17 @@ impl OperationMetrics {
     }
 
     /// One job (the kubelet's operation) finished.
+    /// `volume_plugin` is the plugin's name, or `kubernetes.io/csi:<driver>`.
     pub fn storage_operation(
         &self,
-        plugin: PluginName,
+        volume_plugin: &str,
         op: StorageOperation,
         ok: bool,
         took: Duration,
     ) {
         let status = if ok { "success" } else { "fail-unknown" };
         self.storage_duration
-            .with_label_values(&[plugin.as_str(), op.as_str(), status, "false"])
+            .with_label_values(&[volume_plugin, op.as_str(), status, "false"])
             .observe(took.as_secs_f64());
     }
 

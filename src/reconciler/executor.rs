@@ -213,20 +213,25 @@ impl Executor {
                 result = Err(JobError::journal("outcome", &e));
             }
         }
-        let (plugin, op) = match job {
-            Job::Mount { want, .. } => (want.plugin, StorageOperation::VolumeMount),
-            Job::TearDown { params } => (params.plugin, StorageOperation::VolumeUnmount),
-            Job::UnmountDevice { params } => (params.plugin, StorageOperation::UnmountDevice),
+        let (params, op) = match job {
+            Job::Mount { pod, .. } => (pod, StorageOperation::VolumeMount),
+            Job::TearDown { params } => (params, StorageOperation::VolumeUnmount),
+            Job::UnmountDevice { params } => (params, StorageOperation::UnmountDevice),
             Job::ForceCleanup { params } => match params.target {
-                TargetRef::Pod(_) => (params.plugin, StorageOperation::VolumeUnmount),
-                TargetRef::Device => (params.plugin, StorageOperation::UnmountDevice),
+                TargetRef::Pod(_) => (params, StorageOperation::VolumeUnmount),
+                TargetRef::Device => (params, StorageOperation::UnmountDevice),
             },
         };
-        // Like the kubelet, only operations that actually ran are observed.
+        // Like the kubelet, only operations that actually ran are observed;
+        // a CSI volume's plugin label names its driver.
         if !report.ran.is_empty() {
+            let label = match &params.csi {
+                Some(c) => format!("{}:{}", params.plugin.as_str(), c.driver),
+                None => params.plugin.as_str().to_owned(),
+            };
             self.metrics
                 .ops
-                .storage_operation(plugin, op, result.is_ok(), started.elapsed());
+                .storage_operation(&label, op, result.is_ok(), started.elapsed());
         }
         if let Err(e) = result {
             report.error = Some(e);
