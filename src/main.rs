@@ -504,7 +504,6 @@ fn csi_setup(
     }
     Ok(volumed::daemon::CsiSetup {
         drivers: Arc::new(drivers),
-        secrets: None,
         discover: true,
     })
 }

@@ -82,6 +82,8 @@ pub struct DaemonConfig {
     /// CSI: the driver registry (`--csi-driver`, and `plugins_registry/`
     /// when `discover` is set) and where Secrets come from; `None`: no CSI
     pub csi: Option<CsiSetup>,
+    /// the Secrets of the static objects, which CSI calls read
+    pub secrets: crate::sources::static_objects::SecretStore,
 }
 
 /// The daemon's CSI settings.
@@ -89,8 +91,6 @@ pub struct DaemonConfig {
 pub struct CsiSetup {
     /// the drivers
     pub drivers: Arc<crate::csi::registry::Drivers>,
-    /// where a CSI call's Secrets are read
-    pub secrets: Option<Arc<dyn crate::plugins::csi::SecretSource>>,
     /// watch `<root>/plugins_registry/` for registration sockets
     pub discover: bool,
 }
@@ -110,6 +110,7 @@ impl DaemonConfig {
             checkpoint_every: 10_000,
             selinux: crate::selinux::Policy::disabled(),
             csi: None,
+            secrets: Default::default(),
         }
     }
 }
@@ -248,7 +249,7 @@ impl Daemon {
                         cfg.layout.clone(),
                         &cfg.node_name,
                         c.drivers.clone(),
-                        c.secrets.clone(),
+                        Some(Arc::new(cfg.secrets.clone())),
                     )
                 }),
             },

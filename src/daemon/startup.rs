@@ -212,6 +212,7 @@ pub(super) fn spawn_sources(
             objects_dir: cfg.static_objects.clone(),
             node_name: cfg.node_name.clone(),
             poll_interval: cfg.poll_interval,
+            secrets: cfg.secrets.clone(),
         },
         sys,
     );

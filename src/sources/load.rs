@@ -109,6 +109,7 @@ impl Sources {
                 let unchanged = objects.complete && self.objects_signature == Some(hash);
                 if !unchanged {
                     let (objs, errs) = StaticObjects::load(&objects.files);
+                    objs.publish_secrets(&self.config.secrets);
                     self.objects = objs;
                     file_errors.extend(errs);
                     self.objects_signature = objects.complete.then_some(hash);
@@ -265,10 +266,13 @@ impl Sources {
             let (outer, spec_name, spec) = match v {
                 ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
                 ParsedVolume::Claim { name, claim_name } => {
-                    match self
-                        .objects
-                        .resolve_claim(&p.file, &name, &p.namespace, &claim_name)
-                    {
+                    match self.objects.resolve_claim(
+                        &p.file,
+                        &name,
+                        &p.namespace,
+                        &claim_name,
+                        &self.config.node_name,
+                    ) {
                         Ok((pv, mut spec)) => {
                             mark_block_device(self.sys.as_ref(), &mut spec);
                             (name, pv, spec)

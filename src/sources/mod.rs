@@ -91,6 +91,8 @@ pub struct SourcesConfig {
     pub node_name: String,
     /// how often the daemon polls
     pub poll_interval: Duration,
+    /// where the Secrets of the objects dir are published (for CSI calls)
+    pub secrets: static_objects::SecretStore,
 }
 
 impl SourcesConfig {
@@ -101,6 +103,7 @@ impl SourcesConfig {
             objects_dir: None,
             node_name: node_name.into(),
             poll_interval: DEFAULT_POLL_INTERVAL,
+            secrets: Default::default(),
         }
     }
 }

@@ -17,15 +17,28 @@
 //!   path is a block device is decided by `stat` when a pod's claim is
 //!   resolved (`Sources::resolve`), not by reading the objects dir.
 //!   `volumeMode: Block` and other PV types are reported as unsupported.
-//! - **CSIDriver:** its name and `spec.seLinuxMount` (default false) are kept
-//!   for the SELinux rules.
+//! - **CSIDriver:** `seLinuxMount` (default false, for the SELinux rules),
+//!   `attachRequired` (default true, as the API server defaults it; with no
+//!   CSIDriver at all a driver needs attaching, as the kubelet assumes),
+//!   `podInfoOnMount`, `fsGroupPolicy`, `requiresRepublish`.
+//! - **VolumeAttachment:** matched to a claim's PV by attacher (the driver),
+//!   `nodeName` and `source.persistentVolumeName`, not by the name the
+//!   attach/detach controller would give it: a static folder names objects
+//!   as it likes. A volume whose driver needs attaching is usable only with
+//!   one that says `status.attached: true` (the kubelet's WaitForAttach);
+//!   its name is the attachment id and its `attachmentMetadata` the
+//!   publish context.
+//! - **Secret:** `data` (decoded) and `stringData`, for the secrets CSI
+//!   calls send; kept only in memory ([`SecretStore`]), never logged.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec};
-use k8s_openapi::api::storage::v1::CSIDriver;
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, Secret,
+};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -74,6 +87,85 @@ pub struct CsiDriverInfo {
     pub file: PathBuf,
     /// `spec.seLinuxMount`
     pub se_linux_mount: bool,
+    /// `spec.attachRequired` (default true)
+    pub attach_required: bool,
+    /// `spec.podInfoOnMount` (default false)
+    pub pod_info_on_mount: bool,
+    /// `spec.fsGroupPolicy` (default `ReadWriteOnceWithFSType`)
+    pub fs_group_policy: String,
+    /// `spec.requiresRepublish` (default false)
+    pub requires_republish: bool,
+}
+
+/// A VolumeAttachment as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentInfo {
+    /// the file it came from
+    pub file: PathBuf,
+    /// `spec.attacher`: the driver
+    pub attacher: String,
+    /// `spec.nodeName`
+    pub node_name: String,
+    /// `spec.source.persistentVolumeName`
+    pub pv_name: Option<String>,
+    /// `status.attached`
+    pub attached: bool,
+    /// `status.attachmentMetadata`
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A Secret as read: its file and keys (the values live only in the
+/// [`SecretStore`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretInfo {
+    /// the file it came from
+    pub file: PathBuf,
+    /// `data` (decoded, lossily as UTF-8, as CSI's string map takes them)
+    /// merged with `stringData`
+    data: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for SecretInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // never a value
+        f.debug_struct("SecretInfo")
+            .field("file", &self.file)
+            .field("keys", &self.data.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The Secrets CSI calls read, shared between the sources (which replace
+/// them on every read of the objects dir) and the CSI plugin.
+#[derive(Debug, Clone, Default)]
+pub struct SecretStore(Arc<std::sync::RwLock<BTreeMap<(String, String), SecretInfo>>>);
+
+/// Two handles are equal when they are the same store.
+impl PartialEq for SecretStore {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for SecretStore {}
+
+impl SecretStore {
+    fn replace(&self, secrets: &BTreeMap<(String, String), SecretInfo>) {
+        if let Ok(mut s) = self.0.write() {
+            s.clone_from(secrets);
+        }
+    }
+}
+
+impl crate::plugins::csi::SecretSource for SecretStore {
+    fn secret(&self, r: &SecretRef) -> Result<BTreeMap<String, String>, String> {
+        let s = self
+            .0
+            .read()
+            .map_err(|_| "the Secret store is poisoned".to_owned())?;
+        s.get(&(r.namespace.clone(), r.name.clone()))
+            .map(|i| i.data.clone())
+            .ok_or_else(|| "not found in the static objects".to_owned())
+    }
 }
 
 /// Every object of the static objects dir.
@@ -85,6 +177,10 @@ pub struct StaticObjects {
     pub pvcs: BTreeMap<(String, String), PvcInfo>,
     /// CSIDrivers by name
     pub csi_drivers: BTreeMap<String, CsiDriverInfo>,
+    /// VolumeAttachments by name
+    pub attachments: BTreeMap<String, AttachmentInfo>,
+    /// Secrets by (namespace, name)
+    pub secrets: BTreeMap<(String, String), SecretInfo>,
 }
 
 impl StaticObjects {
@@ -190,6 +286,13 @@ impl StaticObjects {
                 let info = CsiDriverInfo {
                     file: file.to_owned(),
                     se_linux_mount: d.spec.se_linux_mount.unwrap_or(false),
+                    attach_required: d.spec.attach_required.unwrap_or(true),
+                    pod_info_on_mount: d.spec.pod_info_on_mount.unwrap_or(false),
+                    fs_group_policy: d
+                        .spec
+                        .fs_group_policy
+                        .unwrap_or_else(|| "ReadWriteOnceWithFSType".to_owned()),
+                    requires_republish: d.spec.requires_republish.unwrap_or(false),
                 };
                 insert_new(
                     &mut self.csi_drivers,
@@ -200,6 +303,46 @@ impl StaticObjects {
                     name,
                 )
             }
+            "VolumeAttachment" => {
+                let va: VolumeAttachment = decode(file, doc)?;
+                let name = object_name(file, va.metadata.name, "VolumeAttachment")?;
+                let status = va.status.unwrap_or_default();
+                let info = AttachmentInfo {
+                    file: file.to_owned(),
+                    attacher: va.spec.attacher,
+                    node_name: va.spec.node_name,
+                    pv_name: va.spec.source.persistent_volume_name,
+                    attached: status.attached,
+                    metadata: status.attachment_metadata.unwrap_or_default(),
+                };
+                insert_new(
+                    &mut self.attachments,
+                    name.clone(),
+                    info,
+                    file,
+                    "VolumeAttachment",
+                    name,
+                )
+            }
+            "Secret" => {
+                let s: Secret = decode(file, doc)?;
+                let name = object_name(file, s.metadata.name, "Secret")?;
+                let ns = s.metadata.namespace.filter(|n| !n.is_empty());
+                let ns = ns.unwrap_or_else(|| "default".to_owned());
+                let mut data: BTreeMap<String, String> = s
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                    .collect();
+                data.extend(s.string_data.unwrap_or_default());
+                let shown = format!("{ns}/{name}");
+                let info = SecretInfo {
+                    file: file.to_owned(),
+                    data,
+                };
+                insert_new(&mut self.secrets, (ns, name), info, file, "Secret", shown)
+            }
             _ => Err(SourceError::UnsupportedKind {
                 file: file.to_owned(),
                 kind: kind.to_owned(),
@@ -207,14 +350,47 @@ impl StaticObjects {
         }
     }
 
-    /// Resolves a pod's claim to (PV name, spec). `pod_file` and `volume`
-    /// only name the error.
+    /// Publishes the Secrets to `store` (the CSI plugin reads them there).
+    pub fn publish_secrets(&self, store: &SecretStore) {
+        store.replace(&self.secrets);
+    }
+
+    /// The VolumeAttachment of `pv` by `driver` to `node` that says it is
+    /// attached, as (name, attachment metadata); or why there is none.
+    fn attachment(
+        &self,
+        driver: &str,
+        pv: &str,
+        node: &str,
+    ) -> Result<(String, BTreeMap<String, String>), String> {
+        let mut found = None;
+        for (name, a) in &self.attachments {
+            if a.attacher == driver && a.node_name == node && a.pv_name.as_deref() == Some(pv) {
+                if a.attached {
+                    return Ok((name.clone(), a.metadata.clone()));
+                }
+                found = Some(name);
+            }
+        }
+        Err(match found {
+            Some(name) => format!(
+                "driver {driver} requires attaching: VolumeAttachment {name} for node {node} is not attached yet (status.attached is not true)"
+            ),
+            None => format!(
+                "driver {driver} requires attaching (no CSIDriver says attachRequired: false): waiting for a VolumeAttachment of PersistentVolume {pv} to node {node} with status.attached: true"
+            ),
+        })
+    }
+
+    /// Resolves a pod's claim to (PV name, spec) for a pod on `node`.
+    /// `pod_file` and `volume` only name the error.
     pub fn resolve_claim(
         &self,
         pod_file: &Path,
         volume: &str,
         namespace: &str,
         claim: &str,
+        node: &str,
     ) -> Result<(String, Arc<VolumeSpec>), SourceError> {
         let fail = |reason: String| SourceError::Claim {
             file: pod_file.to_owned(),
@@ -258,15 +434,18 @@ impl StaticObjects {
         }
         let mut spec = pv.spec.clone().map_err(fail)?;
         if let VolumeSpec::Csi(c) = &*spec {
-            let selinux_mount = self
-                .csi_drivers
-                .get(&c.driver)
-                .is_some_and(|d| d.se_linux_mount);
+            let driver = self.csi_drivers.get(&c.driver);
+            let selinux_mount = driver.is_some_and(|d| d.se_linux_mount);
+            let attachment = match driver.is_none_or(|d| d.attach_required) {
+                true => Some(self.attachment(&c.driver, pv_name, node).map_err(fail)?),
+                false => None,
+            };
             // a copy of the PV's spec only when the driver changes it
-            if c.selinux_mount != selinux_mount
+            if (c.selinux_mount != selinux_mount || c.attachment != attachment)
                 && let VolumeSpec::Csi(c) = Arc::make_mut(&mut spec)
             {
                 c.selinux_mount = selinux_mount;
+                c.attachment = attachment;
             }
         }
         Ok((pv_name.to_owned(), spec))
@@ -336,6 +515,16 @@ impl HasFile for PvcInfo {
     }
 }
 impl HasFile for CsiDriverInfo {
+    fn file(&self) -> &Path {
+        &self.file
+    }
+}
+impl HasFile for AttachmentInfo {
+    fn file(&self) -> &Path {
+        &self.file
+    }
+}
+impl HasFile for SecretInfo {
     fn file(&self) -> &Path {
         &self.file
     }

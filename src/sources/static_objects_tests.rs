@@ -35,7 +35,7 @@ spec: {volumeName: pv1}
 ";
 
 fn resolve(o: &StaticObjects, ns: &str, claim: &str) -> Result<(String, VolumeSpec), String> {
-    o.resolve_claim(Path::new("/pods/p.yaml"), "data", ns, claim)
+    o.resolve_claim(Path::new("/pods/p.yaml"), "data", ns, claim, "node-1")
         .map(|(pv, spec)| (pv, VolumeSpec::clone(&spec)))
         .map_err(|e| e.to_string())
 }
@@ -73,7 +73,9 @@ fn a_claim_resolves_to_its_pvs_own_spec() {
     assert!(errors.is_empty(), "{errors:?}");
     let spec = || {
         let p = Path::new("/pods/p.yaml");
-        o.resolve_claim(p, "data", "default", "pvc1").unwrap().1
+        o.resolve_claim(p, "data", "default", "pvc1", "node-1")
+            .unwrap()
+            .1
     };
     // one allocation for the PV however many pods claim it
     assert!(Arc::ptr_eq(&spec(), &spec()));
@@ -87,7 +89,12 @@ fn csi_pvs_carry_driver_handle_and_attributes() {
   claimRef: {namespace: default, name: pvc1}
   csi: {driver: d.example.com, volumeHandle: h1, volumeAttributes: {a: b}}
 ";
-    let (_d, o, errors) = load(&[("a.yaml", pv), ("b.yaml", &PVC.replace("pv1", "pv2"))]);
+    let no_attach = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: d.example.com}\nspec: {attachRequired: false}\n";
+    let (_d, o, errors) = load(&[
+        ("a.yaml", pv),
+        ("b.yaml", &PVC.replace("pv1", "pv2")),
+        ("c.yaml", no_attach),
+    ]);
     assert!(errors.is_empty(), "{errors:?}");
     let (_, spec) = resolve(&o, "default", "pvc1").unwrap();
     let VolumeSpec::Csi(c) = spec else {
@@ -111,7 +118,7 @@ fn a_csi_volume_supports_selinux_mounts_only_when_its_csidriver_says_so() {
     let pvc = PVC.replace("pv1", "pv2");
     let driver = |se: &str| {
         format!(
-            "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: d.example.com}}\nspec: {{{se}}}\n"
+            "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: d.example.com}}\nspec: {{attachRequired: false{se}}}\n"
         )
     };
     let selinux_mount = |files: &[(&str, &str)]| {
@@ -122,11 +129,12 @@ fn a_csi_volume_supports_selinux_mounts_only_when_its_csidriver_says_so() {
             other => panic!("{other:?}"),
         }
     };
+    let attached = attachment("node-1", true).replace("pv-csi", "pv2");
     assert!(
-        !selinux_mount(&[("a.yaml", pv), ("b.yaml", &pvc)]),
+        !selinux_mount(&[("a.yaml", pv), ("b.yaml", &pvc), ("d.yaml", &attached)]),
         "no CSIDriver"
     );
-    let off = driver("seLinuxMount: false");
+    let off = driver(", seLinuxMount: false");
     assert!(!selinux_mount(&[
         ("a.yaml", pv),
         ("b.yaml", &pvc),
@@ -138,7 +146,7 @@ fn a_csi_volume_supports_selinux_mounts_only_when_its_csidriver_says_so() {
         ("b.yaml", &pvc),
         ("c.yaml", &unset)
     ]));
-    let on = driver("seLinuxMount: true");
+    let on = driver(", seLinuxMount: true");
     assert!(selinux_mount(&[
         ("a.yaml", pv),
         ("b.yaml", &pvc),
@@ -255,4 +263,153 @@ fn unsupported_and_bad_objects_are_reported_and_the_rest_is_kept() {
         let e = resolve(&o, "default", "pvc1").unwrap_err();
         assert!(e.contains(want), "{e}");
     }
+}
+
+const CSI_PV: &str = "\
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-csi}
+spec:
+  accessModes: [ReadWriteMany]
+  claimRef: {namespace: default, name: pvc1}
+  csi:
+    driver: d.example.com
+    volumeHandle: vol-1
+    readOnly: true
+    nodeStageSecretRef: {name: stage, namespace: ns1}
+    nodePublishSecretRef: {name: pub}
+";
+
+const CSI_PVC: &str = "\
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: pvc1}
+spec: {volumeName: pv-csi}
+";
+
+fn attachment(node: &str, attached: bool) -> String {
+    format!(
+        "apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {{name: csi-abc}}
+spec:
+  attacher: d.example.com
+  nodeName: {node}
+  source: {{persistentVolumeName: pv-csi}}
+status:
+  attached: {attached}
+  attachmentMetadata: {{lun: '3'}}
+"
+    )
+}
+
+fn csi_of(spec: VolumeSpec) -> CsiSpec {
+    match spec {
+        VolumeSpec::Csi(c) => *c,
+        other => panic!("not CSI: {other:?}"),
+    }
+}
+
+#[test]
+fn a_csi_pv_carries_its_secret_references_and_read_only() {
+    let no_attach = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: d.example.com}\nspec: {attachRequired: false, podInfoOnMount: true}\n";
+    let (_d, o, errors) = load(&[
+        ("a.yaml", CSI_PV),
+        ("b.yaml", CSI_PVC),
+        ("c.yaml", no_attach),
+    ]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let d = &o.csi_drivers["d.example.com"];
+    assert!(!d.attach_required && d.pod_info_on_mount && !d.requires_republish);
+    assert_eq!(
+        d.fs_group_policy, "ReadWriteOnceWithFSType",
+        "the API default"
+    );
+    let c = csi_of(resolve(&o, "default", "pvc1").unwrap().1);
+    assert!(c.read_only);
+    assert_eq!(
+        c.stage_secret,
+        Some(SecretRef {
+            namespace: "ns1".into(),
+            name: "stage".into()
+        })
+    );
+    assert_eq!(
+        c.publish_secret.map(|s| s.namespace),
+        Some("default".into())
+    );
+    assert_eq!(
+        c.attachment, None,
+        "attachRequired: false needs no VolumeAttachment"
+    );
+}
+
+#[test]
+fn a_driver_that_needs_attaching_waits_for_an_attached_volume_attachment() {
+    // No CSIDriver: attaching is required, as the kubelet assumes.
+    let (_d, o, _) = load(&[("a.yaml", CSI_PV), ("b.yaml", CSI_PVC)]);
+    let err = resolve(&o, "default", "pvc1").unwrap_err();
+    assert!(
+        err.contains("requires attaching") && err.contains("pv-csi"),
+        "{err}"
+    );
+
+    let (_d, o, _) = load(&[
+        ("a.yaml", CSI_PV),
+        ("b.yaml", CSI_PVC),
+        ("c.yaml", &attachment("node-1", false)),
+    ]);
+    let err = resolve(&o, "default", "pvc1").unwrap_err();
+    assert!(
+        err.contains("csi-abc") && err.contains("not attached yet"),
+        "{err}"
+    );
+
+    let (_d, o, _) = load(&[
+        ("a.yaml", CSI_PV),
+        ("b.yaml", CSI_PVC),
+        ("c.yaml", &attachment("other-node", true)),
+    ]);
+    assert!(
+        resolve(&o, "default", "pvc1").is_err(),
+        "another node's attachment"
+    );
+
+    let (_d, o, errors) = load(&[
+        ("a.yaml", CSI_PV),
+        ("b.yaml", CSI_PVC),
+        ("c.yaml", &attachment("node-1", true)),
+    ]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let c = csi_of(resolve(&o, "default", "pvc1").unwrap().1);
+    let (name, meta) = c.attachment.unwrap();
+    assert_eq!(name, "csi-abc");
+    assert_eq!(meta.get("lun").map(String::as_str), Some("3"));
+}
+
+#[test]
+fn secrets_reach_the_store_decoded_and_never_their_debug_output() {
+    use crate::plugins::csi::SecretSource;
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: stage, namespace: ns1}\ndata: {password: aHVudGVyMg==}\nstringData: {user: admin}\n";
+    let (_d, o, errors) = load(&[("s.yaml", secret)]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let store = SecretStore::default();
+    o.publish_secrets(&store);
+    let r = SecretRef {
+        namespace: "ns1".into(),
+        name: "stage".into(),
+    };
+    let data = store.secret(&r).unwrap();
+    assert_eq!(data.get("password").map(String::as_str), Some("hunter2"));
+    assert_eq!(data.get("user").map(String::as_str), Some("admin"));
+    let shown = format!("{o:?}");
+    assert!(
+        shown.contains("password") && !shown.contains("hunter2"),
+        "{shown}"
+    );
+    let missing = SecretRef {
+        namespace: "ns1".into(),
+        name: "nope".into(),
+    };
+    assert!(store.secret(&missing).unwrap_err().contains("not found"));
 }
