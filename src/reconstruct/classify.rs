@@ -129,11 +129,17 @@ pub enum Reason {
     RebuildFailed,
     /// a `none` target: nothing to observe, the journal's state stands
     JournalStands,
+    /// a CSI target the journal knows staged or published, after a reboot:
+    /// the driver may hold state outside the mount table, so its call runs
+    /// again (or its undo does)
+    CsiAfterReboot,
+    /// a CSI target the journal knows staged or published whose path is gone
+    CsiPathMissing,
 }
 
 impl Reason {
     /// Every reason (for registering metric series up front).
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 19] = [
         Reason::MountedMatches,
         Reason::MountedDiffers,
         Reason::SelinuxLabelDiffers,
@@ -151,6 +157,8 @@ impl Reason {
         Reason::HostLeftover,
         Reason::RebuildFailed,
         Reason::JournalStands,
+        Reason::CsiAfterReboot,
+        Reason::CsiPathMissing,
     ];
 
     /// The stable snake_case name (metric label, journal record, dry-run).
@@ -173,6 +181,8 @@ impl Reason {
             Reason::HostLeftover => "host_leftover",
             Reason::RebuildFailed => "rebuild_failed",
             Reason::JournalStands => "journal_stands",
+            Reason::CsiAfterReboot => "csi_after_reboot",
+            Reason::CsiPathMissing => "csi_path_missing",
         }
     }
 }
@@ -281,6 +291,56 @@ pub(super) fn decide(
         (J::Nothing, H::Absent, ..) => (NotMounted, Reason::HostLeftover),
         (J::Off, H::Absent, ..) => (Uncertain, Reason::RebuiltFromHost),
     }
+}
+
+/// A CSI target the journal knows staged or published (DESIGN.md "CSI"):
+/// the host is compared with what the call's outcome recorded at the path —
+/// a mount and its identity, or none — never with an assumption that
+/// drivers mount. `None` leaves it to the general table (intents, unmounted
+/// targets, a target never called).
+pub(super) fn decide_csi(
+    entry: &Entry,
+    journal: JournalSays,
+    observation: &HostObservation,
+    expected: Expected<'_>,
+    boot: Boot,
+    input: &MergeInput<'_>,
+) -> Option<(HostSays, MountState, Reason)> {
+    use MountState::{Mounted, NotMounted, Uncertain};
+    if journal != JournalSays::MountedWith {
+        return None;
+    }
+    let out = match (boot, &entry.observed, observation) {
+        (Boot::Rebooted, ..) => {
+            let says = match observation {
+                HostObservation::Mounted(m) => compare(expected, m, input),
+                _ => HostSays::Absent,
+            };
+            (says, Uncertain, Reason::CsiAfterReboot)
+        }
+        (_, _, HostObservation::Absent) => (HostSays::Absent, Uncertain, Reason::CsiPathMissing),
+        // recorded a mount
+        (_, Some(_), HostObservation::Mounted(m)) => match compare(expected, m, input) {
+            HostSays::Matches => (HostSays::Matches, Mounted, Reason::MountedMatches),
+            HostSays::LabelDiffers => (
+                HostSays::LabelDiffers,
+                Uncertain,
+                Reason::SelinuxLabelDiffers,
+            ),
+            other => (other, Uncertain, Reason::MountedDiffers),
+        },
+        (_, Some(_), HostObservation::DirPresent) => {
+            (HostSays::Absent, NotMounted, Reason::UnmountedOutside)
+        }
+        // recorded no mount: the driver keeps the volume without one
+        (_, None, HostObservation::DirPresent) => {
+            (HostSays::Matches, Mounted, Reason::MountedMatches)
+        }
+        (_, None, HostObservation::Mounted(_)) => {
+            (HostSays::Differs, Uncertain, Reason::MountedDiffers)
+        }
+    };
+    Some(out)
 }
 
 /// Reduces a journal entry to what it says.

@@ -101,9 +101,13 @@ pub(super) fn merge_host_only(
 /// for device targets, the label from the mount (else `vol_data.json`).
 fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
     let plugin = h.plugin.ok_or(RebuildFailure::UnknownPlugin)?;
-    let (volume, recorded_label) = match &h.rebuild {
-        Rebuild::Ready { volume, selinux } => (volume.clone(), selinux.clone()),
-        Rebuild::FromPath => (volume_from_path(h, plugin)?, None),
+    let (volume, recorded_label, csi) = match &h.rebuild {
+        Rebuild::Ready {
+            volume,
+            selinux,
+            csi,
+        } => (volume.clone(), selinux.clone(), csi.clone()),
+        Rebuild::FromPath => (volume_from_path(h, plugin)?, None, None),
         Rebuild::MissingMetadata { what } => {
             return Err(RebuildFailure::MissingMetadata(what.clone()));
         }
@@ -122,6 +126,7 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
             None => recorded_label,
         },
         fs_type: mount.map(|m| m.identity.fs_type.as_str().into()),
+        csi,
         ..TargetParams::at(
             volume,
             plugin,

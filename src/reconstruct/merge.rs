@@ -164,13 +164,22 @@ fn decide_journal_target(
     let params = entry.current_params();
     let journal_says = classify::journal_says(entry);
     let expected = classify::expectation(entry, journal_says);
-    let host_says = classify::host_says(params.kind, observation, Some(expected), input);
     let boot = if *entry.boot_id == *input.current_boot_id {
         Boot::Same
     } else {
         Boot::Rebooted
     };
-    let (result, reason) = classify::decide(params.kind, journal_says, host_says, boot);
+    let csi = (params.plugin == crate::model::PluginName::Csi)
+        .then(|| classify::decide_csi(entry, journal_says, observation, expected, boot, input))
+        .flatten();
+    let (host_says, result, reason) = match csi {
+        Some(decided) => decided,
+        None => {
+            let host_says = classify::host_says(params.kind, observation, Some(expected), input);
+            let (result, reason) = classify::decide(params.kind, journal_says, host_says, boot);
+            (host_says, result, reason)
+        }
+    };
     Decision {
         key: key.clone(),
         kind: params.kind,

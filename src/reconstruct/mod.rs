@@ -195,6 +195,10 @@ pub enum Rebuild {
         volume: UniqueVolumeName,
         /// `seLinuxMountContext` from `vol_data.json`, when present
         selinux: Option<SeLinuxContext>,
+        /// a CSI target's arguments as `vol_data.json` gives them (driver,
+        /// handle, lifecycle, attachment id): enough to unpublish or
+        /// unstage it without a journal
+        csi: Option<std::sync::Arc<crate::model::CsiParams>>,
     },
     /// The unique volume name follows from the path alone and no label was
     /// recorded: per pod for an emptyDir or hostPath

@@ -28,6 +28,10 @@ enum Vol {
     DirPod,
     /// a hostPath: `none`
     HostPath,
+    /// a CSI pod target whose driver published with a mount (a bind)
+    CsiPod,
+    /// a CSI pod target whose driver published without a mount
+    CsiPodBare,
 }
 
 /// What the journal holds for the target.
@@ -125,6 +129,44 @@ fn params(vol: Vol) -> TargetParams {
             fs_type: None,
             ..base
         },
+        Vol::CsiPod | Vol::CsiPodBare => {
+            let name = if vol == Vol::CsiPod {
+                "pv-csi"
+            } else {
+                "pv-bare"
+            };
+            TargetParams {
+                volume: UniqueVolumeName::from_raw(format!(
+                    "kubernetes.io/csi/d.example.com^{name}"
+                )),
+                plugin: PluginName::Csi,
+                spec_name: name.into(),
+                device_path: None,
+                device_mount_path: None,
+                pod_mount_path: Some(
+                    PathBuf::from(format!(
+                        "{ROOT}/pods/pod1/volumes/kubernetes.io~csi/{name}/mount"
+                    ))
+                    .into(),
+                ),
+                selinux: None,
+                fs_type: None,
+                csi: Some(std::sync::Arc::new(crate::model::CsiParams {
+                    driver: "d.example.com".into(),
+                    volume_handle: name.into(),
+                    lifecycle: crate::model::CsiLifecycle::Persistent,
+                    access_modes: Vec::new(),
+                    read_only: false,
+                    publish_context: Default::default(),
+                    volume_context: Default::default(),
+                    stage_secret: None,
+                    publish_secret: None,
+                    mount_group: None,
+                    attachment_id: None,
+                })),
+                ..base
+            }
+        }
         Vol::HostPath => TargetParams {
             volume: UniqueVolumeName::from_raw("kubernetes.io/host-path/pod1-data"),
             plugin: PluginName::HostPath,
@@ -142,6 +184,13 @@ fn params(vol: Vol) -> TargetParams {
 /// The identity of the mount volumed made for `vol`.
 fn ours(vol: Vol) -> MountIdentity {
     let (dev, fs_type) = match vol {
+        Vol::CsiPod | Vol::CsiPodBare => (
+            DevId {
+                major: 0,
+                minor: 77,
+            },
+            "tmpfs",
+        ),
         Vol::TmpfsPod => (
             DevId {
                 major: 0,
@@ -156,7 +205,7 @@ fn ours(vol: Vol) -> MountIdentity {
         root: "/".into(),
         fs_type: fs_type.into(),
         read_only: false,
-        selinux: Some(ctx(LABEL)),
+        selinux: (!matches!(vol, Vol::CsiPod | Vol::CsiPodBare)).then(|| ctx(LABEL)),
     }
 }
 
@@ -169,10 +218,12 @@ fn mounted(identity: MountIdentity, source: &str) -> HostObservation {
 
 fn observation(vol: Vol, seen: Seen) -> HostObservation {
     let source = match vol {
-        Vol::TmpfsPod => "tmpfs",
+        Vol::TmpfsPod | Vol::CsiPod | Vol::CsiPodBare => "tmpfs",
         _ => "/dev/loop3",
     };
     match (seen, params(vol).kind) {
+        // the driver keeps it without a mount: its dir
+        (Seen::Ours, _) if vol == Vol::CsiPodBare => HostObservation::DirPresent,
         (Seen::Ours, TargetKind::Dir) => HostObservation::DirPresent,
         (Seen::Ours, _) => mounted(ours(vol), source),
         (Seen::Other, _) => mounted(
@@ -251,7 +302,8 @@ impl Writer {
     fn outcome(&mut self, intent_seq: u64, op: Operation, result: OpResult, vol: Vol) {
         let observed = (result == OpResult::Success
             && op.success_state() == Some(MountState::Mounted)
-            && params(vol).kind == TargetKind::Mount)
+            && params(vol).kind == TargetKind::Mount
+            && vol != Vol::CsiPodBare)
             .then(|| ours(vol));
         self.push(Body::Outcome {
             intent_seq,
@@ -331,6 +383,7 @@ fn host_target(vol: Vol, seen: Seen, journal: Journal) -> HostTarget {
         _ => Rebuild::Ready {
             volume: p.volume.clone(),
             selinux: None,
+            csi: p.csi.clone(),
         },
     };
     HostTarget {
@@ -551,6 +604,19 @@ fn merge_table() {
         ("off: mount-point dir without a mount", (LocalPod, J::Off, Same, S::Dir), (Some(Uncertain), R::RebuiltFromHost)),
         ("off: emptyDir dir found: uncertain too (KEP-3756)", (DirPod, J::Off, Same, S::Dir), (Some(Uncertain), R::RebuiltFromHost)),
         ("off: unknown plugin", (LocalPod, J::OffUnknownPlugin, Same, S::Ours), (None, R::RebuildFailed)),
+        // CSI: the host against what the call's outcome recorded at the path
+        ("csi published with a mount, still there", (CsiPod, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("csi recorded mount gone, dir left", (CsiPod, J::Mounted, Same, S::Dir), (Some(NotMounted), R::UnmountedOutside)),
+        ("csi path missing", (CsiPod, J::Mounted, Same, S::Absent), (Some(Uncertain), R::CsiPathMissing)),
+        ("csi a different mount", (CsiPod, J::Mounted, Same, S::Other), (Some(Uncertain), R::MountedDiffers)),
+        ("csi after a reboot, mount there", (CsiPod, J::Mounted, Rebooted, S::Ours), (Some(Uncertain), R::CsiAfterReboot)),
+        ("csi after a reboot, gone", (CsiPod, J::Mounted, Rebooted, S::Absent), (Some(Uncertain), R::CsiAfterReboot)),
+        ("csi published without a mount, dir there", (CsiPodBare, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("csi recorded no mount, a mount there", (CsiPodBare, J::Mounted, Same, S::Other), (Some(Uncertain), R::MountedDiffers)),
+        ("csi recorded no mount, path missing", (CsiPodBare, J::Mounted, Same, S::Absent), (Some(Uncertain), R::CsiPathMissing)),
+        ("csi publish intent without outcome", (CsiPod, J::MountIntent(Multi), Same, S::Ours), (Some(Uncertain), R::MultiStepIntent)),
+        ("csi unpublished, gone", (CsiPod, J::Unmounted, Same, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
+        ("csi off: found mounted", (CsiPod, J::Off, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
     ];
     for (name, input, expected) in table {
         check(name, input, expected);
@@ -830,6 +896,7 @@ fn journal_records_replay_to_the_decisions() {
         rebuild: Rebuild::Ready {
             volume: UniqueVolumeName::from_raw("kubernetes.io/empty-dir/pod9-old"),
             selinux: None,
+            csi: None,
         },
     };
     let mut input = MergeInput {
