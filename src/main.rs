@@ -196,9 +196,7 @@ fn selinux_policy(mode: SeLinuxMode, gates: &[String]) -> Result<selinux::Policy
         SeLinuxMode::Enabled => selinux::SeLinuxMode::Enabled,
         SeLinuxMode::Disabled => selinux::SeLinuxMode::Disabled,
     };
-    let table = volumed::host::mountinfo::MountTable::read_self()
-        .context("read the mount table to detect SELinux")?;
-    let facts = HostFacts::read(&table, Path::new(ETC_SELINUX));
+    let facts = HostFacts::probe(Path::new(ETC_SELINUX));
     let policy = if decide(mode, &facts)? {
         let defaults = FileDefaults::read(Path::new(ETC_SELINUX));
         tracing::info!(

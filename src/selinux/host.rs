@@ -56,7 +56,22 @@ pub struct HostFacts {
     pub config_exists: bool,
 }
 
+/// `SELINUX_MAGIC`, selinuxfs's `f_type`.
+const SELINUX_MAGIC: i64 = 0xf97c_ff8c;
+
 impl HostFacts {
+    /// Reads the facts of this host: one `statfs` of [`SELINUXFS`] (as
+    /// libselinux checks it), not a read of the whole mount table, which
+    /// startup reads once already for reconstruction.
+    pub fn probe(etc_selinux: &Path) -> Self {
+        let selinuxfs_mounted = nix::sys::statfs::statfs(SELINUXFS)
+            .is_ok_and(|s| s.filesystem_type().0 == SELINUX_MAGIC);
+        Self {
+            selinuxfs_mounted,
+            config_exists: etc_selinux.join("config").is_file(),
+        }
+    }
+
     /// Reads the facts from a mount table and an `/etc/selinux`-like dir.
     pub fn read(table: &MountTable, etc_selinux: &Path) -> Self {
         let selinuxfs_mounted = table
@@ -217,6 +232,17 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn the_statfs_probe_agrees_with_the_mount_table_on_this_host() {
+        let table = MountTable::read_self().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            HostFacts::probe(dir.path()),
+            HostFacts::read(&table, dir.path()),
+            "statfs and the mount table disagree about {SELINUXFS}"
+        );
     }
 
     #[test]
