@@ -106,6 +106,7 @@ fn pod(i: usize) -> DesiredPod {
             outer_name: "cache".into(),
             spec: Arc::new(cache),
             selinux: None,
+            csi_pod: None,
         },
         PodVolume {
             volume: PodVolume::unique_name(&local, &uid, &pv),
@@ -113,6 +114,7 @@ fn pod(i: usize) -> DesiredPod {
             outer_name: "data".into(),
             spec: Arc::new(local),
             selinux: None,
+            csi_pod: None,
         },
     ];
     DesiredPod {

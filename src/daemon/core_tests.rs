@@ -36,6 +36,7 @@ pub(in crate::daemon) fn pod(u: &str) -> DesiredPod {
             outer_name: "cache".into(),
             spec: spec.into(),
             selinux: None,
+            csi_pod: None,
         }],
         unresolved: Default::default(),
         errors: vec![],

@@ -282,6 +282,7 @@ mod tests {
             outer_name: "other".into(),
             spec: spec.into(),
             selinux: None,
+            csi_pod: None,
         };
         dsw.add_pod_to_volume(&uid, v, LabelCheck::default())
             .unwrap();

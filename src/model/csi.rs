@@ -41,6 +41,18 @@ impl CsiLifecycle {
     }
 }
 
+/// What one pod adds to a CSI volume's publish call: the
+/// `csi.storage.k8s.io/pod.*` keys when the CSIDriver has `podInfoOnMount`,
+/// and the pod's fsGroup when the CSIDriver's `fsGroupPolicy` allows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CsiPodInfo {
+    /// keys added to the volume context
+    pub volume_context: BTreeMap<String, String>,
+    /// `securityContext.fsGroup`, sent as `volume_mount_group` when the
+    /// driver has `VOLUME_MOUNT_GROUP`
+    pub mount_group: Option<String>,
+}
+
 /// The CSI arguments of one target, journaled with its intent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CsiParams {

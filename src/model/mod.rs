@@ -16,7 +16,7 @@ mod shared;
 mod spec;
 mod target;
 
-pub use csi::{CsiLifecycle, CsiParams, SecretRef};
+pub use csi::{CsiLifecycle, CsiParams, CsiPodInfo, SecretRef};
 pub use layout::{Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE};
 pub use mount::{DevId, MountIdentity, SeLinuxContext, TMPFS};
 pub use names::{

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    PluginName, PodUid, SeLinuxContext, SecretRef, SharedPath, TargetKind, UniqueVolumeName,
+    CsiPodInfo, PluginName, PodUid, SeLinuxContext, SecretRef, SharedPath, TargetKind,
+    UniqueVolumeName,
 };
 
 /// emptyDir storage medium.
@@ -123,6 +124,11 @@ pub struct CsiSpec {
     /// when the claim is resolved)
     #[serde(default)]
     pub attachment: Option<(String, BTreeMap<String, String>)>,
+    /// an inline volume of the pod spec (`volumes[].csi`): the ephemeral
+    /// lifecycle, published only, never staged; its handle is the kubelet's
+    /// `csi-<sha256 of pod uid and volume name>`
+    #[serde(default)]
+    pub ephemeral: bool,
 }
 
 impl VolumeSpec {
@@ -140,9 +146,8 @@ impl VolumeSpec {
     /// device target.
     pub fn device_target_kind(&self) -> Option<TargetKind> {
         match self {
-            VolumeSpec::Local { is_block: true, .. } | VolumeSpec::Csi(_) => {
-                Some(TargetKind::Mount)
-            }
+            VolumeSpec::Local { is_block: true, .. } => Some(TargetKind::Mount),
+            VolumeSpec::Csi(c) if !c.ephemeral => Some(TargetKind::Mount),
             _ => None,
         }
     }
@@ -184,6 +189,8 @@ pub struct PodVolume {
     pub spec: Arc<VolumeSpec>,
     /// the SELinux label to mount with, if any
     pub selinux: Option<SeLinuxContext>,
+    /// for a CSI volume, what this pod adds to its publish call
+    pub csi_pod: Option<Arc<CsiPodInfo>>,
 }
 
 impl PodVolume {
@@ -192,6 +199,8 @@ impl PodVolume {
         let plugin = spec.plugin();
         match spec {
             VolumeSpec::Local { .. } => UniqueVolumeName::shared(plugin, spec_name),
+            // not attachable, not device-mountable: per pod, as the kubelet names it
+            VolumeSpec::Csi(c) if c.ephemeral => UniqueVolumeName::per_pod(plugin, pod, spec_name),
             VolumeSpec::Csi(c) => {
                 UniqueVolumeName::shared(plugin, &format!("{}^{}", c.driver, c.volume_handle))
             }
@@ -237,10 +246,24 @@ mod tests {
             stage_secret: None,
             publish_secret: None,
             attachment: None,
+            ephemeral: false,
         }));
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),
             "kubernetes.io/csi/d.example.com^h1"
         );
+        let inline = VolumeSpec::Csi(Box::new(CsiSpec {
+            driver: "d.example.com".into(),
+            volume_handle: "csi-abc".into(),
+            ephemeral: true,
+            ..CsiSpec::default()
+        }));
+        assert_eq!(
+            PodVolume::unique_name(&inline, &pod, "scratch").as_str(),
+            "kubernetes.io/csi/uid1-scratch",
+            "an inline CSI volume is per pod, as the kubelet names it"
+        );
+        assert_eq!(inline.device_target_kind(), None, "never staged");
+        assert_eq!(csi.device_target_kind(), Some(TargetKind::Mount));
     }
 }

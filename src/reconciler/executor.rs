@@ -508,6 +508,7 @@ mod tests {
             spec_name: name.into(),
             outer_name: name.into(),
             selinux: None,
+            csi_pod: None,
         }
     }
 

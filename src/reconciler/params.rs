@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::model::{
-    CsiLifecycle, CsiParams, Layout, MountOptions, PluginName, SharedPath, SharedStr, Steps,
-    StorageMedium, TargetKind, TargetParams, TargetRef, VolumeSpec,
+    CsiLifecycle, CsiParams, CsiPodInfo, Layout, MountOptions, PluginName, SharedPath, SharedStr,
+    Steps, StorageMedium, TargetKind, TargetParams, TargetRef, VolumeSpec,
 };
 use crate::state::VolumeToMount;
 
@@ -35,15 +35,24 @@ pub fn plugin_steps(plugin: PluginName, steps: Steps) -> Steps {
     }
 }
 
-/// The CSI arguments of a volume's targets, from its spec.
-fn csi_params(spec: &VolumeSpec) -> Option<Arc<CsiParams>> {
+/// The CSI arguments of a volume's targets, from its spec, plus what the
+/// pod adds for its pod target (`pod`: the podInfoOnMount keys, fsGroup).
+fn csi_params(spec: &VolumeSpec, pod: Option<&CsiPodInfo>) -> Option<Arc<CsiParams>> {
     let VolumeSpec::Csi(c) = spec else {
         return None;
     };
+    let mut volume_context = c.attributes.clone();
+    if let Some(p) = pod {
+        volume_context.extend(p.volume_context.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     Some(Arc::new(CsiParams {
         driver: c.driver.clone(),
         volume_handle: c.volume_handle.clone(),
-        lifecycle: CsiLifecycle::Persistent,
+        lifecycle: if c.ephemeral {
+            CsiLifecycle::Ephemeral
+        } else {
+            CsiLifecycle::Persistent
+        },
         access_modes: c.access_modes.clone(),
         read_only: c.read_only,
         publish_context: c
@@ -51,10 +60,10 @@ fn csi_params(spec: &VolumeSpec) -> Option<Arc<CsiParams>> {
             .as_ref()
             .map(|a| a.1.clone())
             .unwrap_or_default(),
-        volume_context: c.attributes.clone(),
+        volume_context,
         stage_secret: c.stage_secret.clone(),
         publish_secret: c.publish_secret.clone(),
-        mount_group: None,
+        mount_group: pod.and_then(|p| p.mount_group.clone()),
         attachment_id: c.attachment.as_ref().map(|a| a.0.clone()),
     }))
 }
@@ -75,7 +84,7 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
             } => Some(SharedStr::tmpfs()),
             _ => fs_type,
         },
-        csi: csi_params(&want.spec),
+        csi: csi_params(&want.spec, want.csi_pod.as_deref()),
         ..TargetParams::at(
             want.volume.clone(),
             want.plugin,
@@ -95,7 +104,7 @@ pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
         selinux: want.selinux.clone(),
         mount_options,
         fs_type,
-        csi: csi_params(&want.spec),
+        csi: csi_params(&want.spec, None),
         ..TargetParams::at(
             want.volume.clone(),
             want.plugin,

@@ -228,6 +228,7 @@ mod tests {
             outer_name: name.into(),
             spec: spec.into(),
             selinux: None,
+            csi_pod: None,
         };
         dsw.add_pod_to_volume(&p, pv, LabelCheck::default())
             .unwrap();
@@ -506,6 +507,7 @@ mod tests {
             outer_name: "data".into(),
             spec: local().into(),
             selinux: Some(wanted.clone()),
+            csi_pod: None,
         };
         let check = LabelCheck {
             original: Some(wanted.clone()),

@@ -399,6 +399,7 @@ fn add_all(
             outer_name: VOL.into(),
             spec: spec.clone().into(),
             selinux: label.effective,
+            csi_pod: None,
         };
         volume = Some(name);
         results.push(match dsw.add_pod_to_volume(&uid, pv, label.check) {

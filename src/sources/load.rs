@@ -14,7 +14,7 @@ use super::static_objects::StaticObjects;
 use super::static_pods::{ParsedPod, ParsedVolume, parse_pod};
 use super::{DesiredPod, DesiredPods, SourceError, Sources, listing};
 use crate::host::sys::{FileKind, Sys};
-use crate::model::{PodUid, PodVolume};
+use crate::model::{CsiPodInfo, PodUid, PodVolume, VolumeSpec};
 
 /// One manifest's pod: parsed now, or kept as the DSW has it (the
 /// file is unchanged, or cannot be read now).
@@ -257,12 +257,51 @@ impl Sources {
         (out, kept)
     }
 
-    fn resolve(&self, p: ParsedPod) -> DesiredPod {
-        let mut errors = p.errors;
-        let mut unresolved = p.failed_volumes;
+    /// A CSI volume as this pod publishes it: an inline volume takes its
+    /// CSIDriver's `seLinuxMount`; the pod adds the `csi.storage.k8s.io/`
+    /// keys when the CSIDriver has `podInfoOnMount` (as the kubelet's
+    /// `getPodInfoAttrs`), and its fsGroup unless `fsGroupPolicy` is `None`.
+    fn csi_for_pod(
+        &self,
+        p: &ParsedPod,
+        mut spec: Arc<VolumeSpec>,
+    ) -> (Arc<VolumeSpec>, Option<Arc<CsiPodInfo>>) {
+        let VolumeSpec::Csi(c) = &*spec else {
+            return (spec, None);
+        };
+        let driver = self.objects.csi_drivers.get(&c.driver);
+        let ephemeral = c.ephemeral;
+        if ephemeral
+            && driver.is_some_and(|d| d.se_linux_mount)
+            && let VolumeSpec::Csi(c) = Arc::make_mut(&mut spec)
+        {
+            c.selinux_mount = true;
+        }
+        let mut info = CsiPodInfo::default();
+        if driver.is_some_and(|d| d.pod_info_on_mount) {
+            let key = |k: &str| format!("csi.storage.k8s.io/{k}");
+            info.volume_context = [
+                (key("pod.name"), p.name.clone()),
+                (key("pod.namespace"), p.namespace.clone()),
+                (key("pod.uid"), p.uid.as_str().to_owned()),
+                (key("serviceAccount.name"), p.service_account.clone()),
+                (key("ephemeral"), ephemeral.to_string()),
+            ]
+            .into();
+        }
+        if driver.is_none_or(|d| d.fs_group_policy != "None") {
+            info.mount_group = p.fs_group.map(|g| g.to_string());
+        }
+        let info = (info != CsiPodInfo::default()).then(|| Arc::new(info));
+        (spec, info)
+    }
+
+    fn resolve(&self, mut p: ParsedPod) -> DesiredPod {
+        let mut errors = std::mem::take(&mut p.errors);
+        let mut unresolved = std::mem::take(&mut p.failed_volumes);
         // exactly as many as the pod has: a pushed-to Vec reserves four
         let mut volumes = Vec::with_capacity(p.volumes.len());
-        for v in p.volumes {
+        for v in std::mem::take(&mut p.volumes) {
             let (outer, spec_name, spec) = match v {
                 ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
                 ParsedVolume::Claim { name, claim_name } => {
@@ -285,12 +324,14 @@ impl Sources {
                     }
                 }
             };
+            let (spec, csi_pod) = self.csi_for_pod(&p, spec);
             volumes.push(PodVolume {
                 volume: PodVolume::unique_name(&spec, &p.uid, &spec_name),
                 spec_name,
                 outer_name: outer,
                 spec,
                 selinux: None,
+                csi_pod,
             });
         }
         DesiredPod {

@@ -604,6 +604,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             stage_secret: secret_ref(&csi.node_stage_secret_ref),
             publish_secret: secret_ref(&csi.node_publish_secret_ref),
             attachment: None,
+            ephemeral: false,
         })));
     }
     let types: Vec<String> = match serde_json::to_value(spec) {

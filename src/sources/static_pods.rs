@@ -33,7 +33,10 @@ use sha2::{Digest, Sha256};
 use super::SourceError;
 use super::quantity::parse_bytes;
 use super::read::{canonical_json, kind_of, parse_documents};
-use crate::model::{HostPathType, PodUid, StorageMedium, VolumeSpec, check_dns1123_label};
+use crate::model::{
+    CsiSpec, HostPathType, PodUid, SecretRef, StorageMedium, VolumeSpec, check_component,
+    check_dns1123_label,
+};
 
 /// A pod's volume after parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +78,22 @@ pub struct ParsedPod {
     pub errors: Vec<String>,
     /// SELinux inputs
     pub selinux: PodSeLinux,
+    /// `spec.serviceAccountName` (empty when unset)
+    pub service_account: String,
+    /// `spec.securityContext.fsGroup`
+    pub fs_group: Option<i64>,
+}
+
+/// The kubelet's handle of an inline CSI volume: `csi-` and the hex
+/// SHA-256 of the pod UID followed by the volume name.
+pub fn ephemeral_handle(uid: &PodUid, volume: &str) -> String {
+    use std::fmt::Write as _;
+    let digest = Sha256::digest(format!("{}{volume}", uid.as_str()).as_bytes());
+    digest.iter().fold(String::from("csi-"), |mut s, b| {
+        // writing to a String cannot fail
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// The UID the kubelet's shape gives a pod without `metadata.uid`.
@@ -150,11 +169,13 @@ pub fn parse_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<ParsedPod
         failed_volumes: BTreeSet::new(),
         errors: Vec::new(),
         selinux: selinux_of(spec),
+        service_account: spec.service_account_name.clone().unwrap_or_default(),
+        fs_group: spec.security_context.as_ref().and_then(|c| c.fs_group),
     };
     let mut seen = BTreeSet::new();
     for v in spec.volumes.iter().flatten() {
         let parsed = if seen.insert(v.name.clone()) {
-            parse_volume(file, v)
+            parse_volume(file, v, &out.uid, &out.namespace)
         } else {
             Err(invalid(file, &v.name, "duplicate volume name".into()))
         };
@@ -199,7 +220,12 @@ fn volume_types(v: &Volume) -> Vec<String> {
     }
 }
 
-fn parse_volume(file: &Path, v: &Volume) -> Result<ParsedVolume, SourceError> {
+fn parse_volume(
+    file: &Path,
+    v: &Volume,
+    uid: &PodUid,
+    namespace: &str,
+) -> Result<ParsedVolume, SourceError> {
     let name = v.name.clone();
     check_dns1123_label("volume name", &name).map_err(|e| invalid(file, &name, e.to_string()))?;
     let types = volume_types(v);
@@ -256,6 +282,30 @@ fn parse_volume(file: &Path, v: &Volume) -> Result<ParsedVolume, SourceError> {
             path: path.into(),
             host_path_type,
         };
+        return Ok(ParsedVolume::Inline { name, spec });
+    }
+    if let Some(csi) = &v.csi {
+        check_component("csi driver", &csi.driver)
+            .map_err(|e| invalid(file, &name, e.to_string()))?;
+        let spec = VolumeSpec::Csi(Box::new(CsiSpec {
+            driver: csi.driver.clone(),
+            volume_handle: ephemeral_handle(uid, &name),
+            fs_type: csi.fs_type.clone().filter(|t| !t.is_empty()),
+            attributes: csi.volume_attributes.clone().unwrap_or_default(),
+            read_only: csi.read_only.unwrap_or(false),
+            // an inline volume's secret is the pod's namespace's
+            publish_secret: csi
+                .node_publish_secret_ref
+                .as_ref()
+                .map(|r| r.name.clone())
+                .filter(|n| !n.is_empty())
+                .map(|name| SecretRef {
+                    namespace: namespace.to_owned(),
+                    name,
+                }),
+            ephemeral: true,
+            ..CsiSpec::default()
+        }));
         return Ok(ParsedVolume::Inline { name, spec });
     }
     if let Some(pvc) = &v.persistent_volume_claim {

@@ -227,6 +227,7 @@ fn empty_dir(u: &str, name: &str) -> PodVolume {
         outer_name: name.into(),
         spec: spec.into(),
         selinux: None,
+        csi_pod: None,
     }
 }
 
@@ -532,6 +533,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
             outer_name: "data".into(),
             spec: spec.clone().into(),
             selinux: None,
+            csi_pod: None,
         };
         let mut p = desired(u, u, vec![volume]);
         p.selinux.containers = levels.iter().map(|l| container(l)).collect();
@@ -621,4 +623,68 @@ fn a_local_pv_on_a_block_device_is_known_through_the_seam() {
     c.pods_dir = Some(d.pods.clone());
     c.objects_dir = Some(d.objects.clone());
     assert!(is_block(&mut Sources::with_sys(c, fake)));
+}
+
+#[test]
+fn inline_csi_volumes_and_pod_info_follow_the_kubelet() {
+    let d = dirs();
+    let driver = |spec: &str| {
+        format!(
+            "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: d.example.com}}\nspec: {{{spec}}}\n"
+        )
+    };
+    let inline = "  - name: scratch\n    csi: {driver: d.example.com, volumeAttributes: {size: 1Gi}, nodePublishSecretRef: {name: creds}}\n";
+    let manifest = |ns: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, uid: u1{ns}}}\nspec:\n  serviceAccountName: builder\n  securityContext: {{fsGroup: 2000}}\n  containers: []\n  volumes:\n{inline}"
+        )
+    };
+    write(&d.pods, "p.yaml", &manifest(", namespace: team"));
+    write(
+        &d.objects,
+        "d.yaml",
+        &driver("attachRequired: false, podInfoOnMount: true, seLinuxMount: true"),
+    );
+    let got = sources(&d).list();
+    let p = &got.pods[&uid("u1")];
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let v = &p.volumes[0];
+    assert_eq!(v.volume.as_str(), "kubernetes.io/csi/u1-scratch");
+    let VolumeSpec::Csi(c) = &*v.spec else {
+        panic!("{:?}", v.spec)
+    };
+    assert!(c.ephemeral && c.selinux_mount);
+    assert_eq!(
+        c.volume_handle,
+        super::static_pods::ephemeral_handle(&uid("u1"), "scratch")
+    );
+    assert!(c.volume_handle.starts_with("csi-") && c.volume_handle.len() == 4 + 64);
+    assert_eq!(
+        c.publish_secret
+            .as_ref()
+            .map(|s| (s.namespace.as_str(), s.name.as_str())),
+        Some(("team", "creds")),
+        "an inline volume's secret is in the pod's namespace"
+    );
+    let info = v.csi_pod.as_deref().expect("pod info");
+    let key = |k: &str| {
+        info.volume_context
+            .get(&format!("csi.storage.k8s.io/{k}"))
+            .cloned()
+    };
+    assert_eq!(key("pod.name").as_deref(), Some("web-node1"));
+    assert_eq!(key("pod.namespace").as_deref(), Some("team"));
+    assert_eq!(key("pod.uid").as_deref(), Some("u1"));
+    assert_eq!(key("serviceAccount.name").as_deref(), Some("builder"));
+    assert_eq!(key("ephemeral").as_deref(), Some("true"));
+    assert_eq!(info.mount_group.as_deref(), Some("2000"));
+
+    // no podInfoOnMount, fsGroupPolicy None: the pod adds nothing
+    write(
+        &d.objects,
+        "d.yaml",
+        &driver("attachRequired: false, fsGroupPolicy: None"),
+    );
+    let got = sources(&d).list();
+    assert_eq!(got.pods[&uid("u1")].volumes[0].csi_pod, None);
 }

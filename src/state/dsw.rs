@@ -39,6 +39,8 @@ pub struct DesiredPod {
     pub spec_name: SharedStr,
     /// the label this pod would mount with
     pub selinux: Option<SeLinuxContext>,
+    /// for a CSI volume, what this pod adds to its publish call
+    pub csi_pod: Option<Arc<crate::model::CsiPodInfo>>,
 }
 
 /// A volume some pods want mounted.
@@ -83,6 +85,8 @@ pub struct VolumeToMount {
     pub outer_name: SharedStr,
     /// the volume's effective label: what to mount with
     pub selinux: Option<SeLinuxContext>,
+    /// for a CSI volume, what this pod adds to its publish call
+    pub csi_pod: Option<Arc<crate::model::CsiPodInfo>>,
 }
 
 /// What the pod sources want mounted.
@@ -147,6 +151,7 @@ impl DesiredStateOfWorld {
             outer_name,
             spec_name,
             selinux: volume.selinux.clone(),
+            csi_pod: volume.csi_pod.clone(),
         };
         let last_spec = &mut self.last_spec[volume.spec.plugin() as usize];
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
@@ -356,6 +361,7 @@ impl DesiredStateOfWorld {
             spec_name: p.spec_name.clone(),
             outer_name: p.outer_name.clone(),
             selinux: v.effective_selinux.clone(),
+            csi_pod: p.csi_pod.clone(),
         }
     }
 
@@ -416,6 +422,7 @@ mod tests {
             outer_name: format!("data-{pod}"),
             spec: local_spec().into(),
             selinux,
+            csi_pod: None,
         }
     }
 
@@ -502,6 +509,7 @@ mod tests {
             outer_name: "cache".into(),
             spec: ed.into(),
             selinux: None,
+            csi_pod: None,
         };
         let cache_name = cache.volume.clone();
         dsw.add_pod_to_volume(&a, cache, LabelCheck::default())
@@ -560,6 +568,7 @@ mod tests {
                 outer_name: "scratch".into(),
                 spec: spec.clone().into(),
                 selinux: None,
+                csi_pod: None,
             };
             let added = dsw
                 .add_pod_to_volume(&p, scratch, LabelCheck::default())
@@ -597,6 +606,7 @@ mod tests {
                     outer_name: outer,
                     spec: spec.clone().into(),
                     selinux: None,
+                    csi_pod: None,
                 };
                 let added = dsw.add_pod_to_volume(&p, v, LabelCheck::default());
                 names.push((p.clone(), added.unwrap().volume));
@@ -689,6 +699,7 @@ mod tests {
                     outer_name: format!("e{n}"),
                     spec: memory.clone().into(),
                     selinux: None,
+                    csi_pod: None,
                 },
                 _ => PodVolume {
                     volume: UniqueVolumeName::shared(PluginName::LocalVolume, &format!("pv{n}")),
@@ -696,6 +707,7 @@ mod tests {
                     outer_name: "data".into(),
                     spec: local_spec().into(),
                     selinux: None,
+                    csi_pod: None,
                 },
             }
         };
