@@ -290,7 +290,16 @@ fn run(mut args: RunArgs) -> Result<()> {
     }
     cfg.selinux = selinux;
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
-    cfg.csi = Some(csi_setup(&args.csi_driver, args.csi_timeout, &metrics)?);
+    let drivers = volumed::csi::registry::Drivers::from_flags(
+        &args.csi_driver,
+        Duration::from_secs(args.csi_timeout.max(1)),
+        Some(metrics.ops.csi_seconds.clone()),
+    )?;
+    // discovery through plugins_registry/ is always on, as in the kubelet
+    cfg.csi = Some(volumed::daemon::CsiSetup {
+        drivers: Arc::new(drivers),
+        discover: true,
+    });
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
         .context("start the daemon")?;
 
@@ -473,35 +482,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The CSI driver registry: `--csi-driver` flags, then discovery through
-/// `plugins_registry/` (always on, as in the kubelet).
-fn csi_setup(
-    flags: &[String],
-    timeout_s: u64,
-    metrics: &volumed::metrics::Metrics,
-) -> anyhow::Result<volumed::daemon::CsiSetup> {
-    let drivers = volumed::csi::registry::Drivers::new(
-        Duration::from_secs(timeout_s.max(1)),
-        Some(metrics.ops.csi_seconds.clone()),
-    )
-    .context("start the CSI client runtime")?;
-    for flag in flags {
-        let (name, socket) = flag
-            .split_once('=')
-            .with_context(|| format!("--csi-driver {flag:?}: expected NAME=SOCKET"))?;
-        volumed::model::check_component("CSI driver name", name)
-            .with_context(|| format!("--csi-driver {flag:?}"))?;
-        let socket = Path::new(socket);
-        anyhow::ensure!(
-            socket.is_absolute(),
-            "--csi-driver {flag:?}: the socket must be an absolute path"
-        );
-        drivers.configure(name, socket);
-    }
-    Ok(volumed::daemon::CsiSetup {
-        drivers: Arc::new(drivers),
-        discover: true,
-    })
 }

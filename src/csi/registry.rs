@@ -52,6 +52,18 @@ pub struct Driver {
 /// Why a driver could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RegistryError {
+    /// a `--csi-driver` flag is not `NAME=SOCKET` with a valid name and an
+    /// absolute socket path
+    #[error("--csi-driver {flag:?}: {why}")]
+    Flag {
+        /// the flag's value
+        flag: String,
+        /// what is wrong
+        why: String,
+    },
+    /// the registry's runtime could not start
+    #[error("start the CSI client runtime: {0}")]
+    Runtime(String),
     /// no driver of that name is registered or configured
     #[error("CSI driver {0} is not registered (no --csi-driver flag, no registration socket)")]
     Unknown(String),
@@ -104,6 +116,32 @@ impl Drivers {
             ready: RwLock::new(BTreeMap::new()),
             configured: RwLock::new(BTreeMap::new()),
         })
+    }
+
+    /// A registry with the drivers of `--csi-driver NAME=SOCKET` flags
+    /// configured (connected on first use).
+    pub fn from_flags(
+        flags: &[String],
+        timeout: Duration,
+        seconds: Option<HistogramVec>,
+    ) -> Result<Self, RegistryError> {
+        let drivers =
+            Self::new(timeout, seconds).map_err(|e| RegistryError::Runtime(e.to_string()))?;
+        for flag in flags {
+            let bad = |why: &str| RegistryError::Flag {
+                flag: flag.clone(),
+                why: why.to_owned(),
+            };
+            let (name, socket) = flag.split_once('=').ok_or_else(|| bad("expected NAME=SOCKET"))?;
+            crate::model::check_component("CSI driver name", name)
+                .map_err(|e| bad(&e.to_string()))?;
+            let socket = Path::new(socket);
+            if !socket.is_absolute() {
+                return Err(bad("the socket must be an absolute path"));
+            }
+            drivers.configure(name, socket);
+        }
+        Ok(drivers)
     }
 
     /// Runs `f` to completion on the registry's runtime, from a thread
@@ -190,5 +228,30 @@ impl Drivers {
             .read()
             .map(|r| r.keys().cloned().collect())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_flags_name_a_driver_and_an_absolute_socket() {
+        let t = Duration::from_secs(1);
+        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let d = Drivers::from_flags(&flags(&["d.example.com=/run/d.sock"]), t, None).unwrap();
+        assert!(d.configured.read().unwrap().contains_key("d.example.com"));
+        for (bad, why) in [
+            ("d.example.com", "NAME=SOCKET"),
+            ("../x=/run/d.sock", "CSI driver name"),
+            ("d=run/d.sock", "absolute"),
+        ] {
+            let err = Drivers::from_flags(&flags(&[bad]), t, None).unwrap_err().to_string();
+            assert!(err.contains(bad) && err.contains(why), "{err}");
+        }
+        // a configured driver whose socket is not there: final, named
+        let err = d.get("d.example.com").unwrap_err().to_string();
+        assert!(err.contains("not reachable at /run/d.sock"), "{err}");
+        assert!(matches!(d.get("other"), Err(RegistryError::Unknown(_))));
     }
 }
