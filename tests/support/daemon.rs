@@ -215,7 +215,19 @@ impl Daemon {
     /// Polls `cond` until it holds; fails after [`WAIT`] (or when the daemon
     /// exits) naming `what`, with the daemon's stderr tail.
     #[track_caller]
-    pub fn wait_until(&self, what: &str, mut cond: impl FnMut() -> bool) {
+    pub fn wait_until(&self, what: &str, cond: impl FnMut() -> bool) {
+        self.wait_until_showing(what, cond, String::new);
+    }
+
+    /// [`Daemon::wait_until`] whose failure also shows what `show` says
+    /// then (the mount table, a driver's calls, …).
+    #[track_caller]
+    pub fn wait_until_showing(
+        &self,
+        what: &str,
+        mut cond: impl FnMut() -> bool,
+        show: impl Fn() -> String,
+    ) {
         let deadline = Instant::now() + WAIT;
         loop {
             if cond() {
@@ -225,13 +237,15 @@ impl Daemon {
             if let Some(status) = exited {
                 self.exited.set(true);
                 panic!(
-                    "waiting for {what}: the daemon exited ({status})\n--- daemon stderr tail ---\n{}",
+                    "waiting for {what}: the daemon exited ({status})\n{}\n--- daemon stderr tail ---\n{}",
+                    show(),
                     self.log_tail()
                 );
             }
             assert!(
                 Instant::now() < deadline,
-                "waiting for {what}: still false after {WAIT:?}\n--- daemon stderr tail ---\n{}",
+                "waiting for {what}: still false after {WAIT:?}\n{}\n--- daemon stderr tail ---\n{}",
+                show(),
                 self.log_tail()
             );
             std::thread::sleep(Duration::from_millis(50));
