@@ -23,25 +23,22 @@
 
 mod support;
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs;
-use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::daemon::{
+    BIN, BOOT, Daemon, Env, NODE, WAIT, all_mounted, delete_all_and_wait, pod_gone_from_state,
+    real, series, targets, tree,
+};
 use support::{LoopDevice, Scratch};
-use volumed::host::mountinfo::{MountInfo, MountTable};
+use volumed::host::mountinfo::MountTable;
 use volumed::model::DevId;
 
-const BIN: &str = env!("CARGO_BIN_EXE_volumed");
-const BOOT: &str = "0e2e0e2e-1111-2222-3333-444444444444";
-const NODE: &str = "e2e-node";
-/// How long any one condition may take to become true.
-const WAIT: Duration = Duration::from_secs(60);
 /// The local PV every test uses, and its claim.
 const PV: &str = "pv-e2e";
 const PVC: &str = "data-e2e";
@@ -51,262 +48,23 @@ const POD_B: &str = "e2e-pod-b";
 const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
 const LOCAL: &str = "kubernetes.io~local-volume";
 
-/// One test's world: the scratch dir and the folders the daemon is given.
-struct Env {
-    root: PathBuf,
-    journal: PathBuf,
-    pods: PathBuf,
-    objects: PathBuf,
-    boot: PathBuf,
-    starts: usize,
-    /// start the daemon in the scratch dir with relative paths
-    relative: bool,
-    /// give `--root-dir` as this path (a symlink to `root`) instead
-    root_arg: Option<PathBuf>,
-    // Last: dropped (lazily unmounting what is left) after everything else.
-    scratch: Scratch,
+/// The local PV's place in an [`Env`].
+trait LocalPv {
+    /// Writes the PV on `device` and its bound claim.
+    fn write_pv(&self, device: &Path);
+    /// The PV's device target.
+    fn device_target(&self) -> PathBuf;
 }
 
-impl Env {
-    fn new(prefix: &str) -> Env {
-        let scratch = Scratch::new(prefix);
-        let p = scratch.path();
-        let env = Env {
-            root: p.join("root"),
-            journal: p.join("journal"),
-            pods: p.join("pods"),
-            objects: p.join("objects"),
-            boot: p.join("boot_id"),
-            starts: 0,
-            relative: false,
-            root_arg: None,
-            scratch,
-        };
-        support::mkdirs(&env.pods);
-        support::mkdirs(&env.objects);
-        fs::write(&env.boot, format!("{BOOT}\n")).unwrap();
-        env
-    }
-
-    /// Starts `volumed run` and waits until it is ready.
-    fn start(&mut self) -> Daemon {
-        let daemon = self.spawn();
-        let daemon_json = self.journal.join("daemon.json");
-        let pid = daemon.child.borrow().id();
-        daemon.wait_until("daemon.json names the new daemon", || {
-            daemon.wrote_json(&daemon_json, pid)
-        });
-        let mut daemon = daemon;
-        let info: Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
-        daemon.addr = Some(info["listen"].as_str().unwrap().parse().unwrap());
-        daemon.wait_until("/readyz is 200", || daemon.try_get("/readyz").0 == 200);
-        daemon
-    }
-
-    /// Starts `volumed run` without waiting for anything.
-    fn spawn(&mut self) -> Daemon {
-        self.starts += 1;
-        let log = self
-            .scratch
-            .path()
-            .join(format!("daemon-{}.log", self.starts));
-        let base = self.scratch.path();
-        let arg = |p: &Path| match self.relative {
-            true => p.strip_prefix(base).unwrap().to_owned(),
-            false => p.to_owned(),
-        };
-        let child = Command::new(BIN)
-            .current_dir(base)
-            .arg("run")
-            .arg("--root-dir")
-            .arg(arg(self.root_arg.as_ref().unwrap_or(&self.root)))
-            .arg("--journal-dir")
-            .arg(arg(&self.journal))
-            .arg("--static-pods")
-            .arg(arg(&self.pods))
-            .arg("--static-objects")
-            .arg(arg(&self.objects))
-            .args(["--listen", "127.0.0.1:0", "--node-name", NODE])
-            .arg("--boot-id-file")
-            .arg(&self.boot)
-            .args(["--poll-ms", "100"])
-            .env("VOLUMED_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Daemon {
-            child: RefCell::new(child),
-            addr: None,
-            log,
-            exited: Cell::new(false),
-        }
-    }
-
-    fn write_pod(&self, file: &str, text: &str) {
-        // Written by rename, so the poller never reads half a file.
-        let tmp = self.scratch.path().join(format!(".{file}.tmp"));
-        fs::write(&tmp, text).unwrap();
-        fs::rename(&tmp, self.pods.join(file)).unwrap();
-    }
-
-    fn remove_pod(&self, file: &str) {
-        fs::remove_file(self.pods.join(file)).unwrap();
-    }
-
-    /// Writes the PV on `device` and its bound claim.
+impl LocalPv for Env {
     fn write_pv(&self, device: &Path) {
         fs::write(self.objects.join("pv.yaml"), pv_objects(device)).unwrap();
-    }
-
-    fn pod_volume(&self, uid: &str, plugin: &str, name: &str) -> PathBuf {
-        self.root
-            .join("pods")
-            .join(uid)
-            .join("volumes")
-            .join(plugin)
-            .join(name)
     }
 
     fn device_target(&self) -> PathBuf {
         self.root
             .join("plugins/kubernetes.io/local-volume/mounts")
             .join(PV)
-    }
-
-    /// Every mount strictly below the root (the root's own bind excluded).
-    fn mounts_below_root(&self) -> Vec<MountInfo> {
-        let table = MountTable::read_self().unwrap();
-        table
-            .entries()
-            .iter()
-            .filter(|m| m.mount_point.starts_with(&self.root) && m.mount_point != self.root)
-            .cloned()
-            .collect()
-    }
-}
-
-/// A running `volumed run`; SIGKILLed on drop unless it was stopped.
-struct Daemon {
-    child: RefCell<Child>,
-    addr: Option<SocketAddr>,
-    log: PathBuf,
-    exited: Cell<bool>,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if !self.exited.get() {
-            let child = self.child.get_mut();
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Daemon {
-    /// Whether `daemon.json` names this daemon (written once it started).
-    fn wrote_json(&self, daemon_json: &Path, pid: u32) -> bool {
-        fs::read(daemon_json)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|v| v["pid"] == pid)
-    }
-
-    /// The last lines of the daemon's stderr.
-    fn log_tail(&self) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let from = lines.len().saturating_sub(40);
-        lines[from..].join("\n")
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Polls `cond` until it holds; fails after [`WAIT`] (or when the daemon
-    /// exits) naming `what`, with the daemon's stderr tail.
-    #[track_caller]
-    fn wait_until(&self, what: &str, mut cond: impl FnMut() -> bool) {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if cond() {
-                return;
-            }
-            let exited = self.child.borrow_mut().try_wait().unwrap();
-            if let Some(status) = exited {
-                self.exited.set(true);
-                panic!(
-                    "waiting for {what}: the daemon exited ({status})\n--- daemon stderr tail ---\n{}",
-                    self.log_tail()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "waiting for {what}: still false after {WAIT:?}\n--- daemon stderr tail ---\n{}",
-                self.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// One GET: (status, body); (0, error) when the request failed.
-    fn try_get(&self, path: &str) -> (u16, String) {
-        let Some(addr) = self.addr else {
-            return (0, "no address yet".into());
-        };
-        match volumed::server::client::get(addr, path, Duration::from_secs(10)) {
-            Ok((status, body)) => (status, String::from_utf8_lossy(&body).into_owned()),
-            Err(e) => (0, e.to_string()),
-        }
-    }
-
-    #[track_caller]
-    fn get(&self, path: &str) -> String {
-        let (status, body) = self.try_get(path);
-        assert_eq!(
-            status,
-            200,
-            "GET {path}: {body}\n--- daemon stderr tail ---\n{}",
-            self.log_tail()
-        );
-        body
-    }
-
-    fn state(&self) -> Value {
-        serde_json::from_str(&self.get("/debug/state")).unwrap()
-    }
-
-    fn metrics(&self) -> String {
-        self.get("/metrics")
-    }
-
-    /// SIGTERM; the daemon must exit 0 within 30 s.
-    #[track_caller]
-    fn stop(self) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.borrow().id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            let exited = self.child.borrow_mut().try_wait().unwrap();
-            if let Some(s) = exited {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not exit within 30 s of SIGTERM\n--- daemon stderr tail ---\n{}",
-                self.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        self.exited.set(true);
-        assert!(
-            status.success(),
-            "SIGTERM must exit 0, got {status}\n--- daemon stderr tail ---\n{}",
-            self.log_tail()
-        );
     }
 }
 
@@ -404,30 +162,6 @@ fn dev_of(device: &Path) -> DevId {
     }
 }
 
-/// Every target in a `/debug/state` or `dump` state document:
-/// mount path → (volume, state).
-fn targets(state: &Value) -> BTreeMap<PathBuf, (String, String)> {
-    let mut out = BTreeMap::new();
-    for v in state["volumes"].as_array().unwrap() {
-        let name = v["volume"].as_str().unwrap().to_owned();
-        if let Some(d) = v["device"].as_object() {
-            let path = PathBuf::from(d["mount_path"].as_str().unwrap_or("<no path>"));
-            out.insert(
-                path,
-                (name.clone(), d["state"].as_str().unwrap().to_owned()),
-            );
-        }
-        for p in v["pods"].as_array().unwrap() {
-            let path = PathBuf::from(p["mount_path"].as_str().unwrap());
-            out.insert(
-                path,
-                (name.clone(), p["state"].as_str().unwrap().to_owned()),
-            );
-        }
-    }
-    out
-}
-
 /// The targets of `pods` (all of [`full_pod`]'s volumes when `full`) plus
 /// the PV's device target.
 fn expected_targets(env: &Env, pods: &[&str], full: bool) -> Vec<PathBuf> {
@@ -440,21 +174,6 @@ fn expected_targets(env: &Env, pods: &[&str], full: bool) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-/// Whether `/debug/state` shows every path in `want` mounted.
-fn all_mounted(state: &Value, want: &[PathBuf]) -> bool {
-    let t = targets(state);
-    want.iter()
-        .all(|p| t.get(p).is_some_and(|(_, s)| s == "mounted"))
-}
-
-/// Whether no target of `uid` is in `/debug/state` any more (or only as not mounted).
-fn pod_gone_from_state(state: &Value, root: &Path, uid: &str) -> bool {
-    let prefix = root.join("pods").join(uid);
-    targets(state)
-        .iter()
-        .all(|(p, (_, s))| !p.starts_with(&prefix) || s == "not_mounted")
 }
 
 /// The mount table below the root is exactly: one ext4 mount of `dev` at
@@ -535,19 +254,6 @@ fn assert_mount_table(env: &Env, pods: &[&str], full: bool, dev: DevId) {
     );
 }
 
-/// The metric lines (name and labels → value) whose name is `name`.
-fn series(metrics: &str, name: &str) -> Vec<(String, f64)> {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .map(|l| {
-            let (k, v) = l.rsplit_once(' ').unwrap();
-            (k.to_owned(), v.parse().unwrap())
-        })
-        .collect()
-}
-
 /// A loop device holding a fresh ext4.
 fn ext4_loop(env: &Env) -> LoopDevice {
     let image = env.scratch.path().join("disk.img");
@@ -555,25 +261,7 @@ fn ext4_loop(env: &Env) -> LoopDevice {
     LoopDevice::attach(&image)
 }
 
-/// Deletes every manifest and waits until nothing is mounted below the root.
-fn delete_all_and_wait(env: &Env, daemon: &Daemon) {
-    for e in fs::read_dir(&env.pods).unwrap() {
-        fs::remove_file(e.unwrap().path()).unwrap();
-    }
-    daemon.wait_until("nothing mounted below the root", || {
-        env.mounts_below_root().is_empty()
-    });
-}
-
 // ---------------------------------------------------------------- tests
-
-/// Runs `body` as root in a private mount namespace, or says it was skipped.
-fn real(what: &str, body: fn()) {
-    if !support::require_root(what) {
-        return;
-    }
-    support::in_private_mount_ns(body);
-}
 
 #[test]
 fn every_volume_is_mounted_exactly_once() {
@@ -613,26 +301,6 @@ fn every_volume_is_mounted_exactly_once() {
             daemon.stop();
         },
     );
-}
-
-/// The paths below `dir`, relative, sorted (empty when it does not exist).
-fn tree(dir: &Path) -> Vec<PathBuf> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            out.push(p.strip_prefix(base).unwrap().to_owned());
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                walk(base, &p, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
 }
 
 #[test]

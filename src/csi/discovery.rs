@@ -98,7 +98,9 @@ impl Discovery {
                 let mut known = BTreeMap::new();
                 loop {
                     scan(&dir, &drivers, sys.as_ref(), &mut known);
-                    if watcher.wait_changed(Duration::from_secs(30)).is_none() {
+                    // None is also "timed out" or "nothing relevant", not only "stopped"
+                    let _ = watcher.wait_changed(Duration::from_secs(30));
+                    if watcher.is_stopped() {
                         break;
                     }
                 }

@@ -26,7 +26,7 @@ use crate::csi::CsiError;
 use crate::csi::client::{access_mode, mount_capability, proto_map};
 use crate::csi::proto::csi_v1 as pb;
 use crate::csi::registry::{Driver, Drivers};
-use crate::host::sys::{Errno, Sys};
+use crate::host::sys::{Errno, Sys, mkdir_all_beneath};
 use crate::journal::Permit;
 use crate::model::{
     CsiLifecycle, CsiParams, Layout, MountIdentity, Operation, PluginName, SecretRef, TargetParams,
@@ -114,10 +114,7 @@ impl CsiPlugin {
     ) -> Result<(), PluginError> {
         let root = self.layout.root();
         let at = beneath(op, root, dir)?;
-        match op.sys.mkdir_beneath(at, 0o750) {
-            Err(e) if e.errno() == Some(Errno::EEXIST) => {}
-            r => op.act(r)?,
-        }
+        op.act(mkdir_all_beneath(op.sys, at, 0o750))?;
         let json: BTreeMap<&str, &str> = fields.iter().copied().collect();
         let bytes = serde_json::to_vec(&json).unwrap_or_default();
         let file = dir.join(VOL_DATA_FILE);

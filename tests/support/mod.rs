@@ -1,6 +1,7 @@
 //! Real-kernel test harness: a private mount namespace per test, mount
 //! helpers, loop devices that cannot leak, and a root check; the test CSI
-//! driver as a child process is in [`csi_driver`].
+//! driver as a child process is in [`csi_driver`]; the daemon binary end to
+//! end ([`Env`](daemon::Env), [`Daemon`](daemon::Daemon)) in [`daemon`].
 //!
 //! Used by integration tests (`mod support;`) and benches
 //! (`#[path = "../tests/support/mod.rs"] mod support;`).
@@ -70,6 +71,7 @@ use nix::unistd::Pid;
 use volumed::host::mountinfo::MountTable;
 
 pub mod csi_driver;
+pub mod daemon;
 
 /// Set in the re-executed child: the name of the test it runs.
 const CHILD_ENV: &str = "VOLUMED_TEST_MOUNT_NS_CHILD";
