@@ -557,9 +557,6 @@ fn a_restart_with_the_journal_off_reissues_stage_and_publish() {
 /// After a `--journal off` restart re-issued NodeStage and NodePublish,
 /// deleting the pod must unpublish and unstage the volume like any other.
 #[test]
-#[ignore = "daemon bug: after a --journal off restart TearDown fails forever with \
-            'missing CSI arguments in target parameters' (the host-rebuilt target \
-            keeps no CSI arguments even after SetUp re-ran); see the report"]
 fn a_volume_rebuilt_with_the_journal_off_is_unpublished_and_unstaged() {
     real("restarts the daemon over CSI mounts", || {
         let (mut env, opts) = csi_env("volumed-csi-e2e-off-down-", "ReadWriteOnce", true);
@@ -705,10 +702,6 @@ fn a_driver_found_through_plugins_registry_is_registered_and_used() {
 /// reach the new process — and a new pod using the volume is published by
 /// it.
 #[test]
-#[ignore = "daemon bug: discovery tells a replaced registration socket by (dev, inode) only; \
-            the new socket file usually gets the freed inode back (ext4 /tmp here: 20 of 20 \
-            unlink+bind pairs), so unless a scan falls between unlink and bind the restarted \
-            driver is never registered again (flaky: ~1 in 6 alone, more in parallel)"]
 fn a_restarted_driver_is_registered_again_and_publishes_a_new_pod() {
     real("mounts through a CSI driver found by registration", || {
         let (env, opts, mut driver, daemon) = registered_driver("volumed-csi-e2e-rereg-");

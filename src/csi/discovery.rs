@@ -128,8 +128,13 @@ impl Drop for Discovery {
 
 /// One pass: registers new or replaced sockets, deregisters gone ones.
 /// `known` maps each socket to the identity of the file it was registered
-/// from (device and inode), so a replaced file registers again.
-fn scan(dir: &Path, drivers: &Drivers, sys: &dyn Sys, known: &mut BTreeMap<PathBuf, (u64, u64)>) {
+/// from (device, inode, change time), so a replaced file registers again.
+fn scan(
+    dir: &Path,
+    drivers: &Drivers,
+    sys: &dyn Sys,
+    known: &mut BTreeMap<PathBuf, (u64, u64, i128)>,
+) {
     let listing = match sys.read_dir(dir) {
         Ok(l) => l,
         Err(e) => {

@@ -132,7 +132,9 @@ impl Drivers {
                 flag: flag.clone(),
                 why: why.to_owned(),
             };
-            let (name, socket) = flag.split_once('=').ok_or_else(|| bad("expected NAME=SOCKET"))?;
+            let (name, socket) = flag
+                .split_once('=')
+                .ok_or_else(|| bad("expected NAME=SOCKET"))?;
             crate::model::check_component("CSI driver name", name)
                 .map_err(|e| bad(&e.to_string()))?;
             let socket = Path::new(socket);
@@ -246,7 +248,9 @@ mod tests {
             ("../x=/run/d.sock", "CSI driver name"),
             ("d=run/d.sock", "absolute"),
         ] {
-            let err = Drivers::from_flags(&flags(&[bad]), t, None).unwrap_err().to_string();
+            let err = Drivers::from_flags(&flags(&[bad]), t, None)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(bad) && err.contains(why), "{err}");
         }
         // a configured driver whose socket is not there: final, named

@@ -243,14 +243,17 @@ pub struct FileStat {
     pub perm: u32,
     /// the inode number
     pub ino: u64,
+    /// the inode's change time, ns since the epoch
+    pub ctime_ns: i128,
 }
 
 impl FileStat {
-    /// The file's identity: (device, inode), which a file replaced at the
-    /// same path does not share.
-    pub fn file_id(&self) -> (u64, u64) {
+    /// The file's identity: device, inode and change time. A file deleted
+    /// and made again at the same path often gets the freed inode back
+    /// (ext4 does), so the inode alone does not tell them apart.
+    pub fn file_id(&self) -> (u64, u64, i128) {
         let dev = (u64::from(self.dev.major) << 32) | u64::from(self.dev.minor);
-        (dev, self.ino)
+        (dev, self.ino, self.ctime_ns)
     }
 }
 

@@ -74,6 +74,46 @@ impl CsiPlugin {
             .ok_or_else(|| op.missing("CSI arguments"))
     }
 
+    /// The arguments an undo needs: the journal's, else — a target known
+    /// only from the host, as after a restart with the journal off — the
+    /// driver, handle and lifecycle from the `vol_data.json` beside it, as
+    /// the kubelet reads them for its TearDown and UnmountDevice.
+    fn undo_args(
+        &self,
+        op: &Op<'_>,
+        params: &TargetParams,
+        path: &Path,
+    ) -> Result<Arc<CsiParams>, PluginError> {
+        if let Some(c) = &params.csi {
+            return Ok(c.clone());
+        }
+        let missing = || op.missing("CSI arguments (no journal entry, no vol_data.json)");
+        let file = path.parent().ok_or_else(missing)?.join(VOL_DATA_FILE);
+        let data = crate::host::pod_dirs::read_vol_data(op.sys, &file)
+            .ok()
+            .flatten()
+            .ok_or_else(missing)?;
+        let (Some(driver), Some(handle)) = (data.driver_name, data.volume_handle) else {
+            return Err(missing());
+        };
+        Ok(Arc::new(CsiParams {
+            driver,
+            volume_handle: handle,
+            lifecycle: match data.volume_lifecycle_mode.as_deref() {
+                Some("Ephemeral") => CsiLifecycle::Ephemeral,
+                _ => CsiLifecycle::Persistent,
+            },
+            access_modes: Vec::new(),
+            read_only: false,
+            publish_context: BTreeMap::new(),
+            volume_context: BTreeMap::new(),
+            stage_secret: None,
+            publish_secret: None,
+            mount_group: None,
+            attachment_id: data.attachment_id.filter(|a| !a.is_empty()),
+        }))
+    }
+
     fn driver(&self, op: &Op<'_>, csi: &CsiParams) -> Result<Arc<Driver>, PluginError> {
         self.drivers
             .get(&csi.driver)
@@ -346,9 +386,9 @@ impl VolumePlugin for CsiPlugin {
 
     fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
         let mut op = Op::new(sys, Operation::TearDown, params);
-        let csi = self.csi(&op, params)?;
         let target = path_str(&op, params.pod_mount_path.as_deref(), "pod path")?;
-        let driver = self.driver(&op, csi)?;
+        let csi = self.undo_args(&op, params, Path::new(&target))?;
+        let driver = self.driver(&op, &csi)?;
         self.drivers
             .block_on(driver.client.unpublish(&csi.volume_handle, &target))
             .map_err(|e| self.rpc_err(&op, e))?;
@@ -364,9 +404,9 @@ impl VolumePlugin for CsiPlugin {
         sys: &dyn Sys,
     ) -> PluginResult {
         let mut op = Op::new(sys, Operation::UnmountDevice, params);
-        let csi = self.csi(&op, params)?;
         let staging = path_str(&op, params.device_mount_path.as_deref(), "staging path")?;
-        let driver = self.driver(&op, csi)?;
+        let csi = self.undo_args(&op, params, Path::new(&staging))?;
+        let driver = self.driver(&op, &csi)?;
         if driver.caps.stage_unstage {
             self.drivers
                 .block_on(driver.client.unstage(&csi.volume_handle, &staging))

@@ -467,6 +467,7 @@ fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
         rdev,
         perm: 0o755,
         ino: 0,
+        ctime_ns: 0,
     })
 }
 

@@ -70,6 +70,8 @@ pub(super) fn file_stat(st: &libc::statx, call: Call, path: &Path) -> Result<Fil
         },
         perm: m & 0o7777,
         ino: st.stx_ino,
+        ctime_ns: i128::from(st.stx_ctime.tv_sec) * 1_000_000_000
+            + i128::from(st.stx_ctime.tv_nsec),
     })
 }
 
