@@ -132,14 +132,7 @@ impl Layout {
     /// The dir name of a CSI volume handle under `csi/<driver>/`: the hex
     /// SHA-256 of the handle, as the kubelet names it.
     pub fn csi_handle_hash(volume_handle: &str) -> String {
-        use sha2::{Digest, Sha256};
-        use std::fmt::Write as _;
-        let digest = Sha256::digest(volume_handle.as_bytes());
-        digest.iter().fold(String::with_capacity(64), |mut s, b| {
-            // writing to a String cannot fail
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+        sha256_hex("", volume_handle.as_bytes())
     }
 
     /// The path a parsed value names (the inverse of [`Layout::parse`]).
@@ -612,6 +605,20 @@ fn device<'a>(
         }
         _ => Err(LayoutError::Unrecognised),
     }
+}
+
+/// `prefix` followed by the lowercase hex SHA-256 of `data`: how the
+/// kubelet names a CSI handle's dir, an inline volume's handle (`csi-…`)
+/// and a VolumeAttachment (`csi-…`).
+pub fn sha256_hex(prefix: &str, data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    let digest = Sha256::digest(data);
+    digest.iter().fold(String::from(prefix), |mut s, b| {
+        // writing to a String cannot fail
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 #[cfg(test)]

@@ -17,7 +17,9 @@ mod spec;
 mod target;
 
 pub use csi::{CsiLifecycle, CsiParams, CsiPodInfo, SecretRef};
-pub use layout::{Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE};
+pub use layout::{
+    Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE, sha256_hex,
+};
 pub use mount::{DevId, MountIdentity, SeLinuxContext, TMPFS};
 pub use names::{
     ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,

@@ -243,6 +243,13 @@ impl CsiPlugin {
     }
 }
 
+/// The kubelet's name of the VolumeAttachment of `handle` by `driver` to
+/// `node` (`getAttachmentName`: `csi-` and the hex SHA-256 of the three),
+/// which it writes as `attachmentID` in `vol_data.json`.
+pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
+    crate::model::sha256_hex("csi-", format!("{handle}{driver}{node}").as_bytes())
+}
+
 fn path_str(op: &Op<'_>, p: Option<&Path>, what: &'static str) -> Result<String, PluginError> {
     p.and_then(Path::to_str)
         .map(str::to_owned)
@@ -325,6 +332,13 @@ impl VolumePlugin for CsiPlugin {
         }
         let driver = self.driver(&op, csi)?;
         let selinux_label = params.selinux.as_ref().map(|c| c.as_str().to_owned());
+        let attachment_id = match (&csi.attachment_id, csi.lifecycle) {
+            (Some(id), _) => id.clone(),
+            (None, CsiLifecycle::Persistent) => {
+                attachment_name(&csi.volume_handle, &csi.driver, &self.node_name)
+            }
+            (None, CsiLifecycle::Ephemeral) => String::new(),
+        };
         if let Some(dir) = target_path.parent() {
             self.write_vol_data(
                 &mut op,
@@ -334,10 +348,7 @@ impl VolumePlugin for CsiPlugin {
                     ("volumeHandle", &csi.volume_handle),
                     ("driverName", &csi.driver),
                     ("nodeName", &self.node_name),
-                    (
-                        "attachmentID",
-                        csi.attachment_id.as_deref().unwrap_or_default(),
-                    ),
+                    ("attachmentID", &attachment_id),
                     ("volumeLifecycleMode", csi.lifecycle.as_str()),
                     (
                         "seLinuxMountContext",
@@ -415,5 +426,21 @@ impl VolumePlugin for CsiPlugin {
         }
         let left = self.clean_up(&mut op, Path::new(&staging), true)?;
         Ok(op.finished(left))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_attachment_name_is_the_kubelets_hash_of_handle_driver_and_node() {
+        let a = attachment_name("vol-1", "d.example.com", "node-1");
+        assert!(a.starts_with("csi-") && a.len() == 4 + 64, "{a}");
+        assert_eq!(
+            a,
+            crate::model::sha256_hex("csi-", b"vol-1d.example.comnode-1")
+        );
+        assert_ne!(a, attachment_name("vol-1", "d.example.com", "node-2"));
     }
 }

@@ -87,13 +87,7 @@ pub struct ParsedPod {
 /// The kubelet's handle of an inline CSI volume: `csi-` and the hex
 /// SHA-256 of the pod UID followed by the volume name.
 pub fn ephemeral_handle(uid: &PodUid, volume: &str) -> String {
-    use std::fmt::Write as _;
-    let digest = Sha256::digest(format!("{}{volume}", uid.as_str()).as_bytes());
-    digest.iter().fold(String::from("csi-"), |mut s, b| {
-        // writing to a String cannot fail
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    crate::model::sha256_hex("csi-", format!("{}{volume}", uid.as_str()).as_bytes())
 }
 
 /// The UID the kubelet's shape gives a pod without `metadata.uid`.
