@@ -87,7 +87,7 @@ impl CsiPlugin {
         if let Some(c) = &params.csi {
             return Ok(c.clone());
         }
-        let missing = || op.missing("CSI arguments (no journal entry, no vol_data.json)");
+        let missing = || op.missing("CSI arguments (neither a journal entry nor volume data)");
         let file = path.parent().ok_or_else(missing)?.join(VOL_DATA_FILE);
         let data = crate::host::pod_dirs::read_vol_data(op.sys, &file)
             .ok()
