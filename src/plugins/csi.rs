@@ -220,8 +220,11 @@ impl CsiPlugin {
         Ok(left)
     }
 
+    /// A failed RPC: final when the driver's status is (the kubelet's
+    /// `isFinalError`) — the dirs and `vol_data.json` made before the call
+    /// change no mount state — else uncertain.
     fn rpc_err(&self, op: &Op<'_>, e: CsiError) -> PluginError {
-        let certainty = if e.is_final() && !op.changed {
+        let certainty = if e.is_final() {
             Certainty::Final
         } else {
             Certainty::Uncertain
@@ -283,13 +286,15 @@ impl VolumePlugin for CsiPlugin {
                 ],
             )?;
         }
-        if !driver.caps.stage_unstage {
-            return Ok(Outcome::of(Action::AlreadyInPlace));
-        }
+        // The staging dir is made even for a driver that is never staged:
+        // after a restart its presence is what says "set up, no mount".
         let at = beneath(&op, self.layout.root(), staging_path)?;
         match op.sys.mkdir_beneath(at, 0o750) {
             Err(e) if e.errno() == Some(Errno::EEXIST) => {}
             r => op.act(r)?,
+        }
+        if !driver.caps.stage_unstage {
+            return Ok(Outcome::of(Action::AlreadyInPlace));
         }
         let secrets = self.secret(&op, csi.stage_secret.as_ref())?;
         let flags = Self::mount_flags(params, true);
