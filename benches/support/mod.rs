@@ -1,7 +1,8 @@
-//! What the daemon benches share (`benches/daemon.rs`, `benches/scale.rs`):
-//! spawning the real `volumed run` binary and waiting on its `/readyz` and
-//! `/metrics`, a minimal HTTP client, a fresh ext4 root on an autoclear loop
-//! device, and the process figures read from `/proc/<pid>` (CPU ticks, RSS).
+//! What the daemon benches share (`benches/daemon.rs`, `benches/scale.rs`,
+//! `benches/csi.rs`): spawning the real `volumed run` binary and waiting on
+//! its `/readyz` and `/metrics`, a minimal HTTP client, a fresh ext4 root on
+//! an autoclear loop device, and the process figures read from
+//! `/proc/<pid>` (CPU ticks, RSS).
 //!
 //! Included with `#[path = "support/mod.rs"] mod bench_support;` next to
 //! `#[path = "../tests/support/mod.rs"] mod support;` (the mount and loop
@@ -169,6 +170,20 @@ impl Daemon {
         boot_file: &Path,
         log: PathBuf,
     ) -> Daemon {
+        Daemon::start_with(root, journal, pods, objects, boot_file, log, &[])
+    }
+
+    /// [`Daemon::start`] with more `volumed run` arguments (before those of
+    /// [`extra_args`]), e.g. `--csi-driver NAME=SOCKET`.
+    pub fn start_with(
+        root: &Path,
+        journal: &Path,
+        pods: &Path,
+        objects: Option<&Path>,
+        boot_file: &Path,
+        log: PathBuf,
+        args: &[String],
+    ) -> Daemon {
         let mut cmd = Command::new(BIN);
         cmd.arg("run")
             .arg("--root-dir")
@@ -184,6 +199,7 @@ impl Daemon {
             .arg("--boot-id-file")
             .arg(boot_file)
             .args(["--poll-ms", &poll_ms()])
+            .args(args)
             .args(extra_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -327,6 +343,13 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(2));
         }
         start.elapsed()
+    }
+
+    /// SIGKILL and wait (a crash: no shutdown work at all). The mounts stay,
+    /// and so does its `daemon.json`: remove it before a restart.
+    pub fn kill_keep_mounts(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// [`Daemon::stop_keep_mounts`], then detach the root's mounts.
