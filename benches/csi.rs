@@ -17,15 +17,6 @@
 //! autoclear loop device, made a shared bind mount of itself as the daemon
 //! makes its own.
 //!
-//! **Workaround.** The daemon's CSI MountDevice and SetUp make the volume's
-//! dir (the one holding `vol_data.json`) with a single `mkdirat` in its
-//! parent, and nothing makes the parents (`plugins/kubernetes.io/csi/<driver>`
-//! and `pods/<uid>/volumes/kubernetes.io~csi`) on a fresh root, so every
-//! operation fails with ENOENT and is retried with backoff forever. Until
-//! that is fixed the bench makes those dirs itself (the driver's before the
-//! spawn, the pods' before the clock starts; not timed) and says so;
-//! `VOLUMED_BENCH_CSI_NO_WORKAROUND=1` leaves them to the daemon.
-//!
 //! 1. **Mass start.** P pods (200; quick 50) of one CSI volume each. The
 //!    daemon starts with its `--static-pods` dir missing and is waited on
 //!    until `/readyz` says 200; the clock starts when a fully written dir of
@@ -212,30 +203,6 @@ fn write_objects(n: usize, prefix: &str, objects: &Path) {
             list.to_string(),
         )
         .expect("write objects manifest");
-    }
-}
-
-/// Whether the bench makes `<root>/plugins/kubernetes.io/csi/<driver>/`
-/// before the daemon starts (see the module docs): yes, unless
-/// `VOLUMED_BENCH_CSI_NO_WORKAROUND=1`.
-fn workaround() -> bool {
-    !std::env::var("VOLUMED_BENCH_CSI_NO_WORKAROUND").is_ok_and(|v| v == "1")
-}
-
-/// With [`workaround`], makes the dirs under `root` in which the daemon
-/// makes each volume's dir with a single `mkdirat`: the driver's
-/// (`plugins/kubernetes.io/csi/<driver>`, for MountDevice) and each of the
-/// `pods` pods' `pods/<uid>/volumes/kubernetes.io~csi` (for SetUp).
-fn premake_dirs(root: &Path, pods: usize) {
-    if !workaround() {
-        return;
-    }
-    let layout = Layout::new(root);
-    let dir = layout.csi_device_dir(DRIVER, "x");
-    mkdirs(dir.parent().expect("the driver's dir"));
-    for i in 0..pods {
-        let pod = PodUid::new(uid(i)).expect("uid");
-        mkdirs(&layout.pod_volume_plugin_dir(&pod, PluginName::Csi));
     }
 }
 
@@ -469,7 +436,6 @@ fn mass_start(sizes: &Sizes, scratch: &Path, journals: &Path, boot_file: &Path) 
         ],
     );
     let ready = d.wait_ready(POLL, Duration::from_secs(120));
-    premake_dirs(&root, p);
     let t0 = Instant::now();
     fs::rename(&staged, &pods).expect("move the manifests into place");
     match d.wait_mounted(p as u64, t0, sizes.wait) {
@@ -613,7 +579,6 @@ fn restart(sizes: &Sizes, scratch: &Path, journals: &Path, boot_file: &Path) {
     let fs_dir = scratch.join("restart-fs");
     let dev = fresh_ext4(&fs_dir, EXT4_MB);
     let root = fs_dir.join("root");
-    premake_dirs(&root, r);
     let journal = journals.join("journal-restart");
     let mut d = Daemon::start_with(
         &root,
@@ -700,13 +665,6 @@ fn main() {
         env!("CARGO_BIN_EXE_volumed-testdriver"),
         journals.path().display()
     );
-    if workaround() {
-        println!(
-            "  workaround: the bench makes plugins/kubernetes.io/csi/{DRIVER}/ and each pod's \
-             volumes/kubernetes.io~csi/ (the daemon's CSI plugin mkdirs only the last component: \
-             ENOENT on a fresh root); VOLUMED_BENCH_CSI_NO_WORKAROUND=1 to see it fail"
-        );
-    }
     mass_start(&sizes, scratch.path(), journals.path(), &boot_file);
     restart(&sizes, scratch.path(), journals.path(), &boot_file);
     println!(

@@ -98,6 +98,9 @@ pub struct Drivers {
     ready: RwLock<BTreeMap<String, Arc<Driver>>>,
     /// flag drivers not connected yet: name → socket
     configured: RwLock<BTreeMap<String, PathBuf>>,
+    /// held while a flag driver is connected on first use, so the workers
+    /// that need it at once register it once
+    connecting: std::sync::Mutex<()>,
 }
 
 impl Drivers {
@@ -115,6 +118,7 @@ impl Drivers {
             seconds,
             ready: RwLock::new(BTreeMap::new()),
             configured: RwLock::new(BTreeMap::new()),
+            connecting: std::sync::Mutex::new(()),
         })
     }
 
@@ -161,7 +165,12 @@ impl Drivers {
 
     /// The usable driver `name`, connecting a configured one first.
     pub fn get(&self, name: &str) -> Result<Arc<Driver>, RegistryError> {
-        if let Some(d) = self.ready.read().ok().and_then(|r| r.get(name).cloned()) {
+        let ready = || self.ready.read().ok().and_then(|r| r.get(name).cloned());
+        if let Some(d) = ready() {
+            return Ok(d);
+        }
+        let _one_at_a_time = self.connecting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = ready() {
             return Ok(d);
         }
         let endpoint = self
