@@ -1050,6 +1050,11 @@ spec:
             ])
         );
         assert_eq!(publish_call["volume_mount_group"], FS_GROUP.to_string());
+        assert_eq!(
+            stage_call["volume_mount_group"],
+            FS_GROUP.to_string(),
+            "NodeStage gets the staging pod's fsGroup too, as the kubelet's MountDevice"
+        );
         assert_staged_and_published_once(&env, &[POD_A]);
 
         let dump = dump_json(&env, &daemon);

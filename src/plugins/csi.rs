@@ -298,6 +298,9 @@ impl VolumePlugin for CsiPlugin {
         }
         let secrets = self.secret(&op, csi.stage_secret.as_ref())?;
         let flags = Self::mount_flags(params, true);
+        let group = (driver.caps.volume_mount_group)
+            .then_some(csi.mount_group.as_deref())
+            .flatten();
         let req = pb::NodeStageVolumeRequest {
             volume_id: csi.volume_handle.clone(),
             publish_context: proto_map(&csi.publish_context),
@@ -305,7 +308,7 @@ impl VolumePlugin for CsiPlugin {
             volume_capability: Some(mount_capability(
                 params.fs_type.as_deref(),
                 &flags,
-                None,
+                group,
                 access_mode(&csi.access_modes, driver.caps),
             )),
             secrets: secrets.into_iter().collect(),

@@ -104,7 +104,18 @@ pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
         selinux: want.selinux.clone(),
         mount_options,
         fs_type,
-        csi: csi_params(&want.spec, None),
+        // NodeStage gets the fsGroup of the pod whose mount stages it, as
+        // the kubelet's MountDevice sends it; the pod's keys go to publish only
+        csi: csi_params(
+            &want.spec,
+            want.csi_pod
+                .as_deref()
+                .map(|p| CsiPodInfo {
+                    volume_context: Default::default(),
+                    mount_group: p.mount_group.clone(),
+                })
+                .as_ref(),
+        ),
         ..TargetParams::at(
             want.volume.clone(),
             want.plugin,
