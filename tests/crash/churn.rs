@@ -8,7 +8,8 @@
 //! file written to the persistent volume is still there. The number of
 //! targets a restart decides uncertain is measured with the journal and, on
 //! the same host state, with `--journal off` (both by the dry run while the
-//! daemon is down).
+//! daemon is down). Pods draw their volumes from `tmp`, `disk`, `pv` and
+//! `csi` (the test CSI driver runs for the whole churn).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -55,12 +56,12 @@ const POOL: usize = 8;
 pub fn run(iters: u64, seed: u64) -> ChurnReport {
     let mut rng = Rng::new(seed);
     let mut report = ChurnReport::default();
-    let mut node = Node::new(false);
+    let mut node = Node::new(false, true);
     node.checkpoint_every = Some(16);
     let pool: Vec<(String, Vec<Kind>)> = (0..POOL)
         .map(|i| {
             let mut kinds = Vec::new();
-            for k in [Kind::Tmp, Kind::Disk, Kind::Pv] {
+            for k in [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi] {
                 if rng.below(2) == 0 {
                     kinds.push(k);
                 }
@@ -135,9 +136,12 @@ pub fn run(iters: u64, seed: u64) -> ChurnReport {
                         && desired_before.contains_key(p)
                         && node.desired.contains_key(p)
                 }
-                Ref::Dev => desired_before.iter().any(|(p, k)| {
-                    k.contains(&Kind::Pv) && !touched.contains(p) && node.desired.contains_key(p)
-                }),
+                Ref::Dev | Ref::CsiDev => {
+                    let kind = if *r == Ref::Dev { Kind::Pv } else { Kind::Csi };
+                    desired_before.iter().any(|(p, k)| {
+                        k.contains(&kind) && !touched.contains(p) && node.desired.contains_key(p)
+                    })
+                }
             };
             if !kept {
                 continue;

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! describe   <free text>
-//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv
+//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi
 //! option     blank_device | checkpoint_every=<n>
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
 //! trigger    delete <pod> | add <pod>:<kinds>   # while the armed daemon runs, after it settled
@@ -12,6 +12,7 @@
 //! expect     mounts <ref>… | -              # exact mount points under the root after restart
 //! expect     uncertain <ref>… | -           # exact set the restart decides uncertain
 //! expect     ops <op>=<n>…                  # volumed_plugin_operations_total after restart
+//! expect     rpcs <Method>=<n>…             # the test CSI driver's calls after restart
 //! expect     metric <name>>=<n> | <name>=<n>
 //! expect     known dev                      # dump shows the device path and mount options
 //! expect     pod_dir_gone <pod>             # pods/<uid> removed by orphan cleanup
@@ -19,8 +20,8 @@
 //! expect_fail <bug>                         # a known daemon bug: the scenario must fail
 //! ```
 //!
-//! A `<ref>` is `<pod>/<kind>` (a pod target) or `dev` (the local PV's
-//! device target).
+//! A `<ref>` is `<pod>/<kind>` (a pod target), `dev` (the local PV's
+//! device target) or `csidev` (the CSI PV's staging target).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +35,9 @@ pub enum Kind {
     Disk,
     /// the local PV `pv-blk` (ext4 on a loop device): a device target and a bind
     Pv,
+    /// the CSI PV `pv-csi` of the test driver: a staging target (its tmpfs,
+    /// NodeStageVolume) and a publish target (a bind, NodePublishVolume)
+    Csi,
 }
 
 impl Kind {
@@ -43,6 +47,7 @@ impl Kind {
             Kind::Tmp => "tmp",
             Kind::Disk => "disk",
             Kind::Pv => "pv",
+            Kind::Csi => "csi",
         }
     }
 
@@ -51,7 +56,10 @@ impl Kind {
             "tmp" => Ok(Kind::Tmp),
             "disk" => Ok(Kind::Disk),
             "pv" => Ok(Kind::Pv),
-            other => Err(format!("unknown volume kind {other:?} (tmp, disk, pv)")),
+            "csi" => Ok(Kind::Csi),
+            other => Err(format!(
+                "unknown volume kind {other:?} (tmp, disk, pv, csi)"
+            )),
         }
     }
 }
@@ -61,19 +69,23 @@ impl Kind {
 pub enum Ref {
     /// the device target of `pv-blk`
     Dev,
+    /// the staging target of `pv-csi` (shared by every pod using it)
+    CsiDev,
     /// a pod's target of one kind
     Pod(String, Kind),
 }
 
 impl Ref {
-    /// Parses `dev` or `<pod>/<kind>`.
+    /// Parses `dev`, `csidev` or `<pod>/<kind>`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        if s == "dev" {
-            return Ok(Ref::Dev);
+        match s {
+            "dev" => return Ok(Ref::Dev),
+            "csidev" => return Ok(Ref::CsiDev),
+            _ => {}
         }
         let (pod, kind) = s
             .split_once('/')
-            .ok_or_else(|| format!("a target is `dev` or `<pod>/<kind>`, not {s:?}"))?;
+            .ok_or_else(|| format!("a target is `dev`, `csidev` or `<pod>/<kind>`, not {s:?}"))?;
         Ok(Ref::Pod(pod.to_owned(), Kind::parse(kind)?))
     }
 }
@@ -82,6 +94,7 @@ impl std::fmt::Display for Ref {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Ref::Dev => f.write_str("dev"),
+            Ref::CsiDev => f.write_str("csidev"),
             Ref::Pod(p, k) => write!(f, "{p}/{}", k.word()),
         }
     }
@@ -134,6 +147,8 @@ pub struct Expect {
     pub uncertain: Option<Vec<Ref>>,
     /// plugin operations re-issued after the restart, per operation
     pub ops: BTreeMap<String, u64>,
+    /// the test CSI driver's calls after the restart, per method
+    pub rpcs: BTreeMap<String, u64>,
     /// other metrics
     pub metrics: Vec<(String, Cmp, u64)>,
     /// the dump knows the device target's device path and mount options
@@ -202,6 +217,14 @@ fn change(words: &[&str], down: bool) -> Result<Change, String> {
     Ok(c)
 }
 
+/// The CSI node RPCs an `expect rpcs` line can count.
+pub const RPCS: [&str; 4] = [
+    "NodeStageVolume",
+    "NodePublishVolume",
+    "NodeUnpublishVolume",
+    "NodeUnstageVolume",
+];
+
 fn refs(words: &[&str]) -> Result<Vec<Ref>, String> {
     if words == ["-"] {
         return Ok(Vec::new());
@@ -225,6 +248,18 @@ fn expect(e: &mut Expect, words: &[&str]) -> Result<(), String> {
                     .ok_or_else(|| format!("ops wants <op>=<n>, not {w:?}"))?;
                 let n = n.parse().map_err(|_| format!("not a count: {w:?}"))?;
                 e.ops.insert(op.to_owned(), n);
+            }
+        }
+        ["rpcs", rest @ ..] => {
+            for w in rest {
+                let (method, n) = w
+                    .split_once('=')
+                    .ok_or_else(|| format!("rpcs wants <Method>=<n>, not {w:?}"))?;
+                if !RPCS.contains(&method) {
+                    return Err(format!("rpcs: unknown method {method:?} (one of {RPCS:?})"));
+                }
+                let n = n.parse().map_err(|_| format!("not a count: {w:?}"))?;
+                e.rpcs.insert(method.to_owned(), n);
             }
         }
         ["metric", m] => {
@@ -339,4 +374,24 @@ pub fn load_all(dir: &Path) -> Result<Vec<Fixture>, String> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+impl Fixture {
+    /// Whether a pod of the scenario (before the crash, triggered or added
+    /// while down) has a `csi` volume: the node then runs the test driver.
+    pub fn uses_csi(&self) -> bool {
+        let added = self
+            .trigger
+            .iter()
+            .chain(&self.down)
+            .filter_map(|c| match c {
+                Change::Add((_, kinds)) => Some(kinds),
+                _ => None,
+            });
+        self.pods
+            .iter()
+            .map(|(_, kinds)| kinds)
+            .chain(added)
+            .any(|kinds| kinds.contains(&Kind::Csi))
+    }
 }

@@ -1,6 +1,8 @@
 //! One node for the crash suites, inside the caller's private mount
 //! namespace: a scratch kubelet root, static pod and object dirs, a boot id
-//! file, an ext4 image on a loop device (the local PV `pv-blk`), and the
+//! file, an ext4 image on a loop device (the local PV `pv-blk`), with
+//! `csi` the test CSI driver (`volumed-testdriver`, the CSI PV `pv-csi`;
+//! started before the daemon and kept running across its restarts), and the
 //! real `volumed` binary started, SIGKILLed and restarted against them.
 //! The checks every suite shares live here too: convergence (mount table ×
 //! `/debug/state` × `dump` × the desired pods), the dry run's uncertain
@@ -21,12 +23,22 @@ use serde_json::Value;
 use volumed::host::mountinfo::MountTable;
 
 use crate::fixture::{Kind, Ref};
+use crate::support::csi_driver::{DriverOpts, TestDriver, read_calls};
 use crate::support::{LoopDevice, Scratch, mkdirs, mkfs_ext4, mount_tmpfs};
 
 /// The binary under test, built with `--features failpoints`.
 pub const BIN: &str = env!("CARGO_BIN_EXE_volumed");
 /// The PV every `pv` volume uses.
 pub const PV: &str = "pv-blk";
+/// The test CSI driver's name.
+pub const CSI_DRIVER: &str = "crash.csi.volumed.dev";
+/// The CSI PV every `csi` volume uses.
+pub const CSI_PV: &str = "pv-csi";
+/// Its volume handle.
+pub const CSI_HANDLE: &str = "vol-csi";
+/// `sha256sum` of [`CSI_HANDLE`] (computed outside the project): the
+/// staging dir's name.
+const CSI_HANDLE_SHA256: &str = "03f997d2a60cc8b9bb19d04e9fa6d0a0972b484ac0f5ec332d7daef532d88156";
 /// How long a daemon may take to converge.
 pub const CONVERGE: Duration = Duration::from_secs(30);
 
@@ -46,6 +58,9 @@ pub struct Daemon {
 
 /// The node.
 pub struct Node {
+    /// the test CSI driver, with `csi` (dropped, i.e. killed, before the
+    /// scratch dir goes)
+    pub driver: Option<TestDriver>,
     /// scratch dir (unmounts everything below it on drop)
     pub scratch: Scratch,
     /// `--root-dir`
@@ -92,8 +107,10 @@ pub struct Seen {
 }
 
 impl Node {
-    /// A fresh node; `blank` leaves the PV's device without a filesystem.
-    pub fn new(blank: bool) -> Node {
+    /// A fresh node; `blank` leaves the PV's device without a filesystem;
+    /// `csi` starts the test CSI driver and writes the CSI PV, its claim and
+    /// the CSIDriver object.
+    pub fn new(blank: bool, csi: bool) -> Node {
         // The suite's per-run prefix, so parallel runs do not see each other's
         // devices as leftovers.
         let prefix = std::env::var(crate::SCRATCH_ENV).unwrap_or_else(|_| "volumed-crash-".into());
@@ -108,7 +125,10 @@ impl Node {
             mkfs_ext4(&image, 64);
         }
         let dev = LoopDevice::attach(&image);
+        let driver =
+            csi.then(|| TestDriver::spawn(DriverOpts::in_dir(CSI_DRIVER, &base.join("driver"))));
         let node = Node {
+            driver,
             root: base.join("root"),
             jdir: base.join("journal"),
             pods_dir: base.join("pods"),
@@ -154,9 +174,16 @@ impl Node {
             "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {PV}}}\nspec:\n  capacity: {{storage: 64Mi}}\n  accessModes: [ReadWriteOnce]\n  mountOptions: [noatime]\n  claimRef: {{namespace: default, name: claim-blk}}\n  local: {{path: {dev}, fsType: ext4}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-blk, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeName: {PV}\n  resources:\n    requests: {{storage: 64Mi}}\n"
         );
         write_atomic(&self.objects_dir.join("pv.yaml"), &text);
+        if self.driver.is_some() {
+            let text = format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_PV}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteMany]\n  claimRef: {{namespace: default, name: claim-csi}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: {CSI_HANDLE}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csi, namespace: default}}\nspec:\n  accessModes: [ReadWriteMany]\n  volumeName: {CSI_PV}\n  resources:\n    requests: {{storage: 1Gi}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: {CSI_DRIVER}}}\nspec: {{attachRequired: false}}\n"
+            );
+            write_atomic(&self.objects_dir.join("csi.yaml"), &text);
+        }
     }
 
-    /// Removes the PV and its claim (no API server knows them any more).
+    /// Removes the local PV and its claim (no API server knows them any
+    /// more); the CSI objects stay.
     pub fn drop_objects(&self) {
         fs::remove_file(self.objects_dir.join("pv.yaml")).expect("remove objects");
     }
@@ -169,6 +196,7 @@ impl Node {
                 Kind::Tmp => "  - {name: tmp, emptyDir: {medium: Memory, sizeLimit: 1Mi}}\n",
                 Kind::Disk => "  - {name: disk, emptyDir: {}}\n",
                 Kind::Pv => "  - {name: pv, persistentVolumeClaim: {claimName: claim-blk}}\n",
+                Kind::Csi => "  - {name: csi, persistentVolumeClaim: {claimName: claim-csi}}\n",
             });
         }
         let text = format!(
@@ -192,12 +220,19 @@ impl Node {
                 .root
                 .join("plugins/kubernetes.io/local-volume/mounts")
                 .join(PV),
+            Ref::CsiDev => self
+                .root
+                .join("plugins/kubernetes.io/csi")
+                .join(CSI_DRIVER)
+                .join(CSI_HANDLE_SHA256)
+                .join("globalmount"),
             Ref::Pod(p, k) => {
                 let v = self.root.join("pods").join(uid(p)).join("volumes");
                 match k {
                     Kind::Tmp => v.join("kubernetes.io~empty-dir/tmp"),
                     Kind::Disk => v.join("kubernetes.io~empty-dir/disk"),
                     Kind::Pv => v.join("kubernetes.io~local-volume").join(PV),
+                    Kind::Csi => v.join("kubernetes.io~csi").join(CSI_PV).join("mount"),
                 }
             }
         }
@@ -205,14 +240,16 @@ impl Node {
 
     /// The target a path names, for any pod that was ever desired or is on disk.
     pub fn ref_of(&self, path: &Path) -> Option<Ref> {
-        if path == self.path(&Ref::Dev) {
-            return Some(Ref::Dev);
+        for r in [Ref::Dev, Ref::CsiDev] {
+            if path == self.path(&r) {
+                return Some(r);
+            }
         }
         let rel = path.strip_prefix(self.root.join("pods")).ok()?;
         let mut c = rel.components();
         let u = c.next()?.as_os_str().to_str()?;
         let pod = u.strip_prefix("crash-uid-")?;
-        [Kind::Tmp, Kind::Disk, Kind::Pv]
+        [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi]
             .into_iter()
             .map(|k| Ref::Pod(pod.to_owned(), k))
             .find(|r| self.path(r) == path)
@@ -230,6 +267,11 @@ impl Node {
                     Kind::Pv => {
                         m.insert(Ref::Pod(pod.clone(), *k), "ext4");
                         m.insert(Ref::Dev, "ext4");
+                    }
+                    // the driver's tmpfs, and a bind of it
+                    Kind::Csi => {
+                        m.insert(Ref::Pod(pod.clone(), *k), "tmpfs");
+                        m.insert(Ref::CsiDev, "tmpfs");
                     }
                     Kind::Disk => {}
                 }
@@ -284,6 +326,10 @@ impl Node {
             .stderr(fs::File::create(&log).expect("log file"));
         if let Some(n) = self.checkpoint_every {
             cmd.arg("--checkpoint-every").arg(n.to_string());
+        }
+        if let Some(d) = &self.driver {
+            cmd.arg("--csi-driver")
+                .arg(format!("{CSI_DRIVER}={}", d.endpoint().display()));
         }
         if self.journal_off {
             cmd.args(["--journal", "off"]);
@@ -744,6 +790,27 @@ impl Node {
             *m.entry(op).or_insert(0) += n;
         }
         Ok(m)
+    }
+
+    /// How many calls the test CSI driver has logged so far (0 without
+    /// one): the mark [`Node::rpcs_since`] counts from.
+    pub fn rpc_mark(&self) -> usize {
+        self.driver
+            .as_ref()
+            .map_or(0, |d| read_calls(&d.opts().state).len())
+    }
+
+    /// The driver's calls logged after `mark`, per method.
+    pub fn rpcs_since(&self, mark: usize) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        if let Some(d) = &self.driver {
+            for c in read_calls(&d.opts().state).iter().skip(mark) {
+                if let Some(method) = c["method"].as_str() {
+                    *m.entry(method.to_owned()).or_insert(0) += 1;
+                }
+            }
+        }
+        m
     }
 
     /// An unlabelled metric's value.

@@ -2,8 +2,9 @@
 //! crash point, let it settle and apply the triggers when there are any,
 //! require the death by SIGKILL at that point, apply the changes made while
 //! down, ask the dry run what a restart decides uncertain, restart, wait for
-//! convergence and check every expectation; stop it with SIGTERM and check
-//! the files written to the PV.
+//! convergence and check every expectation (with `expect rpcs`, the test
+//! CSI driver's calls since the restart began); stop it with SIGTERM and
+//! check the files written to the PV.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -13,6 +14,9 @@ use crate::node::{Node, PV};
 
 /// How long an armed daemon may take to reach its point.
 const CRASH_LIMIT: Duration = Duration::from_secs(30);
+/// How long a converged daemon with the CSI driver is watched for late
+/// RPCs before they are counted (ten `--poll-ms` periods).
+const SETTLE: Duration = Duration::from_secs(1);
 
 fn apply(node: &mut Node, c: &Change) {
     match c {
@@ -53,7 +57,10 @@ pub struct Figures {
 
 /// Runs the fixture; `Err` says what did not hold.
 pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
-    let mut node = Node::new(f.blank_device);
+    if !f.expect.rpcs.is_empty() && !f.uses_csi() {
+        return Err("`expect rpcs` needs a pod with a `csi` volume (the driver)".into());
+    }
+    let mut node = Node::new(f.blank_device, f.uses_csi());
     node.checkpoint_every = f.checkpoint_every;
     for (p, kinds) in &f.pods {
         node.add_pod(p, kinds);
@@ -96,13 +103,15 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
     figures.uncertain_on = on.len();
     figures.uncertain_off = off.len();
     let mut problems = Vec::new();
-    let want: Vec<String> = f
+    // sorted as strings, like `got` (`dev` and `csidev` sort after a pod)
+    let mut want: Vec<String> = f
         .expect
         .uncertain
         .iter()
         .flatten()
         .map(Ref::to_string)
         .collect();
+    want.sort();
     let got = refs_of(&node, &on);
     if got != want {
         problems.push(format!(
@@ -110,6 +119,7 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
         ));
     }
 
+    let rpc_mark = node.rpc_mark();
     node.start(None)?;
     let e = &f.expect;
     let gone: Vec<String> = e.pod_dir_gone.clone();
@@ -130,6 +140,13 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
         Ok(())
     };
     node.converge(&extra)?;
+    if f.uses_csi() {
+        // The node can look converged before the reconciler had its turns
+        // (a configured driver is connected on first use only): let it run
+        // a while so a late RPC is counted, and require it still converged.
+        std::thread::sleep(SETTLE);
+        node.converge(&extra)?;
+    }
 
     let seen: BTreeSet<String> = node
         .mounts()
@@ -152,6 +169,17 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
             problems.push(format!(
                 "{op} re-issued {got} times after restart, fixture says {n} (all: {ops:?})"
             ));
+        }
+    }
+    if !e.rpcs.is_empty() {
+        let rpcs = node.rpcs_since(rpc_mark);
+        for (method, n) in &e.rpcs {
+            let got = rpcs.get(method).copied().unwrap_or(0);
+            if got != *n {
+                problems.push(format!(
+                    "{method} called {got} times after restart, fixture says {n} (all: {rpcs:?})"
+                ));
+            }
         }
     }
     for (name, cmp, n) in &e.metrics {
