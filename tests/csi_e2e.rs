@@ -467,43 +467,42 @@ fn a_restart_with_the_journal_reissues_no_csi_rpc() {
         assert_eq!(volume_calls(&driver), [STAGE, PUBLISH]);
         let before = env.mounts_below_root();
 
-        // graceful
+        // graceful, then SIGKILL while idle: neither restart makes a call
         daemon.stop();
-        let daemon = env.start();
-        daemon.wait_until("mounted after the graceful restart", || {
-            mounted(&daemon, &want)
-        });
-        std::thread::sleep(Duration::from_secs(2));
-        assert_eq!(
-            volume_calls(&driver),
-            [STAGE, PUBLISH],
-            "no RPC after a graceful restart\n{}",
-            daemon.log_tail()
-        );
-        assert_staged_and_published_once(&env, &[POD_A]);
-        assert_eq!(env.mounts_below_root(), before);
-
-        // SIGKILL while idle
+        let daemon =
+            restarted_without_rpcs(&mut env, &driver, &want, &before, "a graceful restart");
         daemon.kill();
-        let daemon = env.start();
-        daemon.wait_until("mounted after SIGKILL and a restart", || {
-            mounted(&daemon, &want)
-        });
-        std::thread::sleep(Duration::from_secs(2));
-        assert_eq!(
-            volume_calls(&driver),
-            [STAGE, PUBLISH],
-            "no RPC after a SIGKILL and a restart\n{}",
-            daemon.log_tail()
-        );
-        assert_staged_and_published_once(&env, &[POD_A]);
-        assert_eq!(env.mounts_below_root(), before);
+        let daemon = restarted_without_rpcs(&mut env, &driver, &want, &before, "a SIGKILL");
         // the volume the journal carried over is torn down with its
         // journaled arguments
         delete_all_and_wait(&env, &driver, &daemon);
         assert_eq!(volume_calls(&driver), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE]);
         daemon.stop();
     });
+}
+
+/// Starts the daemon again after `how`: every volume is mounted again,
+/// exactly once as `before`, and the driver got no RPC beyond the first
+/// stage and publish.
+fn restarted_without_rpcs(
+    env: &mut Env,
+    driver: &TestDriver,
+    want: &[PathBuf],
+    before: &[MountInfo],
+    how: &str,
+) -> Daemon {
+    let daemon = env.start();
+    daemon.wait_until(&format!("mounted after {how}"), || mounted(&daemon, want));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        volume_calls(driver),
+        [STAGE, PUBLISH],
+        "no RPC after {how}\n{}",
+        daemon.log_tail()
+    );
+    assert_staged_and_published_once(env, &[POD_A]);
+    assert_eq!(env.mounts_below_root(), before);
+    daemon
 }
 
 /// Mounts one pod's volume, stops the daemon and starts it again with
