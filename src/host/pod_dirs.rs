@@ -20,7 +20,7 @@ use crate::host::scan::{
     DeviceName, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir, pod_uid, utf8,
 };
 use crate::host::sys::{Errno, FileKind, Sys};
-use crate::model::{Layout, PluginName};
+use crate::model::{CsiLifecycle, CsiParams, Layout, PluginName, check_component};
 
 /// Largest `vol_data.json` we read (the kubelet's are a few hundred bytes).
 const MAX_VOL_DATA_BYTES: u64 = 64 << 10;
@@ -53,6 +53,37 @@ pub struct VolData {
     /// every other key
     #[serde(flatten)]
     pub other: BTreeMap<String, String>,
+}
+
+impl VolData {
+    /// The CSI arguments this file gives — driver, handle, lifecycle,
+    /// attachment id: what undoing the target needs without a journal, as
+    /// the kubelet reads them for its TearDown and UnmountDevice — or what
+    /// is missing.
+    pub fn csi_params(&self) -> Result<CsiParams, &'static str> {
+        let (Some(driver), Some(handle)) = (&self.driver_name, &self.volume_handle) else {
+            return Err("no driverName or volumeHandle");
+        };
+        if check_component("CSI driver", driver).is_err() || handle.is_empty() {
+            return Err("driverName or volumeHandle is not usable");
+        }
+        Ok(CsiParams {
+            driver: driver.clone(),
+            volume_handle: handle.clone(),
+            lifecycle: match self.volume_lifecycle_mode.as_deref() {
+                Some("Ephemeral") => CsiLifecycle::Ephemeral,
+                _ => CsiLifecycle::Persistent,
+            },
+            access_modes: Vec::new(),
+            read_only: false,
+            publish_context: BTreeMap::new(),
+            volume_context: BTreeMap::new(),
+            stage_secret: None,
+            publish_secret: None,
+            mount_group: None,
+            attachment_id: self.attachment_id.clone().filter(|a| !a.is_empty()),
+        })
+    }
 }
 
 /// The entries of `dir` that are directories (by `lstat`), sorted by name.

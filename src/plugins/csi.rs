@@ -93,25 +93,7 @@ impl CsiPlugin {
             .ok()
             .flatten()
             .ok_or_else(missing)?;
-        let (Some(driver), Some(handle)) = (data.driver_name, data.volume_handle) else {
-            return Err(missing());
-        };
-        Ok(Arc::new(CsiParams {
-            driver,
-            volume_handle: handle,
-            lifecycle: match data.volume_lifecycle_mode.as_deref() {
-                Some("Ephemeral") => CsiLifecycle::Ephemeral,
-                _ => CsiLifecycle::Persistent,
-            },
-            access_modes: Vec::new(),
-            read_only: false,
-            publish_context: BTreeMap::new(),
-            volume_context: BTreeMap::new(),
-            stage_secret: None,
-            publish_secret: None,
-            mount_group: None,
-            attachment_id: data.attachment_id.filter(|a| !a.is_empty()),
-        }))
+        data.csi_params().map(Arc::new).map_err(|_| missing())
     }
 
     fn driver(&self, op: &Op<'_>, csi: &CsiParams) -> Result<Arc<Driver>, PluginError> {

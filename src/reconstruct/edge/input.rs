@@ -13,7 +13,7 @@ use crate::host::scan::{
 use crate::host::sys::{FileKind, Sys};
 use crate::journal::JournalState;
 use crate::model::{
-    CsiLifecycle, CsiParams, PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName,
+    PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName,
     VOL_DATA_FILE,
 };
 
@@ -347,34 +347,19 @@ fn csi_rebuild(vol_data: Option<&VolData>, target: &Path) -> Rebuild {
     let Some(v) = vol_data else {
         return missing("missing or unreadable");
     };
-    let (Some(driver), Some(handle)) = (&v.driver_name, &v.volume_handle) else {
-        return missing("no driverName or volumeHandle");
-    };
-    if crate::model::check_component("CSI driver", driver).is_err() || handle.is_empty() {
-        return missing("driverName or volumeHandle is not usable");
-    }
-    let lifecycle = match v.volume_lifecycle_mode.as_deref() {
-        Some("Ephemeral") => CsiLifecycle::Ephemeral,
-        _ => CsiLifecycle::Persistent,
+    let csi = match v.csi_params() {
+        Ok(c) => c,
+        Err(what) => return missing(what),
     };
     Rebuild::Ready {
-        volume: UniqueVolumeName::shared(PluginName::Csi, &format!("{driver}^{handle}")),
+        volume: UniqueVolumeName::shared(
+            PluginName::Csi,
+            &format!("{}^{}", csi.driver, csi.volume_handle),
+        ),
         selinux: v
             .selinux_mount_context
             .as_deref()
             .and_then(|c| SeLinuxContext::parse(c).ok()),
-        csi: Some(std::sync::Arc::new(CsiParams {
-            driver: driver.clone(),
-            volume_handle: handle.clone(),
-            lifecycle,
-            access_modes: Vec::new(),
-            read_only: false,
-            publish_context: Default::default(),
-            volume_context: Default::default(),
-            stage_secret: None,
-            publish_secret: None,
-            mount_group: None,
-            attachment_id: v.attachment_id.clone().filter(|a| !a.is_empty()),
-        })),
+        csi: Some(std::sync::Arc::new(csi)),
     }
 }
