@@ -161,7 +161,6 @@ impl CsiPlugin {
         &self,
         op: &mut Op<'_>,
         path: &Path,
-        remove_path: bool,
     ) -> Result<Vec<std::path::PathBuf>, PluginError> {
         if let Ok(true) = op.sys.mount_root(path) {
             return Err(PluginError::StillMounted {
@@ -173,31 +172,20 @@ impl CsiPlugin {
             });
         }
         let root = self.layout.root();
+        let at = beneath(op, root, path)?;
+        let Some(dir) = at.parent() else {
+            return Ok(Vec::new());
+        };
+        let data = dir.rel.join(VOL_DATA_FILE);
         let mut left = Vec::new();
-        let Some(dir) = path.parent() else {
-            return Ok(left);
-        };
-        let rel = |p: &Path| p.strip_prefix(root).map(Path::to_path_buf).ok();
-        let (Some(rel_path), Some(rel_data), Some(rel_dir)) =
-            (rel(path), rel(&dir.join(VOL_DATA_FILE)), rel(dir))
-        else {
-            beneath(op, root, path)?;
-            return Ok(left);
-        };
-        let gone_ok = |r: Result<(), crate::host::sys::SysError>| match r {
-            Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(()),
-            r => r,
-        };
-        if remove_path {
-            match op.sys.remove_beneath(root, &rel_path, true) {
-                Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => left.push(path.to_owned()),
-                r => op.act(gone_ok(r))?,
+        // the mount dir, vol_data.json, their dir; gone already is fine,
+        // a dir not empty is left and reported
+        for (rel, is_dir) in [(at.rel, true), (data.as_path(), false), (dir.rel, true)] {
+            match op.sys.remove_beneath(root, rel, is_dir) {
+                Err(e) if e.errno() == Some(Errno::ENOENT) => {}
+                Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => left.push(root.join(rel)),
+                r => op.act(r)?,
             }
-        }
-        op.act(gone_ok(op.sys.remove_beneath(root, &rel_data, false)))?;
-        match op.sys.remove_beneath(root, &rel_dir, true) {
-            Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => left.push(dir.to_owned()),
-            r => op.act(gone_ok(r))?,
         }
         Ok(left)
     }
@@ -219,12 +207,43 @@ impl CsiPlugin {
         }
     }
 
-    fn mount_flags(params: &TargetParams, selinux: bool) -> Vec<String> {
+    /// The volume capability of a stage or publish call: fs type, mount
+    /// flags (with `context="…"` when `labels` — the call that mounts the
+    /// superblock: NodeStage when the volume is staged, else NodePublish),
+    /// the fsGroup for a driver with VOLUME_MOUNT_GROUP, the access mode.
+    fn capability(
+        params: &TargetParams,
+        csi: &CsiParams,
+        driver: &Driver,
+        labels: bool,
+    ) -> pb::VolumeCapability {
         let mut flags = params.mount_options.to_vec();
-        if selinux && let Some(ctx) = &params.selinux {
+        if labels && let Some(ctx) = &params.selinux {
             flags.push(format!("context=\"{}\"", ctx.as_str()));
         }
-        flags
+        let group = (driver.caps.volume_mount_group)
+            .then_some(csi.mount_group.as_deref())
+            .flatten();
+        mount_capability(
+            params.fs_type.as_deref(),
+            &flags,
+            group,
+            access_mode(&csi.access_modes, driver.caps),
+        )
+    }
+
+    /// Makes one call, its failure final or uncertain ([`Self::rpc_err`]).
+    fn call<T>(
+        &self,
+        op: &mut Op<'_>,
+        rpc: impl std::future::Future<Output = Result<T, CsiError>>,
+    ) -> Result<T, PluginError> {
+        let out = self
+            .drivers
+            .block_on(rpc)
+            .map_err(|e| self.rpc_err(op, e))?;
+        op.changed = true;
+        Ok(out)
     }
 }
 
@@ -278,28 +297,18 @@ impl VolumePlugin for CsiPlugin {
         if !driver.caps.stage_unstage {
             return Ok(Outcome::of(Action::AlreadyInPlace));
         }
-        let secrets = self.secret(&op, csi.stage_secret.as_ref())?;
-        let flags = Self::mount_flags(params, true);
-        let group = (driver.caps.volume_mount_group)
-            .then_some(csi.mount_group.as_deref())
-            .flatten();
         let req = pb::NodeStageVolumeRequest {
             volume_id: csi.volume_handle.clone(),
             publish_context: proto_map(&csi.publish_context),
             staging_target_path: staging.clone(),
-            volume_capability: Some(mount_capability(
-                params.fs_type.as_deref(),
-                &flags,
-                group,
-                access_mode(&csi.access_modes, driver.caps),
-            )),
-            secrets: secrets.into_iter().collect(),
+            volume_capability: Some(Self::capability(params, csi, &driver, true)),
+            secrets: self
+                .secret(&op, csi.stage_secret.as_ref())?
+                .into_iter()
+                .collect(),
             volume_context: proto_map(&csi.volume_context),
         };
-        self.drivers
-            .block_on(driver.client.stage(req))
-            .map_err(|e| self.rpc_err(&op, e))?;
-        op.changed = true;
+        self.call(&mut op, driver.client.stage(req))?;
         Ok(Outcome::seen(
             Action::Performed,
             self.observe(&op, staging_path)?,
@@ -353,32 +362,20 @@ impl VolumePlugin for CsiPlugin {
         } else {
             String::new()
         };
-        let secrets = self.secret(&op, csi.publish_secret.as_ref())?;
-        // The label goes to the superblock's mount: NodeStage's when the
-        // volume is staged, else NodePublish's.
-        let flags = Self::mount_flags(params, !staged);
-        let group = (driver.caps.volume_mount_group)
-            .then_some(csi.mount_group.as_deref())
-            .flatten();
         let req = pb::NodePublishVolumeRequest {
             volume_id: csi.volume_handle.clone(),
             publish_context: proto_map(&csi.publish_context),
             staging_target_path: staging,
             target_path: target.clone(),
-            volume_capability: Some(mount_capability(
-                params.fs_type.as_deref(),
-                &flags,
-                group,
-                access_mode(&csi.access_modes, driver.caps),
-            )),
+            volume_capability: Some(Self::capability(params, csi, &driver, !staged)),
             readonly: csi.read_only,
-            secrets: secrets.into_iter().collect(),
+            secrets: self
+                .secret(&op, csi.publish_secret.as_ref())?
+                .into_iter()
+                .collect(),
             volume_context: proto_map(&csi.volume_context),
         };
-        self.drivers
-            .block_on(driver.client.publish(req))
-            .map_err(|e| self.rpc_err(&op, e))?;
-        op.changed = true;
+        self.call(&mut op, driver.client.publish(req))?;
         Ok(Outcome::seen(
             Action::Performed,
             self.observe(&op, target_path)?,
@@ -390,11 +387,11 @@ impl VolumePlugin for CsiPlugin {
         let target = path_str(&op, params.pod_mount_path.as_deref(), "pod path")?;
         let csi = self.undo_args(&op, params, Path::new(&target))?;
         let driver = self.driver(&op, &csi)?;
-        self.drivers
-            .block_on(driver.client.unpublish(&csi.volume_handle, &target))
-            .map_err(|e| self.rpc_err(&op, e))?;
-        op.changed = true;
-        let left = self.clean_up(&mut op, Path::new(&target), true)?;
+        self.call(
+            &mut op,
+            driver.client.unpublish(&csi.volume_handle, &target),
+        )?;
+        let left = self.clean_up(&mut op, Path::new(&target))?;
         Ok(op.finished(left))
     }
 
@@ -409,12 +406,9 @@ impl VolumePlugin for CsiPlugin {
         let csi = self.undo_args(&op, params, Path::new(&staging))?;
         let driver = self.driver(&op, &csi)?;
         if driver.caps.stage_unstage {
-            self.drivers
-                .block_on(driver.client.unstage(&csi.volume_handle, &staging))
-                .map_err(|e| self.rpc_err(&op, e))?;
-            op.changed = true;
+            self.call(&mut op, driver.client.unstage(&csi.volume_handle, &staging))?;
         }
-        let left = self.clean_up(&mut op, Path::new(&staging), true)?;
+        let left = self.clean_up(&mut op, Path::new(&staging))?;
         Ok(op.finished(left))
     }
 }

@@ -13,8 +13,7 @@ use crate::host::scan::{
 use crate::host::sys::{FileKind, Sys};
 use crate::journal::JournalState;
 use crate::model::{
-    PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName,
-    VOL_DATA_FILE,
+    PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName, VOL_DATA_FILE,
 };
 
 use crate::reconstruct::{
