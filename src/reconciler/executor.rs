@@ -21,7 +21,7 @@ use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
 
 use super::jobs::{AswUpdate, Job, JobError, JobReport};
-use super::params::{plugin_steps, setup_steps};
+use super::params::{op_steps, setup_steps};
 
 /// Runs jobs. Cheap to share between worker threads.
 pub struct Executor {
@@ -288,7 +288,7 @@ impl Executor {
         if needs {
             self.journaled(
                 Operation::FormatDevice,
-                Steps::Multi,
+                op_steps(Operation::FormatDevice, dev.plugin),
                 dev,
                 r,
                 announced,
@@ -297,7 +297,7 @@ impl Executor {
         }
         let res = self.journaled(
             Operation::MountDevice,
-            plugin_steps(dev.plugin, Steps::Single),
+            op_steps(Operation::MountDevice, dev.plugin),
             dev,
             r,
             announced,
@@ -395,7 +395,7 @@ impl Executor {
             .ok_or(JobError::NoPlugin(params.plugin))?;
         self.journaled(
             Operation::TearDown,
-            plugin_steps(params.plugin, Steps::Single),
+            op_steps(Operation::TearDown, params.plugin),
             params,
             r,
             announced,
@@ -423,7 +423,7 @@ impl Executor {
             .ok_or(JobError::NoPlugin(params.plugin))?;
         self.journaled(
             Operation::UnmountDevice,
-            plugin_steps(params.plugin, Steps::Single),
+            op_steps(Operation::UnmountDevice, params.plugin),
             params,
             r,
             announced,

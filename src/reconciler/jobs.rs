@@ -15,7 +15,7 @@ use crate::model::{
 use crate::plugins::PluginError;
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
 
-use super::params::{device_params, plugin_steps, pod_params, setup_steps};
+use super::params::{device_params, op_steps, pod_params, setup_steps};
 use super::pending::OpKey;
 use super::plan::Action;
 
@@ -100,12 +100,12 @@ impl Job {
             } => Some((Operation::SetUp, setup_steps(&want.spec), pod)),
             Job::TearDown { params } => Some((
                 Operation::TearDown,
-                plugin_steps(params.plugin, Steps::Single),
+                op_steps(Operation::TearDown, params.plugin),
                 params,
             )),
             Job::UnmountDevice { params } => Some((
                 Operation::UnmountDevice,
-                plugin_steps(params.plugin, Steps::Single),
+                op_steps(Operation::UnmountDevice, params.plugin),
                 params,
             )),
             Job::ForceCleanup { params } => {

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::model::{
-    CsiLifecycle, CsiParams, CsiPodInfo, Layout, MountOptions, PluginName, SharedPath, SharedStr,
-    Steps, StorageMedium, TargetKind, TargetParams, TargetRef, VolumeSpec,
+    CsiLifecycle, CsiParams, CsiPodInfo, Layout, MountOptions, Operation, PluginName, SharedPath,
+    SharedStr, Steps, StorageMedium, TargetKind, TargetParams, TargetRef, VolumeSpec,
 };
 use crate::state::VolumeToMount;
 
@@ -25,13 +25,14 @@ pub fn setup_steps(spec: &VolumeSpec) -> Steps {
     }
 }
 
-/// The steps of an operation on a target of `plugin` whose own plugin
-/// would make it `steps`: every CSI operation is an RPC, so several.
-pub fn plugin_steps(plugin: PluginName, steps: Steps) -> Steps {
-    if plugin == PluginName::Csi {
-        Steps::Multi
-    } else {
-        steps
+/// Whether `op` (any but SetUp, see [`setup_steps`]) on a target of
+/// `plugin` is one syscall or several: formatting runs mkfs, and every CSI
+/// operation is an RPC whose effect is not one syscall the host shows; the
+/// mounts and unmounts of volumed's own plugins are one syscall.
+pub fn op_steps(op: Operation, plugin: PluginName) -> Steps {
+    match (op, plugin) {
+        (Operation::FormatDevice, _) | (_, PluginName::Csi) => Steps::Multi,
+        _ => Steps::Single,
     }
 }
 
