@@ -13,7 +13,8 @@ use crate::host::scan::{
 use crate::host::sys::{FileKind, Sys};
 use crate::journal::JournalState;
 use crate::model::{
-    PluginName, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName, VOL_DATA_FILE,
+    CsiLifecycle, PluginName, PodUid, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName,
+    VOL_DATA_FILE,
 };
 
 use crate::reconstruct::{
@@ -261,7 +262,7 @@ fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
             let spec = t.vol_data.as_ref().and_then(|v| v.spec_vol_id.clone());
             (
                 spec.unwrap_or_else(|| handle_hash.clone()),
-                csi_rebuild(t.vol_data.as_ref(), &t.path),
+                csi_rebuild(t.vol_data.as_ref(), &t.path, None),
             )
         }
     };
@@ -291,7 +292,11 @@ fn pod_target(t: PodTarget) -> HostTarget {
     // the name follows from the path: built only if the target is rebuilt
     let rebuild = match t.plugin {
         PluginName::EmptyDir | PluginName::HostPath | PluginName::LocalVolume => Rebuild::FromPath,
-        PluginName::Csi => csi_rebuild(t.vol_data.as_ref(), &t.path),
+        PluginName::Csi => csi_rebuild(
+            t.vol_data.as_ref(),
+            &t.path,
+            Some((&t.pod_uid, &t.spec_name)),
+        ),
     };
     let observation = match t.observed {
         Observed::Mounted(seen) => HostObservation::Mounted(ObservedMount {
@@ -339,7 +344,7 @@ fn unknown_target(table: &MountIndex<'_>, d: &UnknownPluginDir) -> HostTarget {
 
 /// A CSI target's unique name `kubernetes.io/csi/<driver>^<handle>` and
 /// label, from the `vol_data.json` beside it.
-fn csi_rebuild(vol_data: Option<&VolData>, target: &Path) -> Rebuild {
+fn csi_rebuild(vol_data: Option<&VolData>, target: &Path, pod: Option<(&PodUid, &str)>) -> Rebuild {
     let missing = |what: &str| Rebuild::MissingMetadata {
         what: format!("{VOL_DATA_FILE} beside {}: {what}", target.display()),
     };
@@ -350,15 +355,64 @@ fn csi_rebuild(vol_data: Option<&VolData>, target: &Path) -> Rebuild {
         Ok(c) => c,
         Err(what) => return missing(what),
     };
-    Rebuild::Ready {
-        volume: UniqueVolumeName::shared(
+    // an inline volume is named per pod, as the DSW names it; a wrong name
+    // would tear down a running pod's volume to publish it again
+    let volume = match (csi.lifecycle, pod) {
+        (CsiLifecycle::Ephemeral, Some((uid, spec_name))) => {
+            UniqueVolumeName::per_pod(PluginName::Csi, uid, spec_name)
+        }
+        _ => UniqueVolumeName::shared(
             PluginName::Csi,
             &format!("{}^{}", csi.driver, csi.volume_handle),
         ),
+    };
+    Rebuild::Ready {
+        volume,
         selinux: v
             .selinux_mount_context
             .as_deref()
             .and_then(|c| SeLinuxContext::parse(c).ok()),
         csi: Some(std::sync::Arc::new(csi)),
+    }
+}
+
+#[cfg(test)]
+mod csi_rebuild_tests {
+    use super::*;
+
+    fn vol_data(mode: &str) -> VolData {
+        serde_json::from_value(serde_json::json!({
+            "driverName": "d.example.com",
+            "volumeHandle": "csi-abc",
+            "volumeLifecycleMode": mode,
+        }))
+        .unwrap()
+    }
+
+    fn name(r: Rebuild) -> String {
+        match r {
+            Rebuild::Ready { volume, .. } => volume.as_str().to_owned(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_rebuilt_csi_target_is_named_as_the_dsw_names_it() {
+        let uid = PodUid::new("u1").unwrap();
+        let path = Path::new("/r/pods/u1/volumes/kubernetes.io~csi/scratch/mount");
+        let pod = Some((&uid, "scratch"));
+        assert_eq!(
+            name(csi_rebuild(Some(&vol_data("Ephemeral")), path, pod)),
+            "kubernetes.io/csi/u1-scratch",
+            "an inline volume is per pod"
+        );
+        assert_eq!(
+            name(csi_rebuild(Some(&vol_data("Persistent")), path, pod)),
+            "kubernetes.io/csi/d.example.com^csi-abc"
+        );
+        assert!(matches!(
+            csi_rebuild(None, path, pod),
+            Rebuild::MissingMetadata { .. }
+        ));
     }
 }
