@@ -678,3 +678,79 @@ fn the_registration_socket_describes_the_driver_and_logs_the_status() {
         );
     });
 }
+
+/// volumed's own client (`CsiClient`, what the daemon calls through) against
+/// the real driver: every Identity and Node call it offers, the metric it
+/// records, and a driver's status as a final or not-final error.
+#[test]
+fn volumeds_client_makes_every_call_and_counts_it() {
+    in_ns("mounts tmpfs and binds", || async {
+        let (scratch, opts, staging, target) = layout("csi-td-client-");
+        let driver = TestDriver::spawn(opts);
+        let registry = prometheus::Registry::new();
+        let seconds = prometheus::HistogramVec::new(
+            prometheus::HistogramOpts::new("csi_operations_seconds", "test"),
+            &["driver_name", "method_name", "grpc_status_code", "migrated"],
+        )
+        .unwrap();
+        registry.register(Box::new(seconds.clone())).unwrap();
+        let channel = connect_unix(driver.endpoint()).await.expect("connect");
+        let client = volumed::csi::CsiClient::new(
+            DRIVER,
+            channel,
+            Duration::from_secs(10),
+            Some(seconds.clone()),
+        );
+        let (name, _version) = client.plugin_info().await.unwrap();
+        assert_eq!(name, DRIVER);
+        let services = client.plugin_capabilities().await.unwrap();
+        assert!(!services.iter().any(|s| s == "UNKNOWN"), "{services:?}");
+        assert!(client.probe().await.unwrap(), "ready");
+        assert!(!client.node_info().await.unwrap().is_empty());
+        let caps = client.node_caps().await.unwrap();
+        assert!(caps.stage_unstage && caps.volume_stats && caps.volume_condition);
+
+        client.stage(stage_req(&staging)).await.unwrap();
+        client
+            .publish(publish_req(&staging, &target, false))
+            .await
+            .unwrap();
+        let stats = client
+            .volume_stats(VOL, target.to_str().unwrap(), staging.to_str())
+            .await
+            .unwrap();
+        let (available, total, used) = stats.bytes.expect("byte usage");
+        assert!(total > 0 && available <= total && used >= 0, "{stats:?}");
+        assert!(stats.inodes.is_some(), "{stats:?}");
+        assert_eq!(stats.condition.map(|c| c.0), Some(false), "healthy");
+        client
+            .unpublish(VOL, target.to_str().unwrap())
+            .await
+            .unwrap();
+        client
+            .unstage(VOL, staging.to_str().unwrap())
+            .await
+            .unwrap();
+        assert!(mounts_at(&staging).is_empty() && mounts_at(&target).is_empty());
+
+        driver.set_faults(json!([
+            {"method": "NodeStageVolume", "code": "Unavailable", "times": 1},
+            {"method": "NodeStageVolume", "code": "InvalidArgument", "times": 1}
+        ]));
+        let e = client.stage(stage_req(&staging)).await.unwrap_err();
+        assert!(!e.is_final(), "Unavailable is not final: {e}");
+        let e = client.stage(stage_req(&staging)).await.unwrap_err();
+        assert!(e.is_final(), "InvalidArgument is final: {e}");
+        assert!(e.to_string().contains("NodeStageVolume") && e.to_string().contains(DRIVER));
+
+        let stage_calls = |code: &str| {
+            seconds
+                .with_label_values(&[DRIVER, "/csi.v1.Node/NodeStageVolume", code, "false"])
+                .get_sample_count()
+        };
+        assert_eq!(stage_calls("OK"), 1);
+        assert_eq!(stage_calls("Unavailable"), 1);
+        assert_eq!(stage_calls("InvalidArgument"), 1);
+        drop(scratch);
+    });
+}

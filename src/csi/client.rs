@@ -170,11 +170,6 @@ impl CsiClient {
         }
     }
 
-    /// The driver's name.
-    pub fn driver(&self) -> &str {
-        &self.driver
-    }
-
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         r.set_timeout(self.timeout);
@@ -230,6 +225,29 @@ impl CsiClient {
             )
             .await?;
         Ok((r.name, r.vendor_version))
+    }
+
+    /// `GetPluginCapabilities`: the plugin services the driver offers
+    /// (`CONTROLLER_SERVICE`, …; values newer than this build by number).
+    pub async fn plugin_capabilities(&self) -> Result<Vec<String>, CsiError> {
+        use pb::plugin_capability::{Type, service};
+        let mut c = IdentityClient::new(self.channel.clone());
+        let r = self
+            .timed(
+                "/csi.v1.Identity/GetPluginCapabilities",
+                c.get_plugin_capabilities(self.request(pb::GetPluginCapabilitiesRequest {})),
+            )
+            .await?;
+        Ok(r.capabilities
+            .iter()
+            .filter_map(|c| match &c.r#type {
+                Some(Type::Service(s)) => Some(match service::Type::try_from(s.r#type) {
+                    Ok(t) => t.as_str_name().to_owned(),
+                    Err(_) => s.r#type.to_string(),
+                }),
+                _ => None,
+            })
+            .collect())
     }
 
     /// `Probe`: whether the driver is ready (an unset answer means ready).

@@ -232,14 +232,6 @@ impl Drivers {
         tracing::info!(driver = %name, socket = %socket.display(), "CSI driver deregistered");
         Some(name)
     }
-
-    /// The names of the usable drivers.
-    pub fn names(&self) -> Vec<String> {
-        self.ready
-            .read()
-            .map(|r| r.keys().cloned().collect())
-            .unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
