@@ -215,6 +215,9 @@ impl Executor {
         }
         let (params, op) = match job {
             Job::Mount { pod, .. } => (pod, StorageOperation::VolumeMount),
+            // the kubelet has no operation of its own for this: MountDevice
+            // is part of its volume_mount
+            Job::MountDevice { device, .. } => (device, StorageOperation::VolumeMount),
             Job::TearDown { params } => (params, StorageOperation::VolumeUnmount),
             Job::UnmountDevice { params } => (params, StorageOperation::UnmountDevice),
             Job::ForceCleanup { params } => match params.target {
@@ -254,6 +257,12 @@ impl Executor {
                     self.mount_device(plugin, want, dev, r, announced)?;
                 }
                 self.set_up(plugin, want, pod, r, announced)
+            }
+            Job::MountDevice { want, device } => {
+                let plugin = self
+                    .plugin(want.plugin)
+                    .ok_or(JobError::NoPlugin(want.plugin))?;
+                self.mount_device(plugin, want, device, r, announced)
             }
             Job::TearDown { params } => self.tear_down(params, r, announced),
             Job::UnmountDevice { params } => self.unmount_device(params, r, announced),

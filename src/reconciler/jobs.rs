@@ -34,6 +34,14 @@ pub enum Job {
         /// the pod target's parameters
         pod: SharedParams,
     },
+    /// MountDevice alone (with its format step), for a volume whose pod
+    /// targets stayed mounted when its device target went away.
+    MountDevice {
+        /// the volume, as one pod that uses it wants it
+        want: Box<VolumeToMount>,
+        /// the device target's parameters
+        device: SharedParams,
+    },
     /// TearDown of one pod target.
     TearDown {
         /// the target (from the journal when it knows it, else the ASW)
@@ -59,6 +67,7 @@ impl Job {
     pub fn key(&self) -> OpKey {
         match self {
             Job::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
+            Job::MountDevice { want, .. } => OpKey::volume(&want.volume),
             Job::TearDown { params } => match &params.target {
                 TargetRef::Pod(p) => OpKey::pod(&params.volume, p),
                 TargetRef::Device => OpKey::volume(&params.volume),
@@ -92,7 +101,8 @@ impl Job {
         match self {
             Job::Mount {
                 device: Some(_), ..
-            } => None,
+            }
+            | Job::MountDevice { .. } => None,
             Job::Mount {
                 want,
                 device: None,
@@ -300,7 +310,7 @@ pub fn journal_job(action: &Action, state: &JournalState) -> Option<Job> {
         }
         Action::UnmountDevice { volume } => journaled(Some(state), volume, TargetRef::Device)
             .map(|params| Job::UnmountDevice { params }),
-        Action::Mount { .. } | Action::Forget { .. } => None,
+        Action::Mount { .. } | Action::MountDevice { .. } | Action::Forget { .. } => None,
     }
 }
 
@@ -316,6 +326,10 @@ pub fn job_for(
         Action::Mount { want, mount_device } => Some(Job::Mount {
             device: mount_device.then(|| SharedParams::new(device_params(layout, want))),
             pod: SharedParams::new(pod_params(layout, want)),
+            want: want.clone(),
+        }),
+        Action::MountDevice { want } => Some(Job::MountDevice {
+            device: SharedParams::new(device_params(layout, want)),
             want: want.clone(),
         }),
         Action::TearDown { volume, pod } => {

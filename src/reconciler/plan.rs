@@ -9,7 +9,9 @@
 //!    only once every pod source has been listed (`dsw.is_populated()`);
 //! 2. **mount** every (volume, pod) the DSW wants and the ASW does not hold
 //!    mounted: MountDevice first when the volume has a device target that is
-//!    not mounted, then SetUp — started at once, populated or not;
+//!    not mounted, then SetUp — started at once, populated or not; a volume
+//!    whose pod targets are mounted but whose device target is known not to
+//!    be (unmounted outside volumed) gets MountDevice alone;
 //! 3. **unmount the device** of every volume with no pod target left whose
 //!    device may be mounted and that no pod wants — again only once populated;
 //!    a volume with nothing left is dropped from the ASW (`Forget`).
@@ -17,7 +19,7 @@
 //! *Invariant:* nothing is unmounted before the DSW is populated, and a pod
 //! target that a desired pod still uses is never torn down.
 
-use crate::model::{PodUid, TargetKind, UniqueVolumeName};
+use crate::model::{PodUid, TargetKind, UniqueVolumeName, VolumeSpec};
 use crate::state::{ActualStateOfWorld, DesiredStateOfWorld, StateError, VolumeToMount};
 
 use super::pending::OpKey;
@@ -31,6 +33,14 @@ pub enum Action {
         want: Box<VolumeToMount>,
         /// whether the device target must be mounted first
         mount_device: bool,
+    },
+    /// MountDevice alone, for a volume whose pod targets are mounted but
+    /// whose device target went away behind volumed's back (unmounted
+    /// outside): the pods' binds keep the old superblock alive, and the next
+    /// pod would bind an empty dir without it.
+    MountDevice {
+        /// the volume, as one of the pods that use it wants it
+        want: Box<VolumeToMount>,
     },
     /// TearDown of one pod's target.
     TearDown {
@@ -56,6 +66,7 @@ impl Action {
     pub fn key(&self) -> OpKey {
         match self {
             Action::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
+            Action::MountDevice { want } => OpKey::volume(&want.volume),
             Action::TearDown { volume, pod } => OpKey::pod(volume, pod),
             Action::UnmountDevice { volume } | Action::Forget { volume } => OpKey::volume(volume),
         }
@@ -123,7 +134,7 @@ pub fn plan(
     for (name, uid, v, p) in dsw.volumes_to_mount_iter() {
         let presence = asw.pod_exists_in_volume(name, uid, v.effective_selinux.as_ref());
         let skip = match &presence {
-            Ok(p) if p.mounted => true,
+            Ok(p) if p.mounted => !device_lost(asw, name, &v.spec) || busy(&OpKey::volume(name)),
             // running or backing off: left for a later pass, uncopied
             Ok(_) | Err(StateError::VolumeNotAttached { .. }) => {
                 busy(&OpKey::for_mount(name, uid, &v.spec))
@@ -135,7 +146,12 @@ pub fn plan(
         }
         let want = DesiredStateOfWorld::volume_to_mount(name, uid, v, p);
         match presence {
-            Ok(p) if p.mounted => {}
+            Ok(p) if p.mounted => push(
+                &mut out,
+                Action::MountDevice {
+                    want: Box::new(want),
+                },
+            ),
             Ok(_) => {
                 let device_needed = want.spec.device_target_kind() == Some(TargetKind::Mount);
                 let device_mounted = asw
@@ -185,6 +201,15 @@ pub fn plan(
         }
     }
     out
+}
+
+/// Whether `volume` needs a device target that the ASW holds as surely not
+/// mounted (or not at all) while a pod target of it is mounted.
+fn device_lost(asw: &ActualStateOfWorld, volume: &UniqueVolumeName, spec: &VolumeSpec) -> bool {
+    spec.device_target_kind() == Some(TargetKind::Mount)
+        && asw
+            .volume(volume)
+            .is_some_and(|v| v.device.as_ref().is_none_or(|d| !d.may_be_mounted()))
 }
 
 #[cfg(test)]
@@ -289,6 +314,7 @@ mod tests {
                         if *mount_device { " +device" } else { "" }
                     )
                 }
+                Action::MountDevice { want } => format!("mount_device {}", want.volume),
                 Action::TearDown { volume, pod } => format!("teardown {volume} {pod}"),
                 Action::UnmountDevice { volume } => format!("unmount_device {volume}"),
                 Action::Forget { volume } => format!("forget {volume}"),
@@ -339,6 +365,26 @@ mod tests {
                 setup: |d, a| {
                     let v = want(d, "a", local(), "pv1");
                     add_local(a, &v, Some(MountState::Mounted));
+                    mounted_pod(a, &v, "a", MountState::Mounted);
+                },
+                want: vec![],
+            },
+            Row {
+                name: "pod mounted, device unmounted outside: device alone",
+                populated: false,
+                setup: |d, a| {
+                    let v = want(d, "a", local(), "pv1");
+                    add_local(a, &v, None);
+                    mounted_pod(a, &v, "a", MountState::Mounted);
+                },
+                want: vec![format!("mount_device {PV}")],
+            },
+            Row {
+                name: "pod mounted, device uncertain: left as it is",
+                populated: true,
+                setup: |d, a| {
+                    let v = want(d, "a", local(), "pv1");
+                    add_local(a, &v, Some(MountState::Uncertain));
                     mounted_pod(a, &v, "a", MountState::Mounted);
                 },
                 want: vec![],
