@@ -1297,7 +1297,6 @@ fn a_volume_that_needs_attaching_waits_for_its_volume_attachment() {
 /// staging path once the late stage has mounted and a NodeUnstage has
 /// followed it — and nothing is ever published (k8s #86360).
 #[test]
-#[ignore = "daemon bug: NodeUnstage is sent while the timed-out NodeStage still runs; its late mount leaks"]
 fn a_stage_that_outlives_its_timeout_ends_unstaged_when_the_pod_goes() {
     real("unstages a CSI volume whose stage timed out", || {
         let (mut env, opts) = csi_env("volumed-csi-e2e-late-stage-", "ReadWriteOnce", true);

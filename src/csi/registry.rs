@@ -122,6 +122,11 @@ impl Drivers {
         })
     }
 
+    /// How long an RPC may take before volumed gives up on it.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// A registry with the drivers of `--csi-driver NAME=SOCKET` flags
     /// configured (connected on first use).
     pub fn from_flags(

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
-use crate::model::{Layout, Operation, PluginName, PodUid, UniqueVolumeName};
+use crate::model::{Layout, Operation, PluginName, PodUid, SharedPath, UniqueVolumeName};
 use crate::reconciler::jobs::JobReport;
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::{OpKey, Pending};
@@ -29,9 +29,11 @@ use crate::selinux::Policy;
 use crate::sources::DesiredPod;
 
 mod housekeeping;
+mod late;
 
 pub use super::effects::{Completion, Effect, Event, HostWork, JournalWork, Observed, World};
 pub use housekeeping::{FLUSH_WITHIN, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY};
+pub use late::{LATE_CHECK_EVERY, LATE_WINDOW_FLOOR};
 
 /// Where startup and shutdown stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +76,8 @@ pub struct Timers {
     pub trim_at: Option<Instant>,
     /// trims are rate limited: none before this
     pub trim_not_before: Option<Instant>,
+    /// the next check for late mounts (while paths are watched)
+    pub late_check_at: Option<Instant>,
 }
 
 /// Slow work the driver is performing for the loop.
@@ -90,11 +94,18 @@ pub struct InFlight {
     pub trim: bool,
     /// `Forget` writes
     pub forgets: usize,
+    /// a check for late mounts
+    pub late_check: bool,
 }
 
 impl InFlight {
     fn any(&self) -> bool {
-        self.flush || self.checkpoint || self.sweep || self.trim || self.forgets > 0
+        self.flush
+            || self.checkpoint
+            || self.sweep
+            || self.trim
+            || self.forgets > 0
+            || self.late_check
     }
 }
 
@@ -111,6 +122,9 @@ pub struct CoreConfig {
     pub checkpoint_every: u64,
     /// the SELinux label rules
     pub selinux: Policy,
+    /// how long the path of a CSI call that ended uncertain is watched for
+    /// a late mount (zero: never; see `late`)
+    pub late_window: Duration,
 }
 
 /// The loop's state.
@@ -130,6 +144,8 @@ pub struct Core {
     /// pods refused a volume for their SELinux label, applied again when
     /// other pods change (see `sources::Applied::refused`)
     pub(super) refused: BTreeMap<PodUid, DesiredPod>,
+    /// paths watched for a late mount
+    pub(super) late: BTreeMap<SharedPath, late::Watched>,
 }
 
 impl Core {
@@ -151,6 +167,7 @@ impl Core {
             last_checkpoint_seq: synced_through,
             failed,
             refused: BTreeMap::new(),
+            late: BTreeMap::new(),
         }
     }
 
@@ -176,6 +193,7 @@ impl Core {
             t.sweep_at
                 .filter(|_| idle && !self.in_flight.sweep && self.phase == Phase::Settled),
             t.trim_at.filter(|_| idle && !self.in_flight.trim),
+            t.late_check_at.filter(|_| !self.in_flight.late_check),
         ];
         let mut wake = self.cfg.resync;
         if self.phase != Phase::Stopping {
@@ -214,6 +232,7 @@ impl Core {
         self.maybe_sweep(w, now, &mut out);
         self.maybe_checkpoint(obs.synced_through, &mut out);
         self.maybe_trim(now, &mut out);
+        self.maybe_check_late(now, &mut out);
         out
     }
 
@@ -247,7 +266,7 @@ impl Core {
                 }
             }
             Event::JobDone(report) => return self.job_done(w, report, now, out),
-            Event::Done(c) => return self.completed(c, now),
+            Event::Done(c) => return self.completed(w, c, now, out),
         }
         true
     }
@@ -289,6 +308,9 @@ impl Core {
                 tracing::error!(error = %e, "applying a finished operation to the ASW failed");
             }
         }
+        if let Some(watch) = report.late.clone() {
+            self.watch_late(*watch, now);
+        }
         if let Some(err) = &report.error {
             tracing::warn!(volume = %report.key.volume, error = %err, "volume operation failed; backing off");
             let pods: BTreeSet<_> = match &report.key.pod {
@@ -306,7 +328,13 @@ impl Core {
         !ok
     }
 
-    fn completed(&mut self, c: Completion, now: Instant) -> bool {
+    fn completed(
+        &mut self,
+        w: &mut World,
+        c: Completion,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) -> bool {
         match c {
             Completion::NotStarted {
                 key,
@@ -358,6 +386,7 @@ impl Core {
                 self.in_flight.trim = false;
                 false
             }
+            Completion::LateChecked { mounted } => self.late_checked(w, mounted, now, out),
         }
     }
 

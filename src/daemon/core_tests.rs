@@ -51,6 +51,7 @@ fn core(checkpoint_every: u64) -> (Core, World) {
         resync: Duration::from_secs(30),
         checkpoint_every,
         selinux: Policy::disabled(),
+        late_window: Duration::from_secs(10),
     };
     let metrics = Arc::new(Metrics::new().unwrap());
     (Core::new(cfg, metrics, Vec::new(), 0), World::default())
@@ -90,6 +91,7 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::Journal(JournalWork::ForgetTarget { .. }) => "forget-target".into(),
             Effect::Host(HostWork::Sweep { .. }) => "sweep".into(),
             Effect::Host(HostWork::Trim) => "trim".into(),
+            Effect::Host(HostWork::CheckLate { paths }) => format!("check-late:{}", paths.len()),
         })
         .collect()
 }
@@ -124,6 +126,7 @@ fn mounted(effects: &[Effect], pod: &str) -> Event {
         error: None,
         ran: vec![Operation::SetUp],
         forced: false,
+        late: None,
     })
 }
 
@@ -348,6 +351,7 @@ fn a_forgotten_volume_stays_busy_until_its_records_are_durable() {
         error: None,
         ran: vec![Operation::TearDown],
         forced: false,
+        late: None,
     });
     let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
     assert!(
@@ -473,4 +477,166 @@ fn pods_holding_targets_are_applied_before_newcomers() {
         order(&holders_first(events, &asw)),
         ["-gone", "+b-holder", "+a-new", "~c-new", "ready"]
     );
+}
+
+/// A NodeStage that ended uncertain: its staging path watched, as
+/// `core::late` describes.
+fn stage_gave_up(path: &str) -> Event {
+    let volume = UniqueVolumeName::from_raw("kubernetes.io/csi/d^h");
+    let params = crate::model::TargetParams::at(
+        volume.clone(),
+        PluginName::Csi,
+        "pv".into(),
+        crate::model::TargetRef::Device,
+        crate::model::TargetKind::Mount,
+        Some(std::path::Path::new(path).into()),
+    );
+    let uncertain = AswUpdate::DeviceUncertain {
+        volume: volume.clone(),
+        plugin: PluginName::Csi,
+        spec_name: "pv".into(),
+        mount: crate::state::DeviceMount {
+            device_path: None,
+            mount_path: path.into(),
+            selinux: None,
+        },
+    };
+    Event::JobDone(JobReport {
+        key: OpKey::volume(&volume),
+        updates: vec![uncertain.clone()],
+        error: Some(crate::reconciler::jobs::JobError::Plugin {
+            message: "DeadlineExceeded".into(),
+            uncertain: true,
+        }),
+        ran: vec![Operation::MountDevice],
+        forced: false,
+        late: Some(Box::new(crate::reconciler::jobs::LateWatch {
+            path: std::path::Path::new(path).into(),
+            uncertain,
+            undo: Job::UnmountDevice {
+                params: params.into(),
+            },
+        })),
+    })
+}
+
+#[test]
+fn a_late_mount_after_the_undo_is_put_back_and_undone_when_no_pod_wants_it() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+    let volume = UniqueVolumeName::from_raw("kubernetes.io/csi/d^h");
+    c.step(&mut w, vec![stage_gave_up("/r/g")], ms(t0, 10), idle());
+    // the undo the plan started ran and the volume was forgotten
+    w.asw.delete_volume(&volume).unwrap();
+    c.pending.finish(&OpKey::volume(&volume), true, ms(t0, 20));
+    let at = c.next_wake(ms(t0, 20));
+    assert!(
+        at <= LATE_CHECK_EVERY,
+        "a check is due within a second: {at:?}"
+    );
+    let fx = c.step(&mut w, vec![], ms(t0, 1_010), idle());
+    assert!(
+        names(&fx).contains(&"check-late:1".to_owned()),
+        "{:?}",
+        names(&fx)
+    );
+    // nothing mounted yet: nothing done, still watched
+    let fx = c.step(
+        &mut w,
+        vec![Event::Done(Completion::LateChecked { mounted: vec![] })],
+        ms(t0, 1_020),
+        idle(),
+    );
+    assert!(
+        !names(&fx).iter().any(|n| n.starts_with("start")),
+        "{:?}",
+        names(&fx)
+    );
+    assert!(w.asw.volume(&volume).is_none());
+    // the late NodeStage mounted: back in the ASW as uncertain, unstaged
+    let fx = c.step(&mut w, vec![], ms(t0, 2_020), idle());
+    assert!(
+        names(&fx).contains(&"check-late:1".to_owned()),
+        "{:?}",
+        names(&fx)
+    );
+    let found = Event::Done(Completion::LateChecked {
+        mounted: vec![std::path::Path::new("/r/g").into()],
+    });
+    let fx = c.step(&mut w, vec![found], ms(t0, 2_030), idle());
+    let started: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Start {
+                job: Job::UnmountDevice { params },
+                ..
+            } => Some(params.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 1, "{:?}", names(&fx));
+    assert_eq!(
+        started[0].device_mount_path.as_deref(),
+        Some(std::path::Path::new("/r/g"))
+    );
+    let dev = w
+        .asw
+        .volume(&volume)
+        .and_then(|v| v.device.as_ref())
+        .expect("device back");
+    assert_eq!(dev.state, crate::model::MountState::Uncertain);
+    // watched no longer than the window
+    let fx = c.step(&mut w, vec![], ms(t0, 11_000), idle());
+    assert!(
+        !names(&fx).iter().any(|n| n.starts_with("check-late")),
+        "{:?}",
+        names(&fx)
+    );
+}
+
+#[test]
+fn a_late_mount_a_pod_still_wants_is_put_back_for_the_plan_not_undone() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+    let volume = UniqueVolumeName::from_raw("kubernetes.io/csi/d^h");
+    c.step(&mut w, vec![stage_gave_up("/r/g")], ms(t0, 10), idle());
+    w.asw.delete_volume(&volume).unwrap();
+    c.pending.finish(&OpKey::volume(&volume), true, ms(t0, 20));
+    // held by the ASW (the plan's retry staged it): nothing to do
+    let held = stage_gave_up("/r/g");
+    let Event::JobDone(r) = &held else {
+        unreachable!()
+    };
+    crate::reconciler::jobs::apply_update(&mut w.asw, &r.updates[0]).unwrap();
+    let found = || {
+        Event::Done(Completion::LateChecked {
+            mounted: vec![std::path::Path::new("/r/g").into()],
+        })
+    };
+    c.step(&mut w, vec![], ms(t0, 1_010), idle());
+    let fx = c.step(&mut w, vec![found()], ms(t0, 1_020), idle());
+    assert!(
+        !names(&fx).iter().any(|n| n.starts_with("start")),
+        "{:?}",
+        names(&fx)
+    );
+    // a pod wants the volume: put back, and left to the plan (which, for
+    // a volume the DSW has, would stage it again — idempotent at the driver)
+    w.asw.delete_volume(&volume).unwrap();
+    c.step(&mut w, vec![], ms(t0, 2_010), idle());
+    let mut wanting = pod("a");
+    wanting.volumes[0].volume = volume.clone();
+    c.apply_sources(&mut w, vec![SourceEvent::PodAdded(wanting)]);
+    assert!(w.dsw.volume(&volume).is_some());
+    let fx = c.step(&mut w, vec![found()], ms(t0, 2_020), idle());
+    assert!(!fx.iter().any(|e| matches!(
+        e,
+        Effect::Start {
+            job: Job::UnmountDevice { .. },
+            ..
+        }
+    )));
+    assert!(w.asw.volume(&volume).is_some(), "put back as uncertain");
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{PodUid, TargetRef, UniqueVolumeName};
+use crate::model::{PodUid, SharedPath, TargetRef, UniqueVolumeName};
 use crate::reconciler::jobs::{Job, JobReport};
 use crate::reconciler::pending::OpKey;
 use crate::reconciler::plan::Action;
@@ -58,6 +58,11 @@ pub enum Completion {
     Swept,
     /// the allocator was trimmed
     Trimmed,
+    /// the watched paths found mounted (`HostWork::CheckLate`)
+    LateChecked {
+        /// those with a mount
+        mounted: Vec<SharedPath>,
+    },
 }
 
 /// The caches the loop mutates and the HTTP provider reads.
@@ -108,6 +113,11 @@ pub enum HostWork {
     },
     /// give freed memory back to the kernel
     Trim,
+    /// which of these paths are mount points (late mounts, `core::late`)
+    CheckLate {
+        /// the watched paths
+        paths: Vec<SharedPath>,
+    },
 }
 
 /// What the driver does for a step.

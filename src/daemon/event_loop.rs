@@ -143,6 +143,11 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
             resync: cfg.resync,
             checkpoint_every: cfg.checkpoint_every,
             selinux: cfg.selinux.clone(),
+            late_window: cfg.csi.as_ref().map_or(Duration::ZERO, |c| {
+                c.rpc_timeout()
+                    .saturating_mul(4)
+                    .max(super::core::LATE_WINDOW_FLOOR)
+            }),
         },
         metrics,
         failed,
@@ -288,6 +293,9 @@ impl Driver {
                     feedback.push(Event::Done(match work {
                         HostWork::Sweep { .. } => Completion::Swept,
                         HostWork::Trim => Completion::Trimmed,
+                        HostWork::CheckLate { .. } => Completion::LateChecked {
+                            mounted: Vec::new(),
+                        },
                     }));
                 }
             }
@@ -413,6 +421,13 @@ fn host_lane(
                 crate::host::sys::trim_malloc();
                 Completion::Trimmed
             }
+            HostWork::CheckLate { paths } => Completion::LateChecked {
+                // a path that cannot be read has no mount to undo now
+                mounted: paths
+                    .into_iter()
+                    .filter(|p| sys.mount_root(p).unwrap_or(false))
+                    .collect(),
+            },
         };
         if events.send(Event::Done(done)).is_err() {
             return;

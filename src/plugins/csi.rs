@@ -52,6 +52,11 @@ pub struct CsiPlugin {
 }
 
 impl CsiPlugin {
+    /// How long an RPC may take before volumed gives up on it.
+    pub fn rpc_timeout(&self) -> std::time::Duration {
+        self.drivers.timeout()
+    }
+
     /// A plugin calling `drivers`, reading secrets from `secrets`.
     pub fn new(
         layout: Layout,

@@ -20,7 +20,7 @@ use crate::model::{Layout, Operation, PluginName, SharedParams, Steps, TargetRef
 use crate::plugins::{self, PluginError, VolumePlugin};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
 
-use super::jobs::{AswUpdate, Job, JobError, JobReport};
+use super::jobs::{AswUpdate, Job, JobError, JobReport, LateWatch};
 use super::params::{op_steps, setup_steps};
 
 /// Runs jobs. Cheap to share between worker threads.
@@ -199,6 +199,7 @@ impl Executor {
             error: None,
             ran: Vec::new(),
             forced: matches!(job, Job::ForceCleanup { .. }),
+            late: None,
         };
         let started = Instant::now();
         let mut result = self.run_inner(job, &mut report, &mut announced);
@@ -325,12 +326,23 @@ impl Executor {
             }
             Err(e) => {
                 if e.is_uncertain() {
-                    r.updates.push(AswUpdate::DeviceUncertain {
+                    let path = device_mount.mount_path.clone();
+                    let update = AswUpdate::DeviceUncertain {
                         volume: want.volume.clone(),
                         plugin: want.plugin,
                         spec_name: want.spec_name.clone(),
                         mount: device_mount,
-                    });
+                    };
+                    if dev.csi.is_some() {
+                        r.late = Some(Box::new(LateWatch {
+                            path: path.as_path().into(),
+                            uncertain: update.clone(),
+                            undo: Job::UnmountDevice {
+                                params: dev.clone(),
+                            },
+                        }));
+                    }
+                    r.updates.push(update);
                 }
                 Err(e)
             }
@@ -379,13 +391,24 @@ impl Executor {
             }
             Err(e) if !e.is_uncertain() => Err(e),
             Err(e) => {
-                r.updates.push(AswUpdate::PodUncertain {
+                let path = pod_mount.mount_path.clone();
+                let update = AswUpdate::PodUncertain {
                     volume: want.volume.clone(),
                     plugin: want.plugin,
                     spec_name: want.spec_name.clone(),
                     pod: want.pod.clone(),
                     mount: pod_mount,
-                });
+                };
+                if pod.csi.is_some() {
+                    r.late = Some(Box::new(LateWatch {
+                        path,
+                        uncertain: update.clone(),
+                        undo: Job::TearDown {
+                            params: pod.clone(),
+                        },
+                    }));
+                }
+                r.updates.push(update);
                 Err(e)
             }
         }

@@ -211,6 +211,24 @@ pub struct JobReport {
     pub ran: Vec<Operation>,
     /// a forced cleanup ([`Job::ForceCleanup`]): counted, never retried
     pub forced: bool,
+    /// a CSI call that ended uncertain, to watch for a late mount
+    pub late: Option<Box<LateWatch>>,
+}
+
+/// A CSI call volumed gave up on (a timeout, or a status the kubelet does
+/// not treat as final) may still be running at the driver and mount after
+/// volumed has undone the target — a leak nobody would ever unmount
+/// (k8s #86360 class). The loop watches `path` for a while and, when a mount
+/// shows up there that the ASW does not hold, puts `uncertain` back and runs
+/// `undo` with the call's own parameters if no pod wants the volume.
+#[derive(Debug, Clone)]
+pub struct LateWatch {
+    /// where the late call would mount
+    pub path: SharedPath,
+    /// the target as the ASW held it when the call ended
+    pub uncertain: AswUpdate,
+    /// UnmountDevice or TearDown with the parameters of the call
+    pub undo: Job,
 }
 
 impl JobReport {
@@ -223,6 +241,7 @@ impl JobReport {
             error: Some(JobError::NotStarted(why)),
             ran: Vec::new(),
             forced: matches!(job, Job::ForceCleanup { .. }),
+            late: None,
         }
     }
 }
