@@ -1,5 +1,11 @@
 //! The CSI Node service, with real mounts: a tmpfs per staged volume,
 //! bind-mounted into each publish target.
+//!
+//! The mount flags of the volume capability go where a real driver puts
+//! them: on the mount that makes the superblock (the tmpfs at NodeStage, or
+//! at NodePublish without staging), so `context="…"` labels the volume. A
+//! publish after staging is a plain bind: a bind cannot take `context=`
+//! (the kernel ignores it) and shows the staged superblock's label.
 
 use std::collections::HashMap;
 use std::fs;
@@ -79,20 +85,38 @@ fn capability_fields(entry: &mut Value, cap: Option<&VolumeCapability>) {
     }
 }
 
-/// tmpfs options for a new volume: its group when VOLUME_MOUNT_GROUP is
-/// advertised and the CO passed one (the pod's fsGroup).
-fn tmpfs_options(driver: &Driver, cap: Option<&VolumeCapability>) -> Option<String> {
-    if !driver.caps.mount_group {
-        return None;
+/// The options of a new tmpfs: the caller's mount flags (and `ro` when
+/// asked), plus its group when VOLUME_MOUNT_GROUP is advertised and the CO
+/// passed one (the pod's fsGroup).
+fn tmpfs_options(
+    driver: &Driver,
+    cap: Option<&VolumeCapability>,
+    readonly: bool,
+) -> mounts::MountOptions {
+    let Some(AccessType::Mount(m)) = cap.and_then(|c| c.access_type.as_ref()) else {
+        return mounts::MountOptions::parse(&[], readonly);
+    };
+    let options = mounts::MountOptions::parse(&m.mount_flags, readonly);
+    let group = m.volume_mount_group.parse::<u32>().ok();
+    match group {
+        Some(gid) if driver.caps.mount_group => {
+            options.with(&["mode=2775".to_owned(), format!("gid={gid}")])
+        }
+        _ => options,
     }
-    match cap.and_then(|c| c.access_type.as_ref()) {
-        Some(AccessType::Mount(m)) => m
-            .volume_mount_group
-            .parse::<u32>()
-            .ok()
-            .map(|gid| format!("mode=2775,gid={gid}")),
-        _ => None,
-    }
+}
+
+/// Mounts the tmpfs that is a new volume at `path`; an option the kernel
+/// refuses is INVALID_ARGUMENT naming it (a final error: the CO must not
+/// retry the same call), anything else INTERNAL.
+fn mount_new_tmpfs(path: &str, options: &mounts::MountOptions) -> Result<(), Status> {
+    mounts::mount_tmpfs(Path::new(path), options).map_err(|e| {
+        let message = format!("mounting tmpfs at {path}: {e}");
+        match e {
+            mounts::MountError::Option { .. } => Status::invalid_argument(message),
+            mounts::MountError::Step { .. } => Status::internal(message),
+        }
+    })
 }
 
 fn create_dir(path: &str) -> Result<(), Status> {
@@ -126,9 +150,8 @@ fn stage(driver: &Driver, req: &NodeStageVolumeRequest) -> Result<NodeStageVolum
     if is_mount_point(path)? {
         return Ok(NodeStageVolumeResponse {});
     }
-    let options = tmpfs_options(driver, req.volume_capability.as_ref());
-    mounts::mount_tmpfs(Path::new(path), false, options.as_deref())
-        .map_err(|e| internal("mounting tmpfs at", path, e))?;
+    let options = tmpfs_options(driver, req.volume_capability.as_ref(), false);
+    mount_new_tmpfs(path, &options)?;
     Ok(NodeStageVolumeResponse {})
 }
 
@@ -183,9 +206,8 @@ fn publish(
         )
         .map_err(|e| internal("bind-mounting the staged volume at", target, e))?;
     } else {
-        let options = tmpfs_options(driver, req.volume_capability.as_ref());
-        mounts::mount_tmpfs(Path::new(target), req.readonly, options.as_deref())
-            .map_err(|e| internal("mounting tmpfs at", target, e))?;
+        let options = tmpfs_options(driver, req.volume_capability.as_ref(), req.readonly);
+        mount_new_tmpfs(target, &options)?;
     }
     Ok(NodePublishVolumeResponse {})
 }

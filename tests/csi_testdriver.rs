@@ -5,7 +5,9 @@
 //! remove, validation, an injected error that does no work, a delay the
 //! caller gives up on while the work completes, a death after the work and
 //! an idempotent retry on a restarted driver, stacked publishes with
-//! `--stack`, `--no-stage` and volume health, and the registration socket.
+//! `--stack`, `--no-stage` and volume health, mount flags on the mount that
+//! makes the superblock (a refused one named in the status), and the
+//! registration socket.
 //!
 //! Needs root (mounts); as another user each test prints what it skipped
 //! and passes.
@@ -222,6 +224,10 @@ fn stage_publish_unpublish_unstage_mount_and_unmount_for_real() {
         client.node_stage_volume(stage_req(&staging)).await.unwrap();
         let staged = mounts_at(&staging);
         assert_eq!(staged.len(), 1, "{staged:?}");
+        assert_eq!(
+            (staged[0].fs_type.as_str(), staged[0].source.to_str()),
+            ("tmpfs", Some("tmpfs"))
+        );
         assert_eq!(staged[0].fs_type, "tmpfs");
         client.node_stage_volume(stage_req(&staging)).await.unwrap();
         assert_eq!(mounts_at(&staging).len(), 1);
@@ -577,6 +583,7 @@ fn without_stage_publish_mounts_its_own_tmpfs_and_health_follows_faults() {
             .and_then(|c| c.access_type.as_mut())
         {
             m.volume_mount_group = "1234".into();
+            m.mount_flags = vec!["size=3m".into()];
         }
         client.node_publish_volume(req).await.unwrap();
         let mounted = mounts_at(&target);
@@ -588,6 +595,15 @@ fn without_stage_publish_mounts_its_own_tmpfs_and_health_follows_faults() {
                 .super_options_raw
                 .to_string_lossy()
                 .contains("gid=1234")
+        );
+        assert!(
+            mounted[0]
+                .super_options_raw
+                .to_string_lossy()
+                .split(',')
+                .any(|o| o == "size=3072k"),
+            "without staging the publish's flags make the tmpfs: {:?}",
+            mounted[0].super_options_raw
         );
         assert_eq!(driver.calls().last().unwrap()["volume_mount_group"], "1234");
 
@@ -622,6 +638,119 @@ fn without_stage_publish_mounts_its_own_tmpfs_and_health_follows_faults() {
             .await
             .unwrap();
         assert!(scratch.mounts_below().is_empty() && !target.exists());
+    });
+}
+
+/// `capability()` with `flags` as its mount flags.
+fn capability_with(flags: &[&str]) -> VolumeCapability {
+    let mut cap = capability();
+    if let Some(AccessType::Mount(m)) = cap.access_type.as_mut() {
+        m.mount_flags = flags.iter().map(|f| (*f).to_owned()).collect();
+    }
+    cap
+}
+
+/// Whether this kernel runs SELinux (its filesystem is mounted): then it
+/// takes `context=`; otherwise tmpfs refuses it as an unknown parameter.
+fn selinux_active() -> bool {
+    Path::new("/sys/fs/selinux/enforce").exists()
+}
+
+#[test]
+fn mount_flags_reach_the_new_tmpfs_and_a_refused_one_is_named() {
+    in_ns("mounts tmpfs and binds", || async {
+        let (scratch, opts, staging, target) = layout("csi-td-flags-");
+        let driver = TestDriver::spawn(opts);
+        let mut client = node(&driver).await;
+
+        // the superblock takes the filesystem's options, the mount the
+        // per-mount flags mount(8) knows; one entry may hold several
+        let flags = ["size=2m,mode=0710", "nodev", "noatime"];
+        let mut req = stage_req(&staging);
+        req.volume_capability = Some(capability_with(&flags));
+        client.node_stage_volume(req).await.unwrap();
+        let staged = mounts_at(&staging);
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        assert_eq!(
+            (staged[0].fs_type.as_str(), staged[0].source.to_str()),
+            ("tmpfs", Some("tmpfs"))
+        );
+        let sb = staged[0].super_options_raw.to_string_lossy().into_owned();
+        assert!(
+            sb.split(',').any(|o| o == "size=2048k") && sb.split(',').any(|o| o == "mode=710"),
+            "super options {sb:?}"
+        );
+        let per_mount = &staged[0].mount_options;
+        assert!(
+            per_mount.iter().any(|o| o == "nodev") && per_mount.iter().any(|o| o == "noatime"),
+            "mount options {per_mount:?}"
+        );
+        let logged = driver.calls();
+        let stage = logged
+            .iter()
+            .find(|c| c["method"] == "NodeStageVolume")
+            .unwrap();
+        assert_eq!(stage["mount_flags"], json!(flags));
+
+        // the publish is a plain bind of the staged superblock: its options
+        // are the stage's, whatever flags the publish carries
+        let mut req = publish_req(&staging, &target, false);
+        req.volume_capability = Some(capability_with(&["size=9m"]));
+        client.node_publish_volume(req).await.unwrap();
+        let published = mounts_at(&target);
+        assert_eq!(published.len(), 1, "{published:?}");
+        assert_eq!(published[0].dev, staged[0].dev);
+        assert_eq!(published[0].super_options_raw, staged[0].super_options_raw);
+
+        // an option the kernel refuses fails the call, named, and leaves
+        // nothing mounted
+        let other = scratch.path().join("staging").join("vol-2");
+        let mut req = stage_req(&other);
+        req.volume_capability = Some(capability_with(&["size=1m", "bogus_option=1"]));
+        let err = client.node_stage_volume(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+        assert!(
+            err.message().contains("'bogus_option=1'")
+                && err.message().contains("Unknown parameter 'bogus_option'"),
+            "{err}"
+        );
+        assert!(mounts_at(&other).is_empty());
+
+        // an SELinux label, quoted as the kernel wants it: applied where
+        // SELinux runs, refused by name where it does not (as on this host)
+        let label = r#"context="system_u:object_r:container_file_t:s0:c10,c20""#;
+        let labelled = scratch.path().join("staging").join("vol-3");
+        let mut req = stage_req(&labelled);
+        req.volume_capability = Some(capability_with(&[label]));
+        let res = client.node_stage_volume(req).await;
+        if selinux_active() {
+            res.unwrap();
+            let sb = mounts_at(&labelled)[0].super_options_raw.clone();
+            assert!(sb.to_string_lossy().contains(label), "{sb:?}");
+            client
+                .node_unstage_volume(unstage_req(&labelled))
+                .await
+                .unwrap();
+        } else {
+            let err = res.unwrap_err();
+            assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+            assert!(
+                err.message().contains(&format!("'{label}'"))
+                    && err.message().contains("tmpfs: Unknown parameter 'context'"),
+                "{err}"
+            );
+            assert!(mounts_at(&labelled).is_empty());
+        }
+
+        client
+            .node_unpublish_volume(unpublish_req(&target))
+            .await
+            .unwrap();
+        client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap();
+        assert!(scratch.mounts_below().is_empty());
     });
 }
 

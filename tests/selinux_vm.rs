@@ -17,27 +17,44 @@
 //! - `build.sh payload` appends an archive with this build's `volumed`
 //!   (`CARGO_BIN_EXE_volumed`, dynamically linked, debug info stripped, with
 //!   the libraries `ldd` names: it is exactly the binary under test, and no
-//!   second static build is needed) and `tests/selinux_vm/scenario.sh`.
+//!   second static build is needed), the scenario, and for the CSI scenario
+//!   the test CSI driver (`CARGO_BIN_EXE_volumed-testdriver`) the same way.
 //! - The VM's `/init` loads the policy (enforcing by default;
-//!   `VOLUMED_SELINUX_VM_MODE=permissive` for the other mode) and runs the
-//!   scenario once: pod A with level `s0:c10,c20`, then pod B with
-//!   `s0:c30,c40` on the same claim, `kill -9` and restart of volumed, pod A
-//!   removed. The scenario only drives and gathers evidence — mount tables,
+//!   `VOLUMED_SELINUX_VM_MODE=permissive` for the other mode) and runs one
+//!   scenario per boot; the first boot's, `scenario.sh`: pod A with level
+//!   `s0:c10,c20`, then pod B with `s0:c30,c40` on the same claim, `kill -9`
+//!   and restart of volumed, pod A removed. A scenario only drives and
+//!   gathers evidence — mount tables,
 //!   file labels, `/metrics`, `/debug/state`, `dump`, the daemon's log —
 //!   written as `@@BEGIN name … @@END name` blocks and `@@STEP name ok|timeout`
 //!   lines to the second serial port; every assertion is made here, and all
 //!   of them are reported before the test fails, with the console log.
 //!
-//! - With the cargo feature `failpoints` (`.ci/run` runs it so), a second
+//! - A second boot runs `csi.sh`: a CSIDriver with `seLinuxMount: true`
+//!   and `attachRequired: false`, `volumed-testdriver` running in the VM
+//!   (it mounts a tmpfs at NodeStage with the mount flags it gets, binds it
+//!   at NodePublish), a ReadWriteOncePod CSI PV and pod A with level
+//!   `s0:c10,c20`. Checked: NodeStage's mount flags carry `context="…"` in
+//!   the driver's call log (NodePublish's none), the staged tmpfs and the
+//!   pod's bind show it in the mount table, a file in the pod's target
+//!   reads the label, `/debug/state` and `dump` show it on both targets;
+//!   after `kill -9` and a restart no NodeStage or NodePublish is re-issued
+//!   (the call log's counts) and `/debug/state` has the label again; pod B
+//!   with `s0:c30,c40` on the same claim gets the conflict error and no
+//!   mount; both pods gone, one NodeUnpublish and one NodeUnstage leave
+//!   nothing mounted.
+//! - With the cargo feature `failpoints` (`.ci/run` runs it so), a third
 //!   boot runs `crash.sh`: labelled volumes through every crash point of the
 //!   four journaled operations and the format step — volumed dies by SIGKILL
 //!   there, the dry run may call only a cut format uncertain, and the restart
 //!   converges with the label on the device and pod targets (or nothing
-//!   mounted after a teardown point). Both scenarios run after `common.sh`.
+//!   mounted after a teardown point). Every scenario runs after
+//!   `common.sh`, and one VM runs at a time.
 //!
 //! Needs root (for `apt-get`) and says it was skipped otherwise. Nothing is
 //! mounted on the host; each run has its own scratch dir, so it runs twice
-//! in a row or beside other tests. One boot takes about a minute of emulation.
+//! in a row or beside other tests. One boot takes about 35 s to a minute
+//! of emulation.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 mod support;
@@ -52,10 +69,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_volumed");
+const DRIVER_BIN: &str = env!("CARGO_BIN_EXE_volumed-testdriver");
 const HERE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/selinux_vm");
 /// How long the VM may run, boot to power-off (the scenario's own waits add
 /// up to less).
 const VM_TIMEOUT: Duration = Duration::from_secs(300);
+/// Held while a VM runs (the tests of this file run on parallel threads).
+static VM_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// How long building the base image may take (apt downloads included).
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -76,9 +96,9 @@ fn pod_target(uid: &str) -> String {
     format!("{ROOT}/pods/{uid}/volumes/kubernetes.io~local-volume/{PV}")
 }
 
-/// The kubelet's message for the refused pod.
-fn conflict_message() -> String {
-    format!("conflicting SELinux labels of volume {PV}: \"{LABEL_A}\" and \"{LABEL_B}\"")
+/// The kubelet's message for the refused pod (`pv`: the PV's name).
+fn conflict_message(pv: &str) -> String {
+    format!("conflicting SELinux labels of volume {pv}: \"{LABEL_A}\" and \"{LABEL_B}\"")
 }
 
 // ---------------------------------------------------------------- the VM
@@ -145,8 +165,8 @@ struct Run {
 }
 
 /// Boots the VM once with `scenario` (a file in `tests/selinux_vm/`, run
-/// after `common.sh`).
-fn boot_vm(scenario: &str) -> Run {
+/// after `common.sh`), with the test CSI driver in it when `driver`.
+fn boot_vm(scenario: &str, driver: bool) -> Run {
     let scratch = tempfile::Builder::new()
         .prefix("volumed-selinux-vm-")
         .tempdir()
@@ -178,6 +198,9 @@ fn boot_vm(scenario: &str) -> Run {
         .arg(BIN)
         .arg(&script)
         .arg(&payload);
+    if driver {
+        cmd.arg(DRIVER_BIN);
+    }
     let log = dir.join("payload.log");
     if !run_logged(cmd, &log, BUILD_TIMEOUT) {
         panic!(
@@ -202,7 +225,6 @@ fn boot_vm(scenario: &str) -> Run {
     let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
     let console = dir.join("console.log");
     let results = dir.join("results.log");
-    let t1 = Instant::now();
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args(["-accel", "tcg", "-cpu", "max", "-m", "512", "-smp", "1"])
         .args([
@@ -231,12 +253,18 @@ fn boot_vm(scenario: &str) -> Run {
     let out = fs::File::create(&qlog).expect("create qemu.log");
     let err = out.try_clone().expect("clone qemu.log handle");
     qemu.stdin(Stdio::null()).stdout(out).stderr(err);
+    // One VM at a time: each is a single-threaded emulation that needs a
+    // core of its own, and the scenarios' waits assume it has one.
+    let one_vm = VM_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let t1 = Instant::now();
     let mut child = KillOnDrop(qemu.spawn().expect("spawn qemu-system-x86_64"));
     let status = match wait_timeout(&mut child.0, VM_TIMEOUT) {
         Some(s) => s.to_string(),
         None => format!("killed after {} s", VM_TIMEOUT.as_secs()),
     };
     let boot_secs = t1.elapsed().as_secs_f64();
+    drop(child);
+    drop(one_vm);
     let read = |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
     let qemu_out = read(&qlog);
     Run {
@@ -342,15 +370,24 @@ fn mounts(table: &str) -> Vec<Mount> {
 
 /// `path` is a mount of `/dev/vda` whose super options carry `context="label"`.
 fn mounted_with(ev: &Evidence, block: &str, path: &str, label: &str) -> Result<String, String> {
+    mounted_from(ev, block, path, "/dev/vda", label)
+}
+
+/// `path` is a mount of `source` whose super options carry `context="label"`.
+fn mounted_from(
+    ev: &Evidence,
+    block: &str,
+    path: &str,
+    source: &str,
+    label: &str,
+) -> Result<String, String> {
     let table = ev.block(block)?;
     let all = mounts(table);
     let found: Vec<&Mount> = all.iter().filter(|m| m.mount_point == path).collect();
     let want = format!("context=\"{label}\"");
     match found.as_slice() {
         [] => Err(format!("{path} is not mounted")),
-        [m] if m.source == "/dev/vda" && m.super_options.contains(&want) => {
-            Ok(m.super_options.clone())
-        }
+        [m] if m.source == source && m.super_options.contains(&want) => Ok(m.super_options.clone()),
         [m] => Err(format!(
             "{path} is mounted from {} with super options {:?}, expected {want}",
             m.source, m.super_options
@@ -390,15 +427,25 @@ fn metric(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .reduce(f64::max)
 }
 
-/// The target of `volume` in a `dump`/`/debug/state` state document: the
-/// device (`pod` None) or a pod's.
+/// The target of the local PV in a `dump`/`/debug/state` state document:
+/// the device (`pod` None) or a pod's.
 fn target<'a>(state: &'a Value, pod: Option<&str>) -> Result<&'a Value, String> {
+    volume_target(state, VOLUME, pod)
+}
+
+/// The target of `volume` in a state document: the device (`pod` None) or
+/// a pod's.
+fn volume_target<'a>(
+    state: &'a Value,
+    volume: &str,
+    pod: Option<&str>,
+) -> Result<&'a Value, String> {
     let vol = state["volumes"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|v| v["volume"] == VOLUME)
-        .ok_or_else(|| format!("no volume {VOLUME} in {state}"))?;
+        .find(|v| v["volume"] == volume)
+        .ok_or_else(|| format!("no volume {volume} in {state}"))?;
     match pod {
         None => Ok(&vol["device"]),
         Some(uid) => vol["pods"]
@@ -406,7 +453,7 @@ fn target<'a>(state: &'a Value, pod: Option<&str>) -> Result<&'a Value, String> 
             .into_iter()
             .flatten()
             .find(|p| p["pod_uid"] == uid)
-            .ok_or_else(|| format!("no pod {uid} on {VOLUME}")),
+            .ok_or_else(|| format!("no pod {uid} on {volume}")),
     }
 }
 
@@ -453,12 +500,10 @@ fn control_mount(ev: &Evidence) -> Outcome {
     }
 }
 
-fn mismatch_metric(ev: &Evidence) -> Outcome {
+fn mismatch_metric(ev: &Evidence, plugin: &str) -> Outcome {
     let text = ev.block("b_metrics")?;
-    let labels = [
-        "access_mode=\"RWOP\"",
-        "volume_plugin=\"kubernetes.io/local-volume\"",
-    ];
+    let plugin = format!("volume_plugin=\"{plugin}\"");
+    let labels = ["access_mode=\"RWOP\"", plugin.as_str()];
     match metric(text, MISMATCH_METRIC, &labels) {
         Some(v) if v >= 1.0 => Ok(format!("{MISMATCH_METRIC} = {v}")),
         Some(v) => Err(format!("{MISMATCH_METRIC} = {v}")),
@@ -466,9 +511,9 @@ fn mismatch_metric(ev: &Evidence) -> Outcome {
     }
 }
 
-fn message_in_log(ev: &Evidence) -> Outcome {
+fn message_in_log(ev: &Evidence, pv: &str) -> Outcome {
     let log = ev.block("volumed_log")?;
-    let msg = conflict_message();
+    let msg = conflict_message(pv);
     let escaped = msg.replace('"', "\\\"");
     if log.contains(&msg) || log.contains(&escaped) {
         Ok(msg)
@@ -477,9 +522,9 @@ fn message_in_log(ev: &Evidence) -> Outcome {
     }
 }
 
-fn message_in_debug_state(ev: &Evidence) -> Outcome {
+fn message_in_debug_state(ev: &Evidence, pv: &str) -> Outcome {
     let state = ev.json("b_debug_state")?;
-    let msg = conflict_message();
+    let msg = conflict_message(pv);
     let errors = &state["pod_errors"][UID_B];
     let found = errors
         .as_array()
@@ -515,8 +560,8 @@ fn dump_target(ev: &Evidence, pod: Option<&str>) -> Outcome {
     mounted_in_dump(target(&dump["state"], pod)?, LABEL_A)
 }
 
-fn nothing_uncertain(ev: &Evidence) -> Outcome {
-    let text = ev.block("restart_metrics")?;
+fn nothing_uncertain(ev: &Evidence, block: &str) -> Outcome {
+    let text = ev.block(block)?;
     let name = "volumed_reconstruct_decisions_total";
     let uncertain = metric(text, name, &["result=\"uncertain\""]);
     let mounted = metric(text, name, &["result=\"mounted\""]);
@@ -593,15 +638,15 @@ fn checks(ev: &Evidence, mode: &str) -> Vec<(String, Outcome)> {
         ),
         (
             "pod B: mismatch metric (RWOP, local-volume) >= 1",
-            mismatch_metric(ev),
+            mismatch_metric(ev, "kubernetes.io/local-volume"),
         ),
         (
             "pod B: the kubelet's message in the daemon log",
-            message_in_log(ev),
+            message_in_log(ev, PV),
         ),
         (
             "pod B: the message in /debug/state pod_errors",
-            message_in_debug_state(ev),
+            message_in_debug_state(ev, PV),
         ),
         (
             "pod B: no mount while pod A holds the volume",
@@ -621,7 +666,7 @@ fn checks(ev: &Evidence, mode: &str) -> Vec<(String, Outcome)> {
         ),
         (
             "restart: no reconstruction decision is uncertain",
-            nothing_uncertain(ev),
+            nothing_uncertain(ev, "restart_metrics"),
         ),
         (
             "restart: pod A's mount kept its label",
@@ -666,7 +711,7 @@ fn selinux_labels_on_a_real_selinux_kernel() {
         return;
     }
     let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
-    let run = boot_vm("scenario.sh");
+    let run = boot_vm("scenario.sh", false);
     let ev = Evidence::parse(&run.results);
     let results = checks(&ev, &mode);
     report(run, &mode, &results);
@@ -715,6 +760,297 @@ fn report(run: Run, mode: &str, results: &[(String, Outcome)]) {
         );
     }
     eprint!("{report}");
+}
+
+// ---------------------------------------------------------------- CSI
+
+const CSI_DRIVER: &str = "sel.csi.volumed.dev";
+const CSI_PV: &str = "pv-csi-sel";
+const CSI_VOLUME: &str = "kubernetes.io/csi/sel.csi.volumed.dev^vol-sel-1";
+/// `sha256sum` of the volume handle `vol-sel-1`, computed outside the project.
+const CSI_HANDLE_SHA256: &str = "883fd955fd733f9069b4e324081ef100408ab1be0dc7ac2d512868bcb3486ab8";
+
+fn csi_staging() -> String {
+    format!("{ROOT}/plugins/kubernetes.io/csi/{CSI_DRIVER}/{CSI_HANDLE_SHA256}/globalmount")
+}
+
+fn csi_target(uid: &str) -> String {
+    format!("{ROOT}/pods/{uid}/volumes/kubernetes.io~csi/{CSI_PV}/mount")
+}
+
+/// The driver's call log as it was when `block` was taken.
+fn rpc_calls(ev: &Evidence, block: &str) -> Result<Vec<Value>, String> {
+    ev.block(block)?
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{block}: {l:?} is not JSON: {e}")))
+        .collect()
+}
+
+/// The calls of `block` per volume RPC, in the order stage, publish,
+/// unpublish, unstage.
+fn rpc_counts(ev: &Evidence, block: &str) -> Result<[usize; 4], String> {
+    let calls = rpc_calls(ev, block)?;
+    let count = |m: &str| calls.iter().filter(|c| c["method"] == m).count();
+    Ok([
+        count("NodeStageVolume"),
+        count("NodePublishVolume"),
+        count("NodeUnpublishVolume"),
+        count("NodeUnstageVolume"),
+    ])
+}
+
+/// The volume RPCs in `block` are exactly `want` (stage, publish,
+/// unpublish, unstage).
+fn rpcs_are(ev: &Evidence, block: &str, want: [usize; 4]) -> Outcome {
+    let got = rpc_counts(ev, block)?;
+    let show = |n: [usize; 4]| {
+        format!(
+            "NodeStage {}, NodePublish {}, NodeUnpublish {}, NodeUnstage {}",
+            n[0], n[1], n[2], n[3]
+        )
+    };
+    if got == want {
+        Ok(show(got))
+    } else {
+        Err(format!("{}, expected {}", show(got), show(want)))
+    }
+}
+
+/// NodeStage's mount flags carry `context="LABEL_A"`; NodePublish, a bind
+/// of the staged superblock, carries none.
+fn label_in_stage_flags(ev: &Evidence) -> Outcome {
+    let calls = rpc_calls(ev, "a_calls")?;
+    let flags = |m: &str| -> Result<Vec<String>, String> {
+        let c = calls
+            .iter()
+            .find(|c| c["method"] == m)
+            .ok_or_else(|| format!("no {m} in the call log"))?;
+        Ok(c["mount_flags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str().map(str::to_owned))
+            .collect())
+    };
+    let stage = flags("NodeStageVolume")?;
+    let publish = flags("NodePublishVolume")?;
+    let want = format!("context=\"{LABEL_A}\"");
+    if !stage.contains(&want) {
+        return Err(format!(
+            "NodeStageVolume mount_flags {stage:?}, expected {want}"
+        ));
+    }
+    if publish.iter().any(|f| f.starts_with("context=")) {
+        return Err(format!(
+            "NodePublishVolume mount_flags {publish:?} carry a context"
+        ));
+    }
+    Ok(format!(
+        "NodeStageVolume {stage:?}, NodePublishVolume {publish:?}"
+    ))
+}
+
+/// The device and pod A's targets in the state document of `block` (a
+/// `/debug/state` body, or `dump`'s whole document when `dump`).
+fn csi_state_labelled(ev: &Evidence, block: &str, dump: bool) -> Outcome {
+    let doc = ev.json(block)?;
+    let state = if dump { &doc["state"] } else { &doc };
+    let device = mounted_in_dump(volume_target(state, CSI_VOLUME, None)?, LABEL_A)?;
+    let pod = mounted_in_dump(volume_target(state, CSI_VOLUME, Some(UID_A))?, LABEL_A)?;
+    Ok(format!("device: {device}; pod A: {pod}"))
+}
+
+/// No mount under the kubelet's plugin and pod dirs.
+fn csi_nothing_mounted(ev: &Evidence) -> Outcome {
+    let table = ev.block("final_mountinfo")?;
+    let left: Vec<String> = mounts(table)
+        .into_iter()
+        .filter(|m| {
+            m.mount_point.starts_with(&format!("{ROOT}/plugins/"))
+                || m.mount_point.starts_with(&format!("{ROOT}/pods/"))
+        })
+        .map(|m| m.mount_point)
+        .collect();
+    if left.is_empty() {
+        Ok("nothing under plugins/ or pods/".into())
+    } else {
+        Err(format!("still mounted: {left:?}"))
+    }
+}
+
+/// The final `/debug/state` has no mounted target of the CSI volume.
+fn csi_state_empty(ev: &Evidence) -> Outcome {
+    let state = ev.json("final_debug_state")?;
+    let Ok(device) = volume_target(&state, CSI_VOLUME, None) else {
+        return Ok(format!("{CSI_VOLUME} not in the state"));
+    };
+    let pods = state["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["volume"] == CSI_VOLUME)
+        .flat_map(|v| v["pods"].as_array().cloned().unwrap_or_default())
+        .filter(|p| p["state"] == "mounted")
+        .count();
+    if device["state"] != "mounted" && pods == 0 {
+        Ok(format!("device {}, no pod mounted", device["state"]))
+    } else {
+        Err(format!("still mounted in the state: {state}"))
+    }
+}
+
+/// `ls -d` found neither the staging dir nor pod A's target.
+fn csi_dirs_gone(ev: &Evidence) -> Outcome {
+    let text = ev.block("final_dirs")?;
+    let gone = |p: &str| {
+        text.lines()
+            .any(|l| l.contains(p) && l.contains("No such file or directory"))
+    };
+    if gone(&csi_staging()) && gone(&csi_target(UID_A)) {
+        Ok("globalmount and pod A's mount dir removed".into())
+    } else {
+        Err(format!("ls -d says:\n{text}"))
+    }
+}
+
+fn csi_checks(ev: &Evidence, mode: &str) -> Vec<(String, Outcome)> {
+    let staging = csi_staging();
+    let target_a = csi_target(UID_A);
+    let hello = format!("{target_a}/hello.txt");
+    let plugin = format!("kubernetes.io/csi/{CSI_DRIVER}");
+    vec![
+        ("vm: SELinux is active", selinux_active(ev, mode)),
+        ("csi: the test driver listens", ev.step("driver_ready")),
+        ("pod A: volumed ready", ev.step("a_ready")),
+        ("pod A: volume published", ev.step("a_mounted")),
+        (
+            "pod A: NodeStage's mount flags carry the label, NodePublish's none",
+            label_in_stage_flags(ev),
+        ),
+        (
+            "pod A: one NodeStage, one NodePublish",
+            rpcs_are(ev, "a_calls", [1, 1, 0, 0]),
+        ),
+        (
+            "pod A: the staged tmpfs has context= s0:c10,c20 in the mount table",
+            mounted_from(ev, "a_mountinfo", &staging, "tmpfs", LABEL_A),
+        ),
+        (
+            "pod A: the published bind shows the same context=",
+            mounted_from(ev, "a_mountinfo", &target_a, "tmpfs", LABEL_A),
+        ),
+        (
+            "pod A: a file written in the pod's target has the label (stat %C, ls -Z)",
+            file_label(ev, "a_labels", &hello, LABEL_A),
+        ),
+        (
+            "pod A: /debug/state shows the label on the device and pod targets",
+            csi_state_labelled(ev, "a_debug_state", false),
+        ),
+        (
+            "pod A: dump shows the label on the device and pod targets",
+            csi_state_labelled(ev, "a_dump", true),
+        ),
+        (
+            "restart: volumed ready after kill -9",
+            ev.step("restart_ready"),
+        ),
+        (
+            "restart: no NodeStage or NodePublish re-issued",
+            rpcs_are(ev, "restart_calls", [1, 1, 0, 0]),
+        ),
+        (
+            "restart: the label reconstructed in /debug/state",
+            csi_state_labelled(ev, "restart_debug_state", false),
+        ),
+        (
+            "restart: no reconstruction decision is uncertain",
+            nothing_uncertain(ev, "restart_metrics"),
+        ),
+        (
+            "restart: the staged tmpfs kept its label",
+            mounted_from(ev, "restart_mountinfo", &staging, "tmpfs", LABEL_A),
+        ),
+        (
+            "pod B: mismatch counted within the wait",
+            ev.step("b_refused"),
+        ),
+        (
+            "pod B: mismatch metric (RWOP, the CSI driver) >= 1",
+            mismatch_metric(ev, &plugin),
+        ),
+        (
+            "pod B: the kubelet's message in /debug/state pod_errors",
+            message_in_debug_state(ev, CSI_PV),
+        ),
+        (
+            "pod B: the kubelet's message in the daemon log",
+            message_in_log(ev, CSI_PV),
+        ),
+        (
+            "pod B: no mount while pod A holds the volume",
+            nothing_mounted_for_b(ev),
+        ),
+        (
+            "pod B: no RPC for it",
+            rpc_calls(ev, "final_calls").and_then(|calls| {
+                let for_b: Vec<&Value> = calls
+                    .iter()
+                    .filter(|c| c.to_string().contains(UID_B))
+                    .collect();
+                if for_b.is_empty() {
+                    Ok("no call names pod B".into())
+                } else {
+                    Err(format!("calls for pod B: {for_b:?}"))
+                }
+            }),
+        ),
+        (
+            "pods gone: nothing mounted within the wait",
+            ev.step("gone"),
+        ),
+        (
+            "pods gone: one NodeUnpublish, one NodeUnstage",
+            rpcs_are(ev, "final_calls", [1, 1, 1, 1]),
+        ),
+        (
+            "pods gone: no mount left under plugins/ or pods/",
+            csi_nothing_mounted(ev),
+        ),
+        (
+            "pods gone: /debug/state has no mounted target",
+            csi_state_empty(ev),
+        ),
+        ("pods gone: the target dirs removed", csi_dirs_gone(ev)),
+        ("vm: volumed exits 0 on SIGTERM", sigterm_exit(ev)),
+        ("vm: no AVC denial", no_avc_denial(ev)),
+        (
+            "vm: the scenario ran to its end",
+            if ev.done {
+                Ok("@@DONE".into())
+            } else {
+                Err("no @@DONE line".into())
+            },
+        ),
+    ]
+    .into_iter()
+    .map(|(name, outcome)| (name.to_owned(), outcome))
+    .collect()
+}
+
+/// Issue #14 item 8: a CSIDriver with `seLinuxMount: true` and a driver
+/// that really mounts, on a real SELinux kernel.
+#[test]
+fn a_labelled_csi_volume_on_a_real_selinux_kernel() {
+    if !support::require_root("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
+        return;
+    }
+    let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
+    let run = boot_vm("csi.sh", true);
+    let ev = Evidence::parse(&run.results);
+    let results = csi_checks(&ev, &mode);
+    report(run, &mode, &results);
 }
 
 // ---------------------------------------------------------------- crash points
@@ -842,7 +1178,7 @@ fn labelled_volumes_through_every_crash_point_on_a_real_selinux_kernel() {
         return;
     }
     let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
-    let run = boot_vm("crash.sh");
+    let run = boot_vm("crash.sh", false);
     let ev = Evidence::parse(&run.results);
     let results = crash_checks(&ev);
     report(run, &mode, &results);

@@ -83,8 +83,8 @@ fn every_module_architecture_md_names_exists() {
 #[test]
 fn mount_syscalls_and_raw_libc_stay_in_the_host_seam() {
     // `testdriver/` (the test CSI driver binary) is outside `src/` and
-    // mounts with nix directly on purpose: it stands in for a third-party
-    // driver, so it must not share volumed's seam
+    // mounts with nix and libc's raw new-mount-API syscalls on purpose: it
+    // stands in for a third-party driver, so it must not share volumed's seam
     let forbidden = ["nix::mount", "libc::"];
     for p in files(&["src", "migrations"]) {
         if p.starts_with(root().join("src/host")) {

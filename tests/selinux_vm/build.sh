@@ -10,10 +10,11 @@
 #       as OUTDIR/stamp matches this script, its inputs and the package
 #       versions apt offers; rebuilt otherwise. Serialised by flock, so two
 #       test runs at once share one build.
-#   build.sh payload OUTDIR VOLUMED SCENARIO DEST
+#   build.sh payload OUTDIR VOLUMED SCENARIO DEST [TESTDRIVER]
 #       Makes DEST, an uncompressed cpio appended to the base initramfs: the
 #       volumed binary (debug info stripped) with the libraries ldd names,
-#       and the scenario as /scenario.sh. The kernel unpacks concatenated
+#       the scenario as /scenario.sh and, when given, the test CSI driver
+#       as volumed-testdriver the same way. The kernel unpacks concatenated
 #       archives in order, so the base stays cached while the binary changes
 #       (an uncompressed archive must start 4-byte aligned: the test pads the
 #       gzip'd base with zeros, which the kernel skips).
@@ -231,14 +232,20 @@ EOF
 }
 
 build_payload() {
-  local out=$1 volumed=$2 scenario=$3 dest=$4
+  local out=$1 volumed=$2 scenario=$3 dest=$4 driver=${5:-}
   [ -x "$volumed" ] || die "volumed binary $volumed is not executable"
   [ -f "$scenario" ] || die "scenario $scenario missing"
+  [ -z "$driver" ] || [ -x "$driver" ] || die "test driver $driver is not executable"
   local st
   st=$(mktemp -d "${dest}.stage.XXXXXX")
   mkdir -p "$st/usr/local/bin"
   copy_with_libs "$st" "$volumed" /usr/local/bin/volumed
   strip --strip-debug "$st/usr/local/bin/volumed" || die "strip $st/usr/local/bin/volumed"
+  if [ -n "$driver" ]; then
+    copy_with_libs "$st" "$driver" /usr/local/bin/volumed-testdriver
+    strip --strip-debug "$st/usr/local/bin/volumed-testdriver" ||
+      die "strip $st/usr/local/bin/volumed-testdriver"
+  fi
   cp "$scenario" "$st/scenario.sh"
   chmod 755 "$st/scenario.sh"
   (cd "$st" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) >"$dest" ||
@@ -248,6 +255,9 @@ build_payload() {
 
 case "${1:-}" in
   base) [ $# = 2 ] || die "usage: build.sh base OUTDIR"; build_base "$2" ;;
-  payload) [ $# = 5 ] || die "usage: build.sh payload OUTDIR VOLUMED SCENARIO DEST"; build_payload "$2" "$3" "$4" "$5" ;;
-  *) die "usage: build.sh base OUTDIR | build.sh payload OUTDIR VOLUMED SCENARIO DEST" ;;
+  payload)
+    [ $# = 5 ] || [ $# = 6 ] || die "usage: build.sh payload OUTDIR VOLUMED SCENARIO DEST [TESTDRIVER]"
+    build_payload "$2" "$3" "$4" "$5" "${6:-}"
+    ;;
+  *) die "usage: build.sh base OUTDIR | build.sh payload OUTDIR VOLUMED SCENARIO DEST [TESTDRIVER]" ;;
 esac

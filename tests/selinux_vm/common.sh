@@ -80,10 +80,12 @@ labels_of() {
   $LS -Z "$@" 2>&1
 }
 
+# start_volumed: in the background, with $VOLUMED_EXTRA's words appended.
 start_volumed() {
+  # shellcheck disable=SC2086 # VOLUMED_EXTRA is a list of words
   VOLUMED_LOG=info volumed run --root-dir "$ROOT" --node-name vm \
     --static-pods "$PODS" --static-objects "$OBJECTS" \
-    --listen 127.0.0.1:$PORT --selinux auto >>"$LOG" 2>&1 &
+    --listen 127.0.0.1:$PORT --selinux auto ${VOLUMED_EXTRA:-} >>"$LOG" 2>&1 &
   VOLUMED_PID=$!
   say "@@INFO volumed started, pid $VOLUMED_PID"
 }
