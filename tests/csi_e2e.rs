@@ -20,7 +20,7 @@
 //! 8. an inline ephemeral volume: published, never staged;
 //! 9. a driver that needs attaching waits for its VolumeAttachment;
 //! 10. a NodeStage that outlives its timeout while its pod goes (k8s
-//!     #86360; ignored: the daemon leaks the late mount);
+//!     #86360): the late mount is found and unstaged;
 //! 11. a restart between NodeUnpublish and NodeUnstage with the pod dir
 //!     gone (k8s #85476, #121937).
 //!
