@@ -5,7 +5,10 @@
 //! `volumed_plugin_operations_total`, `volumed_unmounted_outside_total` and
 //! `volumed_nested_mounts_left_total{plugin}` (+1 per TearDown attempt that
 //! found mounts beneath a directory volume and left it in place: the
-//! operation fails and is retried, so a steady rate means a stuck volume).
+//! operation fails and is retried, so a steady rate means a stuck volume),
+//! and `volumed_csi_selinux_label_ignored_total{driver_name}` (+1 per CSI
+//! call that was asked to mount with `context=` and left a mount without
+//! that label: the driver does not apply the label; see `executor`).
 
 use std::time::Duration;
 
@@ -34,6 +37,8 @@ pub struct OperationMetrics {
     pub nested_mounts_left: IntCounterVec,
     /// `volume_manager_total_volumes{plugin_name,state}`
     pub total_volumes: IntGaugeVec,
+    /// `volumed_csi_selinux_label_ignored_total{driver_name}`
+    pub csi_label_ignored: IntCounterVec,
     /// `csi_operations_seconds{driver_name,method_name,grpc_status_code,migrated}`
     pub csi_seconds: HistogramVec,
     /// `force_cleaned_failed_volume_operations_total`
@@ -114,6 +119,15 @@ impl OperationMetrics {
                 &["plugin"],
             )
         })?;
+        let csi_label_ignored = register(r, "volumed_csi_selinux_label_ignored_total", || {
+            IntCounterVec::new(
+                Opts::new(
+                    "volumed_csi_selinux_label_ignored_total",
+                    "CSI calls asked to mount with a context= label that left a mount with another label or none.",
+                ),
+                &["driver_name"],
+            )
+        })?;
         let total_volumes = register(r, "volume_manager_total_volumes", || {
             IntGaugeVec::new(
                 Opts::new(
@@ -165,6 +179,7 @@ impl OperationMetrics {
             unmounted_outside,
             nested_mounts_left,
             total_volumes,
+            csi_label_ignored,
             force_cleaned,
             force_cleaned_errors,
             orphan_cleaned,

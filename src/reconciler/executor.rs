@@ -148,6 +148,7 @@ impl Executor {
                 .map_err(|e| JobError::journal("outcome", &e))?;
         }
         let done = result.map_err(|e| JobError::from(&e))?;
+        self.check_csi_label(params, op, done.seen.as_ref());
         if done.action == crate::plugins::Action::Remounted {
             tracing::info!(volume = %params.volume, op = op.as_str(),
                 "the mount was in place with other options; remounted in place");
@@ -157,6 +158,33 @@ impl Executor {
                 "left in place: a mount point or a non-empty dir the operation does not remove");
         }
         Ok(())
+    }
+
+    /// A CSI call asked to mount with `context=` (seed 002) is checked
+    /// against the mount it left: a driver that drops the option gives the
+    /// pod files without the label. Warned and counted; the ASW keeps the
+    /// label asked for, as the kubelet's does (another mount would not
+    /// bring it), and reconstruction keeps it too (`reconstruct::apply`).
+    fn check_csi_label(
+        &self,
+        params: &SharedParams,
+        op: Operation,
+        seen: Option<&crate::model::MountIdentity>,
+    ) {
+        let (Some(csi), Some(wanted), Some(seen)) = (&params.csi, &params.selinux, seen) else {
+            return;
+        };
+        if seen.selinux.as_ref() == Some(wanted) {
+            return;
+        }
+        tracing::warn!(volume = %params.volume, op = op.as_str(), driver = %csi.driver,
+            wanted = wanted.as_str(), seen = seen.selinux.as_ref().map_or("", |c| c.as_str()),
+            "the CSI driver mounted without the context= label it was given");
+        self.metrics
+            .ops
+            .csi_label_ignored
+            .with_label_values(&[csi.driver.as_str()])
+            .inc();
     }
 
     /// Runs `job` unless the daemon is stopping: a job still queued when

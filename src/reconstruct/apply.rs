@@ -210,6 +210,13 @@ fn fill(decisions: &[Settled<'_>], asw: &mut ActualStateOfWorld) -> Vec<Reconstr
 /// mount, else the journal's.
 fn label(d: &Settled<'_>) -> Option<SeLinuxContext> {
     match d.observed {
+        // A CSI driver that dropped `context=` left a mount without it; the
+        // ASW held the label asked for (see `Executor::check_csi_label`), and
+        // keeps it, or every restart would remount for a label no mount of
+        // that driver brings.
+        Some(identity) if identity.selinux.is_none() && d.params.csi.is_some() => {
+            d.params.selinux.clone()
+        }
         Some(identity) => identity.selinux.clone(),
         None => d.params.selinux.clone(),
     }

@@ -149,7 +149,9 @@ fn params(vol: Vol) -> TargetParams {
                     ))
                     .into(),
                 ),
-                selinux: None,
+                // asked for; the test driver's mount (`ours`) has none, as a
+                // driver that drops `context=` leaves it
+                selinux: (vol == Vol::CsiPod).then(|| ctx(LABEL)),
                 fs_type: None,
                 csi: Some(std::sync::Arc::new(crate::model::CsiParams {
                     driver: "d.example.com".into(),
@@ -1257,4 +1259,23 @@ fn observe_by_bytes_answers_as_the_path_map() {
     ] {
         assert_eq!(by_bytes.get(Path::new(q)), observe.get(Path::new(q)), "{q}");
     }
+}
+
+#[test]
+fn a_csi_mount_without_the_label_asked_for_keeps_that_label_in_the_asw() {
+    let mut w = Writer::new();
+    write(&mut w, Vol::CsiPod, Journal::Mounted);
+    let state = w.state();
+    let out = merge(&seeing(&state, &[(Vol::CsiPod, Seen::Ours)]));
+    let mut asw = ActualStateOfWorld::new();
+    let errors = apply_to_asw(&out, &mut asw);
+    assert!(errors.is_empty(), "{errors:?}");
+    let snap = asw.snapshot();
+    let pod = &snap.volumes[0].pods[0];
+    assert_eq!(pod.state, MountState::Mounted);
+    assert_eq!(
+        pod.selinux_context,
+        SeLinuxState::Context(ctx(LABEL)),
+        "the label asked for, not the driver's bare mount: no remount for it at every restart"
+    );
 }
