@@ -540,6 +540,17 @@ fn restart_once(
         sizes.settle.as_secs_f64(),
         counts_text(&counts)
     );
+    // the daemon's own breakdown, so a regression names its phase
+    let phases: Vec<String> = d
+        .log_text()
+        .lines()
+        .filter_map(|l| {
+            let name = l.split("phase=").nth(1)?.split_whitespace().next()?;
+            let took = l.split("elapsed_ms=").nth(1)?.split_whitespace().next()?;
+            Some(format!("{}={took}", name.trim_matches('"')))
+        })
+        .collect();
+    println!("  startup phases (ms): {}", phases.join(" "));
     if reissued > 0 || mounted.is_none() {
         println!("  daemon log tail:\n{}", d.log_tail());
     }

@@ -268,8 +268,23 @@ fn load(sys: &dyn Sys, path: &Path, problems: &mut Vec<ScanProblem>) -> Option<V
 /// Reads the `vol_data.json` of every CSI target in `view`, found under
 /// `layout`.
 pub fn attach_vol_data(sys: &dyn Sys, view: &mut HostView, layout: &Layout) {
+    attach_vol_data_except(sys, view, layout, &|_| false);
+}
+
+/// [`attach_vol_data`] for the targets `known` does not claim: the file
+/// only serves to rebuild a target the journal does not hold, and reading
+/// one per target was most of a restart's merge phase.
+pub fn attach_vol_data_except(
+    sys: &dyn Sys,
+    view: &mut HostView,
+    layout: &Layout,
+    known: &dyn Fn(&Path) -> bool,
+) {
     let problems = &mut view.problems;
     for t in &mut view.device_targets {
+        if known(&t.path) {
+            continue;
+        }
         if let DeviceName::Csi {
             driver,
             handle_hash,
@@ -283,7 +298,7 @@ pub fn attach_vol_data(sys: &dyn Sys, view: &mut HostView, layout: &Layout) {
         }
     }
     for t in view.pod_targets.iter_mut().chain(&mut view.found_dirs) {
-        if t.plugin == PluginName::Csi {
+        if t.plugin == PluginName::Csi && !known(&t.path) {
             t.vol_data = load(
                 sys,
                 &layout.csi_pod_vol_data(&t.pod_uid, &t.spec_name),

@@ -3,6 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use std::path::Path;
+
+use fxhash::FxHashSet;
+
+use crate::host::pod_dirs::attach_vol_data_except;
 use crate::host::scan::{HostView, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs};
 use crate::host::sys::Sys;
 use crate::model::Layout;
@@ -82,7 +87,15 @@ fn ready_with(
         unknown_plugin_dirs: mounts.unknown_plugin_dirs,
         problems: mounts.problems,
     };
-    attach_vol_data(host.sys, &mut view, &layout);
+    let journaled: FxHashSet<&Path> = journal
+        .state()
+        .map(|s| {
+            s.entries()
+                .filter_map(|(_, e)| e.current_params().path())
+                .collect()
+        })
+        .unwrap_or_default();
+    attach_vol_data_except(host.sys, &mut view, &layout, &|p| journaled.contains(p));
     finish(host, journal, view, decide)
 }
 
