@@ -126,6 +126,7 @@ fn pod(i: usize) -> DesiredPod {
         unresolved: BTreeSet::new(),
         errors: Vec::new(),
         selinux: PodSeLinux::default(),
+        claims: Default::default(),
     }
 }
 

@@ -232,6 +232,7 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
                 volume: key.volume.clone(),
                 device: None,
                 pods: Vec::new(),
+                health: None,
             });
         let p = e.current_params();
         match &key.target {
@@ -260,6 +261,7 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
         volumes: volumes.into_values().collect(),
         pod_errors: Default::default(),
         unmounted_outside: Vec::new(),
+        pod_volume_health: Default::default(),
     }
 }
 

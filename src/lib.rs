@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod dump;
 pub mod failpoint;
 pub mod halves;
+pub mod health;
 pub mod host;
 pub mod journal;
 pub mod metrics;

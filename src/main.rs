@@ -1,6 +1,8 @@
 //! The `volumed` binary: argument parsing and the edges (logging, signals,
 //! exit codes). Everything else lives in the library.
 
+mod health_cmd;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -50,11 +52,13 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the daemon.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the journal's records and the state they imply.
     Dump(DumpArgs),
     /// Show what a restart would decide right now, per target (`--dry-run`).
     Reconstruct(ReconstructArgs),
+    /// Every mounted volume's condition and usage, from the running daemon.
+    Health(health_cmd::HealthArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -128,6 +132,8 @@ struct RunArgs {
     /// Test only: worker threads for volume operations (0: the default).
     #[arg(long, hide = true, default_value_t = 0)]
     workers: usize,
+    #[command(flatten)]
+    health: health_cmd::HealthFlags,
 }
 
 #[derive(Args, Debug)]
@@ -260,6 +266,7 @@ fn run(mut args: RunArgs) -> Result<()> {
     let journal_dir = args
         .journal_dir
         .unwrap_or_else(|| args.root_dir.join("volumed"));
+    let health = args.health.config(&mut args.feature_gates)?;
     let selinux = selinux_policy(args.selinux, &args.feature_gates)?;
     let boot = boot_id(args.boot_id_file.as_deref())?;
     std::fs::create_dir_all(&args.root_dir)
@@ -294,6 +301,7 @@ fn run(mut args: RunArgs) -> Result<()> {
         cfg.workers = args.workers;
     }
     cfg.selinux = selinux;
+    cfg.health = health;
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     let drivers = volumed::csi::registry::Drivers::from_flags(
         &args.csi_driver,
@@ -476,9 +484,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match cli.command {
-        Command::Run(a) => run(a),
+        Command::Run(a) => run(*a),
         Command::Dump(a) => dump(a),
         Command::Reconstruct(a) => reconstruct(a),
+        Command::Health(a) => health_cmd::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

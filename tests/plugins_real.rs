@@ -701,6 +701,12 @@ impl Sys for Wrapped {
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
         LinuxSys.read_file(path, limit, follow)
     }
+    fn statfs(&self, path: &Path) -> Result<volumed::host::sys::FsUsage, SysError> {
+        LinuxSys.statfs(path)
+    }
+    fn mount_probe(&self, path: &Path) -> Result<volumed::host::sys::MountProbe, SysError> {
+        LinuxSys.mount_probe(path)
+    }
 }
 
 /// Runs `body` in a private mount namespace, as root (skipped otherwise).

@@ -24,8 +24,12 @@ impl Core {
         let mut others_changed = false;
         for e in events {
             let pod = match &e {
-                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => Some(p.clone()),
+                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => {
+                    w.pods.insert(p.uid.clone(), pod_entry(p));
+                    Some(p.clone())
+                }
                 SourceEvent::PodRemoved(uid) => {
+                    w.pods.remove(uid);
                     self.refused.remove(uid);
                     others_changed = true;
                     None
@@ -62,6 +66,17 @@ impl Core {
         for uid in admitted {
             self.refused.remove(&uid);
         }
+    }
+}
+
+/// What the health reports keep of a pod.
+fn pod_entry(p: &crate::sources::DesiredPod) -> crate::health::PodEntry {
+    crate::health::PodEntry {
+        pod: std::sync::Arc::new(crate::health::PodRef {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        }),
+        claims: p.claims.clone(),
     }
 }
 

@@ -41,6 +41,7 @@ pub(in crate::daemon) fn pod(u: &str) -> DesiredPod {
         unresolved: Default::default(),
         errors: vec![],
         selinux: Default::default(),
+        claims: Default::default(),
     }
 }
 

@@ -76,6 +76,8 @@ pub struct World {
     pub unmounted_outside: Vec<UnmountedOutside>,
     /// every pod source has listed (`/readyz`; see `core::Phase::ready`)
     pub ready: bool,
+    /// the listed pods' names and claims (health reports)
+    pub pods: std::collections::BTreeMap<crate::model::PodUid, crate::health::PodEntry>,
 }
 
 /// A journal write the loop decided (performed in order on one thread).

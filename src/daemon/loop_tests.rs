@@ -142,6 +142,12 @@ impl Sys for Gated {
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
         self.inner.read_file(path, limit, follow)
     }
+    fn statfs(&self, path: &Path) -> Result<crate::host::sys::FsUsage, SysError> {
+        self.inner.statfs(path)
+    }
+    fn mount_probe(&self, path: &Path) -> Result<crate::host::sys::MountProbe, SysError> {
+        self.inner.mount_probe(path)
+    }
 }
 
 /// A running loop over the gated fake and a real journal in a temp dir.
@@ -202,6 +208,8 @@ fn rig(workers: usize) -> Rig {
         journal: Some(journal),
         node_name: "n".into(),
         boot_id: "b".into(),
+        monitor: None,
+        sink: Default::default(),
     };
     Rig {
         _dir: dir,
@@ -246,6 +254,8 @@ impl Rig {
             journal: self.provider.journal.clone(),
             node_name: "n".into(),
             boot_id: "b".into(),
+            monitor: None,
+            sink: Default::default(),
         };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

@@ -30,6 +30,7 @@ pub mod core;
 pub mod effects;
 pub mod event_loop;
 pub mod forced;
+mod health;
 pub mod orphans;
 mod startup;
 pub mod watch;
@@ -84,6 +85,8 @@ pub struct DaemonConfig {
     pub csi: Option<CsiSetup>,
     /// the Secrets of the static objects, which CSI calls read
     pub secrets: crate::sources::static_objects::SecretStore,
+    /// the volume health monitor; `None`: no checks
+    pub health: Option<crate::health::HealthConfig>,
 }
 
 /// The daemon's CSI settings.
@@ -111,6 +114,7 @@ impl DaemonConfig {
             selinux: crate::selinux::Policy::disabled(),
             csi: None,
             secrets: Default::default(),
+            health: None,
         }
     }
 }
@@ -184,6 +188,10 @@ pub struct Daemon {
     journal: Option<Arc<Journal>>,
     node_name: String,
     boot_id: String,
+    /// the health monitor, when on
+    monitor: Option<Arc<crate::health::Monitor>>,
+    /// the events the monitor emitted, for `/debug/events`
+    sink: Arc<crate::health::RecentEvents>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -291,6 +299,24 @@ impl Daemon {
             ),
             _ => None,
         };
+        let sink = Arc::new(crate::health::RecentEvents::default());
+        let monitor = match cfg.health.clone() {
+            Some(h) => Some(Arc::new(
+                health::start(
+                    h,
+                    world.clone(),
+                    sys.clone(),
+                    cfg.csi.as_ref().map(|c| c.drivers.clone()),
+                    &metrics,
+                    sink.clone(),
+                )
+                .map_err(|source| DaemonError::Thread {
+                    what: "volumed-health",
+                    source,
+                })?,
+            )),
+            None => None,
+        };
         Ok(Daemon {
             world,
             events: events_tx,
@@ -302,6 +328,8 @@ impl Daemon {
             journal,
             node_name: cfg.node_name,
             boot_id: cfg.boot_id.as_str().to_owned(),
+            monitor,
+            sink,
         })
     }
 
@@ -313,6 +341,8 @@ impl Daemon {
             journal: self.journal.clone(),
             node_name: self.node_name.clone(),
             boot_id: self.boot_id.clone(),
+            monitor: self.monitor.clone(),
+            sink: self.sink.clone(),
         })
     }
 
@@ -323,6 +353,9 @@ impl Daemon {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.poller.stop();
+        if let Some(m) = &self.monitor {
+            m.stop();
+        }
         if let Some(mut d) = self.discovery {
             d.stop();
         }
@@ -341,12 +374,17 @@ impl Daemon {
     }
 }
 
+/// How long `/debug/health?fresh=1` waits for the pass it asks for.
+const HEALTH_WAIT: Duration = Duration::from_secs(30);
+
 struct Provider {
     world: Arc<Mutex<World>>,
     metrics: Arc<Metrics>,
     journal: Option<Arc<Journal>>,
     node_name: String,
     boot_id: String,
+    monitor: Option<Arc<crate::health::Monitor>>,
+    sink: Arc<crate::health::RecentEvents>,
 }
 
 impl DebugProvider for Provider {
@@ -374,7 +412,23 @@ impl DebugProvider for Provider {
             .map(|(p, e)| (p.as_str().to_owned(), e.iter().cloned().collect()))
             .collect();
         s.unmounted_outside = w.unmounted_outside.clone();
+        drop(w);
+        if let Some(m) = &self.monitor {
+            m.read(|store| crate::health::report::fill_state(store, &mut s));
+        }
         s
+    }
+
+    fn events(&self) -> Vec<crate::health::VolumeEvent> {
+        self.sink.recent()
+    }
+
+    fn health(&self, fresh: bool) -> Option<crate::health::report::HealthDoc> {
+        let m = self.monitor.as_ref()?;
+        if fresh && !m.check_now(HEALTH_WAIT) {
+            tracing::warn!(wait = ?HEALTH_WAIT, "health: an asked-for pass did not end in time");
+        }
+        Some(m.read(crate::health::report::document))
     }
 
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::host::sys::{Call, DiskFormat, Errno, FileKind, MsFlags, SysCall, SysError};
+use crate::host::sys::{Call, DiskFormat, Errno, FileKind, FsUsage, MsFlags, SysCall, SysError};
 use crate::model::DevId;
 
 /// The device number of the fake "disk" holding every unmounted path.
@@ -48,6 +48,8 @@ pub(crate) struct State {
     pub(crate) mounts: Vec<FakeMount>,
     pub(crate) next_id: u32,
     pub(crate) next_anon: u32,
+    /// `statfs` answers by filesystem (device)
+    pub(crate) usage: BTreeMap<DevId, FsUsage>,
 }
 
 impl State {

@@ -20,7 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::host::fake_host::State;
 use crate::host::sys::{
-    Beneath, Call, DiskFormat, Errno, FileKind, MntFlags, MsFlags, Sys, SysError,
+    Beneath, Call, DiskFormat, Errno, FileKind, FsUsage, MntFlags, MsFlags, Sys, SysError,
 };
 use crate::model::DevId;
 
@@ -97,6 +97,11 @@ impl RecordingSys {
         let mut st = self.lock();
         st.devices.insert(path.to_owned(), dev);
         st.formats.insert(path.to_owned(), format);
+    }
+
+    /// Makes `statfs` of any path on the filesystem `dev` answer `usage`.
+    pub fn set_fs_usage(&self, dev: DevId, usage: FsUsage) {
+        self.lock().usage.insert(dev, usage);
     }
 
     /// Whether a path exists in the fake tree.

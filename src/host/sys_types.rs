@@ -97,6 +97,10 @@ pub enum Call {
     ReadDir,
     /// reading a small file whole
     ReadFile,
+    /// `statfs(2)`: a filesystem's usage and flags
+    Statfs,
+    /// `statx` for a path's mount id, device and mount-root attribute
+    MountProbe,
 }
 
 impl Call {
@@ -123,6 +127,8 @@ impl Call {
             Call::Canonicalize => "canonicalize",
             Call::ReadDir => "read dir",
             Call::ReadFile => "read file",
+            Call::Statfs => "statfs",
+            Call::MountProbe => "statx mount probe",
         }
     }
 }
@@ -255,6 +261,38 @@ impl FileStat {
         let dev = (u64::from(self.dev.major) << 32) | u64::from(self.dev.minor);
         (dev, self.ino, self.ctime_ns)
     }
+}
+
+/// A filesystem's usage and flags, per [`Sys::statfs`](crate::host::sys::Sys::statfs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FsUsage {
+    /// the fragment size the block counts are in (`f_frsize`)
+    pub block_size: u64,
+    /// total blocks
+    pub blocks: u64,
+    /// free blocks (root's reserve included)
+    pub blocks_free: u64,
+    /// blocks free to unprivileged users (what a pod can still write)
+    pub blocks_available: u64,
+    /// total inodes (0: the filesystem does not count them)
+    pub files: u64,
+    /// free inodes
+    pub files_free: u64,
+    /// mounted read-only (`ST_RDONLY`)
+    pub read_only: bool,
+}
+
+/// What one `statx` tells about a path's mount, per
+/// [`Sys::mount_probe`](crate::host::sys::Sys::mount_probe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountProbe {
+    /// the mount id (`STATX_MNT_ID`, the mount table's first column)
+    pub mnt_id: u64,
+    /// the device of the filesystem the path shows
+    pub dev: DevId,
+    /// whether the path is the root of a mount; `None` when the kernel does
+    /// not report the attribute (before 5.8)
+    pub mount_root: Option<bool>,
 }
 
 /// One entry of a directory listed by [`Sys::read_dir_beneath`](crate::host::sys::Sys::read_dir_beneath).
@@ -408,6 +446,16 @@ pub enum SysCall {
         /// path
         path: PathBuf,
     },
+    /// filesystem usage
+    Statfs {
+        /// path
+        path: PathBuf,
+    },
+    /// mount id, device and mount-root attribute
+    MountProbe {
+        /// path
+        path: PathBuf,
+    },
 }
 
 impl SysCall {
@@ -434,6 +482,8 @@ impl SysCall {
             SysCall::Canonicalize { .. } => Call::Canonicalize,
             SysCall::ReadDir { .. } => Call::ReadDir,
             SysCall::ReadFile { .. } => Call::ReadFile,
+            SysCall::Statfs { .. } => Call::Statfs,
+            SysCall::MountProbe { .. } => Call::MountProbe,
         }
     }
 
@@ -450,6 +500,8 @@ impl SysCall {
                 | Call::Canonicalize
                 | Call::ReadDir
                 | Call::ReadFile
+                | Call::Statfs
+                | Call::MountProbe
         )
     }
 }

@@ -242,6 +242,28 @@ pub fn ask_daemon(
     Ok(JournalSource::Daemon { doc, daemon })
 }
 
+/// Asks the daemon named by `<dir>/daemon.json` for its volume health
+/// (`GET /debug/health`, after a pass asked for now when `fresh`).
+pub fn ask_health(
+    dir: &Path,
+    fresh: bool,
+    timeout: Duration,
+) -> Result<crate::health::report::HealthDoc, ClientError> {
+    let file = daemon_file::path(dir);
+    let daemon = DaemonFile::read(dir)?.ok_or(ClientError::NoDaemonFile { path: file })?;
+    let path = if fresh {
+        "/debug/health?fresh=1"
+    } else {
+        "/debug/health"
+    };
+    let (addr, body) = get_ok(&daemon.listen, path, timeout)?;
+    serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
+        addr,
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// `kill(pid, 0)`: alive unless the kernel says there is no such process
 /// (EPERM means it exists under another user).
 fn pid_alive(pid: i32) -> bool {

@@ -59,6 +59,15 @@ pub trait DebugProvider: Send + Sync {
     fn state(&self) -> StateSnapshot;
     /// The `dump` document, only records and state of `volume` when given.
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String>;
+    /// Recent volume events, newest last (`/debug/events`).
+    fn events(&self) -> Vec<crate::health::VolumeEvent> {
+        Vec::new()
+    }
+    /// Every checked volume (`/debug/health`), after a pass asked for now
+    /// when `fresh`; `None` when health checks are off.
+    fn health(&self, _fresh: bool) -> Option<crate::health::report::HealthDoc> {
+        None
+    }
 }
 
 /// What went wrong, by step.
@@ -184,9 +193,13 @@ fn json(value: &impl serde::Serialize) -> Resp {
 
 /// The `volume` query parameter, percent-decoded; the first one wins.
 fn volume_param(req: &Request<Incoming>) -> Option<String> {
+    query_param(req, "volume")
+}
+
+fn query_param(req: &Request<Incoming>, name: &str) -> Option<String> {
     let query = req.uri().query()?;
     form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == "volume")
+        .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
 }
 
@@ -209,7 +222,13 @@ async fn route(provider: Arc<dyn DebugProvider>, req: &Request<Incoming>) -> Res
     let path = req.uri().path();
     let known = matches!(
         path,
-        "/healthz" | "/readyz" | "/metrics" | "/debug/state" | "/debug/journal"
+        "/healthz"
+            | "/readyz"
+            | "/metrics"
+            | "/debug/state"
+            | "/debug/journal"
+            | "/debug/events"
+            | "/debug/health"
     );
     if !known {
         return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}\n"));
@@ -233,6 +252,16 @@ async fn route(provider: Arc<dyn DebugProvider>, req: &Request<Incoming>) -> Res
             .await
             .map(|m| respond(StatusCode::OK, METRICS_CONTENT_TYPE, m)),
         "/debug/state" => blocking(provider, |p| p.state()).await.map(|s| json(&s)),
+        "/debug/events" => blocking(provider, |p| p.events()).await.map(|e| json(&e)),
+        "/debug/health" => {
+            let fresh = query_param(req, "fresh").is_some_and(|v| v == "1" || v == "true");
+            blocking(provider, move |p| p.health(fresh))
+                .await
+                .map(|h| match h {
+                    Some(doc) => json(&doc),
+                    None => text(StatusCode::NOT_FOUND, "health checks are off\n"),
+                })
+        }
         _ => {
             let volume = volume_param(req);
             blocking(provider, move |p| p.journal(volume.as_deref()))

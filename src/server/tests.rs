@@ -50,9 +50,11 @@ impl DebugProvider for Fake {
                 volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
                 device: None,
                 pods: Vec::new(),
+                health: None,
             }],
             pod_errors: Default::default(),
             unmounted_outside: Vec::new(),
+            pod_volume_health: Default::default(),
         }
     }
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

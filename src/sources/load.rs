@@ -301,6 +301,7 @@ impl Sources {
         let mut unresolved = std::mem::take(&mut p.failed_volumes);
         // exactly as many as the pod has: a pushed-to Vec reserves four
         let mut volumes = Vec::with_capacity(p.volumes.len());
+        let mut claims = BTreeMap::new();
         for v in std::mem::take(&mut p.volumes) {
             let (outer, spec_name, spec) = match v {
                 ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
@@ -314,6 +315,7 @@ impl Sources {
                     ) {
                         Ok((pv, mut spec)) => {
                             mark_block_device(self.sys.as_ref(), &mut spec);
+                            claims.insert(name.clone(), claim_name);
                             (name, pv, spec)
                         }
                         Err(e) => {
@@ -343,6 +345,7 @@ impl Sources {
             unresolved,
             errors,
             selinux: p.selinux,
+            claims,
         }
     }
 }

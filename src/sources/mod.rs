@@ -129,6 +129,9 @@ pub struct DesiredPod {
     pub errors: Vec<String>,
     /// SELinux inputs
     pub selinux: PodSeLinux,
+    /// per pod volume name, the claim it names (namespace: the pod's), for
+    /// the `kubelet_volume_stats_*` labels
+    pub claims: BTreeMap<String, String>,
 }
 
 /// The full desired set of one listing.

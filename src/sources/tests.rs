@@ -213,6 +213,7 @@ fn desired(name: &str, u: &str, volumes: Vec<PodVolume>) -> DesiredPod {
         unresolved: BTreeSet::new(),
         errors: vec![],
         selinux: PodSeLinux::default(),
+        claims: Default::default(),
     }
 }
 

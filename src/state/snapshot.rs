@@ -32,12 +32,14 @@ impl ActualStateOfWorld {
                         selinux_context: p.mount.selinux.clone(),
                     })
                     .collect(),
+                health: None,
             })
             .collect();
         StateSnapshot {
             volumes,
             pod_errors: Default::default(),
             unmounted_outside: Vec::new(),
+            pod_volume_health: Default::default(),
         }
     }
 }
@@ -58,6 +60,11 @@ pub struct StateSnapshot {
     /// `volumed_unmounted_outside_total`); absent when there are none
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmounted_outside: Vec<UnmountedOutside>,
+    /// `/debug/state` only: per pod UID, its volumes' health in the shape
+    /// of `Pod.status.volumeHealth` (Kubernetes 1.37); absent when no
+    /// volume of a pod has been judged
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pod_volume_health: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// A target found unmounted outside volumed (DESIGN.md's merge table: a
@@ -83,6 +90,10 @@ pub struct VolumeSnapshot {
     pub device: Option<DeviceSnapshot>,
     /// the pod targets, sorted by pod UID
     pub pods: Vec<PodSnapshot>,
+    /// `/debug/state`: the volume's condition, `null` until one was judged
+    /// (DESIGN.md "Health"); `dump` (the journal's view) always has `null`
+    #[serde(default)]
+    pub health: Option<crate::health::report::HealthJson>,
 }
 
 /// A device target in a [`StateSnapshot`].
@@ -158,7 +169,7 @@ mod tests {
         let want = json!({"volumes": [
             {"volume": "kubernetes.io/empty-dir/p1-cache", "device": null, "pods": [
                 {"pod_uid": "p1", "mount_path": "/c", "kind": "dir", "state": "mounted",
-                 "selinux_context": ""}]},
+                 "selinux_context": ""}], "health": null},
             {"volume": "kubernetes.io/local-volume/pv1",
              "device": {"state": "mounted", "device_path": "/dev/loop0", "mount_path": "/g",
                         "selinux_context": "u:r:t:s0:c1,c2"},
@@ -166,7 +177,7 @@ mod tests {
                 {"pod_uid": "p1", "mount_path": "/p1", "kind": "mount", "state": "uncertain",
                  "selinux_context": null},
                 {"pod_uid": "p2", "mount_path": "/p2", "kind": "mount", "state": "mounted",
-                 "selinux_context": "u:r:t:s0:c1,c2"}]}
+                 "selinux_context": "u:r:t:s0:c1,c2"}], "health": null}
         ]});
         assert_eq!(serde_json::to_value(&snap).unwrap(), want);
         let back: StateSnapshot = serde_json::from_value(want).unwrap();

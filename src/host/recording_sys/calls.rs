@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::host::fake_host::create;
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{
-    Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, LIVE_MOUNTINFO, Listing,
-    MntFlags, MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, FsUsage, LIVE_MOUNTINFO,
+    Listing, MntFlags, MountProbe, MsFlags, Sys, SysError,
 };
 
 use super::RecordingSys;
@@ -408,5 +408,37 @@ impl Sys for RecordingSys {
             return Err(err(Errno::EFBIG));
         }
         Ok(bytes)
+    }
+
+    /// What [`RecordingSys::set_fs_usage`] gave the filesystem `path`
+    /// shows (found by its device), else an empty, writable filesystem.
+    fn statfs(&self, path: &Path) -> Result<FsUsage, SysError> {
+        let st = self.enter(SysCall::Statfs { path: path.into() }, path)?;
+        if !st.files.contains_key(path) {
+            return Err(SysError::call(Call::Statfs, path, Errno::ENOENT));
+        }
+        let dev = st.identity_of(path).0;
+        Ok(st.usage.get(&dev).copied().unwrap_or(FsUsage {
+            block_size: 4096,
+            blocks: 1 << 20,
+            blocks_free: 1 << 20,
+            blocks_available: 1 << 20,
+            files: 1 << 16,
+            files_free: 1 << 16,
+            read_only: false,
+        }))
+    }
+
+    fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError> {
+        let st = self.enter(SysCall::MountProbe { path: path.into() }, path)?;
+        if !st.files.contains_key(path) {
+            return Err(SysError::call(Call::MountProbe, path, Errno::ENOENT));
+        }
+        let mnt_id = path.ancestors().find_map(|a| st.top(a)).map_or(1, |m| m.id);
+        Ok(MountProbe {
+            mnt_id: u64::from(mnt_id),
+            dev: st.identity_of(path).0,
+            mount_root: Some(path == Path::new("/") || st.is_mount_point(path)),
+        })
     }
 }

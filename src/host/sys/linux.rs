@@ -13,8 +13,8 @@ use nix::sys::stat::Mode;
 use super::child::{parse_blkid_export, run};
 use super::raw::{cpath, file_stat, io_error, mode, mount_root_attr, statx_at, std_kind};
 use super::{
-    Beneath, Call, DirEntry, DiskFormat, Errno, FileStat, LIVE_MOUNTINFO, Listing, MntFlags,
-    MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DiskFormat, Errno, FileStat, FsUsage, LIVE_MOUNTINFO, Listing,
+    MntFlags, MountProbe, MsFlags, Sys, SysError,
 };
 use crate::host::mountinfo::{MountTable, read_pieces};
 
@@ -352,6 +352,41 @@ impl Sys for LinuxSys {
             return Err(err(Errno::EFBIG));
         }
         Ok(bytes)
+    }
+
+    fn statfs(&self, path: &Path) -> Result<FsUsage, SysError> {
+        let v =
+            nix::sys::statvfs::statvfs(path).map_err(|e| SysError::call(Call::Statfs, path, e))?;
+        // The widths differ between libc targets (u64 on 64-bit Linux).
+        #[allow(clippy::useless_conversion)]
+        Ok(FsUsage {
+            block_size: u64::from(v.fragment_size()),
+            blocks: u64::from(v.blocks()),
+            blocks_free: u64::from(v.blocks_free()),
+            blocks_available: u64::from(v.blocks_available()),
+            files: u64::from(v.files()),
+            files_free: u64::from(v.files_free()),
+            read_only: v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+        })
+    }
+
+    fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError> {
+        let c = cpath(Call::MountProbe, path)?;
+        let st = statx_at(
+            libc::AT_FDCWD,
+            &c,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+        )
+        .map_err(|e| SysError::call(Call::MountProbe, path, e))?;
+        Ok(MountProbe {
+            mnt_id: st.stx_mnt_id,
+            dev: crate::model::DevId {
+                major: st.stx_dev_major,
+                minor: st.stx_dev_minor,
+            },
+            mount_root: mount_root_attr(&st),
+        })
     }
 }
 

@@ -64,7 +64,8 @@ use std::path::{Path, PathBuf};
 use crate::host::mountinfo::MountTable;
 
 pub use crate::host::sys_types::{
-    Beneath, Call, DirEntry, DiskFormat, FileKind, FileStat, Listing, SysCall, SysError,
+    Beneath, Call, DirEntry, DiskFormat, FileKind, FileStat, FsUsage, Listing, MountProbe, SysCall,
+    SysError,
 };
 pub use child::parse_blkid_export;
 pub use linux::LinuxSys;
@@ -187,6 +188,13 @@ pub trait Sys: Send + Sync {
     /// the last component fails with `ELOOP`; anything but a regular file
     /// fails with `EINVAL`, a larger file with `EFBIG`.
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError>;
+    /// `statfs(2)` of the filesystem `path` shows (following symlinks, as
+    /// the kubelet's volume stats do): usage, inodes, read-only.
+    fn statfs(&self, path: &Path) -> Result<FsUsage, SysError>;
+    /// One `statx` of `path` (not following a symlink at its end): the
+    /// mount id, the device and whether it is a mount root — what the
+    /// health monitor compares with the mount it learnt from the table.
+    fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError>;
 }
 
 /// Creates `path` and any missing parents with `mode` (like `mkdir -p`,

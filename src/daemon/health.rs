@@ -1,0 +1,79 @@
+//! The daemon's side of the health monitor: the volumes it checks, copied
+//! from the `World` under its lock (the probing happens after, outside
+//! it), and the monitor started with them.
+
+use std::sync::{Arc, Mutex};
+
+use super::effects::World;
+use crate::health::{HealthConfig, Monitor, MonitorParts, PodTarget, RecentEvents, Subject};
+use crate::host::sys::Sys;
+use crate::metrics::Metrics;
+use crate::model::MountState;
+
+/// Every volume with a target the ASW has mounted, with only those targets.
+pub(super) fn subjects(w: &World) -> Vec<Subject> {
+    let mut out = Vec::new();
+    for (name, v) in w.asw.volumes() {
+        let device = v
+            .device
+            .as_ref()
+            .filter(|d| d.state == MountState::Mounted)
+            .and_then(|d| d.mount_path.clone());
+        let mut claim = None;
+        let pods: Vec<PodTarget> = v
+            .pods
+            .iter()
+            .filter(|(_, p)| p.state == MountState::Mounted)
+            .map(|(uid, p)| {
+                let entry = w.pods.get(uid);
+                if claim.is_none()
+                    && let Some(e) = entry
+                    && let Some(c) = e.claims.get(p.mount.outer_name.as_str())
+                {
+                    claim = Some((e.pod.namespace.clone(), c.clone()));
+                }
+                PodTarget {
+                    uid: uid.clone(),
+                    outer_name: p.mount.outer_name.as_str().to_owned(),
+                    path: p.mount.mount_path.to_path_buf(),
+                    kind: p.mount.kind,
+                    pod: entry.map(|e| e.pod.clone()),
+                }
+            })
+            .collect();
+        if device.is_none() && pods.is_empty() {
+            continue;
+        }
+        out.push(Subject {
+            volume: name.clone(),
+            plugin: v.plugin,
+            spec: v.spec.clone(),
+            device,
+            pods,
+            claim,
+        });
+    }
+    out
+}
+
+/// Starts the monitor over `world`.
+pub(super) fn start(
+    config: HealthConfig,
+    world: Arc<Mutex<World>>,
+    sys: Arc<dyn Sys>,
+    drivers: Option<Arc<crate::csi::registry::Drivers>>,
+    metrics: &Metrics,
+    sink: Arc<RecentEvents>,
+) -> std::io::Result<Monitor> {
+    Monitor::start(MonitorParts {
+        config,
+        sys,
+        drivers,
+        subjects: Box::new(move || {
+            let w = world.lock().unwrap_or_else(|p| p.into_inner());
+            subjects(&w)
+        }),
+        sink,
+        metrics: Some(metrics.health.clone()),
+    })
+}

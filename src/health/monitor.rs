@@ -1,0 +1,537 @@
+//! The monitor thread: a pass each period or on demand. A pass copies the
+//! mounted volumes (`subjects`, which takes the daemon's lock for the copy
+//! only), runs the checks in order on a prober thread, and applies the
+//! results: conditions, events, gauges.
+//!
+//! The per-check timeout without a thread hop per check: the prober writes
+//! each result into a shared slot and notes which check it is on and since
+//! when; the monitor sleeps until the pass ends or a check outlives the
+//! timeout. Then that check is counted as timed out, its prober abandoned
+//! (still stuck in its call; when the call returns it only clears the
+//! volume's hung mark), and a fresh prober goes on from the next volume. A
+//! volume marked hung is left out of later passes until its call returns,
+//! so a dead server costs one stuck thread, not one per pass.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::csi::{self, CsiChecked};
+use super::decide::{Finding, Severity, Transition, transition};
+use super::events::{ABNORMAL, EventSink, NORMAL, VolumeEvent};
+use super::probe::{self, Baselines};
+use super::{Condition, HealthConfig, PodTarget, Source, Subject, Usage};
+use crate::csi::registry::Drivers;
+use crate::host::sys::Sys;
+use crate::model::{PluginName, UniqueVolumeName};
+
+pub use crate::metrics::HealthMetrics;
+
+/// What the monitor is built from.
+pub struct MonitorParts {
+    /// period, timeout, gate
+    pub config: HealthConfig,
+    /// the host
+    pub sys: Arc<dyn Sys>,
+    /// the CSI drivers, when CSI is on
+    pub drivers: Option<Arc<Drivers>>,
+    /// the mounted volumes now (the daemon copies them under its lock)
+    pub subjects: Box<dyn Fn() -> Vec<Subject> + Send + Sync>,
+    /// where events go
+    pub sink: Arc<dyn EventSink>,
+    /// the gauges and counters, when metrics are kept
+    pub metrics: Option<HealthMetrics>,
+}
+
+/// One volume as last checked.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// what was checked
+    pub subject: Subject,
+    /// the condition; `None` until one was judged (a CSI driver without
+    /// `VOLUME_CONDITION` never gives one)
+    pub condition: Option<Condition>,
+    /// the usage last measured
+    pub usage: Option<Usage>,
+    /// when it was last checked
+    pub checked: SystemTime,
+}
+
+/// What the reports read.
+#[derive(Debug, Default)]
+pub struct Store {
+    /// by volume
+    pub volumes: BTreeMap<UniqueVolumeName, Record>,
+    /// passes completed
+    pub passes: u64,
+}
+
+/// The result of one volume's check.
+#[derive(Debug, Clone)]
+enum Checked {
+    Native(Vec<Finding>, Option<Usage>),
+    Csi(CsiChecked),
+    TimedOut,
+}
+
+enum Msg {
+    Check(Option<Sender<()>>),
+    Stop,
+}
+
+/// Shared between the monitor thread, its probers and the readers.
+struct Shared {
+    store: Mutex<Store>,
+    /// volumes whose check hangs in a call that has not returned; also
+    /// the lock under which a prober moves on and the monitor gives up
+    hung: Mutex<HashSet<UniqueVolumeName>>,
+}
+
+/// The running monitor.
+pub struct Monitor {
+    shared: Arc<Shared>,
+    trigger: Mutex<Sender<Msg>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Monitor {
+    /// Starts the monitor thread; the first pass runs at once.
+    pub fn start(parts: MonitorParts) -> std::io::Result<Monitor> {
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::default()),
+            hung: Mutex::new(HashSet::new()),
+        });
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("volumed-health".into())
+            .spawn(move || {
+                let runner = Runner {
+                    parts,
+                    shared: s,
+                    baselines: Mutex::new(Baselines::new()),
+                };
+                let mut waiters = Vec::new();
+                loop {
+                    runner.pass();
+                    for w in waiters.drain(..) {
+                        let _: Result<(), _> = Sender::send(&w, ());
+                    }
+                    match rx.recv_timeout(runner.parts.config.period) {
+                        Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                        Ok(Msg::Check(w)) => waiters.extend(w),
+                        Err(RecvTimeoutError::Timeout) => {}
+                    }
+                    // coalesce every request that came during the pass
+                    while let Ok(m) = rx.try_recv() {
+                        match m {
+                            Msg::Stop => return,
+                            Msg::Check(w) => waiters.extend(w),
+                        }
+                    }
+                }
+            })?;
+        Ok(Monitor {
+            shared,
+            trigger: Mutex::new(tx),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Asks for a pass now and waits up to `wait` for it to end; false when
+    /// it did not in time.
+    pub fn check_now(&self, wait: Duration) -> bool {
+        let (tx, rx) = mpsc::channel();
+        if lock(&self.trigger).send(Msg::Check(Some(tx))).is_err() {
+            return false;
+        }
+        rx.recv_timeout(wait).is_ok()
+    }
+
+    /// Reads the store.
+    pub fn read<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
+        f(&lock(&self.shared.store))
+    }
+
+    /// Stops the thread (a pass in progress ends first; a hung prober is
+    /// left behind).
+    pub fn stop(&self) {
+        let _ = lock(&self.trigger).send(Msg::Stop);
+        if let Some(t) = lock(&self.thread).take()
+            && t.join().is_err()
+        {
+            tracing::error!("the health monitor thread panicked");
+        }
+    }
+}
+
+struct Runner {
+    parts: MonitorParts,
+    shared: Arc<Shared>,
+    /// what each mount target showed first (the monitor's alone; a pass
+    /// lends the probers a shared copy)
+    baselines: Mutex<Baselines>,
+}
+
+/// What a prober shares with the monitor.
+struct Progress {
+    /// the check it is on
+    at: AtomicUsize,
+    /// when that check started, in ns since the pass started
+    since_ns: AtomicU64,
+    /// set by the monitor when it gives up on this prober
+    abandoned: AtomicBool,
+}
+
+impl Runner {
+    fn pass(&self) {
+        let started = Instant::now();
+        let all = (self.parts.subjects)();
+        let hung = lock(&self.shared.hung).clone();
+        let work: Vec<Subject> = all
+            .iter()
+            .filter(|s| !hung.contains(&s.volume))
+            .cloned()
+            .collect();
+        let baselines = {
+            let native: Vec<&Subject> =
+                all.iter().filter(|s| s.plugin != PluginName::Csi).collect();
+            let mut b = std::mem::take(&mut *lock(&self.baselines));
+            probe::prune(&native, &mut b);
+            probe::learn(self.parts.sys.as_ref(), &native, &mut b);
+            Arc::new(b)
+        };
+        let results = self.run(Arc::new(work), started, &baselines);
+        // a hung prober may still hold the pass's copy
+        *lock(&self.baselines) = Arc::try_unwrap(baselines).unwrap_or_else(|b| (*b).clone());
+        self.apply(&all, &hung, results);
+        if let Some(m) = &self.parts.metrics {
+            m.pass_seconds.set(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Runs every check of `work`, in order, on prober threads.
+    fn run(
+        &self,
+        work: Arc<Vec<Subject>>,
+        started: Instant,
+        baselines: &Arc<Baselines>,
+    ) -> Vec<(Subject, Checked)> {
+        let n = work.len();
+        let slots: Arc<Mutex<Vec<Option<Checked>>>> = Arc::new(Mutex::new(vec![None; n]));
+        let timeout = self.parts.config.timeout;
+        let mut from = 0;
+        while from < n {
+            let progress = Arc::new(Progress {
+                at: AtomicUsize::new(from),
+                since_ns: AtomicU64::new(ns(started)),
+                abandoned: AtomicBool::new(false),
+            });
+            let (done_tx, done_rx) = mpsc::channel::<()>();
+            let ctx = ProbeCtx {
+                sys: self.parts.sys.clone(),
+                drivers: self.parts.drivers.clone(),
+                gate: self.parts.config.csi_condition,
+                timeout,
+                shared: self.shared.clone(),
+                baselines: baselines.clone(),
+            };
+            let (w, sl, p) = (work.clone(), slots.clone(), progress.clone());
+            let spawned = std::thread::Builder::new()
+                .name("volumed-probe".into())
+                .spawn(move || ctx.probe_from(&w, from, &sl, &p, started, &done_tx));
+            if let Err(e) = spawned {
+                tracing::error!("health: start a prober: {e}");
+                break;
+            }
+            loop {
+                match done_rx.recv_timeout(timeout) {
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                        from = n;
+                        break;
+                    }
+                    Err(RecvTimeoutError::Timeout) => {
+                        // under the lock the prober moves on with: `at`
+                        // is the check it is in, and stays so
+                        let mut hung = lock(&self.shared.hung);
+                        let at = progress.at.load(Ordering::Acquire);
+                        let since = Duration::from_nanos(progress.since_ns.load(Ordering::Acquire));
+                        if at >= n || started.elapsed().saturating_sub(since) < timeout {
+                            continue;
+                        }
+                        progress.abandoned.store(true, Ordering::Release);
+                        if let Some(s) = work.get(at) {
+                            hung.insert(s.volume.clone());
+                            tracing::warn!(volume = %s.volume, ?timeout, "health: a check hangs; abandoned, the pass goes on");
+                        }
+                        drop(hung);
+                        if let Some(slot) = lock(&slots).get_mut(at) {
+                            *slot = Some(Checked::TimedOut);
+                        }
+                        if let Some(m) = &self.parts.metrics {
+                            m.timeouts.inc();
+                        }
+                        from = at + 1;
+                        break;
+                    }
+                }
+            }
+        }
+        let slots = std::mem::take(&mut *lock(&slots));
+        work.iter()
+            .cloned()
+            .zip(slots)
+            .filter_map(|(s, c)| Some((s, c?)))
+            .collect()
+    }
+
+    /// Applies the results: conditions, events, gauges. Volumes no longer
+    /// mounted are forgotten; hung ones keep what they had.
+    fn apply(
+        &self,
+        all: &[Subject],
+        hung: &HashSet<UniqueVolumeName>,
+        results: Vec<(Subject, Checked)>,
+    ) {
+        let now = SystemTime::now();
+        let mut events = Vec::new();
+        let mut store = lock(&self.shared.store);
+        let live: BTreeSet<&UniqueVolumeName> = all.iter().map(|s| &s.volume).collect();
+        let gone: Vec<Record> = {
+            let drop_keys: Vec<UniqueVolumeName> = store
+                .volumes
+                .keys()
+                .filter(|k| !live.contains(k) && !hung.contains(*k))
+                .cloned()
+                .collect();
+            drop_keys
+                .iter()
+                .filter_map(|k| store.volumes.remove(k))
+                .collect()
+        };
+        for (subject, checked) in results {
+            let prev = store.volumes.remove(&subject.volume);
+            let (mut condition, mut usage) = prev
+                .as_ref()
+                .map(|r| (r.condition.clone(), r.usage))
+                .unwrap_or((None, None));
+            let judged = match checked {
+                Checked::Native(findings, u) => {
+                    usage = u;
+                    Some(native_condition(findings, now))
+                }
+                Checked::Csi(CsiChecked::Answered(u, c)) => {
+                    usage = u;
+                    c.map(|(abnormal, message)| csi_condition(abnormal, message, now))
+                }
+                Checked::Csi(CsiChecked::NotAsked) => {
+                    usage = None;
+                    None
+                }
+                Checked::Csi(CsiChecked::Failed(why, timed_out)) => {
+                    tracing::warn!(volume = %subject.volume, "health: {why}; the last condition stays");
+                    if let Some(m) = &self.parts.metrics {
+                        m.error("csi");
+                        if timed_out {
+                            m.timeouts.inc();
+                        }
+                    }
+                    None
+                }
+                Checked::TimedOut => None,
+            };
+            if let Some(mut new) = judged {
+                let before = condition.as_ref().map(|c| (c.abnormal, c.reason.as_str()));
+                let t = transition(before, (new.abnormal, &new.reason));
+                match (&condition, t) {
+                    (Some(old), Transition::None) if old.abnormal == new.abnormal => {
+                        new.since = old.since;
+                    }
+                    _ => {}
+                }
+                if t != Transition::None {
+                    events.extend(pod_events(&subject.pods, &new, t, now));
+                }
+                condition = Some(new);
+            }
+            store.volumes.insert(
+                subject.volume.clone(),
+                Record {
+                    subject,
+                    condition,
+                    usage,
+                    checked: now,
+                },
+            );
+        }
+        store.passes += 1;
+        if let Some(m) = &self.parts.metrics {
+            for r in &gone {
+                if let Some((ns, claim)) = &r.subject.claim {
+                    m.forget(ns, claim);
+                }
+            }
+            for r in store.volumes.values() {
+                let Some((ns, claim)) = &r.subject.claim else {
+                    continue;
+                };
+                let f = r.usage.map_or([None; 6], |u| {
+                    [
+                        Some(u.capacity_bytes),
+                        Some(u.available_bytes),
+                        Some(u.used_bytes),
+                        u.inodes,
+                        u.inodes_free,
+                        u.inodes_used,
+                    ]
+                });
+                m.set(ns, claim, &f, r.condition.as_ref().map(|c| c.abnormal));
+            }
+        }
+        drop(store);
+        for e in events {
+            self.parts.sink.emit(e);
+        }
+    }
+}
+
+fn ns(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A native check's findings as the volume's condition.
+fn native_condition(findings: Vec<Finding>, now: SystemTime) -> Condition {
+    let abnormal = !findings.is_empty();
+    let reason = findings.first().map_or("Healthy", |f| f.reason).to_owned();
+    let message = if abnormal {
+        findings
+            .iter()
+            .map(|f| f.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    } else {
+        "no problem found".to_owned()
+    };
+    Condition {
+        abnormal,
+        reason,
+        message,
+        since: now,
+        source: Source::Native,
+        findings,
+    }
+}
+
+/// A driver's `volume_condition` as the volume's condition. CSI v1.12's
+/// condition has no category: an abnormal one is reported `Degraded`.
+fn csi_condition(abnormal: bool, message: String, now: SystemTime) -> Condition {
+    let (reason, findings) = if abnormal {
+        (
+            ABNORMAL,
+            vec![Finding {
+                status: Severity::Degraded,
+                reason: ABNORMAL,
+                message: message.clone(),
+            }],
+        )
+    } else {
+        (NORMAL, Vec::new())
+    };
+    Condition {
+        abnormal,
+        reason: reason.to_owned(),
+        message,
+        since: now,
+        source: Source::Csi,
+        findings,
+    }
+}
+
+/// One event per pod using the volume.
+fn pod_events(
+    pods: &[PodTarget],
+    c: &Condition,
+    t: Transition,
+    now: SystemTime,
+) -> Vec<VolumeEvent> {
+    let (kind, reason) = match t {
+        Transition::Recovered => ("Normal", NORMAL),
+        _ => ("Warning", ABNORMAL),
+    };
+    let time = super::report::rfc3339(now);
+    pods.iter()
+        .map(|p| VolumeEvent {
+            kind,
+            reason,
+            message: format!("Volume {}: {}", p.outer_name, c.message),
+            pod_uid: p.uid.as_str().to_owned(),
+            namespace: p.pod.as_ref().map(|r| r.namespace.clone()),
+            pod: p.pod.as_ref().map(|r| r.name.clone()),
+            time: time.clone(),
+        })
+        .collect()
+}
+
+/// What a prober needs.
+struct ProbeCtx {
+    sys: Arc<dyn Sys>,
+    drivers: Option<Arc<Drivers>>,
+    gate: bool,
+    timeout: Duration,
+    shared: Arc<Shared>,
+    baselines: Arc<Baselines>,
+}
+
+impl ProbeCtx {
+    fn check(&self, s: &Subject) -> Checked {
+        if s.plugin == PluginName::Csi {
+            return Checked::Csi(match &self.drivers {
+                Some(d) => csi::check(d, s, self.gate, self.timeout),
+                None => CsiChecked::NotAsked,
+            });
+        }
+        let (f, u) = probe::check(self.sys.as_ref(), s, &self.baselines);
+        Checked::Native(f, u)
+    }
+
+    fn probe_from(
+        &self,
+        work: &[Subject],
+        from: usize,
+        slots: &Mutex<Vec<Option<Checked>>>,
+        p: &Progress,
+        started: Instant,
+        done: &Sender<()>,
+    ) {
+        for (i, s) in work.iter().enumerate().skip(from) {
+            let r = self.check(s);
+            {
+                let mut hung = lock(&self.shared.hung);
+                if p.abandoned.load(Ordering::Acquire) {
+                    // the monitor gave up on this check and marked it
+                    hung.remove(&s.volume);
+                    return;
+                }
+                p.since_ns.store(ns(started), Ordering::Release);
+                p.at.store(i + 1, Ordering::Release);
+            }
+            if let Some(slot) = lock(slots).get_mut(i) {
+                *slot = Some(r);
+            }
+        }
+        let _ = done.send(());
+    }
+}

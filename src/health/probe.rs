@@ -1,0 +1,365 @@
+//! The native check's I/O edge, all through [`Sys`]: what each mount
+//! target of a volume shows, its filesystem's usage and flags, ext4's
+//! error count, whether the backing device or hostPath is still there.
+//!
+//! A pass must stay near the cost of one `statfs` per volume, so the mount
+//! table is not read per pass: when the monitor first sees a mount target
+//! it reads the table once for all such targets and remembers the mount
+//! there (its id, device, and for ext4 the `errors_count` file with its
+//! value then). Each pass after that is one `statx` per mount target (its
+//! mount id and mount-root attribute, against the remembered mount) and one
+//! `statfs` per volume. A target the table did not show is looked up again
+//! on the next pass, so a mount put back is seen.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::decide::{Finding, Gone, MountSeen, Observation, findings};
+use super::{Subject, Usage};
+use crate::host::mountinfo::MountTable;
+use crate::host::sys::{Errno, Sys};
+use crate::model::{DevId, StorageMedium, TargetKind, VolumeSpec};
+
+/// sysfs attributes are one page at most.
+const SYSFS_LIMIT: u64 = 4096;
+
+/// The mount volumed made at a target, as the table showed it first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Baseline {
+    mnt_id: u64,
+    dev: DevId,
+    /// ext4's `errors_count` file and its value when first read
+    errors: Option<(PathBuf, u64)>,
+}
+
+/// What is remembered per mount target path; `None`: the table showed no
+/// mount there when last looked.
+pub(super) type Baselines = HashMap<PathBuf, Option<Baseline>>;
+
+/// The mount targets of `s`: the device target, then the pods' mounts.
+fn mount_targets(s: &Subject) -> impl Iterator<Item = &Path> {
+    s.device.iter().map(PathBuf::as_path).chain(
+        s.pods
+            .iter()
+            .filter(|p| p.kind == TargetKind::Mount)
+            .map(|p| p.path.as_path()),
+    )
+}
+
+/// Where the volume's data is measured: its device mount, else its first
+/// pod target on disk, else a hostPath's path.
+fn data_path(s: &Subject) -> Option<&Path> {
+    if let Some(d) = &s.device {
+        return Some(d);
+    }
+    if let Some(p) = s.pods.iter().find(|p| p.kind != TargetKind::None) {
+        return Some(&p.path);
+    }
+    match s.spec.as_deref() {
+        Some(VolumeSpec::HostPath { path, .. }) => Some(path.as_ref()),
+        _ => None,
+    }
+}
+
+/// Remembers the mount at every target of `subjects` not known yet (or
+/// absent when last looked): one table read when there is any, none
+/// otherwise. Forgets targets no subject has.
+pub(super) fn learn(sys: &dyn Sys, subjects: &[&Subject], known: &mut Baselines) {
+    let mut wanted: Vec<(&Path, bool)> = Vec::new();
+    for s in subjects {
+        let data = data_path(s);
+        for t in mount_targets(s) {
+            if !matches!(known.get(t), Some(Some(_))) {
+                wanted.push((t, Some(t) == data));
+            }
+        }
+    }
+    if wanted.is_empty() {
+        return;
+    }
+    let table = match sys.read_mountinfo() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("health: reading the mount table: {e}");
+            return;
+        }
+    };
+    for (path, is_data) in wanted {
+        let b = baseline(sys, &table, path, is_data);
+        known.insert(path.to_owned(), b);
+    }
+}
+
+/// Forgets the targets none of `subjects` has (kept O(targets) per pass).
+pub(super) fn prune(subjects: &[&Subject], known: &mut Baselines) {
+    if known.is_empty() {
+        return;
+    }
+    let live: std::collections::HashSet<&Path> =
+        subjects.iter().flat_map(|s| mount_targets(s)).collect();
+    known.retain(|p, _| live.contains(p.as_path()));
+}
+
+fn baseline(sys: &dyn Sys, table: &MountTable, path: &Path, is_data: bool) -> Option<Baseline> {
+    let m = table.top_at(path)?;
+    let errors = (is_data && m.fs_type == "ext4" && m.dev.major != 0)
+        .then(|| ext4_errors_file(sys, m.dev))
+        .flatten()
+        .and_then(|f| Some((f.clone(), read_count(sys, &f)?)));
+    Some(Baseline {
+        mnt_id: u64::from(m.mount_id),
+        dev: m.dev,
+        errors,
+    })
+}
+
+/// `/sys/fs/ext4/<name>/errors_count`, `<name>` the block device's kernel
+/// name (`loop3`, `dm-0`, `sda1`: the `DEVNAME` of its `uevent`).
+fn ext4_errors_file(sys: &dyn Sys, dev: DevId) -> Option<PathBuf> {
+    let uevent = PathBuf::from(format!("/sys/dev/block/{}:{}/uevent", dev.major, dev.minor));
+    let bytes = sys.read_file(&uevent, SYSFS_LIMIT, true).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let name = text.lines().find_map(|l| l.strip_prefix("DEVNAME="))?;
+    // a kernel name is one path component
+    (!name.is_empty() && !name.contains('/') && name != "..")
+        .then(|| Path::new("/sys/fs/ext4").join(name).join("errors_count"))
+}
+
+fn read_count(sys: &dyn Sys, file: &Path) -> Option<u64> {
+    let bytes = sys.read_file(file, SYSFS_LIMIT, true).ok()?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+}
+
+/// What one `statx` of `path` says against `b`.
+fn seen(sys: &dyn Sys, path: &Path, b: Option<&Baseline>) -> Result<MountSeen, String> {
+    let Some(b) = b else {
+        return Ok(MountSeen::Vanished);
+    };
+    match sys.mount_probe(path) {
+        Ok(p) if p.mnt_id == b.mnt_id && p.mnt_id != 0 => Ok(MountSeen::Same),
+        Ok(p) => match p.mount_root {
+            Some(true) => Ok(MountSeen::Replaced),
+            Some(false) => Ok(MountSeen::Vanished),
+            // no attribute (before 5.8, no mount id either): the device says
+            None if p.dev == b.dev => Ok(MountSeen::Same),
+            None => Ok(MountSeen::Vanished),
+        },
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(MountSeen::Vanished),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Checks `s` natively: its findings and, when its data could be
+/// measured on the mount volumed made, its usage.
+pub(super) fn check(
+    sys: &dyn Sys,
+    s: &Subject,
+    known: &Baselines,
+) -> (Vec<Finding>, Option<Usage>) {
+    let mut o = Observation::default();
+    let data = data_path(s);
+    let mut data_intact = true;
+    let mut data_baseline = None;
+    for t in mount_targets(s) {
+        let b = known.get(t).and_then(Option::as_ref);
+        match seen(sys, t, b) {
+            Ok(m) => {
+                if Some(t) == data {
+                    data_intact = m == MountSeen::Same;
+                    data_baseline = b;
+                }
+                o.mounts.push((t.display().to_string(), m));
+            }
+            Err(e) => {
+                data_intact &= Some(t) != data;
+                o.failed = Some(e);
+            }
+        }
+    }
+    match s.spec.as_deref() {
+        Some(VolumeSpec::Local {
+            path,
+            is_block: true,
+            mount_options,
+            ..
+        }) => {
+            o.expect_read_only = mount_options.iter().any(|m| m == "ro");
+            if absent(sys, path) {
+                o.gone = Some(Gone::Device(path.display().to_string()));
+            }
+        }
+        Some(VolumeSpec::Local { mount_options, .. }) => {
+            o.expect_read_only = mount_options.iter().any(|m| m == "ro");
+        }
+        Some(VolumeSpec::HostPath { path, .. }) if absent(sys, path) => {
+            o.gone = Some(Gone::Path(path.display().to_string()));
+            data_intact = false;
+        }
+        Some(VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit,
+        }) => o.size_limit = *size_limit,
+        _ => {}
+    }
+    if let Some((file, first)) = data_baseline.and_then(|b| b.errors.as_ref())
+        && data_intact
+    {
+        o.fs_errors = read_count(sys, file).map(|now| (*first, now));
+    }
+    if let Some(path) = data.filter(|_| data_intact) {
+        match sys.statfs(path) {
+            Ok(u) => o.usage = Some(u),
+            Err(e) => o.failed = Some(e.to_string()),
+        }
+    }
+    let usage = o.usage.map(Usage::from);
+    (findings(&o), usage)
+}
+
+fn absent(sys: &dyn Sys, path: &Path) -> bool {
+    matches!(sys.stat(path, true), Err(e) if e.errno() == Some(Errno::ENOENT))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::health::PodTarget;
+    use crate::host::recording_sys::{RecordingSys, SysCall};
+    use crate::host::sys::{DiskFormat, FileKind, FsUsage, MsFlags};
+    use crate::model::{PluginName, PodUid, UniqueVolumeName};
+
+    const T: &str = "/k/pods/u1/v/cache";
+
+    fn tmpfs_subject() -> Subject {
+        Subject {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/empty-dir/u1-cache"),
+            plugin: PluginName::EmptyDir,
+            spec: Some(Arc::new(VolumeSpec::EmptyDir {
+                medium: StorageMedium::Memory,
+                size_limit: None,
+            })),
+            device: None,
+            pods: vec![PodTarget {
+                uid: PodUid::new("u1").unwrap(),
+                outer_name: "cache".into(),
+                path: T.into(),
+                kind: TargetKind::Mount,
+                pod: None,
+            }],
+            claim: None,
+        }
+    }
+
+    fn reasons(f: &[Finding]) -> Vec<&'static str> {
+        f.iter().map(|f| f.reason).collect()
+    }
+
+    #[test]
+    fn a_pass_after_the_first_costs_one_statx_and_one_statfs_per_tmpfs_volume() {
+        let sys = RecordingSys::new();
+        sys.add(T, FileKind::Dir);
+        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
+            .unwrap();
+        let s = tmpfs_subject();
+        let mut known = Baselines::new();
+        learn(&sys, &[&s], &mut known);
+        sys.clear_calls();
+        learn(&sys, &[&s], &mut known);
+        let (f, usage) = check(&sys, &s, &known);
+        assert_eq!(reasons(&f), Vec::<&str>::new());
+        assert!(usage.is_some());
+        assert_eq!(
+            sys.calls(),
+            vec![
+                SysCall::MountProbe { path: T.into() },
+                SysCall::Statfs { path: T.into() }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mount_gone_or_replaced_is_found_and_its_usage_not_measured() {
+        let sys = RecordingSys::new();
+        sys.add(T, FileKind::Dir);
+        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
+            .unwrap();
+        let s = tmpfs_subject();
+        let mut known = Baselines::new();
+        learn(&sys, &[&s], &mut known);
+        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
+            .unwrap();
+        let (f, usage) = check(&sys, &s, &known);
+        assert_eq!(reasons(&f), ["MountReplaced"]);
+        assert_eq!(usage, None);
+
+        let bare = RecordingSys::new();
+        bare.add(T, FileKind::Dir);
+        let mut known = Baselines::new();
+        learn(&bare, &[&s], &mut known);
+        let (f, usage) = check(&bare, &s, &known);
+        assert_eq!(reasons(&f), ["MountVanished"]);
+        assert_eq!(usage, None);
+    }
+
+    #[test]
+    fn a_full_read_only_local_pv_with_new_ext4_errors_and_its_device_gone() {
+        let sys = RecordingSys::new();
+        let dev = DevId { major: 7, minor: 3 };
+        sys.add_device("/dev/loop3", dev, DiskFormat::Filesystem("ext4".into()));
+        let g = "/k/plugins/local/mounts/pv1";
+        sys.add(g, FileKind::Dir);
+        sys.preset_mount(
+            Some(Path::new("/dev/loop3")),
+            Path::new(g),
+            Some("ext4"),
+            MsFlags::empty(),
+            None,
+        )
+        .unwrap();
+        sys.add_file(
+            "/sys/dev/block/7:3/uevent",
+            "MAJOR=7\nMINOR=3\nDEVNAME=loop3\n",
+        );
+        sys.add_file("/sys/fs/ext4/loop3/errors_count", "0\n");
+        let s = Subject {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            plugin: PluginName::LocalVolume,
+            spec: Some(Arc::new(VolumeSpec::Local {
+                path: PathBuf::from("/dev/loop3").into(),
+                fs_type: Some("ext4".into()),
+                access_modes: vec![],
+                mount_options: vec![],
+                is_block: true,
+            })),
+            device: Some(g.into()),
+            pods: vec![],
+            claim: None,
+        };
+        let mut known = Baselines::new();
+        learn(&sys, &[&s], &mut known);
+        let (f, _) = check(&sys, &s, &known);
+        assert_eq!(reasons(&f), Vec::<&str>::new(), "healthy first");
+
+        sys.add_file("/sys/fs/ext4/loop3/errors_count", "2\n");
+        sys.set_fs_usage(
+            dev,
+            FsUsage {
+                block_size: 4096,
+                blocks: 10,
+                blocks_free: 0,
+                blocks_available: 0,
+                files: 10,
+                files_free: 3,
+                read_only: true,
+            },
+        );
+        let (f, usage) = check(&sys, &s, &known);
+        assert_eq!(
+            reasons(&f),
+            ["FilesystemErrors", "ReadOnlyFilesystem", "OutOfSpace"]
+        );
+        assert_eq!(usage.map(|u| u.available_bytes), Some(0));
+    }
+}

@@ -1,0 +1,275 @@
+//! The monitor's findings in the shapes others read: `/debug/state`'s
+//! `health` per volume and per-pod `Pod.status.volumeHealth`
+//! (Kubernetes 1.37's types, so the API source can publish them as they
+//! are), and `/debug/health`, which `volumed health` prints.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{PodVolumeHealth, VolumeHealthCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use super::monitor::Store;
+use super::{Condition, Usage};
+
+/// `time` to the second (what the API's `Time` carries).
+fn timestamp(time: SystemTime) -> Option<k8s_openapi::jiff::Timestamp> {
+    let secs = time.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
+    k8s_openapi::jiff::Timestamp::from_second(i64::try_from(secs).ok()?).ok()
+}
+
+/// `time` as RFC 3339 (UTC, seconds).
+pub fn rfc3339(time: SystemTime) -> String {
+    timestamp(time).map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// A volume's condition in `/debug/state` (DESIGN.md "Health").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthJson {
+    /// abnormal or not
+    pub abnormal: bool,
+    /// CamelCase
+    pub reason: String,
+    /// for people
+    pub message: String,
+    /// RFC 3339: since when it is so
+    pub since: String,
+    /// `csi` or `native`
+    pub source: String,
+}
+
+impl From<&Condition> for HealthJson {
+    fn from(c: &Condition) -> Self {
+        HealthJson {
+            abnormal: c.abnormal,
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            since: rfc3339(c.since),
+            source: match c.source {
+                super::Source::Csi => "csi",
+                super::Source::Native => "native",
+            }
+            .to_owned(),
+        }
+    }
+}
+
+/// Each volume's condition, by unique volume name.
+pub fn conditions(store: &Store) -> BTreeMap<String, HealthJson> {
+    store
+        .volumes
+        .iter()
+        .filter_map(|(v, r)| {
+            Some((
+                v.as_str().to_owned(),
+                HealthJson::from(r.condition.as_ref()?),
+            ))
+        })
+        .collect()
+}
+
+/// Writes each volume's condition and the pods' `volumeHealth` into a
+/// `/debug/state` snapshot.
+pub fn fill_state(store: &Store, s: &mut crate::state::StateSnapshot) {
+    for v in &mut s.volumes {
+        v.health = store
+            .volumes
+            .get(&v.volume)
+            .and_then(|r| r.condition.as_ref())
+            .map(HealthJson::from);
+    }
+    s.pod_volume_health = pod_volume_health(store)
+        .into_iter()
+        .filter_map(|(uid, h)| Some((uid, serde_json::to_value(h).ok()?)))
+        .collect();
+}
+
+/// Per pod UID, its volumes' `Pod.status.volumeHealth` entries: one per
+/// pod volume that has a condition, with the problems (none when normal).
+pub fn pod_volume_health(store: &Store) -> BTreeMap<String, Vec<PodVolumeHealth>> {
+    let mut out: BTreeMap<String, Vec<PodVolumeHealth>> = BTreeMap::new();
+    for r in store.volumes.values() {
+        let Some(c) = &r.condition else { continue };
+        let since = timestamp(c.since).map(Time);
+        let conditions: Vec<VolumeHealthCondition> = c
+            .findings
+            .iter()
+            .take(16) // the API's limit
+            .map(|f| VolumeHealthCondition {
+                status: f.status.as_str().to_owned(),
+                reason: f.reason.to_owned(),
+                message: Some(f.message.clone()),
+            })
+            .collect();
+        for p in &r.subject.pods {
+            out.entry(p.uid.as_str().to_owned())
+                .or_default()
+                .push(PodVolumeHealth {
+                    name: p.outer_name.clone(),
+                    health_conditions: Some(conditions.clone()),
+                    last_transition_time: since.clone(),
+                });
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    out
+}
+
+/// A PVC's names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimJson {
+    /// its namespace
+    pub namespace: String,
+    /// its name
+    pub name: String,
+}
+
+/// One volume in `/debug/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeHealthJson {
+    /// the unique volume name
+    pub volume: String,
+    /// its plugin
+    pub plugin: String,
+    /// the claim, for a PVC-backed volume
+    pub claim: Option<ClaimJson>,
+    /// the condition; `null` when none was judged
+    pub health: Option<HealthJson>,
+    /// the usage last measured
+    pub usage: Option<UsageJson>,
+    /// RFC 3339: when it was last checked
+    pub checked: String,
+    /// the pods using it
+    pub pods: Vec<String>,
+}
+
+/// [`Usage`] on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageJson {
+    /// total bytes
+    pub capacity_bytes: u64,
+    /// bytes a pod may still write
+    pub available_bytes: u64,
+    /// bytes in use
+    pub used_bytes: u64,
+    /// total inodes, when counted
+    pub inodes: Option<u64>,
+    /// free inodes
+    pub inodes_free: Option<u64>,
+    /// inodes in use
+    pub inodes_used: Option<u64>,
+}
+
+impl From<Usage> for UsageJson {
+    fn from(u: Usage) -> Self {
+        UsageJson {
+            capacity_bytes: u.capacity_bytes,
+            available_bytes: u.available_bytes,
+            used_bytes: u.used_bytes,
+            inodes: u.inodes,
+            inodes_free: u.inodes_free,
+            inodes_used: u.inodes_used,
+        }
+    }
+}
+
+/// `/debug/health`: every checked volume, sorted by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthDoc {
+    /// passes completed since the daemon started
+    pub passes: u64,
+    /// the volumes
+    pub volumes: Vec<VolumeHealthJson>,
+}
+
+/// The store as `/debug/health`.
+pub fn document(store: &Store) -> HealthDoc {
+    HealthDoc {
+        passes: store.passes,
+        volumes: store
+            .volumes
+            .iter()
+            .map(|(v, r)| VolumeHealthJson {
+                volume: v.as_str().to_owned(),
+                plugin: r.subject.plugin.as_str().to_owned(),
+                claim: r.subject.claim.as_ref().map(|(ns, name)| ClaimJson {
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                }),
+                health: r.condition.as_ref().map(HealthJson::from),
+                usage: r.usage.map(UsageJson::from),
+                checked: rfc3339(r.checked),
+                pods: r
+                    .subject
+                    .pods
+                    .iter()
+                    .map(|p| p.uid.as_str().to_owned())
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// `volumed health`'s table: one line per volume.
+pub fn render_table(doc: &HealthDoc) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<9} {:<26} {:<7} {:>12} {:>12} {:>10}  {:<28} VOLUME / MESSAGE",
+        "STATE", "REASON", "SOURCE", "USED", "AVAILABLE", "INODES", "CLAIM"
+    );
+    for v in &doc.volumes {
+        let (state, reason, source, message) = match &v.health {
+            Some(h) if h.abnormal => (
+                "ABNORMAL",
+                h.reason.as_str(),
+                h.source.as_str(),
+                h.message.as_str(),
+            ),
+            Some(h) => ("ok", h.reason.as_str(), h.source.as_str(), ""),
+            None => ("-", "-", "-", ""),
+        };
+        let num = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+        let claim = v
+            .claim
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |c| format!("{}/{}", c.namespace, c.name));
+        let _ = writeln!(
+            out,
+            "{:<9} {:<26} {:<7} {:>12} {:>12} {:>10}  {:<28} {}",
+            state,
+            reason,
+            source,
+            num(v.usage.map(|u| u.used_bytes)),
+            num(v.usage.map(|u| u.available_bytes)),
+            num(v.usage.and_then(|u| u.inodes_used)),
+            claim,
+            v.volume
+        );
+        if !message.is_empty() {
+            let _ = writeln!(out, "{:>10}{message}", "");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} volume(s), {} pass(es)",
+        doc.volumes.len(),
+        doc.passes
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_utc_seconds() {
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_400);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20Z");
+    }
+}
