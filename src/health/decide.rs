@@ -17,6 +17,10 @@
 
 use serde::Serialize;
 
+use std::time::SystemTime;
+
+use super::events::{ABNORMAL, NORMAL, VolumeEvent};
+use super::{Condition, PodTarget, Source};
 use crate::host::sys::FsUsage;
 
 /// The `Pod.status.volumeHealth` status of a problem (Kubernetes 1.37).
@@ -209,6 +213,79 @@ pub fn transition(before: Option<(bool, &str)>, now: (bool, &str)) -> Transition
         (Some((true, _)), (false, _)) => Transition::Recovered,
         _ => Transition::None,
     }
+}
+
+/// A native check's findings as the volume's condition.
+pub(super) fn native_condition(findings: Vec<Finding>, now: SystemTime) -> Condition {
+    let abnormal = !findings.is_empty();
+    let reason = findings.first().map_or("Healthy", |f| f.reason).to_owned();
+    let message = if abnormal {
+        findings
+            .iter()
+            .map(|f| f.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    } else {
+        "no problem found".to_owned()
+    };
+    Condition {
+        abnormal,
+        reason,
+        message,
+        since: now,
+        source: Source::Native,
+        findings,
+    }
+}
+
+/// A driver's `volume_condition` as the volume's condition. CSI v1.12's
+/// condition has no category: an abnormal one is reported `Degraded`.
+pub(super) fn csi_condition(abnormal: bool, message: String, now: SystemTime) -> Condition {
+    let (reason, findings) = if abnormal {
+        (
+            ABNORMAL,
+            vec![Finding {
+                status: Severity::Degraded,
+                reason: ABNORMAL,
+                message: message.clone(),
+            }],
+        )
+    } else {
+        (NORMAL, Vec::new())
+    };
+    Condition {
+        abnormal,
+        reason: reason.to_owned(),
+        message,
+        since: now,
+        source: Source::Csi,
+        findings,
+    }
+}
+
+/// One event per pod using the volume.
+pub(super) fn pod_events(
+    pods: &[PodTarget],
+    c: &Condition,
+    t: Transition,
+    now: SystemTime,
+) -> Vec<VolumeEvent> {
+    let (kind, reason) = match t {
+        Transition::Recovered => ("Normal", NORMAL),
+        _ => ("Warning", ABNORMAL),
+    };
+    let time = super::report::rfc3339(now);
+    pods.iter()
+        .map(|p| VolumeEvent {
+            kind,
+            reason,
+            message: format!("Volume {}: {}", p.outer_name, c.message),
+            pod_uid: p.uid.as_str().to_owned(),
+            namespace: p.pod.as_ref().map(|r| r.namespace.clone()),
+            pod: p.pod.as_ref().map(|r| r.name.clone()),
+            time: time.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

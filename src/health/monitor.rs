@@ -20,10 +20,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::csi::{self, CsiChecked};
-use super::decide::{Finding, Severity, Transition, transition};
-use super::events::{ABNORMAL, EventSink, NORMAL, VolumeEvent};
+use super::decide::{Finding, Transition, csi_condition, native_condition, pod_events, transition};
+use super::events::EventSink;
 use super::probe::{self, Baselines};
-use super::{Condition, HealthConfig, PodTarget, Source, Subject, Usage};
+use super::{Condition, HealthConfig, Subject, Usage};
 use crate::csi::registry::Drivers;
 use crate::host::sys::Sys;
 use crate::model::{PluginName, UniqueVolumeName};
@@ -410,79 +410,6 @@ impl Runner {
 
 fn ns(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A native check's findings as the volume's condition.
-fn native_condition(findings: Vec<Finding>, now: SystemTime) -> Condition {
-    let abnormal = !findings.is_empty();
-    let reason = findings.first().map_or("Healthy", |f| f.reason).to_owned();
-    let message = if abnormal {
-        findings
-            .iter()
-            .map(|f| f.message.as_str())
-            .collect::<Vec<_>>()
-            .join("; ")
-    } else {
-        "no problem found".to_owned()
-    };
-    Condition {
-        abnormal,
-        reason,
-        message,
-        since: now,
-        source: Source::Native,
-        findings,
-    }
-}
-
-/// A driver's `volume_condition` as the volume's condition. CSI v1.12's
-/// condition has no category: an abnormal one is reported `Degraded`.
-fn csi_condition(abnormal: bool, message: String, now: SystemTime) -> Condition {
-    let (reason, findings) = if abnormal {
-        (
-            ABNORMAL,
-            vec![Finding {
-                status: Severity::Degraded,
-                reason: ABNORMAL,
-                message: message.clone(),
-            }],
-        )
-    } else {
-        (NORMAL, Vec::new())
-    };
-    Condition {
-        abnormal,
-        reason: reason.to_owned(),
-        message,
-        since: now,
-        source: Source::Csi,
-        findings,
-    }
-}
-
-/// One event per pod using the volume.
-fn pod_events(
-    pods: &[PodTarget],
-    c: &Condition,
-    t: Transition,
-    now: SystemTime,
-) -> Vec<VolumeEvent> {
-    let (kind, reason) = match t {
-        Transition::Recovered => ("Normal", NORMAL),
-        _ => ("Warning", ABNORMAL),
-    };
-    let time = super::report::rfc3339(now);
-    pods.iter()
-        .map(|p| VolumeEvent {
-            kind,
-            reason,
-            message: format!("Volume {}: {}", p.outer_name, c.message),
-            pod_uid: p.uid.as_str().to_owned(),
-            namespace: p.pod.as_ref().map(|r| r.namespace.clone()),
-            pod: p.pod.as_ref().map(|r| r.name.clone()),
-            time: time.clone(),
-        })
-        .collect()
 }
 
 /// What a prober needs.
