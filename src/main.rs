@@ -117,6 +117,11 @@ struct RunArgs {
     /// Timeout of every CSI call, in seconds (the kubelet's: 120).
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     csi_timeout: u64,
+    /// The kubelet's pod sync period: how often a CSI driver whose
+    /// CSIDriver says `requiresRepublish` gets NodePublishVolume again for
+    /// each mounted volume (`60s`, `5m`, `500ms`; `0s`: never).
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    sync_frequency: String,
     /// Reserved for the API-server pod source (not supported yet).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -312,6 +317,7 @@ fn run(mut args: RunArgs) -> Result<()> {
     cfg.csi = Some(volumed::daemon::CsiSetup {
         drivers: Arc::new(drivers),
         discover: true,
+        republish_every: volumed::health::parse_duration("--sync-frequency", &args.sync_frequency)?,
     });
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
         .context("start the daemon")?;

@@ -22,7 +22,8 @@
 //! 10. a NodeStage that outlives its timeout while its pod goes (k8s
 //!     #86360): the late mount is found and unstaged;
 //! 11. a restart between NodeUnpublish and NodeUnstage with the pod dir
-//!     gone (k8s #85476, #121937).
+//!     gone (k8s #85476, #121937);
+//! 12. `requiresRepublish`: NodePublish again each sync period.
 //!
 //! Every test has its own scratch dir, driver sockets and port, so they run
 //! in parallel; every wait is bounded; the driver and daemon are killed when
@@ -1430,6 +1431,51 @@ fn a_staged_volume_whose_pod_dir_is_gone_is_unstaged_after_a_restart() {
         assert_eq!(unstage["staging_target_path"], stage.to_str().unwrap());
         daemon.wait_until("the staging dir removed", || !stage.exists());
         assert!(!pod_dir.exists(), "{shown}");
+        daemon.stop();
+    });
+}
+
+/// A CSIDriver with `requiresRepublish: true` gets NodePublishVolume again
+/// each sync period (`--sync-frequency 1s` here) while the volume is
+/// mounted — never NodeStage again, and across a restart too; once the pod
+/// is gone, no more. Every other test's driver, without it, is published
+/// once.
+#[test]
+fn a_driver_that_requires_republish_is_published_again_each_sync_period() {
+    real("republishes a CSI volume", || {
+        let (mut env, opts) = csi_env("volumed-csi-e2e-republish-", "ReadWriteOnce", true);
+        let objects = csi_objects("ReadWriteOnce").replace(
+            "  attachRequired: false\n",
+            "  attachRequired: false\n  requiresRepublish: true\n",
+        );
+        fs::write(env.objects.join("csi.yaml"), objects).unwrap();
+        env.extra_args
+            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
+        let driver = TestDriver::spawn(opts);
+        env.write_pod("a.yaml", &csi_pod(POD_A));
+        let want = [staging(&env), target(&env, POD_A)];
+        let daemon = env.start();
+        daemon.wait_until("staged and published", || mounted(&daemon, &want));
+        daemon.wait_until("published three times", || driver.count(PUBLISH) >= 3);
+        assert_eq!(driver.count(STAGE), 1, "{}", seen(&env, &driver));
+        assert_staged_and_published_once(&env, &[POD_A]);
+
+        daemon.stop();
+        let before = driver.count(PUBLISH);
+        let daemon = env.start();
+        daemon.wait_until("published again after a restart", || {
+            driver.count(PUBLISH) >= before + 2
+        });
+        assert_eq!(driver.count(STAGE), 1, "{}", seen(&env, &driver));
+
+        delete_all_and_wait(&env, &driver, &daemon);
+        let after = driver.count(PUBLISH);
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(driver.count(PUBLISH), after, "{}", seen(&env, &driver));
+        assert_eq!(
+            volume_calls(&driver).last().map(String::as_str),
+            Some(UNSTAGE)
+        );
         daemon.stop();
     });
 }

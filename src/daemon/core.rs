@@ -30,6 +30,7 @@ use crate::sources::DesiredPod;
 
 mod housekeeping;
 mod late;
+mod republish;
 
 pub use super::effects::{Completion, Effect, Event, HostWork, JournalWork, Observed, World};
 pub use housekeeping::{FLUSH_WITHIN, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY};
@@ -78,6 +79,8 @@ pub struct Timers {
     pub trim_not_before: Option<Instant>,
     /// the next check for late mounts (while paths are watched)
     pub late_check_at: Option<Instant>,
+    /// the next NodePublish of `requiresRepublish` volumes (`republish`)
+    pub republish_at: Option<Instant>,
 }
 
 /// Slow work the driver is performing for the loop.
@@ -125,6 +128,9 @@ pub struct CoreConfig {
     /// how long the path of a CSI call that ended uncertain is watched for
     /// a late mount (zero: never; see `late`)
     pub late_window: Duration,
+    /// the kubelet's sync period: how often `requiresRepublish` volumes
+    /// are published again (zero: never)
+    pub republish_every: Duration,
 }
 
 /// The loop's state.
@@ -194,6 +200,7 @@ impl Core {
                 .filter(|_| idle && !self.in_flight.sweep && self.phase == Phase::Settled),
             t.trim_at.filter(|_| idle && !self.in_flight.trim),
             t.late_check_at.filter(|_| !self.in_flight.late_check),
+            t.republish_at.filter(|_| !self.in_flight.sweep),
         ];
         let mut wake = self.cfg.resync;
         if self.phase != Phase::Stopping {
@@ -233,6 +240,7 @@ impl Core {
         self.maybe_checkpoint(obs.synced_through, &mut out);
         self.maybe_trim(now, &mut out);
         self.maybe_check_late(now, &mut out);
+        self.maybe_republish(w, now, &mut out);
         out
     }
 

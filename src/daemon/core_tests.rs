@@ -53,6 +53,7 @@ fn core(checkpoint_every: u64) -> (Core, World) {
         checkpoint_every,
         selinux: Policy::disabled(),
         late_window: Duration::from_secs(10),
+        republish_every: Duration::from_secs(60),
     };
     let metrics = Arc::new(Metrics::new().unwrap());
     (Core::new(cfg, metrics, Vec::new(), 0), World::default())
@@ -640,4 +641,80 @@ fn a_late_mount_a_pod_still_wants_is_put_back_for_the_plan_not_undone() {
         }
     )));
     assert!(w.asw.volume(&volume).is_some(), "put back as uncertain");
+}
+
+/// Pod `u` with one inline CSI volume whose driver asks (or not) for
+/// republishing.
+fn csi_pod(u: &str, republish: bool) -> DesiredPod {
+    let spec = VolumeSpec::Csi(Box::new(crate::model::CsiSpec {
+        driver: "d.example.com".into(),
+        volume_handle: format!("csi-{u}"),
+        ephemeral: true,
+        republish,
+        ..Default::default()
+    }));
+    let mut p = pod(u);
+    p.volumes[0].volume = PodVolume::unique_name(&spec, &uid(u), "cache");
+    p.volumes[0].spec = spec.into();
+    p
+}
+
+#[test]
+fn requires_republish_volumes_are_set_up_again_each_sync_period_and_only_they() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let pods = vec![
+        SourceEvent::PodAdded(csi_pod("a", true)),
+        SourceEvent::PodAdded(csi_pod("b", false)),
+        SourceEvent::PodAdded(csi_pod("c", true)),
+        SourceEvent::SourcesReady,
+    ];
+    let fx = c.step(&mut w, vec![Event::Sources(pods), walked()], t0, idle());
+    assert_eq!(
+        names(&fx)
+            .iter()
+            .filter(|n| n.starts_with("mount:"))
+            .count(),
+        3
+    );
+    // a and b mounted; c's mount still runs
+    let done = vec![mounted(&fx, "a"), mounted(&fx, "b")];
+    let fx = c.step(&mut w, done, ms(t0, 10), idle());
+    assert!(
+        !names(&fx).iter().any(|n| n.starts_with("mount:")),
+        "{:?}",
+        names(&fx)
+    );
+    assert!(c.next_wake(ms(t0, 10)) <= Duration::from_secs(60));
+    // not before the period
+    let fx = c.step(&mut w, vec![], ms(t0, 30_000), idle());
+    assert!(
+        !names(&fx).iter().any(|n| n.starts_with("mount:")),
+        "{:?}",
+        names(&fx)
+    );
+    // a only: b's driver does not ask, c is busy
+    let fx = c.step(&mut w, vec![], ms(t0, 60_000), idle());
+    let mounts: Vec<_> = names(&fx)
+        .into_iter()
+        .filter(|n| n.starts_with("mount:"))
+        .collect();
+    assert_eq!(mounts, ["mount:a"]);
+    let Some(Effect::Start {
+        job: Job::Mount { device, .. },
+        ..
+    }) = fx.iter().find(|e| matches!(e, Effect::Start { .. }))
+    else {
+        panic!("a Mount job");
+    };
+    assert!(device.is_none(), "SetUp only: NodePublish, never NodeStage");
+    // and again a period later, once it finished
+    let again = mounted(&fx, "a");
+    c.step(&mut w, vec![again], ms(t0, 60_010), idle());
+    let fx = c.step(&mut w, vec![], ms(t0, 120_010), idle());
+    assert!(
+        names(&fx).contains(&"mount:a".to_owned()),
+        "{:?}",
+        names(&fx)
+    );
 }

@@ -52,6 +52,8 @@ pub struct LoopConfig {
     pub started: Instant,
     /// the CSI plugin, when CSI drivers are configured or discovered
     pub csi: Option<crate::plugins::CsiPlugin>,
+    /// how often `requiresRepublish` volumes are published again
+    pub republish_every: Duration,
 }
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -143,6 +145,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
             resync: cfg.resync,
             checkpoint_every: cfg.checkpoint_every,
             selinux: cfg.selinux.clone(),
+            republish_every: cfg.republish_every,
             late_window: cfg.csi.as_ref().map_or(Duration::ZERO, |c| {
                 c.rpc_timeout()
                     .saturating_mul(4)

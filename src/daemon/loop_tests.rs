@@ -191,6 +191,7 @@ fn rig(workers: usize) -> Rig {
             workers,
             started: std::time::Instant::now(),
             csi: None,
+            republish_every: Duration::ZERO,
         },
         world: world.clone(),
         journal: Some(journal.clone()),

@@ -7,7 +7,9 @@
 //!    of the mount table merged with the journal (`reconstruct::edge`), its
 //!    decisions journaled, the ASW filled. `/readyz` stays 503 until this is
 //!    done *and* every pod source has been listed.
-//! 3. The pod sources are polled and the reconciler loop starts at once:
+//!    The source poller already lists and parses the manifests meanwhile;
+//!    its events wait for the loop (files only: no mount is touched).
+//! 3. The reconciler loop starts at once and applies the sources' events:
 //!    mounts begin while the DSW is still filling; nothing is unmounted until
 //!    every source has been fully listed (`reconciler::plan`). Once it has
 //!    (ready), reconstruction's phase 2, the pod-dir walk, starts.
@@ -96,6 +98,9 @@ pub struct CsiSetup {
     pub drivers: Arc<crate::csi::registry::Drivers>,
     /// watch `<root>/plugins_registry/` for registration sockets
     pub discover: bool,
+    /// `--sync-frequency`: `requiresRepublish` volumes are published again
+    /// this often (zero: never)
+    pub republish_every: Duration,
 }
 
 impl DaemonConfig {
@@ -227,24 +232,41 @@ impl Daemon {
         let mut cfg = cfg;
         cfg.layout = resolved_root(&cfg.layout, sys.as_ref())?;
 
-        // Reconstruction, first and alone.
-        let (world, table, ready) = reconstruct_first(
+        let (events_tx, events_rx) = mpsc::channel::<Event>();
+        // The manifests are listed and parsed while reconstruction runs
+        // (on a restart the two cost about the same): their events wait in
+        // the channel for the loop, which starts only after reconstruction,
+        // so the DSW is still populated after the ASW is (seed 000's order).
+        let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone())?;
+        let abandon = |sources: JoinHandle<()>, poller: &watch::Stopper| {
+            poller.stop();
+            let _ = sources.join();
+        };
+
+        // Reconstruction, first and alone among the mount-touching work.
+        let first = reconstruct_first(
             &cfg,
             journal.as_ref(),
             replaced.as_deref(),
             &sys,
             &metrics,
             started,
-        )?;
+        );
+        let (world, table, ready) = match first {
+            Ok(r) => r,
+            Err(e) => {
+                abandon(sources, &poller);
+                return Err(e);
+            }
+        };
         let failed_reconstructions = ready.output.failed.clone();
 
         let world = Arc::new(Mutex::new(world));
-        let (events_tx, events_rx) = mpsc::channel::<Event>();
         // Set by `stop`: workers start no job still queued (only in-flight
         // operations are finished).
         let stopping = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel::<()>();
-        let mut threads = spawn_loop(LoopParts {
+        let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 layout: cfg.layout.clone(),
                 resync: cfg.resync,
@@ -252,6 +274,10 @@ impl Daemon {
                 selinux: cfg.selinux.clone(),
                 workers: cfg.workers,
                 started,
+                republish_every: cfg
+                    .csi
+                    .as_ref()
+                    .map_or(Duration::ZERO, |c| c.republish_every),
                 csi: cfg.csi.as_ref().map(|c| {
                     crate::plugins::CsiPlugin::new(
                         cfg.layout.clone(),
@@ -269,8 +295,14 @@ impl Daemon {
             events: (events_tx.clone(), events_rx),
             stopping: stopping.clone(),
             on_ready: Some(ready_tx),
-        })?;
-        let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone())?;
+        });
+        let mut threads = match spawned {
+            Ok(t) => t,
+            Err(e) => {
+                abandon(sources, &poller);
+                return Err(e);
+            }
+        };
         threads.push(sources);
         threads.push(spawn_leftovers(
             Leftovers {

@@ -129,6 +129,11 @@ pub struct CsiSpec {
     /// `csi-<sha256 of pod uid and volume name>`
     #[serde(default)]
     pub ephemeral: bool,
+    /// the driver's CSIDriver says `requiresRepublish: true`: NodePublish
+    /// is called again every sync period while the volume is mounted, as
+    /// the kubelet does (filled in when the claim is resolved)
+    #[serde(default)]
+    pub republish: bool,
 }
 
 impl VolumeSpec {
@@ -247,6 +252,7 @@ mod tests {
             publish_secret: None,
             attachment: None,
             ephemeral: false,
+            republish: false,
         }));
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),

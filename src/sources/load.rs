@@ -271,11 +271,14 @@ impl Sources {
         };
         let driver = self.objects.csi_drivers.get(&c.driver);
         let ephemeral = c.ephemeral;
-        if ephemeral
-            && driver.is_some_and(|d| d.se_linux_mount)
+        let selinux_mount = ephemeral && driver.is_some_and(|d| d.se_linux_mount);
+        // (a claim's spec got it when the claim was resolved)
+        let republish = ephemeral && driver.is_some_and(|d| d.requires_republish);
+        if (selinux_mount || republish)
             && let VolumeSpec::Csi(c) = Arc::make_mut(&mut spec)
         {
-            c.selinux_mount = true;
+            c.selinux_mount |= selinux_mount;
+            c.republish |= republish;
         }
         let mut info = CsiPodInfo::default();
         if driver.is_some_and(|d| d.pod_info_on_mount) {

@@ -285,6 +285,7 @@ impl StaticObjects {
         if let VolumeSpec::Csi(c) = &*spec {
             let driver = self.csi_drivers.get(&c.driver);
             let selinux_mount = driver.is_some_and(|d| d.se_linux_mount);
+            let republish = driver.is_some_and(|d| d.requires_republish);
             let attachment = match driver.is_none_or(|d| d.attach_required) {
                 true => Some(
                     csi_objects::attached(&self.attachments, &c.driver, pv_name, node)
@@ -293,11 +294,14 @@ impl StaticObjects {
                 false => None,
             };
             // a copy of the PV's spec only when the driver changes it
-            if (c.selinux_mount != selinux_mount || c.attachment != attachment)
+            if (c.selinux_mount != selinux_mount
+                || c.attachment != attachment
+                || c.republish != republish)
                 && let VolumeSpec::Csi(c) = Arc::make_mut(&mut spec)
             {
                 c.selinux_mount = selinux_mount;
                 c.attachment = attachment;
+                c.republish = republish;
             }
         }
         Ok((pv_name.to_owned(), spec))
@@ -446,6 +450,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             publish_secret: secret_ref(&csi.node_publish_secret_ref),
             attachment: None,
             ephemeral: false,
+            republish: false,
         })));
     }
     let types: Vec<String> = match serde_json::to_value(spec) {
