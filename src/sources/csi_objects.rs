@@ -30,6 +30,9 @@ pub struct CsiDriverInfo {
     pub fs_group_policy: String,
     /// `spec.requiresRepublish` (default false)
     pub requires_republish: bool,
+    /// `spec.volumeLifecycleModes` (default `[Persistent]`, as the API
+    /// server fills it in)
+    pub lifecycle_modes: Vec<String>,
 }
 
 /// A VolumeAttachment as read.
@@ -119,6 +122,32 @@ impl HasFile for SecretInfo {
     }
 }
 
+const PERSISTENT: &str = "Persistent";
+const EPHEMERAL: &str = "Ephemeral";
+
+/// Whether the driver may serve a volume of this lifecycle (the kubelet
+/// refuses the mount otherwise): a driver without a CSIDriver object
+/// serves persistent volumes only.
+pub(super) fn check_lifecycle(
+    driver_name: &str,
+    driver: Option<&CsiDriverInfo>,
+    ephemeral: bool,
+) -> Result<(), String> {
+    let mode = if ephemeral { EPHEMERAL } else { PERSISTENT };
+    match driver {
+        None if !ephemeral => Ok(()),
+        None => Err(format!(
+            "CSI driver {driver_name} has no CSIDriver object, so it serves only {PERSISTENT} volumes, not this {mode} (inline) one"
+        )),
+        Some(d) if d.lifecycle_modes.iter().any(|m| m == mode) => Ok(()),
+        Some(d) => Err(format!(
+            "CSI driver {driver_name} does not support the {mode} volume lifecycle mode: its CSIDriver ({}) lists {:?}",
+            d.file.display(),
+            d.lifecycle_modes
+        )),
+    }
+}
+
 /// A CSIDriver document: its name and what volumed keeps of it.
 pub(super) fn csi_driver(file: &Path, doc: Value) -> Result<(String, CsiDriverInfo), SourceError> {
     let d: CSIDriver = decode(file, doc)?;
@@ -133,6 +162,10 @@ pub(super) fn csi_driver(file: &Path, doc: Value) -> Result<(String, CsiDriverIn
             .fs_group_policy
             .unwrap_or_else(|| "ReadWriteOnceWithFSType".to_owned()),
         requires_republish: d.spec.requires_republish.unwrap_or(false),
+        lifecycle_modes: d
+            .spec
+            .volume_lifecycle_modes
+            .unwrap_or_else(|| vec![PERSISTENT.to_owned()]),
     };
     Ok((name, info))
 }
@@ -203,4 +236,46 @@ pub(super) fn attached(
             "driver {driver} requires attaching (no CSIDriver says attachRequired: false): waiting for a VolumeAttachment of PersistentVolume {pv} to node {node} with status.attached: true"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(modes: &[&str]) -> CsiDriverInfo {
+        CsiDriverInfo {
+            file: "/objects/d.yaml".into(),
+            se_linux_mount: false,
+            attach_required: false,
+            pod_info_on_mount: false,
+            fs_group_policy: String::new(),
+            requires_republish: false,
+            lifecycle_modes: modes.iter().map(|m| (*m).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_volume_needs_a_driver_that_lists_its_lifecycle_mode() {
+        let both = driver(&["Persistent", "Ephemeral"]);
+        let persistent = driver(&["Persistent"]);
+        let ephemeral = driver(&["Ephemeral"]);
+        // (driver, inline?, allowed)
+        let rows: [(Option<&CsiDriverInfo>, bool, bool); 8] = [
+            (None, false, true),
+            (None, true, false),
+            (Some(&both), false, true),
+            (Some(&both), true, true),
+            (Some(&persistent), false, true),
+            (Some(&persistent), true, false),
+            (Some(&ephemeral), false, false),
+            (Some(&ephemeral), true, true),
+        ];
+        for (d, inline, allowed) in rows {
+            let got = check_lifecycle("d.example.com", d, inline);
+            assert_eq!(got.is_ok(), allowed, "{d:?} inline={inline}: {got:?}");
+            if let Err(e) = got {
+                assert!(e.contains("d.example.com"), "names the driver: {e}");
+            }
+        }
+    }
 }

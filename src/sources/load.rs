@@ -329,6 +329,17 @@ impl Sources {
                     }
                 }
             };
+            if let VolumeSpec::Csi(c) = &*spec
+                && let Err(e) = super::csi_objects::check_lifecycle(
+                    &c.driver,
+                    self.objects.csi_drivers.get(&c.driver),
+                    c.ephemeral,
+                )
+            {
+                errors.push(format!("volume {outer:?}: {e}"));
+                unresolved.insert(outer);
+                continue;
+            }
             let (spec, csi_pod) = self.csi_for_pod(&p, spec);
             volumes.push(PodVolume {
                 volume: PodVolume::unique_name(&spec, &p.uid, &spec_name),

@@ -644,7 +644,9 @@ fn inline_csi_volumes_and_pod_info_follow_the_kubelet() {
     write(
         &d.objects,
         "d.yaml",
-        &driver("attachRequired: false, podInfoOnMount: true, seLinuxMount: true"),
+        &driver(
+            "attachRequired: false, podInfoOnMount: true, seLinuxMount: true, volumeLifecycleModes: [Ephemeral]",
+        ),
     );
     let got = sources(&d).list();
     let p = &got.pods[&uid("u1")];
@@ -684,8 +686,28 @@ fn inline_csi_volumes_and_pod_info_follow_the_kubelet() {
     write(
         &d.objects,
         "d.yaml",
-        &driver("attachRequired: false, fsGroupPolicy: None"),
+        &driver("attachRequired: false, fsGroupPolicy: None, volumeLifecycleModes: [Ephemeral]"),
     );
     let got = sources(&d).list();
     assert_eq!(got.pods[&uid("u1")].volumes[0].csi_pod, None);
+
+    // a driver that does not list Ephemeral (the default: Persistent only)
+    // or has no CSIDriver at all: the inline volume is refused, naming it
+    for objects in [Some(driver("attachRequired: false")), None] {
+        match &objects {
+            Some(o) => write(&d.objects, "d.yaml", o),
+            None => std::fs::remove_file(d.objects.join("d.yaml")).unwrap(),
+        }
+        let got = sources(&d).list();
+        let p = &got.pods[&uid("u1")];
+        assert!(p.volumes.is_empty(), "{:?}", p.volumes);
+        assert!(p.unresolved.contains("scratch"), "{:?}", p.unresolved);
+        assert!(
+            p.errors
+                .iter()
+                .any(|e| e.contains("d.example.com") && e.contains("Ephemeral")),
+            "{:?}",
+            p.errors
+        );
+    }
 }
