@@ -1,6 +1,8 @@
 //! The `volumed` binary: argument parsing and the edges (logging, signals,
 //! exit codes). Everything else lives in the library.
 
+mod wait_pod;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -55,6 +57,9 @@ enum Command {
     Dump(DumpArgs),
     /// Show what a restart would decide right now, per target (`--dry-run`).
     Reconstruct(ReconstructArgs),
+    /// Wait until a pod's volumes are mounted (asks the running daemon):
+    /// exit 0 ready, 1 not ready or unknown pod, 2 no daemon to ask.
+    WaitPod(wait_pod::WaitPodArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -93,7 +98,8 @@ struct RunArgs {
     /// A folder of PersistentVolume, PersistentVolumeClaim and CSIDriver objects.
     #[arg(long)]
     static_objects: Option<PathBuf>,
-    /// Address for /metrics, /healthz, /readyz and /debug/*.
+    /// Address for /metrics, /healthz, /readyz, /debug/* and /v1/* (the
+    /// same are served on <journal-dir>/api.sock).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
     /// `off` ignores the journal and reconstructs like the kubelet (KEP-3756).
@@ -317,11 +323,18 @@ fn run(mut args: RunArgs) -> Result<()> {
     let (listener, bound) = rt.block_on(server::bind(&args.listen))?;
     std::fs::create_dir_all(&journal_dir)
         .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
+    let unix = rt
+        .block_on(async { server::api_socket::bind(&journal_dir) })
+        .context("serve the runtime API socket")?;
     let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);
     daemon.write(&journal_dir)?;
     let provider = volumes.provider();
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = rt.spawn(server::serve(listener, provider, async {
+    let listeners = server::Listeners {
+        tcp: listener,
+        unix: Some(unix),
+    };
+    let server = rt.spawn(server::serve(listeners, provider, async {
         let _ = server_stopped.await;
     }));
     tracing::info!(
@@ -344,6 +357,9 @@ fn run(mut args: RunArgs) -> Result<()> {
     // In-flight operations finish; nothing new starts.
     volumes.stop();
     if let Err(e) = daemon.remove(&journal_dir) {
+        tracing::warn!("{e}");
+    }
+    if let Err(e) = server::api_socket::remove(&journal_dir) {
         tracing::warn!("{e}");
     }
     if let Some(j) = journal {
@@ -479,6 +495,13 @@ fn main() -> ExitCode {
         Command::Run(a) => run(a),
         Command::Dump(a) => dump(a),
         Command::Reconstruct(a) => reconstruct(a),
+        Command::WaitPod(a) => {
+            // its own codes: 1 is "not ready", so "could not ask" is 2
+            return wait_pod::wait_pod(a).unwrap_or_else(|e| {
+                eprintln!("volumed: {e:#}");
+                ExitCode::from(2)
+            });
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

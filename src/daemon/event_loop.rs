@@ -81,6 +81,8 @@ pub struct LoopParts {
     /// told once the loop is ready (every pod source listed); dropped,
     /// untold, when the loop ends before
     pub on_ready: Option<Sender<()>>,
+    /// bumped after every step: the runtime API's waiters look again
+    pub changes: Arc<crate::runtime::Changes>,
 }
 
 /// Starts the loop, its worker pool and its journal and host threads;
@@ -97,6 +99,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         events: (events_tx, events_rx),
         stopping,
         on_ready,
+        changes,
     } = parts;
     let mut threads = Vec::new();
     let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
@@ -156,6 +159,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     let driver = Driver {
         started: cfg.started,
         on_ready,
+        changes,
         core,
         world,
         events: events_rx,
@@ -173,6 +177,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
 struct Driver {
     started: Instant,
     on_ready: Option<Sender<()>>,
+    changes: Arc<crate::runtime::Changes>,
     core: Core,
     world: Arc<Mutex<World>>,
     events: Receiver<Event>,
@@ -220,6 +225,8 @@ impl Driver {
                 let mut w = lock(&self.world);
                 self.core.step(&mut w, batch, stepped, obs)
             };
+            // after unlocking: a woken waiter takes the lock at once
+            self.changes.bump();
             if !was_ready && self.core.phase().ready() {
                 self.log_ready(stepped);
             }
