@@ -246,3 +246,138 @@ fn view(w: &World, pod: &PodUid) -> Option<PodView> {
         targets,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::model::{
+        PluginName, PodVolume as ModelPodVolume, StorageMedium, TargetKind, VolumeSpec,
+    };
+    use crate::state::{LabelCheck, PodMount, SeLinuxState};
+
+    const T: Duration = Duration::from_secs(30);
+
+    fn uid() -> PodUid {
+        PodUid::new("u1").unwrap()
+    }
+
+    fn cache() -> UniqueVolumeName {
+        UniqueVolumeName::per_pod(PluginName::EmptyDir, &uid(), "cache")
+    }
+
+    /// A world where pod `u1` wants the emptyDir `cache`, not mounted yet.
+    fn handle() -> VolumeManagerHandle {
+        let mut w = World::default();
+        let spec = Arc::new(VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        });
+        w.dsw.set_pod_volume_names(&uid(), ["cache".to_owned()]);
+        let v = ModelPodVolume {
+            volume: cache(),
+            spec_name: "cache".into(),
+            outer_name: "cache".into(),
+            spec: spec.clone(),
+            selinux: None,
+            csi_pod: None,
+        };
+        w.dsw
+            .add_pod_to_volume(&uid(), v, LabelCheck::default())
+            .unwrap();
+        w.asw
+            .add_volume(cache(), PluginName::EmptyDir, "cache", Some(spec), None);
+        VolumeManagerHandle::new(Arc::new(Mutex::new(w)), Arc::new(Changes::new()))
+    }
+
+    /// What the loop does: a change under the lock, then a bump.
+    fn later(h: &VolumeManagerHandle, change: impl FnOnce(&mut World) + Send + 'static) {
+        let h = h.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            change(&mut h.lock());
+            h.changes().bump();
+        });
+    }
+
+    fn mount() -> PodMount {
+        PodMount {
+            outer_name: "cache".into(),
+            mount_path: Path::new("/r/cache").into(),
+            kind: TargetKind::Mount,
+            selinux: SeLinuxState::WithoutContext,
+        }
+    }
+
+    #[test]
+    fn wait_for_attach_and_mount_returns_when_the_loop_mounts_the_volume() {
+        let h = handle();
+        assert!(!h.pod_volumes(&uid()).unwrap().ready);
+        later(&h, |w| {
+            w.asw
+                .mark_volume_mounted(&cache(), &uid(), mount())
+                .unwrap();
+        });
+        let start = Instant::now();
+        let got = h.wait_for_attach_and_mount(&uid(), T).unwrap();
+        assert!(start.elapsed() < T / 2, "woken, not timed out");
+        assert_eq!(got.volumes.len(), 1);
+        assert_eq!(got.volumes[0].host_path, "/r/cache");
+        let mounted = h.mounted_volumes_for_pod(&uid());
+        assert_eq!(mounted, got.volumes);
+        assert_eq!(h.volumes_in_use(), [cache()]);
+    }
+
+    #[test]
+    fn wait_for_attach_and_mount_times_out_with_the_blocking_errors() {
+        let h = handle();
+        h.lock().dsw.add_pod_error(&uid(), "setup cache: ENOSPC");
+        let e = h
+            .wait_for_attach_and_mount(&uid(), Duration::from_millis(50))
+            .unwrap_err();
+        let RuntimeError::NotReady { status, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!(
+            status.errors,
+            ["unmounted volumes=[cache]", "setup cache: ENOSPC"]
+        );
+        let other = PodUid::new("u2").unwrap();
+        let e = h
+            .wait_for_attach_and_mount(&other, Duration::from_millis(10))
+            .unwrap_err();
+        assert_eq!(e, RuntimeError::UnknownPod { pod: other });
+    }
+
+    #[test]
+    fn wait_for_unmount_returns_when_the_pod_s_last_mounted_target_goes() {
+        let h = handle();
+        h.lock()
+            .asw
+            .mark_volume_mounted(&cache(), &uid(), mount())
+            .unwrap();
+        let e = h
+            .wait_for_unmount(&uid(), Duration::from_millis(20))
+            .unwrap_err();
+        assert!(matches!(&e, RuntimeError::StillMounted { mounted, .. } if mounted.len() == 1));
+        later(&h, |w| {
+            w.dsw.delete_pod(&uid());
+            w.asw.delete_pod_from_volume(&cache(), &uid()).unwrap();
+        });
+        h.wait_for_unmount(&uid(), T).unwrap();
+        assert!(h.mounted_volumes_for_pod(&uid()).is_empty());
+    }
+
+    #[test]
+    fn a_stopping_daemon_ends_every_wait() {
+        let h = handle();
+        let c = h.changes().clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            c.close();
+        });
+        let e = h.wait_for_attach_and_mount(&uid(), T).unwrap_err();
+        assert_eq!(e, RuntimeError::Stopped);
+    }
+}
