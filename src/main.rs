@@ -98,8 +98,7 @@ struct RunArgs {
     /// A folder of PersistentVolume, PersistentVolumeClaim and CSIDriver objects.
     #[arg(long)]
     static_objects: Option<PathBuf>,
-    /// Address for /metrics, /healthz, /readyz, /debug/* and /v1/* (the
-    /// same are served on <journal-dir>/api.sock).
+    /// Address for /metrics, /healthz, /readyz, /debug/*, /v1/* (also on <journal-dir>/api.sock).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
     /// `off` ignores the journal and reconstructs like the kubelet (KEP-3756).
@@ -320,20 +319,16 @@ fn run(mut args: RunArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("start the tokio runtime")?;
-    let (listener, bound) = rt.block_on(server::bind(&args.listen))?;
+    let (tcp, bound) = rt.block_on(server::bind(&args.listen))?;
     std::fs::create_dir_all(&journal_dir)
         .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
-    let unix = rt
-        .block_on(async { server::api_socket::bind(&journal_dir) })
-        .context("serve the runtime API socket")?;
+    let unix = rt.block_on(async { server::api_socket::bind(&journal_dir) });
+    let unix = Some(unix.context("serve the runtime API socket")?);
     let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);
     daemon.write(&journal_dir)?;
     let provider = volumes.provider();
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let listeners = server::Listeners {
-        tcp: listener,
-        unix: Some(unix),
-    };
+    let listeners = server::Listeners { tcp, unix };
     let server = rt.spawn(server::serve(listeners, provider, async {
         let _ = server_stopped.await;
     }));
@@ -357,9 +352,6 @@ fn run(mut args: RunArgs) -> Result<()> {
     // In-flight operations finish; nothing new starts.
     volumes.stop();
     if let Err(e) = daemon.remove(&journal_dir) {
-        tracing::warn!("{e}");
-    }
-    if let Err(e) = server::api_socket::remove(&journal_dir) {
         tracing::warn!("{e}");
     }
     if let Some(j) = journal {
@@ -495,13 +487,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run(a),
         Command::Dump(a) => dump(a),
         Command::Reconstruct(a) => reconstruct(a),
-        Command::WaitPod(a) => {
-            // its own codes: 1 is "not ready", so "could not ask" is 2
-            return wait_pod::wait_pod(a).unwrap_or_else(|e| {
-                eprintln!("volumed: {e:#}");
-                ExitCode::from(2)
-            });
-        }
+        Command::WaitPod(a) => return wait_pod::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -37,8 +37,17 @@ pub struct WaitPodArgs {
     json: bool,
 }
 
+/// Runs `wait-pod` with its own exit codes: 1 is "not ready", so "could
+/// not ask" is 2.
+pub fn main(args: WaitPodArgs) -> ExitCode {
+    wait_pod(args).unwrap_or_else(|e| {
+        eprintln!("volumed: {e:#}");
+        ExitCode::from(2)
+    })
+}
+
 /// Runs `wait-pod`; an `Err` is the exit code 2 case.
-pub fn wait_pod(args: WaitPodArgs) -> Result<ExitCode> {
+fn wait_pod(args: WaitPodArgs) -> Result<ExitCode> {
     let uid = PodUid::new(args.uid.as_str()).with_context(|| format!("pod uid {:?}", args.uid))?;
     anyhow::ensure!(
         args.timeout <= MAX_WAIT_SECS,

@@ -41,9 +41,26 @@ fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ApiSock
     move |source| ApiSocketError::Io { step, path, source }
 }
 
+/// The bound socket; its file is removed when this is dropped (the server
+/// drops it once it stops accepting).
+#[derive(Debug)]
+pub struct ApiSocket {
+    /// the listener
+    pub listener: tokio::net::UnixListener,
+    dir: PathBuf,
+}
+
+impl Drop for ApiSocket {
+    fn drop(&mut self) {
+        if let Err(e) = remove(&self.dir) {
+            tracing::warn!("{e}");
+        }
+    }
+}
+
 /// Binds `<dir>/api.sock` with mode 0600, replacing a stale one. Must be
 /// called inside a tokio runtime (the listener registers with it).
-pub fn bind(dir: &Path) -> Result<tokio::net::UnixListener, ApiSocketError> {
+pub fn bind(dir: &Path) -> Result<ApiSocket, ApiSocketError> {
     let target = path(dir);
     let tmp = dir.join(format!(".{API_SOCKET}.{}", std::process::id()));
     match std::fs::remove_file(&tmp) {
@@ -61,7 +78,11 @@ pub fn bind(dir: &Path) -> Result<tokio::net::UnixListener, ApiSocketError> {
     listener
         .set_nonblocking(true)
         .map_err(io("listen", &target))?;
-    tokio::net::UnixListener::from_std(listener).map_err(io("listen", &target))
+    let listener = tokio::net::UnixListener::from_std(listener).map_err(io("listen", &target))?;
+    Ok(ApiSocket {
+        listener,
+        dir: dir.to_owned(),
+    })
 }
 
 /// Removes `<dir>/api.sock` at stop (absent: nothing to do).
@@ -88,7 +109,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let listener = rt.block_on(async { bind(dir.path()) }).unwrap();
+        let socket = rt.block_on(async { bind(dir.path()) }).unwrap();
         let meta = std::fs::metadata(path(dir.path())).unwrap();
         assert!(meta.file_type().is_socket());
         assert_eq!(meta.permissions().mode() & 0o777, MODE);
@@ -99,12 +120,12 @@ mod tests {
         assert_eq!(names, [API_SOCKET], "no temporary name left");
         rt.block_on(async {
             let client = tokio::net::UnixStream::connect(path(dir.path()));
-            let (c, a) = tokio::join!(client, listener.accept());
+            let (c, a) = tokio::join!(client, socket.listener.accept());
             c.unwrap();
             a.unwrap();
         });
-        remove(dir.path()).unwrap();
-        assert!(!path(dir.path()).exists());
+        drop(socket);
+        assert!(!path(dir.path()).exists(), "removed with the listener");
         remove(dir.path()).unwrap();
     }
 }

@@ -84,8 +84,8 @@ pub trait DebugProvider: Send + Sync {
 pub struct Listeners {
     /// `--listen`
     pub tcp: TcpListener,
-    /// `<journal-dir>/api.sock`
-    pub unix: Option<UnixListener>,
+    /// `<journal-dir>/api.sock` (its file goes when `serve` returns)
+    pub unix: Option<api_socket::ApiSocket>,
 }
 
 impl From<TcpListener> for Listeners {
@@ -160,7 +160,7 @@ pub async fn serve(
             a = tcp.accept() => a.map(|(s, _)| {
                 spawn_conn(s, &provider, &polls, &graceful);
             }),
-            a = accept_unix(unix.as_ref()) => a.map(|s| {
+            a = accept_unix(unix.as_ref().map(|u| &u.listener)) => a.map(|s| {
                 spawn_conn(s, &provider, &polls, &graceful);
             }),
         };
