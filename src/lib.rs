@@ -16,6 +16,7 @@ pub mod model;
 pub mod plugins;
 pub mod reconciler;
 pub mod reconstruct;
+pub mod runtime;
 pub mod selinux;
 pub mod server;
 pub mod sources;

@@ -2,6 +2,7 @@
 //! exit codes). Everything else lives in the library.
 
 mod health_cmd;
+mod wait_pod;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,6 +60,9 @@ enum Command {
     Reconstruct(ReconstructArgs),
     /// Every mounted volume's condition and usage, from the running daemon.
     Health(health_cmd::HealthArgs),
+    /// Wait until a pod's volumes are mounted (asks the running daemon):
+    /// exit 0 ready, 1 not ready or unknown pod, 2 no daemon to ask.
+    WaitPod(wait_pod::WaitPodArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -97,7 +101,7 @@ struct RunArgs {
     /// A folder of PersistentVolume, PersistentVolumeClaim and CSIDriver objects.
     #[arg(long)]
     static_objects: Option<PathBuf>,
-    /// Address for /metrics, /healthz, /readyz and /debug/*.
+    /// Address for /metrics, /healthz, /readyz, /debug/*, /v1/* (also on <journal-dir>/api.sock).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
     /// `off` ignores the journal and reconstructs like the kubelet (KEP-3756).
@@ -328,14 +332,17 @@ fn run(mut args: RunArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("start the tokio runtime")?;
-    let (listener, bound) = rt.block_on(server::bind(&args.listen))?;
+    let (tcp, bound) = rt.block_on(server::bind(&args.listen))?;
     std::fs::create_dir_all(&journal_dir)
         .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
+    let unix = rt.block_on(async { server::api_socket::bind(&journal_dir) });
+    let unix = Some(unix.context("serve the runtime API socket")?);
     let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);
     daemon.write(&journal_dir)?;
     let provider = volumes.provider();
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = rt.spawn(server::serve(listener, provider, async {
+    let listeners = server::Listeners { tcp, unix };
+    let server = rt.spawn(server::serve(listeners, provider, async {
         let _ = server_stopped.await;
     }));
     tracing::info!(
@@ -494,6 +501,7 @@ fn main() -> ExitCode {
         Command::Dump(a) => dump(a),
         Command::Reconstruct(a) => reconstruct(a),
         Command::Health(a) => health_cmd::run(a),
+        Command::WaitPod(a) => return wait_pod::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -83,6 +83,8 @@ pub struct LoopParts {
     /// told once the loop is ready (every pod source listed); dropped,
     /// untold, when the loop ends before
     pub on_ready: Option<Sender<()>>,
+    /// bumped after every step: the runtime API's waiters look again
+    pub changes: Arc<crate::runtime::Changes>,
 }
 
 /// Starts the loop, its worker pool and its journal and host threads;
@@ -99,6 +101,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         events: (events_tx, events_rx),
         stopping,
         on_ready,
+        changes,
     } = parts;
     let mut threads = Vec::new();
     let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
@@ -159,6 +162,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     let driver = Driver {
         started: cfg.started,
         on_ready,
+        changes,
         core,
         world,
         events: events_rx,
@@ -176,6 +180,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
 struct Driver {
     started: Instant,
     on_ready: Option<Sender<()>>,
+    changes: Arc<crate::runtime::Changes>,
     core: Core,
     world: Arc<Mutex<World>>,
     events: Receiver<Event>,
@@ -223,6 +228,8 @@ impl Driver {
                 let mut w = lock(&self.world);
                 self.core.step(&mut w, batch, stepped, obs)
             };
+            // after unlocking: a woken waiter takes the lock at once
+            self.changes.bump();
             if !was_ready && self.core.phase().ready() {
                 self.log_ready(stepped);
             }

@@ -181,6 +181,7 @@ fn rig(workers: usize) -> Rig {
     let metrics = Arc::new(Metrics::new().unwrap());
     let (events, events_rx) = mpsc::channel();
     let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let changes = Arc::new(crate::runtime::Changes::new());
     let threads = spawn_loop(LoopParts {
         cfg: LoopConfig {
             layout: Layout::new("/r"),
@@ -201,9 +202,11 @@ fn rig(workers: usize) -> Rig {
         events: (events.clone(), events_rx),
         stopping: stopping.clone(),
         on_ready: None,
+        changes: changes.clone(),
     })
     .unwrap();
     let provider = Provider {
+        runtime: crate::runtime::VolumeManagerHandle::new(world.clone(), changes),
         world,
         metrics,
         journal: Some(journal),
@@ -250,6 +253,7 @@ impl Rig {
     /// failure when it does not come within [`PATIENCE`].
     fn ask<T: Send + 'static>(&self, f: impl FnOnce(&Provider) -> T + Send + 'static) -> T {
         let p = Provider {
+            runtime: self.provider.runtime.clone(),
             world: self.provider.world.clone(),
             metrics: self.provider.metrics.clone(),
             journal: self.provider.journal.clone(),

@@ -181,6 +181,8 @@ pub enum DaemonError {
 /// A running daemon.
 pub struct Daemon {
     world: Arc<Mutex<World>>,
+    /// bumped by the loop after each step; closed at stop
+    changes: Arc<crate::runtime::Changes>,
     events: Sender<Event>,
     threads: Vec<JoinHandle<()>>,
     /// set at stop: workers start no queued job
@@ -266,6 +268,7 @@ impl Daemon {
         // operations are finished).
         let stopping = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let changes = Arc::new(crate::runtime::Changes::new());
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 layout: cfg.layout.clone(),
@@ -295,6 +298,7 @@ impl Daemon {
             events: (events_tx.clone(), events_rx),
             stopping: stopping.clone(),
             on_ready: Some(ready_tx),
+            changes: changes.clone(),
         });
         let mut threads = match spawned {
             Ok(t) => t,
@@ -351,6 +355,7 @@ impl Daemon {
         };
         Ok(Daemon {
             world,
+            changes,
             events: events_tx,
             threads,
             stopping,
@@ -365,9 +370,15 @@ impl Daemon {
         })
     }
 
+    /// The runtime API on this daemon (embeddable: a clone per caller).
+    pub fn runtime(&self) -> crate::runtime::VolumeManagerHandle {
+        crate::runtime::VolumeManagerHandle::new(self.world.clone(), self.changes.clone())
+    }
+
     /// What the HTTP server reads.
     pub fn provider(&self) -> Arc<dyn DebugProvider> {
         Arc::new(Provider {
+            runtime: self.runtime(),
             world: self.world.clone(),
             metrics: self.metrics.clone(),
             journal: self.journal.clone(),
@@ -382,6 +393,8 @@ impl Daemon {
     /// started); waits for in-flight ones.
     pub fn stop(self) {
         let asked = Instant::now();
+        // waiters of the runtime API answer now, not at their deadline
+        self.changes.close();
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.poller.stop();
@@ -410,6 +423,7 @@ impl Daemon {
 const HEALTH_WAIT: Duration = Duration::from_secs(30);
 
 struct Provider {
+    runtime: crate::runtime::VolumeManagerHandle,
     world: Arc<Mutex<World>>,
     metrics: Arc<Metrics>,
     journal: Option<Arc<Journal>>,
@@ -473,6 +487,15 @@ impl DebugProvider for Provider {
             .map_err(|e| e.to_string())?;
         let only = volume.map(UniqueVolumeName::from_raw);
         Ok(crate::dump::document(&replay, &self.boot_id, only.as_ref()))
+    }
+
+    fn pod_volumes(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodVolumes> {
+        self.runtime.pod_volumes(pod)
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let c = self.runtime.changes();
+        (!c.is_closed()).then(|| c.subscribe())
     }
 }
 

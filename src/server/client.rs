@@ -28,9 +28,9 @@ pub const LOCK_GRACE: Duration = Duration::from_secs(2);
 /// The pause between tries while waiting for the lock.
 const LOCK_RETRY: Duration = Duration::from_millis(50);
 /// The largest response body accepted.
-const MAX_BODY: usize = 256 * 1024 * 1024;
+pub(super) const MAX_BODY: usize = 256 * 1024 * 1024;
 /// The largest status line plus headers accepted.
-const MAX_HEAD: usize = 64 * 1024;
+pub(super) const MAX_HEAD: usize = 64 * 1024;
 
 /// Where the journal was read from.
 #[derive(Debug)]
@@ -371,7 +371,7 @@ fn bad(addr: SocketAddr, path: &str, reason: String) -> ClientError {
 }
 
 /// Splits a whole `Connection: close` response into status and body.
-fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+pub(super) fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     let head_end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

@@ -1,8 +1,11 @@
 //! HTTP: the only module that knows it (ARCHITECTURE.md). The daemon serves
 //! `GET /healthz`, `/readyz`, `/metrics`, `/debug/state` and
-//! `/debug/journal` (DESIGN.md "Contracts"); `dump` and
+//! `/debug/journal` (DESIGN.md "Contracts"), and the runtime API's
+//! `/v1/pods/<uid>/volumes` ([`runtime_api`]), on its TCP listener and on
+//! the unix socket `<journal-dir>/api.sock` ([`api_socket`]); `dump` and
 //! `reconstruct --dry-run` ask it through [`client`] when it holds the
-//! journal, finding it through [`daemon_file`].
+//! journal, finding it through [`daemon_file`]; `wait-pod` asks through
+//! [`api_client`].
 //!
 //! The server knows nothing of the journal or the ASW: it asks a
 //! [`DebugProvider`], so tests drive it with a fake over a real loopback
@@ -16,8 +19,11 @@
 //! waits a bounded time for in-flight requests, so neither a silent client
 //! nor a slow one keeps the daemon from exiting.
 
+pub mod api_client;
+pub mod api_socket;
 pub mod client;
 pub mod daemon_file;
+pub mod runtime_api;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,7 +39,8 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
 
 use crate::dump::DumpDoc;
 use crate::state::StateSnapshot;
@@ -67,6 +74,32 @@ pub trait DebugProvider: Send + Sync {
     /// when `fresh`; `None` when health checks are off.
     fn health(&self, _fresh: bool) -> Option<crate::health::report::HealthDoc> {
         None
+    }
+    /// The runtime API's answer for `pod` now; `None`: no source knows it.
+    fn pod_volumes(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodVolumes> {
+        let _ = pod;
+        None
+    }
+    /// A receiver that changes whenever `pod_volumes` may answer
+    /// differently; `None`: no long-poll (a `wait` answers at once).
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// Where the server accepts: the TCP listener, and the unix socket when
+/// there is one.
+#[derive(Debug)]
+pub struct Listeners {
+    /// `--listen`
+    pub tcp: TcpListener,
+    /// `<journal-dir>/api.sock` (its file goes when `serve` returns)
+    pub unix: Option<api_socket::ApiSocket>,
+}
+
+impl From<TcpListener> for Listeners {
+    fn from(tcp: TcpListener) -> Self {
+        Self { tcp, unix: None }
     }
 }
 
@@ -109,44 +142,45 @@ pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), ServerError> 
     Ok((listener, bound))
 }
 
-/// Serves until `shutdown` resolves, then stops accepting, lets requests in
-/// flight finish for a bounded time, and returns.
+/// The next connection on the unix socket; never, without one.
+async fn accept_unix(unix: Option<&UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+    match unix {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, answers every
+/// long-poll with what is true then, lets requests in flight finish for a
+/// bounded time, and returns.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     provider: Arc<dyn DebugProvider>,
     shutdown: impl Future<Output = ()>,
 ) {
+    let Listeners { tcp, unix } = listeners.into();
     let graceful = GracefulShutdown::new();
+    let (stop_polls, stopping) = tokio::sync::watch::channel(false);
+    let polls = Arc::new(runtime_api::LongPolls::new(stopping));
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let accepted = tokio::select! {
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "http accept failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
+            a = tcp.accept() => a.map(|(s, _)| {
+                spawn_conn(s, &provider, &polls, &graceful);
+            }),
+            a = accept_unix(unix.as_ref().map(|u| &u.listener)) => a.map(|s| {
+                spawn_conn(s, &provider, &polls, &graceful);
+            }),
         };
-        let provider = Arc::clone(&provider);
-        let service = service_fn(move |req| {
-            let provider = Arc::clone(&provider);
-            async move { Ok::<_, Infallible>(route(provider, &req).await) }
-        });
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "http connection ended with an error");
-            }
-        });
+        if let Err(e) = accepted {
+            tracing::warn!(error = %e, "http accept failed");
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
+        }
     }
-    drop(listener);
+    drop(tcp);
+    drop(unix);
+    let _ = stop_polls.send(true);
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
@@ -156,6 +190,30 @@ pub async fn serve(
             "http requests still in flight at shutdown were cut"
         );
     }
+}
+
+/// Serves one connection on its own task, watched for shutdown.
+fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
+    provider: &Arc<dyn DebugProvider>,
+    polls: &Arc<runtime_api::LongPolls>,
+    graceful: &GracefulShutdown,
+) {
+    let (provider, polls) = (Arc::clone(provider), Arc::clone(polls));
+    let service = service_fn(move |req| {
+        let (provider, polls) = (Arc::clone(&provider), Arc::clone(&polls));
+        async move { Ok::<_, Infallible>(route(provider, &req, &polls).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    let conn = graceful.watch(conn);
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "http connection ended with an error");
+        }
+    });
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -218,7 +276,11 @@ async fn blocking<T: Send + 'static>(
         })
 }
 
-async fn route(provider: Arc<dyn DebugProvider>, req: &Request<Incoming>) -> Resp {
+async fn route(
+    provider: Arc<dyn DebugProvider>,
+    req: &Request<Incoming>,
+    polls: &runtime_api::LongPolls,
+) -> Resp {
     let path = req.uri().path();
     let known = matches!(
         path,
@@ -229,7 +291,7 @@ async fn route(provider: Arc<dyn DebugProvider>, req: &Request<Incoming>) -> Res
             | "/debug/journal"
             | "/debug/events"
             | "/debug/health"
-    );
+    ) || runtime_api::is_pod_volumes(path);
     if !known {
         return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}\n"));
     }
@@ -262,7 +324,7 @@ async fn route(provider: Arc<dyn DebugProvider>, req: &Request<Incoming>) -> Res
                     None => text(StatusCode::NOT_FOUND, "health checks are off\n"),
                 })
         }
-        _ => {
+        "/debug/journal" => {
             let volume = volume_param(req);
             blocking(provider, move |p| p.journal(volume.as_deref()))
                 .await
@@ -274,6 +336,7 @@ async fn route(provider: Arc<dyn DebugProvider>, req: &Request<Incoming>) -> Res
                     ),
                 })
         }
+        _ => runtime_api::pod_volumes(provider, req, polls).await,
     };
     result.unwrap_or_else(|r| r)
 }

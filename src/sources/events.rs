@@ -101,6 +101,11 @@ fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod, policy: &Policy, ou
     let uid = pod.uid;
     dsw.pop_pod_errors(&uid);
     dsw.set_pod_unresolved(&uid, !pod.unresolved.is_empty());
+    let names = pod.volumes.iter().map(|v| v.outer_name.clone());
+    let names = names
+        .chain(pod.unresolved.iter().cloned())
+        .collect::<BTreeSet<_>>();
+    dsw.set_pod_volume_names(&uid, names);
     let wanted: BTreeSet<&UniqueVolumeName> = pod.volumes.iter().map(|v| &v.volume).collect();
     for name in dsw.volumes_of_pod(&uid) {
         if wanted.contains(&name) {

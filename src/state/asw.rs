@@ -123,6 +123,11 @@ pub struct ActualStateOfWorld {
     volumes: BTreeMap<UniqueVolumeName, Box<ActualVolume>>,
     /// (volume, pod) pairs rebuilt at startup and not yet confirmed mounted.
     reconstructed: Reconstructed,
+    /// The (pod, volume) pairs that have a pod record, by pod: a pod's
+    /// targets are found without a walk of the node (the runtime API's
+    /// questions about one pod). A pair is here exactly when the volume's
+    /// pod map holds the pod.
+    by_pod: BTreeSet<(PodUid, UniqueVolumeName)>,
 }
 
 impl ActualStateOfWorld {
@@ -195,6 +200,7 @@ impl ActualStateOfWorld {
             name,
             volume: record,
             reconstructed: &mut self.reconstructed,
+            by_pod: &mut self.by_pod,
         }
     }
 
@@ -206,6 +212,7 @@ impl ActualStateOfWorld {
             name: volume.clone(),
             volume: record,
             reconstructed: &mut self.reconstructed,
+            by_pod: &mut self.by_pod,
         })
     }
 
@@ -357,7 +364,9 @@ impl ActualStateOfWorld {
                 volume: volume.clone(),
                 pod: pod.clone(),
             })?;
-        v.pods.remove(pod);
+        if v.pods.remove(pod).is_some() {
+            self.by_pod.remove(&(pod.clone(), volume.clone()));
+        }
         self.forget_reconstructed(volume, pod);
         Ok(())
     }
@@ -423,6 +432,21 @@ impl ActualStateOfWorld {
     /// One pod target's record.
     pub fn pod(&self, volume: &UniqueVolumeName, pod: &PodUid) -> Option<&MountedPod> {
         self.volumes.get(volume).and_then(|v| v.pods.get(pod))
+    }
+
+    /// `pod`'s target records (any state) with their volumes, sorted by
+    /// volume. O(the pod's targets), from the index by pod.
+    pub fn targets_of_pod<'a>(
+        &'a self,
+        pod: &'a PodUid,
+    ) -> impl Iterator<Item = (&'a UniqueVolumeName, &'a ActualVolume, &'a MountedPod)> + 'a {
+        self.by_pod
+            .range((pod.clone(), UniqueVolumeName::from_raw(""))..)
+            .take_while(move |(p, _)| p == pod)
+            .filter_map(|(_, name)| {
+                let v = self.volumes.get(name)?;
+                Some((name, &**v, v.pods.get(pod)?))
+            })
     }
 
     /// Every volume, sorted by name.
@@ -592,6 +616,7 @@ pub struct VolumeMut<'a> {
     name: UniqueVolumeName,
     volume: &'a mut ActualVolume,
     reconstructed: &'a mut Reconstructed,
+    by_pod: &'a mut BTreeSet<(PodUid, UniqueVolumeName)>,
 }
 
 impl VolumeMut<'_> {
@@ -652,7 +677,12 @@ impl VolumeMut<'_> {
         match v.pods.get_mut(pod) {
             Some(p) if p.state != MountState::Uncertain => p.state = state,
             _ => {
-                v.pods.insert(pod.clone(), MountedPod { state, mount });
+                if v.pods
+                    .insert(pod.clone(), MountedPod { state, mount })
+                    .is_none()
+                {
+                    self.by_pod.insert((pod.clone(), self.name.clone()));
+                }
             }
         }
         if state == MountState::Mounted {
@@ -672,6 +702,7 @@ impl VolumeMut<'_> {
         }
         let state = MountState::Uncertain;
         v.pods.insert(pod.clone(), MountedPod { state, mount });
+        self.by_pod.insert((pod.clone(), self.name.clone()));
         self.reconstructed
             .entry(self.name.clone())
             .or_default()
@@ -704,6 +735,38 @@ mod tests {
     }
     fn device(asw: &ActualStateOfWorld) -> DeviceTarget {
         *asw.volume(&local()).unwrap().device.clone().unwrap()
+    }
+
+    #[test]
+    fn targets_of_pod_are_found_by_pod_whatever_way_they_came_and_went() {
+        let mut asw = asw();
+        let other = UniqueVolumeName::from_raw("kubernetes.io/empty-dir/u2-cache");
+        asw.add_volume(other.clone(), PluginName::EmptyDir, "cache", None, None);
+        let (u1, u2) = (uid("u1"), uid("u2"));
+        let unknown = SeLinuxState::Unknown;
+        asw.mark_volume_mounted(&local(), &u1, mount("data", unknown.clone()))
+            .unwrap();
+        asw.mark_volume_uncertain_via_reconstruction(&other, &u2, mount("", unknown.clone()));
+        asw.mark_volume_mounted(&local(), &u2, mount("data", unknown.clone()))
+            .unwrap();
+        let of = |asw: &ActualStateOfWorld, p: &PodUid| -> Vec<(String, MountState)> {
+            asw.targets_of_pod(p)
+                .map(|(n, _, t)| (n.as_str().to_owned(), t.state))
+                .collect()
+        };
+        assert_eq!(
+            of(&asw, &u2),
+            [
+                (other.as_str().to_owned(), MountState::Uncertain),
+                (local().as_str().to_owned(), MountState::Mounted),
+            ]
+        );
+        assert_eq!(of(&asw, &u1).len(), 1);
+        asw.delete_pod_from_volume(&local(), &u2).unwrap();
+        asw.delete_pod_from_volume(&other, &u2).unwrap();
+        assert_eq!(of(&asw, &u2), []);
+        assert_eq!(of(&asw, &uid("u0")), [], "a pod before the others");
+        assert_eq!(of(&asw, &u1).len(), 1, "another pod's stay");
     }
 
     #[test]

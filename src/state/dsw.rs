@@ -105,6 +105,13 @@ pub struct DesiredStateOfWorld {
     /// per plugin, how many (volume, pod) pairs there are
     pairs: [usize; PluginName::ALL.len()],
     pod_errors: BTreeMap<PodUid, BTreeSet<String>>,
+    /// every pod the sources have told of, with the names of the volumes
+    /// its spec lists (`pod.spec.volumes[x].name`, shared with the
+    /// records): a pod without volumes is known too, and a volume that was
+    /// refused or could not be resolved is still expected (the runtime API
+    /// waits for every name, as the kubelet's `WaitForAttachAndMount` waits
+    /// for every volume of the pod's spec)
+    pods: BTreeMap<PodUid, Box<[SharedStr]>>,
     populated: bool,
     /// pods that exist but have a volume that cannot be resolved now: they
     /// keep every mount they have (DESIGN.md "Contracts", static sources)
@@ -240,7 +247,26 @@ impl DesiredStateOfWorld {
         }
         self.pod_errors.remove(pod);
         self.unresolved.remove(pod);
+        self.pods.remove(pod);
         names
+    }
+
+    /// Records that `pod` exists and lists the volumes named `names` in
+    /// its spec (whether or not each could be added).
+    pub fn set_pod_volume_names(&mut self, pod: &PodUid, names: impl IntoIterator<Item = String>) {
+        let names: Box<[SharedStr]> = names.into_iter().map(|n| self.shared_name(n)).collect();
+        self.pods.insert(pod.clone(), names);
+    }
+
+    /// The names of the volumes `pod`'s spec lists; `None` when no source
+    /// has told of the pod.
+    pub fn pod_volume_names(&self, pod: &PodUid) -> Option<&[SharedStr]> {
+        self.pods.get(pod).map(|n| &**n)
+    }
+
+    /// `pod`'s current errors, sorted (without clearing them).
+    pub fn errors_of_pod(&self, pod: &PodUid) -> impl Iterator<Item = &String> {
+        self.pod_errors.get(pod).into_iter().flatten()
     }
 
     /// Records whether `pod` (which exists) has a volume that cannot be
@@ -424,6 +450,32 @@ mod tests {
             selinux,
             csi_pod: None,
         }
+    }
+
+    #[test]
+    fn a_pod_s_volume_names_are_known_until_it_is_deleted() {
+        let mut dsw = DesiredStateOfWorld::new();
+        let (u1, u2) = (uid("u1"), uid("u2"));
+        assert_eq!(dsw.pod_volume_names(&u1), None);
+        dsw.set_pod_volume_names(&u1, ["data".to_owned(), "cache".to_owned()]);
+        dsw.set_pod_volume_names(&u2, []);
+        let names: Vec<&str> = dsw
+            .pod_volume_names(&u1)
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str())
+            .collect();
+        assert_eq!(names, ["data", "cache"]);
+        assert_eq!(
+            dsw.pod_volume_names(&u2).map(<[_]>::len),
+            Some(0),
+            "known without volumes"
+        );
+        dsw.add_pod_error(&u1, "e1");
+        assert_eq!(dsw.errors_of_pod(&u1).collect::<Vec<_>>(), ["e1"]);
+        dsw.delete_pod(&u1);
+        assert_eq!(dsw.pod_volume_names(&u1), None);
+        assert_eq!(dsw.errors_of_pod(&u1).count(), 0);
     }
 
     #[test]

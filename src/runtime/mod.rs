@@ -1,0 +1,383 @@
+//! The API for a container runtime: the kubelet's `VolumeManager`
+//! operations its pod workers call before starting a pod's containers and
+//! after stopping them, offered on a running daemon through an embeddable
+//! [`VolumeManagerHandle`] (and, by `server`, as JSON over HTTP and the
+//! unix socket `<journal-dir>/api.sock`).
+//!
+//! - [`VolumeManagerHandle::wait_for_attach_and_mount`]: until every volume
+//!   of the pod is mounted ([`ready`]), or the timeout, with what blocks it;
+//! - [`VolumeManagerHandle::wait_for_unmount`]: until no target of the pod
+//!   is mounted (uncertain ones are not waited for, as the kubelet's
+//!   `PodHasMountedVolumes`);
+//! - [`VolumeManagerHandle::mounted_volumes_for_pod`] and
+//!   [`VolumeManagerHandle::volumes_in_use`].
+//!
+//! The kubelet polls its caches every 300 ms; here a waiter sleeps on
+//! [`Changes`], which the reconciler loop bumps after each step, and each
+//! look holds the world lock for one pod's snapshot: O(that pod's volumes),
+//! found through the DSW's and the ASW's indexes by pod. The kubelet pops
+//! the pod's DSW errors when it reads them; this API only reads them, so
+//! any number of callers can ask.
+//!
+//! Supplemental groups (the kubelet's `GetExtraSupplementalGroupsForPod`,
+//! from a PersistentVolume's `pv.beta.kubernetes.io/gid` annotation) are
+//! not offered: the static objects keep no annotations.
+
+mod changes;
+pub mod ready;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use changes::Changes;
+pub use ready::{PodView, PodVolume, PodVolumes, TargetView, decide};
+
+use crate::daemon::event_loop::World;
+use crate::model::{MountState, PodUid, UniqueVolumeName, VolumeSpec};
+
+/// Why a wait ended without what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// no pod source has told of the pod (within the wait)
+    #[error("pod {pod}: volumed does not know this pod")]
+    UnknownPod {
+        /// the pod
+        pod: PodUid,
+    },
+    /// the pod's volumes were not all mounted in time
+    #[error("pod {}: volumes not ready after {after:?}: {}", .status.pod_uid, .status.errors.join("; "))]
+    NotReady {
+        /// how long it waited
+        after: Duration,
+        /// the last answer, with the blocking errors
+        status: Box<PodVolumes>,
+    },
+    /// some of the pod's targets were still mounted in time
+    #[error("pod {pod}: mounted volumes=[{}] after {after:?}", .mounted.join(", "))]
+    StillMounted {
+        /// the pod
+        pod: PodUid,
+        /// how long it waited
+        after: Duration,
+        /// the mounted targets' volume names
+        mounted: Vec<String>,
+    },
+    /// the daemon is stopping
+    #[error("the daemon is stopping")]
+    Stopped,
+}
+
+/// The running daemon's answers to a container runtime. Cheap to clone;
+/// every method may block on the world lock for one pod's snapshot.
+#[derive(Clone)]
+pub struct VolumeManagerHandle {
+    world: Arc<Mutex<World>>,
+    changes: Arc<Changes>,
+}
+
+impl std::fmt::Debug for VolumeManagerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeManagerHandle")
+            .finish_non_exhaustive()
+    }
+}
+
+impl VolumeManagerHandle {
+    /// A handle on `world`, woken by `changes`.
+    pub fn new(world: Arc<Mutex<World>>, changes: Arc<Changes>) -> Self {
+        Self { world, changes }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, World> {
+        // the world is plain data, consistent after any panic (event_loop::lock)
+        self.world.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The change counter (for async waiters: [`Changes::subscribe`]).
+    pub fn changes(&self) -> &Arc<Changes> {
+        &self.changes
+    }
+
+    /// The pod's volumes now; `None` when no source has told of the pod.
+    pub fn pod_volumes(&self, pod: &PodUid) -> Option<PodVolumes> {
+        let view = view(&self.lock(), pod)?;
+        Some(decide(pod.as_str(), &view))
+    }
+
+    /// The kubelet's `WaitForAttachAndMount`: returns once every volume of
+    /// the pod is mounted; after `timeout`, the last answer with what
+    /// blocks it. A pod no source has told of yet is waited for too.
+    pub fn wait_for_attach_and_mount(
+        &self,
+        pod: &PodUid,
+        timeout: Duration,
+    ) -> Result<PodVolumes, RuntimeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.changes.seen();
+            let now = self.pod_volumes(pod);
+            match now {
+                Some(p) if p.ready => return Ok(p),
+                _ if Instant::now() >= deadline => {
+                    return Err(match now {
+                        Some(status) => RuntimeError::NotReady {
+                            after: timeout,
+                            status: Box::new(status),
+                        },
+                        None => RuntimeError::UnknownPod { pod: pod.clone() },
+                    });
+                }
+                _ => {}
+            }
+            if !self.changes.wait_past(seen, deadline) {
+                return Err(RuntimeError::Stopped);
+            }
+        }
+    }
+
+    /// The kubelet's `WaitForUnmount`: returns once no target of the pod is
+    /// mounted (uncertain ones are not waited for, as the kubelet).
+    pub fn wait_for_unmount(&self, pod: &PodUid, timeout: Duration) -> Result<(), RuntimeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.changes.seen();
+            let mounted: Vec<String> = {
+                let w = self.lock();
+                w.asw
+                    .targets_of_pod(pod)
+                    .filter(|(_, _, t)| t.state == MountState::Mounted)
+                    .map(|(name, _, _)| name.as_str().to_owned())
+                    .collect()
+            };
+            if mounted.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(RuntimeError::StillMounted {
+                    pod: pod.clone(),
+                    after: timeout,
+                    mounted,
+                });
+            }
+            if !self.changes.wait_past(seen, deadline) {
+                return Err(RuntimeError::Stopped);
+            }
+        }
+    }
+
+    /// The kubelet's `GetMountedVolumesForPod`: the pod's mounted targets
+    /// (not uncertain), by pod volume name, whether or not the DSW still
+    /// wants them. A target rebuilt from the host alone has no name yet.
+    pub fn mounted_volumes_for_pod(&self, pod: &PodUid) -> Vec<PodVolume> {
+        let w = self.lock();
+        let mut out: Vec<PodVolume> = w
+            .asw
+            .targets_of_pod(pod)
+            .filter(|(_, _, t)| t.state == MountState::Mounted)
+            .map(|(_, v, t)| PodVolume {
+                name: t.mount.outer_name.to_string(),
+                host_path: host_path(v.spec.as_deref(), &t.mount.mount_path),
+                read_only: v.spec.as_deref().is_some_and(ready::read_only),
+                selinux_context: t.mount.selinux.context().map(|c| c.as_str().to_owned()),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The kubelet's `GetVolumesInUse`: every volume a pod wants or that
+    /// is on the node, sorted. volumed has no attach/detach controller to
+    /// tell, so it reports every plugin's volumes, not only attachable ones.
+    /// Walks the node: for the node's status, not for a pod's start.
+    pub fn volumes_in_use(&self) -> Vec<UniqueVolumeName> {
+        let w = self.lock();
+        let mut out: Vec<UniqueVolumeName> = w
+            .dsw
+            .volumes()
+            .map(|(n, _)| n.clone())
+            .chain(w.asw.volumes().map(|(n, _)| n.clone()))
+            .collect();
+        drop(w);
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// Where the runtime finds a volume: a hostPath's own path (nothing is
+/// mounted for it, the runtime binds the path itself), else the pod target.
+fn host_path(spec: Option<&VolumeSpec>, target: &std::path::Path) -> String {
+    match spec {
+        Some(VolumeSpec::HostPath { path, .. }) => path.to_string_lossy().into_owned(),
+        _ => target.to_string_lossy().into_owned(),
+    }
+}
+
+/// One pod's view of the world; `None` when no source has told of it.
+/// O(the pod's volumes): the DSW's index by pod, one ASW lookup each.
+fn view(w: &World, pod: &PodUid) -> Option<PodView> {
+    let names = w.dsw.pod_volume_names(pod)?;
+    let targets = w
+        .dsw
+        .volumes_of_pod(pod)
+        .into_iter()
+        .filter_map(|name| {
+            let desired = w.dsw.volume(&name)?;
+            let wanted = desired.pods.get(pod)?;
+            let actual = w.asw.pod(&name, pod);
+            Some(TargetView {
+                name: wanted.outer_name.clone(),
+                state: actual.map(|a| a.state),
+                // only a mounted target's is shown
+                host_path: actual.map_or_else(String::new, |a| {
+                    host_path(Some(&desired.spec), &a.mount.mount_path)
+                }),
+                read_only: ready::read_only(&desired.spec),
+                selinux_context: actual
+                    .and_then(|a| a.mount.selinux.context())
+                    .map(|c| c.as_str().to_owned()),
+            })
+        })
+        .collect();
+    Some(PodView {
+        names: names.to_vec(),
+        unresolved: w.dsw.pod_has_unresolved(pod),
+        errors: w.dsw.errors_of_pod(pod).cloned().collect(),
+        targets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::model::{
+        PluginName, PodVolume as ModelPodVolume, StorageMedium, TargetKind, VolumeSpec,
+    };
+    use crate::state::{LabelCheck, PodMount, SeLinuxState};
+
+    const T: Duration = Duration::from_secs(30);
+
+    fn uid() -> PodUid {
+        PodUid::new("u1").unwrap()
+    }
+
+    fn cache() -> UniqueVolumeName {
+        UniqueVolumeName::per_pod(PluginName::EmptyDir, &uid(), "cache")
+    }
+
+    /// A world where pod `u1` wants the emptyDir `cache`, not mounted yet.
+    fn handle() -> VolumeManagerHandle {
+        let mut w = World::default();
+        let spec = Arc::new(VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        });
+        w.dsw.set_pod_volume_names(&uid(), ["cache".to_owned()]);
+        let v = ModelPodVolume {
+            volume: cache(),
+            spec_name: "cache".into(),
+            outer_name: "cache".into(),
+            spec: spec.clone(),
+            selinux: None,
+            csi_pod: None,
+        };
+        w.dsw
+            .add_pod_to_volume(&uid(), v, LabelCheck::default())
+            .unwrap();
+        w.asw
+            .add_volume(cache(), PluginName::EmptyDir, "cache", Some(spec), None);
+        VolumeManagerHandle::new(Arc::new(Mutex::new(w)), Arc::new(Changes::new()))
+    }
+
+    /// What the loop does: a change under the lock, then a bump.
+    fn later(h: &VolumeManagerHandle, change: impl FnOnce(&mut World) + Send + 'static) {
+        let h = h.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            change(&mut h.lock());
+            h.changes().bump();
+        });
+    }
+
+    fn mount() -> PodMount {
+        PodMount {
+            outer_name: "cache".into(),
+            mount_path: Path::new("/r/cache").into(),
+            kind: TargetKind::Mount,
+            selinux: SeLinuxState::WithoutContext,
+        }
+    }
+
+    #[test]
+    fn wait_for_attach_and_mount_returns_when_the_loop_mounts_the_volume() {
+        let h = handle();
+        assert!(!h.pod_volumes(&uid()).unwrap().ready);
+        later(&h, |w| {
+            w.asw
+                .mark_volume_mounted(&cache(), &uid(), mount())
+                .unwrap();
+        });
+        let start = Instant::now();
+        let got = h.wait_for_attach_and_mount(&uid(), T).unwrap();
+        assert!(start.elapsed() < T / 2, "woken, not timed out");
+        assert_eq!(got.volumes.len(), 1);
+        assert_eq!(got.volumes[0].host_path, "/r/cache");
+        let mounted = h.mounted_volumes_for_pod(&uid());
+        assert_eq!(mounted, got.volumes);
+        assert_eq!(h.volumes_in_use(), [cache()]);
+    }
+
+    #[test]
+    fn wait_for_attach_and_mount_times_out_with_the_blocking_errors() {
+        let h = handle();
+        h.lock().dsw.add_pod_error(&uid(), "setup cache: ENOSPC");
+        let e = h
+            .wait_for_attach_and_mount(&uid(), Duration::from_millis(50))
+            .unwrap_err();
+        let RuntimeError::NotReady { status, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!(
+            status.errors,
+            ["unmounted volumes=[cache]", "setup cache: ENOSPC"]
+        );
+        let other = PodUid::new("u2").unwrap();
+        let e = h
+            .wait_for_attach_and_mount(&other, Duration::from_millis(10))
+            .unwrap_err();
+        assert_eq!(e, RuntimeError::UnknownPod { pod: other });
+    }
+
+    #[test]
+    fn wait_for_unmount_returns_when_the_pod_s_last_mounted_target_goes() {
+        let h = handle();
+        h.lock()
+            .asw
+            .mark_volume_mounted(&cache(), &uid(), mount())
+            .unwrap();
+        let e = h
+            .wait_for_unmount(&uid(), Duration::from_millis(20))
+            .unwrap_err();
+        assert!(matches!(&e, RuntimeError::StillMounted { mounted, .. } if mounted.len() == 1));
+        later(&h, |w| {
+            w.dsw.delete_pod(&uid());
+            w.asw.delete_pod_from_volume(&cache(), &uid()).unwrap();
+        });
+        h.wait_for_unmount(&uid(), T).unwrap();
+        assert!(h.mounted_volumes_for_pod(&uid()).is_empty());
+    }
+
+    #[test]
+    fn a_stopping_daemon_ends_every_wait() {
+        let h = handle();
+        let c = h.changes().clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            c.close();
+        });
+        let e = h.wait_for_attach_and_mount(&uid(), T).unwrap_err();
+        assert_eq!(e, RuntimeError::Stopped);
+    }
+}

@@ -1,0 +1,218 @@
+//! `volumed wait-pod`'s side of the runtime API: one blocking
+//! `GET /v1/pods/<uid>/volumes?wait=N` over `<journal-dir>/api.sock`.
+//!
+//! The socket is how a runtime finds the daemon of a journal dir: no
+//! socket, or one nobody listens on (left by a daemon that died), means no
+//! daemon runs, and says so apart from any answer the daemon gives. Every
+//! byte received is external input: nothing here panics on it, and the
+//! exchange is bounded by the wait plus [`MARGIN`].
+
+use std::io::{Read as _, Write as _};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::api_socket;
+use super::client::{MAX_BODY, MAX_HEAD, parse_response};
+use crate::model::PodUid;
+use crate::runtime::PodVolumes;
+
+/// How much longer than the wait the exchange may take.
+pub const MARGIN: Duration = Duration::from_secs(10);
+
+/// Why `wait-pod` got no answer, or which.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiClientError {
+    /// no daemon listens for this journal dir
+    #[error("no volumed daemon is running for journal dir {dir}: {why}")]
+    NoDaemon {
+        /// the journal dir
+        dir: PathBuf,
+        /// what was found instead
+        why: String,
+    },
+    /// a socket step failed
+    #[error("{step} {socket}: {source}")]
+    Io {
+        /// `connect`, `send` or `receive`
+        step: &'static str,
+        /// the socket
+        socket: PathBuf,
+        /// the cause
+        source: std::io::Error,
+    },
+    /// no whole answer in time
+    #[error("GET {path} on {socket}: no full answer within {after:?}")]
+    Timeout {
+        /// the socket
+        socket: PathBuf,
+        /// the request path
+        path: String,
+        /// the bound
+        after: Duration,
+    },
+    /// the daemon does not know the pod
+    #[error("pod {pod}: volumed does not know this pod")]
+    UnknownPod {
+        /// the pod
+        pod: PodUid,
+    },
+    /// the answer is not what the API promises
+    #[error("GET {path} on {socket}: {reason}")]
+    BadResponse {
+        /// the socket
+        socket: PathBuf,
+        /// the request path
+        path: String,
+        /// what was wrong (a status other than 200 or 404 and its body, or
+        /// a body that is not the document)
+        reason: String,
+    },
+}
+
+/// Asks the daemon of journal dir `dir` whether pod `pod`'s volumes are
+/// ready, waiting up to `wait` for them.
+pub fn wait_pod(dir: &Path, pod: &PodUid, wait: Duration) -> Result<PodVolumes, ApiClientError> {
+    let socket = api_socket::path(dir);
+    let no_daemon = |why: String| ApiClientError::NoDaemon {
+        dir: dir.to_owned(),
+        why,
+    };
+    let mut stream = match UnixStream::connect(&socket) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(no_daemon(format!("{} does not exist", socket.display())));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(no_daemon(format!(
+                "nobody listens on {} (left by a daemon that is gone)",
+                socket.display()
+            )));
+        }
+        Err(source) => {
+            return Err(ApiClientError::Io {
+                step: "connect",
+                socket,
+                source,
+            });
+        }
+    };
+    let path = format!("/v1/pods/{pod}/volumes?wait={}", wait.as_secs());
+    let after = wait + MARGIN;
+    let (status, body) = exchange(&mut stream, &socket, &path, after)?;
+    let bad = |reason: String| ApiClientError::BadResponse {
+        socket: socket.clone(),
+        path: path.clone(),
+        reason,
+    };
+    match status {
+        200 => serde_json::from_slice(&body).map_err(|e| bad(format!("decode the answer: {e}"))),
+        404 => Err(ApiClientError::UnknownPod { pod: pod.clone() }),
+        s => {
+            let text = String::from_utf8_lossy(&body);
+            let first = text.lines().next().unwrap_or_default();
+            Err(bad(format!("status {s}: {first}")))
+        }
+    }
+}
+
+/// Sends the GET and reads the whole `Connection: close` answer by `after`.
+fn exchange(
+    stream: &mut UnixStream,
+    socket: &Path,
+    path: &str,
+    after: Duration,
+) -> Result<(u16, Vec<u8>), ApiClientError> {
+    let deadline = Instant::now() + after;
+    let io = |step| {
+        move |source| ApiClientError::Io {
+            step,
+            socket: socket.to_owned(),
+            source,
+        }
+    };
+    let timed_out = || ApiClientError::Timeout {
+        socket: socket.to_owned(),
+        path: path.to_owned(),
+        after,
+    };
+    stream.set_write_timeout(Some(MARGIN)).map_err(io("send"))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: volumed/{}\r\n\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    stream.write_all(request.as_bytes()).map_err(io("send"))?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(timed_out)?;
+        stream.set_read_timeout(Some(left)).map_err(io("receive"))?;
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(buf.get(..n).unwrap_or_default()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(timed_out());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io("receive")(e)),
+        }
+        if raw.len() > MAX_HEAD + MAX_BODY {
+            return Err(ApiClientError::BadResponse {
+                socket: socket.to_owned(),
+                path: path.to_owned(),
+                reason: format!("larger than {MAX_BODY} bytes"),
+            });
+        }
+    }
+    parse_response(&raw).map_err(|reason| ApiClientError::BadResponse {
+        socket: socket.to_owned(),
+        path: path.to_owned(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid() -> PodUid {
+        PodUid::new("u1").unwrap()
+    }
+
+    #[test]
+    fn no_socket_and_a_stale_socket_both_say_no_daemon_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = wait_pod(dir.path(), &uid(), Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(e, ApiClientError::NoDaemon { .. }), "{e}");
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        drop(std::os::unix::net::UnixListener::bind(api_socket::path(dir.path())).unwrap());
+        let e = wait_pod(dir.path(), &uid(), Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(e, ApiClientError::NoDaemon { .. }), "{e}");
+        assert!(e.to_string().contains("nobody listens"), "{e}");
+    }
+
+    #[test]
+    fn garbage_from_the_socket_is_a_bad_response_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener =
+            std::os::unix::net::UnixListener::bind(api_socket::path(dir.path())).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n{nope")
+                .unwrap();
+        });
+        let e = wait_pod(dir.path(), &uid(), Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(e, ApiClientError::BadResponse { .. }), "{e}");
+        server.join().unwrap();
+    }
+}

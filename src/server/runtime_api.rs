@@ -1,0 +1,147 @@
+//! `GET /v1/pods/<uid>/volumes[?wait=SECONDS]` (DESIGN.md "Runtime API"):
+//! the pod's volumes from the provider, and the long-poll.
+//!
+//! A long-poll holds no thread while it waits: it awaits the provider's
+//! change counter (a tokio `watch`) or its deadline, and each look is one
+//! short provider call on the blocking pool — so `/metrics`, `/healthz` and
+//! `/readyz` are served beside any number of waiters. The number of
+//! waiters is still bounded ([`MAX_LONG_POLLS`]): each change wakes every
+//! one, and each then takes a snapshot of its pod under the world lock.
+//! Shutdown answers every waiter at once with what is true then.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use tokio::sync::{Semaphore, watch};
+
+use super::{DebugProvider, Resp, blocking, json, one_line, text};
+use crate::model::PodUid;
+
+/// The path prefix; the whole path is `/v1/pods/<uid>/volumes`.
+pub const PREFIX: &str = "/v1/pods/";
+/// The path suffix.
+const SUFFIX: &str = "/volumes";
+/// The longest `wait` accepted, in seconds.
+pub const MAX_WAIT_SECS: u64 = 3600;
+/// How many long-polls may wait at once; one more is answered 503.
+pub const MAX_LONG_POLLS: usize = 256;
+
+/// What every long-poll shares: the bound, and the server's stop.
+#[derive(Debug)]
+pub(super) struct LongPolls {
+    slots: Semaphore,
+    stopping: watch::Receiver<bool>,
+}
+
+impl LongPolls {
+    pub(super) fn new(stopping: watch::Receiver<bool>) -> Self {
+        Self {
+            slots: Semaphore::new(MAX_LONG_POLLS),
+            stopping,
+        }
+    }
+}
+
+/// Whether `path` is this endpoint's.
+pub(super) fn is_pod_volumes(path: &str) -> bool {
+    path.strip_prefix(PREFIX)
+        .is_some_and(|rest| rest.ends_with(SUFFIX))
+}
+
+/// The request, checked: the pod and the wait; else why it is bad (400).
+fn parse(req: &Request<Incoming>) -> Result<(PodUid, Option<Duration>), String> {
+    let path = req.uri().path();
+    let raw = path
+        .strip_prefix(PREFIX)
+        .and_then(|r| r.strip_suffix(SUFFIX))
+        .unwrap_or_default();
+    let uid = PodUid::new(raw).map_err(|e| format!("pod uid {raw:?} in {path}: {e}"))?;
+    let wait = req.uri().query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "wait")
+            .map(|(_, v)| v.into_owned())
+    });
+    let wait = match wait {
+        None => None,
+        Some(w) => {
+            let secs: u64 = w
+                .parse()
+                .map_err(|_| format!("wait {w:?}: not a whole number of seconds (e.g. wait=30)"))?;
+            if secs > MAX_WAIT_SECS {
+                return Err(format!(
+                    "wait {secs}: longer than the {MAX_WAIT_SECS} s a long-poll may last"
+                ));
+            }
+            Some(Duration::from_secs(secs))
+        }
+    };
+    Ok((uid, wait))
+}
+
+/// Answers the endpoint: at once without `wait`, else once the pod is
+/// ready or the wait is over (a pod not known yet is waited for too:
+/// the runtime may learn of a pod before volumed does). An unknown pod
+/// at the end is 404.
+pub(super) async fn pod_volumes(
+    provider: Arc<dyn DebugProvider>,
+    req: &Request<Incoming>,
+    polls: &LongPolls,
+) -> Result<Resp, Resp> {
+    let (uid, wait) = match parse(req) {
+        Ok(p) => p,
+        Err(why) => {
+            return Ok(text(
+                StatusCode::BAD_REQUEST,
+                format!("{}\n", one_line(&why)),
+            ));
+        }
+    };
+    let look = |provider: &Arc<dyn DebugProvider>, uid: &PodUid| {
+        let uid = uid.clone();
+        blocking(Arc::clone(provider), move |p| p.pod_volumes(&uid))
+    };
+    let answer = |now: Option<crate::runtime::PodVolumes>, uid: &PodUid| match now {
+        Some(doc) => json(&doc),
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("pod {uid}: volumed does not know this pod\n"),
+        ),
+    };
+    let changes = provider.changes();
+    let (Some(wait), Some(mut changes)) = (wait.filter(|w| !w.is_zero()), changes) else {
+        let now = look(&provider, &uid).await?;
+        return Ok(answer(now, &uid));
+    };
+    let Ok(_slot) = polls.slots.try_acquire() else {
+        return Ok(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{MAX_LONG_POLLS} long-polls are waiting already; ask again, or without wait\n"
+            ),
+        ));
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut stopping = polls.stopping.clone();
+    loop {
+        // marked seen before the look: a change after it wakes the wait
+        changes.borrow_and_update();
+        let now = look(&provider, &uid).await?;
+        let ready = now.as_ref().is_some_and(|d| d.ready);
+        if ready || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
+            return Ok(answer(now, &uid));
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    // the daemon is gone: what is true now
+                    let now = look(&provider, &uid).await?;
+                    return Ok(answer(now, &uid));
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+            _ = stopping.changed() => {}
+        }
+    }
+}

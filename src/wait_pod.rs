@@ -1,0 +1,84 @@
+//! `volumed wait-pod UID [--timeout SECONDS]`: what a container runtime
+//! without an HTTP client runs before starting a pod's containers. Asks the
+//! daemon of `--journal-dir` through its `api.sock` and waits for the pod's
+//! volumes.
+//!
+//! Exit codes: 0 ready (the volumes on stdout, one per line); 1 not ready
+//! when the time was up, or a pod volumed does not know (the errors on
+//! stderr); 2 the daemon could not be asked (none running, a bad answer) or
+//! the arguments are wrong.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use volumed::model::PodUid;
+use volumed::server::api_client::{self, ApiClientError};
+use volumed::server::runtime_api::MAX_WAIT_SECS;
+
+/// The kubelet's `podAttachAndMountTimeout`, 2 min 3 s.
+const DEFAULT_TIMEOUT_SECS: u64 = 123;
+
+#[derive(Args, Debug)]
+pub struct WaitPodArgs {
+    /// The pod UID.
+    uid: String,
+    /// How long to wait for the volumes, in seconds (0: answer at once).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TIMEOUT_SECS)]
+    timeout: u64,
+    /// The journal dir of the daemon to ask (its api.sock is there).
+    #[arg(long, default_value = "/var/lib/kubelet/volumed")]
+    journal_dir: PathBuf,
+    /// Print the answer as the API's JSON document instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `wait-pod` with its own exit codes: 1 is "not ready", so "could
+/// not ask" is 2.
+pub fn main(args: WaitPodArgs) -> ExitCode {
+    wait_pod(args).unwrap_or_else(|e| {
+        eprintln!("volumed: {e:#}");
+        ExitCode::from(2)
+    })
+}
+
+/// Runs `wait-pod`; an `Err` is the exit code 2 case.
+fn wait_pod(args: WaitPodArgs) -> Result<ExitCode> {
+    let uid = PodUid::new(args.uid.as_str()).with_context(|| format!("pod uid {:?}", args.uid))?;
+    anyhow::ensure!(
+        args.timeout <= MAX_WAIT_SECS,
+        "--timeout {}: at most {MAX_WAIT_SECS} seconds",
+        args.timeout
+    );
+    let answer = api_client::wait_pod(&args.journal_dir, &uid, Duration::from_secs(args.timeout));
+    let doc = match answer {
+        Ok(doc) => doc,
+        Err(e @ ApiClientError::UnknownPod { .. }) => {
+            eprintln!("volumed: {e}");
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e).context("wait-pod"),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        for v in &doc.volumes {
+            let ro = if v.read_only { "ro" } else { "rw" };
+            let label = v.selinux_context.as_deref().unwrap_or("-");
+            println!("{}\t{}\t{ro}\t{label}", v.name, v.host_path);
+        }
+    }
+    if doc.ready {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "volumed: pod {uid}: volumes not ready after {} s: {}",
+        args.timeout,
+        doc.errors.join("; ")
+    );
+    Ok(ExitCode::from(1))
+}
