@@ -1,0 +1,234 @@
+//! The executor's job steps: MountDevice (with its format step), SetUp,
+//! TearDown, UnmountDevice and the forced cleanup, each one journaled
+//! plugin call and the ASW changes it implies.
+
+use std::path::Path;
+
+use super::Executor;
+use crate::journal::{Announced, Permit};
+use crate::model::{Operation, SharedParams, Steps, TargetRef};
+use crate::plugins::{self, VolumePlugin};
+use crate::reconciler::jobs::{AswUpdate, Job, JobError, JobReport, LateWatch};
+use crate::reconciler::params::{op_steps, setup_steps};
+use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
+
+impl Executor {
+    /// A Mount job's device step: a format when the device needs one, then
+    /// MountDevice; the ASW learns of the device mount (as uncertain when
+    /// the outcome is).
+    pub(super) fn mount_device(
+        &self,
+        plugin: &dyn VolumePlugin,
+        want: &VolumeToMount,
+        dev: &SharedParams,
+        r: &mut JobReport,
+        announced: &mut Option<Announced>,
+    ) -> Result<(), JobError> {
+        let sys = self.sys.as_ref();
+        let device_mount = DeviceMount {
+            device_path: dev.device_path.as_deref().map(Path::to_path_buf),
+            mount_path: dev
+                .device_mount_path
+                .as_deref()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+            selinux: dev.selinux.clone(),
+        };
+        let needs = plugin
+            .needs_format(&want.spec, dev, sys)
+            .map_err(|e| JobError::from(&e))?;
+        if needs {
+            self.journaled(
+                Operation::FormatDevice,
+                op_steps(Operation::FormatDevice, dev.plugin),
+                dev,
+                r,
+                announced,
+                |permit: &Permit| plugin.format(permit, &want.spec, dev, sys),
+            )?;
+        }
+        let res = self.journaled(
+            Operation::MountDevice,
+            op_steps(Operation::MountDevice, dev.plugin),
+            dev,
+            r,
+            announced,
+            |permit: &Permit| plugin.mount_device(permit, &want.spec, dev, sys),
+        );
+        match res {
+            Ok(()) => {
+                r.updates.push(AswUpdate::DeviceMounted {
+                    volume: want.volume.clone(),
+                    plugin: want.plugin,
+                    spec_name: want.spec_name.clone(),
+                    spec: Some(want.spec.clone()),
+                    mount: device_mount,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                if e.is_uncertain() {
+                    let path = device_mount.mount_path.clone();
+                    let update = AswUpdate::DeviceUncertain {
+                        volume: want.volume.clone(),
+                        plugin: want.plugin,
+                        spec_name: want.spec_name.clone(),
+                        mount: device_mount,
+                    };
+                    if dev.csi.is_some() {
+                        r.late = Some(Box::new(LateWatch {
+                            path: path.as_path().into(),
+                            uncertain: update.clone(),
+                            undo: Job::UnmountDevice {
+                                params: dev.clone(),
+                            },
+                        }));
+                    }
+                    r.updates.push(update);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A Mount job's pod step: SetUp; the ASW learns of the pod's mount (as
+    /// uncertain when the outcome is).
+    pub(super) fn set_up(
+        &self,
+        plugin: &dyn VolumePlugin,
+        want: &VolumeToMount,
+        pod: &SharedParams,
+        r: &mut JobReport,
+        announced: &mut Option<Announced>,
+    ) -> Result<(), JobError> {
+        let sys = self.sys.as_ref();
+        let pod_mount = PodMount {
+            outer_name: want.outer_name.clone(),
+            mount_path: pod
+                .pod_mount_path
+                .clone()
+                .unwrap_or_else(|| Path::new("").into()),
+            kind: pod.kind,
+            selinux: SeLinuxState::mounted_with(pod.selinux.clone()),
+        };
+        let res = self.journaled(
+            Operation::SetUp,
+            setup_steps(&want.spec),
+            pod,
+            r,
+            announced,
+            |permit: &Permit| plugin.setup(permit, &want.spec, pod, sys),
+        );
+        match res {
+            Ok(()) => {
+                r.updates.push(AswUpdate::PodMounted {
+                    volume: want.volume.clone(),
+                    plugin: want.plugin,
+                    spec_name: want.spec_name.clone(),
+                    spec: Some(want.spec.clone()),
+                    pod: want.pod.clone(),
+                    mount: pod_mount,
+                });
+                Ok(())
+            }
+            Err(e) if !e.is_uncertain() => Err(e),
+            Err(e) => {
+                let path = pod_mount.mount_path.clone();
+                let update = AswUpdate::PodUncertain {
+                    volume: want.volume.clone(),
+                    plugin: want.plugin,
+                    spec_name: want.spec_name.clone(),
+                    pod: want.pod.clone(),
+                    mount: pod_mount,
+                };
+                if pod.csi.is_some() {
+                    r.late = Some(Box::new(LateWatch {
+                        path,
+                        uncertain: update.clone(),
+                        undo: Job::TearDown {
+                            params: pod.clone(),
+                        },
+                    }));
+                }
+                r.updates.push(update);
+                Err(e)
+            }
+        }
+    }
+
+    /// A TearDown job: the pod leaves the ASW's volume once it succeeded.
+    pub(super) fn tear_down(
+        &self,
+        params: &SharedParams,
+        r: &mut JobReport,
+        announced: &mut Option<Announced>,
+    ) -> Result<(), JobError> {
+        let sys = self.sys.as_ref();
+        let plugin = self
+            .plugin(params.plugin)
+            .ok_or(JobError::NoPlugin(params.plugin))?;
+        self.journaled(
+            Operation::TearDown,
+            op_steps(Operation::TearDown, params.plugin),
+            params,
+            r,
+            announced,
+            |permit: &Permit| plugin.teardown(permit, params, sys),
+        )?;
+        if let TargetRef::Pod(pod) = &params.target {
+            r.updates.push(AswUpdate::PodRemoved {
+                volume: params.volume.clone(),
+                pod: pod.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// An UnmountDevice job: the device leaves the ASW once it succeeded.
+    pub(super) fn unmount_device(
+        &self,
+        params: &SharedParams,
+        r: &mut JobReport,
+        announced: &mut Option<Announced>,
+    ) -> Result<(), JobError> {
+        let sys = self.sys.as_ref();
+        let plugin = self
+            .plugin(params.plugin)
+            .ok_or(JobError::NoPlugin(params.plugin))?;
+        self.journaled(
+            Operation::UnmountDevice,
+            op_steps(Operation::UnmountDevice, params.plugin),
+            params,
+            r,
+            announced,
+            |permit: &Permit| plugin.unmount_device(permit, params, sys),
+        )?;
+        r.updates.push(AswUpdate::DeviceUnmounted {
+            volume: params.volume.clone(),
+        });
+        Ok(())
+    }
+
+    /// A ForceCleanup job, journaled as the TearDown or UnmountDevice its
+    /// target calls for; no ASW change.
+    pub(super) fn force_cleanup(
+        &self,
+        params: &SharedParams,
+        r: &mut JobReport,
+        announced: &mut Option<Announced>,
+    ) -> Result<(), JobError> {
+        let sys = self.sys.as_ref();
+        let op = match params.target {
+            TargetRef::Pod(_) => Operation::TearDown,
+            TargetRef::Device => Operation::UnmountDevice,
+        };
+        self.journaled(
+            op,
+            Steps::Single,
+            params,
+            r,
+            announced,
+            |permit: &Permit| plugins::force_unmount(permit, params, sys, &self.layout),
+        )
+    }
+}
