@@ -1,6 +1,7 @@
 //! The `volumed` binary: argument parsing and the edges (logging, signals,
 //! exit codes). Everything else lives in the library.
 
+mod csi_flags;
 mod health_cmd;
 mod wait_pod;
 
@@ -113,19 +114,8 @@ struct RunArgs {
     /// Feature gates, `Name=true|false,...`, with the kubelet's names.
     #[arg(long, value_delimiter = ',')]
     feature_gates: Vec<String>,
-    /// A CSI driver by name and socket, `NAME=SOCKET` (repeatable): for a
-    /// node without node-driver-registrar. Drivers that register through
-    /// `<root-dir>/plugins_registry/` are found without it.
-    #[arg(long = "csi-driver", value_name = "NAME=SOCKET")]
-    csi_driver: Vec<String>,
-    /// Timeout of every CSI call, in seconds (the kubelet's: 120).
-    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
-    csi_timeout: u64,
-    /// The kubelet's pod sync period: how often a CSI driver whose
-    /// CSIDriver says `requiresRepublish` gets NodePublishVolume again for
-    /// each mounted volume (`60s`, `5m`, `500ms`; `0s`: never).
-    #[arg(long, value_name = "DURATION", default_value = "60s")]
-    sync_frequency: String,
+    #[command(flatten)]
+    csi: csi_flags::CsiFlags,
     /// Reserved for the API-server pod source (not supported yet).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -312,17 +302,7 @@ fn run(mut args: RunArgs) -> Result<()> {
     cfg.selinux = selinux;
     cfg.health = health;
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
-    let drivers = volumed::csi::registry::Drivers::from_flags(
-        &args.csi_driver,
-        Duration::from_secs(args.csi_timeout.max(1)),
-        Some(metrics.ops.csi_seconds.clone()),
-    )?;
-    // discovery through plugins_registry/ is always on, as in the kubelet
-    cfg.csi = Some(volumed::daemon::CsiSetup {
-        drivers: Arc::new(drivers),
-        discover: true,
-        republish_every: volumed::health::parse_duration("--sync-frequency", &args.sync_frequency)?,
-    });
+    cfg.csi = Some(args.csi.setup(metrics.ops.csi_seconds.clone())?);
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
         .context("start the daemon")?;
 

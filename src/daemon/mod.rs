@@ -28,6 +28,7 @@
 //! [`Daemon::provider`].
 
 mod admit;
+mod config;
 pub mod core;
 pub mod effects;
 pub mod event_loop;
@@ -46,83 +47,18 @@ use std::time::{Duration, Instant};
 
 use crate::dump::DumpDoc;
 use crate::elapsed_ms;
-use crate::host::boot::BootId;
 use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::{Metrics, gather_text};
-use crate::model::{Layout, UniqueVolumeName};
+use crate::model::UniqueVolumeName;
 use crate::server::DebugProvider;
 use crate::state::StateSnapshot;
 
+pub use config::{CsiSetup, DaemonConfig};
 use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
 use startup::{
     Leftovers, name_mounts, reconstruct_first, resolved_root, spawn_leftovers, spawn_sources,
 };
-
-/// How the daemon runs.
-#[derive(Debug, Clone)]
-pub struct DaemonConfig {
-    /// the kubelet layout (`--root-dir`)
-    pub layout: Layout,
-    /// `--node-name`
-    pub node_name: String,
-    /// `--static-pods`
-    pub static_pods: Option<PathBuf>,
-    /// `--static-objects`
-    pub static_objects: Option<PathBuf>,
-    /// the boot id now
-    pub boot_id: BootId,
-    /// worker threads for operations
-    pub workers: usize,
-    /// how often the sources are polled
-    pub poll_interval: Duration,
-    /// the loop's safety-net resync
-    pub resync: Duration,
-    /// journal records between checkpoints (0: never)
-    pub checkpoint_every: u64,
-    /// the SELinux label rules (`--selinux`, `--feature-gates`)
-    pub selinux: crate::selinux::Policy,
-    /// CSI: the driver registry (`--csi-driver`, and `plugins_registry/`
-    /// when `discover` is set) and where Secrets come from; `None`: no CSI
-    pub csi: Option<CsiSetup>,
-    /// the Secrets of the static objects, which CSI calls read
-    pub secrets: crate::sources::static_objects::SecretStore,
-    /// the volume health monitor; `None`: no checks
-    pub health: Option<crate::health::HealthConfig>,
-}
-
-/// The daemon's CSI settings.
-#[derive(Debug, Clone)]
-pub struct CsiSetup {
-    /// the drivers
-    pub drivers: Arc<crate::csi::registry::Drivers>,
-    /// watch `<root>/plugins_registry/` for registration sockets
-    pub discover: bool,
-    /// `--sync-frequency`: `requiresRepublish` volumes are published again
-    /// this often (zero: never)
-    pub republish_every: Duration,
-}
-
-impl DaemonConfig {
-    /// Defaults for everything but the layout, node and boot id.
-    pub fn new(layout: Layout, node_name: &str, boot_id: BootId) -> Self {
-        Self {
-            layout,
-            node_name: node_name.to_owned(),
-            static_pods: None,
-            static_objects: None,
-            boot_id,
-            workers: 16,
-            poll_interval: Duration::from_secs(1),
-            resync: Duration::from_secs(30),
-            checkpoint_every: 10_000,
-            selinux: crate::selinux::Policy::disabled(),
-            csi: None,
-            secrets: Default::default(),
-            health: None,
-        }
-    }
-}
 
 /// What failed while starting or stopping, by step.
 #[derive(Debug, thiserror::Error)]

@@ -1,8 +1,9 @@
 //! The values of the syscall seam ([`crate::host::sys`]): the kinds of call,
 //! the error that names the call, the path and the errno, what `statx` and a
-//! directory listing report, what a device holds, and [`SysCall`], one
-//! recorded call with its arguments as plain comparable data (what
-//! `RecordingSys` (`host::recording_sys`, test builds) records and tests compare).
+//! directory listing report, what a device holds, and [`SysCall`] (in
+//! `sys_types/recorded.rs`), one recorded call with its arguments as plain
+//! comparable data (what `RecordingSys` (`host::recording_sys`, test builds)
+//! records and tests compare).
 //! Re-exported from [`crate::host::sys`].
 
 use std::ffi::OsString;
@@ -10,10 +11,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::mount::{MntFlags, MsFlags};
 
 use crate::host::HostError;
 use crate::model::DevId;
+
+mod recorded;
+pub use recorded::SysCall;
 
 /// A path given as a trusted base directory and a path `rel` beneath it
 /// that is resolved without following any symlink and without leaving
@@ -316,196 +319,6 @@ pub enum DiskFormat {
     /// a partition table (this type) and no filesystem: never format it
     PartitionTable(String),
 }
-/// One recorded call, with its arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SysCall {
-    /// `mount(2)`
-    Mount {
-        /// source
-        source: Option<PathBuf>,
-        /// target
-        target: PathBuf,
-        /// fs type
-        fstype: Option<String>,
-        /// flags
-        flags: MsFlags,
-        /// data string
-        data: Option<String>,
-    },
-    /// `umount2(2)`
-    Umount {
-        /// target
-        target: PathBuf,
-        /// flags
-        flags: MntFlags,
-    },
-    /// mount-root probe
-    MountRoot {
-        /// path
-        path: PathBuf,
-    },
-    /// mount id probe
-    MntId {
-        /// path
-        path: PathBuf,
-    },
-    /// `statx`
-    Stat {
-        /// path
-        path: PathBuf,
-        /// follow a last symlink
-        follow: bool,
-    },
-    /// `mkdir`
-    Mkdir {
-        /// path
-        path: PathBuf,
-        /// mode
-        mode: u32,
-    },
-    /// chmod of a directory
-    ChmodDir {
-        /// path
-        path: PathBuf,
-        /// mode
-        mode: u32,
-    },
-    /// exclusive file creation
-    CreateFile {
-        /// path
-        path: PathBuf,
-        /// mode
-        mode: u32,
-    },
-    /// a file written whole and durably
-    WriteFile {
-        /// path
-        path: PathBuf,
-        /// mode
-        mode: u32,
-    },
-    /// rename without replacing
-    Rename {
-        /// from
-        from: PathBuf,
-        /// to
-        to: PathBuf,
-    },
-    /// `rmdir`
-    Rmdir {
-        /// path
-        path: PathBuf,
-    },
-    /// `unlink`
-    Unlink {
-        /// path
-        path: PathBuf,
-    },
-    /// directory listing beneath a base
-    ReadDirBeneath {
-        /// base
-        base: PathBuf,
-        /// relative dir
-        rel: PathBuf,
-    },
-    /// removal beneath a base
-    RemoveBeneath {
-        /// base
-        base: PathBuf,
-        /// relative entry
-        rel: PathBuf,
-        /// as a directory
-        dir: bool,
-    },
-    /// `mkfs.<fs>`
-    Mkfs {
-        /// device
-        device: PathBuf,
-        /// fs type
-        fstype: String,
-    },
-    /// `blkid -p`
-    ProbeFs {
-        /// device
-        device: PathBuf,
-    },
-    /// mountinfo read
-    ReadMountinfo,
-    /// `realpath`
-    Canonicalize {
-        /// path
-        path: PathBuf,
-    },
-    /// directory listing
-    ReadDir {
-        /// path
-        path: PathBuf,
-    },
-    /// small file read
-    ReadFile {
-        /// path
-        path: PathBuf,
-    },
-    /// filesystem usage
-    Statfs {
-        /// path
-        path: PathBuf,
-    },
-    /// mount id, device and mount-root attribute
-    MountProbe {
-        /// path
-        path: PathBuf,
-    },
-}
-
-impl SysCall {
-    /// The kind of call.
-    pub fn kind(&self) -> Call {
-        match self {
-            SysCall::Mount { .. } => Call::Mount,
-            SysCall::Umount { .. } => Call::Umount,
-            SysCall::MountRoot { .. } => Call::MountRoot,
-            SysCall::MntId { .. } => Call::MntId,
-            SysCall::Stat { .. } => Call::Stat,
-            SysCall::Mkdir { .. } => Call::Mkdir,
-            SysCall::ChmodDir { .. } => Call::ChmodDir,
-            SysCall::CreateFile { .. } => Call::CreateFile,
-            SysCall::WriteFile { .. } => Call::WriteFile,
-            SysCall::Rename { .. } => Call::Rename,
-            SysCall::Rmdir { .. } => Call::Rmdir,
-            SysCall::Unlink { .. } => Call::Unlink,
-            SysCall::ReadDirBeneath { .. } => Call::ReadDirBeneath,
-            SysCall::RemoveBeneath { .. } => Call::RemoveBeneath,
-            SysCall::Mkfs { .. } => Call::Mkfs,
-            SysCall::ProbeFs { .. } => Call::ProbeFs,
-            SysCall::ReadMountinfo => Call::ReadMountinfo,
-            SysCall::Canonicalize { .. } => Call::Canonicalize,
-            SysCall::ReadDir { .. } => Call::ReadDir,
-            SysCall::ReadFile { .. } => Call::ReadFile,
-            SysCall::Statfs { .. } => Call::Statfs,
-            SysCall::MountProbe { .. } => Call::MountProbe,
-        }
-    }
-
-    /// Whether the call changes the host (as opposed to looking at it).
-    pub fn mutates(&self) -> bool {
-        !matches!(
-            self.kind(),
-            Call::MountRoot
-                | Call::MntId
-                | Call::Stat
-                | Call::ReadDirBeneath
-                | Call::ProbeFs
-                | Call::ReadMountinfo
-                | Call::Canonicalize
-                | Call::ReadDir
-                | Call::ReadFile
-                | Call::Statfs
-                | Call::MountProbe
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

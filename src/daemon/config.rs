@@ -1,0 +1,73 @@
+//! How the daemon runs: its settings, with the defaults of a kubelet node.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::host::boot::BootId;
+use crate::model::Layout;
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// the kubelet layout (`--root-dir`)
+    pub layout: Layout,
+    /// `--node-name`
+    pub node_name: String,
+    /// `--static-pods`
+    pub static_pods: Option<PathBuf>,
+    /// `--static-objects`
+    pub static_objects: Option<PathBuf>,
+    /// the boot id now
+    pub boot_id: BootId,
+    /// worker threads for operations
+    pub workers: usize,
+    /// how often the sources are polled
+    pub poll_interval: Duration,
+    /// the loop's safety-net resync
+    pub resync: Duration,
+    /// journal records between checkpoints (0: never)
+    pub checkpoint_every: u64,
+    /// the SELinux label rules (`--selinux`, `--feature-gates`)
+    pub selinux: crate::selinux::Policy,
+    /// CSI: the driver registry (`--csi-driver`, and `plugins_registry/`
+    /// when `discover` is set) and where Secrets come from; `None`: no CSI
+    pub csi: Option<CsiSetup>,
+    /// the Secrets of the static objects, which CSI calls read
+    pub secrets: crate::sources::static_objects::SecretStore,
+    /// the volume health monitor; `None`: no checks
+    pub health: Option<crate::health::HealthConfig>,
+}
+
+/// The daemon's CSI settings.
+#[derive(Debug, Clone)]
+pub struct CsiSetup {
+    /// the drivers
+    pub drivers: Arc<crate::csi::registry::Drivers>,
+    /// watch `<root>/plugins_registry/` for registration sockets
+    pub discover: bool,
+    /// `--sync-frequency`: `requiresRepublish` volumes are published again
+    /// this often (zero: never)
+    pub republish_every: Duration,
+}
+
+impl DaemonConfig {
+    /// Defaults for everything but the layout, node and boot id.
+    pub fn new(layout: Layout, node_name: &str, boot_id: BootId) -> Self {
+        Self {
+            layout,
+            node_name: node_name.to_owned(),
+            static_pods: None,
+            static_objects: None,
+            boot_id,
+            workers: 16,
+            poll_interval: Duration::from_secs(1),
+            resync: Duration::from_secs(30),
+            checkpoint_every: 10_000,
+            selinux: crate::selinux::Policy::disabled(),
+            csi: None,
+            secrets: Default::default(),
+            health: None,
+        }
+    }
+}
