@@ -201,11 +201,7 @@ impl Runner {
         let started = Instant::now();
         let all = (self.parts.subjects)();
         let hung = lock(&self.shared.hung).clone();
-        let work: Vec<Subject> = all
-            .iter()
-            .filter(|s| !hung.contains(&s.volume))
-            .cloned()
-            .collect();
+        let live: BTreeSet<UniqueVolumeName> = all.iter().map(|s| s.volume.clone()).collect();
         let baselines = {
             let native: Vec<&Subject> =
                 all.iter().filter(|s| s.plugin != PluginName::Csi).collect();
@@ -214,10 +210,17 @@ impl Runner {
             probe::learn(self.parts.sys.as_ref(), &native, &mut b);
             Arc::new(b)
         };
+        // moved, not copied: a pass copies each subject once, under the
+        // daemon's lock (a copy per step made a pass at 10,000 volumes
+        // cost half again as much as its syscalls)
+        let work: Vec<Subject> = all
+            .into_iter()
+            .filter(|s| !hung.contains(&s.volume))
+            .collect();
         let results = self.run(Arc::new(work), started, &baselines);
         // a hung prober may still hold the pass's copy
         *lock(&self.baselines) = Arc::try_unwrap(baselines).unwrap_or_else(|b| (*b).clone());
-        self.apply(&all, &hung, results);
+        self.apply(&live, &hung, results);
         if let Some(m) = &self.parts.metrics {
             m.pass_seconds.set(started.elapsed().as_secs_f64());
         }
@@ -291,8 +294,9 @@ impl Runner {
             }
         }
         let slots = std::mem::take(&mut *lock(&slots));
-        work.iter()
-            .cloned()
+        // a prober abandoned in a hung call still holds `work`
+        let work = Arc::try_unwrap(work).unwrap_or_else(|w| (*w).clone());
+        work.into_iter()
             .zip(slots)
             .filter_map(|(s, c)| Some((s, c?)))
             .collect()
@@ -302,19 +306,18 @@ impl Runner {
     /// mounted are forgotten; hung ones keep what they had.
     fn apply(
         &self,
-        all: &[Subject],
+        live: &BTreeSet<UniqueVolumeName>,
         hung: &HashSet<UniqueVolumeName>,
         results: Vec<(Subject, Checked)>,
     ) {
         let now = SystemTime::now();
         let mut events = Vec::new();
         let mut store = lock(&self.shared.store);
-        let live: BTreeSet<&UniqueVolumeName> = all.iter().map(|s| &s.volume).collect();
         let gone: Vec<Record> = {
             let drop_keys: Vec<UniqueVolumeName> = store
                 .volumes
                 .keys()
-                .filter(|k| !live.contains(k) && !hung.contains(*k))
+                .filter(|k| !live.contains(*k) && !hung.contains(*k))
                 .cloned()
                 .collect();
             drop_keys
