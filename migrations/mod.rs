@@ -36,9 +36,6 @@ pub const STEPS: &[Step] = &[Step {
 fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
     use sled::Transactional;
 
-    use super::envelope::{self, Kind};
-    use super::record::{self, CheckpointOf, RecordOf, TargetV1, TargetV2};
-
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
     let tree = |name: &str| db.open_tree(name).map_err(|e| err(name, &e));
     let (meta, records, quarantine, checkpoint) = (
@@ -54,12 +51,7 @@ fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
         .map(u64::from_le_bytes)
         .ok_or("meta journal_id is missing")?;
 
-    let record_v2 = |seq: u64, value: &[u8]| -> Option<Vec<u8>> {
-        let payload = envelope::open(id, Kind::Record, seq, value).ok()?;
-        let v1: RecordOf<TargetV1> = record::decode(payload).ok()?;
-        let v2: RecordOf<TargetV2> = v1.map_target(TargetV2::from);
-        Some(envelope::seal(id, Kind::Record, seq, &record::encode(&v2)))
-    };
+    let record_v2 = |seq: u64, value: &[u8]| record_v1_to_v2(id, seq, value);
     let rewrite = |t: &sled::Tree| -> Result<Vec<(sled::IVec, Vec<u8>)>, String> {
         let mut out = Vec::new();
         for kv in t.iter() {
@@ -77,16 +69,7 @@ fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
         .get("current")
         .map_err(|e| err("checkpoint", &e))?
     {
-        Some(v) => {
-            let seq = envelope::claimed_seq(&v).unwrap_or(0);
-            envelope::open(id, Kind::Checkpoint, seq, &v)
-                .ok()
-                .and_then(|p| record::decode::<CheckpointOf<TargetV1>>(p).ok())
-                .map(|ck| {
-                    let v2: CheckpointOf<TargetV2> = ck.map_target(TargetV2::from);
-                    envelope::seal(id, Kind::Checkpoint, seq, &record::encode(&v2))
-                })
-        }
+        Some(v) => checkpoint_v1_to_v2(id, &v),
         None => None,
     };
 
@@ -107,6 +90,36 @@ fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
         .map_err(|e| format!("transaction: {e:?}"))?;
     db.flush().map_err(|e| err("flush", &e))?;
     Ok(())
+}
+
+/// One stored v1 record value re-sealed as v2, or `None` when it does not
+/// open as v1 (then it stays as it is). The step's pure part, per value.
+pub fn record_v1_to_v2(id: u64, seq: u64, value: &[u8]) -> Option<Vec<u8>> {
+    use super::envelope::{self, Kind};
+    use super::record::{self, RecordOf, TargetV1, TargetV2};
+
+    let payload = envelope::open(id, Kind::Record, seq, value).ok()?;
+    let v1: RecordOf<TargetV1> = record::decode(payload).ok()?;
+    let v2: RecordOf<TargetV2> = v1.map_target(TargetV2::from);
+    Some(envelope::seal(id, Kind::Record, seq, &record::encode(&v2)))
+}
+
+/// The stored v1 checkpoint value re-sealed as v2, or `None` when it does
+/// not open as v1.
+pub fn checkpoint_v1_to_v2(id: u64, value: &[u8]) -> Option<Vec<u8>> {
+    use super::envelope::{self, Kind};
+    use super::record::{self, CheckpointOf, TargetV1, TargetV2};
+
+    let seq = envelope::claimed_seq(value).unwrap_or(0);
+    let payload = envelope::open(id, Kind::Checkpoint, seq, value).ok()?;
+    let v1: CheckpointOf<TargetV1> = record::decode(payload).ok()?;
+    let v2: CheckpointOf<TargetV2> = v1.map_target(TargetV2::from);
+    Some(envelope::seal(
+        id,
+        Kind::Checkpoint,
+        seq,
+        &record::encode(&v2),
+    ))
 }
 
 /// The chain of steps that leads from `from` to `to`, or why there is none.

@@ -4,7 +4,7 @@
 //! test hides behind an ignore or should-panic attribute, host reads go
 //! through the `Sys` seam (no `std::fs` outside the modules that read
 //! files of their own), and the two dependency pins the journal relies on
-//! stay exact.
+//! stay exact; every fuzz target has its seeds.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 use std::path::{Path, PathBuf};
@@ -38,17 +38,58 @@ fn files(dirs: &[&str]) -> Vec<PathBuf> {
 
 #[test]
 fn every_source_file_starts_with_a_module_doc() {
-    let missing: Vec<_> = files(&["src", "migrations", "benches", "tests", "testdriver"])
-        .into_iter()
-        .filter(|p| {
-            let text = std::fs::read_to_string(p).unwrap_or_default();
-            !text.trim_start().starts_with("//!")
-        })
-        .collect();
+    let missing: Vec<_> = files(&[
+        "src",
+        "migrations",
+        "benches",
+        "tests",
+        "testdriver",
+        "fuzz/fuzz_targets",
+    ])
+    .into_iter()
+    .filter(|p| {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        !text.trim_start().starts_with("//!")
+    })
+    .collect();
     assert!(
         missing.is_empty(),
         "files without a leading //! doc: {missing:?}"
     );
+}
+
+/// Every fuzz target has committed seeds, and every seed dir a target:
+/// `fuzz/run-all.sh` (CI's fuzz step) runs each target `cargo fuzz list`
+/// names from `fuzz/seeds/<target>/`, so a target without seeds would start
+/// from nothing and a seed dir without a target would be dead weight.
+#[test]
+fn every_fuzz_target_has_seeds_and_a_doc() {
+    let manifest = std::fs::read_to_string(root().join("fuzz/Cargo.toml")).unwrap();
+    let mut targets: Vec<String> = manifest
+        .split("[[bin]]")
+        .skip(1)
+        .filter_map(|b| {
+            let line = b.lines().find(|l| l.trim_start().starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_owned())
+        })
+        .collect();
+    targets.sort();
+    let mut seeds: Vec<String> = std::fs::read_dir(root().join("fuzz/seeds"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    seeds.sort();
+    assert!(!targets.is_empty(), "no [[bin]] in fuzz/Cargo.toml");
+    assert_eq!(targets, seeds, "fuzz targets and fuzz/seeds/ dirs differ");
+    for t in &targets {
+        let dir = root().join("fuzz/seeds").join(t);
+        let n = std::fs::read_dir(&dir).unwrap().count();
+        assert!(n > 0, "{} is empty", dir.display());
+        let src = root().join("fuzz/fuzz_targets").join(format!("{t}.rs"));
+        assert!(src.is_file(), "{} is missing", src.display());
+    }
 }
 
 #[test]

@@ -73,7 +73,9 @@ pub struct NodeCaps {
 }
 
 impl NodeCaps {
-    fn of(resp: &pb::NodeGetCapabilitiesResponse) -> Self {
+    /// What a `NodeGetCapabilities` answer offers; capabilities this build
+    /// does not know are ignored.
+    pub fn of(resp: &pb::NodeGetCapabilitiesResponse) -> Self {
         use pb::node_service_capability::rpc::Type;
         let mut caps = NodeCaps::default();
         for c in &resp.capabilities {
@@ -230,7 +232,6 @@ impl CsiClient {
     /// `GetPluginCapabilities`: the plugin services the driver offers
     /// (`CONTROLLER_SERVICE`, …; values newer than this build by number).
     pub async fn plugin_capabilities(&self) -> Result<Vec<String>, CsiError> {
-        use pb::plugin_capability::{Type, service};
         let mut c = IdentityClient::new(self.channel.clone());
         let r = self
             .timed(
@@ -238,16 +239,7 @@ impl CsiClient {
                 c.get_plugin_capabilities(self.request(pb::GetPluginCapabilitiesRequest {})),
             )
             .await?;
-        Ok(r.capabilities
-            .iter()
-            .filter_map(|c| match &c.r#type {
-                Some(Type::Service(s)) => Some(match service::Type::try_from(s.r#type) {
-                    Ok(t) => t.as_str_name().to_owned(),
-                    Err(_) => s.r#type.to_string(),
-                }),
-                _ => None,
-            })
-            .collect())
+        Ok(plugin_services(&r))
     }
 
     /// `Probe`: whether the driver is ready (an unset answer means ready).
@@ -357,6 +349,30 @@ impl CsiClient {
                 c.node_get_volume_stats(self.request(req)),
             )
             .await?;
+        Ok(VolumeStats::of(r))
+    }
+}
+
+/// The plugin services a `GetPluginCapabilities` answer names
+/// (`CONTROLLER_SERVICE`, …; values newer than this build by number).
+pub fn plugin_services(r: &pb::GetPluginCapabilitiesResponse) -> Vec<String> {
+    use pb::plugin_capability::{Type, service};
+    r.capabilities
+        .iter()
+        .filter_map(|c| match &c.r#type {
+            Some(Type::Service(s)) => Some(match service::Type::try_from(s.r#type) {
+                Ok(t) => t.as_str_name().to_owned(),
+                Err(_) => s.r#type.to_string(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+impl VolumeStats {
+    /// What a `NodeGetVolumeStats` answer says; usage in units this build
+    /// does not know is ignored, the last of a unit wins.
+    pub fn of(r: pb::NodeGetVolumeStatsResponse) -> Self {
         let mut stats = VolumeStats {
             condition: r.volume_condition.map(|c| (c.abnormal, c.message)),
             ..VolumeStats::default()
@@ -369,7 +385,7 @@ impl CsiClient {
                 _ => {}
             }
         }
-        Ok(stats)
+        stats
     }
 }
 

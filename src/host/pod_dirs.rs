@@ -56,6 +56,11 @@ pub struct VolData {
 }
 
 impl VolData {
+    /// Parses a `vol_data.json`'s bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
     /// The CSI arguments this file gives — driver, handle, lifecycle,
     /// attachment id: what undoing the target needs without a journal, as
     /// the kubelet reads them for its TearDown and UnmountDevice — or what
@@ -250,7 +255,7 @@ pub fn read_vol_data(sys: &dyn Sys, path: &Path) -> Result<Option<VolData>, Host
             }
         },
     };
-    serde_json::from_slice(&bytes)
+    VolData::parse(&bytes)
         .map(Some)
         .map_err(|source| HostError::ParseVolData {
             path: path.to_owned(),

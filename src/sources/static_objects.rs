@@ -100,17 +100,26 @@ impl StaticObjects {
         let mut objects = Self::default();
         let mut errors = Vec::new();
         for file in files {
-            let docs = read_file(file).and_then(|b| parse_documents(file, &b));
-            match docs {
-                Ok(docs) => {
-                    for doc in docs {
-                        objects.add_document(file, doc, &mut errors);
-                    }
-                }
+            match read_file(file) {
+                Ok(bytes) => objects.add_file(file, &bytes, &mut errors),
                 Err(e) => errors.push(e),
             }
         }
         (objects, errors)
+    }
+
+    /// Adds the objects of one file's bytes, as [`StaticObjects::load`]
+    /// reads them: the fuzz targets' way in, with no file to write.
+    #[doc(hidden)]
+    pub fn add_file(&mut self, file: &Path, bytes: &[u8], errors: &mut Vec<SourceError>) {
+        match parse_documents(file, bytes) {
+            Ok(docs) => {
+                for doc in docs {
+                    self.add_document(file, doc, errors);
+                }
+            }
+            Err(e) => errors.push(e),
+        }
     }
 
     fn add_document(&mut self, file: &Path, doc: Value, errors: &mut Vec<SourceError>) {

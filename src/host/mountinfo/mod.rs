@@ -557,6 +557,21 @@ mod tests {
         assert!(MountTable::parse(b"\n").errors().is_empty());
     }
 
+    /// Found by the `mountinfo` fuzz target: an escaped NUL (`\000`) in a
+    /// path field passed the raw-line NUL check and made a path holding a
+    /// NUL. It is refused like a raw one, in every unescaped field.
+    #[test]
+    fn an_escaped_nul_is_refused_like_a_raw_one() {
+        for line in [
+            &br"1 0 0:1 / /a\000b rw - tmpfs t rw"[..],
+            br"1 0 0:1 /\000 /a rw - tmpfs t rw",
+            br"1 0 0:1 / /a rw - tmp\000fs t rw",
+            br"1 0 0:1 / /a rw - tmpfs t\000 rw",
+        ] {
+            assert_eq!(error_of(line), LineErrorKind::NulByte, "{line:?}");
+        }
+    }
+
     /// procfs splits on single spaces and leaves escapes in place, so compare
     /// our fields after escaping them the kernel's way.
     #[test]

@@ -35,7 +35,13 @@ fn device(field: Option<&[u8]>) -> Result<DevId, LineErrorKind> {
 
 fn unescaped(field: Option<&[u8]>, what: &'static str) -> Result<Vec<u8>, LineErrorKind> {
     let f = field.ok_or(LineErrorKind::MissingField(what))?;
-    unescape(f).ok_or(LineErrorKind::BadEscape(what))
+    let bytes = unescape(f).ok_or(LineErrorKind::BadEscape(what))?;
+    // `\000` spells the NUL the raw-line check refuses: no path holds one
+    // (the kernel never prints it), and a path with one cannot reach a syscall
+    if bytes.contains(&0) {
+        return Err(LineErrorKind::NulByte);
+    }
+    Ok(bytes)
 }
 
 fn path(field: Option<&[u8]>, what: &'static str) -> Result<PathBuf, LineErrorKind> {
