@@ -7,13 +7,12 @@
 //! byte received is external input: nothing here panics on it, and the
 //! exchange is bounded by the wait plus [`MARGIN`].
 
-use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::api_socket;
-use super::client::{MAX_BODY, MAX_HEAD, parse_response};
+use super::client::{Exchange, exchange};
 use crate::model::PodUid;
 use crate::runtime::PodVolumes;
 
@@ -99,7 +98,7 @@ pub fn wait_pod(dir: &Path, pod: &PodUid, wait: Duration) -> Result<PodVolumes, 
     };
     let path = format!("/v1/pods/{pod}/volumes?wait={}", wait.as_secs());
     let after = wait + MARGIN;
-    let (status, body) = exchange(&mut stream, &socket, &path, after)?;
+    let (status, body) = ask(&mut stream, &socket, &path, after)?;
     let bad = |reason: String| ApiClientError::BadResponse {
         socket: socket.clone(),
         path: path.clone(),
@@ -117,7 +116,7 @@ pub fn wait_pod(dir: &Path, pod: &PodUid, wait: Duration) -> Result<PodVolumes, 
 }
 
 /// Sends the GET and reads the whole `Connection: close` answer by `after`.
-fn exchange(
+fn ask(
     stream: &mut UnixStream,
     socket: &Path,
     path: &str,
@@ -141,46 +140,21 @@ fn exchange(
         "GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: volumed/{}\r\n\r\n",
         env!("CARGO_PKG_VERSION")
     );
-    stream.write_all(request.as_bytes()).map_err(io("send"))?;
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        let left = deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(timed_out)?;
-        stream.set_read_timeout(Some(left)).map_err(io("receive"))?;
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => raw.extend_from_slice(buf.get(..n).unwrap_or_default()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(timed_out());
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io("receive")(e)),
-        }
-        if raw.len() > MAX_HEAD + MAX_BODY {
-            return Err(ApiClientError::BadResponse {
-                socket: socket.to_owned(),
-                path: path.to_owned(),
-                reason: format!("larger than {MAX_BODY} bytes"),
-            });
-        }
-    }
-    parse_response(&raw).map_err(|reason| ApiClientError::BadResponse {
-        socket: socket.to_owned(),
-        path: path.to_owned(),
-        reason,
+    exchange(stream, &request, deadline).map_err(|e| match e {
+        Exchange::Io(step, source) => io(step)(source),
+        Exchange::Timeout => timed_out(),
+        Exchange::Bad(reason) => ApiClientError::BadResponse {
+            socket: socket.to_owned(),
+            path: path.to_owned(),
+            reason,
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read as _, Write as _};
+
     use super::*;
 
     fn uid() -> PodUid {

@@ -12,7 +12,6 @@
 //! receives and every field of daemon.json is external input: nothing here
 //! panics on them.
 
-use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -332,15 +331,63 @@ pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/plain\r\nConnection: close\r\nUser-Agent: volumed/{}\r\n\r\n",
         env!("CARGO_PKG_VERSION")
     );
-    stream.write_all(request.as_bytes()).map_err(io("send"))?;
+    exchange(&mut stream, &request, deadline).map_err(|e| match e {
+        Exchange::Io(step, source) => io(step)(source),
+        Exchange::Timeout => timed_out(),
+        Exchange::Bad(reason) => bad(addr, path, reason),
+    })
+}
+
+/// A stream an exchange runs over: each read is bounded.
+pub(super) trait TimedStream: std::io::Read + std::io::Write {
+    /// `set_read_timeout` of the std stream.
+    fn read_timeout(&self, t: Duration) -> std::io::Result<()>;
+}
+
+impl TimedStream for TcpStream {
+    fn read_timeout(&self, t: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(t))
+    }
+}
+
+impl TimedStream for std::os::unix::net::UnixStream {
+    fn read_timeout(&self, t: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(t))
+    }
+}
+
+/// Why an exchange failed; each client names its peer around it.
+#[derive(Debug)]
+pub(super) enum Exchange {
+    /// `send` or `receive` failed
+    Io(&'static str, std::io::Error),
+    /// no whole answer by the deadline
+    Timeout,
+    /// the answer is not HTTP as asked, or too large
+    Bad(String),
+}
+
+/// Sends `request` and reads the whole `Connection: close` answer by
+/// `deadline`: (status, body). Shared by the TCP client here and the unix
+/// socket client (`api_client`).
+pub(super) fn exchange<S: TimedStream>(
+    stream: &mut S,
+    request: &str,
+    deadline: Instant,
+) -> Result<(u16, Vec<u8>), Exchange> {
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| Exchange::Io("send", e))?;
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
         let left = deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
-            .ok_or_else(timed_out)?;
-        stream.set_read_timeout(Some(left)).map_err(io("receive"))?;
+            .ok_or(Exchange::Timeout)?;
+        stream
+            .read_timeout(left)
+            .map_err(|e| Exchange::Io("receive", e))?;
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(buf.get(..n).unwrap_or_default()),
@@ -350,16 +397,16 @@ pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(timed_out());
+                return Err(Exchange::Timeout);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io("receive")(e)),
+            Err(e) => return Err(Exchange::Io("receive", e)),
         }
         if raw.len() > MAX_HEAD + MAX_BODY {
-            return Err(bad(addr, path, format!("larger than {MAX_BODY} bytes")));
+            return Err(Exchange::Bad(format!("larger than {MAX_BODY} bytes")));
         }
     }
-    parse_response(&raw).map_err(|reason| bad(addr, path, reason))
+    parse_response(&raw).map_err(Exchange::Bad)
 }
 
 fn bad(addr: SocketAddr, path: &str, reason: String) -> ClientError {
