@@ -8,9 +8,10 @@
 #
 # With VOLUMED_FUZZ_RUNS=N (as CI sets it) each target instead runs exactly
 # N inputs with a fixed seed, from the committed seeds alone (the scratch
-# corpus is not read): the same commit then fuzzes the same inputs on every
-# machine, so a CI result is reproducible and a crash is the commit's, not
-# luck's. The timed mode is for finding new inputs by hand.
+# corpus is not read): a commit then fuzzes much the same inputs on every
+# run (libFuzzer's counts still differ by a few between runs, not its path),
+# where the timed mode from a growing corpus fuzzed different ones each
+# time. The timed mode is for finding new inputs by hand.
 set -euo pipefail
 cd "$(dirname "$0")"
 secs=${1:-10}
