@@ -66,26 +66,19 @@ impl Executor {
                 });
                 Ok(())
             }
+            Err(e) if !e.is_uncertain() => Err(e),
             Err(e) => {
-                if e.is_uncertain() {
-                    let path = device_mount.mount_path.clone();
-                    let update = AswUpdate::DeviceUncertain {
-                        volume: want.volume.clone(),
-                        plugin: want.plugin,
-                        spec_name: want.spec_name.clone(),
-                        mount: device_mount,
-                    };
-                    if dev.csi.is_some() {
-                        r.late = Some(Box::new(LateWatch {
-                            path: path.as_path().into(),
-                            uncertain: update.clone(),
-                            undo: Job::UnmountDevice {
-                                params: dev.clone(),
-                            },
-                        }));
-                    }
-                    r.updates.push(update);
-                }
+                let path = device_mount.mount_path.as_path().into();
+                let update = AswUpdate::DeviceUncertain {
+                    volume: want.volume.clone(),
+                    plugin: want.plugin,
+                    spec_name: want.spec_name.clone(),
+                    mount: device_mount,
+                };
+                let undo = Job::UnmountDevice {
+                    params: dev.clone(),
+                };
+                uncertain(r, dev, path, update, undo);
                 Err(e)
             }
         }
@@ -141,24 +134,20 @@ impl Executor {
                     pod: want.pod.clone(),
                     mount: pod_mount,
                 };
-                if pod.csi.is_some() {
-                    r.late = Some(Box::new(LateWatch {
-                        path,
-                        uncertain: update.clone(),
-                        undo: Job::TearDown {
-                            params: pod.clone(),
-                        },
-                    }));
-                }
-                r.updates.push(update);
+                let undo = Job::TearDown {
+                    params: pod.clone(),
+                };
+                uncertain(r, pod, path, update, undo);
                 Err(e)
             }
         }
     }
 
-    /// A TearDown job: the pod leaves the ASW's volume once it succeeded.
-    pub(super) fn tear_down(
+    /// TearDown or UnmountDevice of `params`' target, journaled, with the
+    /// parameters it was mounted with.
+    fn undo(
         &self,
+        op: Operation,
         params: &SharedParams,
         r: &mut JobReport,
         announced: &mut Option<Announced>,
@@ -168,13 +157,26 @@ impl Executor {
             .plugin(params.plugin)
             .ok_or(JobError::NoPlugin(params.plugin))?;
         self.journaled(
-            Operation::TearDown,
-            op_steps(Operation::TearDown, params.plugin),
+            op,
+            op_steps(op, params.plugin),
             params,
             r,
             announced,
-            |permit: &Permit| plugin.teardown(permit, params, sys),
-        )?;
+            |permit: &Permit| match op {
+                Operation::UnmountDevice => plugin.unmount_device(permit, params, sys),
+                _ => plugin.teardown(permit, params, sys),
+            },
+        )
+    }
+
+    /// A TearDown job: the pod leaves the ASW's volume once it succeeded.
+    pub(super) fn tear_down(
+        &self,
+        params: &SharedParams,
+        r: &mut JobReport,
+        announced: &mut Option<Announced>,
+    ) -> Result<(), JobError> {
+        self.undo(Operation::TearDown, params, r, announced)?;
         if let TargetRef::Pod(pod) = &params.target {
             r.updates.push(AswUpdate::PodRemoved {
                 volume: params.volume.clone(),
@@ -191,18 +193,7 @@ impl Executor {
         r: &mut JobReport,
         announced: &mut Option<Announced>,
     ) -> Result<(), JobError> {
-        let sys = self.sys.as_ref();
-        let plugin = self
-            .plugin(params.plugin)
-            .ok_or(JobError::NoPlugin(params.plugin))?;
-        self.journaled(
-            Operation::UnmountDevice,
-            op_steps(Operation::UnmountDevice, params.plugin),
-            params,
-            r,
-            announced,
-            |permit: &Permit| plugin.unmount_device(permit, params, sys),
-        )?;
+        self.undo(Operation::UnmountDevice, params, r, announced)?;
         r.updates.push(AswUpdate::DeviceUnmounted {
             volume: params.volume.clone(),
         });
@@ -231,4 +222,23 @@ impl Executor {
             |permit: &Permit| plugins::force_unmount(permit, params, sys, &self.layout),
         )
     }
+}
+
+/// A step that ended uncertain: the ASW learns it; a CSI call is also
+/// watched for a late mount (`daemon::core::late`), undone by `undo`.
+fn uncertain(
+    r: &mut JobReport,
+    params: &SharedParams,
+    path: crate::model::SharedPath,
+    update: AswUpdate,
+    undo: Job,
+) {
+    if params.csi.is_some() {
+        r.late = Some(Box::new(LateWatch {
+            path,
+            uncertain: update.clone(),
+            undo,
+        }));
+    }
+    r.updates.push(update);
 }
