@@ -40,7 +40,8 @@ impl CsiFlags {
         Ok(CsiSetup {
             drivers: Arc::new(drivers),
             discover: true,
-            republish_every: volumed::health::parse_duration(
+            // `0s`: never (the health flags refuse zero; this one means it)
+            republish_every: volumed::duration::parse_duration(
                 "--sync-frequency",
                 &self.sync_frequency,
             )?,

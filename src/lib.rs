@@ -6,6 +6,7 @@
 pub mod csi;
 pub mod daemon;
 pub mod dump;
+pub mod duration;
 pub mod failpoint;
 pub mod halves;
 pub mod health;

@@ -96,28 +96,17 @@ pub enum HealthError {
     },
 }
 
-/// Parses `60s`, `500ms`, `5m`, `1h` (a bare number is seconds). Zero is
+/// A health duration flag (`crate::duration`'s spellings). Zero is
 /// refused: a pass every instant is never what was meant.
 pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, HealthError> {
     let bad = || HealthError::Duration {
         flag,
         value: value.to_owned(),
     };
-    let v = value.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (n, unit) = v.split_at(split);
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => return Err(bad()),
-    };
-    if d.is_zero() {
-        return Err(bad());
+    match crate::duration::parse_duration(flag, value) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(bad()),
     }
-    Ok(d)
 }
 
 /// Takes the `CSIVolumeHealth` items out of `--feature-gates` (the rest
