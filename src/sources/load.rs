@@ -247,7 +247,7 @@ impl Sources {
             owner.insert(uid.clone(), file);
             match g {
                 Got::Parsed(p) => {
-                    out.insert(uid, self.resolve(*p));
+                    out.insert(uid, self.resolver().resolve(*p));
                 }
                 Got::Kept(uid) => {
                     kept.insert(uid);
@@ -257,6 +257,28 @@ impl Sources {
         (out, kept)
     }
 
+    /// How this source's pods resolve their claims and CSI volumes.
+    pub(super) fn resolver(&self) -> Resolver<'_> {
+        Resolver {
+            objects: &self.objects,
+            sys: self.sys.as_ref(),
+            node_name: &self.config.node_name,
+        }
+    }
+}
+
+/// Resolves a parsed pod's claims and CSI volumes against one source's
+/// objects: the static objects dir, or what the API server sent.
+pub(crate) struct Resolver<'a> {
+    /// the PVs, claims and CSIDrivers
+    pub(crate) objects: &'a StaticObjects,
+    /// how a local PV's path is looked at
+    pub(crate) sys: &'a dyn Sys,
+    /// the node (a claim's PV must allow it)
+    pub(crate) node_name: &'a str,
+}
+
+impl Resolver<'_> {
     /// A CSI volume as this pod publishes it: an inline volume takes its
     /// CSIDriver's `seLinuxMount`; the pod adds the `csi.storage.k8s.io/`
     /// keys when the CSIDriver has `podInfoOnMount` (as the kubelet's
@@ -299,7 +321,8 @@ impl Sources {
         (spec, info)
     }
 
-    fn resolve(&self, mut p: ParsedPod) -> DesiredPod {
+    /// The pod with its claims resolved (or their errors).
+    pub(crate) fn resolve(&self, mut p: ParsedPod) -> DesiredPod {
         let mut errors = std::mem::take(&mut p.errors);
         let mut unresolved = std::mem::take(&mut p.failed_volumes);
         // exactly as many as the pod has: a pushed-to Vec reserves four
@@ -314,10 +337,10 @@ impl Sources {
                         &name,
                         &p.namespace,
                         &claim_name,
-                        &self.config.node_name,
+                        self.node_name,
                     ) {
                         Ok((pv, mut spec)) => {
-                            mark_block_device(self.sys.as_ref(), &mut spec);
+                            mark_block_device(self.sys, &mut spec);
                             claims.insert(name.clone(), claim_name);
                             (name, pv, spec)
                         }

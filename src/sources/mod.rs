@@ -60,6 +60,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{PodUid, PodVolume};
+pub mod api;
 mod csi_objects;
 mod error;
 mod events;

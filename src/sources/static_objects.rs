@@ -92,6 +92,8 @@ pub struct StaticObjects {
     pub attachments: BTreeMap<String, AttachmentInfo>,
     /// Secrets by (namespace, name)
     pub secrets: BTreeMap<(String, String), SecretInfo>,
+    /// what the API server sent, not the static objects dir (errors say so)
+    pub from_api: bool,
 }
 
 impl StaticObjects {
@@ -150,7 +152,12 @@ impl StaticObjects {
         }
     }
 
-    fn add_object(&mut self, file: &Path, kind: &str, doc: Value) -> Result<(), SourceError> {
+    pub(crate) fn add_object(
+        &mut self,
+        file: &Path,
+        kind: &str,
+        doc: Value,
+    ) -> Result<(), SourceError> {
         match kind {
             "PersistentVolume" => {
                 let pv: PersistentVolume = decode(file, doc)?;
@@ -240,6 +247,13 @@ impl StaticObjects {
         store.replace(&self.secrets);
     }
 
+    fn whence(&self) -> &'static str {
+        match self.from_api {
+            true => "the API server's objects",
+            false => "the static objects",
+        }
+    }
+
     /// Resolves a pod's claim to (PV name, spec) for a pod on `node`.
     /// `pod_file` and `volume` only name the error.
     pub fn resolve_claim(
@@ -260,7 +274,7 @@ impl StaticObjects {
         let pvc = self
             .pvcs
             .get(&key)
-            .ok_or_else(|| fail("not found in the static objects".to_owned()))?;
+            .ok_or_else(|| fail(format!("not found in {}", self.whence())))?;
         let pvc_file = pvc.file.display();
         let pv_name = pvc
             .volume_name
@@ -268,7 +282,8 @@ impl StaticObjects {
             .ok_or_else(|| fail(format!("not bound: spec.volumeName is empty in {pvc_file}")))?;
         let pv = self.pvs.get(pv_name).ok_or_else(|| {
             fail(format!(
-                "bound ({pvc_file}) to PersistentVolume {pv_name:?}, which is not in the static objects"
+                "bound ({pvc_file}) to PersistentVolume {pv_name:?}, which is not in {}",
+                self.whence()
             ))
         })?;
         let pv_file = pv.file.display();

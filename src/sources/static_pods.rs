@@ -135,6 +135,28 @@ pub fn parse_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<ParsedPod
         file: file.to_owned(),
         message: e.to_string(),
     })?;
+    parse_pod_object(file, &pod, Origin::Static { node_name })
+}
+
+/// Where a pod came from, which decides its UID and name.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin<'a> {
+    /// a static manifest: `<metadata.name>-<node>`, a hashed UID when unset
+    Static {
+        /// `--node-name`
+        node_name: &'a str,
+    },
+    /// the API server: its name and UID as they are (a UID is required)
+    Api,
+}
+
+/// A decoded Pod, from a manifest or the API server; `file` names it in
+/// errors (the manifest, or the object's API path).
+pub fn parse_pod_object(
+    file: &Path,
+    pod: &Pod,
+    origin: Origin<'_>,
+) -> Result<ParsedPod, SourceError> {
     let missing = |field| SourceError::MissingField {
         file: file.to_owned(),
         field,
@@ -143,12 +165,18 @@ pub fn parse_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<ParsedPod
     let name = meta.name.clone().filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| missing("metadata.name"))?;
     let spec = pod.spec.as_ref().ok_or_else(|| missing("spec"))?;
-    let uid = match meta.uid.as_deref().filter(|u| !u.is_empty()) {
-        Some(uid) => PodUid::new(uid).map_err(|source| SourceError::InvalidPodUid {
+    let given_uid = meta.uid.as_deref().filter(|u| !u.is_empty());
+    let uid = match (given_uid, origin) {
+        (Some(uid), _) => PodUid::new(uid).map_err(|source| SourceError::InvalidPodUid {
             file: file.to_owned(),
             source,
         })?,
-        None => hashed_uid(&pod, node_name, file)?,
+        (None, Origin::Static { node_name }) => hashed_uid(pod, node_name, file)?,
+        (None, Origin::Api) => return Err(missing("metadata.uid")),
+    };
+    let name = match origin {
+        Origin::Static { node_name } => format!("{name}-{}", node_name.to_lowercase()),
+        Origin::Api => name,
     };
     let mut out = ParsedPod {
         uid,
@@ -157,7 +185,7 @@ pub fn parse_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<ParsedPod
             .clone()
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "default".to_owned()),
-        name: format!("{name}-{}", node_name.to_lowercase()),
+        name,
         file: file.to_owned(),
         volumes: Vec::new(),
         failed_volumes: BTreeSet::new(),

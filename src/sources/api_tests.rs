@@ -1,0 +1,232 @@
+use super::*;
+use crate::host::sys::LinuxSys;
+use serde_json::json;
+
+const NODE: &str = "node-a";
+
+fn pod(uid: &str, name: &str, node: &str, claims: &[&str]) -> Box<Pod> {
+    let volumes: Vec<Value> = claims
+        .iter()
+        .map(|c| json!({"name": format!("v-{c}"), "persistentVolumeClaim": {"claimName": c}}))
+        .chain([json!({"name": "scratch", "emptyDir": {}})])
+        .collect();
+    let v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"nodeName": node, "containers": [], "volumes": volumes},
+    });
+    Box::new(serde_json::from_value(v).expect("a pod"))
+}
+
+fn pvc(name: &str, pv: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"volumeName": pv}})
+}
+
+fn pv(name: &str, claim: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {"local": {"path": format!("/srv/{name}")},
+            "claimRef": {"namespace": "ns", "name": claim}}})
+}
+
+fn listed_state() -> ApiState {
+    let mut s = ApiState::new(NODE);
+    for k in Kind::ALL {
+        s.apply(Change::Relist(k));
+        s.apply(Change::Listed(k));
+    }
+    s
+}
+
+/// Each event as (kind, uid, volume names).
+fn shown(events: &[SourceEvent]) -> Vec<(&'static str, String, Vec<String>)> {
+    events
+        .iter()
+        .map(|e| match e {
+            SourceEvent::PodAdded(p) => ("added", p.uid.as_str().to_owned(), outer(p)),
+            SourceEvent::PodUpdated(p) => ("updated", p.uid.as_str().to_owned(), outer(p)),
+            SourceEvent::PodRemoved(u) => ("removed", u.as_str().to_owned(), vec![]),
+            SourceEvent::SourcesReady => ("ready", String::new(), vec![]),
+        })
+        .collect()
+}
+
+fn outer(p: &super::super::DesiredPod) -> Vec<String> {
+    p.volumes.iter().map(|v| v.outer_name.to_string()).collect()
+}
+
+#[test]
+fn only_this_nodes_running_non_mirror_pods_are_wanted() {
+    let mut s = listed_state();
+    let mut mirror = pod("u-mirror", "m", NODE, &[]);
+    mirror.metadata.annotations = Some([(MIRROR_ANNOTATION.to_owned(), "x".to_owned())].into());
+    let mut done = pod("u-done", "d", NODE, &[]);
+    done.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).expect("status"));
+    let mut leaving = pod("u-leaving", "l", NODE, &[]);
+    leaving.metadata.deletion_timestamp =
+        serde_json::from_value(json!("2026-11-25T00:00:00Z")).ok();
+    for p in [
+        pod("u-1", "a", NODE, &[]),
+        pod("u-2", "b", "node-b", &[]),
+        mirror,
+        done,
+        leaving,
+    ] {
+        s.apply(Change::PodApplied(p));
+    }
+    let got = shown(&s.take_events(&LinuxSys));
+    assert_eq!(
+        got,
+        vec![
+            ("added", "u-1".into(), vec!["scratch".into()]),
+            ("added", "u-leaving".into(), vec!["scratch".into()]),
+        ],
+        "another node's pod, a mirror pod and a finished pod are not wanted; a terminating one still is"
+    );
+    // A running pod that finishes is removed.
+    let mut finished = pod("u-1", "a", NODE, &[]);
+    finished.status = Some(serde_json::from_value(json!({"phase": "Failed"})).expect("status"));
+    s.apply(Change::PodApplied(finished));
+    assert_eq!(
+        shown(&s.take_events(&LinuxSys)),
+        vec![("removed", "u-1".into(), vec![])]
+    );
+}
+
+#[test]
+fn a_relist_removes_only_what_it_did_not_list_and_only_at_its_end() {
+    let mut s = listed_state();
+    s.apply(Change::PodApplied(pod("u-1", "a", NODE, &[])));
+    s.apply(Change::PodApplied(pod("u-2", "b", NODE, &[])));
+    assert_eq!(s.take_events(&LinuxSys).len(), 2);
+    // The watch restarts (a 410): the new list has u-2 and u-3.
+    s.apply(Change::Relist(Kind::Pod));
+    s.apply(Change::PodApplied(pod("u-2", "b", NODE, &[])));
+    s.apply(Change::PodApplied(pod("u-3", "c", NODE, &[])));
+    assert_eq!(
+        shown(&s.take_events(&LinuxSys)),
+        vec![("added", "u-3".into(), vec!["scratch".into()])],
+        "mid-list: nothing is removed, an unchanged pod is not sent again"
+    );
+    s.apply(Change::Listed(Kind::Pod));
+    assert_eq!(
+        shown(&s.take_events(&LinuxSys)),
+        vec![("removed", "u-1".into(), vec![])],
+        "the pod deleted while the watch was down goes once the list is whole"
+    );
+}
+
+#[test]
+fn the_source_is_listed_only_once_every_kind_was() {
+    let mut s = ApiState::new(NODE);
+    for k in Kind::ALL {
+        assert!(!s.listed(), "not before {k:?} is listed");
+        s.apply(Change::Relist(k));
+        assert!(!s.listed());
+        s.apply(Change::Listed(k));
+    }
+    assert!(s.listed());
+    // A later relist does not make it unlisted: readiness is once.
+    s.apply(Change::Relist(Kind::Pod));
+    assert!(s.listed());
+}
+
+#[test]
+fn a_claim_that_arrives_later_updates_only_the_pods_that_name_it() {
+    let mut s = listed_state();
+    s.apply(Change::PodApplied(pod("u-1", "a", NODE, &["c1"])));
+    s.apply(Change::PodApplied(pod("u-2", "b", NODE, &["c2"])));
+    let first = s.take_events(&LinuxSys);
+    assert_eq!(
+        shown(&first),
+        vec![
+            ("added", "u-1".into(), vec!["scratch".into()]),
+            ("added", "u-2".into(), vec!["scratch".into()]),
+        ]
+    );
+    let SourceEvent::PodAdded(p) = &first[0] else {
+        panic!("added")
+    };
+    assert!(
+        p.errors
+            .iter()
+            .any(|e| e.contains("ns/c1") && e.contains("API server")),
+        "the unresolved claim is an error naming it and where it was looked for: {:?}",
+        p.errors
+    );
+    s.apply(Change::Applied(Kind::PersistentVolume, pv("pv1", "c1")));
+    s.apply(Change::Applied(
+        Kind::PersistentVolumeClaim,
+        pvc("c1", "pv1"),
+    ));
+    assert_eq!(
+        shown(&s.take_events(&LinuxSys)),
+        vec![(
+            "updated",
+            "u-1".into(),
+            vec!["v-c1".into(), "scratch".into()]
+        )],
+        "u-2 does not name c1: not resolved again"
+    );
+    // The PV goes: the pod keeps its volume (unresolved) but is told.
+    s.apply(Change::Deleted(Kind::PersistentVolume, pv("pv1", "c1")));
+    let ev = s.take_events(&LinuxSys);
+    let SourceEvent::PodUpdated(p) = &ev[0] else {
+        panic!("updated: {ev:?}")
+    };
+    assert!(p.unresolved.contains("v-c1"), "{p:?}");
+}
+
+#[test]
+fn a_relist_of_objects_drops_the_ones_it_did_not_list() {
+    let mut s = listed_state();
+    s.apply(Change::Applied(Kind::PersistentVolume, pv("pv1", "c1")));
+    s.apply(Change::Applied(
+        Kind::PersistentVolumeClaim,
+        pvc("c1", "pv1"),
+    ));
+    s.apply(Change::PodApplied(pod("u-1", "a", NODE, &["c1"])));
+    assert_eq!(
+        shown(&s.take_events(&LinuxSys)),
+        vec![("added", "u-1".into(), vec!["v-c1".into(), "scratch".into()])]
+    );
+    s.apply(Change::Relist(Kind::PersistentVolumeClaim));
+    s.apply(Change::Listed(Kind::PersistentVolumeClaim));
+    assert!(s.objects().pvcs.is_empty());
+    let ev = s.take_events(&LinuxSys);
+    let SourceEvent::PodUpdated(p) = &ev[0] else {
+        panic!("updated: {ev:?}")
+    };
+    assert!(p.unresolved.contains("v-c1"), "{p:?}");
+}
+
+#[test]
+fn a_pod_the_server_sends_broken_keeps_what_it_had_and_is_named() {
+    let mut s = listed_state();
+    s.apply(Change::PodApplied(pod("u-1", "a", NODE, &[])));
+    assert_eq!(s.take_events(&LinuxSys).len(), 1);
+    let mut broken = pod("u-1", "a", NODE, &[]);
+    broken.spec = None;
+    s.apply(Change::PodApplied(broken));
+    let ev = s.take_events(&LinuxSys);
+    assert!(ev.is_empty(), "nothing changes: {ev:?}");
+    let errors = s.take_errors();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("/api/v1/namespaces/ns/pods/a")),
+        "the error names the object: {errors:?}"
+    );
+    let mut hostile = pod("x", "h", NODE, &[]);
+    hostile.metadata.uid = Some("../../etc".into());
+    s.apply(Change::PodApplied(hostile));
+    assert!(s.take_events(&LinuxSys).is_empty());
+    assert!(s.take_errors().iter().any(|e| e.contains("pods/h")));
+    let mut no_uid = pod("x", "b", NODE, &[]);
+    no_uid.metadata.uid = None;
+    s.apply(Change::PodApplied(no_uid));
+    assert!(s.take_events(&LinuxSys).is_empty());
+    assert!(s.take_errors().iter().any(|e| e.contains("metadata.uid")));
+}
