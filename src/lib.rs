@@ -3,6 +3,7 @@
 //! See `ARCHITECTURE.md` at the repository root for the code map and the
 //! invariants each module keeps.
 
+pub mod apiserver;
 pub mod csi;
 pub mod daemon;
 pub mod dump;

@@ -1,6 +1,7 @@
 //! The `volumed` binary: argument parsing and the edges (logging, signals,
 //! exit codes). Everything else lives in the library.
 
+mod api_flags;
 mod csi_flags;
 mod health_cmd;
 mod wait_pod;
@@ -116,9 +117,8 @@ struct RunArgs {
     feature_gates: Vec<String>,
     #[command(flatten)]
     csi: csi_flags::CsiFlags,
-    /// Reserved for the API-server pod source (not supported yet).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    api: api_flags::ApiFlags,
     /// Test only: read the boot id from this file.
     #[arg(long, hide = true)]
     boot_id_file: Option<PathBuf>,
@@ -249,12 +249,7 @@ fn run(mut args: RunArgs) -> Result<()> {
             *p = absolute(flag, p)?;
         }
     }
-    if let Some(k) = &args.kubeconfig {
-        bail!(
-            "--kubeconfig {}: the API-server pod source is not supported yet; use --static-pods and --static-objects",
-            k.display()
-        );
-    }
+    let api = args.api.config()?;
     let node_name = match args.node_name {
         Some(n) => n,
         None => nix::unistd::gethostname()
@@ -301,6 +296,7 @@ fn run(mut args: RunArgs) -> Result<()> {
     }
     cfg.selinux = selinux;
     cfg.health = health;
+    cfg.api = api;
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     cfg.csi = Some(args.csi.setup(metrics.ops.csi_seconds.clone())?);
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)

@@ -353,22 +353,25 @@ fn dump_with_a_locked_journal_and_a_stale_daemon_json_is_a_clear_error() {
 }
 
 #[test]
-fn kubeconfig_is_a_clear_not_supported_error() {
+fn a_kubeconfig_that_is_missing_or_garbage_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            "--kubeconfig",
-            "/etc/kubernetes/kubelet.conf",
-            "--root-dir",
-        ])
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--kubeconfig") && err.contains("not supported yet"),
-        "{err}"
-    );
+    let garbage = tmp.path().join("garbage.conf");
+    std::fs::write(&garbage, "clusters: [this is: not a kubeconfig").unwrap();
+    let missing = tmp.path().join("missing.conf");
+    for (file, says) in [(&missing, "no such file"), (&garbage, "garbage.conf")] {
+        let out = Command::new(BIN)
+            .args(["run", "--journal", "off", "--listen", "127.0.0.1:0"])
+            .arg("--kubeconfig")
+            .arg(file)
+            .arg("--root-dir")
+            .arg(tmp.path().join("root"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{}", file.display());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("kubeconfig") && err.contains(says),
+            "names the flag and the file: {err}"
+        );
+    }
 }

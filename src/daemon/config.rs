@@ -37,6 +37,8 @@ pub struct DaemonConfig {
     pub secrets: crate::sources::static_objects::SecretStore,
     /// the volume health monitor; `None`: no checks
     pub health: Option<crate::health::HealthConfig>,
+    /// the API server as a pod source (`--kubeconfig`, `--in-cluster`)
+    pub api: Option<crate::apiserver::ApiConfig>,
 }
 
 /// The daemon's CSI settings.
@@ -68,6 +70,7 @@ impl DaemonConfig {
             csi: None,
             secrets: Default::default(),
             health: None,
+            api: None,
         }
     }
 }

@@ -28,6 +28,7 @@
 //! [`Daemon::provider`].
 
 mod admit;
+mod api_source;
 mod config;
 pub mod core;
 pub mod effects;
@@ -54,6 +55,7 @@ use crate::model::UniqueVolumeName;
 use crate::server::DebugProvider;
 use crate::state::StateSnapshot;
 
+use api_source::{ApiStopper, ReadyGate, spawn_api_source};
 pub use config::{CsiSetup, DaemonConfig};
 use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
 use startup::{
@@ -63,6 +65,10 @@ use startup::{
 /// What failed while starting or stopping, by step.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
+    /// the API server cannot be used (its kubeconfig, the in-cluster
+    /// configuration)
+    #[error("API server: {0}")]
+    Api(crate::apiserver::ApiError),
     /// the CSI plugin registration watcher could not start
     #[error("start the CSI plugin registration watcher: {0}")]
     Csi(std::io::Error),
@@ -125,6 +131,7 @@ pub struct Daemon {
     stopping: Arc<AtomicBool>,
     /// wakes the source poller at stop
     poller: watch::Stopper,
+    api: Option<ApiStopper>,
     /// the plugin registration watcher, when CSI discovery is on
     discovery: Option<crate::csi::discovery::Discovery>,
     metrics: Arc<Metrics>,
@@ -168,6 +175,7 @@ impl Daemon {
     ) -> Result<Daemon, DaemonError> {
         let started = Instant::now();
         let mut cfg = cfg;
+        let api = cfg.api.as_ref().map(api_source::connect).transpose()?;
         cfg.layout = resolved_root(&cfg.layout, sys.as_ref())?;
 
         let (events_tx, events_rx) = mpsc::channel::<Event>();
@@ -175,10 +183,30 @@ impl Daemon {
         // (on a restart the two cost about the same): their events wait in
         // the channel for the loop, which starts only after reconstruction,
         // so the DSW is still populated after the ASW is (seed 000's order).
-        let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone())?;
-        let abandon = |sources: JoinHandle<()>, poller: &watch::Stopper| {
+        let gate = ReadyGate::new(1 + usize::from(cfg.api.is_some()));
+        let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone(), gate.clone())?;
+        let api = match api {
+            Some(a) => {
+                match spawn_api_source(a, &cfg.node_name, sys.clone(), events_tx.clone(), gate) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        poller.stop();
+                        let _ = sources.join();
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
+        let abandon = |sources: JoinHandle<()>,
+                       poller: &watch::Stopper,
+                       api: Option<(JoinHandle<()>, ApiStopper)>| {
             poller.stop();
             let _ = sources.join();
+            if let Some((t, s)) = api {
+                s.stop();
+                let _ = t.join();
+            }
         };
 
         // Reconstruction, first and alone among the mount-touching work.
@@ -193,7 +221,7 @@ impl Daemon {
         let (world, table, ready) = match first {
             Ok(r) => r,
             Err(e) => {
-                abandon(sources, &poller);
+                abandon(sources, &poller, api);
                 return Err(e);
             }
         };
@@ -239,11 +267,15 @@ impl Daemon {
         let mut threads = match spawned {
             Ok(t) => t,
             Err(e) => {
-                abandon(sources, &poller);
+                abandon(sources, &poller, api);
                 return Err(e);
             }
         };
         threads.push(sources);
+        let api = api.map(|(t, s)| {
+            threads.push(t);
+            s
+        });
         threads.push(spawn_leftovers(
             Leftovers {
                 layout: cfg.layout.clone(),
@@ -296,6 +328,7 @@ impl Daemon {
             threads,
             stopping,
             poller,
+            api,
             discovery,
             metrics,
             journal,
@@ -334,6 +367,9 @@ impl Daemon {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.poller.stop();
+        if let Some(a) = &self.api {
+            a.stop();
+        }
         if let Some(m) = &self.monitor {
             m.stop();
         }

@@ -205,6 +205,7 @@ pub(super) fn spawn_sources(
     cfg: &DaemonConfig,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
+    gate: Arc<super::api_source::ReadyGate>,
 ) -> Result<(JoinHandle<()>, watch::Stopper), DaemonError> {
     let mut sources = Sources::with_sys(
         SourcesConfig {
@@ -248,11 +249,26 @@ pub(super) fn spawn_sources(
                     "startup phase"
                 );
             }
-            if let Some(evs) = evs
-                && !evs.is_empty()
-                && tx.send(Event::Sources(evs)).is_err()
-            {
-                return;
+            if let Some(mut evs) = evs {
+                // Readiness is the gate's to send, once every source listed,
+                // and only after this source's own events.
+                let ready = evs.last() == Some(&crate::sources::SourceEvent::SourcesReady);
+                if ready {
+                    evs.pop();
+                }
+                if !evs.is_empty() && tx.send(Event::Sources(evs)).is_err() {
+                    return;
+                }
+                if ready
+                    && gate.listed()
+                    && tx
+                        .send(Event::Sources(vec![
+                            crate::sources::SourceEvent::SourcesReady,
+                        ]))
+                        .is_err()
+                {
+                    return;
+                }
             }
             read_now = watcher.wait_changed(watch::RESYNC);
         }

@@ -1,0 +1,159 @@
+//! The Kubernetes API server: **the one place volumed talks to it**, with
+//! kube 5 (its client, and its runtime's watcher for list-then-watch).
+//! What the watches say is turned into DSW events by the pure
+//! [`crate::sources::api`]; this module only connects, watches and decodes.
+//!
+//! Watches (the kubelet's, `pkg/kubelet/config/apiserver.go` and its
+//! volume manager's informers): this node's pods (`spec.nodeName=<node>`),
+//! PersistentVolumes, PersistentVolumeClaims, CSIDrivers,
+//! VolumeAttachments. kube's watcher lists in pages, then watches from the
+//! list's resourceVersion with bookmarks, and lists again on `410 Gone` or
+//! a watch it cannot resume; errors back off (kube's default: exponential,
+//! capped) and never end a stream.
+//!
+//! **One bad object is one error.** Objects are decoded loosely first
+//! ([`Loose`]: metadata, and the rest as JSON), then each into its own
+//! type: an object the server sends in a shape we cannot read is an error
+//! naming it, and every other object still counts. Decoding straight into
+//! `Pod` would fail the whole list, and so the source would never be ready.
+
+pub mod loose;
+
+use std::path::PathBuf;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+pub use loose::Loose;
+
+use crate::sources::api::{Change, Kind};
+
+/// Where the API server's address and credentials come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Connection {
+    /// `--kubeconfig FILE`: its current context
+    Kubeconfig(PathBuf),
+    /// `--in-cluster`: the service account of the pod volumed runs in
+    InCluster,
+}
+
+/// The API source's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// how to connect
+    pub connection: Connection,
+}
+
+/// Why the API server could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// the kubeconfig could not be read or used
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// the file
+        path: PathBuf,
+        /// why
+        message: String,
+    },
+    /// the in-cluster configuration is missing or broken
+    #[error("in-cluster configuration: {0}")]
+    InCluster(String),
+    /// the client could not be built from the configuration
+    #[error("API client: {0}")]
+    Client(String),
+}
+
+/// Builds the client. Nothing is requested yet: an API server that is down
+/// is found by the watches, which retry.
+pub async fn connect(cfg: &ApiConfig) -> Result<Client, ApiError> {
+    let config = match &cfg.connection {
+        Connection::Kubeconfig(path) => {
+            let fail = |message: String| ApiError::Kubeconfig {
+                path: path.clone(),
+                message,
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| fail(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| fail(e.to_string()))?
+        }
+        Connection::InCluster => {
+            kube::Config::incluster().map_err(|e| ApiError::InCluster(e.to_string()))?
+        }
+    };
+    Client::try_from(config).map_err(|e| ApiError::Client(e.to_string()))
+}
+
+/// One item of the merged watches: a change, or an error naming the
+/// resource (the watch goes on).
+pub type Watched = Result<Change, String>;
+
+/// Every watch the pod source needs, merged into one stream.
+pub fn watch_all(client: Client, node_name: &str) -> impl Stream<Item = Watched> + Send + 'static {
+    let pods = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    let all = watcher::Config::default;
+    futures::stream::select_all([
+        watch::<Pod>(Api::all(client.clone()), pods, Kind::Pod),
+        watch::<PersistentVolume>(Api::all(client.clone()), all(), Kind::PersistentVolume),
+        watch::<PersistentVolumeClaim>(
+            Api::all(client.clone()),
+            all(),
+            Kind::PersistentVolumeClaim,
+        ),
+        watch::<CSIDriver>(Api::all(client.clone()), all(), Kind::CsiDriver),
+        watch::<VolumeAttachment>(Api::all(client), all(), Kind::VolumeAttachment),
+    ])
+}
+
+fn watch<K>(
+    api: Api<Loose<K>>,
+    config: watcher::Config,
+    kind: Kind,
+) -> std::pin::Pin<Box<dyn Stream<Item = Watched> + Send>>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let s = watcher(api, config)
+        .default_backoff()
+        .flat_map(move |item| futures::stream::iter(changes(kind, item)));
+    Box::pin(s)
+}
+
+/// A watcher event as the changes [`crate::sources::api::ApiState`]
+/// takes (an object that cannot be decoded is an error, and skipped).
+fn changes<K>(kind: Kind, item: Result<watcher::Event<Loose<K>>, watcher::Error>) -> Vec<Watched>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let event = match item {
+        Ok(e) => e,
+        Err(e) => return vec![Err(format!("watch {}: {e}", K::plural(&())))],
+    };
+    let one = |obj: Loose<K>, deleted: bool| -> Watched {
+        match kind {
+            Kind::Pod => {
+                let pod = obj.decode::<Pod>().map_err(|e| e.to_string())?;
+                Ok(match deleted {
+                    true => Change::PodDeleted(Box::new(pod)),
+                    false => Change::PodApplied(Box::new(pod)),
+                })
+            }
+            _ => {
+                let doc = obj.into_value();
+                Ok(match deleted {
+                    true => Change::Deleted(kind, doc),
+                    false => Change::Applied(kind, doc),
+                })
+            }
+        }
+    };
+    match event {
+        watcher::Event::Init => vec![Ok(Change::Relist(kind))],
+        watcher::Event::InitDone => vec![Ok(Change::Listed(kind))],
+        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => vec![one(o, false)],
+        watcher::Event::Delete(o) => vec![one(o, true)],
+    }
+}

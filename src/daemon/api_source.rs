@@ -1,0 +1,140 @@
+//! The API-server pod source's thread, and the gate that lets the DSW be
+//! marked ready only once *every* source has listed (seed 000: nothing is
+//! unmounted before that; an API server that is down delays unmounts, and
+//! never the static pods' mounts, whose events flow at once).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use futures::StreamExt;
+
+use super::event_loop::Event;
+use super::{DaemonError, spawn};
+use crate::apiserver::ApiConfig;
+use crate::elapsed_ms;
+use crate::host::sys::Sys;
+use crate::sources::SourceEvent;
+use crate::sources::api::ApiState;
+
+/// Counts the sources still to list; the last one to list sends
+/// [`SourceEvent::SourcesReady`], after its own events, and after every
+/// other source has sent its own (each calls [`ReadyGate::listed`] only
+/// once its events are in the channel).
+#[derive(Debug)]
+pub(super) struct ReadyGate(AtomicUsize);
+
+impl ReadyGate {
+    pub(super) fn new(sources: usize) -> Arc<Self> {
+        Arc::new(Self(AtomicUsize::new(sources)))
+    }
+
+    /// This source has listed: whether it was the last one (call once).
+    pub(super) fn listed(&self) -> bool {
+        self.0.fetch_sub(1, Ordering::SeqCst) == 1
+    }
+}
+
+/// Ends the API source's thread.
+#[derive(Debug)]
+pub(super) struct ApiStopper(tokio::sync::watch::Sender<bool>);
+
+impl ApiStopper {
+    pub(super) fn stop(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// A client and the runtime it runs on, before any request.
+pub(super) struct Connected(tokio::runtime::Runtime, kube::Client);
+
+/// Builds the client: a kubeconfig that cannot be used is an error now, at
+/// startup, before anything on the host changes.
+pub(super) fn connect(cfg: &ApiConfig) -> Result<Connected, DaemonError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| DaemonError::Thread {
+            what: "volumed-apiserver runtime",
+            source,
+        })?;
+    let client = rt
+        .block_on(crate::apiserver::connect(cfg))
+        .map_err(DaemonError::Api)?;
+    Ok(Connected(rt, client))
+}
+
+/// Watches on a thread of its own: changes are batched as they arrive
+/// (all that are ready at once), and each batch becomes the events of the
+/// pods it concerns.
+pub(super) fn spawn_api_source(
+    Connected(rt, client): Connected,
+    node_name: &str,
+    sys: Arc<dyn Sys>,
+    tx: Sender<Event>,
+    gate: Arc<ReadyGate>,
+) -> Result<(JoinHandle<()>, ApiStopper), DaemonError> {
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let node = node_name.to_owned();
+    let thread = spawn("volumed-apiserver", move || {
+        rt.block_on(async move {
+            let started = Instant::now();
+            let mut state = ApiState::new(&node);
+            let mut ready = false;
+            let mut changes = crate::apiserver::watch_all(client, &node).ready_chunks(4096);
+            loop {
+                let batch = tokio::select! {
+                    _ = stop_rx.changed() => return,
+                    b = changes.next() => b,
+                };
+                let Some(batch) = batch else { return };
+                for item in batch {
+                    match item {
+                        Ok(c) => state.apply(c),
+                        // kube's backoff retries; the pods stay as they are
+                        Err(e) => tracing::warn!(error = %e, "API server"),
+                    }
+                }
+                for e in state.take_errors() {
+                    tracing::error!(error = %e, "API server object");
+                }
+                let evs = state.take_events(sys.as_ref());
+                log_pod_errors(&evs);
+                if !evs.is_empty() && tx.send(Event::Sources(evs)).is_err() {
+                    return;
+                }
+                if !ready && state.listed() {
+                    ready = true;
+                    tracing::info!(
+                        phase = "apiserver_listed",
+                        elapsed_ms = elapsed_ms(started.elapsed()),
+                        pods = state.sent().len(),
+                        "startup phase"
+                    );
+                    if gate.listed()
+                        && tx
+                            .send(Event::Sources(vec![SourceEvent::SourcesReady]))
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+    })?;
+    Ok((thread, ApiStopper(stop_tx)))
+}
+
+/// A pod's own errors (an unresolved claim, a refused volume), logged
+/// when it appears or changes, as the static source logs them.
+fn log_pod_errors(evs: &[SourceEvent]) {
+    for ev in evs {
+        if let SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) = ev {
+            for e in &p.errors {
+                tracing::error!(pod = %p.uid, object = %p.file.display(), error = %e, "API pod");
+            }
+        }
+    }
+}
