@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::health::events::{FAILED_MOUNT, FAILED_UNMOUNT};
 use crate::metrics::Metrics;
 use crate::model::{Layout, Operation, PluginName, PodUid, SharedPath, UniqueVolumeName};
 use crate::reconciler::jobs::JobReport;
@@ -329,8 +330,20 @@ impl Core {
                     .map(|v| v.pods.keys().cloned().collect())
                     .unwrap_or_default(),
             };
+            // The kubelet's reasons: the way in fails a mount, the way out
+            // an unmount (a device's teardown has no pod left to tell).
+            let reason = match report.ran.last() {
+                Some(Operation::TearDown | Operation::UnmountDevice) => FAILED_UNMOUNT,
+                _ => FAILED_MOUNT,
+            };
             for p in pods {
                 w.dsw.add_pod_error(&p, err.to_string());
+                out.push(Effect::PodEvent {
+                    names: w.pods.get(&p).map(|e| e.pod.clone()),
+                    pod: p,
+                    reason,
+                    message: format!("volume {}: {err}", report.key.volume),
+                });
             }
         }
         !ok

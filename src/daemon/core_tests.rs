@@ -94,6 +94,7 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::Host(HostWork::Sweep { .. }) => "sweep".into(),
             Effect::Host(HostWork::Trim) => "trim".into(),
             Effect::Host(HostWork::CheckLate { paths }) => format!("check-late:{}", paths.len()),
+            Effect::PodEvent { pod, reason, .. } => format!("event:{reason}:{pod}"),
         })
         .collect()
 }
@@ -717,4 +718,64 @@ fn requires_republish_volumes_are_set_up_again_each_sync_period_and_only_they() 
         "{:?}",
         names(&fx)
     );
+}
+
+/// A failed operation of a pod's target is an event on the pod with the
+/// kubelet's reason: the way in `FailedMount`, the way out `FailedUnMount`.
+#[test]
+fn a_failed_operation_is_an_event_on_its_pod_with_the_kubelets_reason() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+    let volume = UniqueVolumeName::from_raw("kubernetes.io/empty-dir/p1-data");
+    let pod = PodUid::new("p1").unwrap();
+    let failed = |op: Operation| {
+        Event::JobDone(JobReport {
+            key: OpKey {
+                volume: volume.clone(),
+                pod: Some(pod.clone()),
+            },
+            updates: vec![],
+            error: Some(crate::reconciler::jobs::JobError::Plugin {
+                message: "mount: permission denied".into(),
+                uncertain: false,
+            }),
+            ran: vec![op],
+            forced: false,
+            late: None,
+        })
+    };
+    // (the operation that failed, the event's reason)
+    let rows = [
+        (Operation::SetUp, "FailedMount"),
+        (Operation::MountDevice, "FailedMount"),
+        (Operation::TearDown, "FailedUnMount"),
+    ];
+    for (i, (op, reason)) in rows.into_iter().enumerate() {
+        let fx = c.step(
+            &mut w,
+            vec![failed(op)],
+            ms(t0, 10 * (i as u64 + 1)),
+            idle(),
+        );
+        let events: Vec<&Effect> = fx
+            .iter()
+            .filter(|e| matches!(e, Effect::PodEvent { .. }))
+            .collect();
+        assert_eq!(events.len(), 1, "{op:?}: {:?}", names(&fx));
+        let Effect::PodEvent {
+            pod: p,
+            reason: r,
+            message,
+            ..
+        } = events[0]
+        else {
+            unreachable!()
+        };
+        assert_eq!((p, *r), (&pod, reason), "{op:?}");
+        assert!(
+            message.contains("permission denied") && message.contains(volume.as_str()),
+            "names the volume and the cause: {message}"
+        );
+    }
 }

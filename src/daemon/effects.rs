@@ -3,6 +3,7 @@
 //! perform (jobs, journal work, host work) with their [`Completion`]s.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::model::{PodUid, SharedPath, TargetRef, UniqueVolumeName};
 use crate::reconciler::jobs::{Job, JobReport};
@@ -146,6 +147,18 @@ pub enum Effect {
     Journal(JournalWork),
     /// host work
     Host(HostWork),
+    /// an event on a pod, as the kubelet records one (`FailedMount`,
+    /// `FailedUnMount`): to the event sink, stamped with the time there
+    PodEvent {
+        /// the pod
+        pod: PodUid,
+        /// its namespace and name, when a source lists it
+        names: Option<Arc<crate::health::PodRef>>,
+        /// the kubelet's reason
+        reason: &'static str,
+        /// what happened
+        message: String,
+    },
 }
 
 /// What the driver read from shared counters before the step.

@@ -85,6 +85,8 @@ pub struct LoopParts {
     pub on_ready: Option<Sender<()>>,
     /// bumped after every step: the runtime API's waiters look again
     pub changes: Arc<crate::runtime::Changes>,
+    /// where pod events go (`FailedMount`, …)
+    pub sink: Arc<dyn crate::health::EventSink>,
 }
 
 /// Starts the loop, its worker pool and its journal and host threads;
@@ -102,6 +104,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         stopping,
         on_ready,
         changes,
+        sink,
     } = parts;
     let mut threads = Vec::new();
     let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
@@ -171,6 +174,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         journal,
         journal_lane,
         host_lane,
+        sink,
     };
     threads.push(spawn("volumed-reconciler", move || driver.run())?);
     Ok(threads)
@@ -190,6 +194,7 @@ struct Driver {
     journal: Option<Arc<Journal>>,
     journal_lane: Option<Sender<JournalWork>>,
     host_lane: Sender<HostWork>,
+    sink: Arc<dyn crate::health::EventSink>,
 }
 
 impl Driver {
@@ -298,6 +303,20 @@ impl Driver {
                 }
                 None => feedback.push(Event::Done(lane_gone_journal(work))),
             },
+            Effect::PodEvent {
+                pod,
+                names,
+                reason,
+                message,
+            } => self.sink.emit(crate::health::VolumeEvent {
+                kind: "Warning",
+                reason,
+                message,
+                pod_uid: pod.as_str().to_owned(),
+                namespace: names.as_ref().map(|n| n.namespace.clone()),
+                pod: names.as_ref().map(|n| n.name.clone()),
+                time: crate::health::report::rfc3339(std::time::SystemTime::now()),
+            }),
             Effect::Host(work) => {
                 if let Err(mpsc::SendError(work)) = self.host_lane.send(work) {
                     feedback.push(Event::Done(match work {

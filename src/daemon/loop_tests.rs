@@ -182,6 +182,7 @@ fn rig(workers: usize) -> Rig {
     let (events, events_rx) = mpsc::channel();
     let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let changes = Arc::new(crate::runtime::Changes::new());
+    let sink: Arc<dyn crate::health::EventSink> = Arc::new(crate::health::RecentEvents::default());
     let threads = spawn_loop(LoopParts {
         cfg: LoopConfig {
             layout: Layout::new("/r"),
@@ -203,6 +204,7 @@ fn rig(workers: usize) -> Rig {
         stopping: stopping.clone(),
         on_ready: None,
         changes: changes.clone(),
+        sink,
     })
     .unwrap();
     let provider = Provider {

@@ -232,6 +232,7 @@ impl Daemon {
         // operations are finished).
         let stopping = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let sink = Arc::new(crate::health::RecentEvents::default());
         let changes = Arc::new(crate::runtime::Changes::new());
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
@@ -263,6 +264,7 @@ impl Daemon {
             stopping: stopping.clone(),
             on_ready: Some(ready_tx),
             changes: changes.clone(),
+            sink: sink.clone(),
         });
         let mut threads = match spawned {
             Ok(t) => t,
@@ -303,7 +305,6 @@ impl Daemon {
             ),
             _ => None,
         };
-        let sink = Arc::new(crate::health::RecentEvents::default());
         let monitor = match cfg.health.clone() {
             Some(h) => Some(Arc::new(
                 health::start(

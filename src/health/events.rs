@@ -35,6 +35,11 @@ pub struct VolumeEvent {
 pub const ABNORMAL: &str = "VolumeConditionAbnormal";
 /// volumed's reason for a condition that cleared.
 pub const NORMAL: &str = "VolumeConditionNormal";
+/// The kubelet's reason when a pod's volume cannot be attached or mounted
+/// (a Warning).
+pub const FAILED_MOUNT: &str = "FailedMount";
+/// The kubelet's reason when a pod's volume cannot be unmounted.
+pub const FAILED_UNMOUNT: &str = "FailedUnMount";
 
 /// Where events go.
 pub trait EventSink: Send + Sync {
