@@ -225,6 +225,19 @@ impl Drivers {
         Ok(driver)
     }
 
+    /// Every usable driver as (name, `NodeGetInfo`'s node id), by name: what
+    /// the node's CSINode and `csi.volume.kubernetes.io/nodeid` list.
+    pub fn node_ids(&self) -> Vec<(String, String)> {
+        self.ready
+            .read()
+            .map(|r| {
+                r.values()
+                    .map(|d| (d.name.clone(), d.node_id.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Forgets the driver registered through `socket` (its registration
     /// socket went away); returns its name. A flag driver stays configured.
     pub fn deregister_socket(&self, socket: &Path) -> Option<String> {

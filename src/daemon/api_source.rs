@@ -75,7 +75,12 @@ pub(super) fn spawn_api_source(
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
     gate: Arc<ReadyGate>,
-) -> Result<(JoinHandle<()>, ApiStopper), DaemonError> {
+) -> Result<(JoinHandle<()>, ApiStopper, Publisher), DaemonError> {
+    let publisher = Publisher {
+        handle: rt.handle().clone(),
+        client: client.clone(),
+        node: node_name.to_owned(),
+    };
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let node = node_name.to_owned();
     let thread = spawn("volumed-apiserver", move || {
@@ -124,7 +129,36 @@ pub(super) fn spawn_api_source(
             }
         });
     })?;
-    Ok((thread, ApiStopper(stop_tx)))
+    Ok((thread, ApiStopper(stop_tx), publisher))
+}
+
+/// Starts what volumed tells the API server (the node's status, CSINode,
+/// pod events) on the API source's thread, once the loop runs.
+pub(super) struct Publisher {
+    handle: tokio::runtime::Handle,
+    client: kube::Client,
+    node: String,
+}
+
+impl Publisher {
+    pub(super) fn start(
+        self,
+        view: crate::apiserver::publish::NodeView,
+        events: tokio::sync::mpsc::UnboundedReceiver<crate::health::VolumeEvent>,
+        stop: &ApiStopper,
+    ) {
+        use crate::apiserver::publish::{NODE_STATUS_PERIOD, keep_node, send_events};
+        let (client, node) = (self.client, self.node);
+        self.handle.spawn(keep_node(
+            client.clone(),
+            node.clone(),
+            view,
+            NODE_STATUS_PERIOD,
+            stop.0.subscribe(),
+        ));
+        self.handle
+            .spawn(send_events(client, node, events, stop.0.subscribe()));
+    }
 }
 
 /// A pod's own errors (an unresolved claim, a refused volume), logged

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::effects::World;
-use crate::health::{HealthConfig, Monitor, MonitorParts, PodTarget, RecentEvents, Subject};
+use crate::health::{HealthConfig, Monitor, MonitorParts, PodTarget, Subject};
 use crate::host::sys::Sys;
 use crate::metrics::Metrics;
 use crate::model::MountState;
@@ -63,7 +63,7 @@ pub(super) fn start(
     sys: Arc<dyn Sys>,
     drivers: Option<Arc<crate::csi::registry::Drivers>>,
     metrics: &Metrics,
-    sink: Arc<RecentEvents>,
+    sink: Arc<dyn crate::health::EventSink>,
 ) -> std::io::Result<Monitor> {
     Monitor::start(MonitorParts {
         config,

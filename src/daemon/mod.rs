@@ -55,7 +55,7 @@ use crate::model::UniqueVolumeName;
 use crate::server::DebugProvider;
 use crate::state::StateSnapshot;
 
-use api_source::{ApiStopper, ReadyGate, spawn_api_source};
+use api_source::{ApiStopper, Publisher, ReadyGate, spawn_api_source};
 pub use config::{CsiSetup, DaemonConfig};
 use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
 use startup::{
@@ -200,10 +200,10 @@ impl Daemon {
         };
         let abandon = |sources: JoinHandle<()>,
                        poller: &watch::Stopper,
-                       api: Option<(JoinHandle<()>, ApiStopper)>| {
+                       api: Option<(JoinHandle<()>, ApiStopper, Publisher)>| {
             poller.stop();
             let _ = sources.join();
-            if let Some((t, s)) = api {
+            if let Some((t, s, _)) = api {
                 s.stop();
                 let _ = t.join();
             }
@@ -232,7 +232,18 @@ impl Daemon {
         // operations are finished).
         let stopping = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel::<()>();
-        let sink = Arc::new(crate::health::RecentEvents::default());
+        let recent = Arc::new(crate::health::RecentEvents::default());
+        let (sink, api_events): (Arc<dyn crate::health::EventSink>, _) = match api.is_some() {
+            true => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let sink = crate::apiserver::publish::ApiEventSink {
+                    recent: recent.clone(),
+                    tx,
+                };
+                (Arc::new(sink), Some(rx))
+            }
+            false => (recent.clone(), None),
+        };
         let changes = Arc::new(crate::runtime::Changes::new());
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
@@ -274,9 +285,23 @@ impl Daemon {
             }
         };
         threads.push(sources);
-        let api = api.map(|(t, s)| {
+        let runtime = crate::runtime::VolumeManagerHandle::new(world.clone(), changes.clone());
+        let api = api.map(|(t, stop, publisher)| {
             threads.push(t);
-            s
+            let drivers = cfg.csi.as_ref().map(|c| c.drivers.clone());
+            let view = crate::apiserver::publish::NodeView {
+                in_use: Box::new(move || {
+                    let names = runtime.attachable_in_use().into_iter();
+                    names.map(|n| n.as_str().to_owned()).collect()
+                }),
+                drivers: Box::new(move || {
+                    drivers.as_ref().map(|d| d.node_ids()).unwrap_or_default()
+                }),
+            };
+            if let Some(rx) = api_events {
+                publisher.start(view, rx, &stop);
+            }
+            stop
         });
         threads.push(spawn_leftovers(
             Leftovers {
@@ -336,7 +361,7 @@ impl Daemon {
             node_name: cfg.node_name,
             boot_id: cfg.boot_id.as_str().to_owned(),
             monitor,
-            sink,
+            sink: recent,
         })
     }
 

@@ -202,6 +202,38 @@ impl VolumeManagerHandle {
         out.dedup();
         out
     }
+
+    /// What the kubelet reports in `node.status.volumesInUse`: the
+    /// attachable volumes (a CSI volume whose driver requires attaching)
+    /// a pod wants or that are on the node, sorted. The attach/detach
+    /// controller detaches none of these. A volume reconstructed without
+    /// its spec is reported when its plugin is CSI: reporting one too many
+    /// only delays a detach; one too few could detach a mounted volume.
+    pub fn attachable_in_use(&self) -> Vec<UniqueVolumeName> {
+        use crate::model::{PluginName, VolumeSpec};
+        let attachable = |spec: Option<&VolumeSpec>, plugin: PluginName| match spec {
+            Some(VolumeSpec::Csi(c)) => c.attachment.is_some() && !c.ephemeral,
+            Some(_) => false,
+            None => plugin == PluginName::Csi,
+        };
+        let w = self.lock();
+        let mut out: Vec<UniqueVolumeName> = w
+            .dsw
+            .volumes()
+            .filter(|(_, v)| attachable(Some(&v.spec), v.plugin))
+            .map(|(n, _)| n.clone())
+            .chain(
+                w.asw
+                    .volumes()
+                    .filter(|(_, v)| attachable(v.spec.as_deref(), v.plugin))
+                    .map(|(n, _)| n.clone()),
+            )
+            .collect();
+        drop(w);
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// Where the runtime finds a volume: a hostPath's own path (nothing is
