@@ -20,6 +20,11 @@ pub struct ApiFlags {
     /// pod (its service account token and CA, as every in-cluster client).
     #[arg(long, conflicts_with = "kubeconfig")]
     in_cluster: bool,
+    /// How often the node's `status.volumesInUse`, its CSINode and the
+    /// node id annotation are checked and, when changed, written (the
+    /// kubelet's flag and default).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    node_status_update_frequency: String,
 }
 
 impl ApiFlags {
@@ -36,6 +41,16 @@ impl ApiFlags {
             (None, false) => return Ok(None),
             (Some(_), true) => bail!("--kubeconfig and --in-cluster exclude each other"),
         };
-        Ok(Some(ApiConfig { connection }))
+        let every = volumed::duration::parse_duration(
+            "--node-status-update-frequency",
+            &self.node_status_update_frequency,
+        )?;
+        if every.is_zero() {
+            bail!("--node-status-update-frequency must be more than zero");
+        }
+        Ok(Some(ApiConfig {
+            connection,
+            node_status_every: every,
+        }))
     }
 }

@@ -47,6 +47,9 @@ pub enum Connection {
 pub struct ApiConfig {
     /// how to connect
     pub connection: Connection,
+    /// how often the node's status and CSINode are checked
+    /// (`--node-status-update-frequency`)
+    pub node_status_every: std::time::Duration,
 }
 
 /// Why the API server could not be used.

@@ -11,8 +11,8 @@
 //!   `nodeinfomanager` keeps them on plugin registration;
 //! - pod events ([`events`](super::events) decides what to send).
 //!
-//! Each is checked every [`NODE_STATUS_PERIOD`] (the kubelet's
-//! `nodeStatusUpdateFrequency`) and written only when it changed since the
+//! Each is checked every `--node-status-update-frequency` (the kubelet's
+//! flag, default [`NODE_STATUS_PERIOD`]) and written only when it changed since the
 //! last successful write; a failed write is retried on the next tick.
 
 use std::collections::BTreeMap;
@@ -29,7 +29,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::events::{Decision, Recorder};
 use crate::health::{EventSink, RecentEvents, VolumeEvent};
 
-/// How often the node's status and CSINode are checked.
+/// How often the node's status and CSINode are checked by default.
 pub const NODE_STATUS_PERIOD: Duration = Duration::from_secs(10);
 
 /// The annotation the kubelet keeps on the Node: driver name → node id.

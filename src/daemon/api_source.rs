@@ -48,7 +48,7 @@ impl ApiStopper {
 }
 
 /// A client and the runtime it runs on, before any request.
-pub(super) struct Connected(tokio::runtime::Runtime, kube::Client);
+pub(super) struct Connected(tokio::runtime::Runtime, kube::Client, std::time::Duration);
 
 /// Builds the client: a kubeconfig that cannot be used is an error now, at
 /// startup, before anything on the host changes.
@@ -63,20 +63,21 @@ pub(super) fn connect(cfg: &ApiConfig) -> Result<Connected, DaemonError> {
     let client = rt
         .block_on(crate::apiserver::connect(cfg))
         .map_err(DaemonError::Api)?;
-    Ok(Connected(rt, client))
+    Ok(Connected(rt, client, cfg.node_status_every))
 }
 
 /// Watches on a thread of its own: changes are batched as they arrive
 /// (all that are ready at once), and each batch becomes the events of the
 /// pods it concerns.
 pub(super) fn spawn_api_source(
-    Connected(rt, client): Connected,
+    Connected(rt, client, period): Connected,
     node_name: &str,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
     gate: Arc<ReadyGate>,
 ) -> Result<(JoinHandle<()>, ApiStopper, Publisher), DaemonError> {
     let publisher = Publisher {
+        every: period,
         handle: rt.handle().clone(),
         client: client.clone(),
         node: node_name.to_owned(),
@@ -135,6 +136,7 @@ pub(super) fn spawn_api_source(
 /// Starts what volumed tells the API server (the node's status, CSINode,
 /// pod events) on the API source's thread, once the loop runs.
 pub(super) struct Publisher {
+    every: std::time::Duration,
     handle: tokio::runtime::Handle,
     client: kube::Client,
     node: String,
@@ -147,13 +149,13 @@ impl Publisher {
         events: tokio::sync::mpsc::UnboundedReceiver<crate::health::VolumeEvent>,
         stop: &ApiStopper,
     ) {
-        use crate::apiserver::publish::{NODE_STATUS_PERIOD, keep_node, send_events};
+        use crate::apiserver::publish::{keep_node, send_events};
         let (client, node) = (self.client, self.node);
         self.handle.spawn(keep_node(
             client.clone(),
             node.clone(),
             view,
-            NODE_STATUS_PERIOD,
+            self.every,
             stop.0.subscribe(),
         ));
         self.handle

@@ -78,6 +78,13 @@ impl Env {
 
     /// Starts `volumed run` and waits until it is ready.
     pub fn start(&mut self) -> Daemon {
+        let daemon = self.start_serving();
+        daemon.wait_until("/readyz is 200", || daemon.try_get("/readyz").0 == 200);
+        daemon
+    }
+
+    /// Starts `volumed run` and waits until it serves HTTP, ready or not.
+    pub fn start_serving(&mut self) -> Daemon {
         let daemon = self.spawn();
         let daemon_json = self.journal.join("daemon.json");
         let pid = daemon.child.borrow().id();
@@ -87,7 +94,6 @@ impl Env {
         let mut daemon = daemon;
         let info: Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
         daemon.addr = Some(info["listen"].as_str().unwrap().parse().unwrap());
-        daemon.wait_until("/readyz is 200", || daemon.try_get("/readyz").0 == 200);
         daemon
     }
 
