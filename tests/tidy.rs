@@ -143,6 +143,32 @@ fn mount_syscalls_and_raw_libc_stay_in_the_host_seam() {
 }
 
 #[test]
+fn api_server_requests_stay_in_the_apiserver_module() {
+    // ARCHITECTURE.md: every request to the API server is made in
+    // src/apiserver (kube's Api handles and watcher are built nowhere else)
+    let forbidden = [
+        "kube::Api",
+        "kube::api",
+        "kube::runtime",
+        "Api::<",
+        "watcher(",
+    ];
+    for p in files(&["src"]) {
+        if p.starts_with(root().join("src/apiserver")) {
+            continue;
+        }
+        let text = production_code(&p);
+        for word in forbidden {
+            assert!(
+                !text.contains(word),
+                "{} uses {word}: API requests belong in src/apiserver",
+                p.display()
+            );
+        }
+    }
+}
+
+#[test]
 fn no_test_is_ignored_or_expects_a_panic() {
     let ignore = ["#[", "ignore]"].concat();
     let should_panic = ["#[", "should_panic"].concat();

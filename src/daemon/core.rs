@@ -33,7 +33,9 @@ mod housekeeping;
 mod late;
 mod republish;
 
-pub use super::effects::{Completion, Effect, Event, HostWork, JournalWork, Observed, World};
+pub use super::effects::{
+    Completion, Effect, Event, HostWork, JournalWork, Observed, PodEvent, World,
+};
 pub use housekeeping::{FLUSH_WITHIN, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY};
 pub use late::{LATE_CHECK_EVERY, LATE_WINDOW_FLOOR};
 
@@ -338,12 +340,12 @@ impl Core {
             };
             for p in pods {
                 w.dsw.add_pod_error(&p, err.to_string());
-                out.push(Effect::PodEvent {
+                out.push(Effect::PodEvent(PodEvent {
                     names: w.pods.get(&p).map(|e| e.pod.clone()),
                     pod: p,
                     reason,
                     message: format!("volume {}: {err}", report.key.volume),
-                });
+                }));
             }
         }
         !ok

@@ -94,7 +94,7 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::Host(HostWork::Sweep { .. }) => "sweep".into(),
             Effect::Host(HostWork::Trim) => "trim".into(),
             Effect::Host(HostWork::CheckLate { paths }) => format!("check-late:{}", paths.len()),
-            Effect::PodEvent { pod, reason, .. } => format!("event:{reason}:{pod}"),
+            Effect::PodEvent(e) => format!("event:{}:{}", e.reason, e.pod),
         })
         .collect()
 }
@@ -760,15 +760,15 @@ fn a_failed_operation_is_an_event_on_its_pod_with_the_kubelets_reason() {
         );
         let events: Vec<&Effect> = fx
             .iter()
-            .filter(|e| matches!(e, Effect::PodEvent { .. }))
+            .filter(|e| matches!(e, Effect::PodEvent(_)))
             .collect();
         assert_eq!(events.len(), 1, "{op:?}: {:?}", names(&fx));
-        let Effect::PodEvent {
+        let Effect::PodEvent(PodEvent {
             pod: p,
             reason: r,
             message,
             ..
-        } = events[0]
+        }) = events[0]
         else {
             unreachable!()
         };

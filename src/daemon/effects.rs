@@ -149,16 +149,7 @@ pub enum Effect {
     Host(HostWork),
     /// an event on a pod, as the kubelet records one (`FailedMount`,
     /// `FailedUnMount`): to the event sink, stamped with the time there
-    PodEvent {
-        /// the pod
-        pod: PodUid,
-        /// its namespace and name, when a source lists it
-        names: Option<Arc<crate::health::PodRef>>,
-        /// the kubelet's reason
-        reason: &'static str,
-        /// what happened
-        message: String,
-    },
+    PodEvent(PodEvent),
 }
 
 /// What the driver read from shared counters before the step.
@@ -168,4 +159,32 @@ pub struct Observed {
     pub queued_jobs: usize,
     /// the journal's synced-through watermark
     pub synced_through: u64,
+}
+
+/// An event on a pod the core decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    /// the pod
+    pub pod: PodUid,
+    /// its namespace and name, when a source lists it
+    pub names: Option<Arc<crate::health::PodRef>>,
+    /// the kubelet's reason
+    pub reason: &'static str,
+    /// what happened
+    pub message: String,
+}
+
+impl PodEvent {
+    /// The event as the sink takes it (a Warning), at `now`.
+    pub fn stamped(self, now: std::time::SystemTime) -> crate::health::VolumeEvent {
+        crate::health::VolumeEvent {
+            kind: "Warning",
+            reason: self.reason,
+            message: self.message,
+            pod_uid: self.pod.as_str().to_owned(),
+            namespace: self.names.as_ref().map(|n| n.namespace.clone()),
+            pod: self.names.as_ref().map(|n| n.name.clone()),
+            time: crate::health::report::rfc3339(now),
+        }
+    }
 }

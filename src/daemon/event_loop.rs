@@ -303,20 +303,7 @@ impl Driver {
                 }
                 None => feedback.push(Event::Done(lane_gone_journal(work))),
             },
-            Effect::PodEvent {
-                pod,
-                names,
-                reason,
-                message,
-            } => self.sink.emit(crate::health::VolumeEvent {
-                kind: "Warning",
-                reason,
-                message,
-                pod_uid: pod.as_str().to_owned(),
-                namespace: names.as_ref().map(|n| n.namespace.clone()),
-                pod: names.as_ref().map(|n| n.name.clone()),
-                time: crate::health::report::rfc3339(std::time::SystemTime::now()),
-            }),
+            Effect::PodEvent(e) => self.sink.emit(e.stamped(std::time::SystemTime::now())),
             Effect::Host(work) => {
                 if let Err(mpsc::SendError(work)) = self.host_lane.send(work) {
                     feedback.push(Event::Done(match work {

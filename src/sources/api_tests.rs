@@ -1,3 +1,5 @@
+//! `ApiState`: which pods a watch's changes make wanted, and when.
+
 use super::*;
 use crate::host::sys::LinuxSys;
 use serde_json::json;
