@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Event, Node};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, PodVolumeHealth};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -41,6 +41,21 @@ pub struct NodeView {
     pub in_use: Box<dyn Fn() -> Vec<String> + Send + Sync>,
     /// the registered CSI drivers as (name, node id), sorted by name
     pub drivers: Box<dyn Fn() -> Vec<(String, String)> + Send + Sync>,
+    /// the API pods' volume health from the last health pass
+    pub volume_health: Box<dyn Fn() -> Vec<PodHealth> + Send + Sync>,
+}
+
+/// One pod's `status.volumeHealth`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodHealth {
+    /// `metadata.namespace`
+    pub namespace: String,
+    /// `metadata.name`
+    pub name: String,
+    /// `metadata.uid`
+    pub uid: String,
+    /// one entry per pod volume with a condition, by name
+    pub volumes: Vec<PodVolumeHealth>,
 }
 
 /// Keeps `volumesInUse`, the CSINode and the node id annotation in step
@@ -54,7 +69,10 @@ pub async fn keep_node(
 ) {
     let mut in_use_sent: Option<Vec<String>> = None;
     let mut drivers_sent: Option<Vec<(String, String)>> = None;
+    // per pod UID, the volumeHealth last written
+    let mut health_sent: BTreeMap<String, Vec<PodVolumeHealth>> = BTreeMap::new();
     loop {
+        publish_volume_health(&client, (view.volume_health)(), &mut health_sent).await;
         let in_use = (view.in_use)();
         if in_use_sent.as_ref() != Some(&in_use) {
             match patch_volumes_in_use(&client, &node, &in_use).await {
@@ -76,6 +94,37 @@ pub async fn keep_node(
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Writes each API pod's `status.volumeHealth` that changed (the 1.37
+/// field the kubelet fills from the driver's reports). A volume whose
+/// condition cleared is an entry without conditions, as in the kubelet.
+async fn publish_volume_health(
+    client: &Client,
+    now: Vec<PodHealth>,
+    sent: &mut BTreeMap<String, Vec<PodVolumeHealth>>,
+) {
+    let mut seen = std::collections::BTreeSet::new();
+    for h in now {
+        seen.insert(h.uid.clone());
+        if sent.get(&h.uid) == Some(&h.volumes) {
+            continue;
+        }
+        let patch = json!({ "status": { "volumeHealth": h.volumes } });
+        let api = Api::<Pod>::namespaced(client.clone(), &h.namespace);
+        match api
+            .patch_status(&h.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                sent.insert(h.uid, h.volumes);
+            }
+            Err(e) => tracing::warn!(pod = %h.name, namespace = %h.namespace, error = %e,
+                "patch pod status.volumeHealth"),
+        }
+    }
+    // a pod no longer reported: its pod is gone, or its volumes too
+    sent.retain(|uid, _| seen.contains(uid));
 }
 
 async fn patch_volumes_in_use(client: &Client, node: &str, in_use: &[String]) -> kube::Result<()> {

@@ -77,6 +77,7 @@ fn pod_entry(p: &crate::sources::DesiredPod) -> crate::health::PodEntry {
             name: p.name.clone(),
         }),
         claims: p.claims.clone(),
+        from_api: crate::sources::api::is_api_pod(p),
     }
 }
 

@@ -174,3 +174,42 @@ fn log_pod_errors(evs: &[SourceEvent]) {
         }
     }
 }
+
+/// What the publisher reads of the node: the attachable volumes in use
+/// (through the runtime API's handle), the registered drivers, and the
+/// API pods' volume health from the monitor's last pass.
+pub(super) fn node_view(
+    runtime: crate::runtime::VolumeManagerHandle,
+    world: Arc<std::sync::Mutex<super::event_loop::World>>,
+    drivers: Option<Arc<crate::csi::registry::Drivers>>,
+    monitor: Option<Arc<crate::health::Monitor>>,
+) -> crate::apiserver::publish::NodeView {
+    use crate::apiserver::publish::{NodeView, PodHealth};
+    NodeView {
+        in_use: Box::new(move || {
+            let names = runtime.attachable_in_use().into_iter();
+            names.map(|n| n.as_str().to_owned()).collect()
+        }),
+        drivers: Box::new(move || drivers.as_ref().map(|d| d.node_ids()).unwrap_or_default()),
+        volume_health: Box::new(move || {
+            let Some(m) = &monitor else {
+                return Vec::new();
+            };
+            let by_uid = m.read(crate::health::report::pod_volume_health);
+            let w = world.lock().unwrap_or_else(|p| p.into_inner());
+            by_uid
+                .into_iter()
+                .filter_map(|(uid, volumes)| {
+                    let pod = crate::model::PodUid::new(uid.as_str()).ok()?;
+                    let e = w.pods.get(&pod).filter(|e| e.from_api)?;
+                    Some(PodHealth {
+                        namespace: e.pod.namespace.clone(),
+                        name: e.pod.name.clone(),
+                        uid,
+                        volumes,
+                    })
+                })
+                .collect()
+        }),
+    }
+}

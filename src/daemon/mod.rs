@@ -285,24 +285,13 @@ impl Daemon {
             }
         };
         threads.push(sources);
-        let runtime = crate::runtime::VolumeManagerHandle::new(world.clone(), changes.clone());
-        let api = api.map(|(t, stop, publisher)| {
-            threads.push(t);
-            let drivers = cfg.csi.as_ref().map(|c| c.drivers.clone());
-            let view = crate::apiserver::publish::NodeView {
-                in_use: Box::new(move || {
-                    let names = runtime.attachable_in_use().into_iter();
-                    names.map(|n| n.as_str().to_owned()).collect()
-                }),
-                drivers: Box::new(move || {
-                    drivers.as_ref().map(|d| d.node_ids()).unwrap_or_default()
-                }),
-            };
-            if let Some(rx) = api_events {
-                publisher.start(view, rx, &stop);
+        let (api, publisher) = match api {
+            Some((t, stop, publisher)) => {
+                threads.push(t);
+                (Some(stop), Some(publisher))
             }
-            stop
-        });
+            None => (None, None),
+        };
         threads.push(spawn_leftovers(
             Leftovers {
                 layout: cfg.layout.clone(),
@@ -347,6 +336,15 @@ impl Daemon {
             )),
             None => None,
         };
+        if let (Some(publisher), Some(stop), Some(rx)) = (publisher, &api, api_events) {
+            let view = api_source::node_view(
+                crate::runtime::VolumeManagerHandle::new(world.clone(), changes.clone()),
+                world.clone(),
+                cfg.csi.as_ref().map(|c| c.drivers.clone()),
+                monitor.clone(),
+            );
+            publisher.start(view, rx, stop);
+        }
         Ok(Daemon {
             world,
             changes,

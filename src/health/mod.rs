@@ -167,6 +167,8 @@ pub struct PodEntry {
     pub pod: Arc<PodRef>,
     /// pod volume name → claim name (in the pod's namespace)
     pub claims: std::collections::BTreeMap<String, String>,
+    /// the API server lists it (its status there is volumed's to report)
+    pub from_api: bool,
 }
 
 /// One mounted pod target of a volume to check.

@@ -42,6 +42,14 @@ use super::{SourceEvent, fingerprint};
 use crate::host::sys::Sys;
 use crate::model::PodUid;
 
+/// Where an API pod's "file" points: its object's path on the API server.
+const POD_PATH_PREFIX: &str = "/api/v1/namespaces/";
+
+/// Whether `pod` came from the API server (its `file` is its API path).
+pub fn is_api_pod(pod: &super::DesiredPod) -> bool {
+    pod.file.starts_with(POD_PATH_PREFIX)
+}
+
 /// The annotation the kubelet puts on the API copy of a static pod.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
@@ -83,7 +91,7 @@ impl Kind {
 
     fn api_path(self, namespace: &str, name: &str) -> PathBuf {
         let p = match self {
-            Kind::Pod => format!("/api/v1/namespaces/{namespace}/pods/{name}"),
+            Kind::Pod => format!("{POD_PATH_PREFIX}{namespace}/pods/{name}"),
             Kind::PersistentVolume => format!("/api/v1/persistentvolumes/{name}"),
             Kind::PersistentVolumeClaim => {
                 format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}")
