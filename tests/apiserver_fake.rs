@@ -15,7 +15,7 @@ use k8s_openapi::api::events::v1::Event as NewEvent;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::apiserver::FakeApiServer;
@@ -23,15 +23,22 @@ use support::apiserver::FakeApiServer;
 /// How long any single expected thing may take before the test fails.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A kube client configured from the kubeconfig the fake writes.
+/// A kube client configured from the kubeconfig the fake writes, with
+/// kube's default retries of 429/503/504.
 async fn client(server: &FakeApiServer) -> Client {
+    client_with(server, true).await
+}
+
+/// The same, choosing whether kube retries 429/503/504 itself.
+async fn client_with(server: &FakeApiServer, retry: bool) -> Client {
     let dir = tempfile::tempdir().expect("temp dir for the kubeconfig");
     let path = dir.path().join("kubeconfig");
     server.write_kubeconfig(&path);
     let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("read the written kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await
         .expect("kube accepts the kubeconfig");
+    config.default_retry = retry;
     Client::try_from(config).expect("build a kube client")
 }
 
@@ -69,6 +76,22 @@ where
             }
             Ok(Event::InitDone) => return names,
             other => panic!("expected InitApply or InitDone, got {other:?}"),
+        }
+    }
+}
+
+/// Polls the watcher (which opens its watch only when polled after
+/// InitDone) until the fake has `n` open watches; any event meanwhile fails.
+async fn until_watching<S, T>(stream: &mut S, server: &FakeApiServer, n: usize)
+where
+    S: Stream<Item = Result<Event<T>, watcher::Error>> + Unpin,
+    T: std::fmt::Debug,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.open_watches() < n {
+        assert!(tokio::time::Instant::now() < deadline, "no watch opened in time");
+        if let Ok(item) = tokio::time::timeout(Duration::from_millis(10), stream.next()).await {
+            panic!("unexpected event while waiting for the watch: {item:?}");
         }
     }
 }
@@ -120,4 +143,322 @@ async fn field_selected_watcher_sees_only_its_nodes_pods() {
     assert!(watch.param("resourceVersion").is_some(), "the watch resumes from the list");
 }
 
-use kube::runtime::watcher::watcher;
+#[tokio::test]
+async fn a_list_of_1100_pods_comes_back_whole_through_pagination() {
+    let server = FakeApiServer::start();
+    for i in 0..1100 {
+        server.put(pod(&format!("p{i:04}"), "node-a"));
+    }
+    let api: Api<Pod> = Api::all(client(&server).await);
+
+    let first = api.list(&ListParams::default().limit(500)).await.expect("first page");
+    assert_eq!(first.items.len(), 500);
+    assert!(first.metadata.continue_.is_some(), "a first page has a continue token");
+    assert_eq!(first.metadata.remaining_item_count, Some(600));
+
+    server.clear_requests();
+    let mut events = watcher(api, watcher::Config::default()).boxed();
+    let seen = initial(&mut events).await;
+    let want: BTreeSet<String> = (0..1100).map(|i| format!("p{i:04}")).collect();
+    assert_eq!(seen, want);
+
+    let lists: Vec<_> = server.requests().into_iter().filter(|r| r.is_list()).collect();
+    assert_eq!(lists.len(), 3, "500 + 500 + 100: {lists:?}");
+    assert!(lists.iter().all(|r| r.param("limit").as_deref() == Some("500")));
+    assert!(lists[0].param("continue").is_none());
+    assert!(lists[1].param("continue").is_some() && lists[2].param("continue").is_some());
+    assert!(lists.iter().all(|r| r.status == 200));
+}
+
+#[tokio::test]
+async fn compaction_and_a_cut_watch_make_the_watcher_relist() {
+    let server = FakeApiServer::start();
+    // No bookmarks while the test holds the stream: the watcher's
+    // resourceVersion stays at its list's.
+    server.set_bookmark_interval(Duration::from_secs(3600));
+    for (n, node) in [("a1", "node-a"), ("a2", "node-a"), ("b1", "node-b")] {
+        server.put(pod(n, node));
+    }
+    let api: Api<Pod> = Api::all(client(&server).await);
+    let mut events = watcher(api, watcher::Config::default().fields("spec.nodeName=node-a")).boxed();
+    assert_eq!(initial(&mut events).await, names(&["a1", "a2"]));
+    until_watching(&mut events, &server, 1).await;
+
+    // The stream is not polled, so the watcher cannot reconnect until the
+    // changes and the compaction are done.
+    server.cut_watches();
+    assert_eq!(server.open_watches(), 0);
+    server.put(pod("a3", "node-a"));
+    assert!(server.delete("v1", "Pod", Some("default"), "a1"));
+    server.put(pod("b2", "node-b"));
+    server.compact();
+    server.clear_requests();
+
+    match next(&mut events).await {
+        Err(watcher::Error::WatchError(status)) => {
+            assert_eq!(status.code, 410);
+            assert_eq!(status.reason, "Expired");
+        }
+        other => panic!("expected the 410 watch error, got {other:?}"),
+    }
+    assert_eq!(initial(&mut events).await, names(&["a2", "a3"]));
+
+    let reqs = server.requests();
+    let watch = reqs.iter().position(|r| r.is_watch()).expect("a rewatch");
+    let list = reqs.iter().position(|r| r.is_list()).expect("a relist");
+    assert!(watch < list, "the relist follows the expired watch: {reqs:?}");
+    assert_eq!(reqs[list].status, 200);
+}
+
+#[tokio::test]
+async fn while_down_kube_retries_the_503s_and_the_watcher_recovers() {
+    let server = FakeApiServer::start();
+    server.put(pod("a1", "node-a"));
+    let api: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    assert_eq!(initial(&mut events).await, names(&["a1"]));
+    until_watching(&mut events, &server, 1).await;
+
+    server.clear_requests();
+    server.set_down(true);
+    server.put(pod("a2", "node-a"));
+    // kube's client retries a 503 itself (up to 15 times, backing off from
+    // 5 ms), so the watcher sees no error: wait for a few retried rewatches.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.requests().iter().filter(|r| r.is_watch() && r.status == 503).count() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "no retried rewatch: {:?}", server.requests());
+        if let Ok(item) = tokio::time::timeout(Duration::from_millis(10), events.next()).await {
+            panic!("the retries should hide the outage, got {item:?}");
+        }
+    }
+    server.set_down(false);
+    assert_eq!(applied(next(&mut events).await), "a2");
+    assert_eq!(server.requests().last().map(|r| (r.is_watch(), r.status)), Some((true, 200)));
+}
+
+#[tokio::test]
+async fn without_client_retries_503s_reach_the_watcher_and_its_backoff_recovers() {
+    let server = FakeApiServer::start();
+    server.put(pod("a1", "node-a"));
+    let api: Api<Pod> = Api::namespaced(client_with(&server, false).await, "default");
+    let mut events = watcher(api.clone(), watcher::Config::default()).default_backoff().boxed();
+    assert_eq!(initial(&mut events).await, names(&["a1"]));
+    until_watching(&mut events, &server, 1).await;
+
+    server.set_down(true);
+    match api.get("a1").await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (503, "ServiceUnavailable")),
+        other => panic!("expected a 503, got {other:?}"),
+    }
+    // The watch was ended; the rewatch fails with 503.
+    match next(&mut events).await {
+        Err(watcher::Error::WatchStartFailed(kube::Error::Api(s))) => assert_eq!(s.code, 503),
+        other => panic!("expected a failed rewatch, got {other:?}"),
+    }
+    server.put(pod("a2", "node-a"));
+    server.set_down(false);
+    // More 503s while the backoff runs are expected; then a2 arrives.
+    let name = loop {
+        match next(&mut events).await {
+            Err(watcher::Error::WatchStartFailed(kube::Error::Api(s))) if s.code == 503 => {}
+            other => break applied(other),
+        }
+    };
+    assert_eq!(name, "a2");
+}
+
+#[tokio::test]
+async fn the_watcher_reconnects_after_a_restart_on_the_same_port() {
+    let server = FakeApiServer::start();
+    let url = server.url();
+    server.put(pod("a1", "node-a"));
+    let api: Api<Pod> = Api::all(client(&server).await);
+    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    assert_eq!(initial(&mut events).await, names(&["a1"]));
+    until_watching(&mut events, &server, 1).await;
+
+    server.stop();
+    let addr = url.trim_start_matches("http://");
+    let refused = std::net::TcpStream::connect(addr).expect_err("a stopped server refuses connections");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    server.put(pod("a2", "node-a"));
+    server.restart();
+    assert_eq!(server.url(), url);
+
+    // Connection errors while it was down are expected; then a2 arrives.
+    let name = loop {
+        match next(&mut events).await {
+            Err(watcher::Error::WatchStartFailed(_) | watcher::Error::WatchFailed(_)) => {}
+            other => break applied(other),
+        }
+    };
+    assert_eq!(name, "a2");
+}
+
+fn node() -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": "node-a", "labels": {"zone": "z1"}},
+           "spec": {},
+           "status": {"volumesInUse": ["kubernetes.io/csi/d^v1"],
+                      "capacity": {"cpu": "4"},
+                      "conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+#[tokio::test]
+async fn a_merge_patch_of_node_status_changes_only_status() {
+    let server = FakeApiServer::start();
+    let before = server.put(node());
+    let api: Api<Node> = Api::all(client(&server).await);
+
+    let patch = json!({"status": {"volumesInUse": ["kubernetes.io/csi/d^v2", "kubernetes.io/csi/d^v3"]},
+                       "metadata": {"labels": {"zone": "changed", "new": "label"}}});
+    let after = api
+        .patch_status("node-a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch node status");
+    let status = after.status.expect("status");
+    assert_eq!(status.volumes_in_use, Some(vec!["kubernetes.io/csi/d^v2".into(), "kubernetes.io/csi/d^v3".into()]));
+    assert!(status.capacity.is_some_and(|c| c["cpu"].0 == "4"), "other status fields stay");
+    assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+    assert_eq!(after.metadata.labels.as_ref().map(|l| l.len()), Some(1), "a status patch cannot change labels");
+    assert_eq!(after.metadata.labels.as_ref().and_then(|l| l.get("zone")).map(String::as_str), Some("z1"));
+    assert_ne!(after.metadata.resource_version, before["metadata"]["resourceVersion"].as_str().map(str::to_owned));
+
+    // Strategic merge replaces the plain string list the same way.
+    let strategic = json!({"status": {"volumesInUse": []}});
+    let after = api
+        .patch_status("node-a", &PatchParams::default(), &Patch::Strategic(&strategic))
+        .await
+        .expect("strategic patch of node status");
+    assert_eq!(after.status.and_then(|s| s.volumes_in_use), Some(vec![]));
+
+    // A patch of the object changes labels but not status.
+    let object_patch = json!({"metadata": {"labels": {"zone": "z2"}}, "status": {"volumesInUse": ["x"]}});
+    let after = api
+        .patch("node-a", &PatchParams::default(), &Patch::Merge(&object_patch))
+        .await
+        .expect("patch node");
+    assert_eq!(after.labels().get("zone").map(String::as_str), Some("z2"));
+    assert_eq!(after.status.and_then(|s| s.volumes_in_use), Some(vec![]));
+
+    let patches: Vec<_> = server.requests().into_iter().filter(|r| r.method == "PATCH").collect();
+    assert_eq!(patches[0].path, "/api/v1/nodes/node-a/status");
+    assert_eq!(patches[0].content_type, "application/merge-patch+json");
+    assert_eq!(patches[1].content_type, "application/strategic-merge-patch+json");
+    assert_eq!(patches[2].path, "/api/v1/nodes/node-a");
+}
+
+fn csinode(rv: Option<&str>) -> CSINode {
+    let mut v = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                       "metadata": {"name": "node-a"},
+                       "spec": {"drivers": [{"name": "d.example.com", "nodeID": "node-a"}]}});
+    if let Some(rv) = rv {
+        v["metadata"]["resourceVersion"] = json!(rv);
+    }
+    serde_json::from_value(v).expect("a CSINode")
+}
+
+fn api_status(r: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String) {
+    match r {
+        Err(kube::Error::Api(s)) => (s.code, s.reason),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn csinode_create_replace_conflict_not_found_and_event_create() {
+    let server = FakeApiServer::start();
+    let client = client(&server).await;
+    let api: Api<CSINode> = Api::all(client.clone());
+    let pp = PostParams::default();
+
+    assert_eq!(api_status(api.get("node-a").await), (404, "NotFound".into()));
+    let created = api.create(&pp, &csinode(None)).await.expect("create the CSINode");
+    let rv = created.metadata.resource_version.clone().expect("a resourceVersion");
+    assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
+    assert_eq!(api_status(api.create(&pp, &csinode(None)).await), (409, "AlreadyExists".into()));
+
+    let mut changed = csinode(Some(&rv));
+    changed.spec.drivers[0].node_id = "node-a-2".into();
+    let replaced = api.replace("node-a", &pp, &changed).await.expect("replace with the current rv");
+    assert_eq!(replaced.spec.drivers[0].node_id, "node-a-2");
+    assert_eq!(replaced.metadata.uid, created.metadata.uid);
+    assert_eq!(api_status(api.replace("node-a", &pp, &changed).await), (409, "Conflict".into()));
+    assert_eq!(api_status(api.replace("node-b", &pp, &csinode(None)).await), (400, "BadRequest".into()));
+    api.delete("node-a", &Default::default()).await.expect("delete the CSINode");
+    assert_eq!(api_status(api.delete("node-a", &Default::default()).await), (404, "NotFound".into()));
+
+    // core/v1 events: created with POST, aggregated with a count patch.
+    let events: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let ev: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "pod-a.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "pod-a", "namespace": "default"},
+        "reason": "FailedMount", "message": "boom", "type": "Warning", "count": 1}))
+    .expect("an event");
+    events.create(&pp, &ev).await.expect("create the event");
+    let patched = events
+        .patch("pod-a.1", &PatchParams::default(), &Patch::Merge(json!({"count": 2})))
+        .await
+        .expect("aggregate the event");
+    assert_eq!(patched.count, Some(2));
+    let listed = events
+        .list(&ListParams::default().fields("involvedObject.name=pod-a,reason=FailedMount"))
+        .await
+        .expect("list events by involved object");
+    assert_eq!(listed.items.len(), 1);
+
+    // events.k8s.io/v1
+    let new_events: Api<NewEvent> = Api::namespaced(client, "default");
+    let ev: NewEvent = serde_json::from_value(json!({
+        "metadata": {"generateName": "pod-a.", "namespace": "default"},
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "volumed",
+        "reportingInstance": "node-a", "action": "Mount", "reason": "FailedMount", "type": "Warning",
+        "regarding": {"kind": "Pod", "name": "pod-a", "namespace": "default"}}))
+    .expect("an events.k8s.io event");
+    let created = new_events.create(&pp, &ev).await.expect("create the new-style event");
+    assert!(created.name_any().starts_with("pod-a."));
+    assert_eq!(server.list("events.k8s.io/v1", "Event").len(), 1);
+}
+
+#[tokio::test]
+async fn selectors_are_checked_and_applied_as_a_real_server_does() {
+    let server = FakeApiServer::start();
+    server.put(pod("a1", "node-a"));
+    let mut other = pod("a2", "node-a");
+    other["metadata"]["labels"] = json!({"app": "db", "tier": "1"});
+    server.put(other);
+    let api: Api<Pod> = Api::all(client(&server).await);
+    let listed = |lp: ListParams| {
+        let api = api.clone();
+        async move {
+            let l = api.list(&lp).await.expect("list");
+            l.items.iter().map(ResourceExt::name_any).collect::<BTreeSet<_>>()
+        }
+    };
+    assert_eq!(listed(ListParams::default().labels("app=web")).await, names(&["a1"]));
+    assert_eq!(listed(ListParams::default().labels("app in (web,db),tier")).await, names(&["a2"]));
+    assert_eq!(listed(ListParams::default().labels("app!=web")).await, names(&["a2"]));
+    assert_eq!(listed(ListParams::default().fields("metadata.name!=a1")).await, names(&["a2"]));
+    assert_eq!(listed(ListParams::default().fields("spec.nodeName=node-b")).await, names(&[]));
+    assert_eq!(
+        api_status(api.list(&ListParams::default().fields("spec.volumes=x")).await),
+        (400, "BadRequest".into())
+    );
+}
+
+#[tokio::test]
+async fn a_streaming_list_watcher_gets_initial_events_and_their_end() {
+    let server = FakeApiServer::start();
+    server.put(pod("a1", "node-a"));
+    server.put(pod("b1", "node-b"));
+    let api: Api<Pod> = Api::all(client(&server).await);
+    let config = watcher::Config::default().fields("spec.nodeName=node-a").streaming_lists();
+    let mut events = watcher(api, config).boxed();
+    assert_eq!(initial(&mut events).await, names(&["a1"]));
+    server.put(pod("a2", "node-a"));
+    assert_eq!(applied(next(&mut events).await), "a2");
+    let reqs = server.requests();
+    assert!(reqs.iter().all(|r| !r.is_list()), "no list: {reqs:?}");
+    assert_eq!(reqs[0].param("sendInitialEvents").as_deref(), Some("true"));
+}
+
