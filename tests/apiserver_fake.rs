@@ -34,10 +34,14 @@ async fn client_with(server: &FakeApiServer, retry: bool) -> Client {
     let dir = tempfile::tempdir().expect("temp dir for the kubeconfig");
     let path = dir.path().join("kubeconfig");
     server.write_kubeconfig(&path);
-    let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("read the written kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("kube accepts the kubeconfig");
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(&path).expect("read the written kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("kube accepts the kubeconfig");
     config.default_retry = retry;
     Client::try_from(config).expect("build a kube client")
 }
@@ -89,7 +93,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + WAIT;
     while server.open_watches() < n {
-        assert!(tokio::time::Instant::now() < deadline, "no watch opened in time");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no watch opened in time"
+        );
         if let Ok(item) = tokio::time::timeout(Duration::from_millis(10), stream.next()).await {
             panic!("unexpected event while waiting for the watch: {item:?}");
         }
@@ -122,7 +129,11 @@ async fn field_selected_watcher_sees_only_its_nodes_pods() {
         server.put(pod(n, node));
     }
     let api: Api<Pod> = Api::all(client(&server).await);
-    let mut events = watcher(api, watcher::Config::default().fields("spec.nodeName=node-a")).boxed();
+    let mut events = watcher(
+        api,
+        watcher::Config::default().fields("spec.nodeName=node-a"),
+    )
+    .boxed();
     assert_eq!(initial(&mut events).await, names(&["a1", "a2"]));
 
     // Another node's pod first: if it leaked, it would come before a3.
@@ -137,10 +148,20 @@ async fn field_selected_watcher_sees_only_its_nodes_pods() {
     server.put(pod("b1", "node-a"));
     assert_eq!(applied(next(&mut events).await), "b1");
 
-    let watch = server.requests().into_iter().find(|r| r.is_watch()).expect("a watch request");
-    assert_eq!(watch.param("fieldSelector").as_deref(), Some("spec.nodeName=node-a"));
+    let watch = server
+        .requests()
+        .into_iter()
+        .find(|r| r.is_watch())
+        .expect("a watch request");
+    assert_eq!(
+        watch.param("fieldSelector").as_deref(),
+        Some("spec.nodeName=node-a")
+    );
     assert_eq!(watch.param("allowWatchBookmarks").as_deref(), Some("true"));
-    assert!(watch.param("resourceVersion").is_some(), "the watch resumes from the list");
+    assert!(
+        watch.param("resourceVersion").is_some(),
+        "the watch resumes from the list"
+    );
 }
 
 #[tokio::test]
@@ -151,9 +172,15 @@ async fn a_list_of_1100_pods_comes_back_whole_through_pagination() {
     }
     let api: Api<Pod> = Api::all(client(&server).await);
 
-    let first = api.list(&ListParams::default().limit(500)).await.expect("first page");
+    let first = api
+        .list(&ListParams::default().limit(500))
+        .await
+        .expect("first page");
     assert_eq!(first.items.len(), 500);
-    assert!(first.metadata.continue_.is_some(), "a first page has a continue token");
+    assert!(
+        first.metadata.continue_.is_some(),
+        "a first page has a continue token"
+    );
     assert_eq!(first.metadata.remaining_item_count, Some(600));
 
     server.clear_requests();
@@ -162,9 +189,17 @@ async fn a_list_of_1100_pods_comes_back_whole_through_pagination() {
     let want: BTreeSet<String> = (0..1100).map(|i| format!("p{i:04}")).collect();
     assert_eq!(seen, want);
 
-    let lists: Vec<_> = server.requests().into_iter().filter(|r| r.is_list()).collect();
+    let lists: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_list())
+        .collect();
     assert_eq!(lists.len(), 3, "500 + 500 + 100: {lists:?}");
-    assert!(lists.iter().all(|r| r.param("limit").as_deref() == Some("500")));
+    assert!(
+        lists
+            .iter()
+            .all(|r| r.param("limit").as_deref() == Some("500"))
+    );
     assert!(lists[0].param("continue").is_none());
     assert!(lists[1].param("continue").is_some() && lists[2].param("continue").is_some());
     assert!(lists.iter().all(|r| r.status == 200));
@@ -180,7 +215,11 @@ async fn compaction_and_a_cut_watch_make_the_watcher_relist() {
         server.put(pod(n, node));
     }
     let api: Api<Pod> = Api::all(client(&server).await);
-    let mut events = watcher(api, watcher::Config::default().fields("spec.nodeName=node-a")).boxed();
+    let mut events = watcher(
+        api,
+        watcher::Config::default().fields("spec.nodeName=node-a"),
+    )
+    .boxed();
     assert_eq!(initial(&mut events).await, names(&["a1", "a2"]));
     until_watching(&mut events, &server, 1).await;
 
@@ -206,7 +245,10 @@ async fn compaction_and_a_cut_watch_make_the_watcher_relist() {
     let reqs = server.requests();
     let watch = reqs.iter().position(|r| r.is_watch()).expect("a rewatch");
     let list = reqs.iter().position(|r| r.is_list()).expect("a relist");
-    assert!(watch < list, "the relist follows the expired watch: {reqs:?}");
+    assert!(
+        watch < list,
+        "the relist follows the expired watch: {reqs:?}"
+    );
     assert_eq!(reqs[list].status, 200);
 }
 
@@ -215,7 +257,9 @@ async fn while_down_kube_retries_the_503s_and_the_watcher_recovers() {
     let server = FakeApiServer::start();
     server.put(pod("a1", "node-a"));
     let api: Api<Pod> = Api::namespaced(client(&server).await, "default");
-    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     assert_eq!(initial(&mut events).await, names(&["a1"]));
     until_watching(&mut events, &server, 1).await;
 
@@ -225,15 +269,28 @@ async fn while_down_kube_retries_the_503s_and_the_watcher_recovers() {
     // kube's client retries a 503 itself (up to 15 times, backing off from
     // 5 ms), so the watcher sees no error: wait for a few retried rewatches.
     let deadline = tokio::time::Instant::now() + WAIT;
-    while server.requests().iter().filter(|r| r.is_watch() && r.status == 503).count() < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "no retried rewatch: {:?}", server.requests());
+    while server
+        .requests()
+        .iter()
+        .filter(|r| r.is_watch() && r.status == 503)
+        .count()
+        < 3
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no retried rewatch: {:?}",
+            server.requests()
+        );
         if let Ok(item) = tokio::time::timeout(Duration::from_millis(10), events.next()).await {
             panic!("the retries should hide the outage, got {item:?}");
         }
     }
     server.set_down(false);
     assert_eq!(applied(next(&mut events).await), "a2");
-    assert_eq!(server.requests().last().map(|r| (r.is_watch(), r.status)), Some((true, 200)));
+    assert_eq!(
+        server.requests().last().map(|r| (r.is_watch(), r.status)),
+        Some((true, 200))
+    );
 }
 
 #[tokio::test]
@@ -241,13 +298,17 @@ async fn without_client_retries_503s_reach_the_watcher_and_its_backoff_recovers(
     let server = FakeApiServer::start();
     server.put(pod("a1", "node-a"));
     let api: Api<Pod> = Api::namespaced(client_with(&server, false).await, "default");
-    let mut events = watcher(api.clone(), watcher::Config::default()).default_backoff().boxed();
+    let mut events = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
     assert_eq!(initial(&mut events).await, names(&["a1"]));
     until_watching(&mut events, &server, 1).await;
 
     server.set_down(true);
     match api.get("a1").await {
-        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (503, "ServiceUnavailable")),
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (503, "ServiceUnavailable"))
+        }
         other => panic!("expected a 503, got {other:?}"),
     }
     // The watch was ended; the rewatch fails with 503.
@@ -273,13 +334,16 @@ async fn the_watcher_reconnects_after_a_restart_on_the_same_port() {
     let url = server.url();
     server.put(pod("a1", "node-a"));
     let api: Api<Pod> = Api::all(client(&server).await);
-    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     assert_eq!(initial(&mut events).await, names(&["a1"]));
     until_watching(&mut events, &server, 1).await;
 
     server.stop();
     let addr = url.trim_start_matches("http://");
-    let refused = std::net::TcpStream::connect(addr).expect_err("a stopped server refuses connections");
+    let refused =
+        std::net::TcpStream::connect(addr).expect_err("a stopped server refuses connections");
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
     server.put(pod("a2", "node-a"));
     server.restart();
@@ -317,34 +381,76 @@ async fn a_merge_patch_of_node_status_changes_only_status() {
         .await
         .expect("patch node status");
     let status = after.status.expect("status");
-    assert_eq!(status.volumes_in_use, Some(vec!["kubernetes.io/csi/d^v2".into(), "kubernetes.io/csi/d^v3".into()]));
-    assert!(status.capacity.is_some_and(|c| c["cpu"].0 == "4"), "other status fields stay");
+    assert_eq!(
+        status.volumes_in_use,
+        Some(vec![
+            "kubernetes.io/csi/d^v2".into(),
+            "kubernetes.io/csi/d^v3".into()
+        ])
+    );
+    assert!(
+        status.capacity.is_some_and(|c| c["cpu"].0 == "4"),
+        "other status fields stay"
+    );
     assert_eq!(status.conditions.map(|c| c.len()), Some(1));
-    assert_eq!(after.metadata.labels.as_ref().map(|l| l.len()), Some(1), "a status patch cannot change labels");
-    assert_eq!(after.metadata.labels.as_ref().and_then(|l| l.get("zone")).map(String::as_str), Some("z1"));
-    assert_ne!(after.metadata.resource_version, before["metadata"]["resourceVersion"].as_str().map(str::to_owned));
+    assert_eq!(
+        after.metadata.labels.as_ref().map(|l| l.len()),
+        Some(1),
+        "a status patch cannot change labels"
+    );
+    assert_eq!(
+        after
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("zone"))
+            .map(String::as_str),
+        Some("z1")
+    );
+    assert_ne!(
+        after.metadata.resource_version,
+        before["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned)
+    );
 
     // Strategic merge replaces the plain string list the same way.
     let strategic = json!({"status": {"volumesInUse": []}});
     let after = api
-        .patch_status("node-a", &PatchParams::default(), &Patch::Strategic(&strategic))
+        .patch_status(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Strategic(&strategic),
+        )
         .await
         .expect("strategic patch of node status");
     assert_eq!(after.status.and_then(|s| s.volumes_in_use), Some(vec![]));
 
     // A patch of the object changes labels but not status.
-    let object_patch = json!({"metadata": {"labels": {"zone": "z2"}}, "status": {"volumesInUse": ["x"]}});
+    let object_patch =
+        json!({"metadata": {"labels": {"zone": "z2"}}, "status": {"volumesInUse": ["x"]}});
     let after = api
-        .patch("node-a", &PatchParams::default(), &Patch::Merge(&object_patch))
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(&object_patch),
+        )
         .await
         .expect("patch node");
     assert_eq!(after.labels().get("zone").map(String::as_str), Some("z2"));
     assert_eq!(after.status.and_then(|s| s.volumes_in_use), Some(vec![]));
 
-    let patches: Vec<_> = server.requests().into_iter().filter(|r| r.method == "PATCH").collect();
+    let patches: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .collect();
     assert_eq!(patches[0].path, "/api/v1/nodes/node-a/status");
     assert_eq!(patches[0].content_type, "application/merge-patch+json");
-    assert_eq!(patches[1].content_type, "application/strategic-merge-patch+json");
+    assert_eq!(
+        patches[1].content_type,
+        "application/strategic-merge-patch+json"
+    );
     assert_eq!(patches[2].path, "/api/v1/nodes/node-a");
 }
 
@@ -372,21 +478,48 @@ async fn csinode_create_replace_conflict_not_found_and_event_create() {
     let api: Api<CSINode> = Api::all(client.clone());
     let pp = PostParams::default();
 
-    assert_eq!(api_status(api.get("node-a").await), (404, "NotFound".into()));
-    let created = api.create(&pp, &csinode(None)).await.expect("create the CSINode");
-    let rv = created.metadata.resource_version.clone().expect("a resourceVersion");
+    assert_eq!(
+        api_status(api.get("node-a").await),
+        (404, "NotFound".into())
+    );
+    let created = api
+        .create(&pp, &csinode(None))
+        .await
+        .expect("create the CSINode");
+    let rv = created
+        .metadata
+        .resource_version
+        .clone()
+        .expect("a resourceVersion");
     assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
-    assert_eq!(api_status(api.create(&pp, &csinode(None)).await), (409, "AlreadyExists".into()));
+    assert_eq!(
+        api_status(api.create(&pp, &csinode(None)).await),
+        (409, "AlreadyExists".into())
+    );
 
     let mut changed = csinode(Some(&rv));
     changed.spec.drivers[0].node_id = "node-a-2".into();
-    let replaced = api.replace("node-a", &pp, &changed).await.expect("replace with the current rv");
+    let replaced = api
+        .replace("node-a", &pp, &changed)
+        .await
+        .expect("replace with the current rv");
     assert_eq!(replaced.spec.drivers[0].node_id, "node-a-2");
     assert_eq!(replaced.metadata.uid, created.metadata.uid);
-    assert_eq!(api_status(api.replace("node-a", &pp, &changed).await), (409, "Conflict".into()));
-    assert_eq!(api_status(api.replace("node-b", &pp, &csinode(None)).await), (400, "BadRequest".into()));
-    api.delete("node-a", &Default::default()).await.expect("delete the CSINode");
-    assert_eq!(api_status(api.delete("node-a", &Default::default()).await), (404, "NotFound".into()));
+    assert_eq!(
+        api_status(api.replace("node-a", &pp, &changed).await),
+        (409, "Conflict".into())
+    );
+    assert_eq!(
+        api_status(api.replace("node-b", &pp, &csinode(None)).await),
+        (400, "BadRequest".into())
+    );
+    api.delete("node-a", &Default::default())
+        .await
+        .expect("delete the CSINode");
+    assert_eq!(
+        api_status(api.delete("node-a", &Default::default()).await),
+        (404, "NotFound".into())
+    );
 
     // core/v1 events: created with POST, aggregated with a count patch.
     let events: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
@@ -397,7 +530,11 @@ async fn csinode_create_replace_conflict_not_found_and_event_create() {
     .expect("an event");
     events.create(&pp, &ev).await.expect("create the event");
     let patched = events
-        .patch("pod-a.1", &PatchParams::default(), &Patch::Merge(json!({"count": 2})))
+        .patch(
+            "pod-a.1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"count": 2})),
+        )
         .await
         .expect("aggregate the event");
     assert_eq!(patched.count, Some(2));
@@ -415,7 +552,10 @@ async fn csinode_create_replace_conflict_not_found_and_event_create() {
         "reportingInstance": "node-a", "action": "Mount", "reason": "FailedMount", "type": "Warning",
         "regarding": {"kind": "Pod", "name": "pod-a", "namespace": "default"}}))
     .expect("an events.k8s.io event");
-    let created = new_events.create(&pp, &ev).await.expect("create the new-style event");
+    let created = new_events
+        .create(&pp, &ev)
+        .await
+        .expect("create the new-style event");
     assert!(created.name_any().starts_with("pod-a."));
     assert_eq!(server.list("events.k8s.io/v1", "Event").len(), 1);
 }
@@ -432,16 +572,37 @@ async fn selectors_are_checked_and_applied_as_a_real_server_does() {
         let api = api.clone();
         async move {
             let l = api.list(&lp).await.expect("list");
-            l.items.iter().map(ResourceExt::name_any).collect::<BTreeSet<_>>()
+            l.items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect::<BTreeSet<_>>()
         }
     };
-    assert_eq!(listed(ListParams::default().labels("app=web")).await, names(&["a1"]));
-    assert_eq!(listed(ListParams::default().labels("app in (web,db),tier")).await, names(&["a2"]));
-    assert_eq!(listed(ListParams::default().labels("app!=web")).await, names(&["a2"]));
-    assert_eq!(listed(ListParams::default().fields("metadata.name!=a1")).await, names(&["a2"]));
-    assert_eq!(listed(ListParams::default().fields("spec.nodeName=node-b")).await, names(&[]));
     assert_eq!(
-        api_status(api.list(&ListParams::default().fields("spec.volumes=x")).await),
+        listed(ListParams::default().labels("app=web")).await,
+        names(&["a1"])
+    );
+    assert_eq!(
+        listed(ListParams::default().labels("app in (web,db),tier")).await,
+        names(&["a2"])
+    );
+    assert_eq!(
+        listed(ListParams::default().labels("app!=web")).await,
+        names(&["a2"])
+    );
+    assert_eq!(
+        listed(ListParams::default().fields("metadata.name!=a1")).await,
+        names(&["a2"])
+    );
+    assert_eq!(
+        listed(ListParams::default().fields("spec.nodeName=node-b")).await,
+        names(&[])
+    );
+    assert_eq!(
+        api_status(
+            api.list(&ListParams::default().fields("spec.volumes=x"))
+                .await
+        ),
         (400, "BadRequest".into())
     );
 }
@@ -452,7 +613,9 @@ async fn a_streaming_list_watcher_gets_initial_events_and_their_end() {
     server.put(pod("a1", "node-a"));
     server.put(pod("b1", "node-b"));
     let api: Api<Pod> = Api::all(client(&server).await);
-    let config = watcher::Config::default().fields("spec.nodeName=node-a").streaming_lists();
+    let config = watcher::Config::default()
+        .fields("spec.nodeName=node-a")
+        .streaming_lists();
     let mut events = watcher(api, config).boxed();
     assert_eq!(initial(&mut events).await, names(&["a1"]));
     server.put(pod("a2", "node-a"));
@@ -461,4 +624,3 @@ async fn a_streaming_list_watcher_gets_initial_events_and_their_end() {
     assert!(reqs.iter().all(|r| !r.is_list()), "no list: {reqs:?}");
     assert_eq!(reqs[0].param("sendInitialEvents").as_deref(), Some("true"));
 }
-

@@ -43,7 +43,10 @@ impl hyper::body::Body for Body {
     type Data = Bytes;
     type Error = io::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         match self.get_mut() {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Body::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data))),
@@ -65,33 +68,64 @@ impl hyper::body::Body for Body {
 
 fn json_response(code: u16, body: &Value) -> Response<Body> {
     let mut resp = Response::new(Body::Full(Some(Bytes::from(body.to_string()))));
-    *resp.status_mut() = hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut()
-        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    *resp.status_mut() =
+        hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
 /// Serves one request.
-pub async fn handle(shared: Shared, addr: String, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub async fn handle(
+    shared: Shared,
+    addr: String,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
-    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let header = |name: hyper::header::HeaderName| {
-        parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
     };
     let content_type = header(hyper::header::CONTENT_TYPE);
     let auth = header(hyper::header::AUTHORIZATION);
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or_default().to_owned();
-    let q: HashMap<String, String> = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    let q: HashMap<String, String> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
     let method = parts.method.as_str().to_owned();
 
     let mut st = lock(&shared);
     let reply = if auth != format!("Bearer {}", st.token) {
         Err(status(401, "Unauthorized", "Unauthorized"))
     } else if st.down {
-        Err(status(503, "ServiceUnavailable", "the fake API server is down"))
+        Err(status(
+            503,
+            "ServiceUnavailable",
+            "the fake API server is down",
+        ))
     } else {
-        dispatch(&mut st, &shared, &addr, &method, &path, &q, &content_type, &body)
+        dispatch(
+            &mut st,
+            &shared,
+            &addr,
+            &method,
+            &path,
+            &q,
+            &content_type,
+            &body,
+        )
     };
     let (code, resp) = match reply {
         Ok(stream) => (200, stream),
@@ -121,13 +155,29 @@ fn dispatch(
     content_type: &str,
     body: &[u8],
 ) -> Result<Response<Body>, Reply> {
-    let not_found = || status(404, "NotFound", "the server could not find the requested resource");
+    let not_found = || {
+        status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    };
     let (res, namespace, name, sub) = match (method, route(path)) {
         ("GET", Route::Version) => return Err((200, version())),
         ("GET", Route::CoreVersions) => return Err((200, core_versions(addr))),
         ("GET", Route::Groups) => return Err((200, groups())),
-        ("GET", Route::ResourceList { group, version }) => return Err((200, resource_list(&group, &version))),
-        (_, Route::Object { res, namespace, name, sub }) => (res, namespace, name, sub),
+        ("GET", Route::ResourceList { group, version }) => {
+            return Err((200, resource_list(&group, &version)));
+        }
+        (
+            _,
+            Route::Object {
+                res,
+                namespace,
+                name,
+                sub,
+            },
+        ) => (res, namespace, name, sub),
         _ => return Err(not_found()),
     };
     let to_status = match sub.as_deref() {
@@ -144,9 +194,15 @@ fn dispatch(
         ("POST", None) => objects::create(st, res, ns, body),
         ("GET", Some(n)) => objects::get(st, &key(res, ns, &n)),
         ("PUT", Some(n)) => objects::replace(st, key(res, ns, &n), to_status, body),
-        ("PATCH", Some(n)) => objects::patch(st, key(res, ns, &n), to_status, content_type, q, body),
+        ("PATCH", Some(n)) => {
+            objects::patch(st, key(res, ns, &n), to_status, content_type, q, body)
+        }
         ("DELETE", Some(n)) if !to_status => objects::delete(st, key(res, ns, &n), body),
-        (m, _) => status(405, "MethodNotAllowed", format!("{m} is not supported on {path} by the fake")),
+        (m, _) => status(
+            405,
+            "MethodNotAllowed",
+            format!("{m} is not supported on {path} by the fake"),
+        ),
     })
 }
 
@@ -160,44 +216,87 @@ fn watch(
     q: &HashMap<String, String>,
 ) -> Result<Response<Body>, Reply> {
     let r = &RESOURCES[res];
-    let filter = Filter::parse(r, namespace, q.get("fieldSelector").map(String::as_str), q.get("labelSelector").map(String::as_str))
-        .map_err(|m| status(400, "BadRequest", m))?;
+    let filter = Filter::parse(
+        r,
+        namespace,
+        q.get("fieldSelector").map(String::as_str),
+        q.get("labelSelector").map(String::as_str),
+    )
+    .map_err(|m| status(400, "BadRequest", m))?;
     let flag = |k: &str| q.get(k).map(|v| v == "true" || v == "1");
     let bookmarks = flag("allowWatchBookmarks").unwrap_or(false);
     let initial = flag("sendInitialEvents");
-    let rv_match = q.get("resourceVersionMatch").map(String::as_str).unwrap_or_default();
-    let rv_text = q.get("resourceVersion").map(String::as_str).unwrap_or_default();
+    let rv_match = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .unwrap_or_default();
+    let rv_text = q
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or_default();
     let rv = parse_rv(rv_text)?;
     if initial.is_some() && rv_match != "NotOlderThan" {
-        return Err(status(400, "BadRequest", "sendInitialEvents requires resourceVersionMatch=NotOlderThan"));
+        return Err(status(
+            400,
+            "BadRequest",
+            "sendInitialEvents requires resourceVersionMatch=NotOlderThan",
+        ));
     }
     if initial.is_none() && !rv_match.is_empty() {
-        return Err(status(400, "BadRequest", "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+        return Err(status(
+            400,
+            "BadRequest",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
     }
     if initial == Some(true) && !bookmarks {
-        return Err(status(400, "BadRequest", "sendInitialEvents requires allowWatchBookmarks=true"));
+        return Err(status(
+            400,
+            "BadRequest",
+            "sendInitialEvents requires allowWatchBookmarks=true",
+        ));
     }
     let timeout = match q.get("timeoutSeconds").map(|t| t.parse::<u64>()) {
         None => Duration::from_secs(1800),
         Some(Ok(t)) => Duration::from_secs(t),
-        Some(Err(_)) => return Err(status(400, "BadRequest", "timeoutSeconds must be an integer")),
+        Some(Err(_)) => {
+            return Err(status(
+                400,
+                "BadRequest",
+                "timeoutSeconds must be an integer",
+            ));
+        }
     };
     let from = match (initial, rv) {
         (Some(true), _) => WatchFrom::Initial { end_bookmark: true },
         (Some(false), None | Some(0)) => WatchFrom::After(st.rv),
-        (None, None | Some(0)) => WatchFrom::Initial { end_bookmark: false },
+        (None, None | Some(0)) => WatchFrom::Initial {
+            end_bookmark: false,
+        },
         (_, Some(n)) => WatchFrom::After(n),
     };
     let (body_tx, body_rx) = mpsc::unbounded_channel();
     match st.watch(res, filter, from) {
         Ok((id, rx)) => {
             let every = st.bookmark_every;
-            tokio::spawn(run_watch(shared.clone(), id, res, rx, body_tx, timeout, bookmarks.then_some(every)));
+            tokio::spawn(run_watch(
+                shared.clone(),
+                id,
+                res,
+                rx,
+                body_tx,
+                timeout,
+                bookmarks.then_some(every),
+            ));
         }
         Err(()) => {
             // A real server answers 200 and a single ERROR event; kube's
             // watcher relists on its code 410.
-            let (_, mut expired) = status(410, "Expired", format!("too old resource version: {rv_text} ({})", st.compacted));
+            let (_, mut expired) = status(
+                410,
+                "Expired",
+                format!("too old resource version: {rv_text} ({})", st.compacted),
+            );
             if let Some(m) = expired.as_object_mut() {
                 m.remove("metadata");
             }
@@ -205,8 +304,10 @@ fn watch(
         }
     }
     let mut resp = Response::new(Body::Stream(body_rx));
-    resp.headers_mut()
-        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     Ok(resp)
 }
 
@@ -274,7 +375,11 @@ fn core_versions(addr: &str) -> Value {
 }
 
 fn groups() -> Value {
-    let mut names: Vec<&str> = RESOURCES.iter().map(|r| r.group).filter(|g| !g.is_empty()).collect();
+    let mut names: Vec<&str> = RESOURCES
+        .iter()
+        .map(|r| r.group)
+        .filter(|g| !g.is_empty())
+        .collect();
     names.dedup();
     let groups: Vec<Value> = names
         .into_iter()
@@ -288,14 +393,23 @@ fn groups() -> Value {
 
 fn resource_list(group: &str, version: &str) -> Value {
     let mut resources = Vec::new();
-    for r in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
         resources.push(json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced,
             "kind": r.kind, "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}));
         if r.status {
-            resources.push(json!({"name": format!("{}/status", r.plural), "singularName": "",
-                "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+            resources.push(
+                json!({"name": format!("{}/status", r.plural), "singularName": "",
+                "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}),
+            );
         }
     }
-    let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    let gv = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
 }

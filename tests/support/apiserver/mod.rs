@@ -149,10 +149,12 @@ impl Recorded {
 
     /// Whether this is a list (a GET on a collection that is not a watch).
     pub fn is_list(&self) -> bool {
-        self.method == "GET" && !self.is_watch() && matches!(
-            resources::route(&self.path),
-            resources::Route::Object { name: None, .. }
-        )
+        self.method == "GET"
+            && !self.is_watch()
+            && matches!(
+                resources::route(&self.path),
+                resources::Route::Object { name: None, .. }
+            )
     }
 }
 
@@ -180,7 +182,9 @@ impl FakeApiServer {
             .build()
             .expect("build the fake API server's runtime");
         let listener = StdListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("local address of the fake API server");
+        let addr = listener
+            .local_addr()
+            .expect("local address of the fake API server");
         let token = format!("fake-token-{}", new_uid());
         let server = FakeApiServer {
             shared: Arc::new(Mutex::new(State::new(token))),
@@ -193,16 +197,30 @@ impl FakeApiServer {
     }
 
     fn serve(&self, listener: StdListener) {
-        listener.set_nonblocking(true).expect("set the listener non-blocking");
-        let rt = self.rt.as_ref().expect("the runtime lives as long as the server");
+        listener
+            .set_nonblocking(true)
+            .expect("set the listener non-blocking");
+        let rt = self
+            .rt
+            .as_ref()
+            .expect("the runtime lives as long as the server");
         let listener = {
             let _guard = rt.enter();
             TcpListener::from_std(listener).expect("register the listener with tokio")
         };
         let (stop, stop_rx) = oneshot::channel();
         let (stopped_tx, stopped) = std_mpsc::channel();
-        rt.spawn(accept_loop(listener, self.shared.clone(), self.url(), stop_rx, stopped_tx));
-        *self.serving.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Serving { stop, stopped });
+        rt.spawn(accept_loop(
+            listener,
+            self.shared.clone(),
+            self.url(),
+            stop_rx,
+            stopped_tx,
+        ));
+        *self
+            .serving
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Serving { stop, stopped });
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -226,7 +244,8 @@ impl FakeApiServer {
             url = self.url(),
             token = self.token(),
         );
-        std::fs::write(path, text).unwrap_or_else(|e| panic!("write kubeconfig {}: {e}", path.display()));
+        std::fs::write(path, text)
+            .unwrap_or_else(|e| panic!("write kubeconfig {}: {e}", path.display()));
     }
 
     /// Creates or replaces an object, found by its `apiVersion`, `kind`,
@@ -241,10 +260,21 @@ impl FakeApiServer {
         let res = resources::by_kind(&api_version, &kind)
             .unwrap_or_else(|| panic!("the fake API server does not serve {api_version} {kind}"));
         let r = &resources::RESOURCES[res];
-        assert!(obj["metadata"].is_object(), "put: metadata must be an object");
-        let name = obj["metadata"]["name"].as_str().filter(|n| !n.is_empty()).expect("put: metadata.name").to_owned();
+        assert!(
+            obj["metadata"].is_object(),
+            "put: metadata must be an object"
+        );
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .expect("put: metadata.name")
+            .to_owned();
         let namespace = if r.namespaced {
-            let ns = obj["metadata"]["namespace"].as_str().filter(|n| !n.is_empty()).unwrap_or("default").to_owned();
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default")
+                .to_owned();
             obj["metadata"]["namespace"] = json!(ns);
             Some(ns)
         } else {
@@ -255,7 +285,10 @@ impl FakeApiServer {
         };
         let k = objects::key(res, namespace.as_deref(), &name);
         let mut st = lock(&self.shared);
-        let old = st.get(&k).map(|o| o["metadata"].clone()).unwrap_or_default();
+        let old = st
+            .get(&k)
+            .map(|o| o["metadata"].clone())
+            .unwrap_or_default();
         for (field, fresh) in [("uid", new_uid()), ("creationTimestamp", now_rfc3339())] {
             if obj["metadata"][field].as_str().is_none_or(str::is_empty) {
                 obj["metadata"][field] = old.get(field).cloned().unwrap_or(json!(fresh));
@@ -265,7 +298,13 @@ impl FakeApiServer {
     }
 
     /// Deletes an object, emitting DELETED; false if there was none.
-    pub fn delete(&self, api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> bool {
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
         let Some(res) = resources::by_kind(api_version, kind) else {
             return false;
         };
@@ -279,14 +318,24 @@ impl FakeApiServer {
     }
 
     /// One stored object.
-    pub fn get(&self, api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
         let res = resources::by_kind(api_version, kind)?;
-        lock(&self.shared).get(&objects::key(res, namespace, name)).cloned()
+        lock(&self.shared)
+            .get(&objects::key(res, namespace, name))
+            .cloned()
     }
 
     /// Every stored object of a kind, in every namespace, in key order.
     pub fn list(&self, api_version: &str, kind: &str) -> Vec<Value> {
-        resources::by_kind(api_version, kind).map(|res| lock(&self.shared).all(res)).unwrap_or_default()
+        resources::by_kind(api_version, kind)
+            .map(|res| lock(&self.shared).all(res))
+            .unwrap_or_default()
     }
 
     /// The current (newest) resourceVersion.
@@ -322,7 +371,11 @@ impl FakeApiServer {
     /// Closes the listener and every open connection (watches break
     /// mid-stream); new connections are refused until [`restart`](Self::restart).
     pub fn stop(&self) {
-        let serving = self.serving.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let serving = self
+            .serving
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(s) = serving {
             let _ = s.stop.send(());
             // The accept loop acknowledges once the listener is closed and
@@ -381,7 +434,12 @@ impl FakeApiServer {
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
-        if let Some(s) = self.serving.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+        if let Some(s) = self
+            .serving
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
             let _ = s.stop.send(());
         }
         // Allowed inside another runtime, unlike dropping a Runtime there.

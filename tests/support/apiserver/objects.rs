@@ -35,23 +35,43 @@ fn about(code: u16, reason: &str, r: &Resource, name: &str, message: String) -> 
 
 fn not_found(r: &Resource, name: &str) -> Reply {
     let what = qualified(r);
-    about(404, "NotFound", r, name, format!("{what} \"{name}\" not found"))
+    about(
+        404,
+        "NotFound",
+        r,
+        name,
+        format!("{what} \"{name}\" not found"),
+    )
 }
 
 fn conflict(r: &Resource, name: &str) -> Reply {
     let what = qualified(r);
-    about(409, "Conflict", r, name, format!(
-        "Operation cannot be fulfilled on {what} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
-    ))
+    about(
+        409,
+        "Conflict",
+        r,
+        name,
+        format!(
+            "Operation cannot be fulfilled on {what} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+        ),
+    )
 }
 
 /// `pods`, or `csinodes.storage.k8s.io`, as messages name a resource.
 fn qualified(r: &Resource) -> String {
-    if r.group.is_empty() { r.plural.to_owned() } else { format!("{}.{}", r.plural, r.group) }
+    if r.group.is_empty() {
+        r.plural.to_owned()
+    } else {
+        format!("{}.{}", r.plural, r.group)
+    }
 }
 
 pub fn key(res: usize, namespace: Option<&str>, name: &str) -> Key {
-    (res, namespace.unwrap_or_default().to_owned(), name.to_owned())
+    (
+        res,
+        namespace.unwrap_or_default().to_owned(),
+        name.to_owned(),
+    )
 }
 
 pub fn get(st: &State, k: &Key) -> Reply {
@@ -62,14 +82,30 @@ pub fn get(st: &State, k: &Key) -> Reply {
 }
 
 /// `GET` on a collection without `watch`.
-pub fn list(st: &State, res: usize, namespace: Option<String>, q: &HashMap<String, String>) -> Reply {
+pub fn list(
+    st: &State,
+    res: usize,
+    namespace: Option<String>,
+    q: &HashMap<String, String>,
+) -> Reply {
     let r = &RESOURCES[res];
-    let filter = match Filter::parse(r, namespace, q.get("fieldSelector").map(String::as_str), q.get("labelSelector").map(String::as_str)) {
+    let filter = match Filter::parse(
+        r,
+        namespace,
+        q.get("fieldSelector").map(String::as_str),
+        q.get("labelSelector").map(String::as_str),
+    ) {
         Ok(f) => f,
         Err(m) => return status(400, "BadRequest", m),
     };
-    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or_default();
-    let rv_match = q.get("resourceVersionMatch").map(String::as_str).unwrap_or_default();
+    let rv = q
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or_default();
+    let rv_match = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .unwrap_or_default();
     let cont = q.get("continue").map(String::as_str).unwrap_or_default();
     if q.get("sendInitialEvents").is_some() {
         return status(400, "BadRequest", "sendInitialEvents is forbidden for list");
@@ -85,37 +121,89 @@ pub fn list(st: &State, res: usize, namespace: Option<String>, q: &HashMap<Strin
             Err(e) => return e,
         };
         let at = match (rv_match, n) {
-            ("", None) if !rv.is_empty() => return status(400, "BadRequest", "invalid resource version"),
-            (m, None) if !m.is_empty() => return status(400, "BadRequest", "resourceVersionMatch is forbidden unless resourceVersion is provided"),
-            ("Exact", Some(0)) => return status(400, "BadRequest", "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\""),
-            ("Exact", Some(n)) if n < st.compacted => return status(410, "Expired", "The resourceVersion for the provided list is too old."),
+            ("", None) if !rv.is_empty() => {
+                return status(400, "BadRequest", "invalid resource version");
+            }
+            (m, None) if !m.is_empty() => {
+                return status(
+                    400,
+                    "BadRequest",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                );
+            }
+            ("Exact", Some(0)) => {
+                return status(
+                    400,
+                    "BadRequest",
+                    "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+                );
+            }
+            ("Exact", Some(n)) if n < st.compacted => {
+                return status(
+                    410,
+                    "Expired",
+                    "The resourceVersion for the provided list is too old.",
+                );
+            }
             ("Exact" | "NotOlderThan" | "", Some(n)) if n > st.rv => {
-                return status(504, "Timeout", format!("Too large resource version: {n}, current: {}", st.rv));
+                return status(
+                    504,
+                    "Timeout",
+                    format!("Too large resource version: {n}, current: {}", st.rv),
+                );
             }
             ("Exact", Some(n)) => n,
             ("NotOlderThan" | "", _) => st.rv,
-            (m, _) => return status(400, "BadRequest", format!("unsupported resourceVersionMatch {m:?}")),
+            (m, _) => {
+                return status(
+                    400,
+                    "BadRequest",
+                    format!("unsupported resourceVersionMatch {m:?}"),
+                );
+            }
         };
         (at, None)
     } else {
         if !rv.is_empty() && rv != "0" {
-            return status(400, "BadRequest", "specifying resource version is not allowed when using continue");
+            return status(
+                400,
+                "BadRequest",
+                "specifying resource version is not allowed when using continue",
+            );
         }
         if !rv_match.is_empty() {
-            return status(400, "BadRequest", "resourceVersionMatch is forbidden when continue is provided");
+            return status(
+                400,
+                "BadRequest",
+                "resourceVersionMatch is forbidden when continue is provided",
+            );
         }
         match decode_continue(cont) {
             Some((at, ns, name)) if at >= st.compacted => (at, Some((ns, name))),
-            Some(_) => return status(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."),
+            Some(_) => {
+                return status(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                );
+            }
             None => return status(400, "BadRequest", "continue key is not valid"),
         }
     };
     let Ok(objs) = st.snapshot(res, Some(at)) else {
-        return status(410, "Expired", "The resourceVersion for the provided list is too old.");
+        return status(
+            410,
+            "Expired",
+            "The resourceVersion for the provided list is too old.",
+        );
     };
     let mut matching = objs
         .into_iter()
-        .filter(|(k, _)| start.as_ref().is_none_or(|(ns, name)| (&k.1, &k.2) > (ns, name)))
+        .filter(|(k, _)| {
+            start
+                .as_ref()
+                .is_none_or(|(ns, name)| (&k.1, &k.2) > (ns, name))
+        })
         .filter(|(_, o)| filter.matches(o));
     let take = if limit == 0 { usize::MAX } else { limit };
     let mut items = Vec::new();
@@ -134,7 +222,10 @@ pub fn list(st: &State, res: usize, namespace: Option<String>, q: &HashMap<Strin
             meta["remainingItemCount"] = json!(rest);
         }
     }
-    (200, json!({"kind": format!("{}List", r.kind), "apiVersion": r.api_version(), "metadata": meta, "items": items}))
+    (
+        200,
+        json!({"kind": format!("{}List", r.kind), "apiVersion": r.api_version(), "metadata": meta, "items": items}),
+    )
 }
 
 /// A resourceVersion parameter: `None` for empty, `Err` (400) when not a
@@ -143,21 +234,38 @@ pub fn parse_rv(rv: &str) -> Result<Option<u64>, Reply> {
     if rv.is_empty() {
         return Ok(None);
     }
-    rv.parse().map(Some).map_err(|_| status(400, "BadRequest", format!("invalid resource version {rv:?}")))
+    rv.parse().map(Some).map_err(|_| {
+        status(
+            400,
+            "BadRequest",
+            format!("invalid resource version {rv:?}"),
+        )
+    })
 }
 
 fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
-    format!("{rv}/{ns}/{name}").bytes().map(|b| format!("{b:02x}")).collect()
+    format!("{rv}/{ns}/{name}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn decode_continue(token: &str) -> Option<(u64, String, String)> {
     let bytes: Option<Vec<u8>> = (0..token.len())
         .step_by(2)
-        .map(|i| token.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .map(|i| {
+            token
+                .get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
         .collect();
     let text = String::from_utf8(bytes?).ok()?;
     let mut parts = text.splitn(3, '/');
-    Some((parts.next()?.parse().ok()?, parts.next()?.to_owned(), parts.next()?.to_owned()))
+    Some((
+        parts.next()?.parse().ok()?,
+        parts.next()?.to_owned(),
+        parts.next()?.to_owned(),
+    ))
 }
 
 /// Parses a request body as a JSON object.
@@ -168,7 +276,11 @@ fn body_object(body: &[u8]) -> Result<Value, Reply> {
             Ok(v)
         }
         Ok(_) => Err(status(400, "BadRequest", "the body must be a JSON object")),
-        Err(e) => Err(status(400, "BadRequest", format!("the body is not JSON: {e}"))),
+        Err(e) => Err(status(
+            400,
+            "BadRequest",
+            format!("the body is not JSON: {e}"),
+        )),
     }
 }
 
@@ -193,7 +305,13 @@ fn check_type(r: &Resource, obj: &mut Value, namespace: Option<&str>) -> Result<
         match obj[field].as_str() {
             None | Some("") => obj[field] = json!(want),
             Some(got) if got != want => {
-                return Err(status(400, "BadRequest", format!("the {field} in the data ({got}) does not match the expected {field} ({want})")));
+                return Err(status(
+                    400,
+                    "BadRequest",
+                    format!(
+                        "the {field} in the data ({got}) does not match the expected {field} ({want})"
+                    ),
+                ));
             }
             Some(_) => {}
         }
@@ -202,7 +320,11 @@ fn check_type(r: &Resource, obj: &mut Value, namespace: Option<&str>) -> Result<
         match obj["metadata"]["namespace"].as_str() {
             None | Some("") => obj["metadata"]["namespace"] = json!(ns),
             Some(got) if got != ns => {
-                return Err(status(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request"));
+                return Err(status(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
             }
             Some(_) => {}
         }
@@ -216,7 +338,11 @@ fn check_type(r: &Resource, obj: &mut Value, namespace: Option<&str>) -> Result<
 pub fn create(st: &mut State, res: usize, namespace: Option<&str>, body: &[u8]) -> Reply {
     let r = &RESOURCES[res];
     if r.namespaced && namespace.is_none() {
-        return status(405, "MethodNotAllowed", "create needs a namespace in the path");
+        return status(
+            405,
+            "MethodNotAllowed",
+            "create needs a namespace in the path",
+        );
     }
     let mut obj = match body_object(body) {
         Ok(o) => o,
@@ -226,13 +352,27 @@ pub fn create(st: &mut State, res: usize, namespace: Option<&str>, body: &[u8]) 
         return e;
     }
     let meta = &mut obj["metadata"];
-    if meta["resourceVersion"].as_str().is_some_and(|v| !v.is_empty()) {
-        return status(500, "InternalError", "resourceVersion should not be set on objects to be created");
+    if meta["resourceVersion"]
+        .as_str()
+        .is_some_and(|v| !v.is_empty())
+    {
+        return status(
+            500,
+            "InternalError",
+            "resourceVersion should not be set on objects to be created",
+        );
     }
     let mut name = meta["name"].as_str().unwrap_or_default().to_owned();
     if name.is_empty() {
         let Some(prefix) = meta["generateName"].as_str().filter(|g| !g.is_empty()) else {
-            return status(422, "Invalid", format!("{} \"\" is invalid: metadata.name: Required value: name or generateName is required", r.kind));
+            return status(
+                422,
+                "Invalid",
+                format!(
+                    "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                    r.kind
+                ),
+            );
         };
         name = format!("{prefix}{}", &new_uid().replace('-', "")[..5]);
         meta["name"] = json!(name);
@@ -240,7 +380,13 @@ pub fn create(st: &mut State, res: usize, namespace: Option<&str>, body: &[u8]) 
     let k = key(res, namespace, &name);
     if st.get(&k).is_some() {
         let what = qualified(r);
-        return about(409, "AlreadyExists", r, &name, format!("{what} \"{name}\" already exists"));
+        return about(
+            409,
+            "AlreadyExists",
+            r,
+            &name,
+            format!("{what} \"{name}\" already exists"),
+        );
     }
     meta["uid"] = json!(new_uid());
     meta["creationTimestamp"] = json!(now_rfc3339());
@@ -265,8 +411,12 @@ fn update(st: &mut State, k: Key, old: Value, mut next: Value, to_status: bool) 
     if let Err(e) = well_formed(&mut next) {
         return e;
     }
-    let want_rv = next["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
-    if !want_rv.is_empty() && Some(want_rv.as_str()) != old["metadata"]["resourceVersion"].as_str() {
+    let want_rv = next["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if !want_rv.is_empty() && Some(want_rv.as_str()) != old["metadata"]["resourceVersion"].as_str()
+    {
         return conflict(r, &k.2);
     }
     if to_status {
@@ -322,7 +472,14 @@ pub fn replace(st: &mut State, k: Key, to_status: bool, body: &[u8]) -> Reply {
     }
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     if name != k.2 {
-        return status(400, "BadRequest", format!("the name of the object ({name}) does not match the name on the URL ({})", k.2));
+        return status(
+            400,
+            "BadRequest",
+            format!(
+                "the name of the object ({name}) does not match the name on the URL ({})",
+                k.2
+            ),
+        );
     }
     let Some(old) = st.get(&k).cloned() else {
         return not_found(r, &k.2);
@@ -331,25 +488,44 @@ pub fn replace(st: &mut State, k: Key, to_status: bool, body: &[u8]) -> Reply {
 }
 
 /// `PATCH` on an object or its `/status`, by content type.
-pub fn patch(st: &mut State, k: Key, to_status: bool, content_type: &str, q: &HashMap<String, String>, body: &[u8]) -> Reply {
+pub fn patch(
+    st: &mut State,
+    k: Key,
+    to_status: bool,
+    content_type: &str,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Reply {
     let r = &RESOURCES[k.0];
     let ct = content_type.split(';').next().unwrap_or_default().trim();
     let doc: Value = match ct {
-        "application/apply-patch+yaml" | "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-            match body_object(body) {
-                Ok(d) => d,
-                Err(e) => return e,
-            }
-        }
+        "application/apply-patch+yaml"
+        | "application/merge-patch+json"
+        | "application/strategic-merge-patch+json" => match body_object(body) {
+            Ok(d) => d,
+            Err(e) => return e,
+        },
         "application/json-patch+json" => match serde_json::from_slice(body) {
             Ok(d) => d,
             Err(e) => return status(400, "BadRequest", format!("the body is not JSON: {e}")),
         },
-        other => return status(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})")),
+        other => {
+            return status(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"
+                ),
+            );
+        }
     };
     let apply = ct == "application/apply-patch+yaml";
     if apply && q.get("fieldManager").is_none_or(String::is_empty) {
-        return status(400, "BadRequest", "PATCH request of type apply must have a fieldManager");
+        return status(
+            400,
+            "BadRequest",
+            "PATCH request of type apply must have a fieldManager",
+        );
     }
     let Some(old) = st.get(&k).cloned() else {
         if apply && !to_status {
@@ -383,10 +559,15 @@ pub fn delete(st: &mut State, k: Key, body: &[u8]) -> Reply {
     let pre = &opts["preconditions"];
     let uid = &old["metadata"]["uid"];
     let rv = &old["metadata"]["resourceVersion"];
-    if pre["uid"].is_string() && pre["uid"] != *uid || pre["resourceVersion"].is_string() && pre["resourceVersion"] != *rv {
+    if pre["uid"].is_string() && pre["uid"] != *uid
+        || pre["resourceVersion"].is_string() && pre["resourceVersion"] != *rv
+    {
         return conflict(r, &k.2);
     }
     st.commit(k.clone(), None);
-    (200, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                 "details": {"name": k.2, "group": r.group, "kind": r.plural, "uid": uid}}))
+    (
+        200,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                 "details": {"name": k.2, "group": r.group, "kind": r.plural, "uid": uid}}),
+    )
 }

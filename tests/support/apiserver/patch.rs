@@ -29,7 +29,9 @@ pub fn merge(target: &mut Value, patch: &Value) {
 /// `target`; `Err` carries the message for a 422 (or a 400 for a malformed
 /// document, which the caller cannot tell apart, so both are 422 here).
 pub fn json_patch(target: &Value, ops: &Value) -> Result<Value, String> {
-    let ops = ops.as_array().ok_or("a JSON patch must be a list of operations")?;
+    let ops = ops
+        .as_array()
+        .ok_or("a JSON patch must be a list of operations")?;
     let mut doc = target.clone();
     for op in ops {
         let name = op["op"].as_str().ok_or("operation without \"op\"")?;
@@ -50,7 +52,10 @@ pub fn json_patch(target: &Value, ops: &Value) -> Result<Value, String> {
             }
             "copy" => {
                 let from = op["from"].as_str().ok_or("copy without \"from\"")?;
-                let v = doc.pointer(from).cloned().ok_or(format!("no value at {from}"))?;
+                let v = doc
+                    .pointer(from)
+                    .cloned()
+                    .ok_or(format!("no value at {from}"))?;
                 add(&mut doc, path, v)?;
             }
             "test" => {
@@ -65,12 +70,16 @@ pub fn json_patch(target: &Value, ops: &Value) -> Result<Value, String> {
 }
 
 fn value(op: &Value) -> Result<Value, String> {
-    op.get("value").cloned().ok_or_else(|| "operation without \"value\"".to_owned())
+    op.get("value")
+        .cloned()
+        .ok_or_else(|| "operation without \"value\"".to_owned())
 }
 
 /// Splits a JSON pointer into its parent pointer and unescaped last token.
 fn split(path: &str) -> Result<(&str, String), String> {
-    let i = path.rfind('/').ok_or(format!("invalid JSON pointer {path:?}"))?;
+    let i = path
+        .rfind('/')
+        .ok_or(format!("invalid JSON pointer {path:?}"))?;
     let last = path[i + 1..].replace("~1", "/").replace("~0", "~");
     Ok((&path[..i], last))
 }
@@ -87,7 +96,11 @@ fn add(doc: &mut Value, path: &str, v: Value) -> Result<(), String> {
             Ok(())
         }
         Some(Value::Array(a)) => {
-            let i = if last == "-" { a.len() } else { last.parse().map_err(|_| format!("bad index in {path:?}"))? };
+            let i = if last == "-" {
+                a.len()
+            } else {
+                last.parse().map_err(|_| format!("bad index in {path:?}"))?
+            };
             if i > a.len() {
                 return Err(format!("index out of range in {path:?}"));
             }
@@ -105,7 +118,11 @@ fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
         Some(Value::Object(m)) => m.remove(&last).ok_or_else(missing),
         Some(Value::Array(a)) => {
             let i: usize = last.parse().map_err(|_| missing())?;
-            if i < a.len() { Ok(a.remove(i)) } else { Err(missing()) }
+            if i < a.len() {
+                Ok(a.remove(i))
+            } else {
+                Err(missing())
+            }
         }
         _ => Err(missing()),
     }

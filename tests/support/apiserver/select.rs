@@ -37,7 +37,8 @@ impl Filter {
     ) -> Result<Self, String> {
         let mut f = Filter {
             namespace,
-            selective: fields.is_some_and(|s| !s.is_empty()) || labels.is_some_and(|s| !s.is_empty()),
+            selective: fields.is_some_and(|s| !s.is_empty())
+                || labels.is_some_and(|s| !s.is_empty()),
             ..Filter::default()
         };
         for term in split_unescaped(fields.unwrap_or_default()) {
@@ -48,7 +49,9 @@ impl Filter {
             } else if let Some((k, v)) = term.split_once('=') {
                 (k, true, v)
             } else {
-                return Err(format!("invalid selector: '{term}'; can't understand '{term}'"));
+                return Err(format!(
+                    "invalid selector: '{term}'; can't understand '{term}'"
+                ));
             };
             let key = key.trim();
             if !res.has_field(key) {
@@ -83,8 +86,12 @@ impl Filter {
                     LabelReq::Absent(k) => get(k).is_none(),
                     LabelReq::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|w| w == v)),
                     LabelReq::NotIn(k, vs) => get(k).is_none_or(|v| vs.iter().all(|w| w != v)),
-                    LabelReq::Gt(k, n) => get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-                    LabelReq::Lt(k, n) => get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+                    LabelReq::Gt(k, n) => get(k)
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .is_some_and(|v| v > *n),
+                    LabelReq::Lt(k, n) => get(k)
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .is_some_and(|v| v < *n),
                 }
             })
     }
@@ -156,9 +163,9 @@ fn split_labels(s: &str) -> Result<Vec<String>, String> {
         match c {
             '(' => depth += 1,
             ')' => {
-                depth = depth
-                    .checked_sub(1)
-                    .ok_or_else(|| format!("unable to parse requirement: unbalanced ')' in {s:?}"))?;
+                depth = depth.checked_sub(1).ok_or_else(|| {
+                    format!("unable to parse requirement: unbalanced ')' in {s:?}")
+                })?;
             }
             ',' if depth == 0 => {
                 out.push(std::mem::take(&mut cur));
@@ -169,7 +176,9 @@ fn split_labels(s: &str) -> Result<Vec<String>, String> {
         cur.push(c);
     }
     if depth != 0 {
-        return Err(format!("unable to parse requirement: unbalanced '(' in {s:?}"));
+        return Err(format!(
+            "unable to parse requirement: unbalanced '(' in {s:?}"
+        ));
     }
     out.push(cur);
     out.retain(|t| !t.trim().is_empty());
@@ -193,22 +202,37 @@ fn parse_label(term: &str) -> Result<LabelReq, String> {
         Ok(inner.split(',').map(|v| v.trim().to_owned()).collect())
     };
     if let Some(k) = t.strip_prefix('!') {
-        return if key_ok(k.trim()) { Ok(LabelReq::Absent(k.trim().to_owned())) } else { Err(bad()) };
+        return if key_ok(k.trim()) {
+            Ok(LabelReq::Absent(k.trim().to_owned()))
+        } else {
+            Err(bad())
+        };
     }
     for (op, ctor) in [
-        ("!=", (|k, v| LabelReq::NotIn(k, vec![v])) as fn(String, String) -> LabelReq),
+        (
+            "!=",
+            (|k, v| LabelReq::NotIn(k, vec![v])) as fn(String, String) -> LabelReq,
+        ),
         ("==", |k, v| LabelReq::In(k, vec![v])),
         ("=", |k, v| LabelReq::In(k, vec![v])),
     ] {
         if let Some((k, v)) = t.split_once(op) {
-            return if key_ok(k.trim()) { Ok(ctor(k.trim().to_owned(), v.trim().to_owned())) } else { Err(bad()) };
+            return if key_ok(k.trim()) {
+                Ok(ctor(k.trim().to_owned(), v.trim().to_owned()))
+            } else {
+                Err(bad())
+            };
         }
     }
     for (op, gt) in [(">", true), ("<", false)] {
         if let Some((k, v)) = t.split_once(op) {
             let n: i64 = v.trim().parse().map_err(|_| bad())?;
             let k = k.trim().to_owned();
-            return Ok(if gt { LabelReq::Gt(k, n) } else { LabelReq::Lt(k, n) });
+            return Ok(if gt {
+                LabelReq::Gt(k, n)
+            } else {
+                LabelReq::Lt(k, n)
+            });
         }
     }
     if let Some((k, rest)) = t.split_once(" notin ") {
@@ -217,5 +241,9 @@ fn parse_label(term: &str) -> Result<LabelReq, String> {
     if let Some((k, rest)) = t.split_once(" in ") {
         return Ok(LabelReq::In(k.trim().to_owned(), set(rest)?));
     }
-    if key_ok(t) { Ok(LabelReq::Exists(t.to_owned())) } else { Err(bad()) }
+    if key_ok(t) {
+        Ok(LabelReq::Exists(t.to_owned()))
+    } else {
+        Err(bad())
+    }
 }

@@ -119,11 +119,9 @@ impl State {
             prev,
             cur,
         };
-        self.watches.retain(|w| {
-            match event_for(w, &change) {
-                Some(line) => w.tx.send(WatchMsg::Line(line)).is_ok(),
-                None => !w.tx.is_closed(),
-            }
+        self.watches.retain(|w| match event_for(w, &change) {
+            Some(line) => w.tx.send(WatchMsg::Line(line)).is_ok(),
+            None => !w.tx.is_closed(),
         });
         self.history.push(change);
         stored
@@ -220,7 +218,11 @@ impl State {
     /// Tells every open watch `msg` (End or Abort) and forgets them.
     pub fn end_watches(&mut self, abort: bool) {
         for w in self.watches.drain(..) {
-            let _ = w.tx.send(if abort { WatchMsg::Abort } else { WatchMsg::End });
+            let _ = w.tx.send(if abort {
+                WatchMsg::Abort
+            } else {
+                WatchMsg::End
+            });
         }
     }
 
@@ -277,7 +279,10 @@ pub fn bookmark(res: usize, rv: u64, initial_end: bool) -> String {
 pub fn new_uid() -> String {
     static N: AtomicU64 = AtomicU64::new(1);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
     let pid = u64::from(std::process::id());
     format!(
         "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
@@ -291,7 +296,10 @@ pub fn new_uid() -> String {
 
 /// Now as RFC 3339 in UTC with second precision (metav1.Time's format).
 pub fn now_rfc3339() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
     let days = i64::try_from(secs / 86_400).unwrap_or_default();
     let rem = secs % 86_400;
     // days since 1970-01-01 to a civil date (Howard Hinnant's algorithm)
