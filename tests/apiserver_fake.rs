@@ -624,3 +624,181 @@ async fn a_streaming_list_watcher_gets_initial_events_and_their_end() {
     assert!(reqs.iter().all(|r| !r.is_list()), "no list: {reqs:?}");
     assert_eq!(reqs[0].param("sendInitialEvents").as_deref(), Some("true"));
 }
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": "default"}, "data": {"a": "1", "b": "2"}})
+}
+
+#[tokio::test]
+async fn json_patch_and_apply_patch_are_served() {
+    let server = FakeApiServer::start();
+    server.put(configmap("cm"));
+    let client = client(&server).await;
+
+    // RFC 6902, sent raw: kube's Patch::Json needs a feature we do not build.
+    let ops = json!([{"op": "test", "path": "/data/a", "value": "1"},
+                     {"op": "remove", "path": "/data/b"},
+                     {"op": "add", "path": "/data/c", "value": "3"}]);
+    let req = hyper::Request::builder()
+        .method("PATCH")
+        .uri("/api/v1/namespaces/default/configmaps/cm")
+        .header("content-type", "application/json-patch+json")
+        .body(serde_json::to_vec(&ops).expect("encode the patch"))
+        .expect("a request");
+    let patched: Value = client.request(req).await.expect("JSON patch");
+    assert_eq!(patched["data"], json!({"a": "1", "c": "3"}));
+    let failing = json!([{"op": "test", "path": "/data/a", "value": "no"}]);
+    let req = hyper::Request::builder()
+        .method("PATCH")
+        .uri("/api/v1/namespaces/default/configmaps/cm")
+        .header("content-type", "application/json-patch+json")
+        .body(serde_json::to_vec(&failing).expect("encode the patch"))
+        .expect("a request");
+    assert_eq!(api_status(client.request::<Value>(req).await).0, 422);
+
+    // Server-side apply creates a missing object and needs a field manager.
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    let applied = api
+        .patch(
+            "cm2",
+            &PatchParams::apply("volumed"),
+            &Patch::Apply(configmap("cm2")),
+        )
+        .await
+        .expect("apply creates");
+    assert_eq!(
+        applied.data.and_then(|d| d.get("b").cloned()).as_deref(),
+        Some("2")
+    );
+    assert!(
+        server
+            .get("v1", "ConfigMap", Some("default"), "cm2")
+            .is_some()
+    );
+    let no_manager = PatchParams::default();
+    assert_eq!(
+        api_status(
+            api.patch("cm2", &no_manager, &Patch::Apply(configmap("cm2")))
+                .await
+        )
+        .0,
+        400
+    );
+}
+
+#[tokio::test]
+async fn resource_versions_are_validated_and_compaction_expires_them() {
+    let server = FakeApiServer::start();
+    for i in 0..3 {
+        server.put(pod(&format!("p{i}"), "node-a"));
+    }
+    let api: Api<Pod> = Api::all(client_with(&server, false).await);
+    let old = server.resource_version();
+    server.put(pod("p3", "node-a"));
+
+    // Exact reads the past, from the history.
+    let exact = ListParams::default()
+        .at(&old.to_string())
+        .matching(kube::api::VersionMatch::Exact);
+    let then = api.list(&exact).await.expect("an Exact list");
+    assert_eq!(then.items.len(), 3);
+    assert_eq!(then.metadata.resource_version, Some(old.to_string()));
+
+    // Later pages are the first page's snapshot: p4, written between
+    // pages, is not in them.
+    let first = api
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("a first page");
+    let token = first.metadata.continue_.expect("a continue token");
+    server.put(pod("p4", "node-a"));
+    let next_page = ListParams::default().limit(2).continue_token(&token);
+    let second = api.list(&next_page).await.expect("the second page");
+    let second_names: Vec<_> = second.items.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(second_names, ["p2", "p3"]);
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    assert!(second.metadata.continue_.is_none());
+    let too_large = ListParams::default()
+        .at(&(server.resource_version() + 10).to_string())
+        .matching(kube::api::VersionMatch::NotOlderThan);
+    assert_eq!(
+        api_status(api.list(&too_large).await),
+        (504, "Timeout".into())
+    );
+
+    server.compact();
+    assert_eq!(api_status(api.list(&exact).await), (410, "Expired".into()));
+    assert_eq!(
+        api_status(api.list(&next_page).await),
+        (410, "Expired".into())
+    );
+    // NotOlderThan an old version is served, as by a real server.
+    let not_older = ListParams::default()
+        .at(&old.to_string())
+        .matching(kube::api::VersionMatch::NotOlderThan);
+    assert_eq!(
+        api.list(&not_older)
+            .await
+            .expect("NotOlderThan list")
+            .items
+            .len(),
+        5
+    );
+
+    // A watch from before the compaction gets one ERROR event, then ends.
+    let mut stream = api
+        .watch(&kube::api::WatchParams::default(), &old.to_string())
+        .await
+        .expect("the watch starts")
+        .boxed();
+    match tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("an event in time")
+    {
+        Some(Ok(kube::api::WatchEvent::Error(s))) => {
+            assert_eq!((s.code, s.reason.as_str()), (410, "Expired"))
+        }
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    let end = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("the stream ends in time");
+    assert!(end.is_none(), "the expired watch ends: {end:?}");
+}
+
+#[tokio::test]
+async fn a_watch_ends_at_its_timeout_and_requests_need_the_token() {
+    let server = FakeApiServer::start();
+    let api: Api<Pod> = Api::all(client(&server).await);
+    let started = std::time::Instant::now();
+    let mut stream = api
+        .watch(&kube::api::WatchParams::default().timeout(1), "0")
+        .await
+        .expect("the watch starts")
+        .boxed();
+    let end = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("the stream ends in time");
+    assert!(end.is_none(), "no event, then the end: {end:?}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    // Plain HTTP/1.1 without the bearer token.
+    let addr = server.url().trim_start_matches("http://").to_owned();
+    let reply = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(&addr).expect("connect");
+        conn.write_all(b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("send");
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).expect("read the reply");
+        reply
+    })
+    .await
+    .expect("the raw request");
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+    assert!(reply.contains("\"reason\":\"Unauthorized\""), "{reply}");
+}
