@@ -16,35 +16,10 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::apiserver::FakeApiServer;
-
-/// How long any single expected thing may take before the test fails.
-const WAIT: Duration = Duration::from_secs(20);
-
-/// A kube client configured from the kubeconfig the fake writes, with
-/// kube's default retries of 429/503/504.
-async fn client(server: &FakeApiServer) -> Client {
-    client_with(server, true).await
-}
-
-/// The same, choosing whether kube retries 429/503/504 itself.
-async fn client_with(server: &FakeApiServer, retry: bool) -> Client {
-    let dir = tempfile::tempdir().expect("temp dir for the kubeconfig");
-    let path = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&path);
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(&path).expect("read the written kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .expect("kube accepts the kubeconfig");
-    config.default_retry = retry;
-    Client::try_from(config).expect("build a kube client")
-}
+use support::apiserver::kube_client::{WAIT, next_event, until_watching};
 
 fn pod(name: &str, node: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -52,53 +27,23 @@ fn pod(name: &str, node: &str) -> Value {
            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})
 }
 
-/// The next event of a watcher stream, within [`WAIT`].
-async fn next<S, T>(stream: &mut S) -> Result<Event<T>, watcher::Error>
-where
-    S: Stream<Item = Result<Event<T>, watcher::Error>> + Unpin,
-{
-    tokio::time::timeout(WAIT, stream.next())
-        .await
-        .expect("the watcher produced nothing in time")
-        .expect("the watcher stream ended")
-}
-
 /// Reads Init, InitApply..., InitDone and returns the names seen.
 async fn initial<S>(stream: &mut S) -> BTreeSet<String>
 where
     S: Stream<Item = Result<Event<Pod>, watcher::Error>> + Unpin,
 {
-    match next(stream).await {
+    match next_event(stream).await {
         Ok(Event::Init) => {}
         other => panic!("expected Init, got {other:?}"),
     }
     let mut names = BTreeSet::new();
     loop {
-        match next(stream).await {
+        match next_event(stream).await {
             Ok(Event::InitApply(p)) => {
                 assert!(names.insert(p.name_any()), "{} listed twice", p.name_any());
             }
             Ok(Event::InitDone) => return names,
             other => panic!("expected InitApply or InitDone, got {other:?}"),
-        }
-    }
-}
-
-/// Polls the watcher (which opens its watch only when polled after
-/// InitDone) until the fake has `n` open watches; any event meanwhile fails.
-async fn until_watching<S, T>(stream: &mut S, server: &FakeApiServer, n: usize)
-where
-    S: Stream<Item = Result<Event<T>, watcher::Error>> + Unpin,
-    T: std::fmt::Debug,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while server.open_watches() < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no watch opened in time"
-        );
-        if let Ok(item) = tokio::time::timeout(Duration::from_millis(10), stream.next()).await {
-            panic!("unexpected event while waiting for the watch: {item:?}");
         }
     }
 }
@@ -128,7 +73,7 @@ async fn field_selected_watcher_sees_only_its_nodes_pods() {
     for (n, node) in [("a1", "node-a"), ("a2", "node-a"), ("b1", "node-b")] {
         server.put(pod(n, node));
     }
-    let api: Api<Pod> = Api::all(client(&server).await);
+    let api: Api<Pod> = Api::all(server.client().await);
     let mut events = watcher(
         api,
         watcher::Config::default().fields("spec.nodeName=node-a"),
@@ -139,14 +84,14 @@ async fn field_selected_watcher_sees_only_its_nodes_pods() {
     // Another node's pod first: if it leaked, it would come before a3.
     server.put(pod("b2", "node-b"));
     server.put(pod("a3", "node-a"));
-    assert_eq!(applied(next(&mut events).await), "a3");
+    assert_eq!(applied(next_event(&mut events).await), "a3");
     assert!(server.delete("v1", "Pod", Some("default"), "a1"));
-    assert_eq!(deleted(next(&mut events).await), "a1");
+    assert_eq!(deleted(next_event(&mut events).await), "a1");
     // A pod moving away from node-a is a delete to this watch.
     server.put(pod("a2", "node-b"));
-    assert_eq!(deleted(next(&mut events).await), "a2");
+    assert_eq!(deleted(next_event(&mut events).await), "a2");
     server.put(pod("b1", "node-a"));
-    assert_eq!(applied(next(&mut events).await), "b1");
+    assert_eq!(applied(next_event(&mut events).await), "b1");
 
     let watch = server
         .requests()
@@ -170,7 +115,7 @@ async fn a_list_of_1100_pods_comes_back_whole_through_pagination() {
     for i in 0..1100 {
         server.put(pod(&format!("p{i:04}"), "node-a"));
     }
-    let api: Api<Pod> = Api::all(client(&server).await);
+    let api: Api<Pod> = Api::all(server.client().await);
 
     let first = api
         .list(&ListParams::default().limit(500))
@@ -214,7 +159,7 @@ async fn compaction_and_a_cut_watch_make_the_watcher_relist() {
     for (n, node) in [("a1", "node-a"), ("a2", "node-a"), ("b1", "node-b")] {
         server.put(pod(n, node));
     }
-    let api: Api<Pod> = Api::all(client(&server).await);
+    let api: Api<Pod> = Api::all(server.client().await);
     let mut events = watcher(
         api,
         watcher::Config::default().fields("spec.nodeName=node-a"),
@@ -233,7 +178,7 @@ async fn compaction_and_a_cut_watch_make_the_watcher_relist() {
     server.compact();
     server.clear_requests();
 
-    match next(&mut events).await {
+    match next_event(&mut events).await {
         Err(watcher::Error::WatchError(status)) => {
             assert_eq!(status.code, 410);
             assert_eq!(status.reason, "Expired");
@@ -256,7 +201,7 @@ async fn compaction_and_a_cut_watch_make_the_watcher_relist() {
 async fn while_down_kube_retries_the_503s_and_the_watcher_recovers() {
     let server = FakeApiServer::start();
     server.put(pod("a1", "node-a"));
-    let api: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let api: Api<Pod> = Api::namespaced(server.client().await, "default");
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -286,7 +231,7 @@ async fn while_down_kube_retries_the_503s_and_the_watcher_recovers() {
         }
     }
     server.set_down(false);
-    assert_eq!(applied(next(&mut events).await), "a2");
+    assert_eq!(applied(next_event(&mut events).await), "a2");
     assert_eq!(
         server.requests().last().map(|r| (r.is_watch(), r.status)),
         Some((true, 200))
@@ -297,7 +242,7 @@ async fn while_down_kube_retries_the_503s_and_the_watcher_recovers() {
 async fn without_client_retries_503s_reach_the_watcher_and_its_backoff_recovers() {
     let server = FakeApiServer::start();
     server.put(pod("a1", "node-a"));
-    let api: Api<Pod> = Api::namespaced(client_with(&server, false).await, "default");
+    let api: Api<Pod> = Api::namespaced(server.client_with_retries(false).await, "default");
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -312,7 +257,7 @@ async fn without_client_retries_503s_reach_the_watcher_and_its_backoff_recovers(
         other => panic!("expected a 503, got {other:?}"),
     }
     // The watch was ended; the rewatch fails with 503.
-    match next(&mut events).await {
+    match next_event(&mut events).await {
         Err(watcher::Error::WatchStartFailed(kube::Error::Api(s))) => assert_eq!(s.code, 503),
         other => panic!("expected a failed rewatch, got {other:?}"),
     }
@@ -320,7 +265,7 @@ async fn without_client_retries_503s_reach_the_watcher_and_its_backoff_recovers(
     server.set_down(false);
     // More 503s while the backoff runs are expected; then a2 arrives.
     let name = loop {
-        match next(&mut events).await {
+        match next_event(&mut events).await {
             Err(watcher::Error::WatchStartFailed(kube::Error::Api(s))) if s.code == 503 => {}
             other => break applied(other),
         }
@@ -333,7 +278,7 @@ async fn the_watcher_reconnects_after_a_restart_on_the_same_port() {
     let server = FakeApiServer::start();
     let url = server.url();
     server.put(pod("a1", "node-a"));
-    let api: Api<Pod> = Api::all(client(&server).await);
+    let api: Api<Pod> = Api::all(server.client().await);
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -351,7 +296,7 @@ async fn the_watcher_reconnects_after_a_restart_on_the_same_port() {
 
     // Connection errors while it was down are expected; then a2 arrives.
     let name = loop {
-        match next(&mut events).await {
+        match next_event(&mut events).await {
             Err(watcher::Error::WatchStartFailed(_) | watcher::Error::WatchFailed(_)) => {}
             other => break applied(other),
         }
@@ -372,7 +317,7 @@ fn node() -> Value {
 async fn a_merge_patch_of_node_status_changes_only_status() {
     let server = FakeApiServer::start();
     let before = server.put(node());
-    let api: Api<Node> = Api::all(client(&server).await);
+    let api: Api<Node> = Api::all(server.client().await);
 
     let patch = json!({"status": {"volumesInUse": ["kubernetes.io/csi/d^v2", "kubernetes.io/csi/d^v3"]},
                        "metadata": {"labels": {"zone": "changed", "new": "label"}}});
@@ -474,7 +419,7 @@ fn api_status(r: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String) {
 #[tokio::test]
 async fn csinode_create_replace_conflict_not_found_and_event_create() {
     let server = FakeApiServer::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<CSINode> = Api::all(client.clone());
     let pp = PostParams::default();
 
@@ -567,7 +512,7 @@ async fn selectors_are_checked_and_applied_as_a_real_server_does() {
     let mut other = pod("a2", "node-a");
     other["metadata"]["labels"] = json!({"app": "db", "tier": "1"});
     server.put(other);
-    let api: Api<Pod> = Api::all(client(&server).await);
+    let api: Api<Pod> = Api::all(server.client().await);
     let listed = |lp: ListParams| {
         let api = api.clone();
         async move {
@@ -612,14 +557,14 @@ async fn a_streaming_list_watcher_gets_initial_events_and_their_end() {
     let server = FakeApiServer::start();
     server.put(pod("a1", "node-a"));
     server.put(pod("b1", "node-b"));
-    let api: Api<Pod> = Api::all(client(&server).await);
+    let api: Api<Pod> = Api::all(server.client().await);
     let config = watcher::Config::default()
         .fields("spec.nodeName=node-a")
         .streaming_lists();
     let mut events = watcher(api, config).boxed();
     assert_eq!(initial(&mut events).await, names(&["a1"]));
     server.put(pod("a2", "node-a"));
-    assert_eq!(applied(next(&mut events).await), "a2");
+    assert_eq!(applied(next_event(&mut events).await), "a2");
     let reqs = server.requests();
     assert!(reqs.iter().all(|r| !r.is_list()), "no list: {reqs:?}");
     assert_eq!(reqs[0].param("sendInitialEvents").as_deref(), Some("true"));
@@ -634,7 +579,7 @@ fn configmap(name: &str) -> Value {
 async fn json_patch_and_apply_patch_are_served() {
     let server = FakeApiServer::start();
     server.put(configmap("cm"));
-    let client = client(&server).await;
+    let client = server.client().await;
 
     // RFC 6902, sent raw: kube's Patch::Json needs a feature we do not build.
     let ops = json!([{"op": "test", "path": "/data/a", "value": "1"},
@@ -693,7 +638,7 @@ async fn resource_versions_are_validated_and_compaction_expires_them() {
     for i in 0..3 {
         server.put(pod(&format!("p{i}"), "node-a"));
     }
-    let api: Api<Pod> = Api::all(client_with(&server, false).await);
+    let api: Api<Pod> = Api::all(server.client_with_retries(false).await);
     let old = server.resource_version();
     server.put(pod("p3", "node-a"));
 
@@ -773,7 +718,7 @@ async fn resource_versions_are_validated_and_compaction_expires_them() {
 #[tokio::test]
 async fn a_watch_ends_at_its_timeout_and_requests_need_the_token() {
     let server = FakeApiServer::start();
-    let api: Api<Pod> = Api::all(client(&server).await);
+    let api: Api<Pod> = Api::all(server.client().await);
     let started = std::time::Instant::now();
     let mut stream = api
         .watch(&kube::api::WatchParams::default().timeout(1), "0")
@@ -801,4 +746,49 @@ async fn a_watch_ends_at_its_timeout_and_requests_need_the_token() {
     .expect("the raw request");
     assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
     assert!(reply.contains("\"reason\":\"Unauthorized\""), "{reply}");
+}
+
+#[tokio::test]
+async fn kubes_event_recorder_creates_then_aggregates_by_patch() {
+    use kube::runtime::events::{Event as RecEvent, EventType, Recorder, Reporter};
+    let server = FakeApiServer::start();
+    let stored = server.put(pod("a1", "node-a"));
+    let reference = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "a1",
+        "uid": stored["metadata"]["uid"]}))
+    .expect("an object reference");
+    let reporter = Reporter {
+        controller: "volumed".into(),
+        instance: Some("node-a".into()),
+    };
+    let recorder = Recorder::new(server.client().await, reporter);
+    let event = RecEvent {
+        type_: EventType::Warning,
+        reason: "FailedMount".into(),
+        note: Some("boom".into()),
+        action: "Mount".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&event, &reference)
+        .await
+        .expect("first publish");
+    recorder
+        .publish(&event, &reference)
+        .await
+        .expect("second publish");
+
+    let events = server.list("events.k8s.io/v1", "Event");
+    assert_eq!(events.len(), 1, "the repeat is aggregated: {events:?}");
+    assert_eq!(events[0]["series"]["count"], 2);
+    let writes: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/apis/events.k8s.io/v1/"))
+        .map(|r| (r.method, r.status))
+        .collect();
+    assert_eq!(
+        writes,
+        [("POST".to_owned(), 201), ("PATCH".to_owned(), 200)]
+    );
 }

@@ -267,6 +267,13 @@ fn watch(
             ));
         }
     };
+    if let Some(n) = rv.filter(|n| *n > st.rv) {
+        return Err(status(
+            504,
+            "Timeout",
+            format!("Too large resource version: {n}, current: {}", st.rv),
+        ));
+    }
     let from = match (initial, rv) {
         (Some(true), _) => WatchFrom::Initial { end_bookmark: true },
         (Some(false), None | Some(0)) => WatchFrom::After(st.rv),

@@ -4,7 +4,9 @@
 //!
 //! [`FakeApiServer::start`] binds a free port; [`write_kubeconfig`] writes a
 //! kubeconfig (server URL, a bearer token the fake insists on, a current
-//! context) for `kube::Config` or a `--kubeconfig` flag. Tests seed and
+//! context) for `kube::Config` or a `--kubeconfig` flag, and
+//! [`client`](FakeApiServer::client) builds a `kube::Client` from it
+//! ([`kube_client`] also has deadline-bound watcher helpers). Tests seed and
 //! change objects with [`put`] and [`delete`] (which emit watch events like
 //! any write), read them back with [`get`] and [`list`], inspect every
 //! request with [`requests`], and break things: [`set_down`] (503 for every
@@ -77,9 +79,9 @@
 //! - PUT on a missing object is 404 (some real resources create on update).
 //! - Bookmarks come every [`set_bookmark_interval`] (1 s by default) rather
 //!   than the real server's roughly once a minute, and not at timeout.
-//!   The default watch timeout is 30 min, not a random 30–60 min. A watch
-//!   from a resourceVersion newer than the newest starts at it rather than
-//!   waiting for it.
+//!   The default watch timeout is 30 min, not a random 30–60 min. A list
+//!   or watch at a resourceVersion newer than the newest is 504 at once; a
+//!   real server first waits up to 3 s for it to arrive.
 //! - The event history grows until [`compact`]: a real server forgets
 //!   events on its own (etcd compaction, a watch cache of bounded size), so
 //!   a real watcher can see 410 without anyone asking for it.
@@ -100,6 +102,7 @@
 //! [`set_bookmark_interval`]: FakeApiServer::set_bookmark_interval
 
 mod http;
+pub mod kube_client;
 mod objects;
 mod patch;
 mod resources;
