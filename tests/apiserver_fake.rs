@@ -716,19 +716,34 @@ async fn resource_versions_are_validated_and_compaction_expires_them() {
 }
 
 #[tokio::test]
-async fn a_watch_ends_at_its_timeout_and_requests_need_the_token() {
+async fn a_watch_gets_bookmarks_ends_at_its_timeout_and_requests_need_the_token() {
     let server = FakeApiServer::start();
+    server.set_bookmark_interval(Duration::from_millis(300));
+    server.put(pod("a1", "node-a"));
+    let rv = server.resource_version().to_string();
     let api: Api<Pod> = Api::all(server.client().await);
     let started = std::time::Instant::now();
     let mut stream = api
-        .watch(&kube::api::WatchParams::default().timeout(1), "0")
+        .watch(&kube::api::WatchParams::default().timeout(1), &rv)
         .await
         .expect("the watch starts")
         .boxed();
-    let end = tokio::time::timeout(WAIT, stream.next())
-        .await
-        .expect("the stream ends in time");
-    assert!(end.is_none(), "no event, then the end: {end:?}");
+    let mut bookmarks = 0;
+    loop {
+        match tokio::time::timeout(WAIT, stream.next())
+            .await
+            .expect("an event or the end in time")
+        {
+            Some(Ok(kube::api::WatchEvent::Bookmark(b))) => {
+                assert_eq!(b.metadata.resource_version, rv);
+                assert_eq!(b.types.kind, "Pod");
+                bookmarks += 1;
+            }
+            None => break,
+            other => panic!("expected bookmarks, then the end: {other:?}"),
+        }
+    }
+    assert!(bookmarks >= 2, "{bookmarks} bookmarks in a second");
     assert!(started.elapsed() >= Duration::from_secs(1));
 
     // Plain HTTP/1.1 without the bearer token.

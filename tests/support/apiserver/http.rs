@@ -343,7 +343,9 @@ async fn run_watch(
         Some(WatchMsg::End) | None => false,
     };
     loop {
+        // biased: queued events go out before the end or a bookmark
         tokio::select! {
+            biased;
             msg = rx.recv() => if !forward(msg) { break },
             () = &mut deadline => break,
             () = out.closed() => break,
@@ -351,12 +353,12 @@ async fn run_watch(
                 // Drain what is queued under the lock, so the bookmark's
                 // resourceVersion covers every event sent before it.
                 let (rv, queued) = {
-                    let _st = lock(&shared);
+                    let st = lock(&shared);
                     let mut queued = Vec::new();
                     while let Ok(m) = rx.try_recv() {
                         queued.push(m);
                     }
-                    (_st.rv, queued)
+                    (st.rv, queued)
                 };
                 if !queued.into_iter().all(|m| forward(Some(m))) {
                     break;
