@@ -1,7 +1,8 @@
 //! Real-kernel test harness: a private mount namespace per test, mount
 //! helpers, loop devices that cannot leak, and a root check; the test CSI
 //! driver as a child process is in [`csi_driver`]; the daemon binary end to
-//! end ([`Env`](daemon::Env), [`Daemon`](daemon::Daemon)) in [`daemon`].
+//! end ([`Env`](daemon::Env), [`Daemon`](daemon::Daemon)) in [`daemon`]; a
+//! fake Kubernetes API server for the real `kube` client in [`apiserver`].
 //!
 //! Used by integration tests (`mod support;`) and benches
 //! (`#[path = "../tests/support/mod.rs"] mod support;`).
@@ -70,6 +71,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use volumed::host::mountinfo::MountTable;
 
+pub mod apiserver;
 pub mod csi_driver;
 pub mod daemon;
 
