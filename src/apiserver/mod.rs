@@ -89,6 +89,13 @@ pub async fn connect(cfg: &ApiConfig) -> Result<Client, ApiError> {
             kube::Config::incluster().map_err(|e| ApiError::InCluster(e.to_string()))?
         }
     };
+    let mut config = config;
+    // kube's client would retry a 503/429/504 itself, up to 15 times with
+    // a backoff that grows toward 1000 s: an outage of a minute could then
+    // keep the first list waiting long after the server is back. Without
+    // it the watcher's own backoff (800 ms doubling to 30 s, client-go's
+    // reflector's) retries, and the publisher its next tick.
+    config.default_retry = false;
     Client::try_from(config).map_err(|e| ApiError::Client(e.to_string()))
 }
 

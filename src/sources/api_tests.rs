@@ -232,3 +232,42 @@ fn a_pod_the_server_sends_broken_keeps_what_it_had_and_is_named() {
     assert!(s.take_events(&LinuxSys).is_empty());
     assert!(s.take_errors().iter().any(|e| e.contains("metadata.uid")));
 }
+
+#[test]
+fn an_attachment_that_arrives_later_updates_the_pods_of_its_volume() {
+    let mut s = listed_state();
+    let csi_pv = json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pv1"},
+        "spec": {"claimRef": {"namespace": "ns", "name": "c1"},
+            "csi": {"driver": "d.example.com", "volumeHandle": "h1"}}});
+    s.apply(Change::Applied(Kind::PersistentVolume, csi_pv));
+    s.apply(Change::Applied(
+        Kind::PersistentVolumeClaim,
+        pvc("c1", "pv1"),
+    ));
+    s.apply(Change::PodApplied(pod("u-1", "a", NODE, &["c1"])));
+    let ev = s.take_events(&LinuxSys);
+    let SourceEvent::PodAdded(p) = &ev[0] else {
+        panic!("added: {ev:?}")
+    };
+    assert!(
+        p.unresolved.contains("v-c1"),
+        "waits for its attachment: {p:?}"
+    );
+    s.apply(Change::Applied(
+        Kind::VolumeAttachment,
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": "va1"},
+            "spec": {"attacher": "d.example.com", "nodeName": NODE,
+                "source": {"persistentVolumeName": "pv1"}},
+            "status": {"attached": true}}),
+    ));
+    assert_eq!(
+        shown(&s.take_events(&LinuxSys)),
+        vec![(
+            "updated",
+            "u-1".into(),
+            vec!["v-c1".into(), "scratch".into()]
+        )]
+    );
+}
