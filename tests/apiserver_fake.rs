@@ -649,6 +649,12 @@ async fn resource_versions_are_validated_and_compaction_expires_them() {
     let then = api.list(&exact).await.expect("an Exact list");
     assert_eq!(then.items.len(), 3);
     assert_eq!(then.metadata.resource_version, Some(old.to_string()));
+    // So does a paginated list at a version without a match (legacy rule).
+    let legacy = ListParams::default().at(&old.to_string()).limit(10);
+    assert_eq!(
+        api.list(&legacy).await.expect("a legacy list").items.len(),
+        3
+    );
 
     // Later pages are the first page's snapshot: p4, written between
     // pages, is not in them.
@@ -677,6 +683,7 @@ async fn resource_versions_are_validated_and_compaction_expires_them() {
 
     server.compact();
     assert_eq!(api_status(api.list(&exact).await), (410, "Expired".into()));
+    assert_eq!(api_status(api.list(&legacy).await), (410, "Expired".into()));
     assert_eq!(
         api_status(api.list(&next_page).await),
         (410, "Expired".into())

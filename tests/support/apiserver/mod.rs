@@ -27,8 +27,10 @@
 //!   resourceVersion (rebuilt from the event history); `remainingItemCount`
 //!   when no selector is given; `resourceVersion`/`resourceVersionMatch`
 //!   validated and honoured (Exact reads the past, NotOlderThan and unset
-//!   read now, a too-large version is 504, one before the compaction point
-//!   410 Expired for Exact and for a `continue` token). NotOlderThan with a
+//!   read now, and so does a version without a match, except on a
+//!   paginated list, where it is read exactly, the legacy rule; a too-large
+//!   version is 504, one before the compaction point 410 Expired for Exact
+//!   and for a `continue` token). NotOlderThan with a
 //!   compacted version is served, as the real server serves it.
 //! - `fieldSelector` with `=`, `==`, `!=` on the field labels the real
 //!   server supports per resource (unknown labels are 400), `labelSelector`
