@@ -107,6 +107,12 @@ async fn field_selected_watcher_sees_only_its_nodes_pods() {
         watch.param("resourceVersion").is_some(),
         "the watch resumes from the list"
     );
+    // kube's watcher and Api<T> ask for no discovery document.
+    assert!(
+        server.requests().iter().all(|r| r.path == "/api/v1/pods"),
+        "{:?}",
+        server.requests()
+    );
 }
 
 #[tokio::test]
@@ -752,6 +758,28 @@ async fn a_watch_gets_bookmarks_ends_at_its_timeout_and_requests_need_the_token(
     }
     assert!(bookmarks >= 2, "{bookmarks} bookmarks in a second");
     assert!(started.elapsed() >= Duration::from_secs(1));
+
+    // Discovery and /version are served for clients that ask.
+    let client = server.client().await;
+    let version = client.apiserver_version().await.expect("GET /version");
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "37")
+    );
+    let core = client.list_core_api_versions().await.expect("GET /api");
+    assert_eq!(core.versions, ["v1"]);
+    let groups = client.list_api_groups().await.expect("GET /apis");
+    assert!(groups.groups.iter().any(|g| g.name == "storage.k8s.io"));
+    let storage = client
+        .list_api_group_resources("storage.k8s.io/v1")
+        .await
+        .expect("GET /apis/storage.k8s.io/v1");
+    assert!(
+        storage
+            .resources
+            .iter()
+            .any(|r| r.name == "volumeattachments/status")
+    );
 
     // Plain HTTP/1.1 without the bearer token.
     let addr = server.url().trim_start_matches("http://").to_owned();
