@@ -9,17 +9,19 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{self, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::apiserver::FakeApiServer;
-use support::apiserver::kube_client::{WAIT, next_event, until_watching};
+use support::apiserver::kube_client::{
+    WAIT, api_status, applied, deleted, initial, next_event, until_watching,
+};
 
 fn pod(name: &str, node: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -27,44 +29,8 @@ fn pod(name: &str, node: &str) -> Value {
            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})
 }
 
-/// Reads Init, InitApply..., InitDone and returns the names seen.
-async fn initial<S>(stream: &mut S) -> BTreeSet<String>
-where
-    S: Stream<Item = Result<Event<Pod>, watcher::Error>> + Unpin,
-{
-    match next_event(stream).await {
-        Ok(Event::Init) => {}
-        other => panic!("expected Init, got {other:?}"),
-    }
-    let mut names = BTreeSet::new();
-    loop {
-        match next_event(stream).await {
-            Ok(Event::InitApply(p)) => {
-                assert!(names.insert(p.name_any()), "{} listed twice", p.name_any());
-            }
-            Ok(Event::InitDone) => return names,
-            other => panic!("expected InitApply or InitDone, got {other:?}"),
-        }
-    }
-}
-
 fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// The name of an Apply or Delete event.
-fn applied(e: Result<Event<Pod>, watcher::Error>) -> String {
-    match e {
-        Ok(Event::Apply(p)) => p.name_any(),
-        other => panic!("expected Apply, got {other:?}"),
-    }
-}
-
-fn deleted(e: Result<Event<Pod>, watcher::Error>) -> String {
-    match e {
-        Ok(Event::Delete(p)) => p.name_any(),
-        other => panic!("expected Delete, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -413,13 +379,6 @@ fn csinode(rv: Option<&str>) -> CSINode {
         v["metadata"]["resourceVersion"] = json!(rv);
     }
     serde_json::from_value(v).expect("a CSINode")
-}
-
-fn api_status(r: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String) {
-    match r {
-        Err(kube::Error::Api(s)) => (s.code, s.reason),
-        other => panic!("expected an API error, got {other:?}"),
-    }
 }
 
 #[tokio::test]
