@@ -9,17 +9,19 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{self, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::apiserver::FakeApiServer;
-use support::apiserver::kube_client::{WAIT, next_event, until_watching};
+use support::apiserver::kube_client::{
+    WAIT, api_status, applied, deleted, initial, next_event, until_watching,
+};
 
 fn pod(name: &str, node: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -27,44 +29,8 @@ fn pod(name: &str, node: &str) -> Value {
            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})
 }
 
-/// Reads Init, InitApply..., InitDone and returns the names seen.
-async fn initial<S>(stream: &mut S) -> BTreeSet<String>
-where
-    S: Stream<Item = Result<Event<Pod>, watcher::Error>> + Unpin,
-{
-    match next_event(stream).await {
-        Ok(Event::Init) => {}
-        other => panic!("expected Init, got {other:?}"),
-    }
-    let mut names = BTreeSet::new();
-    loop {
-        match next_event(stream).await {
-            Ok(Event::InitApply(p)) => {
-                assert!(names.insert(p.name_any()), "{} listed twice", p.name_any());
-            }
-            Ok(Event::InitDone) => return names,
-            other => panic!("expected InitApply or InitDone, got {other:?}"),
-        }
-    }
-}
-
 fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// The name of an Apply or Delete event.
-fn applied(e: Result<Event<Pod>, watcher::Error>) -> String {
-    match e {
-        Ok(Event::Apply(p)) => p.name_any(),
-        other => panic!("expected Apply, got {other:?}"),
-    }
-}
-
-fn deleted(e: Result<Event<Pod>, watcher::Error>) -> String {
-    match e {
-        Ok(Event::Delete(p)) => p.name_any(),
-        other => panic!("expected Delete, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -106,6 +72,12 @@ async fn field_selected_watcher_sees_only_its_nodes_pods() {
     assert!(
         watch.param("resourceVersion").is_some(),
         "the watch resumes from the list"
+    );
+    // kube's watcher and Api<T> ask for no discovery document.
+    assert!(
+        server.requests().iter().all(|r| r.path == "/api/v1/pods"),
+        "{:?}",
+        server.requests()
     );
 }
 
@@ -409,13 +381,6 @@ fn csinode(rv: Option<&str>) -> CSINode {
     serde_json::from_value(v).expect("a CSINode")
 }
 
-fn api_status(r: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String) {
-    match r {
-        Err(kube::Error::Api(s)) => (s.code, s.reason),
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn csinode_create_replace_conflict_not_found_and_event_create() {
     let server = FakeApiServer::start();
@@ -649,6 +614,12 @@ async fn resource_versions_are_validated_and_compaction_expires_them() {
     let then = api.list(&exact).await.expect("an Exact list");
     assert_eq!(then.items.len(), 3);
     assert_eq!(then.metadata.resource_version, Some(old.to_string()));
+    // So does a paginated list at a version without a match (legacy rule).
+    let legacy = ListParams::default().at(&old.to_string()).limit(10);
+    assert_eq!(
+        api.list(&legacy).await.expect("a legacy list").items.len(),
+        3
+    );
 
     // Later pages are the first page's snapshot: p4, written between
     // pages, is not in them.
@@ -677,6 +648,7 @@ async fn resource_versions_are_validated_and_compaction_expires_them() {
 
     server.compact();
     assert_eq!(api_status(api.list(&exact).await), (410, "Expired".into()));
+    assert_eq!(api_status(api.list(&legacy).await), (410, "Expired".into()));
     assert_eq!(
         api_status(api.list(&next_page).await),
         (410, "Expired".into())
@@ -745,6 +717,28 @@ async fn a_watch_gets_bookmarks_ends_at_its_timeout_and_requests_need_the_token(
     }
     assert!(bookmarks >= 2, "{bookmarks} bookmarks in a second");
     assert!(started.elapsed() >= Duration::from_secs(1));
+
+    // Discovery and /version are served for clients that ask.
+    let client = server.client().await;
+    let version = client.apiserver_version().await.expect("GET /version");
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "37")
+    );
+    let core = client.list_core_api_versions().await.expect("GET /api");
+    assert_eq!(core.versions, ["v1"]);
+    let groups = client.list_api_groups().await.expect("GET /apis");
+    assert!(groups.groups.iter().any(|g| g.name == "storage.k8s.io"));
+    let storage = client
+        .list_api_group_resources("storage.k8s.io/v1")
+        .await
+        .expect("GET /apis/storage.k8s.io/v1");
+    assert!(
+        storage
+            .resources
+            .iter()
+            .any(|r| r.name == "volumeattachments/status")
+    );
 
     // Plain HTTP/1.1 without the bearer token.
     let addr = server.url().trim_start_matches("http://").to_owned();

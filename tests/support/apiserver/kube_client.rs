@@ -1,11 +1,14 @@
 //! The kube side for tests of the fake: a real `kube::Client` built from
 //! the kubeconfig the fake writes, and helpers that read a watcher stream
-//! with deadlines instead of sleeps.
+//! with deadlines instead of sleeps and unwrap what tests expect.
 
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::ResourceExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::FakeApiServer;
@@ -68,5 +71,52 @@ where
         if let Ok(item) = tokio::time::timeout(Duration::from_millis(10), stream.next()).await {
             panic!("unexpected event while waiting for the watch: {item:?}");
         }
+    }
+}
+
+/// Reads a watcher's Init, InitApply... and InitDone; returns the names
+/// listed (each at most once, or the test fails).
+pub async fn initial<S, K>(stream: &mut S) -> BTreeSet<String>
+where
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
+    K: Resource + Debug,
+{
+    match next_event(stream).await {
+        Ok(Event::Init) => {}
+        other => panic!("expected Init, got {other:?}"),
+    }
+    let mut names = BTreeSet::new();
+    loop {
+        match next_event(stream).await {
+            Ok(Event::InitApply(o)) => {
+                assert!(names.insert(o.name_any()), "{} listed twice", o.name_any());
+            }
+            Ok(Event::InitDone) => return names,
+            other => panic!("expected InitApply or InitDone, got {other:?}"),
+        }
+    }
+}
+
+/// The name in an Apply event; anything else fails the test.
+pub fn applied<K: Resource + Debug>(e: Result<Event<K>, watcher::Error>) -> String {
+    match e {
+        Ok(Event::Apply(o)) => o.name_any(),
+        other => panic!("expected Apply, got {other:?}"),
+    }
+}
+
+/// The name in a Delete event; anything else fails the test.
+pub fn deleted<K: Resource + Debug>(e: Result<Event<K>, watcher::Error>) -> String {
+    match e {
+        Ok(Event::Delete(o)) => o.name_any(),
+        other => panic!("expected Delete, got {other:?}"),
+    }
+}
+
+/// The code and reason of an API error; success fails the test.
+pub fn api_status<T: Debug>(r: Result<T, kube::Error>) -> (u16, String) {
+    match r {
+        Err(kube::Error::Api(s)) => (s.code, s.reason),
+        other => panic!("expected an API error, got {other:?}"),
     }
 }

@@ -27,9 +27,11 @@
 //!   resourceVersion (rebuilt from the event history); `remainingItemCount`
 //!   when no selector is given; `resourceVersion`/`resourceVersionMatch`
 //!   validated and honoured (Exact reads the past, NotOlderThan and unset
-//!   read now, a too-large version is 504, one before the compaction point
-//!   410 Expired for Exact and for a `continue` token). NotOlderThan with a
-//!   compacted version is served, as the real server serves it.
+//!   read now, and so does a version without a match, except on a
+//!   paginated list, where it is read exactly, the legacy rule; a too-large
+//!   version is 504, one before the compaction point 410 Expired for Exact
+//!   and for a `continue` token). NotOlderThan with a compacted version is
+//!   served, as the real server serves it.
 //! - `fieldSelector` with `=`, `==`, `!=` on the field labels the real
 //!   server supports per resource (unknown labels are 400), `labelSelector`
 //!   with `=`, `==`, `!=`, `in`, `notin`, exists, `!`, `>`, `<`.
@@ -77,6 +79,10 @@
 //!   `fieldManager` check: no field ownership, no conflicts, no removal of
 //!   fields a manager stops applying.
 //! - PUT on a missing object is 404 (some real resources create on update).
+//! - No priority and fairness: never 429, no `Retry-After` on a 503, no
+//!   request timeouts. (kube 5's client retries 429, 503 and 504 itself, up
+//!   to 15 times from 5 ms backoff, so a short [`set_down`] is invisible to
+//!   its callers; build the client without retries to see the 503s.)
 //! - Bookmarks come every [`set_bookmark_interval`] (1 s by default) rather
 //!   than the real server's roughly once a minute, and not at timeout.
 //!   The default watch timeout is 30 min, not a random 30–60 min. A list
@@ -357,6 +363,8 @@ impl FakeApiServer {
 
     /// While down, every request is answered 503 with a Status; going down
     /// ends every open watch (cleanly, as a server shutting down does).
+    /// kube's default client retries the 503s for minutes before giving up
+    /// (see [`kube_client`]).
     pub fn set_down(&self, down: bool) {
         let mut st = lock(&self.shared);
         st.down = down;

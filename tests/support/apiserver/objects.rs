@@ -120,10 +120,13 @@ pub fn list(
             Ok(n) => n,
             Err(e) => return e,
         };
+        // Legacy: a non-zero version without a match, on a paginated list,
+        // is read exactly (as the real server still does).
+        let rv_match = match (rv_match, n) {
+            ("", Some(n)) if n != 0 && limit > 0 => "Exact",
+            _ => rv_match,
+        };
         let at = match (rv_match, n) {
-            ("", None) if !rv.is_empty() => {
-                return status(400, "BadRequest", "invalid resource version");
-            }
             (m, None) if !m.is_empty() => {
                 return status(
                     400,
