@@ -203,6 +203,7 @@ fn rig(workers: usize) -> Rig {
         stopping: stopping.clone(),
         on_ready: None,
         changes: changes.clone(),
+        heartbeat: Default::default(),
     })
     .unwrap();
     let provider = Provider {

@@ -34,6 +34,7 @@ pub mod effects;
 pub mod event_loop;
 pub mod forced;
 mod health;
+mod lanes;
 pub mod orphans;
 mod startup;
 pub mod watch;
@@ -135,6 +136,8 @@ pub struct Daemon {
     monitor: Option<Arc<crate::health::Monitor>>,
     /// the events the monitor emitted, for `/debug/events`
     sink: Arc<crate::health::RecentEvents>,
+    /// the reconciler loop's pulse
+    heartbeat: Arc<crate::notify::Heartbeat>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -205,6 +208,7 @@ impl Daemon {
         let stopping = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel::<()>();
         let changes = Arc::new(crate::runtime::Changes::new());
+        let heartbeat = Arc::new(crate::notify::Heartbeat::default());
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 layout: cfg.layout.clone(),
@@ -235,6 +239,7 @@ impl Daemon {
             stopping: stopping.clone(),
             on_ready: Some(ready_tx),
             changes: changes.clone(),
+            heartbeat: heartbeat.clone(),
         });
         let mut threads = match spawned {
             Ok(t) => t,
@@ -303,7 +308,14 @@ impl Daemon {
             boot_id: cfg.boot_id.as_str().to_owned(),
             monitor,
             sink,
+            heartbeat,
         })
+    }
+
+    /// The reconciler loop's pulse: what `READY=1` waits for and what the
+    /// watchdog pings only while it beats.
+    pub fn heartbeat(&self) -> Arc<crate::notify::Heartbeat> {
+        self.heartbeat.clone()
     }
 
     /// The runtime API on this daemon (embeddable: a clone per caller).
