@@ -9,7 +9,8 @@
 //!   mount (the same path on the host; `plugins_registry/` inside it),
 //!   `/dev` from the host, probes on the daemon's real endpoints and default
 //!   address, every `args` flag one the binary accepts, and RBAC granting
-//!   what a kubelet-like volume manager asks the API server for;
+//!   what a kubelet-like volume manager asks the API server for; and every
+//!   document survives its typed round trip (no misspelt field ignored);
 //! - `deploy/grafana/volumed.json`: every metric name in a panel's
 //!   expression (and the node variable's query) is one the daemon
 //!   registers (`Metrics::names`, which holds families with no series
@@ -221,6 +222,35 @@ fn check_probe(what: &str, probe: Option<&HTTPGetAction>, path: &str, listen: &(
     );
 }
 
+/// `doc` read as `T` and written back: what the typed object kept.
+fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
+    let typed: T = serde_json::from_value(doc.clone()).unwrap();
+    serde_json::to_value(typed).unwrap()
+}
+
+/// k8s-openapi skips fields it does not know, so a misspelt one
+/// (`mountPropogation`) would pass every check above by being absent:
+/// every document must survive its typed round trip unchanged.
+#[test]
+fn every_field_of_the_manifest_is_one_kubernetes_knows() {
+    use k8s_openapi::api::core::v1::Namespace;
+    for doc in manifests() {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        let back = match kind.as_str() {
+            "Namespace" => round_trip::<Namespace>(&doc),
+            "ServiceAccount" => round_trip::<ServiceAccount>(&doc),
+            "ClusterRole" => round_trip::<ClusterRole>(&doc),
+            "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(&doc),
+            "DaemonSet" => round_trip::<DaemonSet>(&doc),
+            other => panic!("a document of an unexpected kind: {other:?}"),
+        };
+        assert_eq!(
+            back, doc,
+            "{kind}: a field was dropped or changed by its type"
+        );
+    }
+}
+
 #[test]
 fn the_daemonset_mounts_the_root_bidirectionally_and_probes_real_endpoints() {
     let docs = manifests();
@@ -326,6 +356,11 @@ fn the_daemonset_mounts_the_root_bidirectionally_and_probes_real_endpoints() {
     assert!(
         ports.contains(&listen.1),
         "the metrics and health port is declared: {ports:?}"
+    );
+    assert_ne!(
+        spec.host_pid,
+        Some(true),
+        "volumed reads only its own /proc/self and signals no other process"
     );
     assert!(
         spec.termination_grace_period_seconds.unwrap_or(30) >= 120,
