@@ -25,10 +25,10 @@ use volumed::reconstruct::inspect::{InspectedJournal, inspect_journal};
 use volumed::reconstruct::report::render_table;
 use volumed::selinux;
 use volumed::server;
+use volumed::server::DEFAULT_LISTEN;
 use volumed::server::client::{self, JournalSource};
 use volumed::server::daemon_file::DaemonFile;
 
-use volumed::server::DEFAULT_LISTEN;
 const DEFAULT_ROOT: &str = "/var/lib/kubelet";
 /// How long shutdown waits for the HTTP server, then for its tasks.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -272,6 +272,8 @@ fn run(mut args: RunArgs) -> Result<()> {
     stop.add(nix::sys::signal::Signal::SIGINT);
     stop.thread_block().context("block SIGTERM and SIGINT")?;
 
+    let service = conventions::service()?;
+    service.status("opening the journal");
     let (journal, replaced) = match args.journal {
         OnOff::Off => {
             tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
@@ -294,7 +296,6 @@ fn run(mut args: RunArgs) -> Result<()> {
     }
     cfg.selinux = selinux;
     cfg.health = health;
-    let service = conventions::service()?;
     service.status("reconstructing: the journal and one read of the mount table");
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     cfg.csi = Some(args.csi.setup(metrics.ops.csi_seconds.clone())?);
