@@ -613,6 +613,8 @@ fn every_metric_the_dashboard_reads_is_one_volumed_exports() {
         "kubelet_volume_stats_",
         "kubelet_volume_stats_health_status_abnormal",
         "volume_manager_total_volumes",
+        "volumed_journal_durable_seq",
+        "volumed_journal_flushes_total",
     ] {
         assert!(families(want), "no panel reads {want}");
     }

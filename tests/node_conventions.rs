@@ -12,7 +12,8 @@
 //! 4. `--log-format json`: every stderr line of a short run (start,
 //!    ready, SIGTERM) is a JSON object with `level`, `target` and
 //!    `fields`; the readiness line carries its message and phase;
-//! 5. `--log-format xml` is refused naming the values that exist.
+//! 5. `--log-format xml` is refused naming the values that exist;
+//! 6. the journal's figures (`volumed_journal_*`) are on `/metrics`.
 //!
 //! The daemon runs as root in a private mount namespace, as every
 //! `support::daemon` test does (it makes its root a shared mount).
@@ -26,7 +27,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::daemon::{BIN, Daemon, Env, WAIT, real};
+use support::daemon::{BIN, Daemon, Env, WAIT, real, series};
 
 /// A pod with one tmpfs emptyDir: something to mount before readiness.
 const POD: &str = "apiVersion: v1
@@ -169,6 +170,13 @@ fn json_logs_are_one_object_per_line_with_level_target_and_fields() {
         env.write_pod("pod.yaml", POD);
         env.extra_args = vec!["--log-format".into(), "json".into()];
         let daemon = env.start();
+        // the journal's figures, read at the scrape: the pod's mount was
+        // journaled, so records were made durable by some flush
+        daemon.wait_until("the journal's figures on /metrics", || {
+            let m = daemon.metrics();
+            let one = |name| series(&m, name).first().map_or(0.0, |(_, v)| *v);
+            one("volumed_journal_flushes_total") >= 1.0 && one("volumed_journal_durable_seq") >= 1.0
+        });
         let log = daemon.log.clone();
         daemon.stop();
         let text = fs::read_to_string(&log).unwrap();

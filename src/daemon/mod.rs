@@ -394,6 +394,11 @@ impl DebugProvider for Provider {
     }
 
     fn metrics_text(&self) -> String {
+        if let Some(j) = &self.journal {
+            self.metrics
+                .journal
+                .observe(j.flush_count(), j.synced_through());
+        }
         gather_text(&self.metrics)
     }
 

@@ -35,10 +35,12 @@
 use prometheus::{Encoder, Gauge, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
 
 pub mod health;
+pub mod journal;
 pub mod operations;
 pub mod selinux;
 
 pub use health::HealthMetrics;
+pub use journal::JournalMetrics;
 pub use operations::{OperationMetrics, StorageOperation};
 pub use selinux::SeLinuxMetrics;
 
@@ -87,6 +89,8 @@ pub struct Metrics {
     pub selinux: SeLinuxMetrics,
     /// volume stats and health
     pub health: HealthMetrics,
+    /// the journal's flushes and durable watermark
+    pub journal: JournalMetrics,
 }
 
 const OPERATIONS_TOTAL: &str = "reconstruct_volume_operations_total";
@@ -178,6 +182,7 @@ impl Metrics {
         let ops = OperationMetrics::new(&r)?;
         let selinux = SeLinuxMetrics::new(&r)?;
         let health = HealthMetrics::new(&r)?;
+        let journal = JournalMetrics::new(&r)?;
         Ok(Self {
             registry: r.registry,
             names: r.names.into_inner(),
@@ -185,6 +190,7 @@ impl Metrics {
             ops,
             selinux,
             health,
+            journal,
         })
     }
 
