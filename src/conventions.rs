@@ -45,6 +45,16 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
+/// The binary's last word on a failure: in JSON mode through the log, so
+/// a pipeline that reads JSON lines gets it as one; plain on stderr
+/// otherwise, as it always was.
+pub fn report_failure(format: LogFormat, e: &anyhow::Error) {
+    match format {
+        LogFormat::Json => tracing::error!("{e:#}"),
+        LogFormat::Text => eprintln!("volumed: {e:#}"),
+    }
+}
+
 /// The service manager's view of `volumed run`, from `$NOTIFY_SOCKET`
 /// (nothing is sent without it). A set but unusable `$NOTIFY_SOCKET` is a
 /// startup error: under `Type=notify` the unit would otherwise sit in

@@ -485,7 +485,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("volumed: {e:#}");
+            conventions::report_failure(cli.log_format, &e);
             ExitCode::FAILURE
         }
     }

@@ -13,7 +13,8 @@
 //!    ready, SIGTERM) is a JSON object with `level`, `target` and
 //!    `fields`; the readiness line carries its message and phase;
 //! 5. `--log-format xml` is refused naming the values that exist;
-//! 6. the journal's figures (`volumed_journal_*`) are on `/metrics`.
+//! 6. the journal's figures (`volumed_journal_*`) are on `/metrics`;
+//! 7. a command that fails in JSON mode says so in a JSON line.
 //!
 //! The daemon runs as root in a private mount namespace, as every
 //! `support::daemon` test does (it makes its root a shared mount).
@@ -212,5 +213,29 @@ fn an_unknown_log_format_is_refused_naming_the_choices() {
     let err = String::from_utf8_lossy(&out.stderr);
     for word in ["--log-format", "xml", "text", "json"] {
         assert!(err.contains(word), "names {word}: {err}");
+    }
+}
+
+#[test]
+fn a_failure_in_json_mode_is_a_json_line_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-journal");
+    let out = Command::new(BIN)
+        .args(["--log-format", "json", "dump", "--journal-dir"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "the failure is reported");
+    for line in lines {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(v["level"], "ERROR", "{line}");
+        let msg = v["fields"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(&missing.display().to_string()),
+            "names the dir: {line}"
+        );
     }
 }
