@@ -15,6 +15,7 @@ pub mod host;
 pub mod journal;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod plugins;
 pub mod reconciler;
 pub mod reconstruct;

@@ -2,6 +2,7 @@
 //! exit codes). Everything else lives in the library.
 
 mod api_flags;
+mod conventions;
 mod csi_flags;
 mod health_cmd;
 mod wait_pod;
@@ -25,11 +26,10 @@ use volumed::reconstruct::inspect::{InspectedJournal, inspect_journal};
 use volumed::reconstruct::report::render_table;
 use volumed::selinux;
 use volumed::server;
+use volumed::server::DEFAULT_LISTEN;
 use volumed::server::client::{self, JournalSource};
 use volumed::server::daemon_file::DaemonFile;
 
-/// The default `--listen` address: loopback only.
-const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
 const DEFAULT_ROOT: &str = "/var/lib/kubelet";
 /// How long shutdown waits for the HTTP server, then for its tasks.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,6 +50,9 @@ const MALLOC_ARENAS: i32 = 1;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr (`VOLUMED_LOG` sets the level).
+    #[arg(long, value_enum, global = true, default_value_t = conventions::LogFormat::Text)]
+    log_format: conventions::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -186,16 +189,6 @@ fn boot_id(file: Option<&Path>) -> Result<String> {
         .to_owned())
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VOLUMED_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
 /// `--selinux` and `--feature-gates` against what the host offers: a
 /// startup error, never a stream of failing mounts.
 fn selinux_policy(mode: SeLinuxMode, gates: &[String]) -> Result<selinux::Policy> {
@@ -274,6 +267,8 @@ fn run(mut args: RunArgs) -> Result<()> {
     stop.add(nix::sys::signal::Signal::SIGINT);
     stop.thread_block().context("block SIGTERM and SIGINT")?;
 
+    let service = conventions::service()?;
+    service.status("opening the journal");
     let (journal, replaced) = match args.journal {
         OnOff::Off => {
             tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
@@ -297,10 +292,12 @@ fn run(mut args: RunArgs) -> Result<()> {
     cfg.selinux = selinux;
     cfg.health = health;
     cfg.api = api;
+    service.status("reconstructing: the journal and one read of the mount table");
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     cfg.csi = Some(args.csi.setup(metrics.ops.csi_seconds.clone())?);
     let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
         .context("start the daemon")?;
+    service.status("reconstructed; listing the pod sources");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -321,6 +318,7 @@ fn run(mut args: RunArgs) -> Result<()> {
     let server = rt.spawn(server::serve(listeners, provider, async {
         let _ = server_stopped.await;
     }));
+    conventions::watch(&service, volumes.heartbeat(), &bound.to_string())?;
     tracing::info!(
         root = %args.root_dir.display(),
         journal = %journal_dir.display(),
@@ -331,6 +329,7 @@ fn run(mut args: RunArgs) -> Result<()> {
 
     let sig = stop.wait().context("wait for a stop signal")?;
     tracing::info!(signal = ?sig, "stopping: HTTP server, daemon.json, then the journal");
+    service.stopping("stopping: finishing in-flight operations, flushing the journal");
     let _ = stop_server.send(());
     let stopped = rt.block_on(async { tokio::time::timeout(SERVER_STOP_TIMEOUT, server).await });
     if stopped.is_err() {
@@ -471,7 +470,7 @@ fn main() -> ExitCode {
     // per volume (see the function's docs); two keep contention low.
     volumed::host::sys::limit_malloc_arenas(MALLOC_ARENAS);
     let cli = Cli::parse();
-    init_logging();
+    conventions::init_logging(cli.log_format);
     let result = match cli.command {
         Command::Run(a) => run(*a),
         Command::Dump(a) => dump(a),
@@ -482,7 +481,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("volumed: {e:#}");
+            conventions::report_failure(cli.log_format, &e);
             ExitCode::FAILURE
         }
     }

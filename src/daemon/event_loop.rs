@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
-use crate::model::{Layout, MountState, TargetRef, UniqueVolumeName};
+use crate::model::Layout;
+use crate::notify::{EndOnDrop, Heartbeat};
 use crate::reconciler::executor::Executor;
 use crate::reconciler::jobs::journal_job;
 use crate::reconciler::jobs::{Job, Queued};
@@ -33,6 +34,7 @@ use crate::selinux::Policy;
 pub use super::core::{
     Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, World,
 };
+use super::lanes::{host_lane, journal_lane, lane_gone_journal};
 use super::{DaemonError, spawn};
 
 /// Loop settings.
@@ -87,6 +89,8 @@ pub struct LoopParts {
     pub changes: Arc<crate::runtime::Changes>,
     /// where pod events go (`FailedMount`, …)
     pub sink: Arc<dyn crate::health::EventSink>,
+    /// the loop's pulse (watchdog, `READY=1`): busy, idle, ready, ended
+    pub heartbeat: Arc<Heartbeat>,
 }
 
 /// Starts the loop, its worker pool and its journal and host threads;
@@ -105,6 +109,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         on_ready,
         changes,
         sink,
+        heartbeat,
     } = parts;
     let mut threads = Vec::new();
     let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
@@ -166,6 +171,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         started: cfg.started,
         on_ready,
         changes,
+        heartbeat,
         core,
         world,
         events: events_rx,
@@ -185,6 +191,7 @@ struct Driver {
     started: Instant,
     on_ready: Option<Sender<()>>,
     changes: Arc<crate::runtime::Changes>,
+    heartbeat: Arc<Heartbeat>,
     core: Core,
     world: Arc<Mutex<World>>,
     events: Receiver<Event>,
@@ -203,10 +210,13 @@ impl Driver {
         // Completions the driver produced itself (a job it could not start),
         // handled at the next step without waiting.
         let mut feedback: Vec<Event> = Vec::new();
+        // a return or a panic alike ends the watchdog's pings
+        let _ended = EndOnDrop(self.heartbeat.clone());
         loop {
             let mut batch = std::mem::take(&mut feedback);
             let mut orphaned = false;
             if batch.is_empty() {
+                self.heartbeat.idle();
                 match self
                     .events
                     .recv_timeout(self.core.next_wake(Instant::now()))
@@ -221,6 +231,7 @@ impl Driver {
                     }
                 }
             }
+            self.heartbeat.busy(Instant::now());
             // Take every event already queued before planning once.
             batch.extend(self.events.try_iter());
             let obs = Observed {
@@ -267,6 +278,8 @@ impl Driver {
         if let Some(tx) = self.on_ready.take() {
             let _ = tx.send(());
         }
+        // after the step's unlock: `/readyz` already answers 200
+        self.heartbeat.set_ready();
     }
 
     fn perform(&self, effect: Effect, feedback: &mut Vec<Event>) {
@@ -343,137 +356,6 @@ impl Driver {
             }));
         }
     }
-}
-
-/// The completion of journal work that found no journal thread.
-fn lane_gone_journal(work: JournalWork) -> Completion {
-    let why = "the journal thread is gone".to_owned();
-    match work {
-        JournalWork::Flush => Completion::Flushed(Err(why)),
-        JournalWork::Checkpoint => Completion::Checkpointed(Err(why)),
-        JournalWork::ForgetVolume { key, .. } => Completion::Forgotten {
-            key: Some(key),
-            ok: false,
-        },
-        JournalWork::ForgetTarget { .. } => Completion::Forgotten {
-            key: None,
-            ok: false,
-        },
-    }
-}
-
-/// Performs journal work in order; each completion goes back to the loop.
-fn journal_lane(rx: &Receiver<JournalWork>, j: &Journal, events: &Sender<Event>) {
-    for work in rx {
-        let done = match work {
-            JournalWork::Flush => Completion::Flushed(j.flush_pending().map_err(|e| e.to_string())),
-            JournalWork::Checkpoint => Completion::Checkpointed(match j.checkpoint() {
-                Ok(r) => {
-                    tracing::debug!(
-                        through = r.through_seq,
-                        dropped = r.dropped,
-                        "journal checkpoint"
-                    );
-                    Ok(r.through_seq)
-                }
-                Err(e) => Err(e.to_string()),
-            }),
-            JournalWork::ForgetVolume { key, volume } => Completion::Forgotten {
-                key: Some(key),
-                ok: forget_volume(j, &volume),
-            },
-            JournalWork::ForgetTarget { volume, target } => {
-                let ok = j.forget(&volume, vec![target]);
-                if let Err(e) = &ok {
-                    tracing::error!(error = %e, "journal forget record");
-                }
-                Completion::Forgotten {
-                    key: None,
-                    ok: ok.is_ok(),
-                }
-            }
-        };
-        if events.send(Event::Done(done)).is_err() {
-            return;
-        }
-    }
-}
-
-/// Forgets the targets of `volume` the journal has as not mounted: one
-/// batch, one flush.
-fn forget_volume(j: &Journal, volume: &UniqueVolumeName) -> bool {
-    let targets: Vec<TargetRef> = j.with_state(|state| {
-        state
-            .entries()
-            .filter(|(k, e)| &k.volume == volume && e.reported_state() == MountState::NotMounted)
-            .map(|(k, _)| k.target.clone())
-            .collect()
-    });
-    match j.forget(volume, targets) {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::error!(error = %e, "journal forget record");
-            false
-        }
-    }
-}
-
-/// Performs host work in order; each completion goes back to the loop.
-fn host_lane(
-    rx: &Receiver<HostWork>,
-    layout: &Layout,
-    sys: &dyn Sys,
-    metrics: &Metrics,
-    events: &Sender<Event>,
-    stop: &AtomicBool,
-) {
-    for work in rx {
-        let done = match work {
-            HostWork::Sweep { known } => {
-                sweep(layout, sys, metrics, &known, stop);
-                Completion::Swept
-            }
-            HostWork::Trim => {
-                crate::host::sys::trim_malloc();
-                Completion::Trimmed
-            }
-            HostWork::CheckLate { paths } => Completion::LateChecked {
-                // a path that cannot be read has no mount to undo now
-                mounted: paths
-                    .into_iter()
-                    .filter(|p| sys.mount_root(p).unwrap_or(false))
-                    .collect(),
-            },
-        };
-        if events.send(Event::Done(done)).is_err() {
-            return;
-        }
-    }
-}
-
-fn sweep(
-    layout: &Layout,
-    sys: &dyn Sys,
-    metrics: &Metrics,
-    known: &std::collections::BTreeSet<crate::model::PodUid>,
-    stop: &AtomicBool,
-) {
-    let r = super::orphans::sweep(layout, sys, known, stop);
-    for (path, why) in &r.left {
-        tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");
-    }
-    if r.examined > 0 || r.finished_deletions > 0 {
-        tracing::info!(
-            examined = r.examined,
-            removed = r.removed,
-            errors = r.errors,
-            finished_deletions = r.finished_deletions,
-            "orphaned pod dirs swept"
-        );
-    }
-    let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    metrics.ops.orphan_cleaned.set(as_i64(r.examined));
-    metrics.ops.orphan_cleaned_errors.set(as_i64(r.errors));
 }
 
 fn worker(

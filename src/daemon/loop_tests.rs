@@ -162,6 +162,7 @@ struct Rig {
     stopping: Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     provider: Provider,
+    heartbeat: Arc<crate::notify::Heartbeat>,
 }
 
 fn rig(workers: usize) -> Rig {
@@ -183,6 +184,7 @@ fn rig(workers: usize) -> Rig {
     let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let changes = Arc::new(crate::runtime::Changes::new());
     let sink: Arc<dyn crate::health::EventSink> = Arc::new(crate::health::RecentEvents::default());
+    let heartbeat = Arc::new(crate::notify::Heartbeat::default());
     let threads = spawn_loop(LoopParts {
         cfg: LoopConfig {
             layout: Layout::new("/r"),
@@ -205,6 +207,7 @@ fn rig(workers: usize) -> Rig {
         on_ready: None,
         changes: changes.clone(),
         sink,
+        heartbeat: heartbeat.clone(),
     })
     .unwrap();
     let provider = Provider {
@@ -226,6 +229,7 @@ fn rig(workers: usize) -> Rig {
         stopping,
         threads,
         provider,
+        heartbeat,
     }
 }
 
@@ -364,4 +368,37 @@ fn an_idle_loop_stops_on_the_event_not_a_timer() {
     let started = std::time::Instant::now();
     r.stop();
     assert!(started.elapsed() < PATIENCE);
+}
+
+/// What `READY=1` and the watchdog read: ready exactly when the provider
+/// is, alive while a worker's mount hangs (that is not the loop's), and
+/// ended once the loop has stopped.
+#[test]
+fn the_heartbeat_is_ready_with_readyz_alive_beside_a_hung_mount_and_ends_at_the_stop() {
+    let r = rig(2);
+    assert!(
+        !r.heartbeat.wait_ready(Duration::from_millis(50)),
+        "not ready before the sources listed"
+    );
+    r.send(vec![SourceEvent::PodAdded(pod("hung-1"))]);
+    r.entered
+        .recv_timeout(PATIENCE)
+        .expect("the hung pod's mount reached the gate");
+    r.send(vec![SourceEvent::SourcesReady]);
+    assert!(r.heartbeat.wait_ready(PATIENCE), "ready once listed");
+    assert_eq!(r.ask(|p| p.ready()), Ok(()), "/readyz is 200 by then");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        r.heartbeat
+            .alive(std::time::Instant::now(), Duration::from_secs(1)),
+        "a hung mount holds a worker, not the loop"
+    );
+    r.release.send(()).unwrap();
+    r.wait_until("the held mount finishes", |r| r.mounted("hung-1"));
+    let beat = r.heartbeat.clone();
+    r.stop();
+    assert!(
+        !beat.alive(std::time::Instant::now(), Duration::from_secs(3600)),
+        "a loop that ended beats no more"
+    );
 }

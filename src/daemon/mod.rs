@@ -35,7 +35,9 @@ pub mod effects;
 pub mod event_loop;
 pub mod forced;
 mod health;
+mod lanes;
 pub mod orphans;
+mod provider;
 mod startup;
 pub mod watch;
 
@@ -46,18 +48,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::dump::DumpDoc;
 use crate::elapsed_ms;
 use crate::host::sys::Sys;
 use crate::journal::Journal;
-use crate::metrics::{Metrics, gather_text};
-use crate::model::UniqueVolumeName;
+use crate::metrics::Metrics;
 use crate::server::DebugProvider;
-use crate::state::StateSnapshot;
 
 use api_source::{ApiStopper, Publisher, ReadyGate, spawn_api_source};
 pub use config::{CsiSetup, DaemonConfig};
 use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
+use provider::Provider;
 use startup::{
     Leftovers, name_mounts, reconstruct_first, resolved_root, spawn_leftovers, spawn_sources,
 };
@@ -142,6 +142,8 @@ pub struct Daemon {
     monitor: Option<Arc<crate::health::Monitor>>,
     /// the events the monitor emitted, for `/debug/events`
     sink: Arc<crate::health::RecentEvents>,
+    /// the reconciler loop's pulse
+    heartbeat: Arc<crate::notify::Heartbeat>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -245,6 +247,7 @@ impl Daemon {
             false => (recent.clone(), None),
         };
         let changes = Arc::new(crate::runtime::Changes::new());
+        let heartbeat = Arc::new(crate::notify::Heartbeat::default());
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 layout: cfg.layout.clone(),
@@ -276,6 +279,7 @@ impl Daemon {
             on_ready: Some(ready_tx),
             changes: changes.clone(),
             sink: sink.clone(),
+            heartbeat: heartbeat.clone(),
         });
         let mut threads = match spawned {
             Ok(t) => t,
@@ -360,7 +364,14 @@ impl Daemon {
             boot_id: cfg.boot_id.as_str().to_owned(),
             monitor,
             sink: recent,
+            heartbeat,
         })
+    }
+
+    /// The reconciler loop's pulse: what `READY=1` waits for and what the
+    /// watchdog pings only while it beats.
+    pub fn heartbeat(&self) -> Arc<crate::notify::Heartbeat> {
+        self.heartbeat.clone()
     }
 
     /// The runtime API on this daemon (embeddable: a clone per caller).
@@ -412,86 +423,6 @@ impl Daemon {
             elapsed_ms = elapsed_ms(asked.elapsed()),
             "daemon stopped: every thread joined"
         );
-    }
-}
-
-/// How long `/debug/health?fresh=1` waits for the pass it asks for.
-const HEALTH_WAIT: Duration = Duration::from_secs(30);
-
-struct Provider {
-    runtime: crate::runtime::VolumeManagerHandle,
-    world: Arc<Mutex<World>>,
-    metrics: Arc<Metrics>,
-    journal: Option<Arc<Journal>>,
-    node_name: String,
-    boot_id: String,
-    monitor: Option<Arc<crate::health::Monitor>>,
-    sink: Arc<crate::health::RecentEvents>,
-}
-
-impl DebugProvider for Provider {
-    fn ready(&self) -> Result<(), String> {
-        // A provider exists only once `Daemon::start` has reconstructed, so
-        // readiness waits only for every pod source to have listed (not for
-        // the pod-dir walk: see `core::Phase::ready`).
-        let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
-        if !w.ready {
-            return Err("not every pod source has been listed yet".into());
-        }
-        Ok(())
-    }
-
-    fn metrics_text(&self) -> String {
-        gather_text(&self.metrics)
-    }
-
-    fn state(&self) -> StateSnapshot {
-        let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s = w.asw.snapshot();
-        s.pod_errors = w
-            .dsw
-            .pod_errors()
-            .map(|(p, e)| (p.as_str().to_owned(), e.iter().cloned().collect()))
-            .collect();
-        s.unmounted_outside = w.unmounted_outside.clone();
-        drop(w);
-        if let Some(m) = &self.monitor {
-            m.read(|store| crate::health::report::fill_state(store, &mut s));
-        }
-        s
-    }
-
-    fn events(&self) -> Vec<crate::health::VolumeEvent> {
-        self.sink.recent()
-    }
-
-    fn health(&self, fresh: bool) -> Option<crate::health::report::HealthDoc> {
-        let m = self.monitor.as_ref()?;
-        if fresh && !m.check_now(HEALTH_WAIT) {
-            tracing::warn!(wait = ?HEALTH_WAIT, "health: an asked-for pass did not end in time");
-        }
-        Some(m.read(crate::health::report::document))
-    }
-
-    fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {
-        let journal = self
-            .journal
-            .as_ref()
-            .ok_or("the journal is off (--journal off)")?;
-        let replay = journal
-            .current(&self.node_name)
-            .map_err(|e| e.to_string())?;
-        let only = volume.map(UniqueVolumeName::from_raw);
-        Ok(crate::dump::document(&replay, &self.boot_id, only.as_ref()))
-    }
-
-    fn pod_volumes(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodVolumes> {
-        self.runtime.pod_volumes(pod)
-    }
-
-    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        let c = self.runtime.changes();
-        (!c.is_closed()).then(|| c.subscribe())
     }
 }
 

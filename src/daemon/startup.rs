@@ -187,6 +187,10 @@ pub(super) fn reconstruct_first(
         }
     };
     record_reconstruction(metrics, &ready.output);
+    metrics
+        .reconstruct
+        .seconds
+        .set(started.elapsed().as_secs_f64());
     tracing::info!(
         phase = "asw_ready",
         elapsed_ms = elapsed_ms(started.elapsed()),

@@ -4,9 +4,9 @@
 //! `persistentvolumeclaim` (PVC-backed volumes only, as the kubelet's
 //! collector), and volumed's own counters of the checks.
 
-use prometheus::{Gauge, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGaugeVec, Opts};
 
-use super::{MetricsError, register};
+use super::{MetricsError, Registrar, register};
 
 const LABELS: [&str; 2] = ["namespace", "persistentvolumeclaim"];
 
@@ -58,7 +58,7 @@ pub struct HealthMetrics {
 }
 
 impl HealthMetrics {
-    pub(super) fn new(r: &Registry) -> Result<Self, MetricsError> {
+    pub(super) fn new(r: &Registrar) -> Result<Self, MetricsError> {
         let mut usage = Vec::with_capacity(USAGE.len());
         for (name, help) in USAGE {
             usage.push(register(r, name, || {

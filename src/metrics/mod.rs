@@ -32,13 +32,15 @@
 //! *Invariant:* only this module knows the prometheus crate; callers record
 //! through functions taking domain types.
 
-use prometheus::{Encoder, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, Gauge, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
 
 pub mod health;
+pub mod journal;
 pub mod operations;
 pub mod selinux;
 
 pub use health::HealthMetrics;
+pub use journal::JournalMetrics;
 pub use operations::{OperationMetrics, StorageOperation};
 pub use selinux::SeLinuxMetrics;
 
@@ -68,12 +70,17 @@ pub struct ReconstructMetrics {
     pub operations_errors_total: IntCounter,
     /// `volumed_reconstruct_decisions_total{target,result,reason}`
     pub decisions_total: IntCounterVec,
+    /// `volumed_reconstruct_seconds`: startup to a ready ASW (phase 1:
+    /// the journal and one read of the mount table), set once per start
+    pub seconds: Gauge,
 }
 
 /// Every metric volumed exports, registered in one registry.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
+    /// every registered family's name, in registration order
+    names: Vec<String>,
     /// reconstruction
     pub reconstruct: ReconstructMetrics,
     /// operations, volumes, cleanup
@@ -82,11 +89,14 @@ pub struct Metrics {
     pub selinux: SeLinuxMetrics,
     /// volume stats and health
     pub health: HealthMetrics,
+    /// the journal's flushes and durable watermark
+    pub journal: JournalMetrics,
 }
 
 const OPERATIONS_TOTAL: &str = "reconstruct_volume_operations_total";
 const OPERATIONS_ERRORS_TOTAL: &str = "reconstruct_volume_operations_errors_total";
 const DECISIONS_TOTAL: &str = "volumed_reconstruct_decisions_total";
+const SECONDS: &str = "volumed_reconstruct_seconds";
 const TARGETS: [&str; 2] = ["device", "pod"];
 const RESULTS: [MountState; 3] = [
     MountState::Mounted,
@@ -94,20 +104,33 @@ const RESULTS: [MountState; 3] = [
     MountState::NotMounted,
 ];
 
+/// The registry being filled, and the names of what was registered: the
+/// prometheus registry exports a family only once it has a series, so the
+/// names are kept here for [`Metrics::names`] (the dashboard's check).
+#[derive(Default)]
+pub(crate) struct Registrar {
+    registry: Registry,
+    names: std::cell::RefCell<Vec<String>>,
+}
+
 /// Creates a metric and registers it, naming it in the error.
 pub(crate) fn register<M: prometheus::core::Collector + Clone + 'static>(
-    registry: &Registry,
+    r: &Registrar,
     name: &'static str,
     make: impl FnOnce() -> prometheus::Result<M>,
 ) -> Result<M, MetricsError> {
     let err = |source| MetricsError::Register { name, source };
     let metric = make().map_err(err)?;
-    registry.register(Box::new(metric.clone())).map_err(err)?;
+    r.registry.register(Box::new(metric.clone())).map_err(err)?;
+    let descs = metric.desc();
+    r.names
+        .borrow_mut()
+        .extend(descs.iter().map(|d| d.fq_name.clone()));
     Ok(metric)
 }
 
 impl ReconstructMetrics {
-    fn new(registry: &Registry) -> Result<Self, MetricsError> {
+    fn new(registry: &Registrar) -> Result<Self, MetricsError> {
         let operations_total = register(registry, OPERATIONS_TOTAL, || {
             IntCounter::new(
                 OPERATIONS_TOTAL,
@@ -129,6 +152,12 @@ impl ReconstructMetrics {
                 &["target", "result", "reason"],
             )
         })?;
+        let seconds = register(registry, SECONDS, || {
+            Gauge::new(
+                SECONDS,
+                "Seconds from startup to a ready ASW at the last start (reconstruction's first phase).",
+            )
+        })?;
         for target in TARGETS {
             for result in RESULTS {
                 for reason in Reason::ALL {
@@ -140,6 +169,7 @@ impl ReconstructMetrics {
             operations_total,
             operations_errors_total,
             decisions_total,
+            seconds,
         })
     }
 }
@@ -147,23 +177,33 @@ impl ReconstructMetrics {
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, MetricsError> {
-        let registry = Registry::new();
-        let reconstruct = ReconstructMetrics::new(&registry)?;
-        let ops = OperationMetrics::new(&registry)?;
-        let selinux = SeLinuxMetrics::new(&registry)?;
-        let health = HealthMetrics::new(&registry)?;
+        let r = Registrar::default();
+        let reconstruct = ReconstructMetrics::new(&r)?;
+        let ops = OperationMetrics::new(&r)?;
+        let selinux = SeLinuxMetrics::new(&r)?;
+        let health = HealthMetrics::new(&r)?;
+        let journal = JournalMetrics::new(&r)?;
         Ok(Self {
-            registry,
+            registry: r.registry,
+            names: r.names.into_inner(),
             reconstruct,
             ops,
             selinux,
             health,
+            journal,
         })
     }
 
     /// The registry (for the HTTP server).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The name of every metric family registered, whether or not it has
+    /// a series yet (a histogram's `_bucket`, `_sum` and `_count` are its
+    /// family's).
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 }
 
@@ -435,6 +475,7 @@ mod tests {
         m.health.timeouts.inc();
         m.health.error("csi");
         m.health.pass_seconds.set(0.5);
+        m.reconstruct.seconds.set(0.25);
         let text = gather_text(&m);
         for n in SeLinuxMetrics::names() {
             assert!(text.contains(&format!("# TYPE {n} gauge")), "{n}:\n{text}");
@@ -469,12 +510,31 @@ mod tests {
             "volumed_health_check_timeouts_total",
             "volumed_health_check_errors_total",
             "volumed_health_pass_seconds",
+            "volumed_reconstruct_seconds",
+            "csi_operations_seconds",
+            "volumed_csi_selinux_label_ignored_total",
         ];
         for n in names {
             assert!(
-                text.contains(&format!("# TYPE {n} ")),
-                "{n} is not on /metrics:\n{text}"
+                m.names().iter().any(|r| r == n),
+                "{n} is not in names(): {:?}",
+                m.names()
             );
+            if !n.starts_with("csi_") && !n.starts_with("volumed_csi") {
+                assert!(
+                    text.contains(&format!("# TYPE {n} ")),
+                    "{n} is not on /metrics:\n{text}"
+                );
+            }
+        }
+        // names() is every family /metrics can show, each once
+        let mut seen = std::collections::BTreeSet::new();
+        for n in m.names() {
+            assert!(seen.insert(n), "{n} twice");
+        }
+        for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let family = line.split(' ').next().unwrap_or_default();
+            assert!(seen.contains(&family.to_owned()), "{family} not in names()");
         }
         assert!(text.contains(r#"storage_operation_duration_seconds_count{migrated="false",operation_name="volume_mount",status="success",volume_plugin="kubernetes.io/empty-dir"} 1"#), "{text}");
         assert!(text.contains(r#"volume_manager_total_volumes{plugin_name="kubernetes.io/empty-dir",state="desired_state_of_world"} 1"#), "{text}");

@@ -13,10 +13,10 @@
 use std::time::Duration;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
 };
 
-use super::{MetricsError, register};
+use super::{MetricsError, Registrar, register};
 use crate::model::{Operation, PluginName};
 
 /// The kubelet's buckets for `storage_operation_duration_seconds`.
@@ -74,7 +74,7 @@ impl StorageOperation {
 }
 
 impl OperationMetrics {
-    pub(super) fn new(r: &Registry) -> Result<Self, MetricsError> {
+    pub(super) fn new(r: &Registrar) -> Result<Self, MetricsError> {
         let storage_duration = register(r, "storage_operation_duration_seconds", || {
             HistogramVec::new(
                 HistogramOpts::new(

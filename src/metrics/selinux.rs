@@ -6,9 +6,9 @@
 //! admitted series by `volume_plugin` and `access_mode`. The increments
 //! come from `sources::apply_event` as [`MetricEvent`]s.
 
-use prometheus::{IntGaugeVec, Opts, Registry};
+use prometheus::{IntGaugeVec, Opts};
 
-use super::{MetricsError, register};
+use super::{MetricsError, Registrar, register};
 use crate::selinux::{Counter, MetricEvent};
 
 /// The seven gauges.
@@ -56,7 +56,7 @@ const SERIES: [(Counter, &str, &str); 7] = [
 ];
 
 impl SeLinuxMetrics {
-    pub(super) fn new(r: &Registry) -> Result<Self, MetricsError> {
+    pub(super) fn new(r: &Registrar) -> Result<Self, MetricsError> {
         let mut gauges = Vec::with_capacity(SERIES.len());
         for (counter, name, help) in SERIES {
             let labels: &[&str] = if counter.has_plugin_label() {

@@ -45,6 +45,16 @@ use tokio::net::{TcpListener, UnixListener};
 use crate::dump::DumpDoc;
 use crate::state::StateSnapshot;
 
+/// `volumed run`'s default `--listen` address: loopback only (`/debug/*`
+/// and the runtime API carry no authentication). The DaemonSet's probes
+/// and the Grafana dashboard's scrape use it (`tests/deploy.rs` checks).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
+/// The liveness endpoint: 200 while the server answers at all.
+pub const HEALTHZ: &str = "/healthz";
+/// The readiness endpoint: 200 once reconstruction is done and every pod
+/// source has been listed.
+pub const READYZ: &str = "/readyz";
+
 /// The prometheus text exposition format's content type.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 /// How long a client may take to send its request headers.
@@ -284,8 +294,8 @@ async fn route(
     let path = req.uri().path();
     let known = matches!(
         path,
-        "/healthz"
-            | "/readyz"
+        HEALTHZ
+            | READYZ
             | "/metrics"
             | "/debug/state"
             | "/debug/journal"
@@ -302,8 +312,8 @@ async fn route(
         return r;
     }
     let result = match path {
-        "/healthz" => Ok(text(StatusCode::OK, "ok")),
-        "/readyz" => blocking(provider, |p| p.ready()).await.map(|r| match r {
+        HEALTHZ => Ok(text(StatusCode::OK, "ok")),
+        READYZ => blocking(provider, |p| p.ready()).await.map(|r| match r {
             Ok(()) => text(StatusCode::OK, "ok"),
             Err(why) => text(
                 StatusCode::SERVICE_UNAVAILABLE,

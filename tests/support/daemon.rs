@@ -48,6 +48,8 @@ pub struct Env {
     /// more `run` arguments, after the ones above (e.g. `--csi-driver`,
     /// `--journal off`)
     pub extra_args: Vec<String>,
+    /// more environment variables for the daemon (e.g. `NOTIFY_SOCKET`)
+    pub extra_env: Vec<(String, String)>,
     // Last: dropped (lazily unmounting what is left) after everything else.
     /// the test's scratch dir, holding everything above
     pub scratch: Scratch,
@@ -68,6 +70,7 @@ impl Env {
             relative: false,
             root_arg: None,
             extra_args: Vec::new(),
+            extra_env: Vec::new(),
             scratch,
         };
         super::mkdirs(&env.pods);
@@ -126,6 +129,7 @@ impl Env {
             .args(["--poll-ms", "100"])
             .args(&self.extra_args)
             .env("VOLUMED_LOG", "info")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap())

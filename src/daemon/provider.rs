@@ -1,0 +1,100 @@
+//! What the HTTP server reads of a running daemon ([`DebugProvider`]):
+//! readiness, metrics, `/debug/state`, events, health, the journal's dump
+//! and the runtime API's answers, each under the world's lock only as long
+//! as a copy takes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::event_loop::World;
+use crate::dump::DumpDoc;
+use crate::journal::Journal;
+use crate::metrics::{Metrics, gather_text};
+use crate::model::UniqueVolumeName;
+use crate::server::DebugProvider;
+use crate::state::StateSnapshot;
+
+/// How long `/debug/health?fresh=1` waits for the pass it asks for.
+const HEALTH_WAIT: Duration = Duration::from_secs(30);
+
+pub(super) struct Provider {
+    pub(super) runtime: crate::runtime::VolumeManagerHandle,
+    pub(super) world: Arc<Mutex<World>>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) journal: Option<Arc<Journal>>,
+    pub(super) node_name: String,
+    pub(super) boot_id: String,
+    pub(super) monitor: Option<Arc<crate::health::Monitor>>,
+    pub(super) sink: Arc<crate::health::RecentEvents>,
+}
+
+impl DebugProvider for Provider {
+    fn ready(&self) -> Result<(), String> {
+        // A provider exists only once `Daemon::start` has reconstructed, so
+        // readiness waits only for every pod source to have listed (not for
+        // the pod-dir walk: see `core::Phase::ready`).
+        let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
+        if !w.ready {
+            return Err("not every pod source has been listed yet".into());
+        }
+        Ok(())
+    }
+
+    fn metrics_text(&self) -> String {
+        if let Some(j) = &self.journal {
+            self.metrics
+                .journal
+                .observe(j.flush_count(), j.synced_through());
+        }
+        gather_text(&self.metrics)
+    }
+
+    fn state(&self) -> StateSnapshot {
+        let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = w.asw.snapshot();
+        s.pod_errors = w
+            .dsw
+            .pod_errors()
+            .map(|(p, e)| (p.as_str().to_owned(), e.iter().cloned().collect()))
+            .collect();
+        s.unmounted_outside = w.unmounted_outside.clone();
+        drop(w);
+        if let Some(m) = &self.monitor {
+            m.read(|store| crate::health::report::fill_state(store, &mut s));
+        }
+        s
+    }
+
+    fn events(&self) -> Vec<crate::health::VolumeEvent> {
+        self.sink.recent()
+    }
+
+    fn health(&self, fresh: bool) -> Option<crate::health::report::HealthDoc> {
+        let m = self.monitor.as_ref()?;
+        if fresh && !m.check_now(HEALTH_WAIT) {
+            tracing::warn!(wait = ?HEALTH_WAIT, "health: an asked-for pass did not end in time");
+        }
+        Some(m.read(crate::health::report::document))
+    }
+
+    fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {
+        let journal = self
+            .journal
+            .as_ref()
+            .ok_or("the journal is off (--journal off)")?;
+        let replay = journal
+            .current(&self.node_name)
+            .map_err(|e| e.to_string())?;
+        let only = volume.map(UniqueVolumeName::from_raw);
+        Ok(crate::dump::document(&replay, &self.boot_id, only.as_ref()))
+    }
+
+    fn pod_volumes(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodVolumes> {
+        self.runtime.pod_volumes(pod)
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let c = self.runtime.changes();
+        (!c.is_closed()).then(|| c.subscribe())
+    }
+}
