@@ -198,6 +198,9 @@ impl Daemon {
             }
         };
         let failed_reconstructions = ready.output.failed.clone();
+        if let Some(j) = &journal {
+            metrics.journal.set_damage(j.damage());
+        }
 
         let world = Arc::new(Mutex::new(world));
         // Set by `stop`: workers start no job still queued (only in-flight
@@ -395,6 +398,10 @@ impl DebugProvider for Provider {
             .collect();
         s.unmounted_outside = w.unmounted_outside.clone();
         drop(w);
+        s.journal_damage = self
+            .journal
+            .as_ref()
+            .and_then(|j| crate::dump::DamageJson::of(j.damage()));
         if let Some(m) = &self.monitor {
             m.read(|store| crate::health::report::fill_state(store, &mut s));
         }

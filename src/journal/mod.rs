@@ -54,6 +54,7 @@
 
 mod checkpoint;
 pub mod commit;
+mod damage;
 pub mod envelope;
 mod error;
 mod open;
@@ -71,6 +72,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use checkpoint::CheckpointReport;
+pub use damage::{Damage, MovedAside};
 pub use error::{Category, JournalError};
 pub use open::{CheckpointInfo, Corruption, Replay};
 pub use ops::{Announced, Decided, DurableIntent, Permit};
@@ -173,6 +175,8 @@ pub struct Journal {
     commit: GroupCommit,
     watermark: Watermark,
     checkpoint_lock: Mutex<()>,
+    /// what `open` found kept aside (the report does not change while open)
+    damage: Damage,
 }
 
 impl std::fmt::Debug for Journal {
@@ -203,6 +207,12 @@ impl Journal {
     /// The boot id stamped on new records.
     pub fn boot_id(&self) -> &str {
         &self.boot_id
+    }
+
+    /// The damage kept aside that `open` found: journals moved aside beside
+    /// this one, quarantined records, a tail lost across a reboot.
+    pub fn damage(&self) -> &Damage {
+        &self.damage
     }
 
     /// How many flushes appends have caused.

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use super::commit::GroupCommit;
+use super::damage::{self, Damage};
 use super::envelope::{self, Kind};
 use super::record;
 use super::replay::{JournalState, Record};
@@ -67,6 +68,10 @@ pub struct Replay {
     pub node_name: String,
     /// the schema version in meta
     pub schema_version: u32,
+    /// what is kept aside: journals moved aside beside this one, every
+    /// record in the quarantine tree (this open's and earlier ones'), a
+    /// lost tail
+    pub damage: Damage,
 }
 
 fn has_journal(dir: &Path) -> bool {
@@ -193,6 +198,16 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
     if read.replay.corruption.is_some() && cfg.on_corrupt == OnCorrupt::MoveAside {
         quarantine(cfg, &mut read)?;
     }
+    read.replay.damage = Damage {
+        moved_aside: damage::moved_aside_beside(dir),
+        quarantined: read
+            .quarantine
+            .iter()
+            .keys()
+            .filter_map(|k| k.ok().and_then(|k| u64_of(&k)))
+            .collect(),
+        lost_tail: read.replay.lost_tail,
+    };
     let next_seq = read.max_seen + 1;
     watermark
         .write(&Acked {
@@ -219,6 +234,7 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
         commit: GroupCommit::new(read.max_seen),
         watermark,
         checkpoint_lock: Mutex::new(()),
+        damage: read.replay.damage.clone(),
     };
     Ok((journal, read.replay))
 }
@@ -289,6 +305,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         created,
         node_name,
         schema_version: read_schema,
+        damage: Damage::default(),
     };
     let mut through = 0;
     if let Some(v) =
@@ -307,6 +324,16 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
                     entries,
                 });
                 replay.state = state;
+            }
+            // The records a checkpoint covers were dropped once it was
+            // durable: without it the tail alone implies a wrong state, and
+            // quarantining from its seq would leave the bad checkpoint in
+            // place to cut every later start's new records off again. Only
+            // moving the whole journal aside keeps everything.
+            Err(reason) if cfg.on_corrupt == OnCorrupt::MoveAside => {
+                return Err(Distrust::Corrupt(format!(
+                    "checkpoint (through seq {claimed}) failed verification: {reason}"
+                )));
             }
             Err(reason) => {
                 replay.corruption = Some(Corruption {
@@ -405,6 +432,14 @@ fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> 
         },
     };
     tracing::error!("{err}");
+    if let Some(to) = match &err {
+        JournalError::Corrupt { moved_to, .. } | JournalError::NewerSchema { moved_to, .. } => {
+            moved_to.as_ref()
+        }
+        _ => None,
+    } {
+        damage::write_note(to, &err.to_string());
+    }
     Err(err)
 }
 
@@ -424,4 +459,95 @@ pub(crate) fn move_aside(dir: &Path) -> Result<PathBuf, JournalError> {
         source,
     })?;
     Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Body, OpResult};
+    use crate::model::UniqueVolumeName;
+    use crate::model::{Operation, PluginName, Steps, TargetKind, TargetParams, TargetRef};
+
+    const BOOT: &str = "b0000000-1111-2222-3333-444444444444";
+
+    fn sled_retrying(dir: &Path) -> sled::Db {
+        // A journal just dropped holds sled's lock for a moment.
+        for _ in 0..500 {
+            match sled::open(dir) {
+                Ok(db) => return db,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+        sled::open(dir).unwrap()
+    }
+
+    fn outcome(intent_seq: u64) -> Body {
+        Body::Outcome {
+            intent_seq,
+            op: Operation::SetUp,
+            result: OpResult::Success,
+            observed: None,
+        }
+    }
+
+    /// Bug found by `tests/journal_torture.rs`: a checkpoint that failed
+    /// verification ended replay with nothing before it, and stayed in
+    /// place, so every later start replayed an empty state and quarantined
+    /// the records written since. Now the journal is moved aside whole.
+    #[test]
+    fn a_bad_checkpoint_moves_the_journal_aside_instead_of_replaying_without_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        let target = std::sync::Arc::new(TargetParams::at(
+            UniqueVolumeName::from_raw("v1"),
+            PluginName::EmptyDir,
+            "cache".into(),
+            TargetRef::Device,
+            TargetKind::Dir,
+            None,
+        ));
+        let intent = j
+            .append_record(Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Single,
+                target,
+            })
+            .unwrap();
+        j.append_record(outcome(intent)).unwrap();
+        j.checkpoint().unwrap();
+        j.append_record(outcome(intent)).unwrap();
+        drop(j);
+        {
+            let db = sled_retrying(&dir);
+            let ck = db.open_tree("checkpoint").unwrap();
+            let mut v = ck.get(CHECKPOINT_KEY).unwrap().unwrap().to_vec();
+            v[30] ^= 0xff;
+            ck.insert(CHECKPOINT_KEY, v).unwrap();
+            db.flush().unwrap();
+        }
+        // An inspection reports it and changes nothing.
+        let (j, replay) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
+        assert!(replay.corruption.unwrap().reason.contains("checkpoint"));
+        drop(j);
+        // The daemon moves the whole journal aside, with a note saying why.
+        let Err(JournalError::Corrupt {
+            moved_to: Some(to),
+            reason,
+            ..
+        }) = Journal::open(&cfg)
+        else {
+            panic!("a bad checkpoint was not reported as corruption");
+        };
+        assert!(reason.contains("checkpoint"), "{reason}");
+        assert!(to.join("db").exists() && !dir.exists());
+        let note = std::fs::read_to_string(to.join(damage::NOTE)).unwrap();
+        assert!(note.contains("checkpoint"), "{note}");
+        // The next start gets a fresh journal that reports the one moved aside.
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert!(replay.created && replay.corruption.is_none());
+        assert_eq!(replay.damage.moved_aside.len(), 1);
+        assert_eq!(replay.damage.moved_aside[0].path, to);
+    }
 }

@@ -35,10 +35,12 @@
 use prometheus::{Encoder, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
 
 pub mod health;
+pub mod journal;
 pub mod operations;
 pub mod selinux;
 
 pub use health::HealthMetrics;
+pub use journal::JournalMetrics;
 pub use operations::{OperationMetrics, StorageOperation};
 pub use selinux::SeLinuxMetrics;
 
@@ -82,6 +84,8 @@ pub struct Metrics {
     pub selinux: SeLinuxMetrics,
     /// volume stats and health
     pub health: HealthMetrics,
+    /// what the journal keeps aside
+    pub journal: JournalMetrics,
 }
 
 const OPERATIONS_TOTAL: &str = "reconstruct_volume_operations_total";
@@ -152,12 +156,14 @@ impl Metrics {
         let ops = OperationMetrics::new(&registry)?;
         let selinux = SeLinuxMetrics::new(&registry)?;
         let health = HealthMetrics::new(&registry)?;
+        let journal = JournalMetrics::new(&registry)?;
         Ok(Self {
             registry,
             reconstruct,
             ops,
             selinux,
             health,
+            journal,
         })
     }
 
