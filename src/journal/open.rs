@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use super::commit::GroupCommit;
-use super::damage::{self, Damage};
+use super::damage::{self, AsFound, Damage};
 use super::envelope::{self, Kind};
 use super::record;
 use super::replay::{JournalState, Record};
@@ -126,6 +126,21 @@ enum Distrust {
 }
 
 pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalError> {
+    // Before sled's recovery can zero a damaged log's tail (see `AsFound`).
+    let as_found = has_journal(&cfg.dir)
+        .then(|| AsFound::save(&cfg.dir, cfg.on_corrupt == OnCorrupt::Report))
+        .flatten();
+    let opened = open_found(cfg, as_found.as_ref());
+    if let Some(found) = as_found {
+        found.settle(&cfg.dir, opened.as_ref().err());
+    }
+    opened
+}
+
+fn open_found(
+    cfg: &JournalConfig,
+    as_found: Option<&AsFound>,
+) -> Result<(Journal, Replay), JournalError> {
     let dir = &cfg.dir;
     if !has_journal(dir) {
         if !cfg.create {
@@ -191,6 +206,14 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
                 recovered = read.max_seen,
                 "journal lost its tail across a reboot (power loss); mounts are gone too"
             );
+            // sled zeroed what it could not read: keep the files as found.
+            if let Some(found) = as_found {
+                let why = format!(
+                    "records through {} were acknowledged before a reboot, sled recovered only through {}; these are sled's files as found before its recovery",
+                    acked.seq, read.max_seen
+                );
+                found.keep_aside(&damage::aside_path(dir), &why);
+            }
             read.replay.lost_tail = Some((acked.seq, read.max_seen));
         }
         _ => {}
@@ -432,27 +455,12 @@ fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> 
         },
     };
     tracing::error!("{err}");
-    if let Some(to) = match &err {
-        JournalError::Corrupt { moved_to, .. } | JournalError::NewerSchema { moved_to, .. } => {
-            moved_to.as_ref()
-        }
-        _ => None,
-    } {
-        damage::write_note(to, &err.to_string());
-    }
     Err(err)
 }
 
 /// Renames `<dir>` to `<dir>.corrupt-<unix seconds>[-n]`; never deletes.
 pub(crate) fn move_aside(dir: &Path) -> Result<PathBuf, JournalError> {
-    let secs = now_ns() / 1_000_000_000;
-    let base = format!("{}.corrupt-{secs}", dir.display());
-    let mut to = PathBuf::from(&base);
-    let mut n = 1;
-    while to.exists() {
-        to = PathBuf::from(format!("{base}-{n}"));
-        n += 1;
-    }
+    let to = damage::aside_path(dir);
     std::fs::rename(dir, &to).map_err(|source| JournalError::MoveAside {
         from: dir.to_owned(),
         to: to.clone(),
@@ -549,5 +557,38 @@ mod tests {
         assert!(replay.created && replay.corruption.is_none());
         assert_eq!(replay.damage.moved_aside.len(), 1);
         assert_eq!(replay.damage.moved_aside[0].path, to);
+    }
+
+    /// Bug found by `tests/journal_torture.rs`: sled's recovery zeroes its
+    /// log from a damaged message to the end before it reports anything,
+    /// so the journal moved aside held nothing past the damage (a flip at
+    /// offset 5,000 left 0 of 524 record envelopes after it). The files as
+    /// found are now copied first and kept in the journal moved aside.
+    #[test]
+    fn a_journal_moved_aside_keeps_sleds_files_as_they_were_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..100 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut db = std::fs::read(dir.join("db")).unwrap();
+        db[5000] ^= 0xff;
+        std::fs::write(dir.join("db"), &db).unwrap();
+        let Err(JournalError::Corrupt {
+            moved_to: Some(to), ..
+        }) = Journal::open(&cfg)
+        else {
+            panic!("the flipped byte was not reported as corruption");
+        };
+        assert_eq!(
+            std::fs::read(to.join(damage::AS_FOUND).join("db")).unwrap(),
+            db
+        );
+        let note = std::fs::read_to_string(to.join(damage::NOTE)).unwrap();
+        assert!(note.contains(damage::AS_FOUND), "{note}");
     }
 }
