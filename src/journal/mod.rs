@@ -48,9 +48,12 @@
 //! with its sequence number; the records from there on are moved to the
 //! `quarantine` tree so new records can follow. A journal sled cannot open
 //! (its checksums failed, it panicked, the watermark shows acknowledged
-//! records missing, or the schema version is newer than this build) is moved
-//! aside to `<dir>.corrupt-<unix time>` — never deleted — and reported as a
-//! typed [`JournalError`]; the caller reconstructs from the host alone.
+//! records missing, its checkpoint fails verification, or the schema
+//! version is newer than this build) is moved aside to `<dir>.corrupt-<unix
+//! time>` — never deleted, with sled's files as they were before sled's
+//! recovery zeroed the damaged tail (`damage`) — and reported as a typed
+//! [`JournalError`]; the caller reconstructs from the host alone. What is
+//! kept aside is reported by [`Journal::damage`].
 
 mod checkpoint;
 pub mod commit;
