@@ -414,9 +414,17 @@ fn a_lost_tail_after_a_reboot_is_reported_not_fatal() {
     let [kept] = replay.damage.moved_aside.as_slice() else {
         panic!("{:?}", replay.damage);
     };
-    assert_eq!(corrupt_dirs(parent.path(), "journal"), vec![kept.path.clone()]);
+    assert_eq!(
+        corrupt_dirs(parent.path(), "journal"),
+        vec![kept.path.clone()]
+    );
     assert_eq!(std::fs::read(kept.path.join("db")).unwrap(), damaged);
-    assert!(kept.reason.as_deref().unwrap_or_default().contains("reboot"));
+    assert!(
+        kept.reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("reboot")
+    );
 }
 
 #[test]

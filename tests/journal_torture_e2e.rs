@@ -9,7 +9,8 @@
 //! `journal_torture`; these are the few cases worth a real daemon:
 //! sled's log damaged (the journal is moved aside), one record damaged (it
 //! and the rest are quarantined), the `acked` watermark damaged (nothing
-//! lost, nothing to report).
+//! lost, nothing to report), `daemon.json` torn under a running daemon
+//! (`dump` fails naming it).
 //!
 //! Each test runs as root in its own private mount namespace (the daemon
 //! makes its root a shared mount).
@@ -196,6 +197,28 @@ fn a_damaged_record_is_quarantined_reported_and_the_rest_replayed() {
                 dump(&env)["journal_damage"]["quarantined"],
                 serde_json::json!(want)
             );
+            // `daemon.json` torn while the daemon runs: dump fails clearly,
+            // naming the file (no panic: exit code 1, not 101), and the
+            // daemon still stops cleanly (its removal tolerates a torn file).
+            let daemon_json = env.journal.join("daemon.json");
+            let len = fs::metadata(&daemon_json).unwrap().len();
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&daemon_json)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+            let out = Command::new(BIN)
+                .arg("dump")
+                .arg("--journal-dir")
+                .arg(&env.journal)
+                .arg("--boot-id-file")
+                .arg(&env.boot)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(stderr.contains("daemon.json"), "{stderr}");
             daemon.stop();
             // Quarantined once, kept, still reported; replay no longer stops there.
             let doc = dump(&env);
