@@ -199,6 +199,8 @@ enum Outcome {
     MovedAside,
     /// moved aside after sled panicked (contained at the open edge)
     MovedAsideSledPanicked,
+    /// sled refused its damaged snapshot: moved aside, replayed from the log
+    SnapshotMovedAside,
 }
 
 fn plan(g: &Golden, sample: Option<usize>, rng: &mut Rng) -> Vec<Damage> {
@@ -507,8 +509,26 @@ fn run(g: &Golden, d: &Damage, dir: &Path, inspect_first: bool) -> Result<Outcom
     let outcome = match opened {
         Err(_) => return Err("(a) open panicked".into()),
         Ok(Ok((j, r))) => {
-            let outcome = check_replay(g, &r)?;
+            let mut outcome = check_replay(g, &r)?;
             drop(j);
+            if let [aside] = r.damage.moved_aside.as_slice() {
+                // Only a snapshot sled refused is moved aside from a journal
+                // that opens; it is kept as it was.
+                for (name, bytes) in &before {
+                    let snapshot = name.to_string_lossy().starts_with("snap.");
+                    if snapshot && std::fs::read(aside.path.join(name)).ok().as_ref() != Some(bytes)
+                    {
+                        return Err(format!(
+                            "(e) {} not kept in {}",
+                            name.display(),
+                            aside.path.display()
+                        ));
+                    }
+                }
+                outcome = Outcome::SnapshotMovedAside;
+            } else if !r.damage.moved_aside.is_empty() {
+                return Err(format!("(e) moved aside {:?}", r.damage.moved_aside));
+            }
             if outcome == Outcome::Quarantined {
                 let q = open_sled(dir).open_tree("quarantine").unwrap();
                 if let Some(s) = r

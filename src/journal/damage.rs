@@ -212,6 +212,40 @@ impl AsFound {
     }
 }
 
+/// Moves sled's `snap.*` files out of `journal` into a new dir beside it
+/// (a journal moved aside, reported like one), with a note naming sled's
+/// error `why`. `None` when there are none or one could not be moved.
+pub(crate) fn move_snapshots_aside(journal: &Path, why: &str) -> Option<PathBuf> {
+    let snaps: Vec<PathBuf> = std::fs::read_dir(journal)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("snap."))
+        .map(|e| e.path())
+        .collect();
+    if snaps.is_empty() {
+        return None;
+    }
+    let to = aside_path(journal);
+    let moved = std::fs::create_dir(&to).and_then(|()| {
+        snaps.iter().try_for_each(|s| {
+            let name = s.file_name().unwrap_or_default();
+            std::fs::rename(s, to.join(name))
+        })
+    });
+    if let Err(e) = moved {
+        tracing::warn!(path = %to.display(), "move sled's snapshot aside: {e}");
+        return None;
+    }
+    write_note(
+        &to,
+        &format!(
+            "sled could not open the journal with its snapshot ({why}); the journal was reopened from its log alone; these are the snapshot files"
+        ),
+    );
+    tracing::warn!(path = %to.display(), "sled could not open the journal with its snapshot ({why}); moved the snapshot aside, reopening from the log");
+    Some(to)
+}
+
 /// A free `<dir>.corrupt-<unix seconds>[-n]` beside `dir`.
 pub(crate) fn aside_path(dir: &Path) -> PathBuf {
     let secs = super::now_ns() / 1_000_000_000;

@@ -172,7 +172,25 @@ fn open_found(
         Err(e) if e.contains("could not acquire lock") => {
             return Err(JournalError::Locked { path: dir.clone() });
         }
-        Err(e) => return distrusted(cfg, Distrust::Corrupt(format!("sled cannot open it: {e}"))),
+        // sled's snapshot is a cache of its log, yet a damaged one fails
+        // the open of a whole log: the daemon retries once from the log
+        // alone, the snapshot moved aside (the watermark still catches a
+        // log that lost records).
+        Err(e) => {
+            let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
+            let retried =
+                (daemon && damage::move_snapshots_aside(dir, &e).is_some()).then(try_open);
+            match retried {
+                Some(Ok(db)) => db,
+                Some(Err(again)) => {
+                    let why = format!("sled cannot open it: {e}; without its snapshot: {again}");
+                    return distrusted(cfg, Distrust::Corrupt(why));
+                }
+                None => {
+                    return distrusted(cfg, Distrust::Corrupt(format!("sled cannot open it: {e}")));
+                }
+            }
+        }
     };
     let read = match read(cfg, db) {
         Ok(r) => r,
@@ -590,5 +608,53 @@ mod tests {
         );
         let note = std::fs::read_to_string(to.join(damage::NOTE)).unwrap();
         assert!(note.contains(damage::AS_FOUND), "{note}");
+    }
+
+    /// Found by `tests/journal_torture.rs`: sled refuses to open a journal
+    /// whose `snap.*` (a cache of its log) is damaged, and the whole
+    /// journal was moved aside for it. The daemon now moves the snapshot
+    /// aside and replays the log alone: every record is still there.
+    #[test]
+    fn a_damaged_snapshot_is_moved_aside_and_the_log_replayed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..20 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        // Reopened and dropped: sled leaves a snapshot of its page table.
+        drop(sled_retrying(&dir));
+        let snap = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("snap.")
+            })
+            .expect("sled wrote a snapshot");
+        let mut bytes = std::fs::read(&snap).unwrap();
+        bytes[0] ^= 0xff;
+        std::fs::write(&snap, &bytes).unwrap();
+        // An inspection only reports it.
+        assert!(Journal::open(&JournalConfig::inspect(&dir, BOOT)).is_err());
+        assert_eq!(std::fs::read(&snap).unwrap(), bytes);
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert_eq!(replay.tail.len(), 20);
+        let [aside] = replay.damage.moved_aside.as_slice() else {
+            panic!("{:?}", replay.damage);
+        };
+        let name = snap.file_name().unwrap();
+        assert_eq!(std::fs::read(aside.path.join(name)).unwrap(), bytes);
+        assert!(
+            aside
+                .reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("snapshot")
+        );
     }
 }
