@@ -199,8 +199,9 @@ enum Outcome {
     MovedAside,
     /// moved aside after sled panicked (contained at the open edge)
     MovedAsideSledPanicked,
-    /// sled refused its damaged snapshot: moved aside, replayed from the log
-    SnapshotMovedAside,
+    /// sled refused its damaged conf or snapshot: they were moved aside,
+    /// the journal replayed from its log
+    DerivedMovedAside,
 }
 
 fn plan(g: &Golden, sample: Option<usize>, rng: &mut Rng) -> Vec<Damage> {
@@ -512,11 +513,12 @@ fn run(g: &Golden, d: &Damage, dir: &Path, inspect_first: bool) -> Result<Outcom
             let mut outcome = check_replay(g, &r)?;
             drop(j);
             if let [aside] = r.damage.moved_aside.as_slice() {
-                // Only a snapshot sled refused is moved aside from a journal
-                // that opens; it is kept as it was.
+                // Only a conf or snapshot sled refused is moved aside from a
+                // journal that opens; they are kept as they were.
                 for (name, bytes) in &before {
-                    let snapshot = name.to_string_lossy().starts_with("snap.");
-                    if snapshot && std::fs::read(aside.path.join(name)).ok().as_ref() != Some(bytes)
+                    let derived =
+                        name.to_string_lossy().starts_with("snap.") || name == Path::new("conf");
+                    if derived && std::fs::read(aside.path.join(name)).ok().as_ref() != Some(bytes)
                     {
                         return Err(format!(
                             "(e) {} not kept in {}",
@@ -525,7 +527,7 @@ fn run(g: &Golden, d: &Damage, dir: &Path, inspect_first: bool) -> Result<Outcom
                         ));
                     }
                 }
-                outcome = Outcome::SnapshotMovedAside;
+                outcome = Outcome::DerivedMovedAside;
             } else if !r.damage.moved_aside.is_empty() {
                 return Err(format!("(e) moved aside {:?}", r.damage.moved_aside));
             }

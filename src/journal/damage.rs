@@ -212,37 +212,42 @@ impl AsFound {
     }
 }
 
-/// Moves sled's `snap.*` files out of `journal` into a new dir beside it
-/// (a journal moved aside, reported like one), with a note naming sled's
-/// error `why`. `None` when there are none or one could not be moved.
-pub(crate) fn move_snapshots_aside(journal: &Path, why: &str) -> Option<PathBuf> {
-    let snaps: Vec<PathBuf> = std::fs::read_dir(journal)
+/// Moves sled's derived files out of `journal` into a new dir beside it (a
+/// journal moved aside, reported like one), with a note naming sled's
+/// error `why`: `snap.*` (a snapshot of its page table, rebuilt from the
+/// log) and `conf` (its settings, rewritten from the `sled::Config` the
+/// journal always opens with: volumed never changes sled's on-disk
+/// settings). `None` when there are none or one could not be moved.
+pub(crate) fn move_derived_aside(journal: &Path, why: &str) -> Option<PathBuf> {
+    let derived: Vec<PathBuf> = std::fs::read_dir(journal)
         .ok()?
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("snap."))
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("snap.") || name == "conf"
+        })
         .map(|e| e.path())
         .collect();
-    if snaps.is_empty() {
+    if derived.is_empty() {
         return None;
     }
     let to = aside_path(journal);
     let moved = std::fs::create_dir(&to).and_then(|()| {
-        snaps.iter().try_for_each(|s| {
-            let name = s.file_name().unwrap_or_default();
-            std::fs::rename(s, to.join(name))
+        derived.iter().try_for_each(|f| {
+            let name = f.file_name().unwrap_or_default();
+            std::fs::rename(f, to.join(name))
         })
     });
     if let Err(e) = moved {
-        tracing::warn!(path = %to.display(), "move sled's snapshot aside: {e}");
+        tracing::warn!(path = %to.display(), "move sled's conf and snapshot aside: {e}");
         return None;
     }
-    write_note(
-        &to,
-        &format!(
-            "sled could not open the journal with its snapshot ({why}); the journal was reopened from its log alone; these are the snapshot files"
-        ),
+    let note = format!(
+        "sled could not open the journal ({why}); its conf and snapshot (rebuilt by sled) were moved here and the journal reopened from its log alone"
     );
-    tracing::warn!(path = %to.display(), "sled could not open the journal with its snapshot ({why}); moved the snapshot aside, reopening from the log");
+    write_note(&to, &note);
+    tracing::warn!(path = %to.display(), "{note}");
     Some(to)
 }
 

@@ -172,18 +172,18 @@ fn open_found(
         Err(e) if e.contains("could not acquire lock") => {
             return Err(JournalError::Locked { path: dir.clone() });
         }
-        // sled's snapshot is a cache of its log, yet a damaged one fails
-        // the open of a whole log: the daemon retries once from the log
-        // alone, the snapshot moved aside (the watermark still catches a
-        // log that lost records).
+        // sled's snapshot and conf are derived (a cache of its log, the
+        // settings we always open with), yet a damaged one fails the open
+        // of a whole log: the daemon retries once from the log alone with
+        // them moved aside (the watermark still catches a lost record).
         Err(e) => {
             let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
-            let retried =
-                (daemon && damage::move_snapshots_aside(dir, &e).is_some()).then(try_open);
+            let retried = (daemon && damage::move_derived_aside(dir, &e).is_some()).then(try_open);
             match retried {
                 Some(Ok(db)) => db,
                 Some(Err(again)) => {
-                    let why = format!("sled cannot open it: {e}; without its snapshot: {again}");
+                    let why =
+                        format!("sled cannot open it: {e}; without its conf and snapshot: {again}");
                     return distrusted(cfg, Distrust::Corrupt(why));
                 }
                 None => {
@@ -656,5 +656,30 @@ mod tests {
                 .unwrap_or_default()
                 .contains("snapshot")
         );
+    }
+
+    /// Found by `tests/journal_torture.rs`, like the snapshot above: a
+    /// damaged `conf` (sled's settings, which volumed never changes) moved
+    /// the whole journal aside. It is now moved aside alone.
+    #[test]
+    fn a_damaged_sled_conf_is_moved_aside_and_the_log_replayed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..20 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        drop(sled_retrying(&dir));
+        let mut conf = std::fs::read(dir.join("conf")).unwrap();
+        conf[4] ^= 0xff;
+        std::fs::write(dir.join("conf"), &conf).unwrap();
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert_eq!(replay.tail.len(), 20);
+        let [aside] = replay.damage.moved_aside.as_slice() else {
+            panic!("{:?}", replay.damage);
+        };
+        assert_eq!(std::fs::read(aside.path.join("conf")).unwrap(), conf);
     }
 }
