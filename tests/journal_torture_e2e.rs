@@ -10,7 +10,8 @@
 //! sled's log damaged (the journal is moved aside), one record damaged (it
 //! and the rest are quarantined), the `acked` watermark damaged (nothing
 //! lost, nothing to report), `daemon.json` torn under a running daemon
-//! (`dump` fails naming it).
+//! (`dump` fails naming it), sled's `conf` damaged (moved aside alone, the
+//! journal kept).
 //!
 //! Each test runs as root in its own private mount namespace (the daemon
 //! makes its root a shared mount).
@@ -230,6 +231,42 @@ fn a_damaged_record_is_quarantined_reported_and_the_rest_replayed() {
             let daemon = env.start();
             wait_mounted(&env, &daemon);
             assert_eq!(damage_gauge(&daemon, "quarantined"), want.len() as f64);
+            daemon.stop();
+        },
+    );
+}
+
+#[test]
+fn a_damaged_sled_conf_is_moved_aside_and_the_journal_kept() {
+    real(
+        "starts the daemon on a journal whose sled conf is damaged",
+        || {
+            let mut env = journal_with_a_mounted_pod("volumed-torture-conf");
+            let conf = flip(&env.journal.join("conf"), 4, 1);
+            let daemon = env.start();
+            wait_mounted(&env, &daemon);
+            let damage = daemon.state()["journal_damage"].clone();
+            let moved = damage["moved_aside"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(moved.len(), 1, "{damage:#}");
+            let to = Path::new(moved[0]["path"].as_str().unwrap()).to_owned();
+            assert_eq!(fs::read(to.join("conf")).unwrap(), conf, "kept as found");
+            assert!(
+                moved[0]["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("conf"),
+                "{damage:#}"
+            );
+            assert_eq!(damage_gauge(&daemon, "moved_aside"), 1.0);
+            // The journal itself was kept: the first run's SetUp intent is
+            // still there (a fresh journal would start at reconstruction).
+            assert!(!daemon.log().contains("reconstructing from the host alone"));
+            let doc = dump(&env);
+            let records = doc["records"].as_array().cloned().unwrap_or_default();
+            assert!(records.iter().any(|r| r["type"] == "intent"), "{doc:#}");
             daemon.stop();
         },
     );
