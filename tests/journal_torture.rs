@@ -442,6 +442,13 @@ fn check_error(
     let Some(to) = moved_to else {
         return Err("(e) not moved aside".into());
     };
+    let beside: Vec<_> = std::fs::read_dir(dir.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    if beside.len() != 1 {
+        return Err(format!("(e) more than the journal moved aside: {beside:?}"));
+    }
     if dir.exists() || !to.exists() {
         return Err(format!(
             "(e) {} not moved to {}",

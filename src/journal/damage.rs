@@ -251,6 +251,36 @@ pub(crate) fn move_derived_aside(journal: &Path, why: &str) -> Option<PathBuf> {
     Some(to)
 }
 
+/// Undoes [`move_derived_aside`] when the log alone would not open either,
+/// so the journal moved aside next is whole: the files go back, then the
+/// dir (holding only our note) is removed.
+pub(crate) fn put_derived_back(journal: &Path, aside: &Path) {
+    let back = || -> std::io::Result<()> {
+        for e in std::fs::read_dir(aside)? {
+            let e = e?;
+            if e.file_name() != NOTE {
+                std::fs::rename(e.path(), journal.join(e.file_name()))?;
+            }
+        }
+        std::fs::remove_file(aside.join(NOTE))?;
+        std::fs::remove_dir(aside)
+    };
+    if let Err(e) = back() {
+        tracing::warn!(path = %aside.display(), "put sled's conf and snapshot back: {e}");
+    }
+}
+
+/// Renames `<dir>` to `<dir>.corrupt-<unix seconds>[-n]`; never deletes.
+pub(crate) fn move_aside(dir: &Path) -> Result<PathBuf, JournalError> {
+    let to = aside_path(dir);
+    std::fs::rename(dir, &to).map_err(|source| JournalError::MoveAside {
+        from: dir.to_owned(),
+        to: to.clone(),
+        source,
+    })?;
+    Ok(to)
+}
+
 /// A free `<dir>.corrupt-<unix seconds>[-n]` beside `dir`.
 pub(crate) fn aside_path(dir: &Path) -> PathBuf {
     let secs = super::now_ns() / 1_000_000_000;

@@ -5,7 +5,7 @@
 
 use std::io::Read;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
@@ -167,6 +167,8 @@ fn open_found(
         std::thread::sleep(std::time::Duration::from_millis(20));
         opened = try_open();
     }
+    // Set when sled opened only with its conf and snapshot moved aside.
+    let mut derived_aside = None;
     let db = match opened {
         Ok(db) => db,
         Err(e) if e.contains("could not acquire lock") => {
@@ -178,10 +180,17 @@ fn open_found(
         // them moved aside (the watermark still catches a lost record).
         Err(e) => {
             let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
-            let retried = (daemon && damage::move_derived_aside(dir, &e).is_some()).then(try_open);
-            match retried {
-                Some(Ok(db)) => db,
-                Some(Err(again)) => {
+            let aside = daemon
+                .then(|| damage::move_derived_aside(dir, &e))
+                .flatten();
+            match aside.as_ref().map(|aside| (aside, try_open())) {
+                Some((aside, Ok(db))) => {
+                    derived_aside = Some(aside.clone());
+                    db
+                }
+                Some((aside, Err(again))) => {
+                    // The log itself is bad: the journal goes aside whole.
+                    damage::put_derived_back(dir, aside);
                     let why =
                         format!("sled cannot open it: {e}; without its conf and snapshot: {again}");
                     return distrusted(cfg, Distrust::Corrupt(why));
@@ -194,7 +203,7 @@ fn open_found(
     };
     let read = match read(cfg, db) {
         Ok(r) => r,
-        Err(why) => return distrusted(cfg, why),
+        Err(why) => return distrusted_whole(cfg, why, derived_aside.as_deref()),
     };
     let watermark = Watermark::open(dir).map_err(|source| JournalError::Watermark {
         path: dir.join("acked"),
@@ -208,7 +217,7 @@ fn open_found(
                 acked.journal_id, read.journal_id
             );
             drop(read);
-            return distrusted(cfg, Distrust::Corrupt(why));
+            return distrusted_whole(cfg, Distrust::Corrupt(why), derived_aside.as_deref());
         }
         Ok(Some(acked)) if acked.seq > read.max_seen => {
             if acked.boot_id == cfg.boot_id {
@@ -217,7 +226,7 @@ fn open_found(
                     acked.seq, read.max_seen
                 );
                 drop(read);
-                return distrusted(cfg, Distrust::Corrupt(why));
+                return distrusted_whole(cfg, Distrust::Corrupt(why), derived_aside.as_deref());
             }
             tracing::warn!(
                 acked = acked.seq,
@@ -454,10 +463,23 @@ fn quarantine(cfg: &JournalConfig, read: &mut Read_) -> Result<(), JournalError>
     Ok(())
 }
 
+/// [`distrusted`] after sled opened only with its conf and snapshot moved
+/// aside: they go back first, so the journal moved aside is whole.
+fn distrusted_whole<T>(
+    cfg: &JournalConfig,
+    why: Distrust,
+    derived_aside: Option<&Path>,
+) -> Result<T, JournalError> {
+    if let Some(aside) = derived_aside {
+        damage::put_derived_back(&cfg.dir, aside);
+    }
+    distrusted(cfg, why)
+}
+
 fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> {
     let moved_to = match cfg.on_corrupt {
         OnCorrupt::Report => None,
-        OnCorrupt::MoveAside => Some(move_aside(&cfg.dir)?),
+        OnCorrupt::MoveAside => Some(damage::move_aside(&cfg.dir)?),
     };
     let err = match why {
         Distrust::Corrupt(reason) => JournalError::Corrupt {
@@ -474,17 +496,6 @@ fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> 
     };
     tracing::error!("{err}");
     Err(err)
-}
-
-/// Renames `<dir>` to `<dir>.corrupt-<unix seconds>[-n]`; never deletes.
-pub(crate) fn move_aside(dir: &Path) -> Result<PathBuf, JournalError> {
-    let to = damage::aside_path(dir);
-    std::fs::rename(dir, &to).map_err(|source| JournalError::MoveAside {
-        from: dir.to_owned(),
-        to: to.clone(),
-        source,
-    })?;
-    Ok(to)
 }
 
 #[cfg(test)]
