@@ -44,8 +44,8 @@
 //! `all` makes it exhaustive; `VOLUMED_TORTURE_SEED` picks the sample (the
 //! seed used is printed). Sizes on the 2-core VM, debug build: the default
 //! is 671 cases in 20-40 s; `VOLUMED_TORTURE_SAMPLE=512` is 6,181 cases in
-//! about 8 minutes; `all` is about 1.1 million cases (every byte of a
-//! 512 KiB `db`), hours. A long run by hand:
+//! about 8 minutes; `all` is about 560,000 cases (every byte of a
+//! 512 KiB `db` and of a 14 KB checkpoint), about 5 hours. By hand:
 //! `VOLUMED_TORTURE_SAMPLE=512 VOLUMED_TORTURE_SEED=7 cargo test --test journal_torture -- --nocapture`.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
