@@ -1,10 +1,13 @@
-//! What the journal keeps of damage it could not read, for `/debug/state`,
-//! `dump` and the `volumed_journal_damage_total` metric: the journals moved
-//! aside beside this one (`<dir>.corrupt-*`, each with the note saying why),
-//! the records kept in the `quarantine` tree, and a tail lost across a
-//! reboot. Nothing here deletes anything: the report is read from what is on
-//! disk, so it stays true across restarts until an operator removes the
-//! moved-aside journals.
+//! What the journal keeps of damage it could not read, and the report of
+//! it for `/debug/state`, `dump` and the `volumed_journal_damage` gauge:
+//! the journals moved aside beside this one (`<dir>.corrupt-*`, each with
+//! a note saying why), the records kept in the `quarantine` tree, and a
+//! tail lost across a reboot. Also the moving itself: the whole journal
+//! ([`move_aside`]), sled's derived `conf` and `snap.*` alone
+//! ([`move_derived_aside`]), and the copy of sled's files taken before
+//! sled's recovery can zero a damaged tail ([`AsFound`]). Nothing here
+//! deletes journal data: the report is read from what is on disk, so it
+//! stays true across restarts until an operator removes what was moved.
 
 use std::path::{Path, PathBuf};
 
