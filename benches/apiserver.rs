@@ -36,8 +36,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bench_support::{
-    BIN, Daemon, NODE, POLL, boot_id_file, fresh_ext4, journal_tempdir, median,
-    quick_mode, stop_on_ext4, uid, write_pods,
+    BIN, Daemon, NODE, POLL, boot_id_file, fresh_ext4, journal_tempdir, median, quick_mode,
+    stop_on_ext4, uid, write_pods,
 };
 use serde_json::json;
 use support::apiserver::FakeApiServer;
@@ -82,7 +82,12 @@ impl Run<'_> {
     /// `staged_before` the pods are there before the spawn (the clock is
     /// the spawn's), else they are created (in the fake, or moved into the
     /// folder) once `/readyz` says 200. The time until all P are mounted.
-    fn once(&self, name: &str, api: Option<&FakeApiServer>, staged_before: bool) -> Option<Duration> {
+    fn once(
+        &self,
+        name: &str,
+        api: Option<&FakeApiServer>,
+        staged_before: bool,
+    ) -> Option<Duration> {
         let fs_dir = self.scratch.join(format!("fs-{name}"));
         let dev = fresh_ext4(&fs_dir, 512);
         let pods_dir = self.scratch.join(format!("pods-{name}"));
@@ -118,7 +123,9 @@ impl Run<'_> {
             }
             t0
         };
-        let got = d.wait_mounted(self.pods as u64, t0, self.wait).map(|(_, asw)| asw);
+        let got = d
+            .wait_mounted(self.pods as u64, t0, self.wait)
+            .map(|(_, asw)| asw);
         if got.is_none() {
             println!("  {name}: did not finish; log tail:\n{}", d.log_tail());
         }
@@ -179,7 +186,11 @@ fn main() {
                 times[k].push(t);
             }
         };
-        let order: [usize; 4] = if r % 2 == 0 { [0, 1, 2, 3] } else { [1, 0, 3, 2] };
+        let order: [usize; 4] = if r % 2 == 0 {
+            [0, 1, 2, 3]
+        } else {
+            [1, 0, 3, 2]
+        };
         for k in order {
             each(k);
         }

@@ -12,6 +12,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+mod damage;
+pub use damage::{DamageJson, LostTailJson, MovedAsideJson};
+
 use crate::journal::{Body, Entry, JournalState, OpResult, Record, Replay};
 use crate::model::{MountState, TargetParams, TargetRef, UniqueVolumeName};
 use crate::state::{DeviceSnapshot, PodSnapshot, SeLinuxState, StateSnapshot, VolumeSnapshot};
@@ -34,6 +37,9 @@ pub struct DumpDoc {
     pub records: Vec<RecordJson>,
     /// the state the journal implies
     pub state: StateSnapshot,
+    /// what the journal keeps aside; absent when nothing
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_damage: Option<DamageJson>,
 }
 
 /// The checkpoint in the dump.
@@ -262,6 +268,7 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
         pod_errors: Default::default(),
         unmounted_outside: Vec::new(),
         pod_volume_health: Default::default(),
+        journal_damage: None,
     }
 }
 
@@ -307,6 +314,7 @@ pub fn document(replay: &Replay, boot_id: &str, only: Option<&UniqueVolumeName>)
         }),
         records,
         state: journal_snapshot(&replay.state, only),
+        journal_damage: DamageJson::of(&replay.damage),
     }
 }
 
@@ -376,6 +384,7 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
     if let Some(c) = &doc.corruption {
         let _ = writeln!(out, "REPLAY STOPPED at seq {}: {}", c.seq, c.reason);
     }
+    damage::render(doc.journal_damage.as_ref(), &mut out);
     let _ = writeln!(out, "\nrecords ({}):", doc.records.len());
     let mut rows = vec![cells([
         "SEQ", "TIME", "TYPE", "OP", "VOLUME", "POD", "DETAIL",
@@ -530,6 +539,7 @@ mod tests {
             created: false,
             node_name: "n1".into(),
             schema_version: 1,
+            damage: Default::default(),
         }
     }
 

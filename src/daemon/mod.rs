@@ -228,6 +228,9 @@ impl Daemon {
             }
         };
         let failed_reconstructions = ready.output.failed.clone();
+        if let Some(j) = &journal {
+            metrics.journal.set_damage(j.damage());
+        }
 
         let world = Arc::new(Mutex::new(world));
         // Set by `stop`: workers start no job still queued (only in-flight
