@@ -52,11 +52,15 @@ pub struct ChurnReport {
 
 const POOL: usize = 8;
 
-/// Runs `iters` kill-restart rounds with `seed`.
-pub fn run(iters: u64, seed: u64) -> ChurnReport {
+/// Runs `iters` kill-restart rounds with `seed`; with `api`, the pods and
+/// their objects come from the API-server fake, not the static folders.
+pub fn run(iters: u64, seed: u64, api: bool) -> ChurnReport {
     let mut rng = Rng::new(seed);
     let mut report = ChurnReport::default();
     let mut node = Node::new(false, true);
+    if api {
+        node.use_api();
+    }
     node.checkpoint_every = Some(16);
     let pool: Vec<(String, Vec<Kind>)> = (0..POOL)
         .map(|i| {
