@@ -14,7 +14,9 @@
 //!   grows, not a flood;
 //! - `node.status.volumesInUse` after a restart lists the reconstructed
 //!   attachable CSI volume, patched without touching other status fields;
-//!   the CSINode and the node id annotation name the registered driver.
+//!   the CSINode and the node id annotation name the registered driver;
+//!   the node's `volumesAttached` fills no devicePath after the restart
+//!   (the journal knew it).
 //!
 //! Each test runs as root in its own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
@@ -363,6 +365,8 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
         daemon.stop();
         let mut node = node_of(&api);
         node["status"]["volumesInUse"] = Value::Null;
+        // what an attach/detach controller reports for it
+        node["status"]["volumesAttached"] = json!([{"name": unique, "devicePath": "csi-0123"}]);
         api.put(node);
         api.clear_requests();
         let daemon = env.start();
@@ -370,6 +374,13 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
             "volumesInUse again after the restart",
             || in_use(&api) == json!([unique]),
             || format!("{:#}", node_of(&api)),
+        );
+        // The journal knew the staged device's path: the node's status
+        // fills none (seed 001's volumesNeedUpdateFromNodeStatus).
+        assert!(
+            daemon.log().contains("listed=1 filled=0"),
+            "devicePaths from node status: {}",
+            daemon.log_tail()
         );
         let patches: Vec<_> = api
             .requests()

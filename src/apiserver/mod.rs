@@ -169,3 +169,16 @@ where
         watcher::Event::Delete(o) => vec![one(o, true)],
     }
 }
+
+/// `node.status.volumesAttached` as (unique volume name, devicePath).
+pub async fn volumes_attached(client: &Client, node: &str) -> kube::Result<Vec<(String, String)>> {
+    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await?;
+    Ok(n.status
+        .and_then(|s| s.volumes_attached)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.name, a.device_path))
+        .collect())
+}

@@ -16,8 +16,10 @@ use super::{DaemonError, spawn};
 use crate::apiserver::ApiConfig;
 use crate::elapsed_ms;
 use crate::host::sys::Sys;
+use crate::model::UniqueVolumeName;
 use crate::sources::SourceEvent;
 use crate::sources::api::ApiState;
+use std::path::PathBuf;
 
 /// Counts the sources still to list; the last one to list sends
 /// [`SourceEvent::SourcesReady`], after its own events, and after every
@@ -89,7 +91,8 @@ pub(super) fn spawn_api_source(
             let started = Instant::now();
             let mut state = ApiState::new(&node);
             let mut ready = false;
-            let mut changes = crate::apiserver::watch_all(client, &node).ready_chunks(4096);
+            let mut changes =
+                crate::apiserver::watch_all(client.clone(), &node).ready_chunks(4096);
             loop {
                 let batch = tokio::select! {
                     _ = stop_rx.changed() => return,
@@ -119,6 +122,20 @@ pub(super) fn spawn_api_source(
                         pods = state.sent().len(),
                         "startup phase"
                     );
+                    // before readiness, so the loop has them when it settles
+                    match crate::apiserver::volumes_attached(&client, &node).await {
+                        Ok(attached) => {
+                            let paths = attached
+                                .into_iter()
+                                .map(|(v, p)| (UniqueVolumeName::from_raw(v), PathBuf::from(p)))
+                                .collect();
+                            if tx.send(Event::NodeDevicePaths(paths)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => tracing::warn!(node = %node, error = %e,
+                            "read node.status.volumesAttached; uncertain devices keep no devicePath"),
+                    }
                     if gate.listed()
                         && tx
                             .send(Event::Sources(vec![SourceEvent::SourcesReady]))
