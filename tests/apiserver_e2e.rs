@@ -414,3 +414,83 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
         daemon.stop();
     });
 }
+
+/// A CSI PV's `nodeStageSecretRef` is read from the API server through a
+/// watch of that one Secret (never a list of the node's Secrets): the
+/// stage waits for it, then gets its data.
+#[test]
+fn a_csi_secret_is_watched_by_name_and_reaches_the_driver() {
+    use support::csi_driver::{DriverOpts, TestDriver};
+    real("reads CSI secrets from the API server", || {
+        let (mut env, api) = api_env("volumed-api-e2e-secret-");
+        let opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
+        env.extra_args.extend([
+            "--csi-driver".to_owned(),
+            format!("{DRIVER}={}", opts.endpoint.display()),
+        ]);
+        let driver = TestDriver::spawn(opts);
+        put_csi_objects(&api);
+        let mut pv = api
+            .get("v1", "PersistentVolume", None, "pv-api")
+            .expect("pv");
+        pv["spec"]["csi"]["nodeStageSecretRef"] = json!({"namespace": "apps", "name": "stage-s"});
+        api.put(pv);
+        let daemon = env.start();
+        daemon.wait_until_showing(
+            "the pod's error names the missing Secret",
+            || {
+                daemon.get("/debug/state").contains("stage-s") || {
+                    let calls = driver.calls();
+                    calls.iter().any(|c| c["method"] == "NodeStageVolume")
+                }
+            },
+            || daemon.get("/debug/state"),
+        );
+        assert!(
+            !driver
+                .calls()
+                .iter()
+                .any(|c| c["method"] == "NodeStageVolume"),
+            "no stage without its Secret"
+        );
+        api.put(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "stage-s", "namespace": "apps"},
+            "stringData": {"password": "hunter2"}}));
+        let target = env
+            .pod_volume("uid-csi", "kubernetes.io~csi", "pv-api")
+            .join("mount");
+        daemon.wait_until_showing(
+            "published once the Secret is there",
+            || mounted(&daemon, &[&target]),
+            || daemon.get("/debug/state"),
+        );
+        let stage: Vec<_> = driver
+            .calls()
+            .into_iter()
+            .filter(|c| c["method"] == "NodeStageVolume")
+            .collect();
+        assert_eq!(
+            stage.last().map(|c| c["secrets"].clone()),
+            Some(json!({"password": "hunter2"})),
+            "{stage:#?}"
+        );
+        let secret_requests: Vec<_> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/secrets"))
+            .collect();
+        assert!(!secret_requests.is_empty());
+        for r in &secret_requests {
+            assert_eq!(r.path, "/api/v1/namespaces/apps/secrets", "{}", r.path);
+            assert_eq!(
+                r.param("fieldSelector").as_deref(),
+                Some("metadata.name=stage-s")
+            );
+        }
+        assert!(
+            !daemon.log().contains("hunter2"),
+            "a Secret's data is never logged"
+        );
+        daemon.stop();
+    });
+}
