@@ -35,6 +35,8 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+pub use super::api_secrets::secret_from_api;
+use super::api_secrets::secrets_named;
 use super::load::Resolver;
 use super::static_objects::StaticObjects;
 use super::static_pods::{Origin, ParsedPod, ParsedVolume, parse_pod_object};
@@ -454,39 +456,6 @@ impl ApiState {
         removed.extend(changed);
         removed
     }
-}
-
-/// The Secrets a pod's CSI volumes name (stage and publish refs).
-fn secrets_named(pod: &super::DesiredPod) -> BTreeSet<(String, String)> {
-    pod.volumes
-        .iter()
-        .filter_map(|v| match &*v.spec {
-            crate::model::VolumeSpec::Csi(c) => Some([&c.stage_secret, &c.publish_secret]),
-            _ => None,
-        })
-        .flatten()
-        .flatten()
-        .map(|r| (r.namespace.clone(), r.name.clone()))
-        .collect()
-}
-
-/// A Secret as the API server sent it, for the [`SecretStore`](super::static_objects::SecretStore):
-/// its key and contents, or why it cannot be read (naming it).
-pub fn secret_from_api(
-    doc: Value,
-) -> Result<((String, String), super::static_objects::SecretInfo), String> {
-    let ns = doc
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_owned();
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let file = PathBuf::from(format!("/api/v1/namespaces/{ns}/secrets/{name}"));
-    super::csi_objects::secret(&file, doc).map_err(|e| e.to_string())
 }
 
 fn names<'a>(keys: impl Iterator<Item = &'a String>) -> Vec<(String, String)> {
