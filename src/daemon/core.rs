@@ -265,7 +265,7 @@ impl Core {
                 };
             }
             Event::Sources(events) => {
-                self.apply_sources(w, events);
+                self.apply_sources(w, events, out);
                 if let Phase::Listing { walked } = self.phase
                     && w.dsw.is_populated()
                 {
