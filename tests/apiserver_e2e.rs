@@ -12,6 +12,8 @@
 //!   pod's volume is unmounted on the way;
 //! - a mount that keeps failing is one `FailedMount` Event whose count
 //!   grows, not a flood;
+//! - the runtime API's wait on an API pod ends with the blocking error,
+//!   then ready once its claim arrives;
 //! - `node.status.volumesInUse` after a restart lists the reconstructed
 //!   attachable CSI volume, patched without touching other status fields;
 //!   the CSINode and the node id annotation name the registered driver;
@@ -491,6 +493,67 @@ fn a_csi_secret_is_watched_by_name_and_reaches_the_driver() {
             !daemon.log().contains("hunter2"),
             "a Secret's data is never logged"
         );
+        daemon.stop();
+    });
+}
+
+/// The runtime API's wait on a pod from the API server: while its claim
+/// does not resolve it ends at its time with the blocking error naming the
+/// claim; a wait in flight when the claim and its PV arrive returns ready
+/// with both volumes.
+#[test]
+fn the_runtime_wait_for_an_api_pod_returns_its_blocking_error_then_ready() {
+    real("waits on an API pod's volumes", || {
+        let (mut env, api) = api_env("volumed-api-e2e-wait-");
+        let mut p = pod("uid-w", NODE);
+        p["spec"]["volumes"] = json!([
+            {"name": "cache", "emptyDir": {"medium": "Memory"}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data-w"}},
+        ]);
+        api.put(p);
+        let daemon = env.start();
+        let (status, body) = daemon.try_get("/v1/pods/uid-w/volumes?wait=2");
+        assert_eq!(status, 200, "{body}");
+        let doc: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(doc["ready"], false, "{doc:#}");
+        let errors = doc["errors"].to_string();
+        assert!(
+            errors.contains("failed to process volumes=[data]") && errors.contains("apps/data-w"),
+            "the blocking error names the claim: {errors}"
+        );
+
+        let addr = daemon.addr.expect("listening");
+        let waiter = std::thread::spawn(move || {
+            volumed::server::client::get(
+                addr,
+                "/v1/pods/uid-w/volumes?wait=60",
+                Duration::from_secs(90),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let dir = env.scratch.path().join("local-w");
+        std::fs::create_dir_all(&dir).expect("the local PV's dir");
+        api.put(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-w"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "claimRef": {"namespace": "apps", "name": "data-w"},
+                "local": {"path": dir.display().to_string()}}}));
+        api.put(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data-w", "namespace": "apps"},
+            "spec": {"volumeName": "pv-w", "accessModes": ["ReadWriteOnce"]}}));
+        let (status, body) = waiter.join().expect("the waiter").expect("an answer");
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, 200, "{body}");
+        let doc: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(doc["ready"], true, "{doc:#}");
+        let mut names: Vec<&str> = doc["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, ["cache", "data"], "{doc:#}");
         daemon.stop();
     });
 }
