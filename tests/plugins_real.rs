@@ -651,6 +651,22 @@ impl Sys for Wrapped {
         self.fire(Call::Rename);
         LinuxSys.rename_beneath(from, to_name)
     }
+    fn replace_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        self.fire(Call::Replace);
+        LinuxSys.replace_beneath(from, to_name)
+    }
+    fn symlink_beneath(&self, at: Beneath<'_>, target: &Path) -> Result<(), SysError> {
+        self.fire(Call::Symlink);
+        LinuxSys.symlink_beneath(at, target)
+    }
+    fn read_link_beneath(&self, at: Beneath<'_>) -> Result<std::path::PathBuf, SysError> {
+        self.fire(Call::ReadLink);
+        LinuxSys.read_link_beneath(at)
+    }
+    fn chgrp_beneath(&self, at: Beneath<'_>, gid: u32) -> Result<(), SysError> {
+        self.fire(Call::Chgrp);
+        LinuxSys.chgrp_beneath(at, gid)
+    }
     fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
         self.fire(Call::Rmdir);
         LinuxSys.rmdir_beneath(at)

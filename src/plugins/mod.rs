@@ -41,6 +41,7 @@ mod forced;
 pub mod host_path;
 pub mod local;
 mod mount_ops;
+pub mod payload;
 
 pub use csi::CsiPlugin;
 pub use empty_dir::EmptyDirPlugin;

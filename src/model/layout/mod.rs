@@ -35,6 +35,15 @@ pub const VOL_DATA_FILE: &str = "vol_data.json";
 /// The emptyDir marker file under `pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/`.
 pub const READY_MARKER: &str = "ready";
 
+/// In a configMap, secret, downwardAPI or projected volume dir: the symlink
+/// to the current payload dir, which the user-visible names go through.
+pub const PAYLOAD_DATA_LINK: &str = "..data";
+/// The symlink made beside [`PAYLOAD_DATA_LINK`] and renamed over it.
+pub const PAYLOAD_DATA_TMP: &str = "..data_tmp";
+/// What every name the payload writer keeps to itself starts with (user
+/// paths may not).
+pub const PAYLOAD_PRIVATE_PREFIX: &str = "..";
+
 /// Kubelet-compatible on-disk layout under the root dir.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
