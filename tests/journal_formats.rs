@@ -78,6 +78,7 @@ fn csi_pod(uid: &str) -> TargetParams {
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("xfs".into()),
         csi: Some(csi.into()),
+        payload: None,
     }
 }
 
@@ -99,6 +100,7 @@ fn device() -> TargetParams {
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 

@@ -72,6 +72,7 @@ fn empty_dir_params(layout: &Layout, pod: &str, kind: TargetKind) -> TargetParam
         mount_options: Default::default(),
         fs_type: None,
         csi: None,
+        payload: None,
     }
 }
 
@@ -408,6 +409,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -947,6 +949,7 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
             mount_options: Default::default(),
             fs_type: Some("ext4".into()),
             csi: None,
+            payload: None,
         };
         let spec = VolumeSpec::Local {
             path: PathBuf::from("/dev/null").into(),

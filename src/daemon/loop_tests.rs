@@ -212,6 +212,7 @@ fn rig(workers: usize) -> Rig {
             started: std::time::Instant::now(),
             csi: None,
             republish_every: Duration::ZERO,
+            payload_objects: Arc::new(crate::plugins::payload::ObjectStores::default()),
         },
         world: world.clone(),
         journal: Some(journal.clone()),

@@ -95,6 +95,29 @@ pub struct PayloadSpec {
     pub fs_group: Option<u32>,
     /// the pod fields a downwardAPI item can name, as the source read them
     pub pod_fields: std::collections::BTreeMap<String, String>,
+    /// the payload the objects make now, filled in when the pod's volumes
+    /// are resolved against the objects (the journal records it with the
+    /// intent; a change of the objects changes it)
+    pub version: Option<std::sync::Arc<PayloadVersion>>,
+}
+
+impl PayloadKind {
+    /// The plugin of this kind of volume.
+    pub fn plugin(self) -> super::PluginName {
+        match self {
+            PayloadKind::ConfigMap => super::PluginName::ConfigMap,
+            PayloadKind::Secret => super::PluginName::Secret,
+            PayloadKind::DownwardApi => super::PluginName::DownwardApi,
+            PayloadKind::Projected => super::PluginName::Projected,
+        }
+    }
+
+    /// Whether the payload lives on a tmpfs (the kubelet's wrapped emptyDir
+    /// of medium Memory): everything but a configMap, which may hold
+    /// nothing secret.
+    pub fn in_memory(self) -> bool {
+        self != PayloadKind::ConfigMap
+    }
 }
 
 /// An object a payload came from, as the journal records it.

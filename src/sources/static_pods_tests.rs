@@ -163,16 +163,16 @@ fn bad_and_unsupported_volumes_become_pod_errors_naming_file_and_volume() {
             "/pods/p.yaml: volume \"Data\": invalid volume name \"Data\": not a DNS-1123 label: only a-z, 0-9 and '-' are allowed",
         ),
         (
-            "  - name: s\n    secret: {secretName: x}\n",
-            "/pods/p.yaml: volume \"s\": unsupported volume type secret",
+            "  - name: s\n    secret: {}\n",
+            "/pods/p.yaml: volume \"s\": secret volume without secretName",
         ),
         (
-            "  - name: cm\n    configMap: {name: x}\n",
-            "/pods/p.yaml: volume \"cm\": unsupported volume type configMap",
+            "  - name: cm\n    configMap: {name: x, defaultMode: 4096}\n",
+            "/pods/p.yaml: volume \"cm\": mode 4096 is not between 0 and 0777",
         ),
         (
-            "  - name: pr\n    projected: {sources: []}\n",
-            "/pods/p.yaml: volume \"pr\": unsupported volume type projected",
+            "  - name: pr\n    nfs: {server: x, path: /}\n",
+            "/pods/p.yaml: volume \"pr\": unsupported volume type nfs",
         ),
         (
             "  - name: e\n    emptyDir: {sizeLimit: 1Zi}\n",

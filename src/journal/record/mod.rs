@@ -422,6 +422,7 @@ mod tests {
             mount_options: vec!["noatime".into()].into(),
             fs_type: Some("ext4".into()),
             csi: None,
+            payload: None,
         }
     }
 
@@ -606,7 +607,7 @@ mod tests {
         let err = TargetParams::try_from(&t).unwrap_err();
         assert!(err.to_string().contains("pod_uid"), "{err}");
         let mut t = TargetV1::from(&target(None));
-        t.plugin = "kubernetes.io/secret".into();
+        t.plugin = "kubernetes.io/nfs".into();
         assert!(
             TargetParams::try_from(&t)
                 .unwrap_err()

@@ -348,12 +348,10 @@ mod tests {
                 },
             ),
             (
-                l.pod_volumes_dir(pod)
-                    .join("kubernetes.io~secret")
-                    .join("tok"),
+                l.pod_volumes_dir(pod).join("kubernetes.io~nfs").join("tok"),
                 KubeletPath::UnknownPodVolume {
                     pod: p,
-                    plugin_dir: "kubernetes.io~secret",
+                    plugin_dir: "kubernetes.io~nfs",
                     name: OsStr::new("tok"),
                 },
             ),
@@ -461,10 +459,7 @@ mod tests {
                 "/k/pods/u/volumes/kubernetes.io~empty-dir/v/mount",
                 Unrecognised,
             ),
-            (
-                "/k/pods/u/volumes/kubernetes.io~secret/v/extra",
-                Unrecognised,
-            ),
+            ("/k/pods/u/volumes/kubernetes.io~nfs/v/extra", Unrecognised),
             ("/k/pods/u/plugins/kubernetes.io~empty-dir/v", Unrecognised),
             (
                 "/k/pods/u/plugins/kubernetes.io~empty-dir/v/other",
@@ -505,7 +500,7 @@ mod tests {
             assert_eq!(l.parse(&path), Err(NonUtf8), "{}", path.display());
         }
         // an unknown plugin's volume name may be any bytes
-        let odd = bad("/k/pods/u/volumes/kubernetes.io~secret/v");
+        let odd = bad("/k/pods/u/volumes/kubernetes.io~nfs/v");
         assert!(matches!(
             l.parse(&odd),
             Ok(KubeletPath::UnknownPodVolume { .. })

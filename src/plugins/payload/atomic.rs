@@ -50,7 +50,7 @@ const PAYLOAD_DIR_MODE: u32 = 0o755;
 /// Bits fsGroup ownership adds to a file of a read-only volume.
 const GROUP_FILE_BITS: u32 = 0o440;
 /// Bits fsGroup ownership adds to a dir: setgid, group read and search.
-const GROUP_DIR_BITS: u32 = 0o2550;
+pub(crate) const GROUP_DIR_BITS: u32 = 0o2550;
 /// Hex digits of the hash a payload dir's name ends with.
 const NAME_HASH_LEN: usize = 12;
 
@@ -157,16 +157,6 @@ pub(crate) fn current_dir_name(
         Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(None),
         Err(e) => Err(op.sys_err(e, false)),
     }
-}
-
-/// The first hex digits of the hash the payload dir `name` holds.
-pub(crate) fn name_hash(name: &std::ffi::OsStr) -> Option<&str> {
-    name.to_str()?.rsplit_once('.').map(|(_, h)| h)
-}
-
-/// Whether `hash` is the one a payload dir named with `short` holds.
-pub(crate) fn hash_matches(short: &str, hash: &str) -> bool {
-    short.len() == NAME_HASH_LEN.min(hash.len()) && hash.starts_with(short)
 }
 
 fn is_private(name: &std::ffi::OsStr) -> bool {
@@ -284,26 +274,6 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + u64::from(m <= 2);
     (y, m, d)
-}
-
-/// Whether `sys` shows a whole payload dir at `dir`: `..data` resolves to
-/// a dir whose name holds `hash`.
-pub(crate) fn holds(op: &Op<'_>, root: &Path, dir: &Path, hash: &str) -> bool {
-    let Ok(Some(name)) = current_dir_name(op, root, &dir.join(PAYLOAD_DATA_LINK)) else {
-        return false;
-    };
-    let Some(short) = name_hash(&name) else {
-        return false;
-    };
-    let payload_dir = dir.join(&name);
-    let Ok(at) = beneath(op, root, &payload_dir) else {
-        return false;
-    };
-    hash_matches(short, hash)
-        && op
-            .sys
-            .stat_beneath(at)
-            .is_ok_and(|st| st.kind == FileKind::Dir)
 }
 
 #[cfg(test)]

@@ -369,6 +369,7 @@ mod tests {
             sources,
             fs_group: None,
             pod_fields: BTreeMap::from([("metadata.name".into(), "pod-a".into())]),
+            version: None,
         }
     }
 
