@@ -76,8 +76,10 @@ pub(crate) fn write(
     let path = |name: &str| t.dir.join(name);
     let data_link = path(PAYLOAD_DATA_LINK);
     let current = current_dir_name(op, t.root, &data_link)?;
-    let dir_rel = beneath(op, t.root, t.dir)?.rel;
-    let entries = op.look(sys.read_dir_beneath(t.root, dir_rel))?;
+    // listed from the volume dir itself: a walk from the root may not
+    // cross into the volume's tmpfs (RESOLVE_NO_XDEV); the dir is reached
+    // without following any symlink all the same
+    let entries = op.look(sys.read_dir_beneath(t.dir, Path::new("")))?;
 
     // 1. roll back what a crash left beside the current payload
     for e in entries.iter().filter(|e| is_private(&e.name)) {
