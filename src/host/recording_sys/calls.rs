@@ -257,86 +257,20 @@ impl Sys for RecordingSys {
         Ok(())
     }
 
-    /// Recorded as the [`SysCall::Replace`]; a file or symlink at the
-    /// destination goes (a directory there is `EISDIR`, kept simple).
     fn replace_beneath(&self, at: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
-        let from = &at.full();
-        let to = &from.with_file_name(to_name);
-        let call = SysCall::Replace {
-            from: from.clone(),
-            to: to.clone(),
-        };
-        let mut st = self.enter(call, from)?;
-        let err = |e| SysError::call(Call::Replace, from, e);
-        parent_beneath(&st, Call::Replace, at, from)?;
-        let Some(kind) = st.files.get(from).copied() else {
-            return Err(err(Errno::ENOENT));
-        };
-        match st.files.get(to) {
-            Some(FileKind::Dir) => return Err(err(Errno::EISDIR)),
-            Some(_) => {
-                st.files.remove(to);
-                st.contents.remove(to);
-            }
-            None => {}
-        }
-        if kind == FileKind::Dir {
-            return Err(err(Errno::EISDIR));
-        }
-        st.files.remove(from);
-        st.files.insert(to.clone(), kind);
-        if let Some(c) = st.contents.remove(from) {
-            st.contents.insert(to.clone(), c);
-        }
-        Ok(())
+        super::links::replace(self, at, to_name)
     }
 
-    /// Recorded as the [`SysCall::Symlink`]; the target is kept as the
-    /// link's content.
     fn symlink_beneath(&self, at: Beneath<'_>, target: &Path) -> Result<(), SysError> {
-        let path = &at.full();
-        let call = SysCall::Symlink {
-            path: path.clone(),
-            target: target.to_owned(),
-        };
-        let mut st = self.enter(call, path)?;
-        parent_beneath(&st, Call::Symlink, at, path)?;
-        create(&mut st, Call::Symlink, path, FileKind::Symlink)?;
-        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()).to_vec();
-        st.contents.insert(path.clone(), bytes);
-        Ok(())
+        super::links::symlink(self, at, target)
     }
 
     fn read_link_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError> {
-        let path = &at.full();
-        let st = self.enter(SysCall::ReadLink { path: path.clone() }, path)?;
-        parent_beneath(&st, Call::ReadLink, at, path)?;
-        match st.files.get(path) {
-            None => Err(SysError::call(Call::ReadLink, path, Errno::ENOENT)),
-            Some(FileKind::Symlink) => {
-                let bytes = st.contents.get(path).cloned().unwrap_or_default();
-                Ok(PathBuf::from(
-                    <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes),
-                ))
-            }
-            Some(_) => Err(SysError::call(Call::ReadLink, path, Errno::EINVAL)),
-        }
+        super::links::read_link(self, at)
     }
 
     fn chgrp_beneath(&self, at: Beneath<'_>, gid: u32) -> Result<(), SysError> {
-        let path = &at.full();
-        let st = self.enter(
-            SysCall::Chgrp {
-                path: path.clone(),
-                gid,
-            },
-            path,
-        )?;
-        parent_beneath(&st, Call::Chgrp, at, path)?;
-        match st.files.contains_key(path) {
-            true => Ok(()),
-            false => Err(SysError::call(Call::Chgrp, path, Errno::ENOENT)),
-        }
+        super::links::chgrp(self, at, gid)
     }
 
     /// Recorded as the [`SysCall::Rmdir`] of `base/rel`; a symlink above

@@ -339,7 +339,10 @@ mod tests {
         }
     }
 
-    fn store(objs: &[(&'static str, &str, &[(&str, &str)])]) -> Store {
+    /// (kind, name, key/value pairs)
+    type Obj<'a> = (&'static str, &'a str, &'a [(&'a str, &'a str)]);
+
+    fn store(objs: &[Obj<'_>]) -> Store {
         let mut s = Store::default();
         for (kind, name, data) in objs {
             let obj = KubeObject {
