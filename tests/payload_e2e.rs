@@ -178,3 +178,37 @@ fn a_secret_is_written_journaled_without_its_bytes_and_kept_across_a_restart() {
         daemon.stop();
     });
 }
+
+/// A changed ConfigMap is written again within the sync period, whole
+/// (one payload dir left), and the journal records the new version.
+#[test]
+fn a_changed_config_map_is_rewritten_within_the_sync_period() {
+    real("mounts payload volumes through the daemon", || {
+        let mut env = Env::new("volumed-e2e-payload-update");
+        env.extra_args = vec!["--sync-frequency".into(), "1s".into()];
+        fs::write(env.objects.join("objects.yaml"), objects("v=1")).unwrap();
+        env.write_pod("p.yaml", &pod());
+        let config = env.pod_volume(POD, "kubernetes.io~configmap", "app");
+        let daemon = env.start();
+        daemon.wait_until("the configMap written", || {
+            fs::read_to_string(config.join("app.conf")).is_ok_and(|c| c == "v=1")
+        });
+        let first = fs::read_link(config.join("..data")).unwrap();
+        // written by rename, so the poller never reads half a file
+        let tmp = env.scratch.path().join("objects.tmp");
+        fs::write(&tmp, objects("v=2")).unwrap();
+        fs::rename(&tmp, env.objects.join("objects.yaml")).unwrap();
+        daemon.wait_until("the new configMap written", || {
+            fs::read_to_string(config.join("app.conf")).is_ok_and(|c| c == "v=2")
+        });
+        let payload_dirs: Vec<_> = fs::read_dir(&config)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("..") && n != "..data")
+            .collect();
+        assert_eq!(payload_dirs.len(), 1, "{payload_dirs:?}");
+        assert_ne!(fs::read_link(config.join("..data")).unwrap(), first);
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}

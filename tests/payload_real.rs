@@ -80,6 +80,7 @@ fn spec(kind: PayloadKind, source: PayloadSource, mode: u32, fs_group: Option<u3
         fs_group,
         pod_fields: BTreeMap::new(),
         version: None,
+        immutable: false,
     }))
 }
 

@@ -99,6 +99,9 @@ pub struct PayloadSpec {
     /// are resolved against the objects (the journal records it with the
     /// intent; a change of the objects changes it)
     pub version: Option<std::sync::Arc<PayloadVersion>>,
+    /// every object the payload read is `immutable` (filled in with the
+    /// version): once written, it is never read again
+    pub immutable: bool,
 }
 
 impl PayloadKind {

@@ -334,6 +334,7 @@ impl Resolver<'_> {
             let built = crate::plugins::payload::build::build(p, &self.objects.payload)?;
             if let VolumeSpec::Payload(p) = Arc::make_mut(&mut spec) {
                 p.version = Some(Arc::new(built.version));
+                p.immutable = built.immutable;
             }
         }
         Ok(spec)

@@ -104,6 +104,7 @@ pub(super) fn parse(
             fs_group,
             pod_fields: ctx.fields.clone(),
             version: None,
+            immutable: false,
         })))
     };
     let items = |items: &Option<Vec<k8s_openapi::api::core::v1::KeyToPath>>| {

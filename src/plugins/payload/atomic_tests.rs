@@ -39,7 +39,11 @@ fn payload(files: &[(&str, &str, u32)]) -> Payload {
         hash: hash(&files),
         objects: Vec::new(),
     };
-    Payload { files, version }
+    Payload {
+        files,
+        version,
+        immutable: false,
+    }
 }
 
 /// A root dir with a volume dir in it.

@@ -98,6 +98,8 @@ pub struct Payload {
     pub files: BTreeMap<String, PayloadFile>,
     /// the hash and the objects' versions
     pub version: PayloadVersion,
+    /// it read objects, all of them `immutable`
+    pub immutable: bool,
 }
 
 /// Why a payload cannot be built.
@@ -177,6 +179,8 @@ pub fn check_path(path: &str) -> Result<(), PayloadError> {
 pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, PayloadError> {
     let mut files = BTreeMap::new();
     let mut objects = Vec::new();
+    // (None: no object read yet)
+    let mut immutable = None;
     for source in &spec.sources {
         match source {
             PayloadSource::ConfigMap {
@@ -185,6 +189,7 @@ pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, Pay
                 optional,
             } => {
                 let obj = store.config_map(&spec.namespace, name);
+                note_immutable(&mut immutable, obj.as_deref());
                 let found = keyed(spec, "ConfigMap", name, obj, items.as_deref(), *optional)?;
                 add(&mut files, &mut objects, found)?;
             }
@@ -194,10 +199,13 @@ pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, Pay
                 optional,
             } => {
                 let obj = store.secret(&spec.namespace, name);
+                note_immutable(&mut immutable, obj.as_deref());
                 let found = keyed(spec, "Secret", name, obj, items.as_deref(), *optional)?;
                 add(&mut files, &mut objects, found)?;
             }
             PayloadSource::DownwardApi { items } => {
+                // pod fields change with the pod, never "immutable"
+                immutable = Some(false);
                 for item in items {
                     let Some(value) = spec.pod_fields.get(&item.field_path) else {
                         return Err(PayloadError::UnsupportedField(item.field_path.clone()));
@@ -225,7 +233,15 @@ pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, Pay
     Ok(Payload {
         files,
         version: PayloadVersion { hash, objects },
+        immutable: immutable.unwrap_or(false),
     })
+}
+
+/// Folds one object into "every object read is immutable" (a missing one
+/// is not: it may appear).
+fn note_immutable(all: &mut Option<bool>, obj: Option<&KubeObject>) {
+    let this = obj.is_some_and(|o| o.immutable);
+    *all = Some(all.unwrap_or(true) && this);
 }
 
 type Found = Option<(Option<ObjectVersion>, Vec<(String, PayloadFile)>)>;
@@ -373,6 +389,7 @@ mod tests {
             fs_group: None,
             pod_fields: BTreeMap::from([("metadata.name".into(), "pod-a".into())]),
             version: None,
+            immutable: false,
         }
     }
 
