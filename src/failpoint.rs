@@ -9,7 +9,11 @@
 //! `format_device.after_op` (the executor's journaled format step) and
 //! `teardown.mid_delete` (a disk emptyDir renamed to `.deleting~N`, its
 //! contents not yet deleted) exist. `tests/crash` reaches every one of them
-//! through the real binary.
+//! through the real binary. The payload writer's `payload.after_dir`,
+//! `payload.after_swap` and `payload.after_links` (a configMap or secret
+//! volume's new payload dir written, `..data` swapped, links updated) are
+//! covered at the library level so far (`plugins/payload/atomic_tests.rs`
+//! puts the dir in each step's state); no crash fixture drives them yet.
 
 /// Marks a crash point named `<operation>.<moment>`.
 #[inline]
