@@ -12,8 +12,9 @@
 //! through the real binary. The payload writer's `payload.after_dir`,
 //! `payload.after_swap` and `payload.after_links` (a configMap or secret
 //! volume's new payload dir written, `..data` swapped, links updated) are
-//! covered at the library level so far (`plugins/payload/atomic_tests.rs`
-//! puts the dir in each step's state); no crash fixture drives them yet.
+//! reached by the `secret-payload-*` fixtures, and at the library level by
+//! `plugins/payload/atomic_tests.rs`, which puts the dir in each step's
+//! state.
 
 /// Marks a crash point named `<operation>.<moment>`.
 #[inline]
