@@ -1,9 +1,10 @@
-//! The payload plugins (configMap, secret) against a real kernel, each
+//! The payload plugins (configMap, secret, projected) against a real kernel, each
 //! test in its own private mount namespace: a secret's files on a tmpfs
 //! with its modes and fsGroup, a configMap's on disk with nested items,
 //! optional and missing objects, a hostile key refused naming the volume,
-//! a second SetUp (as after a restart) that rewrites nothing, and a
-//! teardown that leaves nothing.
+//! a second SetUp (as after a restart) that rewrites nothing, a teardown
+//! that leaves nothing, and a projected volume merging a ConfigMap, a
+//! Secret and a pod field on a tmpfs (a token source refused).
 //!
 //! Needs root (tmpfs, chgrp); as another user each test prints what it
 //! skipped and passes.
@@ -22,8 +23,9 @@ use volumed::host::mountinfo::MountTable;
 use volumed::host::sys::LinuxSys;
 use volumed::journal::Permit;
 use volumed::model::{
-    KeyToPath, Layout, ObjectVersion, PayloadKind, PayloadSource, PayloadSpec, PluginName, PodUid,
-    SharedStr, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    FieldItem, KeyToPath, Layout, ObjectVersion, PayloadKind, PayloadSource, PayloadSpec,
+    PluginName, PodUid, SharedStr, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
+    VolumeSpec,
 };
 use volumed::plugins::payload::{KubeObject, ObjectStore, PayloadPlugin};
 use volumed::plugins::{Action, PluginError, VolumePlugin};
@@ -329,5 +331,79 @@ fn a_hostile_key_is_refused_naming_the_volume_and_writes_nothing() {
         assert!(text.contains("\"../../escape\""), "{text}");
         let pod_dir = n.layout.pod_dir(&PodUid::new(POD).unwrap());
         assert!(!pod_dir.exists(), "nothing was made");
+    });
+}
+
+#[test]
+fn a_projected_volume_merges_its_sources_on_a_tmpfs_and_refuses_tokens() {
+    if !require_root("mounts tmpfs") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        let n = node();
+        n.objects
+            .put("ConfigMap", "app", "1", &[("app.conf", b"a=1")]);
+        n.objects.put("Secret", "db", "1", &[("pass", b"pw")]);
+        let dapi = PayloadSource::DownwardApi {
+            items: vec![FieldItem {
+                path: "meta/name".into(),
+                field_path: "metadata.name".into(),
+                mode: Some(0o400),
+            }],
+        };
+        let sources = vec![
+            PayloadSource::ConfigMap {
+                name: "app".into(),
+                items: None,
+                optional: false,
+            },
+            PayloadSource::Secret {
+                name: "db".into(),
+                items: None,
+                optional: false,
+            },
+            dapi,
+        ];
+        let mut s = spec(PayloadKind::Projected, sources[0].clone(), 0o644, None);
+        if let VolumeSpec::Payload(p) = &mut s {
+            p.sources = sources;
+            p.pod_fields = BTreeMap::from([("metadata.name".into(), "web".into())]);
+        }
+        let p = params(&n.layout, PluginName::Projected, "all", TargetKind::Mount);
+        let dir = p.pod_mount_path.clone().unwrap();
+        let plugin = n.plugin(PayloadKind::Projected);
+        plugin
+            .setup(&Permit::JournalOff, &s, &p, &LinuxSys)
+            .unwrap();
+        assert!(is_mount_point(&dir), "a tmpfs");
+        assert_eq!(fs::read(dir.join("app.conf")).unwrap(), b"a=1");
+        assert_eq!(fs::read(dir.join("pass")).unwrap(), b"pw");
+        assert_eq!(fs::read(dir.join("meta/name")).unwrap(), b"web");
+        assert_eq!(mode(&dir.join("meta/name")), 0o400);
+        plugin.teardown(&Permit::JournalOff, &p, &LinuxSys).unwrap();
+        assert!(!dir.exists());
+
+        let token = PayloadSource::ServiceAccountToken {
+            path: "token".into(),
+        };
+        let s = spec(PayloadKind::Projected, token, 0o644, None);
+        let p = params(
+            &n.layout,
+            PluginName::Projected,
+            "kube-api-access",
+            TargetKind::Mount,
+        );
+        let e = plugin
+            .setup(&Permit::JournalOff, &s, &p, &LinuxSys)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("service account tokens need the API server"),
+            "{e}"
+        );
+        assert!(
+            !p.pod_mount_path.clone().unwrap().exists(),
+            "nothing mounted"
+        );
     });
 }
