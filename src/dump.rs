@@ -111,6 +111,10 @@ pub struct ParamsJson {
     pub mount_options: Vec<String>,
     /// fs type
     pub fs_type: Option<String>,
+    /// a payload volume's write: the hash and the objects' versions
+    /// (never the bytes)
+    #[serde(default)]
+    pub payload: Option<crate::model::PayloadVersion>,
 }
 
 fn lossy(p: Option<&Path>) -> Option<String> {
@@ -128,6 +132,7 @@ fn params_json(p: &TargetParams) -> ParamsJson {
         selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
         mount_options: p.mount_options.to_vec(),
         fs_type: p.fs_type.as_deref().map(str::to_owned),
+        payload: p.payload.as_deref().cloned(),
     }
 }
 

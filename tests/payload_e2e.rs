@@ -139,6 +139,11 @@ fn a_secret_is_written_journaled_without_its_bytes_and_kept_across_a_restart() {
         .into_iter()
         .collect();
         let before = stamps(&watched);
+        // what `dump` shows: the payload's hash and the Secret's version
+        let dumped = daemon.get("/debug/journal");
+        assert!(dumped.contains(SECRET_UID), "{dumped}");
+        assert!(dumped.contains("\"resource_version\": \"11\""), "{dumped}");
+        assert!(!dumped.contains(SECRET_VALUE), "dump shows the secret");
         let log = daemon.log();
         daemon.stop();
 
