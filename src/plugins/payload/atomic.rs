@@ -91,10 +91,20 @@ pub(crate) fn write(
 
     // 2. the new payload dir, and the swap
     let wanted = &payload.version.hash[..NAME_HASH_LEN.min(payload.version.hash.len())];
-    let in_place = current
+    let named = current
         .as_ref()
         .and_then(|c| c.to_str())
         .is_some_and(|c| c.ends_with(&format!(".{wanted}")));
+    // (a `..data` left dangling, its dir removed behind our back, is no
+    // payload in place)
+    let in_place = named
+        && match &current {
+            Some(c) => {
+                let st = sys.stat_beneath(beneath(op, t.root, &t.dir.join(c))?);
+                st.is_ok_and(|st| st.kind == FileKind::Dir)
+            }
+            None => false,
+        };
     if !in_place {
         let name = format!("{PAYLOAD_PRIVATE_PREFIX}{}.{wanted}", utc_stamp(now));
         write_dir(op, t, &path(&name), payload)?;
@@ -116,17 +126,21 @@ pub(crate) fn write(
         .collect();
     for name in &top {
         let link = path(name);
-        match sys.stat_beneath(beneath(op, t.root, &link)?) {
-            Ok(st) if st.kind == FileKind::Symlink => {}
-            Ok(_) => return Err(op.wrong_type(&link, "symlink")),
-            Err(e) if e.errno() == Some(Errno::ENOENT) => {
-                let to = Path::new(PAYLOAD_DATA_LINK).join(name);
-                let r = sys.symlink_beneath(beneath(op, t.root, &link)?, &to);
-                op.act(r)?;
-                group(op, t, &link, None)?;
+        let to = Path::new(PAYLOAD_DATA_LINK).join(name);
+        let at = beneath(op, t.root, &link)?;
+        match sys.read_link_beneath(at) {
+            Ok(points) if points == to => continue,
+            // a link elsewhere: the name must go through `..data`
+            Ok(_) => remove_entry(op, t.root, &link, FileKind::Symlink)?,
+            Err(e) if e.errno() == Some(Errno::ENOENT) => {}
+            Err(e) if e.errno() == Some(Errno::EINVAL) => {
+                return Err(op.wrong_type(&link, "symlink"));
             }
             Err(e) => return Err(op.sys_err(e, false)),
         }
+        let r = sys.symlink_beneath(at, &to);
+        op.act(r)?;
+        group(op, t, &link, None)?;
     }
     for e in entries.iter().filter(|e| !is_private(&e.name)) {
         let gone = e.name.to_str().is_none_or(|n| !top.contains(n));

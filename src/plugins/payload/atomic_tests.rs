@@ -287,3 +287,24 @@ fn the_stamp_is_the_kubelets_utc_format() {
         "1970_01_01_00_00_00.000000000"
     );
 }
+
+/// A `..data` whose dir is gone, or a visible name linked elsewhere, is
+/// not a payload in place: the write repairs both.
+#[test]
+fn a_dangling_data_link_or_a_foreign_link_is_repaired() {
+    let (_d, dir) = volume();
+    let p = payload(&[("a", "A", 0o644)]);
+    run(&dir, &p, None, 1);
+    let data = std::fs::read_link(dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join(&data)).unwrap();
+    assert_eq!(run(&dir, &p, None, 2), Action::Performed);
+    assert_eq!(std::fs::read(dir.join("a")).unwrap(), b"A");
+
+    std::fs::remove_file(dir.join("a")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("a")).unwrap();
+    assert_eq!(run(&dir, &p, None, 3), Action::Performed);
+    assert_eq!(
+        std::fs::read_link(dir.join("a")).unwrap(),
+        Path::new("..data/a")
+    );
+}
