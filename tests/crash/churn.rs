@@ -61,7 +61,7 @@ pub fn run(iters: u64, seed: u64) -> ChurnReport {
     let pool: Vec<(String, Vec<Kind>)> = (0..POOL)
         .map(|i| {
             let mut kinds = Vec::new();
-            for k in [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi] {
+            for k in [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi, Kind::Secret] {
                 if rng.below(2) == 0 {
                     kinds.push(k);
                 }
