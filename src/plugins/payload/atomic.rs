@@ -175,9 +175,11 @@ pub(crate) fn current_dir_name(
     }
 }
 
+/// Whether `name` is one of the writer's own (`..`-prefixed; compared as
+/// bytes, so a non-UTF-8 name is judged the same way).
 fn is_private(name: &std::ffi::OsStr) -> bool {
-    name.to_str()
-        .is_none_or(|n| n.starts_with(PAYLOAD_PRIVATE_PREFIX))
+    use std::os::unix::ffi::OsStrExt;
+    name.as_bytes().starts_with(PAYLOAD_PRIVATE_PREFIX.as_bytes())
 }
 
 /// Writes every file of `payload` under the new dir `at`.
