@@ -179,7 +179,8 @@ pub(crate) fn current_dir_name(
 /// bytes, so a non-UTF-8 name is judged the same way).
 fn is_private(name: &std::ffi::OsStr) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    name.as_bytes().starts_with(PAYLOAD_PRIVATE_PREFIX.as_bytes())
+    name.as_bytes()
+        .starts_with(PAYLOAD_PRIVATE_PREFIX.as_bytes())
 }
 
 /// Writes every file of `payload` under the new dir `at`.

@@ -243,8 +243,9 @@ fn a_reader_never_sees_a_mix_of_two_payloads() {
         1,
     );
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let reader = {
-        let (dir, stop) = (dir.clone(), stop.clone());
+        let (dir, stop, count) = (dir.clone(), stop.clone(), count.clone());
         std::thread::spawn(move || {
             let mut reads = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -259,6 +260,7 @@ fn a_reader_never_sees_a_mix_of_two_payloads() {
                 };
                 assert_eq!(a, b, "a mix of two payloads");
                 reads += 1;
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             reads
         })
@@ -271,6 +273,13 @@ fn a_reader_never_sees_a_mix_of_two_payloads() {
             None,
             i + 1,
         );
+    }
+    // (on a loaded machine the reader may not have run yet: give it time)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while count.load(std::sync::atomic::Ordering::Relaxed) == 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(5));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let reads = reader.join().unwrap();
