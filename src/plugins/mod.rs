@@ -553,8 +553,9 @@ impl<'a> Op<'a> {
 }
 
 /// The volume types volumed has a plugin for ([`all`] makes one of each).
-/// Anything else found on the host (CSI, secret, projected, …) is never
-/// torn down by volumed: it is left and reported (DESIGN.md, removal rules).
+/// Anything else found on the host (nfs, iscsi, …; CSI, whose plugin the
+/// daemon adds with its driver registry) is never torn down by volumed
+/// from the host alone: it is left and reported (DESIGN.md, removal rules).
 pub const NAMES: [crate::model::PluginName; 7] = [
     crate::model::PluginName::EmptyDir,
     crate::model::PluginName::HostPath,
