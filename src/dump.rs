@@ -1,16 +1,18 @@
 //! `volumed dump`: the journal's records and the state they imply, as JSON
 //! (DESIGN.md's contract) or as a table for people.
 //!
-//! Pure: it renders a [`Replay`]; opening the journal (or asking the daemon)
-//! is the binary's job. The state part uses the same snapshot types as the
-//! live ASW (`state::StateSnapshot`), so `dump` and `/debug/state` agree by
-//! construction.
+//! Pure: it renders a [`Replay`]; opening the journal (or asking the daemon) is the
+//! binary's job. The state part uses the same snapshot types as the live ASW
+//! (`state::StateSnapshot`), so `dump` and `/debug/state` agree by construction.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+mod damage;
+pub use damage::{DamageJson, LostTailJson, MovedAsideJson};
 
 use crate::journal::{Body, Entry, JournalState, OpResult, Record, Replay};
 use crate::model::{MountState, TargetParams, TargetRef, UniqueVolumeName};
@@ -34,6 +36,9 @@ pub struct DumpDoc {
     pub records: Vec<RecordJson>,
     /// the state the journal implies
     pub state: StateSnapshot,
+    /// what the journal keeps aside; absent when nothing
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_damage: Option<DamageJson>,
 }
 
 /// The checkpoint in the dump.
@@ -111,9 +116,7 @@ pub struct ParamsJson {
     pub mount_options: Vec<String>,
     /// fs type
     pub fs_type: Option<String>,
-    /// a payload volume's write: the hash and the objects' versions
-    /// (never the bytes)
-    #[serde(default)]
+    /// a payload's hash and objects' versions (never its bytes)
     pub payload: Option<crate::model::PayloadVersion>,
 }
 
@@ -267,6 +270,7 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
         pod_errors: Default::default(),
         unmounted_outside: Vec::new(),
         pod_volume_health: Default::default(),
+        journal_damage: None,
     }
 }
 
@@ -312,6 +316,7 @@ pub fn document(replay: &Replay, boot_id: &str, only: Option<&UniqueVolumeName>)
         }),
         records,
         state: journal_snapshot(&replay.state, only),
+        journal_damage: DamageJson::of(&replay.damage),
     }
 }
 
@@ -381,6 +386,7 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
     if let Some(c) = &doc.corruption {
         let _ = writeln!(out, "REPLAY STOPPED at seq {}: {}", c.seq, c.reason);
     }
+    damage::render(doc.journal_damage.as_ref(), &mut out);
     let _ = writeln!(out, "\nrecords ({}):", doc.records.len());
     let mut rows = vec![cells([
         "SEQ", "TIME", "TYPE", "OP", "VOLUME", "POD", "DETAIL",
@@ -536,6 +542,7 @@ mod tests {
             created: false,
             node_name: "n1".into(),
             schema_version: 1,
+            damage: Default::default(),
         }
     }
 

@@ -14,7 +14,9 @@
 //!   grows, not a flood;
 //! - `node.status.volumesInUse` after a restart lists the reconstructed
 //!   attachable CSI volume, patched without touching other status fields;
-//!   the CSINode and the node id annotation name the registered driver.
+//!   the CSINode and the node id annotation name the registered driver;
+//!   the node's `volumesAttached` fills no devicePath after the restart
+//!   (the journal knew it).
 //!
 //! Each test runs as root in its own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
@@ -363,6 +365,8 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
         daemon.stop();
         let mut node = node_of(&api);
         node["status"]["volumesInUse"] = Value::Null;
+        // what an attach/detach controller reports for it
+        node["status"]["volumesAttached"] = json!([{"name": unique, "devicePath": "csi-0123"}]);
         api.put(node);
         api.clear_requests();
         let daemon = env.start();
@@ -370,6 +374,13 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
             "volumesInUse again after the restart",
             || in_use(&api) == json!([unique]),
             || format!("{:#}", node_of(&api)),
+        );
+        // The journal knew the staged device's path: the node's status
+        // fills none (seed 001's volumesNeedUpdateFromNodeStatus).
+        assert!(
+            daemon.log().contains("listed=1 filled=0"),
+            "devicePaths from node status: {}",
+            daemon.log_tail()
         );
         let patches: Vec<_> = api
             .requests()
@@ -399,6 +410,86 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
             "volumesInUse empty once the volume is gone",
             || in_use(&api).is_null(),
             || format!("{:#}", node_of(&api)),
+        );
+        daemon.stop();
+    });
+}
+
+/// A CSI PV's `nodeStageSecretRef` is read from the API server through a
+/// watch of that one Secret (never a list of the node's Secrets): the
+/// stage waits for it, then gets its data.
+#[test]
+fn a_csi_secret_is_watched_by_name_and_reaches_the_driver() {
+    use support::csi_driver::{DriverOpts, TestDriver};
+    real("reads CSI secrets from the API server", || {
+        let (mut env, api) = api_env("volumed-api-e2e-secret-");
+        let opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
+        env.extra_args.extend([
+            "--csi-driver".to_owned(),
+            format!("{DRIVER}={}", opts.endpoint.display()),
+        ]);
+        let driver = TestDriver::spawn(opts);
+        put_csi_objects(&api);
+        let mut pv = api
+            .get("v1", "PersistentVolume", None, "pv-api")
+            .expect("pv");
+        pv["spec"]["csi"]["nodeStageSecretRef"] = json!({"namespace": "apps", "name": "stage-s"});
+        api.put(pv);
+        let daemon = env.start();
+        daemon.wait_until_showing(
+            "the pod's error names the missing Secret",
+            || {
+                daemon.get("/debug/state").contains("stage-s") || {
+                    let calls = driver.calls();
+                    calls.iter().any(|c| c["method"] == "NodeStageVolume")
+                }
+            },
+            || daemon.get("/debug/state"),
+        );
+        assert!(
+            !driver
+                .calls()
+                .iter()
+                .any(|c| c["method"] == "NodeStageVolume"),
+            "no stage without its Secret"
+        );
+        api.put(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "stage-s", "namespace": "apps"},
+            "stringData": {"password": "hunter2"}}));
+        let target = env
+            .pod_volume("uid-csi", "kubernetes.io~csi", "pv-api")
+            .join("mount");
+        daemon.wait_until_showing(
+            "published once the Secret is there",
+            || mounted(&daemon, &[&target]),
+            || daemon.get("/debug/state"),
+        );
+        let stage: Vec<_> = driver
+            .calls()
+            .into_iter()
+            .filter(|c| c["method"] == "NodeStageVolume")
+            .collect();
+        assert_eq!(
+            stage.last().map(|c| c["secrets"].clone()),
+            Some(json!({"password": "hunter2"})),
+            "{stage:#?}"
+        );
+        let secret_requests: Vec<_> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/secrets"))
+            .collect();
+        assert!(!secret_requests.is_empty());
+        for r in &secret_requests {
+            assert_eq!(r.path, "/api/v1/namespaces/apps/secrets", "{}", r.path);
+            assert_eq!(
+                r.param("fieldSelector").as_deref(),
+                Some("metadata.name=stage-s")
+            );
+        }
+        assert!(
+            !daemon.log().contains("hunter2"),
+            "a Secret's data is never logged"
         );
         daemon.stop();
     });

@@ -169,3 +169,54 @@ where
         watcher::Event::Delete(o) => vec![one(o, true)],
     }
 }
+
+/// `node.status.volumesAttached` as (unique volume name, devicePath).
+pub async fn volumes_attached(client: &Client, node: &str) -> kube::Result<Vec<(String, String)>> {
+    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await?;
+    Ok(n.status
+        .and_then(|s| s.volumes_attached)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.name, a.device_path))
+        .collect())
+}
+
+/// What one Secret's watch says: it is now this (`Some`), it does not
+/// exist (`None`), or an error naming it (the watch goes on).
+pub type SecretSeen = Result<Option<serde_json::Value>, String>;
+
+/// Watches one Secret, as the kubelet's watch-based manager does for each
+/// Secret a pod refers to (`metadata.name` field selector in its
+/// namespace): never the node's whole Secret list.
+pub fn watch_secret(
+    client: Client,
+    namespace: &str,
+    name: &str,
+) -> impl Stream<Item = SecretSeen> + Send + 'static {
+    let api: Api<Loose<k8s_openapi::api::core::v1::Secret>> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let shown = format!("{namespace}/{name}");
+    // A list that ends without it: it does not exist.
+    let mut listed_it = false;
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(move |item| {
+            let out = match item {
+                Err(e) => Some(Err(format!("watch Secret {shown}: {e}"))),
+                Ok(watcher::Event::Init) => {
+                    listed_it = false;
+                    None
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    listed_it = true;
+                    Some(Ok(Some(o.into_value())))
+                }
+                Ok(watcher::Event::Apply(o)) => Some(Ok(Some(o.into_value()))),
+                Ok(watcher::Event::InitDone) => (!listed_it).then_some(Ok(None)),
+                Ok(watcher::Event::Delete(_)) => Some(Ok(None)),
+            };
+            futures::future::ready(out)
+        })
+}

@@ -9,7 +9,7 @@ use crate::sources::{SourceEvent, apply_event};
 use crate::state::ActualStateOfWorld;
 
 use super::core::Core;
-use super::effects::World;
+use super::effects::{Effect, PodEvent, World};
 
 impl Core {
     /// Applies source events to the DSW, counts their SELinux metrics, and
@@ -19,7 +19,12 @@ impl Core {
     /// ones: after a restart the pod that holds a volume's label keeps it,
     /// and a newcomer with another label is the one refused (never the
     /// other way round, which would unmount a running pod's volume).
-    pub(super) fn apply_sources(&mut self, w: &mut World, events: Vec<SourceEvent>) {
+    pub(super) fn apply_sources(
+        &mut self,
+        w: &mut World,
+        events: Vec<SourceEvent>,
+        out: &mut Vec<Effect>,
+    ) {
         let events = holders_first(events, &w.asw);
         let mut others_changed = false;
         for e in events {
@@ -41,6 +46,7 @@ impl Core {
                 self.metrics.selinux.record(m);
             }
             if let Some(p) = pod {
+                pod_error_events(w, &p.uid, out);
                 if applied.refused {
                     self.refused.insert(p.uid.clone(), p);
                 } else {
@@ -66,6 +72,22 @@ impl Core {
         for uid in admitted {
             self.refused.remove(&uid);
         }
+    }
+}
+
+/// A pod that appeared or changed with errors (an unresolved claim, a
+/// volume waiting for its VolumeAttachment, a refused SELinux label): one
+/// `FailedMount` event per error, as the kubelet tells the pod why its
+/// volumes cannot be mounted. Once per change, not per pass; the event
+/// recorder counts repeats.
+fn pod_error_events(w: &World, uid: &PodUid, out: &mut Vec<Effect>) {
+    for e in w.dsw.errors_of_pod(uid) {
+        out.push(Effect::PodEvent(PodEvent {
+            pod: uid.clone(),
+            names: w.pods.get(uid).map(|e| e.pod.clone()),
+            reason: crate::health::events::FAILED_MOUNT,
+            message: e.clone(),
+        }));
     }
 }
 

@@ -16,8 +16,10 @@ use super::{DaemonError, spawn};
 use crate::apiserver::ApiConfig;
 use crate::elapsed_ms;
 use crate::host::sys::Sys;
+use crate::model::UniqueVolumeName;
 use crate::sources::SourceEvent;
 use crate::sources::api::ApiState;
+use std::path::PathBuf;
 
 /// Counts the sources still to list; the last one to list sends
 /// [`SourceEvent::SourcesReady`], after its own events, and after every
@@ -75,6 +77,7 @@ pub(super) fn spawn_api_source(
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
     gate: Arc<ReadyGate>,
+    secrets: crate::sources::static_objects::SecretStore,
 ) -> Result<(JoinHandle<()>, ApiStopper, Publisher), DaemonError> {
     let publisher = Publisher {
         every: period,
@@ -89,11 +92,17 @@ pub(super) fn spawn_api_source(
             let started = Instant::now();
             let mut state = ApiState::new(&node);
             let mut ready = false;
-            let mut changes = crate::apiserver::watch_all(client, &node).ready_chunks(4096);
+            let mut changes =
+                crate::apiserver::watch_all(client.clone(), &node).ready_chunks(4096);
+            let mut secret_watches = SecretWatches::new(client.clone(), secrets);
             loop {
                 let batch = tokio::select! {
                     _ = stop_rx.changed() => return,
                     b = changes.next() => b,
+                    Some((key, seen)) = secret_watches.rx.recv() => {
+                        secret_watches.seen(key, seen);
+                        continue;
+                    }
                 };
                 let Some(batch) = batch else { return };
                 for item in batch {
@@ -108,6 +117,9 @@ pub(super) fn spawn_api_source(
                 }
                 let evs = state.take_events(sys.as_ref());
                 log_pod_errors(&evs);
+                if let Some(wanted) = state.take_secret_changes() {
+                    secret_watches.want(wanted);
+                }
                 if !evs.is_empty() && tx.send(Event::Sources(evs)).is_err() {
                     return;
                 }
@@ -119,6 +131,20 @@ pub(super) fn spawn_api_source(
                         pods = state.sent().len(),
                         "startup phase"
                     );
+                    // before readiness, so the loop has them when it settles
+                    match crate::apiserver::volumes_attached(&client, &node).await {
+                        Ok(attached) => {
+                            let paths = attached
+                                .into_iter()
+                                .map(|(v, p)| (UniqueVolumeName::from_raw(v), PathBuf::from(p)))
+                                .collect();
+                            if tx.send(Event::NodeDevicePaths(paths)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => tracing::warn!(node = %node, error = %e,
+                            "read node.status.volumesAttached; uncertain devices keep no devicePath"),
+                    }
                     if gate.listed()
                         && tx
                             .send(Event::Sources(vec![SourceEvent::SourcesReady]))
@@ -211,5 +237,79 @@ pub(super) fn node_view(
                 })
                 .collect()
         }),
+    }
+}
+
+/// The watches of the Secrets the node's pods refer to: one task each,
+/// started when a pod first names it and aborted (its Secret forgotten)
+/// when none does any more.
+struct SecretWatches {
+    client: kube::Client,
+    store: crate::sources::static_objects::SecretStore,
+    tasks: std::collections::BTreeMap<(String, String), tokio::task::AbortHandle>,
+    tx: tokio::sync::mpsc::UnboundedSender<((String, String), crate::apiserver::SecretSeen)>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<((String, String), crate::apiserver::SecretSeen)>,
+}
+
+impl SecretWatches {
+    fn new(client: kube::Client, store: crate::sources::static_objects::SecretStore) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            client,
+            store,
+            tasks: std::collections::BTreeMap::new(),
+            tx,
+            rx,
+        }
+    }
+
+    fn want(&mut self, wanted: std::collections::BTreeSet<(String, String)>) {
+        let gone: Vec<_> = self
+            .tasks
+            .keys()
+            .filter(|k| !wanted.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(t) = self.tasks.remove(&key) {
+                t.abort();
+            }
+            self.store.set_from_api(key, None);
+        }
+        for key in wanted {
+            if self.tasks.contains_key(&key) {
+                continue;
+            }
+            let mut watch = Box::pin(crate::apiserver::watch_secret(
+                self.client.clone(),
+                &key.0,
+                &key.1,
+            ));
+            let (tx, k) = (self.tx.clone(), key.clone());
+            let task = tokio::spawn(async move {
+                while let Some(seen) = watch.next().await {
+                    if tx.send((k.clone(), seen)).is_err() {
+                        return;
+                    }
+                }
+            });
+            self.tasks.insert(key, task.abort_handle());
+        }
+    }
+
+    /// What a watch said: into the store (never logged: it holds the
+    /// Secret's data).
+    fn seen(&mut self, key: (String, String), seen: crate::apiserver::SecretSeen) {
+        if !self.tasks.contains_key(&key) {
+            return;
+        }
+        match seen {
+            Ok(Some(doc)) => match crate::sources::api::secret_from_api(doc) {
+                Ok((_, info)) => self.store.set_from_api(key, Some(info)),
+                Err(e) => tracing::error!(error = %e, "API server Secret"),
+            },
+            Ok(None) => self.store.set_from_api(key, None),
+            Err(e) => tracing::warn!(error = %e, "API server"),
+        }
     }
 }

@@ -265,7 +265,7 @@ impl Core {
                 };
             }
             Event::Sources(events) => {
-                self.apply_sources(w, events);
+                self.apply_sources(w, events, out);
                 if let Phase::Listing { walked } = self.phase
                     && w.dsw.is_populated()
                 {
@@ -278,6 +278,7 @@ impl Core {
             }
             Event::JobDone(report) => return self.job_done(w, report, now, out),
             Event::Done(c) => return self.completed(w, c, now, out),
+            Event::NodeDevicePaths(paths) => device_paths_from_node(w, paths),
         }
         true
     }
@@ -498,3 +499,23 @@ fn update_gauges(metrics: &Metrics, w: &World) {
 #[cfg(test)]
 #[path = "core_tests.rs"]
 pub(super) mod tests;
+
+/// Seed 001's `volumesNeedUpdateFromNodeStatus`: a device reconstructed as
+/// uncertain without its device path takes the one the node's status
+/// lists, once. With the journal a reconstructed device almost always has
+/// its path (from the journal), so this usually fills none; the count is
+/// logged either way.
+fn device_paths_from_node(w: &mut World, paths: Vec<(UniqueVolumeName, std::path::PathBuf)>) {
+    let listed = paths.len();
+    let filled = paths
+        .into_iter()
+        .filter(|(v, p)| {
+            !p.as_os_str().is_empty() && w.asw.update_reconstructed_device_path(v, p.clone())
+        })
+        .count();
+    tracing::info!(
+        listed,
+        filled,
+        "devicePaths from node.status.volumesAttached (only devices still uncertain without one take them)"
+    );
+}

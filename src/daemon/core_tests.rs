@@ -631,7 +631,11 @@ fn a_late_mount_a_pod_still_wants_is_put_back_for_the_plan_not_undone() {
     c.step(&mut w, vec![], ms(t0, 2_010), idle());
     let mut wanting = pod("a");
     wanting.volumes[0].volume = volume.clone();
-    c.apply_sources(&mut w, vec![SourceEvent::PodAdded(wanting)]);
+    c.apply_sources(
+        &mut w,
+        vec![SourceEvent::PodAdded(wanting)],
+        &mut Vec::new(),
+    );
     assert!(w.dsw.volume(&volume).is_some());
     let fx = c.step(&mut w, vec![found()], ms(t0, 2_020), idle());
     assert!(!fx.iter().any(|e| matches!(
@@ -770,7 +774,7 @@ fn a_changed_payload_is_set_up_again_within_a_sync_period() {
         SourceEvent::PodUpdated(payload_pod("a", "h2", false)),
         SourceEvent::PodUpdated(payload_pod("b", "h2", true)),
     ];
-    c.apply_sources(&mut w, changed);
+    c.apply_sources(&mut w, changed, &mut Vec::new());
     let fx = c.step(&mut w, vec![], ms(t0, 60_010), idle());
     assert!(
         !names(&fx).iter().any(|n| n.starts_with("mount:")),
@@ -858,4 +862,49 @@ fn a_failed_operation_is_an_event_on_its_pod_with_the_kubelets_reason() {
             "names the volume and the cause: {message}"
         );
     }
+}
+
+/// A pod that arrives with an error (here a claim waiting for its
+/// VolumeAttachment) is told with a `FailedMount` event, once per change,
+/// not once per pass.
+#[test]
+fn a_pod_error_from_its_source_is_one_failed_mount_event_per_change() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let mut p = pod("p1");
+    p.errors = vec!["volume \"data\": waiting for a VolumeAttachment".into()];
+    let fx = c.step(
+        &mut w,
+        vec![
+            Event::Sources(vec![SourceEvent::PodAdded(p), SourceEvent::SourcesReady]),
+            walked(),
+        ],
+        t0,
+        idle(),
+    );
+    let events: Vec<&PodEvent> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::PodEvent(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events.len(), 1, "{:?}", names(&fx));
+    assert_eq!(events[0].reason, "FailedMount");
+    assert!(
+        events[0].message.contains("VolumeAttachment"),
+        "{:?}",
+        events[0]
+    );
+    assert_eq!(
+        events[0].names.as_ref().map(|n| n.name.as_str()),
+        Some("p1")
+    );
+    // later passes do not repeat it
+    let fx = c.step(&mut w, vec![], ms(t0, 40_000), idle());
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::PodEvent(_))),
+        "{:?}",
+        names(&fx)
+    );
 }

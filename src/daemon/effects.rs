@@ -27,6 +27,9 @@ pub enum Event {
     Leftovers(Box<MergeOutput>, Vec<UnmountedOutside>),
     /// an effect the driver performed finished
     Done(Completion),
+    /// `node.status.volumesAttached` as the API server had it once the
+    /// API source listed: (unique volume name, devicePath)
+    NodeDevicePaths(Vec<(UniqueVolumeName, std::path::PathBuf)>),
 }
 
 /// How an effect ended.

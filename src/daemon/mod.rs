@@ -189,7 +189,14 @@ impl Daemon {
         let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone(), gate.clone())?;
         let api = match api {
             Some(a) => {
-                match spawn_api_source(a, &cfg.node_name, sys.clone(), events_tx.clone(), gate) {
+                match spawn_api_source(
+                    a,
+                    &cfg.node_name,
+                    sys.clone(),
+                    events_tx.clone(),
+                    gate,
+                    cfg.secrets.clone(),
+                ) {
                     Ok(t) => Some(t),
                     Err(e) => {
                         poller.stop();
@@ -228,6 +235,9 @@ impl Daemon {
             }
         };
         let failed_reconstructions = ready.output.failed.clone();
+        if let Some(j) = &journal {
+            metrics.journal.set_damage(j.damage());
+        }
 
         let world = Arc::new(Mutex::new(world));
         // Set by `stop`: workers start no job still queued (only in-flight

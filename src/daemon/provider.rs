@@ -59,6 +59,10 @@ impl DebugProvider for Provider {
             .collect();
         s.unmounted_outside = w.unmounted_outside.clone();
         drop(w);
+        s.journal_damage = self
+            .journal
+            .as_ref()
+            .and_then(|j| crate::dump::DamageJson::of(j.damage()));
         if let Some(m) = &self.monitor {
             m.read(|store| crate::health::report::fill_state(store, &mut s));
         }

@@ -117,6 +117,7 @@ impl Journal {
             created: false,
             node_name: node_name.to_owned(),
             schema_version: SCHEMA_VERSION,
+            damage: self.damage.clone(),
         })
     }
 }

@@ -48,12 +48,16 @@
 //! with its sequence number; the records from there on are moved to the
 //! `quarantine` tree so new records can follow. A journal sled cannot open
 //! (its checksums failed, it panicked, the watermark shows acknowledged
-//! records missing, or the schema version is newer than this build) is moved
-//! aside to `<dir>.corrupt-<unix time>` — never deleted — and reported as a
-//! typed [`JournalError`]; the caller reconstructs from the host alone.
+//! records missing, its checkpoint fails verification, or the schema
+//! version is newer than this build) is moved aside to `<dir>.corrupt-<unix
+//! time>` — never deleted, with sled's files as they were before sled's
+//! recovery zeroed the damaged tail (`damage`) — and reported as a typed
+//! [`JournalError`]; the caller reconstructs from the host alone. What is
+//! kept aside is reported by [`Journal::damage`].
 
 mod checkpoint;
 pub mod commit;
+mod damage;
 pub mod envelope;
 mod error;
 mod open;
@@ -71,6 +75,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use checkpoint::CheckpointReport;
+pub use damage::{Damage, MovedAside};
 pub use error::{Category, JournalError};
 pub use open::{CheckpointInfo, Corruption, Replay};
 pub use ops::{Announced, Decided, DurableIntent, Permit};
@@ -173,6 +178,8 @@ pub struct Journal {
     commit: GroupCommit,
     watermark: Watermark,
     checkpoint_lock: Mutex<()>,
+    /// what `open` found kept aside (the report does not change while open)
+    damage: Damage,
 }
 
 impl std::fmt::Debug for Journal {
@@ -203,6 +210,12 @@ impl Journal {
     /// The boot id stamped on new records.
     pub fn boot_id(&self) -> &str {
         &self.boot_id
+    }
+
+    /// The damage kept aside that `open` found: journals moved aside beside
+    /// this one, quarantined records, a tail lost across a reboot.
+    pub fn damage(&self) -> &Damage {
+        &self.damage
     }
 
     /// How many flushes appends have caused.

@@ -5,11 +5,12 @@
 
 use std::io::Read;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use super::commit::GroupCommit;
+use super::damage::{self, AsFound, Damage};
 use super::envelope::{self, Kind};
 use super::record;
 use super::replay::{JournalState, Record};
@@ -67,6 +68,10 @@ pub struct Replay {
     pub node_name: String,
     /// the schema version in meta
     pub schema_version: u32,
+    /// what is kept aside: journals moved aside beside this one, every
+    /// record in the quarantine tree (this open's and earlier ones'), a
+    /// lost tail
+    pub damage: Damage,
 }
 
 fn has_journal(dir: &Path) -> bool {
@@ -121,6 +126,21 @@ enum Distrust {
 }
 
 pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalError> {
+    // Before sled's recovery can zero a damaged log's tail (see `AsFound`).
+    let as_found = has_journal(&cfg.dir)
+        .then(|| AsFound::save(&cfg.dir, cfg.on_corrupt == OnCorrupt::Report))
+        .flatten();
+    let opened = open_found(cfg, as_found.as_ref());
+    if let Some(found) = as_found {
+        found.settle(&cfg.dir, opened.as_ref().err());
+    }
+    opened
+}
+
+fn open_found(
+    cfg: &JournalConfig,
+    as_found: Option<&AsFound>,
+) -> Result<(Journal, Replay), JournalError> {
     let dir = &cfg.dir;
     if !has_journal(dir) {
         if !cfg.create {
@@ -147,16 +167,43 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
         std::thread::sleep(std::time::Duration::from_millis(20));
         opened = try_open();
     }
+    // Set when sled opened only with its conf and snapshot moved aside.
+    let mut derived_aside = None;
     let db = match opened {
         Ok(db) => db,
         Err(e) if e.contains("could not acquire lock") => {
             return Err(JournalError::Locked { path: dir.clone() });
         }
-        Err(e) => return distrusted(cfg, Distrust::Corrupt(format!("sled cannot open it: {e}"))),
+        // sled's snapshot and conf are derived (a cache of its log, the
+        // settings we always open with), yet a damaged one fails the open
+        // of a whole log: the daemon retries once from the log alone with
+        // them moved aside (the watermark still catches a lost record).
+        Err(e) => {
+            let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
+            let aside = daemon
+                .then(|| damage::move_derived_aside(dir, &e))
+                .flatten();
+            match aside.as_ref().map(|aside| (aside, try_open())) {
+                Some((aside, Ok(db))) => {
+                    derived_aside = Some(aside.clone());
+                    db
+                }
+                Some((aside, Err(again))) => {
+                    // The log itself is bad: the journal goes aside whole.
+                    damage::put_derived_back(dir, aside);
+                    let why =
+                        format!("sled cannot open it: {e}; without its conf and snapshot: {again}");
+                    return distrusted(cfg, Distrust::Corrupt(why));
+                }
+                None => {
+                    return distrusted(cfg, Distrust::Corrupt(format!("sled cannot open it: {e}")));
+                }
+            }
+        }
     };
     let read = match read(cfg, db) {
         Ok(r) => r,
-        Err(why) => return distrusted(cfg, why),
+        Err(why) => return distrusted_whole(cfg, why, derived_aside.as_deref()),
     };
     let watermark = Watermark::open(dir).map_err(|source| JournalError::Watermark {
         path: dir.join("acked"),
@@ -170,7 +217,7 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
                 acked.journal_id, read.journal_id
             );
             drop(read);
-            return distrusted(cfg, Distrust::Corrupt(why));
+            return distrusted_whole(cfg, Distrust::Corrupt(why), derived_aside.as_deref());
         }
         Ok(Some(acked)) if acked.seq > read.max_seen => {
             if acked.boot_id == cfg.boot_id {
@@ -179,13 +226,21 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
                     acked.seq, read.max_seen
                 );
                 drop(read);
-                return distrusted(cfg, Distrust::Corrupt(why));
+                return distrusted_whole(cfg, Distrust::Corrupt(why), derived_aside.as_deref());
             }
             tracing::warn!(
                 acked = acked.seq,
                 recovered = read.max_seen,
                 "journal lost its tail across a reboot (power loss); mounts are gone too"
             );
+            // sled zeroed what it could not read: keep the files as found.
+            if let Some(found) = as_found {
+                let why = format!(
+                    "records through {} were acknowledged before a reboot, sled recovered only through {}; these are sled's files as found before its recovery",
+                    acked.seq, read.max_seen
+                );
+                found.keep_aside(&damage::aside_path(dir), &why);
+            }
             read.replay.lost_tail = Some((acked.seq, read.max_seen));
         }
         _ => {}
@@ -193,6 +248,16 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
     if read.replay.corruption.is_some() && cfg.on_corrupt == OnCorrupt::MoveAside {
         quarantine(cfg, &mut read)?;
     }
+    read.replay.damage = Damage {
+        moved_aside: damage::moved_aside_beside(dir),
+        quarantined: read
+            .quarantine
+            .iter()
+            .keys()
+            .filter_map(|k| k.ok().and_then(|k| u64_of(&k)))
+            .collect(),
+        lost_tail: read.replay.lost_tail,
+    };
     let next_seq = read.max_seen + 1;
     watermark
         .write(&Acked {
@@ -219,6 +284,7 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
         commit: GroupCommit::new(read.max_seen),
         watermark,
         checkpoint_lock: Mutex::new(()),
+        damage: read.replay.damage.clone(),
     };
     Ok((journal, read.replay))
 }
@@ -289,6 +355,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         created,
         node_name,
         schema_version: read_schema,
+        damage: Damage::default(),
     };
     let mut through = 0;
     if let Some(v) =
@@ -307,6 +374,16 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
                     entries,
                 });
                 replay.state = state;
+            }
+            // The records a checkpoint covers were dropped once it was
+            // durable: without it the tail alone implies a wrong state, and
+            // quarantining from its seq would leave the bad checkpoint in
+            // place to cut every later start's new records off again. Only
+            // moving the whole journal aside keeps everything.
+            Err(reason) if cfg.on_corrupt == OnCorrupt::MoveAside => {
+                return Err(Distrust::Corrupt(format!(
+                    "checkpoint (through seq {claimed}) failed verification: {reason}"
+                )));
             }
             Err(reason) => {
                 replay.corruption = Some(Corruption {
@@ -386,10 +463,23 @@ fn quarantine(cfg: &JournalConfig, read: &mut Read_) -> Result<(), JournalError>
     Ok(())
 }
 
+/// [`distrusted`] after sled opened only with its conf and snapshot moved
+/// aside: they go back first, so the journal moved aside is whole.
+fn distrusted_whole<T>(
+    cfg: &JournalConfig,
+    why: Distrust,
+    derived_aside: Option<&Path>,
+) -> Result<T, JournalError> {
+    if let Some(aside) = derived_aside {
+        damage::put_derived_back(&cfg.dir, aside);
+    }
+    distrusted(cfg, why)
+}
+
 fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> {
     let moved_to = match cfg.on_corrupt {
         OnCorrupt::Report => None,
-        OnCorrupt::MoveAside => Some(move_aside(&cfg.dir)?),
+        OnCorrupt::MoveAside => Some(damage::move_aside(&cfg.dir)?),
     };
     let err = match why {
         Distrust::Corrupt(reason) => JournalError::Corrupt {
@@ -408,20 +498,199 @@ fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> 
     Err(err)
 }
 
-/// Renames `<dir>` to `<dir>.corrupt-<unix seconds>[-n]`; never deletes.
-pub(crate) fn move_aside(dir: &Path) -> Result<PathBuf, JournalError> {
-    let secs = now_ns() / 1_000_000_000;
-    let base = format!("{}.corrupt-{secs}", dir.display());
-    let mut to = PathBuf::from(&base);
-    let mut n = 1;
-    while to.exists() {
-        to = PathBuf::from(format!("{base}-{n}"));
-        n += 1;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Body, OpResult};
+    use crate::model::UniqueVolumeName;
+    use crate::model::{Operation, PluginName, Steps, TargetKind, TargetParams, TargetRef};
+
+    const BOOT: &str = "b0000000-1111-2222-3333-444444444444";
+
+    fn sled_retrying(dir: &Path) -> sled::Db {
+        // A journal just dropped holds sled's lock for a moment.
+        for _ in 0..500 {
+            match sled::open(dir) {
+                Ok(db) => return db,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+        sled::open(dir).unwrap()
     }
-    std::fs::rename(dir, &to).map_err(|source| JournalError::MoveAside {
-        from: dir.to_owned(),
-        to: to.clone(),
-        source,
-    })?;
-    Ok(to)
+
+    fn outcome(intent_seq: u64) -> Body {
+        Body::Outcome {
+            intent_seq,
+            op: Operation::SetUp,
+            result: OpResult::Success,
+            observed: None,
+        }
+    }
+
+    /// Bug found by `tests/journal_torture.rs`: a checkpoint that failed
+    /// verification ended replay with nothing before it, and stayed in
+    /// place, so every later start replayed an empty state and quarantined
+    /// the records written since. Now the journal is moved aside whole.
+    #[test]
+    fn a_bad_checkpoint_moves_the_journal_aside_instead_of_replaying_without_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        let target = std::sync::Arc::new(TargetParams::at(
+            UniqueVolumeName::from_raw("v1"),
+            PluginName::EmptyDir,
+            "cache".into(),
+            TargetRef::Device,
+            TargetKind::Dir,
+            None,
+        ));
+        let intent = j
+            .append_record(Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Single,
+                target,
+            })
+            .unwrap();
+        j.append_record(outcome(intent)).unwrap();
+        j.checkpoint().unwrap();
+        j.append_record(outcome(intent)).unwrap();
+        drop(j);
+        {
+            let db = sled_retrying(&dir);
+            let ck = db.open_tree("checkpoint").unwrap();
+            let mut v = ck.get(CHECKPOINT_KEY).unwrap().unwrap().to_vec();
+            v[30] ^= 0xff;
+            ck.insert(CHECKPOINT_KEY, v).unwrap();
+            db.flush().unwrap();
+        }
+        // An inspection reports it and changes nothing.
+        let (j, replay) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
+        assert!(replay.corruption.unwrap().reason.contains("checkpoint"));
+        drop(j);
+        // The daemon moves the whole journal aside, with a note saying why.
+        let Err(JournalError::Corrupt {
+            moved_to: Some(to),
+            reason,
+            ..
+        }) = Journal::open(&cfg)
+        else {
+            panic!("a bad checkpoint was not reported as corruption");
+        };
+        assert!(reason.contains("checkpoint"), "{reason}");
+        assert!(to.join("db").exists() && !dir.exists());
+        let note = std::fs::read_to_string(to.join(damage::NOTE)).unwrap();
+        assert!(note.contains("checkpoint"), "{note}");
+        // The next start gets a fresh journal that reports the one moved aside.
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert!(replay.created && replay.corruption.is_none());
+        assert_eq!(replay.damage.moved_aside.len(), 1);
+        assert_eq!(replay.damage.moved_aside[0].path, to);
+    }
+
+    /// Bug found by `tests/journal_torture.rs`: sled's recovery zeroes its
+    /// log from a damaged message to the end before it reports anything,
+    /// so the journal moved aside held nothing past the damage (a flip at
+    /// offset 5,000 left 0 of 524 record envelopes after it). The files as
+    /// found are now copied first and kept in the journal moved aside.
+    #[test]
+    fn a_journal_moved_aside_keeps_sleds_files_as_they_were_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..100 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut db = std::fs::read(dir.join("db")).unwrap();
+        db[5000] ^= 0xff;
+        std::fs::write(dir.join("db"), &db).unwrap();
+        let Err(JournalError::Corrupt {
+            moved_to: Some(to), ..
+        }) = Journal::open(&cfg)
+        else {
+            panic!("the flipped byte was not reported as corruption");
+        };
+        assert_eq!(
+            std::fs::read(to.join(damage::AS_FOUND).join("db")).unwrap(),
+            db
+        );
+        let note = std::fs::read_to_string(to.join(damage::NOTE)).unwrap();
+        assert!(note.contains(damage::AS_FOUND), "{note}");
+    }
+
+    /// Found by `tests/journal_torture.rs`: sled refuses to open a journal
+    /// whose `snap.*` (a cache of its log) is damaged, and the whole
+    /// journal was moved aside for it. The daemon now moves the snapshot
+    /// aside and replays the log alone: every record is still there.
+    #[test]
+    fn a_damaged_snapshot_is_moved_aside_and_the_log_replayed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..20 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        // Reopened and dropped: sled leaves a snapshot of its page table.
+        drop(sled_retrying(&dir));
+        let snap = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("snap.")
+            })
+            .expect("sled wrote a snapshot");
+        let mut bytes = std::fs::read(&snap).unwrap();
+        bytes[0] ^= 0xff;
+        std::fs::write(&snap, &bytes).unwrap();
+        // An inspection only reports it.
+        assert!(Journal::open(&JournalConfig::inspect(&dir, BOOT)).is_err());
+        assert_eq!(std::fs::read(&snap).unwrap(), bytes);
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert_eq!(replay.tail.len(), 20);
+        let [aside] = replay.damage.moved_aside.as_slice() else {
+            panic!("{:?}", replay.damage);
+        };
+        let name = snap.file_name().unwrap();
+        assert_eq!(std::fs::read(aside.path.join(name)).unwrap(), bytes);
+        assert!(
+            aside
+                .reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("snapshot")
+        );
+    }
+
+    /// Found by `tests/journal_torture.rs`, like the snapshot above: a
+    /// damaged `conf` (sled's settings, which volumed never changes) moved
+    /// the whole journal aside. It is now moved aside alone.
+    #[test]
+    fn a_damaged_sled_conf_is_moved_aside_and_the_log_replayed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..20 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        drop(sled_retrying(&dir));
+        let mut conf = std::fs::read(dir.join("conf")).unwrap();
+        conf[4] ^= 0xff;
+        std::fs::write(dir.join("conf"), &conf).unwrap();
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert_eq!(replay.tail.len(), 20);
+        let [aside] = replay.damage.moved_aside.as_slice() else {
+            panic!("{:?}", replay.damage);
+        };
+        assert_eq!(std::fs::read(aside.path.join("conf")).unwrap(), conf);
+    }
 }

@@ -1,23 +1,40 @@
-//! The journal's figures on `/metrics`, read from the open journal when
-//! `/metrics` is scraped (the journal keeps them as plain atomics and knows
-//! nothing of prometheus): `volumed_journal_flushes_total`, the group
-//! commits made (each one a `sync_file_range` of the log), and
-//! `volumed_journal_durable_seq`, the highest record sequence number known
-//! durable — its derivative is the records made durable per second.
-//! Neither exists with `--journal off`.
+//! The journal's figures on `/metrics`. The journal keeps them as plain
+//! atomics and knows nothing of prometheus:
+//! - `volumed_journal_flushes_total`, the group commits made (each one a
+//!   `sync_file_range` of the log), and `volumed_journal_durable_seq`, the
+//!   highest record sequence number known durable — its derivative is the
+//!   records made durable per second — both read when `/metrics` is
+//!   scraped;
+//! - `volumed_journal_damage{kind}`: what the journal keeps aside, set once
+//!   the journal is open (a gauge, because it describes what is on disk
+//!   now, not events: it stays non-zero across restarts until an operator
+//!   removes the moved-aside journals). `kind`: `moved_aside` (journals
+//!   moved aside beside this one, `<dir>.corrupt-*`), `quarantined`
+//!   (records in the quarantine tree), `lost` (records acknowledged before
+//!   a reboot that sled no longer returned at this start). The same report
+//!   is `journal_damage` in `/debug/state` and `dump`. Every series exists
+//!   at zero from the start, so an alert on `> 0` needs no `absent()`.
+//!
+//! None of them is exported with `--journal off` but the damage gauge (at
+//! zero).
 
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts};
 
 use super::{MetricsError, Registrar, register};
+use crate::journal::Damage;
 
 const FLUSHES: &str = "volumed_journal_flushes_total";
 const DURABLE_SEQ: &str = "volumed_journal_durable_seq";
+const DAMAGE: &str = "volumed_journal_damage";
+const KINDS: [&str; 3] = ["moved_aside", "quarantined", "lost"];
 
 /// The journal's series.
 #[derive(Debug, Clone)]
 pub struct JournalMetrics {
     flushes: IntCounter,
     durable_seq: IntGauge,
+    /// `volumed_journal_damage{kind}`
+    pub damage: IntGaugeVec,
 }
 
 impl JournalMetrics {
@@ -34,9 +51,22 @@ impl JournalMetrics {
                 "The highest journal record sequence number known durable.",
             )
         })?;
+        let damage = register(r, DAMAGE, || {
+            IntGaugeVec::new(
+                Opts::new(
+                    DAMAGE,
+                    "What the journal keeps aside: journals moved aside, quarantined records, records lost across a reboot.",
+                ),
+                &["kind"],
+            )
+        })?;
+        for k in KINDS {
+            damage.with_label_values(&[k]);
+        }
         Ok(Self {
             flushes,
             durable_seq,
+            damage,
         })
     }
 
@@ -49,6 +79,21 @@ impl JournalMetrics {
         }
         self.durable_seq
             .set(i64::try_from(durable_seq).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the damage gauge from what the journal's open found.
+    pub fn set_damage(&self, d: &Damage) {
+        let lost = d
+            .lost_tail
+            .map_or(0, |(acked, got)| acked.saturating_sub(got));
+        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+        for (kind, v) in KINDS.into_iter().zip([
+            n(d.moved_aside.len()),
+            n(d.quarantined.len()),
+            i64::try_from(lost).unwrap_or(i64::MAX),
+        ]) {
+            self.damage.with_label_values(&[kind]).set(v);
+        }
     }
 }
 

@@ -89,7 +89,7 @@ pub struct Metrics {
     pub selinux: SeLinuxMetrics,
     /// volume stats and health
     pub health: HealthMetrics,
-    /// the journal's flushes and durable watermark
+    /// the journal's flushes, durable watermark and what it keeps aside
     pub journal: JournalMetrics,
 }
 

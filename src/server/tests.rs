@@ -30,6 +30,7 @@ fn doc(boot: &str) -> DumpDoc {
         corruption: None,
         records: Vec::new(),
         state: StateSnapshot::default(),
+        journal_damage: None,
     }
 }
 
@@ -55,6 +56,7 @@ impl DebugProvider for Fake {
             pod_errors: Default::default(),
             unmounted_outside: Vec::new(),
             pod_volume_health: Default::default(),
+            journal_damage: None,
         }
     }
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

@@ -35,6 +35,8 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+pub use super::api_secrets::secret_from_api;
+use super::api_secrets::secrets_named;
 use super::load::Resolver;
 use super::static_objects::StaticObjects;
 use super::static_pods::{Origin, ParsedPod, ParsedVolume, parse_pod_object};
@@ -137,6 +139,12 @@ pub struct ApiState {
     relisting: BTreeMap<Kind, BTreeSet<String>>,
     listed: BTreeSet<Kind>,
     errors: Vec<String>,
+    /// the Secrets (namespace, name) each pod's CSI volumes name, and how
+    /// many pods name each: only these are watched, as the kubelet's
+    /// watch-based Secret manager watches only what pods refer to
+    secrets_of: BTreeMap<PodUid, BTreeSet<(String, String)>>,
+    secret_users: BTreeMap<(String, String), usize>,
+    secrets_changed: bool,
 }
 
 impl ApiState {
@@ -156,6 +164,40 @@ impl ApiState {
             relisting: BTreeMap::new(),
             listed: BTreeSet::new(),
             errors: Vec::new(),
+            secrets_of: BTreeMap::new(),
+            secret_users: BTreeMap::new(),
+            secrets_changed: false,
+        }
+    }
+
+    /// The Secrets the node's pods refer to, when that set changed since
+    /// the last call.
+    pub fn take_secret_changes(&mut self) -> Option<BTreeSet<(String, String)>> {
+        std::mem::take(&mut self.secrets_changed)
+            .then(|| self.secret_users.keys().cloned().collect())
+    }
+
+    /// Records the Secrets `pod` refers to now (`None`: it is gone).
+    fn refer(&mut self, pod: &PodUid, now: Option<BTreeSet<(String, String)>>) {
+        let before = match now.clone() {
+            Some(n) => self.secrets_of.insert(pod.clone(), n),
+            None => self.secrets_of.remove(pod),
+        }
+        .unwrap_or_default();
+        let now = now.unwrap_or_default();
+        for k in before.difference(&now) {
+            if let Some(n) = self.secret_users.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.secret_users.remove(k);
+                    self.secrets_changed = true;
+                }
+            }
+        }
+        for k in now.difference(&before) {
+            let n = self.secret_users.entry(k.clone()).or_default();
+            self.secrets_changed |= *n == 0;
+            *n += 1;
         }
     }
 
@@ -387,15 +429,18 @@ impl ApiState {
         };
         let mut removed = Vec::new();
         let mut changed = Vec::new();
+        let mut refs = Vec::new();
         for uid in dirty {
             match self.pods.get(&uid) {
                 None => {
+                    refs.push((uid.clone(), None));
                     if self.sent.remove(&uid).is_some() {
                         removed.push(SourceEvent::PodRemoved(uid));
                     }
                 }
                 Some(p) => {
                     let pod = resolver.resolve(p.clone());
+                    refs.push((uid.clone(), Some(secrets_named(&pod))));
                     let f = fingerprint(&pod);
                     match self.sent.insert(uid, f) {
                         None => changed.push(SourceEvent::PodAdded(pod)),
@@ -404,6 +449,9 @@ impl ApiState {
                     }
                 }
             }
+        }
+        for (uid, now) in refs {
+            self.refer(&uid, now);
         }
         removed.extend(changed);
         removed

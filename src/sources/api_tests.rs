@@ -271,3 +271,51 @@ fn an_attachment_that_arrives_later_updates_the_pods_of_its_volume() {
         )]
     );
 }
+
+#[test]
+fn only_the_secrets_the_pods_csi_volumes_name_are_wanted() {
+    let mut s = listed_state();
+    let pv_with = |name: &str, claim: &str, secret: &str| {
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"claimRef": {"namespace": "ns", "name": claim},
+                "csi": {"driver": "d.example.com", "volumeHandle": name,
+                    "nodeStageSecretRef": {"namespace": "ns", "name": secret}}}})
+    };
+    s.apply(Change::Applied(
+        Kind::CsiDriver,
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+            "metadata": {"name": "d.example.com"}, "spec": {"attachRequired": false}}),
+    ));
+    s.apply(Change::Applied(
+        Kind::PersistentVolume,
+        pv_with("pv1", "c1", "s1"),
+    ));
+    s.apply(Change::Applied(
+        Kind::PersistentVolumeClaim,
+        pvc("c1", "pv1"),
+    ));
+    s.apply(Change::Applied(
+        Kind::PersistentVolume,
+        pv_with("pv2", "c2", "s2"),
+    ));
+    s.apply(Change::Applied(
+        Kind::PersistentVolumeClaim,
+        pvc("c2", "pv2"),
+    ));
+    let _ = s.take_events(&LinuxSys);
+    assert_eq!(s.take_secret_changes(), None, "no pod names any yet");
+    s.apply(Change::PodApplied(pod("u-1", "a", NODE, &["c1"])));
+    s.apply(Change::PodApplied(pod("u-2", "b", NODE, &["c1"])));
+    let _ = s.take_events(&LinuxSys);
+    let key = |n: &str| ("ns".to_owned(), n.to_owned());
+    assert_eq!(s.take_secret_changes(), Some([key("s1")].into()));
+    assert_eq!(s.take_secret_changes(), None, "told once");
+    // one of two users goes: still wanted
+    s.apply(Change::PodDeleted(pod("u-1", "a", NODE, &["c1"])));
+    let _ = s.take_events(&LinuxSys);
+    assert_eq!(s.take_secret_changes(), None);
+    s.apply(Change::PodApplied(pod("u-3", "c", NODE, &["c2"])));
+    s.apply(Change::PodDeleted(pod("u-2", "b", NODE, &["c1"])));
+    let _ = s.take_events(&LinuxSys);
+    assert_eq!(s.take_secret_changes(), Some([key("s2")].into()));
+}

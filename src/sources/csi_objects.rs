@@ -73,10 +73,18 @@ impl std::fmt::Debug for SecretInfo {
     }
 }
 
-/// The Secrets CSI calls read, shared between the sources (which replace
-/// them on every read of the objects dir) and the CSI plugin.
+/// The Secrets CSI calls read, shared between the sources and the CSI
+/// plugin: the static objects dir's (replaced on every read of that dir)
+/// and the API server's (each referenced one as its watch says; the
+/// static one wins where both name a Secret).
 #[derive(Debug, Clone, Default)]
-pub struct SecretStore(Arc<std::sync::RwLock<BTreeMap<(String, String), SecretInfo>>>);
+pub struct SecretStore(Arc<std::sync::RwLock<Layers>>);
+
+#[derive(Debug, Default)]
+struct Layers {
+    files: BTreeMap<(String, String), SecretInfo>,
+    api: BTreeMap<(String, String), SecretInfo>,
+}
 
 /// Two handles are equal when they are the same store.
 impl PartialEq for SecretStore {
@@ -89,7 +97,18 @@ impl Eq for SecretStore {}
 impl SecretStore {
     pub(super) fn replace(&self, secrets: &BTreeMap<(String, String), SecretInfo>) {
         if let Ok(mut s) = self.0.write() {
-            s.clone_from(secrets);
+            s.files.clone_from(secrets);
+        }
+    }
+
+    /// The API server's version of one Secret (`None`: it does not exist,
+    /// or is no longer referenced).
+    pub fn set_from_api(&self, key: (String, String), secret: Option<SecretInfo>) {
+        if let Ok(mut s) = self.0.write() {
+            match secret {
+                Some(i) => s.api.insert(key, i),
+                None => s.api.remove(&key),
+            };
         }
     }
 }
@@ -100,9 +119,12 @@ impl crate::plugins::csi::SecretSource for SecretStore {
             .0
             .read()
             .map_err(|_| "the Secret store is poisoned".to_owned())?;
-        s.get(&(r.namespace.clone(), r.name.clone()))
+        let key = (r.namespace.clone(), r.name.clone());
+        s.files
+            .get(&key)
+            .or_else(|| s.api.get(&key))
             .map(|i| i.data.clone())
-            .ok_or_else(|| "not found in the static objects".to_owned())
+            .ok_or_else(|| "not found in the static objects nor from the API server".to_owned())
     }
 }
 
@@ -187,7 +209,7 @@ pub(super) fn attachment(file: &Path, doc: Value) -> Result<(String, AttachmentI
 }
 
 /// A Secret document, keyed by (namespace, name).
-pub(super) fn secret(
+pub(crate) fn secret(
     file: &Path,
     doc: Value,
 ) -> Result<((String, String), SecretInfo), SourceError> {

@@ -61,6 +61,7 @@ use std::time::Duration;
 
 use crate::model::{PodUid, PodVolume};
 pub mod api;
+mod api_secrets;
 mod csi_objects;
 mod error;
 mod events;

@@ -259,9 +259,9 @@ impl ActualStateOfWorld {
         Ok(())
     }
 
-    /// Overwrites the device path while the device is uncertain (a
-    /// reconstructed volume learning its device later).
-    #[cfg(test)]
+    /// Sets the device path of a device that is uncertain and has none (a
+    /// reconstructed volume learning its device later, from the node's
+    /// status); whether it did. A known path is never replaced.
     pub fn update_reconstructed_device_path(
         &mut self,
         volume: &UniqueVolumeName,
@@ -269,7 +269,7 @@ impl ActualStateOfWorld {
     ) -> bool {
         let device = self.volumes.get_mut(volume).and_then(|v| v.device.as_mut());
         match device {
-            Some(d) if d.state == MountState::Uncertain => {
+            Some(d) if d.state == MountState::Uncertain && d.device_path.is_none() => {
                 d.device_path = Some(device_path);
                 true
             }
@@ -1113,6 +1113,10 @@ mod tests {
         assert!(asw.is_volume_device_reconstructed(&v));
         assert!(asw.update_reconstructed_device_path(&v, "/dev/loop7".into()));
         assert_eq!(device(&asw).device_path, Some("/dev/loop7".into()));
+        assert!(
+            !asw.update_reconstructed_device_path(&v, "/dev/loop8".into()),
+            "a known path is kept"
+        );
         // the real mount replaces the reconstructed record and ends tracking
         let real = mount("data", SeLinuxState::WithoutContext);
         asw.mark_volume_mounted(&v, &p, real).unwrap();

@@ -40,6 +40,7 @@ impl ActualStateOfWorld {
             pod_errors: Default::default(),
             unmounted_outside: Vec::new(),
             pod_volume_health: Default::default(),
+            journal_damage: None,
         }
     }
 }
@@ -65,6 +66,11 @@ pub struct StateSnapshot {
     /// volume of a pod has been judged
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub pod_volume_health: std::collections::BTreeMap<String, serde_json::Value>,
+    /// `/debug/state` only: what the journal keeps aside (journals moved
+    /// aside beside it, quarantined records, a tail lost across a reboot;
+    /// also `volumed_journal_damage`); absent when nothing
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_damage: Option<crate::dump::DamageJson>,
 }
 
 /// A target found unmounted outside volumed (DESIGN.md's merge table: a

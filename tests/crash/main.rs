@@ -12,6 +12,10 @@
 //!   SIGKILLed at random moments and restarted, invariants checked after each
 //!   restart. `VOLUMED_CHURN_ITERS` (default 20; 0 skips) and
 //!   `VOLUMED_CHURN_SEED` (default 1) choose the run; a soak of 1,000 works.
+//!   Then the same churn with the pods, PVs, claims and CSIDriver served by
+//!   the API-server fake (`--kubeconfig`; `VOLUMED_CHURN_API_ITERS`,
+//!   default 10; 0 skips): the watch's relist after each restart must keep
+//!   every running pod's mounts as the static folder does.
 //!   `VOLUMED_CRASH_ONLY=<name>[,…]` runs only the fixtures whose names
 //!   contain one of the words.
 //!
@@ -52,6 +56,8 @@ const NAMED_POINTS: [&str; 10] = [
 
 const FIXTURE_ENV: &str = "VOLUMED_CRASH_FIXTURE";
 const CHURN_ENV: &str = "VOLUMED_CRASH_CHURN_CHILD";
+/// Set for the churn child whose pods come from the API-server fake.
+const CHURN_API_ENV: &str = "VOLUMED_CRASH_CHURN_API";
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -217,55 +223,12 @@ fn crash_suite() {
     }
 
     let iters = env_u64("VOLUMED_CHURN_ITERS", 20);
+    let api_iters = env_u64("VOLUMED_CHURN_API_ITERS", 10);
     let seed = env_u64("VOLUMED_CHURN_SEED", 1);
-    let churn_line = if iters == 0 || !only.is_empty() {
-        "churn: skipped".to_owned()
-    } else {
-        let limit = Duration::from_secs(120 + 30 * iters);
-        let result = support::run_test_in_private_mount_ns(
-            "churn_child",
-            &[
-                (CHURN_ENV, "1".to_owned()),
-                (SCRATCH_ENV, scratch_prefix()),
-                ("VOLUMED_CHURN_ITERS", iters.to_string()),
-                ("VOLUMED_CHURN_SEED", seed.to_string()),
-            ],
-            limit,
-        );
-        if let Err(e) = check_cleaned_up() {
-            problems.push(format!("churn cleanup: {e}"));
-        }
-        let out = match &result {
-            Ok(o) | Err(o) => o.clone(),
-        };
-        match figure(&out, "CHURN ") {
-            Some(line) => {
-                let kills = field(line, "kills").unwrap_or(0);
-                let violations = field(line, "violations").unwrap_or(0);
-                let on = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("mean_uncertain_on="))
-                    .unwrap_or("?");
-                let off = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("mean_uncertain_off="))
-                    .unwrap_or("?");
-                if violations > 0 || result.is_err() {
-                    problems.push(format!("churn: {violations} violations\n{out}"));
-                }
-                println!(
-                    "churn (seed {seed}): mean uncertain targets right after restart: {on} with the journal, {off} with --journal off"
-                );
-                format!("churn: {kills} kills, {violations} violations")
-            }
-            None => {
-                problems.push(format!("churn did not report\n{out}"));
-                "churn: did not finish".to_owned()
-            }
-        }
-    };
+    let churn_line = churn(iters, seed, false, &only, &mut problems);
+    let api_line = churn(api_iters, seed, true, &only, &mut problems);
     let summary = format!(
-        "crash fixtures: {passed} passed, {} failed; {churn_line}",
+        "crash fixtures: {passed} passed, {} failed; {churn_line}; API pods {api_line}",
         failed.len()
     );
     let file = target_dir().join("crash-summary.txt");
@@ -313,7 +276,8 @@ fn churn_child() {
     support::in_private_mount_ns_timeout(Duration::from_secs(u64::MAX / 4), || {
         let iters = env_u64("VOLUMED_CHURN_ITERS", 20);
         let seed = env_u64("VOLUMED_CHURN_SEED", 1);
-        let r = churn::run(iters, seed);
+        let api = std::env::var(CHURN_API_ENV).is_ok_and(|v| v == "1");
+        let r = churn::run(iters, seed, api);
         let mean = |n: usize| {
             if r.kills == 0 {
                 0.0
@@ -333,4 +297,56 @@ fn churn_child() {
         }
         assert!(r.violations.is_empty(), "{} violations", r.violations.len());
     });
+}
+
+/// One churn run in its own namespace (`api`: pods from the API-server
+/// fake): its summary line; problems are added to `problems`.
+fn churn(iters: u64, seed: u64, api: bool, only: &[String], problems: &mut Vec<String>) -> String {
+    if iters == 0 || !only.is_empty() {
+        "churn: skipped".to_owned()
+    } else {
+        let limit = Duration::from_secs(120 + 30 * iters);
+        let result = support::run_test_in_private_mount_ns(
+            "churn_child",
+            &[
+                (CHURN_ENV, "1".to_owned()),
+                (CHURN_API_ENV, if api { "1" } else { "" }.to_owned()),
+                (SCRATCH_ENV, scratch_prefix()),
+                ("VOLUMED_CHURN_ITERS", iters.to_string()),
+                ("VOLUMED_CHURN_SEED", seed.to_string()),
+            ],
+            limit,
+        );
+        if let Err(e) = check_cleaned_up() {
+            problems.push(format!("churn cleanup: {e}"));
+        }
+        let out = match &result {
+            Ok(o) | Err(o) => o.clone(),
+        };
+        match figure(&out, "CHURN ") {
+            Some(line) => {
+                let kills = field(line, "kills").unwrap_or(0);
+                let violations = field(line, "violations").unwrap_or(0);
+                let on = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("mean_uncertain_on="))
+                    .unwrap_or("?");
+                let off = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("mean_uncertain_off="))
+                    .unwrap_or("?");
+                if violations > 0 || result.is_err() {
+                    problems.push(format!("churn: {violations} violations\n{out}"));
+                }
+                println!(
+                    "churn (seed {seed}): mean uncertain targets right after restart: {on} with the journal, {off} with --journal off"
+                );
+                format!("churn: {kills} kills, {violations} violations")
+            }
+            None => {
+                problems.push(format!("churn did not report\n{out}"));
+                "churn: did not finish".to_owned()
+            }
+        }
+    }
 }

@@ -40,6 +40,8 @@ pub const CSI_HANDLE: &str = "vol-csi";
 /// staging dir's name.
 const CSI_HANDLE_SHA256: &str = "03f997d2a60cc8b9bb19d04e9fa6d0a0972b484ac0f5ec332d7daef532d88156";
 /// How long a daemon may take to converge.
+/// `--node-name`
+pub const NODE_NAME: &str = "crash-node";
 pub const CONVERGE: Duration = Duration::from_secs(30);
 
 /// The UID of fixture pod `name`.
@@ -86,6 +88,9 @@ pub struct Node {
     pub files: BTreeMap<String, String>,
     /// the last daemon's log
     last_log: Option<PathBuf>,
+    /// pods and objects come from this API server fake instead of the
+    /// static folders ([`Node::use_api`])
+    pub api: Option<crate::support::apiserver::FakeApiServer>,
 }
 
 impl Drop for Node {
@@ -143,6 +148,7 @@ impl Node {
             daemon: None,
             files: BTreeMap::new(),
             last_log: None,
+            api: None,
             scratch,
         };
         mkdirs(&node.pods_dir);
@@ -167,29 +173,65 @@ impl Node {
         self.write_boot_id(self.boots);
     }
 
+    /// From now on pods, PVs, claims and the CSIDriver come from an API
+    /// server fake (the daemon is started with `--kubeconfig`), not the
+    /// static folders, which are emptied.
+    pub fn use_api(&mut self) {
+        let api = crate::support::apiserver::FakeApiServer::start();
+        api.put(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME}}));
+        api.write_kubeconfig(&self.scratch.path().join("kubeconfig"));
+        for e in fs::read_dir(&self.objects_dir)
+            .expect("objects dir")
+            .flatten()
+        {
+            fs::remove_file(e.path()).expect("remove a static object file");
+        }
+        self.api = Some(api);
+        self.write_objects();
+    }
+
     /// Writes the PV and its claim.
     pub fn write_objects(&self) {
         let dev = self.dev.path().display();
         let text = format!(
             "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {PV}}}\nspec:\n  capacity: {{storage: 64Mi}}\n  accessModes: [ReadWriteOnce]\n  mountOptions: [noatime]\n  claimRef: {{namespace: default, name: claim-blk}}\n  local: {{path: {dev}, fsType: ext4}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-blk, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeName: {PV}\n  resources:\n    requests: {{storage: 64Mi}}\n"
         );
-        write_atomic(&self.objects_dir.join("pv.yaml"), &text);
+        self.write_object_file("pv.yaml", &text);
         let secret = format!(
             "apiVersion: v1\nkind: Secret\nmetadata: {{name: crash-secret, namespace: default, uid: 5ec2e700-0000-4000-8000-000000000001}}\nstringData: {{token: {SECRET_TOKEN}, ca.crt: {SECRET_TOKEN}-ca}}\n"
         );
-        write_atomic(&self.objects_dir.join("secret.yaml"), &secret);
+        self.write_object_file("secret.yaml", &secret);
         if self.driver.is_some() {
             let text = format!(
                 "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_PV}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteMany]\n  claimRef: {{namespace: default, name: claim-csi}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: {CSI_HANDLE}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csi, namespace: default}}\nspec:\n  accessModes: [ReadWriteMany]\n  volumeName: {CSI_PV}\n  resources:\n    requests: {{storage: 1Gi}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: {CSI_DRIVER}}}\nspec: {{attachRequired: false}}\n"
             );
-            write_atomic(&self.objects_dir.join("csi.yaml"), &text);
+            self.write_object_file("csi.yaml", &text);
+        }
+    }
+
+    /// An objects file, or its documents put in the API server.
+    fn write_object_file(&self, name: &str, text: &str) {
+        match &self.api {
+            None => write_atomic(&self.objects_dir.join(name), text),
+            Some(api) => {
+                for doc in text.split("\n---\n") {
+                    let v: Value = serde_saphyr::from_str(doc).expect("an object document");
+                    api.put(v);
+                }
+            }
         }
     }
 
     /// Removes the local PV and its claim (no API server knows them any
     /// more); the CSI objects stay.
     pub fn drop_objects(&self) {
-        fs::remove_file(self.objects_dir.join("pv.yaml")).expect("remove objects");
+        match &self.api {
+            None => fs::remove_file(self.objects_dir.join("pv.yaml")).expect("remove objects"),
+            Some(api) => {
+                api.delete("v1", "PersistentVolume", None, PV);
+                api.delete("v1", "PersistentVolumeClaim", Some("default"), "claim-blk");
+            }
+        }
     }
 
     /// Adds (or replaces) a pod manifest.
@@ -205,16 +247,25 @@ impl Node {
             });
         }
         let text = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default, uid: {}}}\nspec:\n  containers: [{{name: c, image: busybox}}]\n  volumes:\n{vols}",
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default, uid: {}}}\nspec:\n  nodeName: {NODE_NAME}\n  containers: [{{name: c, image: busybox}}]\n  volumes:\n{vols}",
             uid(pod)
         );
-        write_atomic(&self.pods_dir.join(format!("{pod}.yaml")), &text);
+        match &self.api {
+            None => write_atomic(&self.pods_dir.join(format!("{pod}.yaml")), &text),
+            Some(api) => {
+                let v: Value = serde_saphyr::from_str(&text).expect("a pod document");
+                api.put(v);
+            }
+        }
         self.desired.insert(pod.to_owned(), kinds.to_vec());
     }
 
     /// Removes a pod manifest.
     pub fn delete_pod(&mut self, pod: &str) {
-        let _ = fs::remove_file(self.pods_dir.join(format!("{pod}.yaml")));
+        match &self.api {
+            None => drop(fs::remove_file(self.pods_dir.join(format!("{pod}.yaml")))),
+            Some(api) => drop(api.delete("v1", "Pod", Some("default"), pod)),
+        }
         self.desired.remove(pod);
     }
 
@@ -317,7 +368,7 @@ impl Node {
             .arg(&self.root)
             .arg("--journal-dir")
             .arg(&self.jdir)
-            .args(["--node-name", "crash-node", "--listen", "127.0.0.1:0"])
+            .args(["--node-name", NODE_NAME, "--listen", "127.0.0.1:0"])
             .arg("--static-pods")
             .arg(&self.pods_dir)
             .arg("--static-objects")
@@ -332,6 +383,11 @@ impl Node {
             .stderr(fs::File::create(&log).expect("log file"));
         if let Some(n) = self.checkpoint_every {
             cmd.arg("--checkpoint-every").arg(n.to_string());
+        }
+        if self.api.is_some() {
+            cmd.arg("--kubeconfig")
+                .arg(self.scratch.path().join("kubeconfig"))
+                .args(["--node-status-update-frequency", "500ms"]);
         }
         if let Some(d) = &self.driver {
             cmd.arg("--csi-driver")
