@@ -162,6 +162,7 @@ fn intent(thread: usize, i: usize) -> Body {
             mount_options: vec!["rw".into(), "relatime".into()].into(),
             fs_type: Some("ext4".into()),
             csi: None,
+            payload: None,
         }
         .into(),
     }

@@ -141,6 +141,7 @@ fn tmpfs_params(layout: &Layout, pod: &PodUid, name: &str) -> TargetParams {
         mount_options: vec!["size=1m".into()].into(),
         fs_type: Some("tmpfs".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -166,6 +167,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 

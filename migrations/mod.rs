@@ -1,8 +1,10 @@
 //! Journal schema migrations: one pure step per version, applied in order
 //! when a journal written by an older build is opened.
 //!
-//! Format v1 was the first released format; v2 (the current one, documented
-//! in `docs/journal-format.md`) adds the CSI arguments to every target. To
+//! Format v1 was the first released format; v2 adds the CSI arguments to
+//! every target; v3 (the current one, documented in
+//! `docs/journal-format.md`) adds a payload volume's hash and object
+//! versions. To
 //! change the format: bump `journal::SCHEMA_VERSION`, add a `Step` from
 //! the old version whose `run` rewrites the old trees into the new layout
 //! (re-encoding every value; it must be idempotent, since a crash can cut it
@@ -21,11 +23,18 @@ pub struct Step {
 }
 
 /// Every step, in order.
-pub const STEPS: &[Step] = &[Step {
-    from: 1,
-    to: 2,
-    run: v1_to_v2,
-}];
+pub const STEPS: &[Step] = &[
+    Step {
+        from: 1,
+        to: 2,
+        run: v1_to_v2,
+    },
+    Step {
+        from: 2,
+        to: 3,
+        run: v2_to_v3,
+    },
+];
 
 /// v1 → v2: every record, quarantined record and the checkpoint re-encoded
 /// with a `TargetV2` (v1's fields, then no CSI arguments). One sled
@@ -34,6 +43,24 @@ pub const STEPS: &[Step] = &[Step {
 /// v1 journal is the same step. A value that does not open as v1 (a damaged
 /// one) is left exactly as it is, for replay to find and report.
 fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
+    reencode(db, 2, record_v1_to_v2, checkpoint_v1_to_v2)
+}
+
+/// v2 → v3: the same re-encoding, every target a `TargetV3` (v2's fields,
+/// then no payload), in one transaction with the new schema version.
+fn v2_to_v3(db: &sled::Db) -> Result<(), String> {
+    reencode(db, 3, record_v2_to_v3, checkpoint_v2_to_v3)
+}
+
+/// Re-seals every record, quarantined record and the checkpoint through
+/// `record` and `checkpoint` (a value they return `None` for is left as
+/// it is) and writes `schema_version = to`, all in one sled transaction.
+fn reencode(
+    db: &sled::Db,
+    to: u32,
+    record: fn(u64, u64, &[u8]) -> Option<Vec<u8>>,
+    reseal_checkpoint: fn(u64, &[u8]) -> Option<Vec<u8>>,
+) -> Result<(), String> {
     use sled::Transactional;
 
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
@@ -51,7 +78,7 @@ fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
         .map(u64::from_le_bytes)
         .ok_or("meta journal_id is missing")?;
 
-    let record_v2 = |seq: u64, value: &[u8]| record_v1_to_v2(id, seq, value);
+    let record_v2 = |seq: u64, value: &[u8]| record(id, seq, value);
     let rewrite = |t: &sled::Tree| -> Result<Vec<(sled::IVec, Vec<u8>)>, String> {
         let mut out = Vec::new();
         for kv in t.iter() {
@@ -69,7 +96,7 @@ fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
         .get("current")
         .map_err(|e| err("checkpoint", &e))?
     {
-        Some(v) => checkpoint_v1_to_v2(id, &v),
+        Some(v) => reseal_checkpoint(id, &v),
         None => None,
     };
 
@@ -84,7 +111,7 @@ fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
             if let Some(v) = &new_checkpoint {
                 c.insert("current", v.as_slice())?;
             }
-            m.insert("schema_version", 2u32.to_le_bytes().to_vec())?;
+            m.insert("schema_version", to.to_le_bytes().to_vec())?;
             Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
         })
         .map_err(|e| format!("transaction: {e:?}"))?;
@@ -119,6 +146,36 @@ pub fn checkpoint_v1_to_v2(id: u64, value: &[u8]) -> Option<Vec<u8>> {
         Kind::Checkpoint,
         seq,
         &record::encode(&v2),
+    ))
+}
+
+/// One stored v2 record value re-sealed as v3, or `None` when it does not
+/// open as v2.
+pub fn record_v2_to_v3(id: u64, seq: u64, value: &[u8]) -> Option<Vec<u8>> {
+    use super::envelope::{self, Kind};
+    use super::record::{self, RecordOf, TargetV2, TargetV3};
+
+    let payload = envelope::open(id, Kind::Record, seq, value).ok()?;
+    let v2: RecordOf<TargetV2> = record::decode(payload).ok()?;
+    let v3: RecordOf<TargetV3> = v2.map_target(TargetV3::from);
+    Some(envelope::seal(id, Kind::Record, seq, &record::encode(&v3)))
+}
+
+/// The stored v2 checkpoint value re-sealed as v3, or `None` when it does
+/// not open as v2.
+pub fn checkpoint_v2_to_v3(id: u64, value: &[u8]) -> Option<Vec<u8>> {
+    use super::envelope::{self, Kind};
+    use super::record::{self, CheckpointOf, TargetV2, TargetV3};
+
+    let seq = envelope::claimed_seq(value).unwrap_or(0);
+    let payload = envelope::open(id, Kind::Checkpoint, seq, value).ok()?;
+    let v2: CheckpointOf<TargetV2> = record::decode(payload).ok()?;
+    let v3: CheckpointOf<TargetV3> = v2.map_target(TargetV3::from);
+    Some(envelope::seal(
+        id,
+        Kind::Checkpoint,
+        seq,
+        &record::encode(&v3),
     ))
 }
 
@@ -183,5 +240,6 @@ mod tests {
         assert!(plan(&steps, 0, 3).unwrap_err().contains("from schema 0"));
         assert!(plan(STEPS, 1, 1).unwrap().is_empty());
         assert_eq!(plan(STEPS, 1, 2).unwrap().len(), 1);
+        assert_eq!(plan(STEPS, 1, 3).unwrap().len(), 2);
     }
 }

@@ -1,10 +1,9 @@
 //! `volumed dump`: the journal's records and the state they imply, as JSON
 //! (DESIGN.md's contract) or as a table for people.
 //!
-//! Pure: it renders a [`Replay`]; opening the journal (or asking the daemon)
-//! is the binary's job. The state part uses the same snapshot types as the
-//! live ASW (`state::StateSnapshot`), so `dump` and `/debug/state` agree by
-//! construction.
+//! Pure: it renders a [`Replay`]; opening the journal (or asking the daemon) is the
+//! binary's job. The state part uses the same snapshot types as the live ASW
+//! (`state::StateSnapshot`), so `dump` and `/debug/state` agree by construction.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -117,6 +116,8 @@ pub struct ParamsJson {
     pub mount_options: Vec<String>,
     /// fs type
     pub fs_type: Option<String>,
+    /// a payload's hash and objects' versions (never its bytes)
+    pub payload: Option<crate::model::PayloadVersion>,
 }
 
 fn lossy(p: Option<&Path>) -> Option<String> {
@@ -134,6 +135,7 @@ fn params_json(p: &TargetParams) -> ParamsJson {
         selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
         mount_options: p.mount_options.to_vec(),
         fs_type: p.fs_type.as_deref().map(str::to_owned),
+        payload: p.payload.as_deref().cloned(),
     }
 }
 
@@ -521,6 +523,7 @@ mod tests {
             mount_options: Default::default(),
             fs_type: Some("ext4".into()),
             csi: None,
+            payload: None,
         }
     }
 

@@ -9,7 +9,12 @@
 //! `format_device.after_op` (the executor's journaled format step) and
 //! `teardown.mid_delete` (a disk emptyDir renamed to `.deleting~N`, its
 //! contents not yet deleted) exist. `tests/crash` reaches every one of them
-//! through the real binary.
+//! through the real binary. The payload writer's `payload.after_dir`,
+//! `payload.after_swap` and `payload.after_links` (a configMap or secret
+//! volume's new payload dir written, `..data` swapped, links updated) are
+//! reached by the `secret-payload-*` fixtures, and at the library level by
+//! `plugins/payload/atomic_tests.rs`, which puts the dir in each step's
+//! state.
 
 /// Marks a crash point named `<operation>.<moment>`.
 #[inline]

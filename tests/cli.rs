@@ -42,6 +42,7 @@ fn params(volume: &str, target: TargetRef) -> TargetParams {
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 

@@ -880,7 +880,7 @@ fn dump_json_while_running_equals_debug_state() {
 /// - a CSI pod target without its `vol_data.json`: a bind of a dir outside
 ///   the root holding a file;
 /// - a CSI pod target like it with a foreign mount nested inside;
-/// - a secret on tmpfs.
+/// - a volume of a plugin volumed lacks (nfs), here a tmpfs.
 ///
 /// Each is counted once by `force_cleaned_failed_volume_operations_total`
 /// and once by `…_errors_total` (the kubelet's count for "no plugin"), and
@@ -917,7 +917,7 @@ fn failed_reconstructions_without_a_plugin_are_left_and_reported() {
         support::mount_tmpfs(&nested.join("inner"), "size=1m");
         fs::write(nested.join("inner/in-tmpfs.txt"), "inner").unwrap();
 
-        let secret = env.pod_volume("gone-secret", "kubernetes.io~secret", "token");
+        let secret = env.pod_volume("gone-secret", "kubernetes.io~nfs", "token");
         support::mkdirs(&secret);
         support::mount_tmpfs(&secret, "size=1m");
         fs::write(secret.join("token"), "s3cr3t").unwrap();

@@ -55,6 +55,7 @@ fn target(i: u64) -> TargetParams {
         mount_options: vec![format!("size={i}k")].into(),
         fs_type: Some("tmpfs".into()),
         csi: None,
+        payload: None,
     }
 }
 

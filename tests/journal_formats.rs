@@ -2,8 +2,10 @@
 //!
 //! `fixtures/journal/v1/journal` is a sled journal written by format v1 (the
 //! first), `fixtures/journal/v2/journal` one written by format v2 (which adds
-//! a CSI target's arguments). The current build opens both here: v1 through
-//! `migrations/` (and, for an inspection, as it is, unchanged). Each
+//! a CSI target's arguments), `fixtures/journal/v3/journal` one written by
+//! format v3 (which adds a payload volume's hash and object versions). The
+//! current build opens all three here: the older ones through `migrations/`
+//! (and, for an inspection, as they are, unchanged). Each
 //! `record-golden.hex` pins the exact bytes of one record envelope of its
 //! format, so an accidental encoding change fails loudly.
 //!
@@ -14,13 +16,14 @@
 
 use std::path::{Path, PathBuf};
 
+use volumed::journal::SCHEMA_VERSION;
 use volumed::journal::envelope::{self, Kind};
-use volumed::journal::record::{self, RecordV1, RecordV2};
+use volumed::journal::record::{self, RecordV1, RecordV2, RecordV3};
 use volumed::journal::{Body, Journal, JournalConfig, OpResult, Record};
 use volumed::model::{
-    AccessMode, CsiLifecycle, CsiParams, DevId, MountIdentity, MountState, Operation, PluginName,
-    PodUid, SeLinuxContext, SecretRef, Steps, TargetKind, TargetParams, TargetRef,
-    UniqueVolumeName,
+    AccessMode, CsiLifecycle, CsiParams, DevId, MountIdentity, MountState, ObjectVersion,
+    Operation, PayloadVersion, PluginName, PodUid, SeLinuxContext, SecretRef, Steps, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName,
 };
 
 const BOOT: &str = "0b0b0b0b-1111-2222-3333-444444444444";
@@ -32,6 +35,44 @@ fn fixture_dir() -> PathBuf {
 
 fn fixture_v2_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v2")
+}
+
+fn fixture_v3_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v3")
+}
+
+const SECRET_VOLUME: &str = "kubernetes.io/secret/pod-d-creds";
+
+/// A secret volume's pod target with the payload it wrote: a hash and the
+/// Secret's uid and resourceVersion, never its bytes.
+fn secret_pod(uid: &str) -> TargetParams {
+    let payload = PayloadVersion {
+        hash: "5e".repeat(32),
+        objects: vec![ObjectVersion {
+            kind: "Secret".into(),
+            namespace: "ns".into(),
+            name: "creds".into(),
+            uid: "0f0f0f0f-aaaa-bbbb-cccc-dddddddddddd".into(),
+            resource_version: "4711".into(),
+        }],
+    };
+    TargetParams {
+        fs_type: Some("tmpfs".into()),
+        payload: Some(payload.into()),
+        ..TargetParams::at(
+            UniqueVolumeName::from_raw(SECRET_VOLUME),
+            PluginName::Secret,
+            "creds".into(),
+            TargetRef::Pod(PodUid::new(uid).unwrap()),
+            TargetKind::Mount,
+            Some(
+                Path::new(&format!(
+                    "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~secret/creds"
+                ))
+                .into(),
+            ),
+        )
+    }
 }
 
 const CSI_VOLUME: &str = "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1";
@@ -78,6 +119,7 @@ fn csi_pod(uid: &str) -> TargetParams {
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("xfs".into()),
         csi: Some(csi.into()),
+        payload: None,
     }
 }
 
@@ -99,6 +141,7 @@ fn device() -> TargetParams {
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -125,7 +168,8 @@ fn observed() -> MountIdentity {
 
 /// The workload the fixtures hold: format, mount, two SetUps (one
 /// finished), a checkpoint in the middle, then a TearDown intent with no
-/// outcome; the v2 fixture then adds a CSI SetUp, done, after the checkpoint.
+/// outcome; the v2 fixture then adds a CSI SetUp, done, after the checkpoint,
+/// and the v3 fixture a secret volume's SetUp, done.
 fn write_current(dir: &Path) {
     let (j, _) = Journal::open(&JournalConfig::new(dir, "fixture-node", BOOT)).unwrap();
     let f = j
@@ -205,6 +249,20 @@ fn write_current(dir: &Path) {
         observed: None,
     })
     .unwrap();
+    let d = j
+        .append_record(Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Multi,
+            target: secret_pod("pod-d").into(),
+        })
+        .unwrap();
+    j.append_record(Body::Outcome {
+        intent_seq: d,
+        op: Operation::SetUp,
+        result: OpResult::Success,
+        observed: None,
+    })
+    .unwrap();
     j.close().unwrap();
 }
 
@@ -249,6 +307,21 @@ fn golden_v2_hex() -> String {
     hex(&record::encode(&RecordV2::from(&golden_v2_record())))
 }
 
+fn golden_v3_record() -> Record {
+    Record {
+        body: Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Multi,
+            target: secret_pod("pod-d").into(),
+        },
+        ..golden_record()
+    }
+}
+
+fn golden_v3_hex() -> String {
+    hex(&record::encode(&RecordV3::from(&golden_v3_record())))
+}
+
 fn unhex(s: &str) -> Vec<u8> {
     let s = s.trim();
     (0..s.len())
@@ -286,10 +359,10 @@ fn write_fixtures_when_asked() {
     if std::env::var_os("VOLUMED_WRITE_JOURNAL_FIXTURE").is_none() {
         return;
     }
-    let dir = fixture_v2_dir();
+    let dir = fixture_v3_dir();
     let _ = std::fs::remove_dir_all(dir.join("journal"));
     write_current(&dir.join("journal"));
-    std::fs::write(dir.join("record-golden.hex"), golden_v2_hex() + "\n").unwrap();
+    std::fs::write(dir.join("record-golden.hex"), golden_v3_hex() + "\n").unwrap();
 }
 
 #[test]
@@ -305,7 +378,10 @@ fn the_v1_journal_opens_and_replays() {
     ))
     .unwrap();
     assert!(replay.corruption.is_none());
-    assert_eq!(replay.schema_version, 2, "the daemon migrates a v1 journal");
+    assert_eq!(
+        replay.schema_version, SCHEMA_VERSION,
+        "the daemon migrates a v1 journal"
+    );
     assert_eq!(replay.node_name, "fixture-node");
     assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
     assert_eq!(
@@ -382,7 +458,7 @@ fn the_v2_journal_opens_with_its_csi_arguments() {
     copy_dir(&fixture_v2_dir().join("journal"), &copy);
     let (_, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
     assert!(replay.corruption.is_none());
-    assert_eq!(replay.schema_version, 2);
+    assert_eq!(replay.schema_version, SCHEMA_VERSION, "migrated");
     let csi = replay
         .state
         .entries()
@@ -391,6 +467,57 @@ fn the_v2_journal_opens_with_its_csi_arguments() {
         .1;
     assert_eq!(csi.state, MountState::Mounted);
     assert_eq!(*csi.params, csi_pod("pod-c"));
+}
+
+#[test]
+fn an_inspection_reads_a_v2_journal_without_migrating_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v2_dir().join("journal"), &copy);
+    let (_, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
+    assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+    assert_eq!(replay.schema_version, 2);
+    let csi = replay
+        .state
+        .entries()
+        .find(|(k, _)| k.volume.as_str() == CSI_VOLUME)
+        .expect("the CSI target")
+        .1;
+    assert_eq!(*csi.params, csi_pod("pod-c"));
+    drop(replay);
+    assert_eq!(schema_of(&copy), 2, "an inspection changes nothing");
+}
+
+#[test]
+fn the_v3_journal_opens_with_its_payload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v3_dir().join("journal"), &copy);
+    let (_, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+    assert!(replay.corruption.is_none());
+    assert_eq!(replay.schema_version, 3);
+    let secret = replay
+        .state
+        .entries()
+        .find(|(k, _)| k.volume.as_str() == SECRET_VOLUME)
+        .expect("the secret target")
+        .1;
+    assert_eq!(secret.state, MountState::Mounted);
+    assert_eq!(*secret.params, secret_pod("pod-d"));
+}
+
+#[test]
+fn the_v3_record_encoding_is_pinned() {
+    let want = std::fs::read_to_string(fixture_v3_dir().join("record-golden.hex")).unwrap();
+    assert_eq!(
+        golden_v3_hex(),
+        want.trim(),
+        "the v3 record bytes changed: that is a new format version"
+    );
+    let bytes = unhex(&want);
+    let payload = envelope::open(GOLDEN_JOURNAL_ID, Kind::Record, 42, &bytes).unwrap();
+    let rec: RecordV3 = record::decode(payload).unwrap();
+    assert_eq!(Record::try_from(&rec).unwrap(), golden_v3_record());
 }
 
 #[test]

@@ -72,6 +72,7 @@ fn empty_dir_params(layout: &Layout, pod: &str, kind: TargetKind) -> TargetParam
         mount_options: Default::default(),
         fs_type: None,
         csi: None,
+        payload: None,
     }
 }
 
@@ -408,6 +409,7 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -650,6 +652,22 @@ impl Sys for Wrapped {
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
         self.fire(Call::Rename);
         LinuxSys.rename_beneath(from, to_name)
+    }
+    fn replace_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        self.fire(Call::Replace);
+        LinuxSys.replace_beneath(from, to_name)
+    }
+    fn symlink_beneath(&self, at: Beneath<'_>, target: &Path) -> Result<(), SysError> {
+        self.fire(Call::Symlink);
+        LinuxSys.symlink_beneath(at, target)
+    }
+    fn read_link_beneath(&self, at: Beneath<'_>) -> Result<std::path::PathBuf, SysError> {
+        self.fire(Call::ReadLink);
+        LinuxSys.read_link_beneath(at)
+    }
+    fn chgrp_beneath(&self, at: Beneath<'_>, gid: u32) -> Result<(), SysError> {
+        self.fire(Call::Chgrp);
+        LinuxSys.chgrp_beneath(at, gid)
     }
     fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {
         self.fire(Call::Rmdir);
@@ -931,6 +949,7 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
             mount_options: Default::default(),
             fs_type: Some("ext4".into()),
             csi: None,
+            payload: None,
         };
         let spec = VolumeSpec::Local {
             path: PathBuf::from("/dev/null").into(),

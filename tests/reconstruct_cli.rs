@@ -112,6 +112,7 @@ fn local(target: TargetRef) -> TargetParams {
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -370,6 +371,7 @@ fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> Tar
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 

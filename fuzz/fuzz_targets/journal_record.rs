@@ -3,7 +3,7 @@
 //! payloads of both formats, the v1 → v2 migration of a value, and replay.
 //!
 //! Input: a run of bincode values, each decoded as a record of the current
-//! format (v2) and of v1; consecutive values are consecutive sequence
+//! format (v3) and of v1; consecutive values are consecutive sequence
 //! numbers. Beyond "no panic": an envelope that opens re-seals to the same
 //! bytes; a decoded record encodes and decodes back to itself; a v1 value
 //! migrated means what it meant before; the state replay builds survives a
@@ -14,7 +14,7 @@ use bincode::Options;
 use libfuzzer_sys::fuzz_target;
 use volumed::journal::envelope::{self, Kind};
 use volumed::journal::migrations;
-use volumed::journal::record::{self, CheckpointV2, RecordV1, RecordV2};
+use volumed::journal::record::{self, CheckpointV3, RecordV1, RecordV3};
 use volumed::journal::{JournalState, SCHEMA_VERSION};
 
 const ID: u64 = 0x766f_6c75_6d65_6421;
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let mut seq = 0u64;
     while !rest.is_empty() && seq < 64 {
         seq += 1;
-        // one value's bytes: what a v2 (else v1) record consumes, else all
+        // one value's bytes: what a v3 (else v1) record consumes, else all
         // (a reader, unlike the slice the journal decodes from, would
         // allocate whatever a length field claims: the limit stops that)
         let options = || {
@@ -45,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
                 .with_limit(rest.len() as u64)
         };
         let (mut c2, mut c1) = (rest, rest);
-        let len = if options().deserialize_from::<_, RecordV2>(&mut c2).is_ok() {
+        let len = if options().deserialize_from::<_, RecordV3>(&mut c2).is_ok() {
             rest.len() - c2.len()
         } else if options().deserialize_from::<_, RecordV1>(&mut c1).is_ok() {
             rest.len() - c1.len()
@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
                 ID,
                 Kind::Record,
                 seq,
-                &record::encode(&RecordV2::from(&rec)),
+                &record::encode(&RecordV3::from(&rec)),
             );
             assert_eq!(record::open_record(ID, seq, &again).as_ref(), Ok(&rec));
             state.apply(&rec);
@@ -70,13 +70,13 @@ fuzz_target!(|data: &[u8]| {
         let v1 = record::open_record_of(1, ID, seq, &sealed);
         match migrations::record_v1_to_v2(ID, seq, &sealed) {
             Some(v2) => match &v1 {
-                Ok(rec) => assert_eq!(record::open_record(ID, seq, &v2).as_ref(), Ok(rec)),
-                Err(_) => assert!(record::open_record(ID, seq, &v2).is_err()),
+                Ok(rec) => assert_eq!(record::open_record_of(2, ID, seq, &v2).as_ref(), Ok(rec)),
+                Err(_) => assert!(record::open_record_of(2, ID, seq, &v2).is_err()),
             },
             None => assert!(v1.is_err(), "a v1 record that opens is migrated"),
         }
     }
-    let ck = record::encode(&CheckpointV2::of(&state, 7));
+    let ck = record::encode(&CheckpointV3::of(&state, 7));
     let (back, through, wall, n) = record::decode_checkpoint(SCHEMA_VERSION, &ck)
         .expect("a checkpoint of a replayed state decodes");
     assert_eq!((through, wall, n), (state.last_seq(), 7, state.len()));

@@ -36,6 +36,8 @@ fuzz_target!(|data: &[u8]| {
                     }
                     VolumeSpec::Local { .. } => PluginName::LocalVolume,
                     VolumeSpec::Csi(_) => PluginName::Csi,
+                    // (item paths are checked when the payload is built)
+                    VolumeSpec::Payload(p) => p.kind.plugin(),
                 };
                 (name, plugin)
             }

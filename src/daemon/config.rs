@@ -35,6 +35,9 @@ pub struct DaemonConfig {
     pub csi: Option<CsiSetup>,
     /// the Secrets of the static objects, which CSI calls read
     pub secrets: crate::sources::static_objects::SecretStore,
+    /// the ConfigMaps and Secrets of the static objects, which payload
+    /// volumes (configMap, secret, projected) read
+    pub payload_objects: crate::sources::payload_objects::PayloadStore,
     /// the volume health monitor; `None`: no checks
     pub health: Option<crate::health::HealthConfig>,
     /// the API server as a pod source (`--kubeconfig`, `--in-cluster`)
@@ -69,6 +72,7 @@ impl DaemonConfig {
             selinux: crate::selinux::Policy::disabled(),
             csi: None,
             secrets: Default::default(),
+            payload_objects: Default::default(),
             health: None,
             api: None,
         }

@@ -56,6 +56,8 @@ pub struct LoopConfig {
     pub csi: Option<crate::plugins::CsiPlugin>,
     /// how often `requiresRepublish` volumes are published again
     pub republish_every: Duration,
+    /// where payload volumes read their ConfigMaps and Secrets
+    pub payload_objects: Arc<dyn crate::plugins::payload::ObjectStore>,
 }
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -118,6 +120,10 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     let mut executor = Executor::new(journal.clone(), sys.clone(), &cfg.layout, metrics.clone());
     if let Some(csi) = &cfg.csi {
         executor = executor.with_plugin(Box::new(csi.clone()));
+    }
+    let payload = crate::plugins::payload::PayloadPlugin::all(&cfg.layout, &cfg.payload_objects);
+    for plugin in payload {
+        executor = executor.with_plugin(plugin);
     }
     let executor = Arc::new(executor);
     for _ in 0..cfg.workers.max(1) {

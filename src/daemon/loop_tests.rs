@@ -103,6 +103,22 @@ impl Sys for Gated {
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &std::ffi::OsStr) -> Result<(), SysError> {
         self.inner.rename_beneath(from, to_name)
     }
+    fn replace_beneath(
+        &self,
+        from: Beneath<'_>,
+        to_name: &std::ffi::OsStr,
+    ) -> Result<(), SysError> {
+        self.inner.replace_beneath(from, to_name)
+    }
+    fn symlink_beneath(&self, at: Beneath<'_>, target: &Path) -> Result<(), SysError> {
+        self.inner.symlink_beneath(at, target)
+    }
+    fn read_link_beneath(&self, at: Beneath<'_>) -> Result<std::path::PathBuf, SysError> {
+        self.inner.read_link_beneath(at)
+    }
+    fn chgrp_beneath(&self, at: Beneath<'_>, gid: u32) -> Result<(), SysError> {
+        self.inner.chgrp_beneath(at, gid)
+    }
     fn rmdir(&self, path: &Path) -> Result<(), SysError> {
         self.inner.rmdir(path)
     }
@@ -196,6 +212,7 @@ fn rig(workers: usize) -> Rig {
             started: std::time::Instant::now(),
             csi: None,
             republish_every: Duration::ZERO,
+            payload_objects: Arc::new(crate::plugins::payload::ObjectStores::default()),
         },
         world: world.clone(),
         journal: Some(journal.clone()),

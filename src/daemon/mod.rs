@@ -278,6 +278,7 @@ impl Daemon {
                         Some(Arc::new(cfg.secrets.clone())),
                     )
                 }),
+                payload_objects: Arc::new(cfg.payload_objects.clone()),
             },
             world: world.clone(),
             journal: journal.clone(),

@@ -280,8 +280,8 @@ mod tests {
             None,
         )
         .unwrap();
-        // a gone pod with a secret volume: left and reported
-        d("/r/pods/secret/volumes/kubernetes.io~secret/token");
+        // a gone pod with an nfs volume: left and reported
+        d("/r/pods/secret/volumes/kubernetes.io~nfs/token");
         // a gone pod whose emptyDir still has data: never emptied here
         d("/r/pods/data/volumes/kubernetes.io~empty-dir/scratch");
         sys.add(
@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(r.errors, 3);
         assert!(!sys.exists("/r/pods/gone"));
         assert!(sys.exists("/r/pods/mounted/volumes/kubernetes.io~local-volume/pv1"));
-        assert!(sys.exists("/r/pods/secret/volumes/kubernetes.io~secret/token"));
+        assert!(sys.exists("/r/pods/secret/volumes/kubernetes.io~nfs/token"));
         assert!(
             sys.exists("/r/pods/data/volumes/kubernetes.io~empty-dir/scratch/file"),
             "never deletes volume contents"
@@ -316,7 +316,7 @@ mod tests {
                 .contains("mount point")
         );
         assert!(
-            why("/r/pods/secret/volumes/kubernetes.io~secret")
+            why("/r/pods/secret/volumes/kubernetes.io~nfs")
                 .unwrap()
                 .contains("no plugin")
         );

@@ -218,6 +218,7 @@ pub(super) fn spawn_sources(
             node_name: cfg.node_name.clone(),
             poll_interval: cfg.poll_interval,
             secrets: cfg.secrets.clone(),
+            payload_objects: cfg.payload_objects.clone(),
         },
         sys,
     );

@@ -13,6 +13,7 @@
 //! fake mounts as mountinfo text and parses it with the real parser.
 
 mod calls;
+mod links;
 mod tree;
 
 use std::path::{Path, PathBuf};

@@ -80,6 +80,14 @@ pub enum Call {
     WriteFile,
     /// `renameat2(RENAME_NOREPLACE)`
     Rename,
+    /// `renameat(2)` over an existing entry (the payload's `..data` swap)
+    Replace,
+    /// `symlinkat(2)`
+    Symlink,
+    /// `readlinkat(2)`
+    ReadLink,
+    /// `fchownat(2)` of the group, not following a symlink
+    Chgrp,
     /// `rmdir(2)`
     Rmdir,
     /// `unlink(2)`
@@ -120,6 +128,10 @@ impl Call {
             Call::CreateFile => "create file",
             Call::WriteFile => "write file",
             Call::Rename => "rename",
+            Call::Replace => "rename over",
+            Call::Symlink => "symlink",
+            Call::ReadLink => "readlink",
+            Call::Chgrp => "chgrp",
             Call::Rmdir => "rmdir",
             Call::Unlink => "unlink",
             Call::ReadDirBeneath => "read dir",

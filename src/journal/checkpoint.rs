@@ -4,7 +4,7 @@
 
 use super::envelope::{self, Kind};
 use super::open::{self, Corruption, Replay};
-use super::record::{self, CheckpointV2};
+use super::record::{self, CheckpointV3};
 use super::{Journal, JournalError, SCHEMA_VERSION, now_ns};
 
 /// What a checkpoint did.
@@ -30,7 +30,7 @@ impl Journal {
             .unwrap_or_else(|p| p.into_inner());
         let (ck, through) = {
             let w = self.writer();
-            (CheckpointV2::of(&w.state, now_ns()), w.state.last_seq())
+            (CheckpointV3::of(&w.state, now_ns()), w.state.last_seq())
         };
         let write_err = |what, source| JournalError::Write {
             what,
@@ -81,7 +81,7 @@ impl Journal {
             .and_then(|v| {
                 let seq = envelope::claimed_seq(&v)?;
                 let payload = envelope::open(self.journal_id, Kind::Checkpoint, seq, &v).ok()?;
-                let ck: CheckpointV2 = record::decode(payload).ok()?;
+                let ck: CheckpointV3 = record::decode(payload).ok()?;
                 Some(open::CheckpointInfo {
                     through_seq: ck.through_seq,
                     wall_time_ns: ck.wall_time_ns,

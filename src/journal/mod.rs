@@ -83,11 +83,11 @@ pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey
 
 use commit::GroupCommit;
 use envelope::Kind;
-use record::RecordV2;
+use record::RecordV3;
 use watermark::{Acked, Watermark};
 
 /// The journal layout version this build writes (`meta/schema_version`).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// What to do with a journal that cannot be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,7 +318,7 @@ impl Journal {
             })
             .collect();
         let sealed = |rec: &Record| {
-            let payload = record::encode(&RecordV2::from(rec));
+            let payload = record::encode(&RecordV3::from(rec));
             envelope::seal(self.journal_id, Kind::Record, rec.seq, &payload)
         };
         let write_err = |what, source| JournalError::Write {

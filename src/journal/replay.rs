@@ -423,6 +423,7 @@ mod tests {
             mount_options: Default::default(),
             fs_type: Some("ext4".into()),
             csi: None,
+            payload: None,
         }
     }
 

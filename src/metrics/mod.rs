@@ -312,6 +312,7 @@ mod tests {
                 mount_options: Default::default(),
                 fs_type: None,
                 csi: None,
+                payload: None,
             }
             .into(),
             observed: seen.then(|| MountIdentity {

@@ -12,17 +12,23 @@ mod csi;
 mod layout;
 mod mount;
 mod names;
+mod payload;
 mod shared;
 mod spec;
 mod target;
 
 pub use csi::{CsiLifecycle, CsiParams, CsiPodInfo, SecretRef};
 pub use layout::{
-    Area, KubeletPath, Layout, LayoutError, PodName, READY_MARKER, VOL_DATA_FILE, sha256_hex,
+    Area, KubeletPath, Layout, LayoutError, PAYLOAD_DATA_LINK, PAYLOAD_DATA_TMP,
+    PAYLOAD_PRIVATE_PREFIX, PodName, READY_MARKER, VOL_DATA_FILE, sha256_hex,
 };
 pub use mount::{DevId, MountIdentity, SeLinuxContext, TMPFS};
 pub use names::{
     ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,
+};
+pub use payload::{
+    DEFAULT_PAYLOAD_MODE, FieldItem, KeyToPath, ObjectVersion, PayloadKind, PayloadSource,
+    PayloadSpec, PayloadVersion,
 };
 pub use shared::{SharedPath, SharedStr};
 pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};

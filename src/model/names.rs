@@ -154,15 +154,27 @@ pub enum PluginName {
     LocalVolume,
     /// `kubernetes.io/csi`
     Csi,
+    /// `kubernetes.io/configmap`
+    ConfigMap,
+    /// `kubernetes.io/secret`
+    Secret,
+    /// `kubernetes.io/downward-api`
+    DownwardApi,
+    /// `kubernetes.io/projected`
+    Projected,
 }
 
 impl PluginName {
     /// Every plugin volumed knows.
-    pub const ALL: [PluginName; 4] = [
+    pub const ALL: [PluginName; 8] = [
         PluginName::EmptyDir,
         PluginName::HostPath,
         PluginName::LocalVolume,
         PluginName::Csi,
+        PluginName::ConfigMap,
+        PluginName::Secret,
+        PluginName::DownwardApi,
+        PluginName::Projected,
     ];
 
     /// The qualified name, `kubernetes.io/<short>`.
@@ -172,6 +184,10 @@ impl PluginName {
             PluginName::HostPath => "kubernetes.io/host-path",
             PluginName::LocalVolume => "kubernetes.io/local-volume",
             PluginName::Csi => "kubernetes.io/csi",
+            PluginName::ConfigMap => "kubernetes.io/configmap",
+            PluginName::Secret => "kubernetes.io/secret",
+            PluginName::DownwardApi => "kubernetes.io/downward-api",
+            PluginName::Projected => "kubernetes.io/projected",
         }
     }
 
@@ -289,7 +305,7 @@ mod tests {
             assert_eq!(PluginName::parse(p.as_str()), Some(p));
         }
         assert_eq!(PluginName::EmptyDir.escaped(), "kubernetes.io~empty-dir");
-        assert_eq!(PluginName::from_escaped("kubernetes.io~secret"), None);
+        assert_eq!(PluginName::from_escaped("kubernetes.io~nfs"), None);
         // as `parse` of the name with every `~` made a `/`
         assert_eq!(
             PluginName::from_escaped("kubernetes.io/empty-dir"),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CsiPodInfo, PluginName, PodUid, SeLinuxContext, SecretRef, SharedPath, TargetKind,
+    CsiPodInfo, PayloadSpec, PluginName, PodUid, SeLinuxContext, SecretRef, SharedPath, TargetKind,
     UniqueVolumeName,
 };
 
@@ -89,6 +89,9 @@ pub enum VolumeSpec {
     /// A CSI persistent volume (modelled now, mounted when the CSI plugin
     /// lands). Boxed: its fields would make every spec half as large again.
     Csi(Box<CsiSpec>),
+    /// A configMap, secret, downwardAPI or projected volume: files volumed
+    /// writes (boxed, as CSI's).
+    Payload(Box<PayloadSpec>),
 }
 
 /// The fields of [`VolumeSpec::Csi`].
@@ -144,6 +147,7 @@ impl VolumeSpec {
             VolumeSpec::HostPath { .. } => PluginName::HostPath,
             VolumeSpec::Local { .. } => PluginName::LocalVolume,
             VolumeSpec::Csi { .. } => PluginName::Csi,
+            VolumeSpec::Payload(p) => p.kind.plugin(),
         }
     }
 
@@ -167,6 +171,9 @@ impl VolumeSpec {
             VolumeSpec::EmptyDir { .. } => TargetKind::Dir,
             VolumeSpec::HostPath { .. } => TargetKind::None,
             VolumeSpec::Local { .. } | VolumeSpec::Csi(_) => TargetKind::Mount,
+            // the wrapped emptyDir: a tmpfs, or a dir for a configMap
+            VolumeSpec::Payload(p) if p.kind.in_memory() => TargetKind::Mount,
+            VolumeSpec::Payload(_) => TargetKind::Dir,
         }
     }
 

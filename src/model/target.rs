@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CsiParams, PluginName, PodUid, SeLinuxContext, SharedPath, SharedStr, UniqueVolumeName,
+    CsiParams, PayloadVersion, PluginName, PodUid, SeLinuxContext, SharedPath, SharedStr,
+    UniqueVolumeName,
 };
 
 /// What a target is on disk (DESIGN.md "Targets").
@@ -163,6 +164,9 @@ pub struct TargetParams {
     pub fs_type: Option<SharedStr>,
     /// The CSI arguments, for CSI targets only (shared: a clone is a count).
     pub csi: Option<Arc<CsiParams>>,
+    /// For a payload volume's pod target: the payload the write is for
+    /// (its hash and the objects' versions — never their bytes).
+    pub payload: Option<Arc<PayloadVersion>>,
 }
 
 /// Mount options as a PersistentVolume gives them (`ro`, `noatime`,
@@ -230,6 +234,7 @@ impl TargetParams {
             mount_options: MountOptions::default(),
             fs_type: None,
             csi: None,
+            payload: None,
         }
     }
 

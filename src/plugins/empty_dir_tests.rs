@@ -49,6 +49,7 @@ fn params(kind: TargetKind, selinux: Option<SeLinuxContext>) -> TargetParams {
         mount_options: Default::default(),
         fs_type: None,
         csi: None,
+        payload: None,
     }
 }
 

@@ -80,6 +80,7 @@ mod tests {
             mount_options: Default::default(),
             fs_type: None,
             csi: None,
+            payload: None,
         }
     }
 

@@ -78,6 +78,7 @@ fn params(target: TargetRef, options: &[&str], selinux: Option<SeLinuxContext>) 
         mount_options: options.iter().map(|s| s.to_string()).collect(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 

@@ -41,6 +41,7 @@ mod forced;
 pub mod host_path;
 pub mod local;
 mod mount_ops;
+pub mod payload;
 
 pub use csi::CsiPlugin;
 pub use empty_dir::EmptyDirPlugin;
@@ -297,6 +298,28 @@ pub enum PluginError {
         /// why
         why: String,
     },
+    /// a configMap, secret, downwardAPI or projected payload cannot be
+    /// built (a missing object or key, a path that would leave the volume)
+    #[error("{} {volume}: {source}", .op.as_str())]
+    Payload {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// why
+        #[source]
+        source: payload::PayloadError,
+    },
+    /// the objects changed between the intent (which recorded the
+    /// payload's hash) and the write: nothing written; the next attempt
+    /// records the new payload
+    #[error("{} {volume}: the payload's objects changed since its intent was journaled; retrying", .op.as_str())]
+    PayloadChanged {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+    },
     /// the plugin does not do this operation
     #[error("{} {volume}: not supported by {}", .op.as_str(), .plugin.as_str())]
     Unsupported {
@@ -530,12 +553,17 @@ impl<'a> Op<'a> {
 }
 
 /// The volume types volumed has a plugin for ([`all`] makes one of each).
-/// Anything else found on the host (CSI, secret, projected, …) is never
-/// torn down by volumed: it is left and reported (DESIGN.md, removal rules).
-pub const NAMES: [crate::model::PluginName; 3] = [
+/// Anything else found on the host (nfs, iscsi, …; CSI, whose plugin the
+/// daemon adds with its driver registry) is never torn down by volumed
+/// from the host alone: it is left and reported (DESIGN.md, removal rules).
+pub const NAMES: [crate::model::PluginName; 7] = [
     crate::model::PluginName::EmptyDir,
     crate::model::PluginName::HostPath,
     crate::model::PluginName::LocalVolume,
+    crate::model::PluginName::ConfigMap,
+    crate::model::PluginName::Secret,
+    crate::model::PluginName::DownwardApi,
+    crate::model::PluginName::Projected,
 ];
 
 /// Whether volumed has a plugin for `name`.
@@ -543,13 +571,18 @@ pub fn has(name: crate::model::PluginName) -> bool {
     NAMES.contains(&name)
 }
 
-/// Every plugin volumed has, ready to use.
+/// Every plugin volumed has, ready to use; the payload plugins read no
+/// objects (the daemon gives them its stores: `Executor::with_plugin`).
 pub fn all(layout: &crate::model::Layout) -> Vec<Box<dyn VolumePlugin>> {
-    vec![
+    let mut v: Vec<Box<dyn VolumePlugin>> = vec![
         Box::new(EmptyDirPlugin::new(layout.clone())),
         Box::new(HostPathPlugin),
         Box::new(LocalPlugin::new(layout.clone())),
-    ]
+    ];
+    let none: std::sync::Arc<dyn payload::ObjectStore> =
+        std::sync::Arc::new(payload::ObjectStores::default());
+    v.extend(payload::PayloadPlugin::all(layout, &none));
+    v
 }
 
 #[cfg(test)]

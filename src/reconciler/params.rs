@@ -16,6 +16,8 @@ pub fn setup_steps(spec: &VolumeSpec) -> Steps {
     match spec {
         // an RPC: what the driver did is not one syscall the host shows
         VolumeSpec::Csi(_) => Steps::Multi,
+        // the wrapped emptyDir, then the payload's files and links
+        VolumeSpec::Payload(_) => Steps::Multi,
         // tmpfs, then its mode: two steps a crash can cut apart
         VolumeSpec::EmptyDir {
             medium: StorageMedium::Memory,
@@ -83,9 +85,15 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
                 medium: StorageMedium::Memory,
                 ..
             } => Some(SharedStr::tmpfs()),
+            VolumeSpec::Payload(p) if p.kind.in_memory() => Some(SharedStr::tmpfs()),
             _ => fs_type,
         },
         csi: csi_params(&want.spec, want.csi_pod.as_deref()),
+        // the payload's hash and objects, which the intent records
+        payload: match &*want.spec {
+            VolumeSpec::Payload(p) => p.version.clone(),
+            _ => None,
+        },
         ..TargetParams::at(
             want.volume.clone(),
             want.plugin,

@@ -257,6 +257,7 @@ mod tests {
             mount_options: Default::default(),
             fs_type: None,
             csi: None,
+            payload: None,
         }
     }
 

@@ -98,6 +98,7 @@ fn params(vol: Vol) -> TargetParams {
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     };
     match vol {
         Vol::LocalDevice => TargetParams {

@@ -75,6 +75,8 @@ pub fn read_only(spec: &VolumeSpec) -> bool {
         VolumeSpec::Csi(c) => c.read_only || c.mount_options.iter().any(|o| o == "ro"),
         VolumeSpec::Local { mount_options, .. } => mount_options.iter().any(|o| o == "ro"),
         VolumeSpec::EmptyDir { .. } | VolumeSpec::HostPath { .. } => false,
+        // the kubelet mounts a payload read-only into every container
+        VolumeSpec::Payload(_) => true,
     }
 }
 

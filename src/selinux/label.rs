@@ -152,7 +152,8 @@ pub fn plugin_supports_context_mount(spec: &VolumeSpec) -> bool {
     match spec {
         VolumeSpec::Local { is_block, .. } => *is_block,
         VolumeSpec::Csi(c) => c.selinux_mount,
-        VolumeSpec::EmptyDir { .. } | VolumeSpec::HostPath { .. } => false,
+        // (the kubelet relabels a payload's files rather than mount with a context)
+        VolumeSpec::EmptyDir { .. } | VolumeSpec::HostPath { .. } | VolumeSpec::Payload(_) => false,
     }
 }
 

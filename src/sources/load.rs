@@ -110,6 +110,7 @@ impl Sources {
                 if !unchanged {
                     let (objs, errs) = StaticObjects::load(&objects.files);
                     objs.publish_secrets(&self.config.secrets);
+                    objs.payload.publish(&self.config.payload_objects);
                     self.objects = objs;
                     file_errors.extend(errs);
                     self.objects_signature = objects.complete.then_some(hash);
@@ -321,6 +322,24 @@ impl Resolver<'_> {
         (spec, info)
     }
 
+    /// A payload volume's spec with the version of the payload its
+    /// objects make now (the intent will record it); other specs as they
+    /// are. A missing object or key, or a hostile path, is the volume's
+    /// error.
+    fn payload_version(
+        &self,
+        mut spec: Arc<VolumeSpec>,
+    ) -> Result<Arc<VolumeSpec>, crate::plugins::payload::PayloadError> {
+        if let VolumeSpec::Payload(p) = &*spec {
+            let built = crate::plugins::payload::build::build(p, &self.objects.payload)?;
+            if let VolumeSpec::Payload(p) = Arc::make_mut(&mut spec) {
+                p.version = Some(Arc::new(built.version));
+                p.immutable = built.immutable;
+            }
+        }
+        Ok(spec)
+    }
+
     /// The pod with its claims resolved (or their errors).
     pub(crate) fn resolve(&self, mut p: ParsedPod) -> DesiredPod {
         let mut errors = std::mem::take(&mut p.errors);
@@ -350,6 +369,14 @@ impl Resolver<'_> {
                             continue;
                         }
                     }
+                }
+            };
+            let spec = match self.payload_version(spec) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    errors.push(format!("volume {outer:?}: {e}"));
+                    unresolved.insert(outer);
+                    continue;
                 }
             };
             if let VolumeSpec::Csi(c) = &*spec

@@ -66,6 +66,8 @@ mod csi_objects;
 mod error;
 mod events;
 mod load;
+pub mod payload_objects;
+mod payload_volumes;
 pub mod quantity;
 pub mod read;
 mod signature;
@@ -96,6 +98,8 @@ pub struct SourcesConfig {
     pub poll_interval: Duration,
     /// where the Secrets of the objects dir are published (for CSI calls)
     pub secrets: static_objects::SecretStore,
+    /// where the ConfigMaps and Secrets are published (for payload volumes)
+    pub payload_objects: payload_objects::PayloadStore,
 }
 
 impl SourcesConfig {
@@ -107,6 +111,7 @@ impl SourcesConfig {
             node_name: node_name.into(),
             poll_interval: DEFAULT_POLL_INTERVAL,
             secrets: Default::default(),
+            payload_objects: Default::default(),
         }
     }
 }

@@ -176,7 +176,9 @@ pub fn parse_documents(file: &Path, bytes: &[u8]) -> Result<Vec<Value>, SourceEr
         let v: Value = serde_json::from_str(text).map_err(|e| parse(format!("JSON: {e}")))?;
         return Ok(vec![v]);
     }
-    let options = serde_saphyr::options! { with_snippet: false };
+    // `defaultMode: 0400` is octal (256), as the kubelet's YAML 1.1 reader
+    // takes it; YAML 1.2 would read 400
+    let options = serde_saphyr::options! { with_snippet: false, legacy_octal_numbers: true };
     let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
         .map_err(|e| parse(format!("YAML: {e}")))?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())

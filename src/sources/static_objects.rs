@@ -94,6 +94,8 @@ pub struct StaticObjects {
     pub secrets: BTreeMap<(String, String), SecretInfo>,
     /// what the API server sent, not the static objects dir (errors say so)
     pub from_api: bool,
+    /// ConfigMaps and Secrets for payload volumes
+    pub payload: super::payload_objects::PayloadObjects,
 }
 
 impl StaticObjects {
@@ -230,11 +232,8 @@ impl StaticObjects {
                     shown,
                 )
             }
-            "Secret" => {
-                let (key, info) = csi_objects::secret(file, doc)?;
-                let shown = format!("{}/{}", key.0, key.1);
-                insert_new(&mut self.secrets, key, info, file, "Secret", shown)
-            }
+            "Secret" => self.add_secret(file, doc),
+            "ConfigMap" => self.add_config_map(file, doc),
             _ => Err(SourceError::UnsupportedKind {
                 file: file.to_owned(),
                 kind: kind.to_owned(),
@@ -365,7 +364,7 @@ pub(super) fn object_name(
     Ok(name)
 }
 
-fn insert_new<K: Ord, V: HasFile>(
+pub(super) fn insert_new<K: Ord, V: HasFile>(
     map: &mut BTreeMap<K, V>,
     key: K,
     value: V,

@@ -16,8 +16,9 @@
 //! Volumes: `emptyDir` (medium `""`/`Memory`, `sizeLimit` in bytes; a zero
 //! limit is no limit, as in the kubelet), `hostPath` (absolute, no `..`,
 //! `type` mapped to [`HostPathType`]), `persistentVolumeClaim` (resolved
-//! later against the static objects). Anything else (secret, configMap,
-//! projected, …) is reported as unsupported. **Decision:** where the kubelet
+//! later against the static objects), `configMap`, `secret`, `downwardAPI`
+//! and `projected` (`payload_volumes`). Anything else (iscsi, nfs, …) is
+//! reported as unsupported. **Decision:** where the kubelet
 //! would refuse the whole pod (API validation) or fail its mount, volumed
 //! reports the error on the pod and still mounts the pod's other volumes;
 //! a volume whose name is not one safe path component is refused the same
@@ -31,6 +32,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::SourceError;
+use super::payload_volumes::PodPayloadContext;
 use super::quantity::parse_bytes;
 use super::read::{canonical_json, kind_of, parse_documents};
 use crate::model::{
@@ -195,9 +197,10 @@ pub fn parse_pod_object(
         fs_group: spec.security_context.as_ref().and_then(|c| c.fs_group),
     };
     let mut seen = BTreeSet::new();
+    let ctx = PodPayloadContext::of(pod, &out.name, out.uid.as_str(), &out.namespace);
     for v in spec.volumes.iter().flatten() {
         let parsed = if seen.insert(v.name.clone()) {
-            parse_volume(file, v, &out.uid, &out.namespace)
+            parse_volume(file, v, &out.uid, &ctx)
         } else {
             Err(invalid(file, &v.name, "duplicate volume name".into()))
         };
@@ -246,14 +249,18 @@ fn parse_volume(
     file: &Path,
     v: &Volume,
     uid: &PodUid,
-    namespace: &str,
+    ctx: &PodPayloadContext,
 ) -> Result<ParsedVolume, SourceError> {
+    let namespace = ctx.namespace.as_str();
     let name = v.name.clone();
     check_dns1123_label("volume name", &name).map_err(|e| invalid(file, &name, e.to_string()))?;
     let types = volume_types(v);
     if types.len() > 1 {
         let reason = format!("more than one volume type: {}", types.join(", "));
         return Err(invalid(file, &name, reason));
+    }
+    if let Some(spec) = super::payload_volumes::parse(file, v, ctx) {
+        return spec.map(|spec| ParsedVolume::Inline { name, spec });
     }
     if let Some(ed) = &v.empty_dir {
         let medium = match ed.medium.as_deref().unwrap_or("") {

@@ -163,16 +163,16 @@ fn bad_and_unsupported_volumes_become_pod_errors_naming_file_and_volume() {
             "/pods/p.yaml: volume \"Data\": invalid volume name \"Data\": not a DNS-1123 label: only a-z, 0-9 and '-' are allowed",
         ),
         (
-            "  - name: s\n    secret: {secretName: x}\n",
-            "/pods/p.yaml: volume \"s\": unsupported volume type secret",
+            "  - name: s\n    secret: {}\n",
+            "/pods/p.yaml: volume \"s\": secret volume without secretName",
         ),
         (
-            "  - name: cm\n    configMap: {name: x}\n",
-            "/pods/p.yaml: volume \"cm\": unsupported volume type configMap",
+            "  - name: cm\n    configMap: {name: x, defaultMode: 4096}\n",
+            "/pods/p.yaml: volume \"cm\": mode 4096 is not between 0 and 0777",
         ),
         (
-            "  - name: pr\n    projected: {sources: []}\n",
-            "/pods/p.yaml: volume \"pr\": unsupported volume type projected",
+            "  - name: pr\n    nfs: {server: x, path: /}\n",
+            "/pods/p.yaml: volume \"pr\": unsupported volume type nfs",
         ),
         (
             "  - name: e\n    emptyDir: {sizeLimit: 1Zi}\n",
@@ -297,4 +297,85 @@ fn selinux_options_and_change_policy_are_carried() {
         [("plain", Some("s0:c1,c2")), ("c", Some("s0"))],
         "a container's options replace the pod's"
     );
+}
+
+/// The payload spec of the only volume of a pod (with `metadata` and
+/// `securityContext` as given).
+fn payload_of(volume: &str) -> crate::model::PayloadSpec {
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, uid: u1, labels: {{app: web, tier: \"1\"}}}}\nspec:\n  securityContext: {{fsGroup: 2000}}\n  containers: [{{name: c, image: busybox}}]\n  volumes:\n{volume}"
+    );
+    let p = parse(&yaml).unwrap();
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    match &p.volumes[..] {
+        [
+            ParsedVolume::Inline {
+                spec: VolumeSpec::Payload(s),
+                ..
+            },
+        ] => (**s).clone(),
+        other => panic!("not one payload volume: {other:?}"),
+    }
+}
+
+#[test]
+fn payload_volumes_parse_with_items_modes_and_the_pods_fields() {
+    use crate::model::{KeyToPath, PayloadKind, PayloadSource};
+    let s = payload_of(
+        "  - name: cfg\n    configMap:\n      name: app\n      defaultMode: 0440\n      optional: true\n      items: [{key: a, path: dir/a, mode: 0600}]\n",
+    );
+    assert_eq!(s.kind, PayloadKind::ConfigMap);
+    assert_eq!((s.namespace.as_str(), s.default_mode), ("ns", 0o440));
+    assert_eq!(s.fs_group, Some(2000));
+    assert_eq!(
+        s.sources,
+        [PayloadSource::ConfigMap {
+            name: "app".into(),
+            items: Some(vec![KeyToPath {
+                key: "a".into(),
+                path: "dir/a".into(),
+                mode: Some(0o600)
+            }]),
+            optional: true,
+        }]
+    );
+    assert_eq!(s.pod_fields["metadata.labels"], "app=\"web\"\ntier=\"1\"");
+    assert_eq!(s.pod_fields["metadata.labels['app']"], "web");
+
+    let s = payload_of("  - name: creds\n    secret: {secretName: db}\n");
+    assert_eq!((s.kind, s.default_mode), (PayloadKind::Secret, 0o644));
+
+    let s = payload_of(
+        "  - name: all\n    projected:\n      sources:\n      - configMap: {name: app}\n      - secret: {name: db, optional: true}\n      - downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}\n      - serviceAccountToken: {path: token}\n",
+    );
+    assert_eq!(s.kind, PayloadKind::Projected);
+    assert_eq!(s.sources.len(), 4);
+    assert_eq!(
+        s.sources[3],
+        PayloadSource::ServiceAccountToken {
+            path: "token".into()
+        }
+    );
+}
+
+#[test]
+fn payload_volumes_the_api_would_refuse_are_errors_naming_the_volume() {
+    let cases = [
+        (
+            "  - name: d\n    downwardAPI: {items: [{path: cpu, resourceFieldRef: {resource: limits.cpu}}]}\n",
+            "/pods/p.yaml: volume \"d\": downwardAPI item \"cpu\": only fieldRef is supported (resourceFieldRef needs a container)",
+        ),
+        (
+            "  - name: s\n    secret: {secretName: x, items: [{key: k, path: p, mode: -1}]}\n",
+            "/pods/p.yaml: volume \"s\": mode -1 is not between 0 and 0777",
+        ),
+        (
+            "  - name: pr\n    projected: {sources: [{clusterTrustBundle: {path: b}}]}\n",
+            "/pods/p.yaml: volume \"pr\": a projected source volumed does not support (clusterTrustBundle, podCertificate)",
+        ),
+    ];
+    for (volume, want) in cases {
+        let p = one_volume(volume);
+        assert_eq!(p.errors, [want], "{volume}");
+    }
 }

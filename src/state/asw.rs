@@ -138,7 +138,8 @@ impl ActualStateOfWorld {
 
     /// Adds a volume with its device target not mounted (when the spec says
     /// it has one). On an existing volume, only sets a non-empty device path
-    /// and a spec that was unknown.
+    /// and a spec that was unknown — or a payload volume's, which says what
+    /// payload was last written (the periodic re-run compares it).
     pub fn add_volume(
         &mut self,
         volume: UniqueVolumeName,
@@ -169,7 +170,8 @@ impl ActualStateOfWorld {
         let record = match self.volumes.entry(volume) {
             btree_map::Entry::Occupied(o) => {
                 let v = o.into_mut();
-                if v.spec.is_none() && spec.is_some() {
+                let payload = matches!(spec.as_deref(), Some(VolumeSpec::Payload(_)));
+                if (v.spec.is_none() || payload) && spec.is_some() {
                     if v.device.is_none() && has_device(&spec) {
                         v.device = Some(not_mounted_device());
                     }

@@ -65,7 +65,13 @@ pub fn run(iters: u64, seed: u64, api: bool) -> ChurnReport {
     let pool: Vec<(String, Vec<Kind>)> = (0..POOL)
         .map(|i| {
             let mut kinds = Vec::new();
-            for k in [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi] {
+            // (secret volumes read the static objects: the API source does
+            // not watch the Secrets they name yet)
+            let secret = if api { None } else { Some(Kind::Secret) };
+            for k in [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi]
+                .into_iter()
+                .chain(secret)
+            {
                 if rng.below(2) == 0 {
                     kinds.push(k);
                 }

@@ -38,6 +38,10 @@ pub enum Kind {
     /// the CSI PV `pv-csi` of the test driver: a staging target (its tmpfs,
     /// NodeStageVolume) and a publish target (a bind, NodePublishVolume)
     Csi,
+    /// a secret volume of the Secret `crash-secret`: a tmpfs `mount` target
+    /// the atomic writer fills (multi-step: tmpfs, payload dir, `..data`
+    /// swap, links)
+    Secret,
 }
 
 impl Kind {
@@ -48,6 +52,7 @@ impl Kind {
             Kind::Disk => "disk",
             Kind::Pv => "pv",
             Kind::Csi => "csi",
+            Kind::Secret => "secret",
         }
     }
 
@@ -57,8 +62,9 @@ impl Kind {
             "disk" => Ok(Kind::Disk),
             "pv" => Ok(Kind::Pv),
             "csi" => Ok(Kind::Csi),
+            "secret" => Ok(Kind::Secret),
             other => Err(format!(
-                "unknown volume kind {other:?} (tmp, disk, pv, csi)"
+                "unknown volume kind {other:?} (tmp, disk, pv, csi, secret)"
             )),
         }
     }

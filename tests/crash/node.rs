@@ -197,6 +197,10 @@ impl Node {
             "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {PV}}}\nspec:\n  capacity: {{storage: 64Mi}}\n  accessModes: [ReadWriteOnce]\n  mountOptions: [noatime]\n  claimRef: {{namespace: default, name: claim-blk}}\n  local: {{path: {dev}, fsType: ext4}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-blk, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeName: {PV}\n  resources:\n    requests: {{storage: 64Mi}}\n"
         );
         self.write_object_file("pv.yaml", &text);
+        let secret = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: crash-secret, namespace: default, uid: 5ec2e700-0000-4000-8000-000000000001}}\nstringData: {{token: {SECRET_TOKEN}, ca.crt: {SECRET_TOKEN}-ca}}\n"
+        );
+        self.write_object_file("secret.yaml", &secret);
         if self.driver.is_some() {
             let text = format!(
                 "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_PV}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteMany]\n  claimRef: {{namespace: default, name: claim-csi}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: {CSI_HANDLE}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csi, namespace: default}}\nspec:\n  accessModes: [ReadWriteMany]\n  volumeName: {CSI_PV}\n  resources:\n    requests: {{storage: 1Gi}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: {CSI_DRIVER}}}\nspec: {{attachRequired: false}}\n"
@@ -239,6 +243,7 @@ impl Node {
                 Kind::Disk => "  - {name: disk, emptyDir: {}}\n",
                 Kind::Pv => "  - {name: pv, persistentVolumeClaim: {claimName: claim-blk}}\n",
                 Kind::Csi => "  - {name: csi, persistentVolumeClaim: {claimName: claim-csi}}\n",
+                Kind::Secret => "  - {name: secret, secret: {secretName: crash-secret}}\n",
             });
         }
         let text = format!(
@@ -284,6 +289,7 @@ impl Node {
                     Kind::Disk => v.join("kubernetes.io~empty-dir/disk"),
                     Kind::Pv => v.join("kubernetes.io~local-volume").join(PV),
                     Kind::Csi => v.join("kubernetes.io~csi").join(CSI_PV).join("mount"),
+                    Kind::Secret => v.join("kubernetes.io~secret/secret"),
                 }
             }
         }
@@ -300,7 +306,7 @@ impl Node {
         let mut c = rel.components();
         let u = c.next()?.as_os_str().to_str()?;
         let pod = u.strip_prefix("crash-uid-")?;
-        [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi]
+        [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi, Kind::Secret]
             .into_iter()
             .map(|k| Ref::Pod(pod.to_owned(), k))
             .find(|r| self.path(r) == path)
@@ -312,7 +318,7 @@ impl Node {
         for (pod, kinds) in &self.desired {
             for k in kinds {
                 match k {
-                    Kind::Tmp => {
+                    Kind::Tmp | Kind::Secret => {
                         m.insert(Ref::Pod(pod.clone(), *k), "tmpfs");
                     }
                     Kind::Pv => {
@@ -757,6 +763,12 @@ impl Node {
         }
         let mut dirs = BTreeSet::new();
         for (pod, kinds) in &self.desired {
+            if kinds.contains(&Kind::Secret) {
+                let r = Ref::Pod(pod.clone(), Kind::Secret);
+                if let Err(e) = whole_payload(&self.path(&r)) {
+                    problems.push(format!("{r}: {e}"));
+                }
+            }
             if kinds.contains(&Kind::Disk) {
                 let r = Ref::Pod(pod.clone(), Kind::Disk);
                 if !self.path(&r).is_dir() {
@@ -912,4 +924,35 @@ fn write_atomic(path: &Path, text: &str) {
     ));
     fs::write(&tmp, text).expect("write manifest");
     fs::rename(&tmp, path).expect("rename manifest");
+}
+
+/// The crash fixtures' Secret value (`token`; `ca.crt` is it plus `-ca`).
+const SECRET_TOKEN: &str = "crash-token-3f9a";
+
+/// Whether the secret volume at `dir` holds one whole payload: `..data`
+/// pointing at the only payload dir, both files through it with the
+/// Secret's values, nothing half-written beside it.
+fn whole_payload(dir: &Path) -> Result<(), String> {
+    let data = fs::read_link(dir.join("..data")).map_err(|e| format!("..data: {e}"))?;
+    let mut private: Vec<String> = fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".."))
+        .collect();
+    private.sort();
+    let want = vec![data.to_string_lossy().into_owned(), "..data".to_owned()];
+    if private != want {
+        return Err(format!("private entries {private:?}, want {want:?}"));
+    }
+    for (name, value) in [
+        ("token", SECRET_TOKEN.to_owned()),
+        ("ca.crt", format!("{SECRET_TOKEN}-ca")),
+    ] {
+        let got = fs::read_to_string(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+        if got != value {
+            return Err(format!("{name} holds {got:?}"));
+        }
+    }
+    Ok(())
 }

@@ -42,6 +42,7 @@ fn empty_dir(i: usize) -> TargetParams {
         mount_options: vec![format!("size={}k", 64 * (i + 1))].into(),
         fs_type: Some("tmpfs".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -62,6 +63,7 @@ fn local_device(i: usize) -> TargetParams {
         mount_options: vec!["noatime".into()].into(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -117,6 +119,7 @@ fn csi_device(i: usize) -> TargetParams {
         mount_options: vec![].into(),
         fs_type: Some("xfs".into()),
         csi: Some(Arc::new(csi)),
+        payload: None,
     }
 }
 

@@ -6,6 +6,16 @@
 //! Nothing else is ever published twice: the journal and the host agreeing
 //! is not a reason to call a driver again.
 //!
+//! Payload volumes (configMap, secret, downwardAPI, projected) get a SetUp
+//! in the same pass when the payload their objects make now (the DSW's
+//! spec, whose version the sources fill in from the objects) is not the
+//! one last written (the ASW's spec), so a changed ConfigMap or Secret is
+//! written within a sync period, atomically, with a new intent recording
+//! its hash. A payload whose objects are all `immutable` is read once and
+//! never written again; after a restart (the ASW has no spec yet) the
+//! first pass runs one SetUp, which finds the payload in place and
+//! rewrites nothing if it did not change.
+//!
 //! Once a period this walks the DSW (the kubelet walks every pod per sync
 //! too); an event never does.
 
@@ -32,7 +42,12 @@ impl Core {
         }
         self.timers.republish_at = Some(now + every);
         for (name, uid, v, p) in w.dsw.volumes_to_mount_iter() {
-            if !matches!(&*v.spec, VolumeSpec::Csi(c) if c.republish) {
+            let again = match &*v.spec {
+                VolumeSpec::Csi(c) => c.republish,
+                VolumeSpec::Payload(want) => payload_changed(w, name, want),
+                _ => false,
+            };
+            if !again {
                 continue;
             }
             // an uncertain target is set up again by the plan anyway
@@ -51,12 +66,30 @@ impl Core {
                 continue;
             }
             if let Some(job) = job_for(&action, &w.asw, None, &self.cfg.layout) {
-                tracing::debug!(volume = %name, pod = %uid, "requiresRepublish: NodePublishVolume again");
+                tracing::debug!(volume = %name, pod = %uid, "set up again: republished or a new payload");
                 out.push(Effect::Start {
                     job,
                     announce: self.cfg.journal,
                 });
             }
         }
+    }
+}
+
+/// Whether the payload `want` describes is not the one the ASW says was
+/// last written to `volume` (unknown after a restart: then yes, once).
+fn payload_changed(
+    w: &World,
+    volume: &crate::model::UniqueVolumeName,
+    want: &crate::model::PayloadSpec,
+) -> bool {
+    let written = w.asw.volume(volume).and_then(|v| v.spec.clone());
+    match written.as_deref() {
+        Some(VolumeSpec::Payload(had)) if had.immutable => false,
+        Some(VolumeSpec::Payload(had)) => {
+            let hash = |s: &crate::model::PayloadSpec| s.version.as_ref().map(|v| v.hash.clone());
+            hash(had) != hash(want)
+        }
+        _ => true,
     }
 }

@@ -257,6 +257,22 @@ impl Sys for RecordingSys {
         Ok(())
     }
 
+    fn replace_beneath(&self, at: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        super::links::replace(self, at, to_name)
+    }
+
+    fn symlink_beneath(&self, at: Beneath<'_>, target: &Path) -> Result<(), SysError> {
+        super::links::symlink(self, at, target)
+    }
+
+    fn read_link_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError> {
+        super::links::read_link(self, at)
+    }
+
+    fn chgrp_beneath(&self, at: Beneath<'_>, gid: u32) -> Result<(), SysError> {
+        super::links::chgrp(self, at, gid)
+    }
+
     /// Recorded as the [`SysCall::Rmdir`] of `base/rel`; a symlink above
     /// it, below the base, fails it with `ELOOP`.
     fn rmdir_beneath(&self, at: Beneath<'_>) -> Result<(), SysError> {

@@ -184,6 +184,8 @@ impl Sys for LinuxSys {
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = nix::fcntl::openat(&dir, tmp.as_os_str(), flags, mode(m)).map_err(err)?;
+        // exact, whatever the umask (a payload's `defaultMode` may be 0666)
+        nix::sys::stat::fchmod(&fd, mode(m)).map_err(err)?;
         let mut file = std::fs::File::from(fd);
         std::io::Write::write_all(&mut file, bytes)
             .map_err(|e| err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
@@ -205,6 +207,32 @@ impl Sys for LinuxSys {
         Self::in_parent_beneath(Call::Rename, from, Errno::EINVAL, |dir, name| {
             let flags = nix::fcntl::RenameFlags::RENAME_NOREPLACE;
             nix::fcntl::renameat2(dir, name, dir, to_name, flags)
+        })
+    }
+
+    fn replace_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError> {
+        Self::in_parent_beneath(Call::Replace, from, Errno::EINVAL, |dir, name| {
+            nix::fcntl::renameat(dir, name, dir, to_name)
+        })
+    }
+
+    fn symlink_beneath(&self, at: Beneath<'_>, target: &Path) -> Result<(), SysError> {
+        Self::in_parent_beneath(Call::Symlink, at, Errno::EEXIST, |dir, name| {
+            nix::unistd::symlinkat(target, dir, name)
+        })
+    }
+
+    fn read_link_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError> {
+        Self::in_parent_beneath(Call::ReadLink, at, Errno::EINVAL, |dir, name| {
+            nix::fcntl::readlinkat(dir, name).map(PathBuf::from)
+        })
+    }
+
+    fn chgrp_beneath(&self, at: Beneath<'_>, gid: u32) -> Result<(), SysError> {
+        Self::in_parent_beneath(Call::Chgrp, at, Errno::EINVAL, |dir, name| {
+            let gid = Some(nix::unistd::Gid::from_raw(gid));
+            let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+            nix::unistd::fchownat(dir, name, None, gid, flags)
         })
     }
 

@@ -139,13 +139,26 @@ pub trait Sys: Send + Sync {
     /// durably: a temp file beside it, fsync, rename over it, fsync of the
     /// dir. The parent is opened beneath `at.base` without following any
     /// symlink (`ELOOP`); a reader sees the old content or the new, never a
-    /// part.
+    /// part. The mode is exact: the umask does not apply.
     fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError>;
     /// Renames the entry `from` to `to_name` in the same directory without
     /// replacing (`EEXIST` if taken); the directory is opened beneath
     /// `from.base` without following any symlink (`ELOOP`), and the entry
     /// itself is never followed.
     fn rename_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError>;
+    /// Renames the entry `from` to `to_name` in the same directory,
+    /// replacing what is there atomically (the payload writer's `..data`
+    /// swap); opened as for [`Sys::rename_beneath`].
+    fn replace_beneath(&self, from: Beneath<'_>, to_name: &OsStr) -> Result<(), SysError>;
+    /// Makes the symlink `at` pointing to `target` (`EEXIST` if taken), in
+    /// its parent opened beneath `at.base` without following any symlink.
+    fn symlink_beneath(&self, at: Beneath<'_>, target: &Path) -> Result<(), SysError>;
+    /// What the symlink `at` points to (`EINVAL` if it is not one), read in
+    /// its parent opened beneath `at.base` without following any symlink.
+    fn read_link_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError>;
+    /// Sets the group of `at` (never following it), in its parent opened
+    /// beneath `at.base` without following any symlink (fsGroup).
+    fn chgrp_beneath(&self, at: Beneath<'_>, gid: u32) -> Result<(), SysError>;
     /// `rmdir(2)`: only an empty directory that is not a mount point. No
     /// symlink anywhere in `path` is followed (`ELOOP`): removal works on
     /// paths below the daemon's root, which it resolves at startup.

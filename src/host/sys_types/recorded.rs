@@ -81,6 +81,32 @@ pub enum SysCall {
         /// to
         to: PathBuf,
     },
+    /// rename over whatever is at `to`
+    Replace {
+        /// from
+        from: PathBuf,
+        /// to
+        to: PathBuf,
+    },
+    /// a symlink made
+    Symlink {
+        /// the link
+        path: PathBuf,
+        /// what it points to
+        target: PathBuf,
+    },
+    /// a symlink read
+    ReadLink {
+        /// the link
+        path: PathBuf,
+    },
+    /// the group of an entry changed
+    Chgrp {
+        /// path
+        path: PathBuf,
+        /// the group id
+        gid: u32,
+    },
     /// `rmdir`
     Rmdir {
         /// path
@@ -162,6 +188,10 @@ impl SysCall {
             SysCall::CreateFile { .. } => Call::CreateFile,
             SysCall::WriteFile { .. } => Call::WriteFile,
             SysCall::Rename { .. } => Call::Rename,
+            SysCall::Replace { .. } => Call::Replace,
+            SysCall::Symlink { .. } => Call::Symlink,
+            SysCall::ReadLink { .. } => Call::ReadLink,
+            SysCall::Chgrp { .. } => Call::Chgrp,
             SysCall::Rmdir { .. } => Call::Rmdir,
             SysCall::Unlink { .. } => Call::Unlink,
             SysCall::ReadDirBeneath { .. } => Call::ReadDirBeneath,

@@ -134,6 +134,7 @@ impl TryFrom<&TargetV1> for TargetParams {
             mount_options: t.mount_options.clone().into(),
             fs_type: t.fs_type.as_deref().map(SharedStr::from),
             csi: None,
+            payload: None,
         })
     }
 }

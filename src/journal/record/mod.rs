@@ -7,15 +7,19 @@
 //! `migrations/` (see `docs/journal-format.md`).
 //!
 //! Records, bodies and checkpoints are generic over the target type: format
-//! v1 is them with [`TargetV1`], format v2 (the current one) with
-//! [`TargetV2`], which adds the CSI arguments. bincode writes no type names,
-//! so `RecordOf<TargetV1>` encodes exactly as v1 always did.
+//! v1 is them with [`TargetV1`], format v2 with [`TargetV2`], which adds the
+//! CSI arguments, and format v3 (the current one) with [`TargetV3`], which
+//! adds a payload volume's hash and object versions (`payload_v3.rs`).
+//! bincode writes no type names, so `RecordOf<TargetV1>` encodes exactly as
+//! v1 always did, and `RecordOf<TargetV2>` as v2.
 
 use serde::{Deserialize, Serialize};
 
 mod convert;
+mod payload_v3;
 
 pub use convert::TargetFormat;
+pub use payload_v3::{ObjectV3, PayloadV3, TargetV3};
 
 use super::replay::{JournalState, Record};
 
@@ -34,8 +38,10 @@ pub struct RecordOf<T> {
 
 /// A record of format v1.
 pub type RecordV1 = RecordOf<TargetV1>;
-/// A record of format v2 (the current format).
+/// A record of format v2.
 pub type RecordV2 = RecordOf<TargetV2>;
+/// A record of format v3 (the current format).
+pub type RecordV3 = RecordOf<TargetV3>;
 
 /// The body of a record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,7 +238,8 @@ pub fn open_record_of(
         .map_err(|e| e.to_string())?;
     let record = match schema {
         1 => decode::<RecordV1>(payload).and_then(|r| Record::try_from(&r)),
-        _ => decode::<RecordV2>(payload).and_then(|r| Record::try_from(&r)),
+        2 => decode::<RecordV2>(payload).and_then(|r| Record::try_from(&r)),
+        _ => decode::<RecordV3>(payload).and_then(|r| Record::try_from(&r)),
     };
     record.map_err(|e| e.to_string())
 }
@@ -256,7 +263,8 @@ pub fn decode_checkpoint(
     }
     match schema {
         1 => of::<TargetV1>(payload),
-        _ => of::<TargetV2>(payload),
+        2 => of::<TargetV2>(payload),
+        _ => of::<TargetV3>(payload),
     }
 }
 
@@ -286,8 +294,10 @@ pub struct CheckpointOf<T> {
 
 /// A checkpoint of format v1.
 pub type CheckpointV1 = CheckpointOf<TargetV1>;
-/// A checkpoint of format v2 (the current format).
+/// A checkpoint of format v2.
 pub type CheckpointV2 = CheckpointOf<TargetV2>;
+/// A checkpoint of format v3 (the current format).
+pub type CheckpointV3 = CheckpointOf<TargetV3>;
 
 /// One target in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -422,6 +432,7 @@ mod tests {
             mount_options: vec!["noatime".into()].into(),
             fs_type: Some("ext4".into()),
             csi: None,
+            payload: None,
         }
     }
 
@@ -606,7 +617,7 @@ mod tests {
         let err = TargetParams::try_from(&t).unwrap_err();
         assert!(err.to_string().contains("pod_uid"), "{err}");
         let mut t = TargetV1::from(&target(None));
-        t.plugin = "kubernetes.io/secret".into();
+        t.plugin = "kubernetes.io/nfs".into();
         assert!(
             TargetParams::try_from(&t)
                 .unwrap_err()

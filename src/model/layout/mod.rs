@@ -35,6 +35,15 @@ pub const VOL_DATA_FILE: &str = "vol_data.json";
 /// The emptyDir marker file under `pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/`.
 pub const READY_MARKER: &str = "ready";
 
+/// In a configMap, secret, downwardAPI or projected volume dir: the symlink
+/// to the current payload dir, which the user-visible names go through.
+pub const PAYLOAD_DATA_LINK: &str = "..data";
+/// The symlink made beside [`PAYLOAD_DATA_LINK`] and renamed over it.
+pub const PAYLOAD_DATA_TMP: &str = "..data_tmp";
+/// What every name the payload writer keeps to itself starts with (user
+/// paths may not).
+pub const PAYLOAD_PRIVATE_PREFIX: &str = "..";
+
 /// Kubelet-compatible on-disk layout under the root dir.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -339,12 +348,10 @@ mod tests {
                 },
             ),
             (
-                l.pod_volumes_dir(pod)
-                    .join("kubernetes.io~secret")
-                    .join("tok"),
+                l.pod_volumes_dir(pod).join("kubernetes.io~nfs").join("tok"),
                 KubeletPath::UnknownPodVolume {
                     pod: p,
-                    plugin_dir: "kubernetes.io~secret",
+                    plugin_dir: "kubernetes.io~nfs",
                     name: OsStr::new("tok"),
                 },
             ),
@@ -452,10 +459,7 @@ mod tests {
                 "/k/pods/u/volumes/kubernetes.io~empty-dir/v/mount",
                 Unrecognised,
             ),
-            (
-                "/k/pods/u/volumes/kubernetes.io~secret/v/extra",
-                Unrecognised,
-            ),
+            ("/k/pods/u/volumes/kubernetes.io~nfs/v/extra", Unrecognised),
             ("/k/pods/u/plugins/kubernetes.io~empty-dir/v", Unrecognised),
             (
                 "/k/pods/u/plugins/kubernetes.io~empty-dir/v/other",
@@ -496,7 +500,7 @@ mod tests {
             assert_eq!(l.parse(&path), Err(NonUtf8), "{}", path.display());
         }
         // an unknown plugin's volume name may be any bytes
-        let odd = bad("/k/pods/u/volumes/kubernetes.io~secret/v");
+        let odd = bad("/k/pods/u/volumes/kubernetes.io~nfs/v");
         assert!(matches!(
             l.parse(&odd),
             Ok(KubeletPath::UnknownPodVolume { .. })

@@ -58,8 +58,10 @@ impl Executor {
     }
 
     /// The same executor with one more plugin (the CSI plugin, which
-    /// needs the driver registry).
+    /// needs the driver registry), or with it in place of the one of its
+    /// name (the payload plugins given the daemon's object stores).
     pub fn with_plugin(mut self, plugin: Box<dyn VolumePlugin>) -> Self {
+        self.plugins.retain(|p| p.name() != plugin.name());
         self.plugins.push(plugin);
         self
     }

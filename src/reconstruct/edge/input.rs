@@ -284,14 +284,33 @@ fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {
 fn pod_target(t: PodTarget) -> HostTarget {
     let mounted = matches!(t.observed, Observed::Mounted(_));
     let kind = match t.plugin {
-        PluginName::EmptyDir if mounted => TargetKind::Mount,
-        PluginName::EmptyDir => TargetKind::Dir,
+        // a payload volume's wrapped emptyDir: a tmpfs or a dir
+        PluginName::EmptyDir
+        | PluginName::ConfigMap
+        | PluginName::Secret
+        | PluginName::DownwardApi
+        | PluginName::Projected
+            if mounted =>
+        {
+            TargetKind::Mount
+        }
+        PluginName::EmptyDir
+        | PluginName::ConfigMap
+        | PluginName::Secret
+        | PluginName::DownwardApi
+        | PluginName::Projected => TargetKind::Dir,
         PluginName::HostPath => TargetKind::None,
         PluginName::LocalVolume | PluginName::Csi => TargetKind::Mount,
     };
     // the name follows from the path: built only if the target is rebuilt
     let rebuild = match t.plugin {
-        PluginName::EmptyDir | PluginName::HostPath | PluginName::LocalVolume => Rebuild::FromPath,
+        PluginName::EmptyDir
+        | PluginName::HostPath
+        | PluginName::LocalVolume
+        | PluginName::ConfigMap
+        | PluginName::Secret
+        | PluginName::DownwardApi
+        | PluginName::Projected => Rebuild::FromPath,
         PluginName::Csi => csi_rebuild(
             t.vol_data.as_ref(),
             &t.path,

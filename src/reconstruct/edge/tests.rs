@@ -47,6 +47,7 @@ fn local_params(target: TargetRef) -> TargetParams {
         mount_options: Default::default(),
         fs_type: Some("ext4".into()),
         csi: None,
+        payload: None,
     }
 }
 
@@ -264,10 +265,10 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
     // journaled and present: a local PV pod dir with nothing mounted
     let journaled = layout.pod_target_path(&u1, PluginName::LocalVolume, "pv-local-1");
     // host only: a kubelet-era disk emptyDir, a local PV dir with no mount,
-    // and a secret (no volumed plugin)
+    // and an nfs volume (no volumed plugin)
     let bare = layout.pod_target_path(&u2, PluginName::EmptyDir, "scratch");
     let leftover = layout.pod_target_path(&u2, PluginName::LocalVolume, "pv-gone");
-    let secret = root.join(format!("pods/{P2}/volumes/kubernetes.io~secret/tok"));
+    let secret = root.join(format!("pods/{P2}/volumes/kubernetes.io~nfs/tok"));
     for d in [&journaled, &bare, &leftover, &secret] {
         std::fs::create_dir_all(d).unwrap();
     }

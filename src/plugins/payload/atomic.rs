@@ -1,0 +1,300 @@
+//! The atomic writer: a payload dir swapped in whole, so a reader never
+//! sees a mix of old and new files (the kubelet's on-disk behaviour).
+//!
+//! In the volume dir:
+//! - `..<UTC time>.<hash12>` — a payload dir, its files and nested dirs;
+//!   the name ends with the first 12 hex digits of the payload's hash, so
+//!   the dir `..data` points to says which payload is in place without
+//!   reading a file;
+//! - `..data` — a symlink to the current payload dir, replaced by renaming
+//!   a fresh `..data_tmp` symlink over it (one `rename(2)`: a reader
+//!   resolving `..data` gets the old dir or the new one);
+//! - one symlink per top-level name of the payload, `<name>` →
+//!   `..data/<name>`, so every user-visible path goes through `..data`.
+//!
+//! One write, step by step (each step a crash point):
+//! 1. anything private (`..`-prefixed) but `..data` and the dir it points
+//!    to is removed: a payload dir a crash left unswapped, a `..data_tmp`
+//!    (rolling a torn write back);
+//! 2. if the current dir's name ends with the wanted hash, nothing is
+//!    written; else the new dir is written (`payload.after_dir`) and
+//!    `..data` swapped to it (`payload.after_swap`);
+//! 3. the visible links of new top-level names are made, those of names
+//!    gone are removed (`payload.after_links`);
+//! 4. the old payload dir is removed.
+//!
+//! A crash anywhere leaves `..data` pointing at a whole payload; running
+//! the write again finishes it (new links, old dir gone) or, before the
+//! swap, throws the half-written dir away and writes it again.
+//!
+//! With an fsGroup every entry written gets that group and the kubelet's
+//! read-only volume ownership bits (files `| 0440`, dirs `| 02550`).
+//! Every call goes through [`Sys`]'s `*_beneath` calls: nothing below the
+//! root dir is followed through a symlink.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::host::remove::remove_dir_one_fs;
+use crate::host::sys::{Errno, FileKind, mkdir_all_beneath};
+use crate::model::{PAYLOAD_DATA_LINK, PAYLOAD_DATA_TMP, PAYLOAD_PRIVATE_PREFIX};
+use crate::plugins::mount_ops::beneath;
+use crate::plugins::{Action, Op, PluginError};
+
+use super::build::Payload;
+
+/// Mode of a payload dir and its nested dirs (the kubelet's).
+const PAYLOAD_DIR_MODE: u32 = 0o755;
+/// Bits fsGroup ownership adds to a file of a read-only volume.
+const GROUP_FILE_BITS: u32 = 0o440;
+/// Bits fsGroup ownership adds to a dir: setgid, group read and search.
+pub(crate) const GROUP_DIR_BITS: u32 = 0o2550;
+/// Hex digits of the hash a payload dir's name ends with.
+const NAME_HASH_LEN: usize = 12;
+
+/// Where and how to write.
+pub(crate) struct Target<'a> {
+    /// the root dir (every path is reached beneath it)
+    pub root: &'a Path,
+    /// the volume dir
+    pub dir: &'a Path,
+    /// the pod's fsGroup
+    pub fs_group: Option<u32>,
+}
+
+/// Writes `payload` into the volume dir (see the module docs); returns
+/// [`Action::AlreadyInPlace`] when the payload was there whole already.
+pub(crate) fn write(
+    op: &mut Op<'_>,
+    t: &Target<'_>,
+    payload: &Payload,
+    now: SystemTime,
+) -> Result<Action, PluginError> {
+    let sys = op.sys;
+    let path = |name: &str| t.dir.join(name);
+    let data_link = path(PAYLOAD_DATA_LINK);
+    let current = current_dir_name(op, t.root, &data_link)?;
+    // listed from the volume dir itself: a walk from the root may not
+    // cross into the volume's tmpfs (RESOLVE_NO_XDEV); the dir is reached
+    // without following any symlink all the same
+    let entries = op.look(sys.read_dir_beneath(t.dir, Path::new("")))?;
+
+    // 1. roll back what a crash left beside the current payload
+    for e in entries.iter().filter(|e| is_private(&e.name)) {
+        if e.name == PAYLOAD_DATA_LINK || Some(&e.name) == current.as_ref() {
+            continue;
+        }
+        remove_entry(op, t.root, &t.dir.join(&e.name), e.kind)?;
+    }
+
+    // 2. the new payload dir, and the swap
+    let wanted = &payload.version.hash[..NAME_HASH_LEN.min(payload.version.hash.len())];
+    let named = current
+        .as_ref()
+        .and_then(|c| c.to_str())
+        .is_some_and(|c| c.ends_with(&format!(".{wanted}")));
+    // (a `..data` left dangling, its dir removed behind our back, is no
+    // payload in place)
+    let in_place = named
+        && match &current {
+            Some(c) => {
+                let st = sys.stat_beneath(beneath(op, t.root, &t.dir.join(c))?);
+                st.is_ok_and(|st| st.kind == FileKind::Dir)
+            }
+            None => false,
+        };
+    if !in_place {
+        let name = format!("{PAYLOAD_PRIVATE_PREFIX}{}.{wanted}", utc_stamp(now));
+        write_dir(op, t, &path(&name), payload)?;
+        crate::failpoint::hit("payload.after_dir");
+        let tmp = path(PAYLOAD_DATA_TMP);
+        let r = sys.symlink_beneath(beneath(op, t.root, &tmp)?, Path::new(&name));
+        op.act(r)?;
+        group(op, t, &tmp, None)?;
+        let r = sys.replace_beneath(beneath(op, t.root, &tmp)?, PAYLOAD_DATA_LINK.as_ref());
+        op.act(r)?;
+        crate::failpoint::hit("payload.after_swap");
+    }
+
+    // 3. the visible names: new ones linked, gone ones unlinked
+    let top: BTreeSet<&str> = payload
+        .files
+        .keys()
+        .map(|p| p.split('/').next().unwrap_or(p))
+        .collect();
+    for name in &top {
+        let link = path(name);
+        let to = Path::new(PAYLOAD_DATA_LINK).join(name);
+        let at = beneath(op, t.root, &link)?;
+        match sys.read_link_beneath(at) {
+            Ok(points) if points == to => continue,
+            // a link elsewhere: the name must go through `..data`
+            Ok(_) => remove_entry(op, t.root, &link, FileKind::Symlink)?,
+            Err(e) if e.errno() == Some(Errno::ENOENT) => {}
+            Err(e) if e.errno() == Some(Errno::EINVAL) => {
+                return Err(op.wrong_type(&link, "symlink"));
+            }
+            Err(e) => return Err(op.sys_err(e, false)),
+        }
+        let r = sys.symlink_beneath(at, &to);
+        op.act(r)?;
+        group(op, t, &link, None)?;
+    }
+    for e in entries.iter().filter(|e| !is_private(&e.name)) {
+        let gone = e.name.to_str().is_none_or(|n| !top.contains(n));
+        if gone && e.kind == FileKind::Symlink {
+            remove_entry(op, t.root, &t.dir.join(&e.name), e.kind)?;
+        }
+    }
+    crate::failpoint::hit("payload.after_links");
+
+    // 4. the old payload dir
+    if let (false, Some(old)) = (in_place, &current) {
+        remove_entry(op, t.root, &t.dir.join(old), FileKind::Dir)?;
+    }
+    Ok(if op.changed {
+        Action::Performed
+    } else {
+        Action::AlreadyInPlace
+    })
+}
+
+/// The name of the payload dir `..data` points to, `None` when there is
+/// no `..data` (a first write).
+pub(crate) fn current_dir_name(
+    op: &Op<'_>,
+    root: &Path,
+    data_link: &Path,
+) -> Result<Option<OsString>, PluginError> {
+    match op.sys.read_link_beneath(beneath(op, root, data_link)?) {
+        Ok(to) => Ok(to.file_name().map(|n| n.to_owned())),
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(op.sys_err(e, false)),
+    }
+}
+
+/// Whether `name` is one of the writer's own (`..`-prefixed; compared as
+/// bytes, so a non-UTF-8 name is judged the same way).
+fn is_private(name: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    name.as_bytes()
+        .starts_with(PAYLOAD_PRIVATE_PREFIX.as_bytes())
+}
+
+/// Writes every file of `payload` under the new dir `at`.
+fn write_dir(
+    op: &mut Op<'_>,
+    t: &Target<'_>,
+    at: &Path,
+    payload: &Payload,
+) -> Result<(), PluginError> {
+    let sys = op.sys;
+    let r = sys.mkdir_beneath(beneath(op, t.root, at)?, PAYLOAD_DIR_MODE);
+    op.act(r)?;
+    let mut dirs = BTreeSet::from([at.to_owned()]);
+    for (rel, file) in &payload.files {
+        let file_path = at.join(rel);
+        if let Some(parent) = file_path.parent().filter(|p| *p != at) {
+            let r = mkdir_all_beneath(sys, beneath(op, t.root, parent)?, PAYLOAD_DIR_MODE);
+            op.act(r)?;
+            let mut up = Some(parent);
+            while let Some(d) = up.filter(|d| *d != at) {
+                dirs.insert(d.to_owned());
+                up = d.parent();
+            }
+        }
+        let mode = match t.fs_group {
+            Some(_) => file.mode | GROUP_FILE_BITS,
+            None => file.mode,
+        };
+        let r = sys.write_file_beneath(beneath(op, t.root, &file_path)?, &file.bytes, mode);
+        op.act(r)?;
+        group(op, t, &file_path, None)?;
+    }
+    for d in &dirs {
+        let bits = t
+            .fs_group
+            .map_or(PAYLOAD_DIR_MODE, |_| PAYLOAD_DIR_MODE | GROUP_DIR_BITS);
+        group(op, t, d, Some(bits))?;
+    }
+    Ok(())
+}
+
+/// With an fsGroup, gives `path` the group (and a dir `dir_mode`); with
+/// none, only sets a dir's mode exactly (the umask may have cut it).
+pub(crate) fn group(
+    op: &mut Op<'_>,
+    t: &Target<'_>,
+    path: &Path,
+    dir_mode: Option<u32>,
+) -> Result<(), PluginError> {
+    let at = beneath(op, t.root, path)?;
+    if let Some(gid) = t.fs_group {
+        let r = op.sys.chgrp_beneath(at, gid);
+        op.act(r)?;
+    }
+    if let Some(mode) = dir_mode {
+        let r = op.sys.chmod_dir_beneath(at, mode);
+        op.act(r)?;
+    }
+    Ok(())
+}
+
+/// Removes a link, a file or a whole dir (on its own filesystem, never
+/// through a symlink); already gone is fine.
+fn remove_entry(
+    op: &mut Op<'_>,
+    root: &Path,
+    path: &Path,
+    kind: FileKind,
+) -> Result<(), PluginError> {
+    let at = beneath(op, root, path)?;
+    let (parent, name): (PathBuf, &Path) = match (at.parent(), at.rel.file_name()) {
+        (Some(p), Some(n)) => (p.full(), Path::new(n)),
+        _ => return Err(op.wrong_type(path, "entry of a volume dir")),
+    };
+    if kind == FileKind::Dir {
+        let r = remove_dir_one_fs(path, op.sys).map(drop);
+        return op.act(r);
+    }
+    let r = op.sys.remove_beneath(&parent, name, false);
+    op.act_or(r, Errno::ENOENT)
+}
+
+/// `YYYY_MM_DD_HH_MM_SS.nnnnnnnnn` in UTC, the kubelet's stamp.
+fn utc_stamp(now: SystemTime) -> String {
+    let d = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, day) = civil_from_days(days);
+    format!(
+        "{y:04}_{m:02}_{day:02}_{:02}_{:02}_{:02}.{:09}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos()
+    )
+}
+
+/// (year, month, day) of a count of days since 1970-01-01 (Howard
+/// Hinnant's civil-from-days, for non-negative days).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+#[path = "atomic_tests.rs"]
+mod tests;
