@@ -100,14 +100,14 @@ impl Recorder {
             similar.since = now;
         }
         similar.messages.insert(ev.message.clone());
-        let message = match similar.messages.len() > SIMILAR {
-            // one Event for them all, whatever this one says
-            true => "(combined from similar events): ".to_owned() + &ev.message,
-            false => ev.message.clone(),
-        };
-        let key_message = match similar.messages.len() > SIMILAR {
-            true => String::new(),
-            false => ev.message.clone(),
+        // Past SIMILAR different messages they are one Event, keyed without
+        // a message, whatever this one says.
+        let (message, key_message) = match similar.messages.len() > SIMILAR {
+            true => (
+                "(combined from similar events): ".to_owned() + &ev.message,
+                String::new(),
+            ),
+            false => (ev.message.clone(), ev.message.clone()),
         };
         let key = (ev.pod_uid.clone(), ev.kind, ev.reason, key_message);
         match self.seen.get_mut(&key) {

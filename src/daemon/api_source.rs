@@ -116,7 +116,7 @@ pub(super) fn spawn_api_source(
                     tracing::error!(error = %e, "API server object");
                 }
                 let evs = state.take_events(sys.as_ref());
-                log_pod_errors(&evs);
+                crate::sources::log_pod_errors(&evs, "API");
                 if let Some(wanted) = state.take_secret_changes() {
                     secret_watches.want(wanted);
                 }
@@ -186,18 +186,6 @@ impl Publisher {
         ));
         self.handle
             .spawn(send_events(client, node, events, stop.0.subscribe()));
-    }
-}
-
-/// A pod's own errors (an unresolved claim, a refused volume), logged
-/// when it appears or changes, as the static source logs them.
-fn log_pod_errors(evs: &[SourceEvent]) {
-    for ev in evs {
-        if let SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) = ev {
-            for e in &p.errors {
-                tracing::error!(pod = %p.uid, object = %p.file.display(), error = %e, "API pod");
-            }
-        }
     }
 }
 

@@ -85,6 +85,19 @@ pub fn apply_event(dsw: &mut DesiredStateOfWorld, event: SourceEvent, policy: &P
     out
 }
 
+/// Logs each added or changed pod's own errors (a rejected volume, an
+/// unresolved claim) at error level, naming where the pod came from: once
+/// when it appears or changes, not on every poll. `source` says which.
+pub fn log_pod_errors(events: &[SourceEvent], source: &'static str) {
+    for ev in events {
+        if let SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) = ev {
+            for e in &p.errors {
+                tracing::error!(pod = %p.uid, from = %p.file.display(), error = %e, "{source} pod");
+            }
+        }
+    }
+}
+
 /// What [`apply_event`] reports back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Applied {

@@ -75,7 +75,7 @@ pub mod static_objects;
 pub mod static_pods;
 
 pub use error::{SourceError, SourceErrorCategory};
-pub use events::{Applied, SourceEvent, apply_event, diff, diff_fingerprints};
+pub use events::{Applied, SourceEvent, apply_event, diff, diff_fingerprints, log_pod_errors};
 use read::{Listing, list_dir};
 pub use signature::fingerprint;
 use signature::signature_hash;
@@ -300,15 +300,7 @@ impl Sources {
         }
         self.signature = Some(signature);
         let mut events = diff_fingerprints(&self.current, &desired.pods, &desired.kept);
-        // A pod's own errors (a rejected volume, an unresolved claim) are
-        // logged when the pod appears or changes, not on every poll.
-        for ev in &events {
-            if let SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) = ev {
-                for e in &p.errors {
-                    tracing::error!(pod = %p.uid, file = %p.file.display(), error = %e, "static pod");
-                }
-            }
-        }
+        log_pod_errors(&events, "static");
         // In place: kept pods keep their fingerprint, gone ones go.
         self.current
             .retain(|uid, _| desired.pods.contains_key(uid) || desired.kept.contains(uid));
