@@ -18,7 +18,9 @@
 //!   attachable CSI volume, patched without touching other status fields;
 //!   the CSINode and the node id annotation name the registered driver;
 //!   the node's `volumesAttached` fills no devicePath after the restart
-//!   (the journal knew it).
+//!   (the journal knew it);
+//! - an attachable volume is mounted only once `volumesInUse` lists it, and
+//!   a mount waiting for that updates the node status at once.
 //!
 //! Each test runs as root in its own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
@@ -413,6 +415,59 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
             || in_use(&api).is_null(),
             || format!("{:#}", node_of(&api)),
         );
+        daemon.stop();
+    });
+}
+
+/// Sets the value of a flag `api_env` gave.
+fn set_flag(env: &mut Env, flag: &str, value: &str) {
+    let at = env.extra_args.iter().position(|a| a == flag).expect(flag);
+    env.extra_args[at + 1] = value.to_owned();
+}
+
+/// An attachable volume is mounted only once `node.status.volumesInUse`
+/// lists it (the kubelet's `reportedInUse`: the attach/detach controller
+/// must not detach what is being mounted). With no Node to patch the pod
+/// waits with that error and the driver gets no call; once the Node
+/// exists the status update is retried at once and the volume mounts —
+/// with a status period of an hour, so the update was not the periodic one.
+#[test]
+fn an_attachable_volume_mounts_only_once_volumes_in_use_lists_it() {
+    use support::csi_driver::{DriverOpts, TestDriver};
+    real("waits for volumesInUse", || {
+        let (mut env, api) = api_env("volumed-api-e2e-gate-");
+        set_flag(&mut env, "--node-status-update-frequency", "1h");
+        let node = node_of(&api);
+        assert!(api.delete("v1", "Node", None, NODE));
+        let opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
+        env.extra_args.extend([
+            "--csi-driver".to_owned(),
+            format!("{DRIVER}={}", opts.endpoint.display()),
+        ]);
+        let driver = TestDriver::spawn(opts);
+        put_csi_objects(&api);
+        let daemon = env.start();
+        daemon.wait_until_showing(
+            "the pod waits for volumesInUse",
+            || daemon.pod_errors("uid-csi").contains("volumesInUse"),
+            || daemon.get("/debug/state"),
+        );
+        stays(
+            "no call changes the volume while it waits",
+            Duration::from_secs(1),
+            || driver.count("NodeStageVolume") + driver.count("NodePublishVolume") == 0,
+        );
+        api.put(node);
+        let target = env
+            .pod_volume("uid-csi", "kubernetes.io~csi", "pv-api")
+            .join("mount");
+        daemon.wait_until_showing(
+            "the volume is published once the Node took the patch",
+            || mounted(&daemon, &[&target]),
+            || daemon.get("/debug/state"),
+        );
+        let unique = format!("kubernetes.io/csi/{DRIVER}^{HANDLE}");
+        assert_eq!(node_of(&api)["status"]["volumesInUse"], json!([unique]));
         daemon.stop();
     });
 }

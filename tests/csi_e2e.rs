@@ -223,19 +223,6 @@ fn mounted(daemon: &Daemon, want: &[PathBuf]) -> bool {
         .all(|p| t.get(p).is_some_and(|(v, s)| v == VOLUME && s == "mounted"))
 }
 
-/// The errors `/debug/state` holds for `uid`, joined.
-fn pod_errors(daemon: &Daemon, uid: &str) -> String {
-    daemon.state()["pod_errors"][uid]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
 /// The mount table below the root is exactly one tmpfs at the staging path
 /// and one bind of it at each pod's target.
 #[track_caller]
@@ -762,7 +749,7 @@ fn a_volume_waits_for_its_driver_to_start() {
         env.write_pod("a.yaml", &csi_pod(POD_A));
         let daemon = env.start();
         daemon.wait_until("an error naming the driver for the pod", || {
-            let e = pod_errors(&daemon, POD_A);
+            let e = daemon.pod_errors(POD_A);
             e.contains(DRIVER) && e.contains("not reachable")
         });
         assert!(
@@ -820,7 +807,7 @@ fn a_permanent_stage_error_is_reported_and_nothing_is_published() {
         env.write_pod("a.yaml", &csi_pod(POD_A));
         let daemon = env.start();
         daemon.wait_until("the pod reports the stage error", || {
-            pod_errors(&daemon, POD_A).contains("bad fsType for e2e")
+            daemon.pod_errors(POD_A).contains("bad fsType for e2e")
         });
         daemon.wait_until("NodeStage retried with backoff", || {
             driver.count(STAGE) >= 2
@@ -1018,7 +1005,7 @@ spec:
         daemon.wait_until_showing(
             "the volume staged and published",
             || mounted(&daemon, &[stage.clone(), pod.clone()]),
-            || format!("{}\n{}", seen(&env, &driver), pod_errors(&daemon, POD_A)),
+            || format!("{}\n{}", seen(&env, &driver), daemon.pod_errors(POD_A)),
         );
         assert_eq!(volume_calls(&driver), [STAGE, PUBLISH]);
 
@@ -1157,7 +1144,7 @@ spec:
                     "{}\n{:#?}\n{}",
                     seen(&env, &driver),
                     targets(&daemon.state()),
-                    pod_errors(&daemon, POD_A)
+                    daemon.pod_errors(POD_A)
                 )
             },
         );
@@ -1251,7 +1238,7 @@ fn a_volume_that_needs_attaching_waits_for_its_volume_attachment() {
         env.write_pod("a.yaml", &csi_pod(POD_A));
         let daemon = env.start();
         daemon.wait_until("an error naming the missing VolumeAttachment", || {
-            let e = pod_errors(&daemon, POD_A);
+            let e = daemon.pod_errors(POD_A);
             e.contains("VolumeAttachment") && e.contains(PV) && e.contains(NODE)
         });
         std::thread::sleep(Duration::from_secs(1));
@@ -1260,7 +1247,7 @@ fn a_volume_that_needs_attaching_waits_for_its_volume_attachment() {
 
         write_object(&env, "va.yaml", &attachment("  attached: false\n"));
         daemon.wait_until("an error naming the unattached VolumeAttachment", || {
-            let e = pod_errors(&daemon, POD_A);
+            let e = daemon.pod_errors(POD_A);
             e.contains(ATTACHMENT) && e.contains("not attached")
         });
         std::thread::sleep(Duration::from_secs(1));
@@ -1276,7 +1263,7 @@ fn a_volume_that_needs_attaching_waits_for_its_volume_attachment() {
         daemon.wait_until_showing(
             "staged and published once attached",
             || mounted(&daemon, &[stage.clone(), pod.clone()]),
-            || format!("{}\n{}", seen(&env, &driver), pod_errors(&daemon, POD_A)),
+            || format!("{}\n{}", seen(&env, &driver), daemon.pod_errors(POD_A)),
         );
         assert_eq!(volume_calls(&driver), [STAGE, PUBLISH]);
         let lun = string_map(&[("lun", "7")]);
@@ -1284,7 +1271,7 @@ fn a_volume_that_needs_attaching_waits_for_its_volume_attachment() {
         assert_eq!(only_call(&driver, PUBLISH)["publish_context"], lun);
         let data = vol_data(&pod.parent().unwrap().join("vol_data.json"));
         assert_eq!(data["attachmentID"], ATTACHMENT, "{data:?}");
-        assert_eq!(pod_errors(&daemon, POD_A), "");
+        assert_eq!(daemon.pod_errors(POD_A), "");
         assert_staged_and_published_once(&env, &[POD_A]);
         delete_all_and_wait(&env, &driver, &daemon);
         daemon.stop();

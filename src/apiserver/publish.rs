@@ -32,13 +32,24 @@ use crate::health::{EventSink, RecentEvents, VolumeEvent};
 /// How often the node's status and CSINode are checked by default.
 pub const NODE_STATUS_PERIOD: Duration = Duration::from_secs(10);
 
+/// The first wait before a failed `volumesInUse` patch is tried again.
+const IN_USE_RETRY: Duration = Duration::from_millis(200);
+
 /// The annotation the kubelet keeps on the Node: driver name → node id.
 pub const NODE_ID_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
+
+/// Told the names a successful `volumesInUse` update listed.
+pub type InUseReported = Box<dyn Fn(&[String]) + Send + Sync>;
 
 /// What the node's status is made of, read when it is published.
 pub struct NodeView {
     /// the attachable volumes in use, sorted
     pub in_use: Box<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// told, after each status update (or check) that found these in
+    /// `volumesInUse` on the server: their mounts may start
+    pub in_use_reported: InUseReported,
+    /// notified when a mount waits for `volumesInUse`: update now
+    pub in_use_wanted: std::sync::Arc<tokio::sync::Notify>,
     /// the registered CSI drivers as (name, node id), sorted by name
     pub drivers: Box<dyn Fn() -> Vec<(String, String)> + Send + Sync>,
     /// the API pods' volume health from the last health pass
@@ -71,16 +82,30 @@ pub async fn keep_node(
     let mut drivers_sent: Option<Vec<(String, String)>> = None;
     // per pod UID, the volumeHealth last written
     let mut health_sent: BTreeMap<String, Vec<PodVolumeHealth>> = BTreeMap::new();
+    // after a failed volumesInUse patch: mounts wait on it, so it is tried
+    // again sooner than the period, backing off up to it
+    let mut retry: Option<Duration> = None;
     loop {
         publish_volume_health(&client, (view.volume_health)(), &mut health_sent).await;
         let in_use = (view.in_use)();
         if in_use_sent.as_ref() != Some(&in_use) {
             match patch_volumes_in_use(&client, &node, &in_use).await {
-                Ok(()) => in_use_sent = Some(in_use),
+                Ok(()) => {
+                    in_use_sent = Some(in_use.clone());
+                    retry = None;
+                }
                 Err(e) => {
-                    tracing::warn!(node = %node, error = %e, "patch node.status.volumesInUse")
+                    tracing::warn!(node = %node, error = %e, "patch node.status.volumesInUse");
+                    retry = Some(
+                        retry
+                            .map_or(IN_USE_RETRY, |r| r.saturating_mul(2))
+                            .min(period),
+                    );
                 }
             }
+        }
+        if in_use_sent.as_ref() == Some(&in_use) {
+            (view.in_use_reported)(&in_use);
         }
         let drivers = (view.drivers)();
         if drivers_sent.as_ref() != Some(&drivers) {
@@ -89,8 +114,11 @@ pub async fn keep_node(
                 Err(e) => tracing::warn!(node = %node, error = %e, "update the node's CSINode"),
             }
         }
+        // The kubelet waits for its next status period (up to 10 s) before
+        // an attachable volume may mount; a waiting mount wakes this at once.
         tokio::select! {
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(retry.unwrap_or(period)) => {}
+            _ = view.in_use_wanted.notified() => {}
             _ = stop.changed() => return,
         }
     }

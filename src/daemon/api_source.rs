@@ -197,6 +197,10 @@ pub(super) fn node_view(
     world: Arc<std::sync::Mutex<super::event_loop::World>>,
     drivers: Option<Arc<crate::csi::registry::Drivers>>,
     monitor: Option<Arc<crate::health::Monitor>>,
+    (wake, loop_events): (
+        Arc<tokio::sync::Notify>,
+        std::sync::mpsc::Sender<super::Event>,
+    ),
 ) -> crate::apiserver::publish::NodeView {
     use crate::apiserver::publish::{NodeView, PodHealth};
     NodeView {
@@ -204,6 +208,11 @@ pub(super) fn node_view(
             let names = runtime.attachable_in_use().into_iter();
             names.map(|n| n.as_str().to_owned()).collect()
         }),
+        in_use_reported: Box::new(move |names| {
+            let names = names.iter().map(crate::model::UniqueVolumeName::from_raw);
+            let _ = loop_events.send(super::Event::ReportedInUse(names.collect()));
+        }),
+        in_use_wanted: wake,
         drivers: Box::new(move || drivers.as_ref().map(|d| d.node_ids()).unwrap_or_default()),
         volume_health: Box::new(move || {
             let Some(m) = &monitor else {

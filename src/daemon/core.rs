@@ -31,6 +31,7 @@ use crate::sources::DesiredPod;
 
 mod housekeeping;
 mod late;
+mod node_status;
 mod republish;
 
 pub use super::effects::{
@@ -278,7 +279,9 @@ impl Core {
             }
             Event::JobDone(report) => return self.job_done(w, report, now, out),
             Event::Done(c) => return self.completed(w, c, now, out),
-            Event::NodeDevicePaths(paths) => device_paths_from_node(w, paths),
+            Event::NodeDevicePaths(paths) => node_status::device_paths_from_node(w, paths),
+            // a pass: mounts that waited for the report may start
+            Event::ReportedInUse(names) => return w.dsw.mark_reported_in_use(&names) > 0,
         }
         true
     }
@@ -422,9 +425,7 @@ impl Core {
             let pending = &self.pending;
             plan(&w.dsw, &w.asw, &|k| pending.busy(k, now))
         };
-        for b in p.blocked {
-            w.dsw.add_pod_error(&b.pod, b.error.to_string());
-        }
+        node_status::blocked(w, p.blocked, out);
         for action in p.actions {
             let key = action.key();
             if !self.pending.start(&key, now) {
@@ -499,23 +500,3 @@ fn update_gauges(metrics: &Metrics, w: &World) {
 #[cfg(test)]
 #[path = "core_tests.rs"]
 pub(super) mod tests;
-
-/// Seed 001's `volumesNeedUpdateFromNodeStatus`: a device reconstructed as
-/// uncertain without its device path takes the one the node's status
-/// lists, once. With the journal a reconstructed device almost always has
-/// its path (from the journal), so this usually fills none; the count is
-/// logged either way.
-fn device_paths_from_node(w: &mut World, paths: Vec<(UniqueVolumeName, std::path::PathBuf)>) {
-    let listed = paths.len();
-    let filled = paths
-        .into_iter()
-        .filter(|(v, p)| {
-            !p.as_os_str().is_empty() && w.asw.update_reconstructed_device_path(v, p.clone())
-        })
-        .count();
-    tracing::info!(
-        listed,
-        filled,
-        "devicePaths from node.status.volumesAttached (only devices still uncertain without one take them)"
-    );
-}

@@ -95,6 +95,7 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::Host(HostWork::Trim) => "trim".into(),
             Effect::Host(HostWork::CheckLate { paths }) => format!("check-late:{}", paths.len()),
             Effect::PodEvent(e) => format!("event:{}:{}", e.reason, e.pod),
+            Effect::ReportInUse => "report-in-use".into(),
         })
         .collect()
 }
@@ -220,6 +221,56 @@ fn mounts_start_while_listing_and_a_succeeded_job_behind_a_queue_plans_nothing()
     assert_eq!(names(&c_added), ["mount:c"], "a source change still plans");
     let quiet = c.step(&mut w, vec![mounted(&first, "b")], ms(t0, 2), queued);
     assert!(names(&quiet).is_empty(), "{:?}", names(&quiet));
+}
+
+/// A pod with one CSI PV whose driver requires attaching.
+fn attachable_pod(u: &str) -> DesiredPod {
+    let spec = VolumeSpec::Csi(Box::new(crate::model::CsiSpec {
+        driver: "d.example.com".into(),
+        volume_handle: "h".into(),
+        attachment: Some(("csi-1".into(), Default::default())),
+        ..Default::default()
+    }));
+    let mut p = pod(u);
+    p.volumes[0].volume = PodVolume::unique_name(&spec, &uid(u), "pv1");
+    p.volumes[0].spec = spec.into();
+    p
+}
+
+/// With an API server, an attachable volume's mount waits for
+/// `volumesInUse`: the publisher is woken once (not per pass), and the
+/// report that lists it starts the mount.
+#[test]
+fn an_attachable_mount_asks_for_an_in_use_report_once_and_starts_on_it() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    w.dsw.set_in_use_gate(true);
+    let add = Event::Sources(vec![SourceEvent::PodAdded(attachable_pod("a"))]);
+    let first = c.step(&mut w, vec![add], t0, idle());
+    assert_eq!(names(&first), ["report-in-use"]);
+    let errors: Vec<_> = w.dsw.errors_of_pod(&uid("a")).collect();
+    assert!(
+        errors.iter().any(|e| e.contains("volumesInUse")),
+        "{errors:?}"
+    );
+    let again = c.step(&mut w, vec![added(&["b"], false)], ms(t0, 1), idle());
+    assert_eq!(names(&again), ["mount:b"], "asked once");
+    let volume = attachable_pod("a").volumes[0].volume.clone();
+    let other = UniqueVolumeName::from_raw("kubernetes.io/csi/other^x");
+    let unrelated = c.step(
+        &mut w,
+        vec![Event::ReportedInUse(vec![other])],
+        ms(t0, 2),
+        idle(),
+    );
+    assert!(names(&unrelated).is_empty(), "{:?}", names(&unrelated));
+    let reported = c.step(
+        &mut w,
+        vec![Event::ReportedInUse(vec![volume])],
+        ms(t0, 3),
+        idle(),
+    );
+    assert_eq!(names(&reported), ["mount:a"]);
 }
 
 #[test]

@@ -30,6 +30,8 @@ pub enum Event {
     /// `node.status.volumesAttached` as the API server had it once the
     /// API source listed: (unique volume name, devicePath)
     NodeDevicePaths(Vec<(UniqueVolumeName, std::path::PathBuf)>),
+    /// a node status update listing these in `volumesInUse` succeeded
+    ReportedInUse(Vec<UniqueVolumeName>),
 }
 
 /// How an effect ended.
@@ -153,6 +155,9 @@ pub enum Effect {
     /// an event on a pod, as the kubelet records one (`FailedMount`,
     /// `FailedUnMount`): to the event sink, stamped with the time there
     PodEvent(PodEvent),
+    /// an attachable volume's mount waits for `volumesInUse`: update the
+    /// node status now rather than at the next period
+    ReportInUse,
 }
 
 /// What the driver read from shared counters before the step.

@@ -58,6 +58,10 @@ pub struct LoopConfig {
     pub republish_every: Duration,
     /// where payload volumes read their ConfigMaps and Secrets
     pub payload_objects: Arc<dyn crate::plugins::payload::ObjectStore>,
+    /// with an API server: wakes the node status publisher when an
+    /// attachable volume's mount waits for `volumesInUse` (and turns that
+    /// wait on)
+    pub in_use_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -187,7 +191,11 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         journal_lane,
         host_lane,
         sink,
+        in_use_wake: cfg.in_use_wake.clone(),
     };
+    lock(&driver.world)
+        .dsw
+        .set_in_use_gate(cfg.in_use_wake.is_some());
     threads.push(spawn("volumed-reconciler", move || driver.run())?);
     Ok(threads)
 }
@@ -208,6 +216,7 @@ struct Driver {
     journal_lane: Option<Sender<JournalWork>>,
     host_lane: Sender<HostWork>,
     sink: Arc<dyn crate::health::EventSink>,
+    in_use_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Driver {
@@ -323,6 +332,12 @@ impl Driver {
                 None => feedback.push(Event::Done(lane_gone_journal(work))),
             },
             Effect::PodEvent(e) => self.sink.emit(e.stamped(std::time::SystemTime::now())),
+            Effect::ReportInUse => {
+                if let Some(n) = &self.in_use_wake {
+                    // a permit is kept when the publisher is busy patching
+                    n.notify_one();
+                }
+            }
             Effect::Host(work) => {
                 if let Err(mpsc::SendError(work)) = self.host_lane.send(work) {
                     feedback.push(Event::Done(match work {

@@ -213,6 +213,7 @@ fn rig(workers: usize) -> Rig {
             csi: None,
             republish_every: Duration::ZERO,
             payload_objects: Arc::new(crate::plugins::payload::ObjectStores::default()),
+            in_use_wake: None,
         },
         world: world.clone(),
         journal: Some(journal.clone()),

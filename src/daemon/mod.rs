@@ -256,6 +256,7 @@ impl Daemon {
             }
             false => (recent.clone(), None),
         };
+        let in_use_wake = api.is_some().then(|| Arc::new(tokio::sync::Notify::new()));
         let changes = Arc::new(crate::runtime::Changes::new());
         let heartbeat = Arc::new(crate::notify::Heartbeat::default());
         let spawned = spawn_loop(LoopParts {
@@ -279,6 +280,7 @@ impl Daemon {
                     )
                 }),
                 payload_objects: Arc::new(cfg.payload_objects.clone()),
+                in_use_wake: in_use_wake.clone(),
             },
             world: world.clone(),
             journal: journal.clone(),
@@ -351,12 +353,15 @@ impl Daemon {
             )),
             None => None,
         };
-        if let (Some(publisher), Some(stop), Some(rx)) = (publisher, &api, api_events) {
+        if let (Some(publisher), Some(stop), Some(rx), Some(wake)) =
+            (publisher, &api, api_events, in_use_wake)
+        {
             let view = api_source::node_view(
                 crate::runtime::VolumeManagerHandle::new(world.clone(), changes.clone()),
                 world.clone(),
                 cfg.csi.as_ref().map(|c| c.drivers.clone()),
                 monitor.clone(),
+                (wake, events_tx.clone()),
             );
             publisher.start(view, rx, stop);
         }

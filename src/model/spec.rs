@@ -177,6 +177,14 @@ impl VolumeSpec {
         }
     }
 
+    /// Whether an attach/detach controller attaches this volume to the
+    /// node: a CSI PV whose driver requires attaching (its spec carries the
+    /// VolumeAttachment). Such a volume goes into `node.status.volumesInUse`
+    /// and is mounted only once it is reported there.
+    pub fn is_attachable(&self) -> bool {
+        matches!(self, VolumeSpec::Csi(c) if c.attachment.is_some() && !c.ephemeral)
+    }
+
     /// The access modes, empty for inline volumes.
     pub fn access_modes(&self) -> &[AccessMode] {
         match self {

@@ -144,6 +144,20 @@ pub fn plan(
         if skip {
             continue;
         }
+        // a mount that is still to happen waits for volumesInUse; one that
+        // happened (device lost) is repaired without waiting
+        let mounted = matches!(&presence, Ok(p) if p.mounted);
+        if !mounted && dsw.waits_for_in_use_report(v) {
+            out.blocked.push(Blocked {
+                pod: uid.clone(),
+                volume: name.clone(),
+                error: StateError::NotReportedInUse {
+                    volume: name.clone(),
+                    pod: uid.clone(),
+                },
+            });
+            continue;
+        }
         let want = DesiredStateOfWorld::volume_to_mount(name, uid, v, p);
         match presence {
             Ok(p) if p.mounted => push(
@@ -635,5 +649,95 @@ mod tests {
             want.selinux.as_ref().map(SeLinuxContext::as_str),
             Some("u:r:t:s0:c1,c2")
         );
+    }
+
+    fn attachable(attached: bool) -> VolumeSpec {
+        VolumeSpec::Csi(Box::new(crate::model::CsiSpec {
+            driver: "d.example.com".into(),
+            volume_handle: "h".into(),
+            attachment: attached.then(|| ("csi-123".to_owned(), Default::default())),
+            ..Default::default()
+        }))
+    }
+
+    /// The kubelet mounts an attachable volume only once a node status
+    /// update listed it in `volumesInUse`; with the gate off (no API
+    /// server) and for volumes nobody attaches, nothing waits.
+    #[test]
+    fn an_attachable_volume_waits_for_its_in_use_report() {
+        struct Row {
+            name: &'static str,
+            gate: bool,
+            attached: bool,
+            reported: bool,
+            mounts: bool,
+        }
+        let rows = [
+            Row {
+                name: "gate on, unreported: waits",
+                gate: true,
+                attached: true,
+                reported: false,
+                mounts: false,
+            },
+            Row {
+                name: "gate on, reported: mounts",
+                gate: true,
+                attached: true,
+                reported: true,
+                mounts: true,
+            },
+            Row {
+                name: "gate off: mounts",
+                gate: false,
+                attached: true,
+                reported: false,
+                mounts: true,
+            },
+            Row {
+                name: "not attachable: mounts",
+                gate: true,
+                attached: false,
+                reported: false,
+                mounts: true,
+            },
+        ];
+        for r in rows {
+            let mut d = DesiredStateOfWorld::new();
+            d.set_in_use_gate(r.gate);
+            let v = want(&mut d, "a", attachable(r.attached), "pv1");
+            if r.reported {
+                assert_eq!(d.mark_reported_in_use(std::slice::from_ref(&v)), 1);
+            }
+            let p = plan(&d, &ActualStateOfWorld::new(), &|_| false);
+            assert_eq!(p.actions.len(), usize::from(r.mounts), "{}", r.name);
+            assert_eq!(p.blocked.len(), usize::from(!r.mounts), "{}", r.name);
+            if let Some(b) = p.blocked.first() {
+                assert!(
+                    matches!(b.error, StateError::NotReportedInUse { .. }),
+                    "{}: {}",
+                    r.name,
+                    b.error
+                );
+                assert!(b.error.to_string().contains("volumesInUse"), "{}", r.name);
+            }
+        }
+    }
+
+    /// Asked once per volume (the publisher is woken once), and a report
+    /// names only what it lists.
+    #[test]
+    fn an_in_use_report_is_requested_once_and_marks_what_it_lists() {
+        let mut d = DesiredStateOfWorld::new();
+        d.set_in_use_gate(true);
+        let v = want(&mut d, "a", attachable(true), "pv1");
+        assert!(d.request_in_use_report(&v));
+        assert!(!d.request_in_use_report(&v), "asked twice");
+        let other = UniqueVolumeName::from_raw("kubernetes.io/csi/d^other");
+        assert_eq!(d.mark_reported_in_use(std::slice::from_ref(&other)), 0);
+        assert!(d.volume(&v).is_some_and(|x| d.waits_for_in_use_report(x)));
+        assert_eq!(d.mark_reported_in_use(&[v.clone(), other]), 1);
+        assert!(d.volume(&v).is_some_and(|x| !d.waits_for_in_use_report(x)));
+        assert!(!d.request_in_use_report(&v), "reported: nothing to ask");
     }
 }

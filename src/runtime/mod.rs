@@ -212,8 +212,7 @@ impl VolumeManagerHandle {
     pub fn attachable_in_use(&self) -> Vec<UniqueVolumeName> {
         use crate::model::{PluginName, VolumeSpec};
         let attachable = |spec: Option<&VolumeSpec>, plugin: PluginName| match spec {
-            Some(VolumeSpec::Csi(c)) => c.attachment.is_some() && !c.ephemeral,
-            Some(_) => false,
+            Some(spec) => spec.is_attachable(),
             None => plugin == PluginName::Csi,
         };
         let w = self.lock();

@@ -57,6 +57,22 @@ pub struct DesiredVolume {
     pub original_selinux: Option<SeLinuxContext>,
     /// the pods that want it
     pub pods: PodMap<DesiredPod>,
+    /// whether `node.status.volumesInUse` has it (attachable volumes)
+    pub in_use: InUseReport,
+}
+
+/// Where an attachable volume stands with `node.status.volumesInUse` (the
+/// kubelet's `reportedInUse`): the attach/detach controller must see it in
+/// use before it is mounted, or it could detach it under the mount.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InUseReport {
+    /// not in a status update yet
+    #[default]
+    Unreported,
+    /// a mount waits for it: the publisher was asked for an update
+    Requested,
+    /// a status update that lists it succeeded
+    Reported,
 }
 
 /// The result of [`DesiredStateOfWorld::add_pod_to_volume`].
@@ -113,6 +129,9 @@ pub struct DesiredStateOfWorld {
     /// for every volume of the pod's spec)
     pods: BTreeMap<PodUid, Box<[SharedStr]>>,
     populated: bool,
+    /// attachable volumes are mounted only once reported in use (a node
+    /// with an API server; a standalone node has no controller to tell)
+    in_use_gate: bool,
     /// pods that exist but have a volume that cannot be resolved now: they
     /// keep every mount they have (DESIGN.md "Contracts", static sources)
     unresolved: BTreeSet<PodUid>,
@@ -172,6 +191,7 @@ impl DesiredStateOfWorld {
                 effective_selinux: volume.selinux,
                 original_selinux: check.original.clone(),
                 pods: PodMap::new(),
+                in_use: InUseReport::Unreported,
             })
         });
         let mut conflict = None;
@@ -432,6 +452,46 @@ impl DesiredStateOfWorld {
     /// Whether every pod source has listed its pods once.
     pub fn is_populated(&self) -> bool {
         self.populated
+    }
+
+    /// Makes attachable volumes wait for `node.status.volumesInUse` before
+    /// they are mounted (see [`InUseReport`]).
+    pub fn set_in_use_gate(&mut self, on: bool) {
+        self.in_use_gate = on;
+    }
+
+    /// Whether mounting `v` must wait for a status update that lists it.
+    pub fn waits_for_in_use_report(&self, v: &DesiredVolume) -> bool {
+        self.in_use_gate && v.in_use != InUseReport::Reported && v.spec.is_attachable()
+    }
+
+    /// Notes that a mount of `volume` waits for a status update; true the
+    /// first time, when the publisher is to be woken.
+    pub fn request_in_use_report(&mut self, volume: &UniqueVolumeName) -> bool {
+        match self.volumes.get_mut(volume) {
+            Some(v) if v.in_use == InUseReport::Unreported => {
+                v.in_use = InUseReport::Requested;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A status update listing `reported` in `volumesInUse` succeeded (the
+    /// kubelet's `MarkVolumesAsReportedInUse`). O(reported): a volume added
+    /// after the update was computed but listed in it is in use on the
+    /// server all the same.
+    pub fn mark_reported_in_use(&mut self, reported: &[UniqueVolumeName]) -> usize {
+        let mut newly = 0;
+        for name in reported {
+            if let Some(v) = self.volumes.get_mut(name)
+                && v.in_use != InUseReport::Reported
+            {
+                v.in_use = InUseReport::Reported;
+                newly += 1;
+            }
+        }
+        newly
     }
 }
 

@@ -58,8 +58,8 @@ pub use asw::{
     PodMount, PodPresence, VolumeMut,
 };
 pub use dsw::{
-    AddedPod, DesiredPod, DesiredStateOfWorld, DesiredVolume, LabelCheck, MAX_POD_ERRORS,
-    VolumeToMount,
+    AddedPod, DesiredPod, DesiredStateOfWorld, DesiredVolume, InUseReport, LabelCheck,
+    MAX_POD_ERRORS, VolumeToMount,
 };
 pub use pod_map::PodMap;
 pub use snapshot::{DeviceSnapshot, PodSnapshot, StateSnapshot, UnmountedOutside, VolumeSnapshot};
@@ -127,6 +127,18 @@ pub enum StateError {
         /// the pod that asked
         pod: PodUid,
     },
+    /// An attachable volume not yet in `node.status.volumesInUse`: it is
+    /// not mounted until a status update lists it (the kubelet's
+    /// `VerifyControllerAttachedVolume` refuses it the same way).
+    #[error(
+        "volume {volume} is not yet in the node's status.volumesInUse; it is mounted once the node status update lists it"
+    )]
+    NotReportedInUse {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the pod that waits
+        pod: PodUid,
+    },
 }
 
 /// What kind of failure a [`StateError`] is, for callers to branch on.
@@ -147,7 +159,8 @@ impl StateError {
             StateError::MarkDevice { .. }
             | StateError::MarkVolume { .. }
             | StateError::DeletePodFromVolume { .. }
-            | StateError::VolumeNotAttached { .. } => StateErrorKind::NotFound,
+            | StateError::VolumeNotAttached { .. }
+            | StateError::NotReportedInUse { .. } => StateErrorKind::NotFound,
             StateError::DeleteVolume { .. } => StateErrorKind::Busy,
             StateError::AddPodToVolume { .. } | StateError::SeLinuxMismatch { .. } => {
                 StateErrorKind::Conflict

@@ -291,6 +291,14 @@ impl Daemon {
         serde_json::from_str(&self.get("/debug/state")).unwrap()
     }
 
+    /// The errors `/debug/state` holds for the pod `uid`, joined.
+    pub fn pod_errors(&self, uid: &str) -> String {
+        let state = self.state();
+        let errors = state["pod_errors"][uid].as_array().into_iter().flatten();
+        let errors: Vec<&str> = errors.filter_map(Value::as_str).collect();
+        errors.join("\n")
+    }
+
     /// `/metrics`.
     pub fn metrics(&self) -> String {
         self.get("/metrics")

@@ -1,0 +1,45 @@
+//! What the node's status in the API server means for the loop:
+//! `volumesAttached` fills devicePaths still uncertain (once, after the
+//! first list), and an attachable volume's mount waits until
+//! `volumesInUse` lists it (the publisher is woken once per volume).
+
+use super::{Effect, World};
+use crate::model::UniqueVolumeName;
+use crate::reconciler::plan::Blocked;
+use crate::state::StateError;
+
+/// The plan's blocked pods: each gets its error; a mount that waits for
+/// `volumesInUse` asks the publisher for an update the first time.
+pub(super) fn blocked(w: &mut World, blocked: Vec<Blocked>, out: &mut Vec<Effect>) {
+    for b in blocked {
+        if let StateError::NotReportedInUse { volume, .. } = &b.error
+            && w.dsw.request_in_use_report(volume)
+        {
+            out.push(Effect::ReportInUse);
+        }
+        w.dsw.add_pod_error(&b.pod, b.error.to_string());
+    }
+}
+
+/// Seed 001's `volumesNeedUpdateFromNodeStatus`: a device reconstructed as
+/// uncertain without its device path takes the one the node's status
+/// lists, once. With the journal a reconstructed device almost always has
+/// its path (from the journal), so this usually fills none; the count is
+/// logged either way.
+pub(super) fn device_paths_from_node(
+    w: &mut World,
+    paths: Vec<(UniqueVolumeName, std::path::PathBuf)>,
+) {
+    let listed = paths.len();
+    let filled = paths
+        .into_iter()
+        .filter(|(v, p)| {
+            !p.as_os_str().is_empty() && w.asw.update_reconstructed_device_path(v, p.clone())
+        })
+        .count();
+    tracing::info!(
+        listed,
+        filled,
+        "devicePaths from node.status.volumesAttached (only devices still uncertain without one take them)"
+    );
+}
