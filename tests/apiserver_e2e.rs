@@ -19,6 +19,8 @@
 //!   the CSINode and the node id annotation name the registered driver;
 //!   the node's `volumesAttached` fills no devicePath after the restart
 //!   (the journal knew it);
+//! - a volume health condition is a `VolumeConditionAbnormal` Event on the
+//!   pod and an entry in its `status.volumeHealth`;
 //! - an attachable volume is mounted only once `volumesInUse` lists it, and
 //!   a mount waiting for that updates the node status at once.
 //!
@@ -414,6 +416,87 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
             "volumesInUse empty once the volume is gone",
             || in_use(&api).is_null(),
             || format!("{:#}", node_of(&api)),
+        );
+        daemon.stop();
+    });
+}
+
+/// The health monitor's findings reach the API server: a pod's tmpfs
+/// unmounted behind volumed's back is a `VolumeConditionAbnormal` Warning
+/// Event on that pod and an abnormal entry for the volume in the pod's
+/// `status.volumeHealth` (the 1.37 field), patched on the status
+/// subresource; the pod beside it gets no event and no condition.
+#[test]
+fn a_volume_health_condition_is_an_event_and_the_pods_volume_health() {
+    real("reports volume health to the API server", || {
+        let (mut env, api) = api_env("volumed-api-e2e-health-");
+        // passes only on demand (`/debug/health?fresh=1`)
+        env.extra_args
+            .extend(["--health-period".to_owned(), "1h".to_owned()]);
+        api.put(pod("uid-sick", NODE));
+        api.put(pod("uid-well", NODE));
+        let daemon = env.start();
+        let (sick, well) = (cache_of(&env, "uid-sick"), cache_of(&env, "uid-well"));
+        daemon.wait_until_showing(
+            "both pods mounted",
+            || mounted(&daemon, &[&sick, &well]),
+            || daemon.get("/debug/state"),
+        );
+        support::umount(&sick);
+        daemon.get("/debug/health?fresh=1");
+        let status_of = |uid: &str| {
+            let p = api.get("v1", "Pod", Some("apps"), &format!("pod-{uid}"));
+            p.map(|p| p["status"]["volumeHealth"].clone())
+                .unwrap_or_default()
+        };
+        daemon.wait_until_showing(
+            "the sick pod's status.volumeHealth names the vanished mount",
+            || {
+                let h = status_of("uid-sick");
+                h[0]["name"] == "cache"
+                    && h[0]["healthConditions"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["reason"] == "MountVanished"))
+            },
+            || format!("{:#}", status_of("uid-sick")),
+        );
+        let events = || api.list("v1", "Event");
+        daemon.wait_until_showing(
+            "a VolumeConditionAbnormal event on the sick pod",
+            || {
+                events().iter().any(|e| {
+                    e["reason"] == "VolumeConditionAbnormal"
+                        && e["involvedObject"]["uid"] == "uid-sick"
+                        && e["type"] == "Warning"
+                })
+            },
+            || format!("{:#?}", events()),
+        );
+        // a healthy volume is reported without conditions, if at all
+        let well_health = status_of("uid-well");
+        assert!(
+            well_health
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|v| v["healthConditions"].as_array().is_none_or(Vec::is_empty)),
+            "{well_health:#}"
+        );
+        let about_well = events()
+            .into_iter()
+            .filter(|e| e["involvedObject"]["uid"] == "uid-well")
+            .collect::<Vec<_>>();
+        assert!(about_well.is_empty(), "{about_well:#?}");
+        // volumeHealth goes through the status subresource only
+        let patches: Vec<_> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path.contains("/pods/"))
+            .collect();
+        assert!(!patches.is_empty());
+        assert!(
+            patches.iter().all(|r| r.path.ends_with("/status")),
+            "{patches:#?}"
         );
         daemon.stop();
     });
