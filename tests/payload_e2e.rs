@@ -17,6 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde_json::json;
 use support::daemon::{Env, all_mounted, delete_all_and_wait, real, series};
 
 const POD: &str = "7c1e2d3c-4b5a-4968-8776-655443322110";
@@ -128,6 +129,21 @@ fn a_secret_is_written_journaled_without_its_bytes_and_kept_across_a_restart() {
         assert!(on_tmpfs, "the secret is on a tmpfs");
         let meta = fs::metadata(secret.join("db/password")).unwrap();
         assert_eq!((meta.mode() & 0o777, meta.gid()), (0o440, 3000));
+        // What a runtime is told (the kubelet's CRI mount): read-only, no
+        // context= mount, so the runtime relabels the files.
+        let doc: serde_json::Value =
+            serde_json::from_str(&daemon.get(&format!("/v1/pods/{POD}/volumes"))).unwrap();
+        for v in doc["volumes"].as_array().unwrap() {
+            assert_eq!(
+                (
+                    &v["read_only"],
+                    &v["selinux_context"],
+                    &v["selinux_relabel"]
+                ),
+                (&json!(true), &json!(null), &json!(true)),
+                "{v:#}"
+            );
+        }
 
         let watched: Vec<PathBuf> = [
             secret.join("db/password"),

@@ -181,6 +181,10 @@ fn a_long_poll_for_a_pod_not_yet_added_returns_once_its_volumes_are_mounted() {
         assert_eq!(fs_type.as_deref(), Some("tmpfs"), "the tmpfs is there");
         assert_eq!(vols[0]["read_only"], false);
         assert_eq!(vols[0]["selinux_context"], Value::Null);
+        assert_eq!(
+            vols[0]["selinux_relabel"], true,
+            "an emptyDir is relabelled"
+        );
         let (status, tcp_body) = over_tcp.join().unwrap();
         assert_eq!(status, 200);
         assert_eq!(

@@ -179,6 +179,10 @@ impl VolumeManagerHandle {
                 host_path: host_path(v.spec.as_deref(), &t.mount.mount_path),
                 read_only: v.spec.as_deref().is_some_and(ready::read_only),
                 selinux_context: t.mount.selinux.context().map(|c| c.as_str().to_owned()),
+                selinux_relabel: ready::selinux_relabel(
+                    v.spec.as_deref(),
+                    t.mount.selinux.context().map(|c| c.as_str()),
+                ),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -267,6 +271,12 @@ fn view(w: &World, pod: &PodUid) -> Option<PodView> {
                 selinux_context: actual
                     .and_then(|a| a.mount.selinux.context())
                     .map(|c| c.as_str().to_owned()),
+                selinux_relabel: ready::selinux_relabel(
+                    Some(&desired.spec),
+                    actual
+                        .and_then(|a| a.mount.selinux.context())
+                        .map(|c| c.as_str()),
+                ),
             })
         })
         .collect();

@@ -24,6 +24,10 @@ pub struct PodVolume {
     pub read_only: bool,
     /// the SELinux context the target was mounted with (`context=`), if any
     pub selinux_context: Option<String>,
+    /// the runtime should relabel the files for the container (the CRI
+    /// `Mount.selinux_relabel` the kubelet sets): see [`selinux_relabel`]
+    #[serde(default)]
+    pub selinux_relabel: bool,
 }
 
 /// `GET /v1/pods/<uid>/volumes`: whether the pod's volumes are ready, the
@@ -54,6 +58,8 @@ pub struct TargetView {
     pub read_only: bool,
     /// [`PodVolume::selinux_context`]
     pub selinux_context: Option<String>,
+    /// [`PodVolume::selinux_relabel`]
+    pub selinux_relabel: bool,
 }
 
 /// What the DSW and the ASW say about one pod: O(its volumes) to take.
@@ -80,6 +86,33 @@ pub fn read_only(spec: &VolumeSpec) -> bool {
     }
 }
 
+/// Whether a container runtime should relabel the volume's files with the
+/// container's SELinux label, as the kubelet decides a CRI mount's
+/// `selinux_relabel`: never a volume mounted with `context=` (its files
+/// carry the label already, which is why those mounts exist) nor a hostPath
+/// (the host's own files); the volumes the kubelet's plugins mark
+/// `SELinuxRelabel` — emptyDir, local PVs, and configMap, secret,
+/// downwardAPI and projected, which the kubelet never mounts with a
+/// context — always. A CSI volume: the kubelet asks the mount whether it
+/// has `seclabel`; volumed answers from the filesystem type the volume is
+/// formatted with, relabelling the local filesystems that carry labels and
+/// nothing it cannot tell (an NFS or FUSE export without labels would make
+/// the relabel, and the container's start, fail). A runtime on a host
+/// without SELinux ignores it.
+pub fn selinux_relabel(spec: Option<&VolumeSpec>, context: Option<&str>) -> bool {
+    const LABELLED: [&str; 6] = ["ext4", "ext3", "ext2", "xfs", "btrfs", "tmpfs"];
+    if context.is_some_and(|c| !c.is_empty()) {
+        return false;
+    }
+    match spec {
+        Some(VolumeSpec::EmptyDir { .. } | VolumeSpec::Local { .. } | VolumeSpec::Payload(_)) => {
+            true
+        }
+        Some(VolumeSpec::Csi(c)) => c.fs_type.as_deref().is_some_and(|f| LABELLED.contains(&f)),
+        Some(VolumeSpec::HostPath { .. }) | None => false,
+    }
+}
+
 /// The answer for pod `uid` from its view.
 pub fn decide(uid: &str, view: &PodView) -> PodVolumes {
     let mounted = |t: &&TargetView| t.state == Some(MountState::Mounted);
@@ -92,6 +125,7 @@ pub fn decide(uid: &str, view: &PodView) -> PodVolumes {
             host_path: t.host_path.clone(),
             read_only: t.read_only,
             selinux_context: t.selinux_context.clone(),
+            selinux_relabel: t.selinux_relabel,
         })
         .collect();
     volumes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -138,6 +172,72 @@ pub fn decide(uid: &str, view: &PodView) -> PodVolumes {
 mod tests {
     use super::*;
 
+    /// The kubelet's `selinux_relabel` per plugin, and never over a
+    /// `context=` mount.
+    #[test]
+    fn which_volumes_a_runtime_relabels() {
+        use crate::model::{CsiSpec, StorageMedium};
+        let csi = |fs: Option<&str>| {
+            VolumeSpec::Csi(Box::new(CsiSpec {
+                fs_type: fs.map(str::to_owned),
+                ..CsiSpec::default()
+            }))
+        };
+        let empty_dir = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            size_limit: None,
+        };
+        let host_path = VolumeSpec::HostPath {
+            path: "/data".into(),
+            host_path_type: crate::model::HostPathType::Unset,
+        };
+        let secret = VolumeSpec::Payload(Box::new(crate::model::PayloadSpec {
+            kind: crate::model::PayloadKind::Secret,
+            namespace: "default".into(),
+            default_mode: 0o644,
+            sources: Vec::new(),
+            fs_group: None,
+            pod_fields: Default::default(),
+            version: None,
+            immutable: false,
+        }));
+        let label = Some("system_u:object_r:container_file_t:s0:c1,c2");
+        let rows: [(&str, Option<&VolumeSpec>, Option<&str>, bool); 9] = [
+            (
+                "secret: never mounted with a context",
+                Some(&secret),
+                None,
+                true,
+            ),
+            ("emptyDir", Some(&empty_dir), None, true),
+            (
+                "emptyDir mounted without a context",
+                Some(&empty_dir),
+                Some(""),
+                true,
+            ),
+            (
+                "hostPath: the host's own files",
+                Some(&host_path),
+                None,
+                false,
+            ),
+            ("CSI ext4", Some(&csi(Some("ext4"))), None, true),
+            (
+                "CSI ext4 mounted with context=",
+                Some(&csi(Some("ext4"))),
+                label,
+                false,
+            ),
+            ("CSI nfs: cannot tell", Some(&csi(Some("nfs"))), None, false),
+            ("CSI without fsType", Some(&csi(None)), None, false),
+            ("no spec (rebuilt from the host)", None, None, false),
+        ];
+        for (name, spec, context, want) in rows {
+            assert_eq!(selinux_relabel(spec, context), want, "{name}");
+        }
+    }
+
     fn target(name: &str, state: Option<MountState>) -> TargetView {
         TargetView {
             name: name.into(),
@@ -145,6 +245,7 @@ mod tests {
             host_path: format!("/r/pods/u/volumes/kubernetes.io~empty-dir/{name}"),
             read_only: false,
             selinux_context: None,
+            selinux_relabel: true,
         }
     }
 
@@ -225,6 +326,7 @@ mod tests {
         let mut t = target("data", Some(MountState::Mounted));
         t.read_only = true;
         t.selinux_context = Some("system_u:object_r:container_file_t:s0:c1,c2".into());
+        t.selinux_relabel = false;
         let d = decide("u1", &view(&["data"], vec![t]));
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(
@@ -237,6 +339,7 @@ mod tests {
                     "host_path": "/r/pods/u/volumes/kubernetes.io~empty-dir/data",
                     "read_only": true,
                     "selinux_context": "system_u:object_r:container_file_t:s0:c1,c2",
+                    "selinux_relabel": false,
                 }],
                 "errors": [],
             })
