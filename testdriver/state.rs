@@ -99,13 +99,19 @@ impl State {
     }
 
     /// Logs the call `entry` (an object with at least `method`; the pid is
-    /// added, so a test can tell a restarted driver's calls apart), then
+    /// added, so a test can tell a restarted driver's calls apart, and the
+    /// time it arrived, `at_ms`), then
     /// finds the fault that applies to it and uses one of its `times`.
     pub fn begin(&self, mut entry: Value) -> Result<Fault, Status> {
         let Some(dir) = &self.dir else {
             return Ok(Fault::default());
         };
         entry["pid"] = Value::from(std::process::id());
+        // when the call arrived (ms since the epoch): tests order calls by
+        // it rather than by when they happened to poll the log
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let ms = now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        entry["at_ms"] = Value::from(ms);
         let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         append_line(&dir.join(CALLS), &entry)
             .map_err(|e| Status::internal(format!("test driver: writing the call log: {e}")))?;

@@ -149,6 +149,11 @@ impl TestDriver {
         read_calls(&self.opts.state)
     }
 
+    /// [`TestDriver::calls`] with when each arrived (`at_ms`).
+    pub fn calls_timed(&self) -> Vec<serde_json::Value> {
+        read_calls_timed(&self.opts.state)
+    }
+
     /// How many calls of `method` were logged.
     pub fn count(&self, method: &str) -> usize {
         self.calls()
@@ -220,8 +225,21 @@ impl Drop for TestDriver {
     }
 }
 
-/// The call log in `state`, oldest first.
+/// The call log in `state`, oldest first, without the arrival times (so
+/// two calls with the same arguments compare equal).
 pub fn read_calls(state: &Path) -> Vec<serde_json::Value> {
+    let mut calls = read_calls_timed(state);
+    for c in &mut calls {
+        if let Some(o) = c.as_object_mut() {
+            o.remove("at_ms");
+        }
+    }
+    calls
+}
+
+/// The call log in `state`, oldest first, each with `at_ms`: when the
+/// driver received it (ms since the epoch).
+pub fn read_calls_timed(state: &Path) -> Vec<serde_json::Value> {
     let Ok(text) = fs::read_to_string(state.join("calls.jsonl")) else {
         return Vec::new();
     };
