@@ -10,6 +10,7 @@
 //! 2. `trigger_fs_error` on the mounted ext4: `FilesystemErrors`; then the
 //!    volume remounted read-only under the read-write pod;
 //! 3. a pod's tmpfs emptyDir unmounted outside volumed: `MountVanished`;
+//!    a disk emptyDir's files past its `sizeLimit`: `SizeLimitExceeded`;
 //! 4. the test CSI driver reporting abnormal, then failing the call (the
 //!    condition stays, the failure is counted), then normal;
 //! 5. a driver without `VOLUME_CONDITION`: usage only, no condition.
@@ -312,6 +313,55 @@ fn a_pod_volume_unmounted_outside_volumed_is_reported_vanished() {
         );
         // the PV beside it is untouched
         assert_eq!(checked(&daemon, LOCAL_VOLUME)["health"]["abnormal"], false);
+        daemon.kill();
+    });
+}
+
+/// A disk emptyDir shares the node's filesystem, so its `sizeLimit` is
+/// judged by the blocks of its own files (as the kubelet's eviction
+/// manager runs `du`), nested ones included: over the limit, then under
+/// it again once a file is removed.
+#[test]
+fn a_disk_empty_dir_over_its_size_limit_is_found_by_walking_it() {
+    real("fills a disk emptyDir past its sizeLimit", || {
+        let mut env = Env::new("volumed-health-sizelimit-");
+        quiet(&mut env);
+        env.write_pod(
+            "s.yaml",
+            &format!(
+                "apiVersion: v1
+kind: Pod
+metadata: {{name: {POD}, namespace: default, uid: {POD}}}
+spec:
+  containers: [{{name: app, image: busybox}}]
+  volumes:
+  - name: scratch
+    emptyDir: {{sizeLimit: 64Ki}}
+"
+            ),
+        );
+        let daemon = env.start();
+        let dir = env.pod_volume(POD, "kubernetes.io~empty-dir", "scratch");
+        let name = format!("kubernetes.io/empty-dir/{POD}-scratch");
+        daemon.wait_until("the emptyDir is set up", || {
+            support::daemon::all_mounted(&daemon.state(), std::slice::from_ref(&dir))
+        });
+        assert_eq!(checked(&daemon, &name)["health"]["abnormal"], false);
+        fs::create_dir_all(dir.join("nested/deeper")).unwrap();
+        let big = dir.join("nested/deeper/blob");
+        let mut f = fs::File::create(&big).unwrap();
+        f.write_all(&vec![7u8; 256 * 1024]).unwrap();
+        f.sync_all().unwrap();
+        let v = checked(&daemon, &name);
+        assert_eq!(v["health"]["abnormal"], true, "{v:#}");
+        assert_eq!(v["health"]["reason"], "SizeLimitExceeded", "{v:#}");
+        assert!(
+            v["health"]["message"].as_str().unwrap().contains("65536"),
+            "{v:#}"
+        );
+        fs::remove_file(&big).unwrap();
+        let v = checked(&daemon, &name);
+        assert_eq!(v["health"]["abnormal"], false, "{v:#}");
         daemon.kill();
     });
 }

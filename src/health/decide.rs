@@ -10,10 +10,12 @@
 //!   `ENOSPC`; it clears as soon as one block is free again.
 //! - **out of inodes**: the filesystem counts inodes (`f_files > 0`) and
 //!   none is free (`f_ffree == 0`).
-//! - **over `sizeLimit`**: an emptyDir's filesystem uses more bytes than
-//!   its `sizeLimit` (a memory emptyDir's tmpfs; a disk emptyDir shares its
-//!   filesystem with the node, whose usage says nothing about the volume,
-//!   so it is not judged by it).
+//! - **over `sizeLimit`**: an emptyDir uses more bytes than its
+//!   `sizeLimit`: a memory emptyDir's tmpfs by its `statfs`; a disk
+//!   emptyDir, which shares its filesystem with the node, by the blocks of
+//!   its own files, walked as the kubelet's eviction manager measures it
+//!   with `du` (the walk is bounded: one that stopped early still reports
+//!   a limit it already passed, and says nothing otherwise).
 
 use serde::Serialize;
 
@@ -89,10 +91,23 @@ pub struct Observation {
     pub fs_errors: Option<(u64, u64)>,
     /// the backing device or hostPath that is gone, if one is
     pub gone: Option<Gone>,
-    /// an emptyDir's `sizeLimit` in bytes, judged against `usage`
+    /// an emptyDir's `sizeLimit` in bytes, judged against `walked` when
+    /// there is one, else `usage`
     pub size_limit: Option<u64>,
+    /// a disk emptyDir's own files, walked
+    pub walked: Option<DirUsage>,
     /// a probe that failed outright (not "absent"): its error
     pub failed: Option<String>,
+}
+
+/// What a walk of a directory found: the disk space of every entry below
+/// it (not crossing mounts, not following symlinks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirUsage {
+    /// bytes of disk space counted
+    pub bytes: u64,
+    /// the walk saw every entry (it stops at a bound)
+    pub complete: bool,
 }
 
 /// The problems in `o`, most severe first (the order of the checks within a
@@ -149,6 +164,19 @@ pub fn findings(o: &Observation) -> Vec<Finding> {
             ),
         );
     }
+    if let (Some(limit), Some(w)) = (o.size_limit, o.walked)
+        && w.bytes > limit
+    {
+        let at_least = if w.complete { "" } else { "at least " };
+        add(
+            Severity::Degraded,
+            "SizeLimitExceeded",
+            format!(
+                "{at_least}{} bytes used, over the sizeLimit of {limit}",
+                w.bytes
+            ),
+        );
+    }
     let Some(u) = o.usage else {
         return out;
     };
@@ -176,7 +204,7 @@ pub fn findings(o: &Observation) -> Vec<Finding> {
             format!("no inodes left: 0 of {} free", u.files),
         );
     }
-    if let Some(limit) = o.size_limit {
+    if let Some(limit) = o.size_limit.filter(|_| o.walked.is_none()) {
         let used = u
             .blocks
             .saturating_sub(u.blocks_free)
@@ -424,6 +452,44 @@ mod tests {
                     ..healthy.clone()
                 },
                 vec![],
+            ),
+            (
+                // a disk emptyDir: its own files, not the node's filesystem
+                Observation {
+                    size_limit: Some(1000),
+                    walked: Some(DirUsage {
+                        bytes: 1001,
+                        complete: true,
+                    }),
+                    usage: Some(fs(50, 10, false)),
+                    ..healthy.clone()
+                },
+                vec![("SizeLimitExceeded", Degraded)],
+            ),
+            (
+                Observation {
+                    size_limit: Some(1000),
+                    // the node's filesystem is 95% used: not the volume's
+                    walked: Some(DirUsage {
+                        bytes: 1000,
+                        complete: true,
+                    }),
+                    usage: Some(fs(5, 10, false)),
+                    ..healthy.clone()
+                },
+                vec![],
+            ),
+            (
+                // a walk stopped at its bound, already past the limit
+                Observation {
+                    size_limit: Some(1000),
+                    walked: Some(DirUsage {
+                        bytes: 5000,
+                        complete: false,
+                    }),
+                    ..healthy.clone()
+                },
+                vec![("SizeLimitExceeded", Degraded)],
             ),
             (
                 Observation {

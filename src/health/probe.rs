@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::decide::{Finding, Gone, MountSeen, Observation, findings};
+use super::decide::{DirUsage, Finding, Gone, MountSeen, Observation, findings};
 use super::{Subject, Usage};
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{Errno, Sys};
@@ -199,6 +199,18 @@ pub(super) fn check(
             medium: StorageMedium::Memory,
             size_limit,
         }) => o.size_limit = *size_limit,
+        Some(VolumeSpec::EmptyDir {
+            size_limit: Some(limit),
+            ..
+        }) => {
+            o.size_limit = Some(*limit);
+            if let Some(dir) = data.filter(|_| data_intact) {
+                match walk_usage(sys, dir, WALK_ENTRIES) {
+                    Ok(w) => o.walked = Some(w),
+                    Err(e) => o.failed = Some(e.to_string()),
+                }
+            }
+        }
         _ => {}
     }
     if let Some((file, first)) = data_baseline.and_then(|b| b.errors.as_ref())
@@ -214,6 +226,45 @@ pub(super) fn check(
     }
     let usage = o.usage.map(Usage::from);
     (findings(&o), usage)
+}
+
+/// The most entries one walk of a disk emptyDir counts: a pass stays
+/// bounded however many files a pod makes (each costs a `statx`).
+pub(super) const WALK_ENTRIES: usize = 65_536;
+
+/// The disk space of everything below `dir`, as `du` counts it: every
+/// entry's blocks, directories included; no symlink followed, no mount
+/// below it entered (a mount is another volume's, or someone else's), at
+/// most `max` entries. Each directory is opened beneath `dir`, so one
+/// swapped for a symlink mid-walk fails the walk instead of leading out.
+pub(super) fn walk_usage(
+    sys: &dyn Sys,
+    dir: &Path,
+    max: usize,
+) -> Result<DirUsage, crate::host::sys::SysError> {
+    let mut out = DirUsage {
+        bytes: 0,
+        complete: true,
+    };
+    let mut seen = 0usize;
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for e in sys.read_dir_beneath(dir, &rel)? {
+            if seen == max {
+                out.complete = false;
+                return Ok(out);
+            }
+            seen += 1;
+            if e.mount_root {
+                continue;
+            }
+            out.bytes = out.bytes.saturating_add(e.bytes);
+            if e.kind == crate::host::sys::FileKind::Dir {
+                todo.push(rel.join(&e.name));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn absent(sys: &dyn Sys, path: &Path) -> bool {
@@ -254,6 +305,50 @@ mod tests {
 
     fn reasons(f: &[Finding]) -> Vec<&'static str> {
         f.iter().map(|f| f.reason).collect()
+    }
+
+    /// `du` of a disk emptyDir: every file below it, nested ones too, but
+    /// nothing under a mount inside it, and at most the bound.
+    #[test]
+    fn a_walk_counts_files_below_skips_mounts_and_stops_at_its_bound() {
+        let sys = RecordingSys::new();
+        let d = "/k/pods/u1/volumes/kubernetes.io~empty-dir/scratch";
+        sys.add(d, FileKind::Dir);
+        sys.add_file(format!("{d}/a"), vec![0; 1000]);
+        sys.add(format!("{d}/sub"), FileKind::Dir);
+        sys.add(format!("{d}/sub/deeper"), FileKind::Dir);
+        sys.add_file(format!("{d}/sub/deeper/b"), vec![0; 24]);
+        sys.add(format!("{d}/other"), FileKind::Dir);
+        sys.preset_mount(
+            None,
+            &Path::new(d).join("other"),
+            Some("tmpfs"),
+            MsFlags::empty(),
+            None,
+        )
+        .unwrap();
+        sys.add_file(format!("{d}/other/big"), vec![0; 1 << 20]);
+        let w = walk_usage(&sys, Path::new(d), 100).unwrap();
+        assert_eq!(
+            w,
+            DirUsage {
+                bytes: 1024,
+                complete: true
+            }
+        );
+        let cut = walk_usage(&sys, Path::new(d), 2).unwrap();
+        assert!(!cut.complete);
+        assert!(cut.bytes <= 1024);
+        // the over-limit finding comes from the walk, through `check`
+        let mut s = tmpfs_subject();
+        s.spec = Some(Arc::new(VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: Some(1023),
+        }));
+        s.pods[0].path = d.into();
+        s.pods[0].kind = TargetKind::Dir;
+        let (f, _) = check(&sys, &s, &Baselines::new());
+        assert_eq!(reasons(&f), ["SizeLimitExceeded"]);
     }
 
     #[test]

@@ -319,6 +319,9 @@ pub struct DirEntry {
     pub kind: FileKind,
     /// whether the entry is the root of a mount (including a same-filesystem bind)
     pub mount_root: bool,
+    /// the disk space it takes (`st_blocks` × 512, not following a symlink;
+    /// a directory's own blocks, not its contents')
+    pub bytes: u64,
 }
 
 /// What a block device holds, per [`Sys::probe_fs`](crate::host::sys::Sys::probe_fs).

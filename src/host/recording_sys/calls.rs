@@ -312,6 +312,8 @@ impl Sys for RecordingSys {
                 name: p.file_name().map(OsString::from).unwrap_or_default(),
                 kind,
                 mount_root: st.is_mount_point(&p),
+                // a file's bytes, as if every byte took disk space
+                bytes: st.contents.get(&p).map_or(0, |c| c.len() as u64),
             })
             .collect())
     }

@@ -284,6 +284,7 @@ impl Sys for LinuxSys {
                 name: os,
                 kind,
                 mount_root,
+                bytes: st.stx_blocks.saturating_mul(512),
             });
         }
         Ok(out)
