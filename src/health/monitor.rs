@@ -465,3 +465,131 @@ impl ProbeCtx {
         let _ = done.send(());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::health::{PodTarget, RecentEvents};
+    use crate::host::recording_sys::{RecordingSys, SysCall};
+    use crate::host::sys::{FileKind, MsFlags};
+    use crate::model::{PodUid, StorageMedium, TargetKind, VolumeSpec};
+
+    fn tmpfs(sys: &RecordingSys, name: &str) -> Subject {
+        let path = format!("/k/pods/{name}/volumes/kubernetes.io~empty-dir/cache");
+        sys.add(&path, FileKind::Dir);
+        sys.preset_mount(
+            None,
+            Path::new(&path),
+            Some("tmpfs"),
+            MsFlags::empty(),
+            None,
+        )
+        .unwrap();
+        Subject {
+            volume: UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/{name}-cache")),
+            plugin: PluginName::EmptyDir,
+            spec: Some(Arc::new(VolumeSpec::EmptyDir {
+                medium: StorageMedium::Memory,
+                size_limit: None,
+            })),
+            device: None,
+            pods: vec![PodTarget {
+                uid: PodUid::new(name).unwrap(),
+                outer_name: "cache".into(),
+                path: path.into(),
+                kind: TargetKind::Mount,
+                pod: None,
+            }],
+            claim: None,
+        }
+    }
+
+    /// The `statfs` calls on `s`'s target that got past their stall.
+    fn statfs_calls(sys: &RecordingSys, s: &Subject) -> usize {
+        let path = &s.pods[0].path;
+        sys.calls()
+            .iter()
+            .filter(|c| matches!(c, SysCall::Statfs { path: p } if p == path))
+            .count()
+    }
+
+    /// The calls on `s`'s target that got past their stall.
+    fn calls_on(sys: &RecordingSys, s: &Subject) -> usize {
+        let path = &s.pods[0].path;
+        sys.calls()
+            .iter()
+            .filter(|c| match c {
+                SysCall::Statfs { path: p } | SysCall::MountProbe { path: p } => p == path,
+                _ => false,
+            })
+            .count()
+    }
+
+    /// A check stuck in a call (here one that takes 4 s) is given up
+    /// at the per-check timeout: the pass goes on to the volumes after it
+    /// and ends long before the call returns, the timeout is counted, and
+    /// the next pass leaves the stuck volume out instead of adding a second
+    /// stuck thread; once the call returns, the volume is checked again.
+    #[test]
+    fn a_hung_check_is_abandoned_at_its_timeout_and_skipped_while_it_hangs() {
+        let sys = Arc::new(RecordingSys::new());
+        let subjects = vec![tmpfs(&sys, "a"), tmpfs(&sys, "b"), tmpfs(&sys, "c")];
+        let stuck = subjects[1].clone();
+        sys.stall(&stuck.pods[0].path, Duration::from_secs(4));
+        let metrics = crate::metrics::Metrics::new().unwrap().health.clone();
+        let listed = subjects.clone();
+        let monitor = Monitor::start(MonitorParts {
+            config: HealthConfig {
+                period: Duration::from_secs(3600),
+                // far above a fake call, even on a loaded machine
+                timeout: Duration::from_millis(500),
+                csi_condition: true,
+            },
+            sys: sys.clone(),
+            drivers: None,
+            subjects: Box::new(move || listed.clone()),
+            sink: Arc::new(RecentEvents::default()),
+            metrics: Some(metrics.clone()),
+        })
+        .unwrap();
+        let t0 = Instant::now();
+        assert!(monitor.check_now(Duration::from_secs(10)));
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        assert_eq!(metrics.timeouts.get(), 1);
+        let judged = |name: &UniqueVolumeName| {
+            monitor.read(|s| s.volumes.get(name).is_some_and(|r| r.condition.is_some()))
+        };
+        assert!(judged(&subjects[0].volume) && judged(&subjects[2].volume));
+        assert!(
+            !judged(&stuck.volume),
+            "no condition from a check that hung"
+        );
+
+        let before = statfs_calls(&sys, &subjects[2]);
+        assert!(monitor.check_now(Duration::from_secs(10)));
+        assert_eq!(calls_on(&sys, &stuck), 0, "still in its first call");
+        assert!(
+            statfs_calls(&sys, &subjects[2]) > before,
+            "the others checked"
+        );
+        assert_eq!(metrics.timeouts.get(), 1, "left out, not timed out again");
+
+        std::thread::sleep(Duration::from_secs(4).saturating_sub(t0.elapsed()));
+        let returned = Instant::now();
+        loop {
+            assert!(monitor.check_now(Duration::from_secs(10)));
+            // the abandoned prober's statfs, then a pass's own
+            if statfs_calls(&sys, &stuck) == 2 {
+                break;
+            }
+            assert!(
+                returned.elapsed() < Duration::from_secs(10),
+                "never checked again"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        monitor.stop();
+    }
+}

@@ -32,6 +32,9 @@ pub use crate::host::sys::SysCall;
 #[derive(Debug, Default)]
 pub struct RecordingSys {
     state: Mutex<State>,
+    /// calls on these paths sleep this long first, outside the lock, as a
+    /// call stuck in the kernel (a dead NFS server) holds only its caller
+    stalls: Mutex<Vec<(PathBuf, std::time::Duration)>>,
 }
 
 impl RecordingSys {
@@ -56,6 +59,13 @@ impl RecordingSys {
         let mut st = self.lock();
         let seen = st.counts.get(&call).copied().unwrap_or(0);
         st.failures.push((call, seen + nth, errno));
+    }
+
+    /// Makes the next call on `path` take `for_` before it does anything
+    /// (other callers go on meanwhile).
+    pub fn stall(&self, path: impl AsRef<Path>, for_: std::time::Duration) {
+        let mut stalls = self.stalls.lock().unwrap_or_else(|p| p.into_inner());
+        stalls.push((path.as_ref().to_path_buf(), for_));
     }
 
     /// Every call so far.
@@ -129,6 +139,14 @@ impl RecordingSys {
 
     /// Records a call and decides whether it fails by injection.
     fn enter(&self, call: SysCall, path: &Path) -> Result<MutexGuard<'_, State>, SysError> {
+        let stall = {
+            let mut stalls = self.stalls.lock().unwrap_or_else(|p| p.into_inner());
+            let at = stalls.iter().position(|(p, _)| p == path);
+            at.map(|i| stalls.remove(i).1)
+        };
+        if let Some(d) = stall {
+            std::thread::sleep(d);
+        }
         let mut st = self.lock();
         let kind = call.kind();
         st.calls.push(call);
