@@ -193,7 +193,10 @@ impl Publisher {
 /// (through the runtime API's handle), the registered drivers, and the
 /// API pods' volume health from the monitor's last pass.
 pub(super) fn node_view(
-    runtime: crate::runtime::VolumeManagerHandle,
+    (runtime, changes): (
+        crate::runtime::VolumeManagerHandle,
+        Arc<crate::runtime::Changes>,
+    ),
     world: Arc<std::sync::Mutex<super::event_loop::World>>,
     drivers: Option<Arc<crate::csi::registry::Drivers>>,
     monitor: Option<Arc<crate::health::Monitor>>,
@@ -203,10 +206,23 @@ pub(super) fn node_view(
     ),
 ) -> crate::apiserver::publish::NodeView {
     use crate::apiserver::publish::{NodeView, PodHealth};
+    // The list walks the node: computed again only when the loop changed
+    // the world since (the count is read before the walk, so a change
+    // during it is seen next time).
+    let last: std::sync::Mutex<Option<(u64, Vec<String>)>> = std::sync::Mutex::new(None);
     NodeView {
         in_use: Box::new(move || {
+            let seen = changes.seen();
+            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, names)) = &*last
+                && *at == seen
+            {
+                return names.clone();
+            }
             let names = runtime.attachable_in_use().into_iter();
-            names.map(|n| n.as_str().to_owned()).collect()
+            let names: Vec<String> = names.map(|n| n.as_str().to_owned()).collect();
+            *last = Some((seen, names.clone()));
+            names
         }),
         in_use_reported: Box::new(move |names| {
             let names = names.iter().map(crate::model::UniqueVolumeName::from_raw);

@@ -357,7 +357,10 @@ impl Daemon {
             (publisher, &api, api_events, in_use_wake)
         {
             let view = api_source::node_view(
-                crate::runtime::VolumeManagerHandle::new(world.clone(), changes.clone()),
+                (
+                    crate::runtime::VolumeManagerHandle::new(world.clone(), changes.clone()),
+                    changes.clone(),
+                ),
                 world.clone(),
                 cfg.csi.as_ref().map(|c| c.drivers.clone()),
                 monitor.clone(),
