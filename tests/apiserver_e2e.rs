@@ -90,6 +90,22 @@ fn teardowns(daemon: &Daemon) -> f64 {
         .sum()
 }
 
+/// Waits until the fake holds an Event that `matches`.
+#[track_caller]
+fn wait_for_event(
+    daemon: &Daemon,
+    api: &FakeApiServer,
+    what: &str,
+    matches: impl Fn(&Value) -> bool,
+) {
+    let events = || api.list("v1", "Event");
+    daemon.wait_until_showing(
+        what,
+        || events().iter().any(&matches),
+        || format!("{:#?}", events()),
+    );
+}
+
 /// Keeps checking for `for_` that `cond` stays true.
 #[track_caller]
 fn stays(what: &str, for_: Duration, mut cond: impl FnMut() -> bool) {
@@ -249,19 +265,17 @@ fn a_mount_that_keeps_failing_is_one_failed_mount_event_counted() {
         }]);
         api.put(p);
         let daemon = env.start();
-        let events = || api.list("v1", "Event");
-        daemon.wait_until_showing(
+        wait_for_event(
+            &daemon,
+            &api,
             "a FailedMount event on the pod, counted twice",
-            || {
-                events().iter().any(|e| {
-                    e["reason"] == "FailedMount"
-                        && e["involvedObject"]["uid"] == "uid-bad"
-                        && e["count"].as_u64().is_some_and(|c| c >= 2)
-                })
+            |e| {
+                e["reason"] == "FailedMount"
+                    && e["involvedObject"]["uid"] == "uid-bad"
+                    && e["count"].as_u64().is_some_and(|c| c >= 2)
             },
-            || format!("{:#?}", events()),
         );
-        let all = events();
+        let all = api.list("v1", "Event");
         assert_eq!(
             all.len(),
             1,
@@ -460,18 +474,17 @@ fn a_volume_health_condition_is_an_event_and_the_pods_volume_health() {
             },
             || format!("{:#}", status_of("uid-sick")),
         );
-        let events = || api.list("v1", "Event");
-        daemon.wait_until_showing(
+        wait_for_event(
+            &daemon,
+            &api,
             "a VolumeConditionAbnormal event on the sick pod",
-            || {
-                events().iter().any(|e| {
-                    e["reason"] == "VolumeConditionAbnormal"
-                        && e["involvedObject"]["uid"] == "uid-sick"
-                        && e["type"] == "Warning"
-                })
+            |e| {
+                e["reason"] == "VolumeConditionAbnormal"
+                    && e["involvedObject"]["uid"] == "uid-sick"
+                    && e["type"] == "Warning"
             },
-            || format!("{:#?}", events()),
         );
+        let events = || api.list("v1", "Event");
         // a healthy volume is reported without conditions, if at all
         let well_health = status_of("uid-well");
         assert!(

@@ -45,6 +45,14 @@ pub(in crate::daemon) fn pod(u: &str) -> DesiredPod {
     }
 }
 
+/// Pod `u` with one volume of `spec` named `name`.
+fn pod_with(u: &str, spec: VolumeSpec, name: &str) -> DesiredPod {
+    let mut p = pod(u);
+    p.volumes[0].volume = PodVolume::unique_name(&spec, &uid(u), name);
+    p.volumes[0].spec = spec.into();
+    p
+}
+
 fn core(checkpoint_every: u64) -> (Core, World) {
     let cfg = CoreConfig {
         layout: Layout::new("/r"),
@@ -231,10 +239,7 @@ fn attachable_pod(u: &str) -> DesiredPod {
         attachment: Some(("csi-1".into(), Default::default())),
         ..Default::default()
     }));
-    let mut p = pod(u);
-    p.volumes[0].volume = PodVolume::unique_name(&spec, &uid(u), "pv1");
-    p.volumes[0].spec = spec.into();
-    p
+    pod_with(u, spec, "pv1")
 }
 
 /// With an API server, an attachable volume's mount waits for
@@ -709,10 +714,7 @@ fn csi_pod(u: &str, republish: bool) -> DesiredPod {
         republish,
         ..Default::default()
     }));
-    let mut p = pod(u);
-    p.volumes[0].volume = PodVolume::unique_name(&spec, &uid(u), "cache");
-    p.volumes[0].spec = spec.into();
-    p
+    pod_with(u, spec, "cache")
 }
 
 #[test]
@@ -791,10 +793,7 @@ fn payload_pod(u: &str, hash: &str, immutable: bool) -> DesiredPod {
         })),
         immutable,
     }));
-    let mut p = pod(u);
-    p.volumes[0].volume = PodVolume::unique_name(&spec, &uid(u), "cache");
-    p.volumes[0].spec = spec.into();
-    p
+    pod_with(u, spec, "cache")
 }
 
 /// A changed ConfigMap (a new payload hash in the DSW's spec) is written
