@@ -385,6 +385,8 @@ fn a_projected_volume_merges_its_sources_on_a_tmpfs_and_refuses_tokens() {
 
         let token = PayloadSource::ServiceAccountToken {
             path: "token".into(),
+            audience: None,
+            expiration_seconds: 3600,
         };
         let s = spec(PayloadKind::Projected, token, 0o644, None);
         let p = params(
@@ -398,7 +400,7 @@ fn a_projected_volume_merges_its_sources_on_a_tmpfs_and_refuses_tokens() {
             .unwrap_err();
         assert!(
             e.to_string()
-                .ends_with("service account tokens need the API server"),
+                .contains("a service account token needs the API server (--kubeconfig)"),
             "{e}"
         );
         assert!(

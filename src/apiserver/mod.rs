@@ -20,6 +20,7 @@
 pub mod events;
 pub mod loose;
 pub mod publish;
+pub mod token;
 
 use std::path::PathBuf;
 
@@ -183,28 +184,57 @@ pub async fn volumes_attached(client: &Client, node: &str) -> kube::Result<Vec<(
         .collect())
 }
 
-/// What one Secret's watch says: it is now this (`Some`), it does not
+/// What one object's watch says: it is now this (`Some`), it does not
 /// exist (`None`), or an error naming it (the watch goes on).
-pub type SecretSeen = Result<Option<serde_json::Value>, String>;
+pub type ObjectSeen = Result<Option<serde_json::Value>, String>;
 
-/// Watches one Secret, as the kubelet's watch-based manager does for each
-/// Secret a pod refers to (`metadata.name` field selector in its
-/// namespace): never the node's whole Secret list.
-pub fn watch_secret(
+/// Which kind of object [`watch_named`] watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// a Secret
+    Secret,
+    /// a ConfigMap
+    ConfigMap,
+}
+
+/// Watches one ConfigMap or Secret, as the kubelet's watch-based managers
+/// do for each one a pod refers to (a `metadata.name` field selector in
+/// its namespace): never the node's whole list of them.
+pub fn watch_named(
     client: Client,
+    kind: Named,
     namespace: &str,
     name: &str,
-) -> impl Stream<Item = SecretSeen> + Send + 'static {
-    let api: Api<Loose<k8s_openapi::api::core::v1::Secret>> = Api::namespaced(client, namespace);
+) -> std::pin::Pin<Box<dyn Stream<Item = ObjectSeen> + Send>> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let shown = format!("{namespace}/{name}");
+    match kind {
+        Named::Secret => {
+            let api: Api<Loose<Secret>> = Api::namespaced(client, namespace);
+            Box::pin(named(api, config, format!("Secret {namespace}/{name}")))
+        }
+        Named::ConfigMap => {
+            let api: Api<Loose<ConfigMap>> = Api::namespaced(client, namespace);
+            Box::pin(named(api, config, format!("ConfigMap {namespace}/{name}")))
+        }
+    }
+}
+
+fn named<K>(
+    api: Api<Loose<K>>,
+    config: watcher::Config,
+    shown: String,
+) -> impl Stream<Item = ObjectSeen> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
     // A list that ends without it: it does not exist.
     let mut listed_it = false;
     watcher(api, config)
         .default_backoff()
         .filter_map(move |item| {
             let out = match item {
-                Err(e) => Some(Err(format!("watch Secret {shown}: {e}"))),
+                Err(e) => Some(Err(format!("watch {shown}: {e}"))),
                 Ok(watcher::Event::Init) => {
                     listed_it = false;
                     None

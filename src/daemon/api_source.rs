@@ -17,8 +17,10 @@ use crate::apiserver::ApiConfig;
 use crate::elapsed_ms;
 use crate::host::sys::Sys;
 use crate::model::UniqueVolumeName;
+use crate::plugins::payload::{ObjectStore, ObjectStores};
 use crate::sources::SourceEvent;
 use crate::sources::api::ApiState;
+use crate::sources::api_store::ApiObjectStore;
 use std::path::PathBuf;
 
 /// Counts the sources still to list; the last one to list sends
@@ -68,16 +70,40 @@ pub(super) fn connect(cfg: &ApiConfig) -> Result<Connected, DaemonError> {
     Ok(Connected(rt, client, cfg.node_status_every))
 }
 
+/// Where the API source puts what it follows, and what else payloads read.
+pub(super) struct Stores {
+    /// the Secrets CSI calls read
+    pub secrets: crate::sources::static_objects::SecretStore,
+    /// the static objects dir's ConfigMaps and Secrets (read first)
+    pub static_payload: crate::sources::payload_objects::PayloadStore,
+    /// the API server's followed ConfigMaps, Secrets and tokens
+    pub api: ApiObjectStore,
+}
+
+impl Stores {
+    /// What payload volumes read, in order: the static dir, then the API
+    /// server's (see [`ObjectStores`]).
+    pub(super) fn payload(
+        static_payload: &crate::sources::payload_objects::PayloadStore,
+        api: Option<&ApiObjectStore>,
+    ) -> ObjectStores {
+        let mut v: Vec<Arc<dyn ObjectStore>> = vec![Arc::new(static_payload.clone())];
+        v.extend(api.map(|a| Arc::new(a.clone()) as Arc<dyn ObjectStore>));
+        ObjectStores(v)
+    }
+}
+
 /// Watches on a thread of its own: changes are batched as they arrive
 /// (all that are ready at once), and each batch becomes the events of the
-/// pods it concerns.
+/// pods it concerns. A followed object's report (a ConfigMap's watch, a
+/// token's renewal) goes into the API store and makes its pods' events.
 pub(super) fn spawn_api_source(
     Connected(rt, client, period): Connected,
     node_name: &str,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
     gate: Arc<ReadyGate>,
-    secrets: crate::sources::static_objects::SecretStore,
+    stores: Stores,
 ) -> Result<(JoinHandle<()>, ApiStopper, Publisher), DaemonError> {
     let publisher = Publisher {
         every: period,
@@ -90,40 +116,48 @@ pub(super) fn spawn_api_source(
     let thread = spawn("volumed-apiserver", move || {
         rt.block_on(async move {
             let started = Instant::now();
-            let mut state = ApiState::new(&node);
+            let payload = Stores::payload(&stores.static_payload, Some(&stores.api));
+            let mut state = ApiState::new(&node).with_payload(payload);
             let mut ready = false;
             let mut changes =
                 crate::apiserver::watch_all(client.clone(), &node).ready_chunks(4096);
-            let mut secret_watches = SecretWatches::new(client.clone(), secrets);
+            let mut follow = super::api_follow::Followers::new(client.clone(), stores);
             loop {
-                let batch = tokio::select! {
+                tokio::select! {
                     _ = stop_rx.changed() => return,
-                    b = changes.next() => b,
-                    Some((key, seen)) = secret_watches.rx.recv() => {
-                        secret_watches.seen(key, seen);
-                        continue;
+                    b = changes.next() => {
+                        let Some(batch) = b else { return };
+                        for item in batch {
+                            match item {
+                                Ok(c) => state.apply(c),
+                                // kube's backoff retries; the pods stay as they are
+                                Err(e) => tracing::warn!(error = %e, "API server"),
+                            }
+                        }
+                    }
+                    Some((r, seen)) = follow.rx.recv() => {
+                        if follow.seen(&r, seen) {
+                            state.object_reported(&r);
+                        }
                     }
                 };
-                let Some(batch) = batch else { return };
-                for item in batch {
-                    match item {
-                        Ok(c) => state.apply(c),
-                        // kube's backoff retries; the pods stay as they are
-                        Err(e) => tracing::warn!(error = %e, "API server"),
-                    }
-                }
                 for e in state.take_errors() {
                     tracing::error!(error = %e, "API server object");
                 }
+                // new pods' objects first: their watches start now
+                if let Some(wanted) = state.take_follow_changes() {
+                    follow.want(wanted);
+                }
                 let evs = state.take_events(sys.as_ref());
                 crate::sources::log_pod_errors(&evs, "API");
-                if let Some(wanted) = state.take_secret_changes() {
-                    secret_watches.want(wanted);
+                // and the Secrets their CSI volumes' PVs name
+                if let Some(wanted) = state.take_follow_changes() {
+                    follow.want(wanted);
                 }
                 if !evs.is_empty() && tx.send(Event::Sources(evs)).is_err() {
                     return;
                 }
-                if !ready && state.listed() {
+                if !ready && state.listed() && state.settled() {
                     ready = true;
                     tracing::info!(
                         phase = "apiserver_listed",
@@ -250,79 +284,5 @@ pub(super) fn node_view(
                 })
                 .collect()
         }),
-    }
-}
-
-/// The watches of the Secrets the node's pods refer to: one task each,
-/// started when a pod first names it and aborted (its Secret forgotten)
-/// when none does any more.
-struct SecretWatches {
-    client: kube::Client,
-    store: crate::sources::static_objects::SecretStore,
-    tasks: std::collections::BTreeMap<(String, String), tokio::task::AbortHandle>,
-    tx: tokio::sync::mpsc::UnboundedSender<((String, String), crate::apiserver::SecretSeen)>,
-    rx: tokio::sync::mpsc::UnboundedReceiver<((String, String), crate::apiserver::SecretSeen)>,
-}
-
-impl SecretWatches {
-    fn new(client: kube::Client, store: crate::sources::static_objects::SecretStore) -> Self {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        Self {
-            client,
-            store,
-            tasks: std::collections::BTreeMap::new(),
-            tx,
-            rx,
-        }
-    }
-
-    fn want(&mut self, wanted: std::collections::BTreeSet<(String, String)>) {
-        let gone: Vec<_> = self
-            .tasks
-            .keys()
-            .filter(|k| !wanted.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
-            if let Some(t) = self.tasks.remove(&key) {
-                t.abort();
-            }
-            self.store.set_from_api(key, None);
-        }
-        for key in wanted {
-            if self.tasks.contains_key(&key) {
-                continue;
-            }
-            let mut watch = Box::pin(crate::apiserver::watch_secret(
-                self.client.clone(),
-                &key.0,
-                &key.1,
-            ));
-            let (tx, k) = (self.tx.clone(), key.clone());
-            let task = tokio::spawn(async move {
-                while let Some(seen) = watch.next().await {
-                    if tx.send((k.clone(), seen)).is_err() {
-                        return;
-                    }
-                }
-            });
-            self.tasks.insert(key, task.abort_handle());
-        }
-    }
-
-    /// What a watch said: into the store (never logged: it holds the
-    /// Secret's data).
-    fn seen(&mut self, key: (String, String), seen: crate::apiserver::SecretSeen) {
-        if !self.tasks.contains_key(&key) {
-            return;
-        }
-        match seen {
-            Ok(Some(doc)) => match crate::sources::api::secret_from_api(doc) {
-                Ok((_, info)) => self.store.set_from_api(key, Some(info)),
-                Err(e) => tracing::error!(error = %e, "API server Secret"),
-            },
-            Ok(None) => self.store.set_from_api(key, None),
-            Err(e) => tracing::warn!(error = %e, "API server"),
-        }
     }
 }

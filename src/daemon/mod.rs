@@ -28,6 +28,7 @@
 //! [`Daemon::provider`].
 
 mod admit;
+mod api_follow;
 mod api_source;
 mod config;
 pub mod core;
@@ -187,15 +188,27 @@ impl Daemon {
         // so the DSW is still populated after the ASW is (seed 000's order).
         let gate = ReadyGate::new(1 + usize::from(cfg.api.is_some()));
         let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone(), gate.clone())?;
-        let api = match api {
-            Some(a) => {
+        // what API pods' payload volumes read: the objects and tokens the
+        // API source follows for them
+        let api_objects = api
+            .is_some()
+            .then(crate::sources::api_store::ApiObjectStore::default);
+        let payload_objects =
+            api_source::Stores::payload(&cfg.payload_objects, api_objects.as_ref());
+        let api = match (api, api_objects) {
+            (Some(a), Some(api_objects)) => {
+                let stores = api_source::Stores {
+                    secrets: cfg.secrets.clone(),
+                    static_payload: cfg.payload_objects.clone(),
+                    api: api_objects,
+                };
                 match spawn_api_source(
                     a,
                     &cfg.node_name,
                     sys.clone(),
                     events_tx.clone(),
                     gate,
-                    cfg.secrets.clone(),
+                    stores,
                 ) {
                     Ok(t) => Some(t),
                     Err(e) => {
@@ -205,7 +218,7 @@ impl Daemon {
                     }
                 }
             }
-            None => None,
+            _ => None,
         };
         let abandon = |sources: JoinHandle<()>,
                        poller: &watch::Stopper,
@@ -279,7 +292,7 @@ impl Daemon {
                         Some(Arc::new(cfg.secrets.clone())),
                     )
                 }),
-                payload_objects: Arc::new(cfg.payload_objects.clone()),
+                payload_objects: Arc::new(payload_objects),
                 in_use_wake: in_use_wake.clone(),
             },
             world: world.clone(),

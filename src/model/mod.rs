@@ -27,8 +27,9 @@ pub use names::{
     ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,
 };
 pub use payload::{
-    DEFAULT_PAYLOAD_MODE, FieldItem, KeyToPath, ObjectVersion, PayloadKind, PayloadSource,
-    PayloadSpec, PayloadVersion,
+    DEFAULT_PAYLOAD_MODE, DEFAULT_TOKEN_SECONDS, FieldItem, IssuedToken, KeyToPath,
+    MAX_TOKEN_SECONDS, MIN_TOKEN_SECONDS, ObjectVersion, PayloadKind, PayloadSource, PayloadSpec,
+    PayloadVersion, TokenRef,
 };
 pub use shared::{SharedPath, SharedStr};
 pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};

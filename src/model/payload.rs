@@ -72,11 +72,92 @@ pub enum PayloadSource {
         /// the items
         items: Vec<FieldItem>,
     },
-    /// a projected `serviceAccountToken` (needs the API server)
+    /// a projected `serviceAccountToken` (needs the API server's
+    /// TokenRequest API)
     ServiceAccountToken {
         /// where under the volume
         path: String,
+        /// `audience` (`None`: the API server's own)
+        #[serde(default)]
+        audience: Option<String>,
+        /// `expirationSeconds`, as the API server defaults it (3600) and
+        /// checks it (at least 600)
+        #[serde(default = "default_token_seconds")]
+        expiration_seconds: i64,
     },
+}
+
+/// The API server's default `expirationSeconds` of a projected token.
+pub const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+/// The least `expirationSeconds` the API server accepts (ten minutes).
+pub const MIN_TOKEN_SECONDS: i64 = 600;
+/// The most it accepts (2^32 seconds).
+pub const MAX_TOKEN_SECONDS: i64 = 1 << 32;
+
+fn default_token_seconds() -> i64 {
+    DEFAULT_TOKEN_SECONDS
+}
+
+/// A service account token a pod's projected volume asks for: the
+/// TokenRequest it makes (the kubelet's token manager keys its cache the
+/// same way), bound to the pod. Not secret: only the token is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TokenRef {
+    /// the pod's namespace
+    pub namespace: String,
+    /// the pod's service account (`default` when unset)
+    pub service_account: String,
+    /// the audience asked for (`None`: the API server's)
+    pub audience: Option<String>,
+    /// the lifetime asked for
+    pub expiration_seconds: i64,
+    /// the pod it is bound to: name
+    pub pod_name: String,
+    /// and uid
+    pub pod_uid: String,
+}
+
+/// A token the API server issued. Its `Debug` never shows the token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedToken {
+    /// the token itself (a bearer credential)
+    pub token: String,
+    /// `status.expirationTimestamp`
+    pub expires: std::time::SystemTime,
+    /// the lifetime the request asked for (the kubelet reckons the issue
+    /// time from it, not from the answer)
+    pub expiration_seconds: i64,
+}
+
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("token", &format_args!("<{} bytes>", self.token.len()))
+            .field("expires", &self.expires)
+            .field("expiration_seconds", &self.expiration_seconds)
+            .finish()
+    }
+}
+
+impl IssuedToken {
+    /// When it was issued, as the kubelet reckons it: its expiry less the
+    /// lifetime asked for.
+    pub fn issued(&self) -> std::time::SystemTime {
+        let secs = u64::try_from(self.expiration_seconds).unwrap_or(0);
+        self.expires
+            .checked_sub(std::time::Duration::from_secs(secs))
+            .unwrap_or(std::time::UNIX_EPOCH)
+    }
+
+    /// The "version" a payload journals for it: its expiry, in Unix
+    /// seconds (never the token: the journal holds no secret).
+    pub fn version(&self) -> String {
+        let secs = self
+            .expires
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        format!("exp:{secs}")
+    }
 }
 
 /// A payload volume as the pod's spec gives it.

@@ -35,14 +35,16 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+pub use super::api_refs::{ObjectRef, Part, PodRefs};
 pub use super::api_secrets::secret_from_api;
-use super::api_secrets::secrets_named;
+use super::api_secrets::{secrets_named, spec_refs};
 use super::load::Resolver;
 use super::static_objects::StaticObjects;
-use super::static_pods::{Origin, ParsedPod, ParsedVolume, parse_pod_object};
+use super::static_pods::{Origin, ParsedPod, parse_pod_object};
 use super::{SourceEvent, fingerprint};
 use crate::host::sys::Sys;
 use crate::model::PodUid;
+use crate::plugins::payload::ObjectStores;
 
 /// Where an API pod's "file" points: its object's path on the API server.
 const POD_PATH_PREFIX: &str = "/api/v1/namespaces/";
@@ -133,18 +135,17 @@ pub struct ApiState {
     sent: BTreeMap<PodUid, u64>,
     dirty: BTreeSet<PodUid>,
     all_dirty: bool,
-    /// which pods name each claim (namespace, name)
-    claim_users: BTreeMap<(String, String), BTreeSet<PodUid>>,
+    /// which pods refer to which claim, ConfigMap, Secret or token
+    refs: PodRefs,
+    /// where payload objects are read when a pod is resolved (the plugins
+    /// read the same stores, in the same order)
+    payload: ObjectStores,
+    /// dirty pods held back by the last [`ApiState::take_events`]
+    held: usize,
     /// per kind relisting, the keys seen since its `Init`
     relisting: BTreeMap<Kind, BTreeSet<String>>,
     listed: BTreeSet<Kind>,
     errors: Vec<String>,
-    /// the Secrets (namespace, name) each pod's CSI volumes name, and how
-    /// many pods name each: only these are watched, as the kubelet's
-    /// watch-based Secret manager watches only what pods refer to
-    secrets_of: BTreeMap<PodUid, BTreeSet<(String, String)>>,
-    secret_users: BTreeMap<(String, String), usize>,
-    secrets_changed: bool,
 }
 
 impl ApiState {
@@ -160,45 +161,39 @@ impl ApiState {
             sent: BTreeMap::new(),
             dirty: BTreeSet::new(),
             all_dirty: false,
-            claim_users: BTreeMap::new(),
+            refs: PodRefs::default(),
+            payload: ObjectStores::default(),
+            held: 0,
             relisting: BTreeMap::new(),
             listed: BTreeSet::new(),
             errors: Vec::new(),
-            secrets_of: BTreeMap::new(),
-            secret_users: BTreeMap::new(),
-            secrets_changed: false,
         }
     }
 
-    /// The Secrets the node's pods refer to, when that set changed since
-    /// the last call.
-    pub fn take_secret_changes(&mut self) -> Option<BTreeSet<(String, String)>> {
-        std::mem::take(&mut self.secrets_changed)
-            .then(|| self.secret_users.keys().cloned().collect())
+    /// Payload volumes read their objects and tokens from `stores`.
+    pub fn with_payload(mut self, stores: ObjectStores) -> Self {
+        self.payload = stores;
+        self
     }
 
-    /// Records the Secrets `pod` refers to now (`None`: it is gone).
-    fn refer(&mut self, pod: &PodUid, now: Option<BTreeSet<(String, String)>>) {
-        let before = match now.clone() {
-            Some(n) => self.secrets_of.insert(pod.clone(), n),
-            None => self.secrets_of.remove(pod),
+    /// Every ConfigMap, Secret and token the node's pods refer to, when
+    /// that set changed since the last call: exactly these are followed.
+    pub fn take_follow_changes(&mut self) -> Option<BTreeSet<ObjectRef>> {
+        self.refs.take_follow_changes()
+    }
+
+    /// A followed object reported (it is now in the API store, or gone,
+    /// or its watch or request failed): its pods are resolved again.
+    pub fn object_reported(&mut self, r: &ObjectRef) {
+        if self.refs.reported(r) {
+            self.dirty.extend(self.refs.users(r).cloned());
         }
-        .unwrap_or_default();
-        let now = now.unwrap_or_default();
-        for k in before.difference(&now) {
-            if let Some(n) = self.secret_users.get_mut(k) {
-                *n -= 1;
-                if *n == 0 {
-                    self.secret_users.remove(k);
-                    self.secrets_changed = true;
-                }
-            }
-        }
-        for k in now.difference(&before) {
-            let n = self.secret_users.entry(k.clone()).or_default();
-            self.secrets_changed |= *n == 0;
-            *n += 1;
-        }
+    }
+
+    /// Whether no pod is held back waiting for a followed object's first
+    /// report (the DSW is not marked ready before).
+    pub fn settled(&self) -> bool {
+        self.held == 0
     }
 
     /// Whether every kind has been listed completely once: until then
@@ -276,15 +271,7 @@ impl ApiState {
         match parse_pod_object(&file, pod, Origin::Api) {
             Ok(p) => {
                 let uid = p.uid.clone();
-                self.forget_claims(&uid);
-                for v in &p.volumes {
-                    if let ParsedVolume::Claim { claim_name, .. } = v {
-                        self.claim_users
-                            .entry((p.namespace.clone(), claim_name.clone()))
-                            .or_default()
-                            .insert(uid.clone());
-                    }
-                }
+                self.refs.set(&uid, Part::Spec, spec_refs(&p));
                 self.pods.insert(uid.clone(), p);
                 self.dirty.insert(uid);
             }
@@ -295,24 +282,9 @@ impl ApiState {
     }
 
     fn drop_pod(&mut self, uid: &PodUid) {
-        self.forget_claims(uid);
+        self.refs.forget(uid);
         if self.pods.remove(uid).is_some() || self.sent.contains_key(uid) {
             self.dirty.insert(uid.clone());
-        }
-    }
-
-    fn forget_claims(&mut self, uid: &PodUid) {
-        let Some(p) = self.pods.get(uid) else { return };
-        for v in &p.volumes {
-            if let ParsedVolume::Claim { claim_name, .. } = v {
-                let key = (p.namespace.clone(), claim_name.clone());
-                if let Some(users) = self.claim_users.get_mut(&key) {
-                    users.remove(uid);
-                    if users.is_empty() {
-                        self.claim_users.remove(&key);
-                    }
-                }
-            }
         }
     }
 
@@ -364,8 +336,9 @@ impl ApiState {
                 None
             }
         };
-        if let Some(users) = claim.and_then(|c| self.claim_users.get(&c)) {
-            self.dirty.extend(users.iter().cloned());
+        if let Some((ns, name)) = claim {
+            let users = self.refs.users(&ObjectRef::Claim(ns, name));
+            self.dirty.extend(users.cloned());
         }
     }
 
@@ -424,9 +397,11 @@ impl ApiState {
         };
         let resolver = Resolver {
             objects: &self.objects,
+            payload: &self.payload,
             sys,
             node_name: &self.node_name,
         };
+        let mut held = Vec::new();
         let mut removed = Vec::new();
         let mut changed = Vec::new();
         let mut refs = Vec::new();
@@ -438,6 +413,8 @@ impl ApiState {
                         removed.push(SourceEvent::PodRemoved(uid));
                     }
                 }
+                // its ConfigMap's watch has not answered yet: next time
+                Some(_) if self.refs.holds(&uid) => held.push(uid),
                 Some(p) => {
                     let pod = resolver.resolve(p.clone());
                     refs.push((uid.clone(), Some(secrets_named(&pod))));
@@ -451,8 +428,12 @@ impl ApiState {
             }
         }
         for (uid, now) in refs {
-            self.refer(&uid, now);
+            if let Some(now) = now {
+                self.refs.set(&uid, Part::Resolved, now);
+            }
         }
+        self.held = held.len();
+        self.dirty.extend(held);
         removed.extend(changed);
         removed
     }

@@ -1,14 +1,59 @@
-//! The Secrets of the API-server source: which ones a pod's CSI volumes
-//! name (only those are watched, each by name), and a Secret as the API
-//! server sent it, read as the static objects read one.
+//! What an API pod refers to ([`ObjectRef`]s, for the one index in
+//! `api_refs`): the claims, ConfigMaps, Secrets and tokens its spec names,
+//! and the Secrets its resolved CSI volumes name (only those objects are
+//! watched, each by name); and a Secret as the API server sent it, read as
+//! the static objects read one.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::api_refs::ObjectRef;
+use super::static_pods::{ParsedPod, ParsedVolume};
+use crate::model::{PayloadSource, VolumeSpec};
+
+/// What a pod's spec names: its claims, and its payload volumes'
+/// ConfigMaps, Secrets and tokens.
+pub(super) fn spec_refs(pod: &ParsedPod) -> BTreeSet<ObjectRef> {
+    let mut out = BTreeSet::new();
+    let ns = || pod.namespace.clone();
+    for v in &pod.volumes {
+        match v {
+            ParsedVolume::Claim { claim_name, .. } => {
+                out.insert(ObjectRef::Claim(ns(), claim_name.clone()));
+            }
+            ParsedVolume::Inline {
+                spec: VolumeSpec::Payload(p),
+                ..
+            } => {
+                for src in &p.sources {
+                    let r = match src {
+                        PayloadSource::ConfigMap { name, .. } => {
+                            ObjectRef::ConfigMap(p.namespace.clone(), name.clone())
+                        }
+                        PayloadSource::Secret { name, .. } => {
+                            ObjectRef::Secret(p.namespace.clone(), name.clone())
+                        }
+                        PayloadSource::ServiceAccountToken { .. } => {
+                            match crate::plugins::payload::build::token_ref(p, src) {
+                                Some(t) => ObjectRef::Token(t),
+                                None => continue,
+                            }
+                        }
+                        PayloadSource::DownwardApi { .. } => continue,
+                    };
+                    out.insert(r);
+                }
+            }
+            ParsedVolume::Inline { .. } => {}
+        }
+    }
+    out
+}
+
 /// The Secrets a pod's CSI volumes name (stage and publish refs).
-pub(super) fn secrets_named(pod: &super::DesiredPod) -> BTreeSet<(String, String)> {
+pub(super) fn secrets_named(pod: &super::DesiredPod) -> BTreeSet<ObjectRef> {
     pod.volumes
         .iter()
         .filter_map(|v| match &*v.spec {
@@ -17,7 +62,7 @@ pub(super) fn secrets_named(pod: &super::DesiredPod) -> BTreeSet<(String, String
         })
         .flatten()
         .flatten()
-        .map(|r| (r.namespace.clone(), r.name.clone()))
+        .map(|r| ObjectRef::Secret(r.namespace.clone(), r.name.clone()))
         .collect()
 }
 

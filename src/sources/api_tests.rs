@@ -303,19 +303,19 @@ fn only_the_secrets_the_pods_csi_volumes_name_are_wanted() {
         pvc("c2", "pv2"),
     ));
     let _ = s.take_events(&LinuxSys);
-    assert_eq!(s.take_secret_changes(), None, "no pod names any yet");
+    assert_eq!(s.take_follow_changes(), None, "no pod names any yet");
     s.apply(Change::PodApplied(pod("u-1", "a", NODE, &["c1"])));
     s.apply(Change::PodApplied(pod("u-2", "b", NODE, &["c1"])));
     let _ = s.take_events(&LinuxSys);
-    let key = |n: &str| ("ns".to_owned(), n.to_owned());
-    assert_eq!(s.take_secret_changes(), Some([key("s1")].into()));
-    assert_eq!(s.take_secret_changes(), None, "told once");
+    let key = |n: &str| super::ObjectRef::Secret("ns".to_owned(), n.to_owned());
+    assert_eq!(s.take_follow_changes(), Some([key("s1")].into()));
+    assert_eq!(s.take_follow_changes(), None, "told once");
     // one of two users goes: still wanted
     s.apply(Change::PodDeleted(pod("u-1", "a", NODE, &["c1"])));
     let _ = s.take_events(&LinuxSys);
-    assert_eq!(s.take_secret_changes(), None);
+    assert_eq!(s.take_follow_changes(), None);
     s.apply(Change::PodApplied(pod("u-3", "c", NODE, &["c2"])));
     s.apply(Change::PodDeleted(pod("u-2", "b", NODE, &["c1"])));
     let _ = s.take_events(&LinuxSys);
-    assert_eq!(s.take_secret_changes(), Some([key("s2")].into()));
+    assert_eq!(s.take_follow_changes(), Some([key("s2")].into()));
 }

@@ -262,6 +262,7 @@ impl Sources {
     pub(super) fn resolver(&self) -> Resolver<'_> {
         Resolver {
             objects: &self.objects,
+            payload: &self.objects.payload,
             sys: self.sys.as_ref(),
             node_name: &self.config.node_name,
         }
@@ -273,6 +274,8 @@ impl Sources {
 pub(crate) struct Resolver<'a> {
     /// the PVs, claims and CSIDrivers
     pub(crate) objects: &'a StaticObjects,
+    /// the ConfigMaps, Secrets and tokens payload volumes read
+    pub(crate) payload: &'a dyn crate::plugins::payload::ObjectStore,
     /// how a local PV's path is looked at
     pub(crate) sys: &'a dyn Sys,
     /// the node (a claim's PV must allow it)
@@ -331,7 +334,7 @@ impl Resolver<'_> {
         mut spec: Arc<VolumeSpec>,
     ) -> Result<Arc<VolumeSpec>, crate::plugins::payload::PayloadError> {
         if let VolumeSpec::Payload(p) = &*spec {
-            let built = crate::plugins::payload::build::build(p, &self.objects.payload)?;
+            let built = crate::plugins::payload::build::build(p, self.payload)?;
             if let VolumeSpec::Payload(p) = Arc::make_mut(&mut spec) {
                 p.version = Some(Arc::new(built.version));
                 p.immutable = built.immutable;

@@ -61,7 +61,9 @@ use std::time::Duration;
 
 use crate::model::{PodUid, PodVolume};
 pub mod api;
+mod api_refs;
 mod api_secrets;
+pub mod api_store;
 mod csi_objects;
 mod error;
 mod events;

@@ -84,16 +84,7 @@ impl StaticObjects {
     /// A Secret document: for payload volumes (bytes as given) and for CSI
     /// calls (`csi_objects`).
     pub(super) fn add_secret(&mut self, file: &Path, doc: Value) -> Result<(), SourceError> {
-        let s: Secret = decode(file, doc.clone())?;
-        let name = object_name(file, s.metadata.name.clone(), "Secret")?;
-        let mut data: BTreeMap<String, Vec<u8>> = (s.data.clone().unwrap_or_default())
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        // stringData wins, as the API server merges it
-        let strings = s.string_data.clone().unwrap_or_default();
-        data.extend(strings.into_iter().map(|(k, v)| (k, v.into_bytes())));
-        let (key, obj) = object("Secret", name, &s.metadata, data, s.immutable);
+        let (key, obj) = secret_object(file, doc.clone())?;
         let shown = format!("{}/{}", key.0, key.1);
         let (csi_key, info) = super::csi_objects::secret(file, doc)?;
         super::static_objects::insert_new(&mut self.secrets, csi_key, info, file, "Secret", shown)?;
@@ -103,18 +94,9 @@ impl StaticObjects {
         Ok(())
     }
 
-    /// A ConfigMap document: `data` and `binaryData` (a key in both: the
-    /// binary one, which the API server would have refused).
+    /// A ConfigMap document (see [`config_map_object`]).
     pub(super) fn add_config_map(&mut self, file: &Path, doc: Value) -> Result<(), SourceError> {
-        let c: ConfigMap = decode(file, doc)?;
-        let name = object_name(file, c.metadata.name.clone(), "ConfigMap")?;
-        let mut data: BTreeMap<String, Vec<u8>> = (c.data.clone().unwrap_or_default())
-            .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect();
-        let binary = c.binary_data.clone().unwrap_or_default();
-        data.extend(binary.into_iter().map(|(k, v)| (k, v.0)));
-        let (key, obj) = object("ConfigMap", name, &c.metadata, data, c.immutable);
+        let (key, obj) = config_map_object(file, doc)?;
         if let Some((other, _)) = self.payload.config_maps.get(&key) {
             return Err(SourceError::DuplicateObject {
                 file: file.to_owned(),
@@ -128,6 +110,35 @@ impl StaticObjects {
             .insert(key, (file.to_owned(), Arc::new(obj)));
         Ok(())
     }
+}
+
+/// A Secret document as a payload reads it: its decoded `data`, and
+/// `stringData` over it (as the API server merges it). `file` names it
+/// in errors (an API object's path on the server).
+pub(super) fn secret_object(file: &Path, doc: Value) -> Result<(Key, KubeObject), SourceError> {
+    let s: Secret = decode(file, doc)?;
+    let name = object_name(file, s.metadata.name.clone(), "Secret")?;
+    let mut data: BTreeMap<String, Vec<u8>> = (s.data.unwrap_or_default())
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let strings = s.string_data.unwrap_or_default();
+    data.extend(strings.into_iter().map(|(k, v)| (k, v.into_bytes())));
+    Ok(object("Secret", name, &s.metadata, data, s.immutable))
+}
+
+/// A ConfigMap document: `data` and `binaryData` (a key in both: the
+/// binary one, which the API server would have refused).
+pub(super) fn config_map_object(file: &Path, doc: Value) -> Result<(Key, KubeObject), SourceError> {
+    let c: ConfigMap = decode(file, doc)?;
+    let name = object_name(file, c.metadata.name.clone(), "ConfigMap")?;
+    let mut data: BTreeMap<String, Vec<u8>> = (c.data.unwrap_or_default())
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    let binary = c.binary_data.unwrap_or_default();
+    data.extend(binary.into_iter().map(|(k, v)| (k, v.0)));
+    Ok(object("ConfigMap", name, &c.metadata, data, c.immutable))
 }
 
 fn object(

@@ -182,9 +182,7 @@ pub(super) fn parse(
         } else if let Some(d) = &s.downward_api {
             field_items(d.items.as_deref().unwrap_or_default())
         } else if let Some(t) = &s.service_account_token {
-            Ok(PayloadSource::ServiceAccountToken {
-                path: t.path.clone(),
-            })
+            token_source(t)
         } else {
             Err(
                 "a projected source volumed does not support (clusterTrustBundle, podCertificate)"
@@ -197,6 +195,26 @@ pub(super) fn parse(
         }
     }
     Some(spec(PayloadKind::Projected, p.default_mode, sources))
+}
+
+/// A `serviceAccountToken` source with the API server's defaulting and
+/// checks: `expirationSeconds` 3600 when unset, between 600 and 2^32.
+fn token_source(
+    t: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
+) -> Result<PayloadSource, String> {
+    use crate::model::{DEFAULT_TOKEN_SECONDS, MAX_TOKEN_SECONDS, MIN_TOKEN_SECONDS};
+    let secs = t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS);
+    if !(MIN_TOKEN_SECONDS..=MAX_TOKEN_SECONDS).contains(&secs) {
+        return Err(format!(
+            "serviceAccountToken {:?}: expirationSeconds {secs} is not between {MIN_TOKEN_SECONDS} and {MAX_TOKEN_SECONDS}",
+            t.path
+        ));
+    }
+    Ok(PayloadSource::ServiceAccountToken {
+        path: t.path.clone(),
+        audience: t.audience.clone().filter(|a| !a.is_empty()),
+        expiration_seconds: secs,
+    })
 }
 
 fn field_items(items: &[DownwardAPIVolumeFile]) -> Result<PayloadSource, String> {

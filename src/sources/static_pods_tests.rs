@@ -353,7 +353,9 @@ fn payload_volumes_parse_with_items_modes_and_the_pods_fields() {
     assert_eq!(
         s.sources[3],
         PayloadSource::ServiceAccountToken {
-            path: "token".into()
+            path: "token".into(),
+            audience: None,
+            expiration_seconds: 3600,
         }
     );
 }

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::model::{
-    KeyToPath, ObjectVersion, PAYLOAD_PRIVATE_PREFIX, PayloadSource, PayloadSpec, PayloadVersion,
+    IssuedToken, KeyToPath, ObjectVersion, PAYLOAD_PRIVATE_PREFIX, PayloadSource, PayloadSpec,
+    PayloadVersion, TokenRef,
 };
 
 /// A ConfigMap or Secret as the stores hold it. Its `Debug` never shows a
@@ -49,16 +50,32 @@ impl std::fmt::Debug for KubeObject {
 }
 
 /// Where payload objects are looked up. The static objects dir is one
-/// store; the API server's watch will be another, and a node with both asks
-/// them in turn ([`ObjectStores`]).
+/// store, the API server's watches another (with the tokens its
+/// TokenRequests got), and a node with both asks them in turn
+/// ([`ObjectStores`]).
 pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// The ConfigMap `namespace/name`, if this store has it.
     fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<KubeObject>>;
     /// The Secret `namespace/name`, if this store has it.
     fn secret(&self, namespace: &str, name: &str) -> Option<Arc<KubeObject>>;
+    /// The token last issued for `r`, if this store has one.
+    fn token(&self, _r: &TokenRef) -> Result<Option<Arc<IssuedToken>>, String> {
+        Ok(None)
+    }
+    /// Whether tokens can be had here at all (an API server is
+    /// configured): without one a token source is a clear error, not a
+    /// wait.
+    fn serves_tokens(&self) -> bool {
+        false
+    }
 }
 
-/// Several stores asked in order; the first that has an object wins.
+/// Several stores asked in order; the first that has an object wins. The
+/// daemon puts the static objects dir first: a standalone node's objects
+/// are the admin's own files, and a static pod's payload is resolved
+/// against that dir alone, so the plugin must read the same object it
+/// did. An API pod's objects are then the API server's unless the dir
+/// holds one of the same namespace and name.
 #[derive(Debug, Clone, Default)]
 pub struct ObjectStores(pub Vec<Arc<dyn ObjectStore>>);
 
@@ -68,6 +85,17 @@ impl ObjectStore for ObjectStores {
     }
     fn secret(&self, namespace: &str, name: &str) -> Option<Arc<KubeObject>> {
         self.0.iter().find_map(|s| s.secret(namespace, name))
+    }
+    fn token(&self, r: &TokenRef) -> Result<Option<Arc<IssuedToken>>, String> {
+        for s in self.0.iter().filter(|s| s.serves_tokens()) {
+            if let Some(t) = s.token(r)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+    fn serves_tokens(&self) -> bool {
+        self.0.iter().any(|s| s.serves_tokens())
     }
 }
 
@@ -136,9 +164,29 @@ pub enum PayloadError {
         /// what is wrong
         why: &'static str,
     },
-    /// a projected service account token (needs the TokenRequest API)
-    #[error("service account tokens need the API server")]
-    TokenNeedsApiServer,
+    /// a projected service account token on a node without an API server
+    #[error(
+        "serviceAccountToken {path:?}: a service account token needs the API server (--kubeconfig)"
+    )]
+    TokenNeedsApiServer {
+        /// the token's path in the volume
+        path: String,
+    },
+    /// the token was not issued (yet): the TokenRequest failed or is on
+    /// its way
+    #[error(
+        "serviceAccountToken {path:?}: no token for service account {namespace}/{service_account}: {why}"
+    )]
+    TokenNotIssued {
+        /// the token's path in the volume
+        path: String,
+        /// the pod's namespace
+        namespace: String,
+        /// its service account
+        service_account: String,
+        /// the TokenRequest's error, or that none has answered yet
+        why: String,
+    },
     /// a downwardAPI field volumed does not provide
     #[error("downwardAPI field {0:?} is not supported")]
     UnsupportedField(String),
@@ -222,8 +270,15 @@ pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, Pay
                     )?;
                 }
             }
-            PayloadSource::ServiceAccountToken { .. } => {
-                return Err(PayloadError::TokenNeedsApiServer);
+            PayloadSource::ServiceAccountToken { path, .. } => {
+                // a token expires: never "immutable"
+                immutable = Some(false);
+                let (version, file) = token_file(spec, source, path, store)?;
+                add(
+                    &mut files,
+                    &mut objects,
+                    Some((Some(version), vec![(path.clone(), file)])),
+                )?;
             }
         }
     }
@@ -235,6 +290,75 @@ pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, Pay
         version: PayloadVersion { hash, objects },
         immutable: immutable.unwrap_or(false),
     })
+}
+
+/// The TokenRequest a token source of `spec`'s pod makes (`None`: not a
+/// token source).
+pub fn token_ref(spec: &PayloadSpec, source: &PayloadSource) -> Option<TokenRef> {
+    let PayloadSource::ServiceAccountToken {
+        audience,
+        expiration_seconds,
+        ..
+    } = source
+    else {
+        return None;
+    };
+    let field = |f: &str| spec.pod_fields.get(f).cloned().unwrap_or_default();
+    let sa = spec.pod_fields.get("spec.serviceAccountName");
+    Some(TokenRef {
+        namespace: spec.namespace.clone(),
+        // the API server's default when the pod names none
+        service_account: sa
+            .filter(|s| !s.is_empty())
+            .map_or("default".into(), Clone::clone),
+        audience: audience.clone(),
+        expiration_seconds: *expiration_seconds,
+        pod_name: field("metadata.name"),
+        pod_uid: field("metadata.uid"),
+    })
+}
+
+/// A token source's file (the volume's `defaultMode`, as the kubelet
+/// writes it) and its version: the service account, and the token's
+/// expiry in place of a resourceVersion.
+fn token_file(
+    spec: &PayloadSpec,
+    source: &PayloadSource,
+    path: &str,
+    store: &dyn ObjectStore,
+) -> Result<(ObjectVersion, PayloadFile), PayloadError> {
+    if !store.serves_tokens() {
+        return Err(PayloadError::TokenNeedsApiServer {
+            path: path.to_owned(),
+        });
+    }
+    let Some(r) = token_ref(spec, source) else {
+        return Err(PayloadError::TokenNeedsApiServer {
+            path: path.to_owned(),
+        });
+    };
+    let not_issued = |why: String| PayloadError::TokenNotIssued {
+        path: path.to_owned(),
+        namespace: r.namespace.clone(),
+        service_account: r.service_account.clone(),
+        why,
+    };
+    let token = store
+        .token(&r)
+        .map_err(not_issued)?
+        .ok_or_else(|| not_issued("not requested yet".into()))?;
+    let version = ObjectVersion {
+        kind: "ServiceAccountToken".into(),
+        namespace: r.namespace.clone(),
+        name: r.service_account.clone(),
+        uid: String::new(),
+        resource_version: token.version(),
+    };
+    let file = PayloadFile {
+        bytes: token.token.as_bytes().to_vec(),
+        mode: spec.default_mode,
+    };
+    Ok((version, file))
 }
 
 /// Folds one object into "every object read is immutable" (a missing one
@@ -475,8 +599,15 @@ mod tests {
         assert_eq!(p.files["a"].bytes, b"from-secret");
         assert_eq!(p.files["name"].bytes, b"pod-a");
         assert_eq!(p.version.objects.len(), 2);
-        let token = PayloadSource::ServiceAccountToken { path: "t".into() };
+        let token = PayloadSource::ServiceAccountToken {
+            path: "t".into(),
+            audience: None,
+            expiration_seconds: 3600,
+        };
         let e = build(&spec(vec![token]), &s).unwrap_err();
-        assert_eq!(e.to_string(), "service account tokens need the API server");
+        assert_eq!(
+            e.to_string(),
+            "serviceAccountToken \"t\": a service account token needs the API server (--kubeconfig)"
+        );
     }
 }

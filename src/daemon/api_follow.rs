@@ -1,0 +1,247 @@
+//! What the API source follows one by one for the node's pods (the set
+//! `sources::api_refs` keeps): a watch by name of each ConfigMap and
+//! Secret some pod refers to, and a keeper of each token a pod's projected
+//! volume asks for — one task each, started when the first pod names it
+//! and aborted (its object or token forgotten) when none does any more,
+//! as the kubelet's watch-based managers and its token manager do. An
+//! `immutable` object's watch ends once it has been read: it cannot
+//! change (the kubelet stops those watches too).
+//!
+//! Nothing followed is logged: Secrets and tokens are secrets.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::task::AbortHandle;
+
+use super::api_source::Stores;
+use crate::apiserver::token::{Clock, Polled, SystemClock, TokenKeeper};
+use crate::apiserver::{Named, ObjectSeen};
+use crate::model::IssuedToken;
+use crate::sources::api::ObjectRef;
+
+/// What a followed object's task reports.
+#[derive(Debug)]
+pub(super) enum Followed {
+    /// a ConfigMap's or Secret's watch
+    Object(ObjectSeen),
+    /// a new token, or why there is no valid one
+    Token(Result<Arc<IssuedToken>, String>),
+}
+
+/// A token keeper's least and most sleep between looks, and its backoff
+/// after a failed request.
+const TOKEN_POLL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+const TOKEN_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The tasks, by what they follow.
+pub(super) struct Followers {
+    client: kube::Client,
+    stores: Stores,
+    clock: Arc<dyn Clock>,
+    /// `None`: an immutable object, read and no longer watched
+    tasks: BTreeMap<ObjectRef, Option<AbortHandle>>,
+    tx: UnboundedSender<(ObjectRef, Followed)>,
+    /// what the tasks report
+    pub(super) rx: UnboundedReceiver<(ObjectRef, Followed)>,
+}
+
+impl Followers {
+    pub(super) fn new(client: kube::Client, stores: Stores) -> Self {
+        let (tx, rx) = unbounded_channel();
+        Self {
+            client,
+            stores,
+            clock: Arc::new(SystemClock),
+            tasks: BTreeMap::new(),
+            tx,
+            rx,
+        }
+    }
+
+    /// Follows exactly `wanted`: starts what is new, stops what is gone.
+    pub(super) fn want(&mut self, wanted: BTreeSet<ObjectRef>) {
+        let gone: Vec<_> = self
+            .tasks
+            .keys()
+            .filter(|k| !wanted.contains(*k))
+            .cloned()
+            .collect();
+        for r in gone {
+            if let Some(Some(t)) = self.tasks.remove(&r) {
+                t.abort();
+            }
+            self.forget(r);
+        }
+        for r in wanted {
+            if self.tasks.contains_key(&r) {
+                continue;
+            }
+            let task = self.start(&r);
+            self.tasks.insert(r, Some(task));
+        }
+    }
+
+    fn forget(&self, r: ObjectRef) {
+        match r {
+            ObjectRef::ConfigMap(ns, n) => self.stores.api.set_config_map((ns, n), None),
+            ObjectRef::Secret(ns, n) => {
+                self.stores
+                    .secrets
+                    .set_from_api((ns.clone(), n.clone()), None);
+                self.stores.api.set_secret((ns, n), None);
+            }
+            ObjectRef::Token(t) => self.stores.api.set_token(t, None),
+            ObjectRef::Claim(..) => {}
+        }
+    }
+
+    fn start(&self, r: &ObjectRef) -> AbortHandle {
+        let tx = self.tx.clone();
+        let key = r.clone();
+        let task = match r {
+            ObjectRef::ConfigMap(ns, n) | ObjectRef::Secret(ns, n) => {
+                let kind = match r {
+                    ObjectRef::ConfigMap(..) => Named::ConfigMap,
+                    _ => Named::Secret,
+                };
+                let mut watch = crate::apiserver::watch_named(self.client.clone(), kind, ns, n);
+                tokio::spawn(async move {
+                    while let Some(seen) = watch.next().await {
+                        if tx.send((key.clone(), Followed::Object(seen))).is_err() {
+                            return;
+                        }
+                    }
+                })
+            }
+            ObjectRef::Token(t) => {
+                let keeper = TokenKeeper::new(t.clone(), self.clock.clone(), jitter());
+                tokio::spawn(keep_token(keeper, self.client.clone(), key, tx))
+            }
+            // never followed (see `ObjectRef::followed`)
+            ObjectRef::Claim(..) => tokio::spawn(async {}),
+        };
+        task.abort_handle()
+    }
+
+    /// What a task said: into the stores. Whether it is still followed
+    /// (its pods are then resolved again).
+    pub(super) fn seen(&mut self, r: &ObjectRef, seen: Followed) -> bool {
+        let Some(task) = self.tasks.get_mut(r) else {
+            return false;
+        };
+        match (r, seen) {
+            (ObjectRef::Token(t), Followed::Token(got)) => {
+                self.stores.api.set_token(t.clone(), Some(got));
+            }
+            (ObjectRef::ConfigMap(..) | ObjectRef::Secret(..), Followed::Object(seen)) => {
+                let kind = match r {
+                    ObjectRef::ConfigMap(..) => "ConfigMap",
+                    _ => "Secret",
+                };
+                let doc = match seen {
+                    // the object it had stays, as the kubelet's cache keeps it
+                    Err(e) => {
+                        tracing::warn!(error = %e, "API server");
+                        return true;
+                    }
+                    Ok(doc) => doc,
+                };
+                let key = match r {
+                    ObjectRef::ConfigMap(ns, n) | ObjectRef::Secret(ns, n) => {
+                        (ns.clone(), n.clone())
+                    }
+                    _ => return true,
+                };
+                let obj = match doc
+                    .clone()
+                    .map(|d| crate::sources::api_store::payload_object(kind, d))
+                {
+                    None => None,
+                    Some(Ok((_, o))) => Some(o),
+                    Some(Err(e)) => {
+                        tracing::error!(error = %e, "API server {kind}");
+                        None
+                    }
+                };
+                if obj.as_ref().is_some_and(|o| o.immutable)
+                    && let Some(t) = task.take()
+                {
+                    t.abort();
+                }
+                if kind == "Secret" {
+                    let csi = doc.and_then(|d| match crate::sources::api::secret_from_api(d) {
+                        Ok((_, info)) => Some(info),
+                        Err(e) => {
+                            tracing::error!(error = %e, "API server Secret");
+                            None
+                        }
+                    });
+                    self.stores.secrets.set_from_api(key.clone(), csi);
+                    self.stores.api.set_secret(key, obj);
+                } else {
+                    self.stores.api.set_config_map(key, obj);
+                }
+            }
+            _ => {}
+        }
+        true
+    }
+}
+
+/// A few seconds' jitter per token, so a node's tokens do not all renew in
+/// the same second (the kubelet draws one at random; the clock's
+/// nanoseconds are random enough here).
+fn jitter() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    Duration::from_millis(u64::from(nanos) % 10_000)
+}
+
+/// One token's task: a look when a renewal is due, a new token reported,
+/// a failure reported (and retried with a backoff). A renewal that fails
+/// while the old token is valid is logged (without the token) and retried.
+async fn keep_token(
+    mut keeper: TokenKeeper,
+    client: kube::Client,
+    key: ObjectRef,
+    tx: UnboundedSender<(ObjectRef, Followed)>,
+) {
+    let mut backoff = TOKEN_POLL.0;
+    loop {
+        let wait = match keeper.poll(&client).await {
+            Polled::Fresh(t) => {
+                backoff = TOKEN_POLL.0;
+                if tx.send((key.clone(), Followed::Token(Ok(t)))).is_err() {
+                    return;
+                }
+                keeper.next_poll(TOKEN_POLL.0, TOKEN_POLL.1)
+            }
+            Polled::Kept(None) => keeper.next_poll(TOKEN_POLL.0, TOKEN_POLL.1),
+            Polled::Kept(Some(e)) => {
+                tracing::warn!(error = %e, "renew a service account token; the one in place is valid still");
+                grow(&mut backoff)
+            }
+            Polled::Failed(e) => {
+                if tx
+                    .send((key.clone(), Followed::Token(Err(e.to_string()))))
+                    .is_err()
+                {
+                    return;
+                }
+                grow(&mut backoff)
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+fn grow(backoff: &mut Duration) -> Duration {
+    let now = *backoff;
+    *backoff = (*backoff * 2).min(TOKEN_BACKOFF_MAX);
+    now
+}
