@@ -33,29 +33,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::api_env::api_env;
 use support::apiserver::FakeApiServer;
 use support::daemon::{Daemon, Env, NODE, all_mounted, pod_gone_from_state, real, series};
-
-/// A fake with this test's Node, and an env whose daemon watches it.
-fn api_env(prefix: &str) -> (Env, FakeApiServer) {
-    let api = FakeApiServer::start();
-    api.put(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"keep": "me"}},
-        "status": {"nodeInfo": {"kubeletVersion": "v1.37.0"}, "capacity": {"pods": "110"}},
-    }));
-    let mut env = Env::new(prefix);
-    let kubeconfig = env.scratch.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    env.extra_args.extend([
-        "--kubeconfig".to_owned(),
-        kubeconfig.display().to_string(),
-        // the kubelet's 10 s would make every wait below that long
-        "--node-status-update-frequency".to_owned(),
-        "300ms".to_owned(),
-    ]);
-    (env, api)
-}
 
 /// A pod on `node` with a tmpfs emptyDir `cache`.
 fn pod(uid: &str, node: &str) -> Value {

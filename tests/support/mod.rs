@@ -71,6 +71,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use volumed::host::mountinfo::MountTable;
 
+pub mod api_env;
 pub mod apiserver;
 pub mod csi_driver;
 pub mod daemon;

@@ -180,6 +180,16 @@ fn dispatch(
         ) => (res, namespace, name, sub),
         _ => return Err(not_found()),
     };
+    // TokenRequest: a create subresource of service accounts
+    if let ("POST", Some("token"), Some(ns), Some(n)) = (
+        method,
+        sub.as_deref(),
+        namespace.as_deref(),
+        name.as_deref(),
+    ) && RESOURCES[res].plural == "serviceaccounts"
+    {
+        return Err(super::token::create(st, ns, n, body));
+    }
     let to_status = match sub.as_deref() {
         None => false,
         Some("status") if RESOURCES[res].status => true,

@@ -45,6 +45,9 @@
 //!   compaction point gets 200 and one ERROR event (Status 410 Expired),
 //!   which is what makes kube's watcher relist; `timeoutSeconds` ends the
 //!   stream cleanly.
+//! - TokenRequest (`serviceaccounts/{sa}/token`, create only): a token
+//!   distinct per request, bound to a pod that must exist (see `token.rs`
+//!   for what it does not check).
 //! - Writes: POST (409 AlreadyExists, `generateName`), PUT (409 Conflict on
 //!   a stale `metadata.resourceVersion`), PATCH as JSON merge patch, JSON
 //!   patch (RFC 6902), strategic merge and apply (see below), DELETE with
@@ -114,6 +117,7 @@ mod patch;
 mod resources;
 mod select;
 mod store;
+mod token;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::Path;
@@ -428,6 +432,11 @@ impl FakeApiServer {
     /// How many watches are open.
     pub fn open_watches(&self) -> usize {
         lock(&self.shared).open_watches()
+    }
+
+    /// How many watches of the resource `plural` (`configmaps`) are open.
+    pub fn open_watches_of(&self, plural: &str) -> usize {
+        lock(&self.shared).open_watches_of(plural)
     }
 
     /// Polls until `n` watches are open; false if `timeout` passes first.

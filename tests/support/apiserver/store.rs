@@ -215,6 +215,16 @@ impl State {
         self.watches.iter().filter(|w| !w.tx.is_closed()).count()
     }
 
+    /// How many watches of the resource `plural` are open.
+    pub fn open_watches_of(&self, plural: &str) -> usize {
+        let of = |w: &&WatchReg| super::resources::RESOURCES[w.res].plural == plural;
+        self.watches
+            .iter()
+            .filter(of)
+            .filter(|w| !w.tx.is_closed())
+            .count()
+    }
+
     /// Tells every open watch `msg` (End or Abort) and forgets them.
     pub fn end_watches(&mut self, abort: bool) {
         for w in self.watches.drain(..) {

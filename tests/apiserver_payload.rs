@@ -1,0 +1,417 @@
+//! Payload volumes of pods from the API server, end to end: the real
+//! `volumed` binary with `--kubeconfig`, real HTTP to the API-server fake
+//! in `tests/support/apiserver/` (its module doc, and `token.rs` beside it,
+//! list what a real API server does that the fake does not — the token is
+//! no signed JWT, which volumed never reads anyway), real tmpfs mounts.
+//!
+//! - an API pod's configMap, secret and projected volume (a service
+//!   account token, the `kube-root-ca.crt` ConfigMap, a downwardAPI item)
+//!   get every file with its content and mode, the secret and the projected
+//!   volume on a tmpfs; the token was requested for the pod's service
+//!   account, bound to the pod; only the objects named are watched, each by
+//!   name; the token is in no journal file and not in the log;
+//! - a change to the ConfigMap through the API reaches the file within the
+//!   sync period;
+//! - the pod deleted, the watches of its objects end;
+//! - a token is renewed at 80% of its lifetime and not before (the token
+//!   keeper against the fake, real HTTP, a clock the test moves);
+//! - a standalone node's token volume is an error naming the volume.
+//!
+//! The daemon tests run as root in their own private mount namespace.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use support::api_env::api_env;
+use support::apiserver::FakeApiServer;
+use support::daemon::{Env, NODE, all_mounted, real};
+use volumed::apiserver::token::{Clock, Polled, TokenKeeper};
+use volumed::model::TokenRef;
+
+const POD: &str = "a9e1c0de-5a1d-4c0f-9e7e-0000000000a1";
+const NS: &str = "apps";
+const SA: &str = "app-sa";
+/// Distinctive enough that finding it anywhere is no accident.
+const PASSWORD: &str = "pw-4d1f9a7b3c-api-never-journaled";
+const CA: &str = "-----BEGIN CERTIFICATE-----\nfake-root-ca\n-----END CERTIFICATE-----\n";
+
+/// The service account, the objects, and the pod that names them.
+fn seed(api: &FakeApiServer) {
+    api.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": SA, "namespace": NS}}));
+    api.put(config_map("v=1"));
+    api.put(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db", "namespace": NS},
+        "stringData": {"password": PASSWORD}}));
+    api.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kube-root-ca.crt", "namespace": NS},
+        "data": {"ca.crt": CA}}));
+    // objects nobody names: never watched
+    api.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "unrelated", "namespace": NS}, "data": {"x": "y"}}));
+    api.put(pod());
+}
+
+fn config_map(conf: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app-config", "namespace": NS},
+        "data": {"app.conf": conf}})
+}
+
+/// The default `kube-api-access` volume as the admission plugin writes it,
+/// with an audience, beside a configMap and a secret volume.
+fn pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": NS, "uid": POD},
+        "spec": {
+            "nodeName": NODE,
+            "serviceAccountName": SA,
+            "containers": [{"name": "app", "image": "busybox"}],
+            "volumes": [
+                {"name": "config", "configMap": {"name": "app-config", "defaultMode": 0o640}},
+                {"name": "creds", "secret": {"secretName": "db",
+                    "items": [{"key": "password", "path": "pw", "mode": 0o400}]}},
+                {"name": "kube-api-access", "projected": {"defaultMode": 0o644, "sources": [
+                    {"serviceAccountToken": {"path": "token", "audience": "vault",
+                        "expirationSeconds": 3607}},
+                    {"configMap": {"name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace",
+                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                ]}},
+            ],
+        },
+        "status": {"phase": "Running"},
+    })
+}
+
+struct Volumes {
+    config: PathBuf,
+    creds: PathBuf,
+    projected: PathBuf,
+}
+
+fn volumes(env: &Env) -> Volumes {
+    Volumes {
+        config: env.pod_volume(POD, "kubernetes.io~configmap", "config"),
+        creds: env.pod_volume(POD, "kubernetes.io~secret", "creds"),
+        projected: env.pod_volume(POD, "kubernetes.io~projected", "kube-api-access"),
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::metadata(p).unwrap().mode() & 0o777
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The TokenRequests the fake answered.
+fn token_requests(api: &FakeApiServer) -> Vec<Value> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/token"))
+        .map(|r| {
+            assert_eq!(
+                r.path,
+                format!("/api/v1/namespaces/{NS}/serviceaccounts/{SA}/token")
+            );
+            assert_eq!(r.status, 201, "{}", r.body);
+            serde_json::from_str(&r.body).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn an_api_pods_payload_volumes_get_their_files_and_a_config_map_change() {
+    real("mounts an API pod's payload volumes", || {
+        let (mut env, api) = api_env("volumed-api-payload-");
+        env.extra_args
+            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
+        seed(&api);
+        let v = volumes(&env);
+        let daemon = env.start();
+        let want = [v.config.clone(), v.creds.clone(), v.projected.clone()];
+        daemon.wait_until("the three payload volumes set up", || {
+            all_mounted(&daemon.state(), &want)
+        });
+
+        // contents and modes
+        assert_eq!(
+            fs::read_to_string(v.config.join("app.conf")).unwrap(),
+            "v=1"
+        );
+        assert_eq!(mode(&v.config.join("app.conf")), 0o640);
+        assert_eq!(fs::read_to_string(v.creds.join("pw")).unwrap(), PASSWORD);
+        assert_eq!(mode(&v.creds.join("pw")), 0o400);
+        let token = fs::read_to_string(v.projected.join("token")).unwrap();
+        assert!(
+            token.starts_with(&format!("fake-token.{NS}.{SA}.")),
+            "the token the fake issued: {} bytes",
+            token.len()
+        );
+        assert_eq!(fs::read_to_string(v.projected.join("ca.crt")).unwrap(), CA);
+        assert_eq!(
+            fs::read_to_string(v.projected.join("namespace")).unwrap(),
+            NS
+        );
+        for f in ["token", "ca.crt", "namespace"] {
+            assert_eq!(mode(&v.projected.join(f)), 0o644, "{f}");
+        }
+        let mounts = env.mounts_below_root();
+        let tmpfs = |p: &PathBuf| {
+            mounts
+                .iter()
+                .any(|m| &m.mount_point == p && m.fs_type == "tmpfs")
+        };
+        assert!(tmpfs(&v.creds), "the secret is on a tmpfs");
+        assert!(tmpfs(&v.projected), "the token is on a tmpfs");
+        assert!(!tmpfs(&v.config), "a configMap is on disk");
+
+        // the TokenRequest: the pod's service account, bound to the pod
+        let reqs = token_requests(&api);
+        assert_eq!(reqs.len(), 1, "one token, requested once");
+        let spec = &reqs[0]["spec"];
+        assert_eq!(spec["audiences"], json!(["vault"]));
+        assert_eq!(spec["expirationSeconds"], json!(3607));
+        assert_eq!(spec["boundObjectRef"]["kind"], "Pod");
+        assert_eq!(spec["boundObjectRef"]["name"], "web");
+        assert_eq!(spec["boundObjectRef"]["uid"], POD);
+
+        // watched: exactly the named objects, each by name
+        let mut named: Vec<(String, String)> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/configmaps") || r.path.contains("/secrets"))
+            .map(|r| {
+                let sel = r.param("fieldSelector").unwrap_or_default();
+                assert!(sel.starts_with("metadata.name="), "{} {}", r.path, r.query);
+                (r.path, sel)
+            })
+            .collect();
+        named.sort();
+        named.dedup();
+        assert_eq!(
+            named,
+            [
+                (
+                    format!("/api/v1/namespaces/{NS}/configmaps"),
+                    "metadata.name=app-config".to_owned()
+                ),
+                (
+                    format!("/api/v1/namespaces/{NS}/configmaps"),
+                    "metadata.name=kube-root-ca.crt".to_owned()
+                ),
+                (
+                    format!("/api/v1/namespaces/{NS}/secrets"),
+                    "metadata.name=db".to_owned()
+                ),
+            ]
+        );
+
+        // a change through the API: written within the sync period (1 s;
+        // the slack covers the watch and one reconciler pass)
+        let changed = Instant::now();
+        api.put(config_map("v=2"));
+        daemon.wait_until("the new ConfigMap written", || {
+            fs::read_to_string(v.config.join("app.conf")).is_ok_and(|c| c == "v=2")
+        });
+        let took = changed.elapsed();
+        eprintln!("ConfigMap change to file: {took:?} (sync period 1 s)");
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        assert_eq!(
+            fs::read_to_string(v.projected.join("token")).unwrap(),
+            token,
+            "the token is not renewed by a ConfigMap change"
+        );
+
+        let log = daemon.log();
+        daemon.stop();
+        // the pod waited for its objects' watches and its token: its first
+        // resolution found them all (no passing "not found")
+        for transient in ["not found", "not requested yet"] {
+            assert!(!log.contains(transient), "{transient}:\n{log}");
+        }
+        for (what, secret) in [("token", token.as_str()), ("secret", PASSWORD)] {
+            assert!(!log.contains(secret), "the log holds the {what}");
+            for rel in support::daemon::tree(&env.journal) {
+                let p = env.journal.join(rel);
+                if fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                    let bytes = fs::read(&p).unwrap();
+                    assert!(
+                        !contains(&bytes, secret.as_bytes()),
+                        "{} holds the {what}",
+                        p.display()
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn a_deleted_pods_object_watches_end() {
+    real("mounts an API pod's payload volumes", || {
+        let (mut env, api) = api_env("volumed-api-payload-gone-");
+        seed(&api);
+        let v = volumes(&env);
+        let daemon = env.start();
+        let want = [v.config.clone(), v.creds.clone(), v.projected.clone()];
+        daemon.wait_until("the three payload volumes set up", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        assert_eq!(
+            api.open_watches_of("configmaps"),
+            2,
+            "app-config, kube-root-ca.crt"
+        );
+        assert_eq!(api.open_watches_of("secrets"), 1, "db");
+
+        api.delete("v1", "Pod", Some(NS), "web");
+        daemon.wait_until("the pod's volumes torn down", || {
+            want.iter().all(|p| !p.exists())
+        });
+        daemon.wait_until("the object watches ended", || {
+            api.open_watches_of("configmaps") + api.open_watches_of("secrets") == 0
+        });
+        // and none opened again
+        api.clear_requests();
+        std::thread::sleep(Duration::from_secs(2));
+        let again: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.path.contains("/configmaps")
+                    || r.path.contains("/secrets")
+                    || r.path.ends_with("/token")
+            })
+            .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+            .collect();
+        assert!(again.is_empty(), "{again:#?}");
+        assert_eq!(api.open_watches_of("pods"), 1, "the pod watch goes on");
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_standalone_nodes_token_volume_is_an_error_naming_it() {
+    real("mounts a static pod's projected token", || {
+        let mut env = Env::new("volumed-payload-token-standalone");
+        env.write_pod(
+            "p.yaml",
+            &format!(
+                "apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: default, uid: {POD}}}
+spec:
+  containers: [{{name: app, image: busybox}}]
+  volumes:
+  - name: kube-api-access
+    projected:
+      sources:
+      - serviceAccountToken: {{path: token}}
+"
+            ),
+        );
+        let daemon = env.start();
+        daemon.wait_until_showing(
+            "the token volume's error",
+            || {
+                let log = daemon.log();
+                log.contains("kube-api-access")
+                    && log.contains("a service account token needs the API server (--kubeconfig)")
+            },
+            || daemon.log_tail(),
+        );
+        let projected = env.pod_volume(POD, "kubernetes.io~projected", "kube-api-access");
+        assert!(!projected.exists(), "nothing set up");
+        daemon.stop();
+    });
+}
+
+/// A clock the test moves.
+#[derive(Debug)]
+struct TestClock(Mutex<SystemTime>);
+
+impl Clock for TestClock {
+    fn now(&self) -> SystemTime {
+        *self.0.lock().unwrap()
+    }
+}
+
+impl TestClock {
+    fn set(&self, t: SystemTime) {
+        *self.0.lock().unwrap() = t;
+    }
+}
+
+#[test]
+fn a_token_is_renewed_at_80_percent_of_its_lifetime_and_not_before() {
+    let api = FakeApiServer::start();
+    api.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": SA, "namespace": NS}}));
+    api.put(pod());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(api.client());
+    let r = TokenRef {
+        namespace: NS.into(),
+        service_account: SA.into(),
+        audience: None,
+        expiration_seconds: 600,
+        pod_name: "web".into(),
+        pod_uid: POD.into(),
+    };
+    let clock = Arc::new(TestClock(Mutex::new(SystemTime::now())));
+    let mut keeper = TokenKeeper::new(r, clock.clone(), Duration::ZERO);
+    let Polled::Fresh(first) = rt.block_on(keeper.poll(&client)) else {
+        panic!("no first token")
+    };
+    assert_eq!(token_requests(&api).len(), 1);
+    // the fake's expiry is its own now + 600 s; the keeper reckons the
+    // issue time from it
+    let issued = first.issued();
+    let at = |secs: u64| issued + Duration::from_secs(secs);
+    for secs in [1, 300, 479, 480] {
+        clock.set(at(secs));
+        assert_eq!(
+            rt.block_on(keeper.poll(&client)),
+            Polled::Kept(None),
+            "at {secs} s of 600 nothing is asked"
+        );
+    }
+    assert_eq!(token_requests(&api).len(), 1, "no request before 80%");
+    clock.set(at(481));
+    let Polled::Fresh(second) = rt.block_on(keeper.poll(&client)) else {
+        panic!("not renewed past 80%")
+    };
+    assert_ne!(second.token, first.token, "a new token");
+    let reqs = token_requests(&api);
+    assert_eq!(reqs.len(), 2, "renewed once");
+    assert_eq!(reqs[1]["spec"]["boundObjectRef"]["uid"], POD);
+
+    // a failed renewal keeps the valid token; an expired one is an error
+    api.delete("v1", "ServiceAccount", Some(NS), SA);
+    let issued = second.issued();
+    clock.set(issued + Duration::from_secs(500));
+    let kept = rt.block_on(keeper.poll(&client));
+    assert!(matches!(kept, Polled::Kept(Some(_))), "{kept:?}");
+    assert_eq!(keeper.current(), Some(&second));
+    clock.set(issued + Duration::from_secs(601));
+    let failed = rt.block_on(keeper.poll(&client));
+    assert!(
+        matches!(&failed, Polled::Failed(e) if e.to_string().contains("expired")),
+        "{failed:?}"
+    );
+}
