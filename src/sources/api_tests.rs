@@ -319,3 +319,128 @@ fn only_the_secrets_the_pods_csi_volumes_name_are_wanted() {
     let _ = s.take_events(&LinuxSys);
     assert_eq!(s.take_follow_changes(), Some([key("s2")].into()));
 }
+
+/// A pod with a configMap volume and a projected token.
+fn payload_pod() -> Box<Pod> {
+    let v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u-p"},
+        "spec": {"nodeName": NODE, "containers": [], "volumes": [
+            {"name": "config", "configMap": {"name": "app"}},
+            {"name": "kube-api-access", "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}}]}},
+        ]},
+    });
+    Box::new(serde_json::from_value(v).expect("a pod"))
+}
+
+fn app_config(rv: &str) -> crate::plugins::payload::KubeObject {
+    let doc = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app", "namespace": "ns", "resourceVersion": rv},
+        "data": {"k": rv}});
+    crate::sources::api_store::payload_object("ConfigMap", doc)
+        .expect("a ConfigMap")
+        .1
+}
+
+/// The versions the pod's volumes were resolved with: (kind, resourceVersion).
+fn versions(events: &[SourceEvent]) -> Vec<(String, String)> {
+    let pod = match events {
+        [SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p)] => p,
+        other => panic!("{:?}", shown(other)),
+    };
+    pod.volumes
+        .iter()
+        .filter_map(|v| match &*v.spec {
+            crate::model::VolumeSpec::Payload(p) => p.version.clone(),
+            _ => None,
+        })
+        .flat_map(|v| v.objects.clone())
+        .map(|o| (o.kind, o.resource_version))
+        .collect()
+}
+
+#[test]
+fn a_payload_pod_is_held_until_its_objects_report_then_follows_their_changes() {
+    use crate::model::IssuedToken;
+    use std::sync::Arc;
+    let store = crate::sources::api_store::ApiObjectStore::default();
+    let stores = ObjectStores(vec![Arc::new(store.clone())]);
+    let mut s = listed_state().with_payload(stores);
+    s.apply(Change::PodApplied(payload_pod()));
+    let cm = ObjectRef::ConfigMap("ns".into(), "app".into());
+    let follow = s.take_follow_changes().expect("objects to follow");
+    let token = follow
+        .iter()
+        .find_map(|r| match r {
+            ObjectRef::Token(t) => Some(t.clone()),
+            _ => None,
+        })
+        .expect("a token to keep");
+    assert_eq!(follow.len(), 2, "{follow:?}");
+    assert_eq!(
+        (token.service_account.as_str(), token.pod_uid.as_str()),
+        ("default", "u-p")
+    );
+    assert_eq!(token.expiration_seconds, 600);
+    assert!(
+        s.take_events(&LinuxSys).is_empty(),
+        "held: nothing reported"
+    );
+    assert!(!s.settled());
+
+    store.set_config_map(("ns".into(), "app".into()), Some(app_config("1")));
+    s.object_reported(&cm);
+    assert!(
+        s.take_events(&LinuxSys).is_empty(),
+        "the token has not come"
+    );
+    let expires = std::time::UNIX_EPOCH + std::time::Duration::from_secs(2_000_000_600);
+    let issued = IssuedToken {
+        token: "t1".into(),
+        expires,
+        expiration_seconds: 600,
+    };
+    store.set_token(token.clone(), Some(Ok(Arc::new(issued))));
+    s.object_reported(&ObjectRef::Token(token.clone()));
+    let evs = s.take_events(&LinuxSys);
+    assert!(s.settled());
+    assert_eq!(
+        versions(&evs),
+        [
+            ("ConfigMap".to_owned(), "1".to_owned()),
+            (
+                "ServiceAccountToken".to_owned(),
+                "exp:2000000600".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(shown(&evs)[0].0, "added");
+
+    // the watch says it changed: the pod is resolved again, updated
+    store.set_config_map(("ns".into(), "app".into()), Some(app_config("2")));
+    s.object_reported(&cm);
+    let evs = s.take_events(&LinuxSys);
+    assert_eq!(shown(&evs)[0].0, "updated");
+    assert_eq!(versions(&evs)[0], ("ConfigMap".to_owned(), "2".to_owned()));
+
+    // a failed renewal with no valid token: the volume's error
+    store.set_token(token.clone(), Some(Err("forbidden".into())));
+    s.object_reported(&ObjectRef::Token(token.clone()));
+    let evs = s.take_events(&LinuxSys);
+    let [SourceEvent::PodUpdated(p)] = evs.as_slice() else {
+        panic!("{:?}", shown(&evs))
+    };
+    assert!(
+        p.errors
+            .iter()
+            .any(|e| e.contains("kube-api-access") && e.contains("forbidden")),
+        "{:?}",
+        p.errors
+    );
+
+    // the pod gone: nothing followed any more
+    s.apply(Change::PodDeleted(payload_pod()));
+    let _ = s.take_events(&LinuxSys);
+    assert_eq!(s.take_follow_changes(), Some(BTreeSet::new()));
+}

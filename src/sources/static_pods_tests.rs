@@ -356,7 +356,20 @@ fn payload_volumes_parse_with_items_modes_and_the_pods_fields() {
             path: "token".into(),
             audience: None,
             expiration_seconds: 3600,
-        }
+        },
+        "expirationSeconds defaults to an hour"
+    );
+    let s = payload_of(
+        "  - name: t\n    projected:\n      sources:\n      - serviceAccountToken: {path: t, audience: vault, expirationSeconds: 600}\n",
+    );
+    assert_eq!(
+        s.sources[0],
+        PayloadSource::ServiceAccountToken {
+            path: "t".into(),
+            audience: Some("vault".into()),
+            expiration_seconds: 600,
+        },
+        "the least lifetime is accepted"
     );
 }
 
@@ -374,6 +387,10 @@ fn payload_volumes_the_api_would_refuse_are_errors_naming_the_volume() {
         (
             "  - name: pr\n    projected: {sources: [{clusterTrustBundle: {path: b}}]}\n",
             "/pods/p.yaml: volume \"pr\": a projected source volumed does not support (clusterTrustBundle, podCertificate)",
+        ),
+        (
+            "  - name: t\n    projected: {sources: [{serviceAccountToken: {path: token, expirationSeconds: 599}}]}\n",
+            "/pods/p.yaml: volume \"t\": serviceAccountToken \"token\": expirationSeconds 599 is not between 600 and 4294967296",
         ),
     ];
     for (volume, want) in cases {

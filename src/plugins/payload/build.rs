@@ -610,4 +610,66 @@ mod tests {
             "serviceAccountToken \"t\": a service account token needs the API server (--kubeconfig)"
         );
     }
+
+    /// A store that also serves one token.
+    #[derive(Debug)]
+    struct WithToken(Store, Option<Arc<IssuedToken>>);
+    impl ObjectStore for WithToken {
+        fn config_map(&self, ns: &str, name: &str) -> Option<Arc<KubeObject>> {
+            self.0.config_map(ns, name)
+        }
+        fn secret(&self, ns: &str, name: &str) -> Option<Arc<KubeObject>> {
+            self.0.secret(ns, name)
+        }
+        fn token(&self, r: &TokenRef) -> Result<Option<Arc<IssuedToken>>, String> {
+            assert_eq!(
+                (r.service_account.as_str(), r.pod_name.as_str()),
+                ("robot", "pod-a")
+            );
+            Ok(self.1.clone())
+        }
+        fn serves_tokens(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_token_is_a_file_whose_version_is_its_expiry_never_its_bytes() {
+        let token = PayloadSource::ServiceAccountToken {
+            path: "token".into(),
+            audience: Some("vault".into()),
+            expiration_seconds: 3600,
+        };
+        let mut sp = spec(vec![token]);
+        sp.default_mode = 0o600;
+        sp.pod_fields
+            .insert("spec.serviceAccountName".into(), "robot".into());
+        let issued = IssuedToken {
+            token: "eyJ-secret".into(),
+            expires: std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_900_000_000),
+            expiration_seconds: 3600,
+        };
+        let s = WithToken(Store::default(), Some(Arc::new(issued)));
+        let p = build(&sp, &s).unwrap();
+        assert_eq!(p.files["token"].bytes, b"eyJ-secret");
+        assert_eq!(p.files["token"].mode, 0o600);
+        assert!(!p.immutable, "a token expires");
+        let v = &p.version.objects[0];
+        assert_eq!(
+            (
+                v.kind.as_str(),
+                v.name.as_str(),
+                v.resource_version.as_str()
+            ),
+            ("ServiceAccountToken", "robot", "exp:1900000000")
+        );
+        assert!(
+            !format!("{p:?}").contains("eyJ-secret"),
+            "Debug shows no token"
+        );
+        let none = WithToken(Store::default(), None);
+        let e = build(&sp, &none).unwrap_err();
+        assert!(matches!(e, PayloadError::TokenNotIssued { .. }), "{e}");
+        assert!(e.to_string().contains("\"token\""), "names the path: {e}");
+    }
 }
