@@ -4,8 +4,10 @@
 //! from. A Secret is also kept for CSI calls (`csi_objects`).
 //!
 //! The plugins see objects through [`ObjectStore`]: this store holds what
-//! the static objects dir says; the API server's watch can publish into
-//! its own store and the daemon ask both ([`ObjectStores`]).
+//! the static objects dir says; the API server's watches publish into
+//! their own (`api_store`) and the daemon asks this one first
+//! ([`ObjectStores`]). The API store reads its documents with the same
+//! [`config_map_object`] and [`secret_object`].
 //!
 //! [`ObjectStores`]: crate::plugins::payload::ObjectStores
 
