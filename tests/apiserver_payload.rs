@@ -7,7 +7,8 @@
 //! - an API pod's configMap, secret and projected volume (a service
 //!   account token, the `kube-root-ca.crt` ConfigMap, a downwardAPI item)
 //!   get every file with its content and mode, the secret and the projected
-//!   volume on a tmpfs; the token was requested for the pod's service
+//!   volume on a tmpfs; an optional ConfigMap that does not exist adds
+//!   nothing; the token was requested for the pod's service
 //!   account, bound to the pod; only the objects named are watched, each by
 //!   name; the token is in no journal file and not in the log;
 //! - a change to the ConfigMap through the API reaches the file within the
@@ -84,6 +85,8 @@ fn pod() -> Value {
                         "expirationSeconds": 3607}},
                     {"configMap": {"name": "kube-root-ca.crt",
                         "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    // optional and absent: adds nothing, fails nothing
+                    {"configMap": {"name": "absent", "optional": true}},
                     {"downwardAPI": {"items": [{"path": "namespace",
                         "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
                 ]}},
@@ -167,6 +170,17 @@ fn an_api_pods_payload_volumes_get_their_files_and_a_config_map_change() {
         for f in ["token", "ca.crt", "namespace"] {
             assert_eq!(mode(&v.projected.join(f)), 0o644, "{f}");
         }
+        let mut names: Vec<String> = fs::read_dir(&v.projected)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with(".."))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["ca.crt", "namespace", "token"],
+            "nothing from the absent one"
+        );
         let mounts = env.mounts_below_root();
         let tmpfs = |p: &PathBuf| {
             mounts
@@ -203,6 +217,10 @@ fn an_api_pods_payload_volumes_get_their_files_and_a_config_map_change() {
         assert_eq!(
             named,
             [
+                (
+                    format!("/api/v1/namespaces/{NS}/configmaps"),
+                    "metadata.name=absent".to_owned()
+                ),
                 (
                     format!("/api/v1/namespaces/{NS}/configmaps"),
                     "metadata.name=app-config".to_owned()
@@ -271,8 +289,8 @@ fn a_deleted_pods_object_watches_end() {
         });
         assert_eq!(
             api.open_watches_of("configmaps"),
-            2,
-            "app-config, kube-root-ca.crt"
+            3,
+            "app-config, kube-root-ca.crt, absent"
         );
         assert_eq!(api.open_watches_of("secrets"), 1, "db");
 

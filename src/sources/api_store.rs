@@ -1,5 +1,5 @@
 //! The objects and tokens the API source followed for the node's pods
-//! ([`crate::sources::api_refs`]): the ConfigMaps and Secrets their
+//! (the index in `sources::api_refs`): the ConfigMaps and Secrets their
 //! payload volumes name, as each one's watch last said, and the tokens
 //! their projected volumes asked for. The payload plugins read it through
 //! [`ObjectStore`], after the static objects dir

@@ -7,7 +7,7 @@
 //! the static objects dir says; the API server's watches publish into
 //! their own (`api_store`) and the daemon asks this one first
 //! ([`ObjectStores`]). The API store reads its documents with the same
-//! [`config_map_object`] and [`secret_object`].
+//! `config_map_object` and `secret_object`.
 //!
 //! [`ObjectStores`]: crate::plugins::payload::ObjectStores
 
