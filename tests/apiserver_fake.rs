@@ -1,7 +1,7 @@
 //! The fake API server (`tests/support/apiserver`) against the real `kube`
 //! 5 client and its runtime's watcher: selectors, pagination, relist on 410,
-//! outages, restarts on the same port, the status subresource, and the
-//! create/replace/conflict/not-found answers.
+//! outages, restarts on the same port, the status subresource, the
+//! create/replace/conflict/not-found answers, and TokenRequest.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 mod support;
@@ -799,5 +799,77 @@ async fn kubes_event_recorder_creates_then_aggregates_by_patch() {
     assert_eq!(
         writes,
         [("POST".to_owned(), 201), ("PATCH".to_owned(), 200)]
+    );
+}
+
+fn token_request(
+    pod: &str,
+    uid: &str,
+    secs: i64,
+) -> k8s_openapi::api::authentication::v1::TokenRequest {
+    serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": ["vault"], "expirationSeconds": secs,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_token_request_is_answered_for_a_bound_pod_and_refused_otherwise() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let server = FakeApiServer::start();
+    let p = server.put(pod("web", "node-a"));
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_owned();
+    let api: Api<ServiceAccount> = Api::namespaced(server.client().await, "default");
+    let pp = PostParams::default();
+
+    let (code, msg) = api_status(
+        api.create_token_request("robot", &pp, &token_request("web", &uid, 3600))
+            .await,
+    );
+    assert_eq!(code, 404, "no such service account: {msg}");
+    server.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "robot", "namespace": "default"}}));
+
+    let before = std::time::SystemTime::now();
+    let one = api
+        .create_token_request("robot", &pp, &token_request("web", &uid, 3600))
+        .await
+        .unwrap();
+    let two = api
+        .create_token_request("robot", &pp, &token_request("web", &uid, 3600))
+        .await
+        .unwrap();
+    let (s1, s2) = (one.status.unwrap(), two.status.unwrap());
+    assert_ne!(s1.token, s2.token, "a token per request");
+    let spec = one.spec.unwrap();
+    assert_eq!(spec.audiences, Some(vec!["vault".to_owned()]), "echoed");
+    let expires = std::time::SystemTime::from(s1.expiration_timestamp.unwrap().0);
+    let lifetime = expires.duration_since(before).unwrap();
+    assert!(
+        (3599..=3601).contains(&lifetime.as_secs()),
+        "expires an hour on: {lifetime:?}"
+    );
+
+    for (req, want) in [
+        (token_request("web", &uid, 599), 422),
+        (token_request("gone", &uid, 3600), 404),
+        (token_request("web", "not-its-uid", 3600), 409),
+    ] {
+        let (code, msg) = api_status(api.create_token_request("robot", &pp, &req).await);
+        assert_eq!(code, want, "{msg}");
+    }
+    let posts: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| (r.path, r.status))
+        .collect();
+    assert_eq!(posts.len(), 6, "every request recorded: {posts:?}");
+    assert!(
+        posts
+            .iter()
+            .all(|(p, _)| p == "/api/v1/namespaces/default/serviceaccounts/robot/token")
     );
 }

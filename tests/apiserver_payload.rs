@@ -10,7 +10,8 @@
 //!   volume on a tmpfs; an optional ConfigMap that does not exist adds
 //!   nothing; the token was requested for the pod's service
 //!   account, bound to the pod; only the objects named are watched, each by
-//!   name; the token is in no journal file and not in the log;
+//!   name; the journal records the token's expiry as its version, and the
+//!   token is in no journal file and not in the log;
 //! - a change to the ConfigMap through the API reaches the file within the
 //!   sync period;
 //! - the pod deleted, the watches of its objects end;
@@ -252,6 +253,11 @@ fn an_api_pods_payload_volumes_get_their_files_and_a_config_map_change() {
             "the token is not renewed by a ConfigMap change"
         );
 
+        // the journal's version of the token is its expiry
+        let dumped = daemon.get("/debug/journal");
+        assert!(dumped.contains("ServiceAccountToken"), "{dumped}");
+        assert!(dumped.contains("exp:"), "{dumped}");
+        assert!(!dumped.contains(&token), "dump shows the token");
         let log = daemon.log();
         daemon.stop();
         // the pod waited for its objects' watches and its token: its first
