@@ -16,7 +16,8 @@
 //!   sync period;
 //! - the pod deleted, the watches of its objects end;
 //! - a token is renewed at 80% of its lifetime and not before (the token
-//!   keeper against the fake, real HTTP, a clock the test moves);
+//!   keeper against the fake, real HTTP, a clock the test moves), and the
+//!   daemon's renewed token reaches the file before the old one expires;
 //! - a standalone node's token volume is an error naming the volume.
 //!
 //! The daemon tests run as root in their own private mount namespace.
@@ -358,6 +359,42 @@ spec:
         );
         let projected = env.pod_volume(POD, "kubernetes.io~projected", "kube-api-access");
         assert!(!projected.exists(), "nothing set up");
+        daemon.stop();
+    });
+}
+
+/// The daemon's own keeper, end to end: the fake issues 30 s tokens for
+/// this service account (as a real server may answer another lifetime than
+/// asked), so the renewal is due at 24 s less up to 10 s of jitter.
+#[test]
+fn an_api_pods_token_is_renewed_after_80_percent_and_rewritten_before_it_expires() {
+    real("mounts an API pod's projected token", || {
+        let (mut env, api) = api_env("volumed-api-payload-renew-");
+        env.extra_args
+            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
+        seed(&api);
+        let lifetime = support::apiserver::token::LIFETIME_ANNOTATION;
+        api.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": SA, "namespace": NS, "annotations": {lifetime: "30"}}}));
+        let v = volumes(&env);
+        let daemon = env.start();
+        let file = v.projected.join("token");
+        daemon.wait_until("the first token written", || file.exists());
+        let first = fs::read_to_string(&file).unwrap();
+        let written = Instant::now();
+        daemon.wait_until("a renewed token written", || {
+            fs::read_to_string(&file).is_ok_and(|t| t != first)
+        });
+        let took = written.elapsed();
+        eprintln!("token renewed and rewritten {took:?} after the first (30 s tokens)");
+        // 80% of 30 s is 24 s, brought forward by at most 10 s of jitter;
+        // written (one sync period later) before the first one expired
+        assert!(
+            took >= Duration::from_secs(13),
+            "renewed too early: {took:?}"
+        );
+        assert!(took < Duration::from_secs(30), "renewed too late: {took:?}");
+        assert_eq!(token_requests(&api).len(), 2, "one renewal");
         daemon.stop();
     });
 }

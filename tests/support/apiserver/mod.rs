@@ -117,7 +117,7 @@ mod patch;
 mod resources;
 mod select;
 mod store;
-mod token;
+pub mod token;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::Path;
