@@ -7,11 +7,16 @@
 //! `immutable` object's watch ends once it has been read: it cannot
 //! change (the kubelet stops those watches too).
 //!
+//! A pod waits for its followed objects' first report (`api_refs`); one
+//! that has not answered in [`FIRST_REPORT_MAX`] (a watch the server
+//! accepted and never answered) stops holding it: its pods are resolved
+//! without it, so one hung watch cannot keep the node from being ready.
+//!
 //! Nothing followed is logged: Secrets and tokens are secrets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -37,6 +42,9 @@ pub(super) enum Followed {
 const TOKEN_POLL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
 const TOKEN_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// How long a followed object's first report may keep its pods waiting.
+pub(super) const FIRST_REPORT_MAX: Duration = Duration::from_secs(30);
+
 /// The tasks, by what they follow.
 pub(super) struct Followers {
     client: kube::Client,
@@ -44,6 +52,8 @@ pub(super) struct Followers {
     clock: Arc<dyn Clock>,
     /// `None`: an immutable object, read and no longer watched
     tasks: BTreeMap<ObjectRef, Option<AbortHandle>>,
+    /// when each task not yet heard from was started
+    unheard: BTreeMap<ObjectRef, Instant>,
     tx: UnboundedSender<(ObjectRef, Followed)>,
     /// what the tasks report
     pub(super) rx: UnboundedReceiver<(ObjectRef, Followed)>,
@@ -57,6 +67,7 @@ impl Followers {
             stores,
             clock: Arc::new(SystemClock),
             tasks: BTreeMap::new(),
+            unheard: BTreeMap::new(),
             tx,
             rx,
         }
@@ -74,6 +85,7 @@ impl Followers {
             if let Some(Some(t)) = self.tasks.remove(&r) {
                 t.abort();
             }
+            self.unheard.remove(&r);
             self.forget(r);
         }
         for r in wanted {
@@ -81,6 +93,7 @@ impl Followers {
                 continue;
             }
             let task = self.start(&r);
+            self.unheard.insert(r.clone(), Instant::now());
             self.tasks.insert(r, Some(task));
         }
     }
@@ -133,6 +146,7 @@ impl Followers {
         let Some(task) = self.tasks.get_mut(r) else {
             return false;
         };
+        self.unheard.remove(r);
         match (r, seen) {
             (ObjectRef::Token(t), Followed::Token(got)) => {
                 self.stores.api.set_token(t.clone(), Some(got));
@@ -192,6 +206,30 @@ impl Followers {
     }
 }
 
+impl Followers {
+    /// The followed objects not heard from within `max` of their start
+    /// (each returned once): they hold their pods no longer.
+    pub(super) fn overdue(&mut self, now: Instant, max: Duration) -> Vec<ObjectRef> {
+        take_overdue(&mut self.unheard, now, max)
+    }
+}
+
+fn take_overdue(
+    unheard: &mut BTreeMap<ObjectRef, Instant>,
+    now: Instant,
+    max: Duration,
+) -> Vec<ObjectRef> {
+    let late: Vec<ObjectRef> = unheard
+        .iter()
+        .filter(|(_, at)| now.saturating_duration_since(**at) >= max)
+        .map(|(r, _)| r.clone())
+        .collect();
+    for r in &late {
+        unheard.remove(r);
+    }
+    late
+}
+
 /// A few seconds' jitter per token, so a node's tokens do not all renew in
 /// the same second (the kubelet draws one at random; the clock's
 /// nanoseconds are random enough here).
@@ -244,4 +282,24 @@ fn grow(backoff: &mut Duration) -> Duration {
     let now = *backoff;
     *backoff = (*backoff * 2).min(TOKEN_BACKOFF_MAX);
     now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_unheard_for_the_limit_is_overdue_once() {
+        let t0 = Instant::now();
+        let cm = |n: &str| ObjectRef::ConfigMap("ns".into(), n.into());
+        let mut unheard =
+            BTreeMap::from([(cm("old"), t0), (cm("new"), t0 + Duration::from_secs(20))]);
+        let max = Duration::from_secs(30);
+        assert!(take_overdue(&mut unheard, t0 + Duration::from_secs(29), max).is_empty());
+        let at = t0 + Duration::from_secs(30);
+        assert_eq!(take_overdue(&mut unheard, at, max), [cm("old")]);
+        assert!(take_overdue(&mut unheard, at, max).is_empty(), "once");
+        let later = t0 + Duration::from_secs(50);
+        assert_eq!(take_overdue(&mut unheard, later, max), [cm("new")]);
+    }
 }

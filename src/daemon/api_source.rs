@@ -122,6 +122,7 @@ pub(super) fn spawn_api_source(
             let mut changes =
                 crate::apiserver::watch_all(client.clone(), &node).ready_chunks(4096);
             let mut follow = super::api_follow::Followers::new(client.clone(), stores);
+            let mut overdue_tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tokio::select! {
                     _ = stop_rx.changed() => return,
@@ -137,6 +138,14 @@ pub(super) fn spawn_api_source(
                     }
                     Some((r, seen)) = follow.rx.recv() => {
                         if follow.seen(&r, seen) {
+                            state.object_reported(&r);
+                        }
+                    }
+                    _ = overdue_tick.tick() => {
+                        let max = super::api_follow::FIRST_REPORT_MAX;
+                        for r in follow.overdue(Instant::now(), max) {
+                            tracing::warn!(object = ?shown_ref(&r), waited_s = max.as_secs(),
+                                "API server: no answer yet; its pods are resolved without it");
                             state.object_reported(&r);
                         }
                     }
@@ -284,5 +293,20 @@ pub(super) fn node_view(
                 })
                 .collect()
         }),
+    }
+}
+
+/// A followed object as the log may show it: kind, namespace and name (a
+/// token's service account and pod; never the token).
+fn shown_ref(r: &crate::sources::api::ObjectRef) -> String {
+    use crate::sources::api::ObjectRef;
+    match r {
+        ObjectRef::Claim(ns, n) => format!("PersistentVolumeClaim {ns}/{n}"),
+        ObjectRef::ConfigMap(ns, n) => format!("ConfigMap {ns}/{n}"),
+        ObjectRef::Secret(ns, n) => format!("Secret {ns}/{n}"),
+        ObjectRef::Token(t) => format!(
+            "token of service account {}/{} for pod {}",
+            t.namespace, t.service_account, t.pod_name
+        ),
     }
 }
