@@ -50,7 +50,12 @@ impl ApiStopper {
 }
 
 /// A client and the runtime it runs on, before any request.
-pub(super) struct Connected(tokio::runtime::Runtime, kube::Client, std::time::Duration);
+pub(super) struct Connected(
+    tokio::runtime::Runtime,
+    kube::Client,
+    std::time::Duration,
+    std::time::Duration,
+);
 
 /// Builds the client: a kubeconfig that cannot be used is an error now, at
 /// startup, before anything on the host changes.
@@ -65,14 +70,19 @@ pub(super) fn connect(cfg: &ApiConfig) -> Result<Connected, DaemonError> {
     let client = rt
         .block_on(crate::apiserver::connect(cfg))
         .map_err(DaemonError::Api)?;
-    Ok(Connected(rt, client, cfg.node_status_every))
+    Ok(Connected(
+        rt,
+        client,
+        cfg.node_status_every,
+        cfg.watch_timeout,
+    ))
 }
 
 /// Watches on a thread of its own: changes are batched as they arrive
 /// (all that are ready at once), and each batch becomes the events of the
 /// pods it concerns.
 pub(super) fn spawn_api_source(
-    Connected(rt, client, period): Connected,
+    Connected(rt, client, period, watch_timeout): Connected,
     node_name: &str,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
@@ -93,8 +103,9 @@ pub(super) fn spawn_api_source(
             let mut state = ApiState::new(&node);
             let mut ready = false;
             let mut changes =
-                crate::apiserver::watch_all(client.clone(), &node).ready_chunks(4096);
-            let mut secret_watches = SecretWatches::new(client.clone(), secrets);
+                crate::apiserver::watch_all(client.clone(), &node, watch_timeout)
+                    .ready_chunks(4096);
+            let mut secret_watches = SecretWatches::new(client.clone(), secrets, watch_timeout);
             loop {
                 let batch = tokio::select! {
                     _ = stop_rx.changed() => return,
@@ -233,6 +244,7 @@ pub(super) fn node_view(
 /// when none does any more.
 struct SecretWatches {
     client: kube::Client,
+    timeout: std::time::Duration,
     store: crate::sources::static_objects::SecretStore,
     tasks: std::collections::BTreeMap<(String, String), tokio::task::AbortHandle>,
     tx: tokio::sync::mpsc::UnboundedSender<((String, String), crate::apiserver::SecretSeen)>,
@@ -240,10 +252,15 @@ struct SecretWatches {
 }
 
 impl SecretWatches {
-    fn new(client: kube::Client, store: crate::sources::static_objects::SecretStore) -> Self {
+    fn new(
+        client: kube::Client,
+        store: crate::sources::static_objects::SecretStore,
+        timeout: std::time::Duration,
+    ) -> Self {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         Self {
             client,
+            timeout,
             store,
             tasks: std::collections::BTreeMap::new(),
             tx,
@@ -272,6 +289,7 @@ impl SecretWatches {
                 self.client.clone(),
                 &key.0,
                 &key.1,
+                self.timeout,
             ));
             let (tx, k) = (self.tx.clone(), key.clone());
             let task = tokio::spawn(async move {

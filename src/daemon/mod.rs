@@ -36,6 +36,7 @@ pub mod event_loop;
 pub mod forced;
 mod health;
 mod lanes;
+mod pools;
 pub mod orphans;
 mod provider;
 mod startup;
