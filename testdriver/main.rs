@@ -32,12 +32,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::Parser;
+use http_body_util::BodyExt;
 use nix::sys::signal::{SigSet, Signal};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::codegen::tokio_stream::Stream;
-use http_body_util::BodyExt;
 use tonic::codegen::{BoxFuture, Service, http};
 
 use volumed::csi::proto::csi_v1::{identity_server::IdentityServer, node_server::NodeServer};

@@ -28,14 +28,18 @@ pub(super) struct Pools {
     host: Sender<Queued>,
     /// one pool per CSI driver, by name
     drivers: HashMap<String, Sender<Queued>>,
+    /// the drivers' pools' workers, joined when the pools go
+    driver_workers: Vec<JoinHandle<()>>,
     start: StartWorker,
 }
 
 impl Pools {
     /// `size` workers per pool (at least one); the host plugins' pool is
-    /// started now, and its workers' handles returned. A driver's pool's
-    /// are not kept: the loop ends only with nothing in flight, so they
-    /// are idle then, and end as their queue closes with the pools.
+    /// started now, and its workers' handles returned (its caller joins
+    /// them). The drivers' pools' workers are joined when the pools are
+    /// dropped, as the loop ends: with nothing in flight, so at once; a
+    /// worker's clone of the executor then no longer holds the journal,
+    /// which the binary closes next.
     pub(super) fn new(
         size: usize,
         start: StartWorker,
@@ -46,6 +50,7 @@ impl Pools {
             size,
             host,
             drivers: HashMap::new(),
+            driver_workers: Vec::new(),
             start,
         };
         Ok((pools, threads))
@@ -60,8 +65,9 @@ impl Pools {
             Some(driver) => {
                 if !self.drivers.contains_key(driver) {
                     match start_pool(self.size, &self.start) {
-                        Ok((tx, _detached)) => {
+                        Ok((tx, workers)) => {
                             self.drivers.insert(driver.to_owned(), tx);
+                            self.driver_workers.extend(workers);
                         }
                         Err(e) => {
                             tracing::error!(driver, error = %e, "start the driver's workers");
@@ -76,6 +82,22 @@ impl Pools {
     }
 }
 
+impl Drop for Pools {
+    fn drop(&mut self) {
+        // Closing the queues ends the workers; unwinding from a panic,
+        // one may still be inside a call: then they are left to end.
+        self.drivers.clear();
+        if std::thread::panicking() {
+            return;
+        }
+        for t in self.driver_workers.drain(..) {
+            if t.join().is_err() {
+                tracing::error!("a CSI driver's worker panicked");
+            }
+        }
+    }
+}
+
 /// `size` workers on one new queue: its sender, and the workers.
 fn start_pool(
     size: usize,
@@ -87,4 +109,113 @@ fn start_pool(
         .map(|_| start(rx.clone()))
         .collect::<Result<_, _>>()?;
     Ok((tx, threads))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::RecvTimeoutError;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::{
+        AccessMode, CsiLifecycle, CsiParams, PluginName, PodUid, TargetKind, TargetParams,
+        TargetRef, UniqueVolumeName,
+    };
+    use crate::reconciler::jobs::Job;
+
+    /// A pod target's teardown: of a CSI volume of `driver`, or, without
+    /// one, of an emptyDir.
+    fn teardown(driver: Option<&str>) -> Queued {
+        let csi = driver.map(|d| {
+            Arc::new(CsiParams {
+                driver: d.to_owned(),
+                volume_handle: "h".into(),
+                lifecycle: CsiLifecycle::Persistent,
+                access_modes: vec![AccessMode::ReadWriteOnce],
+                read_only: false,
+                publish_context: Default::default(),
+                volume_context: Default::default(),
+                stage_secret: None,
+                publish_secret: None,
+                mount_group: None,
+                attachment_id: None,
+            })
+        });
+        let params = TargetParams {
+            volume: UniqueVolumeName::from_raw(match driver {
+                Some(d) => format!("kubernetes.io/csi/{d}^h"),
+                None => "kubernetes.io/empty-dir/p-cache".to_owned(),
+            }),
+            plugin: match driver {
+                Some(_) => PluginName::Csi,
+                None => PluginName::EmptyDir,
+            },
+            spec_name: "cache".into(),
+            target: TargetRef::Pod(PodUid::new("p").unwrap()),
+            kind: TargetKind::Mount,
+            device_path: None,
+            device_mount_path: None,
+            pod_mount_path: None,
+            selinux: None,
+            mount_options: Vec::new().into(),
+            fs_type: None,
+            csi,
+            payload: None,
+        };
+        Queued {
+            job: Job::TearDown {
+                params: Arc::new(params),
+            },
+            intent: None,
+        }
+    }
+
+    /// Pools of one worker each, whose workers say which job's driver they
+    /// took (`""` for none) on the returned channel; a job of driver
+    /// `stuck` blocks its worker until `release` is sent.
+    fn pools(stuck: &'static str) -> (Pools, Receiver<String>, Sender<()>) {
+        let (took_tx, took) = mpsc::channel::<String>();
+        let (release, released) = mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let start: StartWorker = Box::new(move |rx| {
+            let (took_tx, released) = (took_tx.clone(), released.clone());
+            Ok(std::thread::spawn(move || {
+                loop {
+                    let job = rx.lock().unwrap().recv();
+                    let Ok(q) = job else { return };
+                    let driver = q.job.csi_driver().unwrap_or_default().to_owned();
+                    let _ = took_tx.send(driver.clone());
+                    if driver == stuck {
+                        let _ = released.lock().unwrap().recv();
+                    }
+                }
+            }))
+        });
+        let (pools, _host_workers) = Pools::new(1, start).unwrap();
+        (pools, took, release)
+    }
+
+    #[test]
+    fn a_driver_whose_calls_hang_holds_only_its_own_workers() {
+        let (mut pools, took, release) = pools("hung.example.com");
+        let next = || took.recv_timeout(Duration::from_secs(10));
+        pools.send(teardown(Some("hung.example.com"))).unwrap();
+        assert_eq!(next().unwrap(), "hung.example.com");
+        // its only worker is stuck: a second job of it waits ...
+        pools.send(teardown(Some("hung.example.com"))).unwrap();
+        // ... and neither the host plugins' job nor another driver's does
+        pools.send(teardown(None)).unwrap();
+        assert_eq!(next().unwrap(), "");
+        pools.send(teardown(Some("good.example.com"))).unwrap();
+        assert_eq!(next().unwrap(), "good.example.com");
+        assert_eq!(
+            took.recv_timeout(Duration::from_millis(200)),
+            Err(RecvTimeoutError::Timeout),
+            "the hung driver's second job waits for its worker"
+        );
+        release.send(()).unwrap();
+        assert_eq!(next().unwrap(), "hung.example.com");
+        release.send(()).unwrap();
+        drop(pools);
+    }
 }

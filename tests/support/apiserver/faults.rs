@@ -135,11 +135,8 @@ impl Faults {
             }
             Action::GoneWatch => {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let (_, mut expired) = status(
-                    410,
-                    "Expired",
-                    "injected fault: too old resource version",
-                );
+                let (_, mut expired) =
+                    status(410, "Expired", "injected fault: too old resource version");
                 if let Some(m) = expired.as_object_mut() {
                     m.remove("metadata");
                 }
