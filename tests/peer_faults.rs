@@ -9,24 +9,27 @@
 //! the journal says what `/debug/state` says.
 //!
 //! CSI (the real test driver, `volumed-testdriver`, with its fault file):
-//! 1. a call that hangs (never answered): the timeout fires, the target is
-//!    uncertain, the call is retried; another driver's volume and the
-//!    emptyDirs go on meanwhile; once the driver answers, it mounts once;
+//! 1. calls that hang (never answered) hold only their driver's workers:
+//!    emptyDirs and another driver's volume go on before the timeout
+//!    fires; then the targets are uncertain and the calls retried; once
+//!    the driver answers, each volume mounts once;
 //! 2. a driver SIGKILLed in the middle of NodeStage and then of
 //!    NodePublish, restarted each time: each call is made again, and the
 //!    volume ends staged once and published once;
-//! 3. a socket that answers bytes that are not HTTP/2: an error naming
+//! 3. a driver that dies after staging, before answering, its pod deleted
+//!    while it is down: unstaged once it is back, nothing leaked;
+//! 4. a socket that answers bytes that are not HTTP/2: an error naming
 //!    the driver, retried with backoff, no panic; a real driver on that
 //!    socket then mounts it;
-//! 4. a gRPC reply whose message is not protobuf: the same.
+//! 5. a gRPC reply whose message is not protobuf: the same.
 //!
 //! API server (the fake of `tests/support/apiserver/`, its fault rules):
-//! 5. 500s on every list and watch of pods for a while: known pods stay
+//! 6. 500s on every list and watch of pods for a while: known pods stay
 //!    mounted, a pod added meanwhile arrives once it recovers;
-//! 6. a watch that sends its headers and then nothing: given up after the
+//! 7. a watch that sends its headers and then nothing: given up after the
 //!    watch timeout (`--api-watch-timeout`, kube's 290 s otherwise), and
 //!    what changed meanwhile arrives;
-//! 7. a storm of `410 Gone` on every watch: relists that drop no pod and
+//! 8. a storm of `410 Gone` on every watch: relists that drop no pod and
 //!    unmount nothing, spaced by the watcher's backoff.
 //!
 //! Each test runs as root in its own private mount namespace; every wait
@@ -540,12 +543,12 @@ fn a_driver_killed_mid_call_and_restarted_mounts_once() {
     });
 }
 
-/// NodeStage mounts, then the driver dies before it answers (SIGKILL,
-/// `die_after_work`): the answer is lost in transport, which grpc-go
-/// reports, and the kubelet takes, as UNAVAILABLE — not final: the
-/// staging target is uncertain. The pod is deleted while the driver is
-/// down; once the driver is back the volume is unstaged (its tmpfs not
-/// leaked) and nothing is published.
+/// The pod is deleted while its NodeStage is in flight; the driver
+/// mounts, then dies before it answers (SIGKILL, `die_after_work`). The
+/// lost answer is a transport error: grpc-go reports it to the kubelet as
+/// UNAVAILABLE, not final, so the staging target is uncertain and, no pod
+/// wanting it, unstaged. Once the driver is back the volume is unstaged —
+/// its tmpfs not leaked — and nothing is published.
 #[test]
 fn a_driver_dead_after_staging_is_unstaged_once_the_pod_goes() {
     real("a CSI driver that dies after staging", || {
@@ -553,19 +556,26 @@ fn a_driver_dead_after_staging_is_unstaged_once_the_pod_goes() {
         let mut env = Env::new("volumed-peer-dead-after-stage-");
         let opts = add_driver(&mut env, DRIVER, 1);
         let mut driver = TestDriver::spawn(opts.clone());
-        driver.set_faults(json!([{"method": STAGE, "die_after_work": true, "times": 1}]));
+        driver.set_faults(json!([
+            {"method": STAGE, "delay_ms": 1000, "die_after_work": true, "times": 1}
+        ]));
         let daemon = started_with_steady(&mut env);
         let survivors = Survivors::of(&[cache_of(&env, STEADY)]);
         env.write_pod("d.yaml", &csi_pod("pod-d", DRIVER, 0));
+        wait_calls(&daemon, &driver, STAGE, 1);
+        env.remove_pod("d.yaml");
         driver.wait_exit(support::daemon::WAIT);
         let stage = staging(&env, DRIVER, 0);
         assert_eq!(mounts_at(&stage), 1, "the driver staged before it died");
+        daemon.wait_until("the lost answer logged as UNAVAILABLE", || {
+            daemon.log().lines().any(|l| {
+                l.contains("NodeStageVolume on driver dies.csi.test: Unavailable: transport error")
+            })
+        });
         daemon.wait_until("the staging target uncertain", || {
             state_of(&daemon, &stage).as_deref() == Some("uncertain")
         });
         others_keep_going(&env, &daemon, "driver-dead");
-        env.remove_pod("d.yaml");
-        std::thread::sleep(Duration::from_millis(500));
         let driver = TestDriver::spawn(opts);
         daemon.wait_until("unstaged once the driver is back", || {
             mounts_at(&stage) == 0 && methods(&driver).last().is_some_and(|m| m == UNSTAGE)
