@@ -394,7 +394,7 @@ fn staged_and_published_once(env: &Env, driver: &str, uid: &str, i: usize) {
 /// Two NodeStage calls that never answer hold both workers of their
 /// driver (`--workers 2`): while they hang, emptyDirs are mounted and
 /// unmounted and another driver's volume mounts — before either call
-/// has timed out. Then `--csi-timeout 15` fires: the staging targets are
+/// has timed out. Then `--csi-timeout 10` fires: the staging targets are
 /// uncertain and the pods' errors say DeadlineExceeded naming the driver,
 /// and the stages are retried (hanging again). Once the driver answers,
 /// both volumes mount, once each.
@@ -407,7 +407,7 @@ fn a_hung_csi_call_times_out_and_blocks_nothing_else() {
         let hung_opts = add_driver(&mut env, HUNG, 2);
         let good_opts = add_driver(&mut env, GOOD, 1);
         env.extra_args
-            .extend(["--csi-timeout", "15", "--workers", "2"].map(str::to_owned));
+            .extend(["--csi-timeout", "10", "--workers", "2"].map(str::to_owned));
         let hung = TestDriver::spawn(hung_opts);
         let good = TestDriver::spawn(good_opts);
         hung.set_faults(json!([{"method": STAGE, "hang": true}]));
