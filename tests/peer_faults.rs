@@ -816,10 +816,11 @@ fn api_started(env: &mut Env, api: &FakeApiServer) -> (Daemon, Survivors) {
     (daemon, survivors)
 }
 
-/// Every list and watch of pods answers 500 for a while (the watch is
-/// first told 410, so the watcher relists into the 500s): pod a, known
-/// before, stays mounted and in the DSW, nothing is torn down, requests
-/// stay few (backoff); pod b, added meanwhile, mounts once it recovers.
+/// The pods' watch answers 500 twice (kube retries it from the same
+/// resourceVersion, backing off), then 410, and every list after it 500
+/// until the fault clears: pod a, known before, stays mounted and in the
+/// DSW, nothing is torn down, requests stay few (backoff); pod b, added
+/// meanwhile, mounts once the API server recovers.
 #[test]
 fn api_500s_keep_known_pods_and_new_ones_arrive_after() {
     real("an API server answering 500", || {
@@ -827,15 +828,16 @@ fn api_500s_keep_known_pods_and_new_ones_arrive_after() {
         let (daemon, survivors) = api_started(&mut env, &api);
         let before = teardowns(&daemon);
 
+        api.add_fault(Fault::times(PODS, Verb::Watch, Action::Status(500), 2));
         api.add_fault(Fault::times(PODS, Verb::Watch, Action::GoneWatch, 1));
         api.add_fault(Fault::always(PODS, Verb::List, Action::Status(500)));
-        api.add_fault(Fault::always(PODS, Verb::Watch, Action::Status(500)));
         let requests_before = pod_requests(&api);
         let since = Instant::now();
         api.cut_watches();
         api.put(api_pod("api-b"));
-        daemon.wait_until("lists answered 500 a few times", || {
-            api.fault_hits().iter().filter(|h| h.rule == 1).count() >= 3
+        daemon.wait_until("watches, then lists answered 500", || {
+            api.fault_uses_left(0) == Some(0)
+                && api.fault_hits().iter().filter(|h| h.rule == 2).count() >= 3
         });
         others_keep_going(&env, &daemon, "api-500");
         let b = cache_of(&env, "api-b");
