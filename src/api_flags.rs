@@ -25,6 +25,10 @@ pub struct ApiFlags {
     /// kubelet's flag and default).
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     node_status_update_frequency: String,
+    /// Test only: every watch's timeout (kube's 290 s), which also bounds
+    /// how long a watch that went silent is believed.
+    #[arg(long, hide = true, value_name = "DURATION", default_value = "290s")]
+    api_watch_timeout: String,
 }
 
 impl ApiFlags {
@@ -48,9 +52,15 @@ impl ApiFlags {
         if every.is_zero() {
             bail!("--node-status-update-frequency must be more than zero");
         }
+        let watch_timeout =
+            volumed::duration::parse_duration("--api-watch-timeout", &self.api_watch_timeout)?;
+        if watch_timeout < std::time::Duration::from_secs(1) {
+            bail!("--api-watch-timeout must be at least 1s");
+        }
         Ok(Some(ApiConfig {
             connection,
             node_status_every: every,
+            watch_timeout,
         }))
     }
 }

@@ -69,7 +69,7 @@ impl Driver {
     /// goes on with what it started, and so does this one.
     pub async fn call<T, F>(self: &Arc<Self>, entry: Value, work: F) -> Result<Response<T>, Status>
     where
-        T: Send + 'static,
+        T: Default + Send + 'static,
         F: FnOnce(&Driver, &Fault) -> Result<T, Status> + Send + 'static,
     {
         let driver = Arc::clone(self);
@@ -78,8 +78,16 @@ impl Driver {
             if let Some(delay) = fault.delay {
                 tokio::time::sleep(delay).await;
             }
+            if fault.hang {
+                // the caller's deadline, or its connection closing, is
+                // the only end: the server drops the request, never this
+                std::future::pending::<()>().await;
+            }
             if let Some((code, message)) = &fault.status {
                 return Err(Status::new(*code, message.clone()));
+            }
+            if fault.garbage_reply {
+                return Ok(None);
             }
             let out = {
                 let _guard = driver.work_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -88,16 +96,28 @@ impl Driver {
             if fault.die_after_work {
                 die();
             }
-            out
+            out.map(Some)
         });
         match task.await {
-            Ok(out) => out.map(Response::new),
+            Ok(Ok(Some(reply))) => Ok(Response::new(reply)),
+            Ok(Ok(None)) => {
+                // any message will do: `CsiServices` replaces its body
+                let mut r = Response::new(T::default());
+                r.extensions_mut().insert(GarbageReply);
+                Ok(r)
+            }
+            Ok(Err(status)) => Err(status),
             Err(e) => Err(Status::internal(format!(
                 "test driver: handler failed: {e}"
             ))),
         }
     }
 }
+
+/// Marks a response whose body the server replaces with bytes no
+/// protobuf decoder accepts (a `garbage_reply` fault).
+#[derive(Debug, Clone, Copy)]
+pub struct GarbageReply;
 
 /// Dies at once, as if killed from outside: no reply, no cleanup.
 fn die() -> ! {

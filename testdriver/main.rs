@@ -7,8 +7,8 @@
 //! `--registration-dir`, the kubelet registration API on
 //! `<dir>/<name>-reg.sock` (as node-driver-registrar would). Every RPC is
 //! appended to `<state>/calls.jsonl` before it does anything, and
-//! `<state>/faults.json` injects delays, errors, abnormal volumes and
-//! deaths (see `state.rs`). It prints `ready` once both sockets listen, and
+//! `<state>/faults.json` injects delays, errors, abnormal volumes,
+//! hangs, undecodable replies and deaths (see `state.rs`). It prints `ready` once both sockets listen, and
 //! on SIGTERM or SIGINT removes its sockets and exits 0.
 //!
 //! Not a product: it is built with the package so tests can find it
@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::Parser;
+use http_body_util::BodyExt;
 use nix::sys::signal::{SigSet, Signal};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
@@ -254,10 +255,31 @@ impl Service<http::Request<Body>> for CsiServices {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        if req.uri().path().starts_with("/csi.v1.Identity/") {
-            Box::pin(self.identity.call(req))
+        let answer = if req.uri().path().starts_with("/csi.v1.Identity/") {
+            self.identity.call(req)
         } else {
-            Box::pin(self.node.call(req))
-        }
+            self.node.call(req)
+        };
+        Box::pin(async move {
+            let resp = answer.await?;
+            if resp.extensions().get::<driver::GarbageReply>().is_none() {
+                return Ok(resp);
+            }
+            Ok(garbage(resp))
+        })
     }
+}
+
+/// `resp` with its body replaced by one well-framed gRPC message (not
+/// compressed, its length right) whose bytes are not protobuf: a varint
+/// longer than ten bytes, which every decoder refuses.
+fn garbage(resp: http::Response<Body>) -> http::Response<Body> {
+    const JUNK: [u8; 11] = [0xff; 11];
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(JUNK.len()).unwrap_or(0).to_be_bytes());
+    frame.extend_from_slice(&JUNK);
+    let (parts, _) = resp.into_parts();
+    let body = http_body_util::Full::new(tonic::codegen::Bytes::from(frame))
+        .map_err(|never| match never {});
+    http::Response::from_parts(parts, Body::new(body))
 }

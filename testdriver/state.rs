@@ -25,6 +25,11 @@
 //! - `die_after_work`: do the work, then die by SIGKILL before replying.
 //! - `abnormal`: NodeGetVolumeStats reports the volume abnormal with this
 //!   message.
+//! - `hang`: never answer and never do the work (a driver stuck inside
+//!   the call); only the caller giving up ends it.
+//! - `garbage_reply`: answer OK with a message body that is not the RPC's
+//!   protobuf (a gRPC frame of bytes no decoder accepts), without doing
+//!   the work.
 //!
 //! A file that does not parse fails every call with INTERNAL, so a typo in
 //! a test shows instead of silently applying no fault.
@@ -63,6 +68,10 @@ struct Rule {
     abnormal: Option<String>,
     #[serde(default)]
     times: Option<u64>,
+    #[serde(default)]
+    hang: Option<bool>,
+    #[serde(default)]
+    garbage_reply: Option<bool>,
 }
 
 /// What the matching rule asks of one call (nothing by default).
@@ -76,6 +85,10 @@ pub struct Fault {
     pub die_after_work: bool,
     /// NodeGetVolumeStats: report the volume abnormal with this message.
     pub abnormal: Option<String>,
+    /// Never answer, never do the work.
+    pub hang: bool,
+    /// Answer with an undecodable message, without doing the work.
+    pub garbage_reply: bool,
 }
 
 /// The state directory, or none (`--state` not given: no log, no faults).
@@ -177,6 +190,8 @@ fn to_fault(rule: &Rule) -> Result<Fault, String> {
         status,
         die_after_work: rule.die_after_work.unwrap_or(false),
         abnormal: rule.abnormal.clone(),
+        hang: rule.hang.unwrap_or(false),
+        garbage_reply: rule.garbage_reply.unwrap_or(false),
     })
 }
 

@@ -51,6 +51,23 @@ pub struct ApiConfig {
     /// how often the node's status and CSINode are checked
     /// (`--node-status-update-frequency`)
     pub node_status_every: std::time::Duration,
+    /// every watch's `timeoutSeconds` ([`WATCH_TIMEOUT`] but in tests)
+    pub watch_timeout: std::time::Duration,
+}
+
+/// kube's default watch timeout. The server ends a watch after it, and
+/// kube's watcher gives up a watch that sent nothing for it plus 5 s (a
+/// hung connection, a server that stopped talking) and watches again from
+/// the last resourceVersion it saw: the bound on how long a hung watch
+/// hides changes. (client-go's reflector asks 5–10 min and has no idle
+/// bound of its own; bookmarks every minute keep a live watch talking.)
+pub const WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(290);
+
+/// kube's watcher settings with `timeout` as the watch timeout (whole
+/// seconds, at least one: zero would turn kube's idle bound off).
+fn watch_config(timeout: std::time::Duration) -> watcher::Config {
+    let secs = u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1);
+    watcher::Config::default().timeout(secs)
 }
 
 /// Why the API server could not be used.
@@ -105,9 +122,13 @@ pub async fn connect(cfg: &ApiConfig) -> Result<Client, ApiError> {
 pub type Watched = Result<Change, String>;
 
 /// Every watch the pod source needs, merged into one stream.
-pub fn watch_all(client: Client, node_name: &str) -> impl Stream<Item = Watched> + Send + 'static {
-    let pods = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-    let all = watcher::Config::default;
+pub fn watch_all(
+    client: Client,
+    node_name: &str,
+    timeout: std::time::Duration,
+) -> impl Stream<Item = Watched> + Send + 'static {
+    let pods = watch_config(timeout).fields(&format!("spec.nodeName={node_name}"));
+    let all = || watch_config(timeout);
     futures::stream::select_all([
         watch::<Pod>(Api::all(client.clone()), pods, Kind::Pod),
         watch::<PersistentVolume>(Api::all(client.clone()), all(), Kind::PersistentVolume),
@@ -205,9 +226,10 @@ pub fn watch_named(
     kind: Named,
     namespace: &str,
     name: &str,
+    timeout: std::time::Duration,
 ) -> std::pin::Pin<Box<dyn Stream<Item = ObjectSeen> + Send>> {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let config = watch_config(timeout).fields(&format!("metadata.name={name}"));
     match kind {
         Named::Secret => {
             let api: Api<Loose<Secret>> = Api::namespaced(client, namespace);

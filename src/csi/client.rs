@@ -192,15 +192,7 @@ impl CsiClient {
                 "no answer within the timeout",
             )),
         };
-        // tonic reports its own expired deadline as Cancelled "Timeout
-        // expired"; the kubelet (grpc-go) sees DeadlineExceeded.
-        let res = res.map_err(|s| {
-            if s.code() == Code::Cancelled && s.message() == "Timeout expired" {
-                tonic::Status::deadline_exceeded("no answer within the timeout")
-            } else {
-                s
-            }
-        });
+        let res = res.map_err(as_grpc_go_reports);
         let code = match &res {
             Ok(_) => Code::Ok,
             Err(s) => s.code(),
@@ -390,6 +382,45 @@ impl VolumeStats {
 }
 
 /// The `grpc_status_code` label: the code's name as gRPC spells it.
+/// A failed call's status as grpc-go reports it to the kubelet, whose
+/// rule for final errors is written for grpc-go's codes:
+///
+/// - tonic reports its own expired deadline as Cancelled "Timeout
+///   expired"; grpc-go says DeadlineExceeded;
+/// - a call the transport lost — the connection reset or closed under
+///   it, the driver killed mid-call — is Unknown "transport error" in
+///   tonic, final by that rule, though the driver may have done the work
+///   (a NodeStage that mounted, then died before answering: its pod gone
+///   meanwhile, the mount would be leaked); grpc-go says UNAVAILABLE, not
+///   final. tonic's is told apart by the local error it carries as its
+///   source: an Unknown a driver answers comes off the wire with none.
+fn as_grpc_go_reports(s: tonic::Status) -> tonic::Status {
+    use std::error::Error as _;
+    if s.code() == Code::Cancelled && s.message() == "Timeout expired" {
+        return tonic::Status::deadline_exceeded("no answer within the timeout");
+    }
+    match s.source() {
+        // the source's own words, whose first is the message
+        Some(lost) if s.code() == Code::Unknown => tonic::Status::unavailable(chain(lost)),
+        _ => s,
+    }
+}
+
+/// An error and its sources, `: `-separated.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
+}
+
 fn code_label(code: Code) -> &'static str {
     match code {
         Code::Ok => "OK",
@@ -420,6 +451,32 @@ pub fn proto_map(m: &BTreeMap<String, String>) -> std::collections::HashMap<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_lost_in_transport_is_unavailable_as_grpc_go_reports_it() {
+        // what tonic makes of a connection reset under a call
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let lost = tonic::Status::from_error(Box::new(reset));
+        assert_eq!(lost.code(), Code::Unknown, "tonic's own code for it");
+        let seen = as_grpc_go_reports(lost);
+        assert_eq!(seen.code(), Code::Unavailable);
+        assert!(!is_final(seen.code()), "the driver may have done the work");
+        assert!(
+            seen.message().contains("connection reset"),
+            "{}",
+            seen.message()
+        );
+        // a driver's own Unknown stays final
+        let answered = as_grpc_go_reports(tonic::Status::unknown("driver: no idea"));
+        assert_eq!(answered.code(), Code::Unknown);
+        assert_eq!(answered.message(), "driver: no idea");
+        // tonic's expired deadline
+        let expired = as_grpc_go_reports(tonic::Status::cancelled("Timeout expired"));
+        assert_eq!(expired.code(), Code::DeadlineExceeded);
+        // other statuses pass as they are, a decode failure included
+        let garbled = tonic::Status::internal("failed to decode Protobuf message");
+        assert_eq!(as_grpc_go_reports(garbled).code(), Code::Internal);
+    }
 
     #[test]
     fn only_the_kubelets_non_final_codes_make_a_call_uncertain() {

@@ -48,6 +48,8 @@ pub(super) const FIRST_REPORT_MAX: Duration = Duration::from_secs(30);
 /// The tasks, by what they follow.
 pub(super) struct Followers {
     client: kube::Client,
+    /// every watch's timeout (`--api-watch-timeout`)
+    watch_timeout: Duration,
     stores: Stores,
     clock: Arc<dyn Clock>,
     /// `None`: an immutable object, read and no longer watched
@@ -60,10 +62,11 @@ pub(super) struct Followers {
 }
 
 impl Followers {
-    pub(super) fn new(client: kube::Client, stores: Stores) -> Self {
+    pub(super) fn new(client: kube::Client, stores: Stores, watch_timeout: Duration) -> Self {
         let (tx, rx) = unbounded_channel();
         Self {
             client,
+            watch_timeout,
             stores,
             clock: Arc::new(SystemClock),
             tasks: BTreeMap::new(),
@@ -121,7 +124,13 @@ impl Followers {
                     ObjectRef::ConfigMap(..) => Named::ConfigMap,
                     _ => Named::Secret,
                 };
-                let mut watch = crate::apiserver::watch_named(self.client.clone(), kind, ns, n);
+                let mut watch = crate::apiserver::watch_named(
+                    self.client.clone(),
+                    kind,
+                    ns,
+                    n,
+                    self.watch_timeout,
+                );
                 tokio::spawn(async move {
                     while let Some(seen) = watch.next().await {
                         if tx.send((key.clone(), Followed::Object(seen))).is_err() {

@@ -52,7 +52,12 @@ impl ApiStopper {
 }
 
 /// A client and the runtime it runs on, before any request.
-pub(super) struct Connected(tokio::runtime::Runtime, kube::Client, std::time::Duration);
+pub(super) struct Connected(
+    tokio::runtime::Runtime,
+    kube::Client,
+    std::time::Duration,
+    std::time::Duration,
+);
 
 /// Builds the client: a kubeconfig that cannot be used is an error now, at
 /// startup, before anything on the host changes.
@@ -67,7 +72,12 @@ pub(super) fn connect(cfg: &ApiConfig) -> Result<Connected, DaemonError> {
     let client = rt
         .block_on(crate::apiserver::connect(cfg))
         .map_err(DaemonError::Api)?;
-    Ok(Connected(rt, client, cfg.node_status_every))
+    Ok(Connected(
+        rt,
+        client,
+        cfg.node_status_every,
+        cfg.watch_timeout,
+    ))
 }
 
 /// Where the API source puts what it follows, and what else payloads read.
@@ -98,7 +108,7 @@ impl Stores {
 /// pods it concerns. A followed object's report (a ConfigMap's watch, a
 /// token's renewal) goes into the API store and makes its pods' events.
 pub(super) fn spawn_api_source(
-    Connected(rt, client, period): Connected,
+    Connected(rt, client, period, watch_timeout): Connected,
     node_name: &str,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
@@ -120,8 +130,10 @@ pub(super) fn spawn_api_source(
             let mut state = ApiState::new(&node).with_payload(payload);
             let mut ready = false;
             let mut changes =
-                crate::apiserver::watch_all(client.clone(), &node).ready_chunks(4096);
-            let mut follow = super::api_follow::Followers::new(client.clone(), stores);
+                crate::apiserver::watch_all(client.clone(), &node, watch_timeout)
+                    .ready_chunks(4096);
+            let mut follow =
+                super::api_follow::Followers::new(client.clone(), stores, watch_timeout);
             let mut overdue_tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tokio::select! {

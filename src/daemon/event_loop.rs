@@ -4,8 +4,9 @@
 //! [`Core::step`] — in-memory changes, never a journal write or a syscall —
 //! and performs the returned effects after unlocking:
 //!
-//! - jobs go to the worker pool (the intent of a job's first step appended
-//!   first, unflushed, on this thread: a sled insert, no flush);
+//! - jobs go to a worker pool — the host plugins', or their CSI driver's
+//!   (`pools`) — the intent of a job's first step appended first,
+//!   unflushed, on this thread: a sled insert, no flush;
 //! - journal work (flush, checkpoint, `Forget` records) goes to the journal
 //!   thread, in order;
 //! - host work (orphan sweep, malloc trim) goes to the host thread;
@@ -35,6 +36,7 @@ pub use super::core::{
     Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, World,
 };
 use super::lanes::{host_lane, journal_lane, lane_gone_journal};
+use super::pools::{Pools, StartWorker};
 use super::{DaemonError, spawn};
 
 /// Loop settings.
@@ -118,8 +120,6 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         heartbeat,
     } = parts;
     let mut threads = Vec::new();
-    let (jobs_tx, jobs_rx) = mpsc::channel::<Queued>();
-    let jobs_rx = Arc::new(Mutex::new(jobs_rx));
     let queued = Arc::new(AtomicUsize::new(0));
     let mut executor = Executor::new(journal.clone(), sys.clone(), &cfg.layout, metrics.clone());
     if let Some(csi) = &cfg.csi {
@@ -130,13 +130,19 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         executor = executor.with_plugin(plugin);
     }
     let executor = Arc::new(executor);
-    for _ in 0..cfg.workers.max(1) {
-        let (rx, tx, exec) = (jobs_rx.clone(), events_tx.clone(), executor.clone());
+    let start_worker: StartWorker = {
+        let (tx, exec) = (events_tx.clone(), executor.clone());
         let (queued, stop) = (queued.clone(), stopping.clone());
-        threads.push(spawn("volumed-worker", move || {
-            worker(&rx, &queued, &tx, &exec, &stop);
-        })?);
-    }
+        Box::new(move |rx| {
+            let (tx, exec) = (tx.clone(), exec.clone());
+            let (queued, stop) = (queued.clone(), stop.clone());
+            spawn("volumed-worker", move || {
+                worker(&rx, &queued, &tx, &exec, &stop);
+            })
+        })
+    };
+    let (pools, workers) = Pools::new(cfg.workers, start_worker)?;
+    threads.extend(workers);
     let journal_lane = match &journal {
         Some(j) => {
             let (tx, rx) = mpsc::channel::<JournalWork>();
@@ -185,7 +191,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         core,
         world,
         events: events_rx,
-        jobs: jobs_tx,
+        pools,
         queued,
         journal,
         journal_lane,
@@ -209,7 +215,8 @@ struct Driver {
     core: Core,
     world: Arc<Mutex<World>>,
     events: Receiver<Event>,
-    jobs: Sender<Queued>,
+    /// where jobs go: the host plugins' workers, or their driver's
+    pools: Pools,
     /// jobs sent that no worker has taken yet (workers count down)
     queued: Arc<AtomicUsize>,
     journal: Option<Arc<Journal>>,
@@ -297,7 +304,7 @@ impl Driver {
         self.heartbeat.set_ready();
     }
 
-    fn perform(&self, effect: Effect, feedback: &mut Vec<Event>) {
+    fn perform(&mut self, effect: Effect, feedback: &mut Vec<Event>) {
         match effect {
             Effect::Start { job, announce } => self.start(job, announce, feedback),
             Effect::StartTearDown { action, fallback } => {
@@ -358,7 +365,7 @@ impl Driver {
     /// jobs of one pass share the flush. A journal that refuses it leaves
     /// the job to append its own intent, fail, and report as any failed
     /// intent does.
-    fn start(&self, job: Job, announce: bool, feedback: &mut Vec<Event>) {
+    fn start(&mut self, job: Job, announce: bool, feedback: &mut Vec<Event>) {
         let intent = match (&self.journal, announce) {
             (Some(j), true) => Executor::announce(j, &job).unwrap_or_else(|e| {
                 tracing::error!(error = %e, "journal intent");
@@ -368,7 +375,7 @@ impl Driver {
         };
         let (key, forced) = (job.key(), matches!(job, Job::ForceCleanup { .. }));
         self.queued.fetch_add(1, Ordering::SeqCst);
-        if self.jobs.send(Queued { job, intent }).is_err() {
+        if self.pools.send(Queued { job, intent }).is_err() {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             feedback.push(Event::Done(Completion::NotStarted {
                 key,

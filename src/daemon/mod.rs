@@ -38,6 +38,7 @@ pub mod forced;
 mod health;
 mod lanes;
 pub mod orphans;
+mod pools;
 mod provider;
 mod startup;
 pub mod watch;

@@ -81,6 +81,21 @@ impl Job {
     }
 }
 
+impl Job {
+    /// The CSI driver the job calls, if any: whose pool of workers runs
+    /// it (`daemon::pools`), so a driver that hangs holds only its own.
+    pub fn csi_driver(&self) -> Option<&str> {
+        let params = match self {
+            Job::Mount { pod, .. } => pod,
+            Job::MountDevice { device, .. } => device,
+            Job::TearDown { params }
+            | Job::UnmountDevice { params }
+            | Job::ForceCleanup { params } => params,
+        };
+        params.csi.as_deref().map(|c| c.driver.as_str())
+    }
+}
+
 /// A job on its way to a worker, with the sequence number of its first
 /// step's intent when the loop already appended it ([`super::executor::Executor::announce`]):
 /// the worker then waits for that record to be durable instead of writing

@@ -115,6 +115,8 @@ pub async fn handle(
             "ServiceUnavailable",
             "the fake API server is down",
         ))
+    } else if let Some(faulted) = st.faults.intercept(&method, &path, is_watch(&q)) {
+        faulted
     } else {
         dispatch(
             &mut st,
@@ -140,6 +142,11 @@ pub async fn handle(
         status: code,
     });
     Ok(resp)
+}
+
+/// Whether the query asks for a watch.
+fn is_watch(q: &HashMap<String, String>) -> bool {
+    matches!(q.get("watch").map(String::as_str), Some("true" | "1"))
 }
 
 /// Routes one request. `Ok` is a watch's streaming response; every other

@@ -12,7 +12,9 @@
 //! request with [`requests`], and break things: [`set_down`] (503 for every
 //! request, open watches ended), [`stop`]/[`restart`] (connection refused,
 //! then the same port again, state kept), [`cut_watches`] (connections
-//! dropped mid-stream), [`compact`] (older resourceVersions answer 410).
+//! dropped mid-stream), [`compact`] (older resourceVersions answer 410),
+//! and per request with [`faults`] rules (an error status, a watch that
+//! hangs after its headers, a watch answered 410 round after round).
 //!
 //! # What it does as a real server does
 //!
@@ -110,6 +112,7 @@
 //! [`compact`]: FakeApiServer::compact
 //! [`set_bookmark_interval`]: FakeApiServer::set_bookmark_interval
 
+pub mod faults;
 mod http;
 pub mod kube_client;
 mod objects;

@@ -69,6 +69,8 @@ pub struct State {
     pub down: bool,
     pub bookmark_every: Duration,
     pub token: String,
+    /// What a test injects (`faults.rs`).
+    pub faults: super::faults::Faults,
 }
 
 impl State {
@@ -84,6 +86,7 @@ impl State {
             down: false,
             bookmark_every: Duration::from_secs(1),
             token,
+            faults: super::faults::Faults::default(),
         }
     }
 
