@@ -51,6 +51,9 @@
 //!   mounted after a teardown point). Every scenario runs after
 //!   `common.sh`, and one VM runs at a time.
 //!
+//! Building and booting the VM and parsing the evidence live in
+//! `tests/support/vm.rs` (shared with `tests/power_loss.rs`).
+//!
 //! Needs root (for `apt-get`) and says it was skipped otherwise. Nothing is
 //! mounted on the host; each run has its own scratch dir, so it runs twice
 //! in a row or beside other tests. One boot takes about 35 s to a minute

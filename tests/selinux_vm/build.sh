@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the SELinux test VM of tests/selinux_vm.rs from Debian packages only.
+# Builds the SELinux test VM of tests/selinux_vm.rs (and tests/power_loss.rs)
+# from Debian packages only.
 #
 #   build.sh base OUTDIR
 #       Makes OUTDIR/vmlinuz and OUTDIR/base.cpio.gz: a Debian kernel, its
 #       ext4/virtio/loop/dm-log-writes modules, busybox-static, util-linux/
-#       coreutils/e2fsprogs/dmsetup binaries from the host with their libraries, the SELinux
-#       userland (load_policy, getenforce, setfilecon, …) and a binary policy
-#       built from selinux-policy-default plus container.cil. Reused as long
+#       coreutils/e2fsprogs/dmsetup binaries from the host with their
+#       libraries, the SELinux userland (load_policy, getenforce, setfilecon,
+#       …) and a binary policy built from selinux-policy-default plus
+#       container.cil. Reused as long
 #       as OUTDIR/stamp matches this script, its inputs and the package
 #       versions apt offers; rebuilt otherwise. Serialised by flock, so two
 #       test runs at once share one build.

@@ -23,7 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// The super block's magic.
-const MAGIC: u64 = 0x6a73_6677_7368_72;
+const MAGIC: u64 = 0x006a_7366_7773_6872;
 /// The only version there is.
 const VERSION: u64 = 1;
 /// `flags`: a cache flush (everything logged before it is durable).
@@ -184,28 +184,49 @@ impl<'a> Replay<'a> {
             self.applied
         );
         while self.applied <= last {
-            let e = &self.log.entries[self.applied];
-            if e.changes_data() {
-                let ss = self.log.sectorsize;
-                let (from, n) = (e.sector * ss, e.nr_sectors * ss);
-                let range = usize::try_from(from).map_err(|x| invalid(x.to_string()))?
-                    ..usize::try_from(from + n).map_err(|x| invalid(x.to_string()))?;
-                let Some(dst) = self.image.get_mut(range) else {
-                    return Err(invalid(format!(
-                        "entry {} writes bytes {from}+{n}, past the device's {} bytes",
-                        self.applied,
-                        self.image.len()
-                    )));
-                };
-                if e.flags & DISCARD != 0 {
-                    // What a discarded range reads is up to the device:
-                    // zeros are one thing it may return.
-                    dst.fill(0);
-                } else {
-                    self.log.file.read_exact_at(dst, e.data_at)?;
-                }
-            }
+            self.apply_entry(self.applied)?;
             self.applied += 1;
+        }
+        Ok(())
+    }
+
+    /// A copy of the device as replayed so far, for a state where only
+    /// some of the later writes reached the disk ([`Replay::apply_one`]).
+    pub fn fork(&self) -> Replay<'a> {
+        Replay {
+            log: self.log,
+            image: self.image.clone(),
+            applied: self.applied,
+        }
+    }
+
+    /// Applies entry `i` alone, whatever was applied before: between two
+    /// flushes a disk's cache may write back any subset of what it holds.
+    pub fn apply_one(&mut self, i: usize) -> io::Result<()> {
+        self.apply_entry(i)
+    }
+
+    fn apply_entry(&mut self, i: usize) -> io::Result<()> {
+        let e = &self.log.entries[i];
+        if !e.changes_data() {
+            return Ok(());
+        }
+        let ss = self.log.sectorsize;
+        let (from, n) = (e.sector * ss, e.nr_sectors * ss);
+        let range = usize::try_from(from).map_err(|x| invalid(x.to_string()))?
+            ..usize::try_from(from + n).map_err(|x| invalid(x.to_string()))?;
+        let size = self.image.len();
+        let Some(dst) = self.image.get_mut(range) else {
+            return Err(invalid(format!(
+                "entry {i} writes bytes {from}+{n}, past the device's {size} bytes"
+            )));
+        };
+        if e.flags & DISCARD != 0 {
+            // What a discarded range reads is up to the device: zeros are
+            // one thing it may return.
+            dst.fill(0);
+        } else {
+            self.log.file.read_exact_at(dst, e.data_at)?;
         }
         Ok(())
     }
