@@ -34,8 +34,9 @@
 //! this host, which is not the VM's: a new boot, where every tmpfs the
 //! journal remembers is gone. Checked on each:
 //! - `volumed dump` reads it: no record through the last `durable-<seq>`
-//!   mark before the state is missing (the newest record, or the
-//!   checkpoint, reaches `seq`), no corruption is reported, and a tail is
+//!   mark before the state is missing (every seq past the checkpoint up to
+//!   `seq` is there), every record recovered is the one the daemon wrote
+//!   (as the VM's final `dump` shows it), no corruption is reported, and a tail is
 //!   reported lost exactly when the `acked` watermark found on disk is past
 //!   what sled recovered (with those two numbers); a state must keep what
 //!   a `durable-<seq>` mark vouched for if no FLUSH or FUA separates it
@@ -55,7 +56,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -277,8 +278,14 @@ fn lost_tail(doc: &Value) -> Option<(u64, u64)> {
     ))
 }
 
-/// `volumed dump` of the state's journal; checks what it must say.
-fn check_dump(env: &Env, need: u64, seen: &mut Seen) -> Result<(), String> {
+/// `volumed dump` of the state's journal; checks what it must say against
+/// the records the VM's daemon had at the end (`written`, by seq).
+fn check_dump(
+    env: &Env,
+    need: u64,
+    written: &BTreeMap<u64, Value>,
+    seen: &mut Seen,
+) -> Result<(), String> {
     let out = Command::new(BIN)
         .arg("dump")
         .arg("--journal-dir")
@@ -304,6 +311,27 @@ fn check_dump(env: &Env, need: u64, seen: &mut Seen) -> Result<(), String> {
             seen.recovered,
             records.len()
         ));
+    }
+    // Records go only by a checkpoint (through its seq) or quarantine, so
+    // every seq past the checkpoint up to `need` must be there...
+    let have: BTreeMap<u64, &Value> = records
+        .iter()
+        .filter_map(|r| Some((r["seq"].as_u64()?, r)))
+        .collect();
+    let from = checkpoint.map_or(1, |c| c + 1);
+    let gaps: Vec<u64> = (from..=need).filter(|q| !have.contains_key(q)).collect();
+    if !gaps.is_empty() {
+        return Err(format!(
+            "DURABILITY: records {gaps:?} were fsynced before this state and are missing (checkpoint {checkpoint:?})"
+        ));
+    }
+    // ...and every record recovered is the one the daemon wrote.
+    for (q, r) in &have {
+        if let Some(w) = written.get(q)
+            && *r != w
+        {
+            return Err(format!("record {q} recovered as {r}, the daemon wrote {w}"));
+        }
     }
     if !doc["corruption"].is_null() {
         return Err(format!("dump reports corruption: {}", doc["corruption"]));
@@ -449,7 +477,12 @@ fn unmount_all(dir: &Path) {
 
 /// Mounts `image` at [`MNT`], checks the journal and the daemon on it,
 /// unmounts everything and lets the loop device go.
-fn check_state(env: &mut Env, image: &Path, need: u64) -> Result<Seen, String> {
+fn check_state(
+    env: &mut Env,
+    image: &Path,
+    need: u64,
+    written: &BTreeMap<u64, Value>,
+) -> Result<Seen, String> {
     let dev = support::LoopDevice::attach(image);
     mount(
         Some(dev.path()),
@@ -466,7 +499,7 @@ fn check_state(env: &mut Env, image: &Path, need: u64) -> Result<Seen, String> {
     };
     let result = catch_unwind(AssertUnwindSafe(|| {
         if seen.journal {
-            check_dump(env, need, &mut seen)?;
+            check_dump(env, need, written, &mut seen)?;
         } else if need > 0 {
             return Err(format!(
                 "DURABILITY: records through {need} were fsynced, the journal dir is gone"
@@ -537,6 +570,16 @@ fn replay_every_state() {
         }
     };
     let vm_secs = t0.elapsed().as_secs_f64();
+    // The records the daemon had written when the workload ended.
+    let results = fs::read_to_string(dir.join("results.log")).expect("read the VM's results.log");
+    let written: BTreeMap<u64, Value> = Evidence::parse(&results)
+        .json("final.dump")
+        .expect("the VM's final dump")["records"]
+        .as_array()
+        .expect("the final dump has records")
+        .iter()
+        .filter_map(|r| Some((r["seq"].as_u64()?, r.clone())))
+        .collect();
     let log = Log::open(&dir.join("log.raw")).expect("read the dm-log-writes log");
     assert_eq!(
         log.entries.last().and_then(|e| e.mark.as_deref()),
@@ -615,7 +658,7 @@ fn replay_every_state() {
         }
         let need = required_seq(&log, i);
         max_need = max_need.max(need);
-        match check_state(&mut env, image, need) {
+        match check_state(&mut env, image, need, &written) {
             Ok(seen) => {
                 lost += usize::from(seen.lost_tail.is_some());
                 with_journal += usize::from(seen.journal);
