@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the SELinux test VM of tests/selinux_vm.rs from Debian packages only.
+# Builds the SELinux test VM of tests/selinux_vm.rs (and tests/power_loss.rs)
+# from Debian packages only.
 #
 #   build.sh base OUTDIR
 #       Makes OUTDIR/vmlinuz and OUTDIR/base.cpio.gz: a Debian kernel, its
-#       ext4/virtio/loop modules, busybox-static, util-linux/coreutils/
-#       e2fsprogs binaries from the host with their libraries, the SELinux
-#       userland (load_policy, getenforce, setfilecon, …) and a binary policy
-#       built from selinux-policy-default plus container.cil. Reused as long
+#       ext4/virtio/loop/dm-log-writes modules, busybox-static, util-linux/
+#       coreutils/e2fsprogs/dmsetup binaries from the host with their
+#       libraries, the SELinux userland (load_policy, getenforce, setfilecon,
+#       …) and a binary policy built from selinux-policy-default plus
+#       container.cil. Reused as long
 #       as OUTDIR/stamp matches this script, its inputs and the package
 #       versions apt offers; rebuilt otherwise. Serialised by flock, so two
 #       test runs at once share one build.
@@ -26,12 +28,13 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export DEBIAN_FRONTEND=noninteractive
 # Modules the initramfs loads (with their dependencies).
-MODULES=(ext4 virtio_blk virtio_pci loop crc32c_generic)
+MODULES=(ext4 virtio_blk virtio_pci loop crc32c_generic dm_mod dm_log_writes)
 # Debian packages downloaded and unpacked (never installed on the host).
 VM_PKGS=(selinux-policy-default policycoreutils semodule-utils selinux-utils
   libsemanage2 libsemanage-common libsepol2 libselinux1)
 # Host binaries copied into the VM with their libraries.
-HOST_BINS=(mount umount blkid mkfs.ext4 ls stat id chcon)
+# dmsetup (with libdevmapper) drives dm-log-writes for tests/power_loss.rs.
+HOST_BINS=(mount umount blkid mkfs.ext4 ls stat id chcon dmsetup)
 
 say() { printf 'selinux-vm: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -55,6 +58,7 @@ ensure_host_tools() {
   command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
   command -v strip >/dev/null || need+=(binutils)
   command -v flock >/dev/null || need+=(util-linux)
+  command -v dmsetup >/dev/null || need+=(dmsetup)
   if ((${#need[@]})); then
     apt_update
     say "installing host packages: ${need[*]}"
@@ -124,7 +128,7 @@ build_base() {
     {
       cat "$HERE/build.sh" "$HERE/init" "$HERE/container.cil"
       candidates "$kpkg" "${VM_PKGS[@]}"
-      dpkg-query -W busybox-static util-linux mount coreutils e2fsprogs libc6 2>/dev/null
+      dpkg-query -W busybox-static util-linux mount coreutils e2fsprogs libc6 dmsetup 2>/dev/null
     } | sha256sum | cut -d' ' -f1
   )
   if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$key" ] &&

@@ -2,7 +2,9 @@
 //! helpers, loop devices that cannot leak, and a root check; the test CSI
 //! driver as a child process is in [`csi_driver`]; the daemon binary end to
 //! end ([`Env`](daemon::Env), [`Daemon`](daemon::Daemon)) in [`daemon`]; a
-//! fake Kubernetes API server for the real `kube` client in [`apiserver`].
+//! fake Kubernetes API server for the real `kube` client in [`apiserver`];
+//! the SELinux test VM (image, boot, evidence) in [`vm`]; the dm-log-writes
+//! log reader and replayer in [`log_writes`].
 //!
 //! Used by integration tests (`mod support;`) and benches
 //! (`#[path = "../tests/support/mod.rs"] mod support;`).
@@ -75,6 +77,8 @@ pub mod api_env;
 pub mod apiserver;
 pub mod csi_driver;
 pub mod daemon;
+pub mod log_writes;
+pub mod vm;
 
 /// Set in the re-executed child: the name of the test it runs.
 const CHILD_ENV: &str = "VOLUMED_TEST_MOUNT_NS_CHILD";
