@@ -77,6 +77,14 @@ pub enum JournalError {
         /// the cause
         source: sled::Error,
     },
+    /// sled's log file could not be opened, or the journal dir synced
+    #[error("make journal file {path} durable: {source}")]
+    Durable {
+        /// the file or dir
+        path: PathBuf,
+        /// the cause
+        source: std::io::Error,
+    },
     /// the watermark file could not be opened or written
     #[error("watermark {path}: {source}")]
     Watermark {

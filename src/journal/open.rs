@@ -209,6 +209,7 @@ fn open_found(
         path: dir.join("acked"),
         source,
     })?;
+    let log_file = super::durable_log_file(dir)?;
     let mut read = read;
     match watermark.read() {
         Ok(Some(acked)) if acked.journal_id != read.journal_id => {
@@ -282,6 +283,7 @@ fn open_found(
         }),
         inserted_through: AtomicU64::new(read.max_seen),
         commit: GroupCommit::new(read.max_seen),
+        log_file,
         watermark,
         checkpoint_lock: Mutex::new(()),
         damage: read.replay.damage.clone(),
