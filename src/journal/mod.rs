@@ -59,6 +59,7 @@
 
 mod checkpoint;
 pub mod commit;
+mod contain;
 mod damage;
 pub mod envelope;
 mod error;

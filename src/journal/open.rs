@@ -4,12 +4,12 @@
 //! moving an untrustworthy journal aside.
 
 use std::io::Read;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use super::commit::GroupCommit;
+use super::contain::contain;
 use super::damage::{self, AsFound, Damage};
 use super::envelope::{self, Kind};
 use super::record;
@@ -85,22 +85,6 @@ fn random_id() -> u64 {
         b = (now_ns() ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
     }
     u64::from_le_bytes(b) | 1
-}
-
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".to_owned())
-}
-
-/// Runs a sled call, turning a panic into an error text.
-fn contain<T>(f: impl FnOnce() -> Result<T, sled::Error>) -> Result<T, String> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(p) => Err(format!("sled panicked: {}", panic_text(p.as_ref()))),
-    }
 }
 
 fn u64_of(bytes: &[u8]) -> Option<u64> {
