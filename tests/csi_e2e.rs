@@ -1244,6 +1244,16 @@ fn a_volume_that_needs_attaching_waits_for_its_volume_attachment() {
         std::thread::sleep(Duration::from_secs(1));
         assert!(volume_calls(&driver).is_empty(), "{}", seen(&env, &driver));
         assert!(env.mounts_below_root().is_empty());
+        // the wait is told as the attach/detach controller's reason
+        let events: Value = serde_json::from_str(&daemon.get("/debug/events")).unwrap();
+        let attach_waits = events.as_array().unwrap().iter().filter(|e| {
+            e["reason"] == "FailedAttachVolume"
+                && e["pod_uid"] == POD_A
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("VolumeAttachment"))
+        });
+        assert_eq!(attach_waits.count(), 1, "{events:#}");
 
         write_object(&env, "va.yaml", &attachment("  attached: false\n"));
         daemon.wait_until("an error naming the unattached VolumeAttachment", || {

@@ -77,15 +77,18 @@ impl Core {
 
 /// A pod that appeared or changed with errors (an unresolved claim, a
 /// volume waiting for its VolumeAttachment, a refused SELinux label): one
-/// `FailedMount` event per error, as the kubelet tells the pod why its
-/// volumes cannot be mounted. Once per change, not per pass; the event
+/// event per error, as the kubelet tells the pod why its volumes cannot
+/// be mounted — `FailedMount`, or `FailedAttachVolume` for a volume that
+/// waits to be attached. Once per change, not per pass; the event
 /// recorder counts repeats.
 fn pod_error_events(w: &World, uid: &PodUid, out: &mut Vec<Effect>) {
+    use crate::health::events::{FAILED_ATTACH, FAILED_MOUNT};
     for e in w.dsw.errors_of_pod(uid) {
+        let attach = crate::sources::csi_objects::is_attach_wait(e);
         out.push(Effect::PodEvent(PodEvent {
             pod: uid.clone(),
             names: w.pods.get(uid).map(|e| e.pod.clone()),
-            reason: crate::health::events::FAILED_MOUNT,
+            reason: if attach { FAILED_ATTACH } else { FAILED_MOUNT },
             message: e.clone(),
         }));
     }

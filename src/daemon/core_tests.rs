@@ -914,15 +914,19 @@ fn a_failed_operation_is_an_event_on_its_pod_with_the_kubelets_reason() {
     }
 }
 
-/// A pod that arrives with an error (here a claim waiting for its
-/// VolumeAttachment) is told with a `FailedMount` event, once per change,
-/// not once per pass.
+/// A pod that arrives with errors is told with one event per error, once
+/// per change, not once per pass: `FailedAttachVolume` for a volume that
+/// waits for its VolumeAttachment, `FailedMount` for the others.
 #[test]
 fn a_pod_error_from_its_source_is_one_failed_mount_event_per_change() {
+    use crate::sources::csi_objects::ATTACH_WAIT;
     let t0 = Instant::now();
     let (mut c, mut w) = core(0);
     let mut p = pod("p1");
-    p.errors = vec!["volume \"data\": waiting for a VolumeAttachment".into()];
+    p.errors = vec![
+        format!("volume \"data\": driver d {ATTACH_WAIT}: waiting for a VolumeAttachment"),
+        "volume \"logs\": claim apps/logs not found".into(),
+    ];
     let fx = c.step(
         &mut w,
         vec![
@@ -939,13 +943,12 @@ fn a_pod_error_from_its_source_is_one_failed_mount_event_per_change() {
             _ => None,
         })
         .collect();
-    assert_eq!(events.len(), 1, "{:?}", names(&fx));
-    assert_eq!(events[0].reason, "FailedMount");
-    assert!(
-        events[0].message.contains("VolumeAttachment"),
-        "{:?}",
-        events[0]
-    );
+    assert_eq!(events.len(), 2, "{:?}", names(&fx));
+    let of = |reason: &str| events.iter().find(|e| e.reason == reason).copied();
+    let attach = of("FailedAttachVolume").expect("a FailedAttachVolume event");
+    assert!(attach.message.contains("VolumeAttachment"), "{attach:?}");
+    let mount = of("FailedMount").expect("a FailedMount event");
+    assert!(mount.message.contains("claim apps/logs"), "{mount:?}");
     assert_eq!(
         events[0].names.as_ref().map(|n| n.name.as_str()),
         Some("p1")

@@ -38,6 +38,10 @@ pub const NORMAL: &str = "VolumeConditionNormal";
 /// The kubelet's reason when a pod's volume cannot be attached or mounted
 /// (a Warning).
 pub const FAILED_MOUNT: &str = "FailedMount";
+/// The attach/detach controller's reason when a volume cannot be attached:
+/// volumed gives it to a pod whose CSI volume waits for its
+/// VolumeAttachment (the wait the kubelet reports only as a mount timeout).
+pub const FAILED_ATTACH: &str = "FailedAttachVolume";
 /// The kubelet's reason when a pod's volume cannot be unmounted.
 pub const FAILED_UNMOUNT: &str = "FailedUnMount";
 

@@ -233,6 +233,15 @@ pub(crate) fn secret(
     ))
 }
 
+/// What every error of [`attached`] says: a pod error holding it waits
+/// for its volume to be attached.
+pub const ATTACH_WAIT: &str = "requires attaching";
+
+/// Whether a pod error is a wait for a VolumeAttachment ([`attached`]).
+pub fn is_attach_wait(error: &str) -> bool {
+    error.contains(ATTACH_WAIT)
+}
+
 /// The VolumeAttachment of `pv` by `driver` to `node` that says it is
 /// attached, as (name, attachment metadata); or why there is none.
 pub(super) fn attached(
@@ -252,10 +261,10 @@ pub(super) fn attached(
     }
     Err(match found {
         Some(name) => format!(
-            "driver {driver} requires attaching: VolumeAttachment {name} for node {node} is not attached yet (status.attached is not true)"
+            "driver {driver} {ATTACH_WAIT}: VolumeAttachment {name} for node {node} is not attached yet (status.attached is not true)"
         ),
         None => format!(
-            "driver {driver} requires attaching (no CSIDriver says attachRequired: false): waiting for a VolumeAttachment of PersistentVolume {pv} to node {node} with status.attached: true"
+            "driver {driver} {ATTACH_WAIT} (no CSIDriver says attachRequired: false): waiting for a VolumeAttachment of PersistentVolume {pv} to node {node} with status.attached: true"
         ),
     })
 }

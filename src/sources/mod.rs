@@ -64,7 +64,7 @@ pub mod api;
 mod api_refs;
 mod api_secrets;
 pub mod api_store;
-mod csi_objects;
+pub mod csi_objects;
 mod error;
 mod events;
 mod load;
