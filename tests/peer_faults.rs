@@ -261,6 +261,19 @@ fn journal_consistent(env: &Env, daemon: &Daemon) {
     }
 }
 
+/// After a fault: every pod of `ready` in the DSW and ready, the journal
+/// saying what `/debug/state` says, no panic in the log; then the daemon
+/// stopped.
+#[track_caller]
+fn nothing_lost(env: &Env, daemon: Daemon, ready: &[&str]) {
+    for uid in ready {
+        in_dsw_and_ready(&daemon, uid);
+    }
+    journal_consistent(env, &daemon);
+    no_panic(&daemon);
+    daemon.stop();
+}
+
 /// No panic in the daemon's log.
 #[track_caller]
 fn no_panic(daemon: &Daemon) {
@@ -467,12 +480,7 @@ fn a_hung_csi_call_times_out_and_blocks_nothing_else() {
             "{calls:?}"
         );
         survivors.check(&daemon);
-        for uid in [STEADY, "pod-h0", "pod-h1", "pod-g"] {
-            in_dsw_and_ready(&daemon, uid);
-        }
-        journal_consistent(&env, &daemon);
-        no_panic(&daemon);
-        daemon.stop();
+        nothing_lost(&env, daemon, &[STEADY, "pod-h0", "pod-h1", "pod-g"]);
     });
 }
 
@@ -587,9 +595,7 @@ fn a_driver_dead_after_staging_is_unstaged_once_the_pod_goes() {
                 && state_of(&daemon, &stage).is_none_or(|s| s == "not_mounted")
         });
         survivors.check(&daemon);
-        journal_consistent(&env, &daemon);
-        no_panic(&daemon);
-        daemon.stop();
+        nothing_lost(&env, daemon, &[]);
     });
 }
 
@@ -691,10 +697,7 @@ fn a_socket_that_answers_garbage_is_an_error_naming_the_driver() {
         assert_eq!(methods(&driver), [STAGE, PUBLISH]);
         staged_and_published_once(&env, "garbage.csi.test", "pod-x", 0);
         survivors.check(&daemon);
-        in_dsw_and_ready(&daemon, "pod-x");
-        journal_consistent(&env, &daemon);
-        no_panic(&daemon);
-        daemon.stop();
+        nothing_lost(&env, daemon, &["pod-x"]);
     });
 }
 
@@ -745,10 +748,7 @@ fn an_undecodable_grpc_reply_is_an_error_naming_the_driver() {
             daemon.log_tail()
         );
         survivors.check(&daemon);
-        in_dsw_and_ready(&daemon, "pod-b");
-        journal_consistent(&env, &daemon);
-        no_panic(&daemon);
-        daemon.stop();
+        nothing_lost(&env, daemon, &["pod-b"]);
     });
 }
 
@@ -864,12 +864,7 @@ fn api_500s_keep_known_pods_and_new_ones_arrive_after() {
             before + 1.0,
             "only the churned emptyDir torn down"
         );
-        for uid in [STEADY, "api-a", "api-b"] {
-            in_dsw_and_ready(&daemon, uid);
-        }
-        journal_consistent(&env, &daemon);
-        no_panic(&daemon);
-        daemon.stop();
+        nothing_lost(&env, daemon, &[STEADY, "api-a", "api-b"]);
     });
 }
 
@@ -923,12 +918,7 @@ fn a_hung_watch_is_given_up_and_what_changed_meanwhile_arrives() {
             before + 2.0,
             "only the churned emptyDir and the deleted pod's torn down"
         );
-        for uid in [STEADY, "api-a", "api-b"] {
-            in_dsw_and_ready(&daemon, uid);
-        }
-        journal_consistent(&env, &daemon);
-        no_panic(&daemon);
-        daemon.stop();
+        nothing_lost(&env, daemon, &[STEADY, "api-a", "api-b"]);
     });
 }
 
@@ -986,12 +976,7 @@ fn a_410_storm_relists_without_loss_and_backs_off() {
             before + 1.0,
             "only the churned emptyDir torn down"
         );
-        for uid in [STEADY, "api-a", "api-b"] {
-            in_dsw_and_ready(&daemon, uid);
-        }
         others_keep_going(&env, &daemon, "after-410-storm");
-        journal_consistent(&env, &daemon);
-        no_panic(&daemon);
-        daemon.stop();
+        nothing_lost(&env, daemon, &[STEADY, "api-a", "api-b"]);
     });
 }
