@@ -71,16 +71,16 @@ pub(super) fn secrets_named(pod: &super::DesiredPod) -> BTreeSet<ObjectRef> {
 pub fn secret_from_api(
     doc: Value,
 ) -> Result<((String, String), super::static_objects::SecretInfo), String> {
-    let ns = doc
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_owned();
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let file = PathBuf::from(format!("/api/v1/namespaces/{ns}/secrets/{name}"));
+    let file = server_path("secrets", &doc);
     super::csi_objects::secret(&file, doc).map_err(|e| e.to_string())
+}
+
+/// Where a namespaced core object sent by the API server lives there
+/// (`/api/v1/namespaces/<ns>/<plural>/<name>`): the name its errors give
+/// it, as a static object's give its file.
+pub(super) fn server_path(plural: &str, doc: &Value) -> PathBuf {
+    let field = |p: &str| doc.pointer(p).and_then(Value::as_str);
+    let ns = field("/metadata/namespace").unwrap_or("default");
+    let name = field("/metadata/name").unwrap_or_default();
+    PathBuf::from(format!("/api/v1/namespaces/{ns}/{plural}/{name}"))
 }

@@ -9,7 +9,6 @@
 //! `Debug` of the store shows counts only).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
@@ -104,21 +103,11 @@ impl ObjectStore for ApiObjectStore {
 /// A ConfigMap or Secret as its watch sent it, as a payload reads it (the
 /// error names it by its path on the server, never shows its data).
 pub fn payload_object(kind: &str, doc: Value) -> Result<(Key, KubeObject), String> {
-    let ns = doc
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_owned();
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
     let plural = match kind {
         "ConfigMap" => "configmaps",
         _ => "secrets",
     };
-    let file = PathBuf::from(format!("/api/v1/namespaces/{ns}/{plural}/{name}"));
+    let file = super::api_secrets::server_path(plural, &doc);
     let got = match kind {
         "ConfigMap" => super::payload_objects::config_map_object(&file, doc),
         _ => super::payload_objects::secret_object(&file, doc),
