@@ -241,7 +241,18 @@ pub fn open_record_of(
         2 => decode::<RecordV2>(payload).and_then(|r| Record::try_from(&r)),
         _ => decode::<RecordV3>(payload).and_then(|r| Record::try_from(&r)),
     };
-    record.map_err(|e| e.to_string())
+    let record = record.map_err(|e| e.to_string())?;
+    // The payload names its own sequence number: one that disagrees with
+    // the key it is stored under would let two records share a number,
+    // and replay pairs an outcome with its intent by that number (the
+    // fuzzer found a state that a checkpoint could not hold that way).
+    if record.seq != seq {
+        return Err(format!(
+            "record stored as seq {seq} says it is seq {}",
+            record.seq
+        ));
+    }
+    Ok(record)
 }
 
 /// Decodes a checkpoint payload of schema `schema` into its state and the
@@ -557,6 +568,26 @@ mod tests {
             Record::try_from(&back).unwrap(),
             csi,
             "CSI arguments survive v2"
+        );
+    }
+
+    /// Found by the `journal_record` fuzz target: a sealed record whose
+    /// payload claims another sequence number than its key let two
+    /// intents share seq 42, and replay built a state no checkpoint holds.
+    #[test]
+    fn a_record_whose_payload_names_another_seq_does_not_open() {
+        const ID: u64 = 0x5eed;
+        let r = every_record()[0].clone();
+        let sealed = |key: u64| {
+            let bytes = encode(&RecordV3::from(&r));
+            super::super::envelope::seal(ID, super::super::envelope::Kind::Record, key, &bytes)
+        };
+        assert_eq!(open_record(ID, r.seq, &sealed(r.seq)), Ok(r.clone()));
+        let e = open_record(ID, r.seq + 1, &sealed(r.seq + 1)).unwrap_err();
+        assert!(
+            e.contains(&format!("stored as seq {}", r.seq + 1))
+                && e.contains(&format!("says it is seq {}", r.seq)),
+            "{e}"
         );
     }
 
