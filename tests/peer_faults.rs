@@ -754,24 +754,9 @@ fn an_undecodable_grpc_reply_is_an_error_naming_the_driver() {
 
 // ------------------------------------------------------- API server
 
-/// A fake with this test's Node, and an env whose daemon watches it
-/// (`extra`: more `run` arguments).
+/// [`support::api_env::api_env`] with more `run` arguments.
 fn api_env(prefix: &str, extra: &[&str]) -> (Env, FakeApiServer) {
-    let api = FakeApiServer::start();
-    api.put(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE},
-        "status": {"nodeInfo": {"kubeletVersion": "v1.37.0"}},
-    }));
-    let mut env = Env::new(prefix);
-    let kubeconfig = env.scratch.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    env.extra_args.extend([
-        "--kubeconfig".to_owned(),
-        kubeconfig.display().to_string(),
-        "--node-status-update-frequency".to_owned(),
-        "300ms".to_owned(),
-    ]);
+    let (mut env, api) = support::api_env::api_env(prefix);
     env.extra_args.extend(extra.iter().map(|s| (*s).to_owned()));
     (env, api)
 }
