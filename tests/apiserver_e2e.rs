@@ -278,6 +278,17 @@ fn a_mount_that_keeps_failing_is_one_failed_mount_event_counted() {
 const DRIVER: &str = "hostpath.csi.volumed.test";
 const HANDLE: &str = "vol-api-1";
 
+/// The test driver's options, its socket given to the daemon with
+/// `--csi-driver`.
+fn driver_opts(env: &mut Env) -> support::csi_driver::DriverOpts {
+    let opts = support::csi_driver::DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
+    env.extra_args.extend([
+        "--csi-driver".to_owned(),
+        format!("{DRIVER}={}", opts.endpoint.display()),
+    ]);
+    opts
+}
+
 /// A CSI PV that needs attaching, its claim, its driver's CSIDriver and
 /// an attached VolumeAttachment, and a pod mounting the claim.
 fn put_csi_objects(api: &FakeApiServer) {
@@ -314,15 +325,11 @@ fn node_of(api: &FakeApiServer) -> Value {
 
 #[test]
 fn volumes_in_use_and_the_csi_node_follow_the_node() {
-    use support::csi_driver::{DriverOpts, TestDriver};
+    use support::csi_driver::TestDriver;
     real("reports volumesInUse and CSINode", || {
         let (mut env, api) = api_env("volumed-api-e2e-inuse-");
-        let mut opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
+        let mut opts = driver_opts(&mut env);
         opts.node_id = Some("node-id-7".to_owned());
-        env.extra_args.extend([
-            "--csi-driver".to_owned(),
-            format!("{DRIVER}={}", opts.endpoint.display()),
-        ]);
         let _driver = TestDriver::spawn(opts);
         put_csi_objects(&api);
         let daemon = env.start();
@@ -509,17 +516,13 @@ fn set_flag(env: &mut Env, flag: &str, value: &str) {
 /// with a status period of an hour, so the update was not the periodic one.
 #[test]
 fn an_attachable_volume_mounts_only_once_volumes_in_use_lists_it() {
-    use support::csi_driver::{DriverOpts, TestDriver};
+    use support::csi_driver::TestDriver;
     real("waits for volumesInUse", || {
         let (mut env, api) = api_env("volumed-api-e2e-gate-");
         set_flag(&mut env, "--node-status-update-frequency", "1h");
         let node = node_of(&api);
         assert!(api.delete("v1", "Node", None, NODE));
-        let opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
-        env.extra_args.extend([
-            "--csi-driver".to_owned(),
-            format!("{DRIVER}={}", opts.endpoint.display()),
-        ]);
+        let opts = driver_opts(&mut env);
         let driver = TestDriver::spawn(opts);
         put_csi_objects(&api);
         let daemon = env.start();
@@ -553,14 +556,10 @@ fn an_attachable_volume_mounts_only_once_volumes_in_use_lists_it() {
 /// stage waits for it, then gets its data.
 #[test]
 fn a_csi_secret_is_watched_by_name_and_reaches_the_driver() {
-    use support::csi_driver::{DriverOpts, TestDriver};
+    use support::csi_driver::TestDriver;
     real("reads CSI secrets from the API server", || {
         let (mut env, api) = api_env("volumed-api-e2e-secret-");
-        let opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
-        env.extra_args.extend([
-            "--csi-driver".to_owned(),
-            format!("{DRIVER}={}", opts.endpoint.display()),
-        ]);
+        let opts = driver_opts(&mut env);
         let driver = TestDriver::spawn(opts);
         put_csi_objects(&api);
         let mut pv = api
