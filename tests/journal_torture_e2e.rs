@@ -59,25 +59,6 @@ fn wait_mounted(env: &Env, daemon: &Daemon) {
     });
 }
 
-/// `volumed dump --format json` (asks the daemon when one runs).
-fn dump(env: &Env) -> Value {
-    let out = Command::new(BIN)
-        .arg("dump")
-        .arg("--journal-dir")
-        .arg(&env.journal)
-        .arg("--boot-id-file")
-        .arg(&env.boot)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "dump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn damage_gauge(daemon: &Daemon, kind: &str) -> f64 {
     let want = format!("volumed_journal_damage{{kind=\"{kind}\"}}");
     series(&daemon.metrics(), "volumed_journal_damage")
@@ -137,14 +118,14 @@ fn a_damaged_log_is_moved_aside_reported_everywhere_and_the_daemon_starts() {
         assert!(daemon.log().contains("reconstructing from the host alone"));
         // dump, asked of the running daemon, says the same.
         assert_eq!(
-            dump(&env)["journal_damage"]["moved_aside"][0]["path"],
+            env.dump()["journal_damage"]["moved_aside"][0]["path"],
             moved[0]["path"]
         );
         daemon.stop();
 
         // Read from disk, and on the next start: still reported, nothing new moved.
         assert_eq!(
-            dump(&env)["journal_damage"]["moved_aside"][0]["path"],
+            env.dump()["journal_damage"]["moved_aside"][0]["path"],
             moved[0]["path"]
         );
         let daemon = env.start();
@@ -195,7 +176,7 @@ fn a_damaged_record_is_quarantined_reported_and_the_rest_replayed() {
             assert_eq!(damage["moved_aside"], serde_json::json!([]), "{damage:#}");
             assert_eq!(damage_gauge(&daemon, "quarantined"), want.len() as f64);
             assert_eq!(
-                dump(&env)["journal_damage"]["quarantined"],
+                env.dump()["journal_damage"]["quarantined"],
                 serde_json::json!(want)
             );
             // `daemon.json` torn while the daemon runs: dump fails clearly,
@@ -222,7 +203,7 @@ fn a_damaged_record_is_quarantined_reported_and_the_rest_replayed() {
             assert!(stderr.contains("daemon.json"), "{stderr}");
             daemon.stop();
             // Quarantined once, kept, still reported; replay no longer stops there.
-            let doc = dump(&env);
+            let doc = env.dump();
             assert_eq!(
                 doc["journal_damage"]["quarantined"],
                 serde_json::json!(want)
@@ -264,7 +245,7 @@ fn a_damaged_sled_conf_is_moved_aside_and_the_journal_kept() {
             // The journal itself was kept: the first run's SetUp intent is
             // still there (a fresh journal would start at reconstruction).
             assert!(!daemon.log().contains("reconstructing from the host alone"));
-            let doc = dump(&env);
+            let doc = env.dump();
             let records = doc["records"].as_array().cloned().unwrap_or_default();
             assert!(records.iter().any(|r| r["type"] == "intent"), "{doc:#}");
             daemon.stop();

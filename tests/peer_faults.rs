@@ -52,7 +52,7 @@ use serde_json::{Value, json};
 use support::apiserver::FakeApiServer;
 use support::apiserver::faults::{Action, Fault, Verb};
 use support::csi_driver::{DriverOpts, TestDriver};
-use support::daemon::{BIN, Daemon, Env, NODE, pod_gone_from_state, real, series, targets};
+use support::daemon::{Daemon, Env, NODE, pod_gone_from_state, real, series, targets};
 use volumed::host::mountinfo::MountTable;
 
 const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
@@ -170,26 +170,6 @@ impl Survivors {
     }
 }
 
-/// `volumed dump --format json` while the daemon runs.
-fn dump(env: &Env, daemon: &Daemon) -> Value {
-    let out = std::process::Command::new(BIN)
-        .arg("dump")
-        .arg("--journal-dir")
-        .arg(&env.journal)
-        .arg("--boot-id-file")
-        .arg(&env.boot)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "dump: {}\n--- daemon stderr tail ---\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        daemon.log_tail()
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// The rest of the node is served while a peer misbehaves: a new static
 /// pod's emptyDir is mounted, then unmounted once its manifest goes, and
 /// `/readyz`, `/metrics` and `dump` answer. `round` names the pod.
@@ -211,7 +191,7 @@ fn others_keep_going(env: &Env, daemon: &Daemon, round: &str) {
         daemon.metrics().contains("volumed_"),
         "/metrics answers volumed's series"
     );
-    assert!(dump(env, daemon)["state"]["volumes"].is_array(), "dump");
+    assert!(env.dump()["state"]["volumes"].is_array(), "dump");
 }
 
 /// The runtime API knows `uid` (it is in the DSW) and says it is ready.
@@ -246,10 +226,7 @@ fn journaled(state: &Value) -> Value {
 fn journal_consistent(env: &Env, daemon: &Daemon) {
     let deadline = Instant::now() + support::daemon::WAIT;
     loop {
-        let (journal, live) = (
-            journaled(&dump(env, daemon)["state"]),
-            journaled(&daemon.state()),
-        );
+        let (journal, live) = (journaled(&env.dump()["state"]), journaled(&daemon.state()));
         if journal == live {
             return;
         }

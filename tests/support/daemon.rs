@@ -143,6 +143,26 @@ impl Env {
         }
     }
 
+    /// `volumed dump --format json` of this env's journal (it asks the
+    /// daemon when one runs).
+    pub fn dump(&self) -> Value {
+        let out = Command::new(BIN)
+            .arg("dump")
+            .arg("--journal-dir")
+            .arg(&self.journal)
+            .arg("--boot-id-file")
+            .arg(&self.boot)
+            .args(["--format", "json"])
+            .output()
+            .expect("run volumed dump");
+        assert!(
+            out.status.success(),
+            "dump: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("dump prints JSON")
+    }
+
     /// Writes the static pod manifest `file` (by rename).
     pub fn write_pod(&self, file: &str, text: &str) {
         // Written by rename, so the poller never reads half a file.
