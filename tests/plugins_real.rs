@@ -641,9 +641,14 @@ impl Sys for Wrapped {
         self.fire(Call::CreateFile);
         LinuxSys.create_file(path, mode)
     }
-    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+    fn create_file_beneath(
+        &self,
+        at: Beneath<'_>,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), SysError> {
         self.fire(Call::CreateFile);
-        LinuxSys.create_file_beneath(at, mode)
+        LinuxSys.create_file_beneath(at, bytes, mode)
     }
     fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError> {
         self.fire(Call::WriteFile);
@@ -718,6 +723,9 @@ impl Sys for Wrapped {
     }
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
         LinuxSys.read_file(path, limit, follow)
+    }
+    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
+        LinuxSys.read_file_beneath(at, limit)
     }
     fn statfs(&self, path: &Path) -> Result<volumed::host::sys::FsUsage, SysError> {
         LinuxSys.statfs(path)

@@ -94,8 +94,13 @@ impl Sys for Gated {
     fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError> {
         self.inner.create_file(path, mode)
     }
-    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
-        self.inner.create_file_beneath(at, mode)
+    fn create_file_beneath(
+        &self,
+        at: Beneath<'_>,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), SysError> {
+        self.inner.create_file_beneath(at, bytes, mode)
     }
     fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError> {
         self.inner.write_file_beneath(at, bytes, mode)
@@ -154,6 +159,9 @@ impl Sys for Gated {
     }
     fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
         self.inner.read_dir(path)
+    }
+    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
+        self.inner.read_file_beneath(at, limit)
     }
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
         self.inner.read_file(path, limit, follow)

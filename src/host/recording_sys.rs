@@ -187,7 +187,7 @@ mod tests {
             ("chmod", sys.chmod_dir_beneath(at("/k/link/t"), 0o777)),
             (
                 "create",
-                sys.create_file_beneath(at("/k/link/ready"), 0o644),
+                sys.create_file_beneath(at("/k/link/ready"), b"", 0o644),
             ),
             ("bind", sys.bind_beneath(at("/k/link/src"), at("/k/t"))),
         ];
@@ -225,7 +225,8 @@ mod tests {
         sys.umount2_beneath(at("/k/t"), MntFlags::empty()).unwrap();
         assert!(sys.mounts().is_empty());
         sys.chmod_dir_beneath(at("/k/t"), 0o777).unwrap();
-        sys.create_file_beneath(at("/k/t/ready"), 0o644).unwrap();
+        sys.create_file_beneath(at("/k/t/ready"), b"", 0o644)
+            .unwrap();
         assert!(sys.exists("/k/t/ready"));
     }
 }

@@ -293,7 +293,7 @@ impl VolumePlugin for EmptyDirPlugin {
             if let Some(dir) = marker_at.parent() {
                 op.look(mkdir_all_beneath(op.sys, dir, TARGET_DIR_MODE))?;
             }
-            let r = op.sys.create_file_beneath(marker_at, 0o644);
+            let r = op.sys.create_file_beneath(marker_at, b"", 0o644);
             op.act_or(r, Errno::EEXIST)?;
         }
         Ok(Outcome::of(action))

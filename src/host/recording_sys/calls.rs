@@ -205,7 +205,12 @@ impl Sys for RecordingSys {
         Ok(())
     }
 
-    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+    fn create_file_beneath(
+        &self,
+        at: Beneath<'_>,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), SysError> {
         let path = &at.full();
         let call = SysCall::CreateFile {
             path: path.into(),
@@ -213,7 +218,9 @@ impl Sys for RecordingSys {
         };
         let mut st = self.enter(call, path)?;
         parent_beneath(&st, Call::CreateFile, at, path)?;
-        create(&mut st, Call::CreateFile, path, FileKind::File)
+        create(&mut st, Call::CreateFile, path, FileKind::File)?;
+        st.contents.insert(path.to_owned(), bytes.to_vec());
+        Ok(())
     }
 
     /// Recorded as the [`SysCall::Rename`] of `base/rel`; a symlink above
@@ -418,6 +425,27 @@ impl Sys for RecordingSys {
         match st.files.get(path) {
             Some(FileKind::File) => {}
             Some(FileKind::Symlink) if !follow => return Err(err(Errno::ELOOP)),
+            Some(_) => return Err(err(Errno::EINVAL)),
+            None => return Err(err(Errno::ENOENT)),
+        }
+        let bytes = st.contents.get(path).cloned().unwrap_or_default();
+        if bytes.len() as u64 > limit {
+            return Err(err(Errno::EFBIG));
+        }
+        Ok(bytes)
+    }
+
+    /// Recorded as the [`SysCall::ReadFile`] of `base/rel`; a symlink
+    /// anywhere below the base, the file itself included, fails it with
+    /// `ELOOP`.
+    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
+        let path = &at.full();
+        let st = self.enter(SysCall::ReadFile { path: path.into() }, path)?;
+        parent_beneath(&st, Call::ReadFile, at, path)?;
+        let err = |e| SysError::call(Call::ReadFile, path, e);
+        match st.files.get(path) {
+            Some(FileKind::File) => {}
+            Some(FileKind::Symlink) => return Err(err(Errno::ELOOP)),
             Some(_) => return Err(err(Errno::EINVAL)),
             None => return Err(err(Errno::ENOENT)),
         }

@@ -2,7 +2,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -157,11 +157,16 @@ impl Sys for LinuxSys {
             .map_err(|e| SysError::call(Call::ChmodDir, &path, e))
     }
 
-    fn create_file_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+    fn create_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], m: u32) -> Result<(), SysError> {
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         Self::in_parent_beneath(Call::CreateFile, at, Errno::EEXIST, |dir, name| {
-            nix::fcntl::openat(dir, name, flags, mode(m)).map(drop)
+            let fd = nix::fcntl::openat(dir, name, flags, mode(m))?;
+            // exact, whatever the umask (a payload's `defaultMode` may be 0666)
+            nix::sys::stat::fchmod(&fd, mode(m))?;
+            let mut file = std::fs::File::from(fd);
+            std::io::Write::write_all(&mut file, bytes)
+                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
         })
     }
 
@@ -362,25 +367,15 @@ impl Sys for LinuxSys {
             flags |= OFlag::O_NOFOLLOW;
         }
         let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(err)?;
-        let mut file = std::fs::File::from(fd);
-        let md = file
-            .metadata()
-            .map_err(|e| io_error(Call::ReadFile, path, &e))?;
-        if !md.is_file() {
-            return Err(err(Errno::EINVAL));
-        }
-        if md.len() > limit {
-            return Err(err(Errno::EFBIG));
-        }
-        let mut bytes = Vec::new();
-        (&mut file)
-            .take(limit + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_error(Call::ReadFile, path, &e))?;
-        if bytes.len() as u64 > limit {
-            return Err(err(Errno::EFBIG));
-        }
-        Ok(bytes)
+        read_whole(fd, path, limit)
+    }
+
+    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
+        let path = at.full();
+        // O_NONBLOCK: opening a FIFO planted there must not hang the read
+        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK;
+        let fd = Self::open_at_beneath(Call::ReadFile, at, flags, &path)?;
+        read_whole(fd, &path, limit)
     }
 
     fn statfs(&self, path: &Path) -> Result<FsUsage, SysError> {
@@ -417,6 +412,31 @@ impl Sys for LinuxSys {
             mount_root: mount_root_attr(&st),
         })
     }
+}
+
+/// The whole of the regular file open at `fd`, at most `limit` bytes
+/// (`EINVAL` for anything but a regular file, `EFBIG` past the limit).
+fn read_whole(fd: OwnedFd, path: &Path, limit: u64) -> Result<Vec<u8>, SysError> {
+    let err = |e: Errno| SysError::call(Call::ReadFile, path, e);
+    let mut file = std::fs::File::from(fd);
+    let md = file
+        .metadata()
+        .map_err(|e| io_error(Call::ReadFile, path, &e))?;
+    if !md.is_file() {
+        return Err(err(Errno::EINVAL));
+    }
+    if md.len() > limit {
+        return Err(err(Errno::EFBIG));
+    }
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(Call::ReadFile, path, &e))?;
+    if bytes.len() as u64 > limit {
+        return Err(err(Errno::EFBIG));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

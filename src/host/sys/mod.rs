@@ -132,9 +132,13 @@ pub trait Sys: Send + Sync {
     fn chmod_dir_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError>;
     /// Creates an empty regular file; fails with `EEXIST` if anything is there.
     fn create_file(&self, path: &Path, mode: u32) -> Result<(), SysError>;
-    /// [`Sys::create_file`] of `at`'s last component in its parent, the
-    /// parent opened beneath `at.base` without following any symlink (`ELOOP`).
-    fn create_file_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError>;
+    /// A new regular file at `at` holding `bytes`, with exactly `mode`
+    /// (the umask does not apply); `EEXIST` if anything is there. The
+    /// parent is opened beneath `at.base` without following any symlink
+    /// (`ELOOP`). Not synced: for markers, and for files nobody sees before
+    /// a later step publishes them (a payload dir before its `..data` swap).
+    fn create_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32)
+    -> Result<(), SysError>;
     /// Writes `bytes` as the whole content of `at` (created or replaced)
     /// durably: a temp file beside it, fsync, rename over it, fsync of the
     /// dir. The parent is opened beneath `at.base` without following any
@@ -201,6 +205,9 @@ pub trait Sys: Send + Sync {
     /// the last component fails with `ELOOP`; anything but a regular file
     /// fails with `EINVAL`, a larger file with `EFBIG`.
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError>;
+    /// [`Sys::read_file`] of `at`, reached beneath `at.base` without
+    /// following any symlink, itself included (`ELOOP`).
+    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError>;
     /// `statfs(2)` of the filesystem `path` shows (following symlinks, as
     /// the kubelet's volume stats do): usage, inodes, read-only.
     fn statfs(&self, path: &Path) -> Result<FsUsage, SysError>;

@@ -96,15 +96,11 @@ pub(crate) fn write(
         .and_then(|c| c.to_str())
         .is_some_and(|c| c.ends_with(&format!(".{wanted}")));
     // (a `..data` left dangling, its dir removed behind our back, is no
-    // payload in place)
-    let in_place = named
-        && match &current {
-            Some(c) => {
-                let st = sys.stat_beneath(beneath(op, t.root, &t.dir.join(c))?);
-                st.is_ok_and(|st| st.kind == FileKind::Dir)
-            }
-            None => false,
-        };
+    // payload in place, nor is one whose files differ: see `holds`)
+    let in_place = match current.as_ref().filter(|_| named) {
+        Some(c) => holds(op, t, &t.dir.join(c), payload)?,
+        None => false,
+    };
     if !in_place {
         let name = format!("{PAYLOAD_PRIVATE_PREFIX}{}.{wanted}", utc_stamp(now));
         write_dir(op, t, &path(&name), payload)?;
@@ -161,6 +157,33 @@ pub(crate) fn write(
     })
 }
 
+/// Whether the payload dir `at` holds every file of `payload` with its
+/// bytes. The payload's files are written unsynced (nobody sees them before
+/// the `..data` swap, and a process killed after the swap leaves them whole
+/// in the page cache), so after a power cut a dir whose name says the right
+/// hash may hold empty or partial files: its content, not its name, is
+/// what counts, as the kubelet's writer compares the files it finds.
+fn holds(
+    op: &mut Op<'_>,
+    t: &Target<'_>,
+    at: &Path,
+    payload: &Payload,
+) -> Result<bool, PluginError> {
+    let sys = op.sys;
+    let st = sys.stat_beneath(beneath(op, t.root, at)?);
+    if !st.is_ok_and(|st| st.kind == FileKind::Dir) {
+        return Ok(false);
+    }
+    for (rel, file) in &payload.files {
+        let got =
+            sys.read_file_beneath(beneath(op, t.root, &at.join(rel))?, file.bytes.len() as u64);
+        if got.as_deref().ok() != Some(&file.bytes[..]) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// The name of the payload dir `..data` points to, `None` when there is
 /// no `..data` (a first write).
 pub(crate) fn current_dir_name(
@@ -209,7 +232,8 @@ fn write_dir(
             Some(_) => file.mode | GROUP_FILE_BITS,
             None => file.mode,
         };
-        let r = sys.write_file_beneath(beneath(op, t.root, &file_path)?, &file.bytes, mode);
+        // unsynced: see `holds`
+        let r = sys.create_file_beneath(beneath(op, t.root, &file_path)?, &file.bytes, mode);
         op.act(r)?;
         group(op, t, &file_path, None)?;
     }

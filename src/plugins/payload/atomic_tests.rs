@@ -150,6 +150,37 @@ fn the_same_payload_again_touches_nothing() {
     assert_eq!(before, after);
 }
 
+/// After a power cut a payload dir's name may say the right hash while
+/// its unsynced files came back empty or short: the content decides, and
+/// such a payload is written again (a dir that holds it stays untouched,
+/// above).
+#[test]
+fn a_payload_dir_whose_files_came_back_short_is_written_again() {
+    let (_d, dir) = volume();
+    let p = payload(&[("a", "whole", 0o644), ("d/b", "B", 0o644)]);
+    run(&dir, &p, None, 1);
+    let first = std::fs::read_link(dir.join("..data")).unwrap();
+    for (at, (file, cut)) in [("a", ""), ("a", "who"), ("d/b", "")]
+        .into_iter()
+        .enumerate()
+    {
+        let old = std::fs::read_link(dir.join("..data")).unwrap();
+        std::fs::write(dir.join("..data").join(file), cut).unwrap();
+        let at = 2 + at as u64;
+        assert_eq!(
+            run(&dir, &p, None, at),
+            Action::Performed,
+            "{file} = {cut:?}"
+        );
+        let new = std::fs::read_link(dir.join("..data")).unwrap();
+        assert_ne!(new, old, "a new payload dir");
+        assert!(!dir.join(&old).exists(), "the damaged dir is gone");
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "whole");
+        assert_eq!(std::fs::read_to_string(dir.join("d/b")).unwrap(), "B");
+    }
+    assert_ne!(first, std::fs::read_link(dir.join("..data")).unwrap());
+}
+
 /// A crash after each step of a write, simulated by putting the volume
 /// dir in the state that step leaves; the next write makes it whole.
 #[test]
