@@ -14,7 +14,7 @@
 //!
 //! Nothing followed is logged: Secrets and tokens are secrets.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use super::api_source::Stores;
 use crate::apiserver::token::{Clock, Polled, SystemClock, TokenKeeper};
 use crate::apiserver::{Named, ObjectSeen};
 use crate::model::IssuedToken;
+use crate::sources::api::FollowChanges;
 use crate::sources::api::ObjectRef;
 
 /// What a followed object's task reports.
@@ -76,22 +77,16 @@ impl Followers {
         }
     }
 
-    /// Follows exactly `wanted`: starts what is new, stops what is gone.
-    pub(super) fn want(&mut self, wanted: BTreeSet<ObjectRef>) {
-        let gone: Vec<_> = self
-            .tasks
-            .keys()
-            .filter(|k| !wanted.contains(*k))
-            .cloned()
-            .collect();
-        for r in gone {
+    /// Stops what no pod refers to any more, then starts what is new.
+    pub(super) fn change(&mut self, c: FollowChanges) {
+        for r in c.stop {
             if let Some(Some(t)) = self.tasks.remove(&r) {
                 t.abort();
             }
             self.unheard.remove(&r);
             self.forget(r);
         }
-        for r in wanted {
+        for r in c.start {
             if self.tasks.contains_key(&r) {
                 continue;
             }

@@ -166,14 +166,14 @@ pub(super) fn spawn_api_source(
                     tracing::error!(error = %e, "API server object");
                 }
                 // new pods' objects first: their watches start now
-                if let Some(wanted) = state.take_follow_changes() {
-                    follow.want(wanted);
+                if let Some(c) = state.take_follow_changes() {
+                    follow.change(c);
                 }
                 let evs = state.take_events(sys.as_ref());
                 crate::sources::log_pod_errors(&evs, "API");
                 // and the Secrets their CSI volumes' PVs name
-                if let Some(wanted) = state.take_follow_changes() {
-                    follow.want(wanted);
+                if let Some(c) = state.take_follow_changes() {
+                    follow.change(c);
                 }
                 if !evs.is_empty() && tx.send(Event::Sources(evs)).is_err() {
                     return;

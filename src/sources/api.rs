@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-pub use super::api_refs::{ObjectRef, Part, PodRefs};
+pub use super::api_refs::{FollowChanges, ObjectRef, Part, PodRefs};
 pub use super::api_secrets::secret_from_api;
 use super::api_secrets::{secrets_named, spec_refs};
 use super::load::Resolver;
@@ -176,9 +176,9 @@ impl ApiState {
         self
     }
 
-    /// Every ConfigMap, Secret and token the node's pods refer to, when
-    /// that set changed since the last call: exactly these are followed.
-    pub fn take_follow_changes(&mut self) -> Option<BTreeSet<ObjectRef>> {
+    /// The ConfigMaps, Secrets and tokens to stop and to start following
+    /// since the last call, when any.
+    pub fn take_follow_changes(&mut self) -> Option<FollowChanges> {
         self.refs.take_follow_changes()
     }
 

@@ -52,13 +52,31 @@ pub enum Part {
     Resolved,
 }
 
+/// What to start and stop following since the last look: a change costs
+/// what changed, never a walk of every followed object (a node's first
+/// list brings one token per pod).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FollowChanges {
+    /// stopped first: no pod refers to these any more
+    pub stop: BTreeSet<ObjectRef>,
+    /// then started: newly referred to (both: named again after nobody
+    /// did, followed afresh so its pods get a first report again)
+    pub start: BTreeSet<ObjectRef>,
+}
+
+impl FollowChanges {
+    fn is_empty(&self) -> bool {
+        self.stop.is_empty() && self.start.is_empty()
+    }
+}
+
 /// Pods ↔ the objects they refer to, both ways.
 #[derive(Debug, Default)]
 pub struct PodRefs {
     of: BTreeMap<PodUid, [BTreeSet<ObjectRef>; 2]>,
     users: BTreeMap<ObjectRef, BTreeSet<PodUid>>,
-    /// the followed set changed since [`PodRefs::take_follow_changes`]
-    changed: bool,
+    /// what changed since [`PodRefs::take_follow_changes`]
+    pending: FollowChanges,
     /// followed refs that have reported since they were first referred to
     reported: BTreeSet<ObjectRef>,
 }
@@ -92,13 +110,18 @@ impl PodRefs {
                 if users.is_empty() {
                     self.users.remove(gone);
                     self.reported.remove(gone);
-                    self.changed |= gone.followed();
+                    // one never started is simply not started
+                    if gone.followed() && !self.pending.start.remove(gone) {
+                        self.pending.stop.insert(gone.clone());
+                    }
                 }
             }
         }
         for new in after.difference(before) {
             let users = self.users.entry(new.clone()).or_default();
-            self.changed |= users.is_empty() && new.followed();
+            if users.is_empty() && new.followed() {
+                self.pending.start.insert(new.clone());
+            }
             users.insert(pod.clone());
         }
     }
@@ -108,15 +131,10 @@ impl PodRefs {
         self.users.get(r).into_iter().flatten()
     }
 
-    /// Every followed object, when that set changed since the last call.
-    pub fn take_follow_changes(&mut self) -> Option<BTreeSet<ObjectRef>> {
-        std::mem::take(&mut self.changed).then(|| {
-            self.users
-                .keys()
-                .filter(|r| r.followed())
-                .cloned()
-                .collect()
-        })
+    /// What to stop and start following since the last call, if anything.
+    pub fn take_follow_changes(&mut self) -> Option<FollowChanges> {
+        let c = std::mem::take(&mut self.pending);
+        (!c.is_empty()).then_some(c)
     }
 
     /// `r` reported (an object, its absence, or an error): it holds its
@@ -153,6 +171,18 @@ mod tests {
     fn refs(r: &[ObjectRef]) -> BTreeSet<ObjectRef> {
         r.iter().cloned().collect()
     }
+    fn start(r: &[ObjectRef]) -> FollowChanges {
+        FollowChanges {
+            start: refs(r),
+            ..FollowChanges::default()
+        }
+    }
+    fn stop(r: &[ObjectRef]) -> FollowChanges {
+        FollowChanges {
+            stop: refs(r),
+            ..FollowChanges::default()
+        }
+    }
 
     #[test]
     fn an_object_is_followed_while_either_part_of_any_pod_names_it() {
@@ -161,7 +191,7 @@ mod tests {
         p.set(&uid("a"), Part::Spec, refs(&[cm("x"), claim.clone()]));
         assert_eq!(
             p.take_follow_changes(),
-            Some(refs(&[cm("x")])),
+            Some(start(&[cm("x")])),
             "claims are not followed"
         );
         assert_eq!(p.take_follow_changes(), None, "told once");
@@ -184,9 +214,30 @@ mod tests {
         p.forget(&uid("b"));
         assert_eq!(
             p.take_follow_changes(),
-            Some(BTreeSet::new()),
+            Some(stop(&[cm("x")])),
             "nobody: stop it"
         );
+    }
+
+    #[test]
+    fn changes_between_two_looks_add_up_to_what_to_stop_and_start() {
+        let mut p = PodRefs::default();
+        p.set(&uid("a"), Part::Spec, refs(&[cm("x")]));
+        p.forget(&uid("a"));
+        assert_eq!(p.take_follow_changes(), None, "gone before it started");
+        p.set(&uid("a"), Part::Spec, refs(&[cm("x"), cm("y")]));
+        let _ = p.take_follow_changes();
+        p.forget(&uid("a"));
+        p.set(&uid("b"), Part::Spec, refs(&[cm("x"), cm("z")]));
+        assert_eq!(
+            p.take_follow_changes(),
+            Some(FollowChanges {
+                // x: named again after nobody did, followed afresh
+                stop: refs(&[cm("x"), cm("y")]),
+                start: refs(&[cm("x"), cm("z")]),
+            })
+        );
+        assert!(p.holds(&uid("b")), "x must report again");
     }
 
     #[test]

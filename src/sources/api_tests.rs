@@ -308,7 +308,11 @@ fn only_the_secrets_the_pods_csi_volumes_name_are_wanted() {
     s.apply(Change::PodApplied(pod("u-2", "b", NODE, &["c1"])));
     let _ = s.take_events(&LinuxSys);
     let key = |n: &str| super::ObjectRef::Secret("ns".to_owned(), n.to_owned());
-    assert_eq!(s.take_follow_changes(), Some([key("s1")].into()));
+    let start = |r: &[&str]| crate::sources::api::FollowChanges {
+        start: r.iter().map(|n| key(n)).collect(),
+        ..Default::default()
+    };
+    assert_eq!(s.take_follow_changes(), Some(start(&["s1"])));
     assert_eq!(s.take_follow_changes(), None, "told once");
     // one of two users goes: still wanted
     s.apply(Change::PodDeleted(pod("u-1", "a", NODE, &["c1"])));
@@ -317,7 +321,9 @@ fn only_the_secrets_the_pods_csi_volumes_name_are_wanted() {
     s.apply(Change::PodApplied(pod("u-3", "c", NODE, &["c2"])));
     s.apply(Change::PodDeleted(pod("u-2", "b", NODE, &["c1"])));
     let _ = s.take_events(&LinuxSys);
-    assert_eq!(s.take_follow_changes(), Some([key("s2")].into()));
+    let mut both = start(&["s2"]);
+    both.stop.insert(key("s1"));
+    assert_eq!(s.take_follow_changes(), Some(both));
 }
 
 /// A pod with a configMap volume and a projected token.
@@ -369,7 +375,7 @@ fn a_payload_pod_is_held_until_its_objects_report_then_follows_their_changes() {
     let mut s = listed_state().with_payload(stores);
     s.apply(Change::PodApplied(payload_pod()));
     let cm = ObjectRef::ConfigMap("ns".into(), "app".into());
-    let follow = s.take_follow_changes().expect("objects to follow");
+    let follow = s.take_follow_changes().expect("objects to follow").start;
     let token = follow
         .iter()
         .find_map(|r| match r {
@@ -442,5 +448,7 @@ fn a_payload_pod_is_held_until_its_objects_report_then_follows_their_changes() {
     // the pod gone: nothing followed any more
     s.apply(Change::PodDeleted(payload_pod()));
     let _ = s.take_events(&LinuxSys);
-    assert_eq!(s.take_follow_changes(), Some(BTreeSet::new()));
+    let stopped = s.take_follow_changes().expect("what to stop");
+    assert!(stopped.start.is_empty());
+    assert_eq!(stopped.stop, follow, "nothing followed any more");
 }
