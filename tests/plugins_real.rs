@@ -719,6 +719,9 @@ impl Sys for Wrapped {
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
         LinuxSys.read_file(path, limit, follow)
     }
+    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
+        LinuxSys.read_file_beneath(at, limit)
+    }
     fn statfs(&self, path: &Path) -> Result<volumed::host::sys::FsUsage, SysError> {
         LinuxSys.statfs(path)
     }
