@@ -7,8 +7,8 @@
 //!
 //! Besides DESIGN.md's ten points, `format_device.after_intent` /
 //! `format_device.after_op` (the executor's journaled format step) and
-//! `teardown.mid_delete` (a disk emptyDir renamed to `.deleting~N`, its
-//! contents not yet deleted) exist. `tests/crash` reaches every one of them
+//! `teardown.mid_delete` (a disk emptyDir or a configMap volume renamed
+//! to `.deleting~N`, its contents not yet deleted) exist. `tests/crash` reaches every one of them
 //! through the real binary. The payload writer's `payload.after_dir`,
 //! `payload.after_swap` and `payload.after_links` (a configMap or secret
 //! volume's new payload dir written, `..data` swapped, links updated) are

@@ -18,7 +18,10 @@
 //! - a token is renewed at 80% of its lifetime and not before (the token
 //!   keeper against the fake, real HTTP, a clock the test moves), and the
 //!   daemon's renewed token reaches the file before the old one expires;
-//! - a standalone node's token volume is an error naming the volume.
+//! - a standalone node's token volume is an error naming the volume;
+//! - a restart (graceful, then after SIGKILL) keeps the token in place:
+//!   no second TokenRequest, the token file and `..data` keep their inodes
+//!   and mtimes; a token whose renewal is due at the restart is renewed.
 //!
 //! The daemon tests run as root in their own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
@@ -395,6 +398,129 @@ fn an_api_pods_token_is_renewed_after_80_percent_and_rewritten_before_it_expires
         );
         assert!(took < Duration::from_secs(30), "renewed too late: {took:?}");
         assert_eq!(token_requests(&api).len(), 2, "one renewal");
+        daemon.stop();
+    });
+}
+
+/// (inode, mtime) of each path, a link itself (`..data/token` is the
+/// file in the payload dir).
+fn stamps(paths: &[PathBuf]) -> Vec<(u64, i64, i64)> {
+    paths
+        .iter()
+        .map(|p| {
+            let m = fs::symlink_metadata(p).unwrap();
+            (m.ino(), m.mtime(), m.mtime_nsec())
+        })
+        .collect()
+}
+
+/// The projected volume's entries a rewrite would change: the token file
+/// in the payload dir, `..data`, and the visible link.
+fn token_entries(projected: &Path) -> Vec<PathBuf> {
+    ["..data/token", "..data", "token", "..data/ca.crt"]
+        .into_iter()
+        .map(|n| projected.join(n))
+        .collect()
+}
+
+/// The journal keeps a token's expiry, never its bytes; the token is still
+/// in the pod's volume after a restart. A graceful restart, then a SIGKILL
+/// and a restart, each past one sync period (whose pass runs a SetUp of
+/// every payload volume once after a restart): the fake answers no second
+/// TokenRequest, and the token file, `..data` and the visible link keep
+/// their inodes and mtimes.
+#[test]
+fn a_restart_keeps_the_token_in_place_without_a_token_request() {
+    real("mounts an API pod's projected token", || {
+        let (mut env, api) = api_env("volumed-api-payload-restart-");
+        env.extra_args
+            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
+        seed(&api);
+        let v = volumes(&env);
+        let want = [v.config.clone(), v.creds.clone(), v.projected.clone()];
+        let daemon = env.start();
+        daemon.wait_until("the three payload volumes set up", || {
+            all_mounted(&daemon.state(), &want)
+        });
+        let token = fs::read_to_string(v.projected.join("token")).unwrap();
+        let watched = token_entries(&v.projected);
+        let before = stamps(&watched);
+        assert_eq!(token_requests(&api).len(), 1);
+        daemon.stop();
+
+        for how in ["graceful", "SIGKILL"] {
+            let daemon = env.start();
+            daemon.wait_until("the three payload volumes set up again", || {
+                all_mounted(&daemon.state(), &want)
+            });
+            // past the first sync period after the restart
+            std::thread::sleep(Duration::from_secs(3));
+            assert_eq!(
+                token_requests(&api).len(),
+                1,
+                "{how}: no TokenRequest after the restart\n{}",
+                daemon.log_tail()
+            );
+            assert_eq!(stamps(&watched), before, "{how}: nothing rewritten");
+            assert_eq!(
+                fs::read_to_string(v.projected.join("token")).unwrap(),
+                token
+            );
+            let log = daemon.log();
+            assert!(
+                log.contains("token in place from before the restart"),
+                "{log}"
+            );
+            assert!(!log.contains(&token), "the log holds the token");
+            match how {
+                "graceful" => daemon.stop(),
+                _ => daemon.kill(),
+            }
+        }
+    });
+}
+
+/// A token whose renewal is already due at the restart is renewed then,
+/// and the payload rewritten. The fake issues 30 s tokens for this service
+/// account while the source asks for 3607 s: reckoned from what is asked
+/// (the journal keeps only the expiry), more than 80% of the lifetime has
+/// passed, so the token in place is not kept.
+#[test]
+fn a_token_due_for_renewal_at_a_restart_is_renewed_and_rewritten() {
+    real("mounts an API pod's projected token", || {
+        let (mut env, api) = api_env("volumed-api-payload-restart-due-");
+        env.extra_args
+            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
+        seed(&api);
+        let lifetime = support::apiserver::token::LIFETIME_ANNOTATION;
+        api.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": SA, "namespace": NS, "annotations": {lifetime: "30"}}}));
+        let v = volumes(&env);
+        let daemon = env.start();
+        let file = v.projected.join("token");
+        daemon.wait_until("the first token written", || file.exists());
+        let first = fs::read_to_string(&file).unwrap();
+        daemon.stop();
+        assert_eq!(
+            token_requests(&api).len(),
+            1,
+            "no renewal before the restart"
+        );
+
+        let daemon = env.start();
+        daemon.wait_until("a renewed token written", || {
+            fs::read_to_string(&file).is_ok_and(|t| t != first)
+        });
+        assert_eq!(
+            token_requests(&api).len(),
+            2,
+            "renewed once, at the restart"
+        );
+        assert!(
+            daemon.log().contains("kept=false"),
+            "the token in place was read back and judged due:\n{}",
+            daemon.log_tail()
+        );
         daemon.stop();
     });
 }

@@ -193,6 +193,20 @@ impl TokenKeeper {
         }
     }
 
+    /// Starts from `t`, a token issued before a restart and still in place
+    /// in the pod's volume, when it needs no renewal now (the kubelet's
+    /// rule, with this keeper's jitter): then no TokenRequest is sent until
+    /// its renewal is due, and the payload it is in is not rewritten.
+    /// Whether it was kept; a token already due is dropped, and the first
+    /// [`TokenKeeper::poll`] requests a new one.
+    pub fn seed(&mut self, t: IssuedToken) -> bool {
+        let keep = !needs_refresh(&t, self.clock.now(), self.jitter);
+        if keep {
+            self.current = Some(Arc::new(t));
+        }
+        keep
+    }
+
     /// The token it holds.
     pub fn current(&self) -> Option<&Arc<IssuedToken>> {
         self.current.as_ref()
@@ -298,6 +312,91 @@ mod tests {
         assert_eq!(refresh_due(&t), now + Duration::from_secs(2880));
         let week = token(0, 7 * 24 * 3600, now);
         assert_eq!(refresh_due(&week), now + MAX_TOKEN_AGE);
+    }
+
+    /// A clock a test moves.
+    #[derive(Debug)]
+    struct FakeClock(std::sync::Mutex<SystemTime>);
+
+    impl Clock for FakeClock {
+        fn now(&self) -> SystemTime {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    fn token_ref(expiration_seconds: i64) -> TokenRef {
+        TokenRef {
+            namespace: "ns".into(),
+            service_account: "sa".into(),
+            audience: None,
+            expiration_seconds,
+            pod_name: "p".into(),
+            pod_uid: "u".into(),
+        }
+    }
+
+    /// A token read back after a restart, with the expiry the journal
+    /// recorded, is kept while its renewal is not due and dropped once it
+    /// is (renewed by the first poll), by the same rule as a fresh one.
+    #[test]
+    fn a_token_kept_across_a_restart_is_kept_until_its_renewal_is_due() {
+        let issued = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        let exp = issued + Duration::from_secs(3600);
+        let version = IssuedToken {
+            token: String::new(),
+            expires: exp,
+            expiration_seconds: 3600,
+        }
+        .version();
+        assert_eq!(version, "exp:1000003600");
+        let read_back = |lifetime| IssuedToken::from_version("t".into(), &version, lifetime);
+        assert_eq!(read_back(3600).map(|t| t.expires), Some(exp));
+        for bad in ["1000003600", "exp:", "exp:soon", "rv:12"] {
+            assert_eq!(
+                IssuedToken::from_version("t".into(), bad, 3600),
+                None,
+                "{bad}"
+            );
+        }
+        // (restarted after, lifetime asked for, jitter, kept?)
+        let cases: &[(u64, i64, u64, bool)] = &[
+            (5, 3600, 0, true),
+            (2870, 3600, 0, true),
+            (2880, 3600, 0, true),   // exactly 80%: not yet
+            (2881, 3600, 0, false),  // due at the restart: renewed
+            (2871, 3600, 10, false), // the jitter brings it forward
+            (3700, 3600, 0, false),  // expired while down
+            // the server answered a much shorter lifetime than the source
+            // asks for (the journal keeps only the expiry): reckoned from
+            // what is asked, 80% of it has passed, and it is renewed
+            (5, 18_000, 0, false),
+        ];
+        for &(after, lifetime, jitter, want) in cases {
+            let clock = Arc::new(FakeClock(std::sync::Mutex::new(
+                issued + Duration::from_secs(after),
+            )));
+            let r = token_ref(lifetime);
+            let mut keeper = TokenKeeper::new(r, clock.clone(), Duration::from_secs(jitter));
+            let t = read_back(lifetime).unwrap();
+            assert_eq!(
+                keeper.seed(t),
+                want,
+                "{after} s after, {lifetime} s, jitter {jitter}"
+            );
+            assert_eq!(keeper.current().is_some(), want);
+            if want {
+                // the next look is when the renewal is due, not before
+                let wait = keeper.next_poll(Duration::from_secs(1), Duration::from_secs(1 << 20));
+                assert_eq!(wait, Duration::from_secs((2880 - jitter - after).max(1)));
+                // and then it is due
+                *clock.0.lock().unwrap() = issued + Duration::from_secs(2881);
+                assert!(needs_refresh(
+                    keeper.current().unwrap(),
+                    clock.now(),
+                    keeper.jitter
+                ));
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! accepted and never answered) stops holding it: its pods are resolved
 //! without it, so one hung watch cannot keep the node from being ready.
 //!
+//! After a restart a token's keeper starts from the token in place in the
+//! pod's volume when the journal vouches for it and its renewal is not due
+//! (`token_seed`): no TokenRequest, no rewrite.
+//!
 //! Nothing followed is logged: Secrets and tokens are secrets.
 
 use std::collections::BTreeMap;
@@ -23,9 +27,10 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::AbortHandle;
 
 use super::api_source::Stores;
+use super::token_seed::TokenSeeds;
 use crate::apiserver::token::{Clock, Polled, SystemClock, TokenKeeper};
 use crate::apiserver::{Named, ObjectSeen};
-use crate::model::IssuedToken;
+use crate::model::{IssuedToken, TokenRef};
 use crate::sources::api::FollowChanges;
 use crate::sources::api::ObjectRef;
 
@@ -53,6 +58,8 @@ pub(super) struct Followers {
     watch_timeout: Duration,
     stores: Stores,
     clock: Arc<dyn Clock>,
+    /// the tokens in place from before a restart
+    seeds: TokenSeeds,
     /// `None`: an immutable object, read and no longer watched
     tasks: BTreeMap<ObjectRef, Option<AbortHandle>>,
     /// when each task not yet heard from was started
@@ -63,13 +70,19 @@ pub(super) struct Followers {
 }
 
 impl Followers {
-    pub(super) fn new(client: kube::Client, stores: Stores, watch_timeout: Duration) -> Self {
+    pub(super) fn new(
+        client: kube::Client,
+        stores: Stores,
+        watch_timeout: Duration,
+        seeds: TokenSeeds,
+    ) -> Self {
         let (tx, rx) = unbounded_channel();
         Self {
             client,
             watch_timeout,
             stores,
             clock: Arc::new(SystemClock),
+            seeds,
             tasks: BTreeMap::new(),
             unheard: BTreeMap::new(),
             tx,
@@ -78,7 +91,13 @@ impl Followers {
     }
 
     /// Stops what no pod refers to any more, then starts what is new.
-    pub(super) fn change(&mut self, c: FollowChanges) {
+    /// `token_paths` says where a token's pod puts it (volume, path), for
+    /// a token kept from before a restart.
+    pub(super) fn change(
+        &mut self,
+        c: FollowChanges,
+        token_paths: &dyn Fn(&TokenRef) -> Vec<(String, String)>,
+    ) {
         for r in c.stop {
             if let Some(Some(t)) = self.tasks.remove(&r) {
                 t.abort();
@@ -90,7 +109,7 @@ impl Followers {
             if self.tasks.contains_key(&r) {
                 continue;
             }
-            let task = self.start(&r);
+            let task = self.start(&r, token_paths);
             self.unheard.insert(r.clone(), Instant::now());
             self.tasks.insert(r, Some(task));
         }
@@ -110,7 +129,11 @@ impl Followers {
         }
     }
 
-    fn start(&self, r: &ObjectRef) -> AbortHandle {
+    fn start(
+        &mut self,
+        r: &ObjectRef,
+        token_paths: &dyn Fn(&TokenRef) -> Vec<(String, String)>,
+    ) -> AbortHandle {
         let tx = self.tx.clone();
         let key = r.clone();
         let task = match r {
@@ -135,7 +158,13 @@ impl Followers {
                 })
             }
             ObjectRef::Token(t) => {
-                let keeper = TokenKeeper::new(t.clone(), self.clock.clone(), jitter());
+                let mut keeper = TokenKeeper::new(t.clone(), self.clock.clone(), jitter());
+                if let Some(seed) = self.seeds.take(t, &token_paths(t)) {
+                    let kept = keeper.seed(seed);
+                    tracing::info!(namespace = %t.namespace, service_account = %t.service_account,
+                        pod = %t.pod_name, kept,
+                        "service account token in place from before the restart (kept: its renewal is not due)");
+                }
                 tokio::spawn(keep_token(keeper, self.client.clone(), key, tx))
             }
             // never followed (see `ObjectRef::followed`)
@@ -247,12 +276,20 @@ fn jitter() -> Duration {
 /// One token's task: a look when a renewal is due, a new token reported,
 /// a failure reported (and retried with a backoff). A renewal that fails
 /// while the old token is valid is logged (without the token) and retried.
+/// A keeper seeded with the token in place reports it at once and asks
+/// for none before its renewal is due.
 async fn keep_token(
     mut keeper: TokenKeeper,
     client: kube::Client,
     key: ObjectRef,
     tx: UnboundedSender<(ObjectRef, Followed)>,
 ) {
+    if let Some(t) = keeper.current().cloned() {
+        if tx.send((key.clone(), Followed::Token(Ok(t)))).is_err() {
+            return;
+        }
+        tokio::time::sleep(keeper.next_poll(TOKEN_POLL.0, TOKEN_POLL.1)).await;
+    }
     let mut backoff = TOKEN_POLL.0;
     loop {
         let wait = match keeper.poll(&client).await {

@@ -114,6 +114,7 @@ pub(super) fn spawn_api_source(
     tx: Sender<Event>,
     gate: Arc<ReadyGate>,
     stores: Stores,
+    seeds: super::token_seed::TokenSeeds,
 ) -> Result<(JoinHandle<()>, ApiStopper, Publisher), DaemonError> {
     let publisher = Publisher {
         every: period,
@@ -133,7 +134,7 @@ pub(super) fn spawn_api_source(
                 crate::apiserver::watch_all(client.clone(), &node, watch_timeout)
                     .ready_chunks(4096);
             let mut follow =
-                super::api_follow::Followers::new(client.clone(), stores, watch_timeout);
+                super::api_follow::Followers::new(client.clone(), stores, watch_timeout, seeds);
             let mut overdue_tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tokio::select! {
@@ -167,13 +168,13 @@ pub(super) fn spawn_api_source(
                 }
                 // new pods' objects first: their watches start now
                 if let Some(c) = state.take_follow_changes() {
-                    follow.change(c);
+                    follow.change(c, &|r| state.token_paths(r));
                 }
                 let evs = state.take_events(sys.as_ref());
                 crate::sources::log_pod_errors(&evs, "API");
                 // and the Secrets their CSI volumes' PVs name
                 if let Some(c) = state.take_follow_changes() {
-                    follow.change(c);
+                    follow.change(c, &|r| state.token_paths(r));
                 }
                 if !evs.is_empty() && tx.send(Event::Sources(evs)).is_err() {
                     return;

@@ -160,11 +160,11 @@ impl Sys for Gated {
     fn read_dir(&self, path: &Path) -> Result<Listing, SysError> {
         self.inner.read_dir(path)
     }
-    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
-        self.inner.read_file_beneath(at, limit)
-    }
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
         self.inner.read_file(path, limit, follow)
+    }
+    fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
+        self.inner.read_file_beneath(at, limit)
     }
     fn statfs(&self, path: &Path) -> Result<crate::host::sys::FsUsage, SysError> {
         self.inner.statfs(path)

@@ -41,6 +41,7 @@ pub mod orphans;
 mod pools;
 mod provider;
 mod startup;
+mod token_seed;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -203,6 +204,13 @@ impl Daemon {
                     static_payload: cfg.payload_objects.clone(),
                     api: api_objects,
                 };
+                // read before the keepers start, and before reconstruction
+                // records its decisions
+                let seeds = token_seed::TokenSeeds::from_journal(
+                    journal.as_deref(),
+                    &cfg.layout,
+                    sys.clone(),
+                );
                 match spawn_api_source(
                     a,
                     &cfg.node_name,
@@ -210,6 +218,7 @@ impl Daemon {
                     events_tx.clone(),
                     gate,
                     stores,
+                    seeds,
                 ) {
                     Ok(t) => Some(t),
                     Err(e) => {

@@ -10,8 +10,9 @@
 //! projected, …) are left and reported. The only files deleted are the
 //! emptyDir `ready` markers under `pods/<uid>/plugins/kubernetes.io~empty-dir/`;
 //! any other plugin's dir there is left and reported too. Every pod dir (orphan or not) first gets its interrupted
-//! emptyDir deletions (`<name>.deleting~<seq>`) finished: a TearDown cut by
-//! a crash completes here.
+//! deletions of disk emptyDirs and configMaps (whose payload sits in a
+//! wrapped disk emptyDir), `<name>.deleting~<seq>`, finished: a TearDown
+//! cut by a crash completes here.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -34,7 +35,7 @@ pub struct SweepReport {
     pub errors: usize,
     /// what was left and why
     pub left: Vec<(PathBuf, String)>,
-    /// interrupted emptyDir deletions finished
+    /// interrupted disk emptyDir and configMap deletions finished
     pub finished_deletions: usize,
 }
 
@@ -372,5 +373,53 @@ mod tests {
         assert_eq!(r.finished_deletions, 1);
         assert!(!sys.exists("/r/pods/live/volumes/kubernetes.io~empty-dir/scratch.deleting~7"));
         assert_eq!(r.examined, 0);
+    }
+
+    /// A configMap's payload sits in a wrapped disk emptyDir, so its
+    /// TearDown renames it to `.deleting~N` too: a crash after the rename
+    /// is finished like an emptyDir's — the dir gone, a mount inside it
+    /// kept and not entered, a symlink unlinked, never followed — and the
+    /// gone pod's dir is removed with it.
+    #[test]
+    fn an_interrupted_config_map_deletion_is_finished_without_entering_a_mount() {
+        let sys = RecordingSys::new();
+        let layout = Layout::new("/r");
+        let cut = "/r/pods/gone/volumes/kubernetes.io~configmap/config.deleting~9";
+        sys.add(
+            format!("{cut}/..2026_01_01_00_00_00.0.abcdef012345/app.conf"),
+            FileKind::File,
+        );
+        sys.add(format!("{cut}/..data"), FileKind::Symlink);
+        sys.add(format!("{cut}/app.conf"), FileKind::Symlink);
+        sys.add("/outside/precious", FileKind::File);
+        let r = sweep(&layout, &sys, &BTreeSet::new(), &AtomicBool::new(false));
+        assert_eq!(r.finished_deletions, 1, "{r:?}");
+        assert!(!sys.exists(cut));
+        assert_eq!((r.removed, r.errors), (1, 0), "{r:?}");
+        assert!(!sys.exists("/r/pods/gone"));
+        assert!(sys.exists("/outside/precious"));
+
+        // a mount someone made inside it is kept, and so is the dir
+        let sys = RecordingSys::new();
+        sys.add(format!("{cut}/m/inside"), FileKind::File);
+        sys.add(format!("{cut}/f"), FileKind::File);
+        sys.add("/src", FileKind::Dir);
+        let m = format!("{cut}/m");
+        sys.preset_mount(
+            Some(Path::new("/src")),
+            Path::new(&m),
+            None,
+            MsFlags::MS_BIND,
+            None,
+        )
+        .unwrap();
+        let known: BTreeSet<_> = [uid("gone")].into();
+        let r = sweep(&layout, &sys, &known, &AtomicBool::new(false));
+        assert!(
+            sys.exists(format!("{m}/inside")),
+            "nothing deleted in a mount"
+        );
+        assert!(!sys.exists(format!("{cut}/f")));
+        assert_eq!(r.finished_deletions, 1, "{r:?}");
     }
 }

@@ -29,7 +29,7 @@ pub use names::{
 pub use payload::{
     DEFAULT_PAYLOAD_MODE, DEFAULT_TOKEN_SECONDS, FieldItem, IssuedToken, KeyToPath,
     MAX_TOKEN_SECONDS, MIN_TOKEN_SECONDS, ObjectVersion, PayloadKind, PayloadSource, PayloadSpec,
-    PayloadVersion, TokenRef,
+    PayloadVersion, TOKEN_OBJECT_KIND, TokenRef,
 };
 pub use shared::{SharedPath, SharedStr};
 pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};

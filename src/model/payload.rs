@@ -117,6 +117,10 @@ pub struct TokenRef {
     pub pod_uid: String,
 }
 
+/// The kind a token's [`ObjectVersion`] names (its version is its
+/// expiry, [`IssuedToken::version`]).
+pub const TOKEN_OBJECT_KIND: &str = "ServiceAccountToken";
+
 /// A token the API server issued. Its `Debug` never shows the token.
 #[derive(Clone, PartialEq, Eq)]
 pub struct IssuedToken {
@@ -157,6 +161,18 @@ impl IssuedToken {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         format!("exp:{secs}")
+    }
+
+    /// A token read back from a payload with the version the journal
+    /// recorded for it ([`IssuedToken::version`]) and the lifetime its
+    /// source asks for; `None` when `version` is no token's.
+    pub fn from_version(token: String, version: &str, expiration_seconds: i64) -> Option<Self> {
+        let secs: u64 = version.strip_prefix("exp:")?.parse().ok()?;
+        Some(Self {
+            token,
+            expires: std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))?,
+            expiration_seconds,
+        })
     }
 }
 

@@ -44,6 +44,12 @@ use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugi
 /// How many sequence numbers to try when a `.deleting~<seq>` name is taken.
 const RENAME_TRIES: usize = 8;
 
+/// The plugins whose pod volume dirs a disk TearDown renames to
+/// `.deleting~<seq>`: a disk emptyDir's, and a configMap's (its payload
+/// sits in a wrapped disk emptyDir; secret, downwardAPI and projected
+/// volumes are tmpfs mounts, unmounted and never renamed).
+pub(crate) const RENAMED_IN: [PluginName; 2] = [PluginName::EmptyDir, PluginName::ConfigMap];
+
 /// The emptyDir plugin.
 #[derive(Debug)]
 pub struct EmptyDirPlugin {
@@ -69,7 +75,8 @@ impl EmptyDirPlugin {
         }
     }
 
-    /// Finishes the deletions of this pod's emptyDirs that a crash cut short.
+    /// Finishes the deletions of this pod's disk emptyDirs that a crash cut
+    /// short: its own and a configMap's wrapped one ([`RENAMED_IN`]).
     pub fn finish_pending(
         &self,
         pod: &PodUid,
@@ -77,11 +84,15 @@ impl EmptyDirPlugin {
     ) -> Result<Vec<(PathBuf, Removal)>, SysError> {
         // listed beneath the pod dir: a symlinked `volumes` fails the listing
         let pod_dir = self.layout.pod_dir(pod);
-        let dir = self.layout.pod_volume_plugin_dir(pod, PluginName::EmptyDir);
-        let at = Beneath::split(&pod_dir, &dir).ok_or_else(|| {
-            SysError::call(crate::host::sys::Call::ReadDirBeneath, &dir, Errno::EXDEV)
-        })?;
-        finish_pending_deletions(at, sys)
+        let mut done = Vec::new();
+        for plugin in RENAMED_IN {
+            let dir = self.layout.pod_volume_plugin_dir(pod, plugin);
+            let at = Beneath::split(&pod_dir, &dir).ok_or_else(|| {
+                SysError::call(crate::host::sys::Call::ReadDirBeneath, &dir, Errno::EXDEV)
+            })?;
+            done.extend(finish_pending_deletions(at, sys)?);
+        }
+        Ok(done)
     }
 
     fn marker(&self, op: &Op<'_>, params: &TargetParams) -> Result<PathBuf, PluginError> {

@@ -202,6 +202,15 @@ impl ApiState {
         Kind::ALL.iter().all(|k| self.listed.contains(k))
     }
 
+    /// Where the pod `r` is bound to puts that token: (volume name, path
+    /// in the volume) of each projected source asking for it.
+    pub fn token_paths(&self, r: &crate::model::TokenRef) -> Vec<(String, String)> {
+        let pod = PodUid::new(&r.pod_uid).ok();
+        pod.and_then(|u| self.pods.get(&u))
+            .map(|p| super::api_secrets::token_paths(p, r))
+            .unwrap_or_default()
+    }
+
     /// The pods the DSW was last told about.
     pub fn sent(&self) -> &BTreeMap<PodUid, u64> {
         &self.sent

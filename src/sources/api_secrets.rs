@@ -2,7 +2,8 @@
 //! `api_refs`): the claims, ConfigMaps, Secrets and tokens its spec names,
 //! and the Secrets its resolved CSI volumes name (only those objects are
 //! watched, each by name); and a Secret as the API server sent it, read as
-//! the static objects read one.
+//! the static objects read one. Also where a pod puts a token, so a token
+//! kept across a restart can be read back from its volume.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use serde_json::Value;
 
 use super::api_refs::ObjectRef;
 use super::static_pods::{ParsedPod, ParsedVolume};
-use crate::model::{PayloadSource, VolumeSpec};
+use crate::model::{PayloadSource, TokenRef, VolumeSpec};
 
 /// What a pod's spec names: its claims, and its payload volumes'
 /// ConfigMaps, Secrets and tokens.
@@ -47,6 +48,29 @@ pub(super) fn spec_refs(pod: &ParsedPod) -> BTreeSet<ObjectRef> {
                 }
             }
             ParsedVolume::Inline { .. } => {}
+        }
+    }
+    out
+}
+
+/// Where `pod` puts the token `r`: (volume name, path in the volume) of
+/// each projected `serviceAccountToken` source that asks for it.
+pub(super) fn token_paths(pod: &ParsedPod, r: &TokenRef) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for v in &pod.volumes {
+        let ParsedVolume::Inline {
+            name,
+            spec: VolumeSpec::Payload(p),
+        } = v
+        else {
+            continue;
+        };
+        for src in &p.sources {
+            if let PayloadSource::ServiceAccountToken { path, .. } = src
+                && crate::plugins::payload::build::token_ref(p, src).as_ref() == Some(r)
+            {
+                out.push((name.clone(), path.clone()));
+            }
         }
     }
     out

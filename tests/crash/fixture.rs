@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! describe   <free text>
-//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi
+//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap
 //! option     blank_device | checkpoint_every=<n>
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
 //! trigger    delete <pod> | add <pod>:<kinds>   # while the armed daemon runs, after it settled
@@ -42,6 +42,10 @@ pub enum Kind {
     /// the atomic writer fills (multi-step: tmpfs, payload dir, `..data`
     /// swap, links)
     Secret,
+    /// a configMap volume of the ConfigMap `crash-config`: a disk `dir`
+    /// target (the wrapped disk emptyDir) the atomic writer fills; its
+    /// TearDown renames it to `.deleting~N` as a disk emptyDir's does
+    ConfigMap,
 }
 
 impl Kind {
@@ -53,6 +57,7 @@ impl Kind {
             Kind::Pv => "pv",
             Kind::Csi => "csi",
             Kind::Secret => "secret",
+            Kind::ConfigMap => "configmap",
         }
     }
 
@@ -63,8 +68,9 @@ impl Kind {
             "pv" => Ok(Kind::Pv),
             "csi" => Ok(Kind::Csi),
             "secret" => Ok(Kind::Secret),
+            "configmap" => Ok(Kind::ConfigMap),
             other => Err(format!(
-                "unknown volume kind {other:?} (tmp, disk, pv, csi, secret)"
+                "unknown volume kind {other:?} (tmp, disk, pv, csi, secret, configmap)"
             )),
         }
     }

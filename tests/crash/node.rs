@@ -201,6 +201,10 @@ impl Node {
             "apiVersion: v1\nkind: Secret\nmetadata: {{name: crash-secret, namespace: default, uid: 5ec2e700-0000-4000-8000-000000000001}}\nstringData: {{token: {SECRET_TOKEN}, ca.crt: {SECRET_TOKEN}-ca}}\n"
         );
         self.write_object_file("secret.yaml", &secret);
+        let config = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: crash-config, namespace: default, uid: c0f19000-0000-4000-8000-000000000001}}\ndata: {{app.conf: {CONFIG_VALUE}}}\n"
+        );
+        self.write_object_file("config.yaml", &config);
         if self.driver.is_some() {
             let text = format!(
                 "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_PV}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteMany]\n  claimRef: {{namespace: default, name: claim-csi}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: {CSI_HANDLE}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csi, namespace: default}}\nspec:\n  accessModes: [ReadWriteMany]\n  volumeName: {CSI_PV}\n  resources:\n    requests: {{storage: 1Gi}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: {CSI_DRIVER}}}\nspec: {{attachRequired: false}}\n"
@@ -244,6 +248,7 @@ impl Node {
                 Kind::Pv => "  - {name: pv, persistentVolumeClaim: {claimName: claim-blk}}\n",
                 Kind::Csi => "  - {name: csi, persistentVolumeClaim: {claimName: claim-csi}}\n",
                 Kind::Secret => "  - {name: secret, secret: {secretName: crash-secret}}\n",
+                Kind::ConfigMap => "  - {name: config, configMap: {name: crash-config}}\n",
             });
         }
         let text = format!(
@@ -290,6 +295,7 @@ impl Node {
                     Kind::Pv => v.join("kubernetes.io~local-volume").join(PV),
                     Kind::Csi => v.join("kubernetes.io~csi").join(CSI_PV).join("mount"),
                     Kind::Secret => v.join("kubernetes.io~secret/secret"),
+                    Kind::ConfigMap => v.join("kubernetes.io~configmap/config"),
                 }
             }
         }
@@ -306,10 +312,17 @@ impl Node {
         let mut c = rel.components();
         let u = c.next()?.as_os_str().to_str()?;
         let pod = u.strip_prefix("crash-uid-")?;
-        [Kind::Tmp, Kind::Disk, Kind::Pv, Kind::Csi, Kind::Secret]
-            .into_iter()
-            .map(|k| Ref::Pod(pod.to_owned(), k))
-            .find(|r| self.path(r) == path)
+        [
+            Kind::Tmp,
+            Kind::Disk,
+            Kind::Pv,
+            Kind::Csi,
+            Kind::Secret,
+            Kind::ConfigMap,
+        ]
+        .into_iter()
+        .map(|k| Ref::Pod(pod.to_owned(), k))
+        .find(|r| self.path(r) == path)
     }
 
     /// The mount targets the desired pods need, with their fs types.
@@ -330,7 +343,7 @@ impl Node {
                         m.insert(Ref::Pod(pod.clone(), *k), "tmpfs");
                         m.insert(Ref::CsiDev, "tmpfs");
                     }
-                    Kind::Disk => {}
+                    Kind::Disk | Kind::ConfigMap => {}
                 }
             }
         }
@@ -765,9 +778,17 @@ impl Node {
         for (pod, kinds) in &self.desired {
             if kinds.contains(&Kind::Secret) {
                 let r = Ref::Pod(pod.clone(), Kind::Secret);
-                if let Err(e) = whole_payload(&self.path(&r)) {
+                if let Err(e) = whole_payload(&self.path(&r), &secret_files()) {
                     problems.push(format!("{r}: {e}"));
                 }
+            }
+            if kinds.contains(&Kind::ConfigMap) {
+                let r = Ref::Pod(pod.clone(), Kind::ConfigMap);
+                let files = [("app.conf", CONFIG_VALUE.to_owned())];
+                if let Err(e) = whole_payload(&self.path(&r), &files) {
+                    problems.push(format!("{r}: {e}"));
+                }
+                dirs.insert(self.path(&r));
             }
             if kinds.contains(&Kind::Disk) {
                 let r = Ref::Pod(pod.clone(), Kind::Disk);
@@ -929,10 +950,21 @@ fn write_atomic(path: &Path, text: &str) {
 /// The crash fixtures' Secret value (`token`; `ca.crt` is it plus `-ca`).
 const SECRET_TOKEN: &str = "crash-token-3f9a";
 
-/// Whether the secret volume at `dir` holds one whole payload: `..data`
-/// pointing at the only payload dir, both files through it with the
-/// Secret's values, nothing half-written beside it.
-fn whole_payload(dir: &Path) -> Result<(), String> {
+/// The crash fixtures' ConfigMap value (`app.conf`).
+const CONFIG_VALUE: &str = "crash-config-8c2d";
+
+/// The secret volume's files: (name, content).
+fn secret_files() -> [(&'static str, String); 2] {
+    [
+        ("token", SECRET_TOKEN.to_owned()),
+        ("ca.crt", format!("{SECRET_TOKEN}-ca")),
+    ]
+}
+
+/// Whether the payload volume at `dir` holds one whole payload: `..data`
+/// pointing at the only payload dir, `files` through it with their
+/// values, nothing half-written beside it.
+fn whole_payload(dir: &Path, files: &[(&str, String)]) -> Result<(), String> {
     let data = fs::read_link(dir.join("..data")).map_err(|e| format!("..data: {e}"))?;
     let mut private: Vec<String> = fs::read_dir(dir)
         .map_err(|e| e.to_string())?
@@ -945,12 +977,9 @@ fn whole_payload(dir: &Path) -> Result<(), String> {
     if private != want {
         return Err(format!("private entries {private:?}, want {want:?}"));
     }
-    for (name, value) in [
-        ("token", SECRET_TOKEN.to_owned()),
-        ("ca.crt", format!("{SECRET_TOKEN}-ca")),
-    ] {
+    for (name, value) in files {
         let got = fs::read_to_string(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
-        if got != value {
+        if got != *value {
             return Err(format!("{name} holds {got:?}"));
         }
     }

@@ -4,7 +4,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use crate::host::fake_host::create;
+use crate::host::fake_host::{State, create};
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{
     Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, FsUsage, LIVE_MOUNTINFO,
@@ -421,39 +421,16 @@ impl Sys for RecordingSys {
 
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
         let st = self.enter(SysCall::ReadFile { path: path.into() }, path)?;
-        let err = |e| SysError::call(Call::ReadFile, path, e);
-        match st.files.get(path) {
-            Some(FileKind::File) => {}
-            Some(FileKind::Symlink) if !follow => return Err(err(Errno::ELOOP)),
-            Some(_) => return Err(err(Errno::EINVAL)),
-            None => return Err(err(Errno::ENOENT)),
-        }
-        let bytes = st.contents.get(path).cloned().unwrap_or_default();
-        if bytes.len() as u64 > limit {
-            return Err(err(Errno::EFBIG));
-        }
-        Ok(bytes)
+        file_bytes(&st, path, limit, follow)
     }
 
-    /// Recorded as the [`SysCall::ReadFile`] of `base/rel`; a symlink
-    /// anywhere below the base, the file itself included, fails it with
-    /// `ELOOP`.
+    /// Recorded as the [`SysCall::ReadFile`] of `base/rel`; a symlink on
+    /// the way or at the file fails it with `ELOOP`.
     fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
         let path = &at.full();
         let st = self.enter(SysCall::ReadFile { path: path.into() }, path)?;
         parent_beneath(&st, Call::ReadFile, at, path)?;
-        let err = |e| SysError::call(Call::ReadFile, path, e);
-        match st.files.get(path) {
-            Some(FileKind::File) => {}
-            Some(FileKind::Symlink) => return Err(err(Errno::ELOOP)),
-            Some(_) => return Err(err(Errno::EINVAL)),
-            None => return Err(err(Errno::ENOENT)),
-        }
-        let bytes = st.contents.get(path).cloned().unwrap_or_default();
-        if bytes.len() as u64 > limit {
-            return Err(err(Errno::EFBIG));
-        }
-        Ok(bytes)
+        file_bytes(&st, path, limit, false)
     }
 
     /// What [`RecordingSys::set_fs_usage`] gave the filesystem `path`
@@ -487,4 +464,20 @@ impl Sys for RecordingSys {
             mount_root: Some(path == Path::new("/") || st.is_mount_point(path)),
         })
     }
+}
+
+/// The content of the fake file `path`, as [`Sys::read_file`] reads it.
+fn file_bytes(st: &State, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError> {
+    let err = |e| SysError::call(Call::ReadFile, path, e);
+    match st.files.get(path) {
+        Some(FileKind::File) => {}
+        Some(FileKind::Symlink) if !follow => return Err(err(Errno::ELOOP)),
+        Some(_) => return Err(err(Errno::EINVAL)),
+        None => return Err(err(Errno::ENOENT)),
+    }
+    let bytes = st.contents.get(path).cloned().unwrap_or_default();
+    if bytes.len() as u64 > limit {
+        return Err(err(Errno::EFBIG));
+    }
+    Ok(bytes)
 }

@@ -372,8 +372,9 @@ impl Sys for LinuxSys {
 
     fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError> {
         let path = at.full();
-        // O_NONBLOCK: opening a FIFO planted there must not hang the read
-        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK;
+        // O_NONBLOCK as in `read_file`; RESOLVE_NO_SYMLINKS refuses a
+        // symlink at the file itself too
+        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW;
         let fd = Self::open_at_beneath(Call::ReadFile, at, flags, &path)?;
         read_whole(fd, &path, limit)
     }
@@ -452,5 +453,28 @@ mod tests {
         assert!(LinuxSys.mount_root(Path::new("/")).unwrap());
         assert!(!LinuxSys.mount_root(dir.path()).unwrap());
         assert!(LinuxSys.mnt_id(dir.path()).unwrap() > 0);
+    }
+
+    #[test]
+    fn a_file_read_beneath_follows_no_symlink_not_even_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        std::fs::create_dir(base.join("v")).unwrap();
+        std::fs::write(base.join("v/f"), b"bytes").unwrap();
+        std::os::unix::fs::symlink("f", base.join("v/link")).unwrap();
+        std::os::unix::fs::symlink("v", base.join("up")).unwrap();
+        let at = |rel: &'static str| Beneath {
+            base,
+            rel: Path::new(rel),
+        };
+        assert_eq!(LinuxSys.read_file_beneath(at("v/f"), 16).unwrap(), b"bytes");
+        for rel in ["v/link", "up/f"] {
+            let e = LinuxSys.read_file_beneath(at(rel), 16).unwrap_err();
+            assert_eq!(e.errno(), Some(Errno::ELOOP), "{rel}");
+        }
+        let big = LinuxSys.read_file_beneath(at("v/f"), 2).unwrap_err();
+        assert_eq!(big.errno(), Some(Errno::EFBIG));
+        let dir_read = LinuxSys.read_file_beneath(at("v"), 16).unwrap_err();
+        assert_eq!(dir_read.errno(), Some(Errno::EINVAL));
     }
 }

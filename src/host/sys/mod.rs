@@ -206,7 +206,8 @@ pub trait Sys: Send + Sync {
     /// fails with `EINVAL`, a larger file with `EFBIG`.
     fn read_file(&self, path: &Path, limit: u64, follow: bool) -> Result<Vec<u8>, SysError>;
     /// [`Sys::read_file`] of `at`, reached beneath `at.base` without
-    /// following any symlink, itself included (`ELOOP`).
+    /// following any symlink, the file itself included (`ELOOP`): a payload
+    /// file read back (a service account token kept across a restart).
     fn read_file_beneath(&self, at: Beneath<'_>, limit: u64) -> Result<Vec<u8>, SysError>;
     /// `statfs(2)` of the filesystem `path` shows (following symlinks, as
     /// the kubelet's volume stats do): usage, inodes, read-only.

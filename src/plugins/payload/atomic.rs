@@ -90,11 +90,10 @@ pub(crate) fn write(
     }
 
     // 2. the new payload dir, and the swap
-    let wanted = &payload.version.hash[..NAME_HASH_LEN.min(payload.version.hash.len())];
+    let wanted = name_hash(&payload.version.hash);
     let named = current
         .as_ref()
-        .and_then(|c| c.to_str())
-        .is_some_and(|c| c.ends_with(&format!(".{wanted}")));
+        .is_some_and(|c| named_for(c, &payload.version.hash));
     // (a `..data` left dangling, its dir removed behind our back, is no
     // payload in place, nor is one whose files differ: see `holds`)
     let in_place = match current.as_ref().filter(|_| named) {
@@ -196,6 +195,20 @@ pub(crate) fn current_dir_name(
         Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(None),
         Err(e) => Err(op.sys_err(e, false)),
     }
+}
+
+/// The part of `hash` a payload dir's name ends with.
+fn name_hash(hash: &str) -> &str {
+    hash.get(..NAME_HASH_LEN).unwrap_or(hash)
+}
+
+/// Whether the payload dir named `name` is the one written for the
+/// payload of `hash`: a private name ending with `.<the hash's first 12
+/// digits>`.
+pub(crate) fn named_for(name: &std::ffi::OsStr, hash: &str) -> bool {
+    name.to_str().is_some_and(|n| {
+        n.starts_with(PAYLOAD_PRIVATE_PREFIX) && n.ends_with(&format!(".{}", name_hash(hash)))
+    })
 }
 
 /// Whether `name` is one of the writer's own (`..`-prefixed; compared as

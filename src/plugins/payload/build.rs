@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{
     IssuedToken, KeyToPath, ObjectVersion, PAYLOAD_PRIVATE_PREFIX, PayloadSource, PayloadSpec,
-    PayloadVersion, TokenRef,
+    PayloadVersion, TOKEN_OBJECT_KIND, TokenRef,
 };
 
 /// A ConfigMap or Secret as the stores hold it. Its `Debug` never shows a
@@ -348,7 +348,7 @@ fn token_file(
         .map_err(not_issued)?
         .ok_or_else(|| not_issued("not requested yet".into()))?;
     let version = ObjectVersion {
-        kind: "ServiceAccountToken".into(),
+        kind: TOKEN_OBJECT_KIND.into(),
         namespace: r.namespace.clone(),
         name: r.service_account.clone(),
         uid: String::new(),
