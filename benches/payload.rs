@@ -18,8 +18,10 @@
 //!   and the same atomic writes (a timestamped dir with the files, the
 //!   `..data` symlink made beside it and renamed into place, one symlink
 //!   per file through `..data`) done by this process in a loop, with the
-//!   same bytes (a token-sized string in place of the token). No journal,
-//!   no API server.
+//!   same bytes (a token-sized string in place of the token), and the
+//!   `ready` marker the kubelet's wrapped emptyDir leaves for each volume
+//!   (`pods/<uid>/plugins/kubernetes.io~empty-dir/<name>/ready`). No
+//!   journal, no API server.
 //!
 //! The target: volumed at most 1.5x the direct writes. The order of the
 //! two alternates between rounds (3; quick 1); medians are printed.
@@ -182,6 +184,13 @@ fn direct(scratch: &Path, name: &str, pods: usize) -> Duration {
         let projected = vols.join("kubernetes.io~projected/kube-api-access");
         for d in [&config, &creds, &projected] {
             fs::create_dir_all(d).expect("pod volume dir");
+            let marker = root
+                .join("pods")
+                .join(uid(i))
+                .join("plugins/kubernetes.io~empty-dir")
+                .join(d.file_name().expect("volume name"));
+            fs::create_dir_all(&marker).expect("wrapped emptyDir's dir");
+            fs::write(marker.join("ready"), b"").expect("ready marker");
         }
         atomic_write(&config, &[("app.conf", CONF.as_bytes(), 0o644)]);
         tmpfs_at(&creds);
