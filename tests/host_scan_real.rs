@@ -309,3 +309,39 @@ fn harness_isolates_mounts() {
         // left mounted on purpose: Scratch's drop (or the namespace's end) takes it
     });
 }
+
+/// The health monitor's gate: the watch says a mount, an unmount and a
+/// remount each changed the table (once), and says nothing when nothing
+/// happened, directories made and renamed included.
+#[test]
+fn the_mount_table_watch_sees_each_change_once() {
+    if !require_root("mounts tmpfs") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        use volumed::host::sys::{LinuxSys, Sys};
+        let scratch = Scratch::new("volumed-watch-");
+        let dir = scratch.path().join("a");
+        mkdirs(&dir);
+        let mut w = LinuxSys.watch_mount_table().expect("a watch on Linux");
+        assert!(!w.changed(), "nothing happened since it was made");
+        mount_tmpfs(&dir, "size=1m");
+        assert!(w.changed(), "a mount");
+        assert!(!w.changed(), "told once");
+        fs::create_dir(scratch.path().join("b")).unwrap();
+        fs::rename(scratch.path().join("b"), scratch.path().join("c")).unwrap();
+        assert!(!w.changed(), "directories are no change of the table");
+        nix::mount::mount(
+            None::<&str>,
+            &dir,
+            None::<&str>,
+            nix::mount::MsFlags::MS_REMOUNT | nix::mount::MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .unwrap();
+        assert!(w.changed(), "a remount read-only");
+        umount(&dir);
+        assert!(w.changed(), "an unmount");
+        assert!(!w.changed());
+    });
+}

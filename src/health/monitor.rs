@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::csi::{self, CsiChecked};
 use super::decide::{Finding, Transition, csi_condition, native_condition, pod_events, transition};
 use super::events::EventSink;
-use super::probe::{self, Baselines};
+use super::probe::{self, Baselines, TableGate};
 use super::{Condition, HealthConfig, Subject, Usage};
 use crate::csi::registry::Drivers;
 use crate::host::sys::Sys;
@@ -123,6 +123,7 @@ impl Monitor {
                     parts,
                     shared: s,
                     baselines: Mutex::new(Baselines::new()),
+                    table: Mutex::new(TableGate::default()),
                 };
                 let mut waiters = Vec::new();
                 loop {
@@ -184,6 +185,7 @@ struct Runner {
     /// what each mount target showed first (the monitor's alone; a pass
     /// lends the probers a shared copy)
     baselines: Mutex<Baselines>,
+    table: Mutex<TableGate>,
 }
 
 /// What a prober shares with the monitor.
@@ -199,6 +201,9 @@ struct Progress {
 impl Runner {
     fn pass(&self) {
         let started = Instant::now();
+        // asked before the table is read for new targets: a change after
+        // this is seen by this pass's read or the next pass's question
+        let unchanged = lock(&self.table).unchanged(self.parts.sys.as_ref());
         let all = (self.parts.subjects)();
         let hung = lock(&self.shared.hung).clone();
         let live: BTreeSet<UniqueVolumeName> = all.iter().map(|s| s.volume.clone()).collect();
@@ -217,7 +222,7 @@ impl Runner {
             .into_iter()
             .filter(|s| !hung.contains(&s.volume))
             .collect();
-        let results = self.run(Arc::new(work), started, &baselines);
+        let results = self.run(Arc::new(work), started, &baselines, unchanged);
         // a hung prober may still hold the pass's copy
         *lock(&self.baselines) = Arc::try_unwrap(baselines).unwrap_or_else(|b| (*b).clone());
         self.apply(&live, &hung, results);
@@ -232,6 +237,7 @@ impl Runner {
         work: Arc<Vec<Subject>>,
         started: Instant,
         baselines: &Arc<Baselines>,
+        unchanged: bool,
     ) -> Vec<(Subject, Checked)> {
         let n = work.len();
         let slots: Arc<Mutex<Vec<Option<Checked>>>> = Arc::new(Mutex::new(vec![None; n]));
@@ -251,6 +257,7 @@ impl Runner {
                 timeout,
                 shared: self.shared.clone(),
                 baselines: baselines.clone(),
+                unchanged,
             };
             let (w, sl, p) = (work.clone(), slots.clone(), progress.clone());
             let spawned = std::thread::Builder::new()
@@ -423,6 +430,8 @@ struct ProbeCtx {
     timeout: Duration,
     shared: Arc<Shared>,
     baselines: Arc<Baselines>,
+    /// the mount table is as the last pass saw it (see `TableGate`)
+    unchanged: bool,
 }
 
 impl ProbeCtx {
@@ -433,7 +442,7 @@ impl ProbeCtx {
                 None => CsiChecked::NotAsked,
             });
         }
-        let (f, u) = probe::check(self.sys.as_ref(), s, &self.baselines);
+        let (f, u) = probe::check(self.sys.as_ref(), s, &self.baselines, self.unchanged);
         Checked::Native(f, u)
     }
 

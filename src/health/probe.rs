@@ -130,11 +130,53 @@ fn read_count(sys: &dyn Sys, file: &Path) -> Option<u64> {
     std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
 }
 
-/// What one `statx` of `path` says against `b`.
-fn seen(sys: &dyn Sys, path: &Path, b: Option<&Baseline>) -> Result<MountSeen, String> {
+/// Every this many passes the mounts are looked at one by one even when
+/// the table did not change: a directory renamed above a mount point moves
+/// it without any change of the table.
+const FULL_ROUND_EVERY: u32 = 10;
+
+/// Whether a pass may trust the remembered mounts: none of the mounts
+/// volumed made can vanish or be covered without a change of the mount
+/// table, so while the table is unchanged a pass skips the `statx` per
+/// mount target and costs about one `statfs` per volume.
+#[derive(Default)]
+pub(super) struct TableGate {
+    /// `None` until the first pass; then the watch, if the host has one
+    watch: Option<Option<Box<dyn crate::host::sys::MountTableWatch>>>,
+    /// passes since the last full round
+    since_full: u32,
+}
+
+impl TableGate {
+    /// Whether this pass may skip the per-target `statx`: the table is
+    /// unchanged since the last pass and a full round is not due.
+    pub(super) fn unchanged(&mut self, sys: &dyn Sys) -> bool {
+        let first = self.watch.is_none();
+        let watch = self.watch.get_or_insert_with(|| sys.watch_mount_table());
+        let changed = watch.as_mut().is_none_or(|w| w.changed());
+        if first || changed || self.since_full + 1 >= FULL_ROUND_EVERY {
+            self.since_full = 0;
+            return false;
+        }
+        self.since_full += 1;
+        true
+    }
+}
+
+/// What one `statx` of `path` says against `b`; none is made when the
+/// mount table is `unchanged` since `b` was seen there.
+fn seen(
+    sys: &dyn Sys,
+    path: &Path,
+    b: Option<&Baseline>,
+    unchanged: bool,
+) -> Result<MountSeen, String> {
     let Some(b) = b else {
         return Ok(MountSeen::Vanished);
     };
+    if unchanged {
+        return Ok(MountSeen::Same);
+    }
     match sys.mount_probe(path) {
         Ok(p) if p.mnt_id == b.mnt_id && p.mnt_id != 0 => Ok(MountSeen::Same),
         Ok(p) => match p.mount_root {
@@ -150,11 +192,14 @@ fn seen(sys: &dyn Sys, path: &Path, b: Option<&Baseline>) -> Result<MountSeen, S
 }
 
 /// Checks `s` natively: its findings and, when its data could be
-/// measured on the mount volumed made, its usage.
+/// measured on the mount volumed made, its usage. With the mount table
+/// `unchanged` since the last pass, each mount target is taken to hold the
+/// mount remembered there (no `statx`).
 pub(super) fn check(
     sys: &dyn Sys,
     s: &Subject,
     known: &Baselines,
+    unchanged: bool,
 ) -> (Vec<Finding>, Option<Usage>) {
     let mut o = Observation::default();
     let data = data_path(s);
@@ -162,7 +207,7 @@ pub(super) fn check(
     let mut data_baseline = None;
     for t in mount_targets(s) {
         let b = known.get(t).and_then(Option::as_ref);
-        match seen(sys, t, b) {
+        match seen(sys, t, b, unchanged) {
             Ok(m) => {
                 if Some(t) == data {
                     data_intact = m == MountSeen::Same;
@@ -273,7 +318,7 @@ fn absent(sys: &dyn Sys, path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     use super::*;
     use crate::health::PodTarget;
@@ -301,6 +346,54 @@ mod tests {
             }],
             claim: None,
         }
+    }
+
+    /// A host whose mount table changes when the test says.
+    struct Scripted(Arc<Mutex<Vec<bool>>>);
+    struct ScriptedWatch(Arc<Mutex<Vec<bool>>>);
+    impl crate::host::sys::MountTableWatch for ScriptedWatch {
+        fn changed(&mut self) -> bool {
+            self.0.lock().unwrap().pop().unwrap_or(false)
+        }
+    }
+    impl Scripted {
+        fn watch(&self) -> Option<Box<dyn crate::host::sys::MountTableWatch>> {
+            Some(Box::new(ScriptedWatch(self.0.clone())))
+        }
+    }
+
+    /// The first pass and every pass after a change of the table look at
+    /// each mount; the others skip, but never more than nine in a row.
+    #[test]
+    fn the_table_gate_trusts_remembered_mounts_only_while_the_table_is_unchanged() {
+        let host = Scripted(Arc::new(Mutex::new(Vec::new())));
+        let mut g = TableGate {
+            watch: Some(host.watch()),
+            ..TableGate::default()
+        };
+        // the watch made with the gate: the first pass is full
+        let mut first = TableGate::default();
+        assert!(!first.unchanged(&RecordingSys::new()), "first pass");
+        assert!(
+            !first.unchanged(&RecordingSys::new()),
+            "the fake has no watch: always full"
+        );
+        let mut script = |changes: &[bool]| -> Vec<bool> {
+            // popped from the end
+            *host.0.lock().unwrap() = changes.iter().rev().copied().collect();
+            changes
+                .iter()
+                .map(|_| g.unchanged(&RecordingSys::new()))
+                .collect()
+        };
+        assert_eq!(
+            script(&[false, false, true, false]),
+            [true, true, false, true]
+        );
+        let quiet = script(&[false; 12]);
+        assert_eq!(quiet.iter().filter(|u| !**u).count(), 1, "{quiet:?}");
+        let at = quiet.iter().position(|u| !*u).unwrap();
+        assert_eq!(at, 8, "the tenth pass since the last full one is full");
     }
 
     fn reasons(f: &[Finding]) -> Vec<&'static str> {
@@ -347,7 +440,7 @@ mod tests {
         }));
         s.pods[0].path = d.into();
         s.pods[0].kind = TargetKind::Dir;
-        let (f, _) = check(&sys, &s, &Baselines::new());
+        let (f, _) = check(&sys, &s, &Baselines::new(), false);
         assert_eq!(reasons(&f), ["SizeLimitExceeded"]);
     }
 
@@ -362,7 +455,7 @@ mod tests {
         learn(&sys, &[&s], &mut known);
         sys.clear_calls();
         learn(&sys, &[&s], &mut known);
-        let (f, usage) = check(&sys, &s, &known);
+        let (f, usage) = check(&sys, &s, &known, false);
         assert_eq!(reasons(&f), Vec::<&str>::new());
         assert!(usage.is_some());
         assert_eq!(
@@ -372,6 +465,30 @@ mod tests {
                 SysCall::Statfs { path: T.into() }
             ]
         );
+    }
+
+    /// With the mount table unchanged since the last pass a pass is one
+    /// `statfs` per volume: the mount remembered is taken as there.
+    #[test]
+    fn with_the_table_unchanged_a_pass_is_one_statfs_per_tmpfs_volume() {
+        let sys = RecordingSys::new();
+        sys.add(T, FileKind::Dir);
+        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
+            .unwrap();
+        let s = tmpfs_subject();
+        let mut known = Baselines::new();
+        learn(&sys, &[&s], &mut known);
+        sys.clear_calls();
+        let (f, usage) = check(&sys, &s, &known, true);
+        assert_eq!(reasons(&f), Vec::<&str>::new());
+        assert!(usage.is_some());
+        assert_eq!(sys.calls(), vec![SysCall::Statfs { path: T.into() }]);
+        // what the gate relies on: a change of the mount is a change of
+        // the table, and a pass told of it looks again
+        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
+            .unwrap();
+        let (f, _) = check(&sys, &s, &known, false);
+        assert_eq!(reasons(&f), ["MountReplaced"]);
     }
 
     #[test]
@@ -385,7 +502,7 @@ mod tests {
         learn(&sys, &[&s], &mut known);
         sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
             .unwrap();
-        let (f, usage) = check(&sys, &s, &known);
+        let (f, usage) = check(&sys, &s, &known, false);
         assert_eq!(reasons(&f), ["MountReplaced"]);
         assert_eq!(usage, None);
 
@@ -393,7 +510,7 @@ mod tests {
         bare.add(T, FileKind::Dir);
         let mut known = Baselines::new();
         learn(&bare, &[&s], &mut known);
-        let (f, usage) = check(&bare, &s, &known);
+        let (f, usage) = check(&bare, &s, &known, false);
         assert_eq!(reasons(&f), ["MountVanished"]);
         assert_eq!(usage, None);
     }
@@ -434,7 +551,7 @@ mod tests {
         };
         let mut known = Baselines::new();
         learn(&sys, &[&s], &mut known);
-        let (f, _) = check(&sys, &s, &known);
+        let (f, _) = check(&sys, &s, &known, false);
         assert_eq!(reasons(&f), Vec::<&str>::new(), "healthy first");
 
         sys.add_file("/sys/fs/ext4/loop3/errors_count", "2\n");
@@ -450,7 +567,7 @@ mod tests {
                 read_only: true,
             },
         );
-        let (f, usage) = check(&sys, &s, &known);
+        let (f, usage) = check(&sys, &s, &known, false);
         assert_eq!(
             reasons(&f),
             ["FilesystemErrors", "ReadOnlyFilesystem", "OutOfSpace"]

@@ -395,6 +395,20 @@ impl Sys for LinuxSys {
         })
     }
 
+    /// `POLLPRI` on an open `/proc/self/mountinfo`: the kernel raises it
+    /// once per change of the namespace's mount table since the file was
+    /// opened or last polled.
+    fn watch_mount_table(&self) -> Option<Box<dyn super::MountTableWatch>> {
+        let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+        match nix::fcntl::open("/proc/self/mountinfo", flags, Mode::empty()) {
+            Ok(fd) => Some(Box::new(MountinfoPoll(fd))),
+            Err(e) => {
+                tracing::warn!("open /proc/self/mountinfo to watch the mount table: {e}");
+                None
+            }
+        }
+    }
+
     fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError> {
         let c = cpath(Call::MountProbe, path)?;
         let st = statx_at(
@@ -412,6 +426,23 @@ impl Sys for LinuxSys {
             },
             mount_root: mount_root_attr(&st),
         })
+    }
+}
+
+/// See [`LinuxSys::watch_mount_table`].
+struct MountinfoPoll(OwnedFd);
+
+impl super::MountTableWatch for MountinfoPoll {
+    fn changed(&mut self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLPRI)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(0) => false,
+            Ok(_) => fds[0].revents().is_none_or(|r| {
+                r.intersects(PollFlags::POLLPRI | PollFlags::POLLERR | PollFlags::POLLNVAL)
+            }),
+            Err(_) => true,
+        }
     }
 }
 

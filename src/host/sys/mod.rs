@@ -216,6 +216,20 @@ pub trait Sys: Send + Sync {
     /// mount id, the device and whether it is a mount root — what the
     /// health monitor compares with the mount it learnt from the table.
     fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError>;
+    /// A watch of this process's mount table, `None` where changes cannot
+    /// be watched (every look must then assume one).
+    fn watch_mount_table(&self) -> Option<Box<dyn MountTableWatch>> {
+        None
+    }
+}
+
+/// Says whether the process's mount table changed: a mount, an unmount, a
+/// move or a remount anywhere in its mount namespace. (A directory renamed
+/// above a mount point is no change of the table.)
+pub trait MountTableWatch: Send {
+    /// Whether the table changed since the watch was made or last asked;
+    /// also true when it cannot tell.
+    fn changed(&mut self) -> bool;
 }
 
 /// Creates `path` and any missing parents with `mode` (like `mkdir -p`,
