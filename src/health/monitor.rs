@@ -12,7 +12,7 @@
 //! volume marked hung is left out of later passes until its call returns,
 //! so a dead server costs one stuck thread, not one per pass.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,6 +58,8 @@ pub struct Record {
     pub usage: Option<Usage>,
     /// when it was last checked
     pub checked: SystemTime,
+    /// the last pass that found it mounted (see [`Store::passes`])
+    pub pass: u64,
 }
 
 /// What the reports read.
@@ -122,7 +124,7 @@ impl Monitor {
                 let runner = Runner {
                     parts,
                     shared: s,
-                    baselines: Mutex::new(Baselines::new()),
+                    baselines: Mutex::new(Baselines::default()),
                     table: Mutex::new(TableGate::default()),
                 };
                 let mut waiters = Vec::new();
@@ -206,7 +208,6 @@ impl Runner {
         let unchanged = lock(&self.table).unchanged(self.parts.sys.as_ref());
         let all = (self.parts.subjects)();
         let hung = lock(&self.shared.hung).clone();
-        let live: BTreeSet<UniqueVolumeName> = all.iter().map(|s| s.volume.clone()).collect();
         let baselines = {
             let native: Vec<&Subject> =
                 all.iter().filter(|s| s.plugin != PluginName::Csi).collect();
@@ -225,7 +226,7 @@ impl Runner {
         let results = self.run(Arc::new(work), started, &baselines, unchanged);
         // a hung prober may still hold the pass's copy
         *lock(&self.baselines) = Arc::try_unwrap(baselines).unwrap_or_else(|b| (*b).clone());
-        self.apply(&live, &hung, results);
+        self.apply(&hung, results);
         if let Some(m) = &self.parts.metrics {
             m.pass_seconds.set(started.elapsed().as_secs_f64());
         }
@@ -238,7 +239,7 @@ impl Runner {
         started: Instant,
         baselines: &Arc<Baselines>,
         unchanged: bool,
-    ) -> Vec<(Subject, Checked)> {
+    ) -> Vec<(Subject, Option<Checked>)> {
         let n = work.len();
         let slots: Arc<Mutex<Vec<Option<Checked>>>> = Arc::new(Mutex::new(vec![None; n]));
         let timeout = self.parts.config.timeout;
@@ -303,37 +304,26 @@ impl Runner {
         let slots = std::mem::take(&mut *lock(&slots));
         // a prober abandoned in a hung call still holds `work`
         let work = Arc::try_unwrap(work).unwrap_or_else(|w| (*w).clone());
-        work.into_iter()
-            .zip(slots)
-            .filter_map(|(s, c)| Some((s, c?)))
-            .collect()
+        work.into_iter().zip(slots).collect()
     }
 
-    /// Applies the results: conditions, events, gauges. Volumes no longer
-    /// mounted are forgotten; hung ones keep what they had.
-    fn apply(
-        &self,
-        live: &BTreeSet<UniqueVolumeName>,
-        hung: &HashSet<UniqueVolumeName>,
-        results: Vec<(Subject, Checked)>,
-    ) {
+    /// Applies the results (every subject of the pass; `None`: its check
+    /// did not run): conditions, events, gauges. A record is updated in
+    /// place and stamped with the pass; those left unstamped are no longer
+    /// mounted and forgotten, but hung ones keep what they had.
+    fn apply(&self, hung: &HashSet<UniqueVolumeName>, results: Vec<(Subject, Option<Checked>)>) {
         let now = SystemTime::now();
         let mut events = Vec::new();
         let mut store = lock(&self.shared.store);
-        let gone: Vec<Record> = {
-            let drop_keys: Vec<UniqueVolumeName> = store
-                .volumes
-                .keys()
-                .filter(|k| !live.contains(*k) && !hung.contains(*k))
-                .cloned()
-                .collect();
-            drop_keys
-                .iter()
-                .filter_map(|k| store.volumes.remove(k))
-                .collect()
-        };
+        let this_pass = store.passes + 1;
         for (subject, checked) in results {
-            let prev = store.volumes.remove(&subject.volume);
+            let Some(checked) = checked else {
+                if let Some(r) = store.volumes.get_mut(&subject.volume) {
+                    r.pass = this_pass;
+                }
+                continue;
+            };
+            let prev = store.volumes.get_mut(&subject.volume);
             let (mut condition, mut usage) = prev
                 .as_ref()
                 .map(|r| (r.condition.clone(), r.usage))
@@ -377,17 +367,33 @@ impl Runner {
                 }
                 condition = Some(new);
             }
-            store.volumes.insert(
-                subject.volume.clone(),
-                Record {
-                    subject,
-                    condition,
-                    usage,
-                    checked: now,
-                },
-            );
+            let record = Record {
+                subject,
+                condition,
+                usage,
+                checked: now,
+                pass: this_pass,
+            };
+            match prev {
+                Some(r) => *r = record,
+                None => {
+                    store.volumes.insert(record.subject.volume.clone(), record);
+                }
+            }
         }
-        store.passes += 1;
+        let gone: Vec<Record> = {
+            let drop_keys: Vec<UniqueVolumeName> = store
+                .volumes
+                .iter()
+                .filter(|(k, r)| r.pass != this_pass && !hung.contains(*k))
+                .map(|(k, _)| k.clone())
+                .collect();
+            drop_keys
+                .iter()
+                .filter_map(|k| store.volumes.remove(k))
+                .collect()
+        };
+        store.passes = this_pass;
         if let Some(m) = &self.parts.metrics {
             for r in &gone {
                 if let Some((ns, claim)) = &r.subject.claim {
