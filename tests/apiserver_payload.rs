@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use support::api_env::api_env;
 use support::apiserver::FakeApiServer;
-use support::daemon::{Env, NODE, all_mounted, real};
+use support::daemon::{Daemon, Env, NODE, all_mounted, real};
 use volumed::apiserver::token::{Clock, Polled, TokenKeeper};
 use volumed::model::TokenRef;
 
@@ -366,23 +366,32 @@ spec:
     });
 }
 
+/// An API pod mounted with `--sync-frequency 1s` while the fake issues
+/// 30 s tokens for its service account (a real server may answer another
+/// lifetime than asked): the env, the fake, the daemon and the token file,
+/// once the first token is written.
+fn with_short_tokens(prefix: &str) -> (Env, FakeApiServer, Daemon, PathBuf) {
+    let (mut env, api) = api_env(prefix);
+    env.extra_args
+        .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
+    seed(&api);
+    let lifetime = support::apiserver::token::LIFETIME_ANNOTATION;
+    api.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": SA, "namespace": NS, "annotations": {lifetime: "30"}}}));
+    let v = volumes(&env);
+    let daemon = env.start();
+    let file = v.projected.join("token");
+    daemon.wait_until("the first token written", || file.exists());
+    (env, api, daemon, file)
+}
+
 /// The daemon's own keeper, end to end: the fake issues 30 s tokens for
 /// this service account (as a real server may answer another lifetime than
 /// asked), so the renewal is due at 24 s less up to 10 s of jitter.
 #[test]
 fn an_api_pods_token_is_renewed_after_80_percent_and_rewritten_before_it_expires() {
     real("mounts an API pod's projected token", || {
-        let (mut env, api) = api_env("volumed-api-payload-renew-");
-        env.extra_args
-            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
-        seed(&api);
-        let lifetime = support::apiserver::token::LIFETIME_ANNOTATION;
-        api.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": SA, "namespace": NS, "annotations": {lifetime: "30"}}}));
-        let v = volumes(&env);
-        let daemon = env.start();
-        let file = v.projected.join("token");
-        daemon.wait_until("the first token written", || file.exists());
+        let (_env, api, daemon, file) = with_short_tokens("volumed-api-payload-renew-");
         let first = fs::read_to_string(&file).unwrap();
         let written = Instant::now();
         daemon.wait_until("a renewed token written", || {
@@ -488,17 +497,7 @@ fn a_restart_keeps_the_token_in_place_without_a_token_request() {
 #[test]
 fn a_token_due_for_renewal_at_a_restart_is_renewed_and_rewritten() {
     real("mounts an API pod's projected token", || {
-        let (mut env, api) = api_env("volumed-api-payload-restart-due-");
-        env.extra_args
-            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
-        seed(&api);
-        let lifetime = support::apiserver::token::LIFETIME_ANNOTATION;
-        api.put(json!({"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": SA, "namespace": NS, "annotations": {lifetime: "30"}}}));
-        let v = volumes(&env);
-        let daemon = env.start();
-        let file = v.projected.join("token");
-        daemon.wait_until("the first token written", || file.exists());
+        let (mut env, api, daemon, file) = with_short_tokens("volumed-api-payload-restart-due-");
         let first = fs::read_to_string(&file).unwrap();
         daemon.stop();
         assert_eq!(

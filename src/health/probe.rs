@@ -399,6 +399,18 @@ mod tests {
         assert_eq!(at, 8, "the tenth pass since the last full one is full");
     }
 
+    /// A tmpfs at `T`, its subject, and the baseline a first look learnt.
+    fn learnt_tmpfs() -> (RecordingSys, Subject, Baselines) {
+        let sys = RecordingSys::new();
+        sys.add(T, FileKind::Dir);
+        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
+            .unwrap();
+        let s = tmpfs_subject();
+        let mut known = Baselines::default();
+        learn(&sys, &[&s], &mut known);
+        (sys, s, known)
+    }
+
     fn reasons(f: &[Finding]) -> Vec<&'static str> {
         f.iter().map(|f| f.reason).collect()
     }
@@ -449,13 +461,7 @@ mod tests {
 
     #[test]
     fn a_pass_after_the_first_costs_one_statx_and_one_statfs_per_tmpfs_volume() {
-        let sys = RecordingSys::new();
-        sys.add(T, FileKind::Dir);
-        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
-            .unwrap();
-        let s = tmpfs_subject();
-        let mut known = Baselines::default();
-        learn(&sys, &[&s], &mut known);
+        let (sys, s, mut known) = learnt_tmpfs();
         sys.clear_calls();
         learn(&sys, &[&s], &mut known);
         let (f, usage) = check(&sys, &s, &known, false);
@@ -474,13 +480,7 @@ mod tests {
     /// `statfs` per volume: the mount remembered is taken as there.
     #[test]
     fn with_the_table_unchanged_a_pass_is_one_statfs_per_tmpfs_volume() {
-        let sys = RecordingSys::new();
-        sys.add(T, FileKind::Dir);
-        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
-            .unwrap();
-        let s = tmpfs_subject();
-        let mut known = Baselines::default();
-        learn(&sys, &[&s], &mut known);
+        let (sys, s, known) = learnt_tmpfs();
         sys.clear_calls();
         let (f, usage) = check(&sys, &s, &known, true);
         assert_eq!(reasons(&f), Vec::<&str>::new());
@@ -496,13 +496,7 @@ mod tests {
 
     #[test]
     fn a_mount_gone_or_replaced_is_found_and_its_usage_not_measured() {
-        let sys = RecordingSys::new();
-        sys.add(T, FileKind::Dir);
-        sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
-            .unwrap();
-        let s = tmpfs_subject();
-        let mut known = Baselines::default();
-        learn(&sys, &[&s], &mut known);
+        let (sys, s, known) = learnt_tmpfs();
         sys.preset_mount(None, Path::new(T), Some("tmpfs"), MsFlags::empty(), None)
             .unwrap();
         let (f, usage) = check(&sys, &s, &known, false);
