@@ -286,6 +286,41 @@ fn an_api_pods_payload_volumes_get_their_files_and_a_config_map_change() {
     });
 }
 
+/// The static objects dir's copy of an object wins over the API server's
+/// for an API pod too, and a change of that file reaches the pod's
+/// payload within the sync period (the API source hears of it from the
+/// dir's store; before, only a change at the API server did).
+#[test]
+fn an_api_pods_config_map_from_the_static_dir_follows_the_file() {
+    real("mounts an API pod's payload volumes", || {
+        let (mut env, api) = api_env("volumed-api-payload-static-");
+        env.extra_args
+            .extend(["--sync-frequency".to_owned(), "1s".to_owned()]);
+        let objects = env.objects.clone();
+        let write = |conf: &str| {
+            let tmp = objects.join(".cm.yaml.tmp");
+            let doc = format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-config, namespace: {NS}}}\ndata: {{app.conf: {conf}}}\n"
+            );
+            fs::write(&tmp, doc).unwrap();
+            fs::rename(&tmp, objects.join("cm.yaml")).unwrap();
+        };
+        write("static-1");
+        seed(&api);
+        let v = volumes(&env);
+        let daemon = env.start();
+        let conf = v.config.join("app.conf");
+        daemon.wait_until("the dir's copy written", || {
+            fs::read_to_string(&conf).is_ok_and(|c| c == "static-1")
+        });
+        write("static-2");
+        daemon.wait_until("the file's change written", || {
+            fs::read_to_string(&conf).is_ok_and(|c| c == "static-2")
+        });
+        daemon.stop();
+    });
+}
+
 #[test]
 fn a_deleted_pods_object_watches_end() {
     real("mounts an API pod's payload volumes", || {

@@ -128,6 +128,7 @@ pub(super) fn spawn_api_source(
         rt.block_on(async move {
             let started = Instant::now();
             let payload = Stores::payload(&stores.static_payload, Some(&stores.api));
+            let static_payload = stores.static_payload.clone();
             let mut state = ApiState::new(&node).with_payload(payload);
             let mut ready = false;
             let mut changes =
@@ -151,6 +152,13 @@ pub(super) fn spawn_api_source(
                     }
                     Some((r, seen)) = follow.rx.recv() => {
                         if follow.seen(&r, seen) {
+                            state.object_reported(&r);
+                        }
+                    }
+                    // a pod's object in the static objects dir changed:
+                    // that copy is the one its payload reads
+                    _ = static_payload.changed() => {
+                        for r in static_payload.take_changed() {
                             state.object_reported(&r);
                         }
                     }

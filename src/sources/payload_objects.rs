@@ -11,14 +11,15 @@
 //!
 //! [`ObjectStores`]: crate::plugins::payload::ObjectStores
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde_json::Value;
 
 use super::SourceError;
+use super::api_refs::ObjectRef;
 use super::static_objects::{StaticObjects, decode, object_name};
 use crate::model::ObjectVersion;
 use crate::plugins::payload::{KubeObject, ObjectStore};
@@ -34,12 +35,43 @@ pub struct PayloadObjects {
 }
 
 impl PayloadObjects {
-    /// Publishes these objects to `store` (the payload plugins read them there).
+    /// Publishes these objects to `store` (the payload plugins read them
+    /// there), and tells the store's watcher which ones changed.
     pub fn publish(&self, store: &PayloadStore) {
-        if let Ok(mut s) = store.0.write() {
-            s.clone_from(self);
+        let changed = match store.objects.write() {
+            Ok(mut s) => {
+                let mut changed = changes(&s.config_maps, &self.config_maps, ObjectRef::ConfigMap);
+                changed.extend(changes(&s.secrets, &self.secrets, ObjectRef::Secret));
+                s.clone_from(self);
+                changed
+            }
+            Err(_) => return,
+        };
+        if changed.is_empty() {
+            return;
         }
+        if let Ok(mut c) = store.changed.lock() {
+            c.extend(changed);
+        }
+        store.wake.notify_one();
     }
+}
+
+/// The keys whose object is new, gone or different from `old` to `new`.
+fn changes(
+    old: &BTreeMap<Key, (PathBuf, Arc<KubeObject>)>,
+    new: &BTreeMap<Key, (PathBuf, Arc<KubeObject>)>,
+    to_ref: fn(String, String) -> ObjectRef,
+) -> Vec<ObjectRef> {
+    let differs = |a: Option<&(PathBuf, Arc<KubeObject>)>,
+                   b: Option<&(PathBuf, Arc<KubeObject>)>| {
+        a.map(|(_, o)| o) != b.map(|(_, o)| o)
+    };
+    old.keys()
+        .chain(new.keys().filter(|k| !old.contains_key(*k)))
+        .filter(|k| differs(old.get(*k), new.get(*k)))
+        .map(|(ns, n)| to_ref(ns.clone(), n.clone()))
+        .collect()
 }
 
 fn lookup(
@@ -61,24 +93,47 @@ impl ObjectStore for PayloadObjects {
 }
 
 /// The objects the payload plugins read, shared between the sources (which
-/// replace them on every read of the objects dir) and the plugins.
+/// replace them on every read of the objects dir) and the plugins; and
+/// which ones changed, for the API source, whose pods read this store
+/// first (a pod from the API server whose ConfigMap is in the dir is
+/// written again when the file changes).
 #[derive(Debug, Clone, Default)]
-pub struct PayloadStore(Arc<RwLock<PayloadObjects>>);
+pub struct PayloadStore {
+    objects: Arc<RwLock<PayloadObjects>>,
+    changed: Arc<Mutex<BTreeSet<ObjectRef>>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl PayloadStore {
+    /// Returns once an object changed since the last [`PayloadStore::take_changed`]
+    /// (at once if one did meanwhile).
+    pub async fn changed(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The ConfigMaps and Secrets that changed since the last call.
+    pub fn take_changed(&self) -> BTreeSet<ObjectRef> {
+        self.changed
+            .lock()
+            .map(|mut c| std::mem::take(&mut *c))
+            .unwrap_or_default()
+    }
+}
 
 /// Two handles are equal when they are the same store.
 impl PartialEq for PayloadStore {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.objects, &other.objects)
     }
 }
 impl Eq for PayloadStore {}
 
 impl ObjectStore for PayloadStore {
     fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<KubeObject>> {
-        self.0.read().ok()?.config_map(namespace, name)
+        self.objects.read().ok()?.config_map(namespace, name)
     }
     fn secret(&self, namespace: &str, name: &str) -> Option<Arc<KubeObject>> {
-        self.0.read().ok()?.secret(namespace, name)
+        self.objects.read().ok()?.secret(namespace, name)
     }
 }
 
@@ -165,4 +220,36 @@ fn object(
         immutable: immutable.unwrap_or(false),
     };
     ((ns, name), obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(name: &str, value: &str) -> (Key, (PathBuf, Arc<KubeObject>)) {
+        let doc = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns"}, "data": {"k": value}});
+        let (key, obj) = config_map_object(Path::new("/objects/o.yaml"), doc).unwrap();
+        (key, ("/objects/o.yaml".into(), Arc::new(obj)))
+    }
+
+    /// What the API source is told after each read of the objects dir: the
+    /// objects new, changed or gone, each once; nothing for a read that
+    /// changed nothing.
+    #[test]
+    fn a_publish_tells_which_objects_changed_once() {
+        let store = PayloadStore::default();
+        let read = |objs: &[(&str, &str)]| PayloadObjects {
+            config_maps: objs.iter().map(|(n, v)| cm(n, v)).collect(),
+            secrets: BTreeMap::new(),
+        };
+        let r = |n: &str| ObjectRef::ConfigMap("ns".into(), n.into());
+        read(&[("a", "1"), ("b", "1")]).publish(&store);
+        assert_eq!(store.take_changed(), [r("a"), r("b")].into());
+        assert!(store.take_changed().is_empty(), "told once");
+        read(&[("a", "1"), ("b", "1")]).publish(&store);
+        assert!(store.take_changed().is_empty(), "the same objects again");
+        read(&[("a", "2"), ("c", "1")]).publish(&store);
+        assert_eq!(store.take_changed(), [r("a"), r("b"), r("c")].into());
+    }
 }
