@@ -446,18 +446,6 @@ fn an_api_pods_token_is_renewed_after_80_percent_and_rewritten_before_it_expires
     });
 }
 
-/// (inode, mtime) of each path, a link itself (`..data/token` is the
-/// file in the payload dir).
-fn stamps(paths: &[PathBuf]) -> Vec<(u64, i64, i64)> {
-    paths
-        .iter()
-        .map(|p| {
-            let m = fs::symlink_metadata(p).unwrap();
-            (m.ino(), m.mtime(), m.mtime_nsec())
-        })
-        .collect()
-}
-
 /// The projected volume's entries a rewrite would change: the token file
 /// in the payload dir, `..data`, and the visible link.
 fn token_entries(projected: &Path) -> Vec<PathBuf> {
@@ -488,7 +476,7 @@ fn a_restart_keeps_the_token_in_place_without_a_token_request() {
         });
         let token = fs::read_to_string(v.projected.join("token")).unwrap();
         let watched = token_entries(&v.projected);
-        let before = stamps(&watched);
+        let before = support::stamps(&watched);
         assert_eq!(token_requests(&api).len(), 1);
         daemon.stop();
 
@@ -505,7 +493,11 @@ fn a_restart_keeps_the_token_in_place_without_a_token_request() {
                 "{how}: no TokenRequest after the restart\n{}",
                 daemon.log_tail()
             );
-            assert_eq!(stamps(&watched), before, "{how}: nothing rewritten");
+            assert_eq!(
+                support::stamps(&watched),
+                before,
+                "{how}: nothing rewritten"
+            );
             assert_eq!(
                 fs::read_to_string(v.projected.join("token")).unwrap(),
                 token

@@ -92,17 +92,6 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// (inode, mtime) of each path, links themselves.
-fn stamps(paths: &[PathBuf]) -> Vec<(u64, i64, i64)> {
-    paths
-        .iter()
-        .map(|p| {
-            let m = fs::symlink_metadata(p).unwrap();
-            (m.ino(), m.mtime(), m.mtime_nsec())
-        })
-        .collect()
-}
-
 #[test]
 fn a_secret_is_written_journaled_without_its_bytes_and_kept_across_a_restart() {
     real("mounts payload volumes through the daemon", || {
@@ -154,7 +143,7 @@ fn a_secret_is_written_journaled_without_its_bytes_and_kept_across_a_restart() {
         ]
         .into_iter()
         .collect();
-        let before = stamps(&watched);
+        let before = support::stamps(&watched);
         // what `dump` shows: the payload's hash and the Secret's version
         let dumped = daemon.get("/debug/journal");
         assert!(dumped.contains(SECRET_UID), "{dumped}");
@@ -192,7 +181,7 @@ fn a_secret_is_written_journaled_without_its_bytes_and_kept_across_a_restart() {
             "no plugin operation after the restart: {ops:#?}\n{}",
             daemon.log_tail()
         );
-        assert_eq!(stamps(&watched), before, "nothing rewritten");
+        assert_eq!(support::stamps(&watched), before, "nothing rewritten");
 
         delete_all_and_wait(&env, &daemon);
         assert!(!secret.exists() && !config.exists(), "torn down");

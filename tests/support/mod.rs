@@ -316,6 +316,19 @@ pub fn bind_mount(source: &Path, target: &Path) {
     });
 }
 
+/// (inode, mtime) of each path, a link itself rather than its target:
+/// what "nothing was rewritten" compares.
+pub fn stamps(paths: &[PathBuf]) -> Vec<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    paths
+        .iter()
+        .map(|p| {
+            let m = fs::symlink_metadata(p).unwrap();
+            (m.ino(), m.mtime(), m.mtime_nsec())
+        })
+        .collect()
+}
+
 /// Unmounts `target` (no lazy detach: a busy mount is a test failure).
 #[track_caller]
 pub fn umount(target: &Path) {
