@@ -348,3 +348,41 @@ fn a_dangling_data_link_or_a_foreign_link_is_repaired() {
         Path::new("..data/a")
     );
 }
+
+/// A first write makes each visible link without reading it first (the
+/// listing showed none); a second write reads each once, and makes none.
+#[test]
+fn a_first_write_makes_its_links_without_a_look_and_a_second_only_looks() {
+    use crate::host::recording_sys::{RecordingSys, SysCall};
+    use crate::host::sys::FileKind;
+    let sys = RecordingSys::new();
+    sys.add("/r/vol", FileKind::Dir);
+    let p = payload(&[("a", "A", 0o644), ("d/b", "B", 0o644)]);
+    let params = params();
+    let t = Target {
+        root: Path::new("/r"),
+        dir: Path::new("/r/vol"),
+        fs_group: None,
+    };
+    let write_at = |secs| {
+        let mut op = Op::new(&sys, Operation::SetUp, &params);
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        write(&mut op, &t, &p, now).unwrap()
+    };
+    let links = |calls: &[SysCall]| {
+        let reads = calls
+            .iter()
+            .filter(|c| matches!(c, SysCall::ReadLink { path } if !path.ends_with("..data")))
+            .count();
+        let made = calls
+            .iter()
+            .filter(|c| matches!(c, SysCall::Symlink { path, .. } if !path.ends_with("..data_tmp")))
+            .count();
+        (reads, made)
+    };
+    assert_eq!(write_at(1), Action::Performed);
+    assert_eq!(links(&sys.calls()), (0, 2), "{:#?}", sys.calls());
+    sys.clear_calls();
+    assert_eq!(write_at(2), Action::AlreadyInPlace);
+    assert_eq!(links(&sys.calls()), (2, 0), "{:#?}", sys.calls());
+}
