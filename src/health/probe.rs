@@ -6,10 +6,12 @@
 //! table is not read per pass: when the monitor first sees a mount target
 //! it reads the table once for all such targets and remembers the mount
 //! there (its id, device, and for ext4 the `errors_count` file with its
-//! value then). Each pass after that is one `statx` per mount target (its
-//! mount id and mount-root attribute, against the remembered mount) and one
-//! `statfs` per volume. A target the table did not show is looked up again
-//! on the next pass, so a mount put back is seen.
+//! value then). Each pass after that is one `statfs` per volume, plus one
+//! `statx` per mount target (its mount id and mount-root attribute,
+//! against the remembered mount) when the mount table changed since the
+//! last pass or a full round is due ([`TableGate`]). A target the table did
+//! not show is looked up again on the next pass, so a mount put back is
+//! seen.
 
 use fxhash::{FxHashMap, FxHashSet};
 use std::path::{Path, PathBuf};

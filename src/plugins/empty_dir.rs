@@ -76,7 +76,7 @@ impl EmptyDirPlugin {
     }
 
     /// Finishes the deletions of this pod's disk emptyDirs that a crash cut
-    /// short: its own and a configMap's wrapped one ([`RENAMED_IN`]).
+    /// short: its own and a configMap's wrapped one (`RENAMED_IN`).
     pub fn finish_pending(
         &self,
         pod: &PodUid,
