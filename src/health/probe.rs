@@ -142,8 +142,10 @@ const FULL_ROUND_EVERY: u32 = 10;
 /// mount target and costs about one `statfs` per volume.
 #[derive(Default)]
 pub(super) struct TableGate {
-    /// `None` until the first pass; then the watch, if the host has one
-    watch: Option<Option<Box<dyn crate::host::sys::MountTableWatch>>>,
+    /// whether a pass ran (the first one made the watch)
+    started: bool,
+    /// the host's watch of its mount table, if it has one
+    watch: Option<Box<dyn crate::host::sys::MountTableWatch>>,
     /// passes since the last full round
     since_full: u32,
 }
@@ -152,9 +154,12 @@ impl TableGate {
     /// Whether this pass may skip the per-target `statx`: the table is
     /// unchanged since the last pass and a full round is not due.
     pub(super) fn unchanged(&mut self, sys: &dyn Sys) -> bool {
-        let first = self.watch.is_none();
-        let watch = self.watch.get_or_insert_with(|| sys.watch_mount_table());
-        let changed = watch.as_mut().is_none_or(|w| w.changed());
+        let first = !self.started;
+        if first {
+            self.started = true;
+            self.watch = sys.watch_mount_table();
+        }
+        let changed = self.watch.as_mut().is_none_or(|w| w.changed());
         if first || changed || self.since_full + 1 >= FULL_ROUND_EVERY {
             self.since_full = 0;
             return false;
@@ -373,7 +378,8 @@ mod tests {
     fn the_table_gate_trusts_remembered_mounts_only_while_the_table_is_unchanged() {
         let host = Scripted(Arc::new(Mutex::new(Vec::new())));
         let mut g = TableGate {
-            watch: Some(host.watch()),
+            started: true,
+            watch: host.watch(),
             ..TableGate::default()
         };
         // the watch made with the gate: the first pass is full
