@@ -189,7 +189,18 @@ impl Daemon {
         // the channel for the loop, which starts only after reconstruction,
         // so the DSW is still populated after the ASW is (seed 000's order).
         let gate = ReadyGate::new(1 + usize::from(cfg.api.is_some()));
-        let (sources, poller) = spawn_sources(&cfg, sys.clone(), events_tx.clone(), gate.clone())?;
+        // the parsed-manifest cache lives beside the journal (none with
+        // `--journal off`, which parses every manifest as the kubelet does)
+        let manifest_cache = journal
+            .as_ref()
+            .map(|j| j.dir().join(crate::sources::manifest_cache::FILE_NAME));
+        let (sources, poller) = spawn_sources(
+            &cfg,
+            manifest_cache,
+            sys.clone(),
+            events_tx.clone(),
+            gate.clone(),
+        )?;
         // what API pods' payload volumes read: the objects and tokens the
         // API source follows for them
         let api_objects = api

@@ -201,12 +201,17 @@ pub(super) fn reconstruct_first(
     Ok((world, table, ready))
 }
 
+/// The shortest sleep of the source poller for the parsed-manifest cache
+/// (a file that has not settled yet is waited for in steps no shorter).
+const CACHE_WAKE_MIN: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The source poller: the first listing at once; then on inotify events
 /// (or the fallback poll), with a full re-read every [`watch::RESYNC`]. A
 /// wake that concerns the pods dir only does not list the objects dir
 /// again (a `stat` per object file).
 pub(super) fn spawn_sources(
     cfg: &DaemonConfig,
+    manifest_cache: Option<PathBuf>,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
     gate: Arc<super::api_source::ReadyGate>,
@@ -219,6 +224,7 @@ pub(super) fn spawn_sources(
             poll_interval: cfg.poll_interval,
             secrets: cfg.secrets.clone(),
             payload_objects: cfg.payload_objects.clone(),
+            manifest_cache,
         },
         sys,
     );
@@ -251,6 +257,7 @@ pub(super) fn spawn_sources(
                     phase = "sources_listed",
                     elapsed_ms = elapsed_ms(polled.elapsed()),
                     pods = sources.current().len(),
+                    from_cache = sources.cache_hits(),
                     "startup phase"
                 );
             }
@@ -275,7 +282,19 @@ pub(super) fn spawn_sources(
                     return;
                 }
             }
-            read_now = watcher.wait_changed(watch::RESYNC);
+            // the parsed-manifest cache is written from this thread, when
+            // what was parsed has settled (never on the loop's path)
+            let now = Instant::now();
+            let mut wait = watch::RESYNC;
+            if let Some(due) = sources.cache_due() {
+                if due <= Instant::now() {
+                    sources.write_cache();
+                }
+                if let Some(next) = sources.cache_due() {
+                    wait = wait.min(next.saturating_duration_since(now).max(CACHE_WAKE_MIN));
+                }
+            }
+            read_now = watcher.wait_changed(wait);
         }
     })?;
     Ok((thread, stopper))

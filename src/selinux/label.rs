@@ -15,7 +15,7 @@ use super::host::FileDefaults;
 
 /// `seLinuxOptions` as written in a pod or container `securityContext`
 /// (empty strings already read as unset).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SeLinuxOptions {
     /// `user`
     pub user: Option<String>,
@@ -54,7 +54,7 @@ impl std::fmt::Display for SeLinuxOptions {
 }
 
 /// Which list a container is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ContainerKind {
     /// `spec.initContainers`
     Init,
@@ -65,7 +65,7 @@ pub enum ContainerKind {
 }
 
 /// One container's SELinux inputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ContainerSeLinux {
     /// the container's name
     pub name: String,
@@ -78,7 +78,8 @@ pub struct ContainerSeLinux {
 }
 
 /// The SELinux inputs of a pod.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+// Serialize: the static source's parsed-manifest cache keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PodSeLinux {
     /// `spec.securityContext.seLinuxOptions`
     pub pod: Option<SeLinuxOptions>,

@@ -38,7 +38,7 @@ use serde_json::Value;
 pub use super::api_refs::{FollowChanges, ObjectRef, Part, PodRefs};
 pub use super::api_secrets::secret_from_api;
 use super::api_secrets::{secrets_named, spec_refs};
-use super::load::Resolver;
+use super::resolve::Resolver;
 use super::static_objects::StaticObjects;
 use super::static_pods::{Origin, ParsedPod, parse_pod_object};
 use super::{SourceEvent, fingerprint};

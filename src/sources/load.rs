@@ -4,17 +4,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
+use super::manifest_cache::bytes_hash;
 use super::read::{Listing, read_file};
+use super::resolve::Resolver;
 use super::signature::{
     FileSignature, file_signature, file_signature_hash, manifest_key, signature_hash,
 };
 use super::static_objects::StaticObjects;
-use super::static_pods::{ParsedPod, ParsedVolume, parse_pod};
+use super::static_pods::{ParsedPod, parse_pod};
 use super::{DesiredPod, DesiredPods, SourceError, Sources, listing};
-use crate::host::sys::{FileKind, Sys};
-use crate::model::{CsiPodInfo, PodUid, PodVolume, VolumeSpec};
+use crate::model::PodUid;
 
 /// One manifest's pod: parsed now, or kept as the DSW has it (the
 /// file is unchanged, or cannot be read now).
@@ -71,10 +71,20 @@ impl Sources {
             .collect();
         let mut gathered = Gathered::default();
         let to_parse = self.keep_unchanged(&pods.files, &sig_of, objects.unchanged, &mut gathered);
-        self.parse_changed(to_parse, &mut gathered, &mut file_errors);
+        let to_parse = self.take_cached(to_parse, &sig_of, &mut gathered);
+        self.parse_changed(
+            to_parse,
+            &sig_of,
+            pods.started,
+            &mut gathered,
+            &mut file_errors,
+        );
         if complete {
             self.keep_unstatted(&sig_of, &mut gathered);
             self.update_last_good(gathered.good);
+            if let Some(c) = &mut self.cache {
+                c.listed();
+            }
         }
         let (out, kept) = self.resolve_unique(gathered.got, &mut file_errors);
         let desired = DesiredPods {
@@ -159,12 +169,45 @@ impl Sources {
         to_parse
     }
 
-    /// Reads and parses the manifests of `to_parse`; one that fails keeps
-    /// the pod of its last good version (if it had one), and its error goes
-    /// to `file_errors`.
-    fn parse_changed<'p>(
-        &self,
+    /// Takes the manifests of `to_parse` that the parsed-manifest cache
+    /// has for their signature (only before the first complete listing);
+    /// returns the others.
+    fn take_cached<'p>(
+        &mut self,
         to_parse: Vec<(&'p PathBuf, u64)>,
+        sig_of: &SignatureOf<'p>,
+        gathered: &mut Gathered<'p>,
+    ) -> Vec<(&'p PathBuf, u64)> {
+        let Some(cache) = &mut self.cache else {
+            return to_parse;
+        };
+        let mut rest = Vec::new();
+        for (file, sig_hash) in to_parse {
+            let cached = sig_of
+                .get(file.as_os_str())
+                .and_then(|(_, sig)| cache.lookup(manifest_key(file), sig))
+                .filter(|p| p.file == *file);
+            match cached {
+                Some(p) => {
+                    gathered
+                        .good
+                        .insert(manifest_key(file), (sig_hash, p.uid.clone()));
+                    gathered.got.push((file.clone(), Got::Parsed(Box::new(p))));
+                }
+                None => rest.push((file, sig_hash)),
+            }
+        }
+        rest
+    }
+
+    /// Reads and parses the manifests of `to_parse` (the parsed-manifest
+    /// cache told of each); one that fails keeps the pod of its last good
+    /// version (if it had one), and its error goes to `file_errors`.
+    fn parse_changed<'p>(
+        &mut self,
+        to_parse: Vec<(&'p PathBuf, u64)>,
+        sig_of: &SignatureOf<'p>,
+        listed_at: Option<std::time::SystemTime>,
         gathered: &mut Gathered<'p>,
         file_errors: &mut Vec<SourceError>,
     ) {
@@ -172,7 +215,12 @@ impl Sources {
         let parsed = read_and_parse_all(to_parse.iter().map(|(f, _)| f.as_path()), node);
         for ((file, sig_hash), result) in to_parse.into_iter().zip(parsed) {
             match result {
-                Ok(p) => {
+                Ok((p, bytes)) => {
+                    if let (Some(cache), Some((_, sig)), Some(at)) =
+                        (&mut self.cache, sig_of.get(file.as_os_str()), listed_at)
+                    {
+                        cache.parsed(manifest_key(file), *sig, bytes, &p, at);
+                    }
                     gathered
                         .good
                         .insert(manifest_key(file), (sig_hash, p.uid.clone()));
@@ -269,167 +317,22 @@ impl Sources {
     }
 }
 
-/// Resolves a parsed pod's claims and CSI volumes against one source's
-/// objects: the static objects dir, or what the API server sent.
-pub(crate) struct Resolver<'a> {
-    /// the PVs, claims and CSIDrivers
-    pub(crate) objects: &'a StaticObjects,
-    /// the ConfigMaps, Secrets and tokens payload volumes read
-    pub(crate) payload: &'a dyn crate::plugins::payload::ObjectStore,
-    /// how a local PV's path is looked at
-    pub(crate) sys: &'a dyn Sys,
-    /// the node (a claim's PV must allow it)
-    pub(crate) node_name: &'a str,
-}
-
-impl Resolver<'_> {
-    /// A CSI volume as this pod publishes it: an inline volume takes its
-    /// CSIDriver's `seLinuxMount`; the pod adds the `csi.storage.k8s.io/`
-    /// keys when the CSIDriver has `podInfoOnMount` (as the kubelet's
-    /// `getPodInfoAttrs`), and its fsGroup unless `fsGroupPolicy` is `None`.
-    fn csi_for_pod(
-        &self,
-        p: &ParsedPod,
-        mut spec: Arc<VolumeSpec>,
-    ) -> (Arc<VolumeSpec>, Option<Arc<CsiPodInfo>>) {
-        let VolumeSpec::Csi(c) = &*spec else {
-            return (spec, None);
-        };
-        let driver = self.objects.csi_drivers.get(&c.driver);
-        let ephemeral = c.ephemeral;
-        let selinux_mount = ephemeral && driver.is_some_and(|d| d.se_linux_mount);
-        // (a claim's spec got it when the claim was resolved)
-        let republish = ephemeral && driver.is_some_and(|d| d.requires_republish);
-        if (selinux_mount || republish)
-            && let VolumeSpec::Csi(c) = Arc::make_mut(&mut spec)
-        {
-            c.selinux_mount |= selinux_mount;
-            c.republish |= republish;
-        }
-        let mut info = CsiPodInfo::default();
-        if driver.is_some_and(|d| d.pod_info_on_mount) {
-            let key = |k: &str| format!("csi.storage.k8s.io/{k}");
-            info.volume_context = [
-                (key("pod.name"), p.name.clone()),
-                (key("pod.namespace"), p.namespace.clone()),
-                (key("pod.uid"), p.uid.as_str().to_owned()),
-                (key("serviceAccount.name"), p.service_account.clone()),
-                (key("ephemeral"), ephemeral.to_string()),
-            ]
-            .into();
-        }
-        if driver.is_none_or(|d| d.fs_group_policy != "None") {
-            info.mount_group = p.fs_group.map(|g| g.to_string());
-        }
-        let info = (info != CsiPodInfo::default()).then(|| Arc::new(info));
-        (spec, info)
-    }
-
-    /// A payload volume's spec with the version of the payload its
-    /// objects make now (the intent will record it); other specs as they
-    /// are. A missing object or key, or a hostile path, is the volume's
-    /// error.
-    fn payload_version(
-        &self,
-        mut spec: Arc<VolumeSpec>,
-    ) -> Result<Arc<VolumeSpec>, crate::plugins::payload::PayloadError> {
-        if let VolumeSpec::Payload(p) = &*spec {
-            let built = crate::plugins::payload::build::build(p, self.payload)?;
-            if let VolumeSpec::Payload(p) = Arc::make_mut(&mut spec) {
-                p.version = Some(Arc::new(built.version));
-                p.immutable = built.immutable;
-            }
-        }
-        Ok(spec)
-    }
-
-    /// The pod with its claims resolved (or their errors).
-    pub(crate) fn resolve(&self, mut p: ParsedPod) -> DesiredPod {
-        let mut errors = std::mem::take(&mut p.errors);
-        let mut unresolved = std::mem::take(&mut p.failed_volumes);
-        // exactly as many as the pod has: a pushed-to Vec reserves four
-        let mut volumes = Vec::with_capacity(p.volumes.len());
-        let mut claims = BTreeMap::new();
-        for v in std::mem::take(&mut p.volumes) {
-            let (outer, spec_name, spec) = match v {
-                ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
-                ParsedVolume::Claim { name, claim_name } => {
-                    match self.objects.resolve_claim(
-                        &p.file,
-                        &name,
-                        &p.namespace,
-                        &claim_name,
-                        self.node_name,
-                    ) {
-                        Ok((pv, mut spec)) => {
-                            mark_block_device(self.sys, &mut spec);
-                            claims.insert(name.clone(), claim_name);
-                            (name, pv, spec)
-                        }
-                        Err(e) => {
-                            errors.push(e.to_string());
-                            unresolved.insert(name);
-                            continue;
-                        }
-                    }
-                }
-            };
-            let spec = match self.payload_version(spec) {
-                Ok(spec) => spec,
-                Err(e) => {
-                    errors.push(format!("volume {outer:?}: {e}"));
-                    unresolved.insert(outer);
-                    continue;
-                }
-            };
-            if let VolumeSpec::Csi(c) = &*spec
-                && let Err(e) = super::csi_objects::check_lifecycle(
-                    &c.driver,
-                    self.objects.csi_drivers.get(&c.driver),
-                    c.ephemeral,
-                )
-            {
-                errors.push(format!("volume {outer:?}: {e}"));
-                unresolved.insert(outer);
-                continue;
-            }
-            let (spec, csi_pod) = self.csi_for_pod(&p, spec);
-            volumes.push(PodVolume {
-                volume: PodVolume::unique_name(&spec, &p.uid, &spec_name),
-                spec_name,
-                outer_name: outer,
-                spec,
-                selinux: None,
-                csi_pod,
-            });
-        }
-        DesiredPod {
-            uid: p.uid,
-            namespace: p.namespace,
-            name: p.name,
-            file: p.file,
-            volumes,
-            unresolved,
-            errors,
-            selinux: p.selinux,
-            claims,
-        }
-    }
-}
-
 /// Manifests from which [`read_and_parse_all`] uses a second thread.
 pub(super) const PARALLEL_PARSE_FROM: usize = 32;
 
-/// Reads and parses each manifest of `files` (in order, one result each).
-/// Each file is read and parsed on its own, the costly part of a mass start
-/// (YAML, then the Pod type), so many files are split in two halves and the
-/// second half is read and parsed on a second thread meanwhile.
+/// Reads and parses each manifest of `files` (in order, one result each,
+/// with a hash of the bytes parsed). Each file is read and parsed on its
+/// own, the costly part of a mass start (YAML, then the Pod type), so many
+/// files are split in two halves and the second half is read and parsed on
+/// a second thread meanwhile.
 fn read_and_parse_all<'f>(
     files: impl Iterator<Item = &'f Path>,
     node: &str,
-) -> Vec<Result<ParsedPod, SourceError>> {
+) -> Vec<Result<(ParsedPod, u64), SourceError>> {
     let files: Vec<&Path> = files.collect();
-    let one = |file: &Path| read_file(file).and_then(|b| parse_pod(file, &b, node));
+    let one = |file: &Path| {
+        read_file(file).and_then(|b| parse_pod(file, &b, node).map(|p| (p, bytes_hash(&b))))
+    };
     let all = |files: &[&Path]| files.iter().map(|f| one(f)).collect::<Vec<_>>();
     let at = match files.len() >= PARALLEL_PARSE_FROM {
         true => files.len() / 2,
@@ -438,24 +341,4 @@ fn read_and_parse_all<'f>(
     let (mut out, rest) = crate::halves::in_two_halves("volumed-parse", &files, at, all);
     out.extend(rest);
     out
-}
-
-/// Decides `is_block` of a local PV by `stat` (through symlinks, so
-/// `/dev/disk/by-id/…` counts) when its claim is resolved: a block device
-/// gets a device target (format, MountDevice, bind), anything else is bound
-/// as a directory. Decided again whenever the pod's manifest or the objects
-/// change; a device that appears later is seen on the next such change.
-/// The spec stays the PV's own (shared) unless this changes it.
-fn mark_block_device(sys: &dyn Sys, spec: &mut Arc<crate::model::VolumeSpec>) {
-    use crate::model::VolumeSpec;
-    if let VolumeSpec::Local { path, is_block, .. } = &**spec {
-        let block = sys
-            .stat(path, true)
-            .is_ok_and(|st| st.kind == FileKind::BlockDevice);
-        if block != *is_block
-            && let VolumeSpec::Local { is_block, .. } = Arc::make_mut(spec)
-        {
-            *is_block = block;
-        }
-    }
 }

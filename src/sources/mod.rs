@@ -68,10 +68,12 @@ pub mod csi_objects;
 mod error;
 mod events;
 mod load;
+pub mod manifest_cache;
 pub mod payload_objects;
 mod payload_volumes;
 pub mod quantity;
 pub mod read;
+mod resolve;
 mod signature;
 pub mod static_objects;
 pub mod static_pods;
@@ -102,6 +104,8 @@ pub struct SourcesConfig {
     pub secrets: static_objects::SecretStore,
     /// where the ConfigMaps and Secrets are published (for payload volumes)
     pub payload_objects: payload_objects::PayloadStore,
+    /// the parsed-manifest cache's file (`manifest_cache.rs`); `None`: none
+    pub manifest_cache: Option<PathBuf>,
 }
 
 impl SourcesConfig {
@@ -114,6 +118,7 @@ impl SourcesConfig {
             poll_interval: DEFAULT_POLL_INTERVAL,
             secrets: Default::default(),
             payload_objects: Default::default(),
+            manifest_cache: None,
         }
     }
 }
@@ -184,6 +189,8 @@ pub struct Sources {
     /// hashes of both listings' signatures at the last complete poll
     signature: Option<(u64, u64)>,
     ready_sent: bool,
+    /// what the manifests parsed to in earlier runs, and since
+    cache: Option<manifest_cache::ManifestCache>,
 }
 fn listing(dir: Option<&PathBuf>) -> Listing {
     match dir {
@@ -212,7 +219,16 @@ impl Sources {
 
     /// Sources that look at the host through `sys`.
     pub fn with_sys(config: SourcesConfig, sys: Arc<dyn Sys>) -> Self {
+        let cache = match (&config.manifest_cache, &config.pods_dir) {
+            (Some(file), Some(dir)) => Some(manifest_cache::ManifestCache::new(
+                file.clone(),
+                dir,
+                &config.node_name,
+            )),
+            _ => None,
+        };
         Self {
+            cache,
             config,
             sys,
             last_good: BTreeMap::new(),
@@ -269,6 +285,25 @@ impl Sources {
     /// known yet.
     pub fn poll_pods_changes(&mut self) -> Option<Vec<SourceEvent>> {
         self.poll(false)
+    }
+
+    /// How many manifests the parsed-manifest cache gave instead of a parse.
+    pub fn cache_hits(&self) -> usize {
+        self.cache.as_ref().map_or(0, |c| c.hits())
+    }
+
+    /// When [`Sources::write_cache`] has work, if ever.
+    pub fn cache_due(&self) -> Option<std::time::Instant> {
+        self.cache.as_ref().and_then(|c| c.due())
+    }
+
+    /// Writes the parsed-manifest cache: what was parsed since the last
+    /// write and has settled, with the file's entries still current.
+    pub fn write_cache(&mut self) {
+        let last_good = &self.last_good;
+        if let Some(c) = &mut self.cache {
+            c.write(|name| last_good.get(name).map(|(sig, _)| *sig));
+        }
     }
 
     fn poll(&mut self, list_objects: bool) -> Option<Vec<SourceEvent>> {

@@ -62,6 +62,10 @@ pub struct Listing {
     /// The signature of every manifest-named entry, sorted: equal signatures mean
     /// nothing worth re-reading changed.
     pub signature: Vec<EntrySignature>,
+    /// When the listing began (before any `stat`): a file read after it
+    /// whose ctime is well before it cannot have changed unseen
+    /// (`manifest_cache.rs`).
+    pub started: Option<std::time::SystemTime>,
 }
 
 fn signature_of(path: &Path, m: Option<&Metadata>) -> EntrySignature {
@@ -80,7 +84,10 @@ fn signature_of(path: &Path, m: Option<&Metadata>) -> EntrySignature {
 
 /// Lists `dir` by the rules in the module doc.
 pub fn list_dir(dir: &Path) -> Listing {
-    let mut out = Listing::default();
+    let mut out = Listing {
+        started: Some(std::time::SystemTime::now()),
+        ..Listing::default()
+    };
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -41,7 +41,7 @@ use crate::model::{
 };
 
 /// A pod's volume after parsing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ParsedVolume {
     /// emptyDir or hostPath: complete.
     Inline {
@@ -61,8 +61,9 @@ pub enum ParsedVolume {
 
 pub use crate::selinux::{ContainerKind, ContainerSeLinux, PodSeLinux, SeLinuxOptions};
 
-/// A parsed static pod, claims not yet resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed static pod, claims not yet resolved (kept by the
+/// parsed-manifest cache, `manifest_cache.rs`, between runs).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ParsedPod {
     /// the UID
     pub uid: PodUid,

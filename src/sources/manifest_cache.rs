@@ -1,0 +1,387 @@
+//! The static-pod source's parsed-manifest cache: what each manifest parsed
+//! to, kept in `<journal-dir>/static-pods.cache`, so that a restart reads and
+//! parses again only the manifests that changed. Parsing (YAML, then the Pod
+//! type) is the costly part of listing a big pods dir; with the cache, a
+//! restart over unchanged manifests costs the listing (one `stat` each) and
+//! the cache's decode. The kubelet parses every manifest at every start.
+//!
+//! The cache is a shortcut, never a source. Its rules:
+//! - an entry is used only for a file whose signature (device, inode, size,
+//!   mtime, ctime, through symlinks) is the one it was stored with, by the
+//!   same executable (its own signature is in the header: another volumed
+//!   may parse differently), for the same pods dir and node name (both go
+//!   into a pod's name and hashed UID);
+//! - an entry is stored only when no change of the file can have left that
+//!   signature as it was: its ctime is at least [`SETTLED`] older than the
+//!   read it was parsed from (a write in the same clock tick as the listing's
+//!   `stat` could otherwise keep size and times). A file changed more
+//!   recently is confirmed first, once it has settled: read again, and
+//!   stored only if its bytes hash as the parsed ones did and its signature
+//!   did not move;
+//! - the file ends with a CRC-32C of the rest, and is replaced by rename: a
+//!   torn, foreign or stale file is ignored (and logged), and every manifest
+//!   is parsed as without a cache. It is not synced: losing it costs a
+//!   parse, never a wrong pod.
+//!
+//! Memory: the file's entries are held only until the first complete
+//! listing used them; after that, only the entries parsed since the last
+//! write, encoded, until the next write. A write merges them into the
+//! file's entries (a pass over every manifest, so it runs at most every
+//! [`WRITE_EVERY`] after the first, and only when something was parsed).
+//! Static pods carry no Secret data (Secrets are objects, resolved later):
+//! nothing secret is written.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::read::read_file;
+use super::signature::{FileSignature, file_signature_hash};
+use super::static_pods::ParsedPod;
+
+/// The cache's file name in the journal dir.
+pub const FILE_NAME: &str = "static-pods.cache";
+
+/// The first bytes of the file (format 1).
+const MAGIC: &[u8; 8] = b"vdmcach1";
+
+/// How much older than the read it was parsed from a file's ctime must be
+/// for its entry to be stored as is: far above a clock tick (the coarse
+/// clock file times come from moves in steps of a few ms).
+pub const SETTLED: Duration = Duration::from_secs(1);
+
+/// At most one write in this long, after the first.
+pub const WRITE_EVERY: Duration = Duration::from_secs(30);
+
+/// What the cache's entries are valid for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    /// the running executable's signature
+    exe: FileSignature,
+    /// the pods dir
+    pods_dir: PathBuf,
+    /// the node name
+    node: String,
+}
+
+/// One manifest: its file name, signature and parsed pod (bincode, decoded
+/// only when used).
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    name: Vec<u8>,
+    sig: FileSignature,
+    pod: Vec<u8>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    stamp: Stamp,
+    entries: Vec<Entry>,
+}
+
+/// A pod parsed since the last write.
+struct Pending {
+    sig: FileSignature,
+    /// a hash of the bytes it was parsed from
+    bytes: u64,
+    /// the encoded [`ParsedPod`]
+    pod: Vec<u8>,
+    /// its ctime was [`SETTLED`] before the read: storable as is
+    settled: bool,
+}
+
+/// The cache of one static-pod source.
+pub struct ManifestCache {
+    path: PathBuf,
+    pods_dir: PathBuf,
+    /// `None` when the executable could not be looked at: no cache
+    stamp: Option<Stamp>,
+    /// the file's entries by name, until the first complete listing
+    loaded: Option<HashMap<OsString, (FileSignature, Vec<u8>)>>,
+    pending: BTreeMap<OsString, Pending>,
+    /// when `pending` last went from empty to not
+    pending_since: Option<Instant>,
+    /// the newest ctime of a pending entry not settled yet (so that
+    /// [`Self::due`], asked at every wake of the poller, costs O(1))
+    newest_unsettled: Option<i64>,
+    last_write: Option<Instant>,
+    /// manifests taken from the file instead of parsed
+    hits: usize,
+}
+
+/// A hash of a manifest's bytes (what a confirmation compares).
+pub fn bytes_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// A file's signature by `stat` through symlinks, as a listing takes it.
+fn signature_now(file: &Path) -> Option<FileSignature> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).ok()?;
+    Some((
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec(),
+        m.ctime().saturating_mul(1_000_000_000) + m.ctime_nsec(),
+    ))
+}
+
+fn nanos_since_epoch(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Whether a file with `sig` read at or after `read_at` is storable as is.
+fn settled(sig: &FileSignature, read_at: SystemTime) -> bool {
+    let margin = i64::try_from(SETTLED.as_nanos()).unwrap_or(i64::MAX);
+    sig.4.saturating_add(margin) < nanos_since_epoch(read_at)
+}
+
+impl ManifestCache {
+    /// The cache at `path` for the manifests of `pods_dir` on `node`. Reads
+    /// nothing yet.
+    pub fn new(path: PathBuf, pods_dir: &Path, node: &str) -> Self {
+        let stamp = signature_now(Path::new("/proc/self/exe")).map(|exe| Stamp {
+            exe,
+            pods_dir: pods_dir.to_owned(),
+            node: node.to_owned(),
+        });
+        Self {
+            path,
+            pods_dir: pods_dir.to_owned(),
+            stamp,
+            loaded: None,
+            pending: BTreeMap::new(),
+            pending_since: None,
+            newest_unsettled: None,
+            last_write: None,
+            hits: 0,
+        }
+    }
+
+    /// The file's entries, or why they cannot be used.
+    fn read_stored(&self) -> Result<Vec<Entry>, String> {
+        let Some(stamp) = &self.stamp else {
+            return Err("the running executable cannot be looked at".into());
+        };
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let body = bytes
+            .strip_prefix(MAGIC.as_slice())
+            .filter(|b| b.len() >= 4)
+            .ok_or("not a volumed manifest cache")?;
+        let (body, crc) = body.split_at(body.len() - 4);
+        let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        if crc32c::crc32c(body) != crc {
+            return Err("checksum mismatch (a torn write)".into());
+        }
+        let stored: Stored = bincode::deserialize(body).map_err(|e| e.to_string())?;
+        if &stored.stamp != stamp {
+            // another binary, dir or node: silently stale, not damaged
+            return Ok(Vec::new());
+        }
+        Ok(stored.entries)
+    }
+
+    /// The pod `name` parsed to when its file had `sig`, if the cache has it.
+    /// The file is read on the first call; after [`Self::listed`], never.
+    pub fn lookup(&mut self, name: &OsStr, sig: &FileSignature) -> Option<ParsedPod> {
+        if self.loaded.is_none() {
+            let entries = self.read_stored().unwrap_or_else(|why| {
+                tracing::warn!(file = %self.path.display(), why, "parsed-manifest cache not used: every manifest is parsed");
+                Vec::new()
+            });
+            self.loaded = Some(
+                entries
+                    .into_iter()
+                    .map(|e| (OsString::from_vec(e.name), (e.sig, e.pod)))
+                    .collect(),
+            );
+        }
+        let (stored, pod) = self.loaded.as_ref()?.get(name)?;
+        if stored != sig {
+            return None;
+        }
+        let pod = bincode::deserialize(pod).ok()?;
+        self.hits += 1;
+        Some(pod)
+    }
+
+    /// How many manifests were taken from the file instead of parsed.
+    pub fn hits(&self) -> usize {
+        self.hits
+    }
+
+    /// The first complete listing is done: the file's entries are let go.
+    pub fn listed(&mut self) {
+        self.loaded = Some(HashMap::new());
+    }
+
+    /// `pod` was parsed from `name`'s bytes (hashing to `bytes`) in a read
+    /// that began at or after `read_at`, with the file's signature `sig`.
+    pub fn parsed(
+        &mut self,
+        name: &OsStr,
+        sig: FileSignature,
+        bytes: u64,
+        pod: &ParsedPod,
+        read_at: SystemTime,
+    ) {
+        if self.stamp.is_none() {
+            return;
+        }
+        let Ok(encoded) = bincode::serialize(pod) else {
+            return;
+        };
+        if self.pending.is_empty() {
+            self.pending_since = Some(Instant::now());
+        }
+        let settled = settled(&sig, read_at);
+        if !settled {
+            self.newest_unsettled = self.newest_unsettled.max(Some(sig.4));
+        }
+        self.pending.insert(
+            name.to_owned(),
+            Pending {
+                sig,
+                bytes,
+                pod: encoded,
+                settled,
+            },
+        );
+    }
+
+    /// When [`Self::write`] has something to do, if ever.
+    pub fn due(&self) -> Option<Instant> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let wall = nanos_since_epoch(SystemTime::now());
+        let margin = i64::try_from(SETTLED.as_nanos()).unwrap_or(i64::MAX);
+        // a write waits for every pending file to settle (a mass start's
+        // manifests are then written at once), but not past WRITE_EVERY
+        // after the first was parsed (a file that never stops changing
+        // holds up no other)
+        let settles = self.newest_unsettled.map_or(now, |ctime| {
+            let ns = ctime.saturating_add(margin).saturating_sub(wall);
+            now + Duration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(0))
+        });
+        let settles = match self.pending_since {
+            Some(since) => settles.min(since + WRITE_EVERY),
+            None => settles,
+        };
+        Some(match self.last_write {
+            Some(at) => settles.max(at + WRITE_EVERY),
+            None => settles,
+        })
+    }
+
+    /// Confirms the pending entries that settled, merges them into the
+    /// file's entries and writes the file; `current(name)` is the hash of
+    /// the signature the source last saw for a manifest (`None`: gone), and
+    /// only entries matching it are kept. Best effort: a failure is logged.
+    pub fn write(&mut self, current: impl Fn(&OsStr) -> Option<u64>) {
+        let Some(stamp) = self.stamp.clone() else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut ready: Vec<(OsString, Pending)> = Vec::new();
+        let names: Vec<OsString> = self.pending.keys().cloned().collect();
+        for name in names {
+            let Some(p) = self.pending.get(&name) else {
+                continue;
+            };
+            if current(&name) != Some(file_signature_hash(&p.sig)) {
+                self.pending.remove(&name);
+                continue;
+            }
+            if !p.settled {
+                if !settled(&p.sig, now) {
+                    continue;
+                }
+                // read again now that a change would move its ctime: kept
+                // only if the bytes are the parsed ones and nothing moved
+                let file = self.pods_dir.join(&name);
+                let same = read_file(&file).is_ok_and(|b| bytes_hash(&b) == p.bytes)
+                    && signature_now(&file) == Some(p.sig);
+                if !same {
+                    self.pending.remove(&name);
+                    continue;
+                }
+            }
+            if let Some(p) = self.pending.remove(&name) {
+                ready.push((name, p));
+            }
+        }
+        self.newest_unsettled = self
+            .pending
+            .values()
+            .filter(|p| !p.settled)
+            .map(|p| p.sig.4)
+            .max();
+        if self.pending.is_empty() {
+            self.pending_since = None;
+        }
+        if ready.is_empty() {
+            // nothing settled (or everything moved): the file stays as is
+            return;
+        }
+        let mut entries: BTreeMap<Vec<u8>, Entry> = self
+            .read_stored()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| current(OsStr::from_bytes(&e.name)) == Some(file_signature_hash(&e.sig)))
+            .map(|e| (e.name.clone(), e))
+            .collect();
+        for (name, p) in ready {
+            let name = name.into_vec();
+            entries.insert(
+                name.clone(),
+                Entry {
+                    name,
+                    sig: p.sig,
+                    pod: p.pod,
+                },
+            );
+        }
+        self.last_write = Some(Instant::now());
+        if !self.pending.is_empty() {
+            self.pending_since = Some(Instant::now());
+        }
+        let stored = Stored {
+            stamp,
+            entries: entries.into_values().collect(),
+        };
+        if let Err(e) = self.replace_file(&stored) {
+            tracing::warn!(file = %self.path.display(), error = %e, "parsed-manifest cache not written");
+        }
+    }
+
+    fn replace_file(&self, stored: &Stored) -> std::io::Result<()> {
+        let body = bincode::serialize(stored).map_err(std::io::Error::other)?;
+        let mut bytes = Vec::with_capacity(MAGIC.len() + body.len() + 4);
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::rename(&tmp, &self.path)
+    }
+}
+
+#[cfg(test)]
+#[path = "manifest_cache_tests.rs"]
+mod tests;
