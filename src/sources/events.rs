@@ -44,15 +44,27 @@ pub fn diff_fingerprints(
     new: &BTreeMap<PodUid, DesiredPod>,
     kept: &BTreeSet<PodUid>,
 ) -> Vec<SourceEvent> {
+    let now: Vec<u64> = new.values().map(fingerprint).collect();
+    diff_fingerprinted(old, new, &now, kept)
+}
+
+/// [`diff_fingerprints`] with the new pods' fingerprints already taken
+/// (`now`, in `new`'s order), for a caller that keeps them.
+pub fn diff_fingerprinted(
+    old: &BTreeMap<PodUid, u64>,
+    new: &BTreeMap<PodUid, DesiredPod>,
+    now: &[u64],
+    kept: &BTreeSet<PodUid>,
+) -> Vec<SourceEvent> {
     let mut events: Vec<SourceEvent> = old
         .keys()
         .filter(|uid| !new.contains_key(*uid) && !kept.contains(*uid))
         .map(|uid| SourceEvent::PodRemoved(uid.clone()))
         .collect();
-    for (uid, pod) in new {
+    for ((uid, pod), f) in new.iter().zip(now) {
         match old.get(uid) {
             None => events.push(SourceEvent::PodAdded(pod.clone())),
-            Some(before) if *before != fingerprint(pod) => {
+            Some(before) if before != f => {
                 events.push(SourceEvent::PodUpdated(pod.clone()));
             }
             Some(_) => {}

@@ -124,7 +124,7 @@ impl SourcesConfig {
 }
 
 /// One pod as the sources want it, claims resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DesiredPod {
     /// the UID
     pub uid: PodUid,
@@ -336,13 +336,14 @@ impl Sources {
             return None;
         }
         self.signature = Some(signature);
-        let mut events = diff_fingerprints(&self.current, &desired.pods, &desired.kept);
+        let fingerprints: Vec<u64> = desired.pods.values().map(fingerprint).collect();
+        let mut events =
+            events::diff_fingerprinted(&self.current, &desired.pods, &fingerprints, &desired.kept);
         log_pod_errors(&events, "static");
         // In place: kept pods keep their fingerprint, gone ones go.
         self.current
             .retain(|uid, _| desired.pods.contains_key(uid) || desired.kept.contains(uid));
-        for (uid, p) in &desired.pods {
-            let f = fingerprint(p);
+        for (uid, &f) in desired.pods.keys().zip(&fingerprints) {
             match self.current.get_mut(uid) {
                 Some(e) => *e = f,
                 None => {

@@ -38,9 +38,10 @@ pub(super) fn signature_hash(sig: &[EntrySignature]) -> u64 {
     h.finish()
 }
 
-/// A fingerprint of everything a pod tells the DSW (its `Debug` form
-/// hashed, so every field counts, new ones included): equal pods, equal
-/// fingerprints.
+/// A fingerprint of everything a pod tells the DSW (its bincode form
+/// hashed, serde's derive, so every field counts, new ones included):
+/// equal pods, equal fingerprints. Every map in a pod is ordered, so equal
+/// pods serialize alike.
 pub fn fingerprint(pod: &DesiredPod) -> u64 {
     use std::hash::Hasher;
     use std::io::Write;
@@ -55,7 +56,7 @@ pub fn fingerprint(pod: &DesiredPod) -> u64 {
         }
     }
     let mut h = H(std::hash::DefaultHasher::new());
-    // Writing into a hasher cannot fail.
-    let _ = write!(h, "{pod:?}");
+    // Writing into a hasher cannot fail, nor can these types' serializers.
+    let _ = bincode::serialize_into(&mut h, pod);
     h.0.finish()
 }
