@@ -464,6 +464,10 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
                 .collect::<Vec<_>>()
         };
         let before = table_of(&env);
+        // what the manifests parsed to is kept once they settled (a second
+        // after they were written)
+        let cache = env.journal.join("static-pods.cache");
+        daemon.wait_until("the parsed-manifest cache written", || cache.exists());
         daemon.stop();
         assert_eq!(table_of(&env), before, "stopping unmounts nothing");
 
@@ -477,6 +481,16 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
         daemon.wait_until(
             "every target mounted in /debug/state after the restart",
             || all_mounted(&daemon.state(), &want),
+        );
+        let listed = daemon
+            .log()
+            .lines()
+            .find(|l| l.contains("phase=\"sources_listed\""))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        assert!(
+            listed.contains("pods=2") && listed.contains("from_cache=2"),
+            "both manifests came from the cache, none was parsed: {listed:?}"
         );
         // Give the reconciler many passes (sources polled every 100 ms) to
         // do something it should not.
