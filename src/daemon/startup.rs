@@ -206,7 +206,8 @@ pub(super) fn reconstruct_first(
 const CACHE_WAKE_MIN: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The source poller: the first listing at once; then on inotify events
-/// (or the fallback poll), with a full re-read every [`watch::RESYNC`]. A
+/// (or the fallback poll), with a full re-read every [`watch::RESYNC`] or
+/// more on a big node (`Watcher::relisted_unchanged`). A
 /// wake that concerns the pods dir only does not list the objects dir
 /// again (a `stat` per object file).
 pub(super) fn spawn_sources(
@@ -249,7 +250,15 @@ pub(super) fn spawn_sources(
                 Some(c) if objects_at.is_some_and(|i| !c.includes(i)) => {
                     sources.poll_pods_changes()
                 }
-                Some(_) => sources.poll_changes(),
+                Some(_) => {
+                    let evs = sources.poll_changes();
+                    if evs.is_none() && listed {
+                        // a full re-list that found nothing: what the
+                        // safety net costs on this node
+                        watcher.relisted_unchanged(polled.elapsed());
+                    }
+                    evs
+                }
             };
             if !listed && sources.ready_sent() {
                 listed = true;
@@ -285,7 +294,7 @@ pub(super) fn spawn_sources(
             // the parsed-manifest cache is written from this thread, when
             // what was parsed has settled (never on the loop's path)
             let now = Instant::now();
-            let mut wait = watch::RESYNC;
+            let mut wait = watcher.resync();
             if let Some(due) = sources.cache_due() {
                 if due <= Instant::now() {
                     sources.write_cache();

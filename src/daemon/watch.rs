@@ -2,8 +2,12 @@
 //! its parent, so a dir that appears later is noticed; a queue overflow is
 //! an event too, so it also means a full re-read), and otherwise every
 //! [`RESYNC`] as a safety net (the kubelet's file source re-lists every
-//! 20 s; at 10,000 manifests one re-list costs ~60 ms of CPU, so volumed
-//! re-lists every 30 s, which keeps any 30 s of idling under 0.5% of a core). Stat-ing
+//! 20 s), stretched on a big node so that the net costs at most
+//! 1/[`RESYNC_COST_SHARE`] of a core: a re-list that found nothing changed
+//! and took d makes the next wait `max(RESYNC, d × RESYNC_COST_SHARE)` (at
+//! 10,000 manifests a re-list costs ~40–70 ms, so about a minute). inotify
+//! still reports every change in a source dir at once; the net is for
+//! what it cannot see (a symlinked manifest's target changed). Stat-ing
 //! every manifest once a second costs CPU linear in the number of files
 //! (measured: ~3.5 µs a file, 5.7% of a core at 10,000 volumes); waiting on
 //! inotify costs nothing while nothing changes. Where inotify cannot be set
@@ -25,8 +29,12 @@ use std::ffi::OsString;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
 
-/// Full re-read interval while inotify reports nothing.
+/// Full re-read interval while inotify reports nothing (the shortest).
 pub const RESYNC: Duration = Duration::from_secs(30);
+
+/// A re-list's cost times this is the longest the next one waits beyond
+/// [`RESYNC`]: the safety net uses at most 0.1% of a core.
+pub const RESYNC_COST_SHARE: u32 = 1000;
 
 /// Waits for the next reason to re-read the sources.
 pub struct Watcher {
@@ -34,6 +42,9 @@ pub struct Watcher {
     dirs: Vec<PathBuf>,
     fallback: Duration,
     last_full: Instant,
+    /// the safety net's period: [`RESYNC`], stretched by
+    /// [`Watcher::relisted_unchanged`]
+    resync: Duration,
     /// what each watch is for: `None` a source dir (every event counts),
     /// `Some(names)` a parent watched only for these children appearing,
     /// going or being replaced (a busy parent — a log file beside the
@@ -133,6 +144,7 @@ impl Watcher {
             dirs,
             fallback,
             last_full: Instant::now(),
+            resync: RESYNC,
             watches: BTreeMap::new(),
             concerns: BTreeMap::new(),
             stop_rx,
@@ -262,6 +274,17 @@ impl Watcher {
         self.wait_changed(max).is_some()
     }
 
+    /// A full re-list that found nothing changed took `took`: the safety
+    /// net waits `max(RESYNC, took × RESYNC_COST_SHARE)` from now on.
+    pub fn relisted_unchanged(&mut self, took: Duration) {
+        self.resync = RESYNC.max(took.saturating_mul(RESYNC_COST_SHARE));
+    }
+
+    /// The safety net's period now.
+    pub fn resync(&self) -> Duration {
+        self.resync
+    }
+
     /// Like [`wait`](Self::wait), saying which source dirs the change
     /// concerns (a resync or polling without inotify: all).
     pub fn wait_changed(&mut self, max: Duration) -> Option<Changed> {
@@ -273,11 +296,14 @@ impl Watcher {
         if self.is_stopped() {
             return None;
         }
-        if now.saturating_duration_since(self.last_full) >= RESYNC {
+        if now.saturating_duration_since(self.last_full) >= self.resync {
             self.last_full = now;
             return Some(Changed::All);
         }
-        let timeout = max.min(RESYNC.saturating_sub(now.saturating_duration_since(self.last_full)));
+        let timeout = max.min(
+            self.resync
+                .saturating_sub(now.saturating_duration_since(self.last_full)),
+        );
         let mut fds = vec![PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
         if !self.poll_or_stop(&mut fds, timeout) {
             return None;
@@ -346,6 +372,28 @@ mod tests {
             Some(Changed::Dirs([1].into()))
         );
         assert!(Changed::All.includes(1));
+    }
+
+    #[test]
+    fn the_safety_net_waits_longer_where_a_relist_costs_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Watcher::new(vec![dir.path().to_owned()], RESYNC);
+        w.relisted_unchanged(Duration::from_millis(10));
+        assert_eq!(
+            w.resync(),
+            RESYNC,
+            "a cheap re-list: the kubelet-like period"
+        );
+        w.relisted_unchanged(Duration::from_millis(60));
+        assert_eq!(w.resync(), Duration::from_secs(60), "0.1% of a core");
+        // 45 s since the last full re-list: due at 30 s, not at 60 s
+        w.last_full = Instant::now() - Duration::from_secs(45);
+        assert_eq!(w.wait_changed(Duration::from_millis(20)), None);
+        w.relisted_unchanged(Duration::from_millis(1));
+        assert_eq!(
+            w.wait_changed(Duration::from_millis(20)),
+            Some(Changed::All)
+        );
     }
 
     #[test]

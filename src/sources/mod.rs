@@ -25,8 +25,8 @@
 //! manifests whose own signature changed ([`Sources::poll_pods_changes`]
 //! skips listing the objects dir when the caller knows it did not change).
 //! *When* it is called is the daemon's `watch`: on an inotify event in a
-//! source dir (or its parent), with a full re-read every 30 s as a safety
-//! net, and polling every `--poll-ms` only where inotify cannot be set up.
+//! source dir (or its parent), with a full re-read every 30 s (longer on a
+//! big node: at most 0.1% of a core) as a safety net, and polling every `--poll-ms` only where inotify cannot be set up.
 //! A manifest written in place in two steps may be seen half-written; see
 //! below.
 //!
