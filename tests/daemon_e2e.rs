@@ -464,7 +464,7 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
                 .collect::<Vec<_>>()
         };
         let before = table_of(&env);
-        // what the manifests parsed to is kept once they settled (a second
+        // what the manifests parsed to is kept once they settled (100 ms
         // after they were written)
         let cache = env.journal.join("static-pods.cache");
         daemon.wait_until("the parsed-manifest cache written", || cache.exists());

@@ -13,8 +13,8 @@
 //!   into a pod's name and hashed UID);
 //! - an entry is stored only when no change of the file can have left that
 //!   signature as it was: its ctime is at least [`SETTLED`] older than the
-//!   read it was parsed from (a write in the same clock tick as the listing's
-//!   `stat` could otherwise keep size and times). A file changed more
+//!   read it was parsed from (a write in the same clock tick as the one
+//!   before it could otherwise keep size and times). A file changed more
 //!   recently is confirmed first, once it has settled: read again, and
 //!   stored only if its bytes hash as the parsed ones did and its signature
 //!   did not move;
@@ -50,9 +50,13 @@ pub const FILE_NAME: &str = "static-pods.cache";
 const MAGIC: &[u8; 8] = b"vdmcach1";
 
 /// How much older than the read it was parsed from a file's ctime must be
-/// for its entry to be stored as is: far above a clock tick (the coarse
-/// clock file times come from moves in steps of a few ms).
-pub const SETTLED: Duration = Duration::from_secs(1);
+/// for its entry to be stored as is. File times come from the kernel's
+/// coarse clock, which moves in ticks of 1–10 ms (kernels with multigrain
+/// times give a change after a `stat` a newer time at once): a write that
+/// keeps the ctime falls within one tick of the one before it, so a file
+/// whose ctime is many ticks older than the read cannot have been
+/// rewritten unseen after it.
+pub const SETTLED: Duration = Duration::from_millis(100);
 
 /// At most one write in this long, after the first.
 pub const WRITE_EVERY: Duration = Duration::from_secs(30);
