@@ -73,6 +73,14 @@ impl RecordingSys {
         self.lock().calls.clone()
     }
 
+    /// How many `*_beneath` calls since the last clear walked their path from `base`
+    /// (each is one path resolution from there in the real call).
+    pub fn walks_from(&self, base: &Path) -> usize {
+        let st = self.lock();
+        let walks = st.walks.borrow();
+        walks.iter().filter(|b| *b == base).count()
+    }
+
     /// The calls so far that change the host.
     pub fn mutations(&self) -> Vec<SysCall> {
         self.calls().into_iter().filter(SysCall::mutates).collect()
@@ -80,7 +88,9 @@ impl RecordingSys {
 
     /// Forgets the recorded calls (the fake host stays as it is).
     pub fn clear_calls(&self) {
-        self.lock().calls.clear();
+        let mut st = self.lock();
+        st.calls.clear();
+        st.walks.get_mut().clear();
     }
 
     /// Adds a regular file holding `bytes` (and its missing parent

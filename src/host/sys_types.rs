@@ -112,6 +112,8 @@ pub enum Call {
     Statfs,
     /// `statx` for a path's mount id, device and mount-root attribute
     MountProbe,
+    /// opening a directory beneath a base as a [`DirHandle`]
+    OpenDir,
 }
 
 impl Call {
@@ -144,6 +146,7 @@ impl Call {
             Call::ReadFile => "read file",
             Call::Statfs => "statfs",
             Call::MountProbe => "statx mount probe",
+            Call::OpenDir => "open dir",
         }
     }
 }
@@ -322,6 +325,39 @@ pub struct DirEntry {
     /// the disk space it takes (`st_blocks` × 512, not following a symlink;
     /// a directory's own blocks, not its contents')
     pub bytes: u64,
+}
+
+/// A directory reached beneath a base without following any symlink
+/// ([`Sys::open_dir_beneath`](crate::host::sys::Sys::open_dir_beneath)),
+/// that the seam's `*_in` calls act in. The real one holds a descriptor of
+/// the directory, so each call resolves only its own name from there rather
+/// than the whole path from the base; a fake's holds only the path.
+#[derive(Debug)]
+pub struct DirHandle {
+    path: PathBuf,
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl DirHandle {
+    /// A handle that is only a path: the `*_in` calls act through the
+    /// `*_beneath` calls with the path as their base.
+    pub fn by_path(path: PathBuf) -> Self {
+        Self { path, fd: None }
+    }
+    /// A handle on the open directory `fd` at `path`.
+    pub(crate) fn with_fd(path: PathBuf, fd: std::os::fd::OwnedFd) -> Self {
+        Self { path, fd: Some(fd) }
+    }
+    /// Where the directory was when it was opened (for messages, and the
+    /// base of a path-only handle's calls).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The descriptor, when the handle holds one.
+    pub(crate) fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
 }
 
 /// What a block device holds, per [`Sys::probe_fs`](crate::host::sys::Sys::probe_fs).

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::host::fake_host::{State, create};
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{
-    Beneath, Call, DirEntry, DiskFormat, Errno, FileKind, FileStat, FsUsage, LIVE_MOUNTINFO,
-    Listing, MntFlags, MountProbe, MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DirHandle, DiskFormat, Errno, FileKind, FileStat, FsUsage,
+    LIVE_MOUNTINFO, Listing, MntFlags, MountProbe, MsFlags, Sys, SysError,
 };
 
 use super::RecordingSys;
@@ -148,6 +148,10 @@ impl Sys for RecordingSys {
         let st = self.enter(call, &path)?;
         parent_beneath(&st, Call::Stat, at, &path)?;
         stat_of(&st, &path)
+    }
+
+    fn open_dir_beneath(&self, at: Beneath<'_>) -> Result<DirHandle, SysError> {
+        super::links::open_dir(self, at)
     }
 
     /// Recorded as the [`SysCall::Mkdir`] of `base/rel`; a symlink above

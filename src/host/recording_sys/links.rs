@@ -1,14 +1,30 @@
-//! [`RecordingSys`]'s symlinks, rename-over and group changes (the payload
-//! writer's calls): a symlink's target is kept as its content.
+//! [`RecordingSys`]'s symlinks, rename-over, group changes and dir handles
+//! (the payload writer's calls): a symlink's target is kept as its content.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use crate::host::fake_host::create;
-use crate::host::sys::{Beneath, Call, Errno, FileKind, SysCall, SysError};
+use crate::host::sys::{Beneath, Call, DirHandle, Errno, FileKind, SysCall, SysError};
 
 use super::RecordingSys;
 use super::tree::parent_beneath;
+
+/// Recorded as the [`SysCall::OpenDir`]; a path-only handle, so the `*_in`
+/// calls through it are recorded as their `*_beneath` calls with the
+/// handle's dir as their base.
+pub(super) fn open_dir(sys: &RecordingSys, at: Beneath<'_>) -> Result<DirHandle, SysError> {
+    let path = at.full();
+    let st = sys.enter(SysCall::OpenDir { path: path.clone() }, &path)?;
+    parent_beneath(&st, Call::OpenDir, at, &path)?;
+    let err = |e| SysError::call(Call::OpenDir, &path, e);
+    match st.files.get(&path) {
+        Some(FileKind::Dir) => Ok(DirHandle::by_path(path.clone())),
+        Some(FileKind::Symlink) => Err(err(Errno::ELOOP)),
+        Some(_) => Err(err(Errno::ENOTDIR)),
+        None => Err(err(Errno::ENOENT)),
+    }
+}
 
 /// Recorded as the [`SysCall::Replace`]; a file or symlink at the
 /// destination goes (a directory there is `EISDIR`, kept simple).

@@ -112,6 +112,7 @@ pub(super) fn parent_beneath(
     at: Beneath<'_>,
     path: &Path,
 ) -> Result<(), SysError> {
+    st.walks.borrow_mut().push(at.base.to_owned());
     let Some(parent) = at.parent() else {
         return Ok(());
     };

@@ -1,9 +1,8 @@
 //! [`LinuxSys`], the real kernel behind the [`Sys`] seam.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::OsStr;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,8 +12,8 @@ use nix::sys::stat::Mode;
 use super::child::{parse_blkid_export, run};
 use super::raw::{cpath, file_stat, io_error, mode, mount_root_attr, statx_at, std_kind};
 use super::{
-    Beneath, Call, DirEntry, DiskFormat, Errno, FileStat, FsUsage, LIVE_MOUNTINFO, Listing,
-    MntFlags, MountProbe, MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DirHandle, DiskFormat, Errno, FileStat, FsUsage, LIVE_MOUNTINFO,
+    Listing, MntFlags, MountProbe, MsFlags, Sys, SysError,
 };
 use crate::host::mountinfo::{MountTable, read_pieces};
 
@@ -158,15 +157,8 @@ impl Sys for LinuxSys {
     }
 
     fn create_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], m: u32) -> Result<(), SysError> {
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         Self::in_parent_beneath(Call::CreateFile, at, Errno::EEXIST, |dir, name| {
-            let fd = nix::fcntl::openat(dir, name, flags, mode(m))?;
-            // exact, whatever the umask (a payload's `defaultMode` may be 0666)
-            nix::sys::stat::fchmod(&fd, mode(m))?;
-            let mut file = std::fs::File::from(fd);
-            std::io::Write::write_all(&mut file, bytes)
-                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+            super::dir::create_in(dir, name, bytes, m)
         })
     }
 
@@ -256,43 +248,16 @@ impl Sys for LinuxSys {
     }
 
     fn read_dir_beneath(&self, base: &Path, rel: &Path) -> Result<Vec<DirEntry>, SysError> {
-        let call = Call::ReadDirBeneath;
-        let fd = Self::open_beneath(call, base, rel)?;
-        let err = |e| SysError::call(call, &base.join(rel), e);
-        let dot = CString::from(c".");
-        let own = statx_at(fd.as_raw_fd(), &dot, 0, libc::STATX_BASIC_STATS).map_err(err)?;
-        let mut dir = nix::dir::Dir::from_fd(fd).map_err(err)?;
-        let mut names = Vec::new();
-        for entry in dir.iter() {
-            let entry = entry.map_err(err)?;
-            let name = entry.file_name();
-            if name != c"." && name != c".." {
-                names.push(name.to_owned());
-            }
-        }
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let os = OsString::from(std::ffi::OsStr::from_bytes(name.as_bytes()));
-            let path = base.join(rel).join(&os);
-            let st = statx_at(
-                dir.as_raw_fd(),
-                &name,
-                libc::AT_SYMLINK_NOFOLLOW,
-                libc::STATX_BASIC_STATS,
-            )
-            .map_err(|e| SysError::call(Call::Stat, &path, e))?;
-            let kind = file_stat(&st, Call::Stat, &path)?.kind;
-            let other_dev =
-                (st.stx_dev_major, st.stx_dev_minor) != (own.stx_dev_major, own.stx_dev_minor);
-            let mount_root = mount_root_attr(&st).unwrap_or(other_dev) || other_dev;
-            out.push(DirEntry {
-                name: os,
-                kind,
-                mount_root,
-                bytes: st.stx_blocks.saturating_mul(512),
-            });
-        }
-        Ok(out)
+        let fd = Self::open_beneath(Call::ReadDirBeneath, base, rel)?;
+        super::dir::list(fd, &base.join(rel), Call::ReadDirBeneath)
+    }
+
+    fn open_dir_beneath(&self, at: Beneath<'_>) -> Result<DirHandle, SysError> {
+        super::dir::open(at)
+    }
+
+    fn mkdirs_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+        super::dir::mkdirs(at, m)
     }
 
     fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {

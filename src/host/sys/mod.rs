@@ -45,6 +45,18 @@
 //!   nothing swapped in after the check can redirect the mount. Here the
 //!   root itself may sit behind a symlink (the daemon resolves it anyway,
 //!   for removal and for the mount table's resolved paths).
+//! - **Acting in one directory** ([`Sys::open_dir_beneath`] and the
+//!   `*_in` calls): the directory is opened once as the targets above are
+//!   (beneath the root, no symlink followed) and held as a [`DirHandle`];
+//!   each `*_in` call then names an entry relative to that descriptor: a
+//!   single name acted on with an `*at` call that never follows it, a
+//!   nested one's parent opened with `openat2(RESOLVE_BENEATH |
+//!   RESOLVE_NO_SYMLINKS)` from the handle. The same guarantees as the
+//!   `*_beneath` calls, with the path from the root resolved once per
+//!   directory instead of once per call (the payload writer made about 140
+//!   syscalls a volume, most of them re-resolving the same volume dir).
+//!   The handle pins the directory: it is for one operation's calls, never
+//!   kept across operations.
 //! - **Filesystem probe** ([`Sys::probe_fs`]): runs `blkid -p -s TYPE -s
 //!   PTTYPE -o export <dev>` like the kubelet's `GetDiskFormat`: a low-level
 //!   probe that reads the device itself (not the udev cache). Exit status 2
@@ -54,6 +66,7 @@
 //!   get `-F -m0` as the kubelet passes them.
 
 mod child;
+mod dir;
 mod linux;
 mod malloc;
 mod raw;
@@ -64,8 +77,8 @@ use std::path::{Path, PathBuf};
 use crate::host::mountinfo::MountTable;
 
 pub use crate::host::sys_types::{
-    Beneath, Call, DirEntry, DiskFormat, FileKind, FileStat, FsUsage, Listing, MountProbe, SysCall,
-    SysError,
+    Beneath, Call, DirEntry, DirHandle, DiskFormat, FileKind, FileStat, FsUsage, Listing,
+    MountProbe, SysCall, SysError,
 };
 pub use child::parse_blkid_export;
 pub use linux::LinuxSys;
@@ -216,6 +229,83 @@ pub trait Sys: Send + Sync {
     /// mount id, the device and whether it is a mount root — what the
     /// health monitor compares with the mount it learnt from the table.
     fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError>;
+    /// [`mkdir_all_beneath`]: `at` and its missing parents below the base,
+    /// each with `mode` (the umask applies), no symlink followed.
+    fn mkdirs_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+        mkdirs_by_calls(self, at, mode)
+    }
+    /// Opens the directory `at`, reached beneath `at.base` without following
+    /// any symlink, itself included (`ELOOP`), as a handle for the `*_in`
+    /// calls. The default (a fake's) checks it with [`Sys::stat_beneath`]
+    /// and keeps the path.
+    fn open_dir_beneath(&self, at: Beneath<'_>) -> Result<DirHandle, SysError> {
+        let full = at.full();
+        match self.stat_beneath(at)?.kind {
+            FileKind::Dir => Ok(DirHandle::by_path(full)),
+            FileKind::Symlink => Err(SysError::call(Call::OpenDir, &full, Errno::ELOOP)),
+            _ => Err(SysError::call(Call::OpenDir, &full, Errno::ENOTDIR)),
+        }
+    }
+    /// A new directory `rel` in `dir` with exactly `mode` (the umask does
+    /// not apply), opened as a handle; `EEXIST` if anything is there.
+    fn make_dir_in(&self, dir: &DirHandle, rel: &Path, mode: u32) -> Result<DirHandle, SysError> {
+        if let Some(fd) = dir.fd() {
+            return dir::make_dir(dir.path(), fd, rel, mode);
+        }
+        let at = in_dir(dir, rel);
+        self.mkdir_beneath(at, mode)?;
+        self.chmod_dir_beneath(at, mode)?;
+        Ok(DirHandle::by_path(at.full()))
+    }
+    /// [`Sys::create_file_beneath`] of `rel` in `dir`.
+    fn create_file_in(
+        &self,
+        dir: &DirHandle,
+        rel: &Path,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::create_file(dir.path(), fd, rel, bytes, mode),
+            None => self.create_file_beneath(in_dir(dir, rel), bytes, mode),
+        }
+    }
+    /// [`Sys::symlink_beneath`] of `rel` in `dir`.
+    fn symlink_in(&self, dir: &DirHandle, rel: &Path, target: &Path) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::symlink(dir.path(), fd, rel, target),
+            None => self.symlink_beneath(in_dir(dir, rel), target),
+        }
+    }
+    /// [`Sys::read_link_beneath`] of `rel` in `dir`.
+    fn read_link_in(&self, dir: &DirHandle, rel: &Path) -> Result<PathBuf, SysError> {
+        match dir.fd() {
+            Some(fd) => dir::read_link(dir.path(), fd, rel),
+            None => self.read_link_beneath(in_dir(dir, rel)),
+        }
+    }
+    /// [`Sys::chgrp_beneath`] of `rel` in `dir`.
+    fn chgrp_in(&self, dir: &DirHandle, rel: &Path, gid: u32) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::chgrp(dir.path(), fd, rel, gid),
+            None => self.chgrp_beneath(in_dir(dir, rel), gid),
+        }
+    }
+    /// [`Sys::replace_beneath`] of the entry `from` of `dir` to `to_name`.
+    fn replace_in(&self, dir: &DirHandle, from: &OsStr, to_name: &OsStr) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::replace(dir.path(), fd, from, to_name),
+            None => self.replace_beneath(in_dir(dir, Path::new(from)), to_name),
+        }
+    }
+    /// [`Sys::read_dir_beneath`] of `dir` itself (entries on another
+    /// filesystem than `dir` are mount roots).
+    fn read_dir_in(&self, dir: &DirHandle) -> Result<Vec<DirEntry>, SysError> {
+        match dir.fd() {
+            Some(fd) => dir::read_dir(dir.path(), fd),
+            None => self.read_dir_beneath(dir.path(), Path::new("")),
+        }
+    }
     /// A watch of this process's mount table, `None` where changes cannot
     /// be watched (every look must then assume one).
     fn watch_mount_table(&self) -> Option<Box<dyn MountTableWatch>> {
@@ -230,6 +320,14 @@ pub trait MountTableWatch: Send {
     /// Whether the table changed since the watch was made or last asked;
     /// also true when it cannot tell.
     fn changed(&mut self) -> bool;
+}
+
+/// `rel` beneath a path-only handle's directory.
+fn in_dir<'p>(dir: &'p DirHandle, rel: &'p Path) -> Beneath<'p> {
+    Beneath {
+        base: dir.path(),
+        rel,
+    }
 }
 
 /// Creates `path` and any missing parents with `mode` (like `mkdir -p`,
@@ -255,7 +353,17 @@ pub fn mkdir_all(sys: &dyn Sys, path: &Path, mode: u32) -> Result<(), SysError> 
 /// followed anywhere below the base: every level is made with
 /// [`Sys::mkdir_beneath`], and an existing entry must be a directory
 /// itself (a symlink there, even to a directory, is `ELOOP`).
+///
+/// [`Sys::mkdirs_beneath`] does it: by default with one
+/// [`Sys::mkdir_beneath`] per level (a fake's), [`LinuxSys`] from one
+/// handle on the deepest level that exists.
 pub fn mkdir_all_beneath(sys: &dyn Sys, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
+    sys.mkdirs_beneath(at, mode)
+}
+
+/// [`mkdir_all_beneath`] by [`Sys::mkdir_beneath`] and
+/// [`Sys::stat_beneath`] calls, in `mkdir -p`'s order.
+fn mkdirs_by_calls<S: Sys + ?Sized>(sys: &S, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
     leaf_first(
         at,
         &|b| sys.mkdir_beneath(b, mode),

@@ -172,6 +172,11 @@ pub enum SysCall {
         /// path
         path: PathBuf,
     },
+    /// a directory opened as a handle
+    OpenDir {
+        /// path
+        path: PathBuf,
+    },
 }
 
 impl SysCall {
@@ -204,6 +209,7 @@ impl SysCall {
             SysCall::ReadFile { .. } => Call::ReadFile,
             SysCall::Statfs { .. } => Call::Statfs,
             SysCall::MountProbe { .. } => Call::MountProbe,
+            SysCall::OpenDir { .. } => Call::OpenDir,
         }
     }
 
@@ -222,6 +228,7 @@ impl SysCall {
                 | Call::ReadFile
                 | Call::Statfs
                 | Call::MountProbe
+                | Call::OpenDir
         )
     }
 }

@@ -29,8 +29,12 @@
 //!
 //! With an fsGroup every entry written gets that group and the kubelet's
 //! read-only volume ownership bits (files `| 0440`, dirs `| 02550`).
-//! Every call goes through [`Sys`]'s `*_beneath` calls: nothing below the
-//! root dir is followed through a symlink.
+//! The volume dir is opened once beneath the root, and the payload dir
+//! once when made, both without following a symlink; every entry is then
+//! made, read or swapped through those handles ([`Sys`]'s `*_in` calls),
+//! so nothing below the root dir is followed through a symlink and the
+//! path is not walked again for each call. Rollback removals go by path
+//! (`*_beneath`), as they are rare.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -38,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::host::remove::remove_dir_one_fs;
-use crate::host::sys::{Errno, FileKind, mkdir_all_beneath};
+use crate::host::sys::{DirHandle, Errno, FileKind};
 use crate::model::{PAYLOAD_DATA_LINK, PAYLOAD_DATA_TMP, PAYLOAD_PRIVATE_PREFIX};
 use crate::plugins::mount_ops::beneath;
 use crate::plugins::{Action, Op, PluginError};
@@ -74,12 +78,18 @@ pub(crate) fn write(
 ) -> Result<Action, PluginError> {
     let sys = op.sys;
     let path = |name: &str| t.dir.join(name);
-    let data_link = path(PAYLOAD_DATA_LINK);
-    let current = current_dir_name(op, t.root, &data_link)?;
-    // listed from the volume dir itself: a walk from the root may not
-    // cross into the volume's tmpfs (RESOLVE_NO_XDEV); the dir is reached
-    // without following any symlink all the same
-    let entries = op.look(sys.read_dir_beneath(t.dir, Path::new("")))?;
+    // The volume dir, opened once beneath the root without following any
+    // symlink; every entry of it is then named through this handle (one
+    // path walk for the whole write, not one per call). Opened without
+    // `RESOLVE_NO_XDEV`: the volume's tmpfs is a mount below the root.
+    let vol = op.look(sys.open_dir_beneath(beneath(op, t.root, t.dir)?))?;
+    let entries = op.look(sys.read_dir_in(&vol))?;
+    // `..data` is read only when the listing shows one (not on a first write)
+    let listed = |name: &str| entries.iter().any(|e| e.name == std::ffi::OsStr::new(name));
+    let current = match listed(PAYLOAD_DATA_LINK) {
+        true => current_in(op, &vol)?,
+        false => None,
+    };
 
     // 1. roll back what a crash left beside the current payload
     for e in entries.iter().filter(|e| is_private(&e.name)) {
@@ -102,13 +112,13 @@ pub(crate) fn write(
     };
     if !in_place {
         let name = format!("{PAYLOAD_PRIVATE_PREFIX}{}.{wanted}", utc_stamp(now));
-        write_dir(op, t, &path(&name), payload)?;
+        write_dir(op, t, &vol, &name, payload)?;
         crate::failpoint::hit("payload.after_dir");
-        let tmp = path(PAYLOAD_DATA_TMP);
-        let r = sys.symlink_beneath(beneath(op, t.root, &tmp)?, Path::new(&name));
+        let tmp = Path::new(PAYLOAD_DATA_TMP);
+        let r = sys.symlink_in(&vol, tmp, Path::new(&name));
         op.act(r)?;
-        group(op, t, &tmp, None)?;
-        let r = sys.replace_beneath(beneath(op, t.root, &tmp)?, PAYLOAD_DATA_LINK.as_ref());
+        group_in(op, t, &vol, tmp)?;
+        let r = sys.replace_in(&vol, tmp.as_os_str(), PAYLOAD_DATA_LINK.as_ref());
         op.act(r)?;
         crate::failpoint::hit("payload.after_swap");
     }
@@ -122,11 +132,9 @@ pub(crate) fn write(
     for name in &top {
         let link = path(name);
         let to = Path::new(PAYLOAD_DATA_LINK).join(name);
-        let at = beneath(op, t.root, &link)?;
         // a name the listing did not show is made without a look (a first
         // write's every name)
-        let listed = entries.iter().any(|e| e.name == std::ffi::OsStr::new(name));
-        match listed.then(|| sys.read_link_beneath(at)) {
+        match listed(name).then(|| sys.read_link_in(&vol, Path::new(name))) {
             None => {}
             Some(Ok(points)) if points == to => continue,
             // a link elsewhere: the name must go through `..data`
@@ -137,9 +145,9 @@ pub(crate) fn write(
             }
             Some(Err(e)) => return Err(op.sys_err(e, false)),
         }
-        let r = sys.symlink_beneath(at, &to);
+        let r = sys.symlink_in(&vol, Path::new(name), &to);
         op.act(r)?;
-        group(op, t, &link, None)?;
+        group_in(op, t, &vol, Path::new(name))?;
     }
     for e in entries.iter().filter(|e| !is_private(&e.name)) {
         let gone = e.name.to_str().is_none_or(|n| !top.contains(n));
@@ -188,13 +196,9 @@ fn holds(
 }
 
 /// The name of the payload dir `..data` points to, `None` when there is
-/// no `..data` (a first write).
-pub(crate) fn current_dir_name(
-    op: &Op<'_>,
-    root: &Path,
-    data_link: &Path,
-) -> Result<Option<OsString>, PluginError> {
-    match op.sys.read_link_beneath(beneath(op, root, data_link)?) {
+/// no `..data` (a first write), read through the volume dir's handle.
+fn current_in(op: &Op<'_>, vol: &DirHandle) -> Result<Option<OsString>, PluginError> {
+    match op.sys.read_link_in(vol, Path::new(PAYLOAD_DATA_LINK)) {
         Ok(to) => Ok(to.file_name().map(|n| n.to_owned())),
         Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(None),
         Err(e) => Err(op.sys_err(e, false)),
@@ -223,26 +227,33 @@ fn is_private(name: &std::ffi::OsStr) -> bool {
         .starts_with(PAYLOAD_PRIVATE_PREFIX.as_bytes())
 }
 
-/// Writes every file of `payload` under the new dir `at`.
+/// Writes every file of `payload` under the new dir `name` of the volume
+/// dir: the dir is made with its exact mode and opened once; its files and
+/// nested dirs are made through that handle.
 fn write_dir(
     op: &mut Op<'_>,
     t: &Target<'_>,
-    at: &Path,
+    vol: &DirHandle,
+    name: &str,
     payload: &Payload,
 ) -> Result<(), PluginError> {
     let sys = op.sys;
-    let r = sys.mkdir_beneath(beneath(op, t.root, at)?, PAYLOAD_DIR_MODE);
-    op.act(r)?;
-    let mut dirs = BTreeSet::from([at.to_owned()]);
+    let r = sys.make_dir_in(vol, Path::new(name), PAYLOAD_DIR_MODE);
+    let dir = op.act(r)?;
+    // nested dirs made so far: the payload dir is new, so each is made
+    // once, parents first, and none can be there before
+    let mut nested: BTreeSet<PathBuf> = BTreeSet::new();
     for (rel, file) in &payload.files {
-        let file_path = at.join(rel);
-        if let Some(parent) = file_path.parent().filter(|p| *p != at) {
-            let r = mkdir_all_beneath(sys, beneath(op, t.root, parent)?, PAYLOAD_DIR_MODE);
-            op.act(r)?;
-            let mut up = Some(parent);
-            while let Some(d) = up.filter(|d| *d != at) {
-                dirs.insert(d.to_owned());
-                up = d.parent();
+        let rel = Path::new(rel);
+        let ups: Vec<&Path> = rel
+            .ancestors()
+            .skip(1)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        for up in ups.into_iter().rev() {
+            if nested.insert(up.to_owned()) {
+                let r = sys.make_dir_in(&dir, up, PAYLOAD_DIR_MODE).map(drop);
+                op.act(r)?;
             }
         }
         let mode = match t.fs_group {
@@ -250,15 +261,32 @@ fn write_dir(
             None => file.mode,
         };
         // unsynced: see `holds`
-        let r = sys.create_file_beneath(beneath(op, t.root, &file_path)?, &file.bytes, mode);
+        let r = sys.create_file_in(&dir, rel, &file.bytes, mode);
         op.act(r)?;
-        group(op, t, &file_path, None)?;
+        group_in(op, t, &dir, rel)?;
     }
-    for d in &dirs {
-        let bits = t
-            .fs_group
-            .map_or(PAYLOAD_DIR_MODE, |_| PAYLOAD_DIR_MODE | GROUP_DIR_BITS);
-        group(op, t, d, Some(bits))?;
+    if t.fs_group.is_some() {
+        // the group, then the bits (set after the group, as a chgrp may
+        // clear setgid); without an fsGroup the mode was exact from the
+        // mkdir
+        let at = dir.path();
+        for d in std::iter::once(at.to_owned()).chain(nested.iter().map(|n| at.join(n))) {
+            group(op, t, &d, Some(PAYLOAD_DIR_MODE | GROUP_DIR_BITS))?;
+        }
+    }
+    Ok(())
+}
+
+/// With an fsGroup, gives the entry `rel` of `dir` the group.
+fn group_in(
+    op: &mut Op<'_>,
+    t: &Target<'_>,
+    dir: &DirHandle,
+    rel: &Path,
+) -> Result<(), PluginError> {
+    if let Some(gid) = t.fs_group {
+        let r = op.sys.chgrp_in(dir, rel, gid);
+        op.act(r)?;
     }
     Ok(())
 }

@@ -1,0 +1,419 @@
+//! The `*_in` calls on a [`DirHandle`] that holds a descriptor (the one
+//! [`LinuxSys::open_dir_beneath`](super::LinuxSys) makes): a single name is
+//! acted on with an `*at` call on the handle that never follows it; a
+//! nested name's parent is opened from the handle with `openat2(
+//! RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` first (see the module docs of
+//! [`crate::host::sys`]). Also the directory listing both kinds of listing
+//! share.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+
+use super::raw::{file_stat, mode, mount_root_attr, statx_at};
+use super::{Beneath, Call, DirEntry, DirHandle, Errno, LinuxSys, SysError};
+
+/// Opens `at` as a handle: readable (a new directory's mode is set through
+/// it) and never a symlink, itself included (`ELOOP` from
+/// `RESOLVE_NO_SYMLINKS`; `O_NOFOLLOW` would make that `ENOTDIR`).
+pub(super) fn open(at: Beneath<'_>) -> Result<DirHandle, SysError> {
+    let path = at.full();
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+    let fd = LinuxSys::open_at_beneath(Call::OpenDir, at, flags, &path)?;
+    Ok(DirHandle::with_fd(path, fd))
+}
+
+/// `mkdir -p` beneath `at.base` from handles: the base opened once, the
+/// deepest level that exists found leaf first (the parent, usually) with
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from it, then each
+/// missing level made with `mkdirat` in the one above and opened the same
+/// way (a symlink made there meanwhile is `ELOOP`, anything else but a
+/// directory `ENOTDIR`). Where the per-level calls walked the whole path
+/// from the base for each level and each failed try (a pod's first volume
+/// and its marker: about 60 syscalls), this walks it once or a few times.
+pub(super) fn mkdirs(at: Beneath<'_>, m: u32) -> Result<(), SysError> {
+    let full = at.full();
+    let err = |e| SysError::call(Call::Mkdir, &full, e);
+    let names: Vec<&OsStr> = at
+        .rel
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => Ok(n),
+            _ => Err(err(Errno::EINVAL)),
+        })
+        .collect::<Result<_, _>>()?;
+    let base = nix::fcntl::open(
+        at.base,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        mode(0),
+    )
+    .map_err(err)?;
+    let Some((_, parents)) = names.split_last() else {
+        return Ok(()); // the base itself, a directory
+    };
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS;
+    let how = OpenHow::new().flags(flags).resolve(resolve);
+    // the deepest existing level among the parents, and its handle
+    let mut have = parents.len();
+    let mut dir = loop {
+        if have == 0 {
+            break None;
+        }
+        let prefix: PathBuf = parents[..have].iter().collect();
+        match nix::fcntl::openat2(base.as_fd(), &prefix, how) {
+            Ok(fd) => break Some(fd),
+            Err(Errno::ENOENT) => have -= 1,
+            Err(e) => return Err(err(e)),
+        }
+    };
+    for (i, name) in names.iter().enumerate().skip(have) {
+        let at_fd = dir.as_ref().map_or(base.as_fd(), |d| d.as_fd());
+        let made = match nix::sys::stat::mkdirat(at_fd, *name, mode(m)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
+            Err(e) => return Err(err(e)),
+        };
+        if made && i + 1 == names.len() {
+            break; // the leaf just made needs no handle
+        }
+        // a level to go on from, or the leaf found there: a directory
+        // itself (a symlink there, even to a directory, is `ELOOP`)
+        dir = Some(nix::fcntl::openat2(at_fd, *name, how).map_err(err)?);
+    }
+    Ok(())
+}
+
+/// Runs `act` on `rel`'s last component in its parent: the handle itself
+/// for a single name, else the parent opened beneath the handle without
+/// following any symlink (`ELOOP`). `rel` must be plain names (`EINVAL`).
+fn in_parent<T>(
+    base: &Path,
+    fd: BorrowedFd<'_>,
+    call: Call,
+    rel: &Path,
+    act: impl FnOnce(BorrowedFd<'_>, &OsStr) -> nix::Result<T>,
+) -> Result<T, SysError> {
+    let path = base.join(rel);
+    let err = |e| SysError::call(call, &path, e);
+    let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
+    let name = rel
+        .file_name()
+        .filter(|_| plain)
+        .ok_or(err(Errno::EINVAL))?;
+    match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        None => act(fd, name).map_err(err),
+        Some(parent) => {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS;
+            let how = OpenHow::new().flags(flags).resolve(resolve);
+            let dir = nix::fcntl::openat2(fd, parent, how).map_err(err)?;
+            act(dir.as_fd(), name).map_err(err)
+        }
+    }
+}
+
+/// `mkdirat`, then the new directory opened (never following it) and its
+/// mode set exactly through that descriptor, which becomes the handle.
+pub(super) fn make_dir(
+    base: &Path,
+    fd: BorrowedFd<'_>,
+    rel: &Path,
+    m: u32,
+) -> Result<DirHandle, SysError> {
+    let path = base.join(rel);
+    let made = in_parent(base, fd, Call::Mkdir, rel, |dir, name| {
+        nix::sys::stat::mkdirat(dir, name, mode(m))?;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        nix::fcntl::openat(dir, name, flags, mode(0))
+    })?;
+    // exact, whatever the umask
+    nix::sys::stat::fchmod(&made, mode(m)).map_err(|e| SysError::call(Call::ChmodDir, &path, e))?;
+    Ok(DirHandle::with_fd(path, made))
+}
+
+/// A new file with `bytes` and exactly mode `m` (`O_EXCL`, never
+/// following a symlink there).
+pub(super) fn create_file(
+    base: &Path,
+    fd: BorrowedFd<'_>,
+    rel: &Path,
+    bytes: &[u8],
+    m: u32,
+) -> Result<(), SysError> {
+    in_parent(base, fd, Call::CreateFile, rel, |dir, name| {
+        create_in(dir, name, bytes, m)
+    })
+}
+
+/// The file `name` in `dir`, created as [`create_file`] says (shared with
+/// [`LinuxSys`]'s `create_file_beneath`).
+pub(super) fn create_in(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    bytes: &[u8],
+    m: u32,
+) -> nix::Result<()> {
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(dir, name, flags, mode(m))?;
+    // exact, whatever the umask (a payload's `defaultMode` may be 0666)
+    nix::sys::stat::fchmod(&fd, mode(m))?;
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, bytes)
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+}
+
+pub(super) fn symlink(
+    base: &Path,
+    fd: BorrowedFd<'_>,
+    rel: &Path,
+    target: &Path,
+) -> Result<(), SysError> {
+    in_parent(base, fd, Call::Symlink, rel, |dir, name| {
+        nix::unistd::symlinkat(target, dir, name)
+    })
+}
+
+pub(super) fn read_link(base: &Path, fd: BorrowedFd<'_>, rel: &Path) -> Result<PathBuf, SysError> {
+    in_parent(base, fd, Call::ReadLink, rel, |dir, name| {
+        nix::fcntl::readlinkat(dir, name).map(PathBuf::from)
+    })
+}
+
+pub(super) fn chgrp(base: &Path, fd: BorrowedFd<'_>, rel: &Path, gid: u32) -> Result<(), SysError> {
+    in_parent(base, fd, Call::Chgrp, rel, |dir, name| {
+        let gid = Some(nix::unistd::Gid::from_raw(gid));
+        let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+        nix::unistd::fchownat(dir, name, None, gid, flags)
+    })
+}
+
+/// `renameat` of two names of the handle's directory (single names only).
+pub(super) fn replace(
+    base: &Path,
+    fd: BorrowedFd<'_>,
+    from: &OsStr,
+    to: &OsStr,
+) -> Result<(), SysError> {
+    in_parent(base, fd, Call::Replace, Path::new(from), |dir, name| {
+        if Path::new(to).components().count() != 1 {
+            return Err(Errno::EINVAL);
+        }
+        nix::fcntl::renameat(dir, name, dir, to)
+    })
+}
+
+/// The handle's directory listed (a new descriptor of it, so the handle's
+/// own stays unread).
+pub(super) fn read_dir(base: &Path, fd: BorrowedFd<'_>) -> Result<Vec<DirEntry>, SysError> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let own = nix::fcntl::openat(fd, ".", flags, mode(0))
+        .map_err(|e| SysError::call(Call::ReadDirBeneath, base, e))?;
+    list(own, base, Call::ReadDirBeneath)
+}
+
+/// The entries of the directory open at `fd` (at `path`), each classified
+/// by `statx` without following it; an entry on another device than the
+/// directory is a mount root.
+pub(super) fn list(fd: OwnedFd, path: &Path, call: Call) -> Result<Vec<DirEntry>, SysError> {
+    let err = |e| SysError::call(call, path, e);
+    let dot = CString::from(c".");
+    let own = statx_at(fd.as_raw_fd(), &dot, 0, libc::STATX_BASIC_STATS).map_err(err)?;
+    let mut dir = nix::dir::Dir::from_fd(fd).map_err(err)?;
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let entry = entry.map_err(err)?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            names.push(name.to_owned());
+        }
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let os = OsString::from(OsStr::from_bytes(name.as_bytes()));
+        let entry_path = path.join(&os);
+        let st = statx_at(
+            dir.as_raw_fd(),
+            &name,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        )
+        .map_err(|e| SysError::call(Call::Stat, &entry_path, e))?;
+        let kind = file_stat(&st, Call::Stat, &entry_path)?.kind;
+        let other_dev =
+            (st.stx_dev_major, st.stx_dev_minor) != (own.stx_dev_major, own.stx_dev_minor);
+        let mount_root = mount_root_attr(&st).unwrap_or(other_dev) || other_dev;
+        out.push(DirEntry {
+            name: os,
+            kind,
+            mount_root,
+            bytes: st.stx_blocks.saturating_mul(512),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, symlink};
+
+    use super::*;
+    use crate::host::sys::Sys;
+
+    /// A root with `v/` in it, and `v` opened as a handle.
+    fn opened() -> (tempfile::TempDir, PathBuf, DirHandle) {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("v")).unwrap();
+        let at = Beneath {
+            base: &root,
+            rel: Path::new("v"),
+        };
+        let h = LinuxSys.open_dir_beneath(at).unwrap();
+        assert!(h.fd().is_some(), "the real handle holds a descriptor");
+        (d, root, h)
+    }
+
+    #[test]
+    fn a_handle_is_never_opened_through_a_symlink() {
+        let (_d, root, _h) = opened();
+        symlink("v", root.join("link")).unwrap();
+        std::fs::create_dir(root.join("v/w")).unwrap();
+        for rel in ["link", "link/w"] {
+            let at = Beneath {
+                base: &root,
+                rel: Path::new(rel),
+            };
+            let e = LinuxSys.open_dir_beneath(at).unwrap_err();
+            assert_eq!(e.errno(), Some(Errno::ELOOP), "{rel}");
+        }
+    }
+
+    /// Through the handle: a new dir and a new file get their mode exactly
+    /// (0777 and 0666, which any umask with group or other bits cuts), a
+    /// nested name is reached below the handle, a symlink on the way is
+    /// refused, `..` is refused, and a name taken is `EEXIST`.
+    #[test]
+    fn calls_through_a_handle_keep_modes_and_follow_no_symlink() {
+        let (_d, root, h) = opened();
+        let sys = LinuxSys;
+        let sub = sys.make_dir_in(&h, Path::new("d"), 0o777).unwrap();
+        assert_eq!(sub.path(), root.join("v/d"));
+        sys.create_file_in(&h, Path::new("d/f"), b"x", 0o666)
+            .unwrap();
+        sys.create_file_in(&sub, Path::new("g"), b"y", 0o400)
+            .unwrap();
+        let mode = |p: &str| std::fs::symlink_metadata(root.join(p)).unwrap().mode() & 0o7777;
+        assert_eq!(mode("v/d"), 0o777);
+        assert_eq!(mode("v/d/f"), 0o666);
+        assert_eq!(mode("v/d/g"), 0o400);
+        assert_eq!(std::fs::read(root.join("v/d/g")).unwrap(), b"y");
+        let taken = sys.create_file_in(&h, Path::new("d/f"), b"", 0o644);
+        assert_eq!(taken.unwrap_err().errno(), Some(Errno::EEXIST));
+        // a symlink on the way: refused, nothing made where it points
+        symlink("d", root.join("v/ln")).unwrap();
+        let e = sys
+            .create_file_in(&h, Path::new("ln/h"), b"", 0o644)
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ELOOP));
+        assert!(!root.join("v/d/h").exists());
+        // a symlink at the name itself is never written through
+        let e = sys
+            .create_file_in(&h, Path::new("ln"), b"", 0o644)
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EEXIST));
+        for rel in ["../out", "d/../../out", ""] {
+            let e = sys
+                .symlink_in(&h, Path::new(rel), Path::new("x"))
+                .unwrap_err();
+            assert_eq!(e.errno(), Some(Errno::EINVAL), "{rel:?}");
+        }
+        assert!(!root.join("out").exists());
+    }
+
+    /// `mkdir -p` beneath a base from handles, as the per-level calls did:
+    /// what exists is kept, missing levels are made with the mode (the
+    /// umask may cut it), and a symlink (even to a directory) or a file on
+    /// the way or at the end is refused.
+    #[test]
+    fn mkdirs_makes_missing_levels_and_refuses_symlinks_and_files() {
+        let (_d, root, _h) = opened();
+        std::fs::write(root.join("file"), b"").unwrap();
+        symlink("v", root.join("to-v")).unwrap();
+        let table: [(&str, Option<Errno>); 8] = [
+            ("v", None),
+            ("", None),
+            ("v/a/b/c", None),
+            ("v/a/b", None),
+            ("new/x", None),
+            ("to-v", Some(Errno::ELOOP)),
+            ("to-v/a/z", Some(Errno::ELOOP)),
+            ("file/below", Some(Errno::ENOTDIR)),
+        ];
+        for (rel, want) in table {
+            let at = Beneath {
+                base: &root,
+                rel: Path::new(rel),
+            };
+            let got = LinuxSys
+                .mkdirs_beneath(at, 0o750)
+                .err()
+                .and_then(|e| e.errno());
+            assert_eq!(got, want, "{rel}");
+            if want.is_none() {
+                assert!(
+                    std::fs::symlink_metadata(root.join(rel)).unwrap().is_dir(),
+                    "{rel}"
+                );
+            }
+        }
+        assert!(
+            !root.join("v/a/z").exists(),
+            "nothing made through the symlink"
+        );
+        let mode = std::fs::metadata(root.join("v/a")).unwrap().mode();
+        assert_eq!(mode & 0o777 & !0o750, 0, "new levels get at most the mode");
+        let e = LinuxSys.mkdirs_beneath(
+            Beneath {
+                base: &root,
+                rel: Path::new("file"),
+            },
+            0o750,
+        );
+        assert_eq!(e.unwrap_err().errno(), Some(Errno::ENOTDIR));
+    }
+
+    #[test]
+    fn links_are_made_read_and_swapped_through_a_handle() {
+        let (_d, root, h) = opened();
+        let sys = LinuxSys;
+        sys.symlink_in(&h, Path::new("a"), Path::new("one"))
+            .unwrap();
+        sys.symlink_in(&h, Path::new("tmp"), Path::new("two"))
+            .unwrap();
+        sys.replace_in(&h, OsStr::new("tmp"), OsStr::new("a"))
+            .unwrap();
+        assert_eq!(
+            sys.read_link_in(&h, Path::new("a")).unwrap(),
+            Path::new("two")
+        );
+        assert!(!root.join("v/tmp").exists());
+        let gid = std::fs::symlink_metadata(root.join("v/a")).unwrap().gid();
+        sys.chgrp_in(&h, Path::new("a"), gid).unwrap();
+        let names: Vec<OsString> = sys
+            .read_dir_in(&h)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, [OsString::from("a")]);
+        let e = sys
+            .replace_in(&h, OsStr::new("a"), OsStr::new("../b"))
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EINVAL));
+    }
+}
