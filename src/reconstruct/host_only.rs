@@ -2,11 +2,12 @@
 //! from the host alone, and their decisions (also as reconstruction's
 //! second phase, [`merge_leftovers`]).
 
-use std::path::Path;
+use std::borrow::Cow;
 
 use fxhash::FxHashSet;
 
 use super::merge::record;
+use super::paths::plain_bytes;
 use super::{
     Boot, Decision, FailedTarget, HostObservation, HostTarget, JournalSays, MergeInput,
     MergeOutput, Rebuild, RebuildFailure, classify,
@@ -22,23 +23,25 @@ use crate::model::{PluginName, SharedParams, TargetParams, TargetRef, UniqueVolu
 /// one of `decided`'s decisions (the first phase's). `input.journal` says
 /// whether the journal is on; its entries are not decided again.
 pub fn merge_leftovers(input: &MergeInput<'_>, decided: &MergeOutput) -> MergeOutput {
-    let mut claimed: FxHashSet<&Path> = FxHashSet::default();
+    // by plain bytes, equal exactly when the paths are: `Path`'s hash
+    // walks components, twice per target of a large node here
+    let mut claimed: FxHashSet<Cow<'_, [u8]>> = FxHashSet::default();
     let mut keys: FxHashSet<&TargetKey> = FxHashSet::default();
     if let Some(journal) = input.journal {
         for (key, entry) in journal.entries() {
             keys.insert(key);
-            claimed.extend(entry.current_params().path());
+            claimed.extend(entry.current_params().path().map(plain_bytes));
         }
     }
     for d in &decided.decisions {
         keys.insert(&d.key);
-        claimed.extend(d.params.path());
+        claimed.extend(d.params.path().map(plain_bytes));
     }
-    claimed.extend(decided.failed.iter().map(|f| f.path.as_path()));
+    claimed.extend(decided.failed.iter().map(|f| plain_bytes(&f.path)));
     let mut out = MergeOutput::default();
     merge_host_only(
         input,
-        |_, h| claimed.contains(h.path.as_path()),
+        |_, h| claimed.contains(plain_bytes(&h.path).as_ref()),
         |k| keys.contains(k),
         &mut out,
     );

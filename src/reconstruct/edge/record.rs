@@ -146,9 +146,20 @@ pub fn read_and_reconstruct_ready(
         let scan = Instant::now();
         let (table, speculated) = MountTable::read_overlapped(
             |piece| sys.read_mountinfo_pieces(piece),
-            || match replaced {
-                None => crate::reconstruct::asw_as_journal_says(state, boot_id.as_str()),
-                Some(_) => None,
+            || {
+                let fill = Instant::now();
+                let speculated = match replaced {
+                    None => crate::reconstruct::asw_as_journal_says(state, boot_id.as_str()),
+                    Some(_) => None,
+                };
+                // overlaps the table's read: part of `mount_scan`
+                tracing::info!(
+                    phase = "asw_from_journal",
+                    elapsed_ms = elapsed_ms(fill.elapsed()),
+                    kept_if_merge_agrees = speculated.is_some(),
+                    "startup phase"
+                );
+                speculated
             },
         );
         let table = table.map_err(mount_table_error)?;
@@ -180,13 +191,7 @@ pub fn read_and_reconstruct_ready(
         Some((asw, asw_errors)) if bodies.is_empty() && unchanged == decisions => {
             // nothing to append, but a journal closed for writes fails
             // startup here as it does on the other branch
-            journal
-                .record_reconstruction(Vec::new())
-                .map_err(|source| ReconstructError::AppendRecords {
-                    path: journal.dir().to_owned(),
-                    count: 0,
-                    source: Box::new(source),
-                })?;
+            append(journal, Vec::new())?;
             log_asw_errors(&asw_errors);
             Ok(Ready {
                 table,
@@ -201,8 +206,33 @@ pub fn read_and_reconstruct_ready(
             })
         }
         _ => {
+            // Timed apart: a restart right after a first start records one
+            // `Reconstructed` record per fresh mount (its outcome carried no
+            // identity, the merge now has one), and sled's inserts of those
+            // are most of phase 1 at 10k targets.
+            let record = Instant::now();
+            let records = bodies.len();
+            let appended = append(journal, bodies)?;
+            tracing::info!(
+                phase = "journal_record",
+                elapsed_ms = elapsed_ms(record.elapsed()),
+                records,
+                "startup phase"
+            );
+            let fill = Instant::now();
             let mut asw = ActualStateOfWorld::new();
-            let outcome = record_and_apply(journal, reconstruction, bodies, unchanged, &mut asw)?;
+            let asw_errors = apply(&reconstruction, &mut asw);
+            tracing::info!(
+                phase = "asw_fill",
+                elapsed_ms = elapsed_ms(fill.elapsed()),
+                "startup phase"
+            );
+            let outcome = Outcome {
+                reconstruction,
+                appended,
+                unchanged,
+                asw_errors,
+            };
             Ok(Ready {
                 table,
                 outcome,
@@ -253,22 +283,33 @@ fn record_and_apply(
     unchanged: usize,
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
-    let count = bodies.len();
-    let appended = journal.record_reconstruction(bodies).map_err(|source| {
-        ReconstructError::AppendRecords {
-            path: journal.dir().to_owned(),
-            count,
-            source: Box::new(source),
-        }
-    })?;
-    let asw_errors = apply_to_asw(&reconstruction.output, asw);
-    log_asw_errors(&asw_errors);
+    let appended = append(journal, bodies)?;
+    let asw_errors = apply(&reconstruction, asw);
     Ok(Outcome {
         reconstruction,
         appended,
         unchanged,
         asw_errors,
     })
+}
+
+/// Appends a phase's records in one batch (see [`record_and_apply`]).
+fn append(journal: &Journal, bodies: Vec<Decided>) -> Result<Vec<u64>, ReconstructError> {
+    let count = bodies.len();
+    journal
+        .record_reconstruction(bodies)
+        .map_err(|source| ReconstructError::AppendRecords {
+            path: journal.dir().to_owned(),
+            count,
+            source: Box::new(source),
+        })
+}
+
+/// Applies a phase's decisions to `asw`, logging what it refused.
+fn apply(reconstruction: &Reconstruction, asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
+    let asw_errors = apply_to_asw(&reconstruction.output, asw);
+    log_asw_errors(&asw_errors);
+    asw_errors
 }
 
 fn log_asw_errors(errors: &[ReconstructError]) {
