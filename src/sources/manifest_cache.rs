@@ -39,8 +39,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::read::read_file;
-use super::signature::{FileSignature, file_signature_hash};
+use super::read::{read_file, signature_of};
+use super::signature::{FileSignature, file_signature, file_signature_hash};
 use super::static_pods::ParsedPod;
 
 /// The cache's file name in the journal dir.
@@ -128,17 +128,11 @@ pub fn bytes_hash(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
-/// A file's signature by `stat` through symlinks, as a listing takes it.
+/// A file's signature by `stat` through symlinks, as a listing takes it
+/// (the same conversion, `read::signature_of`).
 fn signature_now(file: &Path) -> Option<FileSignature> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(file).ok()?;
-    Some((
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec(),
-        m.ctime().saturating_mul(1_000_000_000) + m.ctime_nsec(),
-    ))
+    let st = nix::sys::stat::stat(file).ok()?;
+    Some(file_signature(&signature_of(PathBuf::new(), Some(&st))))
 }
 
 fn nanos_since_epoch(t: SystemTime) -> i64 {
@@ -304,31 +298,24 @@ impl ManifestCache {
             return;
         };
         let now = SystemTime::now();
+        // each pending entry: stored (settled, or confirmed by a second
+        // read), dropped (its file moved on), or kept for a later write
         let mut ready: Vec<(OsString, Pending)> = Vec::new();
-        let names: Vec<OsString> = self.pending.keys().cloned().collect();
-        for name in names {
-            let Some(p) = self.pending.get(&name) else {
-                continue;
-            };
+        for (name, p) in std::mem::take(&mut self.pending) {
             if current(&name) != Some(file_signature_hash(&p.sig)) {
-                self.pending.remove(&name);
                 continue;
             }
-            if !p.settled {
-                if !settled(&p.sig, now) {
-                    continue;
-                }
-                // read again now that a change would move its ctime: kept
-                // only if the bytes are the parsed ones and nothing moved
-                let file = self.pods_dir.join(&name);
-                let same = read_file(&file).is_ok_and(|b| bytes_hash(&b) == p.bytes)
-                    && signature_now(&file) == Some(p.sig);
-                if !same {
-                    self.pending.remove(&name);
-                    continue;
-                }
+            if !p.settled && !settled(&p.sig, now) {
+                self.pending.insert(name, p);
+                continue;
             }
-            if let Some(p) = self.pending.remove(&name) {
+            // read again now that a change would move its ctime: kept only
+            // if the bytes are the parsed ones and nothing moved
+            let file = self.pods_dir.join(&name);
+            if p.settled
+                || (read_file(&file).is_ok_and(|b| bytes_hash(&b) == p.bytes)
+                    && signature_now(&file) == Some(p.sig))
+            {
                 ready.push((name, p));
             }
         }

@@ -68,7 +68,8 @@ pub struct Listing {
     pub started: Option<std::time::SystemTime>,
 }
 
-fn signature_of(path: PathBuf, st: Option<&nix::sys::stat::FileStat>) -> EntrySignature {
+/// One entry's signature from its `stat` (zeros when there was none).
+pub(super) fn signature_of(path: PathBuf, st: Option<&nix::sys::stat::FileStat>) -> EntrySignature {
     let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000) + n;
     match st {
         Some(st) => (
