@@ -154,6 +154,16 @@ spec:
 
 // ---------------------------------------------------------------- checks
 
+/// The first line of the daemon's log holding `needle` (empty if none).
+fn log_line(daemon: &support::daemon::Daemon, needle: &str) -> String {
+    daemon
+        .log()
+        .lines()
+        .find(|l| l.contains(needle))
+        .map(str::to_owned)
+        .unwrap_or_default()
+}
+
 fn dev_of(device: &Path) -> DevId {
     let rdev = fs::metadata(device).unwrap().rdev();
     DevId {
@@ -482,16 +492,17 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
             "every target mounted in /debug/state after the restart",
             || all_mounted(&daemon.state(), &want),
         );
-        let listed = daemon
-            .log()
-            .lines()
-            .find(|l| l.contains("phase=\"sources_listed\""))
-            .map(str::to_owned)
-            .unwrap_or_default();
+        let listed = log_line(&daemon, "phase=\"sources_listed\"");
         assert!(
             listed.contains("pods=2") && listed.contains("from_cache=2"),
             "both manifests came from the cache, none was parsed: {listed:?}"
         );
+        // A fresh tmpfs's identity is journaled when it is mounted, so the
+        // merge agrees with the journal on the two memory emptyDirs (and the
+        // two disk ones, no mounts) and records only the local PV's three
+        // mounts, whose identity a fresh mount does not look up.
+        let ready = log_line(&daemon, "phase=\"asw_ready\"");
+        assert!(ready.contains("targets=7 recorded=3"), "{ready:?}");
         // Give the reconciler many passes (sources polled every 100 ms) to
         // do something it should not.
         std::thread::sleep(Duration::from_secs(2));

@@ -109,6 +109,9 @@ fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
         let m = top(&target).expect("tmpfs mounted");
         assert_eq!(m.fs_type, "tmpfs");
         assert_eq!(size_option(&m).as_deref(), Some("1024k"));
+        // known without reading the table, and exactly what the table shows:
+        // the next restart's merge then finds the journal in agreement
+        assert_eq!(out.seen, Some(m.identity()), "a fresh tmpfs's identity");
         assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o777);
         assert!(marker.exists());
         fs::write(target.join("data"), b"keep me").unwrap();
@@ -117,6 +120,7 @@ fn tmpfs_empty_dir_sets_up_resizes_in_place_and_tears_down() {
             .setup(&Permit::JournalOff, &memory(1 << 20), &pa, &LinuxSys)
             .unwrap();
         assert_eq!(again.action, Action::AlreadyInPlace);
+        assert_eq!(again.seen, Some(m.identity()), "read from the table");
 
         let resized = plugin
             .setup(&Permit::JournalOff, &memory(2 << 20), &pa, &LinuxSys)

@@ -164,11 +164,15 @@ pub(super) fn reconstruct_first(
     started: Instant,
 ) -> Result<(World, MountTable, Reconstruction), DaemonError> {
     let mut world = World::default();
+    // `Reconstructed` records written: none when the journal agreed with
+    // the host on every target
+    let mut recorded = 0;
     let (table, ready) = match journal {
         Some(j) => {
             let ready =
                 read_and_reconstruct_ready(j, replaced, sys.as_ref(), &cfg.layout, &cfg.boot_id)?;
             world.asw = ready.asw;
+            recorded = ready.outcome.appended.len();
             (ready.table, ready.outcome.reconstruction)
         }
         None => {
@@ -195,6 +199,7 @@ pub(super) fn reconstruct_first(
         phase = "asw_ready",
         elapsed_ms = elapsed_ms(started.elapsed()),
         targets = ready.output.decisions.len(),
+        recorded,
         "startup phase"
     );
     world.unmounted_outside = log_reconstruction("reconstruction done, ASW ready", &ready.output);

@@ -32,8 +32,8 @@ use crate::host::remove::{
 use crate::host::sys::{Beneath, Errno, FileKind, MsFlags, Sys, SysError, mkdir_all_beneath};
 use crate::journal::Permit;
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, StorageMedium, TMPFS, TargetKind, TargetParams,
-    TargetRef, VolumeSpec,
+    Layout, MountIdentity, Operation, PluginName, PodUid, StorageMedium, TMPFS, TargetKind,
+    TargetParams, TargetRef, VolumeSpec,
 };
 use crate::plugins::mount_ops::{
     TARGET_DIR_MODE, beneath, data_string, ensure_mounted, page_round, parse_size, split_options,
@@ -142,7 +142,7 @@ impl EmptyDirPlugin {
         params: &TargetParams,
         target: &Path,
         size_limit: Option<u64>,
-    ) -> Result<Action, PluginError> {
+    ) -> Result<(Action, Option<MountIdentity>), PluginError> {
         let (flags, mut opts) = split_options(&params.mount_options);
         opts.retain(|o| !o.starts_with("size="));
         let size_opts: Vec<String> = opts
@@ -169,8 +169,13 @@ impl EmptyDirPlugin {
         };
         let root = self.layout.root();
         let (action, existing) = ensure_mounted(op, root, target, &wanted, &mut mount)?;
-        let (Some(m), Some(limit)) = (existing, size_limit) else {
-            return Ok(action);
+        let Some(m) = existing else {
+            let seen = fresh_tmpfs(op, beneath(op, root, target)?, read_only, params);
+            return Ok((action, seen));
+        };
+        let seen = Some(m.identity());
+        let Some(limit) = size_limit else {
+            return Ok((action, seen));
         };
         let observed = m
             .super_options
@@ -178,7 +183,7 @@ impl EmptyDirPlugin {
             .flatten()
             .and_then(|v| parse_size(&v.to_string_lossy()));
         if observed == Some(page_round(limit)) {
-            return Ok(action);
+            return Ok((action, seen));
         }
         // Data safety: fix the size in place. The label cannot change on a
         // remount, so it is not passed again.
@@ -191,7 +196,7 @@ impl EmptyDirPlugin {
             data.as_deref(),
         );
         op.act(r)?;
-        Ok(Action::Remounted)
+        Ok((Action::Remounted, seen))
     }
 
     fn teardown_disk(&self, op: &mut Op<'_>, target: &Path) -> Result<Vec<PathBuf>, PluginError> {
@@ -253,6 +258,30 @@ impl EmptyDirPlugin {
 }
 
 /// Whether `at` exists (not following it, nor any symlink on the way).
+/// The identity the mount table will show for the tmpfs just mounted at
+/// `at`, without reading the table (O(mounts) per mount would make a mass
+/// start quadratic): a new tmpfs is the whole filesystem (root `/`), with the
+/// per-mount `ro` and the label it was given, on the device `stat` finds
+/// there. Recorded in the outcome, it spares the next restart a
+/// `Reconstructed` record per volume. Were anything else on top by now, the
+/// merge sees a different mount than the one recorded, as it should.
+fn fresh_tmpfs(
+    op: &Op<'_>,
+    at: Beneath<'_>,
+    read_only: bool,
+    params: &TargetParams,
+) -> Option<MountIdentity> {
+    // not knowing the device is no failure of a SetUp that mounted
+    let st = op.sys.stat_beneath(at).ok()?;
+    Some(MountIdentity {
+        dev: st.dev,
+        root: PathBuf::from("/"),
+        fs_type: TMPFS.to_owned(),
+        read_only,
+        selinux: params.selinux.clone(),
+    })
+}
+
 fn present(op: &Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
     match op.sys.stat_beneath(at) {
         Ok(_) => Ok(true),
@@ -286,8 +315,8 @@ impl VolumePlugin for EmptyDirPlugin {
         };
         let target = pod_target(&op, params)?;
         let marker = self.marker(&op, params)?;
-        let action = match medium {
-            StorageMedium::Disk => self.setup_disk(&mut op, target, &marker)?,
+        let (action, seen) = match medium {
+            StorageMedium::Disk => (self.setup_disk(&mut op, target, &marker)?, None),
             StorageMedium::Memory => self.setup_memory(&mut op, params, target, *size_limit)?,
         };
         if matches!(action, Action::Performed | Action::Replaced) {
@@ -307,7 +336,7 @@ impl VolumePlugin for EmptyDirPlugin {
             let r = op.sys.create_file_beneath(marker_at, b"", 0o644);
             op.act_or(r, Errno::EEXIST)?;
         }
-        Ok(Outcome::of(action))
+        Ok(Outcome::seen(action, seen))
     }
 
     fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {

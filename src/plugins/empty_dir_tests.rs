@@ -141,6 +141,10 @@ fn memory_setup_mounts_a_sized_labelled_tmpfs_and_a_second_setup_mounts_nothing(
         .setup(&Permit::JournalOff, &memory(Some(1 << 20)), &pa, &sys)
         .unwrap();
     assert_eq!(out.action, Action::Performed);
+    let table = sys.read_mountinfo().unwrap();
+    let shown = table.top_at(Path::new(TARGET)).unwrap().identity();
+    assert_eq!(shown.selinux, Some(label()));
+    assert_eq!(out.seen, Some(shown), "the identity the table shows");
     let mut want = vec![
         SysCall::Mkdir {
             path: p(TARGET),

@@ -70,10 +70,11 @@ pub struct Outcome {
     /// paths left on disk that the caller should report: nested mount points
     /// a teardown found and did not touch, a directory that was not empty
     pub left_behind: Vec<PathBuf>,
-    /// the intended mount as the mount table showed it, when the operation
-    /// read the table and found it there (a fresh mount is not looked up:
-    /// a table read per mount would make a mass start quadratic); the
-    /// journal's outcome records it for the next restart's merge
+    /// the intended mount as the mount table shows it: read from the table
+    /// when the operation read it, or known without it for a fresh tmpfs
+    /// (a table read per mount would make a mass start quadratic); other
+    /// fresh mounts leave it `None`. The journal's outcome records it for
+    /// the next restart's merge
     pub seen: Option<MountIdentity>,
 }
 
@@ -87,7 +88,7 @@ impl Outcome {
         }
     }
 
-    /// An outcome whose mount was seen in the table.
+    /// An outcome with the mount it left (its `seen` field).
     pub fn seen(action: Action, seen: Option<MountIdentity>) -> Self {
         Self {
             seen,

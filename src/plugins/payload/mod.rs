@@ -118,7 +118,7 @@ impl VolumePlugin for PayloadPlugin {
             (Action::AlreadyInPlace, a) => a,
             (a, _) => a,
         };
-        Ok(Outcome::of(action))
+        Ok(Outcome::seen(action, base.seen))
     }
 
     fn teardown(&self, permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
