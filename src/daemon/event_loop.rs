@@ -90,9 +90,9 @@ pub struct LoopParts {
     pub events: (Sender<Event>, Receiver<Event>),
     /// set before [`Event::Stop`] is sent: workers start no queued job
     pub stopping: Arc<AtomicBool>,
-    /// told once the loop is ready (every pod source listed); dropped,
-    /// untold, when the loop ends before
-    pub on_ready: Option<Sender<()>>,
+    /// run once the loop is ready (every pod source listed); dropped,
+    /// unrun, when the loop ends before
+    pub on_ready: Vec<ReadyHook>,
     /// bumped after every step: the runtime API's waiters look again
     pub changes: Arc<crate::runtime::Changes>,
     /// where pod events go (`FailedMount`, …)
@@ -100,6 +100,10 @@ pub struct LoopParts {
     /// the loop's pulse (watchdog, `READY=1`): busy, idle, ready, ended
     pub heartbeat: Arc<Heartbeat>,
 }
+
+/// What the loop runs once it is ready: the leftovers' walk and the health
+/// monitor's first pass wait for it.
+pub type ReadyHook = Box<dyn FnOnce() + Send>;
 
 /// Starts the loop, its worker pool and its journal and host threads;
 /// returns their handles (they end once [`Event::Stop`] was handled and
@@ -209,7 +213,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
 /// The decision thread.
 struct Driver {
     started: Instant,
-    on_ready: Option<Sender<()>>,
+    on_ready: Vec<ReadyHook>,
     changes: Arc<crate::runtime::Changes>,
     heartbeat: Arc<Heartbeat>,
     core: Core,
@@ -297,8 +301,8 @@ impl Driver {
             elapsed_ms = crate::elapsed_ms(self.started.elapsed()),
             "startup phase: every pod source listed, /readyz 200"
         );
-        if let Some(tx) = self.on_ready.take() {
-            let _ = tx.send(());
+        for hook in std::mem::take(&mut self.on_ready) {
+            hook();
         }
         // after the step's unlock: `/readyz` already answers 200
         self.heartbeat.set_ready();

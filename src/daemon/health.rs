@@ -56,7 +56,8 @@ pub(super) fn subjects(w: &World) -> Vec<Subject> {
     out
 }
 
-/// Starts the monitor over `world`.
+/// Starts the monitor over `world`; its first pass waits to be asked (the
+/// event loop asks once the node is ready).
 pub(super) fn start(
     config: HealthConfig,
     world: Arc<Mutex<World>>,
@@ -65,7 +66,7 @@ pub(super) fn start(
     metrics: &Metrics,
     sink: Arc<dyn crate::health::EventSink>,
 ) -> std::io::Result<Monitor> {
-    Monitor::start(MonitorParts {
+    Monitor::start_when_asked(MonitorParts {
         config,
         sys,
         drivers,

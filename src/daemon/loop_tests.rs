@@ -230,7 +230,7 @@ fn rig(workers: usize) -> Rig {
         failed: Vec::new(),
         events: (events.clone(), events_rx),
         stopping: stopping.clone(),
-        on_ready: None,
+        on_ready: Vec::new(),
         changes: changes.clone(),
         sink,
         heartbeat: heartbeat.clone(),

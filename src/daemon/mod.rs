@@ -292,6 +292,33 @@ impl Daemon {
         };
         let in_use_wake = api.is_some().then(|| Arc::new(tokio::sync::Notify::new()));
         let changes = Arc::new(crate::runtime::Changes::new());
+        let monitor = match cfg.health.clone() {
+            Some(h) => match health::start(
+                h,
+                world.clone(),
+                sys.clone(),
+                cfg.csi.as_ref().map(|c| c.drivers.clone()),
+                &metrics,
+                sink.clone(),
+            ) {
+                Ok(m) => Some(Arc::new(m)),
+                Err(source) => {
+                    abandon(sources, &poller, api);
+                    return Err(DaemonError::Thread {
+                        what: "volumed-health",
+                        source,
+                    });
+                }
+            },
+            None => None,
+        };
+        let mut on_ready: Vec<event_loop::ReadyHook> = vec![Box::new(move || {
+            // the leftovers' thread is gone only if it failed to start
+            let _ = ready_tx.send(());
+        })];
+        if let Some(m) = monitor.clone() {
+            on_ready.push(Box::new(move || m.ask()));
+        }
         let heartbeat = Arc::new(crate::notify::Heartbeat::default());
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
@@ -323,7 +350,7 @@ impl Daemon {
             failed: failed_reconstructions,
             events: (events_tx.clone(), events_rx),
             stopping: stopping.clone(),
-            on_ready: Some(ready_tx),
+            on_ready,
             changes: changes.clone(),
             sink: sink.clone(),
             heartbeat: heartbeat.clone(),
@@ -332,6 +359,9 @@ impl Daemon {
             Ok(t) => t,
             Err(e) => {
                 abandon(sources, &poller, api);
+                if let Some(m) = &monitor {
+                    m.stop();
+                }
                 return Err(e);
             }
         };
@@ -369,23 +399,6 @@ impl Daemon {
                 .map_err(DaemonError::Csi)?,
             ),
             _ => None,
-        };
-        let monitor = match cfg.health.clone() {
-            Some(h) => Some(Arc::new(
-                health::start(
-                    h,
-                    world.clone(),
-                    sys.clone(),
-                    cfg.csi.as_ref().map(|c| c.drivers.clone()),
-                    &metrics,
-                    sink.clone(),
-                )
-                .map_err(|source| DaemonError::Thread {
-                    what: "volumed-health",
-                    source,
-                })?,
-            )),
-            None => None,
         };
         if let (Some(publisher), Some(stop), Some(rx), Some(wake)) =
             (publisher, &api, api_events, in_use_wake)

@@ -112,6 +112,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Monitor {
     /// Starts the monitor thread; the first pass runs at once.
     pub fn start(parts: MonitorParts) -> std::io::Result<Monitor> {
+        Self::spawn(parts, true)
+    }
+
+    /// Starts the monitor thread; the first pass runs when asked
+    /// ([`Monitor::ask`], [`Monitor::check_now`]). The daemon asks once the
+    /// node is ready: a pass (a table read, a probe per volume) would
+    /// otherwise compete with a restart for the CPU it needs to get there.
+    pub fn start_when_asked(parts: MonitorParts) -> std::io::Result<Monitor> {
+        Self::spawn(parts, false)
+    }
+
+    fn spawn(parts: MonitorParts, at_once: bool) -> std::io::Result<Monitor> {
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             hung: Mutex::new(HashSet::new()),
@@ -128,6 +140,12 @@ impl Monitor {
                     table: Mutex::new(TableGate::default()),
                 };
                 let mut waiters = Vec::new();
+                if !at_once {
+                    match rx.recv() {
+                        Ok(Msg::Check(w)) => waiters.extend(w),
+                        Ok(Msg::Stop) | Err(_) => return,
+                    }
+                }
                 loop {
                     runner.pass();
                     for w in waiters.drain(..) {
@@ -152,6 +170,12 @@ impl Monitor {
             trigger: Mutex::new(tx),
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// Asks for a pass now, without waiting for it.
+    pub fn ask(&self) {
+        // a stopped monitor has nothing to run it
+        let _ = lock(&self.trigger).send(Msg::Check(None));
     }
 
     /// Asks for a pass now and waits up to `wait` for it to end; false when
@@ -547,6 +571,38 @@ mod tests {
     /// and ends long before the call returns, the timeout is counted, and
     /// the next pass leaves the stuck volume out instead of adding a second
     /// stuck thread; once the call returns, the volume is checked again.
+    /// The daemon's monitor probes nothing until asked (the node ready),
+    /// then passes as usual.
+    #[test]
+    fn a_monitor_started_when_asked_probes_nothing_until_asked() {
+        let sys = Arc::new(RecordingSys::new());
+        let subject = tmpfs(&sys, "a");
+        let listed = vec![subject.clone()];
+        let monitor = Monitor::start_when_asked(MonitorParts {
+            config: HealthConfig {
+                period: Duration::from_millis(20),
+                ..HealthConfig::default()
+            },
+            sys: sys.clone(),
+            drivers: None,
+            subjects: Box::new(move || listed.clone()),
+            sink: Arc::new(RecentEvents::default()),
+            metrics: None,
+        })
+        .unwrap();
+        // ten periods: a monitor that started at once would have passed
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(statfs_calls(&sys, &subject), 0, "{:?}", sys.calls());
+        assert!(monitor.read(|s| s.volumes.get(&subject.volume).is_none()));
+        monitor.ask();
+        let t0 = Instant::now();
+        while statfs_calls(&sys, &subject) == 0 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(statfs_calls(&sys, &subject) > 0, "asked: a pass ran");
+        monitor.stop();
+    }
+
     #[test]
     fn a_hung_check_is_abandoned_at_its_timeout_and_skipped_while_it_hangs() {
         let sys = Arc::new(RecordingSys::new());
