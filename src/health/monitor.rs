@@ -593,7 +593,7 @@ mod tests {
         // ten periods: a monitor that started at once would have passed
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(statfs_calls(&sys, &subject), 0, "{:?}", sys.calls());
-        assert!(monitor.read(|s| s.volumes.get(&subject.volume).is_none()));
+        assert!(monitor.read(|s| !s.volumes.contains_key(&subject.volume)));
         monitor.ask();
         let t0 = Instant::now();
         while statfs_calls(&sys, &subject) == 0 && t0.elapsed() < Duration::from_secs(10) {
