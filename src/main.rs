@@ -268,17 +268,6 @@ fn run(mut args: RunArgs) -> Result<()> {
     stop.thread_block().context("block SIGTERM and SIGINT")?;
 
     let service = conventions::service()?;
-    service.status("opening the journal");
-    let (journal, replaced) = match args.journal {
-        OnOff::Off => {
-            tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
-            (None, None)
-        }
-        OnOff::On => {
-            let (j, replaced) = open_journal(&journal_dir, &node_name, &boot)?;
-            (Some(Arc::new(j)), replaced)
-        }
-    };
     let boot_id = volumed::host::boot::BootId::new(&boot)
         .with_context(|| format!("boot id {boot:?} is not a valid boot id"))?;
     let mut cfg = DaemonConfig::new(Layout::new(&args.root_dir), &node_name, boot_id);
@@ -292,11 +281,38 @@ fn run(mut args: RunArgs) -> Result<()> {
     cfg.selinux = selinux;
     cfg.health = health;
     cfg.api = api;
-    service.status("reconstructing: the journal and one read of the mount table");
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     cfg.csi = Some(args.csi.setup(metrics.ops.csi_seconds.clone())?);
-    let volumes = Daemon::start(cfg, journal.clone(), replaced, Arc::new(LinuxSys), metrics)
-        .context("start the daemon")?;
+    service.status("opening the journal, listing the pod sources");
+    // opened while the sources list (a restart's two longest steps); the
+    // dir is made first, as the manifest cache may be written before the
+    // open ends
+    let on = args.journal == OnOff::On;
+    if on {
+        std::fs::create_dir_all(&journal_dir)
+            .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
+    }
+    let open = || match on {
+        false => {
+            tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
+            Ok((None, None))
+        }
+        true => {
+            let (j, replaced) = open_journal(&journal_dir, &node_name, &boot)
+                .map_err(|e| volumed::daemon::DaemonError::JournalOpen(e.into()))?;
+            service.status("reconstructing: the journal and one read of the mount table");
+            Ok((Some(Arc::new(j)), replaced))
+        }
+    };
+    let volumes = Daemon::start_opening(
+        cfg,
+        on.then(|| journal_dir.clone()),
+        open,
+        Arc::new(LinuxSys),
+        metrics,
+    )
+    .context("start the daemon")?;
+    let journal = volumes.journal();
     service.status("reconstructed; listing the pod sources");
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -121,7 +121,15 @@ pub enum DaemonError {
     /// the metrics could not be registered
     #[error("metrics: {0}")]
     Metrics(#[from] crate::metrics::MetricsError),
+    /// the journal could not be opened ([`Daemon::start_opening`])
+    #[error("open the journal: {0}")]
+    JournalOpen(Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// What [`Daemon::start_opening`] gets from its journal opener: the journal
+/// (`None` with `--journal off`) and, when a fresh journal stands in for
+/// one moved aside, why.
+pub type OpenedJournal = (Option<Arc<Journal>>, Option<String>);
 
 /// A running daemon.
 pub struct Daemon {
@@ -178,6 +186,22 @@ impl Daemon {
         sys: Arc<dyn Sys>,
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
+        let dir = journal.as_ref().map(|j| j.dir().to_owned());
+        Self::start_opening(cfg, dir, move || Ok((journal, replaced)), sys, metrics)
+    }
+
+    /// [`Daemon::start`] with the journal opened by `open`, on this thread,
+    /// while the pod sources are listed on theirs: on a restart the two
+    /// cost about the same, and neither needs the other. `journal_dir` is
+    /// where `open` opens it (`None`: `--journal off`); the parsed-manifest
+    /// cache lives there.
+    pub fn start_opening(
+        cfg: DaemonConfig,
+        journal_dir: Option<PathBuf>,
+        open: impl FnOnce() -> Result<OpenedJournal, DaemonError>,
+        sys: Arc<dyn Sys>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Daemon, DaemonError> {
         let started = Instant::now();
         let mut cfg = cfg;
         let api = cfg.api.as_ref().map(api_source::connect).transpose()?;
@@ -191,9 +215,7 @@ impl Daemon {
         let gate = ReadyGate::new(1 + usize::from(cfg.api.is_some()));
         // the parsed-manifest cache lives beside the journal (none with
         // `--journal off`, which parses every manifest as the kubelet does)
-        let manifest_cache = journal
-            .as_ref()
-            .map(|j| j.dir().join(crate::sources::manifest_cache::FILE_NAME));
+        let manifest_cache = journal_dir.map(|d| d.join(crate::sources::manifest_cache::FILE_NAME));
         let (sources, poller) = spawn_sources(
             &cfg,
             manifest_cache,
@@ -201,6 +223,14 @@ impl Daemon {
             events_tx.clone(),
             gate.clone(),
         )?;
+        let (journal, replaced) = match open() {
+            Ok(j) => j,
+            Err(e) => {
+                poller.stop();
+                let _ = sources.join();
+                return Err(e);
+            }
+        };
         // what API pods' payload volumes read: the objects and tokens the
         // API source follows for them
         let api_objects = api
@@ -443,6 +473,12 @@ impl Daemon {
     /// The runtime API on this daemon (embeddable: a clone per caller).
     pub fn runtime(&self) -> crate::runtime::VolumeManagerHandle {
         crate::runtime::VolumeManagerHandle::new(self.world.clone(), self.changes.clone())
+    }
+
+    /// The journal it writes (`None` with `--journal off`): whoever closes
+    /// it at the end holds the last reference once [`Daemon::stop`] returned.
+    pub fn journal(&self) -> Option<Arc<Journal>> {
+        self.journal.clone()
     }
 
     /// What the HTTP server reads.
