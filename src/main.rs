@@ -284,14 +284,12 @@ fn run(mut args: RunArgs) -> Result<()> {
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     cfg.csi = Some(args.csi.setup(metrics.ops.csi_seconds.clone())?);
     service.status("opening the journal, listing the pod sources");
-    // opened while the sources list (a restart's two longest steps); the
-    // dir is made first, as the manifest cache may be written before the
-    // open ends
+    // the dir first: the manifest cache may be written before the journal's
+    // open ends, and the runtime API's socket lives there
+    std::fs::create_dir_all(&journal_dir)
+        .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
+    // opened while the sources list (a restart's two longest steps)
     let on = args.journal == OnOff::On;
-    if on {
-        std::fs::create_dir_all(&journal_dir)
-            .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
-    }
     let open = || match on {
         false => {
             tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
@@ -313,7 +311,7 @@ fn run(mut args: RunArgs) -> Result<()> {
     )
     .context("start the daemon")?;
     let journal = volumes.journal();
-    service.status("reconstructed; listing the pod sources");
+    service.status("reconstructed; starting the HTTP server");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -322,8 +320,6 @@ fn run(mut args: RunArgs) -> Result<()> {
         .build()
         .context("start the tokio runtime")?;
     let (tcp, bound) = rt.block_on(server::bind(&args.listen))?;
-    std::fs::create_dir_all(&journal_dir)
-        .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
     let unix = rt.block_on(async { server::api_socket::bind(&journal_dir) });
     let unix = Some(unix.context("serve the runtime API socket")?);
     let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);

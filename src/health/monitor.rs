@@ -112,18 +112,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Monitor {
     /// Starts the monitor thread; the first pass runs at once.
     pub fn start(parts: MonitorParts) -> std::io::Result<Monitor> {
-        Self::spawn(parts, true)
+        let m = Self::start_when_asked(parts)?;
+        m.ask();
+        Ok(m)
     }
 
-    /// Starts the monitor thread; the first pass runs when asked
-    /// ([`Monitor::ask`], [`Monitor::check_now`]). The daemon asks once the
-    /// node is ready: a pass (a table read, a probe per volume) would
-    /// otherwise compete with a restart for the CPU it needs to get there.
+    /// Starts the monitor thread; the first pass runs when asked (the daemon:
+    /// once ready, not competing with a restart for the CPU it needs).
     pub fn start_when_asked(parts: MonitorParts) -> std::io::Result<Monitor> {
-        Self::spawn(parts, false)
-    }
-
-    fn spawn(parts: MonitorParts, at_once: bool) -> std::io::Result<Monitor> {
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             hung: Mutex::new(HashSet::new()),
@@ -140,11 +136,9 @@ impl Monitor {
                     table: Mutex::new(TableGate::default()),
                 };
                 let mut waiters = Vec::new();
-                if !at_once {
-                    match rx.recv() {
-                        Ok(Msg::Check(w)) => waiters.extend(w),
-                        Ok(Msg::Stop) | Err(_) => return,
-                    }
+                match rx.recv() {
+                    Ok(Msg::Check(w)) => waiters.extend(w),
+                    Ok(Msg::Stop) | Err(_) => return,
                 }
                 loop {
                     runner.pass();
@@ -172,9 +166,8 @@ impl Monitor {
         })
     }
 
-    /// Asks for a pass now, without waiting for it.
+    /// Asks for a pass now, without waiting (none once stopped).
     pub fn ask(&self) {
-        // a stopped monitor has nothing to run it
         let _ = lock(&self.trigger).send(Msg::Check(None));
     }
 
