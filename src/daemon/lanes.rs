@@ -148,7 +148,7 @@ fn sweep(
     metrics.ops.orphan_cleaned_errors.set(as_i64(r.errors));
     tracing::debug!(?took, all = *finish == Finish::All, "orphan sweep");
     Swept {
-        changed: r.removed > 0 || r.finished_deletions > 0,
+        changed: r.changed,
         unfinished: r.unfinished,
         took,
     }

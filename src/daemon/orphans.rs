@@ -46,6 +46,9 @@ pub struct SweepReport {
     /// pods whose interrupted deletions are not finished (see
     /// [`Swept::unfinished`](super::effects::Swept))
     pub unfinished: Finish,
+    /// an orphan was removed or a deletion finished completely (one that
+    /// keeps a mount inside is tried again each sweep, changing nothing)
+    pub changed: bool,
 }
 
 /// Sweeps `<root>/pods`. `known` holds every pod the DSW or the ASW knows;
@@ -101,7 +104,9 @@ pub fn sweep(
         match empty_dir.finish_pending(&uid, sys) {
             Ok(done) => {
                 report.finished_deletions += done.len();
-                if done.iter().any(|(_, r)| !r.complete()) {
+                let complete = done.iter().filter(|(_, r)| r.complete()).count();
+                report.changed |= complete > 0;
+                if complete < done.len() {
                     report.unfinished.insert(uid.clone());
                 }
             }
@@ -129,7 +134,10 @@ pub fn sweep(
             }
         };
         match clean_pod(layout, sys, table, &uid) {
-            Ok(()) => report.removed += 1,
+            Ok(()) => {
+                report.removed += 1;
+                report.changed = true;
+            }
             Err(left) => {
                 report.errors += 1;
                 report.left.extend(left);
@@ -360,6 +368,7 @@ mod tests {
             (1, 1, 1),
             "{r:?}"
         );
+        assert!(r.changed);
         assert!(!sys.exists("/r/pods/gone"));
         let calls = sys.calls();
         // any call naming a path in the pod's dir, whatever its kind
@@ -622,5 +631,9 @@ mod tests {
         );
         assert!(!sys.exists(format!("{cut}/f")));
         assert_eq!(r.finished_deletions, 1, "{r:?}");
+        // not finished: the next sweep tries again, and this one changed
+        // nothing (its idle successor may wait by its cost)
+        assert_eq!(r.unfinished, Finish::Pods(known), "{r:?}");
+        assert!(!r.changed);
     }
 }
