@@ -17,7 +17,9 @@
 //! sits in a wrapped disk emptyDir), `<name>.deleting~<seq>`, finished: a
 //! TearDown cut by a crash, or by an error, completes here. Other known
 //! pods' dirs are not entered: a settled sweep is one listing of `pods/`
-//! (at 10,000 pods, looking into every dir took 0.4 s every sweep).
+//! (at 10,000 pods on ext4, release build: 27–42 ms, against 0.31–0.43 s
+//! looking into every pod's dirs; most of what is left is the listing's
+//! `statx` of each entry).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
