@@ -35,9 +35,11 @@ mod node_status;
 mod republish;
 
 pub use super::effects::{
-    Completion, Effect, Event, HostWork, JournalWork, Observed, PodEvent, World,
+    Completion, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent, Swept, World,
 };
-pub use housekeeping::{FLUSH_WITHIN, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY};
+pub use housekeeping::{
+    FLUSH_WITHIN, SWEEP_COST_SHARE, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY, idle_sweep_wait,
+};
 pub use late::{LATE_CHECK_EVERY, LATE_WINDOW_FLOOR};
 
 /// Where startup and shutdown stand.
@@ -156,6 +158,8 @@ pub struct Core {
     pub(super) refused: BTreeMap<PodUid, DesiredPod>,
     /// paths watched for a late mount
     pub(super) late: BTreeMap<SharedPath, late::Watched>,
+    /// where the next sweep finishes interrupted deletions (all at start)
+    pub(super) finish: Finish,
 }
 
 impl Core {
@@ -178,6 +182,7 @@ impl Core {
             failed,
             refused: BTreeMap::new(),
             late: BTreeMap::new(),
+            finish: Finish::All,
         }
     }
 
@@ -286,12 +291,6 @@ impl Core {
         true
     }
 
-    /// Enters [`Phase::Settled`]: the first sweep is due at once.
-    fn settle(&mut self, now: Instant) -> Phase {
-        self.timers.sweep_at = Some(now);
-        Phase::Settled
-    }
-
     fn job_done(
         &mut self,
         w: &mut World,
@@ -312,7 +311,7 @@ impl Core {
             return false;
         }
         if report.ran.contains(&Operation::TearDown) {
-            self.sweep_wanted(now);
+            self.torn_down(report.key.pod.as_ref(), now);
         }
         if report.forced {
             self.forced_done(&report, out);
@@ -404,10 +403,9 @@ impl Core {
                 }
                 true
             }
-            Completion::Swept => {
-                self.in_flight.sweep = false;
-                // the passes held back while it ran
-                true
+            Completion::Swept(s) => {
+                self.swept(s, now);
+                true // the passes held back while it ran
             }
             Completion::Trimmed => {
                 self.in_flight.trim = false;

@@ -370,12 +370,16 @@ fn sweeps_start_once_settled_never_beside_a_job_and_hold_passes_back() {
     assert!(w.dsw.volumes().any(|(_, v)| v.pods.contains_key(&uid("b"))));
     let after = c.step(
         &mut w,
-        vec![Event::Done(Completion::Swept)],
+        vec![Event::Done(Completion::Swept(Swept::default()))],
         ms(t0, 4),
         idle(),
     );
     assert_eq!(names(&after), ["mount:b"], "the pass held back");
-    assert_eq!(c.timers.sweep_at, Some(ms(t0, 2) + SWEEP_IDLE));
+    assert_eq!(
+        c.timers.sweep_at,
+        Some(ms(t0, 4) + SWEEP_IDLE),
+        "from its end"
+    );
     // a teardown asks for one at the rate limit
     c.sweep_wanted(ms(t0, 5));
     assert_eq!(c.timers.sweep_at, Some(ms(t0, 2) + SWEEP_EVERY));
@@ -389,7 +393,7 @@ fn a_forgotten_volume_stays_busy_until_its_records_are_durable() {
     let sweep = c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 1), idle());
     assert_eq!(names(&sweep), ["flush", "sweep", "trim"]);
     let gone = Event::Sources(vec![SourceEvent::PodRemoved(uid("a"))]);
-    let swept = Event::Done(Completion::Swept);
+    let swept = Event::Done(Completion::Swept(Swept::default()));
     let down = c.step(&mut w, vec![gone, swept], ms(t0, 2), idle());
     assert!(names(&down).contains(&"teardown:a".into()));
     let Some(Effect::StartTearDown {
@@ -444,7 +448,7 @@ fn a_forgotten_volume_stays_busy_until_its_records_are_durable() {
         done,
         Completion::Flushed(Ok(())),
         Completion::Trimmed,
-        Completion::Swept,
+        Completion::Swept(Swept::default()),
     ];
     c.step(&mut w, rest.map(Event::Done).into(), ms(t0, 5), idle());
     assert!(c.finished(), "{:?}", c.in_flight);
@@ -811,7 +815,7 @@ fn a_changed_payload_is_set_up_again_within_a_sync_period() {
     let done = vec![mounted(&fx, "a"), mounted(&fx, "b")];
     c.step(&mut w, done, ms(t0, 10), idle());
     // (an orphan sweep in flight holds every job back: let it finish)
-    let swept = || Event::Done(Completion::Swept);
+    let swept = || Event::Done(Completion::Swept(Swept::default()));
     c.step(&mut w, vec![swept()], ms(t0, 20), idle());
     let fx = c.step(&mut w, vec![], ms(t0, 60_000), idle());
     assert!(
@@ -960,4 +964,199 @@ fn a_pod_error_from_its_source_is_one_failed_mount_event_per_change() {
         "{:?}",
         names(&fx)
     );
+}
+
+/// The pods each sweep is told to finish interrupted deletions in.
+fn finish_of(effects: &[Effect]) -> Option<Finish> {
+    effects.iter().find_map(|e| match e {
+        Effect::Host(HostWork::Sweep { finish, .. }) => Some(finish.clone()),
+        _ => None,
+    })
+}
+
+/// The report of a job on pod `p`'s target that ran `op` (`ok` or not).
+fn ran_on(p: &str, op: Operation, ok: bool) -> Event {
+    let spec = VolumeSpec::EmptyDir {
+        medium: StorageMedium::Disk,
+        size_limit: None,
+    };
+    Event::JobDone(JobReport {
+        key: OpKey::pod(&PodVolume::unique_name(&spec, &uid(p), "scratch"), &uid(p)),
+        updates: vec![],
+        error: (!ok).then_some(crate::reconciler::jobs::JobError::NotStarted("failed")),
+        ran: vec![op],
+        forced: false,
+        late: None,
+    })
+}
+
+fn set(pods: &[&str]) -> Finish {
+    Finish::Pods(pods.iter().map(|p| uid(p)).collect())
+}
+
+#[test]
+fn each_sweep_finishes_deletions_exactly_where_a_teardown_ran_and_all_after_a_start() {
+    use Operation::{SetUp, TearDown};
+    // (what the first sweep left unfinished, the jobs that ran after it,
+    // what the second sweep must carry)
+    let rows: Vec<(&str, Finish, Vec<Event>, Finish)> = vec![
+        ("settled, nothing ran", set(&[]), vec![], set(&[])),
+        (
+            "a teardown",
+            set(&[]),
+            vec![ran_on("a", TearDown, true)],
+            set(&["a"]),
+        ),
+        (
+            "a teardown that failed after its rename",
+            set(&[]),
+            vec![ran_on("a", TearDown, false)],
+            set(&["a"]),
+        ),
+        (
+            "two teardowns and a setup",
+            set(&[]),
+            vec![
+                ran_on("a", TearDown, true),
+                ran_on("b", SetUp, true),
+                ran_on("c", TearDown, true),
+            ],
+            set(&["a", "c"]),
+        ),
+        (
+            "left unfinished, plus a teardown",
+            set(&["x"]),
+            vec![ran_on("a", TearDown, true)],
+            set(&["a", "x"]),
+        ),
+        (
+            "the start's sweep stopped first",
+            Finish::All,
+            vec![ran_on("a", TearDown, true)],
+            Finish::All,
+        ),
+    ];
+    for (name, unfinished, jobs, want) in rows {
+        let t0 = Instant::now();
+        let (mut c, mut w) = core(0);
+        let first = c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+        assert_eq!(
+            finish_of(&first),
+            Some(Finish::All),
+            "{name}: every pod after a start"
+        );
+        let swept = Swept {
+            unfinished,
+            ..Swept::default()
+        };
+        let none = c.step(
+            &mut w,
+            vec![Event::Done(Completion::Swept(swept))],
+            ms(t0, 1),
+            idle(),
+        );
+        assert_eq!(finish_of(&none), None, "{name}");
+        c.step(&mut w, jobs, ms(t0, 2), idle());
+        let later = t0 + SWEEP_IDLE + Duration::from_millis(1);
+        let second = c.step(&mut w, vec![], later, idle());
+        assert_eq!(finish_of(&second), Some(want), "{name}");
+        assert_eq!(c.finish, Finish::default(), "{name}: handed over");
+    }
+}
+
+#[test]
+fn a_pod_removed_has_its_dir_finished_by_the_sweep_its_teardown_asks_for() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a", "b"], true), walked()], t0, idle());
+    let up = vec![mounted(&first, "a"), mounted(&first, "b")];
+    let sweep = c.step(&mut w, up, ms(t0, 1), idle());
+    assert_eq!(finish_of(&sweep), Some(Finish::All));
+    let gone = Event::Sources(vec![SourceEvent::PodRemoved(uid("a"))]);
+    let done = Event::Done(Completion::Swept(Swept::default()));
+    let down = c.step(&mut w, vec![gone, done], ms(t0, 2), idle());
+    let Some(Effect::StartTearDown {
+        fallback: Some(job),
+        ..
+    }) = down
+        .iter()
+        .find(|e| matches!(e, Effect::StartTearDown { .. }))
+    else {
+        panic!("a teardown of a: {:?}", names(&down));
+    };
+    let torn = Event::JobDone(JobReport {
+        key: job.key(),
+        updates: vec![AswUpdate::PodRemoved {
+            volume: job.key().volume.clone(),
+            pod: uid("a"),
+        }],
+        error: None,
+        ran: vec![Operation::TearDown],
+        forced: false,
+        late: None,
+    });
+    let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
+    let Some(Effect::Journal(JournalWork::ForgetVolume { key, .. })) = forget
+        .iter()
+        .find(|e| matches!(e, Effect::Journal(JournalWork::ForgetVolume { .. })))
+    else {
+        panic!("a forget: {:?}", names(&forget));
+    };
+    assert_eq!(finish_of(&forget), None, "not beside the forget");
+    let forgotten = Completion::Forgotten {
+        key: Some(key.clone()),
+        ok: true,
+    };
+    let next = c.step(
+        &mut w,
+        vec![Event::Done(forgotten)],
+        ms(t0, 1) + SWEEP_EVERY,
+        idle(),
+    );
+    assert_eq!(finish_of(&next), Some(set(&["a"])), "{:?}", names(&next));
+}
+
+#[test]
+fn an_idle_sweep_that_changed_nothing_waits_a_thousand_times_its_cost() {
+    // (took, changed, the wait before the next idle sweep)
+    let s = Duration::from_secs;
+    let rows = [
+        (Duration::from_millis(5), false, SWEEP_IDLE),
+        (Duration::from_millis(120), false, SWEEP_IDLE),
+        (Duration::from_millis(400), false, s(400)),
+        (Duration::from_millis(2270), false, s(2270)),
+        (Duration::from_millis(2270), true, SWEEP_IDLE),
+    ];
+    for (took, changed, want) in rows {
+        if !changed {
+            assert_eq!(idle_sweep_wait(took), want, "{took:?}");
+        }
+        let t0 = Instant::now();
+        let (mut c, mut w) = core(0);
+        c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+        let swept = Swept {
+            took,
+            changed,
+            ..Swept::default()
+        };
+        c.step(
+            &mut w,
+            vec![Event::Done(Completion::Swept(swept))],
+            ms(t0, 1),
+            idle(),
+        );
+        assert_eq!(
+            c.timers.sweep_at,
+            Some(ms(t0, 1) + want),
+            "{took:?} {changed}"
+        );
+        assert_eq!(
+            c.next_wake(ms(t0, 1)),
+            Duration::from_secs(30),
+            "the resync, not a spin"
+        );
+        // a teardown still asks for one at the rate limit
+        c.torn_down(Some(&uid("a")), ms(t0, 2));
+        assert_eq!(c.timers.sweep_at, Some(t0 + SWEEP_EVERY), "{took:?}");
+    }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::model::{PodUid, SharedPath, TargetRef, UniqueVolumeName};
 use crate::reconciler::jobs::{Job, JobReport};
@@ -61,7 +62,7 @@ pub enum Completion {
         ok: bool,
     },
     /// an orphan sweep finished
-    Swept,
+    Swept(Swept),
     /// the allocator was trimmed
     Trimmed,
     /// the watched paths found mounted (`HostWork::CheckLate`)
@@ -118,6 +119,9 @@ pub enum HostWork {
     Sweep {
         /// pods not to be touched
         known: BTreeSet<PodUid>,
+        /// the known pods whose interrupted deletions to finish (an
+        /// orphan's always are)
+        finish: Finish,
     },
     /// give freed memory back to the kernel
     Trim,
@@ -126,6 +130,64 @@ pub enum HostWork {
         /// the watched paths
         paths: Vec<SharedPath>,
     },
+}
+
+/// The pod dirs in which a sweep finishes the `<name>.deleting~<seq>`
+/// renames a TearDown left (`EmptyDirPlugin::finish_pending`). Only a
+/// TearDown makes one, so only a pod with a TearDown since the last sweep
+/// can hold one, and every pod after a start (a crash may have cut a
+/// TearDown anywhere): a settled sweep lists no known pod's dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// every pod dir
+    All,
+    /// these pods' dirs
+    Pods(BTreeSet<PodUid>),
+}
+
+impl Default for Finish {
+    fn default() -> Self {
+        Finish::Pods(BTreeSet::new())
+    }
+}
+
+impl Finish {
+    /// Whether `pod`'s dir is to be finished.
+    pub fn contains(&self, pod: &PodUid) -> bool {
+        match self {
+            Finish::All => true,
+            Finish::Pods(p) => p.contains(pod),
+        }
+    }
+
+    /// Adds `pod`.
+    pub fn insert(&mut self, pod: PodUid) {
+        if let Finish::Pods(p) = self {
+            p.insert(pod);
+        }
+    }
+
+    /// Adds every pod of `other`.
+    pub fn merge(&mut self, other: Finish) {
+        match (&mut *self, other) {
+            (Finish::All, _) => {}
+            (_, Finish::All) => *self = Finish::All,
+            (Finish::Pods(p), Finish::Pods(mut q)) => p.append(&mut q),
+        }
+    }
+}
+
+/// How an orphan sweep ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// the pods whose interrupted deletions are not finished (an error, a
+    /// mount left inside, the sweep stopped first): the next sweep tries
+    /// them again
+    pub unfinished: Finish,
+    /// how long it took (on the host thread)
+    pub took: Duration,
+    /// it removed an orphan or finished a deletion
+    pub changed: bool,
 }
 
 /// What the driver does for a step.

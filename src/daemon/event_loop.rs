@@ -33,7 +33,8 @@ use crate::reconstruct::FailedTarget;
 use crate::selinux::Policy;
 
 pub use super::core::{
-    Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, World,
+    Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, Swept,
+    World,
 };
 use super::lanes::{host_lane, journal_lane, lane_gone_journal};
 use super::pools::{Pools, StartWorker};
@@ -352,7 +353,10 @@ impl Driver {
             Effect::Host(work) => {
                 if let Err(mpsc::SendError(work)) = self.host_lane.send(work) {
                     feedback.push(Event::Done(match work {
-                        HostWork::Sweep { .. } => Completion::Swept,
+                        HostWork::Sweep { finish, .. } => Completion::Swept(Swept {
+                            unfinished: finish,
+                            ..Swept::default()
+                        }),
                         HostWork::Trim => Completion::Trimmed,
                         HostWork::CheckLate { .. } => Completion::LateChecked {
                             mounted: Vec::new(),

@@ -6,13 +6,14 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
+use std::time::Instant;
 
 use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, TargetRef, UniqueVolumeName};
 
-use super::core::{Completion, Event, HostWork, JournalWork};
+use super::core::{Completion, Event, Finish, HostWork, JournalWork, Swept};
 
 /// The completion of journal work that found no journal thread.
 pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {
@@ -98,9 +99,8 @@ pub(super) fn host_lane(
 ) {
     for work in rx {
         let done = match work {
-            HostWork::Sweep { known } => {
-                sweep(layout, sys, metrics, &known, stop);
-                Completion::Swept
+            HostWork::Sweep { known, finish } => {
+                Completion::Swept(sweep(layout, sys, metrics, &known, &finish, stop))
             }
             HostWork::Trim => {
                 crate::host::sys::trim_malloc();
@@ -125,9 +125,12 @@ fn sweep(
     sys: &dyn Sys,
     metrics: &Metrics,
     known: &std::collections::BTreeSet<crate::model::PodUid>,
+    finish: &Finish,
     stop: &AtomicBool,
-) {
-    let r = super::orphans::sweep(layout, sys, known, stop);
+) -> Swept {
+    let started = Instant::now();
+    let r = super::orphans::sweep(layout, sys, known, finish, stop);
+    let took = started.elapsed();
     for (path, why) in &r.left {
         tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");
     }
@@ -143,4 +146,10 @@ fn sweep(
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     metrics.ops.orphan_cleaned.set(as_i64(r.examined));
     metrics.ops.orphan_cleaned_errors.set(as_i64(r.errors));
+    tracing::debug!(?took, all = *finish == Finish::All, "orphan sweep");
+    Swept {
+        changed: r.changed,
+        unfinished: r.unfinished,
+        took,
+    }
 }

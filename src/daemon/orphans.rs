@@ -9,15 +9,23 @@
 //! symlink; dirs of volume types volumed has no plugin for (secret,
 //! projected, …) are left and reported. The only files deleted are the
 //! emptyDir `ready` markers under `pods/<uid>/plugins/kubernetes.io~empty-dir/`;
-//! any other plugin's dir there is left and reported too. Every pod dir (orphan or not) first gets its interrupted
-//! deletions of disk emptyDirs and configMaps (whose payload sits in a
-//! wrapped disk emptyDir), `<name>.deleting~<seq>`, finished: a TearDown
-//! cut by a crash completes here.
+//! any other plugin's dir there is left and reported too.
+//!
+//! An orphan's dir, and a known pod's dir the core names (a TearDown ran
+//! there since the last sweep; every pod after a start), first gets its
+//! interrupted deletions of disk emptyDirs and configMaps (whose payload
+//! sits in a wrapped disk emptyDir), `<name>.deleting~<seq>`, finished: a
+//! TearDown cut by a crash, or by an error, completes here. Other known
+//! pods' dirs are not entered: a settled sweep is one listing of `pods/`
+//! (at 10,000 pods on ext4, release build: 27–42 ms, against 0.31–0.43 s
+//! looking into every pod's dirs; most of what is left is the listing's
+//! `statx` of each entry).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::effects::Finish;
 use crate::host::mountinfo::MountTable;
 use crate::host::remove::is_pending_deletion;
 use crate::host::sys::{Errno, FileKind, Sys};
@@ -37,15 +45,26 @@ pub struct SweepReport {
     pub left: Vec<(PathBuf, String)>,
     /// interrupted disk emptyDir and configMap deletions finished
     pub finished_deletions: usize,
+    /// pods whose interrupted deletions are not finished (see
+    /// [`Swept::unfinished`](super::effects::Swept))
+    pub unfinished: Finish,
+    /// an orphan was removed or a deletion finished completely (one that
+    /// keeps a mount inside is tried again each sweep, changing nothing)
+    pub changed: bool,
 }
 
-/// Sweeps `<root>/pods`. `known` holds every pod the DSW or the ASW knows.
+/// Sweeps `<root>/pods`. `known` holds every pod the DSW or the ASW knows;
+/// of those, only the dirs of pods in `finish` are looked into (their
+/// interrupted deletions finished), so a settled sweep is one listing of
+/// `pods/`. An orphan's deletions are always finished, and the mount table
+/// is read only once one turns up (its volume dirs are checked against it).
 /// Ends early, between two pods, once `stop` is set: a graceful stop must
 /// not wait for a walk of every pod dir (the next start sweeps again).
 pub fn sweep(
     layout: &Layout,
     sys: &dyn Sys,
     known: &BTreeSet<PodUid>,
+    finish: &Finish,
     stop: &AtomicBool,
 ) -> SweepReport {
     let mut report = SweepReport::default();
@@ -55,46 +74,72 @@ pub fn sweep(
         Err(e) if e.errno() == Some(Errno::ENOENT) => return report,
         Err(e) => {
             report.left.push((pods, e.to_string()));
+            report.unfinished = finish.clone();
             return report;
         }
     };
-    let table = match sys.read_mountinfo() {
-        Ok(t) => t,
-        Err(e) => {
-            report
-                .left
-                .push((pods, format!("read the mount table: {e}")));
-            return report;
-        }
-    };
+    let mut table: Option<Result<MountTable, String>> = None;
     let empty_dir = EmptyDirPlugin::new(layout.clone());
     for entry in entries {
         if stop.load(Ordering::SeqCst) {
+            // the rest is not reached: all of it stays to do
+            report.unfinished.merge(finish.clone());
             break;
         }
-        let path = pods.join(&entry.name);
         let Some(uid) = entry.name.to_str().and_then(|n| PodUid::new(n).ok()) else {
-            report.left.push((path, "not a pod uid".into()));
+            report
+                .left
+                .push((pods.join(&entry.name), "not a pod uid".into()));
             continue;
         };
+        let path = pods.join(&entry.name);
         if entry.kind != FileKind::Dir {
             report
                 .left
                 .push((path, "not a directory (never followed)".into()));
             continue;
         }
-        match empty_dir.finish_pending(&uid, sys) {
-            Ok(done) => report.finished_deletions += done.len(),
-            Err(e) => report
-                .left
-                .push((path.clone(), format!("finish pending deletions: {e}"))),
+        let is_known = known.contains(&uid);
+        if is_known && !finish.contains(&uid) {
+            continue;
         }
-        if known.contains(&uid) {
+        match empty_dir.finish_pending(&uid, sys) {
+            Ok(done) => {
+                report.finished_deletions += done.len();
+                let complete = done.iter().filter(|(_, r)| r.complete()).count();
+                report.changed |= complete > 0;
+                if complete < done.len() {
+                    report.unfinished.insert(uid.clone());
+                }
+            }
+            Err(e) => {
+                report
+                    .left
+                    .push((path.clone(), format!("finish pending deletions: {e}")));
+                report.unfinished.insert(uid.clone());
+            }
+        }
+        if is_known {
             continue;
         }
         report.examined += 1;
-        match clean_pod(layout, sys, &table, &uid) {
-            Ok(()) => report.removed += 1,
+        let table = table.get_or_insert_with(|| {
+            sys.read_mountinfo()
+                .map_err(|e| format!("read the mount table: {e}"))
+        });
+        let table = match table {
+            Ok(t) => &*t,
+            Err(e) => {
+                report.errors += 1;
+                report.left.push((path, e.clone()));
+                continue;
+            }
+        };
+        match clean_pod(layout, sys, table, &uid) {
+            Ok(()) => {
+                report.removed += 1;
+                report.changed = true;
+            }
             Err(left) => {
                 report.errors += 1;
                 report.left.extend(left);
@@ -239,11 +284,15 @@ fn clean_plugin_dirs(plugins: &Path, sys: &dyn Sys, left: &mut Vec<(PathBuf, Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::recording_sys::RecordingSys;
+    use crate::host::recording_sys::{RecordingSys, SysCall};
     use crate::host::sys::MsFlags;
 
     fn uid(s: &str) -> PodUid {
         PodUid::new(s).unwrap()
+    }
+
+    fn pods(names: &[&str]) -> BTreeSet<PodUid> {
+        names.iter().map(|n| uid(n)).collect()
     }
 
     #[test]
@@ -254,9 +303,154 @@ mod tests {
             "/r/pods/gone/volumes/kubernetes.io~empty-dir/cache",
             FileKind::Dir,
         );
-        let r = sweep(&layout, &sys, &BTreeSet::new(), &AtomicBool::new(true));
+        let r = sweep(
+            &layout,
+            &sys,
+            &BTreeSet::new(),
+            &Finish::All,
+            &AtomicBool::new(true),
+        );
         assert_eq!(r.examined, 0);
         assert!(sys.exists("/r/pods/gone"), "left for the next sweep");
+        assert_eq!(r.unfinished, Finish::All, "and so are its deletions");
+    }
+
+    const CUT: &str = "volumes/kubernetes.io~empty-dir/scratch.deleting~7";
+
+    /// Known pods `a` and `b` and, with `orphan`, a gone pod `gone`, each
+    /// with an interrupted emptyDir deletion.
+    fn cut_pods(orphan: bool) -> RecordingSys {
+        let sys = RecordingSys::new();
+        let mut names = vec!["a", "b"];
+        if orphan {
+            names.push("gone");
+        }
+        for p in names {
+            sys.add(format!("/r/pods/{p}/{CUT}/f"), FileKind::File);
+        }
+        sys
+    }
+
+    #[test]
+    fn a_settled_sweep_is_one_listing_of_pods_and_reads_no_mount_table() {
+        let sys = cut_pods(false);
+        let layout = Layout::new("/r");
+        let r = sweep(
+            &layout,
+            &sys,
+            &pods(&["a", "b"]),
+            &Finish::default(),
+            &AtomicBool::new(false),
+        );
+        assert_eq!(
+            sys.calls(),
+            [SysCall::ReadDirBeneath {
+                base: "/r/pods".into(),
+                rel: "".into()
+            }],
+            "nothing beneath a known pod's dir, no mount table"
+        );
+        assert_eq!(r, SweepReport::default());
+        assert!(sys.exists(format!("/r/pods/a/{CUT}")), "not looked for");
+    }
+
+    #[test]
+    fn an_orphans_pending_rename_is_finished_without_entering_known_pods() {
+        let sys = cut_pods(true);
+        let layout = Layout::new("/r");
+        let r = sweep(
+            &layout,
+            &sys,
+            &pods(&["a", "b"]),
+            &Finish::default(),
+            &AtomicBool::new(false),
+        );
+        assert_eq!(
+            (r.finished_deletions, r.examined, r.removed),
+            (1, 1, 1),
+            "{r:?}"
+        );
+        assert!(r.changed);
+        assert!(!sys.exists("/r/pods/gone"));
+        let calls = sys.calls();
+        // any call naming a path in the pod's dir, whatever its kind
+        let beneath = |pod: &str| {
+            let dir = format!("/r/pods/{pod}");
+            calls.iter().any(|c| format!("{c:?}").contains(&dir))
+        };
+        assert!(beneath("gone"));
+        assert!(!beneath("a") && !beneath("b"), "{calls:#?}");
+        // one for the removal of its rename (which keeps mounts inside),
+        // one for its volume dirs
+        let tables = calls.iter().filter(|c| **c == SysCall::ReadMountinfo);
+        assert_eq!(tables.count(), 2, "read for the orphan only");
+        assert!(sys.exists(format!("/r/pods/a/{CUT}/f")));
+    }
+
+    #[test]
+    fn only_the_known_pods_named_are_finished_and_a_failure_is_kept_for_the_next() {
+        let layout = Layout::new("/r");
+        let sys = cut_pods(false);
+        let finish = Finish::Pods(pods(&["a", "absent"]));
+        let r = sweep(
+            &layout,
+            &sys,
+            &pods(&["a", "b"]),
+            &finish,
+            &AtomicBool::new(false),
+        );
+        assert_eq!(r.finished_deletions, 1, "{r:?}");
+        assert!(!sys.exists(format!("/r/pods/a/{CUT}")));
+        assert!(sys.exists(format!("/r/pods/b/{CUT}")), "b had no TearDown");
+        assert_eq!(
+            r.unfinished,
+            Finish::default(),
+            "a pod without a dir is done"
+        );
+
+        // a's listing fails: a is finished by the next sweep
+        let sys = cut_pods(false);
+        sys.fail_nth(crate::host::sys::Call::ReadDirBeneath, 2, Errno::EIO);
+        let r = sweep(
+            &layout,
+            &sys,
+            &pods(&["a", "b"]),
+            &finish,
+            &AtomicBool::new(false),
+        );
+        assert_eq!(r.unfinished, Finish::Pods(pods(&["a"])), "{r:?}");
+        assert!(sys.exists(format!("/r/pods/a/{CUT}")));
+    }
+
+    /// The same on a real directory tree through the real syscalls (no
+    /// mount needed: nothing here is mounted, so it runs unprivileged).
+    #[test]
+    fn on_real_files_a_settled_sweep_leaves_known_pods_and_finishes_an_orphan() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = Layout::new(root.path());
+        let cut = |p: &str| root.path().join(format!("pods/{p}/{CUT}"));
+        for p in ["a", "b", "gone"] {
+            std::fs::create_dir_all(cut(p).join("sub")).unwrap();
+            std::fs::write(cut(p).join("sub/f"), b"data").unwrap();
+        }
+        let sys = crate::host::sys::LinuxSys;
+        let known = pods(&["a", "b"]);
+        let stop = AtomicBool::new(false);
+        let r = sweep(&layout, &sys, &known, &Finish::default(), &stop);
+        assert_eq!((r.finished_deletions, r.removed), (1, 1), "{r:?}");
+        assert!(!root.path().join("pods/gone").exists());
+        assert!(cut("a").join("sub/f").exists() && cut("b").join("sub/f").exists());
+
+        // a TearDown ran on a: the next sweep finishes there, only there
+        let r = sweep(&layout, &sys, &known, &Finish::Pods(pods(&["a"])), &stop);
+        assert_eq!((r.finished_deletions, r.examined), (1, 0), "{r:?}");
+        assert!(!cut("a").exists());
+        assert!(
+            root.path().join("pods/a/volumes").exists(),
+            "a known pod's dir stays"
+        );
+        assert!(cut("b").join("sub/f").exists());
+        assert_eq!(r.unfinished, Finish::default());
     }
 
     #[test]
@@ -293,7 +487,7 @@ mod tests {
         d("/r/pods/live/volumes/kubernetes.io~empty-dir/cache");
 
         let known: BTreeSet<_> = [uid("live")].into();
-        let r = sweep(&layout, &sys, &known, &AtomicBool::new(false));
+        let r = sweep(&layout, &sys, &known, &Finish::All, &AtomicBool::new(false));
         assert_eq!(r.examined, 4);
         assert_eq!(r.removed, 1, "{:#?}", r.left);
         assert_eq!(r.errors, 3);
@@ -339,7 +533,13 @@ mod tests {
         f("/r/pods/clean/plugins/kubernetes.io~empty-dir/a/ready");
         f("/r/pods/clean/plugins/kubernetes.io~empty-dir/b/ready");
 
-        let r = sweep(&layout, &sys, &BTreeSet::new(), &AtomicBool::new(false));
+        let r = sweep(
+            &layout,
+            &sys,
+            &BTreeSet::new(),
+            &Finish::All,
+            &AtomicBool::new(false),
+        );
         assert_eq!((r.examined, r.removed), (2, 1), "{:#?}", r.left);
         assert!(!sys.exists("/r/pods/clean"));
         assert!(!sys.exists("/r/pods/gone/plugins/kubernetes.io~empty-dir/cache"));
@@ -357,7 +557,7 @@ mod tests {
     }
 
     #[test]
-    fn an_interrupted_emptydir_deletion_is_finished_even_for_a_live_pod() {
+    fn an_interrupted_emptydir_deletion_is_finished_even_for_a_live_pod_when_named() {
         let sys = RecordingSys::new();
         let layout = Layout::new("/r");
         sys.add(
@@ -369,7 +569,13 @@ mod tests {
             FileKind::File,
         );
         let known: BTreeSet<_> = [uid("live")].into();
-        let r = sweep(&layout, &sys, &known, &AtomicBool::new(false));
+        let r = sweep(
+            &layout,
+            &sys,
+            &known,
+            &Finish::Pods(known.clone()),
+            &AtomicBool::new(false),
+        );
         assert_eq!(r.finished_deletions, 1);
         assert!(!sys.exists("/r/pods/live/volumes/kubernetes.io~empty-dir/scratch.deleting~7"));
         assert_eq!(r.examined, 0);
@@ -392,7 +598,13 @@ mod tests {
         sys.add(format!("{cut}/..data"), FileKind::Symlink);
         sys.add(format!("{cut}/app.conf"), FileKind::Symlink);
         sys.add("/outside/precious", FileKind::File);
-        let r = sweep(&layout, &sys, &BTreeSet::new(), &AtomicBool::new(false));
+        let r = sweep(
+            &layout,
+            &sys,
+            &BTreeSet::new(),
+            &Finish::All,
+            &AtomicBool::new(false),
+        );
         assert_eq!(r.finished_deletions, 1, "{r:?}");
         assert!(!sys.exists(cut));
         assert_eq!((r.removed, r.errors), (1, 0), "{r:?}");
@@ -414,12 +626,16 @@ mod tests {
         )
         .unwrap();
         let known: BTreeSet<_> = [uid("gone")].into();
-        let r = sweep(&layout, &sys, &known, &AtomicBool::new(false));
+        let r = sweep(&layout, &sys, &known, &Finish::All, &AtomicBool::new(false));
         assert!(
             sys.exists(format!("{m}/inside")),
             "nothing deleted in a mount"
         );
         assert!(!sys.exists(format!("{cut}/f")));
         assert_eq!(r.finished_deletions, 1, "{r:?}");
+        // not finished: the next sweep tries again, and this one changed
+        // nothing (its idle successor may wait by its cost)
+        assert_eq!(r.unfinished, Finish::Pods(known), "{r:?}");
+        assert!(!r.changed);
     }
 }

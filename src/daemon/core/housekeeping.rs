@@ -1,10 +1,17 @@
 //! The core's deadlines acted on at the end of each step: flush, orphan
 //! sweep, checkpoint and allocator trim, each rate limited.
+//!
+//! A sweep costs a listing of `pods/` against the known pods, plus a
+//! listing beneath each pod dir in [`Finish`] (a TearDown ran there since
+//! the last sweep; every pod once after a start) and the mount table read
+//! once an orphan turns up. The idle sweep is the safety net for orphans
+//! nothing told of; one that changed nothing and took d makes the next
+//! wait [`idle_sweep_wait`]: at most 1/[`SWEEP_COST_SHARE`] of a core.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::{Core, Effect, HostWork, JournalWork, Phase, World};
+use super::{Core, Effect, Finish, HostWork, JournalWork, Phase, Swept, World};
 use crate::model::PodUid;
 
 /// The allocator is trimmed at most this often, once no job is in flight.
@@ -14,8 +21,18 @@ pub const TRIM_EVERY: Duration = Duration::from_secs(1);
 pub const FLUSH_WITHIN: Duration = Duration::from_millis(200);
 /// Orphan sweeps run at most this often.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
-/// And at least this often once settled.
+/// And at least this often once settled, unless the last one cost more
+/// than 1/[`SWEEP_COST_SHARE`] of that.
 pub const SWEEP_IDLE: Duration = Duration::from_secs(120);
+/// A sweep that changed nothing and took d is followed by the next idle one
+/// no sooner than d × this: idle sweeps use at most 0.1% of a core.
+pub const SWEEP_COST_SHARE: u32 = 1000;
+
+/// How long after an idle sweep that changed nothing and took `took` the
+/// next one waits: [`SWEEP_IDLE`], or longer where a sweep costs more.
+pub fn idle_sweep_wait(took: Duration) -> Duration {
+    SWEEP_IDLE.max(took.saturating_mul(SWEEP_COST_SHARE))
+}
 
 impl Core {
     /// Flushes the outcomes appended without waiting: once no job is in
@@ -34,6 +51,23 @@ impl Core {
         out.push(Effect::Journal(JournalWork::Flush));
     }
 
+    /// Enters [`Phase::Settled`]: the first sweep is due at once.
+    pub(super) fn settle(&mut self, now: Instant) -> Phase {
+        self.timers.sweep_at = Some(now);
+        Phase::Settled
+    }
+
+    /// A TearDown ran on `pod`'s target (`None`: never for a TearDown, but
+    /// then every pod): its dir may hold a `.deleting~` rename, finished by
+    /// a sweep asked for at the rate limit.
+    pub(super) fn torn_down(&mut self, pod: Option<&PodUid>, now: Instant) {
+        match pod {
+            Some(p) => self.finish.insert(p.clone()),
+            None => self.finish = Finish::All,
+        }
+        self.sweep_wanted(now);
+    }
+
     /// Asks for a sweep at the rate limit (a pod target went away).
     pub(super) fn sweep_wanted(&mut self, now: Instant) {
         let soonest = self.timers.sweep_not_before.unwrap_or(now);
@@ -43,7 +77,8 @@ impl Core {
 
     /// Sweeps orphaned pod dirs once settled, when due, never while an
     /// operation is in flight (the sweep completes the `.deleting~` renames
-    /// of every pod, which a disk emptyDir's TearDown makes and deletes).
+    /// a disk emptyDir's or configMap's TearDown makes and deletes). The
+    /// pods to finish go with it; the next idle sweep is timed from its end.
     pub(super) fn maybe_sweep(&mut self, w: &World, now: Instant, out: &mut Vec<Effect>) {
         let due = self.timers.sweep_at.is_some_and(|t| now >= t);
         if self.phase != Phase::Settled
@@ -60,10 +95,26 @@ impl Core {
         for (_, v) in w.asw.volumes() {
             known.extend(v.pods.keys().cloned());
         }
-        self.timers.sweep_at = Some(now + SWEEP_IDLE);
+        self.timers.sweep_at = None;
         self.timers.sweep_not_before = Some(now + SWEEP_EVERY);
         self.in_flight.sweep = true;
-        out.push(Effect::Host(HostWork::Sweep { known }));
+        let finish = std::mem::take(&mut self.finish);
+        out.push(Effect::Host(HostWork::Sweep { known, finish }));
+    }
+
+    /// A sweep ended: what it could not finish waits for the next, due at
+    /// the idle period, or later after a costly one that changed nothing
+    /// (unless one was asked for meanwhile).
+    pub(super) fn swept(&mut self, s: Swept, now: Instant) {
+        self.in_flight.sweep = false;
+        self.finish.merge(s.unfinished);
+        let wait = if s.changed {
+            SWEEP_IDLE
+        } else {
+            idle_sweep_wait(s.took)
+        };
+        let idle = now + wait;
+        self.timers.sweep_at = Some(self.timers.sweep_at.map_or(idle, |t| t.min(idle)));
     }
 
     pub(super) fn maybe_checkpoint(&mut self, synced_through: u64, out: &mut Vec<Effect>) {
