@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use bench_support::{
     BIN, Daemon, NODE, POLL, boot_id_file, fresh_ext4, journal_tempdir, median, quick_mode,
-    stop_on_ext4, uid,
+    stop_on_ext4, thread_ticks, threads_since, uid,
 };
 use serde_json::{Value, json};
 use support::apiserver::FakeApiServer;
@@ -122,11 +122,21 @@ fn through_volumed(
     // the warm-up pod: after it the three shared objects are followed
     api.put(api_pod(pods));
     d.wait_mounted(3, Instant::now(), Duration::from_secs(120))?;
+    let me = nix::unistd::getpid();
+    let (cpu0, fake0) = (thread_ticks(d.pid()), thread_ticks(me));
     let t0 = Instant::now();
     for i in 0..pods {
         api.put(api_pod(i));
     }
+    let created = t0.elapsed();
     let got = d.wait_mounted(3 * (pods as u64 + 1), t0, Duration::from_secs(600));
+    // the CPU each thread spent meanwhile: on 2 cores the mounts of the
+    // first pods and the source's work for the last ones share them
+    let cpu = threads_since(d.pid(), &cpu0);
+    let fake = threads_since(me, &fake0);
+    if let Ok(to) = std::env::var("VOLUMED_BENCH_PAYLOAD_LOG") {
+        let _ = fs::write(format!("{to}.{name}"), d.log_text());
+    }
     if got.is_none() {
         println!("  {name}: did not finish; log tail:\n{}", d.log_tail());
     }
@@ -139,6 +149,12 @@ fn through_volumed(
             dsw.as_secs_f64() * 1e3,
             asw.as_secs_f64() * 1e3
         );
+        println!(
+            "  {name}: the {pods} pods created in the fake in {:.0} ms",
+            created.as_secs_f64() * 1e3
+        );
+        println!("  {name}: daemon CPU: {cpu}");
+        println!("  {name}: bench CPU (the API fake): {fake}");
     }
     got.map(|(_, asw)| asw)
 }

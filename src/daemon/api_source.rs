@@ -9,7 +9,7 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use super::event_loop::Event;
 use super::{DaemonError, spawn};
@@ -142,13 +142,7 @@ pub(super) fn spawn_api_source(
                     _ = stop_rx.changed() => return,
                     b = changes.next() => {
                         let Some(batch) = b else { return };
-                        for item in batch {
-                            match item {
-                                Ok(c) => state.apply(c),
-                                // kube's backoff retries; the pods stay as they are
-                                Err(e) => tracing::warn!(error = %e, "API server"),
-                            }
-                        }
+                        apply_all(&mut state, batch);
                     }
                     Some((r, seen)) = follow.rx.recv() => {
                         if follow.seen(&r, seen) {
@@ -171,10 +165,48 @@ pub(super) fn spawn_api_source(
                         }
                     }
                 };
+                // What else comes now joins this pass: one resolution and
+                // one event to the loop for many changes. A watch hands its
+                // events over one at a time (its connection's task decodes
+                // the next once this one has taken the last), and so do the
+                // token keepers: one pass each cost a walk, an event and a
+                // step of the loop per pod. Bounded, so the first pods of a
+                // burst reach the DSW (and the workers) without waiting for
+                // the last.
+                let pass = Instant::now();
+                let mut taken = 0usize;
+                loop {
+                    // new pods' objects first: their watches and token
+                    // requests start before this task yields
+                    if let Some(c) = state.take_follow_changes() {
+                        follow.change(c, &|r| state.token_paths(r));
+                    }
+                    tokio::task::yield_now().await;
+                    let mut more = 0usize;
+                    while let Ok((r, seen)) = follow.rx.try_recv() {
+                        more += 1;
+                        if follow.seen(&r, seen) {
+                            state.object_reported(&r);
+                        }
+                    }
+                    loop {
+                        match changes.next().now_or_never() {
+                            Some(Some(batch)) => {
+                                more += batch.len();
+                                apply_all(&mut state, batch);
+                            }
+                            Some(None) => return,
+                            None => break,
+                        }
+                    }
+                    taken += more;
+                    if more == 0 || taken >= PASS_MAX.0 || pass.elapsed() >= PASS_MAX.1 {
+                        break;
+                    }
+                }
                 for e in state.take_errors() {
                     tracing::error!(error = %e, "API server object");
                 }
-                // new pods' objects first: their watches start now
                 if let Some(c) = state.take_follow_changes() {
                     follow.change(c, &|r| state.token_paths(r));
                 }
@@ -221,6 +253,21 @@ pub(super) fn spawn_api_source(
         });
     })?;
     Ok((thread, ApiStopper(stop_tx), publisher))
+}
+
+/// The most one pass of the API source takes in before it resolves and
+/// sends: changes and reports, and time since the pass began.
+const PASS_MAX: (usize, std::time::Duration) = (256, std::time::Duration::from_millis(5));
+
+/// Takes in a batch of watch changes.
+fn apply_all(state: &mut ApiState, batch: Vec<crate::apiserver::Watched>) {
+    for item in batch {
+        match item {
+            Ok(c) => state.apply(c),
+            // kube's backoff retries; the pods stay as they are
+            Err(e) => tracing::warn!(error = %e, "API server"),
+        }
+    }
 }
 
 /// Starts what volumed tells the API server (the node's status, CSINode,

@@ -140,8 +140,12 @@ pub struct ApiState {
     /// where payload objects are read when a pod is resolved (the plugins
     /// read the same stores, in the same order)
     payload: ObjectStores,
-    /// dirty pods held back by the last [`ApiState::take_events`]
-    held: usize,
+    /// pods held back waiting for a followed object's first report; not
+    /// looked at again until one of their objects reports
+    /// ([`ApiState::object_reported`] marks them dirty) or they change: a
+    /// node's first list holds every pod until its token comes, and
+    /// walking all of them again on each report was quadratic
+    held: BTreeSet<PodUid>,
     /// per kind relisting, the keys seen since its `Init`
     relisting: BTreeMap<Kind, BTreeSet<String>>,
     listed: BTreeSet<Kind>,
@@ -163,7 +167,7 @@ impl ApiState {
             all_dirty: false,
             refs: PodRefs::default(),
             payload: ObjectStores::default(),
-            held: 0,
+            held: BTreeSet::new(),
             relisting: BTreeMap::new(),
             listed: BTreeSet::new(),
             errors: Vec::new(),
@@ -193,7 +197,7 @@ impl ApiState {
     /// Whether no pod is held back waiting for a followed object's first
     /// report (the DSW is not marked ready before).
     pub fn settled(&self) -> bool {
-        self.held == 0
+        self.held.is_empty()
     }
 
     /// Whether every kind has been listed completely once: until then
@@ -410,11 +414,11 @@ impl ApiState {
             sys,
             node_name: &self.node_name,
         };
-        let mut held = Vec::new();
         let mut removed = Vec::new();
         let mut changed = Vec::new();
         let mut refs = Vec::new();
         for uid in dirty {
+            self.held.remove(&uid);
             match self.pods.get(&uid) {
                 None => {
                     refs.push((uid.clone(), None));
@@ -423,7 +427,9 @@ impl ApiState {
                     }
                 }
                 // its ConfigMap's watch has not answered yet: next time
-                Some(_) if self.refs.holds(&uid) => held.push(uid),
+                Some(_) if self.refs.holds(&uid) => {
+                    self.held.insert(uid);
+                }
                 Some(p) => {
                     let pod = resolver.resolve(p.clone());
                     refs.push((uid.clone(), Some(secrets_named(&pod))));
@@ -441,8 +447,6 @@ impl ApiState {
                 self.refs.set(&uid, Part::Resolved, now);
             }
         }
-        self.held = held.len();
-        self.dirty.extend(held);
         removed.extend(changed);
         removed
     }
