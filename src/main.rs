@@ -284,11 +284,11 @@ fn run(mut args: RunArgs) -> Result<()> {
     let metrics = Arc::new(volumed::metrics::Metrics::new()?);
     cfg.csi = Some(args.csi.setup(metrics.ops.csi_seconds.clone())?);
     service.status("opening the journal, listing the pod sources");
-    // the dir first: the manifest cache may be written before the journal's
-    // open ends, and the runtime API's socket lives there
+    // first: the manifest cache and the runtime API socket live there
     std::fs::create_dir_all(&journal_dir)
         .with_context(|| format!("create journal dir {}", journal_dir.display()))?;
-    // opened while the sources list (a restart's two longest steps)
+    // opened while the sources list (a restart's two longest steps); an
+    // error keeps its whole chain (the cause says what to do)
     let on = args.journal == OnOff::On;
     let open = || match on {
         false => {
@@ -297,7 +297,7 @@ fn run(mut args: RunArgs) -> Result<()> {
         }
         true => {
             let (j, replaced) = open_journal(&journal_dir, &node_name, &boot)
-                .map_err(|e| volumed::daemon::DaemonError::JournalOpen(e.into()))?;
+                .map_err(|e| volumed::daemon::DaemonError::JournalOpen(format!("{e:#}").into()))?;
             service.status("reconstructing: the journal and one read of the mount table");
             Ok((Some(Arc::new(j)), replaced))
         }

@@ -62,12 +62,15 @@ pub enum DaemonError {
     /// the metrics could not be registered
     #[error("metrics: {0}")]
     Metrics(#[from] crate::metrics::MetricsError),
-    /// the journal could not be opened ([`Daemon::start_opening`])
-    #[error("open the journal: {0}")]
+    /// the journal could not be opened
+    /// ([`Daemon::start_opening`](super::Daemon::start_opening)): the
+    /// opener's error, which names the step
+    #[error("{0}")]
     JournalOpen(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// What [`Daemon::start_opening`] gets from its journal opener: the journal
+/// What [`Daemon::start_opening`](super::Daemon::start_opening) gets from
+/// its journal opener: the journal
 /// (`None` with `--journal off`) and, when a fresh journal stands in for
 /// one moved aside, why.
 pub type OpenedJournal = (Option<Arc<Journal>>, Option<String>);
