@@ -142,6 +142,21 @@ fn mounted(effects: &[Effect], pod: &str) -> Event {
     })
 }
 
+/// `job`'s TearDown done: `pod` removed from its volume in the ASW.
+fn torn_down(job: &Job, pod: &str) -> Event {
+    Event::JobDone(JobReport {
+        key: job.key(),
+        updates: vec![AswUpdate::PodRemoved {
+            volume: job.key().volume.clone(),
+            pod: uid(pod),
+        }],
+        error: None,
+        ran: vec![Operation::TearDown],
+        forced: false,
+        late: None,
+    })
+}
+
 fn idle() -> Observed {
     Observed::default()
 }
@@ -405,17 +420,7 @@ fn a_forgotten_volume_stays_busy_until_its_records_are_durable() {
     else {
         panic!("the ASW gives a fallback job");
     };
-    let torn = Event::JobDone(JobReport {
-        key: job.key(),
-        updates: vec![AswUpdate::PodRemoved {
-            volume: job.key().volume.clone(),
-            pod: uid("a"),
-        }],
-        error: None,
-        ran: vec![Operation::TearDown],
-        forced: false,
-        late: None,
-    });
+    let torn = torn_down(job, "a");
     let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
     assert!(
         names(&forget).contains(&"forget".into()),
@@ -1084,17 +1089,7 @@ fn a_pod_removed_has_its_dir_finished_by_the_sweep_its_teardown_asks_for() {
     else {
         panic!("a teardown of a: {:?}", names(&down));
     };
-    let torn = Event::JobDone(JobReport {
-        key: job.key(),
-        updates: vec![AswUpdate::PodRemoved {
-            volume: job.key().volume.clone(),
-            pod: uid("a"),
-        }],
-        error: None,
-        ran: vec![Operation::TearDown],
-        forced: false,
-        late: None,
-    });
+    let torn = torn_down(job, "a");
     let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
     let Some(Effect::Journal(JournalWork::ForgetVolume { key, .. })) = forget
         .iter()

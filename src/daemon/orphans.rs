@@ -295,6 +295,17 @@ mod tests {
         names.iter().map(|n| uid(n)).collect()
     }
 
+    /// Sweeps `/r` to its end (never asked to stop).
+    fn sweep_r(sys: &dyn Sys, known: &BTreeSet<PodUid>, finish: &Finish) -> SweepReport {
+        sweep(
+            &Layout::new("/r"),
+            sys,
+            known,
+            finish,
+            &AtomicBool::new(false),
+        )
+    }
+
     #[test]
     fn a_sweep_asked_to_stop_ends_before_the_next_pod() {
         let sys = RecordingSys::new();
@@ -334,14 +345,7 @@ mod tests {
     #[test]
     fn a_settled_sweep_is_one_listing_of_pods_and_reads_no_mount_table() {
         let sys = cut_pods(false);
-        let layout = Layout::new("/r");
-        let r = sweep(
-            &layout,
-            &sys,
-            &pods(&["a", "b"]),
-            &Finish::default(),
-            &AtomicBool::new(false),
-        );
+        let r = sweep_r(&sys, &pods(&["a", "b"]), &Finish::default());
         assert_eq!(
             sys.calls(),
             [SysCall::ReadDirBeneath {
@@ -357,14 +361,7 @@ mod tests {
     #[test]
     fn an_orphans_pending_rename_is_finished_without_entering_known_pods() {
         let sys = cut_pods(true);
-        let layout = Layout::new("/r");
-        let r = sweep(
-            &layout,
-            &sys,
-            &pods(&["a", "b"]),
-            &Finish::default(),
-            &AtomicBool::new(false),
-        );
+        let r = sweep_r(&sys, &pods(&["a", "b"]), &Finish::default());
         assert_eq!(
             (r.finished_deletions, r.examined, r.removed),
             (1, 1, 1),
@@ -389,16 +386,9 @@ mod tests {
 
     #[test]
     fn only_the_known_pods_named_are_finished_and_a_failure_is_kept_for_the_next() {
-        let layout = Layout::new("/r");
         let sys = cut_pods(false);
         let finish = Finish::Pods(pods(&["a", "absent"]));
-        let r = sweep(
-            &layout,
-            &sys,
-            &pods(&["a", "b"]),
-            &finish,
-            &AtomicBool::new(false),
-        );
+        let r = sweep_r(&sys, &pods(&["a", "b"]), &finish);
         assert_eq!(r.finished_deletions, 1, "{r:?}");
         assert!(!sys.exists(format!("/r/pods/a/{CUT}")));
         assert!(sys.exists(format!("/r/pods/b/{CUT}")), "b had no TearDown");
@@ -411,13 +401,7 @@ mod tests {
         // a's listing fails: a is finished by the next sweep
         let sys = cut_pods(false);
         sys.fail_nth(crate::host::sys::Call::ReadDirBeneath, 2, Errno::EIO);
-        let r = sweep(
-            &layout,
-            &sys,
-            &pods(&["a", "b"]),
-            &finish,
-            &AtomicBool::new(false),
-        );
+        let r = sweep_r(&sys, &pods(&["a", "b"]), &finish);
         assert_eq!(r.unfinished, Finish::Pods(pods(&["a"])), "{r:?}");
         assert!(sys.exists(format!("/r/pods/a/{CUT}")));
     }
@@ -456,7 +440,6 @@ mod tests {
     #[test]
     fn orphans_are_removed_known_pods_kept_and_risky_dirs_left() {
         let sys = RecordingSys::new();
-        let layout = Layout::new("/r");
         let d = |p: &str| sys.add(p, FileKind::Dir);
         // a gone pod with an empty volume dir and a ready marker: removed
         d("/r/pods/gone/volumes/kubernetes.io~empty-dir/cache");
@@ -487,7 +470,7 @@ mod tests {
         d("/r/pods/live/volumes/kubernetes.io~empty-dir/cache");
 
         let known: BTreeSet<_> = [uid("live")].into();
-        let r = sweep(&layout, &sys, &known, &Finish::All, &AtomicBool::new(false));
+        let r = sweep_r(&sys, &known, &Finish::All);
         assert_eq!(r.examined, 4);
         assert_eq!(r.removed, 1, "{:#?}", r.left);
         assert_eq!(r.errors, 3);
@@ -520,7 +503,6 @@ mod tests {
     #[test]
     fn under_plugins_only_emptydir_ready_markers_are_removed() {
         let sys = RecordingSys::new();
-        let layout = Layout::new("/r");
         let d = |p: &str| sys.add(p, FileKind::Dir);
         let f = |p: &str| sys.add(p, FileKind::File);
         // a gone pod: its marker goes, a CSI plugin's data and a stray file stay
@@ -533,13 +515,7 @@ mod tests {
         f("/r/pods/clean/plugins/kubernetes.io~empty-dir/a/ready");
         f("/r/pods/clean/plugins/kubernetes.io~empty-dir/b/ready");
 
-        let r = sweep(
-            &layout,
-            &sys,
-            &BTreeSet::new(),
-            &Finish::All,
-            &AtomicBool::new(false),
-        );
+        let r = sweep_r(&sys, &BTreeSet::new(), &Finish::All);
         assert_eq!((r.examined, r.removed), (2, 1), "{:#?}", r.left);
         assert!(!sys.exists("/r/pods/clean"));
         assert!(!sys.exists("/r/pods/gone/plugins/kubernetes.io~empty-dir/cache"));
@@ -559,7 +535,6 @@ mod tests {
     #[test]
     fn an_interrupted_emptydir_deletion_is_finished_even_for_a_live_pod_when_named() {
         let sys = RecordingSys::new();
-        let layout = Layout::new("/r");
         sys.add(
             "/r/pods/live/volumes/kubernetes.io~empty-dir/scratch.deleting~7/sub",
             FileKind::Dir,
@@ -569,13 +544,7 @@ mod tests {
             FileKind::File,
         );
         let known: BTreeSet<_> = [uid("live")].into();
-        let r = sweep(
-            &layout,
-            &sys,
-            &known,
-            &Finish::Pods(known.clone()),
-            &AtomicBool::new(false),
-        );
+        let r = sweep_r(&sys, &known, &Finish::Pods(known.clone()));
         assert_eq!(r.finished_deletions, 1);
         assert!(!sys.exists("/r/pods/live/volumes/kubernetes.io~empty-dir/scratch.deleting~7"));
         assert_eq!(r.examined, 0);
@@ -589,7 +558,6 @@ mod tests {
     #[test]
     fn an_interrupted_config_map_deletion_is_finished_without_entering_a_mount() {
         let sys = RecordingSys::new();
-        let layout = Layout::new("/r");
         let cut = "/r/pods/gone/volumes/kubernetes.io~configmap/config.deleting~9";
         sys.add(
             format!("{cut}/..2026_01_01_00_00_00.0.abcdef012345/app.conf"),
@@ -598,13 +566,7 @@ mod tests {
         sys.add(format!("{cut}/..data"), FileKind::Symlink);
         sys.add(format!("{cut}/app.conf"), FileKind::Symlink);
         sys.add("/outside/precious", FileKind::File);
-        let r = sweep(
-            &layout,
-            &sys,
-            &BTreeSet::new(),
-            &Finish::All,
-            &AtomicBool::new(false),
-        );
+        let r = sweep_r(&sys, &BTreeSet::new(), &Finish::All);
         assert_eq!(r.finished_deletions, 1, "{r:?}");
         assert!(!sys.exists(cut));
         assert_eq!((r.removed, r.errors), (1, 0), "{r:?}");
@@ -626,7 +588,7 @@ mod tests {
         )
         .unwrap();
         let known: BTreeSet<_> = [uid("gone")].into();
-        let r = sweep(&layout, &sys, &known, &Finish::All, &AtomicBool::new(false));
+        let r = sweep_r(&sys, &known, &Finish::All);
         assert!(
             sys.exists(format!("{m}/inside")),
             "nothing deleted in a mount"
