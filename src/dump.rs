@@ -274,12 +274,17 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
     }
 }
 
-/// Builds the dump document from a replay.
-pub fn document(replay: &Replay, boot_id: &str, only: Option<&UniqueVolumeName>) -> DumpDoc {
+/// Builds the dump document from a replay and the state it implies.
+pub fn document(
+    replay: &Replay,
+    state: &JournalState,
+    boot_id: &str,
+    only: Option<&UniqueVolumeName>,
+) -> DumpDoc {
     // Outcomes name only their intent; find the intent's target from the
     // tail, or from the pending intents the checkpoint carried.
     let mut intents: HashMap<u64, (String, Option<String>)> = HashMap::new();
-    for (key, e) in replay.state.entries() {
+    for (key, e) in state.entries() {
         if let Some(p) = &e.pending {
             intents.insert(
                 p.intent_seq,
@@ -315,7 +320,7 @@ pub fn document(replay: &Replay, boot_id: &str, only: Option<&UniqueVolumeName>)
             reason: c.reason.clone(),
         }),
         records,
-        state: journal_snapshot(&replay.state, only),
+        state: journal_snapshot(state, only),
         journal_damage: DamageJson::of(&replay.damage),
     }
 }
@@ -527,13 +532,13 @@ mod tests {
         }
     }
 
-    fn replay(records: Vec<Record>) -> Replay {
+    /// A replay of `records` and the state they imply.
+    fn replay(records: Vec<Record>) -> (Replay, JournalState) {
         let mut state = JournalState::default();
         for r in &records {
             state.apply(r);
         }
-        Replay {
-            state,
+        let replay = Replay {
             tail: records,
             checkpoint: None,
             corruption: None,
@@ -543,7 +548,16 @@ mod tests {
             node_name: "n1".into(),
             schema_version: 1,
             damage: Default::default(),
-        }
+        };
+        (replay, state)
+    }
+
+    fn doc_of(
+        (replay, state): &(Replay, JournalState),
+        boot_id: &str,
+        only: Option<&UniqueVolumeName>,
+    ) -> DumpDoc {
+        document(replay, state, boot_id, only)
     }
 
     fn rec(seq: u64, body: Body) -> Record {
@@ -555,7 +569,7 @@ mod tests {
         }
     }
 
-    fn sample() -> Replay {
+    fn sample() -> (Replay, JournalState) {
         let pod = TargetRef::Pod(PodUid::new("p1").unwrap());
         replay(vec![
             rec(
@@ -588,7 +602,7 @@ mod tests {
 
     #[test]
     fn json_follows_the_design_contract() {
-        let doc = document(&sample(), "boot-now", None);
+        let doc = doc_of(&sample(), "boot-now", None);
         let v = serde_json::to_value(&doc).unwrap();
         assert_eq!(v["schema_version"], 1);
         assert_eq!(v["boot_id"], "boot-now");
@@ -619,14 +633,14 @@ mod tests {
 
     #[test]
     fn volume_filter_keeps_only_that_volume() {
-        let doc = document(
+        let doc = doc_of(
             &sample(),
             "b",
             Some(&UniqueVolumeName::from_raw("kubernetes.io/other")),
         );
         assert!(doc.records.is_empty());
         assert!(doc.state.volumes.is_empty());
-        let doc = document(
+        let doc = doc_of(
             &sample(),
             "b",
             Some(&UniqueVolumeName::from_raw(
@@ -638,7 +652,7 @@ mod tests {
 
     #[test]
     fn table_shows_records_and_state() {
-        let doc = document(&sample(), "b", None);
+        let doc = doc_of(&sample(), "b", None);
         let t = render_table(&doc, Path::new("/j"));
         assert!(t.contains("records (3):"), "{t}");
         assert!(t.contains("intent 1 success"), "{t}");
@@ -665,7 +679,7 @@ mod tests {
         long.volume = UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/{uid}-scratch"));
         long.plugin = PluginName::EmptyDir;
         long.kind = TargetKind::Dir;
-        let mut records = sample().tail;
+        let mut records = sample().0.tail;
         records.push(rec(
             4,
             Body::Intent {
@@ -674,7 +688,7 @@ mod tests {
                 target: long.into(),
             },
         ));
-        let doc = document(&replay(records), "b", None);
+        let doc = doc_of(&replay(records), "b", None);
         let t = render_table(&doc, Path::new("/j"));
         for (header, rows) in [("SEQ", 4), ("VOLUME", 3)] {
             let mut lines = t

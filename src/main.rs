@@ -387,7 +387,7 @@ fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, Option<S
                 phase = "journal_open",
                 elapsed_ms = volumed::elapsed_ms(started.elapsed()),
                 records = replay.tail.len(),
-                targets = replay.state.len(),
+                targets = j.with_state(|s| s.len()),
                 checkpoint = ?replay.checkpoint.as_ref().map(|c| c.through_seq),
                 "journal opened"
             );
@@ -419,9 +419,9 @@ fn dump(args: DumpArgs) -> Result<()> {
     )
     .context("dump")?;
     let doc = match source {
-        JournalSource::Local(replay) => {
+        JournalSource::Local { replay, state } => {
             let only = args.volume.map(UniqueVolumeName::from_raw);
-            volumed::dump::document(&replay, &boot, only.as_ref())
+            volumed::dump::document(&replay, &state, &boot, only.as_ref())
         }
         JournalSource::Daemon { doc, daemon } => {
             tracing::debug!(pid = daemon.pid, listen = %daemon.listen, "read the journal from the running daemon");

@@ -106,7 +106,7 @@ fn append_survives_reopen_and_sequence_numbers_continue() {
     assert!(!replay.created);
     assert_eq!(replay.node_name, "node-a");
     assert_eq!(replay.tail.len(), 2);
-    assert_eq!(replay.state, before);
+    assert_eq!(j.state(), before);
     assert_eq!(j.append_record(intent(3)).unwrap(), 3);
 }
 
@@ -132,9 +132,9 @@ fn lazy_appends_become_durable_with_the_next_flush() {
     assert!(!j.has_pending());
     let before = j.state();
     j.close().unwrap();
-    let (_, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
     assert_eq!(replay.tail.len(), 3);
-    assert_eq!(replay.state, before);
+    assert_eq!(j.state(), before);
 }
 
 #[test]
@@ -166,15 +166,15 @@ fn replay_of_checkpoint_plus_tail_equals_replay_of_everything() {
     for r in &all {
         from_scratch.apply(r);
     }
+    let replayed = j.state();
     assert_eq!(
-        replay.state.entries().collect::<Vec<_>>(),
+        replayed.entries().collect::<Vec<_>>(),
         from_scratch.entries().collect::<Vec<_>>()
     );
     assert!(
-        replay.state.entries().any(|(_, e)| e.pending.is_some()),
+        replayed.entries().any(|(_, e)| e.pending.is_some()),
         "pending intents survive the checkpoint"
     );
-    assert_eq!(j.state(), replay.state);
 }
 
 #[test]
@@ -506,11 +506,11 @@ fn current_reads_the_open_journal_like_a_reopen_would() {
     j.checkpoint().unwrap();
     workload(&j, 12);
     let live = j.current("node-a").unwrap();
-    drop(j);
-    let (_, reopened) = Journal::open(&cfg(dir.path())).unwrap();
+    let live_state = j.into_state();
+    let (j, reopened) = Journal::open(&cfg(dir.path())).unwrap();
     assert_eq!(live.tail, reopened.tail);
     assert_eq!(live.checkpoint, reopened.checkpoint);
-    assert_eq!(live.state, reopened.state);
+    assert_eq!(live_state, j.state());
     assert_eq!(live.tail.len(), 12);
 }
 
@@ -538,13 +538,10 @@ fn a_batch_of_a_thousand_costs_one_flush_and_replays_in_order() {
     let live = j.state();
     drop(j);
 
-    let (_j, replay) = Journal::open(&cfg(&dir)).unwrap();
+    let (j, replay) = Journal::open(&cfg(&dir)).unwrap();
     let tail: Vec<(u64, &Body)> = replay.tail.iter().map(|r| (r.seq, &r.body)).collect();
     let want: Vec<(u64, &Body)> = seqs.iter().copied().zip(&bodies).collect();
     assert_eq!(tail.first().map(|t| t.0), Some(first));
     assert_eq!(&tail[1..], &want[..], "replayed in order");
-    assert_eq!(
-        replay.state, live,
-        "replay implies the state the writer built"
-    );
+    assert_eq!(j.state(), live, "replay implies the state the writer built");
 }

@@ -388,7 +388,7 @@ fn the_v1_journal_opens_and_replays() {
         replay.tail.iter().map(|r| r.seq).collect::<Vec<_>>(),
         vec![7, 8, 9]
     );
-    let snap = volumed::dump::journal_snapshot(&replay.state, None);
+    let snap = volumed::dump::journal_snapshot(&j.state(), None);
     assert_eq!(snap.volumes.len(), 1);
     let v = &snap.volumes[0];
     assert_eq!(v.volume.as_str(), VOLUME);
@@ -407,8 +407,8 @@ fn the_v1_journal_opens_and_replays() {
             ("pod-b", MountState::NotMounted)
         ]
     );
-    let dev_entry = replay
-        .state
+    let state = j.state();
+    let dev_entry = state
         .entries()
         .find(|(k, _)| k.target == TargetRef::Device)
         .unwrap()
@@ -442,11 +442,11 @@ fn an_inspection_reads_a_v1_journal_without_migrating_it() {
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join("journal");
     copy_dir(&fixture_dir().join("journal"), &copy);
-    let (_, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
+    let (j, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
     assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
     assert_eq!(replay.schema_version, 1);
     assert_eq!(replay.tail.len(), 3);
-    assert_eq!(replay.state.entries().count(), 3);
+    assert_eq!(j.into_state().entries().count(), 3);
     drop(replay);
     assert_eq!(schema_of(&copy), 1, "an inspection changes nothing");
 }
@@ -456,11 +456,11 @@ fn the_v2_journal_opens_with_its_csi_arguments() {
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join("journal");
     copy_dir(&fixture_v2_dir().join("journal"), &copy);
-    let (_, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+    let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
     assert!(replay.corruption.is_none());
     assert_eq!(replay.schema_version, SCHEMA_VERSION, "migrated");
-    let csi = replay
-        .state
+    let state = j.state();
+    let csi = state
         .entries()
         .find(|(k, _)| k.volume.as_str() == CSI_VOLUME)
         .expect("the CSI target")
@@ -474,11 +474,11 @@ fn an_inspection_reads_a_v2_journal_without_migrating_it() {
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join("journal");
     copy_dir(&fixture_v2_dir().join("journal"), &copy);
-    let (_, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
+    let (j, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
     assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
     assert_eq!(replay.schema_version, 2);
-    let csi = replay
-        .state
+    let state = j.into_state();
+    let csi = state
         .entries()
         .find(|(k, _)| k.volume.as_str() == CSI_VOLUME)
         .expect("the CSI target")
@@ -493,11 +493,11 @@ fn the_v3_journal_opens_with_its_payload() {
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join("journal");
     copy_dir(&fixture_v3_dir().join("journal"), &copy);
-    let (_, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+    let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
     assert!(replay.corruption.is_none());
     assert_eq!(replay.schema_version, 3);
-    let secret = replay
-        .state
+    let state = j.state();
+    let secret = state
         .entries()
         .find(|(k, _)| k.volume.as_str() == SECRET_VOLUME)
         .expect("the secret target")

@@ -57,7 +57,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use volumed::journal::{Journal, JournalConfig, JournalError, Replay};
+use volumed::journal::{Journal, JournalConfig, JournalError, JournalState, Replay};
 
 const PAGE: usize = 4096;
 
@@ -170,6 +170,8 @@ fn envelopes(bytes: &[u8]) -> Vec<(usize, usize)> {
 struct Golden {
     files: BTreeMap<PathBuf, Vec<u8>>,
     replay: Replay,
+    /// the state the replay implies
+    state: JournalState,
     written: golden::Written,
 }
 
@@ -361,11 +363,11 @@ fn golden_seqs(g: &Golden) -> Vec<u64> {
 }
 
 /// (c) and (d) for a successful open.
-fn check_replay(g: &Golden, r: &Replay) -> Result<Outcome, String> {
+fn check_replay(g: &Golden, r: &Replay, state: &JournalState) -> Result<Outcome, String> {
     if let Some(lost) = r.lost_tail {
         return Err(format!("a lost tail {lost:?} within the same boot"));
     }
-    for k in r.state.entries().map(|(k, _)| k) {
+    for k in state.entries().map(|(k, _)| k) {
         if !g.written.keys.contains(k) {
             return Err(format!("(d) invented target {k:?}"));
         }
@@ -379,17 +381,16 @@ fn check_replay(g: &Golden, r: &Replay) -> Result<Outcome, String> {
         }
     }
     let Some(c) = &r.corruption else {
-        let same = r.tail == g.replay.tail
-            && r.state == g.replay.state
-            && r.checkpoint == g.replay.checkpoint;
+        let same =
+            r.tail == g.replay.tail && *state == g.state && r.checkpoint == g.replay.checkpoint;
         return match same {
             true => Ok(Outcome::Intact),
             false => Err(format!(
                 "(c) silent difference: {} of {} records, {} of {} targets, checkpoint {:?}",
                 r.tail.len(),
                 g.replay.tail.len(),
-                r.state.len(),
-                g.replay.state.len(),
+                state.len(),
+                g.state.len(),
                 r.checkpoint
             )),
         };
@@ -523,7 +524,7 @@ fn run(g: &Golden, d: &Damage, dir: &Path, inspect_first: bool) -> Result<Outcom
     let outcome = match opened {
         Err(_) => return Err("(a) open panicked".into()),
         Ok(Ok((j, r))) => {
-            let mut outcome = check_replay(g, &r)?;
+            let mut outcome = check_replay(g, &r, &j.state())?;
             drop(j);
             if let [aside] = r.damage.moved_aside.as_slice() {
                 // Only a conf or snapshot sled refused is moved aside from a
@@ -617,16 +618,17 @@ fn every_damaged_copy_opens_or_is_moved_aside_and_loses_nothing_silently() {
     let src = base.path().join("golden");
     let written = golden::write(&src);
     let (j, replay) = Journal::open(&cfg(&src)).unwrap();
-    drop(j);
+    let state = j.into_state();
     // Read after the reopen: it rewrote `acked`, and sled leaves a
     // `snap.*` file when a journal is dropped, both part of what is damaged.
     let g = Golden {
         files: files(&src),
         replay,
+        state,
         written,
     };
     assert!(g.replay.corruption.is_none() && g.replay.checkpoint.is_some());
-    assert_eq!(g.replay.state.last_seq(), g.written.acked);
+    assert_eq!(g.state.last_seq(), g.written.acked);
     let mut rng = Rng(seed);
     let cases = plan(&g, sample, &mut rng);
     eprintln!(
@@ -637,7 +639,7 @@ fn every_damaged_copy_opens_or_is_moved_aside_and_loses_nothing_silently() {
             .map(|(p, b)| format!("{}={}B", p.display(), b.len()))
             .collect::<Vec<_>>(),
         g.replay.tail.len(),
-        g.replay.state.len(),
+        g.state.len(),
     );
     let mut tally: BTreeMap<(String, Outcome), usize> = BTreeMap::new();
     let mut failures = Vec::new();

@@ -86,11 +86,17 @@ impl DebugProvider for Provider {
             .journal
             .as_ref()
             .ok_or("the journal is off (--journal off)")?;
+        let state = journal.state();
         let replay = journal
             .current(&self.node_name)
             .map_err(|e| e.to_string())?;
         let only = volume.map(UniqueVolumeName::from_raw);
-        Ok(crate::dump::document(&replay, &self.boot_id, only.as_ref()))
+        Ok(crate::dump::document(
+            &replay,
+            &state,
+            &self.boot_id,
+            only.as_ref(),
+        ))
     }
 
     fn pod_volumes(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodVolumes> {

@@ -65,7 +65,8 @@ impl Journal {
     }
 
     /// What `dump` would show, read from the open journal: the checkpoint
-    /// info, the records after it, and the live state. For the daemon's
+    /// info and the records after it (the live state: [`Journal::state`]).
+    /// For the daemon's
     /// `/debug/journal`, while it holds sled's lock.
     pub fn current(&self, node_name: &str) -> Result<Replay, JournalError> {
         let read_err = |source| JournalError::Write {
@@ -73,7 +74,6 @@ impl Journal {
             path: self.dir.clone(),
             source,
         };
-        let state = self.state();
         let checkpoint = self
             .checkpoint
             .get(open::CHECKPOINT_KEY)
@@ -108,7 +108,6 @@ impl Journal {
             }
         }
         Ok(Replay {
-            state,
             tail,
             checkpoint,
             corruption,

@@ -256,6 +256,15 @@ impl Journal {
         self.writer().state.clone()
     }
 
+    /// The state all records so far imply, closing the journal (an
+    /// inspection reads it once and keeps it).
+    pub fn into_state(self) -> JournalState {
+        self.writer
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .state
+    }
+
     /// Runs `f` on the current state without copying it.
     pub fn with_state<T>(&self, f: impl FnOnce(&JournalState) -> T) -> T {
         f(&self.writer().state)

@@ -46,11 +46,12 @@ pub struct CheckpointInfo {
     pub entries: usize,
 }
 
-/// What `open` found.
+/// What `open` found. The state that checkpoint + tail imply is not here:
+/// it is moved into the journal's writer (one copy: at 10k targets a second
+/// was a sixth of a restart's open), read with [`Journal::with_state`],
+/// [`Journal::state`] or [`Journal::into_state`].
 #[derive(Debug, Clone)]
 pub struct Replay {
-    /// the state checkpoint + tail imply
-    pub state: JournalState,
     /// the records after the checkpoint, in order
     pub tail: Vec<Record>,
     /// the checkpoint, if any
@@ -94,6 +95,8 @@ fn u64_of(bytes: &[u8]) -> Option<u64> {
 /// The journal as read, before it is trusted.
 struct Read_ {
     db: sled::Db,
+    /// the state checkpoint + tail imply
+    state: JournalState,
     records: sled::Tree,
     checkpoint: sled::Tree,
     quarantine: sled::Tree,
@@ -263,7 +266,7 @@ fn open_found(
         boot_id: cfg.boot_id.clone(),
         writer: Mutex::new(Writer {
             next_seq,
-            state: read.replay.state.clone(),
+            state: read.state,
         }),
         inserted_through: AtomicU64::new(read.max_seen),
         commit: GroupCommit::new(read.max_seen),
@@ -331,8 +334,8 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         .map(|v| String::from_utf8_lossy(&v).into_owned())
         .unwrap_or_default();
 
+    let mut state = JournalState::default();
     let mut replay = Replay {
-        state: JournalState::default(),
         tail: Vec::new(),
         checkpoint: None,
         corruption: None,
@@ -352,14 +355,14 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
             .map_err(|e| e.to_string())
             .and_then(|p| record::decode_checkpoint(read_schema, p).map_err(|e| e.to_string()));
         match decoded {
-            Ok((state, through_seq, wall_time_ns, entries)) => {
+            Ok((decoded, through_seq, wall_time_ns, entries)) => {
                 through = through_seq;
                 replay.checkpoint = Some(CheckpointInfo {
                     through_seq,
                     wall_time_ns,
                     entries,
                 });
-                replay.state = state;
+                state = decoded;
             }
             // The records a checkpoint covers were dropped once it was
             // durable: without it the tail alone implies a wrong state, and
@@ -398,7 +401,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
             }
             match record::open_record_of(read_schema, journal_id, seq, &v) {
                 Ok(rec) => {
-                    replay.state.apply(&rec);
+                    state.apply(&rec);
                     replay.tail.push(rec);
                 }
                 Err(reason) => replay.corruption = Some(Corruption { seq, reason }),
@@ -415,6 +418,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     }
     Ok(Read_ {
         db,
+        state,
         records,
         checkpoint,
         quarantine,

@@ -153,11 +153,10 @@ fn open_replay(dir: &Path, boot_id: &str) -> Result<Read, ReconstructError> {
                 source: Box::new(source),
             }
         })?;
-    drop(journal);
     let corruption = replay
         .corruption
         .map(|c| format!("seq {}: {}", c.seq, c.reason));
-    Ok((replay.state, corruption))
+    Ok((journal.into_state(), corruption))
 }
 
 /// Copies the journal into a temp dir (removed afterwards) and replays it.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::daemon_file::{self, DaemonFile, DaemonFileError};
 use crate::dump::DumpDoc;
-use crate::journal::{Category, Journal, JournalConfig, JournalError, Replay};
+use crate::journal::{Category, Journal, JournalConfig, JournalError, JournalState, Replay};
 
 /// The default bound on one exchange with the daemon.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,7 +35,12 @@ pub(super) const MAX_HEAD: usize = 64 * 1024;
 #[derive(Debug)]
 pub enum JournalSource {
     /// opened here: nobody held it
-    Local(Replay),
+    Local {
+        /// what the open found
+        replay: Replay,
+        /// the state it implies
+        state: JournalState,
+    },
     /// a running daemon served it
     Daemon {
         /// the dump document it served
@@ -169,8 +174,8 @@ pub fn open_or_ask(
     loop {
         match Journal::open(&cfg) {
             Ok((journal, replay)) => {
-                drop(journal);
-                return Ok(JournalSource::Local(replay));
+                let state = journal.into_state();
+                return Ok(JournalSource::Local { replay, state });
             }
             Err(e) if e.category() == Category::Busy => {
                 match ask_daemon(dir, boot_id, volume, timeout) {

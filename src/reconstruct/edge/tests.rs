@@ -163,19 +163,16 @@ fn reconstruct_and_record_appends_one_record_per_changed_decision() {
     drop(journal);
 
     // Replayed from disk, the journal reports exactly the decided states.
-    let (journal, replay) = Journal::open(&cfg).unwrap();
-    assert_eq!(
-        replay.state.last_seq(),
-        before + outcome.appended.len() as u64
-    );
+    let (journal, _) = Journal::open(&cfg).unwrap();
+    let replayed = journal.state();
+    assert_eq!(replayed.last_seq(), before + outcome.appended.len() as u64);
     for d in &out.decisions {
-        let entry = replay
-            .state
+        let entry = replayed
             .get(&d.key)
             .expect("every decided target is tracked");
         assert_eq!(entry.reported_state(), d.result, "{:?}", d.key);
         assert!(
-            crate::reconstruct::journal_agrees(d, &replay.state, BOOT),
+            crate::reconstruct::journal_agrees(d, &replayed, BOOT),
             "the journal does not imply {:?}",
             d.key
         );
