@@ -110,6 +110,53 @@ fn append_survives_reopen_and_sequence_numbers_continue() {
     assert_eq!(j.append_record(intent(3)).unwrap(), 3);
 }
 
+/// sled's snapshot files (`snap.<log position in hex>`), newest last.
+fn snapshots(dir: &Path) -> Vec<u64> {
+    let mut lsns: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            u64::from_str_radix(name.strip_prefix("snap.")?, 16).ok()
+        })
+        .collect();
+    lsns.sort_unstable();
+    lsns
+}
+
+/// sled writes its snapshot only when it opens; a clean close leaves one
+/// that covers every record, so the next start does not replay sled's log
+/// message by message. A journal dropped without `close` (a crash) leaves
+/// the snapshot of its open.
+#[test]
+fn a_clean_close_leaves_a_sled_snapshot_past_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    workload(&j, 200);
+    drop(j);
+    let after_crash = snapshots(dir.path());
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    let at_open = snapshots(dir.path());
+    assert!(
+        at_open.last() > after_crash.last(),
+        "an open snapshots what it replayed: {after_crash:?} then {at_open:?}"
+    );
+    workload(&j, 200);
+    j.close().unwrap();
+    let at_close = snapshots(dir.path());
+    assert!(
+        at_close.last() > at_open.last(),
+        "close snapshots the records written since the open: {at_open:?} then {at_close:?}"
+    );
+    let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert_eq!(
+        snapshots(dir.path()).last(),
+        at_close.last(),
+        "nothing left to replay: the open wrote no newer snapshot"
+    );
+    assert_eq!(replay.tail.len(), 400);
+    assert_eq!(j.append_record(intent(1)).unwrap(), 401);
+}
+
 /// `append_record_lazy` (operation outcomes) is not waited for: it becomes durable
 /// with the next durable append or `flush_pending`, in log order.
 #[test]
