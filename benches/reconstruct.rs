@@ -268,8 +268,8 @@ fn main() {
     // background flush of the records just written, page cache, another
     // process): a drift lands on both sides of the ratio, not on one.
     let ready_once = || {
-        let r =
-            read_and_reconstruct_ready(&journal, None, &LinuxSys, &layout, &boot).expect("phase 1");
+        let r = read_and_reconstruct_ready(&journal, None, &LinuxSys, &layout, &boot, None)
+            .expect("phase 1");
         // the journal agrees: the ASW filled while the table was read is kept
         assert!(r.asw_from_journal, "the ASW was filled after the merge");
         (r.outcome, r.asw, r.table)

@@ -290,13 +290,13 @@ fn run(mut args: RunArgs) -> Result<()> {
     // opened while the sources list (a restart's two longest steps); an
     // error keeps its whole chain (the cause says what to do)
     let on = args.journal == OnOff::On;
-    let open = || match on {
+    let open = |locked: &dyn Fn()| match on {
         false => {
             tracing::info!("journal off: reconstructing from the host alone, as the kubelet does");
             Ok((None, None))
         }
         true => {
-            let (j, replaced) = open_journal(&journal_dir, &node_name, &boot)
+            let (j, replaced) = open_journal(&journal_dir, &node_name, &boot, locked)
                 .map_err(|e| volumed::daemon::DaemonError::JournalOpen(format!("{e:#}").into()))?;
             service.status("reconstructing: the journal and one read of the mount table");
             Ok((Some(Arc::new(j)), replaced))
@@ -368,18 +368,23 @@ fn run(mut args: RunArgs) -> Result<()> {
 /// Opens the journal; a corrupt one has been moved aside by `open`, so the
 /// daemon says so loudly and starts a fresh journal (host-only reconstruction).
 /// Returns it with, when a fresh journal replaced a corrupt one, why.
-fn open_journal(dir: &Path, node: &str, boot: &str) -> Result<(Journal, Option<String>)> {
+fn open_journal(
+    dir: &Path,
+    node: &str,
+    boot: &str,
+    locked: &dyn Fn(),
+) -> Result<(Journal, Option<String>)> {
     let cfg = JournalConfig::new(dir, node, boot);
     // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
     // lock for a moment; wait for it rather than fail the start.
     let started = std::time::Instant::now();
-    let mut opened = Journal::open(&cfg);
+    let mut opened = Journal::open_then(&cfg, locked);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while matches!(&opened, Err(e) if e.category() == Category::Busy)
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        opened = Journal::open(&cfg);
+        opened = Journal::open_then(&cfg, locked);
     }
     match opened {
         Ok((j, replay)) => {

@@ -157,6 +157,35 @@ fn a_clean_close_leaves_a_sled_snapshot_past_every_record() {
     assert_eq!(j.append_record(intent(1)).unwrap(), 401);
 }
 
+/// `open_then` calls its function once, with sled's lock already held:
+/// what the daemon starts there (its read of the mount table) cannot race
+/// with another process that still holds the journal.
+#[test]
+fn open_then_calls_back_once_holding_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    workload(&j, 10);
+    j.close().unwrap();
+    let calls = std::cell::Cell::new(0);
+    let (j, replay) = Journal::open_then(&cfg(dir.path()), || {
+        calls.set(calls.get() + 1);
+        let other = Journal::open(&JournalConfig::inspect(dir.path(), BOOT));
+        assert!(
+            matches!(&other, Err(e) if e.category() == Category::Busy),
+            "another open while the callback runs: {:?}",
+            other.map(|_| ())
+        );
+    })
+    .unwrap();
+    assert_eq!(calls.get(), 1);
+    assert_eq!(replay.tail.len(), 10);
+    // held by `j`: a second daemon's open never gets to call back
+    let held = Journal::open_then(&cfg(dir.path()), || calls.set(calls.get() + 1));
+    assert!(matches!(&held, Err(e) if e.category() == Category::Busy));
+    assert_eq!(calls.get(), 1);
+    drop(j);
+}
+
 /// `append_record_lazy` (operation outcomes) is not waited for: it becomes durable
 /// with the next durable append or `flush_pending`, in log order.
 #[test]

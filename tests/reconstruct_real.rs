@@ -25,7 +25,9 @@ use volumed::model::{
     StorageMedium, TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use volumed::reconstruct::apply_to_asw;
-use volumed::reconstruct::edge::{HostInput, read_and_reconstruct_ready, reconstruct_and_record};
+use volumed::reconstruct::edge::{
+    HostInput, TableRead, read_and_reconstruct_ready, reconstruct_and_record,
+};
 use volumed::state::ActualStateOfWorld;
 
 const BOOT: &str = "5a5a5a5a-0000-4000-8000-000000000001";
@@ -370,9 +372,15 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         // A restart now, phase 1 as the daemon runs it: the journal agrees
         // with every target, so the ASW filled from the journal while the
         // table was read is kept, and it is the ASW the decisions fill.
-        let again =
-            read_and_reconstruct_ready(&j, None, &volumed::host::sys::LinuxSys, &layout, &boot)
-                .unwrap();
+        let again = read_and_reconstruct_ready(
+            &j,
+            None,
+            &volumed::host::sys::LinuxSys,
+            &layout,
+            &boot,
+            None,
+        )
+        .unwrap();
         let out = &again.outcome.reconstruction.output;
         assert!(again.asw_from_journal, "{out:#?}");
         assert!(again.outcome.appended.is_empty());
@@ -385,13 +393,35 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
             asw_snap.volumes.len(),
             "the volumes of the first reconstruction"
         );
+        // The table read started early, as the daemon starts it once it
+        // holds the journal's lock: the same decisions and ASW.
+        let early = read_and_reconstruct_ready(
+            &j,
+            None,
+            &volumed::host::sys::LinuxSys,
+            &layout,
+            &boot,
+            TableRead::start(std::sync::Arc::new(volumed::host::sys::LinuxSys)),
+        )
+        .unwrap();
+        assert_eq!(early.outcome.reconstruction.output.decisions, out.decisions);
+        assert!(early.asw_from_journal);
+        assert_eq!(early.asw.snapshot(), again.asw.snapshot());
 
         // The matching tmpfs is unmounted outside volumed: the merge
         // disagrees with its entry, so the ASW is filled from the decisions.
         umount(matching.pod_mount_path.as_ref().unwrap());
-        let after =
-            read_and_reconstruct_ready(&j, None, &volumed::host::sys::LinuxSys, &layout, &boot)
-                .unwrap();
+        // read early (after the unmount, as the daemon's read comes after
+        // anything the lock's last holder did)
+        let after = read_and_reconstruct_ready(
+            &j,
+            None,
+            &volumed::host::sys::LinuxSys,
+            &layout,
+            &boot,
+            TableRead::start(std::sync::Arc::new(volumed::host::sys::LinuxSys)),
+        )
+        .unwrap();
         let out = &after.outcome.reconstruction.output;
         assert!(!after.asw_from_journal);
         let d = out

@@ -121,18 +121,20 @@ impl Daemon {
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
         let dir = journal.as_ref().map(|j| j.dir().to_owned());
-        Self::start_opening(cfg, dir, move || Ok((journal, replaced)), sys, metrics)
+        Self::start_opening(cfg, dir, move |_| Ok((journal, replaced)), sys, metrics)
     }
 
     /// [`Daemon::start`] with the journal opened by `open`, on this thread,
     /// while the pod sources are listed on theirs: on a restart the two
     /// cost about the same, and neither needs the other. `journal_dir` is
     /// where `open` opens it (`None`: `--journal off`); the parsed-manifest
-    /// cache lives there.
+    /// cache lives there. `open` calls the function it is given once it
+    /// holds the journal's lock ([`Journal::open_then`]): the mount table
+    /// is then read while the journal replays.
     pub fn start_opening(
         cfg: DaemonConfig,
         journal_dir: Option<PathBuf>,
-        open: impl FnOnce() -> Result<OpenedJournal, DaemonError>,
+        open: impl FnOnce(&dyn Fn()) -> Result<OpenedJournal, DaemonError>,
         sys: Arc<dyn Sys>,
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
@@ -157,7 +159,10 @@ impl Daemon {
             events_tx.clone(),
             gate.clone(),
         )?;
-        let (journal, replaced) = match open() {
+        let early = std::cell::OnceCell::new();
+        let (journal, replaced) = match open(&|| {
+            early.get_or_init(|| crate::reconstruct::edge::TableRead::start(sys.clone()));
+        }) {
             Ok(j) => j,
             Err(e) => {
                 poller.stop();
@@ -224,6 +229,7 @@ impl Daemon {
             &sys,
             &metrics,
             started,
+            early.into_inner().flatten(),
         );
         let (world, table, ready) = match first {
             Ok(r) => r,

@@ -17,8 +17,8 @@ use crate::journal::Journal;
 use crate::metrics::{Metrics, record_reconstruction};
 use crate::model::Layout;
 use crate::reconstruct::edge::{
-    HostInput, JournalInput, Reconstruction, read_and_reconstruct_ready, read_live_mount_table,
-    reconstruct_leftovers, reconstruct_ready, record_leftovers,
+    HostInput, JournalInput, Reconstruction, TableRead, read_and_reconstruct_ready,
+    read_live_mount_table, reconstruct_leftovers, reconstruct_ready, record_leftovers,
 };
 use crate::reconstruct::{MergeOutput, apply_to_asw};
 use crate::sources::{Sources, SourcesConfig};
@@ -152,9 +152,10 @@ pub(super) fn resolved_root(layout: &Layout, sys: &dyn Sys) -> Result<Layout, Da
     Ok(Layout::new(&root))
 }
 
-/// Reconstruction phase 1: one mount-table read merged with the journal
-/// (or, with the journal off, the host alone) into a ready ASW. Returns
-/// the world, the table (phase 2 reuses it) and what was decided.
+/// Reconstruction phase 1: one mount-table read (`early`, when the journal's
+/// open started it) merged with the journal (or, with the journal off, the
+/// host alone) into a ready ASW. Returns the world, the table (phase 2
+/// reuses it) and what was decided.
 pub(super) fn reconstruct_first(
     cfg: &DaemonConfig,
     journal: Option<&Arc<Journal>>,
@@ -162,6 +163,7 @@ pub(super) fn reconstruct_first(
     sys: &Arc<dyn Sys>,
     metrics: &Metrics,
     started: Instant,
+    early: Option<TableRead>,
 ) -> Result<(World, MountTable, Reconstruction), DaemonError> {
     let mut world = World::default();
     // `Reconstructed` records written: none when the journal agreed with
@@ -169,8 +171,14 @@ pub(super) fn reconstruct_first(
     let mut recorded = 0;
     let (table, ready) = match journal {
         Some(j) => {
-            let ready =
-                read_and_reconstruct_ready(j, replaced, sys.as_ref(), &cfg.layout, &cfg.boot_id)?;
+            let ready = read_and_reconstruct_ready(
+                j,
+                replaced,
+                sys.as_ref(),
+                &cfg.layout,
+                &cfg.boot_id,
+                early,
+            )?;
             world.asw = ready.asw;
             recorded = ready.outcome.appended.len();
             (ready.table, ready.outcome.reconstruction)

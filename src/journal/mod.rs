@@ -211,7 +211,19 @@ fn durable_log_file(dir: &std::path::Path) -> Result<std::fs::File, JournalError
 impl Journal {
     /// Opens (or creates) the journal and replays it.
     pub fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalError> {
-        open::open(cfg)
+        open::open(cfg, || {})
+    }
+
+    /// [`Journal::open`], calling `locked` once sled holds the journal's
+    /// lock, before the replay: from then on no other process can write
+    /// the journal, nor act on the mounts it records, until this one lets
+    /// go. The daemon starts its read of the mount table there. Not called
+    /// when sled never opens (locked by another process, or unreadable).
+    pub fn open_then(
+        cfg: &JournalConfig,
+        locked: impl FnOnce(),
+    ) -> Result<(Journal, Replay), JournalError> {
+        open::open(cfg, locked)
     }
 
     /// The journal dir.

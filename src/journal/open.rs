@@ -112,12 +112,15 @@ enum Distrust {
     Newer(u32),
 }
 
-pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalError> {
+pub(super) fn open(
+    cfg: &JournalConfig,
+    locked: impl FnOnce(),
+) -> Result<(Journal, Replay), JournalError> {
     // Before sled's recovery can zero a damaged log's tail (see `AsFound`).
     let as_found = has_journal(&cfg.dir)
         .then(|| AsFound::save(&cfg.dir, cfg.on_corrupt == OnCorrupt::Report))
         .flatten();
-    let opened = open_found(cfg, as_found.as_ref());
+    let opened = open_found(cfg, as_found.as_ref(), locked);
     if let Some(found) = as_found {
         found.settle(&cfg.dir, opened.as_ref().err());
     }
@@ -127,6 +130,7 @@ pub(super) fn open(cfg: &JournalConfig) -> Result<(Journal, Replay), JournalErro
 fn open_found(
     cfg: &JournalConfig,
     as_found: Option<&AsFound>,
+    locked: impl FnOnce(),
 ) -> Result<(Journal, Replay), JournalError> {
     let dir = &cfg.dir;
     if !has_journal(dir) {
@@ -188,6 +192,7 @@ fn open_found(
             }
         }
     };
+    locked();
     let read = match read(cfg, db) {
         Ok(r) => r,
         Err(why) => return distrusted_whole(cfg, why, derived_aside.as_deref()),

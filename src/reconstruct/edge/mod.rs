@@ -88,8 +88,8 @@ use super::{MergeOutput, ReconstructError};
 
 pub use phases::{reconstruct, reconstruct_leftovers, reconstruct_ready};
 pub use record::{
-    Ready, read_and_reconstruct_ready, reconstruct_and_record, reconstruct_and_record_ready,
-    record_leftovers,
+    Ready, TableRead, read_and_reconstruct_ready, reconstruct_and_record,
+    reconstruct_and_record_ready, record_leftovers,
 };
 
 /// Where the journal side of the merge comes from.

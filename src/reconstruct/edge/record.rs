@@ -1,12 +1,16 @@
 //! The daemon's reconstruction: each phase's decisions recorded in the
 //! journal (only what changes it) and applied to the ASW.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
+
+use nix::errno::Errno;
 
 use crate::elapsed_ms;
 use crate::host::boot::BootId;
 use crate::host::mountinfo::MountTable;
-use crate::host::sys::Sys;
+use crate::host::sys::{Call, LIVE_MOUNTINFO, Sys, SysError};
 use crate::journal::{Decided, Journal, JournalState};
 use crate::model::Layout;
 use crate::state::ActualStateOfWorld;
@@ -121,13 +125,45 @@ pub struct Ready {
     pub asw_from_journal: bool,
 }
 
+/// A read of the live mount table started early, on a thread of its own,
+/// for [`read_and_reconstruct_ready`]: the daemon starts it as soon as it
+/// holds the journal's lock ([`Journal::open_then`]), so the kernel formats
+/// the table while the journal replays. Started before the lock, the read
+/// could miss what another daemon still holding it did next.
+#[derive(Debug)]
+pub struct TableRead(std::thread::JoinHandle<Result<MountTable, SysError>>);
+
+impl TableRead {
+    /// Starts the read; `None` when no thread can be had (the table is
+    /// then read in phase 1 as without it).
+    pub fn start(sys: Arc<dyn Sys>) -> Option<TableRead> {
+        std::thread::Builder::new()
+            .name("volumed-mountinfo".into())
+            .spawn(move || sys.read_mountinfo())
+            .ok()
+            .map(TableRead)
+    }
+
+    fn finish(self) -> Result<MountTable, SysError> {
+        self.0.join().unwrap_or_else(|_| {
+            // the reader panicked: as a failed read, named as one
+            Err(SysError::call(
+                Call::ReadMountinfo,
+                Path::new(LIVE_MOUNTINFO),
+                Errno::EIO,
+            ))
+        })
+    }
+}
+
 /// Phase 1 as the daemon runs it at startup: reads
-/// the live mount table through `sys` and does [`reconstruct_and_record_ready`]
-/// into a new ASW.
+/// the live mount table through `sys` (or takes the read started `early`)
+/// and does [`reconstruct_and_record_ready`] into a new ASW.
 ///
 /// The read is most of phase 1's time, spent in the kernel formatting the
 /// table, and needs nothing from the journal; so the table is read on a
-/// thread of its own ([`MountTable::read_overlapped`]) while this one fills,
+/// thread of its own ([`TableRead`], or [`MountTable::read_overlapped`]
+/// when none was started) while this one fills,
 /// from the journal alone, the ASW the journal implies
 /// ([`crate::reconstruct::asw_as_journal_says`]) and then parses the table's lines as
 /// they arrive. That ASW is kept
@@ -141,32 +177,40 @@ pub fn read_and_reconstruct_ready(
     sys: &dyn Sys,
     layout: &Layout,
     boot_id: &BootId,
+    early: Option<TableRead>,
 ) -> Result<Ready, ReconstructError> {
     let (table, decided, speculated) = journal.with_state(|state| {
         let scan = Instant::now();
-        let (table, speculated) = MountTable::read_overlapped(
-            |piece| sys.read_mountinfo_pieces(piece),
-            || {
-                let fill = Instant::now();
-                let speculated = match replaced {
-                    None => crate::reconstruct::asw_as_journal_says(state, boot_id.as_str()),
-                    Some(_) => None,
-                };
-                // overlaps the table's read: part of `mount_scan`
-                tracing::info!(
-                    phase = "asw_from_journal",
-                    elapsed_ms = elapsed_ms(fill.elapsed()),
-                    kept_if_merge_agrees = speculated.is_some(),
-                    "startup phase"
-                );
-                speculated
-            },
-        );
+        let fill = || {
+            let fill = Instant::now();
+            let speculated = match replaced {
+                None => crate::reconstruct::asw_as_journal_says(state, boot_id.as_str()),
+                Some(_) => None,
+            };
+            // overlaps the table's read: part of `mount_scan`
+            tracing::info!(
+                phase = "asw_from_journal",
+                elapsed_ms = elapsed_ms(fill.elapsed()),
+                kept_if_merge_agrees = speculated.is_some(),
+                "startup phase"
+            );
+            speculated
+        };
+        let started_early = early.is_some();
+        let (table, speculated) = match early {
+            Some(read) => {
+                let speculated = fill();
+                (read.finish(), speculated)
+            }
+            None => MountTable::read_overlapped(|piece| sys.read_mountinfo_pieces(piece), fill),
+        };
         let table = table.map_err(mount_table_error)?;
+        // with an early read: only the wait for it after the journal's open
         tracing::info!(
             phase = "mount_scan",
             elapsed_ms = elapsed_ms(scan.elapsed()),
             mounts = table.len(),
+            started_early,
             "startup phase"
         );
         let host = HostInput {
