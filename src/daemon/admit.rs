@@ -27,11 +27,14 @@ impl Core {
     ) {
         let events = holders_first(events, &w.asw);
         let mut others_changed = false;
+        // only a pod that can be refused is kept to be applied again: on a
+        // host without labels, a copy of every pod for nothing
+        let may_refuse = self.cfg.selinux.labels_volumes();
         for e in events {
             let pod = match &e {
                 SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => {
                     w.pods.insert(p.uid.clone(), pod_entry(p));
-                    Some(p.clone())
+                    Some((p.uid.clone(), may_refuse.then(|| p.clone())))
                 }
                 SourceEvent::PodRemoved(uid) => {
                     w.pods.remove(uid);
@@ -45,13 +48,17 @@ impl Core {
             for m in &applied.metrics {
                 self.metrics.selinux.record(m);
             }
-            if let Some(p) = pod {
-                pod_error_events(w, &p.uid, out);
-                if applied.refused {
-                    self.refused.insert(p.uid.clone(), p);
-                } else {
-                    self.refused.remove(&p.uid);
-                    others_changed = true;
+            debug_assert!(may_refuse || !applied.refused, "refused without labels");
+            if let Some((uid, copy)) = pod {
+                pod_error_events(w, &uid, out);
+                match copy.filter(|_| applied.refused) {
+                    Some(p) => {
+                        self.refused.insert(uid, p);
+                    }
+                    None => {
+                        self.refused.remove(&uid);
+                        others_changed = true;
+                    }
                 }
             }
         }

@@ -251,12 +251,9 @@ pub fn volume_label(
     outer_name: &str,
     spec: &VolumeSpec,
 ) -> VolumeLabel {
-    let Some(defaults) = &policy.host else {
+    let Some(defaults) = policy.host.as_ref().filter(|_| policy.labels_volumes()) else {
         return VolumeLabel::default();
     };
-    if !policy.gates.rwop {
-        return VolumeLabel::default();
-    }
     let supported = volume_supports_selinux_mount(&policy.gates, spec);
     let plugin = plugin_supports_context_mount(spec);
     // A problem's severity depends on the volume, not on the plugin; only

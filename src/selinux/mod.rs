@@ -67,6 +67,13 @@ impl Policy {
             host: Some(defaults),
         }
     }
+
+    /// Whether any volume can get a label (a host that does SELinux, and
+    /// the gate of the first wave on): without it no label is computed,
+    /// so no pod is ever refused a volume for one.
+    pub fn labels_volumes(&self) -> bool {
+        self.host.is_some() && self.gates.rwop
+    }
 }
 
 impl Default for Policy {

@@ -84,6 +84,24 @@ fn on(g: FeatureGates) -> Policy {
     Policy::enabled(g, FileDefaults::default())
 }
 
+/// Only a host that does SELinux, with the first wave's gate, labels
+/// volumes; otherwise no volume gets a label, not even a pod's explicit one
+/// (so no pod can be refused a volume for it).
+#[test]
+fn volumes_get_labels_only_on_a_selinux_host_with_the_rwop_gate() {
+    let rwop = block_pv(&[AccessMode::ReadWriteOncePod]);
+    let explicit = pod(Some("s0:c1,c2"), None);
+    for (what, policy, labels) in [
+        ("no SELinux", Policy::disabled(), false),
+        ("gates on", on(FeatureGates::default()), true),
+        ("rwop gate off", on(gates(false, false, false)), false),
+    ] {
+        assert_eq!(policy.labels_volumes(), labels, "{what}");
+        let got = volume_label(&policy, &explicit, VOL, &rwop);
+        assert_eq!(got.effective.is_some(), labels, "{what}: {got:?}");
+    }
+}
+
 #[test]
 fn the_label_comes_from_the_containers_that_mount_the_volume_with_blanks_from_the_host() {
     let all = on(FeatureGates::default());

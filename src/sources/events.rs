@@ -118,7 +118,8 @@ pub struct Applied {
     /// the pod was refused a volume for its SELinux label: the caller
     /// applies it again when other pods change (the kubelet's populator
     /// retries it every loop), so it gets the volume once the pod holding
-    /// the other label is gone
+    /// the other label is gone. Never under a policy that labels no
+    /// volume ([`Policy::labels_volumes`]).
     pub refused: bool,
 }
 
