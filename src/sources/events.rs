@@ -45,27 +45,36 @@ pub fn diff_fingerprints(
     kept: &BTreeSet<PodUid>,
 ) -> Vec<SourceEvent> {
     let now: Vec<u64> = new.values().map(fingerprint).collect();
-    diff_fingerprinted(old, new, &now, kept)
+    advance(&mut old.clone(), new.clone(), &now, kept)
 }
 
-/// [`diff_fingerprints`] with the new pods' fingerprints already taken
-/// (`now`, in `new`'s order), for a caller that keeps them.
-pub fn diff_fingerprinted(
-    old: &BTreeMap<PodUid, u64>,
-    new: &BTreeMap<PodUid, DesiredPod>,
+/// [`diff_fingerprints`] for the source that keeps the fingerprints:
+/// `current` (what the DSW was last told) is brought up to `new`, whose
+/// fingerprints are `now` (in `new`'s order), and `new`'s pods move into
+/// the events (a listing of 10,000 pods is not copied to be sent).
+pub fn advance(
+    current: &mut BTreeMap<PodUid, u64>,
+    new: BTreeMap<PodUid, DesiredPod>,
     now: &[u64],
     kept: &BTreeSet<PodUid>,
 ) -> Vec<SourceEvent> {
-    let mut events: Vec<SourceEvent> = old
-        .keys()
-        .filter(|uid| !new.contains_key(*uid) && !kept.contains(*uid))
-        .map(|uid| SourceEvent::PodRemoved(uid.clone()))
-        .collect();
-    for ((uid, pod), f) in new.iter().zip(now) {
-        match old.get(uid) {
-            None => events.push(SourceEvent::PodAdded(pod.clone())),
-            Some(before) if before != f => {
-                events.push(SourceEvent::PodUpdated(pod.clone()));
+    let mut events = Vec::new();
+    current.retain(|uid, _| {
+        let stays = new.contains_key(uid) || kept.contains(uid);
+        if !stays {
+            events.push(SourceEvent::PodRemoved(uid.clone()));
+        }
+        stays
+    });
+    for ((uid, pod), &f) in new.into_iter().zip(now) {
+        match current.get_mut(&uid) {
+            None => {
+                current.insert(uid, f);
+                events.push(SourceEvent::PodAdded(pod));
+            }
+            Some(before) if *before != f => {
+                *before = f;
+                events.push(SourceEvent::PodUpdated(pod));
             }
             Some(_) => {}
         }

@@ -31,12 +31,13 @@
 //! Static pods carry no Secret data (Secrets are objects, resolved later):
 //! nothing secret is written.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fxhash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::read::{read_file, signature_of};
@@ -108,7 +109,7 @@ pub struct ManifestCache {
     /// `None` when the executable could not be looked at: no cache
     stamp: Option<Stamp>,
     /// the file's entries by name, until the first complete listing
-    loaded: Option<HashMap<OsString, (FileSignature, Vec<u8>)>>,
+    loaded: Option<FxHashMap<OsString, (FileSignature, Vec<u8>)>>,
     pending: BTreeMap<OsString, Pending>,
     /// when `pending` last went from empty to not
     pending_since: Option<Instant>,
@@ -226,7 +227,7 @@ impl ManifestCache {
 
     /// The first complete listing is done: the file's entries are let go.
     pub fn listed(&mut self) {
-        self.loaded = Some(HashMap::new());
+        self.loaded = Some(FxHashMap::default());
     }
 
     /// `pod` was parsed from `name`'s bytes (hashing to `bytes`) in a read

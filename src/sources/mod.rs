@@ -337,20 +337,14 @@ impl Sources {
         }
         self.signature = Some(signature);
         let fingerprints: Vec<u64> = desired.pods.values().map(fingerprint).collect();
-        let mut events =
-            events::diff_fingerprinted(&self.current, &desired.pods, &fingerprints, &desired.kept);
+        // kept pods keep their fingerprint, gone ones go
+        let mut events = events::advance(
+            &mut self.current,
+            desired.pods,
+            &fingerprints,
+            &desired.kept,
+        );
         log_pod_errors(&events, "static");
-        // In place: kept pods keep their fingerprint, gone ones go.
-        self.current
-            .retain(|uid, _| desired.pods.contains_key(uid) || desired.kept.contains(uid));
-        for (uid, &f) in desired.pods.keys().zip(&fingerprints) {
-            match self.current.get_mut(uid) {
-                Some(e) => *e = f,
-                None => {
-                    self.current.insert(uid.clone(), f);
-                }
-            }
-        }
         if !self.ready_sent {
             self.ready_sent = true;
             events.push(SourceEvent::SourcesReady);

@@ -252,6 +252,44 @@ fn diff_reports_adds_updates_and_removes() {
     assert!(diff(&new, &new).is_empty());
 }
 
+/// What the static source keeps between polls (fingerprints) moves with
+/// the events: a kept pod (its manifest unreadable now) is neither
+/// removed nor updated, and a second advance to the same pods says nothing.
+#[test]
+fn advance_moves_pods_into_events_and_keeps_fingerprints_current() {
+    let map = |pods: Vec<DesiredPod>| -> BTreeMap<PodUid, DesiredPod> {
+        pods.into_iter().map(|p| (p.uid.clone(), p)).collect()
+    };
+    let prints = |m: &BTreeMap<PodUid, DesiredPod>| -> Vec<u64> {
+        m.values().map(signature::fingerprint).collect()
+    };
+    let (a, b, c, k) = (
+        desired("a", "a", vec![]),
+        desired("b", "b", vec![]),
+        desired("c", "c", vec![]),
+        desired("k", "k", vec![]),
+    );
+    let b2 = desired("b", "b", vec![empty_dir("b", "x")]);
+    let before = map(vec![a, b, k]);
+    let mut current: BTreeMap<PodUid, u64> = before.keys().cloned().zip(prints(&before)).collect();
+    let kept: BTreeSet<PodUid> = [uid("k")].into();
+    let new = map(vec![b2.clone(), c.clone()]);
+    let now = prints(&new);
+    let events = events::advance(&mut current, new.clone(), &now, &kept);
+    assert_eq!(
+        events,
+        [
+            SourceEvent::PodRemoved(uid("a")),
+            SourceEvent::PodUpdated(b2),
+            SourceEvent::PodAdded(c)
+        ]
+    );
+    let mut want: BTreeMap<PodUid, u64> = new.keys().cloned().zip(now.clone()).collect();
+    want.insert(uid("k"), current[&uid("k")]);
+    assert_eq!(current, want, "kept k keeps its fingerprint; a is gone");
+    assert!(events::advance(&mut current, new, &now, &kept).is_empty());
+}
+
 #[test]
 fn apply_event_keeps_a_pods_volumes_when_its_claim_stops_resolving() {
     let d = dirs();
