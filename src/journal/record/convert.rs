@@ -3,25 +3,21 @@
 //! [`RecordError`], never a panic), paths as raw bytes both ways.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::super::replay::{Body, Entry, JournalState, OpResult, Pending, Record};
+use super::borrowed::{IdentityRef, TargetV1Ref};
 use super::*;
 use crate::model::{
-    AccessMode, CsiLifecycle, CsiParams, DevId, MountIdentity, MountState, Operation, PluginName,
-    PodUid, SeLinuxContext, SecretRef, SharedParams, SharedStr, Steps, TargetKind, TargetParams,
-    TargetRef, UniqueVolumeName, check_component,
+    AccessMode, CsiLifecycle, CsiParams, MountIdentity, MountState, Operation, PluginName, PodUid,
+    SecretRef, SharedParams, SharedStr, Steps, TargetKind, TargetParams, TargetRef,
+    UniqueVolumeName, check_component,
 };
 
 fn path_bytes(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()
-}
-
-fn bytes_path(b: &[u8]) -> PathBuf {
-    PathBuf::from(OsStr::from_bytes(b))
 }
 
 impl From<Operation> for OpV1 {
@@ -102,40 +98,7 @@ impl From<&TargetParams> for TargetV1 {
 impl TryFrom<&TargetV1> for TargetParams {
     type Error = RecordError;
     fn try_from(t: &TargetV1) -> Result<Self, RecordError> {
-        let plugin = PluginName::parse(&t.plugin)
-            .ok_or_else(|| field_err("plugin", &t.plugin, "not a plugin volumed knows"))?;
-        let target = match &t.pod_uid {
-            None => TargetRef::Device,
-            Some(uid) => {
-                TargetRef::Pod(PodUid::new(uid).map_err(|e| field_err("pod_uid", uid, e))?)
-            }
-        };
-        let kind = match t.kind {
-            0 => TargetKind::Mount,
-            1 => TargetKind::Dir,
-            2 => TargetKind::None,
-            k => return Err(field_err("kind", &k.to_string(), "not 0, 1 or 2")),
-        };
-        let selinux = t
-            .selinux_context
-            .as_deref()
-            .map(|c| SeLinuxContext::parse(c).map_err(|e| field_err("selinux_context", c, e)))
-            .transpose()?;
-        Ok(TargetParams {
-            volume: UniqueVolumeName::from_raw(t.volume.clone()),
-            plugin,
-            spec_name: t.spec_name.as_str().into(),
-            target,
-            kind,
-            device_path: t.device_path.as_deref().map(|b| bytes_path(b).into()),
-            device_mount_path: t.device_mount_path.as_deref().map(|b| bytes_path(b).into()),
-            pod_mount_path: t.pod_mount_path.as_deref().map(|b| bytes_path(b).into()),
-            selinux,
-            mount_options: t.mount_options.clone().into(),
-            fs_type: t.fs_type.as_deref().map(SharedStr::from),
-            csi: None,
-            payload: None,
-        })
+        TargetParams::try_from(&TargetV1Ref::of(t))
     }
 }
 
@@ -166,19 +129,29 @@ impl TargetFormat for TargetV2 {
         }
     }
     fn to_params(&self) -> Result<TargetParams, RecordError> {
-        let mut p = TargetParams::try_from(&self.base)?;
-        if let Some(c) = &self.csi {
-            if p.plugin != PluginName::Csi {
-                return Err(field_err(
-                    "csi",
-                    &self.base.plugin,
-                    "CSI arguments on a non-CSI target",
-                ));
-            }
-            p.csi = Some(Arc::new(CsiParams::try_from(c)?));
-        }
-        Ok(p)
+        let p = TargetParams::try_from(&self.base)?;
+        with_csi(p, self.csi.as_ref(), &self.base.plugin)
     }
+}
+
+/// `p` with the CSI arguments of its v2 target, if any (`plugin`, as
+/// written, names it in an error).
+pub(super) fn with_csi(
+    mut p: TargetParams,
+    csi: Option<&CsiV2>,
+    plugin: &str,
+) -> Result<TargetParams, RecordError> {
+    if let Some(c) = csi {
+        if p.plugin != PluginName::Csi {
+            return Err(field_err(
+                "csi",
+                plugin,
+                "CSI arguments on a non-CSI target",
+            ));
+        }
+        p.csi = Some(Arc::new(CsiParams::try_from(c)?));
+    }
+    Ok(p)
 }
 
 impl From<TargetV1> for TargetV2 {
@@ -293,25 +266,11 @@ impl From<&MountIdentity> for IdentityV1 {
 impl TryFrom<&IdentityV1> for MountIdentity {
     type Error = RecordError;
     fn try_from(i: &IdentityV1) -> Result<Self, RecordError> {
-        let selinux = i
-            .selinux_context
-            .as_deref()
-            .map(|c| SeLinuxContext::parse(c).map_err(|e| field_err("observed.selinux", c, e)))
-            .transpose()?;
-        Ok(MountIdentity {
-            dev: DevId {
-                major: i.major,
-                minor: i.minor,
-            },
-            root: bytes_path(&i.root),
-            fs_type: i.fs_type.clone(),
-            read_only: i.read_only,
-            selinux,
-        })
+        MountIdentity::try_from(&IdentityRef::of(i))
     }
 }
 
-fn steps_of(multi_step: bool) -> Steps {
+pub(super) fn steps_of(multi_step: bool) -> Steps {
     if multi_step {
         Steps::Multi
     } else {

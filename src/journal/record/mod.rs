@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod borrowed;
 mod convert;
 mod payload_v3;
 
@@ -275,7 +276,7 @@ pub fn decode_checkpoint(
     match schema {
         1 => of::<TargetV1>(payload),
         2 => of::<TargetV2>(payload),
-        _ => of::<TargetV3>(payload),
+        _ => borrowed::decode_checkpoint_v3(payload),
     }
 }
 
@@ -639,6 +640,68 @@ mod tests {
             JournalState::from_entries(s.last_seq(), s.entries().map(|(_, e)| e.clone()))
         );
         assert!(back.entries.iter().any(|e| e.pending.is_some()));
+    }
+
+    /// The borrowed decode of the current checkpoint reads the bytes the
+    /// owned types write into the same state (every record type, a CSI
+    /// target, pending intents, observed identities), and a cut checkpoint
+    /// is an error.
+    #[test]
+    fn a_v3_checkpoint_decodes_borrowed_into_the_owned_decodes_state() {
+        let all = every_record();
+        let state_of = |records: &[Record]| {
+            let mut s = JournalState::default();
+            for r in records {
+                s.apply(r);
+            }
+            s
+        };
+        let csi_pending = Record {
+            seq: 1,
+            wall_time_ns: 1,
+            boot_id: "b".into(),
+            body: Body::Intent {
+                op: Operation::SetUp,
+                steps: Steps::Single,
+                target: csi_target().into(),
+            },
+        };
+        let seen = Record {
+            seq: 2,
+            wall_time_ns: 2,
+            boot_id: "b".into(),
+            body: Body::Reconstructed {
+                target: target(Some("pod-b")).into(),
+                state: MountState::Mounted,
+                reason: "mounted_agrees".into(),
+                observed: Some(MountIdentity {
+                    selinux: Some(SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap()),
+                    ..observed()
+                }),
+            },
+        };
+        let (mut pending, mut observed, mut csi) = (false, false, false);
+        for s in [
+            state_of(&all[..4]),
+            state_of(&all),
+            state_of(&[csi_pending, seen]),
+        ] {
+            let ck = CheckpointV3::of(&s, 5);
+            pending |= ck.entries.iter().any(|e| e.pending.is_some());
+            observed |= ck.entries.iter().any(|e| e.observed.is_some());
+            csi |= ck.entries.iter().any(|e| {
+                e.pending
+                    .as_ref()
+                    .is_some_and(|p| p.target.base.csi.is_some())
+            });
+            let bytes = encode(&ck);
+            let owned: CheckpointV3 = decode(&bytes).unwrap();
+            let (state, through, wall, n) = decode_checkpoint(3, &bytes).unwrap();
+            assert_eq!(state, owned.to_state().unwrap());
+            assert_eq!((through, wall, n), (s.last_seq(), 5, ck.entries.len()));
+            assert!(decode_checkpoint(3, &bytes[..bytes.len() - 3]).is_err());
+        }
+        assert!(pending && observed && csi, "{pending} {observed} {csi}");
     }
 
     #[test]

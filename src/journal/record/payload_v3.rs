@@ -119,17 +119,27 @@ impl TargetFormat for TargetV3 {
         }
     }
     fn to_params(&self) -> Result<TargetParams, RecordError> {
-        let mut p = self.base.to_params()?;
-        if let Some(payload) = &self.payload {
-            if !writes_payloads(p.plugin) {
-                return Err(field_err(
-                    "payload",
-                    &self.base.base.plugin,
-                    "a payload on a target of a plugin that writes none",
-                ));
-            }
-            p.payload = Some(Arc::new(PayloadVersion::try_from(payload)?));
-        }
-        Ok(p)
+        let p = self.base.to_params()?;
+        with_payload(p, self.payload.as_ref(), &self.base.base.plugin)
     }
+}
+
+/// `p` with the payload of its v3 target, if any (`plugin`, as written,
+/// names it in an error).
+pub(super) fn with_payload(
+    mut p: TargetParams,
+    payload: Option<&PayloadV3>,
+    plugin: &str,
+) -> Result<TargetParams, RecordError> {
+    if let Some(payload) = payload {
+        if !writes_payloads(p.plugin) {
+            return Err(field_err(
+                "payload",
+                plugin,
+                "a payload on a target of a plugin that writes none",
+            ));
+        }
+        p.payload = Some(Arc::new(PayloadVersion::try_from(payload)?));
+    }
+    Ok(p)
 }

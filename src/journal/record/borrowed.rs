@@ -1,0 +1,272 @@
+//! The current format's checkpoint decoded without a copy per field: its
+//! strings and paths borrowed from the checkpoint's bytes, then converted
+//! to model types once. Decoding a checkpoint is most of a restart's
+//! journal open, and the owned types allocated (and freed) every string
+//! of every entry before the model copied it again.
+//!
+//! These structs read the bytes [`CheckpointV3`](super::CheckpointV3)
+//! writes: the same fields in the same order, a `&[u8]` where it has a
+//! `Vec<u8>` (bincode writes both as a length and the bytes). The owned
+//! targets convert through them too ([`TargetV1Ref::of`]), so the checks
+//! on the way in are written once.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::super::replay::{Entry, JournalState, Pending};
+use super::payload_v3::PayloadV3;
+use super::{CsiV2, IdentityV1, OpV1, RecordError, StateV1, TargetV1, field_err};
+use crate::model::{
+    DevId, MountIdentity, PluginName, PodUid, SeLinuxContext, SharedParams, SharedStr, TargetKind,
+    TargetParams, TargetRef, UniqueVolumeName,
+};
+
+/// [`TargetV1`], borrowed.
+#[derive(Debug, Deserialize)]
+pub(super) struct TargetV1Ref<'a> {
+    volume: &'a str,
+    plugin: &'a str,
+    spec_name: &'a str,
+    #[serde(borrow)]
+    pod_uid: Option<&'a str>,
+    kind: u8,
+    #[serde(borrow)]
+    device_path: Option<&'a [u8]>,
+    #[serde(borrow)]
+    device_mount_path: Option<&'a [u8]>,
+    #[serde(borrow)]
+    pod_mount_path: Option<&'a [u8]>,
+    #[serde(borrow)]
+    selinux_context: Option<&'a str>,
+    #[serde(borrow)]
+    mount_options: Vec<&'a str>,
+    #[serde(borrow)]
+    fs_type: Option<&'a str>,
+}
+
+impl<'a> TargetV1Ref<'a> {
+    /// An owned target seen through the borrowed one.
+    pub(super) fn of(t: &'a TargetV1) -> Self {
+        TargetV1Ref {
+            volume: &t.volume,
+            plugin: &t.plugin,
+            spec_name: &t.spec_name,
+            pod_uid: t.pod_uid.as_deref(),
+            kind: t.kind,
+            device_path: t.device_path.as_deref(),
+            device_mount_path: t.device_mount_path.as_deref(),
+            pod_mount_path: t.pod_mount_path.as_deref(),
+            selinux_context: t.selinux_context.as_deref(),
+            mount_options: t.mount_options.iter().map(String::as_str).collect(),
+            fs_type: t.fs_type.as_deref(),
+        }
+    }
+
+    /// The plugin as written (for errors about the fields after it).
+    pub(super) fn plugin(&self) -> &'a str {
+        self.plugin
+    }
+}
+
+fn path(b: &[u8]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(b))
+}
+
+impl TryFrom<&TargetV1Ref<'_>> for TargetParams {
+    type Error = RecordError;
+    fn try_from(t: &TargetV1Ref<'_>) -> Result<Self, RecordError> {
+        let plugin = PluginName::parse(t.plugin)
+            .ok_or_else(|| field_err("plugin", t.plugin, "not a plugin volumed knows"))?;
+        let target = match t.pod_uid {
+            None => TargetRef::Device,
+            Some(uid) => {
+                TargetRef::Pod(PodUid::new(uid).map_err(|e| field_err("pod_uid", uid, e))?)
+            }
+        };
+        let kind = match t.kind {
+            0 => TargetKind::Mount,
+            1 => TargetKind::Dir,
+            2 => TargetKind::None,
+            k => return Err(field_err("kind", &k.to_string(), "not 0, 1 or 2")),
+        };
+        let selinux = t
+            .selinux_context
+            .map(|c| SeLinuxContext::parse(c).map_err(|e| field_err("selinux_context", c, e)))
+            .transpose()?;
+        Ok(TargetParams {
+            volume: UniqueVolumeName::from_raw(t.volume),
+            plugin,
+            spec_name: t.spec_name.into(),
+            target,
+            kind,
+            device_path: t.device_path.map(|b| path(b).into()),
+            device_mount_path: t.device_mount_path.map(|b| path(b).into()),
+            pod_mount_path: t.pod_mount_path.map(|b| path(b).into()),
+            selinux,
+            mount_options: t
+                .mount_options
+                .iter()
+                .map(|o| (*o).to_owned())
+                .collect::<Vec<_>>()
+                .into(),
+            fs_type: t.fs_type.map(SharedStr::from),
+            csi: None,
+            payload: None,
+        })
+    }
+}
+
+/// [`super::TargetV2`], borrowed where it is v1's.
+#[derive(Debug, Deserialize)]
+struct TargetV2Ref<'a> {
+    #[serde(borrow)]
+    base: TargetV1Ref<'a>,
+    csi: Option<CsiV2>,
+}
+
+/// [`super::payload_v3::TargetV3`], borrowed where it is v1's.
+#[derive(Debug, Deserialize)]
+struct TargetV3Ref<'a> {
+    #[serde(borrow)]
+    base: TargetV2Ref<'a>,
+    payload: Option<PayloadV3>,
+}
+
+impl TargetV3Ref<'_> {
+    fn to_params(&self) -> Result<TargetParams, RecordError> {
+        let base = &self.base.base;
+        let p = TargetParams::try_from(base)?;
+        let p = super::convert::with_csi(p, self.base.csi.as_ref(), base.plugin())?;
+        super::payload_v3::with_payload(p, self.payload.as_ref(), base.plugin())
+    }
+}
+
+/// [`IdentityV1`], borrowed.
+#[derive(Debug, Deserialize)]
+pub(super) struct IdentityRef<'a> {
+    major: u32,
+    minor: u32,
+    root: &'a [u8],
+    fs_type: &'a str,
+    read_only: bool,
+    #[serde(borrow)]
+    selinux_context: Option<&'a str>,
+}
+
+impl<'a> IdentityRef<'a> {
+    /// An owned identity seen through the borrowed one.
+    pub(super) fn of(i: &'a IdentityV1) -> Self {
+        IdentityRef {
+            major: i.major,
+            minor: i.minor,
+            root: &i.root,
+            fs_type: &i.fs_type,
+            read_only: i.read_only,
+            selinux_context: i.selinux_context.as_deref(),
+        }
+    }
+}
+
+impl TryFrom<&IdentityRef<'_>> for MountIdentity {
+    type Error = RecordError;
+    fn try_from(i: &IdentityRef<'_>) -> Result<Self, RecordError> {
+        let selinux = i
+            .selinux_context
+            .map(|c| SeLinuxContext::parse(c).map_err(|e| field_err("observed.selinux", c, e)))
+            .transpose()?;
+        Ok(MountIdentity {
+            dev: DevId {
+                major: i.major,
+                minor: i.minor,
+            },
+            root: path(i.root),
+            fs_type: i.fs_type.to_owned(),
+            read_only: i.read_only,
+            selinux,
+        })
+    }
+}
+
+/// [`super::PendingOf`], borrowed.
+#[derive(Debug, Deserialize)]
+struct PendingRef<'a> {
+    op: OpV1,
+    intent_seq: u64,
+    multi_step: bool,
+    #[serde(borrow)]
+    target: TargetV3Ref<'a>,
+}
+
+/// [`super::EntryOf`], borrowed.
+#[derive(Debug, Deserialize)]
+struct EntryRef<'a> {
+    #[serde(borrow)]
+    target: TargetV3Ref<'a>,
+    state: StateV1,
+    #[serde(borrow)]
+    pending: Option<PendingRef<'a>>,
+    #[serde(borrow)]
+    observed: Option<IdentityRef<'a>>,
+    last_seq: u64,
+    boot_id: &'a str,
+    #[serde(borrow)]
+    reason: Option<&'a str>,
+}
+
+/// [`super::CheckpointV3`], borrowed.
+#[derive(Debug, Deserialize)]
+struct CheckpointV3Ref<'a> {
+    through_seq: u64,
+    wall_time_ns: u64,
+    #[serde(borrow)]
+    entries: Vec<EntryRef<'a>>,
+}
+
+/// A checkpoint of the current format: the state, its last sequence
+/// number, its wall time and its number of entries.
+pub(super) fn decode_checkpoint_v3(
+    payload: &[u8],
+) -> Result<(JournalState, u64, u64, usize), RecordError> {
+    let ck: CheckpointV3Ref<'_> =
+        bincode::deserialize(payload).map_err(|e| RecordError::Decode(e.to_string()))?;
+    let n = ck.entries.len();
+    let mut entries = Vec::with_capacity(n);
+    for e in &ck.entries {
+        let pending = e
+            .pending
+            .as_ref()
+            .map(|p| -> Result<Box<Pending>, RecordError> {
+                Ok(Box::new(Pending {
+                    op: p.op.into(),
+                    intent_seq: p.intent_seq,
+                    steps: super::convert::steps_of(p.multi_step),
+                    params: SharedParams::new(p.target.to_params()?),
+                }))
+            })
+            .transpose()?;
+        entries.push(Entry {
+            params: SharedParams::new(e.target.to_params()?),
+            state: e.state.into(),
+            pending,
+            observed: e
+                .observed
+                .as_ref()
+                .map(MountIdentity::try_from)
+                .transpose()?
+                .map(Box::new),
+            last_seq: e.last_seq,
+            boot_id: Arc::from(e.boot_id),
+            reason: e.reason.map(SharedStr::from),
+        });
+    }
+    Ok((
+        JournalState::from_entries(ck.through_seq, entries),
+        ck.through_seq,
+        ck.wall_time_ns,
+        n,
+    ))
+}
