@@ -327,26 +327,9 @@ pub fn document(
 
 /// UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` from ns since the epoch.
 pub fn format_time(ns: u64) -> String {
-    let secs = ns / 1_000_000_000;
+    let (y, m, d, h, mi, s) = crate::civil::utc(ns / 1_000_000_000);
     let ms = (ns / 1_000_000) % 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
 }
 
 fn opt(s: &Option<String>) -> &str {

@@ -4,6 +4,7 @@
 //! invariants each module keeps.
 
 pub mod apiserver;
+pub mod civil;
 pub mod csi;
 pub mod daemon;
 pub mod dump;

@@ -5,6 +5,7 @@ mod api_flags;
 mod conventions;
 mod csi_flags;
 mod health_cmd;
+mod open_journal;
 mod wait_pod;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,6 @@ use volumed::daemon::{Daemon, DaemonConfig};
 use volumed::host::boot::read_boot_id;
 use volumed::host::sys::LIVE_MOUNTINFO;
 use volumed::host::sys::LinuxSys;
-use volumed::journal::{Category, Journal, JournalConfig};
 use volumed::model::{Layout, UniqueVolumeName};
 use volumed::reconstruct::edge::{self, HostInput, JournalInput};
 use volumed::reconstruct::inspect::{InspectedJournal, inspect_journal};
@@ -296,7 +296,7 @@ fn run(mut args: RunArgs) -> Result<()> {
             Ok((None, None))
         }
         true => {
-            let (j, replaced) = open_journal(&journal_dir, &node_name, &boot, locked)
+            let (j, replaced) = open_journal::open(&journal_dir, &node_name, &boot, locked)
                 .map_err(|e| volumed::daemon::DaemonError::JournalOpen(format!("{e:#}").into()))?;
             service.status("reconstructing: the journal and one read of the mount table");
             Ok((Some(Arc::new(j)), replaced))
@@ -365,53 +365,6 @@ fn run(mut args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// Opens the journal; a corrupt one has been moved aside by `open`, so the
-/// daemon says so loudly and starts a fresh journal (host-only reconstruction).
-/// Returns it with, when a fresh journal replaced a corrupt one, why.
-fn open_journal(
-    dir: &Path,
-    node: &str,
-    boot: &str,
-    locked: &dyn Fn(),
-) -> Result<(Journal, Option<String>)> {
-    let cfg = JournalConfig::new(dir, node, boot);
-    // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
-    // lock for a moment; wait for it rather than fail the start.
-    let started = std::time::Instant::now();
-    let mut opened = Journal::open_then(&cfg, locked);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while matches!(&opened, Err(e) if e.category() == Category::Busy)
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        opened = Journal::open_then(&cfg, locked);
-    }
-    match opened {
-        Ok((j, replay)) => {
-            tracing::info!(
-                phase = "journal_open",
-                elapsed_ms = volumed::elapsed_ms(started.elapsed()),
-                records = replay.tail.len(),
-                targets = j.with_state(|s| s.len()),
-                checkpoint = ?replay.checkpoint.as_ref().map(|c| c.through_seq),
-                "journal opened"
-            );
-            if let Some(c) = &replay.corruption {
-                tracing::error!(seq = c.seq, reason = %c.reason, quarantined = replay.quarantined.len(),
-                    "journal replay stopped at a bad record; later records were quarantined");
-            }
-            Ok((j, None))
-        }
-        Err(e) if e.category() == Category::Corruption => {
-            tracing::error!("{e}; reconstructing from the host alone with a fresh journal");
-            let (j, _) = Journal::open(&cfg)
-                .context("open a fresh journal after moving the old one aside")?;
-            Ok((j, Some(e.to_string())))
-        }
-        Err(e) => Err(e).context("open the journal"),
-    }
-}
-
 fn dump(args: DumpArgs) -> Result<()> {
     let boot = boot_id(args.boot_id_file.as_deref())?;
     // A running daemon holds sled's lock: then the same document comes from
@@ -424,7 +377,7 @@ fn dump(args: DumpArgs) -> Result<()> {
     )
     .context("dump")?;
     let doc = match source {
-        JournalSource::Local { replay, state } => {
+        JournalSource::Local(replay, state) => {
             let only = args.volume.map(UniqueVolumeName::from_raw);
             volumed::dump::document(&replay, &state, &boot, only.as_ref())
         }

@@ -459,44 +459,12 @@ impl Journal {
     }
 
     /// Flushes everything (shutdown), then has sled snapshot its log
-    /// ([`snapshot_log`]).
+    /// ([`checkpoint::snapshot_log`]).
     pub fn close(self) -> Result<(), JournalError> {
         self.flush_or_close()?;
         let dir = self.dir.clone();
         drop(self);
-        snapshot_log(&dir);
+        checkpoint::snapshot_log(&dir);
         Ok(())
     }
 }
-
-/// sled 0.34 writes the snapshot of its page table only while it opens, so
-/// each start replays every log message written since the previous start:
-/// after a first start of 10,000 volumes, a third of the restart's journal
-/// open. Opened once more after a clean close, sled leaves a snapshot that
-/// covers the whole log, and the next start reads that instead. An
-/// optimisation only: when it fails (another process took the lock, the
-/// disk is full) the next start replays the log as before.
-fn snapshot_log(dir: &Path) {
-    let open = || contain::contain(|| sled::Config::new().path(dir).open());
-    let mut opened = open();
-    // sled's flusher lets go of the lock as its thread ends, just after
-    // the drop that stopped it
-    for _ in 0..SNAPSHOT_LOCK_TRIES {
-        match &opened {
-            Err(e) if e.contains("could not acquire lock") => {
-                std::thread::sleep(std::time::Duration::from_millis(2));
-                opened = open();
-            }
-            _ => break,
-        }
-    }
-    match opened {
-        Ok(db) => drop(db),
-        Err(e) => {
-            tracing::debug!(dir = %dir.display(), error = %e, "journal: no sled snapshot at close")
-        }
-    }
-}
-
-/// How often [`snapshot_log`] asks again for sled's lock (2 ms apart).
-const SNAPSHOT_LOCK_TRIES: usize = 50;

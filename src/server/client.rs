@@ -34,13 +34,8 @@ pub(super) const MAX_HEAD: usize = 64 * 1024;
 /// Where the journal was read from.
 #[derive(Debug)]
 pub enum JournalSource {
-    /// opened here: nobody held it
-    Local {
-        /// what the open found
-        replay: Replay,
-        /// the state it implies
-        state: JournalState,
-    },
+    /// opened here (nobody held it): what the open found, the state it implies
+    Local(Replay, JournalState),
     /// a running daemon served it
     Daemon {
         /// the dump document it served
@@ -174,8 +169,7 @@ pub fn open_or_ask(
     loop {
         match Journal::open(&cfg) {
             Ok((journal, replay)) => {
-                let state = journal.into_state();
-                return Ok(JournalSource::Local { replay, state });
+                return Ok(JournalSource::Local(replay, journal.into_state()));
             }
             Err(e) if e.category() == Category::Busy => {
                 match ask_daemon(dir, boot_id, volume, timeout) {

@@ -268,7 +268,7 @@ fn ask_daemon_reads_the_journal_through_daemon_json() {
             assert_eq!(d, doc("b-1"));
             assert_eq!(daemon, me);
         }
-        JournalSource::Local { .. } => panic!("asked the daemon"),
+        JournalSource::Local(..) => panic!("asked the daemon"),
     }
     assert_eq!(*fake.asked.lock().unwrap(), vec![Some("a/b c".to_owned())]);
     let e = client::ask_daemon(dir.path(), "b-1", Some("broken"), T).unwrap_err();

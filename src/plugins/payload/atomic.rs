@@ -337,31 +337,11 @@ fn utc_stamp(now: SystemTime) -> String {
     let d = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil_from_days(days);
+    let (y, m, day, h, mi, s) = crate::civil::utc(d.as_secs());
     format!(
-        "{y:04}_{m:02}_{day:02}_{:02}_{:02}_{:02}.{:09}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
+        "{y:04}_{m:02}_{day:02}_{h:02}_{mi:02}_{s:02}.{:09}",
         d.subsec_nanos()
     )
-}
-
-/// (year, month, day) of a count of days since 1970-01-01 (Howard
-/// Hinnant's civil-from-days, for non-negative days).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]
