@@ -395,15 +395,19 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         );
         // The table read started early, as the daemon starts it once it
         // holds the journal's lock: the same decisions and ASW.
-        let early = read_and_reconstruct_ready(
-            &j,
-            None,
-            &volumed::host::sys::LinuxSys,
-            &layout,
-            &boot,
-            TableRead::start(std::sync::Arc::new(volumed::host::sys::LinuxSys)),
-        )
-        .unwrap();
+        let read_early = || {
+            let sys = std::sync::Arc::new(volumed::host::sys::LinuxSys);
+            read_and_reconstruct_ready(
+                &j,
+                None,
+                sys.as_ref(),
+                &layout,
+                &boot,
+                TableRead::start(sys.clone()),
+            )
+            .unwrap()
+        };
+        let early = read_early();
         assert_eq!(early.outcome.reconstruction.output.decisions, out.decisions);
         assert!(early.asw_from_journal);
         assert_eq!(early.asw.snapshot(), again.asw.snapshot());
@@ -413,15 +417,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
         umount(matching.pod_mount_path.as_ref().unwrap());
         // read early (after the unmount, as the daemon's read comes after
         // anything the lock's last holder did)
-        let after = read_and_reconstruct_ready(
-            &j,
-            None,
-            &volumed::host::sys::LinuxSys,
-            &layout,
-            &boot,
-            TableRead::start(std::sync::Arc::new(volumed::host::sys::LinuxSys)),
-        )
-        .unwrap();
+        let after = read_early();
         let out = &after.outcome.reconstruction.output;
         assert!(!after.asw_from_journal);
         let d = out

@@ -13,16 +13,15 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::super::replay::{Entry, JournalState, Pending};
+use super::super::replay::JournalState;
 use super::payload_v3::PayloadV3;
 use super::{CsiV2, IdentityV1, OpV1, RecordError, StateV1, TargetV1, field_err};
 use crate::model::{
-    DevId, MountIdentity, PluginName, PodUid, SeLinuxContext, SharedParams, SharedStr, TargetKind,
-    TargetParams, TargetRef, UniqueVolumeName,
+    DevId, MountIdentity, PluginName, PodUid, SeLinuxContext, SharedStr, TargetKind, TargetParams,
+    TargetRef, UniqueVolumeName,
 };
 
 /// [`TargetV1`], borrowed.
@@ -239,29 +238,24 @@ pub(super) fn decode_checkpoint_v3(
         let pending = e
             .pending
             .as_ref()
-            .map(|p| -> Result<Box<Pending>, RecordError> {
-                Ok(Box::new(Pending {
-                    op: p.op.into(),
-                    intent_seq: p.intent_seq,
-                    steps: super::convert::steps_of(p.multi_step),
-                    params: SharedParams::new(p.target.to_params()?),
-                }))
+            .map(|p| {
+                p.target
+                    .to_params()
+                    .map(|t| (p.op, p.intent_seq, p.multi_step, t))
             })
             .transpose()?;
-        entries.push(Entry {
-            params: SharedParams::new(e.target.to_params()?),
-            state: e.state.into(),
+        entries.push(super::convert::entry(
+            e.target.to_params()?,
+            e.state,
             pending,
-            observed: e
-                .observed
+            e.observed
                 .as_ref()
                 .map(MountIdentity::try_from)
-                .transpose()?
-                .map(Box::new),
-            last_seq: e.last_seq,
-            boot_id: Arc::from(e.boot_id),
-            reason: e.reason.map(SharedStr::from),
-        });
+                .transpose()?,
+            e.last_seq,
+            e.boot_id,
+            e.reason,
+        ));
     }
     Ok((
         JournalState::from_entries(ck.through_seq, entries),

@@ -413,26 +413,54 @@ impl<T: TargetFormat> From<&Entry> for EntryOf<T> {
 impl<T: TargetFormat> TryFrom<&EntryOf<T>> for Entry {
     type Error = RecordError;
     fn try_from(e: &EntryOf<T>) -> Result<Self, RecordError> {
-        Ok(Entry {
-            params: SharedParams::new(e.target.to_params()?),
-            state: e.state.into(),
-            pending: e
-                .pending
-                .as_ref()
-                .map(|p| -> Result<Box<Pending>, RecordError> {
-                    Ok(Box::new(Pending {
-                        op: p.op.into(),
-                        intent_seq: p.intent_seq,
-                        steps: steps_of(p.multi_step),
-                        params: SharedParams::new(p.target.to_params()?),
-                    }))
-                })
-                .transpose()?,
-            observed: identity(&e.observed)?.map(Box::new),
-            last_seq: e.last_seq,
-            boot_id: e.boot_id.as_str().into(),
-            reason: e.reason.as_deref().map(SharedStr::from),
-        })
+        let pending = e
+            .pending
+            .as_ref()
+            .map(|p| {
+                p.target
+                    .to_params()
+                    .map(|t| (p.op, p.intent_seq, p.multi_step, t))
+            })
+            .transpose()?;
+        Ok(entry(
+            e.target.to_params()?,
+            e.state,
+            pending,
+            identity(&e.observed)?,
+            e.last_seq,
+            &e.boot_id,
+            e.reason.as_deref(),
+        ))
+    }
+}
+
+/// An entry as the state keeps it, from a checkpoint entry's converted
+/// parts (`pending`: the intent's operation, sequence number, whether it
+/// has several steps, and its target).
+pub(super) fn entry(
+    params: TargetParams,
+    state: StateV1,
+    pending: Option<(OpV1, u64, bool, TargetParams)>,
+    observed: Option<MountIdentity>,
+    last_seq: u64,
+    boot_id: &str,
+    reason: Option<&str>,
+) -> Entry {
+    Entry {
+        params: SharedParams::new(params),
+        state: state.into(),
+        pending: pending.map(|(op, intent_seq, multi_step, params)| {
+            Box::new(Pending {
+                op: op.into(),
+                intent_seq,
+                steps: steps_of(multi_step),
+                params: SharedParams::new(params),
+            })
+        }),
+        observed: observed.map(Box::new),
+        last_seq,
+        boot_id: boot_id.into(),
+        reason: reason.map(SharedStr::from),
     }
 }
 
