@@ -66,6 +66,9 @@ pub(crate) struct Target<'a> {
     pub dir: &'a Path,
     /// the pod's fsGroup
     pub fs_group: Option<u32>,
+    /// the volume dir is new (just made, or a new tmpfs): empty, so not
+    /// listed
+    pub fresh: bool,
 }
 
 /// Writes `payload` into the volume dir (see the module docs); returns
@@ -83,7 +86,10 @@ pub(crate) fn write(
     // path walk for the whole write, not one per call). Opened without
     // `RESOLVE_NO_XDEV`: the volume's tmpfs is a mount below the root.
     let vol = op.look(sys.open_dir_beneath(beneath(op, t.root, t.dir)?))?;
-    let entries = op.look(sys.read_dir_in(&vol))?;
+    let entries = match t.fresh {
+        true => Vec::new(),
+        false => op.look(sys.read_dir_in(&vol))?,
+    };
     // `..data` is read only when the listing shows one (not on a first write)
     let listed = |name: &str| entries.iter().any(|e| e.name == std::ffi::OsStr::new(name));
     let current = match listed(PAYLOAD_DATA_LINK) {
