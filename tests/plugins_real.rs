@@ -751,6 +751,14 @@ impl Sys for Wrapped {
         self.fire(Call::OpenDir);
         LinuxSys.open_dirs_in(dir, rel, mode)
     }
+    fn open_dir_in(&self, dir: &DirHandle, rel: &Path) -> Result<DirHandle, SysError> {
+        self.fire(Call::OpenDir);
+        LinuxSys.open_dir_in(dir, rel)
+    }
+    fn chmod_dir(&self, dir: &DirHandle, mode: u32) -> Result<(), SysError> {
+        self.fire(Call::ChmodDir);
+        LinuxSys.chmod_dir(dir, mode)
+    }
     fn stat_in(&self, dir: &DirHandle, rel: &Path) -> Result<FileStat, SysError> {
         self.fire(Call::Stat);
         LinuxSys.stat_in(dir, rel)

@@ -50,6 +50,16 @@ const RENAME_TRIES: usize = 8;
 /// volumes are tmpfs mounts, unmounted and never renamed).
 pub(crate) const RENAMED_IN: [PluginName; 2] = [PluginName::EmptyDir, PluginName::ConfigMap];
 
+/// What an emptyDir SetUp leaves for the payload writer that wraps it.
+#[derive(Debug)]
+pub(crate) struct VolumeDir {
+    /// the volume dir, opened (beneath the root, no symlink followed) when
+    /// the SetUp set its mode
+    pub handle: Option<DirHandle>,
+    /// made, or a new tmpfs mounted on it: empty, nothing to list
+    pub fresh: bool,
+}
+
 /// The emptyDir plugin.
 #[derive(Debug)]
 pub struct EmptyDirPlugin {
@@ -226,16 +236,15 @@ impl EmptyDirPlugin {
         Ok((Action::Remounted, seen, false))
     }
 
-    /// [`VolumePlugin::setup`], and whether the volume dir is new and so
-    /// empty (made, or a new tmpfs mounted on it): a payload writer then
-    /// has nothing to list in it.
+    /// [`VolumePlugin::setup`], and the volume dir as a payload writer can
+    /// use it ([`VolumeDir`]).
     pub(crate) fn set_up(
         &self,
         _permit: &Permit,
         spec: &VolumeSpec,
         params: &TargetParams,
         sys: &dyn Sys,
-    ) -> Result<(Outcome, bool), PluginError> {
+    ) -> Result<(Outcome, VolumeDir), PluginError> {
         let mut op = Op::new(sys, Operation::SetUp, params);
         let VolumeSpec::EmptyDir { medium, size_limit } = spec else {
             return Err(op.bad_spec(self.name(), "not an emptyDir"));
@@ -263,11 +272,16 @@ impl EmptyDirPlugin {
                 self.setup_memory(&mut op, params, (&vols, name), target, *size_limit)?
             }
         };
-        if matches!(action, Action::Performed | Action::Replaced) {
-            // The kubelet's setupDir: the volume root is world-writable.
-            let r = op.sys.chmod_dir_in(&vols, name, 0o777);
-            op.act(r)?;
-        }
+        let handle = match action {
+            Action::Performed | Action::Replaced => {
+                // The kubelet's setupDir: the volume root is world-writable.
+                let vol = op.look(op.sys.open_dir_in(&vols, name))?;
+                let r = op.sys.chmod_dir(&vol, 0o777);
+                op.act(r)?;
+                Some(vol)
+            }
+            _ => None,
+        };
         // A disk dir in place was found with its marker.
         let known = matches!(medium, StorageMedium::Disk) && action == Action::AlreadyInPlace;
         if !known {
@@ -278,7 +292,7 @@ impl EmptyDirPlugin {
                 op.act_or(r, Errno::EEXIST)?;
             }
         }
-        Ok((Outcome::seen(action, seen), fresh))
+        Ok((Outcome::seen(action, seen), VolumeDir { handle, fresh }))
     }
 
     fn teardown_disk(&self, op: &mut Op<'_>, target: &Path) -> Result<Vec<PathBuf>, PluginError> {

@@ -540,7 +540,7 @@ fn a_setup_walks_from_the_root_once_and_acts_through_handles() {
     use Call::*;
     // (the marker's dir is opened, made and opened again: the fake's
     // `open_dirs_in`; Linux makes and opens it in one walk)
-    let marker = [ChmodDir, OpenDir, Mkdir, OpenDir, CreateFile];
+    let marker = [OpenDir, ChmodDir, OpenDir, Mkdir, OpenDir, CreateFile];
     let cases = [
         (
             TargetKind::Mount,
@@ -597,17 +597,24 @@ fn set_up_says_whether_the_volume_dir_is_new() {
     for (kind, spec) in [(TargetKind::Dir, disk()), (TargetKind::Mount, memory(None))] {
         let sys = host();
         let pa = params(kind, None);
-        let (out, fresh) = plugin()
-            .set_up(&Permit::JournalOff, &spec, &pa, &sys)
-            .unwrap();
-        assert_eq!((out.action, fresh), (Action::Performed, true), "{kind:?}");
-        let (out, fresh) = plugin()
+        let (out, dir) = plugin()
             .set_up(&Permit::JournalOff, &spec, &pa, &sys)
             .unwrap();
         assert_eq!(
-            (out.action, fresh),
+            (out.action, dir.fresh),
+            (Action::Performed, true),
+            "{kind:?}"
+        );
+        let vol = dir.handle.expect("the volume dir, opened for its mode");
+        assert_eq!(vol.path(), Path::new(TARGET));
+        let (out, dir) = plugin()
+            .set_up(&Permit::JournalOff, &spec, &pa, &sys)
+            .unwrap();
+        assert_eq!(
+            (out.action, dir.fresh),
             (Action::AlreadyInPlace, false),
             "{kind:?}"
         );
+        assert!(dir.handle.is_none(), "{kind:?}");
     }
 }

@@ -226,6 +226,21 @@ fn open_below(fd: BorrowedFd<'_>, rel: &Path, flags: OFlag) -> nix::Result<Owned
 }
 
 /// The directory `rel` (the root of a mount on it, if any) opened as
+/// [`open_below`] says, readable, as a handle.
+pub(super) fn open_in(base: &Path, fd: BorrowedFd<'_>, rel: &Path) -> Result<DirHandle, SysError> {
+    let path = base.join(rel);
+    match open_below(fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+        Ok(dir) => Ok(DirHandle::with_fd(path, dir)),
+        Err(e) => Err(SysError::call(Call::OpenDir, &path, e)),
+    }
+}
+
+/// The mode of the handle's own directory, set exactly.
+pub(super) fn fchmod(path: &Path, fd: BorrowedFd<'_>, m: u32) -> Result<(), SysError> {
+    nix::sys::stat::fchmod(fd, mode(m)).map_err(|e| SysError::call(Call::ChmodDir, path, e))
+}
+
+/// The directory `rel` (the root of a mount on it, if any) opened as
 /// [`open_below`] says, and its mode set exactly through that descriptor.
 pub(super) fn chmod_dir(
     base: &Path,
@@ -600,10 +615,10 @@ mod tests {
         assert!(!root.join("x").exists() && !root.join("n/x").exists());
     }
 
-    /// `stat_in`, `mkdir_in`, `chmod_dir_in` and `mount_in` name an entry
-    /// through the handle and follow no symlink, at the entry (but for
-    /// `stat_in`, which reports it) or on the way; the mount is refused
-    /// before it is tried.
+    /// `stat_in`, `mkdir_in`, `chmod_dir_in`, `mount_in` and `open_dir_in`
+    /// name an entry through the handle and follow no symlink, at the entry
+    /// (but for `stat_in`, which reports it) or on the way; the mount is
+    /// refused before it is tried.
     #[test]
     fn single_calls_through_a_handle_follow_no_symlink() {
         use crate::host::sys::{FileKind, MsFlags};
@@ -635,6 +650,12 @@ mod tests {
         assert_eq!(e.errno(), Some(Errno::ELOOP));
         assert!(!root.join("v/d/x").exists());
         assert_eq!(mode(), 0o777, "nothing changed through the link");
+        // a dir opened below the handle, and its own mode set through it
+        let e = sys.open_dir_in(&h, p("ln")).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ELOOP));
+        let d = sys.open_dir_in(&h, p("d")).unwrap();
+        sys.chmod_dir(&d, 0o700).unwrap();
+        assert_eq!(mode(), 0o700);
         for rel in ["", "../x", "d/../../x"] {
             let e = sys.chmod_dir_in(&h, p(rel), 0o700).unwrap_err();
             assert_eq!(e.errno(), Some(Errno::EINVAL), "{rel:?}");

@@ -277,6 +277,30 @@ pub trait Sys: Send + Sync {
             None => self.open_dirs_beneath(in_dir(dir, rel), mode),
         }
     }
+    /// [`Sys::open_dir_beneath`] of `rel` in `dir`.
+    fn open_dir_in(&self, dir: &DirHandle, rel: &Path) -> Result<DirHandle, SysError> {
+        match dir.fd() {
+            Some(fd) => dir::open_in(dir.path(), fd, rel),
+            None => self.open_dir_beneath(in_dir(dir, rel)),
+        }
+    }
+    /// Sets the permission bits of the handle's own directory.
+    fn chmod_dir(&self, dir: &DirHandle, mode: u32) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::fchmod(dir.path(), fd, mode),
+            None => {
+                let path = dir.path();
+                let at = match (path.parent(), path.file_name()) {
+                    (Some(base), Some(name)) => Beneath {
+                        base,
+                        rel: Path::new(name),
+                    },
+                    _ => in_dir(dir, Path::new("")),
+                };
+                self.chmod_dir_beneath(at, mode)
+            }
+        }
+    }
     /// [`Sys::stat_beneath`] of `rel` in `dir`.
     fn stat_in(&self, dir: &DirHandle, rel: &Path) -> Result<FileStat, SysError> {
         match dir.fd() {

@@ -64,6 +64,7 @@ fn run(dir: &Path, p: &Payload, fs_group: Option<u32>, at: u64) -> Action {
         dir,
         fs_group,
         fresh: false,
+        vol: None,
     };
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(at);
     write(&mut op, &t, p, now).unwrap()
@@ -365,6 +366,7 @@ fn a_first_write_makes_its_links_without_a_look_and_a_second_only_looks() {
         dir: Path::new("/r/vol"),
         fs_group: None,
         fresh: false,
+        vol: None,
     };
     let write_at = |secs| {
         let mut op = Op::new(&sys, Operation::SetUp, &params);
@@ -412,6 +414,7 @@ fn a_first_write_walks_from_the_root_once_and_acts_through_handles() {
         dir: Path::new("/r/vol"),
         fs_group: None,
         fresh: false,
+        vol: None,
     };
     let mut op = Op::new(&sys, Operation::SetUp, &params);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
@@ -461,6 +464,7 @@ fn a_write_into_a_fresh_volume_dir_does_not_list_it() {
         dir: Path::new("/r/vol"),
         fs_group: None,
         fresh: true,
+        vol: None,
     };
     let mut op = Op::new(&sys, Operation::SetUp, &params);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
