@@ -61,7 +61,7 @@ impl Sys for Gated {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<(), SysError> {
-        self.hold(at.rel);
+        self.hold(&at.full());
         self.inner.mount_beneath(source, at, fstype, flags, data)
     }
     fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {

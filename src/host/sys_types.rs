@@ -336,17 +336,37 @@ pub struct DirEntry {
 pub struct DirHandle {
     path: PathBuf,
     fd: Option<std::os::fd::OwnedFd>,
+    made: bool,
 }
 
 impl DirHandle {
     /// A handle that is only a path: the `*_in` calls act through the
     /// `*_beneath` calls with the path as their base.
     pub fn by_path(path: PathBuf) -> Self {
-        Self { path, fd: None }
+        Self {
+            path,
+            fd: None,
+            made: false,
+        }
     }
     /// A handle on the open directory `fd` at `path`.
     pub(crate) fn with_fd(path: PathBuf, fd: std::os::fd::OwnedFd) -> Self {
-        Self { path, fd: Some(fd) }
+        Self {
+            path,
+            fd: Some(fd),
+            made: false,
+        }
+    }
+    /// The same handle, saying whether the call that opened it made the
+    /// directory.
+    pub(crate) fn made(self, made: bool) -> Self {
+        Self { made, ..self }
+    }
+    /// Whether the call that opened it made the directory (so it was
+    /// empty then). A hint to skip looking: what a call in it finds (an
+    /// `EEXIST`) still decides.
+    pub fn was_made(&self) -> bool {
+        self.made
     }
     /// Where the directory was when it was opened (for messages, and the
     /// base of a path-only handle's calls).

@@ -29,15 +29,15 @@ use crate::host::mountinfo::MountInfo;
 use crate::host::remove::{
     Removal, finish_pending_deletions, remove_dir_one_fs, rename_for_deletion,
 };
-use crate::host::sys::{Beneath, Errno, FileKind, MsFlags, Sys, SysError, mkdir_all_beneath};
+use crate::host::sys::{Beneath, Call, DirHandle, Errno, FileKind, MsFlags, Sys, SysError};
 use crate::journal::Permit;
 use crate::model::{
     Layout, MountIdentity, Operation, PluginName, PodUid, StorageMedium, TMPFS, TargetKind,
     TargetParams, TargetRef, VolumeSpec,
 };
 use crate::plugins::mount_ops::{
-    TARGET_DIR_MODE, beneath, data_string, ensure_mounted, page_round, parse_size, split_options,
-    unmount_and_remove_dir,
+    TARGET_DIR_MODE, beneath, data_string, ensure_mounted_found, page_round, parse_size,
+    split_options, unmount_and_remove_dir,
 };
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
@@ -49,6 +49,16 @@ const RENAME_TRIES: usize = 8;
 /// sits in a wrapped disk emptyDir; secret, downwardAPI and projected
 /// volumes are tmpfs mounts, unmounted and never renamed).
 pub(crate) const RENAMED_IN: [PluginName; 2] = [PluginName::EmptyDir, PluginName::ConfigMap];
+
+/// What an emptyDir SetUp leaves for the payload writer that wraps it.
+#[derive(Debug)]
+pub(crate) struct VolumeDir {
+    /// the volume dir, opened (beneath the root, no symlink followed) when
+    /// the SetUp set its mode
+    pub handle: Option<DirHandle>,
+    /// made, or a new tmpfs mounted on it: empty, nothing to list
+    pub fresh: bool,
+}
 
 /// The emptyDir plugin.
 #[derive(Debug)]
@@ -87,9 +97,8 @@ impl EmptyDirPlugin {
         let mut done = Vec::new();
         for plugin in RENAMED_IN {
             let dir = self.layout.pod_volume_plugin_dir(pod, plugin);
-            let at = Beneath::split(&pod_dir, &dir).ok_or_else(|| {
-                SysError::call(crate::host::sys::Call::ReadDirBeneath, &dir, Errno::EXDEV)
-            })?;
+            let at = Beneath::split(&pod_dir, &dir)
+                .ok_or_else(|| SysError::call(Call::ReadDirBeneath, &dir, Errno::EXDEV))?;
             done.extend(finish_pending_deletions(at, sys)?);
         }
         Ok(done)
@@ -102,47 +111,52 @@ impl EmptyDirPlugin {
         }
     }
 
+    /// A disk emptyDir's dir `name` in `vols` (its parent, opened);
+    /// already in place only with its marker, which then needs no look.
     fn setup_disk(
         &self,
         op: &mut Op<'_>,
+        vols: &DirHandle,
+        name: &Path,
         target: &Path,
         marker: &Path,
-    ) -> Result<Action, PluginError> {
-        // Looked at and made beneath the root: a symlink on the way is
-        // refused (`ELOOP`), never followed.
-        let root = self.layout.root();
-        let at = beneath(op, root, target)?;
-        let exists = match op.sys.stat_beneath(at) {
+    ) -> Result<(Action, bool), PluginError> {
+        // (in a dir just made, nothing is there to look for)
+        let found = match vols.was_made() {
+            true => Err(SysError::call(Call::Stat, target, Errno::ENOENT)),
+            false => op.sys.stat_in(vols, name),
+        };
+        let exists = match found {
             Ok(st) if st.kind == FileKind::Dir => true,
             Ok(_) => return Err(op.wrong_type(target, "directory")),
             Err(e) if e.errno() == Some(Errno::ENOENT) => false,
             Err(e) => return Err(op.sys_err(e, false)),
         };
-        if exists && present(op, beneath(op, root, marker)?)? {
-            return Ok(Action::AlreadyInPlace);
+        if exists && present(op, beneath(op, self.layout.root(), marker)?)? {
+            return Ok((Action::AlreadyInPlace, false));
         }
-        if !exists {
-            // the volume dir first, its parents only when they are missing
-            let mut r = op.sys.mkdir_beneath(at, 0o777);
-            if let (Err(e), Some(parent)) = (&r, at.parent())
-                && e.errno() == Some(Errno::ENOENT)
-            {
-                op.look(mkdir_all_beneath(op.sys, parent, TARGET_DIR_MODE))?;
-                r = op.sys.mkdir_beneath(at, 0o777);
-            }
-            op.act_or(r, Errno::EEXIST)?;
-        }
+        let made = !exists
+            && match op.sys.mkdir_in(vols, name, 0o777) {
+                Err(e) if e.errno() == Some(Errno::EEXIST) => false,
+                r => op.act(r).map(|()| true)?,
+            };
         // A directory without its marker: a setup cut short; finish it.
-        Ok(Action::Performed)
+        Ok((Action::Performed, made))
     }
 
+    /// A memory emptyDir's tmpfs on `name` in `vols` (its parent, opened),
+    /// and whether a new (empty) one was mounted. A target that is not
+    /// there is made and mounted through the handle (no mount table read:
+    /// nothing can be mounted on a path that did not exist); anything there
+    /// takes [`ensure_mounted_found`]'s careful path.
     fn setup_memory(
         &self,
         op: &mut Op<'_>,
         params: &TargetParams,
+        (vols, name): (&DirHandle, &Path),
         target: &Path,
         size_limit: Option<u64>,
-    ) -> Result<(Action, Option<MountIdentity>), PluginError> {
+    ) -> Result<(Action, Option<MountIdentity>, bool), PluginError> {
         let (flags, mut opts) = split_options(&params.mount_options);
         opts.retain(|o| !o.starts_with("size="));
         let size_opts: Vec<String> = opts
@@ -157,25 +171,48 @@ impl EmptyDirPlugin {
                 && m.is_read_only() == read_only
                 && m.super_options.selinux.context == params.selinux
         };
-        let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
-            let r = op.sys.mount_beneath(
-                Some(Path::new(TMPFS)),
-                at,
-                Some(TMPFS),
-                flags,
-                data.as_deref(),
-            );
+        let mut mount = |op: &mut Op<'_>, _: Beneath<'_>| {
+            let tmpfs = Some(Path::new(TMPFS));
+            let r = op
+                .sys
+                .mount_in(tmpfs, vols, name, Some(TMPFS), flags, data.as_deref());
             op.act(r)
         };
         let root = self.layout.root();
-        let (action, existing) = ensure_mounted(op, root, target, &wanted, &mut mount)?;
+        let at = beneath(op, root, target)?;
+        // (in a dir just made, nothing is there to look for)
+        let found = (!vols.was_made()).then(|| op.sys.stat_in(vols, name));
+        let missing = match &found {
+            None => true,
+            Some(r) => r.as_ref().is_err_and(|e| e.errno() == Some(Errno::ENOENT)),
+        };
+        let made = missing
+            && match op.sys.mkdir_in(vols, name, TARGET_DIR_MODE) {
+                Ok(()) => true,
+                // made meanwhile: the careful path looks at it
+                Err(e) if e.errno() == Some(Errno::EEXIST) => false,
+                Err(e) => return Err(op.sys_err(e, false)),
+            };
+        let (action, existing) = match (made, found) {
+            (true, _) => {
+                mount(op, at)?;
+                (Action::Performed, None)
+            }
+            (false, Some(found)) if !missing => {
+                ensure_mounted_found(op, at, found, &wanted, &mut mount)?
+            }
+            (false, _) => {
+                let found = op.sys.stat_in(vols, name);
+                ensure_mounted_found(op, at, found, &wanted, &mut mount)?
+            }
+        };
         let Some(m) = existing else {
-            let seen = fresh_tmpfs(op, beneath(op, root, target)?, read_only, params);
-            return Ok((action, seen));
+            let seen = fresh_tmpfs(op, vols, name, read_only, params);
+            return Ok((action, seen, true));
         };
         let seen = Some(m.identity());
         let Some(limit) = size_limit else {
-            return Ok((action, seen));
+            return Ok((action, seen, false));
         };
         let observed = m
             .super_options
@@ -183,20 +220,79 @@ impl EmptyDirPlugin {
             .flatten()
             .and_then(|v| parse_size(&v.to_string_lossy()));
         if observed == Some(page_round(limit)) {
-            return Ok((action, seen));
+            return Ok((action, seen, false));
         }
         // Data safety: fix the size in place. The label cannot change on a
         // remount, so it is not passed again.
         let data = data_string(&size_opts, None);
         let r = op.sys.mount_beneath(
             None,
-            beneath(op, root, target)?,
+            at,
             Some(TMPFS),
             MsFlags::MS_REMOUNT | flags,
             data.as_deref(),
         );
         op.act(r)?;
-        Ok((Action::Remounted, seen))
+        Ok((Action::Remounted, seen, false))
+    }
+
+    /// [`VolumePlugin::setup`], and the volume dir as a payload writer can
+    /// use it ([`VolumeDir`]).
+    pub(crate) fn set_up(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> Result<(Outcome, VolumeDir), PluginError> {
+        let mut op = Op::new(sys, Operation::SetUp, params);
+        let VolumeSpec::EmptyDir { medium, size_limit } = spec else {
+            return Err(op.bad_spec(self.name(), "not an emptyDir"));
+        };
+        let target = pod_target(&op, params)?;
+        let TargetRef::Pod(pod) = &params.target else {
+            return Err(op.missing("pod uid"));
+        };
+        let marker = self.layout.empty_dir_ready_marker(pod, &params.spec_name);
+        let root = self.layout.root();
+        // The pod dir is opened once beneath the root (made when missing),
+        // the target's and the marker's dirs through it, each without
+        // following any symlink; everything in them is then named through
+        // those handles: one path walk per dir rather than one per call.
+        let pod_dir = self.layout.pod_dir(pod);
+        let pod_at = beneath(&op, root, &pod_dir)?;
+        let pod_h = op.look(op.sys.open_dirs_beneath(pod_at, TARGET_DIR_MODE))?;
+        let (vols, name) = open_parent(&op, root, &pod_h, target)?;
+        let (action, seen, fresh) = match medium {
+            StorageMedium::Disk => {
+                let (action, made) = self.setup_disk(&mut op, &vols, name, target, &marker)?;
+                (action, None, made)
+            }
+            StorageMedium::Memory => {
+                self.setup_memory(&mut op, params, (&vols, name), target, *size_limit)?
+            }
+        };
+        let handle = match action {
+            Action::Performed | Action::Replaced => {
+                // The kubelet's setupDir: the volume root is world-writable.
+                let vol = op.look(op.sys.open_dir_in(&vols, name))?;
+                let r = op.sys.chmod_dir(&vol, 0o777);
+                op.act(r)?;
+                Some(vol)
+            }
+            _ => None,
+        };
+        // A disk dir in place was found with its marker.
+        let known = matches!(medium, StorageMedium::Disk) && action == Action::AlreadyInPlace;
+        if !known {
+            let (dir, ready) = open_parent(&op, root, &pod_h, &marker)?;
+            // (in a dir just made, nothing is there to look for)
+            if dir.was_made() || !present_in(&op, &dir, ready)? {
+                let r = op.sys.create_file_in(&dir, ready, b"", 0o644);
+                op.act_or(r, Errno::EEXIST)?;
+            }
+        }
+        Ok((Outcome::seen(action, seen), VolumeDir { handle, fresh }))
     }
 
     fn teardown_disk(&self, op: &mut Op<'_>, target: &Path) -> Result<Vec<PathBuf>, PluginError> {
@@ -244,10 +340,7 @@ impl EmptyDirPlugin {
             }
         }
         let Some(renamed) = renamed else {
-            return Err(op.sys_err(
-                SysError::call(crate::host::sys::Call::Rename, target, Errno::EEXIST),
-                true,
-            ));
+            return Err(op.sys_err(SysError::call(Call::Rename, target, Errno::EEXIST), true));
         };
         // Crash point: renamed for deletion, contents not yet deleted (a
         // restart finishes it: `finish_pending`).
@@ -257,22 +350,22 @@ impl EmptyDirPlugin {
     }
 }
 
-/// Whether `at` exists (not following it, nor any symlink on the way).
-/// The identity the mount table will show for the tmpfs just mounted at
-/// `at`, without reading the table (O(mounts) per mount would make a mass
-/// start quadratic): a new tmpfs is the whole filesystem (root `/`), with the
-/// per-mount `ro` and the label it was given, on the device `stat` finds
-/// there. Recorded in the outcome, it spares the next restart a
+/// The identity the mount table will show for the tmpfs just mounted on
+/// `name` in `vols`, without reading the table (O(mounts) per mount would
+/// make a mass start quadratic): a new tmpfs is the whole filesystem (root
+/// `/`), with the per-mount `ro` and the label it was given, on the device
+/// `stat` finds there. Recorded in the outcome, it spares the next restart a
 /// `Reconstructed` record per volume. Were anything else on top by now, the
 /// merge sees a different mount than the one recorded, as it should.
 fn fresh_tmpfs(
     op: &Op<'_>,
-    at: Beneath<'_>,
+    vols: &DirHandle,
+    name: &Path,
     read_only: bool,
     params: &TargetParams,
 ) -> Option<MountIdentity> {
     // not knowing the device is no failure of a SetUp that mounted
-    let st = op.sys.stat_beneath(at).ok()?;
+    let st = op.sys.stat_in(vols, name).ok()?;
     Some(MountIdentity {
         dev: st.dev,
         root: PathBuf::from("/"),
@@ -282,12 +375,43 @@ fn fresh_tmpfs(
     })
 }
 
+/// Whether `at` exists (not following it, nor any symlink on the way).
 fn present(op: &Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
     match op.sys.stat_beneath(at) {
         Ok(_) => Ok(true),
         Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(false),
         Err(e) => Err(op.sys_err(e, false)),
     }
+}
+
+/// [`present`] of `name` in `dir`.
+fn present_in(op: &Op<'_>, dir: &DirHandle, name: &Path) -> Result<bool, PluginError> {
+    match op.sys.stat_in(dir, name) {
+        Ok(_) => Ok(true),
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(false),
+        Err(e) => Err(op.sys_err(e, false)),
+    }
+}
+
+/// The dir of `path` opened (made when missing) through `pod`, the pod
+/// dir's handle, when it lies below it, else beneath `root`; and `path`'s
+/// last name.
+fn open_parent<'p>(
+    op: &Op<'_>,
+    root: &'p Path,
+    pod: &DirHandle,
+    path: &'p Path,
+) -> Result<(DirHandle, &'p Path), PluginError> {
+    let at = beneath(op, root, path)?;
+    let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
+        return Err(op.wrong_type(path, "path below the root dir"));
+    };
+    let below_pod = path.parent().and_then(|p| p.strip_prefix(pod.path()).ok());
+    let opened = match below_pod.filter(|rel| !rel.as_os_str().is_empty()) {
+        Some(rel) => op.sys.open_dirs_in(pod, rel, TARGET_DIR_MODE),
+        None => op.sys.open_dirs_beneath(parent, TARGET_DIR_MODE),
+    };
+    Ok((op.look(opened)?, Path::new(name)))
 }
 
 fn pod_target<'p>(op: &Op<'_>, params: &'p TargetParams) -> Result<&'p Path, PluginError> {
@@ -304,39 +428,12 @@ impl VolumePlugin for EmptyDirPlugin {
 
     fn setup(
         &self,
-        _permit: &Permit,
+        permit: &Permit,
         spec: &VolumeSpec,
         params: &TargetParams,
         sys: &dyn Sys,
     ) -> PluginResult {
-        let mut op = Op::new(sys, Operation::SetUp, params);
-        let VolumeSpec::EmptyDir { medium, size_limit } = spec else {
-            return Err(op.bad_spec(self.name(), "not an emptyDir"));
-        };
-        let target = pod_target(&op, params)?;
-        let marker = self.marker(&op, params)?;
-        let (action, seen) = match medium {
-            StorageMedium::Disk => (self.setup_disk(&mut op, target, &marker)?, None),
-            StorageMedium::Memory => self.setup_memory(&mut op, params, target, *size_limit)?,
-        };
-        if matches!(action, Action::Performed | Action::Replaced) {
-            // The kubelet's setupDir: the volume root is world-writable.
-            let r = op
-                .sys
-                .chmod_dir_beneath(beneath(&op, self.layout.root(), target)?, 0o777);
-            op.act(r)?;
-        }
-        // The marker is looked for, and its dir made, beneath the root: a
-        // symlink on the way is refused rather than read or written through.
-        let marker_at = beneath(&op, self.layout.root(), &marker)?;
-        if !present(&op, marker_at)? {
-            if let Some(dir) = marker_at.parent() {
-                op.look(mkdir_all_beneath(op.sys, dir, TARGET_DIR_MODE))?;
-            }
-            let r = op.sys.create_file_beneath(marker_at, b"", 0o644);
-            op.act_or(r, Errno::EEXIST)?;
-        }
-        Ok(Outcome::seen(action, seen))
+        self.set_up(permit, spec, params, sys).map(|(out, _)| out)
     }
 
     fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {

@@ -126,10 +126,23 @@ pub(crate) fn ensure_mounted(
     mount: &mut dyn FnMut(&mut Op<'_>, Beneath<'_>) -> Result<(), PluginError>,
 ) -> Result<(Action, Option<MountInfo>), PluginError> {
     let at = beneath(op, root, target)?;
-    // One `lstat` of the target answers three questions. Only a definite
-    // ENOENT says it is missing (any other error takes the careful path).
     // It is made beneath the root, so a symlink on the way fails it (ELOOP).
     let found = op.sys.stat_beneath(at);
+    ensure_mounted_found(op, at, found, wanted, mount)
+}
+
+/// [`ensure_mounted`] of `at` after its `lstat` (`found`), for a caller
+/// that made it through a handle.
+pub(crate) fn ensure_mounted_found(
+    op: &mut Op<'_>,
+    at: Beneath<'_>,
+    found: Result<crate::host::sys::FileStat, crate::host::sys::SysError>,
+    wanted: &dyn Fn(&MountInfo) -> bool,
+    mount: &mut dyn FnMut(&mut Op<'_>, Beneath<'_>) -> Result<(), PluginError>,
+) -> Result<(Action, Option<MountInfo>), PluginError> {
+    let target = &at.full();
+    // One `lstat` of the target answers three questions. Only a definite
+    // ENOENT says it is missing (any other error takes the careful path).
     if matches!(&found, Err(e) if e.errno() == Some(Errno::ENOENT)) {
         // Nothing can be mounted on a path that does not exist, so the mount
         // table (O(mounts) to read: O(n²) over a mass start) is not needed.

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 
 use super::raw::{file_stat, mode, mount_root_attr, statx_at};
-use super::{Beneath, Call, DirEntry, DirHandle, Errno, LinuxSys, SysError};
+use super::{Beneath, Call, DirEntry, DirHandle, Errno, FileStat, LinuxSys, MsFlags, SysError};
 
 /// Opens `at` as a handle: readable (a new directory's mode is set through
 /// it) and never a symlink, itself included (`ELOOP` from
@@ -35,56 +35,129 @@ pub(super) fn open(at: Beneath<'_>) -> Result<DirHandle, SysError> {
 /// from the base for each level and each failed try (a pod's first volume
 /// and its marker: about 60 syscalls), this walks it once or a few times.
 pub(super) fn mkdirs(at: Beneath<'_>, m: u32) -> Result<(), SysError> {
-    let full = at.full();
-    let err = |e| SysError::call(Call::Mkdir, &full, e);
-    let names: Vec<&OsStr> = at
-        .rel
+    let base = open_base(at)?;
+    walk_making(base.as_fd(), &at.full(), at.rel, m, Walk::Parents).map(drop)
+}
+
+/// [`mkdirs`], then `at` itself opened as [`open`] does, from the handle
+/// the walk ended on: a directory there already costs the open of the
+/// base and one `openat2`, as [`open`] does.
+pub(super) fn open_dirs(at: Beneath<'_>, m: u32) -> Result<DirHandle, SysError> {
+    let base = open_base(at)?;
+    match walk_making(base.as_fd(), &at.full(), at.rel, m, Walk::Leaf)? {
+        (Some(fd), made) => Ok(DirHandle::with_fd(at.full(), fd).made(made)),
+        (None, _) => open(at), // the base itself
+    }
+}
+
+/// [`open_dirs`] of `rel` below the handle `dir` (`fd`); below a
+/// directory the handle's call made, nothing is looked for first.
+pub(super) fn open_dirs_in(
+    dir: &DirHandle,
+    fd: BorrowedFd<'_>,
+    rel: &Path,
+    m: u32,
+) -> Result<DirHandle, SysError> {
+    let full = dir.path().join(rel);
+    let walk = if dir.was_made() {
+        Walk::Fresh
+    } else {
+        Walk::Leaf
+    };
+    match walk_making(fd, &full, rel, m, walk)? {
+        (Some(leaf), made) => Ok(DirHandle::with_fd(full, leaf).made(made)),
+        (None, _) => Err(SysError::call(Call::Mkdir, &full, Errno::EINVAL)),
+    }
+}
+
+/// `at.base` as the `O_PATH` start of a walk.
+fn open_base(at: Beneath<'_>) -> Result<OwnedFd, SysError> {
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    nix::fcntl::open(at.base, flags, mode(0))
+        .map_err(|e| SysError::call(Call::Mkdir, &at.full(), e))
+}
+
+/// What a [`walk_making`] looks for and returns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// the deepest existing parent looked for; no handle returned
+    Parents,
+    /// the leaf looked for first too, its handle returned
+    Leaf,
+    /// as `Leaf` in a directory just made: nothing looked for
+    Fresh,
+}
+
+/// [`mkdirs`]' walk of `rel` from `base`; with [`Walk::Leaf`] or
+/// [`Walk::Fresh`] the leaf's handle, opened readable, is returned (`None`
+/// when `rel` is empty), and whether the walk made it.
+fn walk_making(
+    base: BorrowedFd<'_>,
+    full: &Path,
+    rel: &Path,
+    m: u32,
+    walk: Walk,
+) -> Result<(Option<OwnedFd>, bool), SysError> {
+    let err = |e| SysError::call(Call::Mkdir, full, e);
+    let names: Vec<&OsStr> = rel
         .components()
         .map(|c| match c {
             Component::Normal(n) => Ok(n),
             _ => Err(err(Errno::EINVAL)),
         })
         .collect::<Result<_, _>>()?;
-    let base = nix::fcntl::open(
-        at.base,
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        mode(0),
-    )
-    .map_err(err)?;
-    let Some((_, parents)) = names.split_last() else {
-        return Ok(()); // the base itself, a directory
-    };
-    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    if names.is_empty() {
+        return Ok((None, false)); // the base itself, a directory
+    }
+    let leaf = walk != Walk::Parents;
     let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS;
-    let how = OpenHow::new().flags(flags).resolve(resolve);
-    // the deepest existing level among the parents, and its handle
-    let mut have = parents.len();
+    let level = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(resolve);
+    let last = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(resolve);
+    let how = |n: usize| {
+        if leaf && n == names.len() {
+            last
+        } else {
+            level
+        }
+    };
+    // the deepest existing level (among the parents only, for
+    // `Parents`), and its handle
+    let mut have = match walk {
+        Walk::Parents => names.len() - 1,
+        Walk::Leaf => names.len(),
+        Walk::Fresh => 0,
+    };
     let mut dir = loop {
         if have == 0 {
             break None;
         }
-        let prefix: PathBuf = parents[..have].iter().collect();
-        match nix::fcntl::openat2(base.as_fd(), &prefix, how) {
+        let prefix: PathBuf = names[..have].iter().collect();
+        match nix::fcntl::openat2(base, &prefix, how(have)) {
             Ok(fd) => break Some(fd),
             Err(Errno::ENOENT) => have -= 1,
             Err(e) => return Err(err(e)),
         }
     };
+    let mut made = false;
     for (i, name) in names.iter().enumerate().skip(have) {
-        let at_fd = dir.as_ref().map_or(base.as_fd(), |d| d.as_fd());
-        let made = match nix::sys::stat::mkdirat(at_fd, *name, mode(m)) {
+        let at_fd = dir.as_ref().map_or(base, |d| d.as_fd());
+        made = match nix::sys::stat::mkdirat(at_fd, *name, mode(m)) {
             Ok(()) => true,
             Err(Errno::EEXIST) => false,
             Err(e) => return Err(err(e)),
         };
-        if made && i + 1 == names.len() {
+        if made && i + 1 == names.len() && !leaf {
             break; // the leaf just made needs no handle
         }
         // a level to go on from, or the leaf found there: a directory
         // itself (a symlink there, even to a directory, is `ELOOP`)
-        dir = Some(nix::fcntl::openat2(at_fd, *name, how).map_err(err)?);
+        dir = Some(nix::fcntl::openat2(at_fd, *name, how(i + 1)).map_err(err)?);
     }
-    Ok(())
+    Ok((dir, made))
 }
 
 /// Runs `act` on `rel`'s last component in its parent: the handle itself
@@ -114,6 +187,87 @@ fn in_parent<T>(
             act(dir.as_fd(), name).map_err(err)
         }
     }
+}
+
+/// `statx` of `rel` in the handle's directory, never following it.
+pub(super) fn stat(base: &Path, fd: BorrowedFd<'_>, rel: &Path) -> Result<FileStat, SysError> {
+    let path = base.join(rel);
+    let st = in_parent(base, fd, Call::Stat, rel, |dir, name| {
+        let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+        statx_at(
+            dir.as_raw_fd(),
+            &name,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        )
+    })?;
+    file_stat(&st, Call::Stat, &path)
+}
+
+/// `mkdirat` of `rel` (the umask applies, as for `mkdir_beneath`).
+pub(super) fn mkdir(base: &Path, fd: BorrowedFd<'_>, rel: &Path, m: u32) -> Result<(), SysError> {
+    in_parent(base, fd, Call::Mkdir, rel, |dir, name| {
+        nix::sys::stat::mkdirat(dir, name, mode(m))
+    })
+}
+
+/// `rel` opened beneath the handle without following any symlink, itself
+/// included (`ELOOP`); `rel` must be plain names (`EINVAL`).
+fn open_below(fd: BorrowedFd<'_>, rel: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
+    let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
+    if !plain || rel.as_os_str().is_empty() {
+        return Err(Errno::EINVAL);
+    }
+    let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS;
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(resolve);
+    nix::fcntl::openat2(fd, rel, how)
+}
+
+/// The directory `rel` (the root of a mount on it, if any) opened as
+/// [`open_below`] says, readable, as a handle.
+pub(super) fn open_in(base: &Path, fd: BorrowedFd<'_>, rel: &Path) -> Result<DirHandle, SysError> {
+    let path = base.join(rel);
+    match open_below(fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+        Ok(dir) => Ok(DirHandle::with_fd(path, dir)),
+        Err(e) => Err(SysError::call(Call::OpenDir, &path, e)),
+    }
+}
+
+/// The mode of the handle's own directory, set exactly.
+pub(super) fn fchmod(path: &Path, fd: BorrowedFd<'_>, m: u32) -> Result<(), SysError> {
+    nix::sys::stat::fchmod(fd, mode(m)).map_err(|e| SysError::call(Call::ChmodDir, path, e))
+}
+
+/// The directory `rel` (the root of a mount on it, if any) opened as
+/// [`open_below`] says, and its mode set exactly through that descriptor.
+pub(super) fn chmod_dir(
+    base: &Path,
+    fd: BorrowedFd<'_>,
+    rel: &Path,
+    m: u32,
+) -> Result<(), SysError> {
+    let err = |e| SysError::call(Call::ChmodDir, &base.join(rel), e);
+    let dir = open_below(fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY).map_err(err)?;
+    nix::sys::stat::fchmod(&dir, mode(m)).map_err(err)
+}
+
+/// `mount(2)` on `rel`, opened `O_PATH` as [`open_below`] says and named
+/// by its `/proc/self/fd/N`, so nothing swapped in can redirect it.
+pub(super) fn mount(
+    source: Option<&Path>,
+    base: &Path,
+    fd: BorrowedFd<'_>,
+    rel: &Path,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<(), SysError> {
+    let err = |e| SysError::call(Call::Mount, &base.join(rel), e);
+    let target = open_below(fd, rel, OFlag::O_PATH).map_err(err)?;
+    let proc_path = format!("/proc/self/fd/{}", target.as_raw_fd());
+    nix::mount::mount(source, proc_path.as_str(), fstype, flags, data).map_err(err)
 }
 
 /// `mkdirat`, then the new directory opened (never following it) and its
@@ -415,5 +569,98 @@ mod tests {
             .replace_in(&h, OsStr::new("a"), OsStr::new("../b"))
             .unwrap_err();
         assert_eq!(e.errno(), Some(Errno::EINVAL));
+    }
+
+    /// `open_dirs_beneath` makes what is missing and says so, opens what is
+    /// there, and refuses a symlink or a file on the way or at the end;
+    /// `open_dirs_in` does the same below a handle, and below one whose
+    /// call made its dir makes every level without looking first (an entry
+    /// planted there meanwhile is still never followed).
+    #[test]
+    fn open_dirs_makes_opens_and_follows_no_symlink() {
+        let (_d, root, h) = opened();
+        let sys = LinuxSys;
+        std::fs::write(root.join("v/file"), b"").unwrap();
+        symlink("v", root.join("to-v")).unwrap();
+        let at = |rel: &'static str| Beneath {
+            base: &root,
+            rel: Path::new(rel),
+        };
+        let made = sys.open_dirs_beneath(at("n/a"), 0o750).unwrap();
+        assert!(made.was_made() && made.fd().is_some());
+        assert!(root.join("n/a").is_dir());
+        assert!(!sys.open_dirs_beneath(at("n/a"), 0o750).unwrap().was_made());
+        let deep = sys.open_dirs_in(&made, Path::new("b/c"), 0o750).unwrap();
+        assert!(deep.was_made());
+        assert_eq!(deep.path(), root.join("n/a/b/c"));
+        sys.create_file_in(&deep, Path::new("f"), b"x", 0o644)
+            .unwrap();
+        assert!(root.join("n/a/b/c/f").is_file());
+        let table = [
+            ("to-v", Errno::ELOOP),
+            ("to-v/x", Errno::ELOOP),
+            ("v/file", Errno::ENOTDIR),
+            ("v/file/x", Errno::ENOTDIR),
+        ];
+        for (rel, want) in table {
+            let e = sys.open_dirs_beneath(at(rel), 0o750).unwrap_err();
+            assert_eq!(e.errno(), Some(want), "{rel}");
+        }
+        symlink("..", root.join("v/up")).unwrap();
+        symlink("..", root.join("n/a/up")).unwrap();
+        for (dir, rel) in [(&h, "up"), (&h, "up/x"), (&made, "up/x")] {
+            let e = sys.open_dirs_in(dir, Path::new(rel), 0o750).unwrap_err();
+            assert_eq!(e.errno(), Some(Errno::ELOOP), "{rel}");
+        }
+        assert!(!root.join("x").exists() && !root.join("n/x").exists());
+    }
+
+    /// `stat_in`, `mkdir_in`, `chmod_dir_in`, `mount_in` and `open_dir_in`
+    /// name an entry through the handle and follow no symlink, at the entry
+    /// (but for `stat_in`, which reports it) or on the way; the mount is
+    /// refused before it is tried.
+    #[test]
+    fn single_calls_through_a_handle_follow_no_symlink() {
+        use crate::host::sys::{FileKind, MsFlags};
+        let (_d, root, h) = opened();
+        let sys = LinuxSys;
+        let p = Path::new;
+        sys.mkdir_in(&h, p("d"), 0o750).unwrap();
+        assert_eq!(sys.stat_in(&h, p("d")).unwrap().kind, FileKind::Dir);
+        sys.chmod_dir_in(&h, p("d"), 0o777).unwrap();
+        let mode = || std::fs::metadata(root.join("v/d")).unwrap().mode() & 0o7777;
+        assert_eq!(mode(), 0o777);
+        symlink("d", root.join("v/ln")).unwrap();
+        assert_eq!(sys.stat_in(&h, p("ln")).unwrap().kind, FileKind::Symlink);
+        let e = sys.mkdir_in(&h, p("ln"), 0o750).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EEXIST));
+        let tmpfs = Some(p("tmpfs"));
+        for rel in ["ln", "ln/x"] {
+            let calls = [
+                sys.chmod_dir_in(&h, p(rel), 0o700),
+                sys.mount_in(tmpfs, &h, p(rel), Some("tmpfs"), MsFlags::empty(), None),
+            ];
+            for r in calls {
+                assert_eq!(r.unwrap_err().errno(), Some(Errno::ELOOP), "{rel}");
+            }
+        }
+        let e = sys.stat_in(&h, p("ln/x")).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ELOOP));
+        let e = sys.mkdir_in(&h, p("ln/x"), 0o750).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ELOOP));
+        assert!(!root.join("v/d/x").exists());
+        assert_eq!(mode(), 0o777, "nothing changed through the link");
+        // a dir opened below the handle, and its own mode set through it
+        let e = sys.open_dir_in(&h, p("ln")).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ELOOP));
+        let d = sys.open_dir_in(&h, p("d")).unwrap();
+        sys.chmod_dir(&d, 0o700).unwrap();
+        assert_eq!(mode(), 0o700);
+        for rel in ["", "../x", "d/../../x"] {
+            let e = sys.chmod_dir_in(&h, p(rel), 0o700).unwrap_err();
+            assert_eq!(e.errno(), Some(Errno::EINVAL), "{rel:?}");
+            let e = sys.mkdir_in(&h, p(rel), 0o700).unwrap_err();
+            assert_eq!(e.errno(), Some(Errno::EINVAL), "{rel:?}");
+        }
     }
 }

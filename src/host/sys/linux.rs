@@ -260,6 +260,10 @@ impl Sys for LinuxSys {
         super::dir::mkdirs(at, m)
     }
 
+    fn open_dirs_beneath(&self, at: Beneath<'_>, m: u32) -> Result<DirHandle, SysError> {
+        super::dir::open_dirs(at, m)
+    }
+
     fn remove_beneath(&self, base: &Path, rel: &Path, dir: bool) -> Result<(), SysError> {
         Self::unlink_beneath(Call::RemoveBeneath, base, rel, dir)
     }

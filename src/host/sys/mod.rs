@@ -45,16 +45,21 @@
 //!   nothing swapped in after the check can redirect the mount. Here the
 //!   root itself may sit behind a symlink (the daemon resolves it anyway,
 //!   for removal and for the mount table's resolved paths).
-//! - **Acting in one directory** ([`Sys::open_dir_beneath`] and the
-//!   `*_in` calls): the directory is opened once as the targets above are
-//!   (beneath the root, no symlink followed) and held as a [`DirHandle`];
+//! - **Acting in one directory** ([`Sys::open_dir_beneath`],
+//!   [`Sys::open_dirs_beneath`] and the `*_in` calls): the directory is
+//!   opened once as the targets above are (beneath the root, no symlink
+//!   followed; made first when missing) and held as a [`DirHandle`];
 //!   each `*_in` call then names an entry relative to that descriptor: a
 //!   single name acted on with an `*at` call that never follows it, a
 //!   nested one's parent opened with `openat2(RESOLVE_BENEATH |
 //!   RESOLVE_NO_SYMLINKS)` from the handle. The same guarantees as the
 //!   `*_beneath` calls, with the path from the root resolved once per
 //!   directory instead of once per call (the payload writer made about 140
-//!   syscalls a volume, most of them re-resolving the same volume dir).
+//!   syscalls a volume, most of them re-resolving the same volume dir; a
+//!   tmpfs emptyDir SetUp of a new pod 58, 34 through handles). A handle
+//!   its call made ([`DirHandle::was_made`]) is new and empty: nothing in
+//!   it needs looking for before it is made, and an `EEXIST` still says
+//!   what is there.
 //!   The handle pins the directory: it is for one operation's calls, never
 //!   kept across operations.
 //! - **Filesystem probe** ([`Sys::probe_fs`]): runs `blkid -p -s TYPE -s
@@ -69,6 +74,7 @@ mod child;
 mod dir;
 mod linux;
 mod malloc;
+mod mkdirs;
 mod raw;
 
 use std::ffi::OsStr;
@@ -83,6 +89,8 @@ pub use crate::host::sys_types::{
 pub use child::parse_blkid_export;
 pub use linux::LinuxSys;
 pub use malloc::{limit_malloc_arenas, trim_malloc};
+use mkdirs::mkdirs_by_calls;
+pub use mkdirs::{mkdir_all, mkdir_all_beneath};
 pub use nix::errno::Errno;
 pub use nix::mount::{MntFlags, MsFlags};
 
@@ -246,6 +254,90 @@ pub trait Sys: Send + Sync {
             _ => Err(SysError::call(Call::OpenDir, &full, Errno::ENOTDIR)),
         }
     }
+    /// [`mkdir_all_beneath`] of `at`, then `at` opened as by
+    /// [`Sys::open_dir_beneath`]: the directory a SetUp names its target
+    /// and marker through. [`LinuxSys`] makes the missing levels and opens
+    /// the last from the same handles; the default (a fake's) opens first
+    /// and makes the levels only on `ENOENT`.
+    /// The handle says whether the leaf was made ([`DirHandle::was_made`]).
+    fn open_dirs_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<DirHandle, SysError> {
+        match self.open_dir_beneath(at) {
+            Err(e) if e.errno() == Some(Errno::ENOENT) => {
+                self.mkdirs_beneath(at, mode)?;
+                Ok(self.open_dir_beneath(at)?.made(true))
+            }
+            r => r,
+        }
+    }
+    /// [`Sys::open_dirs_beneath`] of `rel` in `dir`; in a directory the
+    /// handle made, every level is made without looking first.
+    fn open_dirs_in(&self, dir: &DirHandle, rel: &Path, mode: u32) -> Result<DirHandle, SysError> {
+        match dir.fd() {
+            Some(fd) => dir::open_dirs_in(dir, fd, rel, mode),
+            None => self.open_dirs_beneath(in_dir(dir, rel), mode),
+        }
+    }
+    /// [`Sys::open_dir_beneath`] of `rel` in `dir`.
+    fn open_dir_in(&self, dir: &DirHandle, rel: &Path) -> Result<DirHandle, SysError> {
+        match dir.fd() {
+            Some(fd) => dir::open_in(dir.path(), fd, rel),
+            None => self.open_dir_beneath(in_dir(dir, rel)),
+        }
+    }
+    /// Sets the permission bits of the handle's own directory.
+    fn chmod_dir(&self, dir: &DirHandle, mode: u32) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::fchmod(dir.path(), fd, mode),
+            None => {
+                let path = dir.path();
+                let at = match (path.parent(), path.file_name()) {
+                    (Some(base), Some(name)) => Beneath {
+                        base,
+                        rel: Path::new(name),
+                    },
+                    _ => in_dir(dir, Path::new("")),
+                };
+                self.chmod_dir_beneath(at, mode)
+            }
+        }
+    }
+    /// [`Sys::stat_beneath`] of `rel` in `dir`.
+    fn stat_in(&self, dir: &DirHandle, rel: &Path) -> Result<FileStat, SysError> {
+        match dir.fd() {
+            Some(fd) => dir::stat(dir.path(), fd, rel),
+            None => self.stat_beneath(in_dir(dir, rel)),
+        }
+    }
+    /// [`Sys::mkdir_beneath`] of `rel` in `dir` (the umask applies).
+    fn mkdir_in(&self, dir: &DirHandle, rel: &Path, mode: u32) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::mkdir(dir.path(), fd, rel, mode),
+            None => self.mkdir_beneath(in_dir(dir, rel), mode),
+        }
+    }
+    /// [`Sys::chmod_dir_beneath`] of `rel` in `dir`: the directory there
+    /// now, the root of a mount made on it included.
+    fn chmod_dir_in(&self, dir: &DirHandle, rel: &Path, mode: u32) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::chmod_dir(dir.path(), fd, rel, mode),
+            None => self.chmod_dir_beneath(in_dir(dir, rel), mode),
+        }
+    }
+    /// [`Sys::mount_beneath`] on `rel` in `dir`.
+    fn mount_in(
+        &self,
+        source: Option<&Path>,
+        dir: &DirHandle,
+        rel: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => dir::mount(source, dir.path(), fd, rel, fstype, flags, data),
+            None => self.mount_beneath(source, in_dir(dir, rel), fstype, flags, data),
+        }
+    }
     /// A new directory `rel` in `dir` with exactly `mode` (the umask does
     /// not apply), opened as a handle; `EEXIST` if anything is there.
     fn make_dir_in(&self, dir: &DirHandle, rel: &Path, mode: u32) -> Result<DirHandle, SysError> {
@@ -327,88 +419,6 @@ fn in_dir<'p>(dir: &'p DirHandle, rel: &'p Path) -> Beneath<'p> {
     Beneath {
         base: dir.path(),
         rel,
-    }
-}
-
-/// Creates `path` and any missing parents with `mode` (like `mkdir -p`,
-/// following symlinks like it); an existing directory is fine, anything
-/// else there is `ENOTDIR`.
-///
-/// `mkdir` comes first and the parents only on `ENOENT`, as `mkdir -p`
-/// does: a target whose parent exists (the common case: a pod's second
-/// volume, a marker beside its volume) costs one `mkdir`, where asking
-/// `stat` first cost a `stat` per missing level and one more for the
-/// parent that exists. Only an existing entry costs a `stat`, to tell a
-/// directory (or a symlink to one) from anything else.
-pub fn mkdir_all(sys: &dyn Sys, path: &Path, mode: u32) -> Result<(), SysError> {
-    leaf_first(
-        path,
-        &|p| sys.mkdir(p, mode),
-        &|p| p.parent().filter(|p| !p.as_os_str().is_empty()),
-        &|p| existing_dir(sys, p),
-    )
-}
-
-/// Like [`mkdir_all`] for `at.rel` beneath `at.base`, with no symlink
-/// followed anywhere below the base: every level is made with
-/// [`Sys::mkdir_beneath`], and an existing entry must be a directory
-/// itself (a symlink there, even to a directory, is `ELOOP`).
-///
-/// [`Sys::mkdirs_beneath`] does it: by default with one
-/// [`Sys::mkdir_beneath`] per level (a fake's), [`LinuxSys`] from one
-/// handle on the deepest level that exists.
-pub fn mkdir_all_beneath(sys: &dyn Sys, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
-    sys.mkdirs_beneath(at, mode)
-}
-
-/// [`mkdir_all_beneath`] by [`Sys::mkdir_beneath`] and
-/// [`Sys::stat_beneath`] calls, in `mkdir -p`'s order.
-fn mkdirs_by_calls<S: Sys + ?Sized>(sys: &S, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {
-    leaf_first(
-        at,
-        &|b| sys.mkdir_beneath(b, mode),
-        &|b| b.parent().filter(|b| !b.rel.as_os_str().is_empty()),
-        &|b| {
-            let full = b.full();
-            match sys.stat_beneath(b)?.kind {
-                FileKind::Dir => Ok(()),
-                FileKind::Symlink => Err(SysError::call(Call::Mkdir, &full, Errno::ELOOP)),
-                _ => Err(SysError::call(Call::Mkdir, &full, Errno::ENOTDIR)),
-            }
-        },
-    )
-}
-
-/// `mkdir -p`'s order: the leaf first, its parents only on `ENOENT`, and
-/// an existing entry checked by `existing`.
-fn leaf_first<P: Copy>(
-    p: P,
-    mkdir: &dyn Fn(P) -> Result<(), SysError>,
-    parent: &dyn Fn(P) -> Option<P>,
-    existing: &dyn Fn(P) -> Result<(), SysError>,
-) -> Result<(), SysError> {
-    match mkdir(p) {
-        Err(e) if e.errno() == Some(Errno::ENOENT) => {
-            if let Some(up) = parent(p) {
-                leaf_first(up, mkdir, parent, existing)?;
-            }
-            match mkdir(p) {
-                // created by someone else in between
-                Err(e) if e.errno() == Some(Errno::EEXIST) => existing(p),
-                other => other,
-            }
-        }
-        Err(e) if e.errno() == Some(Errno::EEXIST) => existing(p),
-        other => other,
-    }
-}
-
-/// `Ok` when `path`, which exists, is a directory or a symlink to one.
-fn existing_dir(sys: &dyn Sys, path: &Path) -> Result<(), SysError> {
-    match sys.stat(path, true) {
-        Ok(st) if st.kind == FileKind::Dir => Ok(()),
-        Ok(_) => Err(SysError::call(Call::Mkdir, path, Errno::ENOTDIR)),
-        Err(e) => Err(e),
     }
 }
 

@@ -29,8 +29,10 @@
 //!
 //! With an fsGroup every entry written gets that group and the kubelet's
 //! read-only volume ownership bits (files `| 0440`, dirs `| 02550`).
-//! The volume dir is opened once beneath the root, and the payload dir
-//! once when made, both without following a symlink; every entry is then
+//! The volume dir is opened once beneath the root (or handed over open by
+//! the wrapped emptyDir's SetUp, which opened it to set its mode; a new one
+//! is not listed either), and the payload dir once when made, both without
+//! following a symlink; every entry is then
 //! made, read or swapped through those handles ([`Sys`]'s `*_in` calls),
 //! so nothing below the root dir is followed through a symlink and the
 //! path is not walked again for each call. Rollback removals go by path
@@ -66,6 +68,11 @@ pub(crate) struct Target<'a> {
     pub dir: &'a Path,
     /// the pod's fsGroup
     pub fs_group: Option<u32>,
+    /// the volume dir is new (just made, or a new tmpfs): empty, so not
+    /// listed
+    pub fresh: bool,
+    /// the volume dir, when the SetUp holds it open already
+    pub vol: Option<&'a DirHandle>,
 }
 
 /// Writes `payload` into the volume dir (see the module docs); returns
@@ -82,12 +89,22 @@ pub(crate) fn write(
     // symlink; every entry of it is then named through this handle (one
     // path walk for the whole write, not one per call). Opened without
     // `RESOLVE_NO_XDEV`: the volume's tmpfs is a mount below the root.
-    let vol = op.look(sys.open_dir_beneath(beneath(op, t.root, t.dir)?))?;
-    let entries = op.look(sys.read_dir_in(&vol))?;
+    let opened;
+    let vol = match t.vol {
+        Some(vol) => vol,
+        None => {
+            opened = op.look(sys.open_dir_beneath(beneath(op, t.root, t.dir)?))?;
+            &opened
+        }
+    };
+    let entries = match t.fresh {
+        true => Vec::new(),
+        false => op.look(sys.read_dir_in(vol))?,
+    };
     // `..data` is read only when the listing shows one (not on a first write)
     let listed = |name: &str| entries.iter().any(|e| e.name == std::ffi::OsStr::new(name));
     let current = match listed(PAYLOAD_DATA_LINK) {
-        true => current_in(op, &vol)?,
+        true => current_in(op, vol)?,
         false => None,
     };
 
@@ -112,13 +129,13 @@ pub(crate) fn write(
     };
     if !in_place {
         let name = format!("{PAYLOAD_PRIVATE_PREFIX}{}.{wanted}", utc_stamp(now));
-        write_dir(op, t, &vol, &name, payload)?;
+        write_dir(op, t, vol, &name, payload)?;
         crate::failpoint::hit("payload.after_dir");
         let tmp = Path::new(PAYLOAD_DATA_TMP);
-        let r = sys.symlink_in(&vol, tmp, Path::new(&name));
+        let r = sys.symlink_in(vol, tmp, Path::new(&name));
         op.act(r)?;
-        group_in(op, t, &vol, tmp)?;
-        let r = sys.replace_in(&vol, tmp.as_os_str(), PAYLOAD_DATA_LINK.as_ref());
+        group_in(op, t, vol, tmp)?;
+        let r = sys.replace_in(vol, tmp.as_os_str(), PAYLOAD_DATA_LINK.as_ref());
         op.act(r)?;
         crate::failpoint::hit("payload.after_swap");
     }
@@ -134,7 +151,7 @@ pub(crate) fn write(
         let to = Path::new(PAYLOAD_DATA_LINK).join(name);
         // a name the listing did not show is made without a look (a first
         // write's every name)
-        match listed(name).then(|| sys.read_link_in(&vol, Path::new(name))) {
+        match listed(name).then(|| sys.read_link_in(vol, Path::new(name))) {
             None => {}
             Some(Ok(points)) if points == to => continue,
             // a link elsewhere: the name must go through `..data`
@@ -145,9 +162,9 @@ pub(crate) fn write(
             }
             Some(Err(e)) => return Err(op.sys_err(e, false)),
         }
-        let r = sys.symlink_in(&vol, Path::new(name), &to);
+        let r = sys.symlink_in(vol, Path::new(name), &to);
         op.act(r)?;
-        group_in(op, t, &vol, Path::new(name))?;
+        group_in(op, t, vol, Path::new(name))?;
     }
     for e in entries.iter().filter(|e| !is_private(&e.name)) {
         let gone = e.name.to_str().is_none_or(|n| !top.contains(n));

@@ -63,6 +63,8 @@ fn run(dir: &Path, p: &Payload, fs_group: Option<u32>, at: u64) -> Action {
         root,
         dir,
         fs_group,
+        fresh: false,
+        vol: None,
     };
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(at);
     write(&mut op, &t, p, now).unwrap()
@@ -363,6 +365,8 @@ fn a_first_write_makes_its_links_without_a_look_and_a_second_only_looks() {
         root: Path::new("/r"),
         dir: Path::new("/r/vol"),
         fs_group: None,
+        fresh: false,
+        vol: None,
     };
     let write_at = |secs| {
         let mut op = Op::new(&sys, Operation::SetUp, &params);
@@ -409,6 +413,8 @@ fn a_first_write_walks_from_the_root_once_and_acts_through_handles() {
         root: Path::new("/r"),
         dir: Path::new("/r/vol"),
         fs_group: None,
+        fresh: false,
+        vol: None,
     };
     let mut op = Op::new(&sys, Operation::SetUp, &params);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
@@ -440,4 +446,32 @@ fn a_first_write_walks_from_the_root_once_and_acts_through_handles() {
         }),
         "{calls:#?}"
     );
+}
+
+/// A volume dir the SetUp just made or mounted (`fresh`) is empty, so the
+/// first write does not list it: one call fewer than the write above, and
+/// the same payload on disk.
+#[test]
+fn a_write_into_a_fresh_volume_dir_does_not_list_it() {
+    use crate::host::recording_sys::{RecordingSys, SysCall};
+    use crate::host::sys::{Call, FileKind};
+    let sys = RecordingSys::new();
+    sys.add("/r/vol", FileKind::Dir);
+    let p = payload(&[("ca.crt", "C", 0o644), ("token", "T", 0o600)]);
+    let params = params();
+    let t = Target {
+        root: Path::new("/r"),
+        dir: Path::new("/r/vol"),
+        fs_group: None,
+        fresh: true,
+        vol: None,
+    };
+    let mut op = Op::new(&sys, Operation::SetUp, &params);
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
+    assert_eq!(write(&mut op, &t, &p, now).unwrap(), Action::Performed);
+    let calls = sys.calls();
+    let kinds: Vec<Call> = calls.iter().map(SysCall::kind).collect();
+    assert_eq!(kinds[0], Call::OpenDir, "{calls:#?}");
+    assert!(!kinds.contains(&Call::ReadDirBeneath), "{calls:#?}");
+    assert!(sys.exists("/r/vol/..data") && sys.exists("/r/vol/token"));
 }

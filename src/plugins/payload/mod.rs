@@ -98,7 +98,7 @@ impl VolumePlugin for PayloadPlugin {
             medium,
             size_limit: None,
         };
-        let base = self.wrapped.setup(permit, &wrapped, params, sys)?;
+        let (base, vol) = self.wrapped.set_up(permit, &wrapped, params, sys)?;
         op.changed = base.action != Action::AlreadyInPlace;
         let dir = params
             .pod_mount_path
@@ -108,6 +108,8 @@ impl VolumePlugin for PayloadPlugin {
             root: self.layout.root(),
             dir,
             fs_group: p.fs_group,
+            fresh: vol.fresh,
+            vol: vol.handle.as_ref(),
         };
         if op.changed && p.fs_group.is_some() {
             // the volume root too, as the kubelet's ownership walk does
