@@ -124,10 +124,10 @@ impl Journal {
 }
 
 /// sled 0.34 writes the snapshot of its page table only while it opens, so
-/// each start replays every log message written since the previous start:
-/// after a first start of 10,000 volumes, a third of the restart's journal
-/// open. Opened once more after a clean close, sled leaves a snapshot that
-/// covers the whole log, and the next start reads that instead. An
+/// each start replays every log message written since the previous start
+/// (after a first start, one per record of every volume). Opened once more
+/// after a clean close, sled leaves a snapshot that covers the whole log,
+/// and the next start reads that instead. An
 /// optimisation only: when it fails (another process took the lock, the
 /// disk is full) the next start replays the log as before.
 pub(super) fn snapshot_log(dir: &Path) {

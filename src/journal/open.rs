@@ -47,9 +47,9 @@ pub struct CheckpointInfo {
 }
 
 /// What `open` found. The state that checkpoint + tail imply is not here:
-/// it is moved into the journal's writer (one copy: at 10k targets a second
-/// was a sixth of a restart's open), read with [`Journal::with_state`],
-/// [`Journal::state`] or [`Journal::into_state`].
+/// it is moved into the journal's writer (one copy of a state as big as the
+/// node), read with [`Journal::with_state`], [`Journal::state`] or
+/// [`Journal::into_state`].
 #[derive(Debug, Clone)]
 pub struct Replay {
     /// the records after the checkpoint, in order

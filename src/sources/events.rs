@@ -51,7 +51,7 @@ pub fn diff_fingerprints(
 /// [`diff_fingerprints`] for the source that keeps the fingerprints:
 /// `current` (what the DSW was last told) is brought up to `new`, whose
 /// fingerprints are `now` (in `new`'s order), and `new`'s pods move into
-/// the events (a listing of 10,000 pods is not copied to be sent).
+/// the events (a whole listing is not copied to be sent).
 pub fn advance(
     current: &mut BTreeMap<PodUid, u64>,
     new: BTreeMap<PodUid, DesiredPod>,
