@@ -55,6 +55,18 @@ fn volume() -> (tempfile::TempDir, std::path::PathBuf) {
     (d, dir)
 }
 
+/// The volume dir `/r/vol` of the recording fake's tests, as a SetUp
+/// hands it over (`fresh`: just made or mounted).
+fn fake_target(fresh: bool) -> Target<'static> {
+    Target {
+        root: Path::new("/r"),
+        dir: Path::new("/r/vol"),
+        fs_group: None,
+        fresh,
+        vol: None,
+    }
+}
+
 fn run(dir: &Path, p: &Payload, fs_group: Option<u32>, at: u64) -> Action {
     let params = params();
     let mut op = Op::new(&LinuxSys, Operation::SetUp, &params);
@@ -361,13 +373,7 @@ fn a_first_write_makes_its_links_without_a_look_and_a_second_only_looks() {
     sys.add("/r/vol", FileKind::Dir);
     let p = payload(&[("a", "A", 0o644), ("d/b", "B", 0o644)]);
     let params = params();
-    let t = Target {
-        root: Path::new("/r"),
-        dir: Path::new("/r/vol"),
-        fs_group: None,
-        fresh: false,
-        vol: None,
-    };
+    let t = fake_target(false);
     let write_at = |secs| {
         let mut op = Op::new(&sys, Operation::SetUp, &params);
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
@@ -409,13 +415,7 @@ fn a_first_write_walks_from_the_root_once_and_acts_through_handles() {
         ("token", "T", 0o600),
     ]);
     let params = params();
-    let t = Target {
-        root: Path::new("/r"),
-        dir: Path::new("/r/vol"),
-        fs_group: None,
-        fresh: false,
-        vol: None,
-    };
+    let t = fake_target(false);
     let mut op = Op::new(&sys, Operation::SetUp, &params);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
     assert_eq!(write(&mut op, &t, &p, now).unwrap(), Action::Performed);
@@ -459,13 +459,7 @@ fn a_write_into_a_fresh_volume_dir_does_not_list_it() {
     sys.add("/r/vol", FileKind::Dir);
     let p = payload(&[("ca.crt", "C", 0o644), ("token", "T", 0o600)]);
     let params = params();
-    let t = Target {
-        root: Path::new("/r"),
-        dir: Path::new("/r/vol"),
-        fs_group: None,
-        fresh: true,
-        vol: None,
-    };
+    let t = fake_target(true);
     let mut op = Op::new(&sys, Operation::SetUp, &params);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
     assert_eq!(write(&mut op, &t, &p, now).unwrap(), Action::Performed);
