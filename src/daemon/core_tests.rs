@@ -142,6 +142,21 @@ fn mounted(effects: &[Effect], pod: &str) -> Event {
     })
 }
 
+/// The job of the TearDown `effects` start, with the fallback the ASW
+/// gives it.
+fn teardown_job(effects: &[Effect]) -> &Job {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::StartTearDown {
+                fallback: Some(job),
+                ..
+            } => Some(job),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a TearDown with a fallback job: {:?}", names(effects)))
+}
+
 /// `job`'s TearDown done: `pod` removed from its volume in the ASW.
 fn torn_down(job: &Job, pod: &str) -> Event {
     Event::JobDone(JobReport {
@@ -411,15 +426,7 @@ fn a_forgotten_volume_stays_busy_until_its_records_are_durable() {
     let swept = Event::Done(Completion::Swept(Swept::default()));
     let down = c.step(&mut w, vec![gone, swept], ms(t0, 2), idle());
     assert!(names(&down).contains(&"teardown:a".into()));
-    let Some(Effect::StartTearDown {
-        fallback: Some(job),
-        ..
-    }) = down
-        .iter()
-        .find(|e| matches!(e, Effect::StartTearDown { .. }))
-    else {
-        panic!("the ASW gives a fallback job");
-    };
+    let job = teardown_job(&down);
     let torn = torn_down(job, "a");
     let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
     assert!(
@@ -1080,15 +1087,7 @@ fn a_pod_removed_has_its_dir_finished_by_the_sweep_its_teardown_asks_for() {
     let gone = Event::Sources(vec![SourceEvent::PodRemoved(uid("a"))]);
     let done = Event::Done(Completion::Swept(Swept::default()));
     let down = c.step(&mut w, vec![gone, done], ms(t0, 2), idle());
-    let Some(Effect::StartTearDown {
-        fallback: Some(job),
-        ..
-    }) = down
-        .iter()
-        .find(|e| matches!(e, Effect::StartTearDown { .. }))
-    else {
-        panic!("a teardown of a: {:?}", names(&down));
-    };
+    let job = teardown_job(&down);
     let torn = torn_down(job, "a");
     let forget = c.step(&mut w, vec![torn], ms(t0, 3), idle());
     let Some(Effect::Journal(JournalWork::ForgetVolume { key, .. })) = forget
