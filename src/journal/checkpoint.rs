@@ -83,11 +83,11 @@ impl Journal {
             .and_then(|v| {
                 let seq = envelope::claimed_seq(&v)?;
                 let payload = envelope::open(self.journal_id, Kind::Checkpoint, seq, &v).ok()?;
-                let ck: CheckpointV3 = record::decode(payload).ok()?;
+                let (through_seq, wall_time_ns, entries) = record::checkpoint_head(payload)?;
                 Some(open::CheckpointInfo {
-                    through_seq: ck.through_seq,
-                    wall_time_ns: ck.wall_time_ns,
-                    entries: ck.entries.len(),
+                    through_seq,
+                    wall_time_ns,
+                    entries,
                 })
             });
         let mut tail = Vec::new();

@@ -280,6 +280,14 @@ pub fn decode_checkpoint(
     }
 }
 
+/// A checkpoint's last sequence number, wall time and number of entries,
+/// read from its first bytes without decoding the entries (every format
+/// starts with the two `u64`s and the entries' `u64` count).
+pub fn checkpoint_head(payload: &[u8]) -> Option<(u64, u64, usize)> {
+    let (through, wall, n): (u64, u64, u64) = decode(payload).ok()?;
+    Some((through, wall, usize::try_from(n).ok()?))
+}
+
 /// Encodes a value with bincode 1.3.3's default options.
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing plain structs of strings, integers and byte vectors into a
@@ -699,6 +707,7 @@ mod tests {
             let (state, through, wall, n) = decode_checkpoint(3, &bytes).unwrap();
             assert_eq!(state, owned.to_state().unwrap());
             assert_eq!((through, wall, n), (s.last_seq(), 5, ck.entries.len()));
+            assert_eq!(checkpoint_head(&bytes), Some((through, wall, n)));
             assert!(decode_checkpoint(3, &bytes[..bytes.len() - 3]).is_err());
         }
         assert!(pending && observed && csi, "{pending} {observed} {csi}");
