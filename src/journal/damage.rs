@@ -101,7 +101,7 @@ pub(crate) struct AsFound {
     dir: PathBuf,
 }
 
-fn sled_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(super) fn sled_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let e = e?;
@@ -124,7 +124,14 @@ impl AsFound {
     /// full disk; only the evidence of a later damage would be lost.
     /// An inspection uses its own name, so a `dump` beside a starting
     /// daemon never removes the daemon's copy.
+    /// A daemon takes none when the files are exactly what its last clean
+    /// close left ([`super::clean_close`]): sled's recovery has already run
+    /// over them.
     pub(crate) fn save(journal: &Path, inspection: bool) -> Option<AsFound> {
+        if !inspection && super::clean_close::unchanged(journal) {
+            tracing::debug!(path = %journal.display(), "journal as its last clean close left it: no as-found copy");
+            return None;
+        }
         let dir = journal.join(if inspection {
             AS_FOUND_INSPECT
         } else {
@@ -324,6 +331,41 @@ mod tests {
         assert!(!j.join(AS_FOUND).exists());
         AsFound::save(j, true).unwrap().discard();
         assert!(!j.join(AS_FOUND).exists());
+    }
+
+    /// The copy is skipped only for files exactly as a clean close left
+    /// them; a crash after an open, or any byte changed, brings it back.
+    #[test]
+    fn a_daemon_copies_nothing_only_after_a_clean_close_with_nothing_changed() {
+        use crate::journal::{Journal, JournalConfig};
+        let tmp = tempfile::tempdir().unwrap();
+        let j = tmp.path();
+        let cfg = JournalConfig::new(j, "node-a", "11111111-2222-3333-4444-555555555555");
+        let (journal, _) = Journal::open(&cfg).unwrap();
+        journal.close().unwrap();
+        assert!(AsFound::save(j, false).is_none(), "clean close, untouched");
+        // an inspection keeps its promise to put every file back
+        AsFound::save(j, true).unwrap().discard();
+
+        // opened again, written to and dropped without close: a crash
+        let (journal, _) = Journal::open(&cfg).unwrap();
+        journal.checkpoint().unwrap();
+        drop(journal);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let found = AsFound::save(j, false).expect("a crash: the copy is taken");
+        found.discard();
+
+        let (journal, _) = Journal::open(&cfg).unwrap();
+        journal.close().unwrap();
+        assert!(AsFound::save(j, false).is_none());
+        let db = j.join("db");
+        let mut bytes = std::fs::read(&db).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&db, &bytes).unwrap();
+        AsFound::save(j, false)
+            .expect("a byte changed since the close: the copy is taken")
+            .discard();
     }
 
     #[test]

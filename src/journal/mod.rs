@@ -58,6 +58,7 @@
 //! kept aside is reported by [`Journal::damage`].
 
 mod checkpoint;
+mod clean_close;
 pub mod commit;
 mod contain;
 mod damage;
@@ -459,12 +460,14 @@ impl Journal {
     }
 
     /// Flushes everything (shutdown), then has sled snapshot its log
-    /// ([`checkpoint::snapshot_log`]).
+    /// ([`checkpoint::snapshot_log`]) and notes its files as they are
+    /// ([`clean_close`]).
     pub fn close(self) -> Result<(), JournalError> {
         self.flush_or_close()?;
         let dir = self.dir.clone();
         drop(self);
         checkpoint::snapshot_log(&dir);
+        clean_close::note(&dir);
         Ok(())
     }
 }
