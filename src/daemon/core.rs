@@ -29,22 +29,30 @@ use crate::reconstruct::{FailedTarget, apply_to_asw};
 use crate::selinux::Policy;
 use crate::sources::DesiredPod;
 
+mod handover;
 mod housekeeping;
 mod late;
 mod node_status;
 mod republish;
 
 pub use super::effects::{
-    Completion, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent, Swept, World,
+    Completion, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent, Reconstructed,
+    Swept, World,
 };
 pub use housekeeping::{
-    FLUSH_WITHIN, SWEEP_COST_SHARE, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY, idle_sweep_wait,
+    FLUSH_WITHIN, InFlight, SWEEP_COST_SHARE, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY, Timers,
+    idle_sweep_wait,
 };
 pub use late::{LATE_CHECK_EVERY, LATE_WINDOW_FLOOR};
 
 /// Where startup and shutdown stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
+    /// reconstruction's phase 1 has not handed over the ASW yet: source
+    /// events fill the DSW meanwhile (seed 000: the populator runs beside
+    /// reconstruction), nothing is planned; where a pod can be refused
+    /// for its label, they wait for the ASW (`apply_sources`)
+    Reconstructing,
     /// not every pod source has listed: not ready, nothing is unmounted
     /// (`plan`'s gate); `walked`: the pod-dir walk has reported
     Listing {
@@ -67,54 +75,6 @@ impl Phase {
     /// leftovers for cleanup.
     pub fn ready(self) -> bool {
         matches!(self, Phase::Populated | Phase::Settled)
-    }
-}
-
-/// Deadlines; `None`: nothing due.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Timers {
-    /// outcomes wait for a flush: at once when no job runs, else by this
-    pub flush_by: Option<Instant>,
-    /// the next orphan sweep (once settled, while no job runs)
-    pub sweep_at: Option<Instant>,
-    /// sweeps are rate limited: none before this
-    pub sweep_not_before: Option<Instant>,
-    /// memory was freed: trim at this time once no job runs
-    pub trim_at: Option<Instant>,
-    /// trims are rate limited: none before this
-    pub trim_not_before: Option<Instant>,
-    /// the next check for late mounts (while paths are watched)
-    pub late_check_at: Option<Instant>,
-    /// the next NodePublish of `requiresRepublish` volumes (`republish`)
-    pub republish_at: Option<Instant>,
-}
-
-/// Slow work the driver is performing for the loop.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct InFlight {
-    /// a flush
-    pub flush: bool,
-    /// a checkpoint
-    pub checkpoint: bool,
-    /// an orphan sweep (no job starts meanwhile: it finishes pending
-    /// deletions a TearDown would race with, and removes dirs a SetUp makes)
-    pub sweep: bool,
-    /// a trim
-    pub trim: bool,
-    /// `Forget` writes
-    pub forgets: usize,
-    /// a check for late mounts
-    pub late_check: bool,
-}
-
-impl InFlight {
-    fn any(&self) -> bool {
-        self.flush
-            || self.checkpoint
-            || self.sweep
-            || self.trim
-            || self.forgets > 0
-            || self.late_check
     }
 }
 
@@ -160,6 +120,8 @@ pub struct Core {
     pub(super) late: BTreeMap<SharedPath, late::Watched>,
     /// where the next sweep finishes interrupted deletions (all at start)
     pub(super) finish: Finish,
+    /// events that came while reconstructing and wait for the ASW
+    early: Vec<Event>,
 }
 
 impl Core {
@@ -183,6 +145,17 @@ impl Core {
             refused: BTreeMap::new(),
             late: BTreeMap::new(),
             finish: Finish::All,
+            early: Vec::new(),
+        }
+    }
+
+    /// A core started before reconstruction's phase 1 is over
+    /// ([`Phase::Reconstructing`]): [`Event::Reconstructed`] brings the
+    /// ASW and the failed targets.
+    pub fn reconstructing(cfg: CoreConfig, metrics: Arc<Metrics>, synced_through: u64) -> Self {
+        Self {
+            phase: Phase::Reconstructing,
+            ..Self::new(cfg, metrics, Vec::new(), synced_through)
         }
     }
 
@@ -235,7 +208,7 @@ impl Core {
             pass_due |= self.handle(w, ev, now, &mut out);
         }
         w.ready = self.phase.ready() || (w.ready && self.phase == Phase::Stopping);
-        if self.phase == Phase::Stopping {
+        if matches!(self.phase, Phase::Stopping | Phase::Reconstructing) {
             return out;
         }
         if (pass_due || obs.queued_jobs == 0) && !self.in_flight.sweep {
@@ -255,7 +228,17 @@ impl Core {
 
     /// Applies one event; true when it calls for a pass now (anything but
     /// a job that succeeded or a journal write done).
-    fn handle(&mut self, w: &mut World, ev: Event, now: Instant, out: &mut Vec<Effect>) -> bool {
+    pub(super) fn handle(
+        &mut self,
+        w: &mut World,
+        ev: Event,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        if self.phase == Phase::Reconstructing && self.waits_for_asw(&ev) {
+            self.early.push(ev);
+            return false;
+        }
         match ev {
             Event::Stop => self.phase = Phase::Stopping,
             Event::Leftovers(output, outside) => {
@@ -270,6 +253,7 @@ impl Core {
                     p => p,
                 };
             }
+            Event::Reconstructed(r) => self.reconstructed(w, *r, now, out),
             Event::Sources(events) => {
                 self.apply_sources(w, events, out);
                 if let Phase::Listing { walked } = self.phase

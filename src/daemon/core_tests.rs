@@ -1154,3 +1154,119 @@ fn an_idle_sweep_that_changed_nothing_waits_a_thousand_times_its_cost() {
         assert_eq!(c.timers.sweep_at, Some(t0 + SWEEP_EVERY), "{took:?}");
     }
 }
+
+/// A core started before reconstruction's phase 1 is over, with `policy`.
+fn core_reconstructing(policy: Policy) -> (Core, World) {
+    let (c, w) = core(0);
+    let cfg = CoreConfig {
+        selinux: policy,
+        ..c.cfg.clone()
+    };
+    (Core::reconstructing(cfg, c.metrics.clone(), 0), w)
+}
+
+/// Reconstruction's hand-over with pod `holder`'s volume mounted.
+fn reconstructed_with(holder: &str) -> Event {
+    let mut asw = ActualStateOfWorld::new();
+    let v = pod(holder).volumes[0].clone();
+    asw.add_volume(v.volume.clone(), PluginName::EmptyDir, "cache", None, None);
+    asw.mark_volume_mounted(
+        &v.volume,
+        &uid(holder),
+        PodMount {
+            outer_name: "cache".into(),
+            mount_path: format!("/r/pods/{holder}/volumes/kubernetes.io~empty-dir/cache").into(),
+            kind: crate::model::TargetKind::Mount,
+            selinux: SeLinuxState::Unknown,
+        },
+    )
+    .unwrap();
+    Event::Reconstructed(Box::new(Reconstructed {
+        asw,
+        ..Reconstructed::default()
+    }))
+}
+
+#[test]
+fn before_the_asw_the_sources_fill_the_dsw_and_nothing_is_planned() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core_reconstructing(Policy::disabled());
+    assert_eq!(c.phase(), Phase::Reconstructing);
+    let effects = c.step(&mut w, vec![added(&["a", "b"], true)], t0, idle());
+    assert!(effects.is_empty(), "nothing planned: {:?}", names(&effects));
+    assert_eq!((c.phase(), w.ready), (Phase::Reconstructing, false));
+    assert!(w.dsw.pod_volume_names(&uid("a")).is_some());
+    assert!(w.dsw.pod_volume_names(&uid("b")).is_some());
+    assert!(w.dsw.is_populated());
+    // a resync while reconstructing plans nothing either
+    assert!(c.step(&mut w, vec![], ms(t0, 1), idle()).is_empty());
+
+    let effects = c.step(&mut w, vec![reconstructed_with("a")], ms(t0, 2), idle());
+    assert_eq!((c.phase(), w.ready), (Phase::Populated, true));
+    assert_eq!(names(&effects), ["mount:b"], "a is mounted already");
+}
+
+#[test]
+fn with_labels_the_sources_wait_for_the_asw_then_apply_holders_first() {
+    let t0 = Instant::now();
+    let policy = Policy::enabled(
+        crate::selinux::FeatureGates::default(),
+        crate::selinux::FileDefaults::default(),
+    );
+    assert!(policy.labels_volumes());
+    let (mut c, mut w) = core_reconstructing(policy);
+    let effects = c.step(&mut w, vec![added(&["a", "b"], true)], t0, idle());
+    assert!(effects.is_empty(), "{:?}", names(&effects));
+    assert!(w.dsw.pod_volume_names(&uid("a")).is_none(), "waits for the ASW");
+    assert!(!w.dsw.is_populated());
+
+    let effects = c.step(&mut w, vec![reconstructed_with("a")], ms(t0, 1), idle());
+    assert_eq!((c.phase(), w.ready), (Phase::Populated, true));
+    assert!(w.dsw.pod_volume_names(&uid("a")).is_some());
+    assert_eq!(names(&effects), ["mount:b"]);
+}
+
+#[test]
+fn a_stop_while_reconstructing_ends_the_loop_and_a_second_hand_over_is_ignored() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core_reconstructing(Policy::disabled());
+    c.step(&mut w, vec![Event::Stop], t0, idle());
+    assert!(c.finished());
+    assert!(!w.ready);
+
+    let (mut c, mut w) = core_reconstructing(Policy::disabled());
+    c.step(&mut w, vec![reconstructed_with("a")], t0, idle());
+    assert_eq!(c.phase(), Phase::Listing { walked: false });
+    c.step(&mut w, vec![Event::Reconstructed(Box::default())], ms(t0, 1), idle());
+    assert!(
+        w.asw.volume_exists(&pod("a").volumes[0].volume),
+        "the first ASW stays"
+    );
+}
+
+#[test]
+fn what_reads_or_changes_the_asw_waits_for_it() {
+    let labels = Policy::enabled(
+        crate::selinux::FeatureGates::default(),
+        crate::selinux::FileDefaults::default(),
+    );
+    // (event, waits without labels, waits with labels)
+    let cases: Vec<(Event, bool, bool)> = vec![
+        (added(&["a"], false), false, true),
+        (Event::Stop, false, false),
+        (Event::Reconstructed(Box::default()), false, false),
+        (Event::ReportedInUse(vec![]), false, false),
+        (walked(), true, true),
+        (Event::NodeDevicePaths(vec![]), true, true),
+        (Event::Done(Completion::Flushed(Ok(()))), true, true),
+    ];
+    let (plain, _) = core_reconstructing(Policy::disabled());
+    let (labelled, _) = core_reconstructing(labels);
+    for (ev, without, with) in cases {
+        assert_eq!(
+            (plain.waits_for_asw(&ev), labelled.waits_for_asw(&ev)),
+            (without, with),
+            "{ev:?}"
+        );
+    }
+}

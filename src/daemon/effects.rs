@@ -23,6 +23,9 @@ pub enum Event {
     JobDone(JobReport),
     /// stop: finish in-flight work, start nothing new
     Stop,
+    /// reconstruction's phase 1 finished: the ASW it built, what it found
+    /// unmounted outside volumed, and the targets it could not rebuild
+    Reconstructed(Box<Reconstructed>),
     /// reconstruction's phase 2 (the pod-dir walk) finished, with the
     /// targets it found unmounted outside volumed (already logged)
     Leftovers(Box<MergeOutput>, Vec<UnmountedOutside>),
@@ -33,6 +36,17 @@ pub enum Event {
     NodeDevicePaths(Vec<(UniqueVolumeName, std::path::PathBuf)>),
     /// a node status update listing these in `volumesInUse` succeeded
     ReportedInUse(Vec<UniqueVolumeName>),
+}
+
+/// What reconstruction's phase 1 hands the loop ([`Event::Reconstructed`]).
+#[derive(Debug, Default)]
+pub struct Reconstructed {
+    /// the ASW, ready
+    pub asw: ActualStateOfWorld,
+    /// the targets found unmounted outside volumed (already logged)
+    pub unmounted_outside: Vec<UnmountedOutside>,
+    /// the targets it could not rebuild (for the forced cleanup)
+    pub failed: Vec<crate::reconstruct::FailedTarget>,
 }
 
 /// How an effect ended.

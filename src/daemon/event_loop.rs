@@ -85,8 +85,10 @@ pub struct LoopParts {
     pub sys: Arc<dyn Sys>,
     /// metrics
     pub metrics: Arc<Metrics>,
-    /// reconstruction phase 1's failed targets (for the forced cleanup)
-    pub failed: Vec<FailedTarget>,
+    /// reconstruction phase 1's failed targets (for the forced cleanup);
+    /// `None`: phase 1 still runs, its [`Event::Reconstructed`] brings
+    /// them with the ASW, and source events fill the DSW meanwhile
+    pub failed: Option<Vec<FailedTarget>>,
     /// where events arrive (the sender side is cloned to every producer)
     pub events: (Sender<Event>, Receiver<Event>),
     /// set before [`Event::Stop`] is sent: workers start no queued job
@@ -170,24 +172,24 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     };
     // The loop must see every producer gone to notice a lost stop.
     drop(events_tx);
-    let core = Core::new(
-        CoreConfig {
-            layout: cfg.layout.clone(),
-            journal: journal.is_some(),
-            resync: cfg.resync,
-            checkpoint_every: cfg.checkpoint_every,
-            selinux: cfg.selinux.clone(),
-            republish_every: cfg.republish_every,
-            late_window: cfg.csi.as_ref().map_or(Duration::ZERO, |c| {
-                c.rpc_timeout()
-                    .saturating_mul(4)
-                    .max(super::core::LATE_WINDOW_FLOOR)
-            }),
-        },
-        metrics,
-        failed,
-        journal.as_ref().map_or(0, |j| j.synced_through()),
-    );
+    let core_cfg = CoreConfig {
+        layout: cfg.layout.clone(),
+        journal: journal.is_some(),
+        resync: cfg.resync,
+        checkpoint_every: cfg.checkpoint_every,
+        selinux: cfg.selinux.clone(),
+        republish_every: cfg.republish_every,
+        late_window: cfg.csi.as_ref().map_or(Duration::ZERO, |c| {
+            c.rpc_timeout()
+                .saturating_mul(4)
+                .max(super::core::LATE_WINDOW_FLOOR)
+        }),
+    };
+    let synced = journal.as_ref().map_or(0, |j| j.synced_through());
+    let core = match failed {
+        Some(failed) => Core::new(core_cfg, metrics, failed, synced),
+        None => Core::reconstructing(core_cfg, metrics, synced),
+    };
     let driver = Driver {
         started: cfg.started,
         on_ready,

@@ -227,7 +227,7 @@ fn rig(workers: usize) -> Rig {
         journal: Some(journal.clone()),
         sys,
         metrics: metrics.clone(),
-        failed: Vec::new(),
+        failed: Some(Vec::new()),
         events: (events.clone(), events_rx),
         stopping: stopping.clone(),
         on_ready: Vec::new(),

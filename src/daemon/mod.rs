@@ -145,9 +145,9 @@ impl Daemon {
 
         let (events_tx, events_rx) = mpsc::channel::<Event>();
         // The manifests are listed and parsed while reconstruction runs
-        // (on a restart the two cost about the same): their events wait in
-        // the channel for the loop, which starts only after reconstruction,
-        // so the DSW is still populated after the ASW is (seed 000's order).
+        // (on a restart the two cost about the same); the loop, started
+        // before phase 1, applies their events to the DSW as they come
+        // and plans nothing until phase 1 hands over the ASW.
         let gate = ReadyGate::new(1 + usize::from(cfg.api.is_some()));
         // the parsed-manifest cache lives beside the journal (none with
         // `--journal off`, which parses every manifest as the kubelet does)
@@ -221,29 +221,11 @@ impl Daemon {
             }
         };
 
-        // Reconstruction, first and alone among the mount-touching work.
-        let first = reconstruct_first(
-            &cfg,
-            journal.as_ref(),
-            replaced.as_deref(),
-            &sys,
-            &metrics,
-            started,
-            early.into_inner().flatten(),
-        );
-        let (world, table, ready) = match first {
-            Ok(r) => r,
-            Err(e) => {
-                abandon(sources, &poller, api);
-                return Err(e);
-            }
-        };
-        let failed_reconstructions = ready.output.failed.clone();
-        if let Some(j) = &journal {
-            metrics.journal.set_damage(j.damage());
-        }
-
-        let world = Arc::new(Mutex::new(world));
+        // The loop starts before reconstruction's phase 1, so the sources'
+        // first listing fills the DSW while the journal and the mount
+        // table are merged (seed 000: the populator beside reconstruction);
+        // it plans nothing until `Event::Reconstructed` brings the ASW.
+        let world = Arc::new(Mutex::new(World::default()));
         // Set by `stop`: workers start no job still queued (only in-flight
         // operations are finished).
         let stopping = Arc::new(AtomicBool::new(false));
@@ -317,7 +299,7 @@ impl Daemon {
             journal: journal.clone(),
             sys: sys.clone(),
             metrics: metrics.clone(),
-            failed: failed_reconstructions,
+            failed: None,
             events: (events_tx.clone(), events_rx),
             stopping: stopping.clone(),
             on_ready,
@@ -335,6 +317,37 @@ impl Daemon {
                 return Err(e);
             }
         };
+        // Reconstruction, the first mount-touching work: the loop's workers
+        // get no job before the ASW is handed over.
+        let first = reconstruct_first(
+            &cfg,
+            journal.as_ref(),
+            replaced.as_deref(),
+            &sys,
+            &metrics,
+            started,
+            early.into_inner().flatten(),
+        );
+        let (reconstructed, table, ready) = match first {
+            Ok(r) => r,
+            Err(e) => {
+                stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = events_tx.send(Event::Stop);
+                for t in threads {
+                    let _ = t.join();
+                }
+                abandon(sources, &poller, api);
+                if let Some(m) = &monitor {
+                    m.stop();
+                }
+                return Err(e);
+            }
+        };
+        if let Some(j) = &journal {
+            metrics.journal.set_damage(j.damage());
+        }
+        // the loop ends only after a stop: it is there to take it
+        let _ = events_tx.send(Event::Reconstructed(Box::new(reconstructed)));
         threads.push(sources);
         let (api, publisher) = match api {
             Some((t, stop, publisher)) => {

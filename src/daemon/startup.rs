@@ -23,7 +23,8 @@ use crate::reconstruct::edge::{
 use crate::reconstruct::{MergeOutput, apply_to_asw};
 use crate::sources::{Sources, SourcesConfig};
 
-use super::event_loop::{Event, World};
+use super::effects::Reconstructed;
+use super::event_loop::Event;
 use super::{DaemonConfig, DaemonError, spawn, watch};
 
 /// The targets `output` found unmounted outside volumed, as `/debug/state`
@@ -154,8 +155,8 @@ pub(super) fn resolved_root(layout: &Layout, sys: &dyn Sys) -> Result<Layout, Da
 
 /// Reconstruction phase 1: one mount-table read (`early`, when the journal's
 /// open started it) merged with the journal (or, with the journal off, the
-/// host alone) into a ready ASW. Returns the world, the table (phase 2
-/// reuses it) and what was decided.
+/// host alone) into a ready ASW. Returns what the loop is handed, the
+/// table (phase 2 reuses it) and what was decided.
 pub(super) fn reconstruct_first(
     cfg: &DaemonConfig,
     journal: Option<&Arc<Journal>>,
@@ -164,8 +165,8 @@ pub(super) fn reconstruct_first(
     metrics: &Metrics,
     started: Instant,
     early: Option<TableRead>,
-) -> Result<(World, MountTable, Reconstruction), DaemonError> {
-    let mut world = World::default();
+) -> Result<(Reconstructed, MountTable, Reconstruction), DaemonError> {
+    let mut world = Reconstructed::default();
     // `Reconstructed` records written: none when the journal agreed with
     // the host on every target
     let mut recorded = 0;
@@ -211,6 +212,7 @@ pub(super) fn reconstruct_first(
         "startup phase"
     );
     world.unmounted_outside = log_reconstruction("reconstruction done, ASW ready", &ready.output);
+    world.failed = ready.output.failed.clone();
     Ok((world, table, ready))
 }
 

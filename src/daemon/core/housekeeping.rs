@@ -7,6 +7,8 @@
 //! once an orphan turns up. The idle sweep is the safety net for orphans
 //! nothing told of; one that changed nothing and took d makes the next
 //! wait [`idle_sweep_wait`]: at most 1/[`SWEEP_COST_SHARE`] of a core.
+//! Also the deadlines themselves ([`Timers`]) and the slow work in flight
+//! ([`InFlight`]) they wait for.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -147,5 +149,53 @@ impl Core {
         self.timers.trim_not_before = Some(now + TRIM_EVERY);
         self.in_flight.trim = true;
         out.push(Effect::Host(HostWork::Trim));
+    }
+}
+
+/// Deadlines; `None`: nothing due.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timers {
+    /// outcomes wait for a flush: at once when no job runs, else by this
+    pub flush_by: Option<Instant>,
+    /// the next orphan sweep (once settled, while no job runs)
+    pub sweep_at: Option<Instant>,
+    /// sweeps are rate limited: none before this
+    pub sweep_not_before: Option<Instant>,
+    /// memory was freed: trim at this time once no job runs
+    pub trim_at: Option<Instant>,
+    /// trims are rate limited: none before this
+    pub trim_not_before: Option<Instant>,
+    /// the next check for late mounts (while paths are watched)
+    pub late_check_at: Option<Instant>,
+    /// the next NodePublish of `requiresRepublish` volumes (`republish`)
+    pub republish_at: Option<Instant>,
+}
+
+/// Slow work the driver is performing for the loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// a flush
+    pub flush: bool,
+    /// a checkpoint
+    pub checkpoint: bool,
+    /// an orphan sweep (no job starts meanwhile: it finishes pending
+    /// deletions a TearDown would race with, and removes dirs a SetUp makes)
+    pub sweep: bool,
+    /// a trim
+    pub trim: bool,
+    /// `Forget` writes
+    pub forgets: usize,
+    /// a check for late mounts
+    pub late_check: bool,
+}
+
+impl InFlight {
+    pub(super) fn any(&self) -> bool {
+        self.flush
+            || self.checkpoint
+            || self.sweep
+            || self.trim
+            || self.forgets > 0
+            || self.late_check
     }
 }
