@@ -1217,7 +1217,10 @@ fn with_labels_the_sources_wait_for_the_asw_then_apply_holders_first() {
     let (mut c, mut w) = core_reconstructing(policy);
     let effects = c.step(&mut w, vec![added(&["a", "b"], true)], t0, idle());
     assert!(effects.is_empty(), "{:?}", names(&effects));
-    assert!(w.dsw.pod_volume_names(&uid("a")).is_none(), "waits for the ASW");
+    assert!(
+        w.dsw.pod_volume_names(&uid("a")).is_none(),
+        "waits for the ASW"
+    );
     assert!(!w.dsw.is_populated());
 
     let effects = c.step(&mut w, vec![reconstructed_with("a")], ms(t0, 1), idle());
@@ -1237,7 +1240,12 @@ fn a_stop_while_reconstructing_ends_the_loop_and_a_second_hand_over_is_ignored()
     let (mut c, mut w) = core_reconstructing(Policy::disabled());
     c.step(&mut w, vec![reconstructed_with("a")], t0, idle());
     assert_eq!(c.phase(), Phase::Listing { walked: false });
-    c.step(&mut w, vec![Event::Reconstructed(Box::default())], ms(t0, 1), idle());
+    c.step(
+        &mut w,
+        vec![Event::Reconstructed(Box::default())],
+        ms(t0, 1),
+        idle(),
+    );
     assert!(
         w.asw.volume_exists(&pod("a").volumes[0].volume),
         "the first ASW stays"

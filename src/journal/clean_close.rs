@@ -23,14 +23,13 @@ struct Seen {
     crc: u32,
 }
 
-/// `rel`'s size and CRC-32 in `journal`, read in chunks.
-fn seen(journal: &Path, rel: &Path) -> std::io::Result<Seen> {
+/// `rel`'s size and CRC-32 in `journal`, read in chunks through `buf`.
+fn seen(journal: &Path, rel: &Path, buf: &mut [u8]) -> std::io::Result<Seen> {
     let mut f = std::fs::File::open(journal.join(rel))?;
     let mut h = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {
-        let n = f.read(&mut buf)?;
+        let n = f.read(buf)?;
         if n == 0 {
             break;
         }
@@ -44,11 +43,15 @@ fn seen(journal: &Path, rel: &Path) -> std::io::Result<Seen> {
     })
 }
 
+/// The chunk files are read in.
+const CHUNK: usize = 64 * 1024;
+
 /// Every sled file of `journal`, sorted, as seen now.
 fn all_seen(journal: &Path) -> std::io::Result<Vec<Seen>> {
     let mut rels = super::damage::sled_files(journal)?;
     rels.sort();
-    rels.iter().map(|r| seen(journal, r)).collect()
+    let mut buf = vec![0u8; CHUNK];
+    rels.iter().map(|r| seen(journal, r, &mut buf)).collect()
 }
 
 fn render(files: &[Seen]) -> String {
@@ -110,10 +113,11 @@ pub(crate) fn unchanged(journal: &Path) -> bool {
     let sizes_match = listed
         .iter()
         .all(|l| std::fs::metadata(journal.join(&l.rel)).is_ok_and(|m| m.len() == l.size));
+    let mut buf = vec![0u8; CHUNK];
     sizes_match
         && listed
             .iter()
-            .all(|l| seen(journal, &l.rel).is_ok_and(|s| s == *l))
+            .all(|l| seen(journal, &l.rel, &mut buf).is_ok_and(|s| s == *l))
 }
 
 #[cfg(test)]
