@@ -136,13 +136,19 @@ fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod, policy: &Policy, ou
     let uid = pod.uid;
     dsw.pop_pod_errors(&uid);
     dsw.set_pod_unresolved(&uid, !pod.unresolved.is_empty());
-    let names = pod.volumes.iter().map(|v| v.outer_name.clone());
-    let names = names
-        .chain(pod.unresolved.iter().cloned())
-        .collect::<BTreeSet<_>>();
+    // sorted and deduplicated, without a set's allocations per name
+    let mut names: Vec<String> = pod.volumes.iter().map(|v| v.outer_name.clone()).collect();
+    names.extend(pod.unresolved.iter().cloned());
+    names.sort_unstable();
+    names.dedup();
     dsw.set_pod_volume_names(&uid, names);
-    let wanted: BTreeSet<&UniqueVolumeName> = pod.volumes.iter().map(|v| &v.volume).collect();
-    for name in dsw.volumes_of_pod(&uid) {
+    // a pod new to the DSW (every pod of a first listing) has none to drop
+    let had = dsw.volumes_of_pod(&uid);
+    let wanted: BTreeSet<&UniqueVolumeName> = match had.is_empty() {
+        true => BTreeSet::new(),
+        false => pod.volumes.iter().map(|v| &v.volume).collect(),
+    };
+    for name in had {
         if wanted.contains(&name) {
             continue;
         }
