@@ -2,8 +2,6 @@
 //! targets first, SELinux metrics counted, and the pods refused for their
 //! label applied again whenever another pod changes.
 
-use std::collections::BTreeSet;
-
 use crate::model::PodUid;
 use crate::sources::{SourceEvent, apply_event};
 use crate::state::ActualStateOfWorld;
@@ -15,8 +13,9 @@ impl Core {
     /// Applies source events to the DSW, counts their SELinux metrics, and
     /// retries the pods refused for a label once any other pod changed.
     ///
-    /// Pods that already have targets in the ASW are applied before new
-    /// ones: after a restart the pod that holds a volume's label keeps it,
+    /// Where a pod can be refused for its label, pods that already have
+    /// targets in the ASW are applied before new ones: after a restart the
+    /// pod that holds a volume's label keeps it,
     /// and a newcomer with another label is the one refused (never the
     /// other way round, which would unmount a running pod's volume).
     pub(super) fn apply_sources(
@@ -25,11 +24,15 @@ impl Core {
         events: Vec<SourceEvent>,
         out: &mut Vec<Effect>,
     ) {
-        let events = holders_first(events, &w.asw);
-        let mut others_changed = false;
         // only a pod that can be refused is kept to be applied again: on a
-        // host without labels, a copy of every pod for nothing
+        // host without labels, a copy of every pod for nothing; nor does
+        // the order matter there
         let may_refuse = self.cfg.selinux.labels_volumes();
+        let events = match may_refuse {
+            true => holders_first(events, &w.asw),
+            false => events,
+        };
+        let mut others_changed = false;
         for e in events {
             let pod = match &e {
                 SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => {
@@ -125,10 +128,14 @@ pub(super) fn holders_first(
     if events.iter().filter(|e| is_pod(e)).count() < 2 {
         return events;
     }
-    let holders: BTreeSet<&PodUid> = asw.possibly_mounted_iter().map(|(_, p, _)| p).collect();
+    // from the ASW's index by pod: the batch's pods, not the node, are walked
+    let holds = |uid: &PodUid| {
+        asw.targets_of_pod(uid)
+            .any(|(_, _, t)| t.state != crate::model::MountState::NotMounted)
+    };
     let rank = |e: &SourceEvent| match e {
         SourceEvent::PodRemoved(_) => 0,
-        SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if holders.contains(&p.uid) => 1,
+        SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) if holds(&p.uid) => 1,
         SourceEvent::PodAdded(_) | SourceEvent::PodUpdated(_) => 2,
         SourceEvent::SourcesReady => 3,
     };
