@@ -203,5 +203,25 @@ fn finish(
 ) -> Reconstruction {
     let input = build_input_moving(host.sys, host.table, &mut view, journal.state());
     let output = decide(&input);
+    drop_aside(input);
     Reconstruction::new(output, view.problems, host.boot_id.as_str(), journal)
+}
+
+/// Frees what the merge was given on a thread of its own: a path and a
+/// few strings per target, on the restart's critical path otherwise
+/// (the ASW and the first pass wait for the merge). Freed here when no
+/// thread can be started.
+fn drop_aside(input: MergeInput<'_>) {
+    let MergeInput {
+        host_targets,
+        observe,
+        device_ids,
+        bind_sources,
+        ..
+    } = input;
+    let owned = (host_targets, observe, device_ids, bind_sources);
+    let spawned = std::thread::Builder::new()
+        .name("volumed-free".into())
+        .spawn(move || drop(owned));
+    drop(spawned);
 }
