@@ -177,3 +177,40 @@ fn a_manifest_whose_signature_moved_is_not_taken_from_the_cache() {
         Some("b-node1")
     );
 }
+
+/// The file is read borrowing its bytes, and written from owned entries:
+/// both are the same encoding, so a file written before reads the same.
+#[test]
+fn entries_read_borrowed_are_the_ones_written_owned() {
+    let stored = Stored {
+        stamp: Stamp {
+            exe: (1, 2, 3, 4, 5),
+            pods_dir: "/pods".into(),
+            node: "n1".into(),
+        },
+        entries: vec![
+            Entry {
+                name: b"a.yaml".to_vec(),
+                sig: (6, 7, 8, 9, 10),
+                pod: vec![0, 1, 255, 3],
+            },
+            Entry {
+                name: b"b.yaml".to_vec(),
+                sig: (11, 12, 13, 14, 15),
+                pod: vec![],
+            },
+        ],
+    };
+    let bytes = bincode::serialize(&stored).unwrap();
+    let read: StoredRef<'_> = bincode::deserialize(&bytes).unwrap();
+    assert_eq!(read.stamp, stored.stamp);
+    let read: Vec<(&[u8], FileSignature, &[u8])> = read
+        .entries
+        .iter()
+        .map(|e| (e.name, e.sig, e.pod))
+        .collect();
+    let want: Vec<(&[u8], FileSignature, &[u8])> = (stored.entries.iter())
+        .map(|e| (e.name.as_slice(), e.sig, e.pod.as_slice()))
+        .collect();
+    assert_eq!(read, want);
+}
