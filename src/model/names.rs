@@ -260,7 +260,12 @@ impl UniqueVolumeName {
     }
     /// A name private to one pod.
     pub fn per_pod(plugin: PluginName, pod: &PodUid, spec_name: &str) -> Self {
-        Self(format!("{}/{}-{}", plugin.as_str(), pod, spec_name).into())
+        // concatenated, not formatted: one per pod volume at every listing
+        Self(
+            [plugin.as_str(), "/", pod.as_str(), "-", spec_name]
+                .concat()
+                .into(),
+        )
     }
     /// Wraps a name read back from the journal or a command line.
     pub fn from_raw(s: impl Into<String>) -> Self {
