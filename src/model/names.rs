@@ -96,7 +96,22 @@ impl Serialize for PodUid {
 
 impl<'de> Deserialize<'de> for PodUid {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Self(s.into()))
+        // from the input's str where it lends one: one allocation (the
+        // Arc's), not a String's first (a cached pod's UID at a restart)
+        struct Uid;
+        impl serde::de::Visitor<'_> for Uid {
+            type Value = PodUid;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a pod UID")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<PodUid, E> {
+                Ok(PodUid(s.into()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<PodUid, E> {
+                Ok(PodUid(s.into()))
+            }
+        }
+        d.deserialize_str(Uid)
     }
 }
 
