@@ -61,8 +61,9 @@ pub fn advance(
     kept: &BTreeSet<PodUid>,
 ) -> Vec<SourceEvent> {
     let mut events = Vec::new();
-    let mut changed = Vec::new();
-    let mut next: Vec<(PodUid, u64)> = Vec::new();
+    // at most one per new pod (a listing's new pods are its changed ones)
+    let mut changed = Vec::with_capacity(new.len());
+    let mut next: Vec<(PodUid, u64)> = Vec::with_capacity(current.len().max(new.len()));
     let mut before = std::mem::take(current).into_iter().peekable();
     // a pod the DSW has that `new` lacks: removed, unless kept
     let mut gone = |(uid, f): (PodUid, u64), next: &mut Vec<(PodUid, u64)>| {

@@ -28,7 +28,6 @@ enum Got {
 type Good<'p> = (&'p OsStr, (u64, PodUid));
 
 /// What [`Sources::load`] gathers from one listing of the pods dir.
-#[derive(Default)]
 struct Gathered<'p> {
     /// per manifest, its `last_good` entry: what `last_good` becomes after
     /// a complete listing. Pushed in path order by each step in turn, and
@@ -37,7 +36,7 @@ struct Gathered<'p> {
     // keys, so a poll that adds one manifest allocates for that one.
     good: Vec<Good<'p>>,
     /// each manifest's pod, parsed or kept
-    got: Vec<(PathBuf, Got)>,
+    got: Vec<(&'p PathBuf, Got)>,
 }
 
 /// The objects' part of a load ([`Sources::load_objects`]).
@@ -52,9 +51,9 @@ struct ObjectsLoaded {
     unchanged: bool,
 }
 
-/// A manifest still to be parsed: its path, signature and the signature's
-/// hash.
-type ToParse<'p> = (&'p PathBuf, FileSignature, u64);
+/// A manifest still to be parsed: its path, its `last_good` key
+/// ([`manifest_key`], taken once), its signature and the signature's hash.
+type ToParse<'p> = (&'p PathBuf, &'p OsStr, FileSignature, u64);
 
 impl Sources {
     /// `objects: None`: the objects dir is known not to have changed since
@@ -71,7 +70,10 @@ impl Sources {
         let objects = self.load_objects(objects, &mut file_errors);
         let complete = pods.complete && objects.complete;
         let sigs = signatures_of(&pods.files, &pods.signature);
-        let mut gathered = Gathered::default();
+        let mut gathered = Gathered {
+            good: Vec::with_capacity(pods.files.len()),
+            got: Vec::with_capacity(pods.files.len()),
+        };
         let to_parse = self.keep_unchanged(&pods.files, &sigs, objects.unchanged, &mut gathered);
         let to_parse = self.take_cached(to_parse, &mut gathered);
         self.parse_changed(to_parse, pods.started, &mut gathered, &mut file_errors);
@@ -147,18 +149,17 @@ impl Sources {
             // Unchanged since it was last parsed, and so are the objects its
             // claims resolve against: the DSW already has its pod.
             let sig_hash = file_signature_hash(&sig);
+            let name = manifest_key(file);
             if objects_unchanged
-                && let Some((before, uid)) = self.last_good.get(manifest_key(file))
+                && let Some((before, uid)) = self.last_good.get(name)
                 && *before == sig_hash
                 && sig != FileSignature::default()
             {
-                gathered
-                    .good
-                    .push((manifest_key(file), (sig_hash, uid.clone())));
-                gathered.got.push((file.clone(), Got::Kept(uid.clone())));
+                gathered.good.push((name, (sig_hash, uid.clone())));
+                gathered.got.push((file, Got::Kept(uid.clone())));
                 continue;
             }
-            to_parse.push((file, sig, sig_hash));
+            to_parse.push((file, name, sig, sig_hash));
         }
         to_parse
     }
@@ -175,18 +176,14 @@ impl Sources {
             return to_parse;
         };
         let mut rest = Vec::new();
-        for (file, sig, sig_hash) in to_parse {
-            let cached = cache
-                .lookup(manifest_key(file), &sig)
-                .filter(|p| p.file == *file);
+        for (file, name, sig, sig_hash) in to_parse {
+            let cached = cache.lookup(name, &sig).filter(|p| p.file == *file);
             match cached {
                 Some(p) => {
-                    gathered
-                        .good
-                        .push((manifest_key(file), (sig_hash, p.uid.clone())));
-                    gathered.got.push((file.clone(), Got::Parsed(Box::new(p))));
+                    gathered.good.push((name, (sig_hash, p.uid.clone())));
+                    gathered.got.push((file, Got::Parsed(Box::new(p))));
                 }
-                None => rest.push((file, sig, sig_hash)),
+                None => rest.push((file, name, sig, sig_hash)),
             }
         }
         rest
@@ -204,23 +201,19 @@ impl Sources {
     ) {
         let node = self.config.node_name.as_str();
         let parsed = read_and_parse_all(to_parse.iter().map(|(f, ..)| f.as_path()), node);
-        for ((file, sig, sig_hash), result) in to_parse.into_iter().zip(parsed) {
+        for ((file, name, sig, sig_hash), result) in to_parse.into_iter().zip(parsed) {
             match result {
                 Ok((p, bytes)) => {
                     if let (Some(cache), Some(at)) = (&mut self.cache, listed_at) {
-                        cache.parsed(manifest_key(file), sig, bytes, &p, at);
+                        cache.parsed(name, sig, bytes, &p, at);
                     }
-                    gathered
-                        .good
-                        .push((manifest_key(file), (sig_hash, p.uid.clone())));
-                    gathered.got.push((file.clone(), Got::Parsed(Box::new(p))));
+                    gathered.good.push((name, (sig_hash, p.uid.clone())));
+                    gathered.got.push((file, Got::Parsed(Box::new(p))));
                 }
                 Err(e) => {
-                    if let Some((before, prev)) = self.last_good.get(manifest_key(file)) {
-                        gathered
-                            .good
-                            .push((manifest_key(file), (*before, prev.clone())));
-                        gathered.got.push((file.clone(), Got::Kept(prev.clone())));
+                    if let Some((before, prev)) = self.last_good.get(name) {
+                        gathered.good.push((name, (*before, prev.clone())));
+                        gathered.got.push((file, Got::Kept(prev.clone())));
                     }
                     file_errors.push(e);
                 }
@@ -243,7 +236,7 @@ impl Sources {
             }
             if let Some(prev) = self.last_good.get(name) {
                 kept.push((name, prev.clone()));
-                gathered.got.push((file.clone(), Got::Kept(prev.1.clone())));
+                gathered.got.push((file, Got::Kept(prev.1.clone())));
             }
         }
         if !kept.is_empty() {
@@ -274,7 +267,7 @@ impl Sources {
     /// parsed ones resolved, kept ones by UID.
     fn resolve_unique(
         &self,
-        mut got: Vec<(PathBuf, Got)>,
+        mut got: Vec<(&PathBuf, Got)>,
         file_errors: &mut Vec<SourceError>,
     ) -> (BTreeMap<PodUid, DesiredPod>, BTreeSet<PodUid>) {
         got.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
@@ -300,18 +293,22 @@ impl Sources {
             same
         });
         duplicates.sort_unstable();
-        let mut got: Vec<Option<(PathBuf, Got)>> = got.into_iter().map(Some).collect();
+        let mut got: Vec<Option<(&PathBuf, Got)>> = got.into_iter().map(Some).collect();
         for (i, owner) in duplicates {
-            let other = got[owner].as_ref().map(|(f, _)| f.clone());
+            let other = got[owner].as_ref().map(|(f, _)| (*f).clone());
             if let (Some((file, g)), Some(other)) = (got[i].take(), other) {
                 file_errors.push(SourceError::DuplicatePod {
-                    file,
+                    file: file.clone(),
                     uid: uid_of(&g),
                     other,
                 });
             }
         }
-        let mut out = Vec::new();
+        let parsed = got
+            .iter()
+            .filter(|g| matches!(g, Some((_, Got::Parsed(_)))))
+            .count();
+        let mut out = Vec::with_capacity(parsed);
         let mut kept = Vec::new();
         for (uid, i) in by_uid {
             match got[i].take() {

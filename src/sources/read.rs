@@ -131,7 +131,10 @@ pub fn list_dir(dir: &Path) -> Listing {
         if !is_manifest_name(&name) {
             continue;
         }
-        let path = dir.join(&name);
+        // sized at once: `join` copies the dir, then grows it for the name
+        let mut path = PathBuf::with_capacity(dir.as_os_str().len() + 1 + name.len());
+        path.push(dir);
+        path.push(&name);
         // through symlinks, as the kubelet's `stat`
         match fstatat(&handle, name.as_os_str(), AtFlags::empty()) {
             Ok(st) => {

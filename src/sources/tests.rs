@@ -175,7 +175,13 @@ fn duplicate_uids_keep_the_first_file() {
 #[test]
 fn duplicates_are_reported_in_path_order_whatever_their_uids() {
     let d = dirs();
-    for (file, u) in [("a", "u2"), ("b", "u1"), ("c", "u2"), ("d", "u1"), ("e", "u2")] {
+    for (file, u) in [
+        ("a", "u2"),
+        ("b", "u1"),
+        ("c", "u2"),
+        ("d", "u1"),
+        ("e", "u2"),
+    ] {
         write(&d.pods, &format!("{file}.yaml"), &pod(file, u, ""));
     }
     let got = sources(&d).list();
