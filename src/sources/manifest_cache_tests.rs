@@ -214,3 +214,34 @@ fn entries_read_borrowed_are_the_ones_written_owned() {
         .collect();
     assert_eq!(read, want);
 }
+
+/// Lookups in name order take the next entry; any other order, or a name
+/// the file lacks, falls back to a search and finds the same.
+#[test]
+fn entries_are_found_in_any_order() {
+    let names = ["a.yaml", "b.yaml", "d.yaml"];
+    let mut loaded = Loaded::default();
+    for (i, n) in names.iter().enumerate() {
+        let at = loaded.bytes.len();
+        loaded.bytes.extend_from_slice(n.as_bytes());
+        loaded.bytes.push(u8::try_from(i).unwrap());
+        loaded.entries.push(Span {
+            name: at..at + n.len(),
+            sig: (i as u64, 0, 0, 0, 0),
+            pod: at + n.len()..at + n.len() + 1,
+        });
+    }
+    let found = |l: &mut Loaded, n: &str| l.find(n.as_bytes()).map(|(s, p)| (s.0, p.to_vec()));
+    for (name, want) in [
+        ("a.yaml", Some((0, vec![0]))),
+        ("b.yaml", Some((1, vec![1]))),
+        ("c.yaml", None),
+        ("d.yaml", Some((2, vec![2]))),
+        ("a.yaml", Some((0, vec![0]))),
+        ("z.yaml", None),
+        ("b.yaml", Some((1, vec![1]))),
+        ("", None),
+    ] {
+        assert_eq!(found(&mut loaded, name), want, "{name}");
+    }
+}
