@@ -96,7 +96,22 @@ impl Serialize for PodUid {
 
 impl<'de> Deserialize<'de> for PodUid {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Self(s.into()))
+        // from the input's str where it lends one: one allocation (the
+        // Arc's), not a String's first (a cached pod's UID at a restart)
+        struct Uid;
+        impl serde::de::Visitor<'_> for Uid {
+            type Value = PodUid;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a pod UID")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<PodUid, E> {
+                Ok(PodUid(s.into()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<PodUid, E> {
+                Ok(PodUid(s.into()))
+            }
+        }
+        d.deserialize_str(Uid)
     }
 }
 
@@ -260,7 +275,12 @@ impl UniqueVolumeName {
     }
     /// A name private to one pod.
     pub fn per_pod(plugin: PluginName, pod: &PodUid, spec_name: &str) -> Self {
-        Self(format!("{}/{}-{}", plugin.as_str(), pod, spec_name).into())
+        // concatenated, not formatted: one per pod volume at every listing
+        Self(
+            [plugin.as_str(), "/", pod.as_str(), "-", spec_name]
+                .concat()
+                .into(),
+        )
     }
     /// Wraps a name read back from the journal or a command line.
     pub fn from_raw(s: impl Into<String>) -> Self {

@@ -51,7 +51,9 @@ pub fn diff_fingerprints(
 /// [`diff_fingerprints`] for the source that keeps the fingerprints:
 /// `current` (what the DSW was last told) is brought up to `new`, whose
 /// fingerprints are `now` (in `new`'s order), and `new`'s pods move into
-/// the events (a whole listing is not copied to be sent).
+/// the events (a whole listing is not copied to be sent). Both are walked
+/// once side by side, in UID order, and `current` rebuilt from the sorted
+/// result: no search per pod.
 pub fn advance(
     current: &mut BTreeMap<PodUid, u64>,
     new: BTreeMap<PodUid, DesiredPod>,
@@ -59,26 +61,34 @@ pub fn advance(
     kept: &BTreeSet<PodUid>,
 ) -> Vec<SourceEvent> {
     let mut events = Vec::new();
-    current.retain(|uid, _| {
-        let stays = new.contains_key(uid) || kept.contains(uid);
-        if !stays {
-            events.push(SourceEvent::PodRemoved(uid.clone()));
+    // at most one per new pod (a listing's new pods are its changed ones)
+    let mut changed = Vec::with_capacity(new.len());
+    let mut next: Vec<(PodUid, u64)> = Vec::with_capacity(current.len().max(new.len()));
+    let mut before = std::mem::take(current).into_iter().peekable();
+    // a pod the DSW has that `new` lacks: removed, unless kept
+    let mut gone = |(uid, f): (PodUid, u64), next: &mut Vec<(PodUid, u64)>| {
+        if kept.contains(&uid) {
+            next.push((uid, f));
+        } else {
+            events.push(SourceEvent::PodRemoved(uid));
         }
-        stays
-    });
+    };
     for ((uid, pod), &f) in new.into_iter().zip(now) {
-        match current.get_mut(&uid) {
-            None => {
-                current.insert(uid, f);
-                events.push(SourceEvent::PodAdded(pod));
-            }
-            Some(before) if *before != f => {
-                *before = f;
-                events.push(SourceEvent::PodUpdated(pod));
-            }
+        while let Some(old) = before.next_if(|(u, _)| *u < uid) {
+            gone(old, &mut next);
+        }
+        match before.next_if(|(u, _)| *u == uid) {
+            None => changed.push(SourceEvent::PodAdded(pod)),
+            Some((_, was)) if was != f => changed.push(SourceEvent::PodUpdated(pod)),
             Some(_) => {}
         }
+        next.push((uid, f));
     }
+    for old in before {
+        gone(old, &mut next);
+    }
+    *current = next.into_iter().collect();
+    events.extend(changed);
     events
 }
 

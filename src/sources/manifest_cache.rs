@@ -33,11 +33,11 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
+use std::ops::Range;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fxhash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::read::{read_file, signature_of};
@@ -85,10 +85,82 @@ struct Entry {
     pod: Vec<u8>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Stored {
     stamp: Stamp,
     entries: Vec<Entry>,
+}
+
+/// An [`Entry`] as read, borrowed from the file's bytes. Bincode encodes a
+/// `Vec<u8>` and a byte slice alike, and reads a slice at once where a
+/// `Vec<u8>` takes a step per byte.
+#[derive(Deserialize)]
+struct EntryRef<'a> {
+    name: &'a [u8],
+    sig: FileSignature,
+    pod: &'a [u8],
+}
+
+/// [`Stored`] as read.
+#[derive(Deserialize)]
+struct StoredRef<'a> {
+    stamp: Stamp,
+    #[serde(borrow)]
+    entries: Vec<EntryRef<'a>>,
+}
+
+/// Where one entry's parts lie in the file's bytes.
+struct Span {
+    name: Range<usize>,
+    sig: FileSignature,
+    pod: Range<usize>,
+}
+
+/// The file's entries: its bytes, and each entry's [`Span`] in them,
+/// sorted by name (as written). A pod is decoded only when looked up.
+#[derive(Default)]
+struct Loaded {
+    bytes: Vec<u8>,
+    entries: Vec<Span>,
+    /// where the next lookup looks first: a listing asks in name order
+    next: usize,
+}
+
+impl Loaded {
+    fn name(&self, e: &Span) -> &[u8] {
+        &self.bytes[e.name.clone()]
+    }
+
+    /// The signature and encoded pod of the entry named `name`, if any.
+    fn find(&mut self, name: &[u8]) -> Option<(FileSignature, &[u8])> {
+        let at = match self.entries.get(self.next) {
+            Some(e) if self.name(e) == name => self.next,
+            _ => self
+                .entries
+                .binary_search_by(|e| self.name(e).cmp(name))
+                .ok()?,
+        };
+        self.next = at + 1;
+        let e = self.entries.get(at)?;
+        Some((e.sig, &self.bytes[e.pod.clone()]))
+    }
+
+    fn into_entries(self) -> Vec<Entry> {
+        self.entries
+            .iter()
+            .map(|e| Entry {
+                name: self.bytes[e.name.clone()].to_vec(),
+                sig: e.sig,
+                pod: self.bytes[e.pod.clone()].to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// Where `part`, a slice of `whole`, lies in it.
+fn span_in(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let start = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
+    start..start + part.len()
 }
 
 /// A pod parsed since the last write.
@@ -108,8 +180,8 @@ pub struct ManifestCache {
     pods_dir: PathBuf,
     /// `None` when the executable could not be looked at: no cache
     stamp: Option<Stamp>,
-    /// the file's entries by name, until the first complete listing
-    loaded: Option<FxHashMap<OsString, (FileSignature, Vec<u8>)>>,
+    /// the file's entries, until the first complete listing
+    loaded: Option<Loaded>,
     pending: BTreeMap<OsString, Pending>,
     /// when `pending` last went from empty to not
     pending_since: Option<Instant>,
@@ -170,13 +242,13 @@ impl ManifestCache {
     }
 
     /// The file's entries, or why they cannot be used.
-    fn read_stored(&self) -> Result<Vec<Entry>, String> {
+    fn read_stored(&self) -> Result<Loaded, String> {
         let Some(stamp) = &self.stamp else {
             return Err("the running executable cannot be looked at".into());
         };
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
             Err(e) => return Err(e.to_string()),
         };
         let body = bytes
@@ -188,31 +260,40 @@ impl ManifestCache {
         if crc32c::crc32c(body) != crc {
             return Err("checksum mismatch (a torn write)".into());
         }
-        let stored: Stored = bincode::deserialize(body).map_err(|e| e.to_string())?;
+        let stored: StoredRef<'_> = bincode::deserialize(body).map_err(|e| e.to_string())?;
         if &stored.stamp != stamp {
             // another binary, dir or node: silently stale, not damaged
-            return Ok(Vec::new());
+            return Ok(Loaded::default());
         }
-        Ok(stored.entries)
+        let mut entries: Vec<Span> = (stored.entries.iter())
+            .map(|e| Span {
+                name: span_in(&bytes, e.name),
+                sig: e.sig,
+                pod: span_in(&bytes, e.pod),
+            })
+            .collect();
+        // written sorted; a stable sort of sorted entries is one pass
+        entries.sort_by(|a, b| bytes[a.name.clone()].cmp(&bytes[b.name.clone()]));
+        Ok(Loaded {
+            bytes,
+            entries,
+            next: 0,
+        })
     }
 
     /// The pod `name` parsed to when its file had `sig`, if the cache has it.
     /// The file is read on the first call; after [`Self::listed`], never.
     pub fn lookup(&mut self, name: &OsStr, sig: &FileSignature) -> Option<ParsedPod> {
         if self.loaded.is_none() {
-            let entries = self.read_stored().unwrap_or_else(|why| {
+            let loaded = self.read_stored().unwrap_or_else(|why| {
                 tracing::warn!(file = %self.path.display(), why, "parsed-manifest cache not used: every manifest is parsed");
-                Vec::new()
+                Loaded::default()
             });
-            self.loaded = Some(
-                entries
-                    .into_iter()
-                    .map(|e| (OsString::from_vec(e.name), (e.sig, e.pod)))
-                    .collect(),
-            );
+            self.loaded = Some(loaded);
         }
-        let (stored, pod) = self.loaded.as_ref()?.get(name)?;
-        if stored != sig {
+        let loaded = self.loaded.as_mut()?;
+        let (stored, pod) = loaded.find(name.as_bytes())?;
+        if stored != *sig {
             return None;
         }
         let pod = bincode::deserialize(pod).ok()?;
@@ -227,7 +308,7 @@ impl ManifestCache {
 
     /// The first complete listing is done: the file's entries are let go.
     pub fn listed(&mut self) {
-        self.loaded = Some(FxHashMap::default());
+        self.loaded = Some(Loaded::default());
     }
 
     /// `pod` was parsed from `name`'s bytes (hashing to `bytes`) in a read
@@ -335,6 +416,7 @@ impl ManifestCache {
         }
         let mut entries: BTreeMap<Vec<u8>, Entry> = self
             .read_stored()
+            .map(Loaded::into_entries)
             .unwrap_or_default()
             .into_iter()
             .filter(|e| current(OsStr::from_bytes(&e.name)) == Some(file_signature_hash(&e.sig)))

@@ -177,3 +177,71 @@ fn a_manifest_whose_signature_moved_is_not_taken_from_the_cache() {
         Some("b-node1")
     );
 }
+
+/// The file is read borrowing its bytes, and written from owned entries:
+/// both are the same encoding, so a file written before reads the same.
+#[test]
+fn entries_read_borrowed_are_the_ones_written_owned() {
+    let stored = Stored {
+        stamp: Stamp {
+            exe: (1, 2, 3, 4, 5),
+            pods_dir: "/pods".into(),
+            node: "n1".into(),
+        },
+        entries: vec![
+            Entry {
+                name: b"a.yaml".to_vec(),
+                sig: (6, 7, 8, 9, 10),
+                pod: vec![0, 1, 255, 3],
+            },
+            Entry {
+                name: b"b.yaml".to_vec(),
+                sig: (11, 12, 13, 14, 15),
+                pod: vec![],
+            },
+        ],
+    };
+    let bytes = bincode::serialize(&stored).unwrap();
+    let read: StoredRef<'_> = bincode::deserialize(&bytes).unwrap();
+    assert_eq!(read.stamp, stored.stamp);
+    let read: Vec<(&[u8], FileSignature, &[u8])> = read
+        .entries
+        .iter()
+        .map(|e| (e.name, e.sig, e.pod))
+        .collect();
+    let want: Vec<(&[u8], FileSignature, &[u8])> = (stored.entries.iter())
+        .map(|e| (e.name.as_slice(), e.sig, e.pod.as_slice()))
+        .collect();
+    assert_eq!(read, want);
+}
+
+/// Lookups in name order take the next entry; any other order, or a name
+/// the file lacks, falls back to a search and finds the same.
+#[test]
+fn entries_are_found_in_any_order() {
+    let names = ["a.yaml", "b.yaml", "d.yaml"];
+    let mut loaded = Loaded::default();
+    for (i, n) in names.iter().enumerate() {
+        let at = loaded.bytes.len();
+        loaded.bytes.extend_from_slice(n.as_bytes());
+        loaded.bytes.push(u8::try_from(i).unwrap());
+        loaded.entries.push(Span {
+            name: at..at + n.len(),
+            sig: (i as u64, 0, 0, 0, 0),
+            pod: at + n.len()..at + n.len() + 1,
+        });
+    }
+    let found = |l: &mut Loaded, n: &str| l.find(n.as_bytes()).map(|(s, p)| (s.0, p.to_vec()));
+    for (name, want) in [
+        ("a.yaml", Some((0, vec![0]))),
+        ("b.yaml", Some((1, vec![1]))),
+        ("c.yaml", None),
+        ("d.yaml", Some((2, vec![2]))),
+        ("a.yaml", Some((0, vec![0]))),
+        ("z.yaml", None),
+        ("b.yaml", Some((1, vec![1]))),
+        ("", None),
+    ] {
+        assert_eq!(found(&mut loaded, name), want, "{name}");
+    }
+}

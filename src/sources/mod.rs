@@ -267,7 +267,7 @@ impl Sources {
     pub fn list(&mut self) -> DesiredPods {
         let pods = listing(self.config.pods_dir.as_ref());
         let objects = listing(self.config.objects_dir.as_ref());
-        self.load(pods, Some(objects)).0
+        self.load(pods, None, Some(objects)).0
     }
 
     /// Checks both directories; returns the events since the last call, or
@@ -326,7 +326,7 @@ impl Sources {
         if self.signature == Some(now) && self.ready_sent {
             return None;
         }
-        let (desired, signature) = self.load(pods, objects);
+        let (desired, signature) = self.load(pods, Some(now.0), objects);
         // Errors, as the kubelet logs a manifest it cannot process: every
         // message names its file.
         for e in &desired.file_errors {

@@ -112,6 +112,9 @@ pub fn list_dir(dir: &Path) -> Listing {
         }
     };
     out.complete = true;
+    // each entry's signature, and whether it is a file to read: sorted
+    // once, both lists then taken in order
+    let mut listed: Vec<(EntrySignature, bool)> = Vec::new();
     for entry in entries {
         let entry = match entry {
             Ok(e) => e,
@@ -128,32 +131,36 @@ pub fn list_dir(dir: &Path) -> Listing {
         if !is_manifest_name(&name) {
             continue;
         }
-        let path = dir.join(&name);
+        // sized at once: `join` copies the dir, then grows it for the name
+        let mut path = PathBuf::with_capacity(dir.as_os_str().len() + 1 + name.len());
+        path.push(dir);
+        path.push(&name);
         // through symlinks, as the kubelet's `stat`
         match fstatat(&handle, name.as_os_str(), AtFlags::empty()) {
             Ok(st) => {
                 let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-                if kind == SFlag::S_IFREG {
-                    out.files.push(path.clone());
-                } else if kind != SFlag::S_IFDIR {
+                if kind != SFlag::S_IFREG && kind != SFlag::S_IFDIR {
                     out.errors
                         .push(SourceError::NotRegularFile { file: path.clone() });
                 }
-                out.signature.push(signature_of(path, Some(&st)));
+                listed.push((signature_of(path, Some(&st)), kind == SFlag::S_IFREG));
             }
             Err(errno) => {
                 out.errors.push(SourceError::ReadFile {
                     file: path.clone(),
                     source: std::io::Error::from(errno),
                 });
-                out.signature.push(signature_of(path, None));
+                listed.push((signature_of(path, None), false));
             }
         }
     }
-    out.files
-        .sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
-    out.signature
-        .sort_unstable_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+    listed.sort_unstable_by(|a, b| a.0.0.as_os_str().cmp(b.0.0.as_os_str()));
+    out.files = listed
+        .iter()
+        .filter(|(_, file)| *file)
+        .map(|(e, _)| e.0.clone())
+        .collect();
+    out.signature = listed.into_iter().map(|(e, _)| e).collect();
     out
 }
 

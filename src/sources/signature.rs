@@ -30,33 +30,31 @@ pub(super) fn manifest_key(file: &Path) -> &OsStr {
     file.file_name().unwrap_or(file.as_os_str())
 }
 
-/// A hash of a listing's signature (equal signatures, equal hashes).
+/// A hash of a listing's signature (equal signatures, equal hashes). A
+/// path counts by its bytes: a listing spells its paths alike, and
+/// `Path`'s own hash parses their components.
 pub(super) fn signature_hash(sig: &[EntrySignature]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
-    sig.hash(&mut h);
+    h.write_usize(sig.len());
+    for (path, dev, ino, size, mtime, ctime) in sig {
+        path.as_os_str().as_encoded_bytes().hash(&mut h);
+        (dev, ino, size, mtime, ctime).hash(&mut h);
+    }
     h.finish()
 }
 
 /// A fingerprint of everything a pod tells the DSW (its bincode form
 /// hashed, serde's derive, so every field counts, new ones included):
 /// equal pods, equal fingerprints. Every map in a pod is ordered, so equal
-/// pods serialize alike.
+/// pods serialize alike. Encoded first and hashed at once: the hasher
+/// takes one long write for less than many short ones.
 pub fn fingerprint(pod: &DesiredPod) -> u64 {
     use std::hash::Hasher;
-    use std::io::Write;
-    struct H(std::hash::DefaultHasher);
-    impl Write for H {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.write(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut h = H(std::hash::DefaultHasher::new());
-    // Writing into a hasher cannot fail, nor can these types' serializers.
-    let _ = bincode::serialize_into(&mut h, pod);
-    h.0.finish()
+    let mut bytes = Vec::with_capacity(512);
+    // Writing into a Vec cannot fail, nor can these types' serializers.
+    let _ = bincode::serialize_into(&mut bytes, pod);
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(&bytes);
+    h.finish()
 }

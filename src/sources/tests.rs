@@ -170,6 +170,37 @@ fn duplicate_uids_keep_the_first_file() {
     assert!(got.file_errors[0].to_string().contains("already used by"));
 }
 
+/// UIDs whose order is not their files': each UID goes to its first file,
+/// and every later file is an error naming the winner, in path order.
+#[test]
+fn duplicates_are_reported_in_path_order_whatever_their_uids() {
+    let d = dirs();
+    for (file, u) in [
+        ("a", "u2"),
+        ("b", "u1"),
+        ("c", "u2"),
+        ("d", "u1"),
+        ("e", "u2"),
+    ] {
+        write(&d.pods, &format!("{file}.yaml"), &pod(file, u, ""));
+    }
+    let got = sources(&d).list();
+    assert_eq!(names(&got.pods), ["b-node1", "a-node1"]);
+    let lost: Vec<(String, &str, String)> = (got.file_errors.iter())
+        .map(|e| match e {
+            SourceError::DuplicatePod { file, uid, other } => (
+                file.file_name().unwrap().to_string_lossy().into_owned(),
+                uid.as_str(),
+                other.file_name().unwrap().to_string_lossy().into_owned(),
+            ),
+            e => panic!("{e}"),
+        })
+        .collect();
+    let want = [("c", "u2", "a"), ("d", "u1", "b"), ("e", "u2", "a")]
+        .map(|(f, u, o)| (format!("{f}.yaml"), u, format!("{o}.yaml")));
+    assert_eq!(lost, want);
+}
+
 /// Enough manifests to be parsed on two threads: every pod comes out once,
 /// a bad file in either half is named, and a UID used in both halves keeps
 /// the first file's pod, as with one thread.
@@ -287,7 +318,14 @@ fn advance_moves_pods_into_events_and_keeps_fingerprints_current() {
     let mut want: BTreeMap<PodUid, u64> = new.keys().cloned().zip(now.clone()).collect();
     want.insert(uid("k"), current[&uid("k")]);
     assert_eq!(current, want, "kept k keeps its fingerprint; a is gone");
-    assert!(events::advance(&mut current, new, &now, &kept).is_empty());
+    assert!(events::advance(&mut current, new.clone(), &now, &kept).is_empty());
+    // gone after the last new pod: removed too, kept k still kept
+    let (first, _) = new.iter().next().map(|(u, p)| (u.clone(), p)).unwrap();
+    let only_b: BTreeMap<PodUid, DesiredPod> =
+        new.into_iter().filter(|(u, _)| *u == first).collect();
+    let events = events::advance(&mut current, only_b, &now[..1], &kept);
+    assert_eq!(events, [SourceEvent::PodRemoved(uid("c"))]);
+    assert_eq!(current.keys().collect::<Vec<_>>(), [&uid("b"), &uid("k")]);
 }
 
 #[test]
