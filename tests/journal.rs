@@ -157,6 +157,57 @@ fn a_clean_close_leaves_a_sled_snapshot_past_every_record() {
     assert_eq!(j.append_record(intent(1)).unwrap(), 401);
 }
 
+/// A clean close folds a tail of 1,024 records or more that outnumbers the
+/// targets into a checkpoint, so the next start decodes the targets once
+/// instead of replaying every record; a shorter tail, or one the targets
+/// outnumber, stays as it is. The state is the same either way.
+#[test]
+fn a_clean_close_checkpoints_a_tail_longer_than_the_state() {
+    // (records appended, tail left for the next open)
+    let cases: [(u64, Option<usize>); 2] = [(1000, Some(1000)), (1200, None)];
+    for (n, tail) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+        workload(&j, n);
+        let before = j.state();
+        assert!(before.len() < 20, "a few targets");
+        j.close().unwrap();
+        let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
+        match tail {
+            Some(t) => {
+                assert_eq!(replay.tail.len(), t, "{n} records: short, kept");
+                assert!(replay.checkpoint.is_none());
+            }
+            None => {
+                assert!(replay.tail.is_empty(), "{n} records: folded");
+                let ck = replay.checkpoint.expect("a checkpoint at close");
+                assert_eq!(ck.through_seq, n);
+            }
+        }
+        assert_eq!(j.state(), before, "{n} records");
+        assert_eq!(j.append_record(intent(1)).unwrap(), n + 1);
+        drop(j);
+    }
+
+    // 1,100 targets written once each: the tail does not outnumber them
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(&cfg(dir.path())).unwrap();
+    for i in 0..1100 {
+        let mut t = target(i);
+        t.volume = UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/solo-{i}"));
+        j.append_record(Body::Intent {
+            op: Operation::SetUp,
+            steps: Steps::Single,
+            target: t.into(),
+        })
+        .unwrap();
+    }
+    j.close().unwrap();
+    let (_, replay) = Journal::open(&cfg(dir.path())).unwrap();
+    assert_eq!(replay.tail.len(), 1100);
+    assert!(replay.checkpoint.is_none());
+}
+
 /// `open_then` calls its function once, with sled's lock already held:
 /// what the daemon starts there (its read of the mount table) cannot race
 /// with another process that still holds the journal.

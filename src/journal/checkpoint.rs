@@ -123,6 +123,39 @@ impl Journal {
     }
 }
 
+/// A clean close folds a tail of at least this many records into a
+/// checkpoint (when it also outnumbers the targets).
+pub(super) const CLOSE_CHECKPOINT_FROM: u64 = 1024;
+
+impl Journal {
+    /// At a clean close: a start replays the records after the checkpoint
+    /// one by one (a sled read, a CRC and a decode each) but decodes the
+    /// checkpoint's targets from one value, so a tail that outnumbers the
+    /// targets (a node that never reached `--checkpoint-every` records,
+    /// say 1,000 CSI volumes: 4,000 records over 2,000 targets) is folded
+    /// into a checkpoint now. The stop pays O(targets) once, at most what
+    /// the next start saves. A failure only leaves the tail to replay.
+    pub(super) fn checkpoint_a_long_tail(&self) {
+        let Ok(Some((first, _))) = self.records.first() else {
+            return;
+        };
+        let Ok(first) = <[u8; 8]>::try_from(first.as_ref()).map(u64::from_be_bytes) else {
+            return;
+        };
+        let (last, targets) = {
+            let w = self.writer();
+            (w.state.last_seq(), w.state.len() as u64)
+        };
+        let tail = last.saturating_sub(first) + 1;
+        if tail < CLOSE_CHECKPOINT_FROM || tail <= targets {
+            return;
+        }
+        if let Err(e) = self.checkpoint() {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "journal: checkpoint at close");
+        }
+    }
+}
+
 /// sled 0.34 writes the snapshot of its page table only while it opens, so
 /// each start replays every log message written since the previous start
 /// (after a first start, one per record of every volume). Opened once more

@@ -459,11 +459,13 @@ impl Journal {
         })
     }
 
-    /// Flushes everything (shutdown), then has sled snapshot its log
+    /// Flushes everything (shutdown), folds a long tail into a checkpoint
+    /// (`checkpoint_a_long_tail`), then has sled snapshot its log
     /// ([`checkpoint::snapshot_log`]) and notes its files as they are
     /// ([`clean_close`]).
     pub fn close(self) -> Result<(), JournalError> {
         self.flush_or_close()?;
+        self.checkpoint_a_long_tail();
         let dir = self.dir.clone();
         drop(self);
         checkpoint::snapshot_log(&dir);
