@@ -33,7 +33,7 @@ impl Core {
         out: &mut Vec<Effect>,
     ) {
         if self.phase != Phase::Reconstructing {
-            tracing::error!("reconstruction handed over twice; the second is ignored");
+            tracing::error!(phase = ?self.phase, "reconstruction handed over outside the reconstructing phase; ignored");
             return;
         }
         w.asw = r.asw;
