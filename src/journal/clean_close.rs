@@ -97,27 +97,17 @@ pub(crate) fn note(journal: &Path) {
 /// (the same set, sizes and CRC-32s). Sizes are compared before anything
 /// is read, so a journal that changed in length costs no hashing.
 pub(crate) fn unchanged(journal: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(journal.join(FILE_NAME)) else {
+    let listed = std::fs::read_to_string(journal.join(FILE_NAME))
+        .ok()
+        .and_then(|text| parse(&text));
+    let Some(listed) = listed else {
         return false;
     };
-    let Some(listed) = parse(&text) else {
-        return false;
-    };
-    let Ok(mut rels) = super::damage::sled_files(journal) else {
-        return false;
-    };
-    rels.sort();
-    if rels.len() != listed.len() || rels.iter().zip(&listed).any(|(r, l)| *r != l.rel) {
-        return false;
-    }
     let sizes_match = listed
         .iter()
         .all(|l| std::fs::metadata(journal.join(&l.rel)).is_ok_and(|m| m.len() == l.size));
-    let mut buf = vec![0u8; CHUNK];
-    sizes_match
-        && listed
-            .iter()
-            .all(|l| seen(journal, &l.rel, &mut buf).is_ok_and(|s| s == *l))
+    // the full set, in the order the marker was written in
+    sizes_match && all_seen(journal).is_ok_and(|now| now == listed)
 }
 
 #[cfg(test)]
