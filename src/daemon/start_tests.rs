@@ -37,6 +37,10 @@ spec:
 ";
 
 fn start(sys: &Arc<RecordingSys>, dir: &Path) -> Daemon {
+    try_start(sys, dir).expect("the daemon starts on the fake")
+}
+
+fn try_start(sys: &Arc<RecordingSys>, dir: &Path) -> Result<Daemon, super::DaemonError> {
     let (journal, _) = Journal::open(&JournalConfig::new(dir.join("journal"), NODE, BOOT))
         .expect("open the journal");
     let boot = BootId::new(BOOT).expect("a boot id");
@@ -51,7 +55,6 @@ fn start(sys: &Arc<RecordingSys>, dir: &Path) -> Daemon {
         sys.clone(),
         Arc::new(Metrics::new().expect("metrics")),
     )
-    .expect("the daemon starts on the fake")
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -108,4 +111,39 @@ fn the_daemon_runs_on_the_fake_and_a_restart_mounts_nothing_again() {
         .filter(|m| m.target == target)
         .collect();
     assert_eq!(mounted.len(), 1, "mounted once: {mounted:?}");
+}
+
+/// The loop starts before reconstruction's phase 1; when phase 1 fails
+/// (its mount table cannot be read), the start stops that loop, returns
+/// the error and mounts nothing. Each read of the table in turn is made
+/// to fail: one of them is phase 1's.
+#[test]
+fn a_failed_phase_one_stops_the_loop_it_started_and_mounts_nothing() {
+    let mut failed_starts = 0;
+    for nth in 1..=3 {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir(dir.path().join("pods")).expect("the pods dir");
+        std::fs::write(dir.path().join("pods/web.yaml"), POD).expect("the manifest");
+        let sys = Arc::new(RecordingSys::new());
+        sys.fail_nth(
+            crate::host::sys::Call::ReadMountinfo,
+            nth,
+            nix::errno::Errno::EIO,
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (s, d) = (sys.clone(), dir.path().to_owned());
+        std::thread::spawn(move || {
+            let r = try_start(&s, &d).map(|daemon| daemon.stop());
+            let _ = tx.send(r.err().map(|e| e.to_string()));
+        });
+        let failed = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the start returns: the loop it started is stopped");
+        // the earlier read (making the root shared) fails before the loop
+        if failed.is_some_and(|e| e.starts_with("reconstruct")) {
+            failed_starts += 1;
+            assert!(pod_mounts(&sys).is_empty(), "{:?}", pod_mounts(&sys));
+        }
+    }
+    assert_eq!(failed_starts, 1, "phase 1 read failed exactly one start");
 }
