@@ -166,7 +166,7 @@ pub(super) fn reconstruct_first(
     started: Instant,
     early: Option<TableRead>,
 ) -> Result<(Reconstructed, MountTable, Reconstruction), DaemonError> {
-    let mut world = Reconstructed::default();
+    let mut handed = Reconstructed::default();
     // `Reconstructed` records written: none when the journal agreed with
     // the host on every target
     let mut recorded = 0;
@@ -180,7 +180,7 @@ pub(super) fn reconstruct_first(
                 &cfg.boot_id,
                 early,
             )?;
-            world.asw = ready.asw;
+            handed.asw = ready.asw;
             recorded = ready.outcome.appended.len();
             (ready.table, ready.outcome.reconstruction)
         }
@@ -193,7 +193,7 @@ pub(super) fn reconstruct_first(
                 sys: sys.as_ref(),
             };
             let r = reconstruct_ready(&host, JournalInput::Off);
-            for e in apply_to_asw(&r.output, &mut world.asw) {
+            for e in apply_to_asw(&r.output, &mut handed.asw) {
                 tracing::error!(error = %e, "reconstruction: the ASW refused a decision");
             }
             (table, r)
@@ -211,9 +211,9 @@ pub(super) fn reconstruct_first(
         recorded,
         "startup phase"
     );
-    world.unmounted_outside = log_reconstruction("reconstruction done, ASW ready", &ready.output);
-    world.failed = ready.output.failed.clone();
-    Ok((world, table, ready))
+    handed.unmounted_outside = log_reconstruction("reconstruction done, ASW ready", &ready.output);
+    handed.failed = ready.output.failed.clone();
+    Ok((handed, table, ready))
 }
 
 /// The shortest sleep of the source poller for the parsed-manifest cache
