@@ -377,6 +377,24 @@ fn trims_wait_for_idle_and_come_at_most_once_a_second() {
 }
 
 #[test]
+fn a_start_that_mounts_nothing_still_trims_once_settled_and_after_a_sweep() {
+    // a restart's merge and listings are freed though no job ever ends
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let settled = c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+    assert_eq!(c.phase(), Phase::Settled);
+    assert_eq!(names(&settled), ["sweep", "trim"]);
+    let done = vec![
+        Event::Done(Completion::Trimmed),
+        Event::Done(Completion::Swept(Swept::default())),
+    ];
+    let after = c.step(&mut w, done, ms(t0, 1), idle());
+    assert!(after.is_empty(), "rate limited: {:?}", names(&after));
+    let later = c.step(&mut w, vec![], ms(t0, 1001), idle());
+    assert_eq!(names(&later), ["trim"], "the sweep's set was freed");
+}
+
+#[test]
 fn sweeps_start_once_settled_never_beside_a_job_and_hold_passes_back() {
     let t0 = Instant::now();
     let (mut c, mut w) = core(0);

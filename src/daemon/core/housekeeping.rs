@@ -53,9 +53,12 @@ impl Core {
         out.push(Effect::Journal(JournalWork::Flush));
     }
 
-    /// Enters [`Phase::Settled`]: the first sweep is due at once.
+    /// Enters [`Phase::Settled`]: the first sweep is due at once, and a
+    /// trim (a restart that mounts nothing ends no job, yet its merge,
+    /// listings and hand-over freed more than the node's state).
     pub(super) fn settle(&mut self, now: Instant) -> Phase {
         self.timers.sweep_at = Some(now);
+        self.trim_due(now);
         Phase::Settled
     }
 
@@ -109,6 +112,8 @@ impl Core {
     /// (unless one was asked for meanwhile).
     pub(super) fn swept(&mut self, s: Swept, now: Instant) {
         self.in_flight.sweep = false;
+        // its set of known pods and its listings are freed
+        self.trim_due(now);
         self.finish.merge(s.unfinished);
         let wait = if s.changed {
             SWEEP_IDLE
@@ -132,8 +137,8 @@ impl Core {
         out.push(Effect::Journal(JournalWork::Checkpoint));
     }
 
-    /// Memory was freed (a job ended, a checkpoint was written): a trim is
-    /// due, at most every [`TRIM_EVERY`].
+    /// Memory was freed (a job ended, a checkpoint was written, the start
+    /// settled, a sweep ended): a trim is due, at most every [`TRIM_EVERY`].
     pub(super) fn trim_due(&mut self, now: Instant) {
         let soonest = self.timers.trim_not_before.map_or(now, |t| t.max(now));
         self.timers.trim_at.get_or_insert(soonest);
