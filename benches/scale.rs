@@ -37,10 +37,13 @@
 //!   or a bare number in the key's unit (milliseconds when the key has
 //!   none). So `INFO volumed::daemon: startup phase phase=mount_scan
 //!   elapsed_ms=41.2 mounts=20001` is picked up as it is.
-//! - at the largest size: **RSS** (VmRSS, RssAnon after 2 s of quiet at
-//!   all mounted; per volume, and the slope from the smallest size) and
-//!   **idle CPU** of the restarted daemon over 30 s (quick 3 s), as
-//!   `benches/daemon.rs` measures them.
+//! - **RSS** (VmRSS, RssAnon) twice: after 2 s of quiet at the first
+//!   start's all mounted, and on the restarted daemon 2 s after its first
+//!   health pass over every volume (the steady state: the monitor's records
+//!   exist then, and the restart decoded its state from the checkpoint);
+//!   at the largest size per volume, and the slope from the smallest size;
+//!   and **idle CPU** of the restarted daemon over 30 s (quick 3 s), as
+//!   `benches/daemon.rs` measures it.
 //!
 //! Then: the table, per-size growth factors (each also per doubling of
 //! the node: it should be at most 2), `scale.csv` and `phases.csv` in
@@ -501,6 +504,9 @@ struct Row {
     restart_stop: Duration,
     rss_kib: u64,
     anon_kib: u64,
+    /// the restarted daemon's, after its first health pass
+    restart_rss_kib: u64,
+    restart_anon_kib: u64,
     phases: Vec<(&'static str, Phase)>,
     restart_gap: Option<(f64, String)>,
 }
@@ -570,7 +576,7 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
         ],
     );
     std::thread::sleep(cfg.quiet);
-    let (rss_kib, anon_kib) = rss_kib(d.pid());
+    let (first_rss_kib, first_anon_kib) = rss_kib(d.pid());
     let stop = d.stop_keep_mounts();
     let below = mounts_below(&root);
     if below != n {
@@ -612,7 +618,7 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
     println!(
         "  {n} pods: first start ready {:.0} ms, all mounted {:.0} ms (DSW full {:.0} ms; floor {:.0} ms, {:.1}x); \
          stop {:.0} ms; mountinfo read {:.2} ms ({entries} entries; raw read {:.2} ms); \
-         restart ready {:.0} ms ({:.1}x the read), all in the ASW {}; VmRSS {rss_kib} KiB",
+         restart ready {:.0} ms ({:.1}x the read), all in the ASW {}; VmRSS {first_rss_kib} KiB",
         ms(first_ready),
         ms(first_mounted),
         ms(first_dsw),
@@ -625,6 +631,12 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
         restart_ready.as_secs_f64() / read.as_secs_f64(),
         restart_mounted.map_or("never".to_owned(), |m| format!("{:.0} ms", ms(m))),
     );
+    if !wait_health_pass(&r, cfg.wait) {
+        println!("  check: the restarted daemon's first health pass did not end in time");
+    }
+    std::thread::sleep(cfg.quiet);
+    let (restart_rss_kib, restart_anon_kib) = rss_kib(r.pid());
+    println!("  restarted, after its first health pass: VmRSS {restart_rss_kib} KiB");
     if largest {
         idle_cpu(&r, n, cfg.idle);
     }
@@ -649,11 +661,34 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
         restart_ready,
         restart_mounted,
         restart_stop,
-        rss_kib,
-        anon_kib,
+        rss_kib: first_rss_kib,
+        anon_kib: first_anon_kib,
+        restart_rss_kib,
+        restart_anon_kib,
         phases,
         restart_gap,
     })
+}
+
+/// Waits until the daemon's health monitor has ended a pass that found
+/// something to check (`volumed_health_pass_seconds` is set after each
+/// pass; a restart's first one covers every volume).
+fn wait_health_pass(d: &Daemon, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        let (code, body) = d.get("/metrics");
+        let passed = code == 200
+            && body.lines().any(|l| {
+                l.strip_prefix("volumed_health_pass_seconds ")
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .is_some_and(|v| v > 0.0)
+            });
+        if passed {
+            return true;
+        }
+        std::thread::sleep(MOUNTED_POLL);
+    }
+    false
 }
 
 /// The daemon's CPU over `window` while it holds `n` volumes and nothing
@@ -778,23 +813,43 @@ fn print_memory(rows: &[Row]) {
     let (Some(lo), Some(hi)) = (rows.first(), rows.last()) else {
         return;
     };
-    let slope = if hi.pods > lo.pods {
-        format!(
-            "; slope from {} volumes {:.2} KiB/volume (RssAnon {:.2})",
-            lo.pods,
-            (hi.rss_kib as f64 - lo.rss_kib as f64) / (hi.pods - lo.pods) as f64,
-            (hi.anon_kib as f64 - lo.anon_kib as f64) / (hi.pods - lo.pods) as f64
-        )
-    } else {
-        String::new()
+    let per = |kib: u64| kib as f64 / hi.pods as f64;
+    let slope = |hi_kib: u64, lo_kib: u64| {
+        (hi_kib as f64 - lo_kib as f64) / hi.pods.saturating_sub(lo.pods).max(1) as f64
+    };
+    let slopes = |what: &str, (h, l): (u64, u64), (ha, la): (u64, u64)| {
+        if hi.pods > lo.pods {
+            format!(
+                "; {what} slope from {} volumes {:.2} KiB/volume (RssAnon {:.2})",
+                lo.pods,
+                slope(h, l),
+                slope(ha, la)
+            )
+        } else {
+            String::new()
+        }
     };
     println!(
         "memory at {} volumes (first start, all mounted): VmRSS {} KiB = {:.2} KiB/volume, \
-         RssAnon {} KiB{slope}",
+         RssAnon {} KiB{}",
         hi.pods,
         hi.rss_kib,
-        hi.rss_kib as f64 / hi.pods as f64,
-        hi.anon_kib
+        per(hi.rss_kib),
+        hi.anon_kib,
+        slopes("its", (hi.rss_kib, lo.rss_kib), (hi.anon_kib, lo.anon_kib))
+    );
+    println!(
+        "memory at {} volumes (restarted, after its first health pass): VmRSS {} KiB = \
+         {:.2} KiB/volume, RssAnon {} KiB{}",
+        hi.pods,
+        hi.restart_rss_kib,
+        per(hi.restart_rss_kib),
+        hi.restart_anon_kib,
+        slopes(
+            "its",
+            (hi.restart_rss_kib, lo.restart_rss_kib),
+            (hi.restart_anon_kib, lo.restart_anon_kib)
+        )
     );
 }
 
@@ -802,13 +857,14 @@ fn write_csv(dir: &Path, rows: &[Row]) {
     let mut csv = String::from(
         "pods,volumes,first_ready_ms,first_dsw_ms,first_mounted_ms,floor_mounts_ms,stop_ms,\
          mountinfo_read_ms,mountinfo_raw_read_ms,restart_ready_ms,restart_mounted_ms,\
-         restart_over_read,restart_stop_ms,rss_kib,rss_anon_kib\n",
+         restart_over_read,restart_stop_ms,rss_kib,rss_anon_kib,restart_rss_kib,\
+         restart_rss_anon_kib\n",
     );
     let o = |d: Option<Duration>| d.map_or(String::new(), |d| format!("{:.3}", ms(d)));
     for r in rows {
         let _ = writeln!(
             csv,
-            "{},{},{:.3},{},{},{:.3},{:.3},{:.4},{:.4},{:.3},{},{:.2},{:.3},{},{}",
+            "{},{},{:.3},{},{},{:.3},{:.3},{:.4},{:.4},{:.3},{},{:.2},{:.3},{},{},{},{}",
             r.pods,
             r.pods,
             ms(r.first_ready),
@@ -823,7 +879,9 @@ fn write_csv(dir: &Path, rows: &[Row]) {
             r.ratio(),
             ms(r.restart_stop),
             r.rss_kib,
-            r.anon_kib
+            r.anon_kib,
+            r.restart_rss_kib,
+            r.restart_anon_kib
         );
     }
     let mut phases = String::from("pods,start,phase,ends_at_ms,elapsed_ms\n");
