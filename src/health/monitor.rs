@@ -23,7 +23,7 @@ use super::csi::{self, CsiChecked};
 use super::decide::{Finding, Transition, csi_condition, native_condition, pod_events, transition};
 use super::events::EventSink;
 use super::probe::{self, Baselines, TableGate};
-use super::store::{Judged, Store};
+use super::store::{Judged, Store, share};
 use super::{HealthConfig, Subject, Usage};
 use crate::csi::registry::Drivers;
 use crate::host::sys::Sys;
@@ -232,7 +232,7 @@ impl Runner {
         started: Instant,
         baselines: &Arc<Baselines>,
         unchanged: bool,
-    ) -> Vec<(Subject, Option<Checked>)> {
+    ) -> impl Iterator<Item = (Subject, Option<Checked>)> + use<> {
         let n = work.len();
         let slots: Arc<Mutex<Vec<Option<Checked>>>> = Arc::new(Mutex::new(vec![None; n]));
         let timeout = self.parts.config.timeout;
@@ -297,19 +297,26 @@ impl Runner {
         let slots = std::mem::take(&mut *lock(&slots));
         // a prober abandoned in a hung call still holds `work`
         let work = Arc::try_unwrap(work).unwrap_or_else(|w| (*w).clone());
-        work.into_iter().zip(slots).collect()
+        // zipped as applied: a third vector as long as the pass was the
+        // largest thing it held
+        work.into_iter().zip(slots)
     }
 
     /// Applies the results (every subject of the pass; `None`: its check
     /// did not run): conditions, events, gauges. A record is updated in
     /// place and stamped with the pass; those left unstamped are no longer
     /// mounted and forgotten, but hung ones keep what they had.
-    fn apply(&self, hung: &HashSet<UniqueVolumeName>, results: Vec<(Subject, Option<Checked>)>) {
+    fn apply(
+        &self,
+        hung: &HashSet<UniqueVolumeName>,
+        results: impl Iterator<Item = (Subject, Option<Checked>)>,
+    ) {
         let now = SystemTime::now();
         let mut events = Vec::new();
         let mut store = lock(&self.shared.store);
         let this_pass = store.passes + 1;
         let mut added = false;
+        let mut last = None;
         for (subject, checked) in results {
             let Some(checked) = checked else {
                 if let Some(r) = store.volumes.get_mut(&subject.volume) {
@@ -359,7 +366,7 @@ impl Runner {
                 if t != Transition::None {
                     events.extend(pod_events(&subject.pods, &new, t, now));
                 }
-                condition = Some(new);
+                condition = Some(share(condition, new, &mut last));
             }
             added |= store.put(
                 subject,

@@ -64,7 +64,7 @@ pub fn conditions(store: &Store) -> BTreeMap<String, HealthJson> {
         .filter_map(|(v, r)| {
             Some((
                 v.as_str().to_owned(),
-                HealthJson::from(r.condition.as_ref()?),
+                HealthJson::from(&**r.condition.as_ref()?),
             ))
         })
         .collect()
@@ -77,7 +77,7 @@ pub fn fill_state(store: &Store, s: &mut crate::state::StateSnapshot) {
         v.health = store
             .volumes
             .get(&v.volume)
-            .and_then(|r| r.condition.as_ref())
+            .and_then(|r| r.condition.as_deref())
             .map(HealthJson::from);
     }
     s.pod_volume_health = pod_volume_health(store)
@@ -200,7 +200,7 @@ pub fn document(store: &Store) -> HealthDoc {
                     namespace: c.namespace.clone(),
                     name: c.name.clone(),
                 }),
-                health: r.condition.as_ref().map(HealthJson::from),
+                health: r.condition.as_deref().map(HealthJson::from),
                 usage: r.usage.map(UsageJson::from),
                 checked: rfc3339(r.checked),
                 pods: r.pods.iter().map(|p| p.uid.as_str().to_owned()).collect(),
@@ -318,7 +318,7 @@ mod tests {
         let abnormal = super::super::decide::native_condition(vec![full], t);
         let healthy = super::super::decide::native_condition(vec![], t);
         let judged = |condition: &Condition, pass| Judged {
-            condition: Some(condition.clone()),
+            condition: Some(Arc::new(condition.clone())),
             usage: None,
             checked: t,
             pass,

@@ -3,6 +3,7 @@
 //! the spec and the paths, for the checks alone).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{Claim, Condition, PodTarget, Subject, Usage};
@@ -27,8 +28,9 @@ pub struct Record {
     /// the claim for a PVC-backed volume
     pub claim: Option<Box<Claim>>,
     /// the condition; `None` until one was judged (a CSI driver without
-    /// `VOLUME_CONDITION` never gives one)
-    pub condition: Option<Condition>,
+    /// `VOLUME_CONDITION` never gives one). Shared by the records whose
+    /// conditions are equal (see [`share`]).
+    pub condition: Option<Arc<Condition>>,
     /// the usage last measured
     pub usage: Option<Usage>,
     /// when it was last checked
@@ -48,7 +50,7 @@ pub struct Store {
 
 /// What a pass learnt of one checked volume.
 pub(super) struct Judged {
-    pub(super) condition: Option<Condition>,
+    pub(super) condition: Option<Arc<Condition>>,
     pub(super) usage: Option<Usage>,
     pub(super) checked: SystemTime,
     pub(super) pass: u64,
@@ -111,6 +113,26 @@ impl Store {
     }
 }
 
+/// `new` as a volume keeps it: its `old` one when equal, else the pass's
+/// `last` judged one when equal, else a new one that becomes `last`. The
+/// volumes a pass finds healthy share one condition (it is the same to the
+/// second), not a copy each.
+pub(super) fn share(
+    old: Option<Arc<Condition>>,
+    new: Condition,
+    last: &mut Option<Arc<Condition>>,
+) -> Arc<Condition> {
+    if let Some(old) = old.filter(|o| **o == new) {
+        return old;
+    }
+    if let Some(l) = last.as_ref().filter(|l| ***l == new) {
+        return l.clone();
+    }
+    let new = Arc::new(new);
+    *last = Some(new.clone());
+    new
+}
+
 /// The names of `pods` as the store keeps them.
 fn pod_names(pods: &[PodTarget]) -> Box<[PodName]> {
     pods.iter()
@@ -129,4 +151,48 @@ fn same_pods(kept: &[PodName], pods: &[PodTarget]) -> bool {
             .iter()
             .zip(pods)
             .all(|(k, p)| k.uid == p.uid && k.outer_name == p.outer_name)
+}
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::health::Source;
+
+    fn condition(reason: &'static str, secs: u64) -> Condition {
+        Condition {
+            abnormal: reason != "Healthy",
+            reason,
+            message: Cow::Borrowed("m"),
+            since: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+            source: Source::Native,
+            findings: Vec::new(),
+        }
+    }
+
+    /// A volume keeps its own condition while it is unchanged, else takes
+    /// the one judged last when equal (the same check at the same second),
+    /// else a new one, which is then the one to share.
+    #[test]
+    fn equal_conditions_are_one_shared_condition() {
+        let old = Arc::new(condition("Healthy", 1));
+        let mut last = Some(Arc::new(condition("Healthy", 2)));
+        let before = last.clone().unwrap();
+
+        let kept = share(Some(old.clone()), condition("Healthy", 1), &mut last);
+        assert!(Arc::ptr_eq(&kept, &old), "unchanged: its own");
+        let taken = share(Some(old.clone()), condition("Healthy", 2), &mut last);
+        assert!(Arc::ptr_eq(&taken, &before), "equal to the last: the last");
+        let taken = share(None, condition("Healthy", 2), &mut last);
+        assert!(Arc::ptr_eq(&taken, &before), "a new volume too");
+
+        let full = share(Some(old.clone()), condition("OutOfSpace", 2), &mut last);
+        assert_eq!(*full, condition("OutOfSpace", 2));
+        assert!(!Arc::ptr_eq(&full, &old) && !Arc::ptr_eq(&full, &before));
+        assert!(Arc::ptr_eq(last.as_ref().unwrap(), &full), "now the last");
+        let mut none = None;
+        let first = share(None, condition("Healthy", 3), &mut none);
+        assert!(Arc::ptr_eq(none.as_ref().unwrap(), &first));
+    }
 }
