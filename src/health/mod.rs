@@ -53,7 +53,7 @@ use crate::model::{
 pub use decide::{Finding, Severity};
 pub use events::{EventSink, RecentEvents, VolumeEvent};
 pub use monitor::{HealthMetrics, Monitor, MonitorParts};
-pub use store::{PodName, Record, Store};
+pub use store::{PodName, PodNames, Record, Store};
 
 /// The kubelet's feature gate name.
 pub const CSI_VOLUME_HEALTH: &str = "CSIVolumeHealth";

@@ -35,10 +35,10 @@ pub(super) struct Baseline {
     errors: Option<Box<(PathBuf, u64)>>,
 }
 
-/// What is remembered per mount target path (keyed by the subject's shared
-/// handle: no copy of the path); `None`: the table showed no mount there
-/// when last looked.
-pub(super) type Baselines = FxHashMap<SharedPath, Option<Baseline>>;
+/// What is remembered per mount target path where the table showed a
+/// mount (keyed by the subject's shared handle: no copy of the path); a
+/// target without one is looked up again each pass.
+pub(super) type Baselines = FxHashMap<SharedPath, Baseline>;
 
 /// The mount targets of `s`: the device target, then the pods' mounts.
 fn mount_targets(s: &Subject) -> impl Iterator<Item = &SharedPath> {
@@ -73,7 +73,7 @@ pub(super) fn learn(sys: &dyn Sys, subjects: &[&Subject], known: &mut Baselines)
     for s in subjects {
         let data = data_path(s);
         for t in mount_targets(s) {
-            if !matches!(known.get(t), Some(Some(_))) {
+            if !known.contains_key(t) {
                 wanted.push((t, Some(&**t) == data));
             }
         }
@@ -89,8 +89,9 @@ pub(super) fn learn(sys: &dyn Sys, subjects: &[&Subject], known: &mut Baselines)
         }
     };
     for (path, is_data) in wanted {
-        let b = baseline(sys, &table, path, is_data);
-        known.insert(path.clone(), b);
+        if let Some(b) = baseline(sys, &table, path, is_data) {
+            known.insert(path.clone(), b);
+        }
     }
 }
 
@@ -222,7 +223,7 @@ pub(super) fn check(
     let mut data_baseline = None;
     for t in mount_targets(s) {
         let t: &Path = t;
-        let b = known.get(t).and_then(Option::as_ref);
+        let b = known.get(t);
         match seen(sys, t, b, unchanged) {
             Ok(m) => {
                 if Some(t) == data {

@@ -103,7 +103,7 @@ pub fn pod_volume_health(store: &Store) -> BTreeMap<String, Vec<PodVolumeHealth>
                 message: Some(f.message.clone()),
             })
             .collect();
-        for p in &r.pods {
+        for p in r.pods.iter() {
             out.entry(p.uid.as_str().to_owned())
                 .or_default()
                 .push(PodVolumeHealth {

@@ -18,13 +18,33 @@ pub struct PodName {
     pub outer_name: SharedStr,
 }
 
+/// The pods of a record: one inline (most volumes have one), else boxed.
+/// Reads as a slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodNames {
+    /// a volume one pod uses
+    One(PodName),
+    /// any other number of pods
+    Many(Box<[PodName]>),
+}
+
+impl std::ops::Deref for PodNames {
+    type Target = [PodName];
+    fn deref(&self) -> &[PodName] {
+        match self {
+            PodNames::One(p) => std::slice::from_ref(p),
+            PodNames::Many(ps) => ps,
+        }
+    }
+}
+
 /// One volume as last checked.
 #[derive(Debug, Clone)]
 pub struct Record {
     /// its plugin
     pub plugin: PluginName,
     /// the pods whose mounted targets were checked
-    pub pods: Box<[PodName]>,
+    pub pods: PodNames,
     /// the claim for a PVC-backed volume
     pub claim: Option<Box<Claim>>,
     /// the condition; `None` until one was judged (a CSI driver without
@@ -134,13 +154,15 @@ pub(super) fn share(
 }
 
 /// The names of `pods` as the store keeps them.
-fn pod_names(pods: &[PodTarget]) -> Box<[PodName]> {
-    pods.iter()
-        .map(|p| PodName {
-            uid: p.uid.clone(),
-            outer_name: p.outer_name.clone(),
-        })
-        .collect()
+fn pod_names(pods: &[PodTarget]) -> PodNames {
+    let name = |p: &PodTarget| PodName {
+        uid: p.uid.clone(),
+        outer_name: p.outer_name.clone(),
+    };
+    match pods {
+        [p] => PodNames::One(name(p)),
+        _ => PodNames::Many(pods.iter().map(name).collect()),
+    }
 }
 
 /// Whether `kept` names `pods`, in order: a record whose pods did not
