@@ -297,8 +297,8 @@ impl Runner {
         let slots = std::mem::take(&mut *lock(&slots));
         // a prober abandoned in a hung call still holds `work`
         let work = Arc::try_unwrap(work).unwrap_or_else(|w| (*w).clone());
-        // zipped as applied: a third vector as long as the pass was the
-        // largest thing it held
+        // zipped as applied, not collected: a third vector as long as the
+        // pass would be the largest thing it holds
         work.into_iter().zip(slots)
     }
 

@@ -65,9 +65,9 @@ fn data_path(s: &Subject) -> Option<&Path> {
     }
 }
 
-/// Remembers the mount at every target of `subjects` not known yet (or
-/// absent when last looked): one table read when there is any, none
-/// otherwise. Forgets targets no subject has.
+/// Remembers the mount at every target of `subjects` without one (new,
+/// or showing none when last looked): one table read when there is any,
+/// none otherwise. Forgets targets no subject has.
 pub(super) fn learn(sys: &dyn Sys, subjects: &[&Subject], known: &mut Baselines) {
     let mut wanted: Vec<(&SharedPath, bool)> = Vec::new();
     for s in subjects {
