@@ -69,7 +69,7 @@ fn subjects(paths: &[PathBuf]) -> Vec<Subject> {
                 pods: vec![PodTarget {
                     uid,
                     outer_name: "cache".into(),
-                    path: p.clone(),
+                    path: p.as_path().into(),
                     kind: TargetKind::Mount,
                     pod: None,
                 }],

@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 
 use super::effects::World;
-use crate::health::{HealthConfig, Monitor, MonitorParts, PodTarget, Subject};
+use crate::health::{Claim, HealthConfig, Monitor, MonitorParts, PodTarget, Subject};
 use crate::host::sys::Sys;
 use crate::metrics::Metrics;
-use crate::model::MountState;
+use crate::model::{MountState, SharedPath};
 
 /// Every volume with a target the ASW has mounted, with only those targets.
 pub(super) fn subjects(w: &World) -> Vec<Subject> {
@@ -18,7 +18,8 @@ pub(super) fn subjects(w: &World) -> Vec<Subject> {
             .device
             .as_ref()
             .filter(|d| d.state == MountState::Mounted)
-            .and_then(|d| d.mount_path.clone());
+            .and_then(|d| d.mount_path.as_deref())
+            .map(SharedPath::from);
         let mut claim = None;
         let pods: Vec<PodTarget> = v
             .pods
@@ -30,12 +31,15 @@ pub(super) fn subjects(w: &World) -> Vec<Subject> {
                     && let Some(e) = entry
                     && let Some(c) = e.claims.get(p.mount.outer_name.as_str())
                 {
-                    claim = Some((e.pod.namespace.clone(), c.clone()));
+                    claim = Some(Box::new(Claim {
+                        namespace: e.pod.namespace.clone(),
+                        name: c.clone(),
+                    }));
                 }
                 PodTarget {
                     uid: uid.clone(),
-                    outer_name: p.mount.outer_name.as_str().to_owned(),
-                    path: p.mount.mount_path.to_path_buf(),
+                    outer_name: p.mount.outer_name.clone(),
+                    path: p.mount.mount_path.clone(),
                     kind: p.mount.kind,
                     pod: entry.map(|e| e.pod.clone()),
                 }

@@ -19,6 +19,7 @@
 
 use serde::Serialize;
 
+use std::borrow::Cow;
 use std::time::SystemTime;
 
 use super::events::{ABNORMAL, NORMAL, VolumeEvent};
@@ -246,15 +247,17 @@ pub fn transition(before: Option<(bool, &str)>, now: (bool, &str)) -> Transition
 /// A native check's findings as the volume's condition.
 pub(super) fn native_condition(findings: Vec<Finding>, now: SystemTime) -> Condition {
     let abnormal = !findings.is_empty();
-    let reason = findings.first().map_or("Healthy", |f| f.reason).to_owned();
+    let reason = findings.first().map_or("Healthy", |f| f.reason);
     let message = if abnormal {
-        findings
-            .iter()
-            .map(|f| f.message.as_str())
-            .collect::<Vec<_>>()
-            .join("; ")
+        Cow::Owned(
+            findings
+                .iter()
+                .map(|f| f.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
     } else {
-        "no problem found".to_owned()
+        Cow::Borrowed("no problem found")
     };
     Condition {
         abnormal,
@@ -283,8 +286,8 @@ pub(super) fn csi_condition(abnormal: bool, message: String, now: SystemTime) ->
     };
     Condition {
         abnormal,
-        reason: reason.to_owned(),
-        message,
+        reason,
+        message: Cow::Owned(message),
         since: now,
         source: Source::Csi,
         findings,

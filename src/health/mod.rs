@@ -38,18 +38,22 @@ pub mod events;
 mod monitor;
 mod probe;
 pub mod report;
+mod store;
 
-use std::path::PathBuf;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::model::{PluginName, PodUid, TargetKind, UniqueVolumeName, VolumeSpec};
+use crate::model::{
+    PluginName, PodUid, SharedPath, SharedStr, TargetKind, UniqueVolumeName, VolumeSpec,
+};
 
 pub use decide::{Finding, Severity};
 pub use events::{EventSink, RecentEvents, VolumeEvent};
-pub use monitor::{HealthMetrics, Monitor, MonitorParts, Record, Store};
+pub use monitor::{HealthMetrics, Monitor, MonitorParts};
+pub use store::{PodName, PodNames, Record, Store};
 
 /// The kubelet's feature gate name.
 pub const CSI_VOLUME_HEALTH: &str = "CSIVolumeHealth";
@@ -171,15 +175,17 @@ pub struct PodEntry {
     pub from_api: bool,
 }
 
-/// One mounted pod target of a volume to check.
+/// One mounted pod target of a volume to check. Its names and path are
+/// the ASW's handles: a pass's copy of every target costs counts, not
+/// bytes.
 #[derive(Debug, Clone)]
 pub struct PodTarget {
     /// the pod
     pub uid: PodUid,
     /// `pod.spec.volumes[x].name` (empty when rebuilt from the host alone)
-    pub outer_name: String,
+    pub outer_name: SharedStr,
     /// the target path
-    pub path: PathBuf,
+    pub path: SharedPath,
     /// what the target is on disk
     pub kind: TargetKind,
     /// the pod's names, when a source still lists it
@@ -196,11 +202,21 @@ pub struct Subject {
     /// its spec; `None` when rebuilt from the host alone
     pub spec: Option<Arc<VolumeSpec>>,
     /// the device target's mount path, when mounted
-    pub device: Option<PathBuf>,
+    pub device: Option<SharedPath>,
     /// the mounted pod targets
     pub pods: Vec<PodTarget>,
-    /// the claim (namespace, name) for a PVC-backed volume
-    pub claim: Option<(String, String)>,
+    /// the claim for a PVC-backed volume (boxed: rare on most nodes, and
+    /// the store keeps it as it is)
+    pub claim: Option<Box<Claim>>,
+}
+
+/// A PVC's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// its namespace
+    pub namespace: String,
+    /// its name
+    pub name: String,
 }
 
 /// A volume's usage, as `kubelet_volume_stats_*` report it.
@@ -240,10 +256,12 @@ impl From<crate::host::sys::FsUsage> for Usage {
 pub struct Condition {
     /// abnormal or not
     pub abnormal: bool,
-    /// CamelCase: the first finding's reason, or `Healthy`
-    pub reason: String,
-    /// every finding's message, or the driver's
-    pub message: String,
+    /// CamelCase: the first finding's reason, or `Healthy` (a fixed set:
+    /// no allocation per volume)
+    pub reason: &'static str,
+    /// every finding's message, or the driver's (a normal native
+    /// condition's is static)
+    pub message: Cow<'static, str>,
     /// since when `abnormal` and `reason` are what they are
     pub since: SystemTime,
     /// who judged

@@ -12,7 +12,7 @@
 //! volume marked hung is left out of later passes until its call returns,
 //! so a dead server costs one stuck thread, not one per pass.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,7 +23,8 @@ use super::csi::{self, CsiChecked};
 use super::decide::{Finding, Transition, csi_condition, native_condition, pod_events, transition};
 use super::events::EventSink;
 use super::probe::{self, Baselines, TableGate};
-use super::{Condition, HealthConfig, Subject, Usage};
+use super::store::{Judged, Store, share};
+use super::{HealthConfig, Subject, Usage};
 use crate::csi::registry::Drivers;
 use crate::host::sys::Sys;
 use crate::model::{PluginName, UniqueVolumeName};
@@ -44,31 +45,6 @@ pub struct MonitorParts {
     pub sink: Arc<dyn EventSink>,
     /// the gauges and counters, when metrics are kept
     pub metrics: Option<HealthMetrics>,
-}
-
-/// One volume as last checked.
-#[derive(Debug, Clone)]
-pub struct Record {
-    /// what was checked
-    pub subject: Subject,
-    /// the condition; `None` until one was judged (a CSI driver without
-    /// `VOLUME_CONDITION` never gives one)
-    pub condition: Option<Condition>,
-    /// the usage last measured
-    pub usage: Option<Usage>,
-    /// when it was last checked
-    pub checked: SystemTime,
-    /// the last pass that found it mounted (see [`Store::passes`])
-    pub pass: u64,
-}
-
-/// What the reports read.
-#[derive(Debug, Default)]
-pub struct Store {
-    /// by volume
-    pub volumes: BTreeMap<UniqueVolumeName, Record>,
-    /// passes completed
-    pub passes: u64,
 }
 
 /// The result of one volume's check.
@@ -256,7 +232,7 @@ impl Runner {
         started: Instant,
         baselines: &Arc<Baselines>,
         unchanged: bool,
-    ) -> Vec<(Subject, Option<Checked>)> {
+    ) -> impl Iterator<Item = (Subject, Option<Checked>)> + use<> {
         let n = work.len();
         let slots: Arc<Mutex<Vec<Option<Checked>>>> = Arc::new(Mutex::new(vec![None; n]));
         let timeout = self.parts.config.timeout;
@@ -321,18 +297,26 @@ impl Runner {
         let slots = std::mem::take(&mut *lock(&slots));
         // a prober abandoned in a hung call still holds `work`
         let work = Arc::try_unwrap(work).unwrap_or_else(|w| (*w).clone());
-        work.into_iter().zip(slots).collect()
+        // zipped as applied, not collected: a third vector as long as the
+        // pass would be the largest thing it holds
+        work.into_iter().zip(slots)
     }
 
     /// Applies the results (every subject of the pass; `None`: its check
     /// did not run): conditions, events, gauges. A record is updated in
     /// place and stamped with the pass; those left unstamped are no longer
     /// mounted and forgotten, but hung ones keep what they had.
-    fn apply(&self, hung: &HashSet<UniqueVolumeName>, results: Vec<(Subject, Option<Checked>)>) {
+    fn apply(
+        &self,
+        hung: &HashSet<UniqueVolumeName>,
+        results: impl Iterator<Item = (Subject, Option<Checked>)>,
+    ) {
         let now = SystemTime::now();
         let mut events = Vec::new();
         let mut store = lock(&self.shared.store);
         let this_pass = store.passes + 1;
+        let mut added = false;
+        let mut last = None;
         for (subject, checked) in results {
             let Some(checked) = checked else {
                 if let Some(r) = store.volumes.get_mut(&subject.volume) {
@@ -340,10 +324,10 @@ impl Runner {
                 }
                 continue;
             };
-            let prev = store.volumes.get_mut(&subject.volume);
-            let (mut condition, mut usage) = prev
-                .as_ref()
-                .map(|r| (r.condition.clone(), r.usage))
+            let (mut condition, mut usage) = store
+                .volumes
+                .get_mut(&subject.volume)
+                .map(|r| (r.condition.take(), r.usage))
                 .unwrap_or((None, None));
             let judged = match checked {
                 Checked::Native(findings, u) => {
@@ -371,8 +355,8 @@ impl Runner {
                 Checked::TimedOut => None,
             };
             if let Some(mut new) = judged {
-                let before = condition.as_ref().map(|c| (c.abnormal, c.reason.as_str()));
-                let t = transition(before, (new.abnormal, &new.reason));
+                let before = condition.as_ref().map(|c| (c.abnormal, c.reason));
+                let t = transition(before, (new.abnormal, new.reason));
                 match (&condition, t) {
                     (Some(old), Transition::None) if old.abnormal == new.abnormal => {
                         new.since = old.since;
@@ -382,43 +366,27 @@ impl Runner {
                 if t != Transition::None {
                     events.extend(pod_events(&subject.pods, &new, t, now));
                 }
-                condition = Some(new);
+                condition = Some(share(condition, new, &mut last));
             }
-            let record = Record {
+            added |= store.put(
                 subject,
-                condition,
-                usage,
-                checked: now,
-                pass: this_pass,
-            };
-            match prev {
-                Some(r) => *r = record,
-                None => {
-                    store.volumes.insert(record.subject.volume.clone(), record);
-                }
-            }
+                Judged {
+                    condition,
+                    usage,
+                    checked: now,
+                    pass: this_pass,
+                },
+            );
         }
-        let gone: Vec<Record> = {
-            let drop_keys: Vec<UniqueVolumeName> = store
-                .volumes
-                .iter()
-                .filter(|(k, r)| r.pass != this_pass && !hung.contains(*k))
-                .map(|(k, _)| k.clone())
-                .collect();
-            drop_keys
-                .iter()
-                .filter_map(|k| store.volumes.remove(k))
-                .collect()
-        };
-        store.passes = this_pass;
+        let gone = store.end_pass(this_pass, hung, added);
         if let Some(m) = &self.parts.metrics {
             for r in &gone {
-                if let Some((ns, claim)) = &r.subject.claim {
-                    m.forget(ns, claim);
+                if let Some(c) = &r.claim {
+                    m.forget(&c.namespace, &c.name);
                 }
             }
             for r in store.volumes.values() {
-                let Some((ns, claim)) = &r.subject.claim else {
+                let Some(c) = &r.claim else {
                     continue;
                 };
                 let f = r.usage.map_or([None; 6], |u| {
@@ -431,7 +399,12 @@ impl Runner {
                         u.inodes_used,
                     ]
                 });
-                m.set(ns, claim, &f, r.condition.as_ref().map(|c| c.abnormal));
+                m.set(
+                    &c.namespace,
+                    &c.name,
+                    &f,
+                    r.condition.as_ref().map(|c| c.abnormal),
+                );
             }
         }
         drop(store);
@@ -540,7 +513,7 @@ mod tests {
 
     /// The `statfs` calls on `s`'s target that got past their stall.
     fn statfs_calls(sys: &RecordingSys, s: &Subject) -> usize {
-        let path = &s.pods[0].path;
+        let path: &Path = &s.pods[0].path;
         sys.calls()
             .iter()
             .filter(|c| matches!(c, SysCall::Statfs { path: p } if p == path))
@@ -549,7 +522,7 @@ mod tests {
 
     /// The calls on `s`'s target that got past their stall.
     fn calls_on(sys: &RecordingSys, s: &Subject) -> usize {
-        let path = &s.pods[0].path;
+        let path: &Path = &s.pods[0].path;
         sys.calls()
             .iter()
             .filter(|c| match c {

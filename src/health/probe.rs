@@ -20,7 +20,7 @@ use super::decide::{DirUsage, Finding, Gone, MountSeen, Observation, findings};
 use super::{Subject, Usage};
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{Errno, Sys};
-use crate::model::{DevId, StorageMedium, TargetKind, VolumeSpec};
+use crate::model::{DevId, SharedPath, StorageMedium, TargetKind, VolumeSpec};
 
 /// sysfs attributes are one page at most.
 const SYSFS_LIMIT: u64 = 4096;
@@ -30,21 +30,23 @@ const SYSFS_LIMIT: u64 = 4096;
 pub(super) struct Baseline {
     mnt_id: u64,
     dev: DevId,
-    /// ext4's `errors_count` file and its value when first read
-    errors: Option<(PathBuf, u64)>,
+    /// ext4's `errors_count` file and its value when first read (boxed:
+    /// only an ext4 volume's data mount has one)
+    errors: Option<Box<(PathBuf, u64)>>,
 }
 
-/// What is remembered per mount target path; `None`: the table showed no
-/// mount there when last looked.
-pub(super) type Baselines = FxHashMap<PathBuf, Option<Baseline>>;
+/// What is remembered per mount target path where the table showed a
+/// mount (keyed by the subject's shared handle: no copy of the path); a
+/// target without one is looked up again each pass.
+pub(super) type Baselines = FxHashMap<SharedPath, Baseline>;
 
 /// The mount targets of `s`: the device target, then the pods' mounts.
-fn mount_targets(s: &Subject) -> impl Iterator<Item = &Path> {
-    s.device.iter().map(PathBuf::as_path).chain(
+fn mount_targets(s: &Subject) -> impl Iterator<Item = &SharedPath> {
+    s.device.iter().chain(
         s.pods
             .iter()
             .filter(|p| p.kind == TargetKind::Mount)
-            .map(|p| p.path.as_path()),
+            .map(|p| &p.path),
     )
 }
 
@@ -63,16 +65,16 @@ fn data_path(s: &Subject) -> Option<&Path> {
     }
 }
 
-/// Remembers the mount at every target of `subjects` not known yet (or
-/// absent when last looked): one table read when there is any, none
-/// otherwise. Forgets targets no subject has.
+/// Remembers the mount at every target of `subjects` without one (new,
+/// or showing none when last looked): one table read when there is any,
+/// none otherwise. Forgets targets no subject has.
 pub(super) fn learn(sys: &dyn Sys, subjects: &[&Subject], known: &mut Baselines) {
-    let mut wanted: Vec<(&Path, bool)> = Vec::new();
+    let mut wanted: Vec<(&SharedPath, bool)> = Vec::new();
     for s in subjects {
         let data = data_path(s);
         for t in mount_targets(s) {
-            if !matches!(known.get(t), Some(Some(_))) {
-                wanted.push((t, Some(t) == data));
+            if !known.contains_key(t) {
+                wanted.push((t, Some(&**t) == data));
             }
         }
     }
@@ -87,8 +89,9 @@ pub(super) fn learn(sys: &dyn Sys, subjects: &[&Subject], known: &mut Baselines)
         }
     };
     for (path, is_data) in wanted {
-        let b = baseline(sys, &table, path, is_data);
-        known.insert(path.to_owned(), b);
+        if let Some(b) = baseline(sys, &table, path, is_data) {
+            known.insert(path.clone(), b);
+        }
     }
 }
 
@@ -97,8 +100,12 @@ pub(super) fn prune(subjects: &[&Subject], known: &mut Baselines) {
     if known.is_empty() {
         return;
     }
-    let live: FxHashSet<&Path> = subjects.iter().flat_map(|s| mount_targets(s)).collect();
-    known.retain(|p, _| live.contains(p.as_path()));
+    let live: FxHashSet<&Path> = subjects
+        .iter()
+        .flat_map(|s| mount_targets(s))
+        .map(|p| &**p)
+        .collect();
+    known.retain(|p, _| live.contains(&**p));
 }
 
 fn baseline(sys: &dyn Sys, table: &MountTable, path: &Path, is_data: bool) -> Option<Baseline> {
@@ -106,7 +113,10 @@ fn baseline(sys: &dyn Sys, table: &MountTable, path: &Path, is_data: bool) -> Op
     let errors = (is_data && m.fs_type == "ext4" && m.dev.major != 0)
         .then(|| ext4_errors_file(sys, m.dev))
         .flatten()
-        .and_then(|f| Some((f.clone(), read_count(sys, &f)?)));
+        .and_then(|f| {
+            let n = read_count(sys, &f)?;
+            Some(Box::new((f, n)))
+        });
     Some(Baseline {
         mnt_id: u64::from(m.mount_id),
         dev: m.dev,
@@ -212,7 +222,8 @@ pub(super) fn check(
     let mut data_intact = true;
     let mut data_baseline = None;
     for t in mount_targets(s) {
-        let b = known.get(t).and_then(Option::as_ref);
+        let t: &Path = t;
+        let b = known.get(t);
         match seen(sys, t, b, unchanged) {
             Ok(m) => {
                 if Some(t) == data {
@@ -268,9 +279,10 @@ pub(super) fn check(
         }
         _ => {}
     }
-    if let Some((file, first)) = data_baseline.and_then(|b| b.errors.as_ref())
+    if let Some(e) = data_baseline.and_then(|b| b.errors.as_deref())
         && data_intact
     {
+        let (file, first) = e;
         o.fs_errors = read_count(sys, file).map(|now| (*first, now));
     }
     if let Some(path) = data.filter(|_| data_intact) {

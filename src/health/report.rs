@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{PodVolumeHealth, VolumeHealthCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
-use super::monitor::Store;
+use super::store::Store;
 use super::{Condition, Usage};
 
 /// `time` to the second (what the API's `Time` carries).
@@ -44,8 +44,8 @@ impl From<&Condition> for HealthJson {
     fn from(c: &Condition) -> Self {
         HealthJson {
             abnormal: c.abnormal,
-            reason: c.reason.clone(),
-            message: c.message.clone(),
+            reason: c.reason.to_owned(),
+            message: c.message.to_string(),
             since: rfc3339(c.since),
             source: match c.source {
                 super::Source::Csi => "csi",
@@ -64,7 +64,7 @@ pub fn conditions(store: &Store) -> BTreeMap<String, HealthJson> {
         .filter_map(|(v, r)| {
             Some((
                 v.as_str().to_owned(),
-                HealthJson::from(r.condition.as_ref()?),
+                HealthJson::from(&**r.condition.as_ref()?),
             ))
         })
         .collect()
@@ -77,7 +77,7 @@ pub fn fill_state(store: &Store, s: &mut crate::state::StateSnapshot) {
         v.health = store
             .volumes
             .get(&v.volume)
-            .and_then(|r| r.condition.as_ref())
+            .and_then(|r| r.condition.as_deref())
             .map(HealthJson::from);
     }
     s.pod_volume_health = pod_volume_health(store)
@@ -103,11 +103,11 @@ pub fn pod_volume_health(store: &Store) -> BTreeMap<String, Vec<PodVolumeHealth>
                 message: Some(f.message.clone()),
             })
             .collect();
-        for p in &r.subject.pods {
+        for p in r.pods.iter() {
             out.entry(p.uid.as_str().to_owned())
                 .or_default()
                 .push(PodVolumeHealth {
-                    name: p.outer_name.clone(),
+                    name: p.outer_name.to_string(),
                     health_conditions: Some(conditions.clone()),
                     last_transition_time: since.clone(),
                 });
@@ -195,20 +195,15 @@ pub fn document(store: &Store) -> HealthDoc {
             .iter()
             .map(|(v, r)| VolumeHealthJson {
                 volume: v.as_str().to_owned(),
-                plugin: r.subject.plugin.as_str().to_owned(),
-                claim: r.subject.claim.as_ref().map(|(ns, name)| ClaimJson {
-                    namespace: ns.clone(),
-                    name: name.clone(),
+                plugin: r.plugin.as_str().to_owned(),
+                claim: r.claim.as_ref().map(|c| ClaimJson {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
                 }),
-                health: r.condition.as_ref().map(HealthJson::from),
+                health: r.condition.as_deref().map(HealthJson::from),
                 usage: r.usage.map(UsageJson::from),
                 checked: rfc3339(r.checked),
-                pods: r
-                    .subject
-                    .pods
-                    .iter()
-                    .map(|p| p.uid.as_str().to_owned())
-                    .collect(),
+                pods: r.pods.iter().map(|p| p.uid.as_str().to_owned()).collect(),
             })
             .collect(),
     }
@@ -265,7 +260,135 @@ pub fn render_table(doc: &HealthDoc) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::super::store::Judged;
+    use super::super::{Claim, Finding, PodRef, PodTarget, Severity, Subject};
     use super::*;
+    use crate::model::{PluginName, PodUid, TargetKind, UniqueVolumeName};
+
+    fn target(uid: &str, outer: &str) -> PodTarget {
+        PodTarget {
+            uid: PodUid::new(uid).unwrap(),
+            outer_name: outer.into(),
+            path: format!("/k/pods/{uid}/volumes/{outer}").into(),
+            kind: TargetKind::Mount,
+            pod: Some(Arc::new(PodRef {
+                namespace: "default".into(),
+                name: uid.into(),
+            })),
+        }
+    }
+
+    /// A pass's store as every report reads it: the volumes' plugins,
+    /// claims, pods (uid and volume name) and conditions, as the subjects
+    /// of the pass had them; a pass that no longer finds a pod or a
+    /// volume leaves it out, a hung volume keeps its record.
+    #[test]
+    fn the_store_reports_the_pods_claims_and_conditions_of_the_pass() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let shared = Subject {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            plugin: PluginName::LocalVolume,
+            spec: None,
+            device: Some("/k/plugins/local/pv1".into()),
+            pods: vec![target("u2", "data"), target("u1", "data")],
+            claim: Some(Box::new(Claim {
+                namespace: "default".into(),
+                name: "pvc1".into(),
+            })),
+        };
+        let cache = Subject {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/empty-dir/u1-cache"),
+            plugin: PluginName::EmptyDir,
+            spec: None,
+            device: None,
+            pods: vec![target("u1", "cache")],
+            claim: None,
+        };
+        let full = Finding {
+            status: Severity::Degraded,
+            reason: "OutOfSpace",
+            message: "no space left".into(),
+        };
+        let abnormal = super::super::decide::native_condition(vec![full], t);
+        let healthy = super::super::decide::native_condition(vec![], t);
+        let judged = |condition: &Condition, pass| Judged {
+            condition: Some(Arc::new(condition.clone())),
+            usage: None,
+            checked: t,
+            pass,
+        };
+        let mut store = Store::default();
+        assert!(store.put(shared.clone(), judged(&abnormal, 1)));
+        assert!(store.put(cache.clone(), judged(&healthy, 1)));
+        assert!(store.end_pass(1, &HashSet::new(), true).is_empty());
+
+        let health = |reason: &str, message: &str, abnormal: bool| {
+            json!({"abnormal": abnormal, "reason": reason, "message": message,
+                   "since": "2023-11-14T22:13:20Z", "source": "native"})
+        };
+        let doc = serde_json::to_value(document(&store)).unwrap();
+        assert_eq!(
+            doc,
+            json!({"passes": 1, "volumes": [
+                {"volume": "kubernetes.io/empty-dir/u1-cache", "plugin": "kubernetes.io/empty-dir",
+                 "claim": null, "health": health("Healthy", "no problem found", false),
+                 "usage": null, "checked": "2023-11-14T22:13:20Z", "pods": ["u1"]},
+                {"volume": "kubernetes.io/local-volume/pv1", "plugin": "kubernetes.io/local-volume",
+                 "claim": {"namespace": "default", "name": "pvc1"},
+                 "health": health("OutOfSpace", "no space left", true),
+                 "usage": null, "checked": "2023-11-14T22:13:20Z", "pods": ["u2", "u1"]},
+            ]})
+        );
+        assert_eq!(
+            serde_json::to_value(conditions(&store)).unwrap(),
+            json!({"kubernetes.io/empty-dir/u1-cache": health("Healthy", "no problem found", false),
+                   "kubernetes.io/local-volume/pv1": health("OutOfSpace", "no space left", true)})
+        );
+        let since = "2023-11-14T22:13:20Z";
+        let problem =
+            json!([{"status": "Degraded", "reason": "OutOfSpace", "message": "no space left"}]);
+        assert_eq!(
+            serde_json::to_value(pod_volume_health(&store)).unwrap(),
+            json!({
+                "u1": [
+                    {"name": "cache", "healthConditions": [], "lastTransitionTime": since},
+                    {"name": "data", "healthConditions": problem, "lastTransitionTime": since},
+                ],
+                "u2": [{"name": "data", "healthConditions": problem, "lastTransitionTime": since}],
+            })
+        );
+
+        // pass 2: u2 is gone from the shared volume, the cache volume hangs
+        let mut fewer = shared.clone();
+        fewer.pods.remove(0);
+        assert!(!store.put(fewer, judged(&abnormal, 2)));
+        let hung = HashSet::from([cache.volume.clone()]);
+        assert!(store.end_pass(2, &hung, false).is_empty());
+        let doc = document(&store);
+        assert_eq!(doc.passes, 2);
+        let pods: Vec<_> = doc.volumes.iter().map(|v| v.pods.clone()).collect();
+        assert_eq!(pods, [vec!["u1"], vec!["u1"]]);
+
+        // pass 3: the local volume is no longer mounted, nor hung
+        let gone = store.end_pass(3, &HashSet::new(), false);
+        assert_eq!(gone.len(), 2);
+        assert_eq!(
+            gone.iter()
+                .filter_map(|r| r.claim.as_deref())
+                .collect::<Vec<_>>(),
+            [&Claim {
+                namespace: "default".into(),
+                name: "pvc1".into()
+            }]
+        );
+        assert!(store.volumes.is_empty());
+    }
 
     #[test]
     fn times_are_rfc3339_utc_seconds() {

@@ -140,6 +140,12 @@ impl AsRef<Path> for SharedPath {
     }
 }
 
+impl std::borrow::Borrow<Path> for SharedPath {
+    fn borrow(&self) -> &Path {
+        &self.0
+    }
+}
+
 impl fmt::Debug for SharedPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)
