@@ -207,14 +207,23 @@ impl JournalState {
             last_seq,
             ..Self::default()
         };
-        for mut e in entries {
-            e.boot_id = s.intern_boot(&e.boot_id);
-            let key = TargetKey::of(&e.params);
-            if let Some(p) = &e.pending {
-                s.pending_by_seq.insert(p.intent_seq, key.clone());
-            }
-            s.entries.insert(key, Box::new(e));
-        }
+        let mut pending_by_seq = BTreeMap::new();
+        // built at once (full B-tree nodes; a checkpoint's entries come in
+        // key order, and inserting them one by one left leaves half empty);
+        // a key met twice keeps its last entry, as inserts would
+        let entries: BTreeMap<TargetKey, Box<Entry>> = entries
+            .into_iter()
+            .map(|mut e| {
+                e.boot_id = s.intern_boot(&e.boot_id);
+                let key = TargetKey::of(&e.params);
+                if let Some(p) = &e.pending {
+                    pending_by_seq.insert(p.intent_seq, key.clone());
+                }
+                (key, Box::new(e))
+            })
+            .collect();
+        s.entries = entries;
+        s.pending_by_seq = pending_by_seq;
         s
     }
 
