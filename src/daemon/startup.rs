@@ -377,6 +377,9 @@ pub(super) fn spawn_leftovers(
             elapsed_ms = elapsed_ms(walk.elapsed()),
             "startup phase"
         );
+        // the mount table and phase 1's decisions go before the loop hears
+        // of it: the trim its settling asks for then returns their pages
+        drop(l);
         let _ = tx.send(Event::Leftovers(Box::new(output), outside));
     })
 }
