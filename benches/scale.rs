@@ -37,10 +37,11 @@
 //!   or a bare number in the key's unit (milliseconds when the key has
 //!   none). So `INFO volumed::daemon: startup phase phase=mount_scan
 //!   elapsed_ms=41.2 mounts=20001` is picked up as it is.
-//! - **RSS** (VmRSS, RssAnon) twice: after 2 s of quiet at the first
-//!   start's all mounted, and on the restarted daemon 2 s after its first
-//!   health pass over every volume (the steady state: the monitor's records
-//!   exist then, and the restart decoded its state from the checkpoint);
+//! - **RSS** (VmRSS, RssAnon) twice, each once the daemon has used no CPU
+//!   for a second (at least 2 s): after the first start's all mounted, and
+//!   on the restarted daemon after its first health pass over every volume
+//!   (the steady state: the monitor's records exist then, and the restart
+//!   decoded its state from the checkpoint);
 //!   at the largest size per volume, and the slope from the smallest size;
 //!   and **idle CPU** of the restarted daemon over 30 s (quick 3 s), as
 //!   `benches/daemon.rs` measures it.
@@ -575,7 +576,7 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
             (ms(first_mounted), "all mounted"),
         ],
     );
-    std::thread::sleep(cfg.quiet);
+    let settled = settle_cpu(d.pid(), cfg.quiet, cfg.wait);
     let (first_rss_kib, first_anon_kib) = rss_kib(d.pid());
     let stop = d.stop_keep_mounts();
     let below = mounts_below(&root);
@@ -634,9 +635,14 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
     if !wait_health_pass(&r, cfg.wait) {
         println!("  check: the restarted daemon's first health pass did not end in time");
     }
-    std::thread::sleep(cfg.quiet);
+    let restart_settled = settle_cpu(r.pid(), cfg.quiet, cfg.wait);
     let (restart_rss_kib, restart_anon_kib) = rss_kib(r.pid());
-    println!("  restarted, after its first health pass: VmRSS {restart_rss_kib} KiB");
+    println!(
+        "  memory: first start VmRSS {first_rss_kib} KiB ({:.1} s after all mounted); restarted, \
+         after its first health pass, VmRSS {restart_rss_kib} KiB ({:.1} s after it)",
+        settled.as_secs_f64(),
+        restart_settled.as_secs_f64()
+    );
     if largest {
         idle_cpu(&r, n, cfg.idle);
     }
@@ -668,6 +674,27 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
         phases,
         restart_gap,
     })
+}
+
+/// Waits `min`, then until the daemon has used no CPU for a second (its
+/// start's leftovers walk, first sweep and trims are over: what RSS then
+/// shows is what it keeps), at most `limit`: the time waited.
+fn settle_cpu(pid: nix::unistd::Pid, min: Duration, limit: Duration) -> Duration {
+    let t = Instant::now();
+    std::thread::sleep(min);
+    let mut last = cpu_ticks(pid);
+    let mut quiet_since = Instant::now();
+    while t.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = cpu_ticks(pid);
+        if now != last {
+            last = now;
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= Duration::from_secs(1) {
+            break;
+        }
+    }
+    t.elapsed()
 }
 
 /// Waits until the daemon's health monitor has ended a pass that found
