@@ -174,6 +174,7 @@ fn same_pods(kept: &[PodName], pods: &[PodTarget]) -> bool {
             .zip(pods)
             .all(|(k, p)| k.uid == p.uid && k.outer_name == p.outer_name)
 }
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
