@@ -697,9 +697,10 @@ fn settle_cpu(pid: nix::unistd::Pid, min: Duration, limit: Duration) -> Duration
     t.elapsed()
 }
 
-/// Waits until the daemon's health monitor has ended a pass that found
-/// something to check (`volumed_health_pass_seconds` is set after each
-/// pass; a restart's first one covers every volume).
+/// Waits until the daemon's health monitor has ended a pass
+/// (`volumed_health_pass_seconds` is set after each one). On a restart the
+/// first pass is asked at readiness, with the ASW already rebuilt, so it
+/// covers every volume.
 fn wait_health_pass(d: &Daemon, limit: Duration) -> bool {
     let t = Instant::now();
     while t.elapsed() < limit {
@@ -840,44 +841,30 @@ fn print_memory(rows: &[Row]) {
     let (Some(lo), Some(hi)) = (rows.first(), rows.last()) else {
         return;
     };
-    let per = |kib: u64| kib as f64 / hi.pods as f64;
-    let slope = |hi_kib: u64, lo_kib: u64| {
-        (hi_kib as f64 - lo_kib as f64) / hi.pods.saturating_sub(lo.pods).max(1) as f64
-    };
-    let slopes = |what: &str, (h, l): (u64, u64), (ha, la): (u64, u64)| {
-        if hi.pods > lo.pods {
+    let line = |when: &str, kib: fn(&Row) -> (u64, u64)| {
+        let ((rss, anon), (lo_rss, lo_anon)) = (kib(hi), kib(lo));
+        let slope = if hi.pods > lo.pods {
+            let per = |h: u64, l: u64| (h as f64 - l as f64) / (hi.pods - lo.pods) as f64;
             format!(
-                "; {what} slope from {} volumes {:.2} KiB/volume (RssAnon {:.2})",
+                "; its slope from {} volumes {:.2} KiB/volume (RssAnon {:.2})",
                 lo.pods,
-                slope(h, l),
-                slope(ha, la)
+                per(rss, lo_rss),
+                per(anon, lo_anon)
             )
         } else {
             String::new()
-        }
+        };
+        println!(
+            "memory at {} volumes ({when}): VmRSS {rss} KiB = {:.2} KiB/volume, \
+             RssAnon {anon} KiB{slope}",
+            hi.pods,
+            rss as f64 / hi.pods as f64,
+        );
     };
-    println!(
-        "memory at {} volumes (first start, all mounted): VmRSS {} KiB = {:.2} KiB/volume, \
-         RssAnon {} KiB{}",
-        hi.pods,
-        hi.rss_kib,
-        per(hi.rss_kib),
-        hi.anon_kib,
-        slopes("its", (hi.rss_kib, lo.rss_kib), (hi.anon_kib, lo.anon_kib))
-    );
-    println!(
-        "memory at {} volumes (restarted, after its first health pass): VmRSS {} KiB = \
-         {:.2} KiB/volume, RssAnon {} KiB{}",
-        hi.pods,
-        hi.restart_rss_kib,
-        per(hi.restart_rss_kib),
-        hi.restart_anon_kib,
-        slopes(
-            "its",
-            (hi.restart_rss_kib, lo.restart_rss_kib),
-            (hi.restart_anon_kib, lo.restart_anon_kib)
-        )
-    );
+    line("first start, all mounted", |r| (r.rss_kib, r.anon_kib));
+    line("restarted, after its first health pass", |r| {
+        (r.restart_rss_kib, r.restart_anon_kib)
+    });
 }
 
 fn write_csv(dir: &Path, rows: &[Row]) {
