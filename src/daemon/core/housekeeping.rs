@@ -144,7 +144,8 @@ impl Core {
         self.timers.trim_at.get_or_insert(soonest);
     }
 
-    /// Trims once no job is in flight (an idle daemon never trims).
+    /// Trims once no job is in flight, and only when something asked
+    /// (`trim_due`): a daemon that frees nothing never trims.
     pub(super) fn maybe_trim(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let due = self.timers.trim_at.is_some_and(|t| now >= t);
         if !due || self.in_flight.trim || self.pending.running() != 0 {
