@@ -41,7 +41,8 @@
 //! 3. **Memory per volume:** VmRSS (and RssAnon) of a daemon at V_lo and
 //!    V_hi mounted volumes (1,000 and 10,000; quick 200 and 1,000), reached
 //!    by adding manifests (each written under a name the sources skip, then
-//!    renamed) and waiting for the ASW gauge, then 2 s of quiet; the slope
+//!    renamed) and waiting for the ASW gauge, then until the daemon's CPU
+//!    is quiet for a second (at least 2 s: its sweeps and trims over); the slope
 //!    in KiB per volume. sled's page cache may grow to
 //!    `JournalConfig::cache_capacity` (printed) with the journal's records,
 //!    which is part of what the slope shows. The slope differs by a few
@@ -84,8 +85,8 @@ use std::time::{Duration, Instant};
 
 use bench_support::{
     BIN, Daemon, POLL, boot_id_file, clk_tck, cpu_ticks, fresh_ext4, journal_tempdir, mounts_below,
-    poll_ms, quick_mode, rss_kib, shared_root, stop_on_ext4, thread_ticks, threads_since, uid,
-    write_pods,
+    poll_ms, quick_mode, rss_kib, settle_cpu, shared_root, stop_on_ext4, thread_ticks,
+    threads_since, uid, write_pods,
 };
 use nix::mount::{MntFlags, umount2};
 use support::{Scratch, bind_mount, enter_private_mount_ns, mkdirs, mount_tmpfs, require_root};
@@ -406,7 +407,7 @@ fn main() {
                 println!("memory: stopped at {vols}; log tail:\n{}", b.log_tail());
                 break;
             };
-            std::thread::sleep(Duration::from_secs(2));
+            settle_cpu(b.pid(), Duration::from_secs(2), sizes.wait);
             let (rss, anon) = rss_kib(b.pid());
             println!(
                 "  round {round}: {vols} volumes mounted ({} added in {:.1} s): VmRSS {rss} KiB, \

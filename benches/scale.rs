@@ -73,8 +73,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bench_support::{
     Daemon, MOUNTED_POLL, boot_id_file, clk_tck, cpu_ticks, drop_ext4, fresh_ext4, journal_tempdir,
-    median, mounts_below, poll_ms, quick_mode, rss_kib, shared_root, thread_ticks, threads_since,
-    uid, write_pods,
+    median, mounts_below, poll_ms, quick_mode, rss_kib, settle_cpu, shared_root, thread_ticks,
+    threads_since, uid, write_pods,
 };
 use nix::mount::{MntFlags, umount2};
 use support::{Scratch, enter_private_mount_ns, mkdirs, mount_tmpfs, require_root};
@@ -674,27 +674,6 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
         phases,
         restart_gap,
     })
-}
-
-/// Waits `min`, then until the daemon has used no CPU for a second (its
-/// start's leftovers walk, first sweep and trims are over: what RSS then
-/// shows is what it keeps), at most `limit`: the time waited.
-fn settle_cpu(pid: nix::unistd::Pid, min: Duration, limit: Duration) -> Duration {
-    let t = Instant::now();
-    std::thread::sleep(min);
-    let mut last = cpu_ticks(pid);
-    let mut quiet_since = Instant::now();
-    while t.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(250));
-        let now = cpu_ticks(pid);
-        if now != last {
-            last = now;
-            quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= Duration::from_secs(1) {
-            break;
-        }
-    }
-    t.elapsed()
 }
 
 /// Waits until the daemon's health monitor has ended a pass

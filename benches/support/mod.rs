@@ -402,6 +402,27 @@ pub fn cpu_ticks(pid: Pid) -> u64 {
     f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
 }
 
+/// Waits `min`, then until the daemon has used no CPU for a second (its
+/// start's leftovers walk, first sweep and trims are over: what RSS then
+/// shows is what it keeps), at most `limit`: the time waited.
+pub fn settle_cpu(pid: Pid, min: Duration, limit: Duration) -> Duration {
+    let t = Instant::now();
+    std::thread::sleep(min);
+    let mut last = cpu_ticks(pid);
+    let mut quiet_since = Instant::now();
+    while t.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = cpu_ticks(pid);
+        if now != last {
+            last = now;
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= Duration::from_secs(1) {
+            break;
+        }
+    }
+    t.elapsed()
+}
+
 /// utime + stime per thread name of `pid`, in clock ticks.
 pub fn thread_ticks(pid: Pid) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
