@@ -122,7 +122,7 @@ fn scan_finds_every_real_target() {
         assert_eq!(dev.plugin, PluginName::LocalVolume);
         assert_eq!(dev.name, DeviceName::Local { pv: "pv1".into() });
         assert_eq!(dev.mount.identity.fs_type, "ext4");
-        assert_eq!(dev.mount.identity.root, Path::new("/"));
+        assert_eq!(&*dev.mount.identity.root, Path::new("/"));
         assert_eq!(dev.mount.source, lo.path().as_os_str());
         assert_eq!(dev.mount.stacked, 1);
 
@@ -163,8 +163,8 @@ fn scan_finds_every_real_target() {
         }
         // the directory PV is a bind of a sub-directory: its root says which
         let m = mounted(find(&view.pod_targets, &pv_dir));
-        assert_ne!(m.identity.root, Path::new("/"));
-        assert_eq!(m.identity.root, Path::new("/vols/pv-dir"));
+        assert_ne!(&*m.identity.root, Path::new("/"));
+        assert_eq!(&*m.identity.root, Path::new("/vols/pv-dir"));
         assert_eq!(m.identity.fs_type, "tmpfs");
 
         // the disk emptyDir is a found dir

@@ -233,7 +233,7 @@ mod tests {
                     major: 0,
                     minor: 42,
                 },
-                root: PathBuf::from("/"),
+                root: "/".into(),
                 fs_type: "tmpfs".into(),
                 read_only: false,
                 selinux: None,

@@ -483,7 +483,7 @@ mod tests {
         for bind in [t[1], t[3]] {
             let m = mounted(bind);
             assert_eq!(m.identity.dev, local.mount.identity.dev);
-            assert_eq!(m.identity.root, Path::new("/"));
+            assert_eq!(&*m.identity.root, Path::new("/"));
         }
         assert!(!mounted(t[1]).identity.read_only);
         assert!(mounted(t[3]).identity.read_only);

@@ -1,8 +1,8 @@
 //! What a mount is: SELinux contexts with normalised categories, device
 //! numbers, and the identity that makes an observed mount the intended one.
 
+use super::shared::{SharedPath, SharedStr};
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -139,9 +139,11 @@ pub struct MountIdentity {
     /// so tmpfs identity ignores it (see [`MountIdentity::matches`]).
     pub dev: DevId,
     /// The root of the mount within its filesystem (`/` for a whole fs).
-    pub root: PathBuf,
-    /// The filesystem type (`ext4`, `tmpfs`, …).
-    pub fs_type: String,
+    /// Shared: every whole-fs mount's is [`SharedPath::fs_root`].
+    pub root: SharedPath,
+    /// The filesystem type (`ext4`, `tmpfs`, …). Shared: a common type is
+    /// one allocation for the process ([`SharedStr::fs_type`]).
+    pub fs_type: SharedStr,
     /// Whether this mount (the per-mount flags, not the superblock) is read-only.
     pub read_only: bool,
     /// The `context=` label of the superblock; `None` when mounted without one.

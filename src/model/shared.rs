@@ -27,6 +27,32 @@ impl SharedStr {
             std::sync::LazyLock::new(|| SharedStr::from(super::TMPFS));
         TMPFS.clone()
     }
+
+    /// A filesystem type, shared: the journal's state and the ASW keep one
+    /// per mount, and a node's mounts have a handful of types. The types
+    /// listed are one allocation each for the process; any other is its own.
+    pub fn fs_type(name: &str) -> Self {
+        const COMMON: [&str; 8] = [
+            super::TMPFS,
+            "ext4",
+            "xfs",
+            "btrfs",
+            "ext3",
+            "nfs",
+            "nfs4",
+            "overlay",
+        ];
+        static SHARED: std::sync::LazyLock<[SharedStr; 8]> = std::sync::LazyLock::new(|| {
+            COMMON.map(|c| match c == super::TMPFS {
+                true => SharedStr::tmpfs(),
+                false => SharedStr::from(c),
+            })
+        });
+        match COMMON.iter().position(|c| *c == name) {
+            Some(i) => SHARED[i].clone(),
+            None => SharedStr::from(name),
+        }
+    }
 }
 
 impl std::ops::Deref for SharedStr {
@@ -127,6 +153,19 @@ impl<'de> Deserialize<'de> for SharedStr {
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SharedPath(Arc<Path>);
 
+impl SharedPath {
+    /// `path`, with `/` (the root of every whole-filesystem mount) one
+    /// allocation for the process.
+    pub fn fs_root(path: &Path) -> Self {
+        static ROOT: std::sync::LazyLock<SharedPath> =
+            std::sync::LazyLock::new(|| SharedPath::from(Path::new("/")));
+        match path == Path::new("/") {
+            true => ROOT.clone(),
+            false => SharedPath::from(path),
+        }
+    }
+}
+
 impl std::ops::Deref for SharedPath {
     type Target = Path;
     fn deref(&self) -> &Path {
@@ -185,5 +224,34 @@ impl Serialize for SharedPath {
 impl<'de> Deserialize<'de> for SharedPath {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         PathBuf::deserialize(d).map(Self::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_fs_types_and_the_fs_root_are_one_allocation_each() {
+        let same = |a: &str, b: &str| std::ptr::eq(a.as_ptr(), b.as_ptr());
+        for t in ["tmpfs", "ext4", "xfs", "nfs4"] {
+            let (a, b) = (SharedStr::fs_type(t), SharedStr::fs_type(t));
+            assert_eq!(a, t);
+            assert!(same(&a, &b), "{t} allocated twice");
+        }
+        assert!(same(&SharedStr::fs_type("tmpfs"), &SharedStr::tmpfs()));
+        let (a, b) = (SharedStr::fs_type("zfs"), SharedStr::fs_type("zfs"));
+        assert_eq!((a.as_str(), b.as_str()), ("zfs", "zfs"));
+        assert!(!same(&a, &b), "an uncommon type is its own");
+
+        let (a, b) = (
+            SharedPath::fs_root(Path::new("/")),
+            SharedPath::fs_root(Path::new("/")),
+        );
+        let bytes = |p: &SharedPath| p.as_os_str().as_encoded_bytes().as_ptr();
+        assert_eq!(&*a, Path::new("/"));
+        assert_eq!(bytes(&a), bytes(&b), "/ allocated twice");
+        let sub = SharedPath::fs_root(Path::new("/sub"));
+        assert_eq!(&*sub, Path::new("/sub"));
     }
 }

@@ -32,8 +32,8 @@ use crate::host::remove::{
 use crate::host::sys::{Beneath, Call, DirHandle, Errno, FileKind, MsFlags, Sys, SysError};
 use crate::journal::Permit;
 use crate::model::{
-    Layout, MountIdentity, Operation, PluginName, PodUid, StorageMedium, TMPFS, TargetKind,
-    TargetParams, TargetRef, VolumeSpec,
+    Layout, MountIdentity, Operation, PluginName, PodUid, SharedPath, SharedStr, StorageMedium,
+    TMPFS, TargetKind, TargetParams, TargetRef, VolumeSpec,
 };
 use crate::plugins::mount_ops::{
     TARGET_DIR_MODE, beneath, data_string, ensure_mounted_found, page_round, parse_size,
@@ -368,8 +368,8 @@ fn fresh_tmpfs(
     let st = op.sys.stat_in(vols, name).ok()?;
     Some(MountIdentity {
         dev: st.dev,
-        root: PathBuf::from("/"),
-        fs_type: TMPFS.to_owned(),
+        root: SharedPath::fs_root(Path::new("/")),
+        fs_type: SharedStr::tmpfs(),
         read_only,
         selinux: params.selinux.clone(),
     })

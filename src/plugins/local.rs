@@ -22,12 +22,14 @@
 //! TearDown / UnmountDevice unmount everything stacked at the target and
 //! remove the (then empty) directory; they never delete contents.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::sys::{Beneath, DiskFormat, FileKind, MsFlags, Sys};
 use crate::journal::Permit;
-use crate::model::{Layout, MountIdentity, Operation, PluginName, TargetParams, VolumeSpec};
+use crate::model::{
+    Layout, MountIdentity, Operation, PluginName, SharedPath, SharedStr, TargetParams, VolumeSpec,
+};
 use crate::plugins::mount_ops::{
     beneath, data_string, ensure_mounted, split_options, target_exists, unmount_target,
 };
@@ -177,8 +179,8 @@ impl VolumePlugin for LocalPlugin {
         let data = data_string(&opts, params.selinux.as_ref());
         let want = MountIdentity {
             dev: st.rdev,
-            root: PathBuf::from("/"),
-            fs_type: fs.to_owned(),
+            root: SharedPath::fs_root(Path::new("/")),
+            fs_type: SharedStr::fs_type(fs),
             read_only: flags.contains(MsFlags::MS_RDONLY),
             selinux: params.selinux.clone(),
         };

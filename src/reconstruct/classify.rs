@@ -455,7 +455,7 @@ fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) ->
         (None, true) => Some(TMPFS),
         (None, false) => None,
     };
-    if fs_type.is_some_and(|t| t != seen_id.fs_type) {
+    if fs_type.is_some_and(|t| t != seen_id.fs_type.as_str()) {
         return false;
     }
     if read_only != seen_id.read_only {

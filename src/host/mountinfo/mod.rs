@@ -40,7 +40,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::host::super_options::SuperOptions;
-use crate::model::{DevId, MountIdentity};
+use crate::model::{DevId, MountIdentity, SharedPath, SharedStr};
 
 pub use escape::{escape, unescape};
 pub use query::MountStack;
@@ -104,8 +104,8 @@ impl MountInfo {
     pub fn identity(&self) -> MountIdentity {
         MountIdentity {
             dev: self.dev,
-            root: self.root.clone(),
-            fs_type: self.fs_type.clone(),
+            root: SharedPath::fs_root(&self.root),
+            fs_type: SharedStr::fs_type(&self.fs_type),
             read_only: self.is_read_only(),
             selinux: self.super_options.selinux.context.clone(),
         }

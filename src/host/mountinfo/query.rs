@@ -69,7 +69,7 @@ impl MountTable {
             let mut id = m.identity();
             let rel = path.strip_prefix(a).ok()?;
             if !rel.as_os_str().is_empty() {
-                id.root = id.root.join(rel);
+                id.root = id.root.join(rel).into();
             }
             Some(id)
         })

@@ -12,7 +12,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -182,8 +182,8 @@ impl TryFrom<&IdentityRef<'_>> for MountIdentity {
                 major: i.major,
                 minor: i.minor,
             },
-            root: path(i.root),
-            fs_type: i.fs_type.to_owned(),
+            root: crate::model::SharedPath::fs_root(Path::new(OsStr::from_bytes(i.root))),
+            fs_type: crate::model::SharedStr::fs_type(i.fs_type),
             read_only: i.read_only,
             selinux,
         })

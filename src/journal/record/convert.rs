@@ -256,7 +256,7 @@ impl From<&MountIdentity> for IdentityV1 {
             major: i.dev.major,
             minor: i.dev.minor,
             root: path_bytes(&i.root),
-            fs_type: i.fs_type.clone(),
+            fs_type: i.fs_type.to_string(),
             read_only: i.read_only,
             selinux_context: i.selinux.as_ref().map(|c| c.as_str().to_owned()),
         }
