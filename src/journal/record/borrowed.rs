@@ -112,7 +112,7 @@ impl TryFrom<&TargetV1Ref<'_>> for TargetParams {
                 .map(|o| (*o).to_owned())
                 .collect::<Vec<_>>()
                 .into(),
-            fs_type: t.fs_type.map(SharedStr::from),
+            fs_type: t.fs_type.map(SharedStr::fs_type),
             csi: None,
             payload: None,
         })
@@ -234,18 +234,27 @@ pub(super) fn decode_checkpoint_v3(
         bincode::deserialize(payload).map_err(|e| RecordError::Decode(e.to_string()))?;
     let n = ck.entries.len();
     let mut entries = Vec::with_capacity(n);
+    // the spec name met last, shared by the next equal ones: a node's
+    // volumes repeat a handful of pod volume names, and the state keeps
+    // one per target for the process's life
+    let mut spec_name = SharedStr::default();
+    let mut to_params = |t: &TargetV3Ref<'_>| {
+        t.to_params().map(|mut p| {
+            match *p.spec_name == *spec_name {
+                true => p.spec_name = spec_name.clone(),
+                false => spec_name = p.spec_name.clone(),
+            }
+            p
+        })
+    };
     for e in &ck.entries {
         let pending = e
             .pending
             .as_ref()
-            .map(|p| {
-                p.target
-                    .to_params()
-                    .map(|t| (p.op, p.intent_seq, p.multi_step, t))
-            })
+            .map(|p| to_params(&p.target).map(|t| (p.op, p.intent_seq, p.multi_step, t)))
             .transpose()?;
         entries.push(super::convert::entry(
-            e.target.to_params()?,
+            to_params(&e.target)?,
             e.state,
             pending,
             e.observed

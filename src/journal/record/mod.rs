@@ -713,6 +713,46 @@ mod tests {
         assert!(pending && observed && csi, "{pending} {observed} {csi}");
     }
 
+    /// The decoded state keeps one spec name and one fs type for the
+    /// targets that repeat them, not one allocation per target.
+    #[test]
+    fn a_decoded_checkpoint_shares_repeated_spec_names_and_fs_types() {
+        let mut s = JournalState::default();
+        for (seq, pod) in [(1, "pod-a"), (2, "pod-b"), (3, "pod-c")] {
+            s.apply(&Record {
+                seq,
+                wall_time_ns: seq,
+                boot_id: "b".into(),
+                body: Body::Reconstructed {
+                    target: target(Some(pod)).into(),
+                    state: MountState::Mounted,
+                    reason: "mounted_agrees".into(),
+                    observed: Some(observed()),
+                },
+            });
+        }
+        let bytes = encode(&CheckpointV3::of(&s, 5));
+        let (state, ..) = decode_checkpoint(3, &bytes).unwrap();
+        let at = |f: fn(&crate::journal::replay::Entry) -> *const u8| {
+            state.entries().map(|(_, e)| f(e)).collect::<Vec<_>>()
+        };
+        let spec = at(|e| e.params.spec_name.as_ptr());
+        let fs = at(|e| e.params.fs_type.as_deref().unwrap().as_ptr());
+        let root = at(|e| {
+            e.observed
+                .as_ref()
+                .unwrap()
+                .root
+                .as_os_str()
+                .as_encoded_bytes()
+                .as_ptr()
+        });
+        for (what, ptrs) in [("spec name", spec), ("fs type", fs), ("root", root)] {
+            assert_eq!(ptrs.len(), 3, "{what}");
+            assert!(ptrs.iter().all(|p| *p == ptrs[0]), "{what}: {ptrs:?}");
+        }
+    }
+
     #[test]
     fn hostile_fields_are_refused_with_their_name() {
         let mut t = TargetV1::from(&target(Some("p")));
