@@ -36,7 +36,8 @@ impl Core {
         for e in events {
             let pod = match &e {
                 SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => {
-                    w.pods.insert(p.uid.clone(), pod_entry(p));
+                    w.pods
+                        .insert(p.uid.clone(), pod_entry(p, &mut self.namespace));
                     Some((p.uid.clone(), may_refuse.then(|| p.clone())))
                 }
                 SourceEvent::PodRemoved(uid) => {
@@ -104,14 +105,21 @@ fn pod_error_events(w: &World, uid: &PodUid, out: &mut Vec<Effect>) {
     }
 }
 
-/// What the health reports keep of a pod.
-fn pod_entry(p: &crate::sources::DesiredPod) -> crate::health::PodEntry {
+/// What the health reports keep of a pod. `namespace` is the last
+/// namespace kept, shared by the next pod of the same one.
+fn pod_entry(
+    p: &crate::sources::DesiredPod,
+    namespace: &mut crate::model::SharedStr,
+) -> crate::health::PodEntry {
+    if **namespace != *p.namespace {
+        *namespace = p.namespace.as_str().into();
+    }
     crate::health::PodEntry {
         pod: std::sync::Arc::new(crate::health::PodRef {
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
+            namespace: namespace.clone(),
+            name: p.name.as_str().into(),
         }),
-        claims: p.claims.clone(),
+        claims: (!p.claims.is_empty()).then(|| Box::new(p.claims.clone())),
         from_api: crate::sources::api::is_api_pod(p),
     }
 }

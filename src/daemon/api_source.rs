@@ -353,8 +353,8 @@ pub(super) fn node_view(
                     let pod = crate::model::PodUid::new(uid.as_str()).ok()?;
                     let e = w.pods.get(&pod).filter(|e| e.from_api)?;
                     Some(PodHealth {
-                        namespace: e.pod.namespace.clone(),
-                        name: e.pod.name.clone(),
+                        namespace: e.pod.namespace.to_string(),
+                        name: e.pod.name.to_string(),
                         uid,
                         volumes,
                     })

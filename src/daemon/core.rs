@@ -116,6 +116,9 @@ pub struct Core {
     /// pods refused a volume for their SELinux label, applied again when
     /// other pods change (see `sources::Applied::refused`)
     pub(super) refused: BTreeMap<PodUid, DesiredPod>,
+    /// the namespace the last pod entry kept, shared by the next of the
+    /// same namespace (see `admit::pod_entry`)
+    pub(super) namespace: crate::model::SharedStr,
     /// paths watched for a late mount
     pub(super) late: BTreeMap<SharedPath, late::Watched>,
     /// where the next sweep finishes interrupted deletions (all at start)
@@ -143,6 +146,7 @@ impl Core {
             last_checkpoint_seq: synced_through,
             failed,
             refused: BTreeMap::new(),
+            namespace: Default::default(),
             late: BTreeMap::new(),
             finish: Finish::All,
             early: Vec::new(),

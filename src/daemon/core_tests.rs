@@ -543,6 +543,38 @@ fn order(events: &[SourceEvent]) -> Vec<String> {
         .collect()
 }
 
+/// The pods' entries kept for the reports share their namespace with the
+/// pod before them when it is the same (a listing comes grouped by
+/// namespace), and a pod that names no claim keeps no claim map.
+#[test]
+fn pod_entries_share_their_namespace_and_keep_claims_only_when_named() {
+    let (mut c, mut w) = core(0);
+    let mut other = pod("c");
+    other.namespace = "kube-system".into();
+    let mut claimed = pod("d");
+    claimed.claims.insert("cache".into(), "pvc-1".into());
+    let mut evs: Vec<SourceEvent> = ["a", "b"].map(|p| SourceEvent::PodAdded(pod(p))).into();
+    evs.extend([other, claimed].map(SourceEvent::PodAdded));
+    c.step(&mut w, vec![Event::Sources(evs)], Instant::now(), idle());
+    let ns = |u: &str| w.pods[&uid(u)].pod.namespace.clone();
+    assert_eq!(
+        (ns("a").as_str(), ns("c").as_str()),
+        ("default", "kube-system")
+    );
+    assert!(
+        std::ptr::eq(ns("a").as_ptr(), ns("b").as_ptr()),
+        "one allocation"
+    );
+    assert_eq!(ns("d").as_str(), "default");
+    assert_eq!(&*w.pods[&uid("a")].pod.name, "a");
+    assert!(w.pods[&uid("a")].claims.is_none());
+    assert_eq!(
+        w.pods[&uid("d")].claim("cache").map(String::as_str),
+        Some("pvc-1")
+    );
+    assert_eq!(w.pods[&uid("a")].claim("cache"), None);
+}
+
 #[test]
 fn pods_holding_targets_are_applied_before_newcomers() {
     let mut asw = ActualStateOfWorld::new();
@@ -983,10 +1015,7 @@ fn a_pod_error_from_its_source_is_one_failed_mount_event_per_change() {
     assert!(attach.message.contains("VolumeAttachment"), "{attach:?}");
     let mount = of("FailedMount").expect("a FailedMount event");
     assert!(mount.message.contains("claim apps/logs"), "{mount:?}");
-    assert_eq!(
-        events[0].names.as_ref().map(|n| n.name.as_str()),
-        Some("p1")
-    );
+    assert_eq!(events[0].names.as_ref().map(|n| &*n.name), Some("p1"));
     // later passes do not repeat it
     let fx = c.step(&mut w, vec![], ms(t0, 40_000), idle());
     assert!(

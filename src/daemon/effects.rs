@@ -266,8 +266,8 @@ impl PodEvent {
             reason: self.reason,
             message: self.message,
             pod_uid: self.pod.as_str().to_owned(),
-            namespace: self.names.as_ref().map(|n| n.namespace.clone()),
-            pod: self.names.as_ref().map(|n| n.name.clone()),
+            namespace: self.names.as_ref().map(|n| n.namespace.to_string()),
+            pod: self.names.as_ref().map(|n| n.name.to_string()),
             time: crate::health::report::rfc3339(now),
         }
     }

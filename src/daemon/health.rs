@@ -29,10 +29,10 @@ pub(super) fn subjects(w: &World) -> Vec<Subject> {
                 let entry = w.pods.get(uid);
                 if claim.is_none()
                     && let Some(e) = entry
-                    && let Some(c) = e.claims.get(p.mount.outer_name.as_str())
+                    && let Some(c) = e.claim(p.mount.outer_name.as_str())
                 {
                     claim = Some(Box::new(Claim {
-                        namespace: e.pod.namespace.clone(),
+                        namespace: e.pod.namespace.to_string(),
                         name: c.clone(),
                     }));
                 }

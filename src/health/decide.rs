@@ -312,8 +312,8 @@ pub(super) fn pod_events(
             reason,
             message: format!("Volume {}: {}", p.outer_name, c.message),
             pod_uid: p.uid.as_str().to_owned(),
-            namespace: p.pod.as_ref().map(|r| r.namespace.clone()),
-            pod: p.pod.as_ref().map(|r| r.name.clone()),
+            namespace: p.pod.as_ref().map(|r| r.namespace.to_string()),
+            pod: p.pod.as_ref().map(|r| r.name.to_string()),
             time: time.clone(),
         })
         .collect()
