@@ -299,6 +299,8 @@ impl Driver {
             pairs,
             "startup phase"
         );
+        // both states hold the node's names now: new ones need no sharing
+        crate::model::intern::end();
         tracing::info!(
             phase = "readyz",
             elapsed_ms = crate::elapsed_ms(self.started.elapsed()),

@@ -138,6 +138,22 @@ impl Daemon {
         sys: Arc<dyn Sys>,
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
+        // the journal's decode and the sources make the same names on two
+        // threads: one allocation each until `/readyz` (the loop's
+        // `log_ready` ends it), or until the start fails
+        crate::model::intern::begin();
+        Self::start_sharing_names(cfg, journal_dir, open, sys, metrics)
+            .inspect_err(|_| crate::model::intern::end())
+    }
+
+    /// [`Daemon::start_opening`], while names are shared.
+    fn start_sharing_names(
+        cfg: DaemonConfig,
+        journal_dir: Option<PathBuf>,
+        open: impl FnOnce(&dyn Fn()) -> Result<OpenedJournal, DaemonError>,
+        sys: Arc<dyn Sys>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Daemon, DaemonError> {
         let started = Instant::now();
         let mut cfg = cfg;
         let api = cfg.api.as_ref().map(api_source::connect).transpose()?;

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::intern;
+
 /// Errors from validating names and labels.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ModelError {
@@ -105,10 +107,10 @@ impl<'de> Deserialize<'de> for PodUid {
                 f.write_str("a pod UID")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<PodUid, E> {
-                Ok(PodUid(s.into()))
+                Ok(PodUid(intern::name(s)))
             }
             fn visit_string<E: serde::de::Error>(self, s: String) -> Result<PodUid, E> {
-                Ok(PodUid(s.into()))
+                Ok(PodUid(intern::name(&s)))
             }
         }
         d.deserialize_str(Uid)
@@ -120,7 +122,7 @@ impl PodUid {
     pub fn new(uid: impl Into<String>) -> Result<Self, ModelError> {
         let uid = uid.into();
         Self::check(&uid)?;
-        Ok(Self(uid.into()))
+        Ok(Self(intern::name(&uid)))
     }
     /// The checks of [`PodUid::new`], without making one.
     pub(super) fn check(uid: &str) -> Result<(), ModelError> {
@@ -144,7 +146,7 @@ impl PodUid {
     }
     /// A UID that passed [`PodUid::check`].
     pub(super) fn from_checked(uid: &str) -> Self {
-        Self(uid.into())
+        Self(intern::name(uid))
     }
     /// The UID as a string.
     pub fn as_str(&self) -> &str {
@@ -264,27 +266,29 @@ impl Serialize for UniqueVolumeName {
 
 impl<'de> Deserialize<'de> for UniqueVolumeName {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Self(s.into()))
+        String::deserialize(d).map(|s| Self(intern::name(&s)))
     }
 }
 
 impl UniqueVolumeName {
     /// A name shared by every pod using the volume.
     pub fn shared(plugin: PluginName, volume_name: &str) -> Self {
-        Self(format!("{}/{}", plugin.as_str(), volume_name).into())
+        Self(intern::name(&format!(
+            "{}/{}",
+            plugin.as_str(),
+            volume_name
+        )))
     }
     /// A name private to one pod.
     pub fn per_pod(plugin: PluginName, pod: &PodUid, spec_name: &str) -> Self {
         // concatenated, not formatted: one per pod volume at every listing
-        Self(
-            [plugin.as_str(), "/", pod.as_str(), "-", spec_name]
-                .concat()
-                .into(),
-        )
+        Self(intern::name(
+            &[plugin.as_str(), "/", pod.as_str(), "-", spec_name].concat(),
+        ))
     }
     /// Wraps a name read back from the journal or a command line.
     pub fn from_raw(s: impl Into<String>) -> Self {
-        Self(s.into().into())
+        Self(intern::name(&s.into()))
     }
     /// The name as a string.
     pub fn as_str(&self) -> &str {

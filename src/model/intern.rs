@@ -1,0 +1,109 @@
+//! One allocation per name while the daemon starts. On a restart the
+//! journal's decode (whose names the journal's state and the ASW keep) and
+//! the pod sources (whose names the DSW and the sources keep) each make
+//! every volume name and pod UID of the node, on two threads at once;
+//! without sharing, the daemon holds both copies for the life of each
+//! volume. While sharing is on ([`begin`] to [`end`]: the daemon's start
+//! until `/readyz`), every [`PodUid`](super::PodUid) and
+//! [`UniqueVolumeName`](super::UniqueVolumeName) made goes through one
+//! table, and an equal name made before is handed out instead. Off (the
+//! CLI, and the daemon once ready), a name is its own allocation.
+//!
+//! Names compare by content either way: sharing changes memory, never
+//! meaning, so a name made outside the window (or past the cap) is no
+//! less correct.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use fxhash::FxHashSet;
+
+/// Whether the table is on: read before taking a lock, so that names
+/// made once the daemon is ready cost no lock.
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// The table, in shards by the name's hash: the two threads that make
+/// most names at a restart seldom wait for each other.
+static TABLE: [Mutex<Option<Names>>; SHARDS] = [const { Mutex::new(None) }; SHARDS];
+const SHARDS: usize = 16;
+
+/// The most names a shard holds. The table keeps every name it met alive
+/// until [`end`]; a daemon that never becomes ready (a source that never
+/// lists) keeps at most `SHARDS` times this many.
+const CAP: usize = 1 << 16;
+
+/// The names met, each once.
+#[derive(Default)]
+struct Names {
+    set: FxHashSet<Arc<str>>,
+}
+
+impl Names {
+    /// An equal name met before, else `s` made and remembered (while
+    /// fewer than `cap` are).
+    fn get(&mut self, s: &str, cap: usize) -> Arc<str> {
+        if let Some(known) = self.set.get(s) {
+            return known.clone();
+        }
+        let made: Arc<str> = Arc::from(s);
+        if self.set.len() < cap {
+            self.set.insert(made.clone());
+        }
+        made
+    }
+}
+
+fn shard(i: usize) -> MutexGuard<'static, Option<Names>> {
+    TABLE[i].lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Turns sharing on (a no-op when it is on).
+pub fn begin() {
+    for i in 0..SHARDS {
+        shard(i).get_or_insert_with(Names::default);
+    }
+    ON.store(true, Ordering::Release);
+}
+
+/// Turns sharing off and lets go of the table: the names stay with their
+/// holders.
+pub fn end() {
+    ON.store(false, Ordering::Release);
+    for i in 0..SHARDS {
+        let dropped = shard(i).take();
+        drop(dropped);
+    }
+}
+
+/// `s` as a shared name: an equal one met while sharing is on, else a new
+/// allocation (remembered while sharing is on).
+pub(super) fn name(s: &str) -> Arc<str> {
+    if !ON.load(Ordering::Acquire) {
+        return Arc::from(s);
+    }
+    let i = fxhash::hash(s) % SHARDS;
+    match shard(i).as_mut() {
+        Some(names) => names.get(s, CAP),
+        None => Arc::from(s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_names_are_one_allocation_up_to_the_cap() {
+        let mut n = Names::default();
+        let (a, b, c) = (n.get("uid-1", 2), n.get("uid-1", 2), n.get("uid-2", 2));
+        assert_eq!((&*a, &*c), ("uid-1", "uid-2"));
+        assert!(Arc::ptr_eq(&a, &b), "an equal name made twice");
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(Arc::ptr_eq(&c, &n.get("uid-2", 2)));
+        // full: a new name is made, not remembered
+        let (d, e) = (n.get("uid-3", 2), n.get("uid-3", 2));
+        assert_eq!((&*d, &*e), ("uid-3", "uid-3"));
+        assert!(!Arc::ptr_eq(&d, &e), "remembered past the cap");
+        assert_eq!(n.set.len(), 2);
+    }
+}
