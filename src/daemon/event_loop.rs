@@ -299,8 +299,6 @@ impl Driver {
             pairs,
             "startup phase"
         );
-        // both states hold the node's names now: new ones need no sharing
-        crate::model::intern::end();
         tracing::info!(
             phase = "readyz",
             elapsed_ms = crate::elapsed_ms(self.started.elapsed()),
@@ -311,6 +309,8 @@ impl Driver {
         }
         // after the step's unlock: `/readyz` already answers 200
         self.heartbeat.set_ready();
+        // both states hold the node's names now: new ones need no sharing
+        crate::model::intern::end();
     }
 
     fn perform(&mut self, effect: Effect, feedback: &mut Vec<Event>) {
