@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
-use super::checkpoint_file;
+use super::checkpoint_file::{self, CHECKPOINT_TREE};
 use super::commit::GroupCommit;
 use super::contain::contain;
 use super::damage::{self, AsFound, Damage};
@@ -19,7 +19,6 @@ use super::{
     Journal, JournalConfig, JournalError, OnCorrupt, SCHEMA_VERSION, Writer, migrations, now_ns,
 };
 
-use checkpoint_file::CHECKPOINT_TREE;
 const META_SCHEMA: &[u8] = b"schema_version";
 const META_ID: &[u8] = b"journal_id";
 const META_NODE: &[u8] = b"node_name";
@@ -621,8 +620,9 @@ mod tests {
         assert!(reason.contains("missing"), "{reason}");
     }
 
-    /// A fresh journal's records start at 1 with no checkpoint: nothing to
-    /// miss, whatever the quarantine took.
+    /// A journal never checkpointed has no file and its first record is
+    /// seq 1, in `records` or, once quarantined, in `quarantine`: nothing
+    /// is missing.
     #[test]
     fn a_journal_never_checkpointed_needs_no_checkpoint_file() {
         let tmp = tempfile::tempdir().unwrap();
@@ -637,6 +637,22 @@ mod tests {
         assert!(replay.corruption.is_none() && replay.checkpoint.is_none());
         assert_eq!(replay.tail.len(), 3);
         assert!(!dir.join(checkpoint_file::FILE).exists());
+        // seq 1 damaged: 1..=3 go to quarantine, later records start at 4
+        {
+            let db = sled_retrying(&dir);
+            let records = db.open_tree("records").unwrap();
+            let mut v = records.get(1u64.to_be_bytes()).unwrap().unwrap().to_vec();
+            v[30] ^= 0xff;
+            records.insert(1u64.to_be_bytes(), v).unwrap();
+            db.flush().unwrap();
+        }
+        let (j, replay) = Journal::open(&cfg).unwrap();
+        assert_eq!(replay.quarantined, vec![1, 2, 3]);
+        assert_eq!(j.append_record(outcome(9)).unwrap(), 4);
+        drop(j);
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+        assert_eq!(replay.tail.len(), 1);
     }
 
     /// Bug found by `tests/journal_torture.rs`: sled's recovery zeroes its
