@@ -2,14 +2,16 @@
 //! when a journal written by an older build is opened.
 //!
 //! Format v1 was the first released format; v2 adds the CSI arguments to
-//! every target; v3 (the current one, documented in
-//! `docs/journal-format.md`) adds a payload volume's hash and object
-//! versions. To
+//! every target; v3 adds a payload volume's hash and object versions; v4
+//! (the current one, documented in `docs/journal-format.md`) moves the
+//! checkpoint out of sled into its own file. To
 //! change the format: bump `journal::SCHEMA_VERSION`, add a `Step` from
 //! the old version whose `run` rewrites the old trees into the new layout
 //! (re-encoding every value; it must be idempotent, since a crash can cut it
 //! short and the next open runs it again), keep a journal written by the old
 //! build under `fixtures/journal/v<old>/`, and add a test that opens it.
+
+use std::path::Path;
 
 /// One migration step.
 #[derive(Debug)]
@@ -18,8 +20,9 @@ pub struct Step {
     pub from: u32,
     /// The schema version it writes.
     pub to: u32,
-    /// Rewrites the database; must be idempotent.
-    pub run: fn(&sled::Db) -> Result<(), String>,
+    /// Rewrites the database (and the files beside it in the journal dir);
+    /// must be idempotent.
+    pub run: fn(&sled::Db, &Path) -> Result<(), String>,
 }
 
 /// Every step, in order.
@@ -34,6 +37,11 @@ pub const STEPS: &[Step] = &[
         to: 3,
         run: v2_to_v3,
     },
+    Step {
+        from: 3,
+        to: 4,
+        run: v3_to_v4,
+    },
 ];
 
 /// v1 → v2: every record, quarantined record and the checkpoint re-encoded
@@ -42,14 +50,46 @@ pub const STEPS: &[Step] = &[
 /// either the v1 journal or the v2 one, never a mix; running it again on a
 /// v1 journal is the same step. A value that does not open as v1 (a damaged
 /// one) is left exactly as it is, for replay to find and report.
-fn v1_to_v2(db: &sled::Db) -> Result<(), String> {
+fn v1_to_v2(db: &sled::Db, _: &Path) -> Result<(), String> {
     reencode(db, 2, record_v1_to_v2, checkpoint_v1_to_v2)
 }
 
 /// v2 → v3: the same re-encoding, every target a `TargetV3` (v2's fields,
 /// then no payload), in one transaction with the new schema version.
-fn v2_to_v3(db: &sled::Db) -> Result<(), String> {
+fn v2_to_v3(db: &sled::Db, _: &Path) -> Result<(), String> {
     reencode(db, 3, record_v2_to_v3, checkpoint_v2_to_v3)
+}
+
+/// v3 → v4: the checkpoint envelope moves, byte for byte, from the
+/// `checkpoint` tree's `current` to the file `<dir>/checkpoint` (see
+/// `journal::checkpoint_file`), so sled's cache no longer holds it for the
+/// life of the process. In this order, each step durable before the next:
+/// the file is written and fsynced, then the key removed and flushed, then
+/// `migrate` records schema 4. A crash before the removal runs it again
+/// (the same bytes written again); one after it finds no key and leaves
+/// the file as it is; an inspection of a journal cut short there reads the
+/// file (`checkpoint_file::Stored`). A damaged checkpoint moves as it is,
+/// for the open to refuse it as before.
+fn v3_to_v4(db: &sled::Db, dir: &Path) -> Result<(), String> {
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    let has_tree = db
+        .tree_names()
+        .iter()
+        .any(|n| n == super::checkpoint_file::CHECKPOINT_TREE.as_bytes());
+    if !has_tree {
+        return Ok(());
+    }
+    let tree = db
+        .open_tree(super::checkpoint_file::CHECKPOINT_TREE)
+        .map_err(|e| err("checkpoint", &e))?;
+    let key = super::checkpoint_file::CHECKPOINT_KEY;
+    let Some(value) = tree.get(key).map_err(|e| err("checkpoint", &e))? else {
+        return Ok(());
+    };
+    super::checkpoint_file::write(dir, &value).map_err(|e| e.to_string())?;
+    tree.remove(key).map_err(|e| err("remove checkpoint", &e))?;
+    db.flush().map_err(|e| err("flush", &e))?;
+    Ok(())
 }
 
 /// Re-seals every record, quarantined record and the checkpoint through
@@ -201,9 +241,10 @@ pub fn plan(steps: &[Step], from: u32, to: u32) -> Result<Vec<&Step>, String> {
 }
 
 /// Runs the steps from `from` to `to`, then records the new version in meta.
-pub fn migrate(db: &sled::Db, from: u32, to: u32) -> Result<(), String> {
+/// `dir` is the journal dir, for a step that writes files beside sled's.
+pub fn migrate(db: &sled::Db, dir: &Path, from: u32, to: u32) -> Result<(), String> {
     for step in plan(STEPS, from, to)? {
-        (step.run)(db)?;
+        (step.run)(db, dir)?;
         let meta = db.open_tree("meta").map_err(|e| e.to_string())?;
         meta.insert("schema_version", step.to.to_le_bytes().to_vec())
             .map_err(|e| e.to_string())?;
@@ -216,7 +257,7 @@ pub fn migrate(db: &sled::Db, from: u32, to: u32) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn ok(_: &sled::Db) -> Result<(), String> {
+    fn ok(_: &sled::Db, _: &Path) -> Result<(), String> {
         Ok(())
     }
 
@@ -241,5 +282,6 @@ mod tests {
         assert!(plan(STEPS, 1, 1).unwrap().is_empty());
         assert_eq!(plan(STEPS, 1, 2).unwrap().len(), 1);
         assert_eq!(plan(STEPS, 1, 3).unwrap().len(), 2);
+        assert_eq!(plan(STEPS, 1, 4).unwrap().len(), 3);
     }
 }

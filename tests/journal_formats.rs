@@ -3,8 +3,10 @@
 //! `fixtures/journal/v1/journal` is a sled journal written by format v1 (the
 //! first), `fixtures/journal/v2/journal` one written by format v2 (which adds
 //! a CSI target's arguments), `fixtures/journal/v3/journal` one written by
-//! format v3 (which adds a payload volume's hash and object versions). The
-//! current build opens all three here: the older ones through `migrations/`
+//! format v3 (which adds a payload volume's hash and object versions),
+//! `fixtures/journal/v4/journal` one written by format v4 (the checkpoint in
+//! its own file, `checkpoint`, instead of sled's `checkpoint` tree). The
+//! current build opens all four here: the older ones through `migrations/`
 //! (and, for an inspection, as they are, unchanged). Each
 //! `record-golden.hex` pins the exact bytes of one record envelope of its
 //! format, so an accidental encoding change fails loudly.
@@ -39,6 +41,10 @@ fn fixture_v2_dir() -> PathBuf {
 
 fn fixture_v3_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v3")
+}
+
+fn fixture_v4_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v4")
 }
 
 const SECRET_VOLUME: &str = "kubernetes.io/secret/pod-d-creds";
@@ -169,7 +175,8 @@ fn observed() -> MountIdentity {
 /// The workload the fixtures hold: format, mount, two SetUps (one
 /// finished), a checkpoint in the middle, then a TearDown intent with no
 /// outcome; the v2 fixture then adds a CSI SetUp, done, after the checkpoint,
-/// and the v3 fixture a secret volume's SetUp, done.
+/// and the v3 fixture a secret volume's SetUp, done. The v4 fixture holds
+/// the same records as v3's (only where the checkpoint lives changed).
 fn write_current(dir: &Path) {
     let (j, _) = Journal::open(&JournalConfig::new(dir, "fixture-node", BOOT)).unwrap();
     let f = j
@@ -359,9 +366,25 @@ fn write_fixtures_when_asked() {
     if std::env::var_os("VOLUMED_WRITE_JOURNAL_FIXTURE").is_none() {
         return;
     }
-    let dir = fixture_v3_dir();
+    let dir = fixture_v4_dir();
     let _ = std::fs::remove_dir_all(dir.join("journal"));
     write_current(&dir.join("journal"));
+    // what a start needs, as the older fixtures keep it: sled's snapshot
+    // and the clean-close marker are derived, and its log segment's
+    // trailing zeros are no messages
+    let db = dir.join("journal/db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes.truncate(bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1));
+    std::fs::write(&db, bytes).unwrap();
+    for e in std::fs::read_dir(dir.join("journal")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("snap.") || name == "clean-close" {
+            std::fs::remove_file(p).unwrap();
+        } else if name == "blobs" {
+            std::fs::remove_dir(p).unwrap();
+        }
+    }
     std::fs::write(dir.join("record-golden.hex"), golden_v3_hex() + "\n").unwrap();
 }
 
@@ -495,7 +518,7 @@ fn the_v3_journal_opens_with_its_payload() {
     copy_dir(&fixture_v3_dir().join("journal"), &copy);
     let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
     assert!(replay.corruption.is_none());
-    assert_eq!(replay.schema_version, 3);
+    assert_eq!(replay.schema_version, SCHEMA_VERSION, "migrated");
     let state = j.state();
     let secret = state
         .entries()
@@ -549,4 +572,164 @@ fn the_v1_record_encoding_is_pinned() {
     let payload = envelope::open(GOLDEN_JOURNAL_ID, Kind::Record, 42, &bytes).unwrap();
     let rec: RecordV1 = record::decode(payload).unwrap();
     assert_eq!(Record::try_from(&rec).unwrap(), golden_record());
+}
+
+/// sled, opened directly: a journal just closed holds its lock a moment.
+fn sled_retrying(dir: &Path) -> sled::Db {
+    for _ in 0..500 {
+        if let Ok(db) = sled::open(dir) {
+            return db;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    sled::open(dir).unwrap()
+}
+
+/// The v3 checkpoint left in sled, if any.
+fn sled_checkpoint(dir: &Path) -> Option<Vec<u8>> {
+    let db = sled_retrying(dir);
+    let tree = db.open_tree("checkpoint").unwrap();
+    tree.get("current").unwrap().map(|v| v.to_vec())
+}
+
+/// The checkpoint file's (through_seq, entries), after verifying it.
+fn checkpoint_file_of(dir: &Path, journal_id: u64) -> (u64, usize) {
+    let bytes = std::fs::read(dir.join(volumed::journal::CHECKPOINT_FILE)).unwrap();
+    let seq = envelope::claimed_seq(&bytes).unwrap();
+    let payload = envelope::open(journal_id, Kind::Checkpoint, seq, &bytes).unwrap();
+    let (state, through, _, entries) = record::decode_checkpoint(SCHEMA_VERSION, payload).unwrap();
+    assert_eq!(state.len(), entries);
+    (through, entries)
+}
+
+#[test]
+fn the_v4_journal_opens_with_its_checkpoint_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v4_dir().join("journal"), &copy);
+    // An inspection reads it and changes nothing.
+    let before = std::fs::read(copy.join(volumed::journal::CHECKPOINT_FILE)).unwrap();
+    let (j, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
+    assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+    assert_eq!(replay.schema_version, 4);
+    drop(j);
+    let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+    assert!(replay.corruption.is_none());
+    assert_eq!(replay.schema_version, 4);
+    assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
+    assert_eq!(replay.tail.len(), 7);
+    let state = j.state();
+    let secret = state
+        .entries()
+        .find(|(k, _)| k.volume.as_str() == SECRET_VOLUME)
+        .expect("the secret target")
+        .1;
+    assert_eq!(*secret.params, secret_pod("pod-d"));
+    assert_eq!(
+        std::fs::read(copy.join(volumed::journal::CHECKPOINT_FILE)).unwrap(),
+        before
+    );
+    // The v4 records are v3's.
+    let want = std::fs::read_to_string(fixture_v4_dir().join("record-golden.hex")).unwrap();
+    assert_eq!(golden_v3_hex(), want.trim());
+}
+
+#[test]
+fn an_inspection_reads_a_v3_journal_without_moving_its_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v3_dir().join("journal"), &copy);
+    let (j, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
+    assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+    assert_eq!(replay.schema_version, 3);
+    assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
+    drop(j);
+    drop(replay);
+    assert_eq!(schema_of(&copy), 3, "an inspection changes nothing");
+    assert!(sled_checkpoint(&copy).is_some());
+    assert!(!copy.join(volumed::journal::CHECKPOINT_FILE).exists());
+}
+
+/// v3 → v4 moves the checkpoint out of sled; checkpointed again and
+/// reopened, the journal has the same state.
+#[test]
+fn a_v3_journal_migrated_then_checkpointed_reopens_to_the_same_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v3_dir().join("journal"), &copy);
+    let v3_checkpoint = sled_checkpoint(&copy).expect("the v3 fixture has a checkpoint");
+    let cfg = JournalConfig::new(&copy, "n", BOOT);
+    let (j, replay) = Journal::open(&cfg).unwrap();
+    assert_eq!(replay.schema_version, SCHEMA_VERSION);
+    assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
+    assert_eq!(
+        std::fs::read(copy.join(volumed::journal::CHECKPOINT_FILE)).unwrap(),
+        v3_checkpoint,
+        "the migration moves the envelope byte for byte"
+    );
+    let migrated = j.state();
+    let last = replay.tail.last().unwrap().seq;
+    let report = j.checkpoint().unwrap();
+    assert_eq!(report.through_seq, last);
+    assert_eq!(j.state(), migrated);
+    let id = j.journal_id();
+    j.close().unwrap();
+    // After a checkpoint: nothing in sled's tree, the file verifies.
+    assert_eq!(sled_checkpoint(&copy), None);
+    assert_eq!(schema_of(&copy), SCHEMA_VERSION);
+    assert_eq!(checkpoint_file_of(&copy, id), (last, migrated.len()));
+    let (j, replay) = Journal::open(&cfg).unwrap();
+    assert!(replay.corruption.is_none());
+    assert!(replay.tail.is_empty());
+    assert_eq!(
+        replay.checkpoint.as_ref().map(|c| c.through_seq),
+        Some(last)
+    );
+    assert_eq!(j.state(), migrated);
+}
+
+/// A migration to v4 cut short: after the file was written (the key still
+/// in sled), or after the key was removed too, before the schema bump.
+/// Either opens to the state a whole migration gives.
+#[test]
+fn a_v3_to_v4_migration_cut_short_opens_again() {
+    let whole = {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("journal");
+        copy_dir(&fixture_v3_dir().join("journal"), &copy);
+        Journal::open(&JournalConfig::new(&copy, "n", BOOT))
+            .unwrap()
+            .0
+            .into_state()
+    };
+    for key_removed in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("journal");
+        copy_dir(&fixture_v3_dir().join("journal"), &copy);
+        {
+            let db = sled_retrying(&copy);
+            let tree = db.open_tree("checkpoint").unwrap();
+            let v = tree.get("current").unwrap().unwrap();
+            std::fs::write(copy.join(volumed::journal::CHECKPOINT_FILE), &v).unwrap();
+            if key_removed {
+                tree.remove("current").unwrap();
+            }
+            db.flush().unwrap();
+        }
+        // An inspection of it (still schema 3) finds the checkpoint.
+        let (j, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
+        assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+        assert_eq!(replay.schema_version, 3);
+        assert_eq!(
+            j.into_state(),
+            whole,
+            "inspected, key removed: {key_removed}"
+        );
+        let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+        assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+        assert_eq!(replay.schema_version, SCHEMA_VERSION);
+        assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
+        assert_eq!(j.into_state(), whole, "key removed: {key_removed}");
+        assert_eq!(sled_checkpoint(&copy), None);
+    }
 }

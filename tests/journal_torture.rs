@@ -7,15 +7,16 @@
 //! Kinds of damage:
 //! - `flip`: one byte XOR 0xff at an offset of one of the journal's files
 //!   (sled's `conf`, `db`, anything under `blobs/` or `snap.*`, and our
-//!   `acked`); every byte of a file up to `VOLUMED_TORTURE_SAMPLE` bytes,
+//!   `acked` and `checkpoint`); every byte of a file up to `VOLUMED_TORTURE_SAMPLE` bytes,
 //!   past that a seeded sample of that many offsets plus every record
 //!   envelope's first, middle and last byte;
 //! - `truncate`: a file cut at every record envelope's start, middle and end
 //!   (the same cap), and at every length of a small file;
 //! - `zero`: each whole 4 KiB page of a file zeroed (a small file: all of it);
-//! - `value`: through sled, one byte of a record envelope, the checkpoint
-//!   or a meta value flipped, or an envelope cut short (damage sled's own
-//!   checksums cannot see, so the journal's envelope must).
+//! - `value`: through sled, one byte of a record envelope or a meta value
+//!   flipped, or an envelope cut short (damage sled's own checksums cannot
+//!   see, so the journal's envelope must; the checkpoint file, which no
+//!   checksum of sled's covers, gets the file damage above).
 //!
 //! The invariant, per case:
 //! (a) nothing panics (a panic hook counts panics on every thread; a sled
@@ -262,8 +263,7 @@ fn plan(g: &Golden, sample: Option<usize>, rng: &mut Rng) -> Vec<Damage> {
     out
 }
 
-/// Value-level damage: a first, middle and last record, the checkpoint,
-/// every meta value.
+/// Value-level damage: a first, middle and last record, every meta value.
 fn value_plan(g: &Golden, sample: Option<usize>, rng: &mut Rng) -> Vec<Damage> {
     let mut out = Vec::new();
     let tail: Vec<u64> = g.replay.tail.iter().map(|r| r.seq).collect();
@@ -280,13 +280,6 @@ fn value_plan(g: &Golden, sample: Option<usize>, rng: &mut Rng) -> Vec<Damage> {
             .unwrap();
         values.push(("records", seq.to_be_bytes().to_vec(), v.len()));
     }
-    let ck = db
-        .open_tree("checkpoint")
-        .unwrap()
-        .get(b"current")
-        .unwrap()
-        .unwrap();
-    values.push(("checkpoint", b"current".to_vec(), ck.len()));
     for kv in db.open_tree("meta").unwrap().iter() {
         let (k, v) = kv.unwrap();
         values.push(("meta", k.to_vec(), v.len()));
@@ -309,6 +302,16 @@ fn value_plan(g: &Golden, sample: Option<usize>, rng: &mut Rng) -> Vec<Damage> {
             }
         }
     }
+    // The checkpoint file cut anywhere, as its value once was in sled (the
+    // file plan cuts a large file only at its envelopes' edges, and this
+    // one is a single envelope).
+    let ck = PathBuf::from(volumed::journal::CHECKPOINT_FILE);
+    let len = g.files.get(&ck).map_or(0, Vec::len);
+    let cuts: BTreeSet<usize> = match sample {
+        Some(n) if len > n => (0..n).map(|_| rng.below(len)).collect(),
+        _ => (0..len).collect(),
+    };
+    out.extend(cuts.into_iter().map(|c| Damage::Truncate(ck.clone(), c)));
     out
 }
 
@@ -469,8 +472,11 @@ fn check_error(
     let after = files(to);
     let mut changed = Vec::new();
     for (name, bytes) in before {
-        // the watermark and the clean-close marker are ours, not sled's
-        let ours = name == Path::new("acked") || name == Path::new("clean-close");
+        // the watermark, the checkpoint and the clean-close marker are
+        // ours, not sled's
+        let ours = ["acked", "checkpoint", "clean-close"]
+            .iter()
+            .any(|f| name == Path::new(f));
         let kept = match ours {
             true => after.get(name),
             false => after.get(&Path::new("as-found").join(name)),

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::checkpoint_file;
 use super::envelope::{self, Kind};
 use super::open::{self, Corruption, Replay};
 use super::record::{self, CheckpointV3};
@@ -22,9 +23,10 @@ pub struct CheckpointReport {
 
 impl Journal {
     /// Writes the state implied by every record so far (pending intents
-    /// included) as one checkpoint, makes it durable, then drops the records
-    /// it covers. A crash between the two steps (`checkpoint.mid`) leaves old
-    /// records that replay skips.
+    /// included) as one checkpoint, makes it durable (its own fsynced file,
+    /// [`checkpoint_file`]), then drops the records it covers. A crash
+    /// between the two steps (`checkpoint.mid`) leaves old records that
+    /// replay skips.
     pub fn checkpoint(&self) -> Result<CheckpointReport, JournalError> {
         let _one_at_a_time = self
             .checkpoint_lock
@@ -45,9 +47,8 @@ impl Journal {
             through,
             &record::encode(&ck),
         );
-        self.checkpoint
-            .insert(open::CHECKPOINT_KEY, value)
-            .map_err(|e| write_err("checkpoint", e))?;
+        checkpoint_file::write(&self.dir, &value)?;
+        drop(value);
         self.flush_or_close()?;
         crate::failpoint::hit("checkpoint.mid");
         let mut dropped = 0;
@@ -76,10 +77,8 @@ impl Journal {
             path: self.dir.clone(),
             source,
         };
-        let checkpoint = self
-            .checkpoint
-            .get(open::CHECKPOINT_KEY)
-            .map_err(read_err)?
+        let checkpoint = checkpoint_file::read(&self.dir)
+            .map_err(|e| read_err(sled::Error::Io(e)))?
             .and_then(|v| {
                 let seq = envelope::claimed_seq(&v)?;
                 let payload = envelope::open(self.journal_id, Kind::Checkpoint, seq, &v).ok()?;

@@ -5,8 +5,12 @@
 //! so sled's recovery has run over these very bytes and found nothing to
 //! zero. Any change since — a crash after a later open, a flipped bit on
 //! disk, a file added or gone — fails the comparison and the copy is
-//! taken as before. The marker is a hint checked by content, never
-//! trusted alone: it is not synced, and a torn or garbled one is no match.
+//! taken as before. The checkpoint file is listed too, though sled never
+//! touches it: a journal whose checkpoint changed since the close is not
+//! the one the close left, and a damaged checkpoint moves it aside, which
+//! must then keep sled's files as found like any other. The marker is a
+//! hint checked by content, never trusted alone: it is not synced, and a
+//! torn or garbled one is no match.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -46,9 +50,14 @@ fn seen(journal: &Path, rel: &Path, buf: &mut [u8]) -> std::io::Result<Seen> {
 /// The chunk files are read in.
 const CHUNK: usize = 64 * 1024;
 
-/// Every sled file of `journal`, sorted, as seen now.
+/// Every sled file of `journal` and its checkpoint file, sorted, as seen
+/// now.
 fn all_seen(journal: &Path) -> std::io::Result<Vec<Seen>> {
     let mut rels = super::damage::sled_files(journal)?;
+    let checkpoint = Path::new(super::checkpoint_file::FILE);
+    if journal.join(checkpoint).is_file() {
+        rels.push(checkpoint.to_owned());
+    }
     rels.sort();
     let mut buf = vec![0u8; CHUNK];
     rels.iter().map(|r| seen(journal, r, &mut buf)).collect()
@@ -153,6 +162,18 @@ mod tests {
         note(d.path());
         std::fs::write(d.path().join("db"), [7u8; 5001]).unwrap();
         assert!(!unchanged(d.path()), "a file grown");
+        note(d.path());
+
+        // the checkpoint is the journal's, not sled's, but counts too
+        std::fs::write(d.path().join("checkpoint"), b"envelope").unwrap();
+        assert!(!unchanged(d.path()), "a checkpoint added");
+        note(d.path());
+        assert!(unchanged(d.path()));
+        std::fs::write(d.path().join("checkpoint"), b"envelopf").unwrap();
+        assert!(!unchanged(d.path()), "a checkpoint changed");
+        note(d.path());
+        std::fs::write(d.path().join("checkpoint.tmp"), b"torn").unwrap();
+        assert!(unchanged(d.path()), "a leftover checkpoint.tmp is not read");
     }
 
     #[test]

@@ -349,7 +349,12 @@ mod tests {
 
         // opened again, written to and dropped without close: a crash
         let (journal, _) = Journal::open(&cfg).unwrap();
-        journal.checkpoint().unwrap();
+        journal
+            .append_record(crate::journal::Body::Forget {
+                volume: crate::model::UniqueVolumeName::from_raw("v"),
+                target: crate::model::TargetRef::Device,
+            })
+            .unwrap();
         drop(journal);
         std::thread::sleep(std::time::Duration::from_millis(200));
         let found = AsFound::save(j, false).expect("a crash: the copy is taken");

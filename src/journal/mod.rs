@@ -10,11 +10,12 @@
 //!
 //! # Layout
 //!
-//! A sled 0.34.7 database in the journal dir with four trees — `meta`
+//! A sled 0.34.7 database in the journal dir with three trees — `meta`
 //! (schema version, journal id, node name), `records` (big-endian sequence
-//! number → envelope), `checkpoint` (one envelope under `current`) and
-//! `quarantine` (records cut off by a failed checksum, kept, never deleted) —
-//! plus the `acked` watermark file ([`watermark`]). Every value is wrapped
+//! number → envelope) and `quarantine` (records cut off by a failed
+//! checksum, kept, never deleted) — plus the `checkpoint` file (one
+//! envelope, [`checkpoint_file`]; a fourth tree before schema 4) and the
+//! `acked` watermark file ([`watermark`]). Every value is wrapped
 //! in a versioned envelope with a per-journal CRC-32C ([`envelope`]); the
 //! payloads are the on-disk types of [`record`], never model types. The
 //! format is written down in `docs/journal-format.md`; format changes come
@@ -58,6 +59,7 @@
 //! kept aside is reported by [`Journal::damage`].
 
 mod checkpoint;
+mod checkpoint_file;
 mod clean_close;
 pub mod commit;
 mod contain;
@@ -79,6 +81,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use checkpoint::CheckpointReport;
+pub use checkpoint_file::{FILE as CHECKPOINT_FILE, TMP as CHECKPOINT_TMP};
 pub use damage::{Damage, MovedAside};
 pub use error::{Category, JournalError};
 pub use open::{CheckpointInfo, Corruption, Replay};
@@ -91,7 +94,7 @@ use record::RecordV3;
 use watermark::{Acked, Watermark};
 
 /// The journal layout version this build writes (`meta/schema_version`).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// What to do with a journal that cannot be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +177,6 @@ pub struct Journal {
     dir: PathBuf,
     db: sled::Db,
     records: sled::Tree,
-    checkpoint: sled::Tree,
     journal_id: u64,
     boot_id: String,
     writer: Mutex<Writer>,

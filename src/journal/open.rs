@@ -8,10 +8,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
+use super::checkpoint_file::{self, CHECKPOINT_TREE};
 use super::commit::GroupCommit;
 use super::contain::contain;
 use super::damage::{self, AsFound, Damage};
-use super::envelope::{self, Kind};
 use super::record;
 use super::replay::{JournalState, Record};
 use super::watermark::{Acked, Watermark};
@@ -19,8 +19,6 @@ use super::{
     Journal, JournalConfig, JournalError, OnCorrupt, SCHEMA_VERSION, Writer, migrations, now_ns,
 };
 
-/// Key of the one checkpoint in the `checkpoint` tree.
-pub(crate) const CHECKPOINT_KEY: &[u8] = b"current";
 const META_SCHEMA: &[u8] = b"schema_version";
 const META_ID: &[u8] = b"journal_id";
 const META_NODE: &[u8] = b"node_name";
@@ -98,7 +96,6 @@ struct Read_ {
     /// the state checkpoint + tail imply
     state: JournalState,
     records: sled::Tree,
-    checkpoint: sled::Tree,
     quarantine: sled::Tree,
     journal_id: u64,
     replay: Replay,
@@ -266,7 +263,6 @@ fn open_found(
         dir: dir.clone(),
         db: read.db,
         records: read.records,
-        checkpoint: read.checkpoint,
         journal_id: read.journal_id,
         boot_id: cfg.boot_id.clone(),
         writer: Mutex::new(Writer {
@@ -286,12 +282,14 @@ fn open_found(
 fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     let corrupt = |what: &str, e: String| Distrust::Corrupt(format!("{what}: {e}"));
     let tree = |name: &str| contain(|| db.open_tree(name)).map_err(|e| corrupt(name, e));
-    let (meta, records, checkpoint, quarantine) = (
-        tree("meta")?,
-        tree("records")?,
-        tree("checkpoint")?,
-        tree("quarantine")?,
-    );
+    let (meta, records, quarantine) = (tree("meta")?, tree("records")?, tree("quarantine")?);
+    // Opened only where it exists: a journal of schema 4 on has none.
+    let legacy_checkpoint = match contain(|| Ok(db.tree_names())) {
+        Ok(names) if names.iter().any(|n| n == CHECKPOINT_TREE.as_bytes()) => {
+            Some(tree(CHECKPOINT_TREE)?)
+        }
+        _ => None,
+    };
     let get = |k: &[u8]| contain(|| meta.get(k)).map_err(|e| corrupt("meta", e));
     let mut created = false;
     let (schema, journal_id) = match (get(META_SCHEMA)?, get(META_ID)?) {
@@ -304,7 +302,11 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
                 .map_err(|_| Distrust::Corrupt("meta journal_id is not 8 bytes".into()))?;
             (schema, id)
         }
-        (None, None) if records.is_empty() && checkpoint.is_empty() => {
+        (None, None)
+            if records.is_empty()
+                && legacy_checkpoint.as_ref().is_none_or(|t| t.is_empty())
+                && !cfg.dir.join(checkpoint_file::FILE).exists() =>
+        {
             let id = random_id();
             let put = |k: &[u8], v: Vec<u8>| {
                 contain(|| meta.insert(k, v)).map_err(|e| corrupt("write meta", e))
@@ -329,7 +331,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     // An inspection (`dump`, `reconstruct --dry-run`) changes nothing, so it
     // reads an older journal in its own format instead of migrating it.
     let read_schema = if schema < SCHEMA_VERSION && cfg.on_corrupt != OnCorrupt::Report {
-        migrations::migrate(&db, schema, SCHEMA_VERSION)
+        migrations::migrate(&db, &cfg.dir, schema, SCHEMA_VERSION)
             .map_err(|e| Distrust::Corrupt(format!("migration from schema {schema}: {e}")))?;
         SCHEMA_VERSION
     } else {
@@ -352,13 +354,16 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         damage: Damage::default(),
     };
     let mut through = 0;
-    if let Some(v) =
-        contain(|| checkpoint.get(CHECKPOINT_KEY)).map_err(|e| corrupt("checkpoint", e))?
-    {
-        let claimed = envelope::claimed_seq(&v).unwrap_or(0);
-        let decoded = envelope::open(journal_id, Kind::Checkpoint, claimed, &v)
-            .map_err(|e| e.to_string())
-            .and_then(|p| record::decode_checkpoint(read_schema, p).map_err(|e| e.to_string()));
+    let stored = checkpoint_file::Stored {
+        dir: &cfg.dir,
+        schema: read_schema,
+        journal_id,
+        legacy: legacy_checkpoint.as_ref(),
+    };
+    let found = stored
+        .load(&records, &quarantine)
+        .map_err(|e| corrupt("checkpoint", e))?;
+    if let Some((claimed, decoded)) = found {
         match decoded {
             Ok((decoded, through_seq, wall_time_ns, entries)) => {
                 through = through_seq;
@@ -425,7 +430,6 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         db,
         state,
         records,
-        checkpoint,
         quarantine,
         journal_id,
         replay,
@@ -551,14 +555,10 @@ mod tests {
         j.checkpoint().unwrap();
         j.append_record(outcome(intent)).unwrap();
         drop(j);
-        {
-            let db = sled_retrying(&dir);
-            let ck = db.open_tree("checkpoint").unwrap();
-            let mut v = ck.get(CHECKPOINT_KEY).unwrap().unwrap().to_vec();
-            v[30] ^= 0xff;
-            ck.insert(CHECKPOINT_KEY, v).unwrap();
-            db.flush().unwrap();
-        }
+        let file = dir.join(checkpoint_file::FILE);
+        let mut v = std::fs::read(&file).unwrap();
+        v[30] ^= 0xff;
+        std::fs::write(&file, v).unwrap();
         // An inspection reports it and changes nothing.
         let (j, replay) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
         assert!(replay.corruption.unwrap().reason.contains("checkpoint"));
@@ -574,6 +574,10 @@ mod tests {
         };
         assert!(reason.contains("checkpoint"), "{reason}");
         assert!(to.join("db").exists() && !dir.exists());
+        assert!(
+            to.join(checkpoint_file::FILE).exists(),
+            "the checkpoint went too"
+        );
         let note = std::fs::read_to_string(to.join(damage::NOTE)).unwrap();
         assert!(note.contains("checkpoint"), "{note}");
         // The next start gets a fresh journal that reports the one moved aside.
@@ -581,6 +585,74 @@ mod tests {
         assert!(replay.created && replay.corruption.is_none());
         assert_eq!(replay.damage.moved_aside.len(), 1);
         assert_eq!(replay.damage.moved_aside[0].path, to);
+    }
+
+    /// The checkpoint is a file beside sled's (schema 4): one that is gone
+    /// while the records it covered are dropped is refused like a damaged
+    /// one, never replayed as the tail alone.
+    #[test]
+    fn a_missing_checkpoint_file_is_refused_when_records_were_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..3 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        j.checkpoint().unwrap();
+        j.append_record(outcome(9)).unwrap();
+        drop(j);
+        std::fs::remove_file(dir.join(checkpoint_file::FILE)).unwrap();
+        let (_, replay) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
+        let reason = replay.corruption.unwrap().reason;
+        assert!(
+            reason.contains("checkpoint") && reason.contains("seq 4"),
+            "{reason}"
+        );
+        let Err(JournalError::Corrupt {
+            moved_to: Some(_),
+            reason,
+            ..
+        }) = Journal::open(&cfg)
+        else {
+            panic!("a missing checkpoint was not reported as corruption");
+        };
+        assert!(reason.contains("missing"), "{reason}");
+    }
+
+    /// A journal never checkpointed has no file and its first record is
+    /// seq 1, in `records` or, once quarantined, in `quarantine`: nothing
+    /// is missing.
+    #[test]
+    fn a_journal_never_checkpointed_needs_no_checkpoint_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..3 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert!(replay.corruption.is_none() && replay.checkpoint.is_none());
+        assert_eq!(replay.tail.len(), 3);
+        assert!(!dir.join(checkpoint_file::FILE).exists());
+        // seq 1 damaged: 1..=3 go to quarantine, later records start at 4
+        {
+            let db = sled_retrying(&dir);
+            let records = db.open_tree("records").unwrap();
+            let mut v = records.get(1u64.to_be_bytes()).unwrap().unwrap().to_vec();
+            v[30] ^= 0xff;
+            records.insert(1u64.to_be_bytes(), v).unwrap();
+            db.flush().unwrap();
+        }
+        let (j, replay) = Journal::open(&cfg).unwrap();
+        assert_eq!(replay.quarantined, vec![1, 2, 3]);
+        assert_eq!(j.append_record(outcome(9)).unwrap(), 4);
+        drop(j);
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+        assert_eq!(replay.tail.len(), 1);
     }
 
     /// Bug found by `tests/journal_torture.rs`: sled's recovery zeroes its

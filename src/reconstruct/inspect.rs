@@ -13,7 +13,11 @@
 //! original. The watermark file is copied first: the daemon writes it only
 //! after a flush, so the copied records are never older than the copied
 //! watermark claims (copying it last could make a healthy journal look like
-//! it lost acknowledged records). A copy taken while the daemon appends is a
+//! it lost acknowledged records). The checkpoint file is copied last: a
+//! checkpoint is durable before the records it covers leave sled, so a
+//! checkpoint copied after sled's files covers every record they lack
+//! (copied first, an older one could leave a gap a checkpoint dropped
+//! meanwhile). A copy taken while the daemon appends is a
 //! snapshot of some instant, at worst missing the records of the last few
 //! milliseconds; sled recovers the copy as it would after a crash. This is
 //! DESIGN.md's "reads a copy" (its alternative to asking the daemon): the
@@ -27,7 +31,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::journal::{Category, Journal, JournalConfig, JournalState};
+use crate::journal::{
+    CHECKPOINT_FILE, CHECKPOINT_TMP, Category, Journal, JournalConfig, JournalState,
+};
 
 use super::ReconstructError;
 use super::edge::{JournalInput, error_chain};
@@ -180,14 +186,20 @@ fn read_copy(dir: &Path, boot_id: &str) -> Result<Read, ReconstructError> {
 }
 
 /// Copies `from` to `to`: the watermark first, then everything else,
-/// recursively; symlinks are not followed (sled makes none).
+/// recursively, then the checkpoint (see the module doc); symlinks are not
+/// followed (sled makes none). A checkpoint being written is not copied.
 pub fn copy_journal(from: &Path, to: &Path) -> Result<(), ReconstructError> {
-    let watermark = from.join(WATERMARK_FILE);
     create_dir(to)?;
-    if fs::symlink_metadata(&watermark).is_ok_and(|m| m.is_file()) {
-        copy_file(&watermark, &to.join(WATERMARK_FILE))?;
-    }
-    copy_tree(from, to, true)
+    let if_file = |name: &str| -> Result<(), ReconstructError> {
+        let src = from.join(name);
+        match fs::symlink_metadata(&src).is_ok_and(|m| m.is_file()) {
+            true => copy_file(&src, &to.join(name)),
+            false => Ok(()),
+        }
+    };
+    if_file(WATERMARK_FILE)?;
+    copy_tree(from, to, true)?;
+    if_file(CHECKPOINT_FILE)
 }
 
 fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<(), ReconstructError> {
@@ -198,7 +210,9 @@ fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<(), ReconstructError> 
     for entry in fs::read_dir(from).map_err(err(from, to))? {
         let entry = entry.map_err(err(from, to))?;
         let name = entry.file_name();
-        if top && name == WATERMARK_FILE {
+        if top
+            && [WATERMARK_FILE, CHECKPOINT_FILE, CHECKPOINT_TMP].contains(&&*name.to_string_lossy())
+        {
             continue;
         }
         let (src, dst): (PathBuf, PathBuf) = (entry.path(), to.join(&name));

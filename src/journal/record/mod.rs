@@ -8,8 +8,9 @@
 //!
 //! Records, bodies and checkpoints are generic over the target type: format
 //! v1 is them with [`TargetV1`], format v2 with [`TargetV2`], which adds the
-//! CSI arguments, and format v3 (the current one) with [`TargetV3`], which
-//! adds a payload volume's hash and object versions (`payload_v3.rs`).
+//! CSI arguments, and format v3 with [`TargetV3`], which adds a payload
+//! volume's hash and object versions (`payload_v3.rs`). Format v4 (the
+//! current one) keeps v3's encodings; only the checkpoint moved to a file.
 //! bincode writes no type names, so `RecordOf<TargetV1>` encodes exactly as
 //! v1 always did, and `RecordOf<TargetV2>` as v2.
 
@@ -41,7 +42,7 @@ pub struct RecordOf<T> {
 pub type RecordV1 = RecordOf<TargetV1>;
 /// A record of format v2.
 pub type RecordV2 = RecordOf<TargetV2>;
-/// A record of format v3 (the current format).
+/// A record of format v3, which the current format v4 keeps.
 pub type RecordV3 = RecordOf<TargetV3>;
 
 /// The body of a record.
@@ -316,7 +317,7 @@ pub struct CheckpointOf<T> {
 pub type CheckpointV1 = CheckpointOf<TargetV1>;
 /// A checkpoint of format v2.
 pub type CheckpointV2 = CheckpointOf<TargetV2>;
-/// A checkpoint of format v3 (the current format).
+/// A checkpoint of format v3, which the current format v4 keeps.
 pub type CheckpointV3 = CheckpointOf<TargetV3>;
 
 /// One target in a checkpoint.
