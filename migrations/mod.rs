@@ -64,12 +64,13 @@ fn v2_to_v3(db: &sled::Db, _: &Path) -> Result<(), String> {
 /// `checkpoint` tree's `current` to the file `<dir>/checkpoint` (see
 /// `journal::checkpoint_file`), so sled's cache no longer holds it for the
 /// life of the process. In this order, each step durable before the next:
-/// the file is written and fsynced, then the key removed and flushed, then
-/// `migrate` records schema 4. A crash before the removal runs it again
-/// (the same bytes written again); one after it finds no key and leaves
-/// the file as it is; an inspection of a journal cut short there reads the
-/// file (`checkpoint_file::Stored`). A damaged checkpoint moves as it is,
-/// for the open to refuse it as before.
+/// the file is written and fsynced, then the key is removed and schema 4
+/// recorded in one transaction, and flushed (`migrate` records 4 again).
+/// A crash before the transaction runs the step again (the same bytes
+/// written again); after it, the journal is v4. A schema-3 journal never
+/// lacks its in-sled checkpoint, so a build that reads only v3 never
+/// replays one without it. A damaged checkpoint moves as it is, for the
+/// open to refuse it as before.
 fn v3_to_v4(db: &sled::Db, dir: &Path) -> Result<(), String> {
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
     let has_tree = db
@@ -87,7 +88,17 @@ fn v3_to_v4(db: &sled::Db, dir: &Path) -> Result<(), String> {
         return Ok(());
     };
     super::checkpoint_file::write(dir, &value).map_err(|e| e.to_string())?;
-    tree.remove(key).map_err(|e| err("remove checkpoint", &e))?;
+    // the key goes with the schema bump, in one transaction: a build that
+    // reads v3 must never find a schema-3 journal without its checkpoint
+    use sled::Transactional;
+    let meta = db.open_tree("meta").map_err(|e| err("meta", &e))?;
+    (&tree, &meta)
+        .transaction(|(c, m)| {
+            c.remove(key)?;
+            m.insert("schema_version", 4u32.to_le_bytes().to_vec())?;
+            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+        })
+        .map_err(|e| format!("transaction: {e:?}"))?;
     db.flush().map_err(|e| err("flush", &e))?;
     Ok(())
 }
