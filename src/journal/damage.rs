@@ -143,6 +143,14 @@ impl AsFound {
             for rel in sled_files(journal)? {
                 std::fs::copy(journal.join(&rel), dir.join(&rel))?;
             }
+            // not sled's, and no open rewrites it; but without it a copy
+            // kept aside would not read back as the journal it was (its
+            // records up to the checkpoint are gone from sled's files)
+            let ck = super::checkpoint_file::FILE;
+            match std::fs::copy(journal.join(ck), dir.join(ck)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
             Ok(())
         };
         match copy() {

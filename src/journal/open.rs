@@ -668,8 +668,14 @@ mod tests {
         let (j, _) = Journal::open(&cfg).unwrap();
         for i in 0..100 {
             j.append_record(outcome(i)).unwrap();
+            // the checkpoint file is kept with them: without it the copy
+            // would not read back as the journal it was
+            if i == 10 {
+                j.checkpoint().unwrap();
+            }
         }
         drop(j);
+        let checkpoint = std::fs::read(dir.join(checkpoint_file::FILE)).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         let mut db = std::fs::read(dir.join("db")).unwrap();
         db[5000] ^= 0xff;
@@ -684,6 +690,8 @@ mod tests {
             std::fs::read(to.join(damage::AS_FOUND).join("db")).unwrap(),
             db
         );
+        let kept = to.join(damage::AS_FOUND).join(checkpoint_file::FILE);
+        assert_eq!(std::fs::read(kept).unwrap(), checkpoint);
         let note = std::fs::read_to_string(to.join(damage::NOTE)).unwrap();
         assert!(note.contains(damage::AS_FOUND), "{note}");
     }
