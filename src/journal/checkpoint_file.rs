@@ -93,7 +93,11 @@ impl Stored<'_> {
         let claimed = envelope::claimed_seq(&v).unwrap_or(0);
         let decoded = envelope::open(self.journal_id, Kind::Checkpoint, claimed, &v)
             .map_err(|e| e.to_string())
-            .and_then(|p| record::decode_checkpoint(self.schema, p).map_err(|e| e.to_string()));
+            .and_then(|p| record::decode_checkpoint(self.schema, p).map_err(|e| e.to_string()))
+            .and_then(|d| match gap_after(d.1, records, quarantine) {
+                Some(why) => Err(why),
+                None => Ok(d),
+            });
         Ok(Some((claimed, decoded)))
     }
 
@@ -114,15 +118,29 @@ impl Stored<'_> {
 /// removed, so a journal whose first record is past 1 lost the checkpoint
 /// that covered the rest (a deleted file): its first seq, or `None`.
 fn dropped_without_checkpoint(records: &sled::Tree, quarantine: &sled::Tree) -> Option<u64> {
+    first_seq(records, quarantine).filter(|first| *first > 1)
+}
+
+/// The lowest seq left in `records` or `quarantine`.
+fn first_seq(records: &sled::Tree, quarantine: &sled::Tree) -> Option<u64> {
     let first = |t: &sled::Tree| {
         let (k, _) = contain(|| t.first()).ok().flatten()?;
         <[u8; 8]>::try_from(k.as_ref()).ok().map(u64::from_be_bytes)
     };
-    let first = [first(records), first(quarantine)]
+    [first(records), first(quarantine)]
         .into_iter()
         .flatten()
-        .min()?;
-    (first > 1).then_some(first)
+        .min()
+}
+
+/// Only a checkpoint drops records, and only those it covers: a first
+/// record past `through + 1` means a checkpoint older than the one that
+/// dropped the records between (a stale file put back). Why, if so.
+fn gap_after(through: u64, records: &sled::Tree, quarantine: &sled::Tree) -> Option<String> {
+    let first = first_seq(records, quarantine)?;
+    (first > through + 1).then(|| {
+        format!("it covers through seq {through}, yet the first record left is seq {first}: the records between are gone")
+    })
 }
 
 #[cfg(test)]

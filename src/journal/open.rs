@@ -620,6 +620,37 @@ mod tests {
         assert!(reason.contains("missing"), "{reason}");
     }
 
+    /// A stale checkpoint file (one older than the checkpoint that dropped
+    /// the records after it) is refused: replaying it would skip them.
+    #[test]
+    fn a_stale_checkpoint_file_is_refused_when_records_after_it_are_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..3 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        j.checkpoint().unwrap();
+        let stale = std::fs::read(dir.join(checkpoint_file::FILE)).unwrap();
+        for i in 3..6 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        j.checkpoint().unwrap();
+        j.append_record(outcome(9)).unwrap();
+        drop(j);
+        // the current file opens; the stale one does not
+        let (_, replay) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
+        assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+        std::fs::write(dir.join(checkpoint_file::FILE), stale).unwrap();
+        let (_, replay) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
+        let reason = replay.corruption.expect("a stale checkpoint").reason;
+        assert!(
+            reason.contains("seq 3") && reason.contains("seq 7"),
+            "{reason}"
+        );
+    }
+
     /// A journal never checkpointed has no file and its first record is
     /// seq 1, in `records` or, once quarantined, in `quarantine`: nothing
     /// is missing.
