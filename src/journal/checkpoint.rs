@@ -77,6 +77,12 @@ impl Journal {
             path: self.dir.clone(),
             source,
         };
+        // one view: a checkpoint between reading the file and the records
+        // would hide the records it drops from both
+        let _no_checkpoint_meanwhile = self
+            .checkpoint_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let checkpoint = checkpoint_file::read(&self.dir)
             .map_err(|e| read_err(sled::Error::Io(e)))?
             .and_then(|v| {
