@@ -309,8 +309,6 @@ impl Driver {
         }
         // after the step's unlock: `/readyz` already answers 200
         self.heartbeat.set_ready();
-        // both states hold the node's names now: new ones need no sharing
-        crate::model::intern::end();
     }
 
     fn perform(&mut self, effect: Effect, feedback: &mut Vec<Event>) {

@@ -139,21 +139,10 @@ impl Daemon {
         metrics: Arc<Metrics>,
     ) -> Result<Daemon, DaemonError> {
         // the journal's decode and the sources make the same names on two
-        // threads: one allocation each until `/readyz` (the loop's
-        // `log_ready` ends it), or until the start fails
-        crate::model::intern::begin();
-        Self::start_sharing_names(cfg, journal_dir, open, sys, metrics)
-            .inspect_err(|_| crate::model::intern::end())
-    }
-
-    /// [`Daemon::start_opening`], while names are shared.
-    fn start_sharing_names(
-        cfg: DaemonConfig,
-        journal_dir: Option<PathBuf>,
-        open: impl FnOnce(&dyn Fn()) -> Result<OpenedJournal, DaemonError>,
-        sys: Arc<dyn Sys>,
-        metrics: Arc<Metrics>,
-    ) -> Result<Daemon, DaemonError> {
+        // threads: one allocation each until `/readyz` (a ready hook holds
+        // this; a start that fails, or a loop that ends before it is
+        // ready, drops it)
+        let sharing = crate::model::intern::begin();
         let started = Instant::now();
         let mut cfg = cfg;
         let api = cfg.api.as_ref().map(api_source::connect).transpose()?;
@@ -287,6 +276,9 @@ impl Daemon {
         if let Some(m) = monitor.clone() {
             on_ready.push(Box::new(move || m.ask()));
         }
+        // both states hold the node's names once ready: new ones need no
+        // sharing
+        on_ready.push(Box::new(move || drop(sharing)));
         let heartbeat = Arc::new(crate::notify::Heartbeat::default());
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {

@@ -151,10 +151,6 @@ fn a_failed_phase_one_stops_the_loop_it_started_and_mounts_nothing() {
 /// After a restart the DSW (whose names come from the pod sources) and the
 /// ASW (whose names come from the journal's decode) hold one allocation
 /// of the volume's name and the pod's UID, not one each.
-///
-/// Sharing is process-wide and ends when any daemon becomes ready: another
-/// test's daemon in this process may end it in the middle of a restart,
-/// so the restart is tried a few times.
 #[test]
 fn a_restarted_daemons_states_share_the_names_of_the_node() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -172,40 +168,41 @@ fn a_restarted_daemons_states_share_the_names_of_the_node() {
     drop((provider, world));
 
     let same = |a: &str, b: &str| std::ptr::eq(a.as_ptr(), b.as_ptr());
-    let shared = (0..5).any(|_| {
-        // opened by the start, as `volumed run` does: its decode is one of
-        // the two that share
-        let mut cfg = DaemonConfig::new(Layout::new(ROOT), NODE, BootId::new(BOOT).expect("boot"));
-        cfg.static_pods = Some(dir.path().join("pods"));
-        let journal_cfg = JournalConfig::new(dir.path().join("journal"), NODE, BOOT);
-        let daemon = Daemon::start_opening(
-            cfg,
-            Some(journal_cfg.dir.clone()),
-            |_| {
-                let (j, _) = Journal::open(&journal_cfg).expect("open the journal");
-                Ok((Some(Arc::new(j)), None))
-            },
-            sys.clone(),
-            Arc::new(Metrics::new().expect("metrics")),
-        )
-        .expect("the daemon starts on the fake");
-        let provider = daemon.provider();
-        wait_for("readiness after the restart", || provider.ready().is_ok());
-        let w = lock(&daemon.world);
-        let (asw_name, asw) = w.asw.volumes().next().expect("reconstructed");
-        let (dsw_name, _) = w.dsw.volumes().next().expect("listed");
-        assert_eq!(asw_name, dsw_name);
-        let asw_uid = asw.pods.keys().next().expect("its pod");
-        let dsw_uid = w.pods.keys().next().expect("the pod listed");
-        assert_eq!(asw_uid, dsw_uid);
-        let both =
-            same(asw_name.as_str(), dsw_name.as_str()) && same(asw_uid.as_str(), dsw_uid.as_str());
-        drop(w);
-        daemon.stop();
-        drop(provider);
-        both
-    });
-    assert!(shared, "five restarts kept two copies of the names");
+    // opened by the start, as `volumed run` does: its decode is one of
+    // the two that share
+    let mut cfg = DaemonConfig::new(Layout::new(ROOT), NODE, BootId::new(BOOT).expect("boot"));
+    cfg.static_pods = Some(dir.path().join("pods"));
+    let journal_cfg = JournalConfig::new(dir.path().join("journal"), NODE, BOOT);
+    let daemon = Daemon::start_opening(
+        cfg,
+        Some(journal_cfg.dir.clone()),
+        |_| {
+            let (j, _) = Journal::open(&journal_cfg).expect("open the journal");
+            Ok((Some(Arc::new(j)), None))
+        },
+        sys.clone(),
+        Arc::new(Metrics::new().expect("metrics")),
+    )
+    .expect("the daemon starts on the fake");
+    let provider = daemon.provider();
+    wait_for("readiness after the restart", || provider.ready().is_ok());
+    let w = lock(&daemon.world);
+    let (asw_name, asw) = w.asw.volumes().next().expect("reconstructed");
+    let (dsw_name, _) = w.dsw.volumes().next().expect("listed");
+    assert_eq!(asw_name, dsw_name);
+    let asw_uid = asw.pods.keys().next().expect("its pod");
+    let dsw_uid = w.pods.keys().next().expect("the pod listed");
+    assert_eq!(asw_uid, dsw_uid);
+    assert!(
+        same(asw_name.as_str(), dsw_name.as_str()),
+        "two copies of the volume name"
+    );
+    assert!(
+        same(asw_uid.as_str(), dsw_uid.as_str()),
+        "two copies of the pod UID"
+    );
+    drop(w);
+    daemon.stop();
 }
 
 fn lock(w: &std::sync::Mutex<super::World>) -> std::sync::MutexGuard<'_, super::World> {

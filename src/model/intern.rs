@@ -3,8 +3,8 @@
 //! the pod sources (whose names the DSW and the sources keep) each make
 //! every volume name and pod UID of the node, on two threads at once;
 //! without sharing, the daemon holds both copies for the life of each
-//! volume. While sharing is on ([`begin`] to [`end`]: the daemon's start
-//! until `/readyz`), every [`PodUid`](super::PodUid) and
+//! volume. While sharing is on (while a [`Sharing`] from [`begin`] lives:
+//! the daemon's start until `/readyz`), every [`PodUid`](super::PodUid) and
 //! [`UniqueVolumeName`](super::UniqueVolumeName) made goes through one
 //! table, and an equal name made before is handed out instead. Off (the
 //! CLI, and the daemon once ready), a name is its own allocation.
@@ -22,15 +22,21 @@ use fxhash::FxHashSet;
 /// made once the daemon is ready cost no lock.
 static ON: AtomicBool = AtomicBool::new(false);
 
+/// How many [`Sharing`]s are alive: sharing is on while any is (two
+/// daemons in one process, as tests run them, each keep it on for their
+/// own start).
+static USERS: Mutex<usize> = Mutex::new(0);
+
 /// The table, in shards by the name's hash: the two threads that make
 /// most names at a restart seldom wait for each other.
 static TABLE: [Mutex<Option<Names>>; SHARDS] = [const { Mutex::new(None) }; SHARDS];
 const SHARDS: usize = 16;
 
 /// The most names a shard holds. The table keeps every name it met alive
-/// until [`end`]; a daemon that never becomes ready (a source that never
-/// lists) keeps at most `SHARDS` times this many.
-const CAP: usize = 1 << 16;
+/// while it is on; a daemon that never becomes ready (a source that never
+/// lists) keeps at most `SHARDS` times this many, about four times a
+/// 50,000-volume node's.
+const CAP: usize = 1 << 15;
 
 /// The names met, each once.
 #[derive(Default)]
@@ -53,25 +59,41 @@ impl Names {
     }
 }
 
-fn shard(i: usize) -> MutexGuard<'static, Option<Names>> {
-    TABLE[i].lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Turns sharing on (a no-op when it is on).
-pub fn begin() {
-    for i in 0..SHARDS {
-        shard(i).get_or_insert_with(Names::default);
+/// Sharing is on while this lives ([`begin`]); the last one dropped lets
+/// go of the table (the names stay with their holders).
+#[must_use = "sharing ends when this is dropped"]
+#[derive(Debug)]
+pub struct Sharing(());
+
+/// Turns sharing on until the [`Sharing`] returned (and every other one
+/// alive) is dropped.
+pub fn begin() -> Sharing {
+    let mut users = lock(&USERS);
+    if *users == 0 {
+        for shard in &TABLE {
+            lock(shard).get_or_insert_with(Names::default);
+        }
+        ON.store(true, Ordering::Release);
     }
-    ON.store(true, Ordering::Release);
+    *users += 1;
+    Sharing(())
 }
 
-/// Turns sharing off and lets go of the table: the names stay with their
-/// holders.
-pub fn end() {
-    ON.store(false, Ordering::Release);
-    for i in 0..SHARDS {
-        let dropped = shard(i).take();
-        drop(dropped);
+impl Drop for Sharing {
+    fn drop(&mut self) {
+        let mut users = lock(&USERS);
+        *users -= 1;
+        if *users == 0 {
+            ON.store(false, Ordering::Release);
+            for shard in &TABLE {
+                let dropped = lock(shard).take();
+                drop(dropped);
+            }
+        }
     }
 }
 
@@ -82,7 +104,7 @@ pub(super) fn name(s: &str) -> Arc<str> {
         return Arc::from(s);
     }
     let i = fxhash::hash(s) % SHARDS;
-    match shard(i).as_mut() {
+    match lock(&TABLE[i]).as_mut() {
         Some(names) => names.get(s, CAP),
         None => Arc::from(s),
     }
@@ -105,5 +127,21 @@ mod tests {
         assert_eq!((&*d, &*e), ("uid-3", "uid-3"));
         assert!(!Arc::ptr_eq(&d, &e), "remembered past the cap");
         assert_eq!(n.set.len(), 2);
+    }
+
+    /// Sharing is on while any `Sharing` lives: dropping one of two keeps
+    /// it on for the other. (Off once the last goes cannot be asserted
+    /// here: other tests' daemons hold theirs in this process.)
+    #[test]
+    fn names_are_shared_while_a_sharing_lives_whoever_else_ends() {
+        let first = begin();
+        let second = begin();
+        let (a, b) = (name("uid-intern-a"), name("uid-intern-a"));
+        assert!(Arc::ptr_eq(&a, &b));
+        drop(first);
+        let (c, d) = (name("uid-intern-b"), name("uid-intern-b"));
+        assert!(Arc::ptr_eq(&c, &d), "ended by the other's drop");
+        assert!(Arc::ptr_eq(&a, &name("uid-intern-a")));
+        drop(second);
     }
 }
