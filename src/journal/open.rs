@@ -651,6 +651,42 @@ mod tests {
         );
     }
 
+    /// Another journal's checkpoint file (another journal id) fails
+    /// verification; a garbage `checkpoint.tmp` (a write cut short) is
+    /// never read.
+    #[test]
+    fn a_foreign_checkpoint_is_refused_and_a_leftover_tmp_is_ignored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = |name: &str| {
+            let dir = tmp.path().join(name);
+            let (j, _) = Journal::open(&JournalConfig::new(&dir, "n", BOOT)).unwrap();
+            for i in 0..3 {
+                j.append_record(outcome(i)).unwrap();
+            }
+            j.checkpoint().unwrap();
+            j.append_record(outcome(9)).unwrap();
+            dir
+        };
+        let (ours, theirs) = (journal("ours"), journal("theirs"));
+        std::fs::write(ours.join(checkpoint_file::TMP), b"VMDJ garbage").unwrap();
+        let (_, replay) = Journal::open(&JournalConfig::inspect(&ours, BOOT)).unwrap();
+        assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+        assert_eq!(replay.checkpoint.map(|c| c.through_seq), Some(3));
+        assert_eq!(replay.tail.len(), 1);
+
+        std::fs::copy(
+            theirs.join(checkpoint_file::FILE),
+            ours.join(checkpoint_file::FILE),
+        )
+        .unwrap();
+        let (_, replay) = Journal::open(&JournalConfig::inspect(&ours, BOOT)).unwrap();
+        let reason = replay
+            .corruption
+            .expect("another journal's checkpoint")
+            .reason;
+        assert!(reason.contains("checkpoint"), "{reason}");
+    }
+
     /// A journal never checkpointed has no file and its first record is
     /// seq 1, in `records` or, once quarantined, in `quarantine`: nothing
     /// is missing.
