@@ -34,8 +34,8 @@ const SHARDS: usize = 16;
 
 /// The most names a shard holds. The table keeps every name it met alive
 /// while it is on; a daemon that never becomes ready (a source that never
-/// lists) keeps at most `SHARDS` times this many, about four times a
-/// 50,000-volume node's.
+/// lists) keeps at most `SHARDS` times this many (524,288; a node of
+/// 50,000 pods of one volume each has 100,000 names).
 const CAP: usize = 1 << 15;
 
 /// The names met, each once.
