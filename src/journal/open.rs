@@ -587,6 +587,18 @@ mod tests {
         assert_eq!(replay.damage.moved_aside[0].path, to);
     }
 
+    /// A journal at `dir` whose records 1 to 3 are checkpointed (dropped
+    /// from sled) and record 4 is after the checkpoint, still open.
+    fn checkpointed(dir: &Path) -> Journal {
+        let (j, _) = Journal::open(&JournalConfig::new(dir, "n", BOOT)).unwrap();
+        for i in 0..3 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        j.checkpoint().unwrap();
+        j.append_record(outcome(9)).unwrap();
+        j
+    }
+
     /// The checkpoint is a file beside sled's (schema 4): one that is gone
     /// while the records it covered are dropped is refused like a damaged
     /// one, never replayed as the tail alone.
@@ -595,13 +607,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("journal");
         let cfg = JournalConfig::new(&dir, "n", BOOT);
-        let (j, _) = Journal::open(&cfg).unwrap();
-        for i in 0..3 {
-            j.append_record(outcome(i)).unwrap();
-        }
-        j.checkpoint().unwrap();
-        j.append_record(outcome(9)).unwrap();
-        drop(j);
+        drop(checkpointed(&dir));
         std::fs::remove_file(dir.join(checkpoint_file::FILE)).unwrap();
         let (_, replay) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
         let reason = replay.corruption.unwrap().reason;
@@ -626,14 +632,9 @@ mod tests {
     fn a_stale_checkpoint_file_is_refused_when_records_after_it_are_gone() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("journal");
-        let cfg = JournalConfig::new(&dir, "n", BOOT);
-        let (j, _) = Journal::open(&cfg).unwrap();
-        for i in 0..3 {
-            j.append_record(outcome(i)).unwrap();
-        }
-        j.checkpoint().unwrap();
+        let j = checkpointed(&dir);
         let stale = std::fs::read(dir.join(checkpoint_file::FILE)).unwrap();
-        for i in 3..6 {
+        for i in 4..6 {
             j.append_record(outcome(i)).unwrap();
         }
         j.checkpoint().unwrap();
@@ -659,12 +660,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let journal = |name: &str| {
             let dir = tmp.path().join(name);
-            let (j, _) = Journal::open(&JournalConfig::new(&dir, "n", BOOT)).unwrap();
-            for i in 0..3 {
-                j.append_record(outcome(i)).unwrap();
-            }
-            j.checkpoint().unwrap();
-            j.append_record(outcome(9)).unwrap();
+            drop(checkpointed(&dir));
             dir
         };
         let (ours, theirs) = (journal("ours"), journal("theirs"));
