@@ -338,11 +338,11 @@ fn a_hung_mount_delays_neither_another_volume_nor_the_provider() {
     });
     assert!(!r.mounted("hung-1"), "still held");
     assert_eq!(r.ask(|p| p.ready()), Ok(()));
-    let state = r.ask(|p| p.state());
-    assert!(
-        serde_json::to_string(&state).unwrap().contains("quick-1"),
-        "/debug/state shows the mounted volume"
-    );
+    // the fake's mount comes before the job's report reaches the ASW
+    r.wait_until("/debug/state shows the mounted volume", |r| {
+        let state = r.ask(|p| p.state());
+        serde_json::to_string(&state).unwrap().contains("quick-1")
+    });
     assert!(
         r.ask(|p| p.metrics_text())
             .contains("volume_manager_total_volumes")
