@@ -50,14 +50,10 @@ fn seen(journal: &Path, rel: &Path, buf: &mut [u8]) -> std::io::Result<Seen> {
 /// The chunk files are read in.
 const CHUNK: usize = 64 * 1024;
 
-/// Every sled file of `journal` and its checkpoint file, sorted, as seen
-/// now.
+/// Every file of `journal` as found ([`super::damage::found_files`]),
+/// sorted, as seen now.
 fn all_seen(journal: &Path) -> std::io::Result<Vec<Seen>> {
-    let mut rels = super::damage::sled_files(journal)?;
-    let checkpoint = Path::new(super::checkpoint_file::FILE);
-    if journal.join(checkpoint).is_file() {
-        rels.push(checkpoint.to_owned());
-    }
+    let mut rels = super::damage::found_files(journal)?;
     rels.sort();
     let mut buf = vec![0u8; CHUNK];
     rels.iter().map(|r| seen(journal, r, &mut buf)).collect()

@@ -101,6 +101,21 @@ pub(crate) struct AsFound {
     dir: PathBuf,
 }
 
+/// The files that make the journal as an open finds it: sled's
+/// ([`sled_files`]) and the checkpoint file, when there is one. Not sled's,
+/// and no open rewrites it; but sled's files alone do not read back as the
+/// journal (the records the checkpoint covers are gone from them). What
+/// the as-found copy and the clean-close marker cover.
+pub(super) fn found_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = sled_files(dir)?;
+    let checkpoint = Path::new(super::checkpoint_file::FILE);
+    if dir.join(checkpoint).is_file() {
+        out.push(checkpoint.to_owned());
+    }
+    Ok(out)
+}
+
+/// sled's own files in `dir`: `conf`, `db`, `snap.*` and `blobs/*`.
 pub(super) fn sled_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir)? {
@@ -119,7 +134,8 @@ pub(super) fn sled_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 impl AsFound {
-    /// Copies sled's files in `journal` to `<journal>/as-found/`. A copy
+    /// Copies the files of `journal` as found ([`found_files`]) to
+    /// `<journal>/as-found/`. A copy
     /// that fails is logged and skipped: the daemon must start even on a
     /// full disk; only the evidence of a later damage would be lost.
     /// An inspection uses its own name, so a `dump` beside a starting
@@ -140,16 +156,8 @@ impl AsFound {
         let copy = || -> std::io::Result<()> {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(dir.join("blobs"))?;
-            for rel in sled_files(journal)? {
+            for rel in found_files(journal)? {
                 std::fs::copy(journal.join(&rel), dir.join(&rel))?;
-            }
-            // not sled's, and no open rewrites it; but without it a copy
-            // kept aside would not read back as the journal it was (its
-            // records up to the checkpoint are gone from sled's files)
-            let ck = super::checkpoint_file::FILE;
-            match std::fs::copy(journal.join(ck), dir.join(ck)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
             }
             Ok(())
         };
