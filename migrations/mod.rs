@@ -73,16 +73,10 @@ fn v2_to_v3(db: &sled::Db, _: &Path) -> Result<(), String> {
 /// open to refuse it as before.
 fn v3_to_v4(db: &sled::Db, dir: &Path) -> Result<(), String> {
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
-    let has_tree = db
-        .tree_names()
-        .iter()
-        .any(|n| n == super::checkpoint_file::CHECKPOINT_TREE.as_bytes());
-    if !has_tree {
+    let Some(tree) = super::checkpoint_file::legacy_tree(db).map_err(|e| err("checkpoint", &e))?
+    else {
         return Ok(());
-    }
-    let tree = db
-        .open_tree(super::checkpoint_file::CHECKPOINT_TREE)
-        .map_err(|e| err("checkpoint", &e))?;
+    };
     let key = super::checkpoint_file::CHECKPOINT_KEY;
     let Some(value) = tree.get(key).map_err(|e| err("checkpoint", &e))? else {
         return Ok(());

@@ -27,6 +27,16 @@ pub(crate) const CHECKPOINT_TREE: &str = "checkpoint";
 /// Its one key.
 pub(crate) const CHECKPOINT_KEY: &[u8] = b"current";
 
+/// The `checkpoint` tree of a journal from before schema 4; `None` when
+/// the journal has none (opening it would create it).
+pub(crate) fn legacy_tree(db: &sled::Db) -> sled::Result<Option<sled::Tree>> {
+    let names = db.tree_names();
+    if !names.iter().any(|n| n == CHECKPOINT_TREE.as_bytes()) {
+        return Ok(None);
+    }
+    db.open_tree(CHECKPOINT_TREE).map(Some)
+}
+
 /// Makes `envelope` the journal's checkpoint, durably (see the module doc).
 pub(crate) fn write(dir: &Path, envelope: &[u8]) -> Result<(), JournalError> {
     let err = |what| {

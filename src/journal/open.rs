@@ -283,13 +283,9 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     let corrupt = |what: &str, e: String| Distrust::Corrupt(format!("{what}: {e}"));
     let tree = |name: &str| contain(|| db.open_tree(name)).map_err(|e| corrupt(name, e));
     let (meta, records, quarantine) = (tree("meta")?, tree("records")?, tree("quarantine")?);
-    // Opened only where it exists: a journal of schema 4 on has none.
-    let legacy_checkpoint = match contain(|| Ok(db.tree_names())) {
-        Ok(names) if names.iter().any(|n| n == CHECKPOINT_TREE.as_bytes()) => {
-            Some(tree(CHECKPOINT_TREE)?)
-        }
-        _ => None,
-    };
+    // a journal of schema 4 on has none
+    let legacy_checkpoint =
+        contain(|| checkpoint_file::legacy_tree(&db)).map_err(|e| corrupt(CHECKPOINT_TREE, e))?;
     let get = |k: &[u8]| contain(|| meta.get(k)).map_err(|e| corrupt("meta", e));
     let mut created = false;
     let (schema, journal_id) = match (get(META_SCHEMA)?, get(META_ID)?) {
