@@ -23,9 +23,7 @@ impl SharedStr {
     /// `tmpfs`, one allocation for the whole process: the fs type of every
     /// memory emptyDir's parameters.
     pub fn tmpfs() -> Self {
-        static TMPFS: std::sync::LazyLock<SharedStr> =
-            std::sync::LazyLock::new(|| SharedStr::from(super::TMPFS));
-        TMPFS.clone()
+        Self::fs_type(super::TMPFS)
     }
 
     /// A filesystem type, shared: the journal's state and the ASW keep one
@@ -42,12 +40,8 @@ impl SharedStr {
             "nfs4",
             "overlay",
         ];
-        static SHARED: std::sync::LazyLock<[SharedStr; 8]> = std::sync::LazyLock::new(|| {
-            COMMON.map(|c| match c == super::TMPFS {
-                true => SharedStr::tmpfs(),
-                false => SharedStr::from(c),
-            })
-        });
+        static SHARED: std::sync::LazyLock<[SharedStr; 8]> =
+            std::sync::LazyLock::new(|| COMMON.map(SharedStr::from));
         match COMMON.iter().position(|c| *c == name) {
             Some(i) => SHARED[i].clone(),
             None => SharedStr::from(name),
