@@ -40,21 +40,33 @@ fn start(sys: &Arc<RecordingSys>, dir: &Path) -> Daemon {
     try_start(sys, dir).expect("the daemon starts on the fake")
 }
 
+/// A daemon over `dir`'s `pods/` and `journal/`, the journal opened by the
+/// start as `volumed run` does (its decode runs beside the sources').
 fn try_start(sys: &Arc<RecordingSys>, dir: &Path) -> Result<Daemon, super::DaemonError> {
-    let (journal, _) = Journal::open(&JournalConfig::new(dir.join("journal"), NODE, BOOT))
-        .expect("open the journal");
+    let journal = JournalConfig::new(dir.join("journal"), NODE, BOOT);
     let boot = BootId::new(BOOT).expect("a boot id");
     let mut cfg = DaemonConfig::new(Layout::new(ROOT), NODE, boot);
     cfg.static_pods = Some(dir.join("pods"));
     cfg.poll_interval = Duration::from_millis(20);
     cfg.workers = 2;
-    Daemon::start(
+    Daemon::start_opening(
         cfg,
-        Some(Arc::new(journal)),
-        None,
+        Some(journal.dir.clone()),
+        |_| {
+            let (j, _) = Journal::open(&journal).expect("open the journal");
+            Ok((Some(Arc::new(j)), None))
+        },
         sys.clone(),
         Arc::new(Metrics::new().expect("metrics")),
     )
+}
+
+/// A temp dir with `pods/web.yaml` ([`POD`]).
+fn with_pod() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    std::fs::create_dir(dir.path().join("pods")).expect("the pods dir");
+    std::fs::write(dir.path().join("pods/web.yaml"), POD).expect("the manifest");
+    dir
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -76,9 +88,7 @@ fn pod_mounts(sys: &RecordingSys) -> Vec<SysCall> {
 
 #[test]
 fn the_daemon_runs_on_the_fake_and_a_restart_mounts_nothing_again() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    std::fs::create_dir(dir.path().join("pods")).expect("the pods dir");
-    std::fs::write(dir.path().join("pods/web.yaml"), POD).expect("the manifest");
+    let dir = with_pod();
     let sys = Arc::new(RecordingSys::new());
     let uid = PodUid::new(UID).expect("a pod uid");
     let target = Layout::new(ROOT).pod_target_path(&uid, PluginName::EmptyDir, "cache");
@@ -121,9 +131,7 @@ fn the_daemon_runs_on_the_fake_and_a_restart_mounts_nothing_again() {
 fn a_failed_phase_one_stops_the_loop_it_started_and_mounts_nothing() {
     let mut failed_starts = 0;
     for nth in 1..=3 {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        std::fs::create_dir(dir.path().join("pods")).expect("the pods dir");
-        std::fs::write(dir.path().join("pods/web.yaml"), POD).expect("the manifest");
+        let dir = with_pod();
         let sys = Arc::new(RecordingSys::new());
         sys.fail_nth(
             crate::host::sys::Call::ReadMountinfo,
@@ -153,9 +161,7 @@ fn a_failed_phase_one_stops_the_loop_it_started_and_mounts_nothing() {
 /// of the volume's name and the pod's UID, not one each.
 #[test]
 fn a_restarted_daemons_states_share_the_names_of_the_node() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    std::fs::create_dir(dir.path().join("pods")).expect("the pods dir");
-    std::fs::write(dir.path().join("pods/web.yaml"), POD).expect("the manifest");
+    let dir = with_pod();
     let sys = Arc::new(RecordingSys::new());
     let daemon = start(&sys, dir.path());
     let provider = daemon.provider();
@@ -168,22 +174,7 @@ fn a_restarted_daemons_states_share_the_names_of_the_node() {
     drop((provider, world));
 
     let same = |a: &str, b: &str| std::ptr::eq(a.as_ptr(), b.as_ptr());
-    // opened by the start, as `volumed run` does: its decode is one of
-    // the two that share
-    let mut cfg = DaemonConfig::new(Layout::new(ROOT), NODE, BootId::new(BOOT).expect("boot"));
-    cfg.static_pods = Some(dir.path().join("pods"));
-    let journal_cfg = JournalConfig::new(dir.path().join("journal"), NODE, BOOT);
-    let daemon = Daemon::start_opening(
-        cfg,
-        Some(journal_cfg.dir.clone()),
-        |_| {
-            let (j, _) = Journal::open(&journal_cfg).expect("open the journal");
-            Ok((Some(Arc::new(j)), None))
-        },
-        sys.clone(),
-        Arc::new(Metrics::new().expect("metrics")),
-    )
-    .expect("the daemon starts on the fake");
+    let daemon = start(&sys, dir.path());
     let provider = daemon.provider();
     wait_for("readiness after the restart", || provider.ready().is_ok());
     let w = lock(&daemon.world);
