@@ -34,12 +34,26 @@ const DEFAULT_ROOT: &str = "/var/lib/kubelet";
 /// How long shutdown waits for the HTTP server, then for its tasks.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// glibc malloc arenas for the whole process (`limit_malloc_arenas`): one.
-/// Since the journal and host lanes and the CSI runtime got threads of
-/// their own, a second arena filled with per-volume records too: RSS per
-/// volume rose from ~2.1 to ~2.5 KiB (median of 6 rounds). One arena puts
-/// it back, with no loss at the mass start (allocation is not what the
-/// threads contend on).
+/// A second arena fills with per-volume records too, so RSS per volume
+/// grows with the threads; allocation is not what the threads contend on.
+/// The daemon's own allocations go to jemalloc (one arena as well, see
+/// `host::sys::malloc`); glibc's serves C code, or all of it when built
+/// without the `jemalloc` feature.
 const MALLOC_ARENAS: i32 = 1;
+
+/// The process allocator (`host::sys::malloc` says why jemalloc).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc reads its options from this symbol (its `malloc_conf`, under
+/// the prefix its -sys crate builds it with) at the first allocation,
+/// before `main`.
+#[cfg(feature = "jemalloc")]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static JEMALLOC_MALLOC_CONF: Option<&'static std::ffi::c_char> =
+    // SAFETY: the pointer is to the first byte of a `'static` C string.
+    Some(unsafe { &*volumed::host::sys::JEMALLOC_CONF.as_ptr() });
 
 #[derive(Parser, Debug)]
 #[command(

@@ -376,3 +376,31 @@ fn a_kubeconfig_that_is_missing_or_garbage_is_a_clear_error() {
         );
     }
 }
+
+/// The binary runs on jemalloc with the options `host::sys::JEMALLOC_CONF`
+/// gives (one arena, no thread caches, fast decay): jemalloc prints the
+/// options in force at exit when asked through its environment variable.
+/// A misspelt options symbol would leave its defaults (an arena per CPU,
+/// thread caches), and the system allocator would print nothing.
+#[cfg(feature = "jemalloc")]
+#[test]
+fn the_binary_runs_on_jemalloc_with_its_options() {
+    let out = std::process::Command::new(BIN)
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("volumed runs");
+    assert!(out.status.success(), "{out:?}");
+    let stats = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "opt.narenas: 1\n",
+        "opt.tcache: false\n",
+        "opt.dirty_decay_ms: 1000 ",
+        "opt.muzzy_decay_ms: 0 ",
+    ] {
+        assert!(
+            stats.contains(want),
+            "{want:?} not in jemalloc's stats:\n{stats}"
+        );
+    }
+}
