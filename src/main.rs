@@ -51,9 +51,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// before `main`.
 #[cfg(feature = "jemalloc")]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static JEMALLOC_MALLOC_CONF: Option<&'static std::ffi::c_char> =
-    // SAFETY: the pointer is to the first byte of a `'static` C string.
-    Some(unsafe { &*volumed::host::sys::JEMALLOC_CONF.as_ptr() });
+static JEMALLOC_MALLOC_CONF: Option<&std::ffi::c_char> = volumed::host::sys::JEMALLOC_MALLOC_CONF;
 
 #[derive(Parser, Debug)]
 #[command(

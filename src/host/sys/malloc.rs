@@ -25,6 +25,13 @@
 pub const JEMALLOC_CONF: &std::ffi::CStr =
     c"narenas:1,tcache:false,dirty_decay_ms:1000,muzzy_decay_ms:0";
 
+/// [`JEMALLOC_CONF`] as jemalloc's `malloc_conf` is typed (a C string
+/// pointer), for the binary's exported static.
+#[cfg(feature = "jemalloc")]
+pub const JEMALLOC_MALLOC_CONF: Option<&std::ffi::c_char> =
+    // SAFETY: the pointer is to the first byte of a `'static` C string.
+    Some(unsafe { &*JEMALLOC_CONF.as_ptr() });
+
 /// Caps glibc's malloc at `arenas` arenas (`mallopt(M_ARENA_MAX)`), unless
 /// `MALLOC_ARENA_MAX` is set in the environment (glibc reads that itself and
 /// it wins). glibc otherwise gives each thread that contends for a lock an
