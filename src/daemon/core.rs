@@ -125,6 +125,8 @@ pub struct Core {
     pub(super) finish: Finish,
     /// events that came while reconstructing and wait for the ASW
     early: Vec<Event>,
+    /// the World's size at its last repack, or less since (`maybe_repack`)
+    pub(super) repacked_at: usize,
 }
 
 impl Core {
@@ -150,6 +152,7 @@ impl Core {
             late: BTreeMap::new(),
             finish: Finish::All,
             early: Vec::new(),
+            repacked_at: 0,
         }
     }
 
@@ -224,6 +227,7 @@ impl Core {
         self.maybe_flush(now, &mut out);
         self.maybe_sweep(w, now, &mut out);
         self.maybe_checkpoint(obs.synced_through, &mut out);
+        self.maybe_repack(w, now);
         self.maybe_trim(now, &mut out);
         self.maybe_check_late(now, &mut out);
         self.maybe_republish(w, now, &mut out);

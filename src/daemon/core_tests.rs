@@ -1325,3 +1325,52 @@ fn what_reads_or_changes_the_asw_waits_for_it() {
         );
     }
 }
+
+#[test]
+fn the_world_is_repacked_once_settled_and_idle_each_time_it_doubles() {
+    use super::housekeeping::REPACK_FROM;
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let mut next = 0;
+    // `n` more pods without volumes (no job): one World entry each
+    let mut more = |n: usize, ready: bool| {
+        let names: Vec<String> = (next..next + n).map(|i| format!("p{i:05}")).collect();
+        next += n;
+        let mut ev = added(&names.iter().map(String::as_str).collect::<Vec<_>>(), ready);
+        if let Event::Sources(evs) = &mut ev {
+            for e in evs {
+                if let SourceEvent::PodAdded(p) = e {
+                    p.volumes.clear();
+                }
+            }
+        }
+        ev
+    };
+    let half = REPACK_FROM / 2 + 1;
+    c.step(&mut w, vec![more(half, true), walked()], t0, idle());
+    assert_eq!(c.phase(), Phase::Settled);
+    assert_eq!(c.repacked_at, 0, "too small to repack");
+    // the first sweep ends (no job starts beside a sweep)
+    let swept = Event::Done(Completion::Swept(Swept::default()));
+    c.step(&mut w, vec![swept, more(half, false)], ms(t0, 1), idle());
+    assert_eq!(c.repacked_at, 2 * half, "from REPACK_FROM on");
+    c.step(&mut w, vec![more(2 * half - 1, false)], ms(t0, 2), idle());
+    assert_eq!(c.repacked_at, 2 * half, "not doubled yet");
+    c.step(&mut w, vec![more(1, false)], ms(t0, 3), idle());
+    assert_eq!(c.repacked_at, 4 * half, "doubled");
+    // doubled again, but a job runs: after it
+    let mut ev = more(4 * half, false);
+    if let Event::Sources(evs) = &mut ev {
+        evs.push(SourceEvent::PodAdded(pod("with-a-volume")));
+    }
+    let started = c.step(&mut w, vec![ev], ms(t0, 4), idle());
+    assert_eq!(c.repacked_at, 4 * half, "a job runs");
+    c.step(
+        &mut w,
+        vec![mounted(&started, "with-a-volume")],
+        ms(t0, 5),
+        idle(),
+    );
+    assert_eq!(c.repacked_at, w.size(), "idle again");
+    assert_eq!(w.size(), 8 * half + 1 + 2, "its pod, volume and record");
+}

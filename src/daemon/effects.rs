@@ -101,6 +101,22 @@ pub struct World {
     pub pods: std::collections::BTreeMap<crate::model::PodUid, crate::health::PodEntry>,
 }
 
+impl World {
+    /// How many entries its maps keep: the measure of the node
+    /// [`World::repack`] is timed by.
+    pub fn size(&self) -> usize {
+        self.asw.volume_count() + self.dsw.volume_count() + self.pods.len()
+    }
+
+    /// Repacks the states' maps and the pods' (see `state::repack`): the
+    /// same entries, in full nodes.
+    pub fn repack(&mut self) {
+        self.asw.repack();
+        self.dsw.repack();
+        crate::state::repack(&mut self.pods);
+    }
+}
+
 /// A journal write the loop decided (performed in order on one thread).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalWork {

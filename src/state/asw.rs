@@ -136,6 +136,17 @@ impl ActualStateOfWorld {
         Self::default()
     }
 
+    /// How many volumes it holds.
+    pub fn volume_count(&self) -> usize {
+        self.volumes.len()
+    }
+
+    /// Repacks its maps (see [`super::repack`]); nothing else changes.
+    pub fn repack(&mut self) {
+        super::repack(&mut self.volumes);
+        super::repack(&mut self.by_pod);
+    }
+
     /// Adds a volume with its device target not mounted (when the spec says
     /// it has one). On an existing volume, only sets a non-empty device path
     /// and a spec that was unknown — or a payload volume's, which says what

@@ -154,6 +154,18 @@ impl DesiredStateOfWorld {
         Self::default()
     }
 
+    /// How many volumes it holds.
+    pub fn volume_count(&self) -> usize {
+        self.volumes.len()
+    }
+
+    /// Repacks its maps (see [`super::repack`]); nothing else changes.
+    pub fn repack(&mut self) {
+        super::repack(&mut self.volumes);
+        super::repack(&mut self.by_pod);
+        super::repack(&mut self.pods);
+    }
+
     /// Adds `pod`'s use of `volume`; the result names the volume. The first
     /// pod fixes the volume's labels. A *new* pod whose `check.original`
     /// differs from the volume's is refused when `check.strict`, else added

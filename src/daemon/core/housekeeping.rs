@@ -30,6 +30,10 @@ pub const SWEEP_IDLE: Duration = Duration::from_secs(120);
 /// no sooner than d × this: idle sweeps use at most 0.1% of a core.
 pub const SWEEP_COST_SHARE: u32 = 1000;
 
+/// The World is repacked only from this many entries: below, its maps are
+/// small whatever their fill.
+pub const REPACK_FROM: usize = 1024;
+
 /// How long after an idle sweep that changed nothing and took `took` the
 /// next one waits: [`SWEEP_IDLE`], or longer where a sweep costs more.
 pub fn idle_sweep_wait(took: Duration) -> Duration {
@@ -135,6 +139,26 @@ impl Core {
         }
         self.in_flight.checkpoint = true;
         out.push(Effect::Journal(JournalWork::Checkpoint));
+    }
+
+    /// Repacks the World's maps (`World::repack`) once settled and with no
+    /// job running, when it holds at least [`REPACK_FROM`] entries and
+    /// twice as many as at the last repack (or the fewest since): a start's
+    /// fill (reconstruction, the listing, a mass start's mounts) leaves
+    /// B-tree nodes half full, and repacking only at a doubling keeps the
+    /// cost O(1) per entry added. A trim gives the old nodes back.
+    pub(super) fn maybe_repack(&mut self, w: &mut World, now: Instant) {
+        if self.phase != Phase::Settled || self.pending.running() != 0 {
+            return;
+        }
+        let size = w.size();
+        self.repacked_at = self.repacked_at.min(size);
+        if size < REPACK_FROM || size < self.repacked_at.saturating_mul(2) {
+            return;
+        }
+        w.repack();
+        self.repacked_at = size;
+        self.trim_due(now);
     }
 
     /// Memory was freed (a job ended, a checkpoint was written, the start
