@@ -330,7 +330,7 @@ impl Runner {
             let (mut condition, mut usage) = store
                 .volumes
                 .get_mut(&subject.volume)
-                .map(|r| (r.condition.take(), r.usage))
+                .map(|r| (r.condition.take(), r.usage()))
                 .unwrap_or((None, None));
             let judged = match checked {
                 Checked::Native(findings, u) => {
@@ -392,7 +392,7 @@ impl Runner {
                 let Some(c) = &r.claim else {
                     continue;
                 };
-                let f = r.usage.map_or([None; 6], |u| {
+                let f = r.usage().map_or([None; 6], |u| {
                     [
                         Some(u.capacity_bytes),
                         Some(u.available_bytes),

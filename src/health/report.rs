@@ -201,8 +201,8 @@ pub fn document(store: &Store) -> HealthDoc {
                     name: c.name.clone(),
                 }),
                 health: r.condition.as_deref().map(HealthJson::from),
-                usage: r.usage.map(UsageJson::from),
-                checked: rfc3339(r.checked),
+                usage: r.usage().map(UsageJson::from),
+                checked: rfc3339(r.checked()),
                 pods: r.pods.iter().map(|p| p.uid.as_str().to_owned()).collect(),
             })
             .collect(),

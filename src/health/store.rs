@@ -38,11 +38,17 @@ impl std::ops::Deref for PodNames {
     }
 }
 
-/// One volume as last checked.
+/// One volume as last checked. Its usage and time are packed (read them
+/// with [`Record::usage`] and [`Record::checked`]): the store keeps a
+/// record per volume in its map's nodes, and packed, eleven fit a smaller
+/// allocation.
 #[derive(Debug, Clone)]
 pub struct Record {
     /// its plugin
     pub plugin: PluginName,
+    /// which of `figures` hold a value: [`USAGE`], then one bit per inode
+    /// figure
+    present: u8,
     /// the pods whose mounted targets were checked
     pub pods: PodNames,
     /// the claim for a PVC-backed volume
@@ -51,12 +57,80 @@ pub struct Record {
     /// `VOLUME_CONDITION` never gives one). Shared by the records whose
     /// conditions are equal (see [`share`]).
     pub condition: Option<Arc<Condition>>,
-    /// the usage last measured
-    pub usage: Option<Usage>,
-    /// when it was last checked
-    pub checked: SystemTime,
+    /// the usage last measured, in [`Usage`]'s field order
+    figures: [u64; 6],
+    /// when it was last checked, in nanoseconds since the epoch
+    checked_ns: u64,
     /// the last pass that found it mounted (see [`Store::passes`])
     pub pass: u64,
+}
+
+/// `Record::present`'s bit for a usage; the next three are its inode
+/// figures'.
+const USAGE: u8 = 1;
+
+impl Record {
+    /// A record of a volume checked at `checked`.
+    fn new(plugin: PluginName, pods: PodNames, claim: Option<Box<Claim>>, j: Judged) -> Self {
+        let mut r = Record {
+            plugin,
+            present: 0,
+            pods,
+            claim,
+            condition: j.condition,
+            figures: [0; 6],
+            checked_ns: 0,
+            pass: j.pass,
+        };
+        r.set_usage(j.usage);
+        r.set_checked(j.checked);
+        r
+    }
+
+    /// The usage last measured.
+    pub fn usage(&self) -> Option<Usage> {
+        if self.present & USAGE == 0 {
+            return None;
+        }
+        let f = self.figures;
+        let inode = |i: usize| (self.present & (USAGE << (i - 2)) != 0).then_some(f[i]);
+        Some(Usage {
+            capacity_bytes: f[0],
+            available_bytes: f[1],
+            used_bytes: f[2],
+            inodes: inode(3),
+            inodes_free: inode(4),
+            inodes_used: inode(5),
+        })
+    }
+
+    /// When it was last checked (to the nanosecond; a time before the
+    /// epoch reads as the epoch).
+    pub fn checked(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(self.checked_ns)
+    }
+
+    fn set_usage(&mut self, u: Option<Usage>) {
+        let Some(u) = u else {
+            self.present = 0;
+            self.figures = [0; 6];
+            return;
+        };
+        let inodes = [u.inodes, u.inodes_free, u.inodes_used];
+        self.present = USAGE;
+        self.figures = [u.capacity_bytes, u.available_bytes, u.used_bytes, 0, 0, 0];
+        for (i, v) in inodes.into_iter().enumerate() {
+            if let Some(v) = v {
+                self.present |= USAGE << (i + 1);
+                self.figures[i + 3] = v;
+            }
+        }
+    }
+
+    fn set_checked(&mut self, t: SystemTime) {
+        let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        self.checked_ns = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+    }
 }
 
 /// What the reports read.
@@ -86,20 +160,12 @@ impl Store {
             }
             r.claim = subject.claim;
             r.condition = j.condition;
-            r.usage = j.usage;
-            r.checked = j.checked;
+            r.set_usage(j.usage);
+            r.set_checked(j.checked);
             r.pass = j.pass;
             return false;
         }
-        let record = Record {
-            plugin: subject.plugin,
-            pods: pod_names(&subject.pods),
-            claim: subject.claim,
-            condition: j.condition,
-            usage: j.usage,
-            checked: j.checked,
-            pass: j.pass,
-        };
+        let record = Record::new(subject.plugin, pod_names(&subject.pods), subject.claim, j);
         self.volumes.insert(subject.volume, record);
         true
     }
@@ -192,6 +258,59 @@ mod tests {
             source: Source::Native,
             findings: Vec::new(),
         }
+    }
+
+    /// A record gives back the usage and time it was given, each inode
+    /// figure present or not on its own, and no usage as none; packed, it
+    /// stays small enough for eleven (with their keys) to fit a 1.5 KiB
+    /// node.
+    #[test]
+    fn a_record_reads_back_its_usage_and_time() {
+        let u = |inodes: [Option<u64>; 3]| Usage {
+            capacity_bytes: u64::MAX,
+            available_bytes: 0,
+            used_bytes: 7,
+            inodes: inodes[0],
+            inodes_free: inodes[1],
+            inodes_used: inodes[2],
+        };
+        let at = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+        let names = PodNames::Many(Box::new([]));
+        for usage in [
+            None,
+            Some(u([None; 3])),
+            Some(u([Some(10), Some(0), Some(u64::MAX)])),
+            Some(u([None, Some(3), None])),
+        ] {
+            let j = |usage| Judged {
+                condition: None,
+                usage,
+                checked: at,
+                pass: 4,
+            };
+            let mut r = Record::new(PluginName::EmptyDir, names.clone(), None, j(usage));
+            assert_eq!((r.usage(), r.checked(), r.pass), (usage, at, 4));
+            r.set_usage(Some(u([Some(1); 3])));
+            r.set_usage(usage);
+            assert_eq!(r.usage(), usage, "set again");
+        }
+        let before = SystemTime::UNIX_EPOCH - Duration::from_secs(1);
+        let mut r = Record::new(
+            PluginName::EmptyDir,
+            names,
+            None,
+            Judged {
+                condition: None,
+                usage: None,
+                checked: before,
+                pass: 0,
+            },
+        );
+        assert_eq!(r.checked(), SystemTime::UNIX_EPOCH);
+        r.set_checked(at);
+        assert_eq!(r.checked(), at);
+        let slot = std::mem::size_of::<(UniqueVolumeName, Record)>();
+        assert!(8 + 11 * slot + 4 <= 1536, "{slot} bytes a slot");
     }
 
     /// A volume keeps its own condition while it is unchanged, else takes
