@@ -156,7 +156,13 @@ impl Core {
         if size < REPACK_FROM || size < self.repacked_at.saturating_mul(2) {
             return;
         }
+        let started = Instant::now();
         w.repack();
+        tracing::info!(
+            entries = size,
+            elapsed_ms = crate::elapsed_ms(started.elapsed()),
+            "repacked the state's maps"
+        );
         self.repacked_at = size;
         self.trim_due(now);
     }
