@@ -63,17 +63,14 @@ mod tests {
     use std::path::Path;
 
     fn params(target: TargetRef, path: &str) -> TargetParams {
-        let pod = matches!(target, TargetRef::Pod(_));
         TargetParams::at(
             UniqueVolumeName::from_raw("kubernetes.io/csi/pv-x"),
             PluginName::Csi,
             "pv-x".into(),
             target,
             TargetKind::Mount,
-            None,
+            Some(Path::new(path).into()),
         )
-        .with_device_mount_path((!pod).then(|| Path::new(path).into()))
-        .with_pod_mount_path(pod.then(|| Path::new(path).into()))
     }
 
     #[test]

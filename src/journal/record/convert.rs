@@ -141,17 +141,17 @@ pub(super) fn with_csi(
     csi: Option<&CsiV2>,
     plugin: &str,
 ) -> Result<TargetParams, RecordError> {
-    if let Some(c) = csi {
-        if p.plugin != PluginName::Csi {
-            return Err(field_err(
-                "csi",
-                plugin,
-                "CSI arguments on a non-CSI target",
-            ));
-        }
-        return Ok(p.with_csi(Some(Arc::new(CsiParams::try_from(c)?))));
+    let Some(c) = csi else {
+        return Ok(p);
+    };
+    if p.plugin != PluginName::Csi {
+        return Err(field_err(
+            "csi",
+            plugin,
+            "CSI arguments on a non-CSI target",
+        ));
     }
-    Ok(p)
+    Ok(p.with_csi(Some(Arc::new(CsiParams::try_from(c)?))))
 }
 
 impl From<TargetV1> for TargetV2 {

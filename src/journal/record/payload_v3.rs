@@ -131,15 +131,15 @@ pub(super) fn with_payload(
     payload: Option<&PayloadV3>,
     plugin: &str,
 ) -> Result<TargetParams, RecordError> {
-    if let Some(payload) = payload {
-        if !writes_payloads(p.plugin) {
-            return Err(field_err(
-                "payload",
-                plugin,
-                "a payload on a target of a plugin that writes none",
-            ));
-        }
-        return Ok(p.with_payload(Some(Arc::new(PayloadVersion::try_from(payload)?))));
+    let Some(payload) = payload else {
+        return Ok(p);
+    };
+    if !writes_payloads(p.plugin) {
+        return Err(field_err(
+            "payload",
+            plugin,
+            "a payload on a target of a plugin that writes none",
+        ));
     }
-    Ok(p)
+    Ok(p.with_payload(Some(Arc::new(PayloadVersion::try_from(payload)?))))
 }
