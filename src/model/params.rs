@@ -21,8 +21,8 @@ use super::{
 ///
 /// Built with [`TargetParams::at`] and the `with_*` methods; the fields
 /// most targets leave empty are read through methods of their names.
-/// Serialises, and shows in `Debug`, as the plain struct of every field in
-/// the order the fields are listed here with the boxed ones in between.
+/// Serialises, and shows in `Debug`, as one flat struct of all thirteen
+/// fields in the order they have always had (`Flat` below).
 #[derive(Clone)]
 pub struct TargetParams {
     /// The unique volume name.
@@ -156,7 +156,8 @@ impl TargetParams {
     }
 
     /// Sets a boxed field with `set`; `empty` says whether the value set is
-    /// the empty one, which needs no box (and leaves none of empties).
+    /// the empty one, which needs no box, and a box left with only empty
+    /// fields is dropped.
     fn set_rare(&mut self, empty: bool, set: impl FnOnce(&mut Rare)) {
         if empty && self.rare.is_none() {
             return;
