@@ -146,24 +146,24 @@ fn intent(thread: usize, i: usize) -> Body {
     Body::Intent {
         op: Operation::SetUp,
         steps: Steps::Single,
-        target: TargetParams {
-            volume: UniqueVolumeName::shared(plugin, &pv),
+        target: TargetParams::at(
+            UniqueVolumeName::shared(plugin, &pv),
             plugin,
-            spec_name: pv.as_str().into(),
-            target: TargetRef::Pod(pod.clone()),
-            kind: TargetKind::Mount,
-            device_path: Some(PathBuf::from(format!("/mnt/disks/ssd{}", i % 4)).into()),
-            device_mount_path: Some(layout.local_device_path(&pv).into()),
-            pod_mount_path: Some(layout.pod_target_path(&pod, plugin, &pv).into()),
-            selinux: Some(
-                SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c123,c456")
-                    .expect("selinux context is valid"),
-            ),
-            mount_options: vec!["rw".into(), "relatime".into()].into(),
-            fs_type: Some("ext4".into()),
-            csi: None,
-            payload: None,
-        }
+            pv.as_str().into(),
+            TargetRef::Pod(pod.clone()),
+            TargetKind::Mount,
+            Some(layout.pod_target_path(&pod, plugin, &pv).into()),
+        )
+        .with_device_path(Some(
+            PathBuf::from(format!("/mnt/disks/ssd{}", i % 4)).into(),
+        ))
+        .with_device_mount_path(Some(layout.local_device_path(&pv).into()))
+        .with_selinux(Some(
+            SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c123,c456")
+                .expect("selinux context is valid"),
+        ))
+        .with_mount_options(vec!["rw".into(), "relatime".into()].into())
+        .with_fs_type(Some("ext4".into()))
         .into(),
     }
 }

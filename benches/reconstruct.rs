@@ -124,51 +124,44 @@ fn tmpfs_params(layout: &Layout, pod: &PodUid, name: &str) -> TargetParams {
         medium: StorageMedium::Memory,
         size_limit: None,
     };
-    TargetParams {
-        volume: PodVolume::unique_name(&spec, pod, name),
-        plugin: PluginName::EmptyDir,
-        spec_name: name.into(),
-        target: TargetRef::Pod(pod.clone()),
-        kind: TargetKind::Mount,
-        device_path: None,
-        device_mount_path: None,
-        pod_mount_path: Some(
+    TargetParams::at(
+        PodVolume::unique_name(&spec, pod, name),
+        PluginName::EmptyDir,
+        name.into(),
+        TargetRef::Pod(pod.clone()),
+        TargetKind::Mount,
+        Some(
             layout
                 .pod_target_path(pod, PluginName::EmptyDir, name)
                 .into(),
         ),
-        selinux: None,
-        mount_options: vec!["size=1m".into()].into(),
-        fs_type: Some("tmpfs".into()),
-        csi: None,
-        payload: None,
-    }
+    )
+    .with_mount_options(vec!["size=1m".into()].into())
+    .with_fs_type(Some("tmpfs".into()))
 }
 
 /// The local PV's device target or one pod's bind of it.
 fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
-    TargetParams {
-        volume: UniqueVolumeName::shared(PluginName::LocalVolume, PV),
-        plugin: PluginName::LocalVolume,
-        spec_name: PV.into(),
-        pod_mount_path: match &target {
-            TargetRef::Pod(p) => Some(
-                layout
-                    .pod_target_path(p, PluginName::LocalVolume, PV)
-                    .into(),
-            ),
-            TargetRef::Device => None,
-        },
+    let pod_path = match &target {
+        TargetRef::Pod(p) => Some(
+            layout
+                .pod_target_path(p, PluginName::LocalVolume, PV)
+                .into(),
+        ),
+        TargetRef::Device => None,
+    };
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, PV),
+        PluginName::LocalVolume,
+        PV.into(),
         target,
-        kind: TargetKind::Mount,
-        device_path: Some(device.to_owned().into()),
-        device_mount_path: Some(layout.local_device_path(PV).into()),
-        selinux: None,
-        mount_options: Default::default(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_pod_mount_path(pod_path)
+    .with_device_path(Some(device.to_owned().into()))
+    .with_device_mount_path(Some(layout.local_device_path(PV).into()))
+    .with_fs_type(Some("ext4".into()))
 }
 
 /// Journals every operation in `ops` as done (intent, then success outcome

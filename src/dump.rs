@@ -129,13 +129,13 @@ fn params_json(p: &TargetParams) -> ParamsJson {
         plugin: p.plugin.as_str().to_owned(),
         spec_name: p.spec_name.to_string(),
         kind: p.kind.as_str().to_owned(),
-        device_path: lossy(p.device_path.as_deref()),
-        device_mount_path: lossy(p.device_mount_path.as_deref()),
+        device_path: lossy(p.device_path()),
+        device_mount_path: lossy(p.device_mount_path()),
         pod_mount_path: lossy(p.pod_mount_path.as_deref()),
-        selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
-        mount_options: p.mount_options.to_vec(),
+        selinux_context: p.selinux().map(|c| c.as_str().to_owned()),
+        mount_options: p.mount_options().to_vec(),
         fs_type: p.fs_type.as_deref().map(str::to_owned),
-        payload: p.payload.as_deref().cloned(),
+        payload: p.payload().map(|v| v.as_ref().clone()),
     }
 }
 
@@ -223,7 +223,7 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
 fn selinux_of(e: &Entry) -> SeLinuxState {
     match e.reported_state() {
         MountState::NotMounted => SeLinuxState::Unknown,
-        _ => SeLinuxState::mounted_with(e.current_params().selinux.clone()),
+        _ => SeLinuxState::mounted_with(e.current_params().selinux().cloned()),
     }
 }
 
@@ -247,8 +247,8 @@ pub fn journal_snapshot(state: &JournalState, only: Option<&UniqueVolumeName>) -
             TargetRef::Device => {
                 v.device = Some(DeviceSnapshot {
                     state: e.reported_state(),
-                    device_path: p.device_path.as_deref().map(Path::to_path_buf),
-                    mount_path: p.device_mount_path.as_deref().map(Path::to_path_buf),
+                    device_path: p.device_path().map(Path::to_path_buf),
+                    mount_path: p.device_mount_path().map(Path::to_path_buf),
                     selinux_context: selinux_of(e),
                 })
             }
@@ -493,26 +493,27 @@ mod tests {
     use crate::model::{Operation, PluginName, PodUid, SeLinuxContext, Steps, TargetKind};
 
     fn params(target: TargetRef, selinux: Option<&str>) -> TargetParams {
-        TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
-            plugin: PluginName::LocalVolume,
-            spec_name: "pv1".into(),
-            kind: TargetKind::Mount,
-            pod_mount_path: match &target {
-                TargetRef::Pod(u) => {
-                    Some(format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into())
-                }
-                TargetRef::Device => None,
-            },
+        let pod_path = match &target {
+            TargetRef::Pod(u) => {
+                Some(format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into())
+            }
+            TargetRef::Device => None,
+        };
+        TargetParams::at(
+            UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            PluginName::LocalVolume,
+            "pv1".into(),
             target,
-            device_path: Some("/dev/loop3".into()),
-            device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
-            selinux: selinux.map(|s| SeLinuxContext::parse(s).unwrap()),
-            mount_options: Default::default(),
-            fs_type: Some("ext4".into()),
-            csi: None,
-            payload: None,
-        }
+            TargetKind::Mount,
+            None,
+        )
+        .with_pod_mount_path(pod_path)
+        .with_device_path(Some("/dev/loop3".into()))
+        .with_device_mount_path(Some(
+            "/r/plugins/kubernetes.io/local-volume/mounts/pv1".into(),
+        ))
+        .with_selinux(selinux.map(|s| SeLinuxContext::parse(s).unwrap()))
+        .with_fs_type(Some("ext4".into()))
     }
 
     /// A replay of `records` and the state they imply.

@@ -24,26 +24,27 @@ fn boot_file(dir: &Path) -> std::path::PathBuf {
 }
 
 fn params(volume: &str, target: TargetRef) -> TargetParams {
-    TargetParams {
-        volume: UniqueVolumeName::from_raw(volume),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv1".into(),
-        kind: TargetKind::Mount,
-        pod_mount_path: match &target {
-            TargetRef::Pod(u) => {
-                Some(format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into())
-            }
-            TargetRef::Device => None,
-        },
+    let pod_path = match &target {
+        TargetRef::Pod(u) => {
+            Some(format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into())
+        }
+        TargetRef::Device => None,
+    };
+    TargetParams::at(
+        UniqueVolumeName::from_raw(volume),
+        PluginName::LocalVolume,
+        "pv1".into(),
         target,
-        device_path: Some("/dev/loop7".into()),
-        device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
-        selinux: None,
-        mount_options: vec!["noatime".into()].into(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_pod_mount_path(pod_path)
+    .with_device_path(Some("/dev/loop7".into()))
+    .with_device_mount_path(Some(
+        "/r/plugins/kubernetes.io/local-volume/mounts/pv1".into(),
+    ))
+    .with_mount_options(vec!["noatime".into()].into())
+    .with_fs_type(Some("ext4".into()))
 }
 
 fn write_journal(dir: &Path) {

@@ -42,21 +42,16 @@ fn open_sled(dir: &Path) -> sled::Db {
 
 fn target(i: u64) -> TargetParams {
     let pod = PodUid::new(format!("pod-{}", i % 7)).unwrap();
-    TargetParams {
-        volume: UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/pod-{}-v{i}", i % 7)),
-        plugin: PluginName::EmptyDir,
-        spec_name: format!("v{i}").into(),
-        target: TargetRef::Pod(pod.clone()),
-        kind: TargetKind::Mount,
-        device_path: None,
-        device_mount_path: None,
-        pod_mount_path: Some(format!("/r/pods/{pod}/volumes/kubernetes.io~empty-dir/v{i}").into()),
-        selinux: None,
-        mount_options: vec![format!("size={i}k")].into(),
-        fs_type: Some("tmpfs".into()),
-        csi: None,
-        payload: None,
-    }
+    TargetParams::at(
+        UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/pod-{}-v{i}", i % 7)),
+        PluginName::EmptyDir,
+        format!("v{i}").into(),
+        TargetRef::Pod(pod.clone()),
+        TargetKind::Mount,
+        Some(format!("/r/pods/{pod}/volumes/kubernetes.io~empty-dir/v{i}").into()),
+    )
+    .with_mount_options(vec![format!("size={i}k")].into())
+    .with_fs_type(Some("tmpfs".into()))
 }
 
 fn intent(i: u64) -> Body {

@@ -62,23 +62,21 @@ fn secret_pod(uid: &str) -> TargetParams {
             resource_version: "4711".into(),
         }],
     };
-    TargetParams {
-        fs_type: Some("tmpfs".into()),
-        payload: Some(payload.into()),
-        ..TargetParams::at(
-            UniqueVolumeName::from_raw(SECRET_VOLUME),
-            PluginName::Secret,
-            "creds".into(),
-            TargetRef::Pod(PodUid::new(uid).unwrap()),
-            TargetKind::Mount,
-            Some(
-                Path::new(&format!(
-                    "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~secret/creds"
-                ))
-                .into(),
-            ),
-        )
-    }
+    TargetParams::at(
+        UniqueVolumeName::from_raw(SECRET_VOLUME),
+        PluginName::Secret,
+        "creds".into(),
+        TargetRef::Pod(PodUid::new(uid).unwrap()),
+        TargetKind::Mount,
+        Some(
+            Path::new(&format!(
+                "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~secret/creds"
+            ))
+            .into(),
+        ),
+    )
+    .with_fs_type(Some("tmpfs".into()))
+    .with_payload(Some(payload.into()))
 }
 
 const CSI_VOLUME: &str = "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1";
@@ -108,58 +106,44 @@ fn csi_pod(uid: &str) -> TargetParams {
         mount_group: Some("2000".into()),
         attachment_id: Some("csi-0123".into()),
     };
-    TargetParams {
-        volume: UniqueVolumeName::from_raw(CSI_VOLUME),
-        plugin: PluginName::Csi,
-        spec_name: "pv-csi".into(),
-        target: TargetRef::Pod(PodUid::new(uid).unwrap()),
-        kind: TargetKind::Mount,
-        device_path: None,
-        device_mount_path: Some(
-            "/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/abc/globalmount".into(),
-        ),
-        pod_mount_path: Some(
-            format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~csi/pv-csi/mount").into(),
-        ),
-        selinux: None,
-        mount_options: vec!["noatime".into()].into(),
-        fs_type: Some("xfs".into()),
-        csi: Some(csi.into()),
-        payload: None,
-    }
+    TargetParams::at(
+        UniqueVolumeName::from_raw(CSI_VOLUME),
+        PluginName::Csi,
+        "pv-csi".into(),
+        TargetRef::Pod(PodUid::new(uid).unwrap()),
+        TargetKind::Mount,
+        Some(format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~csi/pv-csi/mount").into()),
+    )
+    .with_device_mount_path(Some(
+        "/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/abc/globalmount".into(),
+    ))
+    .with_mount_options(vec!["noatime".into()].into())
+    .with_fs_type(Some("xfs".into()))
+    .with_csi(Some(csi.into()))
 }
 
 fn device() -> TargetParams {
-    TargetParams {
-        volume: UniqueVolumeName::from_raw(VOLUME),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv-local".into(),
-        target: TargetRef::Device,
-        kind: TargetKind::Mount,
-        device_path: Some("/dev/loop5".into()),
-        device_mount_path: Some(
-            "/var/lib/kubelet/plugins/kubernetes.io/local-volume/mounts/pv-local".into(),
-        ),
-        pod_mount_path: None,
-        selinux: Some(
-            SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c7,c3").unwrap(),
-        ),
-        mount_options: vec!["noatime".into()].into(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+    TargetParams::at(
+        UniqueVolumeName::from_raw(VOLUME),
+        PluginName::LocalVolume,
+        "pv-local".into(),
+        TargetRef::Device,
+        TargetKind::Mount,
+        Some("/var/lib/kubelet/plugins/kubernetes.io/local-volume/mounts/pv-local".into()),
+    )
+    .with_device_path(Some("/dev/loop5".into()))
+    .with_selinux(Some(
+        SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c7,c3").unwrap(),
+    ))
+    .with_mount_options(vec!["noatime".into()].into())
+    .with_fs_type(Some("ext4".into()))
 }
 
 fn pod(uid: &str) -> TargetParams {
-    TargetParams {
-        target: TargetRef::Pod(PodUid::new(uid).unwrap()),
-        pod_mount_path: Some(
-            format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~local-volume/pv-local")
-                .into(),
-        ),
-        ..device()
-    }
+    let path = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~local-volume/pv-local");
+    let mut p = device().with_pod_mount_path(Some(path.into()));
+    p.target = TargetRef::Pod(PodUid::new(uid).unwrap());
+    p
 }
 
 fn observed() -> MountIdentity {
@@ -168,7 +152,7 @@ fn observed() -> MountIdentity {
         root: "/".into(),
         fs_type: "ext4".into(),
         read_only: false,
-        selinux: device().selinux,
+        selinux: device().selinux().cloned(),
     }
 }
 

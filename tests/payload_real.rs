@@ -89,17 +89,15 @@ fn spec(kind: PayloadKind, source: PayloadSource, mode: u32, fs_group: Option<u3
 fn params(layout: &Layout, plugin: PluginName, name: &str, kind: TargetKind) -> TargetParams {
     let pod = PodUid::new(POD).unwrap();
     let path = layout.pod_target_path(&pod, plugin, name);
-    TargetParams {
-        fs_type: (kind == TargetKind::Mount).then(SharedStr::tmpfs),
-        ..TargetParams::at(
-            UniqueVolumeName::per_pod(plugin, &pod, name),
-            plugin,
-            name.into(),
-            TargetRef::Pod(pod),
-            kind,
-            Some(path.as_path().into()),
-        )
-    }
+    TargetParams::at(
+        UniqueVolumeName::per_pod(plugin, &pod, name),
+        plugin,
+        name.into(),
+        TargetRef::Pod(pod),
+        kind,
+        Some(path.as_path().into()),
+    )
+    .with_fs_type((kind == TargetKind::Mount).then(SharedStr::tmpfs))
 }
 
 struct Node {

@@ -55,25 +55,15 @@ fn size_option(m: &MountInfo) -> Option<String> {
 
 fn empty_dir_params(layout: &Layout, pod: &str, kind: TargetKind) -> TargetParams {
     let pod = PodUid::new(pod).unwrap();
-    TargetParams {
-        volume: UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
-        plugin: PluginName::EmptyDir,
-        spec_name: "cache".into(),
-        pod_mount_path: Some(
-            layout
-                .pod_target_path(&pod, PluginName::EmptyDir, "cache")
-                .into(),
-        ),
-        target: TargetRef::Pod(pod),
+    let path = layout.pod_target_path(&pod, PluginName::EmptyDir, "cache");
+    TargetParams::at(
+        UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
+        PluginName::EmptyDir,
+        "cache".into(),
+        TargetRef::Pod(pod),
         kind,
-        device_path: None,
-        device_mount_path: None,
-        selinux: None,
-        mount_options: Default::default(),
-        fs_type: None,
-        csi: None,
-        payload: None,
-    }
+        Some(path.into()),
+    )
 }
 
 fn memory(size: u64) -> VolumeSpec {
@@ -285,7 +275,7 @@ fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
             let mem = empty_dir_params(&layout, POD_A, TargetKind::Mount);
             let disk = empty_dir_params(&layout, POD_A, TargetKind::Dir);
             let mut pv = local_params(&layout, &pv_dir, TargetRef::Pod(pod.clone()));
-            pv.device_mount_path = None;
+            pv = pv.with_device_mount_path(None);
             let pv_spec = VolumeSpec::Local {
                 path: pv_dir.clone().into(),
                 fs_type: None,
@@ -400,21 +390,18 @@ fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetPara
         ),
         TargetRef::Device => None,
     };
-    TargetParams {
-        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv1".into(),
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+        PluginName::LocalVolume,
+        "pv1".into(),
         target,
-        kind: TargetKind::Mount,
-        device_path: Some(device.to_owned().into()),
-        device_mount_path: Some(layout.local_device_path("pv1").into()),
-        pod_mount_path,
-        selinux: None,
-        mount_options: Default::default(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_device_path(Some(device.to_owned().into()))
+    .with_device_mount_path(Some(layout.local_device_path("pv1").into()))
+    .with_pod_mount_path(pod_mount_path)
+    .with_fs_type(Some("ext4".into()))
 }
 
 #[test]
@@ -1003,25 +990,18 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
         mkdirs(&global);
         mount_tmpfs(&global, ""); // stands in for the device's mount
         let pod = PodUid::new(POD_A).unwrap();
-        let params = TargetParams {
-            volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
-            plugin: PluginName::LocalVolume,
-            spec_name: "pv1".into(),
-            pod_mount_path: Some(
-                layout
-                    .pod_target_path(&pod, PluginName::LocalVolume, "pv1")
-                    .into(),
-            ),
-            target: TargetRef::Pod(pod),
-            kind: TargetKind::Mount,
-            device_path: Some(PathBuf::from("/dev/null").into()),
-            device_mount_path: Some(global.clone().into()),
-            selinux: None,
-            mount_options: Default::default(),
-            fs_type: Some("ext4".into()),
-            csi: None,
-            payload: None,
-        };
+        let path = layout.pod_target_path(&pod, PluginName::LocalVolume, "pv1");
+        let params = TargetParams::at(
+            UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+            PluginName::LocalVolume,
+            "pv1".into(),
+            TargetRef::Pod(pod),
+            TargetKind::Mount,
+            Some(path.into()),
+        )
+        .with_device_path(Some(PathBuf::from("/dev/null").into()))
+        .with_device_mount_path(Some(global.clone().into()))
+        .with_fs_type(Some("ext4".into()));
         let spec = VolumeSpec::Local {
             path: PathBuf::from("/dev/null").into(),
             fs_type: Some("ext4".into()),

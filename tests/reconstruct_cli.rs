@@ -92,28 +92,26 @@ fn dump(tmp: &Path, journal: &Path) -> Output {
 
 fn local(target: TargetRef) -> TargetParams {
     let layout = Layout::new(ROOT);
-    TargetParams {
-        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv-local-1".into(),
-        pod_mount_path: match &target {
-            TargetRef::Pod(uid) => Some(
-                layout
-                    .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
-                    .into(),
-            ),
-            TargetRef::Device => None,
-        },
+    let pod_path = match &target {
+        TargetRef::Pod(uid) => Some(
+            layout
+                .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
+                .into(),
+        ),
+        TargetRef::Device => None,
+    };
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
+        PluginName::LocalVolume,
+        "pv-local-1".into(),
         target,
-        kind: TargetKind::Mount,
-        device_path: Some("/dev/loop0".into()),
-        device_mount_path: Some(layout.local_device_path("pv-local-1").into()),
-        selinux: None,
-        mount_options: Default::default(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_pod_mount_path(pod_path)
+    .with_device_path(Some("/dev/loop0".into()))
+    .with_device_mount_path(Some(layout.local_device_path("pv-local-1").into()))
+    .with_fs_type(Some("ext4".into()))
 }
 
 fn ext4(major: u32, read_only: bool) -> MountIdentity {
@@ -351,28 +349,27 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
 fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> TargetParams {
     let layout = Layout::new(ROOT);
     let label = label.map(|l| SeLinuxContext::parse(l).unwrap());
-    TargetParams {
-        volume: UniqueVolumeName::shared(PluginName::LocalVolume, pv),
-        plugin: PluginName::LocalVolume,
-        spec_name: pv.into(),
-        pod_mount_path: match &target {
-            TargetRef::Pod(uid) => Some(
-                layout
-                    .pod_target_path(uid, PluginName::LocalVolume, pv)
-                    .into(),
-            ),
-            TargetRef::Device => None,
-        },
+    let pod_path = match &target {
+        TargetRef::Pod(uid) => Some(
+            layout
+                .pod_target_path(uid, PluginName::LocalVolume, pv)
+                .into(),
+        ),
+        TargetRef::Device => None,
+    };
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, pv),
+        PluginName::LocalVolume,
+        pv.into(),
         target,
-        kind: TargetKind::Mount,
-        device_path: Some(format!("/dev/loop{minor}").into()),
-        device_mount_path: Some(layout.local_device_path(pv).into()),
-        selinux: label,
-        mount_options: Default::default(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_pod_mount_path(pod_path)
+    .with_device_path(Some(format!("/dev/loop{minor}").into()))
+    .with_device_mount_path(Some(layout.local_device_path(pv).into()))
+    .with_selinux(label)
+    .with_fs_type(Some("ext4".into()))
 }
 
 /// Issue #6: on an SELinux host's mount table (`context=` quoted and not,

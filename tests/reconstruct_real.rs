@@ -41,50 +41,43 @@ fn tmpfs_params(layout: &Layout, pod: &str, name: &str) -> TargetParams {
         medium: StorageMedium::Memory,
         size_limit: None,
     };
-    TargetParams {
-        volume: PodVolume::unique_name(&spec, &uid(pod), name),
-        plugin: PluginName::EmptyDir,
-        spec_name: name.into(),
-        target: TargetRef::Pod(uid(pod)),
-        kind: TargetKind::Mount,
-        device_path: None,
-        device_mount_path: None,
-        pod_mount_path: Some(
+    TargetParams::at(
+        PodVolume::unique_name(&spec, &uid(pod), name),
+        PluginName::EmptyDir,
+        name.into(),
+        TargetRef::Pod(uid(pod)),
+        TargetKind::Mount,
+        Some(
             layout
                 .pod_target_path(&uid(pod), PluginName::EmptyDir, name)
                 .into(),
         ),
-        selinux: None,
-        mount_options: vec!["size=1m".into()].into(),
-        fs_type: Some("tmpfs".into()),
-        csi: None,
-        payload: None,
-    }
+    )
+    .with_mount_options(vec!["size=1m".into()].into())
+    .with_fs_type(Some("tmpfs".into()))
 }
 
 fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
-    TargetParams {
-        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv1".into(),
-        pod_mount_path: match &target {
-            TargetRef::Pod(p) => Some(
-                layout
-                    .pod_target_path(p, PluginName::LocalVolume, "pv1")
-                    .into(),
-            ),
-            TargetRef::Device => None,
-        },
+    let pod_path = match &target {
+        TargetRef::Pod(p) => Some(
+            layout
+                .pod_target_path(p, PluginName::LocalVolume, "pv1")
+                .into(),
+        ),
+        TargetRef::Device => None,
+    };
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+        PluginName::LocalVolume,
+        "pv1".into(),
         target,
-        kind: TargetKind::Mount,
-        device_path: Some(device.to_owned().into()),
-        device_mount_path: Some(layout.local_device_path("pv1").into()),
-        selinux: None,
-        mount_options: Default::default(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_pod_mount_path(pod_path)
+    .with_device_path(Some(device.to_owned().into()))
+    .with_device_mount_path(Some(layout.local_device_path("pv1").into()))
+    .with_fs_type(Some("ext4".into()))
 }
 
 /// Journals a completed operation (intent + success outcome).

@@ -702,7 +702,7 @@ fn a_late_mount_after_the_undo_is_put_back_and_undone_when_no_pod_wants_it() {
         .collect();
     assert_eq!(started.len(), 1, "{:?}", names(&fx));
     assert_eq!(
-        started[0].device_mount_path.as_deref(),
+        started[0].device_mount_path(),
         Some(std::path::Path::new("/r/g"))
     );
     let dev = w

@@ -141,27 +141,21 @@ mod tests {
                 attachment_id: None,
             })
         });
-        let params = TargetParams {
-            volume: UniqueVolumeName::from_raw(match driver {
+        let params = TargetParams::at(
+            UniqueVolumeName::from_raw(match driver {
                 Some(d) => format!("kubernetes.io/csi/{d}^h"),
                 None => "kubernetes.io/empty-dir/p-cache".to_owned(),
             }),
-            plugin: match driver {
+            match driver {
                 Some(_) => PluginName::Csi,
                 None => PluginName::EmptyDir,
             },
-            spec_name: "cache".into(),
-            target: TargetRef::Pod(PodUid::new("p").unwrap()),
-            kind: TargetKind::Mount,
-            device_path: None,
-            device_mount_path: None,
-            pod_mount_path: None,
-            selinux: None,
-            mount_options: Vec::new().into(),
-            fs_type: None,
-            csi,
-            payload: None,
-        };
+            "cache".into(),
+            TargetRef::Pod(PodUid::new("p").unwrap()),
+            TargetKind::Mount,
+            None,
+        )
+        .with_csi(csi);
         Queued {
             job: Job::TearDown {
                 params: Arc::new(params),

@@ -60,7 +60,7 @@ impl TokenSeeds {
                 s.entries()
                     .filter_map(|(_, e)| {
                         let p = e.current_params();
-                        let v = p.payload.as_ref()?;
+                        let v = p.payload()?;
                         let token = v.objects.iter().any(|o| o.kind == TOKEN_OBJECT_KIND);
                         let dir = p.pod_mount_path.as_deref()?;
                         token.then(|| (dir.to_owned(), v.clone()))

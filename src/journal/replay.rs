@@ -419,21 +419,19 @@ mod tests {
     use crate::model::{PluginName, PodUid, TargetKind};
 
     fn params(target: TargetRef) -> TargetParams {
-        TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
-            plugin: PluginName::LocalVolume,
-            spec_name: "pv1".into(),
+        TargetParams::at(
+            UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            PluginName::LocalVolume,
+            "pv1".into(),
             target,
-            kind: TargetKind::Mount,
-            device_path: Some("/dev/loop3".into()),
-            device_mount_path: Some("/r/plugins/kubernetes.io/local-volume/mounts/pv1".into()),
-            pod_mount_path: None,
-            selinux: None,
-            mount_options: Default::default(),
-            fs_type: Some("ext4".into()),
-            csi: None,
-            payload: None,
-        }
+            TargetKind::Mount,
+            None,
+        )
+        .with_device_path(Some("/dev/loop3".into()))
+        .with_device_mount_path(Some(
+            "/r/plugins/kubernetes.io/local-volume/mounts/pv1".into(),
+        ))
+        .with_fs_type(Some("ext4".into()))
     }
 
     fn rec(seq: u64, body: Body) -> Record {

@@ -299,21 +299,14 @@ mod tests {
             boot: Boot::Same,
             result,
             reason,
-            params: TargetParams {
+            params: TargetParams::at(
                 volume,
-                plugin: PluginName::LocalVolume,
-                spec_name: "pv1".into(),
+                PluginName::LocalVolume,
+                "pv1".into(),
                 target,
-                kind: TargetKind::Mount,
-                device_path: None,
-                device_mount_path: None,
-                pod_mount_path: None,
-                selinux: None,
-                mount_options: Default::default(),
-                fs_type: None,
-                csi: None,
-                payload: None,
-            }
+                TargetKind::Mount,
+                None,
+            )
             .into(),
             observed: seen.then(|| MountIdentity {
                 dev: crate::model::DevId { major: 7, minor: 0 },

@@ -13,6 +13,7 @@ pub mod intern;
 mod layout;
 mod mount;
 mod names;
+mod params;
 mod payload;
 mod shared;
 mod spec;
@@ -27,6 +28,7 @@ pub use mount::{DevId, MountIdentity, SeLinuxContext, TMPFS};
 pub use names::{
     ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,
 };
+pub use params::{MountOptions, SharedParams, TargetParams};
 pub use payload::{
     DEFAULT_PAYLOAD_MODE, DEFAULT_TOKEN_SECONDS, FieldItem, IssuedToken, KeyToPath,
     MAX_TOKEN_SECONDS, MIN_TOKEN_SECONDS, ObjectVersion, PayloadKind, PayloadSource, PayloadSpec,
@@ -34,6 +36,4 @@ pub use payload::{
 };
 pub use shared::{SharedPath, SharedStr};
 pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};
-pub use target::{
-    MountOptions, MountState, Operation, SharedParams, Steps, TargetKind, TargetParams, TargetRef,
-};
+pub use target::{MountState, Operation, Steps, TargetKind, TargetRef};

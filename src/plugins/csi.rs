@@ -74,8 +74,8 @@ impl CsiPlugin {
 
     fn csi<'p>(&self, op: &Op<'_>, params: &'p TargetParams) -> Result<&'p CsiParams, PluginError> {
         params
-            .csi
-            .as_deref()
+            .csi()
+            .map(Arc::as_ref)
             .ok_or_else(|| op.missing("CSI arguments"))
     }
 
@@ -89,7 +89,7 @@ impl CsiPlugin {
         params: &TargetParams,
         path: &Path,
     ) -> Result<Arc<CsiParams>, PluginError> {
-        if let Some(c) = &params.csi {
+        if let Some(c) = params.csi() {
             return Ok(c.clone());
         }
         let missing = || op.missing("CSI arguments (neither a journal entry nor volume data)");
@@ -222,8 +222,8 @@ impl CsiPlugin {
         driver: &Driver,
         labels: bool,
     ) -> pb::VolumeCapability {
-        let mut flags = params.mount_options.to_vec();
-        if labels && let Some(ctx) = &params.selinux {
+        let mut flags = params.mount_options().to_vec();
+        if labels && let Some(ctx) = params.selinux() {
             flags.push(format!("context=\"{}\"", ctx.as_str()));
         }
         let group = (driver.caps.volume_mount_group)
@@ -279,7 +279,7 @@ impl VolumePlugin for CsiPlugin {
     ) -> PluginResult {
         let mut op = Op::new(sys, Operation::MountDevice, params);
         let csi = self.csi(&op, params)?;
-        let staging = path_str(&op, params.device_mount_path.as_deref(), "staging path")?;
+        let staging = path_str(&op, params.device_mount_path(), "staging path")?;
         let staging_path = Path::new(&staging);
         let driver = self.driver(&op, csi)?;
         if let Some(dir) = staging_path.parent() {
@@ -335,7 +335,7 @@ impl VolumePlugin for CsiPlugin {
             return Err(op.missing("pod uid"));
         }
         let driver = self.driver(&op, csi)?;
-        let selinux_label = params.selinux.as_ref().map(|c| c.as_str().to_owned());
+        let selinux_label = params.selinux().map(|c| c.as_str().to_owned());
         let attachment_id = match (&csi.attachment_id, csi.lifecycle) {
             (Some(id), _) => id.clone(),
             (None, CsiLifecycle::Persistent) => {
@@ -363,7 +363,7 @@ impl VolumePlugin for CsiPlugin {
         }
         let staged = driver.caps.stage_unstage && csi.lifecycle == CsiLifecycle::Persistent;
         let staging = if staged {
-            path_str(&op, params.device_mount_path.as_deref(), "staging path")?
+            path_str(&op, params.device_mount_path(), "staging path")?
         } else {
             String::new()
         };
@@ -407,7 +407,7 @@ impl VolumePlugin for CsiPlugin {
         sys: &dyn Sys,
     ) -> PluginResult {
         let mut op = Op::new(sys, Operation::UnmountDevice, params);
-        let staging = path_str(&op, params.device_mount_path.as_deref(), "staging path")?;
+        let staging = path_str(&op, params.device_mount_path(), "staging path")?;
         let csi = self.undo_args(&op, params, Path::new(&staging))?;
         let driver = self.driver(&op, &csi)?;
         if driver.caps.stage_unstage {

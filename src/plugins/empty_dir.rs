@@ -157,19 +157,19 @@ impl EmptyDirPlugin {
         target: &Path,
         size_limit: Option<u64>,
     ) -> Result<(Action, Option<MountIdentity>, bool), PluginError> {
-        let (flags, mut opts) = split_options(&params.mount_options);
+        let (flags, mut opts) = split_options(params.mount_options());
         opts.retain(|o| !o.starts_with("size="));
         let size_opts: Vec<String> = opts
             .iter()
             .cloned()
             .chain(size_limit.map(|s| format!("size={s}")))
             .collect();
-        let data = data_string(&size_opts, params.selinux.as_ref());
+        let data = data_string(&size_opts, params.selinux());
         let read_only = flags.contains(MsFlags::MS_RDONLY);
         let wanted = |m: &MountInfo| {
             m.fs_type == TMPFS
                 && m.is_read_only() == read_only
-                && m.super_options.selinux.context == params.selinux
+                && m.super_options.selinux.context.as_ref() == params.selinux()
         };
         let mut mount = |op: &mut Op<'_>, _: Beneath<'_>| {
             let tmpfs = Some(Path::new(TMPFS));
@@ -371,7 +371,7 @@ fn fresh_tmpfs(
         root: SharedPath::fs_root(Path::new("/")),
         fs_type: SharedStr::tmpfs(),
         read_only,
-        selinux: params.selinux.clone(),
+        selinux: params.selinux().cloned(),
     })
 }
 

@@ -36,21 +36,15 @@ fn host() -> RecordingSys {
 
 fn params(kind: TargetKind, selinux: Option<SeLinuxContext>) -> TargetParams {
     let pod = PodUid::new("pod1").unwrap();
-    TargetParams {
-        volume: UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
-        plugin: PluginName::EmptyDir,
-        spec_name: "cache".into(),
-        target: TargetRef::Pod(pod),
+    TargetParams::at(
+        UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
+        PluginName::EmptyDir,
+        "cache".into(),
+        TargetRef::Pod(pod),
         kind,
-        device_path: None,
-        device_mount_path: None,
-        pod_mount_path: Some(p(TARGET).into()),
-        selinux,
-        mount_options: Default::default(),
-        fs_type: None,
-        csi: None,
-        payload: None,
-    }
+        Some(p(TARGET).into()),
+    )
+    .with_selinux(selinux)
 }
 
 fn disk() -> VolumeSpec {

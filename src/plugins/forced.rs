@@ -30,10 +30,7 @@ pub fn force_unmount(
     let pods_dir = &layout.pods_dir();
     let (op_name, target) = match params.target {
         TargetRef::Pod(_) => (Operation::TearDown, params.pod_mount_path.as_deref()),
-        TargetRef::Device => (
-            Operation::UnmountDevice,
-            params.device_mount_path.as_deref(),
-        ),
+        TargetRef::Device => (Operation::UnmountDevice, params.device_mount_path()),
     };
     let mut op = Op::new(sys, op_name, params);
     let target = target.ok_or_else(|| op.missing("target path"))?;
@@ -66,29 +63,21 @@ mod tests {
     use std::path::Path;
 
     fn params(target: TargetRef, path: &str) -> TargetParams {
-        let pod = matches!(target, TargetRef::Pod(_));
-        TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/csi/pv-x"),
-            plugin: PluginName::Csi,
-            spec_name: "pv-x".into(),
+        TargetParams::at(
+            UniqueVolumeName::from_raw("kubernetes.io/csi/pv-x"),
+            PluginName::Csi,
+            "pv-x".into(),
             target,
-            kind: TargetKind::Mount,
-            device_path: None,
-            device_mount_path: (!pod).then(|| Path::new(path).into()),
-            pod_mount_path: pod.then(|| Path::new(path).into()),
-            selinux: None,
-            mount_options: Default::default(),
-            fs_type: None,
-            csi: None,
-            payload: None,
-        }
+            TargetKind::Mount,
+            Some(Path::new(path).into()),
+        )
     }
 
     #[test]
     fn a_missing_target_path_is_an_error_not_a_guess() {
         let sys = RecordingSys::new();
         let mut p = params(TargetRef::Device, "/r/x");
-        p.device_mount_path = None;
+        p = p.with_device_mount_path(None);
         let err = force_unmount(&Permit::JournalOff, &p, &sys, &Layout::new("/r")).unwrap_err();
         assert!(matches!(err, PluginError::MissingParam { .. }), "{err}");
     }

@@ -118,21 +118,14 @@ mod tests {
 
     fn params() -> TargetParams {
         let pod = PodUid::new("pod1").unwrap();
-        TargetParams {
-            volume: UniqueVolumeName::per_pod(PluginName::HostPath, &pod, "h"),
-            plugin: PluginName::HostPath,
-            spec_name: "h".into(),
-            target: TargetRef::Pod(pod),
-            kind: TargetKind::None,
-            device_path: None,
-            device_mount_path: None,
-            pod_mount_path: None,
-            selinux: None,
-            mount_options: Default::default(),
-            fs_type: None,
-            csi: None,
-            payload: None,
-        }
+        TargetParams::at(
+            UniqueVolumeName::per_pod(PluginName::HostPath, &pod, "h"),
+            PluginName::HostPath,
+            "h".into(),
+            TargetRef::Pod(pod),
+            TargetKind::None,
+            None,
+        )
     }
 
     fn spec(path: &str, t: HostPathType) -> VolumeSpec {

@@ -85,7 +85,7 @@ fn block<'a>(
     if !l.is_block {
         return Err(op.bad_spec(PluginName::LocalVolume, "a directory has no device target"));
     }
-    let device = params.device_path.as_deref().unwrap_or(l.path);
+    let device = params.device_path().unwrap_or(l.path);
     let fs = params
         .fs_type
         .as_deref()
@@ -154,8 +154,7 @@ impl VolumePlugin for LocalPlugin {
         let mut op = Op::new(sys, Operation::MountDevice, params);
         let (device, fs) = block(&op, spec, params)?;
         let target = params
-            .device_mount_path
-            .as_deref()
+            .device_mount_path()
             .ok_or_else(|| op.missing("device mount path"))?;
         match op.look(sys.probe_fs(device))? {
             DiskFormat::Filesystem(f) if f == fs => {}
@@ -175,14 +174,14 @@ impl VolumePlugin for LocalPlugin {
         if st.kind != FileKind::BlockDevice {
             return Err(op.wrong_type(device, "block device"));
         }
-        let (flags, opts) = split_options(&params.mount_options);
-        let data = data_string(&opts, params.selinux.as_ref());
+        let (flags, opts) = split_options(params.mount_options());
+        let data = data_string(&opts, params.selinux());
         let want = MountIdentity {
             dev: st.rdev,
             root: SharedPath::fs_root(Path::new("/")),
             fs_type: SharedStr::fs_type(fs),
             read_only: flags.contains(MsFlags::MS_RDONLY),
-            selinux: params.selinux.clone(),
+            selinux: params.selinux().cloned(),
         };
         let wanted = |m: &MountInfo| want.matches(&m.identity());
         let mut mount = |op: &mut Op<'_>, at: Beneath<'_>| {
@@ -209,7 +208,7 @@ impl VolumePlugin for LocalPlugin {
             .pod_mount_path
             .as_deref()
             .ok_or_else(|| op.missing("pod mount path"))?;
-        let (flags, _) = split_options(&params.mount_options);
+        let (flags, _) = split_options(params.mount_options());
         // The table is needed to check the device mount, or to tell whether
         // what is at the target is our bind; a directory PV bound on a
         // target that does not exist yet (every first SetUp) needs neither.
@@ -220,8 +219,7 @@ impl VolumePlugin for LocalPlugin {
         };
         let (source, source_id) = if l.is_block {
             let source = params
-                .device_mount_path
-                .as_deref()
+                .device_mount_path()
                 .ok_or_else(|| op.missing("device mount path"))?;
             let Some(m) = table.top_at(source) else {
                 return Err(PluginError::DeviceNotMounted {
@@ -284,8 +282,7 @@ impl VolumePlugin for LocalPlugin {
     ) -> PluginResult {
         let mut op = Op::new(sys, Operation::UnmountDevice, params);
         let target = params
-            .device_mount_path
-            .as_deref()
+            .device_mount_path()
             .ok_or_else(|| op.missing("device mount path"))?;
         unmount_target(&mut op, self.layout.root(), target)
     }

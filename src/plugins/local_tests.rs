@@ -65,21 +65,20 @@ fn params(target: TargetRef, options: &[&str], selinux: Option<SeLinuxContext>) 
         TargetRef::Pod(pod) => Some(pod_path(pod.as_str()).into()),
         TargetRef::Device => None,
     };
-    TargetParams {
-        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv1".into(),
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+        PluginName::LocalVolume,
+        "pv1".into(),
         target,
-        kind: TargetKind::Mount,
-        device_path: Some(p(DEV).into()),
-        device_mount_path: Some(p(GLOBAL).into()),
-        pod_mount_path,
-        selinux,
-        mount_options: options.iter().map(|s| s.to_string()).collect(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_device_path(Some(p(DEV).into()))
+    .with_device_mount_path(Some(p(GLOBAL).into()))
+    .with_pod_mount_path(pod_mount_path)
+    .with_selinux(selinux)
+    .with_mount_options(options.iter().map(|s| s.to_string()).collect())
+    .with_fs_type(Some("ext4".into()))
 }
 
 fn device() -> TargetParams {

@@ -92,7 +92,7 @@ impl Job {
             | Job::UnmountDevice { params }
             | Job::ForceCleanup { params } => params,
         };
-        params.csi.as_deref().map(|c| c.driver.as_str())
+        params.csi().map(|c| c.driver.as_str())
     }
 }
 
@@ -375,21 +375,21 @@ pub fn job_for(
             let m = asw.pod(volume, pod)?;
             let device = v.device.as_ref();
             Some(Job::TearDown {
-                params: TargetParams {
-                    device_path: device
-                        .and_then(|d| d.device_path.as_deref().map(SharedPath::from)),
-                    device_mount_path: device
-                        .and_then(|d| d.mount_path.as_deref().map(SharedPath::from)),
-                    selinux: m.mount.selinux.context().cloned(),
-                    ..TargetParams::at(
-                        volume.clone(),
-                        v.plugin,
-                        v.spec_name.clone(),
-                        target,
-                        m.mount.kind,
-                        Some(m.mount.mount_path.clone()),
-                    )
-                }
+                params: TargetParams::at(
+                    volume.clone(),
+                    v.plugin,
+                    v.spec_name.clone(),
+                    target,
+                    m.mount.kind,
+                    Some(m.mount.mount_path.clone()),
+                )
+                .with_device_path(
+                    device.and_then(|d| d.device_path.as_deref().map(SharedPath::from)),
+                )
+                .with_device_mount_path(
+                    device.and_then(|d| d.mount_path.as_deref().map(SharedPath::from)),
+                )
+                .with_selinux(m.mount.selinux.context().cloned())
                 .into(),
             })
         }
@@ -400,18 +400,16 @@ pub fn job_for(
             let v = asw.volume(volume)?;
             let d = v.device.as_ref()?;
             Some(Job::UnmountDevice {
-                params: TargetParams {
-                    device_path: d.device_path.as_deref().map(SharedPath::from),
-                    selinux: v.selinux.context().cloned(),
-                    ..TargetParams::at(
-                        volume.clone(),
-                        v.plugin,
-                        v.spec_name.clone(),
-                        TargetRef::Device,
-                        TargetKind::Mount,
-                        Some(d.mount_path.as_deref()?.into()),
-                    )
-                }
+                params: TargetParams::at(
+                    volume.clone(),
+                    v.plugin,
+                    v.spec_name.clone(),
+                    TargetRef::Device,
+                    TargetKind::Mount,
+                    Some(d.mount_path.as_deref()?.into()),
+                )
+                .with_device_path(d.device_path.as_deref().map(SharedPath::from))
+                .with_selinux(v.selinux.context().cloned())
                 .into(),
             })
         }

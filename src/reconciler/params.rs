@@ -75,65 +75,61 @@ fn csi_params(spec: &VolumeSpec, pod: Option<&CsiPodInfo>) -> Option<Arc<CsiPara
 pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     let (device_path, mount_options, fs_type) = spec_details(&want.spec);
     let path = layout.pod_target_path(&want.pod, want.plugin, &want.spec_name);
-    TargetParams {
-        device_path,
-        device_mount_path: device_mount_path(layout, want),
-        selinux: want.selinux.clone(),
-        mount_options,
-        fs_type: match &*want.spec {
-            VolumeSpec::EmptyDir {
-                medium: StorageMedium::Memory,
-                ..
-            } => Some(SharedStr::tmpfs()),
-            VolumeSpec::Payload(p) if p.kind.in_memory() => Some(SharedStr::tmpfs()),
-            _ => fs_type,
-        },
-        csi: csi_params(&want.spec, want.csi_pod.as_deref()),
-        // the payload's hash and objects, which the intent records
-        payload: match &*want.spec {
-            VolumeSpec::Payload(p) => p.version.clone(),
-            _ => None,
-        },
-        ..TargetParams::at(
-            want.volume.clone(),
-            want.plugin,
-            want.spec_name.clone(),
-            TargetRef::Pod(want.pod.clone()),
-            want.spec.pod_target_kind(),
-            Some(path.into()),
-        )
-    }
+    TargetParams::at(
+        want.volume.clone(),
+        want.plugin,
+        want.spec_name.clone(),
+        TargetRef::Pod(want.pod.clone()),
+        want.spec.pod_target_kind(),
+        Some(path.into()),
+    )
+    .with_device_path(device_path)
+    .with_device_mount_path(device_mount_path(layout, want))
+    .with_selinux(want.selinux.clone())
+    .with_mount_options(mount_options)
+    .with_fs_type(match &*want.spec {
+        VolumeSpec::EmptyDir {
+            medium: StorageMedium::Memory,
+            ..
+        } => Some(SharedStr::tmpfs()),
+        VolumeSpec::Payload(p) if p.kind.in_memory() => Some(SharedStr::tmpfs()),
+        _ => fs_type,
+    })
+    .with_csi(csi_params(&want.spec, want.csi_pod.as_deref()))
+    // the payload's hash and objects, which the intent records
+    .with_payload(match &*want.spec {
+        VolumeSpec::Payload(p) => p.version.clone(),
+        _ => None,
+    })
 }
 
 /// The parameters of a device target, from what the DSW wants.
 pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     let (device_path, mount_options, fs_type) = spec_details(&want.spec);
-    TargetParams {
-        device_path,
-        selinux: want.selinux.clone(),
-        mount_options,
-        fs_type,
-        // NodeStage gets the fsGroup of the pod whose mount stages it, as
-        // the kubelet's MountDevice sends it; the pod's keys go to publish only
-        csi: csi_params(
-            &want.spec,
-            want.csi_pod
-                .as_deref()
-                .map(|p| CsiPodInfo {
-                    volume_context: Default::default(),
-                    mount_group: p.mount_group.clone(),
-                })
-                .as_ref(),
-        ),
-        ..TargetParams::at(
-            want.volume.clone(),
-            want.plugin,
-            want.spec_name.clone(),
-            TargetRef::Device,
-            TargetKind::Mount,
-            device_mount_path(layout, want),
-        )
-    }
+    TargetParams::at(
+        want.volume.clone(),
+        want.plugin,
+        want.spec_name.clone(),
+        TargetRef::Device,
+        TargetKind::Mount,
+        device_mount_path(layout, want),
+    )
+    .with_device_path(device_path)
+    .with_selinux(want.selinux.clone())
+    .with_mount_options(mount_options)
+    .with_fs_type(fs_type)
+    // NodeStage gets the fsGroup of the pod whose mount stages it, as
+    // the kubelet's MountDevice sends it; the pod's keys go to publish only
+    .with_csi(csi_params(
+        &want.spec,
+        want.csi_pod
+            .as_deref()
+            .map(|p| CsiPodInfo {
+                volume_context: Default::default(),
+                mount_group: p.mount_group.clone(),
+            })
+            .as_ref(),
+    ))
 }
 
 fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath> {

@@ -158,7 +158,7 @@ pub fn asw_as_journal_says(
 fn fill(decisions: &[Settled<'_>], asw: &mut ActualStateOfWorld) -> Vec<ReconstructError> {
     let live = |d: &&Settled<'_>| d.result != MountState::NotMounted;
     let device_path = |d: &Settled<'_>| match d.key.target {
-        TargetRef::Device => d.params.device_path.as_deref().map(Path::to_path_buf),
+        TargetRef::Device => d.params.device_path().map(Path::to_path_buf),
         TargetRef::Pod(_) => None,
     };
     let mut errors = Vec::new();
@@ -214,11 +214,11 @@ fn label(d: &Settled<'_>) -> Option<SeLinuxContext> {
         // ASW held the label asked for (see `Executor::check_csi_label`), and
         // keeps it, or every restart would remount for a label no mount of
         // that driver brings.
-        Some(identity) if identity.selinux.is_none() && d.params.csi.is_some() => {
-            d.params.selinux.clone()
+        Some(identity) if identity.selinux.is_none() && d.params.csi().is_some() => {
+            d.params.selinux().cloned()
         }
         Some(identity) => identity.selinux.clone(),
-        None => d.params.selinux.clone(),
+        None => d.params.selinux().cloned(),
     }
 }
 
@@ -243,7 +243,7 @@ fn apply_one(d: &Settled<'_>, volume: Option<&mut VolumeMut<'_>>) -> Result<(), 
         TargetRef::Device => {
             let mount_path = d.params.path().ok_or_else(no_path)?.to_path_buf();
             let mount = DeviceMount {
-                device_path: d.params.device_path.as_deref().map(Path::to_path_buf),
+                device_path: d.params.device_path().map(Path::to_path_buf),
                 mount_path,
                 selinux: label(d),
             };

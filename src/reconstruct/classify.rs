@@ -425,7 +425,7 @@ fn compare(expected: Expected<'_>, seen: &ObservedMount, input: &MergeInput<'_>)
         Expected::Params(p) => {
             if !same_mount(p, seen, input) {
                 HostSays::Differs
-            } else if p.selinux != seen_id.selinux {
+            } else if p.selinux() != seen_id.selinux.as_ref() {
                 HostSays::LabelDiffers
             } else {
                 HostSays::Matches
@@ -438,12 +438,12 @@ fn compare(expected: Expected<'_>, seen: &ObservedMount, input: &MergeInput<'_>)
 /// identity. Unconfirmed means no.
 fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) -> bool {
     let seen_id = &seen.identity;
-    let read_only = p.mount_options.is_read_only();
+    let read_only = p.mount_options().is_read_only();
     // A pod bind of a directory (a local PV that is one): the directory's
     // filesystem and its root there (a `fsType` on such a PV means nothing).
-    if p.device_mount_path.is_none()
-        && let Some(device) = &p.device_path
-        && let Some(source) = input.bind_sources.get(&**device)
+    if p.device_mount_path().is_none()
+        && let Some(device) = p.device_path()
+        && let Some(source) = input.bind_sources.get(device)
     {
         return source.dev == seen_id.dev
             && source.root == seen_id.root
@@ -466,15 +466,15 @@ fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) ->
     }
     // A pod bind of a device target: same filesystem and root as the device mount.
     if matches!(p.target, TargetRef::Pod(_))
-        && let Some(device_mount) = &p.device_mount_path
+        && let Some(device_mount) = p.device_mount_path()
         && let Some(dev) = input.observation(device_mount).identity()
     {
         return dev.dev == seen_id.dev && dev.root == seen_id.root;
     }
-    let Some(device) = &p.device_path else {
+    let Some(device) = p.device_path() else {
         return false;
     };
-    match input.device_ids.get(&**device) {
+    match input.device_ids.get(device) {
         Some(id) => *id == seen_id.dev,
         None => normalise(device) == normalise(&seen.source),
     }

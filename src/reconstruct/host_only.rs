@@ -120,25 +120,25 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
         HostObservation::Absent | HostObservation::DirPresent => None,
     };
     let is_device = h.target == TargetRef::Device;
-    Ok(TargetParams {
-        device_path: mount
+    Ok(TargetParams::at(
+        volume,
+        plugin,
+        h.spec_name.as_str().into(),
+        h.target.clone(),
+        h.kind,
+        Some(h.path.as_path().into()),
+    )
+    .with_device_path(
+        mount
             .filter(|_| is_device)
             .map(|m| m.source.as_path().into()),
-        selinux: match mount {
-            Some(m) => m.identity.selinux.clone(),
-            None => recorded_label,
-        },
-        fs_type: mount.map(|m| m.identity.fs_type.as_str().into()),
-        csi,
-        ..TargetParams::at(
-            volume,
-            plugin,
-            h.spec_name.as_str().into(),
-            h.target.clone(),
-            h.kind,
-            Some(h.path.as_path().into()),
-        )
+    )
+    .with_selinux(match mount {
+        Some(m) => m.identity.selinux.clone(),
+        None => recorded_label,
     })
+    .with_fs_type(mount.map(|m| m.identity.fs_type.as_str().into()))
+    .with_csi(csi))
 }
 
 /// The unique volume name of a [`Rebuild::FromPath`] target.

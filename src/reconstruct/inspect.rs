@@ -257,21 +257,14 @@ mod tests {
 
     fn params() -> TargetParams {
         let pod = PodUid::new("p1").unwrap();
-        TargetParams {
-            volume: UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
-            plugin: PluginName::EmptyDir,
-            spec_name: "cache".into(),
-            target: TargetRef::Pod(pod),
-            kind: TargetKind::Dir,
-            device_path: None,
-            device_mount_path: None,
-            pod_mount_path: Some("/r/pods/p1/volumes/kubernetes.io~empty-dir/cache".into()),
-            selinux: None,
-            mount_options: Default::default(),
-            fs_type: None,
-            csi: None,
-            payload: None,
-        }
+        TargetParams::at(
+            UniqueVolumeName::per_pod(PluginName::EmptyDir, &pod, "cache"),
+            PluginName::EmptyDir,
+            "cache".into(),
+            TargetRef::Pod(pod),
+            TargetKind::Dir,
+            Some("/r/pods/p1/volumes/kubernetes.io~empty-dir/cache".into()),
+        )
     }
 
     #[test]

@@ -85,102 +85,93 @@ fn params(vol: Vol) -> TargetParams {
     let pod_path = |plugin: &str, name: &str| {
         Some(PathBuf::from(format!("{ROOT}/pods/pod1/volumes/{plugin}/{name}")).into())
     };
-    let base = TargetParams {
-        volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv1".into(),
-        target: TargetRef::Pod(pod()),
-        kind: TargetKind::Mount,
-        device_path: Some("/dev/loop3".into()),
-        device_mount_path: Some(device_mount_path().into()),
-        pod_mount_path: None,
-        selinux: Some(ctx(LABEL)),
-        mount_options: Default::default(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
+    let local = |target: TargetRef| {
+        TargetParams::at(
+            UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            PluginName::LocalVolume,
+            "pv1".into(),
+            target,
+            TargetKind::Mount,
+            None,
+        )
+        .with_device_path(Some("/dev/loop3".into()))
+        .with_device_mount_path(Some(device_mount_path().into()))
+        .with_selinux(Some(ctx(LABEL)))
+        .with_fs_type(Some("ext4".into()))
+    };
+    // a pod target of pod1, labelled as the local volume is
+    let on_pod = |volume: &str, plugin: PluginName, spec_name: &str, kind: TargetKind, path| {
+        TargetParams::at(
+            UniqueVolumeName::from_raw(volume),
+            plugin,
+            spec_name.into(),
+            TargetRef::Pod(pod()),
+            kind,
+            path,
+        )
+        .with_selinux(Some(ctx(LABEL)))
     };
     match vol {
-        Vol::LocalDevice => TargetParams {
-            target: TargetRef::Device,
-            ..base
-        },
-        Vol::LocalPod => TargetParams {
-            pod_mount_path: pod_path("kubernetes.io~local-volume", "pv1"),
-            ..base
-        },
-        Vol::TmpfsPod => TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/empty-dir/pod1-cache"),
-            plugin: PluginName::EmptyDir,
-            spec_name: "cache".into(),
-            device_path: None,
-            device_mount_path: None,
-            pod_mount_path: pod_path("kubernetes.io~empty-dir", "cache"),
-            fs_type: None,
-            ..base
-        },
-        Vol::DirPod => TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/empty-dir/pod1-scratch"),
-            plugin: PluginName::EmptyDir,
-            spec_name: "scratch".into(),
-            kind: TargetKind::Dir,
-            device_path: None,
-            device_mount_path: None,
-            pod_mount_path: pod_path("kubernetes.io~empty-dir", "scratch"),
-            fs_type: None,
-            ..base
-        },
+        Vol::LocalDevice => local(TargetRef::Device),
+        Vol::LocalPod => local(TargetRef::Pod(pod()))
+            .with_pod_mount_path(pod_path("kubernetes.io~local-volume", "pv1")),
+        Vol::TmpfsPod => on_pod(
+            "kubernetes.io/empty-dir/pod1-cache",
+            PluginName::EmptyDir,
+            "cache",
+            TargetKind::Mount,
+            pod_path("kubernetes.io~empty-dir", "cache"),
+        ),
+        Vol::DirPod => on_pod(
+            "kubernetes.io/empty-dir/pod1-scratch",
+            PluginName::EmptyDir,
+            "scratch",
+            TargetKind::Dir,
+            pod_path("kubernetes.io~empty-dir", "scratch"),
+        ),
         Vol::CsiPod | Vol::CsiPodBare => {
             let name = if vol == Vol::CsiPod {
                 "pv-csi"
             } else {
                 "pv-bare"
             };
-            TargetParams {
-                volume: UniqueVolumeName::from_raw(format!(
-                    "kubernetes.io/csi/d.example.com^{name}"
-                )),
-                plugin: PluginName::Csi,
-                spec_name: name.into(),
-                device_path: None,
-                device_mount_path: None,
-                pod_mount_path: Some(
+            on_pod(
+                &format!("kubernetes.io/csi/d.example.com^{name}"),
+                PluginName::Csi,
+                name,
+                TargetKind::Mount,
+                Some(
                     PathBuf::from(format!(
                         "{ROOT}/pods/pod1/volumes/kubernetes.io~csi/{name}/mount"
                     ))
                     .into(),
                 ),
-                // asked for; the test driver's mount (`ours`) has none, as a
-                // driver that drops `context=` leaves it
-                selinux: (vol == Vol::CsiPod).then(|| ctx(LABEL)),
-                fs_type: None,
-                csi: Some(std::sync::Arc::new(crate::model::CsiParams {
-                    driver: "d.example.com".into(),
-                    volume_handle: name.into(),
-                    lifecycle: crate::model::CsiLifecycle::Persistent,
-                    access_modes: Vec::new(),
-                    read_only: false,
-                    publish_context: Default::default(),
-                    volume_context: Default::default(),
-                    stage_secret: None,
-                    publish_secret: None,
-                    mount_group: None,
-                    attachment_id: None,
-                })),
-                ..base
-            }
+            )
+            // asked for; the test driver's mount (`ours`) has none, as a
+            // driver that drops `context=` leaves it
+            .with_selinux((vol == Vol::CsiPod).then(|| ctx(LABEL)))
+            .with_csi(Some(std::sync::Arc::new(crate::model::CsiParams {
+                driver: "d.example.com".into(),
+                volume_handle: name.into(),
+                lifecycle: crate::model::CsiLifecycle::Persistent,
+                access_modes: Vec::new(),
+                read_only: false,
+                publish_context: Default::default(),
+                volume_context: Default::default(),
+                stage_secret: None,
+                publish_secret: None,
+                mount_group: None,
+                attachment_id: None,
+            })))
         }
-        Vol::HostPath => TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/host-path/pod1-data"),
-            plugin: PluginName::HostPath,
-            spec_name: "data".into(),
-            kind: TargetKind::None,
-            device_path: Some("/srv/data".into()),
-            device_mount_path: None,
-            pod_mount_path: pod_path("kubernetes.io~host-path", "data"),
-            fs_type: None,
-            ..base
-        },
+        Vol::HostPath => on_pod(
+            "kubernetes.io/host-path/pod1-data",
+            PluginName::HostPath,
+            "data",
+            TargetKind::None,
+            pod_path("kubernetes.io~host-path", "data"),
+        )
+        .with_device_path(Some("/srv/data".into())),
     }
 }
 
@@ -386,7 +377,7 @@ fn host_target(vol: Vol, seen: Seen, journal: Journal) -> HostTarget {
         _ => Rebuild::Ready {
             volume: p.volume.clone(),
             selinux: None,
-            csi: p.csi.clone(),
+            csi: p.csi().cloned(),
         },
     };
     HostTarget {
@@ -681,7 +672,7 @@ fn setup_intent_compares_the_bind_with_the_device_mount() {
     let mut w = Writer::new();
     write(&mut w, Vol::LocalDevice, Journal::Mounted);
     let mut p = params(Vol::LocalPod);
-    p.device_path = Some("/dev/disk/by-id/wwn-0x5000".into());
+    p = p.with_device_path(Some("/dev/disk/by-id/wwn-0x5000".into()));
     w.intent(Operation::SetUp, Steps::Single, &p);
     let state = w.state();
     let pod_path = p.path().expect("path").to_path_buf();
@@ -727,7 +718,7 @@ fn setup_intent_compares_the_bind_with_the_device_mount() {
 fn mount_intent_resolves_device_links_through_device_ids() {
     let mut w = Writer::new();
     let mut p = params(Vol::LocalDevice);
-    p.device_path = Some("/dev/disk/by-id/wwn-0x5000".into());
+    p = p.with_device_path(Some("/dev/disk/by-id/wwn-0x5000".into()));
     w.intent(Operation::MountDevice, Steps::Single, &p);
     let state = w.state();
     let mut input = MergeInput {
@@ -765,11 +756,11 @@ fn mount_intent_resolves_device_links_through_device_ids() {
 fn a_directory_pv_bind_is_compared_with_the_directory_it_binds() {
     const DIR: &str = "/mnt/disks/pv1";
     let mut p = params(Vol::LocalPod);
-    p.device_path = Some(DIR.into());
-    p.device_mount_path = None;
+    p = p.with_device_path(Some(DIR.into()));
+    p = p.with_device_mount_path(None);
     // a PV's fsType means nothing for a directory: not compared
     p.fs_type = Some("xfs".into());
-    p.selinux = None;
+    p = p.with_selinux(None);
     let mut w = Writer::new();
     let i = w.intent(Operation::SetUp, Steps::Single, &p);
     w.push(Body::Outcome {

@@ -27,59 +27,44 @@ fn uid(i: usize) -> PodUid {
 
 fn empty_dir(i: usize) -> TargetParams {
     let pod = uid(i);
-    TargetParams {
-        volume: UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/{pod}-cache")),
-        plugin: PluginName::EmptyDir,
-        spec_name: "cache".into(),
-        target: TargetRef::Pod(pod.clone()),
-        kind: TargetKind::Mount,
-        device_path: None,
-        device_mount_path: None,
-        pod_mount_path: Some(
-            format!("/var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~empty-dir/cache").into(),
-        ),
-        selinux: None,
-        mount_options: vec![format!("size={}k", 64 * (i + 1))].into(),
-        fs_type: Some("tmpfs".into()),
-        csi: None,
-        payload: None,
-    }
+    TargetParams::at(
+        UniqueVolumeName::from_raw(format!("kubernetes.io/empty-dir/{pod}-cache")),
+        PluginName::EmptyDir,
+        "cache".into(),
+        TargetRef::Pod(pod.clone()),
+        TargetKind::Mount,
+        Some(format!("/var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~empty-dir/cache").into()),
+    )
+    .with_mount_options(vec![format!("size={}k", 64 * (i + 1))].into())
+    .with_fs_type(Some("tmpfs".into()))
 }
 
 fn local_device(i: usize) -> TargetParams {
-    TargetParams {
-        volume: UniqueVolumeName::from_raw(format!("kubernetes.io/local-volume/pv-local-{i}")),
-        plugin: PluginName::LocalVolume,
-        spec_name: format!("pv-local-{i}").into(),
-        target: TargetRef::Device,
-        kind: TargetKind::Mount,
-        device_path: Some(format!("/dev/loop{i}").into()),
-        device_mount_path: Some(
+    TargetParams::at(
+        UniqueVolumeName::from_raw(format!("kubernetes.io/local-volume/pv-local-{i}")),
+        PluginName::LocalVolume,
+        format!("pv-local-{i}").into(),
+        TargetRef::Device,
+        TargetKind::Mount,
+        Some(
             format!("/var/lib/kubelet/plugins/kubernetes.io/local-volume/mounts/pv-local-{i}")
                 .into(),
         ),
-        pod_mount_path: None,
-        selinux: None,
-        mount_options: vec!["noatime".into()].into(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+    )
+    .with_device_path(Some(format!("/dev/loop{i}").into()))
+    .with_mount_options(vec!["noatime".into()].into())
+    .with_fs_type(Some("ext4".into()))
 }
 
 fn on_pod(device: &TargetParams, i: usize, plugin_dir: &str, leaf: &str) -> TargetParams {
     let pod = uid(i);
-    TargetParams {
-        target: TargetRef::Pod(pod.clone()),
-        pod_mount_path: Some(
-            format!(
-                "/var/lib/kubelet/pods/{pod}/volumes/{plugin_dir}/{}{leaf}",
-                device.spec_name
-            )
-            .into(),
-        ),
-        ..device.clone()
-    }
+    let path = format!(
+        "/var/lib/kubelet/pods/{pod}/volumes/{plugin_dir}/{}{leaf}",
+        device.spec_name
+    );
+    let mut p = device.clone().with_pod_mount_path(Some(path.into()));
+    p.target = TargetRef::Pod(pod);
+    p
 }
 
 fn csi_device(i: usize) -> TargetParams {
@@ -103,24 +88,14 @@ fn csi_device(i: usize) -> TargetParams {
         mount_group: Some("2000".into()),
         attachment_id: Some(format!("csi-{i:04}")),
     };
-    TargetParams {
-        volume: UniqueVolumeName::from_raw(format!("kubernetes.io/csi/hostpath.csi.k8s.io^vol-{i}")),
-        plugin: PluginName::Csi,
-        spec_name: format!("pv-csi-{i}").into(),
-        target: TargetRef::Device,
-        kind: TargetKind::Mount,
-        device_path: None,
-        device_mount_path: Some(
-            format!("/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/{i:064x}/globalmount")
-                .into(),
-        ),
-        pod_mount_path: None,
-        selinux: None,
-        mount_options: vec![].into(),
-        fs_type: Some("xfs".into()),
-        csi: Some(Arc::new(csi)),
-        payload: None,
-    }
+    TargetParams::at(UniqueVolumeName::from_raw(format!("kubernetes.io/csi/hostpath.csi.k8s.io^vol-{i}")), PluginName::Csi, format!("pv-csi-{i}").into(), TargetRef::Device, TargetKind::Mount, Some(
+        format!(
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/{i:064x}/globalmount"
+        )
+        .into(),
+    ))
+    .with_fs_type(Some("xfs".into()))
+    .with_csi(Some(Arc::new(csi)))
 }
 
 fn seen(fs: &str, minor: u32) -> Option<MountIdentity> {

@@ -96,26 +96,22 @@ impl TryFrom<&TargetV1Ref<'_>> for TargetParams {
             .selinux_context
             .map(|c| SeLinuxContext::parse(c).map_err(|e| field_err("selinux_context", c, e)))
             .transpose()?;
-        Ok(TargetParams {
-            volume: UniqueVolumeName::from_raw(t.volume),
+        // a target without device, label or options (most of a node's)
+        // gets no box for them
+        Ok(TargetParams::at(
+            UniqueVolumeName::from_raw(t.volume),
             plugin,
-            spec_name: t.spec_name.into(),
+            t.spec_name.into(),
             target,
             kind,
-            device_path: t.device_path.map(|b| path(b).into()),
-            device_mount_path: t.device_mount_path.map(|b| path(b).into()),
-            pod_mount_path: t.pod_mount_path.map(|b| path(b).into()),
-            selinux,
-            mount_options: t
-                .mount_options
-                .iter()
-                .map(|o| (*o).to_owned())
-                .collect::<Vec<_>>()
-                .into(),
-            fs_type: t.fs_type.map(SharedStr::fs_type),
-            csi: None,
-            payload: None,
-        })
+            None,
+        )
+        .with_pod_mount_path(t.pod_mount_path.map(|b| path(b).into()))
+        .with_fs_type(t.fs_type.map(SharedStr::fs_type))
+        .with_device_path(t.device_path.map(|b| path(b).into()))
+        .with_device_mount_path(t.device_mount_path.map(|b| path(b).into()))
+        .with_selinux(selinux)
+        .with_mount_options(t.mount_options.iter().map(|o| (*o).to_owned()).collect()))
     }
 }
 

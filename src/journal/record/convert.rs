@@ -85,11 +85,11 @@ impl From<&TargetParams> for TargetV1 {
                 TargetKind::Dir => 1,
                 TargetKind::None => 2,
             },
-            device_path: p.device_path.as_deref().map(path_bytes),
-            device_mount_path: p.device_mount_path.as_deref().map(path_bytes),
+            device_path: p.device_path().map(path_bytes),
+            device_mount_path: p.device_mount_path().map(path_bytes),
             pod_mount_path: p.pod_mount_path.as_deref().map(path_bytes),
-            selinux_context: p.selinux.as_ref().map(|c| c.as_str().to_owned()),
-            mount_options: p.mount_options.to_vec(),
+            selinux_context: p.selinux().map(|c| c.as_str().to_owned()),
+            mount_options: p.mount_options().to_vec(),
             fs_type: p.fs_type.as_deref().map(str::to_owned),
         }
     }
@@ -125,7 +125,7 @@ impl TargetFormat for TargetV2 {
     fn from_params(p: &TargetParams) -> Self {
         TargetV2 {
             base: p.into(),
-            csi: p.csi.as_deref().map(CsiV2::from),
+            csi: p.csi().map(|c| CsiV2::from(c.as_ref())),
         }
     }
     fn to_params(&self) -> Result<TargetParams, RecordError> {
@@ -137,21 +137,21 @@ impl TargetFormat for TargetV2 {
 /// `p` with the CSI arguments of its v2 target, if any (`plugin`, as
 /// written, names it in an error).
 pub(super) fn with_csi(
-    mut p: TargetParams,
+    p: TargetParams,
     csi: Option<&CsiV2>,
     plugin: &str,
 ) -> Result<TargetParams, RecordError> {
-    if let Some(c) = csi {
-        if p.plugin != PluginName::Csi {
-            return Err(field_err(
-                "csi",
-                plugin,
-                "CSI arguments on a non-CSI target",
-            ));
-        }
-        p.csi = Some(Arc::new(CsiParams::try_from(c)?));
+    let Some(c) = csi else {
+        return Ok(p);
+    };
+    if p.plugin != PluginName::Csi {
+        return Err(field_err(
+            "csi",
+            plugin,
+            "CSI arguments on a non-CSI target",
+        ));
     }
-    Ok(p)
+    Ok(p.with_csi(Some(Arc::new(CsiParams::try_from(c)?))))
 }
 
 impl From<TargetV1> for TargetV2 {

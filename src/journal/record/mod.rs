@@ -431,30 +431,31 @@ mod tests {
     };
 
     fn target(pod: Option<&str>) -> TargetParams {
-        TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
-            plugin: PluginName::LocalVolume,
-            spec_name: "pv1".into(),
-            target: pod.map_or(TargetRef::Device, |p| {
+        TargetParams::at(
+            UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            PluginName::LocalVolume,
+            "pv1".into(),
+            pod.map_or(TargetRef::Device, |p| {
                 TargetRef::Pod(PodUid::new(p).unwrap())
             }),
-            kind: TargetKind::Mount,
-            device_path: Some("/dev/loop3".into()),
-            device_mount_path: Some(PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y")).into()),
-            pod_mount_path: pod.map(|p| {
-                PathBuf::from(format!(
-                    "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"
-                ))
-                .into()
-            }),
-            selinux: Some(
-                SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c2").unwrap(),
-            ),
-            mount_options: vec!["noatime".into()].into(),
-            fs_type: Some("ext4".into()),
-            csi: None,
-            payload: None,
-        }
+            TargetKind::Mount,
+            None,
+        )
+        .with_device_path(Some("/dev/loop3".into()))
+        .with_device_mount_path(Some(
+            PathBuf::from(OsStr::from_bytes(b"/r/plugins/x\xff y")).into(),
+        ))
+        .with_pod_mount_path(pod.map(|p| {
+            PathBuf::from(format!(
+                "/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1"
+            ))
+            .into()
+        }))
+        .with_selinux(Some(
+            SeLinuxContext::parse("system_u:object_r:container_file_t:s0:c5,c2").unwrap(),
+        ))
+        .with_mount_options(vec!["noatime".into()].into())
+        .with_fs_type(Some("ext4".into()))
     }
 
     fn observed() -> MountIdentity {
@@ -532,10 +533,8 @@ mod tests {
     }
 
     fn csi_target() -> TargetParams {
-        TargetParams {
-            volume: UniqueVolumeName::from_raw("kubernetes.io/csi/d.example.com^h"),
-            plugin: PluginName::Csi,
-            csi: Some(std::sync::Arc::new(crate::model::CsiParams {
+        let mut p =
+            target(Some("p")).with_csi(Some(std::sync::Arc::new(crate::model::CsiParams {
                 driver: "d.example.com".into(),
                 volume_handle: "h".into(),
                 lifecycle: crate::model::CsiLifecycle::Ephemeral,
@@ -550,9 +549,10 @@ mod tests {
                 }),
                 mount_group: None,
                 attachment_id: None,
-            })),
-            ..target(Some("p"))
-        }
+            })));
+        p.volume = UniqueVolumeName::from_raw("kubernetes.io/csi/d.example.com^h");
+        p.plugin = PluginName::Csi;
+        p
     }
 
     #[test]

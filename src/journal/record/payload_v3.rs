@@ -115,7 +115,7 @@ impl TargetFormat for TargetV3 {
     fn from_params(p: &TargetParams) -> Self {
         TargetV3 {
             base: TargetV2::from_params(p),
-            payload: p.payload.as_deref().map(PayloadV3::from),
+            payload: p.payload().map(|v| PayloadV3::from(v.as_ref())),
         }
     }
     fn to_params(&self) -> Result<TargetParams, RecordError> {
@@ -127,19 +127,19 @@ impl TargetFormat for TargetV3 {
 /// `p` with the payload of its v3 target, if any (`plugin`, as written,
 /// names it in an error).
 pub(super) fn with_payload(
-    mut p: TargetParams,
+    p: TargetParams,
     payload: Option<&PayloadV3>,
     plugin: &str,
 ) -> Result<TargetParams, RecordError> {
-    if let Some(payload) = payload {
-        if !writes_payloads(p.plugin) {
-            return Err(field_err(
-                "payload",
-                plugin,
-                "a payload on a target of a plugin that writes none",
-            ));
-        }
-        p.payload = Some(Arc::new(PayloadVersion::try_from(payload)?));
+    let Some(payload) = payload else {
+        return Ok(p);
+    };
+    if !writes_payloads(p.plugin) {
+        return Err(field_err(
+            "payload",
+            plugin,
+            "a payload on a target of a plugin that writes none",
+        ));
     }
-    Ok(p)
+    Ok(p.with_payload(Some(Arc::new(PayloadVersion::try_from(payload)?))))
 }

@@ -83,7 +83,7 @@ impl VolumePlugin for PayloadPlugin {
             source,
         })?;
         // the journal's intent names the payload it was for; write no other
-        let journaled = params.payload.as_deref().or(p.version.as_deref());
+        let journaled = params.payload().or(p.version.as_ref());
         if journaled.is_some_and(|v| v.hash != payload.version.hash) {
             return Err(PluginError::PayloadChanged {
                 op: Operation::SetUp,

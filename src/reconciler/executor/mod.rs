@@ -172,7 +172,7 @@ impl Executor {
         op: Operation,
         seen: Option<&crate::model::MountIdentity>,
     ) {
-        let (Some(csi), Some(wanted), Some(seen)) = (&params.csi, &params.selinux, seen) else {
+        let (Some(csi), Some(wanted), Some(seen)) = (params.csi(), params.selinux(), seen) else {
             return;
         };
         if seen.selinux.as_ref() == Some(wanted) {
@@ -258,7 +258,7 @@ impl Executor {
         // Like the kubelet, only operations that actually ran are observed;
         // a CSI volume's plugin label names its driver.
         if !report.ran.is_empty() {
-            let label = match &params.csi {
+            let label = match params.csi() {
                 Some(c) => format!("{}:{}", params.plugin.as_str(), c.driver),
                 None => params.plugin.as_str().to_owned(),
             };

@@ -26,13 +26,12 @@ impl Executor {
     ) -> Result<(), JobError> {
         let sys = self.sys.as_ref();
         let device_mount = DeviceMount {
-            device_path: dev.device_path.as_deref().map(Path::to_path_buf),
+            device_path: dev.device_path().map(Path::to_path_buf),
             mount_path: dev
-                .device_mount_path
-                .as_deref()
+                .device_mount_path()
                 .map(Path::to_path_buf)
                 .unwrap_or_default(),
-            selinux: dev.selinux.clone(),
+            selinux: dev.selinux().cloned(),
         };
         let needs = plugin
             .needs_format(&want.spec, dev, sys)
@@ -102,7 +101,7 @@ impl Executor {
                 .clone()
                 .unwrap_or_else(|| Path::new("").into()),
             kind: pod.kind,
-            selinux: SeLinuxState::mounted_with(pod.selinux.clone()),
+            selinux: SeLinuxState::mounted_with(pod.selinux().cloned()),
         };
         let res = self.journaled(
             Operation::SetUp,
@@ -233,7 +232,7 @@ fn uncertain(
     update: AswUpdate,
     undo: Job,
 ) {
-    if params.csi.is_some() {
+    if params.csi().is_some() {
         r.late = Some(Box::new(LateWatch {
             path,
             uncertain: update.clone(),

@@ -100,7 +100,7 @@ fn fill_input<'a>(
                 {
                     look(path);
                 }
-                if let Some(path) = p.device_mount_path.as_deref() {
+                if let Some(path) = p.device_mount_path() {
                     let b = path.as_os_str().as_bytes();
                     if last_mount != Some(b) {
                         look(path);
@@ -110,15 +110,15 @@ fn fill_input<'a>(
                 // a directory bound into a pod (a local PV that is one): the
                 // identity its bind must show, from the same table
                 if p.plugin == PluginName::LocalVolume
-                    && p.device_mount_path.is_none()
-                    && let Some(d) = p.device_path.as_deref()
+                    && p.device_mount_path().is_none()
+                    && let Some(d) = p.device_path()
                     && !bind_sources.contains_key(d)
                     && let Some(id) = tops.table.identity_at(d)
                 {
                     bind_sources.insert(d.to_owned(), id);
                 }
                 // one `stat` per distinct device path, however many targets name it
-                if let Some(d) = p.device_path.as_deref() {
+                if let Some(d) = p.device_path() {
                     let b = d.as_os_str().as_bytes();
                     if last_device != Some(b) {
                         device_paths.insert(b);

@@ -27,28 +27,26 @@ fn fixture_table() -> MountTable {
 
 fn local_params(target: TargetRef) -> TargetParams {
     let layout = Layout::new(ROOT);
-    TargetParams {
-        volume: UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
-        plugin: PluginName::LocalVolume,
-        spec_name: "pv-local-1".into(),
-        pod_mount_path: match &target {
-            TargetRef::Pod(uid) => Some(
-                layout
-                    .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
-                    .into(),
-            ),
-            TargetRef::Device => None,
-        },
+    let pod_path = match &target {
+        TargetRef::Pod(uid) => Some(
+            layout
+                .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
+                .into(),
+        ),
+        TargetRef::Device => None,
+    };
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
+        PluginName::LocalVolume,
+        "pv-local-1".into(),
         target,
-        kind: TargetKind::Mount,
-        device_path: Some(PathBuf::from("/dev/loop0").into()),
-        device_mount_path: Some(layout.local_device_path("pv-local-1").into()),
-        selinux: None,
-        mount_options: Default::default(),
-        fs_type: Some("ext4".into()),
-        csi: None,
-        payload: None,
-    }
+        TargetKind::Mount,
+        None,
+    )
+    .with_pod_mount_path(pod_path)
+    .with_device_path(Some(PathBuf::from("/dev/loop0").into()))
+    .with_device_mount_path(Some(layout.local_device_path("pv-local-1").into()))
+    .with_fs_type(Some("ext4".into()))
 }
 
 fn ext4(read_only: bool) -> MountIdentity {
@@ -214,7 +212,7 @@ fn journal_dirs_without_a_mount_are_observed_present() {
     std::fs::create_dir_all(&pod_path).unwrap();
     let mut params = local_params(TargetRef::Pod(uid));
     params.pod_mount_path = Some(pod_path.as_path().into());
-    params.device_path = Some(root.join("no-such-device").into());
+    params = params.with_device_path(Some(root.join("no-such-device").into()));
     let state = crate::journal::JournalState::from_entries(
         1,
         [crate::journal::Entry {
@@ -271,7 +269,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
     }
     let mut params = local_params(TargetRef::Pod(u1));
     params.pod_mount_path = Some(journaled.as_path().into());
-    params.device_mount_path = Some(layout.local_device_path("pv-local-1").into());
+    params = params.with_device_mount_path(Some(layout.local_device_path("pv-local-1").into()));
     let state = crate::journal::JournalState::from_entries(
         2,
         [crate::journal::Entry {
