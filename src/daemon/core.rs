@@ -127,6 +127,8 @@ pub struct Core {
     early: Vec<Event>,
     /// the World's size at its last repack, or less since (`maybe_repack`)
     pub(super) repacked_at: usize,
+    /// the journal's tail at start, folded once settled (`with_tail`)
+    pub(super) start_tail: u64,
 }
 
 impl Core {
@@ -153,6 +155,7 @@ impl Core {
             finish: Finish::All,
             early: Vec::new(),
             repacked_at: 0,
+            start_tail: 0,
         }
     }
 

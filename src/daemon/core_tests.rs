@@ -510,6 +510,41 @@ fn a_checkpoint_follows_every_n_durable_records_one_at_a_time() {
 }
 
 #[test]
+fn a_long_tail_at_start_is_folded_into_a_checkpoint_once_settled_and_idle() {
+    use crate::journal::LONG_TAIL_FROM;
+    let t0 = Instant::now();
+    let checkpoints = |every: u64, tail: u64| {
+        let (c, mut w) = core(every);
+        let mut c = c.with_tail(tail);
+        let mut seen = Vec::new();
+        // listing with a pod to mount; listed and walked (settled) while
+        // it mounts; its mount done (idle); then a quiet pass
+        let first = c.step(&mut w, vec![added(&["a"], false)], t0, idle());
+        let steps = vec![
+            vec![added(&[], true), walked()],
+            vec![mounted(&first, "a")],
+            vec![Event::Done(Completion::Checkpointed(Ok(1)))],
+            vec![],
+        ];
+        for (i, evs) in steps.into_iter().enumerate() {
+            let e = c.step(&mut w, evs, ms(t0, 1 + i as u64), idle());
+            seen.push(names(&e).contains(&"checkpoint".into()));
+        }
+        seen
+    };
+    let long = LONG_TAIL_FROM;
+    // (checkpoint_every, tail) -> a checkpoint at each step after the first
+    let rows = [
+        (10_000, long, [false, true, false, false]),
+        (10_000, long - 1, [false; 4]),
+        (0, long, [false; 4]),
+    ];
+    for (every, tail, want) in rows {
+        assert_eq!(checkpoints(every, tail), want, "every {every}, tail {tail}");
+    }
+}
+
+#[test]
 fn the_stop_ends_the_loop_once_nothing_is_in_flight() {
     let t0 = Instant::now();
     let (mut c, mut w) = core(0);

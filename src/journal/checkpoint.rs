@@ -128,11 +128,27 @@ impl Journal {
     }
 }
 
-/// A clean close folds a tail of at least this many records into a
-/// checkpoint (when it also outnumbers the targets).
-pub(super) const CLOSE_CHECKPOINT_FROM: u64 = 1024;
+/// A tail of at least this many records is long: a clean close folds it
+/// into a checkpoint when it also outnumbers the targets, and the daemon
+/// once its start has settled (its replay left every record cached in
+/// sled's pages for the process's life).
+pub const LONG_TAIL_FROM: u64 = 1024;
 
 impl Journal {
+    /// How many records follow the checkpoint (the tail a start would
+    /// replay one by one): from the first record kept to the last applied.
+    /// 0 when none is kept, or the first cannot be read.
+    pub fn tail_len(&self) -> u64 {
+        let Ok(Some((first, _))) = self.records.first() else {
+            return 0;
+        };
+        let Ok(first) = <[u8; 8]>::try_from(first.as_ref()).map(u64::from_be_bytes) else {
+            return 0;
+        };
+        let last = self.writer().state.last_seq();
+        (last + 1).saturating_sub(first)
+    }
+
     /// At a clean close: a start replays the records after the checkpoint
     /// one by one (a sled read, a CRC and a decode each) but decodes the
     /// checkpoint's targets from one value, so a tail that outnumbers the
@@ -141,18 +157,9 @@ impl Journal {
     /// into a checkpoint now. The stop pays O(targets) once, at most what
     /// the next start saves. A failure only leaves the tail to replay.
     pub(super) fn checkpoint_a_long_tail(&self) {
-        let Ok(Some((first, _))) = self.records.first() else {
-            return;
-        };
-        let Ok(first) = <[u8; 8]>::try_from(first.as_ref()).map(u64::from_be_bytes) else {
-            return;
-        };
-        let (last, targets) = {
-            let w = self.writer();
-            (w.state.last_seq(), w.state.len() as u64)
-        };
-        let tail = last.saturating_sub(first) + 1;
-        if tail < CLOSE_CHECKPOINT_FROM || tail <= targets {
+        let tail = self.tail_len();
+        let targets = self.writer().state.len() as u64;
+        if tail < LONG_TAIL_FROM || tail <= targets {
             return;
         }
         if let Err(e) = self.checkpoint() {

@@ -80,7 +80,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use checkpoint::CheckpointReport;
+pub use checkpoint::{CheckpointReport, LONG_TAIL_FROM};
 pub use checkpoint_file::{FILE as CHECKPOINT_FILE, TMP as CHECKPOINT_TMP};
 pub use damage::{Damage, MovedAside};
 pub use error::{Category, JournalError};

@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::{Core, Effect, Finish, HostWork, JournalWork, Phase, Swept, World};
+use crate::journal::LONG_TAIL_FROM;
 use crate::model::PodUid;
 
 /// The allocator is trimmed at most this often, once no job is in flight.
@@ -128,15 +129,30 @@ impl Core {
         self.timers.sweep_at = Some(self.timers.sweep_at.map_or(idle, |t| t.min(idle)));
     }
 
+    /// The journal's tail at start: `records` after its checkpoint. A long
+    /// one ([`LONG_TAIL_FROM`]) is folded into a checkpoint once the start
+    /// has settled with no job running: the replay left those records in
+    /// sled's cache for the process's life, and the next start would
+    /// replay them again.
+    pub fn with_tail(mut self, records: u64) -> Self {
+        self.start_tail = records;
+        self
+    }
+
+    /// Every `checkpoint_every` records, and once for a long tail at start
+    /// (`with_tail`).
     pub(super) fn maybe_checkpoint(&mut self, synced_through: u64, out: &mut Vec<Effect>) {
         let n = self.cfg.checkpoint_every;
-        if !self.cfg.journal
-            || n == 0
-            || self.in_flight.checkpoint
-            || synced_through < self.last_checkpoint_seq + n
-        {
+        if !self.cfg.journal || n == 0 || self.in_flight.checkpoint {
             return;
         }
+        let fold = self.start_tail >= LONG_TAIL_FROM
+            && self.phase == Phase::Settled
+            && self.pending.running() == 0;
+        if !fold && synced_through < self.last_checkpoint_seq + n {
+            return;
+        }
+        self.start_tail = 0;
         self.in_flight.checkpoint = true;
         out.push(Effect::Journal(JournalWork::Checkpoint));
     }
