@@ -459,7 +459,7 @@ pub(super) fn entry(
         }),
         observed: observed.map(Box::new),
         last_seq,
-        boot_id: boot_id.into(),
+        boot_id: Arc::new(boot_id.to_owned()),
         reason: reason.map(SharedStr::from),
     }
 }

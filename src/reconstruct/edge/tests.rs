@@ -221,7 +221,7 @@ fn journal_dirs_without_a_mount_are_observed_present() {
             pending: None,
             observed: None,
             last_seq: 1,
-            boot_id: BOOT.into(),
+            boot_id: std::sync::Arc::new(BOOT.into()),
             reason: None,
         }],
     );
@@ -278,7 +278,7 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
             pending: None,
             observed: Some(Box::new(ext4(false))),
             last_seq: 2,
-            boot_id: BOOT.into(),
+            boot_id: std::sync::Arc::new(BOOT.into()),
             reason: None,
         }],
     );
