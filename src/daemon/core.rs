@@ -230,7 +230,7 @@ impl Core {
         self.maybe_flush(now, &mut out);
         self.maybe_sweep(w, now, &mut out);
         self.maybe_checkpoint(obs.synced_through, &mut out);
-        self.maybe_repack(w, now);
+        self.maybe_repack(w, now, &mut out);
         self.maybe_trim(now, &mut out);
         self.maybe_check_late(now, &mut out);
         self.maybe_republish(w, now, &mut out);
@@ -404,6 +404,11 @@ impl Core {
             }
             Completion::Trimmed => {
                 self.in_flight.trim = false;
+                false
+            }
+            // the old nodes are freed: the trim gives their pages back
+            Completion::Repacked => {
+                self.trim_due(now);
                 false
             }
             Completion::LateChecked { mounted } => self.late_checked(w, mounted, now, out),

@@ -80,7 +80,7 @@ fn walked() -> Event {
 }
 
 /// The effects, one word each: `mount:<pod>`, `teardown:<pod>`, `flush`,
-/// `checkpoint`, `forget`, `sweep`, `trim`.
+/// `checkpoint`, `repack`, `forget`, `sweep`, `trim`.
 fn names(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
@@ -97,6 +97,7 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::StartTearDown { .. } => "unmount-device".into(),
             Effect::Journal(JournalWork::Flush) => "flush".into(),
             Effect::Journal(JournalWork::Checkpoint) => "checkpoint".into(),
+            Effect::Journal(JournalWork::Repack) => "repack".into(),
             Effect::Journal(JournalWork::ForgetVolume { .. }) => "forget".into(),
             Effect::Journal(JournalWork::ForgetTarget { .. }) => "forget-target".into(),
             Effect::Host(HostWork::Sweep { .. }) => "sweep".into(),
@@ -1387,10 +1388,12 @@ fn the_world_is_repacked_once_settled_and_idle_each_time_it_doubles() {
     assert_eq!(c.repacked_at, 0, "too small to repack");
     // the first sweep ends (no job starts beside a sweep)
     let swept = Event::Done(Completion::Swept(Swept::default()));
-    c.step(&mut w, vec![swept, more(half, false)], ms(t0, 1), idle());
+    let e = c.step(&mut w, vec![swept, more(half, false)], ms(t0, 1), idle());
     assert_eq!(c.repacked_at, 2 * half, "from REPACK_FROM on");
-    c.step(&mut w, vec![more(2 * half - 1, false)], ms(t0, 2), idle());
+    assert!(names(&e).contains(&"repack".into()), "the journal's too");
+    let e = c.step(&mut w, vec![more(2 * half - 1, false)], ms(t0, 2), idle());
     assert_eq!(c.repacked_at, 2 * half, "not doubled yet");
+    assert!(!names(&e).contains(&"repack".into()));
     c.step(&mut w, vec![more(1, false)], ms(t0, 3), idle());
     assert_eq!(c.repacked_at, 4 * half, "doubled");
     // doubled again, but a job runs: after it

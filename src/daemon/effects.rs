@@ -79,6 +79,8 @@ pub enum Completion {
     Swept(Swept),
     /// the allocator was trimmed
     Trimmed,
+    /// the journal's state was repacked (or the lane was gone)
+    Repacked,
     /// the watched paths found mounted (`HostWork::CheckLate`)
     LateChecked {
         /// those with a mount
@@ -124,6 +126,8 @@ pub enum JournalWork {
     Flush,
     /// write a checkpoint
     Checkpoint,
+    /// repack the journal's state (`World::repack`'s companion)
+    Repack,
     /// forget the volume's targets the journal has as not mounted (the
     /// plan's `Forget`: the volume left the ASW)
     ForgetVolume {

@@ -21,6 +21,7 @@ pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {
     match work {
         JournalWork::Flush => Completion::Flushed(Err(why)),
         JournalWork::Checkpoint => Completion::Checkpointed(Err(why)),
+        JournalWork::Repack => Completion::Repacked,
         JournalWork::ForgetVolume { key, .. } => Completion::Forgotten {
             key: Some(key),
             ok: false,
@@ -48,6 +49,10 @@ pub(super) fn journal_lane(rx: &Receiver<JournalWork>, j: &Journal, events: &Sen
                 }
                 Err(e) => Err(e.to_string()),
             }),
+            JournalWork::Repack => {
+                j.repack_state();
+                Completion::Repacked
+            }
             JournalWork::ForgetVolume { key, volume } => Completion::Forgotten {
                 key: Some(key),
                 ok: forget_volume(j, &volume),

@@ -280,6 +280,12 @@ impl Journal {
             .state
     }
 
+    /// Repacks the state's map of entries ([`JournalState::repack`]),
+    /// under the writer's lock: appends wait for it.
+    pub fn repack_state(&self) {
+        self.writer().state.repack();
+    }
+
     /// Runs `f` on the current state without copying it.
     pub fn with_state<T>(&self, f: impl FnOnce(&JournalState) -> T) -> T {
         f(&self.writer().state)

@@ -238,6 +238,13 @@ impl JournalState {
         self.entries.get(key).map(|e| &**e)
     }
 
+    /// Rebuilds the map of entries from its own entries, which fills its
+    /// nodes (`state::repack` says why; the daemon repacks its maps and
+    /// this one together, at each doubling of the node).
+    pub fn repack(&mut self) {
+        crate::state::repack(&mut self.entries);
+    }
+
     /// Number of tracked targets.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -554,6 +561,33 @@ mod tests {
         for (name, records, want) in table {
             assert_eq!(device_state(&records), want, "{name}");
         }
+    }
+
+    /// A repack keeps every entry and pending operation as it was, and the
+    /// state goes on applying records.
+    #[test]
+    fn a_repacked_state_is_the_same_state() {
+        let mut s = JournalState::default();
+        for pod in 0..40 {
+            let target = TargetRef::Pod(PodUid::new(format!("p{pod:02}")).unwrap());
+            let seq = 2 * pod + 1;
+            s.apply(&rec(
+                seq,
+                Body::Intent {
+                    op: Operation::SetUp,
+                    steps: Steps::Single,
+                    target: params(target).into(),
+                },
+            ));
+            if pod % 3 != 0 {
+                s.apply(&outcome(seq + 1, seq, Operation::SetUp, OpResult::Success));
+            }
+        }
+        let before = s.clone();
+        s.repack();
+        assert_eq!(s, before);
+        s.apply(&intent(100, Operation::MountDevice, Steps::Multi));
+        assert_eq!(s.len(), before.len() + 1);
     }
 
     #[test]

@@ -162,8 +162,10 @@ impl Core {
     /// twice as many as at the last repack (or the fewest since): a start's
     /// fill (reconstruction, the listing, a mass start's mounts) leaves
     /// B-tree nodes half full, and repacking only at a doubling keeps the
-    /// cost O(1) per entry added. A trim gives the old nodes back.
-    pub(super) fn maybe_repack(&mut self, w: &mut World, now: Instant) {
+    /// cost O(1) per entry added. The journal's state, filled by the same
+    /// start, is repacked with it (on the journal's lane). A trim gives the
+    /// old nodes back.
+    pub(super) fn maybe_repack(&mut self, w: &mut World, now: Instant, out: &mut Vec<Effect>) {
         if self.phase != Phase::Settled || self.pending.running() != 0 {
             return;
         }
@@ -181,6 +183,9 @@ impl Core {
         );
         self.repacked_at = size;
         self.trim_due(now);
+        if self.cfg.journal {
+            out.push(Effect::Journal(JournalWork::Repack));
+        }
     }
 
     /// Memory was freed (a job ended, a checkpoint was written, the start
