@@ -409,7 +409,7 @@ pub fn job_for(
                     Some(d.mount_path.as_deref()?.into()),
                 )
                 .with_device_path(d.device_path.as_deref().map(SharedPath::from))
-                .with_selinux(v.selinux.context().cloned())
+                .with_selinux(v.selinux().context().cloned())
                 .into(),
             })
         }

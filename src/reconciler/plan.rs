@@ -202,7 +202,7 @@ pub fn plan(
         for (name, v) in asw.get_unmounted_volumes() {
             let wanted = dsw
                 .volume(&name)
-                .is_some_and(|d| !v.selinux.conflicts_with(d.effective_selinux.as_ref()));
+                .is_some_and(|d| !v.selinux().conflicts_with(d.effective_selinux.as_ref()));
             if wanted {
                 continue;
             }

@@ -79,10 +79,30 @@ pub struct ActualVolume {
     /// yet). Boxed: most volumes (emptyDir, hostPath, a local PV dir) have
     /// none, and inline it made every volume record 48 bytes larger.
     pub device: Option<Box<DeviceTarget>>,
-    /// the volume-level context (the kubelet's `seLinuxMountContext`)
-    pub selinux: SeLinuxState,
+    /// the volume-level context (the kubelet's `seLinuxMountContext`), as
+    /// a flag and the context: read it with [`ActualVolume::selinux`]. A
+    /// `SeLinuxState` field (16 bytes) made the record 136 bytes, a malloc
+    /// class (160) above the 128 it takes now.
+    selinux_known: bool,
+    selinux_context: Option<SeLinuxContext>,
     /// the pod targets
     pub pods: PodMap<MountedPod>,
+}
+
+impl ActualVolume {
+    /// The volume-level context (the kubelet's `seLinuxMountContext`).
+    pub fn selinux(&self) -> SeLinuxState {
+        match (&self.selinux_context, self.selinux_known) {
+            (Some(c), _) => SeLinuxState::Context(c.clone()),
+            (None, true) => SeLinuxState::WithoutContext,
+            (None, false) => SeLinuxState::Unknown,
+        }
+    }
+
+    fn set_selinux(&mut self, s: SeLinuxState) {
+        self.selinux_known = s.is_known();
+        self.selinux_context = s.context().cloned();
+    }
 }
 
 /// A pod target with its volume's details, as the listing functions return it.
@@ -204,7 +224,8 @@ impl ActualStateOfWorld {
                     spec_name: spec_name.into(),
                     spec,
                     device,
-                    selinux: SeLinuxState::Unknown,
+                    selinux_known: false,
+                    selinux_context: None,
                     pods: PodMap::new(),
                 }))
             }
@@ -417,7 +438,7 @@ impl ActualStateOfWorld {
                 volume: volume.clone(),
                 pod: pod.clone(),
             })?;
-        if v.selinux.conflicts_with(desired_label) {
+        if v.selinux().conflicts_with(desired_label) {
             return Err(StateError::SeLinuxMismatch {
                 volume: volume.clone(),
                 pod: pod.clone(),
@@ -488,7 +509,7 @@ impl ActualStateOfWorld {
                     spec: v.spec.clone(),
                     target: p.clone(),
                     device_mount_path: v.device.as_ref().and_then(|d| d.mount_path.clone()),
-                    selinux: v.selinux.clone(),
+                    selinux: v.selinux(),
                 });
             }
         }
@@ -534,12 +555,12 @@ impl ActualStateOfWorld {
     /// (volume, pod, the volume's context).
     pub fn possibly_mounted_iter(
         &self,
-    ) -> impl Iterator<Item = (&UniqueVolumeName, &PodUid, &SeLinuxState)> {
+    ) -> impl Iterator<Item = (&UniqueVolumeName, &PodUid, SeLinuxState)> {
         self.volumes.iter().flat_map(|(name, v)| {
             v.pods
                 .iter()
                 .filter(|(_, p)| p.state != MountState::NotMounted)
-                .map(move |(uid, _)| (name, uid, &v.selinux))
+                .map(move |(uid, _)| (name, uid, v.selinux()))
         })
     }
 
@@ -671,7 +692,7 @@ impl VolumeMut<'_> {
             d.device_path = m.device_path.or(d.device_path.take());
             d.mount_path = Some(m.mount_path);
             if let Some(c) = m.selinux {
-                v.selinux = SeLinuxState::Context(c);
+                v.set_selinux(SeLinuxState::Context(c));
             }
         }
     }
@@ -684,8 +705,8 @@ impl VolumeMut<'_> {
     /// See [`ActualStateOfWorld::add_pod`].
     fn add_pod(&mut self, pod: &PodUid, mount: PodMount, state: MountState) {
         let v = &mut *self.volume;
-        if !v.selinux.is_known() {
-            v.selinux = mount.selinux.clone();
+        if !v.selinux_known {
+            v.set_selinux(mount.selinux.clone());
         }
         match v.pods.get_mut(pod) {
             Some(p) if p.state != MountState::Uncertain => p.state = state,
@@ -748,6 +769,27 @@ mod tests {
     }
     fn device(asw: &ActualStateOfWorld) -> DeviceTarget {
         *asw.volume(&local()).unwrap().device.clone().unwrap()
+    }
+
+    /// A volume's context reads back as set, each of its three states;
+    /// kept as a flag and a context, the record stays within 128 bytes.
+    #[test]
+    fn a_volume_keeps_its_context_in_128_bytes() {
+        let mut asw = ActualStateOfWorld::new();
+        let v = UniqueVolumeName::from_raw("kubernetes.io/empty-dir/p-cache");
+        let ctx = ctx("u:r:t:s0:c1,c2");
+        asw.add_volume_mut(v.clone(), PluginName::EmptyDir, "cache", None, None);
+        let vol = asw.volumes.get_mut(&v).unwrap();
+        assert_eq!(vol.selinux(), SeLinuxState::Unknown);
+        for s in [
+            SeLinuxState::WithoutContext,
+            SeLinuxState::Context(ctx),
+            SeLinuxState::Unknown,
+        ] {
+            vol.set_selinux(s.clone());
+            assert_eq!(vol.selinux(), s);
+        }
+        assert!(std::mem::size_of::<ActualVolume>() <= 128);
     }
 
     #[test]
@@ -813,15 +855,15 @@ mod tests {
         let mut asw = asw();
         let v = local();
         asw.mark_device_mounted(&v, dm(None, "/g", None)).unwrap();
-        assert_eq!(asw.volume(&v).unwrap().selinux, SeLinuxState::Unknown);
+        assert_eq!(asw.volume(&v).unwrap().selinux(), SeLinuxState::Unknown);
         asw.mark_device_uncertain(&v, dm(None, "/g", Some(ctx("u:r:t:s0:c1"))))
             .unwrap();
         asw.mark_device_mounted(&v, dm(None, "/g", None)).unwrap();
         let want = SeLinuxState::Context(ctx("u:r:t:s0:c1"));
-        assert_eq!(asw.volume(&v).unwrap().selinux, want, "no label: kept");
+        assert_eq!(asw.volume(&v).unwrap().selinux(), want, "no label: kept");
         asw.mark_device_unmounted(&v).unwrap();
         let vol = asw.volume(&v).unwrap();
-        assert_eq!(vol.selinux, want, "unmount does not clear the context");
+        assert_eq!(vol.selinux(), want, "unmount does not clear the context");
         let d = vol.device.as_ref().unwrap();
         assert_eq!(d.state, MountState::NotMounted);
         assert_eq!(d.mount_path, Some("/g".into()), "unmount keeps the path");
@@ -883,13 +925,13 @@ mod tests {
         let without = mount("a", SeLinuxState::WithoutContext);
         asw.mark_volume_uncertain(&v, &uid("p1"), without).unwrap();
         assert_eq!(
-            asw.volume(&v).unwrap().selinux,
+            asw.volume(&v).unwrap().selinux(),
             SeLinuxState::WithoutContext
         );
         let labelled = mount("b", SeLinuxState::Context(ctx("u:r:t:s0")));
         asw.mark_volume_mounted(&v, &uid("p2"), labelled).unwrap();
         assert_eq!(
-            asw.volume(&v).unwrap().selinux,
+            asw.volume(&v).unwrap().selinux(),
             SeLinuxState::WithoutContext,
             "\"\" is known: a second pod does not change it"
         );
@@ -1020,7 +1062,10 @@ mod tests {
             let mut asw = asw();
             asw.mark_device_mounted(&v, dm(Some("/dev/loop0".into()), "/g", None))
                 .unwrap();
-            asw.volumes.get_mut(&v).unwrap().selinux = volume_ctx.clone();
+            asw.volumes
+                .get_mut(&v)
+                .unwrap()
+                .set_selinux(volume_ctx.clone());
             let m = mount("a", SeLinuxState::Unknown);
             match pod_state {
                 Some(MountState::Mounted) => asw.mark_volume_mounted(&v, &p, m).unwrap(),

@@ -19,7 +19,7 @@ impl ActualStateOfWorld {
                     state: d.state,
                     device_path: d.device_path.clone(),
                     mount_path: d.mount_path.clone(),
-                    selinux_context: v.selinux.clone(),
+                    selinux_context: v.selinux(),
                 }),
                 pods: v
                     .pods
