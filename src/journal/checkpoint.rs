@@ -130,8 +130,8 @@ impl Journal {
 
 /// A tail of at least this many records is long: a clean close folds it
 /// into a checkpoint when it also outnumbers the targets, and the daemon
-/// once its start has settled (its replay left every record cached in
-/// sled's pages for the process's life).
+/// does once its start has settled (the start replayed it record by
+/// record; the next one then need not).
 pub const LONG_TAIL_FROM: u64 = 1024;
 
 impl Journal {

@@ -131,9 +131,8 @@ impl Core {
 
     /// The journal's tail at start: `records` after its checkpoint. A long
     /// one ([`LONG_TAIL_FROM`]) is folded into a checkpoint once the start
-    /// has settled with no job running: the replay left those records in
-    /// sled's cache for the process's life, and the next start would
-    /// replay them again.
+    /// has settled with no job running, so that the next start decodes one
+    /// checkpoint instead of replaying those records one by one again.
     pub fn with_tail(mut self, records: u64) -> Self {
         self.start_tail = records;
         self
