@@ -267,26 +267,31 @@ impl Eq for TargetParams {}
 
 /// [`TargetParams`] as one flat struct, its fields in the order serde and
 /// `Debug` have always had them: bincode writes no names, so the order is
-/// the journal's and the checkpoint's byte layout.
-#[derive(Serialize)]
-#[serde(rename = "TargetParams")]
-struct Flat<'a> {
-    volume: &'a UniqueVolumeName,
-    plugin: &'a PluginName,
-    spec_name: &'a SharedStr,
-    target: &'a TargetRef,
-    kind: &'a TargetKind,
-    device_path: &'a Option<SharedPath>,
-    device_mount_path: &'a Option<SharedPath>,
-    pod_mount_path: &'a Option<SharedPath>,
-    selinux: &'a Option<SeLinuxContext>,
-    mount_options: &'a MountOptions,
-    fs_type: &'a Option<SharedStr>,
-    csi: &'a Option<Arc<CsiParams>>,
-    payload: &'a Option<Arc<PayloadVersion>>,
-}
+/// the journal's and the checkpoint's byte layout. In a module of its own
+/// so that it can bear the name its derived `Debug` prints.
+mod flat {
+    use super::*;
 
-/// [`Flat`], owned, to read.
+    #[derive(Serialize, Debug)]
+    pub(super) struct TargetParams<'a> {
+        pub(super) volume: &'a UniqueVolumeName,
+        pub(super) plugin: &'a PluginName,
+        pub(super) spec_name: &'a SharedStr,
+        pub(super) target: &'a TargetRef,
+        pub(super) kind: &'a TargetKind,
+        pub(super) device_path: &'a Option<SharedPath>,
+        pub(super) device_mount_path: &'a Option<SharedPath>,
+        pub(super) pod_mount_path: &'a Option<SharedPath>,
+        pub(super) selinux: &'a Option<SeLinuxContext>,
+        pub(super) mount_options: &'a MountOptions,
+        pub(super) fs_type: &'a Option<SharedStr>,
+        pub(super) csi: &'a Option<Arc<CsiParams>>,
+        pub(super) payload: &'a Option<Arc<PayloadVersion>>,
+    }
+}
+use flat::TargetParams as Flat;
+
+/// `Flat`, owned, to read.
 #[derive(Deserialize)]
 #[serde(rename = "TargetParams")]
 struct FlatOwned {
@@ -351,22 +356,7 @@ impl<'de> Deserialize<'de> for TargetParams {
 
 impl fmt::Debug for TargetParams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let p = self.flat();
-        f.debug_struct("TargetParams")
-            .field("volume", p.volume)
-            .field("plugin", p.plugin)
-            .field("spec_name", p.spec_name)
-            .field("target", p.target)
-            .field("kind", p.kind)
-            .field("device_path", p.device_path)
-            .field("device_mount_path", p.device_mount_path)
-            .field("pod_mount_path", p.pod_mount_path)
-            .field("selinux", p.selinux)
-            .field("mount_options", p.mount_options)
-            .field("fs_type", p.fs_type)
-            .field("csi", p.csi)
-            .field("payload", p.payload)
-            .finish()
+        self.flat().fmt(f)
     }
 }
 
