@@ -192,7 +192,7 @@ impl Store {
             .filter_map(|k| self.volumes.remove(k))
             .collect();
         if added || !gone.is_empty() {
-            self.volumes = std::mem::take(&mut self.volumes).into_iter().collect();
+            crate::state::repack(&mut self.volumes);
         }
         self.passes = pass;
         gone

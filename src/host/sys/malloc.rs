@@ -22,7 +22,7 @@
 ///
 /// `_RJEM_MALLOC_CONF` in the environment overrides any of them.
 #[cfg(feature = "jemalloc")]
-pub const JEMALLOC_CONF: &std::ffi::CStr =
+const JEMALLOC_CONF: &std::ffi::CStr =
     c"narenas:1,tcache:false,dirty_decay_ms:1000,muzzy_decay_ms:0";
 
 /// [`JEMALLOC_CONF`] as jemalloc's `malloc_conf` is typed (a C string

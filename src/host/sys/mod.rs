@@ -89,7 +89,7 @@ pub use crate::host::sys_types::{
 pub use child::parse_blkid_export;
 pub use linux::LinuxSys;
 #[cfg(feature = "jemalloc")]
-pub use malloc::{JEMALLOC_CONF, JEMALLOC_MALLOC_CONF};
+pub use malloc::JEMALLOC_MALLOC_CONF;
 pub use malloc::{limit_malloc_arenas, trim_malloc};
 use mkdirs::mkdirs_by_calls;
 pub use mkdirs::{mkdir_all, mkdir_all_beneath};
