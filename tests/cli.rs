@@ -379,7 +379,7 @@ fn a_kubeconfig_that_is_missing_or_garbage_is_a_clear_error() {
 }
 
 /// The binary runs on jemalloc with the options `host::sys::malloc` sets
-/// gives (one arena, no thread caches, fast decay): jemalloc prints the
+/// (one arena, no thread caches, fast decay): jemalloc prints the
 /// options in force at exit when asked through its environment variable.
 /// A misspelt options symbol would leave its defaults (an arena per CPU,
 /// thread caches), and the system allocator would print nothing.
