@@ -112,12 +112,12 @@ pub fn plan(
     // pass runs after every batch of finished jobs, so a copy of every
     // target per pass would be O(n) allocations per job at a mass start).
     if populated {
-        for (volume, pod, selinux) in asw.possibly_mounted_iter() {
+        for (volume, pod, actual) in asw.possibly_mounted_iter() {
             let wanted_label = dsw
                 .volume(volume)
                 .and_then(|v| v.effective_selinux.as_ref());
-            let still_wanted =
-                dsw.pod_exists_in_volume(pod, volume) && !selinux.conflicts_with(wanted_label);
+            let still_wanted = dsw.pod_exists_in_volume(pod, volume)
+                && !actual.selinux_conflicts_with(wanted_label);
             // A pod with a volume that cannot be resolved keeps its mounts.
             if !still_wanted && !dsw.pod_has_unresolved(pod) {
                 push(
@@ -202,7 +202,7 @@ pub fn plan(
         for (name, v) in asw.get_unmounted_volumes() {
             let wanted = dsw
                 .volume(&name)
-                .is_some_and(|d| !v.selinux().conflicts_with(d.effective_selinux.as_ref()));
+                .is_some_and(|d| !v.selinux_conflicts_with(d.effective_selinux.as_ref()));
             if wanted {
                 continue;
             }

@@ -99,6 +99,12 @@ impl ActualVolume {
         }
     }
 
+    /// `self.selinux().conflicts_with(desired)`, without making the state
+    /// (a pass asks it of every mounted target).
+    pub fn selinux_conflicts_with(&self, desired: Option<&SeLinuxContext>) -> bool {
+        self.selinux_known && self.selinux_context.as_ref() != desired
+    }
+
     fn set_selinux(&mut self, s: SeLinuxState) {
         self.selinux_known = s.is_known();
         self.selinux_context = s.context().cloned();
@@ -438,7 +444,7 @@ impl ActualStateOfWorld {
                 volume: volume.clone(),
                 pod: pod.clone(),
             })?;
-        if v.selinux().conflicts_with(desired_label) {
+        if v.selinux_conflicts_with(desired_label) {
             return Err(StateError::SeLinuxMismatch {
                 volume: volume.clone(),
                 pod: pod.clone(),
@@ -552,15 +558,15 @@ impl ActualStateOfWorld {
     }
 
     /// The pod targets `Self::get_possibly_mounted_volumes` lists, borrowed:
-    /// (volume, pod, the volume's context).
+    /// (volume, pod, the volume's record).
     pub fn possibly_mounted_iter(
         &self,
-    ) -> impl Iterator<Item = (&UniqueVolumeName, &PodUid, SeLinuxState)> {
+    ) -> impl Iterator<Item = (&UniqueVolumeName, &PodUid, &ActualVolume)> {
         self.volumes.iter().flat_map(|(name, v)| {
             v.pods
                 .iter()
                 .filter(|(_, p)| p.state != MountState::NotMounted)
-                .map(move |(uid, _)| (name, uid, v.selinux()))
+                .map(move |(uid, _)| (name, uid, &**v))
         })
     }
 
@@ -777,17 +783,26 @@ mod tests {
     fn a_volume_keeps_its_context_in_128_bytes() {
         let mut asw = ActualStateOfWorld::new();
         let v = UniqueVolumeName::from_raw("kubernetes.io/empty-dir/p-cache");
-        let ctx = ctx("u:r:t:s0:c1,c2");
+        let label = ctx("u:r:t:s0:c1,c2");
         asw.add_volume_mut(v.clone(), PluginName::EmptyDir, "cache", None, None);
         let vol = asw.volumes.get_mut(&v).unwrap();
         assert_eq!(vol.selinux(), SeLinuxState::Unknown);
         for s in [
             SeLinuxState::WithoutContext,
-            SeLinuxState::Context(ctx),
+            SeLinuxState::Context(label),
             SeLinuxState::Unknown,
         ] {
             vol.set_selinux(s.clone());
             assert_eq!(vol.selinux(), s);
+            let other = ctx("u:r:t:s0:c3");
+            for desired in [None, s.context(), Some(&other)] {
+                let want = s.conflicts_with(desired);
+                assert_eq!(
+                    vol.selinux_conflicts_with(desired),
+                    want,
+                    "{s:?} {desired:?}"
+                );
+            }
         }
         assert!(std::mem::size_of::<ActualVolume>() <= 128);
     }
