@@ -88,6 +88,19 @@ fn files_below(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
+/// The timestamped payload dirs of an atomically written volume.
+fn payload_dirs(volume: &Path) -> Vec<String> {
+    fs::read_dir(volume)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("..") && n != "..data")
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -184,7 +197,11 @@ fn a_secret_is_written_journaled_without_its_bytes_and_kept_across_a_restart() {
         assert_eq!(support::stamps(&watched), before, "nothing rewritten");
 
         delete_all_and_wait(&env, &daemon);
-        assert!(!secret.exists() && !config.exists(), "torn down");
+        // No mount left is not yet no dir left: a secret's dir is removed
+        // after its unmount, and a configMap's dir is not a mount at all.
+        daemon.wait_until("both payload volume dirs removed", || {
+            !secret.exists() && !config.exists()
+        });
         daemon.stop();
     });
 }
@@ -208,15 +225,16 @@ fn a_changed_config_map_is_rewritten_within_the_sync_period() {
         let tmp = env.scratch.path().join("objects.tmp");
         fs::write(&tmp, objects("v=2")).unwrap();
         fs::rename(&tmp, env.objects.join("objects.yaml")).unwrap();
-        daemon.wait_until("the new configMap written", || {
-            fs::read_to_string(config.join("app.conf")).is_ok_and(|c| c == "v=2")
-        });
-        let payload_dirs: Vec<_> = fs::read_dir(&config)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("..") && n != "..data")
-            .collect();
-        assert_eq!(payload_dirs.len(), 1, "{payload_dirs:?}");
+        // The new file shows as soon as `..data` is swapped; the old
+        // payload dir is removed just after, so the count is waited for.
+        daemon.wait_until_showing(
+            "the new configMap written, one payload dir left",
+            || {
+                fs::read_to_string(config.join("app.conf")).is_ok_and(|c| c == "v=2")
+                    && payload_dirs(&config).len() == 1
+            },
+            || format!("payload dirs: {:?}", payload_dirs(&config)),
+        );
         assert_ne!(fs::read_link(config.join("..data")).unwrap(), first);
         delete_all_and_wait(&env, &daemon);
         daemon.stop();
