@@ -142,14 +142,11 @@ fn tmpfs_params(layout: &Layout, pod: &PodUid, name: &str) -> TargetParams {
 
 /// The local PV's device target or one pod's bind of it.
 fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
-    let pod_path = match &target {
-        TargetRef::Pod(p) => Some(
-            layout
-                .pod_target_path(p, PluginName::LocalVolume, PV)
-                .into(),
-        ),
-        TargetRef::Device => None,
-    };
+    let pod_path = target.pod().map(|p| {
+        layout
+            .pod_target_path(p, PluginName::LocalVolume, PV)
+            .into()
+    });
     TargetParams::at(
         UniqueVolumeName::shared(PluginName::LocalVolume, PV),
         PluginName::LocalVolume,

@@ -140,10 +140,7 @@ fn params_json(p: &TargetParams) -> ParamsJson {
 }
 
 fn pod_of(t: &TargetRef) -> Option<String> {
-    match t {
-        TargetRef::Device => None,
-        TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
-    }
+    t.pod().map(|uid| uid.as_str().to_owned())
 }
 
 fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> RecordJson {
@@ -493,12 +490,9 @@ mod tests {
     use crate::model::{Operation, PluginName, PodUid, SeLinuxContext, Steps, TargetKind};
 
     fn params(target: TargetRef, selinux: Option<&str>) -> TargetParams {
-        let pod_path = match &target {
-            TargetRef::Pod(u) => {
-                Some(format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into())
-            }
-            TargetRef::Device => None,
-        };
+        let pod_path = target
+            .pod()
+            .map(|u| format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into());
         TargetParams::at(
             UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
             PluginName::LocalVolume,

@@ -24,12 +24,9 @@ fn boot_file(dir: &Path) -> std::path::PathBuf {
 }
 
 fn params(volume: &str, target: TargetRef) -> TargetParams {
-    let pod_path = match &target {
-        TargetRef::Pod(u) => {
-            Some(format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into())
-        }
-        TargetRef::Device => None,
-    };
+    let pod_path = target
+        .pod()
+        .map(|u| format!("/r/pods/{u}/volumes/kubernetes.io~local-volume/pv1").into());
     TargetParams::at(
         UniqueVolumeName::from_raw(volume),
         PluginName::LocalVolume,

@@ -382,14 +382,11 @@ fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
 }
 
 fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
-    let pod_mount_path = match &target {
-        TargetRef::Pod(pod) => Some(
-            layout
-                .pod_target_path(pod, PluginName::LocalVolume, "pv1")
-                .into(),
-        ),
-        TargetRef::Device => None,
-    };
+    let pod_mount_path = target.pod().map(|pod| {
+        layout
+            .pod_target_path(pod, PluginName::LocalVolume, "pv1")
+            .into()
+    });
     TargetParams::at(
         UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
         PluginName::LocalVolume,

@@ -92,14 +92,11 @@ fn dump(tmp: &Path, journal: &Path) -> Output {
 
 fn local(target: TargetRef) -> TargetParams {
     let layout = Layout::new(ROOT);
-    let pod_path = match &target {
-        TargetRef::Pod(uid) => Some(
-            layout
-                .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
-                .into(),
-        ),
-        TargetRef::Device => None,
-    };
+    let pod_path = target.pod().map(|uid| {
+        layout
+            .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
+            .into()
+    });
     TargetParams::at(
         UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
         PluginName::LocalVolume,
@@ -349,14 +346,11 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
 fn labelled(pv: &str, minor: u32, target: TargetRef, label: Option<&str>) -> TargetParams {
     let layout = Layout::new(ROOT);
     let label = label.map(|l| SeLinuxContext::parse(l).unwrap());
-    let pod_path = match &target {
-        TargetRef::Pod(uid) => Some(
-            layout
-                .pod_target_path(uid, PluginName::LocalVolume, pv)
-                .into(),
-        ),
-        TargetRef::Device => None,
-    };
+    let pod_path = target.pod().map(|uid| {
+        layout
+            .pod_target_path(uid, PluginName::LocalVolume, pv)
+            .into()
+    });
     TargetParams::at(
         UniqueVolumeName::shared(PluginName::LocalVolume, pv),
         PluginName::LocalVolume,

@@ -58,14 +58,11 @@ fn tmpfs_params(layout: &Layout, pod: &str, name: &str) -> TargetParams {
 }
 
 fn local_params(layout: &Layout, device: &Path, target: TargetRef) -> TargetParams {
-    let pod_path = match &target {
-        TargetRef::Pod(p) => Some(
-            layout
-                .pod_target_path(p, PluginName::LocalVolume, "pv1")
-                .into(),
-        ),
-        TargetRef::Device => None,
-    };
+    let pod_path = target.pod().map(|p| {
+        layout
+            .pod_target_path(p, PluginName::LocalVolume, "pv1")
+            .into()
+    });
     TargetParams::at(
         UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
         PluginName::LocalVolume,
@@ -227,10 +224,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
             .decisions
             .iter()
             .map(|d| {
-                let pod = match &d.key.target {
-                    TargetRef::Device => None,
-                    TargetRef::Pod(p) => Some(p.as_str().to_owned()),
-                };
+                let pod = d.key.target.pod().map(|p| p.as_str().to_owned());
                 (
                     (d.key.volume.as_str().to_owned(), pod),
                     (d.result, d.reason.as_str()),
@@ -238,10 +232,7 @@ fn real_mounts_merge_with_agreeing_and_disagreeing_journal_records() {
             })
             .collect();
         let get = |p: &TargetParams| {
-            let pod = match &p.target {
-                TargetRef::Device => None,
-                TargetRef::Pod(u) => Some(u.as_str().to_owned()),
-            };
+            let pod = p.target.pod().map(|u| u.as_str().to_owned());
             *decided
                 .get(&(p.volume.as_str().to_owned(), pod))
                 .unwrap_or_else(|| {

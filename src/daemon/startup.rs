@@ -34,10 +34,7 @@ fn outside_rows(output: &MergeOutput) -> Vec<crate::state::UnmountedOutside> {
         .unmounted_outside
         .iter()
         .map(|k| {
-            let pod_uid = match &k.target {
-                crate::model::TargetRef::Pod(p) => Some(p.as_str().to_owned()),
-                crate::model::TargetRef::Device => None,
-            };
+            let pod_uid = k.target.pod().map(|p| p.as_str().to_owned());
             crate::state::UnmountedOutside {
                 volume: k.volume.as_str().to_owned(),
                 target: if pod_uid.is_some() { "pod" } else { "device" }.to_owned(),

@@ -61,6 +61,16 @@ pub enum TargetRef {
     Pod(PodUid),
 }
 
+impl TargetRef {
+    /// The pod of a per-pod target; `None` for the device target.
+    pub fn pod(&self) -> Option<&PodUid> {
+        match self {
+            TargetRef::Pod(uid) => Some(uid),
+            TargetRef::Device => None,
+        }
+    }
+}
+
 /// The four journaled volume operations, plus formatting as its own step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -61,10 +61,7 @@ fn dir_spec(path: &str) -> VolumeSpec {
 }
 
 fn params(target: TargetRef, options: &[&str], selinux: Option<SeLinuxContext>) -> TargetParams {
-    let pod_mount_path = match &target {
-        TargetRef::Pod(pod) => Some(pod_path(pod.as_str()).into()),
-        TargetRef::Device => None,
-    };
+    let pod_mount_path = target.pod().map(|pod| pod_path(pod.as_str()).into());
     TargetParams::at(
         UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
         PluginName::LocalVolume,

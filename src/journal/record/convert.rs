@@ -76,10 +76,7 @@ impl From<&TargetParams> for TargetV1 {
             volume: p.volume.as_str().to_owned(),
             plugin: p.plugin.as_str().to_owned(),
             spec_name: p.spec_name.to_string(),
-            pod_uid: match &p.target {
-                TargetRef::Device => None,
-                TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
-            },
+            pod_uid: p.target.pod().map(|uid| uid.as_str().to_owned()),
             kind: match p.kind {
                 TargetKind::Mount => 0,
                 TargetKind::Dir => 1,
@@ -314,10 +311,7 @@ impl<T: TargetFormat> From<&Record> for RecordOf<T> {
             },
             Body::Forget { volume, target } => BodyOf::Forget {
                 volume: volume.as_str().to_owned(),
-                pod_uid: match target {
-                    TargetRef::Device => None,
-                    TargetRef::Pod(uid) => Some(uid.as_str().to_owned()),
-                },
+                pod_uid: target.pod().map(|uid| uid.as_str().to_owned()),
             },
         };
         RecordOf {

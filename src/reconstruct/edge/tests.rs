@@ -27,14 +27,11 @@ fn fixture_table() -> MountTable {
 
 fn local_params(target: TargetRef) -> TargetParams {
     let layout = Layout::new(ROOT);
-    let pod_path = match &target {
-        TargetRef::Pod(uid) => Some(
-            layout
-                .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
-                .into(),
-        ),
-        TargetRef::Device => None,
-    };
+    let pod_path = target.pod().map(|uid| {
+        layout
+            .pod_target_path(uid, PluginName::LocalVolume, "pv-local-1")
+            .into()
+    });
     TargetParams::at(
         UniqueVolumeName::shared(PluginName::LocalVolume, "pv-local-1"),
         PluginName::LocalVolume,
