@@ -156,6 +156,7 @@ fn a_clean_close_leaves_a_sled_snapshot_past_every_record() {
 /// targets into a checkpoint, so the next start decodes the targets once
 /// instead of replaying every record; a shorter tail, or one the targets
 /// outnumber, stays as it is. The state is the same either way.
+/// `long_tail`, which the daemon's start goes by, answers the same rule.
 #[test]
 fn a_clean_close_checkpoints_a_tail_longer_than_the_state() {
     // (records appended, tail left for the next open)
@@ -166,6 +167,8 @@ fn a_clean_close_checkpoints_a_tail_longer_than_the_state() {
         workload(&j, n);
         let before = j.state();
         assert!(before.len() < 20, "a few targets");
+        let long = if tail.is_some() { 0 } else { n };
+        assert_eq!(j.long_tail(), long, "{n} records");
         j.close().unwrap();
         let (j, replay) = Journal::open(&cfg(dir.path())).unwrap();
         match tail {
@@ -197,6 +200,7 @@ fn a_clean_close_checkpoints_a_tail_longer_than_the_state() {
         })
         .unwrap();
     }
+    assert_eq!(j.long_tail(), 0, "outnumbered by its targets");
     j.close().unwrap();
     let (_, replay) = Journal::open(&cfg(dir.path())).unwrap();
     assert_eq!(replay.tail.len(), 1100);

@@ -12,7 +12,8 @@
 //! that succeeded while started jobs still wait for a worker (the job that
 //! empties the queue brings the pass; one pass per finished job made the
 //! loop O(volumes) per job) — plans a pass (`reconciler::plan`), then the
-//! one-time forced cleanup, then flush, sweep, checkpoint and trim.
+//! one-time forced cleanup, flush, sweep, checkpoint, the late-call check,
+//! republish, and last repack and trim (both wait for an idle core).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -230,10 +231,10 @@ impl Core {
         self.maybe_flush(now, &mut out);
         self.maybe_sweep(w, now, &mut out);
         self.maybe_checkpoint(obs.synced_through, &mut out);
-        self.maybe_repack(w, now, &mut out);
-        self.maybe_trim(now, &mut out);
         self.maybe_check_late(now, &mut out);
         self.maybe_republish(w, now, &mut out);
+        self.maybe_repack(w, now, &mut out);
+        self.maybe_trim(now, &mut out);
         out
     }
 

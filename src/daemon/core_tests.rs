@@ -543,6 +543,19 @@ fn a_long_tail_at_start_is_folded_into_a_checkpoint_once_settled_and_idle() {
     for (every, tail, want) in rows {
         assert_eq!(checkpoints(every, tail), want, "every {every}, tail {tail}");
     }
+
+    // idle from the start: the fold still waits for the start to settle
+    let (c, mut w) = core(10_000);
+    let mut c = c.with_tail(long);
+    let steps = [added(&[], false), added(&[], true), walked()];
+    let seen: Vec<bool> = (0..)
+        .zip(steps)
+        .map(|(i, ev)| {
+            let e = c.step(&mut w, vec![ev], ms(t0, i), idle());
+            names(&e).contains(&"checkpoint".into())
+        })
+        .collect();
+    assert_eq!(seen, [false, false, true], "listing, listed, walked");
 }
 
 #[test]
@@ -1382,6 +1395,14 @@ fn the_world_is_repacked_once_settled_and_idle_each_time_it_doubles() {
         }
         ev
     };
+    // however large and idle, not before the start has settled
+    let (mut early, mut ew) = core(0);
+    let e = early.step(&mut ew, vec![more(2 * REPACK_FROM, true)], t0, idle());
+    assert_ne!(early.phase(), Phase::Settled);
+    assert!(!names(&e).contains(&"repack".into()), "not settled");
+    early.step(&mut ew, vec![walked()], ms(t0, 1), idle());
+    assert_eq!(early.repacked_at, ew.size(), "settled");
+
     let half = REPACK_FROM / 2 + 1;
     c.step(&mut w, vec![more(half, true), walked()], t0, idle());
     assert_eq!(c.phase(), Phase::Settled);

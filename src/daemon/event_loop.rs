@@ -186,7 +186,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         }),
     };
     let synced = journal.as_ref().map_or(0, |j| j.synced_through());
-    let tail = journal.as_ref().map_or(0, |j| j.tail_len());
+    let tail = journal.as_ref().map_or(0, |j| j.long_tail());
     let core = match failed {
         Some(failed) => Core::new(core_cfg, metrics, failed, synced),
         None => Core::reconstructing(core_cfg, metrics, synced),

@@ -128,17 +128,17 @@ impl Journal {
     }
 }
 
-/// A tail of at least this many records is long: a clean close folds it
-/// into a checkpoint when it also outnumbers the targets, and the daemon
-/// does once its start has settled (the start replayed it record by
-/// record; the next one then need not).
+/// A tail of at least this many records that also outnumbers the targets
+/// is worth folding into a checkpoint ([`Journal::long_tail`]): a clean
+/// close does, and the daemon does once its start has settled (the start
+/// replayed it record by record; the next one then need not).
 pub const LONG_TAIL_FROM: u64 = 1024;
 
 impl Journal {
     /// How many records follow the checkpoint (the tail a start would
     /// replay one by one): from the first record kept to the last applied.
     /// 0 when none is kept, or the first cannot be read.
-    pub fn tail_len(&self) -> u64 {
+    fn tail_len(&self) -> u64 {
         let Ok(Some((first, _))) = self.records.first() else {
             return 0;
         };
@@ -149,17 +149,27 @@ impl Journal {
         (last + 1).saturating_sub(first)
     }
 
-    /// At a clean close: a start replays the records after the checkpoint
-    /// one by one (a sled read, a CRC and a decode each) but decodes the
-    /// checkpoint's targets from one value, so a tail that outnumbers the
-    /// targets (a node that never reached `--checkpoint-every` records,
-    /// say 1,000 CSI volumes: 4,000 records over 2,000 targets) is folded
-    /// into a checkpoint now. The stop pays O(targets) once, at most what
-    /// the next start saves. A failure only leaves the tail to replay.
-    pub(super) fn checkpoint_a_long_tail(&self) {
+    /// The tail's length when it is worth a checkpoint: at least
+    /// [`LONG_TAIL_FROM`] records and more than the targets. A start
+    /// replays the tail one record at a time (a sled read, a CRC and a
+    /// decode each) but decodes the checkpoint's targets from one value,
+    /// so folding pays O(targets) once, at most what each later start
+    /// saves. 0 otherwise.
+    pub fn long_tail(&self) -> u64 {
         let tail = self.tail_len();
         let targets = self.writer().state.len() as u64;
         if tail < LONG_TAIL_FROM || tail <= targets {
+            return 0;
+        }
+        tail
+    }
+
+    /// At a clean close, a long tail ([`Journal::long_tail`]: a node that
+    /// never reached `--checkpoint-every` records, say 1,000 CSI volumes:
+    /// 4,000 records over 2,000 targets) is folded into a checkpoint. A
+    /// failure only leaves the tail to replay.
+    pub(super) fn checkpoint_a_long_tail(&self) {
+        if self.long_tail() == 0 {
             return;
         }
         if let Err(e) = self.checkpoint() {

@@ -281,7 +281,7 @@ impl Journal {
     }
 
     /// Repacks the state's map of entries ([`JournalState::repack`]),
-    /// under the writer's lock: appends wait for it.
+    /// under the writer's lock: appends (a job's intent) wait for it.
     pub fn repack_state(&self) {
         self.writer().state.repack();
     }

@@ -129,10 +129,11 @@ impl Core {
         self.timers.sweep_at = Some(self.timers.sweep_at.map_or(idle, |t| t.min(idle)));
     }
 
-    /// The journal's tail at start: `records` after its checkpoint. A long
-    /// one ([`LONG_TAIL_FROM`]) is folded into a checkpoint once the start
-    /// has settled with no job running, so that the next start decodes one
-    /// checkpoint instead of replaying those records one by one again.
+    /// The journal's tail at start worth folding (`Journal::long_tail`),
+    /// or 0. One of at least [`LONG_TAIL_FROM`] records is folded into a
+    /// checkpoint once the start has settled with no job running, so that
+    /// the next start decodes one checkpoint instead of replaying those
+    /// records one by one again.
     pub fn with_tail(mut self, records: u64) -> Self {
         self.start_tail = records;
         self
@@ -163,7 +164,9 @@ impl Core {
     /// B-tree nodes half full, and repacking only at a doubling keeps the
     /// cost O(1) per entry added. The journal's state, filled by the same
     /// start, is repacked with it (on the journal's lane). A trim gives the
-    /// old nodes back.
+    /// old nodes back. The step holds the World's lock, so `/readyz` waits
+    /// for its repack; a job started while the journal's runs waits for it
+    /// at its intent. Hence the step's last, after anything that starts a job.
     pub(super) fn maybe_repack(&mut self, w: &mut World, now: Instant, out: &mut Vec<Effect>) {
         if self.phase != Phase::Settled || self.pending.running() != 0 {
             return;
