@@ -49,6 +49,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc reads its options from this symbol (its `malloc_conf`, under
 /// the prefix its -sys crate builds it with) at the first allocation,
 /// before `main`.
+// SAFETY: the name is the one tikv-jemalloc-sys builds jemalloc to read
+// (its `_rjem_` prefix), no other item exports it, and the type is that
+// of jemalloc's `const char *malloc_conf`: a nullable pointer to a
+// `'static` NUL-terminated string.
 #[cfg(feature = "jemalloc")]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static JEMALLOC_MALLOC_CONF: Option<&std::ffi::c_char> = volumed::host::sys::JEMALLOC_MALLOC_CONF;
