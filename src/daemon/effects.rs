@@ -104,8 +104,8 @@ pub struct World {
 }
 
 impl World {
-    /// How many entries its maps keep: the measure of the node
-    /// [`World::repack`] is timed by.
+    /// The ASW's and the DSW's volumes and the listed pods: the measure of
+    /// the node [`World::repack`] is timed by.
     pub fn size(&self) -> usize {
         self.asw.volume_count() + self.dsw.volume_count() + self.pods.len()
     }

@@ -181,8 +181,8 @@ pub struct Anomaly {
 /// anomalies met while building it (a checkpoint does not carry those).
 #[derive(Debug, Clone, Default)]
 pub struct JournalState {
-    /// Boxed: an `Entry` is several hundred bytes and a B-tree node keeps
-    /// eleven slots, a third of them empty on average; one per target.
+    /// Boxed: an empty slot of a B-tree node (eleven per node, some empty
+    /// until a repack) then costs a pointer, not an entry. One per target.
     entries: BTreeMap<TargetKey, Box<Entry>>,
     pending_by_seq: BTreeMap<u64, TargetKey>,
     last_seq: u64,

@@ -88,12 +88,18 @@ fn csi_device(i: usize) -> TargetParams {
         mount_group: Some("2000".into()),
         attachment_id: Some(format!("csi-{i:04}")),
     };
-    TargetParams::at(UniqueVolumeName::from_raw(format!("kubernetes.io/csi/hostpath.csi.k8s.io^vol-{i}")), PluginName::Csi, format!("pv-csi-{i}").into(), TargetRef::Device, TargetKind::Mount, Some(
-        format!(
-            "/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/{i:064x}/globalmount"
-        )
-        .into(),
-    ))
+    let driver = "hostpath.csi.k8s.io";
+    let volume = UniqueVolumeName::from_raw(format!("kubernetes.io/csi/{driver}^vol-{i}"));
+    let global =
+        format!("/var/lib/kubelet/plugins/kubernetes.io/csi/{driver}/{i:064x}/globalmount");
+    TargetParams::at(
+        volume,
+        PluginName::Csi,
+        format!("pv-csi-{i}").into(),
+        TargetRef::Device,
+        TargetKind::Mount,
+        Some(global.into()),
+    )
     .with_fs_type(Some("xfs".into()))
     .with_csi(Some(Arc::new(csi)))
 }
