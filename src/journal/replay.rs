@@ -215,7 +215,7 @@ impl JournalState {
         let entries: BTreeMap<TargetKey, Box<Entry>> = entries
             .into_iter()
             .map(|mut e| {
-                e.boot_id = s.intern_boot(&e.boot_id);
+                e.boot_id = s.share_boot(e.boot_id);
                 let key = TargetKey::of(&e.params);
                 if let Some(p) = &e.pending {
                     pending_by_seq.insert(p.intent_seq, key.clone());
@@ -318,6 +318,19 @@ impl JournalState {
     }
 
     /// `boot_id` as an `Arc` shared with the entries that have it.
+    /// [`JournalState::intern_boot`] for a boot id already shared (a
+    /// checkpoint's decode shares it across its entries): kept as it is
+    /// when new.
+    fn share_boot(&mut self, boot_id: Arc<String>) -> Arc<String> {
+        match &self.boot {
+            Some(b) if *b == boot_id => b.clone(),
+            _ => {
+                self.boot = Some(boot_id.clone());
+                boot_id
+            }
+        }
+    }
+
     fn intern_boot(&mut self, boot_id: &str) -> Arc<String> {
         match &self.boot {
             Some(b) if **b == *boot_id => b.clone(),

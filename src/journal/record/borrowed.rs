@@ -13,6 +13,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -243,7 +244,12 @@ pub(super) fn decode_checkpoint_v3(
             p
         })
     };
+    // the boot id met last, shared alike (one per boot the node has had)
+    let mut boot = Arc::new(String::new());
     for e in &ck.entries {
+        if *boot != e.boot_id {
+            boot = Arc::new(e.boot_id.to_owned());
+        }
         let pending = e
             .pending
             .as_ref()
@@ -258,7 +264,7 @@ pub(super) fn decode_checkpoint_v3(
                 .map(MountIdentity::try_from)
                 .transpose()?,
             e.last_seq,
-            e.boot_id,
+            boot.clone(),
             e.reason,
         ));
     }

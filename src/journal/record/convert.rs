@@ -422,7 +422,7 @@ impl<T: TargetFormat> TryFrom<&EntryOf<T>> for Entry {
             pending,
             identity(&e.observed)?,
             e.last_seq,
-            &e.boot_id,
+            Arc::new(e.boot_id.clone()),
             e.reason.as_deref(),
         ))
     }
@@ -437,7 +437,7 @@ pub(super) fn entry(
     pending: Option<(OpV1, u64, bool, TargetParams)>,
     observed: Option<MountIdentity>,
     last_seq: u64,
-    boot_id: &str,
+    boot_id: Arc<String>,
     reason: Option<&str>,
 ) -> Entry {
     Entry {
@@ -453,7 +453,7 @@ pub(super) fn entry(
         }),
         observed: observed.map(Box::new),
         last_seq,
-        boot_id: Arc::new(boot_id.to_owned()),
+        boot_id,
         reason: reason.map(SharedStr::from),
     }
 }

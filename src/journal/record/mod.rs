@@ -714,10 +714,10 @@ mod tests {
         assert!(pending && observed && csi, "{pending} {observed} {csi}");
     }
 
-    /// The decoded state keeps one spec name and one fs type for the
-    /// targets that repeat them, not one allocation per target.
+    /// The decoded state keeps one spec name, fs type, root and boot id
+    /// for the targets that repeat them, not one allocation per target.
     #[test]
-    fn a_decoded_checkpoint_shares_repeated_spec_names_and_fs_types() {
+    fn a_decoded_checkpoint_shares_repeated_names_roots_and_boot_ids() {
         let mut s = JournalState::default();
         for (seq, pod) in [(1, "pod-a"), (2, "pod-b"), (3, "pod-c")] {
             s.apply(&Record {
@@ -748,7 +748,14 @@ mod tests {
                 .as_encoded_bytes()
                 .as_ptr()
         });
-        for (what, ptrs) in [("spec name", spec), ("fs type", fs), ("root", root)] {
+        let boot = at(|e| e.boot_id.as_ptr());
+        let shared = [
+            ("spec name", spec),
+            ("fs type", fs),
+            ("root", root),
+            ("boot id", boot),
+        ];
+        for (what, ptrs) in shared {
             assert_eq!(ptrs.len(), 3, "{what}");
             assert!(ptrs.iter().all(|p| *p == ptrs[0]), "{what}: {ptrs:?}");
         }
