@@ -110,6 +110,7 @@ const BARE_V3: &str = concat!(
 );
 const FULL_JSON: &str = r#"{"volume":"kubernetes.io/csi/d^h","plugin":"Csi","spec_name":"pv1","target":{"Pod":"p1"},"kind":"mount","device_path":"/dev/loop3","device_mount_path":"/r/plugins/d","pod_mount_path":"/r/pods/p1/v","selinux":"system_u:object_r:container_file_t:s0:c2,c5","mount_options":["noatime","ro"],"fs_type":"ext4","csi":{"driver":"d","volume_handle":"h","lifecycle":"Persistent","access_modes":["ReadWriteOnce"],"read_only":true,"publish_context":{"a":"b"},"volume_context":{},"stage_secret":null,"publish_secret":{"namespace":"ns","name":"s"},"mount_group":"1000","attachment_id":null},"payload":{"hash":"abc","objects":[{"kind":"Secret","namespace":"ns","name":"s","uid":"u","resource_version":"7"}]}}"#;
 const BARE_JSON: &str = r#"{"volume":"kubernetes.io/empty-dir/p1-cache","plugin":"EmptyDir","spec_name":"cache","target":{"Pod":"p1"},"kind":"dir","device_path":null,"device_mount_path":null,"pod_mount_path":"/r/pods/p1/volumes/kubernetes.io~empty-dir/cache","selinux":null,"mount_options":[],"fs_type":null,"csi":null,"payload":null}"#;
+const FULL_DEBUG: &str = r#"TargetParams { volume: UniqueVolumeName("kubernetes.io/csi/d^h"), plugin: Csi, spec_name: "pv1", target: Pod(PodUid("p1")), kind: Mount, device_path: Some("/dev/loop3"), device_mount_path: Some("/r/plugins/d"), pod_mount_path: Some("/r/pods/p1/v"), selinux: Some(SeLinuxContext("system_u:object_r:container_file_t:s0:c2,c5")), mount_options: MountOptions(["noatime", "ro"]), fs_type: Some("ext4"), csi: Some(CsiParams { driver: "d", volume_handle: "h", lifecycle: Persistent, access_modes: [ReadWriteOnce], read_only: true, publish_context: {"a": "b"}, volume_context: {}, stage_secret: None, publish_secret: Some(SecretRef { namespace: "ns", name: "s" }), mount_group: Some("1000"), attachment_id: None }), payload: Some(PayloadVersion { hash: "abc", objects: [ObjectVersion { kind: "Secret", namespace: "ns", name: "s", uid: "u", resource_version: "7" }] }) }"#;
 const BARE_DEBUG: &str = r#"TargetParams { volume: UniqueVolumeName("kubernetes.io/empty-dir/p1-cache"), plugin: EmptyDir, spec_name: "cache", target: Pod(PodUid("p1")), kind: Dir, device_path: None, device_mount_path: None, pod_mount_path: Some("/r/pods/p1/volumes/kubernetes.io~empty-dir/cache"), selinux: None, mount_options: MountOptions([]), fs_type: None, csi: None, payload: None }"#;
 
 fn hex(b: &[u8]) -> String {
@@ -130,6 +131,7 @@ fn the_params_encode_as_the_flat_struct_did() {
         assert_eq!(back, p);
     }
     assert_eq!(format!("{:?}", bare()), BARE_DEBUG);
+    assert_eq!(format!("{:?}", full()), FULL_DEBUG);
 }
 
 #[test]
