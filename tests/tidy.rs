@@ -296,6 +296,19 @@ fn the_daemon_writes_the_journal_only_through_its_typed_api() {
 }
 
 #[test]
+fn the_loops_core_reads_no_clock_and_takes_no_lock() {
+    // ARCHITECTURE's invariant: the step is given `now` and the World
+    let mut core = files(&["src/daemon/core"]);
+    core.push(root().join("src/daemon/core.rs"));
+    for p in core {
+        let code = production_code(&p);
+        for call in ["Instant::now", "SystemTime::now", ".lock()"] {
+            assert!(!code.contains(call), "{} calls {call}", p.display());
+        }
+    }
+}
+
+#[test]
 fn unsafe_code_lives_only_in_the_syscall_seam() {
     let word = ["un", "safe "].concat();
     let block = ["un", "safe {"].concat();

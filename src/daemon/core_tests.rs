@@ -105,6 +105,7 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::Host(HostWork::CheckLate { paths }) => format!("check-late:{}", paths.len()),
             Effect::PodEvent(e) => format!("event:{}:{}", e.reason, e.pod),
             Effect::ReportInUse => "report-in-use".into(),
+            Effect::RepackWorld => "repack-world".into(),
         })
         .collect()
 }
@@ -1411,6 +1412,7 @@ fn the_world_is_repacked_once_settled_and_idle_each_time_it_doubles() {
     let swept = Event::Done(Completion::Swept(Swept::default()));
     let e = c.step(&mut w, vec![swept, more(half, false)], ms(t0, 1), idle());
     assert_eq!(c.repacked_at, 2 * half, "from REPACK_FROM on");
+    assert!(names(&e).contains(&"repack-world".into()));
     assert!(names(&e).contains(&"repack".into()), "the journal's too");
     let e = c.step(&mut w, vec![more(2 * half - 1, false)], ms(t0, 2), idle());
     assert_eq!(c.repacked_at, 2 * half, "not doubled yet");

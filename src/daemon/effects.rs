@@ -254,6 +254,9 @@ pub enum Effect {
     /// an attachable volume's mount waits for `volumesInUse`: update the
     /// node status now rather than at the next period
     ReportInUse,
+    /// repack the World's maps ([`World::repack`], under its lock), timed
+    /// and logged: the step decides, with no clock to time it by
+    RepackWorld,
 }
 
 /// What the driver read from shared counters before the step.

@@ -348,6 +348,19 @@ impl Driver {
                 None => feedback.push(Event::Done(lane_gone_journal(work))),
             },
             Effect::PodEvent(e) => self.sink.emit(e.stamped(std::time::SystemTime::now())),
+            Effect::RepackWorld => {
+                let started = Instant::now();
+                let entries = {
+                    let mut w = lock(&self.world);
+                    w.repack();
+                    w.size()
+                };
+                tracing::info!(
+                    entries,
+                    elapsed_ms = crate::elapsed_ms(started.elapsed()),
+                    "repacked the state's maps"
+                );
+            }
             Effect::ReportInUse => {
                 if let Some(n) = &self.in_use_wake {
                     // a permit is kept when the publisher is busy patching

@@ -157,17 +157,17 @@ impl Core {
         out.push(Effect::Journal(JournalWork::Checkpoint));
     }
 
-    /// Repacks the World's maps (`World::repack`) once settled and with no
+    /// Has the World's maps repacked (`World::repack`) once settled and with no
     /// job running, when it holds at least [`REPACK_FROM`] entries and
     /// twice as many as at the last repack (or the fewest since): a start's
     /// fill (reconstruction, the listing, a mass start's mounts) leaves
     /// B-tree nodes half full, and repacking only at a doubling keeps the
     /// cost O(1) per entry added. The journal's state, filled by the same
     /// start, is repacked with it (on the journal's lane). A trim gives the
-    /// old nodes back. The step holds the World's lock, so `/readyz` waits
-    /// for its repack; a job started while the journal's runs waits for it
-    /// at its intent. Hence the step's last, after anything that starts a job.
-    pub(super) fn maybe_repack(&mut self, w: &mut World, now: Instant, out: &mut Vec<Effect>) {
+    /// old nodes back. `/readyz` waits for the World's repack (under its
+    /// lock); a job started while the journal's runs waits for it at its
+    /// intent. Hence the step's last, after anything that starts a job.
+    pub(super) fn maybe_repack(&mut self, w: &World, now: Instant, out: &mut Vec<Effect>) {
         if self.phase != Phase::Settled || self.pending.running() != 0 {
             return;
         }
@@ -176,15 +176,9 @@ impl Core {
         if size < REPACK_FROM || size < self.repacked_at.saturating_mul(2) {
             return;
         }
-        let started = Instant::now();
-        w.repack();
-        tracing::info!(
-            entries = size,
-            elapsed_ms = crate::elapsed_ms(started.elapsed()),
-            "repacked the state's maps"
-        );
         self.repacked_at = size;
         self.trim_due(now);
+        out.push(Effect::RepackWorld);
         if self.cfg.journal {
             out.push(Effect::Journal(JournalWork::Repack));
         }
