@@ -103,7 +103,6 @@ pub fn trim_malloc() -> bool {
 
 #[cfg(test)]
 mod tests {
-
     /// jemalloc knows the control the trim names, and the purge succeeds
     /// (this test binary's allocator is the system's, but jemalloc is
     /// linked in and purges its own arenas). glibc's trim is not tested:
