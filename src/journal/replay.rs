@@ -317,10 +317,9 @@ impl JournalState {
         }
     }
 
-    /// `boot_id` as an `Arc` shared with the entries that have it.
-    /// [`JournalState::intern_boot`] for a boot id already shared (a
-    /// checkpoint's decode shares it across its entries): kept as it is
-    /// when new.
+    /// `boot_id` as the `Arc` the entries before it share when equal, else
+    /// as it is, remembered for the next ones (a checkpoint's decode hands
+    /// one `Arc` to all its entries of a boot).
     fn share_boot(&mut self, boot_id: Arc<String>) -> Arc<String> {
         match &self.boot {
             Some(b) if *b == boot_id => b.clone(),
@@ -331,14 +330,12 @@ impl JournalState {
         }
     }
 
+    /// [`JournalState::share_boot`] for a record's boot id: allocated only
+    /// when it differs from the last one.
     fn intern_boot(&mut self, boot_id: &str) -> Arc<String> {
         match &self.boot {
             Some(b) if **b == *boot_id => b.clone(),
-            _ => {
-                let b = Arc::new(boot_id.to_owned());
-                self.boot = Some(b.clone());
-                b
-            }
+            _ => self.share_boot(Arc::new(boot_id.to_owned())),
         }
     }
 
