@@ -135,29 +135,26 @@ impl Journal {
 pub const LONG_TAIL_FROM: u64 = 1024;
 
 impl Journal {
-    /// How many records follow the checkpoint (the tail a start would
-    /// replay one by one): from the first record kept to the last applied.
-    /// 0 when none is kept, or the first cannot be read.
-    fn tail_len(&self) -> u64 {
+    /// How many records follow the checkpoint (the tail a start replays
+    /// one by one: from the first record kept to the last applied) when it
+    /// is worth a checkpoint: at least [`LONG_TAIL_FROM`] records and more
+    /// than the targets. A start replays the tail one record at a time (a
+    /// sled read, a CRC and a decode each) but decodes the checkpoint's
+    /// targets from one value, so folding pays O(targets) once, at most
+    /// what each later start saves. 0 otherwise, or when the first record
+    /// cannot be read.
+    pub fn long_tail(&self) -> u64 {
         let Ok(Some((first, _))) = self.records.first() else {
             return 0;
         };
         let Ok(first) = <[u8; 8]>::try_from(first.as_ref()).map(u64::from_be_bytes) else {
             return 0;
         };
-        let last = self.writer().state.last_seq();
-        (last + 1).saturating_sub(first)
-    }
-
-    /// The tail's length when it is worth a checkpoint: at least
-    /// [`LONG_TAIL_FROM`] records and more than the targets. A start
-    /// replays the tail one record at a time (a sled read, a CRC and a
-    /// decode each) but decodes the checkpoint's targets from one value,
-    /// so folding pays O(targets) once, at most what each later start
-    /// saves. 0 otherwise.
-    pub fn long_tail(&self) -> u64 {
-        let tail = self.tail_len();
-        let targets = self.writer().state.len() as u64;
+        let (last, targets) = {
+            let w = self.writer();
+            (w.state.last_seq(), w.state.len() as u64)
+        };
+        let tail = (last + 1).saturating_sub(first);
         if tail < LONG_TAIL_FROM || tail <= targets {
             return 0;
         }
