@@ -14,7 +14,6 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::{Core, Effect, Finish, HostWork, JournalWork, Phase, Swept, World};
-use crate::journal::LONG_TAIL_FROM;
 use crate::model::PodUid;
 
 /// The allocator is trimmed at most this often, once no job is in flight.
@@ -129,11 +128,11 @@ impl Core {
         self.timers.sweep_at = Some(self.timers.sweep_at.map_or(idle, |t| t.min(idle)));
     }
 
-    /// The journal's tail at start worth folding (`Journal::long_tail`),
-    /// or 0. One of at least [`LONG_TAIL_FROM`] records is folded into a
-    /// checkpoint once the start has settled with no job running, so that
-    /// the next start decodes one checkpoint instead of replaying those
-    /// records one by one again.
+    /// The journal's tail at start worth folding (`Journal::long_tail`
+    /// decides which is), or 0. A tail given is folded into a checkpoint
+    /// once the start has settled with no job running, so that the next
+    /// start decodes one checkpoint instead of replaying those records one
+    /// by one again.
     pub fn with_tail(mut self, records: u64) -> Self {
         self.start_tail = records;
         self
@@ -146,9 +145,8 @@ impl Core {
         if !self.cfg.journal || n == 0 || self.in_flight.checkpoint {
             return;
         }
-        let fold = self.start_tail >= LONG_TAIL_FROM
-            && self.phase == Phase::Settled
-            && self.pending.running() == 0;
+        let fold =
+            self.start_tail > 0 && self.phase == Phase::Settled && self.pending.running() == 0;
         if !fold && synced_through < self.last_checkpoint_seq + n {
             return;
         }
