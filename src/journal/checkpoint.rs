@@ -135,14 +135,13 @@ impl Journal {
 pub const LONG_TAIL_FROM: u64 = 1024;
 
 impl Journal {
-    /// How many records follow the checkpoint (the tail a start replays
-    /// one by one: from the first record kept to the last applied) when it
-    /// is worth a checkpoint: at least [`LONG_TAIL_FROM`] records and more
-    /// than the targets. A start replays the tail one record at a time (a
-    /// sled read, a CRC and a decode each) but decodes the checkpoint's
-    /// targets from one value, so folding pays O(targets) once, at most
-    /// what each later start saves. 0 otherwise, or when the first record
-    /// cannot be read.
+    /// How many records follow the checkpoint (from the first record kept
+    /// to the last applied) when they are worth a checkpoint: at least
+    /// [`LONG_TAIL_FROM`] and more than the targets. A start replays them
+    /// one at a time (a sled read, a CRC and a decode each) but decodes the
+    /// checkpoint's targets from one value, so folding pays O(targets)
+    /// once, at most what each later start saves. 0 otherwise, or when the
+    /// first record cannot be read.
     pub fn long_tail(&self) -> u64 {
         let Ok(Some((first, _))) = self.records.first() else {
             return 0;
