@@ -11,9 +11,10 @@
 //! Each step applies the events, then — unless the wake brought only jobs
 //! that succeeded while started jobs still wait for a worker (the job that
 //! empties the queue brings the pass; one pass per finished job made the
-//! loop O(volumes) per job) — plans a pass (`reconciler::plan`), then the
-//! one-time forced cleanup, flush, sweep, checkpoint, the late-call check,
-//! republish, and last repack and trim (both wait for an idle core).
+//! loop O(volumes) per job) — plans a pass (`reconciler::plan`; it starts
+//! at most `pass_budget` jobs), then the one-time forced cleanup, flush,
+//! sweep, checkpoint, the late-call check, republish, and last repack and
+//! trim (both wait for an idle core).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::model::{Layout, Operation, PluginName, PodUid, SharedPath, UniqueVolumeName};
 use crate::reconciler::jobs::JobReport;
 use crate::reconciler::jobs::{apply_update, job_for};
-use crate::reconciler::pending::{OpKey, Pending};
+use crate::reconciler::pending::{OpKey, Pending, pass_budget};
 use crate::reconciler::plan::{Action, plan};
 use crate::reconstruct::{FailedTarget, apply_to_asw};
 use crate::selinux::Policy;
@@ -416,13 +417,14 @@ impl Core {
         }
     }
 
-    /// One pass: what `plan` decides is started (its key marked running);
-    /// a `Forget` drops the volume from the ASW here and its journal
-    /// targets on the journal's thread (the volume busy until then).
+    /// One pass: what `plan` decides, within `pass_budget`, is started (its
+    /// key marked running); a `Forget` drops the volume from the ASW here and
+    /// its journal targets on the journal's thread (the volume busy until then).
     fn reconcile(&mut self, w: &mut World, now: Instant, out: &mut Vec<Effect>) {
         let p = {
             let pending = &self.pending;
-            plan(&w.dsw, &w.asw, &|k| pending.busy(k, now))
+            let budget = pass_budget(w.dsw.volume_count());
+            plan(&w.dsw, &w.asw, &|k| pending.busy(k, now), budget)
         };
         node_status::blocked(w, p.blocked, out);
         for action in p.actions {

@@ -263,6 +263,57 @@ fn mounts_start_while_listing_and_a_succeeded_job_behind_a_queue_plans_nothing()
     assert!(names(&quiet).is_empty(), "{:?}", names(&quiet));
 }
 
+/// A mass start goes in slices of `pass_budget`: a pass while the queue
+/// holds jobs (a source change, a failure) starts another slice, and the
+/// step that sees the queue drained starts the rest.
+#[test]
+fn a_mass_start_starts_its_mounts_in_slices_as_the_queue_drains() {
+    use crate::reconciler::pending::STARTS_FLOOR;
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let uids: Vec<String> = (0..STARTS_FLOOR * 2 + 10)
+        .map(|i| format!("p{i:05}"))
+        .collect();
+    let all: Vec<&str> = uids.iter().map(String::as_str).collect();
+    let mounts = |e: &[Effect]| -> Vec<String> {
+        names(e)
+            .into_iter()
+            .filter(|n| n.starts_with("mount:"))
+            .collect()
+    };
+    let slice = |r: std::ops::Range<usize>| -> Vec<String> {
+        all[r].iter().map(|p| format!("mount:{p}")).collect()
+    };
+    let queued = |n| Observed {
+        queued_jobs: n,
+        ..idle()
+    };
+    let first = c.step(&mut w, vec![added(&all, true)], t0, idle());
+    assert_eq!(mounts(&first), slice(0..STARTS_FLOOR), "one slice");
+    let mut done: Vec<Event> = all[..STARTS_FLOOR]
+        .iter()
+        .map(|p| mounted(&first, p))
+        .collect();
+    let last = done.pop().expect("a slice");
+    let behind = c.step(&mut w, done, ms(t0, 1), queued(1));
+    assert!(
+        mounts(&behind).is_empty(),
+        "no pass while the queue holds jobs"
+    );
+    let resync = c.step(&mut w, vec![], ms(t0, 2), queued(1));
+    assert_eq!(
+        mounts(&resync),
+        slice(STARTS_FLOOR..STARTS_FLOOR * 2),
+        "a pass while queued starts the next slice"
+    );
+    let drained = c.step(&mut w, vec![last], ms(t0, 3), queued(0));
+    assert_eq!(
+        mounts(&drained),
+        slice(STARTS_FLOOR * 2..all.len()),
+        "the rest, once drained"
+    );
+}
+
 /// A pod with one CSI PV whose driver requires attaching.
 fn attachable_pod(u: &str) -> DesiredPod {
     let spec = VolumeSpec::Csi(Box::new(crate::model::CsiSpec {

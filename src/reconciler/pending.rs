@@ -17,6 +17,24 @@ pub const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest retry delay.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(122);
 
+/// A pass starts at most this many operations on a node of up to
+/// `STARTS_FLOOR × STARTS_SHARE` desired volumes,
+pub const STARTS_FLOOR: usize = 1024;
+/// and on a bigger one 1/this of them: a mass start of any size takes about
+/// this many passes at most, each O(volumes), so O(volumes) in all.
+pub const STARTS_SHARE: usize = 16;
+
+/// How many operations a pass may start on a node that wants `desired`
+/// volumes. A mass start goes in slices: the next is planned once the
+/// queue has drained (the step that sees it empty plans a pass), so what
+/// waits in the queue (each job's copy of its volume, its intent in the
+/// journal's tail) stays bounded and a checkpoint can fold the tail
+/// between slices. Jobs still queued do not count against it: those of a
+/// hung CSI driver must not hold back every other volume's.
+pub fn pass_budget(desired: usize) -> usize {
+    STARTS_FLOOR.max(desired / STARTS_SHARE)
+}
+
 /// What an operation locks.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OpKey {
@@ -149,6 +167,21 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_budget_is_a_slice_of_the_node() {
+        // desired volumes -> operations a pass may start
+        let rows = [
+            (0, STARTS_FLOOR),
+            (10, STARTS_FLOOR),
+            (STARTS_FLOOR * STARTS_SHARE + STARTS_SHARE - 1, STARTS_FLOOR),
+            (STARTS_FLOOR * STARTS_SHARE + STARTS_SHARE, STARTS_FLOOR + 1),
+            (50_000, 50_000 / STARTS_SHARE),
+        ];
+        for (desired, want) in rows {
+            assert_eq!(pass_budget(desired), want, "{desired}");
+        }
+    }
 
     fn v(s: &str) -> UniqueVolumeName {
         UniqueVolumeName::from_raw(s)

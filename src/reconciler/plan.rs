@@ -94,16 +94,20 @@ pub struct Plan {
 }
 
 /// Plans one pass. `busy` says whether an operation with a conflicting key is
-/// running or backing off; such work is left for a later pass.
+/// running or backing off; such work is left for a later pass. So is work
+/// past the first `limit` actions: it is not copied, yet every blocked pod is
+/// still reported (a mount waiting for `volumesInUse` asks for the report at
+/// once, however long the queue before it).
 pub fn plan(
     dsw: &DesiredStateOfWorld,
     asw: &ActualStateOfWorld,
     busy: &dyn Fn(&OpKey) -> bool,
+    limit: usize,
 ) -> Plan {
     let mut out = Plan::default();
     let populated = dsw.is_populated();
     let push = |out: &mut Plan, a: Action| {
-        if !busy(&a.key()) {
+        if out.actions.len() < limit && !busy(&a.key()) {
             out.actions.push(a);
         }
     };
@@ -113,6 +117,9 @@ pub fn plan(
     // target per pass would be O(n) allocations per job at a mass start).
     if populated {
         for (volume, pod, actual) in asw.possibly_mounted_iter() {
+            if out.actions.len() >= limit {
+                break;
+            }
             let wanted_label = dsw
                 .volume(volume)
                 .and_then(|v| v.effective_selinux.as_ref());
@@ -158,16 +165,31 @@ pub fn plan(
             });
             continue;
         }
+        let presence = match presence {
+            Ok(p) => Some(p),
+            Err(StateError::VolumeNotAttached { .. }) => None,
+            Err(error) => {
+                out.blocked.push(Blocked {
+                    pod: uid.clone(),
+                    volume: name.clone(),
+                    error,
+                });
+                continue;
+            }
+        };
+        if out.actions.len() >= limit {
+            continue;
+        }
         let want = DesiredStateOfWorld::volume_to_mount(name, uid, v, p);
+        let device_needed = want.spec.device_target_kind() == Some(TargetKind::Mount);
         match presence {
-            Ok(p) if p.mounted => push(
+            Some(p) if p.mounted => push(
                 &mut out,
                 Action::MountDevice {
                     want: Box::new(want),
                 },
             ),
-            Ok(_) => {
-                let device_needed = want.spec.device_target_kind() == Some(TargetKind::Mount);
+            Some(_) => {
                 let device_mounted = asw
                     .volume(&want.volume)
                     .and_then(|v| v.device.as_ref())
@@ -180,25 +202,17 @@ pub fn plan(
                     },
                 );
             }
-            Err(StateError::VolumeNotAttached { .. }) => {
-                let mount_device = want.spec.device_target_kind() == Some(TargetKind::Mount);
-                push(
-                    &mut out,
-                    Action::Mount {
-                        mount_device,
-                        want: Box::new(want),
-                    },
-                );
-            }
-            Err(error) => out.blocked.push(Blocked {
-                pod: want.pod.clone(),
-                volume: want.volume.clone(),
-                error,
-            }),
+            None => push(
+                &mut out,
+                Action::Mount {
+                    mount_device: device_needed,
+                    want: Box::new(want),
+                },
+            ),
         }
     }
 
-    if populated {
+    if populated && out.actions.len() < limit {
         for (name, v) in asw.get_unmounted_volumes() {
             let wanted = dsw
                 .volume(&name)
@@ -534,7 +548,7 @@ mod tests {
             if row.populated {
                 d.mark_sources_ready();
             }
-            let p = plan(&d, &a, &|_| false);
+            let p = plan(&d, &a, &|_| false, usize::MAX);
             assert_eq!(names(&p), row.want, "{}", row.name);
         }
     }
@@ -545,7 +559,7 @@ mod tests {
         let a = ActualStateOfWorld::new();
         want(&mut d, "a", local(), "pv1");
         want(&mut d, "b", tmpfs(), "cache");
-        let p = plan(&d, &a, &|k| k.volume.as_str() == PV);
+        let p = plan(&d, &a, &|k| k.volume.as_str() == PV, usize::MAX);
         assert_eq!(
             names(&p),
             vec!["mount kubernetes.io/empty-dir/b-cache b".to_owned()]
@@ -594,7 +608,7 @@ mod tests {
             &SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap(),
             &SeLinuxContext::parse("u:r:t:s0:c3,c4").unwrap(),
         );
-        let p = plan(&d, &a, &|_| false);
+        let p = plan(&d, &a, &|_| false, usize::MAX);
         assert!(p.actions.is_empty(), "{:?}", names(&p));
         assert_eq!(p.blocked.len(), 1);
         assert!(
@@ -630,17 +644,17 @@ mod tests {
             },
         )
         .unwrap();
-        let p = plan(&d, &a, &|_| false);
+        let p = plan(&d, &a, &|_| false, usize::MAX);
         assert_eq!(names(&p), [format!("teardown {PV} old")]);
         assert_eq!(p.blocked.len(), 1, "the new pod waits");
         a.delete_pod_from_volume(&v, &uid("old")).unwrap();
-        let p = plan(&d, &a, &|_| false);
+        let p = plan(&d, &a, &|_| false, usize::MAX);
         assert_eq!(names(&p), [format!("unmount_device {PV}")]);
         a.mark_device_unmounted(&v).unwrap();
-        let p = plan(&d, &a, &|_| false);
+        let p = plan(&d, &a, &|_| false, usize::MAX);
         assert_eq!(names(&p), [format!("forget {PV}")]);
         a.delete_volume(&v).unwrap();
-        let p = plan(&d, &a, &|_| false);
+        let p = plan(&d, &a, &|_| false, usize::MAX);
         assert_eq!(names(&p), [format!("mount {PV} new +device")]);
         let Action::Mount { want, .. } = &p.actions[0] else {
             unreachable!()
@@ -649,6 +663,38 @@ mod tests {
             want.selinux.as_ref().map(SeLinuxContext::as_str),
             Some("u:r:t:s0:c1,c2")
         );
+    }
+
+    /// A pass's limit keeps the plan's first actions, in its order, and
+    /// leaves the rest for a later pass; a blocked pod is reported wherever
+    /// it stands, even past the limit.
+    #[test]
+    fn a_limit_keeps_the_first_actions_and_every_blocked_pod() {
+        use crate::model::SeLinuxContext;
+        let old = SeLinuxContext::parse("u:r:t:s0:c3,c4").unwrap();
+        let new = SeLinuxContext::parse("u:r:t:s0:c1,c2").unwrap();
+        let (mut d, mut a, v) = relabel_world(&new, &old);
+        d.mark_sources_ready();
+        mounted_pod(&mut a, &v, "old", MountState::Mounted);
+        for pod in ["a", "b", "c"] {
+            want(&mut d, pod, tmpfs(), "cache");
+        }
+        let all = plan(&d, &a, &|_| false, usize::MAX);
+        assert_eq!(
+            names(&all),
+            [
+                format!("teardown {PV} old"),
+                "mount kubernetes.io/empty-dir/a-cache a".into(),
+                "mount kubernetes.io/empty-dir/b-cache b".into(),
+                "mount kubernetes.io/empty-dir/c-cache c".into(),
+            ]
+        );
+        assert_eq!(all.blocked.len(), 1, "the new pod waits for the label");
+        for limit in 0..=all.actions.len() {
+            let p = plan(&d, &a, &|_| false, limit);
+            assert_eq!(names(&p), names(&all)[..limit], "limit {limit}");
+            assert_eq!(p.blocked, all.blocked, "limit {limit}");
+        }
     }
 
     fn attachable(attached: bool) -> VolumeSpec {
@@ -709,7 +755,7 @@ mod tests {
             if r.reported {
                 assert_eq!(d.mark_reported_in_use(std::slice::from_ref(&v)), 1);
             }
-            let p = plan(&d, &ActualStateOfWorld::new(), &|_| false);
+            let p = plan(&d, &ActualStateOfWorld::new(), &|_| false, usize::MAX);
             assert_eq!(p.actions.len(), usize::from(r.mounts), "{}", r.name);
             assert_eq!(p.blocked.len(), usize::from(!r.mounts), "{}", r.name);
             if let Some(b) = p.blocked.first() {
