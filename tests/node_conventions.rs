@@ -14,7 +14,9 @@
 //!    `fields`; the readiness line carries its message and phase;
 //! 5. `--log-format xml` is refused naming the values that exist;
 //! 6. the journal's figures (`volumed_journal_*`) are on `/metrics`;
-//! 7. a command that fails in JSON mode says so in a JSON line.
+//! 7. a command that fails in JSON mode says so in a JSON line;
+//! 8. with jemalloc (the default build), one thread of the allocator's own
+//!    returns freed pages, so an idle daemon does not keep a burst's.
 //!
 //! The daemon runs as root in a private mount namespace, as every
 //! `support::daemon` test does (it makes its root a shared mount).
@@ -238,4 +240,23 @@ fn a_failure_in_json_mode_is_a_json_line_too() {
             "names the dir: {line}"
         );
     }
+}
+
+#[cfg(feature = "jemalloc")]
+#[test]
+fn one_allocator_thread_returns_freed_pages_while_the_daemon_idles() {
+    real("jemalloc's background thread", || {
+        let mut env = Env::new("bgthread");
+        env.write_pod("pod.yaml", POD);
+        let daemon = env.start();
+        let pid = daemon.child.borrow().id();
+        let names: Vec<String> = fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .map(|t| fs::read_to_string(t.unwrap().path().join("comm")).unwrap())
+            .map(|n| n.trim_end().to_owned())
+            .collect();
+        daemon.stop();
+        let bg = names.iter().filter(|n| *n == "jemalloc_bg_thd").count();
+        assert_eq!(bg, 1, "one background thread: {names:?}");
+    });
 }
