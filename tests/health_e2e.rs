@@ -9,8 +9,10 @@
 //!    again: normal, a `VolumeConditionNormal` event;
 //! 2. `trigger_fs_error` on the mounted ext4: `FilesystemErrors`; then the
 //!    volume remounted read-only under the read-write pod;
-//! 3. a pod's tmpfs emptyDir unmounted outside volumed: `MountVanished`;
-//!    a disk emptyDir's files past its `sizeLimit`: `SizeLimitExceeded`;
+//! 3. a pod's tmpfs emptyDir unmounted outside volumed: `MountVanished`
+//!    (and one volume asked for, `?volume=` and `volumed health --volume`,
+//!    is that volume alone); a disk emptyDir's files past its
+//!    `sizeLimit`: `SizeLimitExceeded`;
 //! 4. the test CSI driver reporting abnormal, then failing the call (the
 //!    condition stays, the failure is counted), then normal;
 //! 5. a driver without `VOLUME_CONDITION`: usage only, no condition.
@@ -313,6 +315,23 @@ fn a_pod_volume_unmounted_outside_volumed_is_reported_vanished() {
         );
         // the PV beside it is untouched
         assert_eq!(checked(&daemon, LOCAL_VOLUME)["health"]["abnormal"], false);
+        // one volume asked for, over HTTP and through `volumed health`
+        let query = format!("/debug/health?fresh=1&volume={}", name.replace('/', "%2F"));
+        let doc: Value = serde_json::from_str(&daemon.get(&query)).unwrap();
+        let only = doc["volumes"].as_array().unwrap();
+        assert_eq!(only.len(), 1, "{doc:#}");
+        assert_eq!(only[0]["volume"], name.as_str(), "{doc:#}");
+        let out = std::process::Command::new(support::daemon::BIN)
+            .args(["health", "--format", "json", "--volume", LOCAL_VOLUME])
+            .arg("--journal-dir")
+            .arg(&env.journal)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let only = doc["volumes"].as_array().unwrap();
+        assert_eq!(only.len(), 1, "{doc:#}");
+        assert_eq!(only[0]["volume"], LOCAL_VOLUME, "{doc:#}");
         daemon.kill();
     });
 }

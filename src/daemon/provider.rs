@@ -73,12 +73,17 @@ impl DebugProvider for Provider {
         self.sink.recent()
     }
 
-    fn health(&self, fresh: bool) -> Option<crate::health::report::HealthDoc> {
+    fn health(
+        &self,
+        fresh: bool,
+        volume: Option<&str>,
+    ) -> Option<crate::health::report::HealthDoc> {
         let m = self.monitor.as_ref()?;
         if fresh && !m.check_now(HEALTH_WAIT) {
             tracing::warn!(wait = ?HEALTH_WAIT, "health: an asked-for pass did not end in time");
         }
-        Some(m.read(crate::health::report::document))
+        let only = volume.map(UniqueVolumeName::from_raw);
+        Some(m.read(|s| crate::health::report::document(s, only.as_ref())))
     }
 
     fn journal(&self, volume: Option<&str>) -> Result<DumpDoc, String> {

@@ -222,15 +222,7 @@ pub fn ask_daemon(
             why: format!("pid {pid} is not running"),
         });
     }
-    let mut path = "/debug/journal".to_owned();
-    if let Some(v) = volume {
-        path.push('?');
-        path.push_str(
-            &form_urlencoded::Serializer::new(String::new())
-                .append_pair("volume", v)
-                .finish(),
-        );
-    }
+    let path = with_query("/debug/journal", &[volume.map(|v| ("volume", v))]);
     let (addr, body) = get_ok(&daemon.listen, &path, timeout)?;
     let doc = serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
         addr,
@@ -240,26 +232,34 @@ pub fn ask_daemon(
     Ok(JournalSource::Daemon { doc, daemon })
 }
 
-/// Asks the daemon named by `<dir>/daemon.json` for its volume health
-/// (`GET /debug/health`, after a pass asked for now when `fresh`).
+/// Asks the daemon named by `<dir>/daemon.json` for its volume health, of
+/// every volume or of `volume` alone (`GET /debug/health`, after a pass
+/// asked for now when `fresh`).
 pub fn ask_health(
     dir: &Path,
     fresh: bool,
+    volume: Option<&str>,
     timeout: Duration,
 ) -> Result<crate::health::report::HealthDoc, ClientError> {
     let file = daemon_file::path(dir);
     let daemon = DaemonFile::read(dir)?.ok_or(ClientError::NoDaemonFile { path: file })?;
-    let path = if fresh {
-        "/debug/health?fresh=1"
-    } else {
-        "/debug/health"
-    };
-    let (addr, body) = get_ok(&daemon.listen, path, timeout)?;
-    serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
-        addr,
-        path: path.to_owned(),
-        source,
-    })
+    let asked = [
+        fresh.then_some(("fresh", "1")),
+        volume.map(|v| ("volume", v)),
+    ];
+    let path = with_query("/debug/health", &asked);
+    let (addr, body) = get_ok(&daemon.listen, &path, timeout)?;
+    serde_json::from_slice(&body).map_err(|source| ClientError::Decode { addr, path, source })
+}
+
+/// `path` with the pairs given as its query string, encoded.
+fn with_query(path: &str, pairs: &[Option<(&str, &str)>]) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.extend_pairs(pairs.iter().flatten());
+    match query.finish() {
+        q if q.is_empty() => path.to_owned(),
+        q => format!("{path}?{q}"),
+    }
 }
 
 /// `kill(pid, 0)`: alive unless the kernel says there is no such process

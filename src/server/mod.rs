@@ -80,9 +80,15 @@ pub trait DebugProvider: Send + Sync {
     fn events(&self) -> Vec<crate::health::VolumeEvent> {
         Vec::new()
     }
-    /// Every checked volume (`/debug/health`), after a pass asked for now
-    /// when `fresh`; `None` when health checks are off.
-    fn health(&self, _fresh: bool) -> Option<crate::health::report::HealthDoc> {
+    /// Every checked volume, or `volume` alone (`/debug/health[?volume=]`),
+    /// after a pass over every volume asked for now when `fresh`; `None`
+    /// when health checks are off.
+    fn health(
+        &self,
+        fresh: bool,
+        volume: Option<&str>,
+    ) -> Option<crate::health::report::HealthDoc> {
+        let _ = (fresh, volume);
         None
     }
     /// The runtime API's answer for `pod` now; `None`: no source knows it.
@@ -327,7 +333,8 @@ async fn route(
         "/debug/events" => blocking(provider, |p| p.events()).await.map(|e| json(&e)),
         "/debug/health" => {
             let fresh = query_param(req, "fresh").is_some_and(|v| v == "1" || v == "true");
-            blocking(provider, move |p| p.health(fresh))
+            let volume = volume_param(req);
+            blocking(provider, move |p| p.health(fresh, volume.as_deref()))
                 .await
                 .map(|h| match h {
                     Some(doc) => json(&doc),
