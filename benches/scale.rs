@@ -581,8 +581,8 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
     // The monitor's first pass ran at readiness, over the few volumes
     // mounted by then: one asked for now checks them all, so this reading
     // holds the state the restarted daemon's does. The answer is one
-    // volume's: the whole store's would be built and freed just before the
-    // reading (about 34 MB of JSON at 50k), which no idle node does.
+    // volume's: the whole store's (tens of MB of JSON at 50k) would be
+    // built and freed just before the reading, which no idle node does.
     let spec = VolumeSpec::EmptyDir {
         medium: StorageMedium::Memory,
         size_limit: None,

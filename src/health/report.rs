@@ -188,8 +188,8 @@ pub struct HealthDoc {
 }
 
 /// The store as `/debug/health`: every volume, or `only` that one (none
-/// when it is not checked). One volume's costs O(log volumes): a node of
-/// 50,000 volumes answers the whole store in about 34 MB of JSON.
+/// when it is not checked). One volume's costs O(log volumes), where the
+/// whole store's document grows with the node.
 pub fn document(store: &Store, only: Option<&UniqueVolumeName>) -> HealthDoc {
     use std::ops::Bound::{Included, Unbounded};
     let bounds = only.map_or((Unbounded, Unbounded), |v| (Included(v), Included(v)));

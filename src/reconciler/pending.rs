@@ -17,11 +17,12 @@ pub const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest retry delay.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(122);
 
-/// A pass starts at most this many operations on a node of up to
-/// `STARTS_FLOOR × STARTS_SHARE` desired volumes,
+/// The operations a pass may start on a node of up to
+/// `STARTS_FLOOR × STARTS_SHARE` desired volumes ([`pass_budget`]).
 pub const STARTS_FLOOR: usize = 1024;
-/// and on a bigger one 1/this of them: a mass start of any size takes about
-/// this many passes at most, each O(volumes), so O(volumes) in all.
+/// On a bigger node a pass may start 1/this of its desired volumes: a mass
+/// start of any size takes about this many passes at most, each
+/// O(volumes), so O(volumes) in all.
 pub const STARTS_SHARE: usize = 16;
 
 /// How many operations a pass may start on a node that wants `desired`

@@ -22,9 +22,8 @@
 ///   trims ([`trim_malloc`]);
 /// - `background_thread:true`, `max_background_threads:1`: one thread of
 ///   jemalloc's own runs that decay. Without it decay advances only as
-///   later allocations come, so an idle daemon kept whatever a burst its
-///   trims do not follow had freed: at 50k volumes each `/debug/health`
-///   (a 34 MB document) left 10 to 20 MB more resident, call after call.
+///   later allocations come, so an idle daemon kept what a burst had freed
+///   unless one of its trims followed (an HTTP debug document does not).
 ///   The thread sleeps while nothing waits to be returned.
 ///
 /// `_RJEM_MALLOC_CONF` in the environment overrides any of them.
