@@ -588,9 +588,9 @@ fn run_size(env: &Env<'_>, n: usize, largest: bool) -> Option<Row> {
         size_limit: None,
     };
     let one = PodVolume::unique_name(&spec, &PodUid::new(uid(0)).expect("uid"), VOLUME);
-    let asked = format!(
-        "/debug/health?fresh=1&volume={}",
-        one.as_str().replace('/', "%2F")
+    let asked = volumed::server::client::with_query(
+        "/debug/health",
+        &[Some(("fresh", "1")), Some(("volume", one.as_str()))],
     );
     let (code, body) = d.get(&asked);
     if code != 200 || !body.contains(one.as_str()) {

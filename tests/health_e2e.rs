@@ -316,12 +316,15 @@ fn a_pod_volume_unmounted_outside_volumed_is_reported_vanished() {
         // the PV beside it is untouched
         assert_eq!(checked(&daemon, LOCAL_VOLUME)["health"]["abnormal"], false);
         // one volume asked for, over HTTP and through `volumed health`
-        let query = format!("/debug/health?fresh=1&volume={}", name.replace('/', "%2F"));
+        let query = volumed::server::client::with_query(
+            "/debug/health",
+            &[Some(("fresh", "1")), Some(("volume", &name))],
+        );
         let doc: Value = serde_json::from_str(&daemon.get(&query)).unwrap();
         let only = doc["volumes"].as_array().unwrap();
         assert_eq!(only.len(), 1, "{doc:#}");
         assert_eq!(only[0]["volume"], name.as_str(), "{doc:#}");
-        let out = std::process::Command::new(support::daemon::BIN)
+        let out = Command::new(support::daemon::BIN)
             .args(["health", "--format", "json", "--volume", LOCAL_VOLUME])
             .arg("--journal-dir")
             .arg(&env.journal)

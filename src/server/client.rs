@@ -252,8 +252,9 @@ pub fn ask_health(
     serde_json::from_slice(&body).map_err(|source| ClientError::Decode { addr, path, source })
 }
 
-/// `path` with the pairs given as its query string, encoded.
-fn with_query(path: &str, pairs: &[Option<(&str, &str)>]) -> String {
+/// `path` with the pairs given as its query string, encoded (a `None`
+/// pair is left out): how any caller asks the daemon's endpoints.
+pub fn with_query(path: &str, pairs: &[Option<(&str, &str)>]) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     query.extend_pairs(pairs.iter().flatten());
     match query.finish() {
