@@ -44,9 +44,9 @@
 //!   (`/debug/health?fresh=1&volume=`, answering for one volume; its first
 //!   pass, at readiness, saw few volumes), and on the restarted daemon
 //!   after its first pass (asked at readiness, with the ASW already
-//!   rebuilt from the checkpoint); at the largest size per volume, and the slope from the smallest size;
-//!   and **idle CPU** of the restarted daemon over 30 s (quick 3 s), as
-//!   `benches/daemon.rs` measures it.
+//!   rebuilt from the checkpoint); at the largest size per volume, and
+//!   the slope from the smallest size; and **idle CPU** of the restarted
+//!   daemon over 30 s (quick 3 s), as `benches/daemon.rs` measures it.
 //!
 //! Then: the table, per-size growth factors (each also per doubling of
 //! the node: it should be at most 2), `scale.csv` and `phases.csv` in
