@@ -170,13 +170,13 @@ fn in_parent<T>(
     rel: &Path,
     act: impl FnOnce(BorrowedFd<'_>, &OsStr) -> nix::Result<T>,
 ) -> Result<T, SysError> {
-    let path = base.join(rel);
-    let err = |e| SysError::call(call, &path, e);
+    // the full path only for an error: these calls are the mounts' hot path
+    let err = |e| SysError::call(call, &base.join(rel), e);
     let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
     let name = rel
         .file_name()
         .filter(|_| plain)
-        .ok_or(err(Errno::EINVAL))?;
+        .ok_or_else(|| err(Errno::EINVAL))?;
     match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
         None => act(fd, name).map_err(err),
         Some(parent) => {
@@ -191,7 +191,6 @@ fn in_parent<T>(
 
 /// `statx` of `rel` in the handle's directory, never following it.
 pub(super) fn stat(base: &Path, fd: BorrowedFd<'_>, rel: &Path) -> Result<FileStat, SysError> {
-    let path = base.join(rel);
     let st = in_parent(base, fd, Call::Stat, rel, |dir, name| {
         let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
         statx_at(
@@ -201,7 +200,7 @@ pub(super) fn stat(base: &Path, fd: BorrowedFd<'_>, rel: &Path) -> Result<FileSt
             libc::STATX_BASIC_STATS,
         )
     })?;
-    file_stat(&st, Call::Stat, &path)
+    file_stat(&st, Call::Stat, || base.join(rel))
 }
 
 /// `mkdirat` of `rel` (the umask applies, as for `mkdir_beneath`).
@@ -389,15 +388,15 @@ pub(super) fn list(fd: OwnedFd, path: &Path, call: Call) -> Result<Vec<DirEntry>
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         let os = OsString::from(OsStr::from_bytes(name.as_bytes()));
-        let entry_path = path.join(&os);
+        let entry_path = || path.join(&os);
         let st = statx_at(
             dir.as_raw_fd(),
             &name,
             libc::AT_SYMLINK_NOFOLLOW,
             libc::STATX_BASIC_STATS,
         )
-        .map_err(|e| SysError::call(Call::Stat, &entry_path, e))?;
-        let kind = file_stat(&st, Call::Stat, &entry_path)?.kind;
+        .map_err(|e| SysError::call(Call::Stat, &entry_path(), e))?;
+        let kind = file_stat(&st, Call::Stat, entry_path)?.kind;
         let other_dev =
             (st.stx_dev_major, st.stx_dev_minor) != (own.stx_dev_major, own.stx_dev_minor);
         let mount_root = mount_root_attr(&st).unwrap_or(other_dev) || other_dev;
@@ -644,10 +643,13 @@ mod tests {
                 assert_eq!(r.unwrap_err().errno(), Some(Errno::ELOOP), "{rel}");
             }
         }
+        // each error names the whole path it was about (made only then)
         let e = sys.stat_in(&h, p("ln/x")).unwrap_err();
         assert_eq!(e.errno(), Some(Errno::ELOOP));
+        assert_eq!(e.path(), Some(&*root.join("v/ln/x")));
         let e = sys.mkdir_in(&h, p("ln/x"), 0o750).unwrap_err();
         assert_eq!(e.errno(), Some(Errno::ELOOP));
+        assert_eq!(e.path(), Some(&*root.join("v/ln/x")));
         assert!(!root.join("v/d/x").exists());
         assert_eq!(mode(), 0o777, "nothing changed through the link");
         // a dir opened below the handle, and its own mode set through it
@@ -661,6 +663,7 @@ mod tests {
             assert_eq!(e.errno(), Some(Errno::EINVAL), "{rel:?}");
             let e = sys.mkdir_in(&h, p(rel), 0o700).unwrap_err();
             assert_eq!(e.errno(), Some(Errno::EINVAL), "{rel:?}");
+            assert_eq!(e.path(), Some(&*root.join("v").join(rel)), "{rel:?}");
         }
     }
 }

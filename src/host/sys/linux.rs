@@ -115,7 +115,7 @@ impl Sys for LinuxSys {
         let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
         let st = statx_at(libc::AT_FDCWD, &c, flags, libc::STATX_BASIC_STATS)
             .map_err(|e| SysError::call(Call::Stat, path, e))?;
-        file_stat(&st, Call::Stat, path)
+        file_stat(&st, Call::Stat, || path.to_owned())
     }
 
     fn mkdir(&self, path: &Path, m: u32) -> Result<(), SysError> {
@@ -139,7 +139,7 @@ impl Sys for LinuxSys {
             libc::STATX_BASIC_STATS,
         )
         .map_err(|e| SysError::call(Call::Stat, &path, e))?;
-        file_stat(&st, Call::Stat, &path)
+        file_stat(&st, Call::Stat, || path)
     }
 
     fn mkdir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {

@@ -5,7 +5,7 @@ use std::ffi::{CString, OsStr};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
@@ -56,10 +56,15 @@ pub(super) fn statx_at(
     Ok(unsafe { buf.assume_init() })
 }
 
-pub(super) fn file_stat(st: &libc::statx, call: Call, path: &Path) -> Result<FileStat, SysError> {
+/// The stat of `st`; `path` names the file in the error (made only then).
+pub(super) fn file_stat(
+    st: &libc::statx,
+    call: Call,
+    path: impl FnOnce() -> PathBuf,
+) -> Result<FileStat, SysError> {
     let m = u32::from(st.stx_mode);
     Ok(FileStat {
-        kind: kind_from_mode(m).ok_or_else(|| SysError::call(call, path, Errno::EINVAL))?,
+        kind: kind_from_mode(m).ok_or_else(|| SysError::call(call, &path(), Errno::EINVAL))?,
         dev: DevId {
             major: st.stx_dev_major,
             minor: st.stx_dev_minor,
