@@ -63,79 +63,115 @@ impl Layout {
     pub fn root(&self) -> &Path {
         &self.root
     }
+    /// `<root>/<parts>`, made in one allocation (as a chain of `join`s
+    /// would make it, which allocates a new path at each step; every mount
+    /// job builds several of these).
+    fn rooted(&self, parts: &[&str]) -> PathBuf {
+        let len = self.root.as_os_str().len() + parts.iter().map(|p| p.len() + 1).sum::<usize>();
+        let mut path = PathBuf::with_capacity(len);
+        path.push(&self.root);
+        for part in parts {
+            path.push(part);
+        }
+        path
+    }
     /// `<root>/pods`
     pub fn pods_dir(&self) -> PathBuf {
-        self.root.join(PODS)
+        self.rooted(&[PODS])
     }
     /// `<root>/pods/<uid>`
     pub fn pod_dir(&self, pod: &PodUid) -> PathBuf {
-        self.pods_dir().join(pod.as_str())
+        self.rooted(&[PODS, pod.as_str()])
     }
     /// `<root>/pods/<uid>/volumes`
     pub fn pod_volumes_dir(&self, pod: &PodUid) -> PathBuf {
-        self.pod_dir(pod).join(VOLUMES)
+        self.rooted(&[PODS, pod.as_str(), VOLUMES])
     }
     /// `<root>/pods/<uid>/volumes/<plugin~escaped>`
     pub fn pod_volume_plugin_dir(&self, pod: &PodUid, plugin: PluginName) -> PathBuf {
-        self.pod_volumes_dir(pod).join(plugin.escaped())
+        self.rooted(&[PODS, pod.as_str(), VOLUMES, &plugin.escaped()])
     }
     /// `<root>/pods/<uid>/volumes/<plugin~escaped>/<spec name>`; CSI adds `/mount`.
     pub fn pod_volume_dir(&self, pod: &PodUid, plugin: PluginName, spec_name: &str) -> PathBuf {
-        self.pod_volume_plugin_dir(pod, plugin).join(spec_name)
+        self.rooted(&[PODS, pod.as_str(), VOLUMES, &plugin.escaped(), spec_name])
     }
     /// The path the pod target is mounted at / set up in.
     pub fn pod_target_path(&self, pod: &PodUid, plugin: PluginName, spec_name: &str) -> PathBuf {
-        let dir = self.pod_volume_dir(pod, plugin, spec_name);
+        let (uid, escaped) = (pod.as_str(), plugin.escaped());
         if plugin == PluginName::Csi {
-            dir.join(CSI_POD_MOUNT)
+            self.rooted(&[PODS, uid, VOLUMES, &escaped, spec_name, CSI_POD_MOUNT])
         } else {
-            dir
+            self.rooted(&[PODS, uid, VOLUMES, &escaped, spec_name])
         }
     }
     /// `<root>/pods/<uid>/volumes/kubernetes.io~csi/<spec name>/vol_data.json`
     pub fn csi_pod_vol_data(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
-        self.pod_volume_dir(pod, PluginName::Csi, spec_name)
-            .join(VOL_DATA_FILE)
+        let escaped = PluginName::Csi.escaped();
+        self.rooted(&[
+            PODS,
+            pod.as_str(),
+            VOLUMES,
+            &escaped,
+            spec_name,
+            VOL_DATA_FILE,
+        ])
     }
     /// `<root>/pods/<uid>/plugins`
     pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {
-        self.pod_dir(pod).join(PLUGINS)
+        self.rooted(&[PODS, pod.as_str(), PLUGINS])
     }
     /// `<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/ready`
     pub fn empty_dir_ready_marker(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
-        self.pod_plugins_dir(pod)
-            .join(PluginName::EmptyDir.escaped())
-            .join(spec_name)
-            .join(READY_MARKER)
+        let escaped = PluginName::EmptyDir.escaped();
+        self.rooted(&[
+            PODS,
+            pod.as_str(),
+            PLUGINS,
+            &escaped,
+            spec_name,
+            READY_MARKER,
+        ])
     }
     /// `<root>/plugins/kubernetes.io`
     pub fn plugins_dir(&self) -> PathBuf {
-        self.root.join(PLUGINS).join(KUBERNETES_IO)
+        self.rooted(&[PLUGINS, KUBERNETES_IO])
     }
     /// Local PV device target: `<root>/plugins/kubernetes.io/local-volume/mounts/<pv>`.
     pub fn local_device_path(&self, pv_name: &str) -> PathBuf {
-        self.plugins_dir()
-            .join(PluginName::LocalVolume.short())
-            .join(LOCAL_MOUNTS)
-            .join(pv_name)
+        let short = PluginName::LocalVolume.short();
+        self.rooted(&[PLUGINS, KUBERNETES_IO, short, LOCAL_MOUNTS, pv_name])
     }
     /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`: the
     /// dir of a CSI device target and its `vol_data.json`.
     pub fn csi_device_dir(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        self.plugins_dir()
-            .join(PluginName::Csi.short())
-            .join(driver)
-            .join(handle_sha256_hex)
+        let short = PluginName::Csi.short();
+        self.rooted(&[PLUGINS, KUBERNETES_IO, short, driver, handle_sha256_hex])
     }
     /// CSI device target: `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`.
     pub fn csi_device_path(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        self.csi_device_dir(driver, handle_sha256_hex)
-            .join(CSI_GLOBAL_MOUNT)
+        let short = PluginName::Csi.short();
+        let parts = [
+            PLUGINS,
+            KUBERNETES_IO,
+            short,
+            driver,
+            handle_sha256_hex,
+            CSI_GLOBAL_MOUNT,
+        ];
+        self.rooted(&parts)
     }
     /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/vol_data.json`
     pub fn csi_device_vol_data(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        self.csi_device_dir(driver, handle_sha256_hex)
-            .join(VOL_DATA_FILE)
+        let short = PluginName::Csi.short();
+        let parts = [
+            PLUGINS,
+            KUBERNETES_IO,
+            short,
+            driver,
+            handle_sha256_hex,
+            VOL_DATA_FILE,
+        ];
+        self.rooted(&parts)
     }
     /// `<root>/plugins_registry`: where node-driver-registrar puts the
     /// registration socket of each plugin, as for the kubelet.
