@@ -149,29 +149,23 @@ impl Layout {
     }
     /// CSI device target: `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`.
     pub fn csi_device_path(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        let short = PluginName::Csi.short();
-        let parts = [
-            PLUGINS,
-            KUBERNETES_IO,
-            short,
-            driver,
-            handle_sha256_hex,
-            CSI_GLOBAL_MOUNT,
-        ];
-        self.rooted(&parts)
+        self.csi_device_entry(driver, handle_sha256_hex, CSI_GLOBAL_MOUNT)
     }
     /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/vol_data.json`
     pub fn csi_device_vol_data(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
+        self.csi_device_entry(driver, handle_sha256_hex, VOL_DATA_FILE)
+    }
+    /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/<leaf>`
+    fn csi_device_entry(&self, driver: &str, handle_sha256_hex: &str, leaf: &str) -> PathBuf {
         let short = PluginName::Csi.short();
-        let parts = [
+        self.rooted(&[
             PLUGINS,
             KUBERNETES_IO,
             short,
             driver,
             handle_sha256_hex,
-            VOL_DATA_FILE,
-        ];
-        self.rooted(&parts)
+            leaf,
+        ])
     }
     /// `<root>/plugins_registry`: where node-driver-registrar puts the
     /// registration socket of each plugin, as for the kubelet.
