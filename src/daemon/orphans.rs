@@ -242,7 +242,7 @@ fn clean_plugin_dirs(plugins: &Path, sys: &dyn Sys, left: &mut Vec<(PathBuf, Str
     };
     for p in list(plugins, left) {
         let pdir = plugins.join(&p.name);
-        if p.name != empty_dir.as_str() {
+        if p.name != empty_dir {
             left.push((
                 pdir,
                 "a plugin dir of a volume type volumed has no plugin for: left in place".into(),

@@ -214,8 +214,16 @@ impl PluginName {
     }
 
     /// The directory name under `pods/<uid>/volumes/`: `/` escaped as `~`.
-    pub fn escaped(self) -> String {
-        self.as_str().replace('/', "~")
+    /// Made once per plugin: every pod path names one.
+    pub fn escaped(self) -> &'static str {
+        static ESCAPED: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+            PluginName::ALL
+                .iter()
+                .map(|p| p.as_str().replace('/', "~"))
+                .collect()
+        });
+        // `ALL` lists the plugins in declaration order (a test checks it)
+        &ESCAPED[self as usize]
     }
 
     /// Parses a qualified name.
@@ -324,8 +332,10 @@ mod tests {
 
     #[test]
     fn plugin_names_escape_and_parse() {
-        for p in PluginName::ALL {
-            assert_eq!(PluginName::from_escaped(&p.escaped()), Some(p));
+        for (i, p) in PluginName::ALL.into_iter().enumerate() {
+            assert_eq!(p as usize, i, "ALL in declaration order");
+            assert_eq!(p.escaped(), p.as_str().replace('/', "~"));
+            assert_eq!(PluginName::from_escaped(p.escaped()), Some(p));
             assert_eq!(PluginName::parse(p.as_str()), Some(p));
         }
         assert_eq!(PluginName::EmptyDir.escaped(), "kubernetes.io~empty-dir");

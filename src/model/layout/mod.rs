@@ -63,11 +63,10 @@ impl Layout {
     pub fn root(&self) -> &Path {
         &self.root
     }
-    /// `<root>/<parts>`, made in one allocation (as a chain of `join`s
-    /// would make it, which allocates a new path at each step; every mount
-    /// job builds several of these).
-    fn rooted(&self, parts: &[&str]) -> PathBuf {
-        let len = self.root.as_os_str().len() + parts.iter().map(|p| p.len() + 1).sum::<usize>();
+    /// `<root>/<parts>`, made in one allocation, where a chain of `join`s
+    /// makes a new path at each step (every mount job builds several).
+    fn rooted<'a>(&self, parts: impl Iterator<Item = &'a str> + Clone) -> PathBuf {
+        let len = self.root.as_os_str().len() + parts.clone().map(|p| p.len() + 1).sum::<usize>();
         let mut path = PathBuf::with_capacity(len);
         path.push(&self.root);
         for part in parts {
@@ -75,97 +74,93 @@ impl Layout {
         }
         path
     }
+    /// `<root>/pods/<uid>/<parts>`
+    fn in_pod<'a>(&self, pod: &'a PodUid, parts: &[&'a str]) -> PathBuf {
+        self.rooted(
+            [PODS, pod.as_str()]
+                .into_iter()
+                .chain(parts.iter().copied()),
+        )
+    }
+    /// `<root>/pods/<uid>/volumes/<plugin~escaped>/<spec name>[/<leaf>]`
+    fn in_pod_volume(
+        &self,
+        pod: &PodUid,
+        plugin: PluginName,
+        spec_name: &str,
+        leaf: Option<&str>,
+    ) -> PathBuf {
+        let dir = [PODS, pod.as_str(), VOLUMES, plugin.escaped(), spec_name];
+        self.rooted(dir.into_iter().chain(leaf))
+    }
+    /// `<root>/plugins/kubernetes.io/<parts>`
+    fn in_plugins(&self, parts: &[&str]) -> PathBuf {
+        self.rooted(
+            [PLUGINS, KUBERNETES_IO]
+                .into_iter()
+                .chain(parts.iter().copied()),
+        )
+    }
     /// `<root>/pods`
     pub fn pods_dir(&self) -> PathBuf {
-        self.rooted(&[PODS])
+        self.rooted([PODS].into_iter())
     }
     /// `<root>/pods/<uid>`
     pub fn pod_dir(&self, pod: &PodUid) -> PathBuf {
-        self.rooted(&[PODS, pod.as_str()])
+        self.in_pod(pod, &[])
     }
     /// `<root>/pods/<uid>/volumes`
     pub fn pod_volumes_dir(&self, pod: &PodUid) -> PathBuf {
-        self.rooted(&[PODS, pod.as_str(), VOLUMES])
+        self.in_pod(pod, &[VOLUMES])
     }
     /// `<root>/pods/<uid>/volumes/<plugin~escaped>`
     pub fn pod_volume_plugin_dir(&self, pod: &PodUid, plugin: PluginName) -> PathBuf {
-        self.rooted(&[PODS, pod.as_str(), VOLUMES, &plugin.escaped()])
+        self.in_pod(pod, &[VOLUMES, plugin.escaped()])
     }
     /// `<root>/pods/<uid>/volumes/<plugin~escaped>/<spec name>`; CSI adds `/mount`.
     pub fn pod_volume_dir(&self, pod: &PodUid, plugin: PluginName, spec_name: &str) -> PathBuf {
-        self.rooted(&[PODS, pod.as_str(), VOLUMES, &plugin.escaped(), spec_name])
+        self.in_pod_volume(pod, plugin, spec_name, None)
     }
     /// The path the pod target is mounted at / set up in.
     pub fn pod_target_path(&self, pod: &PodUid, plugin: PluginName, spec_name: &str) -> PathBuf {
-        let (uid, escaped) = (pod.as_str(), plugin.escaped());
-        if plugin == PluginName::Csi {
-            self.rooted(&[PODS, uid, VOLUMES, &escaped, spec_name, CSI_POD_MOUNT])
-        } else {
-            self.rooted(&[PODS, uid, VOLUMES, &escaped, spec_name])
-        }
+        let mount = (plugin == PluginName::Csi).then_some(CSI_POD_MOUNT);
+        self.in_pod_volume(pod, plugin, spec_name, mount)
     }
     /// `<root>/pods/<uid>/volumes/kubernetes.io~csi/<spec name>/vol_data.json`
     pub fn csi_pod_vol_data(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
-        let escaped = PluginName::Csi.escaped();
-        self.rooted(&[
-            PODS,
-            pod.as_str(),
-            VOLUMES,
-            &escaped,
-            spec_name,
-            VOL_DATA_FILE,
-        ])
+        self.in_pod_volume(pod, PluginName::Csi, spec_name, Some(VOL_DATA_FILE))
     }
     /// `<root>/pods/<uid>/plugins`
     pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {
-        self.rooted(&[PODS, pod.as_str(), PLUGINS])
+        self.in_pod(pod, &[PLUGINS])
     }
     /// `<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/ready`
     pub fn empty_dir_ready_marker(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
         let escaped = PluginName::EmptyDir.escaped();
-        self.rooted(&[
-            PODS,
-            pod.as_str(),
-            PLUGINS,
-            &escaped,
-            spec_name,
-            READY_MARKER,
-        ])
+        self.in_pod(pod, &[PLUGINS, escaped, spec_name, READY_MARKER])
     }
     /// `<root>/plugins/kubernetes.io`
     pub fn plugins_dir(&self) -> PathBuf {
-        self.rooted(&[PLUGINS, KUBERNETES_IO])
+        self.in_plugins(&[])
     }
     /// Local PV device target: `<root>/plugins/kubernetes.io/local-volume/mounts/<pv>`.
     pub fn local_device_path(&self, pv_name: &str) -> PathBuf {
-        let short = PluginName::LocalVolume.short();
-        self.rooted(&[PLUGINS, KUBERNETES_IO, short, LOCAL_MOUNTS, pv_name])
+        self.in_plugins(&[PluginName::LocalVolume.short(), LOCAL_MOUNTS, pv_name])
     }
     /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`: the
     /// dir of a CSI device target and its `vol_data.json`.
     pub fn csi_device_dir(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        let short = PluginName::Csi.short();
-        self.rooted(&[PLUGINS, KUBERNETES_IO, short, driver, handle_sha256_hex])
+        self.in_plugins(&[PluginName::Csi.short(), driver, handle_sha256_hex])
     }
     /// CSI device target: `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`.
     pub fn csi_device_path(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        self.csi_device_entry(driver, handle_sha256_hex, CSI_GLOBAL_MOUNT)
+        let short = PluginName::Csi.short();
+        self.in_plugins(&[short, driver, handle_sha256_hex, CSI_GLOBAL_MOUNT])
     }
     /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/vol_data.json`
     pub fn csi_device_vol_data(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        self.csi_device_entry(driver, handle_sha256_hex, VOL_DATA_FILE)
-    }
-    /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/<leaf>`
-    fn csi_device_entry(&self, driver: &str, handle_sha256_hex: &str, leaf: &str) -> PathBuf {
         let short = PluginName::Csi.short();
-        self.rooted(&[
-            PLUGINS,
-            KUBERNETES_IO,
-            short,
-            driver,
-            handle_sha256_hex,
-            leaf,
-        ])
+        self.in_plugins(&[short, driver, handle_sha256_hex, VOL_DATA_FILE])
     }
     /// `<root>/plugins_registry`: where node-driver-registrar puts the
     /// registration socket of each plugin, as for the kubelet.
