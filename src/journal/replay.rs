@@ -148,7 +148,7 @@ pub struct Entry {
     /// `Arc<str>` is 16, keeps an entry in a smaller malloc class)
     pub boot_id: Arc<String>,
     /// reason of the last reconstruction decision, if any (a `SharedStr`,
-    /// 16 bytes, where a `String` made every entry a malloc size class
+    /// 8 bytes, where a `String` made every entry a malloc size class
     /// larger)
     pub reason: Option<SharedStr>,
 }

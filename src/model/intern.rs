@@ -14,7 +14,9 @@
 //! less correct.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
+
+use arcstr::ArcStr;
 
 use fxhash::FxHashSet;
 
@@ -41,17 +43,17 @@ const CAP: usize = 1 << 15;
 /// The names met, each once.
 #[derive(Default)]
 struct Names {
-    set: FxHashSet<Arc<str>>,
+    set: FxHashSet<ArcStr>,
 }
 
 impl Names {
     /// An equal name met before, else `s` made and remembered (while
     /// fewer than `cap` are).
-    fn get(&mut self, s: &str, cap: usize) -> Arc<str> {
+    fn get(&mut self, s: &str, cap: usize) -> ArcStr {
         if let Some(known) = self.set.get(s) {
             return known.clone();
         }
-        let made: Arc<str> = Arc::from(s);
+        let made = ArcStr::from(s);
         if self.set.len() < cap {
             self.set.insert(made.clone());
         }
@@ -99,14 +101,14 @@ impl Drop for Sharing {
 
 /// `s` as a shared name: an equal one met while sharing is on, else a new
 /// allocation (remembered while sharing is on).
-pub(super) fn name(s: &str) -> Arc<str> {
+pub(super) fn name(s: &str) -> ArcStr {
     if !ON.load(Ordering::Acquire) {
-        return Arc::from(s);
+        return ArcStr::from(s);
     }
     let i = fxhash::hash(s) % SHARDS;
     match lock(&TABLE[i]).as_mut() {
         Some(names) => names.get(s, CAP),
-        None => Arc::from(s),
+        None => ArcStr::from(s),
     }
 }
 
@@ -119,13 +121,13 @@ mod tests {
         let mut n = Names::default();
         let (a, b, c) = (n.get("uid-1", 2), n.get("uid-1", 2), n.get("uid-2", 2));
         assert_eq!((&*a, &*c), ("uid-1", "uid-2"));
-        assert!(Arc::ptr_eq(&a, &b), "an equal name made twice");
-        assert!(!Arc::ptr_eq(&a, &c));
-        assert!(Arc::ptr_eq(&c, &n.get("uid-2", 2)));
+        assert!(ArcStr::ptr_eq(&a, &b), "an equal name made twice");
+        assert!(!ArcStr::ptr_eq(&a, &c));
+        assert!(ArcStr::ptr_eq(&c, &n.get("uid-2", 2)));
         // full: a new name is made, not remembered
         let (d, e) = (n.get("uid-3", 2), n.get("uid-3", 2));
         assert_eq!((&*d, &*e), ("uid-3", "uid-3"));
-        assert!(!Arc::ptr_eq(&d, &e), "remembered past the cap");
+        assert!(!ArcStr::ptr_eq(&d, &e), "remembered past the cap");
         assert_eq!(n.set.len(), 2);
     }
 
@@ -137,11 +139,11 @@ mod tests {
         let first = begin();
         let second = begin();
         let (a, b) = (name("uid-intern-a"), name("uid-intern-a"));
-        assert!(Arc::ptr_eq(&a, &b));
+        assert!(ArcStr::ptr_eq(&a, &b));
         drop(first);
         let (c, d) = (name("uid-intern-b"), name("uid-intern-b"));
-        assert!(Arc::ptr_eq(&c, &d), "ended by the other's drop");
-        assert!(Arc::ptr_eq(&a, &name("uid-intern-a")));
+        assert!(ArcStr::ptr_eq(&c, &d), "ended by the other's drop");
+        assert!(ArcStr::ptr_eq(&a, &name("uid-intern-a")));
         drop(second);
     }
 }

@@ -3,8 +3,8 @@
 
 use super::shared::{SharedPath, SharedStr};
 use std::fmt;
-use std::sync::Arc;
 
+use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
 
 use super::ModelError;
@@ -17,13 +17,12 @@ pub const TMPFS: &str = "tmpfs";
 ///
 /// Shared: a volume's label is held by the DSW (twice), each pod's record,
 /// the ASW (twice) and the journal's parameters, and a clone is a count.
-/// An `Arc<String>`, not an `Arc<str>`, on purpose: a thin pointer, so an
-/// `Option` of it is 8 bytes and the ASW's three-way `SeLinuxState` 16
-/// (with SELinux off every one of them is empty, yet a wide pointer made
-/// each record holding them a malloc size class larger). Serialises as a
-/// string.
+/// A thin `ArcStr`, not an `Arc<str>`, on purpose: an `Option` of it is 8
+/// bytes and the ASW's three-way `SeLinuxState` 16 (with SELinux off every
+/// one of them is empty, yet a wide pointer made each record holding them
+/// a malloc size class larger). Serialises as a string.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SeLinuxContext(Arc<String>);
+pub struct SeLinuxContext(ArcStr);
 
 impl Serialize for SeLinuxContext {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -33,7 +32,7 @@ impl Serialize for SeLinuxContext {
 
 impl<'de> Deserialize<'de> for SeLinuxContext {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Self(Arc::new(s)))
+        String::deserialize(d).map(|s| Self(s.into()))
     }
 }
 
@@ -61,7 +60,7 @@ impl SeLinuxContext {
             out.push(':');
             out.push_str(&normalise_level(level).ok_or_else(bad)?);
         }
-        Ok(Self(Arc::new(out)))
+        Ok(Self(out.into()))
     }
     /// The normalised context.
     pub fn as_str(&self) -> &str {

@@ -3,8 +3,8 @@
 //! them.
 
 use std::fmt;
-use std::sync::Arc;
 
+use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
 
 use super::intern;
@@ -85,10 +85,11 @@ pub fn check_dns1123_label(what: &'static str, value: &str) -> Result<(), ModelE
 
 /// A pod's UID as the kubelet uses it for `pods/<uid>`.
 ///
-/// Shared (`Arc<str>`): reconstruction and the states copy a UID into every
-/// key and record of the pod's targets, and a clone is a count.
+/// Shared (a thin `ArcStr`, 8 bytes): reconstruction and the states copy a
+/// UID into every key and record of the pod's targets, and a clone is a
+/// count.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PodUid(Arc<str>);
+pub struct PodUid(ArcStr);
 
 impl Serialize for PodUid {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -262,9 +263,9 @@ impl fmt::Display for PluginName {
 /// - others: `<plugin>/<pod uid>-<spec name>`
 ///   (`kubernetes.io/empty-dir/1234-cache`).
 ///
-/// Shared (`Arc<str>`), as [`PodUid`]: a clone is a count.
+/// Shared (a thin `ArcStr`), as [`PodUid`]: a clone is a count.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct UniqueVolumeName(Arc<str>);
+pub struct UniqueVolumeName(ArcStr);
 
 impl Serialize for UniqueVolumeName {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

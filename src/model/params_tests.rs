@@ -158,7 +158,7 @@ fn hex_bytes(h: &str) -> Vec<u8> {
 #[test]
 fn a_target_without_the_rare_fields_has_no_box() {
     assert!(
-        size_of::<TargetParams>() <= 96,
+        size_of::<TargetParams>() <= 64,
         "{}",
         size_of::<TargetParams>()
     );

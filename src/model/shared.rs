@@ -1,18 +1,22 @@
-//! Shared (`Arc`) strings and paths: what several states hold per volume
-//! is one allocation, and a clone is a count.
+//! Shared strings and paths (counted, behind a thin pointer): what several
+//! states hold per volume is one allocation, and a clone is a count.
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
+use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
+use triomphe::ThinArc;
 
-/// A name shared by everything that holds it (`Arc<str>`): a volume's spec
+/// A name shared by everything that holds it (a thin `ArcStr`, 8 bytes where
+/// an `Arc<str>` is 16; an empty one allocates nothing): a volume's spec
 /// name and a pod's outer volume name live in the DSW, the jobs, the
 /// journal's state and the ASW, and a clone is a count. Reads as a `str`
 /// (`Deref`); serialises, and shows in `Debug` and `Display`, as one.
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SharedStr(Arc<str>);
+pub struct SharedStr(ArcStr);
 
 impl SharedStr {
     /// The name as a string.
@@ -140,12 +144,13 @@ impl<'de> Deserialize<'de> for SharedStr {
     }
 }
 
-/// A path shared by everything that holds it (`Arc<Path>`): a pod target's
-/// path lives in the job's parameters, the journal's state and the ASW, and
-/// a clone is a count. Reads as a [`Path`] (`Deref`); serialises, and shows
-/// in `Debug`, as one.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SharedPath(Arc<Path>);
+/// A path shared by everything that holds it (a thin `ThinArc` of its
+/// bytes, 8 bytes where an `Arc<Path>` is 16): a pod target's path lives in
+/// the job's parameters, the journal's state and the ASW, and a clone is a
+/// count. Reads as a [`Path`] (`Deref`); compares, hashes, serialises and
+/// shows in `Debug` as one.
+#[derive(Clone)]
+pub struct SharedPath(ThinArc<(), u8>);
 
 impl SharedPath {
     /// `path`, with `/` (the root of every whole-filesystem mount) one
@@ -163,37 +168,65 @@ impl SharedPath {
 impl std::ops::Deref for SharedPath {
     type Target = Path;
     fn deref(&self) -> &Path {
-        &self.0
+        Path::new(OsStr::from_bytes(&self.0.slice))
     }
 }
 
 impl AsRef<Path> for SharedPath {
     fn as_ref(&self) -> &Path {
-        &self.0
+        self
     }
 }
 
 impl std::borrow::Borrow<Path> for SharedPath {
     fn borrow(&self) -> &Path {
-        &self.0
+        self
+    }
+}
+
+// As a `Path` does (component-wise), so that a map keyed by it can be asked
+// with a `&Path` (`Borrow`).
+impl PartialEq for SharedPath {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for SharedPath {}
+
+impl PartialOrd for SharedPath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SharedPath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (**self).cmp(&**other)
+    }
+}
+
+impl std::hash::Hash for SharedPath {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (**self).hash(h)
     }
 }
 
 impl fmt::Debug for SharedPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(&**self, f)
     }
 }
 
 impl From<PathBuf> for SharedPath {
     fn from(p: PathBuf) -> Self {
-        Self(p.into())
+        p.as_path().into()
     }
 }
 
 impl From<&Path> for SharedPath {
     fn from(p: &Path) -> Self {
-        Self(p.into())
+        Self(ThinArc::from_header_and_slice((), p.as_os_str().as_bytes()))
     }
 }
 
@@ -211,7 +244,7 @@ impl From<&str> for SharedPath {
 
 impl Serialize for SharedPath {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        (**self).serialize(s)
     }
 }
 
@@ -247,5 +280,32 @@ mod tests {
         assert_eq!(bytes(&a), bytes(&b), "/ allocated twice");
         let sub = SharedPath::fs_root(Path::new("/sub"));
         assert_eq!(&*sub, Path::new("/sub"));
+    }
+
+    /// Thin: 8 bytes, and an `Option` of one too. A path reads back byte
+    /// for byte (UTF-8 or not), and compares and hashes as a `Path` does,
+    /// so a map keyed by shared paths answers a `&Path`.
+    #[test]
+    fn shared_names_and_paths_are_thin_and_a_path_behaves_as_one() {
+        use std::collections::{BTreeSet, HashSet};
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(size_of::<SharedStr>(), 8);
+        assert_eq!(size_of::<Option<SharedStr>>(), 8);
+        assert_eq!(size_of::<SharedPath>(), 8);
+        assert_eq!(size_of::<Option<SharedPath>>(), 8);
+
+        let odd = Path::new(OsStr::from_bytes(b"/var/lib/kubelet/pods/p/\xff\xfe"));
+        assert_eq!(&*SharedPath::from(odd), odd, "non-UTF-8 bytes kept");
+        assert_eq!(SharedPath::from(""), SharedPath::from(Path::new("")));
+
+        let (a, b) = (SharedPath::from("/a//b/"), SharedPath::from("/a/b"));
+        assert_eq!(a, b, "component-wise, as Path");
+        assert_eq!(a.as_os_str().as_bytes(), b"/a//b/", "bytes as given");
+        let hashed: HashSet<SharedPath> = [a.clone()].into();
+        assert!(hashed.contains(Path::new("/a/b")));
+        let sorted: BTreeSet<SharedPath> = ["/b", "/a/c", "/a"].map(SharedPath::from).into();
+        let order: Vec<&Path> = sorted.iter().map(|p| &**p).collect();
+        assert_eq!(order, [Path::new("/a"), Path::new("/a/c"), Path::new("/b")]);
+        assert!(sorted.contains(Path::new("/a/c")));
     }
 }
