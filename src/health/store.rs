@@ -18,14 +18,16 @@ pub struct PodName {
     pub outer_name: SharedStr,
 }
 
-/// The pods of a record: one inline (most volumes have one), else boxed.
-/// Reads as a slice.
+/// The pods of a record: one inline (most volumes have one), else boxed
+/// twice: a thin pointer fits beside the inline pod's UID, so the enum is
+/// 16 bytes, not 24, and eleven records fit a smaller node. Reads as a
+/// slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodNames {
     /// a volume one pod uses
     One(PodName),
     /// any other number of pods
-    Many(Box<[PodName]>),
+    Many(Box<Box<[PodName]>>),
 }
 
 impl std::ops::Deref for PodNames {
@@ -227,7 +229,7 @@ fn pod_names(pods: &[PodTarget]) -> PodNames {
     };
     match pods {
         [p] => PodNames::One(name(p)),
-        _ => PodNames::Many(pods.iter().map(name).collect()),
+        _ => PodNames::Many(Box::new(pods.iter().map(name).collect())),
     }
 }
 
@@ -275,7 +277,7 @@ mod tests {
             inodes_used: inodes[2],
         };
         let at = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
-        let names = PodNames::Many(Box::new([]));
+        let names = PodNames::Many(Box::new(Box::new([])));
         for usage in [
             None,
             Some(u([None; 3])),
@@ -310,7 +312,7 @@ mod tests {
         r.set_checked(at);
         assert_eq!(r.checked(), at);
         let slot = std::mem::size_of::<(UniqueVolumeName, Record)>();
-        assert!(8 + 11 * slot + 4 <= 1536, "{slot} bytes a slot");
+        assert!(8 + 11 * slot + 4 <= 1280, "{slot} bytes a slot");
     }
 
     /// A volume keeps its own condition while it is unchanged, else takes
