@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use arcstr::ArcStr;
-
 use fxhash::FxHashSet;
 
 /// Whether the table is on: read before taking a lock, so that names

@@ -144,10 +144,10 @@ impl<'de> Deserialize<'de> for SharedStr {
     }
 }
 
-/// A path shared by everything that holds it (a thin `ThinArc` of its
-/// bytes, 8 bytes where an `Arc<Path>` is 16): a pod target's path lives in
-/// the job's parameters, the journal's state and the ASW, and a clone is a
-/// count. Reads as a [`Path`] (`Deref`); compares, hashes, serialises and
+/// A path shared by everything that holds it (its bytes in a triomphe
+/// `ThinArc`, 8 bytes where an `Arc<Path>` is 16): a pod target's path
+/// lives in the job's parameters, the journal's state and the ASW, and a
+/// clone is a count. Reads as a [`Path`] (`Deref`); compares, hashes, serialises and
 /// shows in `Debug` as one.
 #[derive(Clone)]
 pub struct SharedPath(ThinArc<(), u8>);
