@@ -264,7 +264,7 @@ mod tests {
 
     /// A record gives back the usage and time it was given, each inode
     /// figure present or not on its own, and no usage as none; packed, it
-    /// stays small enough for eleven (with their keys) to fit a 1.5 KiB
+    /// stays small enough for eleven (with their keys) to fit a 1.25 KiB
     /// node.
     #[test]
     fn a_record_reads_back_its_usage_and_time() {

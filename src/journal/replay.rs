@@ -145,7 +145,7 @@ pub struct Entry {
     pub last_seq: u64,
     /// boot id of that record (shared: a journal's entries hold a handful
     /// of distinct boot ids; a thin `Arc` of a `String`, 8 bytes where an
-    /// `Arc<str>` is 16, keeps an entry in a smaller malloc class)
+    /// `Arc<str>` is 16)
     pub boot_id: Arc<String>,
     /// reason of the last reconstruction decision, if any (a `SharedStr`,
     /// 8 bytes, where a `String` made every entry a malloc size class

@@ -147,8 +147,8 @@ impl<'de> Deserialize<'de> for SharedStr {
 /// A path shared by everything that holds it (its bytes in a triomphe
 /// `ThinArc`, 8 bytes where an `Arc<Path>` is 16): a pod target's path
 /// lives in the job's parameters, the journal's state and the ASW, and a
-/// clone is a count. Reads as a [`Path`] (`Deref`); compares, hashes, serialises and
-/// shows in `Debug` as one.
+/// clone is a count. Reads as a [`Path`] (`Deref`); compares, hashes,
+/// serialises and shows in `Debug` as one.
 #[derive(Clone)]
 pub struct SharedPath(ThinArc<(), u8>);
 
@@ -283,29 +283,38 @@ mod tests {
     }
 
     /// Thin: 8 bytes, and an `Option` of one too. A path reads back byte
-    /// for byte (UTF-8 or not), and compares and hashes as a `Path` does,
-    /// so a map keyed by shared paths answers a `&Path`.
+    /// for byte (UTF-8 or not), and compares, orders and hashes as a `Path`
+    /// does (component-wise), so a map keyed by shared paths answers a
+    /// `&Path`.
     #[test]
     fn shared_names_and_paths_are_thin_and_a_path_behaves_as_one() {
+        use crate::model::{PodUid, SeLinuxContext, UniqueVolumeName};
         use std::collections::{BTreeSet, HashSet};
-        use std::os::unix::ffi::OsStrExt;
-        assert_eq!(size_of::<SharedStr>(), 8);
         assert_eq!(size_of::<Option<SharedStr>>(), 8);
-        assert_eq!(size_of::<SharedPath>(), 8);
         assert_eq!(size_of::<Option<SharedPath>>(), 8);
+        assert_eq!(size_of::<Option<PodUid>>(), 8);
+        assert_eq!(size_of::<Option<UniqueVolumeName>>(), 8);
+        assert_eq!(size_of::<Option<SeLinuxContext>>(), 8);
 
         let odd = Path::new(OsStr::from_bytes(b"/var/lib/kubelet/pods/p/\xff\xfe"));
-        assert_eq!(&*SharedPath::from(odd), odd, "non-UTF-8 bytes kept");
-        assert_eq!(SharedPath::from(""), SharedPath::from(Path::new("")));
+        assert_eq!(
+            SharedPath::from(odd).as_os_str().as_bytes(),
+            odd.as_os_str().as_bytes()
+        );
+        assert!(SharedPath::from("").as_os_str().is_empty());
 
         let (a, b) = (SharedPath::from("/a//b/"), SharedPath::from("/a/b"));
         assert_eq!(a, b, "component-wise, as Path");
         assert_eq!(a.as_os_str().as_bytes(), b"/a//b/", "bytes as given");
         let hashed: HashSet<SharedPath> = [a.clone()].into();
         assert!(hashed.contains(Path::new("/a/b")));
-        let sorted: BTreeSet<SharedPath> = ["/b", "/a/c", "/a"].map(SharedPath::from).into();
+        // by bytes `/a-b` sorts before `/a/b` ('-' < '/'); by components
+        // `a` < `a-b`, so `/a/b` comes first
+        let sorted: BTreeSet<SharedPath> =
+            ["/b", "/a-b", "/a/b", "/a"].map(SharedPath::from).into();
         let order: Vec<&Path> = sorted.iter().map(|p| &**p).collect();
-        assert_eq!(order, [Path::new("/a"), Path::new("/a/c"), Path::new("/b")]);
-        assert!(sorted.contains(Path::new("/a/c")));
+        let want = ["/a", "/a/b", "/a-b", "/b"].map(Path::new);
+        assert_eq!(order, want);
+        assert!(sorted.contains(Path::new("/a//b")));
     }
 }

@@ -178,7 +178,8 @@ pub struct Sources {
     /// again while the objects are unchanged too). Keyed by file name (the
     /// manifests are the pods dir's direct children) and hashed, as the
     /// listings' signatures are: one entry per pod, so its size is memory
-    /// per volume (a full path and a 40-byte signature were twice this)
+    /// per volume (a full path and a 40-byte signature were more than twice
+    /// this)
     last_good: BTreeMap<Box<OsStr>, (u64, PodUid)>,
     /// the pods the DSW was last told about, by fingerprint
     current: BTreeMap<PodUid, u64>,
