@@ -75,12 +75,8 @@ impl Layout {
         path
     }
     /// `<root>/pods/<uid>/<parts>`
-    fn in_pod<'a>(&self, pod: &'a PodUid, parts: &[&'a str]) -> PathBuf {
-        self.rooted(
-            [PODS, pod.as_str()]
-                .into_iter()
-                .chain(parts.iter().copied()),
-        )
+    fn in_pod<'a>(&self, pod: &'a PodUid, parts: impl Iterator<Item = &'a str> + Clone) -> PathBuf {
+        self.rooted([PODS, pod.as_str()].into_iter().chain(parts))
     }
     /// `<root>/pods/<uid>/volumes/<plugin~escaped>/<spec name>[/<leaf>]`
     fn in_pod_volume(
@@ -90,16 +86,17 @@ impl Layout {
         spec_name: &str,
         leaf: Option<&str>,
     ) -> PathBuf {
-        let dir = [PODS, pod.as_str(), VOLUMES, plugin.escaped(), spec_name];
-        self.rooted(dir.into_iter().chain(leaf))
+        let dir = [VOLUMES, plugin.escaped(), spec_name];
+        self.in_pod(pod, dir.into_iter().chain(leaf))
+    }
+    /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>[/<leaf>]`
+    fn in_csi_device(&self, driver: &str, handle_sha256_hex: &str, leaf: Option<&str>) -> PathBuf {
+        let dir = [PluginName::Csi.short(), driver, handle_sha256_hex];
+        self.in_plugins(dir.into_iter().chain(leaf))
     }
     /// `<root>/plugins/kubernetes.io/<parts>`
-    fn in_plugins(&self, parts: &[&str]) -> PathBuf {
-        self.rooted(
-            [PLUGINS, KUBERNETES_IO]
-                .into_iter()
-                .chain(parts.iter().copied()),
-        )
+    fn in_plugins<'a>(&self, parts: impl Iterator<Item = &'a str> + Clone) -> PathBuf {
+        self.rooted([PLUGINS, KUBERNETES_IO].into_iter().chain(parts))
     }
     /// `<root>/pods`
     pub fn pods_dir(&self) -> PathBuf {
@@ -107,15 +104,15 @@ impl Layout {
     }
     /// `<root>/pods/<uid>`
     pub fn pod_dir(&self, pod: &PodUid) -> PathBuf {
-        self.in_pod(pod, &[])
+        self.in_pod(pod, std::iter::empty())
     }
     /// `<root>/pods/<uid>/volumes`
     pub fn pod_volumes_dir(&self, pod: &PodUid) -> PathBuf {
-        self.in_pod(pod, &[VOLUMES])
+        self.in_pod(pod, [VOLUMES].into_iter())
     }
     /// `<root>/pods/<uid>/volumes/<plugin~escaped>`
     pub fn pod_volume_plugin_dir(&self, pod: &PodUid, plugin: PluginName) -> PathBuf {
-        self.in_pod(pod, &[VOLUMES, plugin.escaped()])
+        self.in_pod(pod, [VOLUMES, plugin.escaped()].into_iter())
     }
     /// `<root>/pods/<uid>/volumes/<plugin~escaped>/<spec name>`; CSI adds `/mount`.
     pub fn pod_volume_dir(&self, pod: &PodUid, plugin: PluginName, spec_name: &str) -> PathBuf {
@@ -132,35 +129,33 @@ impl Layout {
     }
     /// `<root>/pods/<uid>/plugins`
     pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {
-        self.in_pod(pod, &[PLUGINS])
+        self.in_pod(pod, [PLUGINS].into_iter())
     }
     /// `<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/ready`
     pub fn empty_dir_ready_marker(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
         let escaped = PluginName::EmptyDir.escaped();
-        self.in_pod(pod, &[PLUGINS, escaped, spec_name, READY_MARKER])
+        self.in_pod(pod, [PLUGINS, escaped, spec_name, READY_MARKER].into_iter())
     }
     /// `<root>/plugins/kubernetes.io`
     pub fn plugins_dir(&self) -> PathBuf {
-        self.in_plugins(&[])
+        self.in_plugins(std::iter::empty())
     }
     /// Local PV device target: `<root>/plugins/kubernetes.io/local-volume/mounts/<pv>`.
     pub fn local_device_path(&self, pv_name: &str) -> PathBuf {
-        self.in_plugins(&[PluginName::LocalVolume.short(), LOCAL_MOUNTS, pv_name])
+        self.in_plugins([PluginName::LocalVolume.short(), LOCAL_MOUNTS, pv_name].into_iter())
     }
     /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`: the
     /// dir of a CSI device target and its `vol_data.json`.
     pub fn csi_device_dir(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        self.in_plugins(&[PluginName::Csi.short(), driver, handle_sha256_hex])
+        self.in_csi_device(driver, handle_sha256_hex, None)
     }
     /// CSI device target: `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`.
     pub fn csi_device_path(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        let short = PluginName::Csi.short();
-        self.in_plugins(&[short, driver, handle_sha256_hex, CSI_GLOBAL_MOUNT])
+        self.in_csi_device(driver, handle_sha256_hex, Some(CSI_GLOBAL_MOUNT))
     }
     /// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/vol_data.json`
     pub fn csi_device_vol_data(&self, driver: &str, handle_sha256_hex: &str) -> PathBuf {
-        let short = PluginName::Csi.short();
-        self.in_plugins(&[short, driver, handle_sha256_hex, VOL_DATA_FILE])
+        self.in_csi_device(driver, handle_sha256_hex, Some(VOL_DATA_FILE))
     }
     /// `<root>/plugins_registry`: where node-driver-registrar puts the
     /// registration socket of each plugin, as for the kubelet.
