@@ -47,19 +47,27 @@ impl Journal {
             through,
             &record::encode(&ck),
         );
+        self.check_open()?;
         checkpoint_file::write(&self.dir, &value)?;
         drop(value);
-        self.flush_or_close()?;
+        self.flush_or_degrade()?;
         crate::failpoint::hit("checkpoint.mid");
         let mut dropped = 0;
-        for key in self.records.range(..=through.to_be_bytes()).keys() {
-            let key = key.map_err(|e| write_err("record drop", e))?;
-            self.records
-                .remove(key)
-                .map_err(|e| write_err("record drop", e))?;
-            dropped += 1;
+        {
+            let store = self.store();
+            let records = &store
+                .as_ref()
+                .ok_or_else(|| self.unwritable("the journal's files are closed".into()))?
+                .records;
+            for key in records.range(..=through.to_be_bytes()).keys() {
+                let key = key.map_err(|e| write_err("record drop", e))?;
+                records
+                    .remove(key)
+                    .map_err(|e| write_err("record drop", e))?;
+                dropped += 1;
+            }
         }
-        self.flush_or_close()?;
+        self.flush_or_degrade()?;
         Ok(CheckpointReport {
             through_seq: through,
             entries: ck.entries.len(),
@@ -97,20 +105,40 @@ impl Journal {
             });
         let mut tail = Vec::new();
         let mut corruption = None;
-        for kv in self.records.iter() {
-            let (k, v) = kv.map_err(read_err)?;
-            let Ok(key) = <[u8; 8]>::try_from(k.as_ref()) else {
-                continue;
-            };
-            let seq = u64::from_be_bytes(key);
-            if checkpoint.as_ref().is_some_and(|c| seq <= c.through_seq) {
-                continue;
+        let unwritable = self.commit.failure().is_some();
+        if let Some(store) = self.store().as_ref() {
+            for kv in store.records.iter() {
+                let (k, v) = match kv {
+                    Ok(kv) => kv,
+                    // sled refuses reads too after a failed write: the
+                    // records it holds are in memory as well (below)
+                    Err(_) if unwritable => break,
+                    Err(e) => return Err(read_err(e)),
+                };
+                let Ok(key) = <[u8; 8]>::try_from(k.as_ref()) else {
+                    continue;
+                };
+                let seq = u64::from_be_bytes(key);
+                if checkpoint.as_ref().is_some_and(|c| seq <= c.through_seq) {
+                    continue;
+                }
+                match record::open_record(self.journal_id, seq, &v) {
+                    Ok(r) => tail.push(r),
+                    Err(reason) => {
+                        corruption = Some(Corruption { seq, reason });
+                        break;
+                    }
+                }
             }
-            match record::open_record(self.journal_id, seq, &v) {
-                Ok(r) => tail.push(r),
-                Err(reason) => {
-                    corruption = Some(Corruption { seq, reason });
-                    break;
+        }
+        // Records not yet durable (every one since a failed write) are
+        // shown from memory, where the recovery will write them from.
+        let last = tail.last().map_or(0, |r: &super::Record| r.seq);
+        if corruption.is_none() {
+            let unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
+            for (seq, v) in unsynced.iter().filter(|(seq, _)| *seq > last) {
+                if let Ok(r) = record::open_record(self.journal_id, *seq, v) {
+                    tail.push(r);
                 }
             }
         }
@@ -143,10 +171,13 @@ impl Journal {
     /// once, at most what each later start saves. 0 otherwise, or when the
     /// first record cannot be read.
     pub fn long_tail(&self) -> u64 {
-        let Ok(Some((first, _))) = self.records.first() else {
-            return 0;
+        // the store's guard is let go before the writer's lock is taken:
+        // an insert takes them the other way round
+        let first = match self.store().as_ref().map(|s| s.records.first()) {
+            Some(Ok(Some((first, _)))) => <[u8; 8]>::try_from(first.as_ref()).ok(),
+            _ => None,
         };
-        let Ok(first) = <[u8; 8]>::try_from(first.as_ref()).map(u64::from_be_bytes) else {
+        let Some(first) = first.map(u64::from_be_bytes) else {
             return 0;
         };
         let (last, targets) = {
@@ -188,7 +219,7 @@ pub(super) fn snapshot_log(dir: &Path) {
     // the drop that stopped it
     for _ in 0..SNAPSHOT_LOCK_TRIES {
         match &opened {
-            Err(e) if e.contains("could not acquire lock") => {
+            Err(e) if e.is_locked() => {
                 std::thread::sleep(std::time::Duration::from_millis(2));
                 opened = open();
             }

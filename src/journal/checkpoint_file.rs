@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::JournalError;
-use super::contain::contain;
+use super::contain::{Failed, contain};
 use super::envelope::{self, Kind};
 use super::record;
 use super::replay::JournalState;
@@ -91,7 +91,7 @@ impl Stored<'_> {
         &self,
         records: &sled::Tree,
         quarantine: &sled::Tree,
-    ) -> Result<Option<Found>, String> {
+    ) -> Result<Option<Found>, Failed> {
         let Some(v) = self.envelope()? else {
             return Ok(
                 dropped_without_checkpoint(records, quarantine).map(|first| {
@@ -114,13 +114,13 @@ impl Stored<'_> {
     /// The stored envelope: the file from schema 4 on; before, the tree's
     /// value, or the file when a migration to 4 was cut short after
     /// removing it (an inspection reads such a journal unmigrated).
-    fn envelope(&self) -> Result<Option<Vec<u8>>, String> {
+    fn envelope(&self) -> Result<Option<Vec<u8>>, Failed> {
         if let Some(tree) = self.legacy.filter(|_| self.schema < 4)
             && let Some(v) = contain(|| tree.get(CHECKPOINT_KEY))?
         {
             return Ok(Some(v.to_vec()));
         }
-        read(self.dir).map_err(|e| format!("read {FILE}: {e}"))
+        read(self.dir).map_err(|e| Failed::Sled(sled::Error::Io(e)))
     }
 }
 

@@ -7,9 +7,12 @@
 //! everyone. Every record inserted before a flush starts is covered by it, so
 //! N concurrent appenders share far fewer than N flushes.
 //!
-//! A failed flush is fatal: the error is kept, every waiting and later
-//! appender gets it, and nothing is retried (after a failed write-back Linux
-//! may have marked the pages clean; a retry would "succeed" with data lost).
+//! A failed flush is kept: every waiting and later appender gets it, and
+//! no flush is tried again on the same files (after a failed write-back
+//! Linux may have marked the pages clean; a second `fdatasync` would
+//! "succeed" with data lost). Only [`GroupCommit::recover`] clears it,
+//! with the journal's files reopened and every record not yet durable
+//! written again (`super::recover`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -63,11 +66,44 @@ impl GroupCommit {
         self.lock().failed.clone()
     }
 
-    /// Marks the journal closed after a flush outside the group commit failed.
+    /// Marks the journal unwritable after a write or a flush outside the
+    /// group commit failed.
     pub fn fail(&self, reason: String) {
         let mut st = self.lock();
         st.failed.get_or_insert(reason);
         self.cv.notify_all();
+    }
+
+    /// Runs `rewrite` (which makes every record inserted durable again and
+    /// returns the last one) in place of a flush, once no flush runs, when
+    /// a failure is kept: on success the failure is cleared and the
+    /// watermark raised, and waiters go on. `Ok(false)`: nothing had failed.
+    pub fn recover(&self, rewrite: impl FnOnce() -> Result<u64, String>) -> Result<bool, String> {
+        let mut st = self.lock();
+        while st.flushing {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        if st.failed.is_none() {
+            return Ok(false);
+        }
+        st.flushing = true;
+        drop(st);
+        let result = rewrite();
+        let mut st = self.lock();
+        st.flushing = false;
+        let out = match result {
+            Ok(through) => {
+                st.synced_through = st.synced_through.max(through);
+                st.failed = None;
+                Ok(true)
+            }
+            Err(e) => {
+                st.failed = Some(e.clone());
+                Err(e)
+            }
+        };
+        self.cv.notify_all();
+        out
     }
 
     /// Returns once `seq` is durable. `inserted_through` reads the highest
@@ -158,7 +194,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_flush_is_fatal_for_everyone_after() {
+    fn a_failed_flush_holds_for_everyone_after_until_a_recovery() {
         let gc = GroupCommit::new(0);
         let err = gc
             .wait_durable(1, || 1, |_| Err("eio".to_owned()))
@@ -167,5 +203,18 @@ mod tests {
         assert_eq!(gc.wait_durable(2, || 2, |_| Ok(())).unwrap_err(), "eio");
         assert_eq!(gc.flush_count(), 1, "a failed flush is never retried");
         assert_eq!(gc.failure().as_deref(), Some("eio"));
+        // a recovery that fails keeps the journal unwritable, with its reason
+        assert_eq!(gc.recover(|| Err("enospc".into())), Err("enospc".into()));
+        assert_eq!(gc.failure().as_deref(), Some("enospc"));
+        assert_eq!(gc.wait_durable(2, || 2, |_| Ok(())).unwrap_err(), "enospc");
+        // one that rewrites through 2 makes 1 and 2 durable
+        assert_eq!(gc.recover(|| Ok(2)), Ok(true));
+        assert_eq!((gc.failure(), gc.synced_through()), (None, 2));
+        gc.wait_durable(2, || 2, |_| panic!("2 is durable: no flush"))
+            .unwrap();
+        gc.wait_durable(3, || 3, |_| Ok(())).unwrap();
+        assert_eq!(gc.synced_through(), 3);
+        // with nothing failed there is nothing to recover
+        assert_eq!(gc.recover(|| panic!("not called")), Ok(false));
     }
 }

@@ -133,11 +133,27 @@ pub(super) fn sled_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// The free bytes of `journal`'s filesystem when they are too few for a
+/// copy of `size` bytes, `None` when the copy fits: it may take at most
+/// half of what is free, and must leave [`KEEP_FREE`], so that sled's open
+/// and the writes after it still find room. Unknown free space: the copy
+/// is tried.
+fn room_for_copy(journal: &Path, size: u64) -> Option<u64> {
+    let v = nix::sys::statvfs::statvfs(journal).ok()?;
+    let free = v.blocks_available().saturating_mul(v.fragment_size());
+    let fits = size.saturating_mul(2).saturating_add(KEEP_FREE) <= free;
+    (!fits).then_some(free)
+}
+
+/// What the as-found copy leaves free on the journal's filesystem.
+const KEEP_FREE: u64 = 8 << 20;
+
 impl AsFound {
     /// Copies the files of `journal` as found ([`found_files`]) to
-    /// `<journal>/as-found/`. A copy
-    /// that fails is logged and skipped: the daemon must start even on a
-    /// full disk; only the evidence of a later damage would be lost.
+    /// `<journal>/as-found/`. A copy with no room for it
+    /// ([`room_for_copy`]) is not tried, one that fails is removed; both
+    /// are logged and skipped: the daemon must start even on a full disk;
+    /// only the evidence of a later damage would be lost.
     /// An inspection uses its own name, so a `dump` beside a starting
     /// daemon never removes the daemon's copy.
     /// A daemon takes none when the files are exactly what its last clean
@@ -153,18 +169,37 @@ impl AsFound {
         } else {
             AS_FOUND
         });
+        let _ = std::fs::remove_dir_all(&dir);
+        let files = match found_files(journal) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(path = %journal.display(), "list the journal's files to copy them before opening it: {e}");
+                return None;
+            }
+        };
+        let size: u64 = files
+            .iter()
+            .filter_map(|rel| std::fs::metadata(journal.join(rel)).ok())
+            .map(|m| m.len())
+            .sum();
+        if let Some(free) = room_for_copy(journal, size) {
+            tracing::warn!(path = %dir.display(), bytes = size, free,
+                "no room for a copy of the journal's files before opening it: skipped (only the evidence of a damage found by this open would be lost)");
+            return None;
+        }
         let copy = || -> std::io::Result<()> {
-            let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(dir.join("blobs"))?;
-            for rel in found_files(journal)? {
-                std::fs::copy(journal.join(&rel), dir.join(&rel))?;
+            for rel in &files {
+                std::fs::copy(journal.join(rel), dir.join(rel))?;
             }
             Ok(())
         };
         match copy() {
             Ok(()) => Some(AsFound { dir }),
             Err(e) => {
-                tracing::warn!(path = %dir.display(), "copy the journal's files before opening it: {e}");
+                // a partial copy only takes the room the journal needs
+                let _ = std::fs::remove_dir_all(&dir);
+                tracing::warn!(path = %dir.display(), "copy the journal's files before opening it: {e}; skipped");
                 None
             }
         }

@@ -93,13 +93,26 @@ pub enum JournalError {
         /// the cause
         source: std::io::Error,
     },
-    /// a flush failed; the journal accepts nothing more and the daemon must exit
-    #[error("flush journal {path} failed, the journal is closed: {reason}")]
+    /// a write or flush failed: nothing that needs a durable record goes
+    /// on until [`Journal::recover`](super::Journal::recover) writes again
+    #[error("journal {path} cannot be written ({reason}); no operation starts until it can")]
     Flush {
         /// the dir
         path: PathBuf,
         /// the cause
         reason: String,
+    },
+    /// the host refused the journal's files (no space, a read-only or
+    /// failing disk, no descriptors): nothing was moved aside or dropped,
+    /// the journal is as it was for the next open
+    #[error("journal {path} cannot be opened: {step}: {cause}; nothing was moved aside or lost")]
+    Unavailable {
+        /// the dir
+        path: PathBuf,
+        /// what the open was doing
+        step: String,
+        /// the host's error (printed inline, once: not a `source`)
+        cause: std::io::Error,
     },
 }
 
@@ -118,8 +131,42 @@ pub enum Category {
     Busy,
     /// there is no journal
     NotFound,
-    /// an I/O error; a failed flush is fatal
+    /// an I/O error: the journal is intact, the host refused a write or
+    /// an open ([`environmental`]), or a flush failed (recoverable)
     Io,
+}
+
+/// Whether `e` is the host refusing (no space or quota, a read-only or
+/// failing disk, no permission, no descriptors or memory): an error that
+/// says nothing about the journal's bytes, so it never moves the journal
+/// aside. Errors without an errno (a short read, invalid data) are the
+/// file's content and are judged as damage by the caller.
+pub fn environmental(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    let Some(n) = e.raw_os_error() else {
+        return false;
+    };
+    matches!(
+        Errno::from_raw(n),
+        Errno::ENOSPC
+            | Errno::EDQUOT
+            | Errno::EIO
+            | Errno::EROFS
+            | Errno::EACCES
+            | Errno::EPERM
+            | Errno::EMFILE
+            | Errno::ENFILE
+            | Errno::ENOMEM
+    )
+}
+
+/// The errno's name (`ENOSPC`) of an I/O error, `other` without one: the
+/// label of `volumed_journal_write_errors_total`.
+pub fn errno_name(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => format!("{:?}", nix::errno::Errno::from_raw(n)),
+        None => "other".to_owned(),
+    }
 }
 
 impl JournalError {

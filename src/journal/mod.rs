@@ -41,8 +41,12 @@
 //! shortfall is reported, not fatal.
 //!
 //! Concurrent appenders share flushes ([`commit`]): one flush covers every
-//! record inserted before it started. A failed flush is fatal: the journal
-//! refuses every later append and the daemon must exit and reconstruct.
+//! record inserted before it started. A failed write or flush (a full or
+//! read-only disk, EIO) leaves the journal unwritable, not closed: nothing
+//! that needs a durable record (an intent, a forget) is accepted, records
+//! appended without waiting (outcomes) are kept in memory, and
+//! [`Journal::recover`] reopens sled's files as the disk holds them and
+//! writes every record not yet durable again from memory ([`recover`]).
 //!
 //! # Recovery
 //!
@@ -69,21 +73,23 @@ mod error;
 mod open;
 pub mod ops;
 pub mod record;
+mod recover;
 pub mod replay;
 pub mod watermark;
 
 #[path = "../../migrations/mod.rs"]
 pub mod migrations;
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use checkpoint::{CheckpointReport, LONG_TAIL_FROM};
 pub use checkpoint_file::{FILE as CHECKPOINT_FILE, TMP as CHECKPOINT_TMP};
 pub use damage::{Damage, MovedAside};
-pub use error::{Category, JournalError};
+pub use error::{Category, JournalError, environmental, errno_name};
 pub use open::{CheckpointInfo, Corruption, Replay};
 pub use ops::{Announced, Decided, DurableIntent, Permit};
 pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
@@ -91,6 +97,7 @@ pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey
 use commit::GroupCommit;
 use envelope::Kind;
 use record::RecordV3;
+use recover::{Store, WriteErrors};
 use watermark::{Acked, Watermark};
 
 /// The journal layout version this build writes (`meta/schema_version`).
@@ -175,15 +182,22 @@ struct Writer {
 /// An open journal. `Send + Sync`: share it behind an `Arc`.
 pub struct Journal {
     dir: PathBuf,
-    db: sled::Db,
-    records: sled::Tree,
+    /// sled's handles and its log file; `None` between a failed write and
+    /// the [`Journal::recover`] that reopens them
+    store: RwLock<Option<Store>>,
+    /// sled's cache capacity, to reopen with
+    cache_capacity: u64,
     journal_id: u64,
     boot_id: String,
     writer: Mutex<Writer>,
     inserted_through: AtomicU64,
     commit: GroupCommit,
-    /// sled's log file (`<dir>/db`), made durable after each sled flush
-    log_file: std::fs::File,
+    /// every record inserted and not yet durable, sealed, in order: what
+    /// a recovery writes again (sled's own copy may be lost with a failed
+    /// write, or read back from pages the disk never took)
+    unsynced: Mutex<VecDeque<(u64, sled::IVec)>>,
+    /// failed writes and flushes by errno, since the open
+    write_errors: WriteErrors,
     watermark: Watermark,
     checkpoint_lock: Mutex<()>,
     /// what `open` found kept aside (the report does not change while open)
@@ -197,18 +211,6 @@ impl std::fmt::Debug for Journal {
             .field("journal_id", &self.journal_id)
             .finish_non_exhaustive()
     }
-}
-
-/// sled's log file, opened to `fdatasync` it after each flush; and the
-/// journal dir synced once, so the files sled and the watermark created
-/// are there after a power cut too.
-fn durable_log_file(dir: &std::path::Path) -> Result<std::fs::File, JournalError> {
-    let durable = |path: PathBuf| move |source| JournalError::Durable { path, source };
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(durable(dir.to_path_buf()))?;
-    let log = dir.join("db");
-    std::fs::File::open(&log).map_err(durable(log))
 }
 
 impl Journal {
@@ -260,6 +262,21 @@ impl Journal {
         self.commit.synced_through()
     }
 
+    /// sled's handles, `None` while a failed write waits for a recovery.
+    fn store(&self) -> RwLockReadGuard<'_, Option<Store>> {
+        // a panic under the write lock leaves `None` or a whole store
+        self.store.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error for a call that needs the journal written now while it
+    /// cannot be.
+    fn unwritable(&self, reason: String) -> JournalError {
+        JournalError::Flush {
+            path: self.dir.clone(),
+            reason,
+        }
+    }
+
     fn writer(&self) -> MutexGuard<'_, Writer> {
         // Every mutation under this lock is completed before anything that
         // could panic, so a poisoned lock still guards a consistent state.
@@ -294,6 +311,7 @@ impl Journal {
     /// Raw: appends a record and returns its sequence number once it is
     /// durable (it survives the death of the process; see the module docs).
     pub fn append_record(&self, body: Body) -> Result<u64, JournalError> {
+        self.check_open()?;
         let seq = self.insert(body)?;
         self.wait_durable(seq)?;
         Ok(seq)
@@ -301,7 +319,8 @@ impl Journal {
 
     /// Raw: appends a record without waiting for it to be durable: it
     /// becomes durable with the next flush, anyone's (sled's log is flushed
-    /// in order, so a later durable record makes every earlier one durable).
+    /// in order, so a later durable record makes every earlier one durable),
+    /// or, while the journal cannot be written, with the recovery.
     pub fn append_record_lazy(&self, body: Body) -> Result<u64, JournalError> {
         self.insert(body)
     }
@@ -335,23 +354,29 @@ impl Journal {
         Ok(last)
     }
 
-    /// Fails when a flush failed before: the journal is closed for writes.
+    /// Fails while a failed write waits for [`Journal::recover`]: what
+    /// needs a durable record is refused up front.
     fn check_open(&self) -> Result<(), JournalError> {
         match self.commit.failure() {
-            Some(reason) => Err(JournalError::Flush {
-                path: self.dir.clone(),
-                reason,
-            }),
+            Some(reason) => Err(self.unwritable(reason)),
             None => Ok(()),
         }
     }
 
+    /// Why the journal cannot be written now (a write or flush failed and
+    /// no recovery has succeeded since), `None` when it can.
+    pub fn unwritable_reason(&self) -> Option<String> {
+        self.commit.failure()
+    }
+
     /// The one place records are sealed and written: `bodies` (at least
     /// one) as consecutive records, inserted atomically (one sled insert,
-    /// or one batch: every record or none), then applied to the state.
-    /// Returns the first and last sequence numbers.
+    /// or one batch: every record or none), kept until durable, then
+    /// applied to the state. Returns the first and last sequence numbers.
+    /// While the journal cannot be written (or when this insert fails),
+    /// the records are kept in memory only: the recovery writes them, and
+    /// whoever waits for them to be durable is told it failed meanwhile.
     fn insert_all(&self, bodies: Vec<Body>) -> Result<(u64, u64), JournalError> {
-        self.check_open()?;
         let mut w = self.writer();
         let first = w.next_seq;
         let wall_time_ns = now_ns();
@@ -364,32 +389,32 @@ impl Journal {
                 body,
             })
             .collect();
-        let sealed = |rec: &Record| {
-            let payload = record::encode(&RecordV3::from(rec));
-            envelope::seal(self.journal_id, Kind::Record, rec.seq, &payload)
-        };
-        let write_err = |what, source| JournalError::Write {
-            what,
-            path: self.dir.clone(),
-            source,
-        };
-        match records.as_slice() {
-            [] => return Ok((first, first.saturating_sub(1))),
-            [one] => {
-                self.records
-                    .insert(one.seq.to_be_bytes(), sealed(one))
-                    .map_err(|e| write_err("record", e))?;
-            }
-            many => {
-                let mut batch = sled::Batch::default();
-                for rec in many {
-                    batch.insert(&rec.seq.to_be_bytes(), sealed(rec));
-                }
-                self.records
-                    .apply_batch(batch)
-                    .map_err(|e| write_err("record batch", e))?;
+        if records.is_empty() {
+            return Ok((first, first.saturating_sub(1)));
+        }
+        let sealed: Vec<(u64, sled::IVec)> = records
+            .iter()
+            .map(|rec| {
+                let payload = record::encode(&RecordV3::from(rec));
+                let value = envelope::seal(self.journal_id, Kind::Record, rec.seq, &payload);
+                (rec.seq, sled::IVec::from(value))
+            })
+            .collect();
+        if self.commit.failure().is_none() {
+            let written = match self.store().as_ref() {
+                Some(store) => store.insert(&sealed),
+                None => Err(sled::Error::ReportableBug(
+                    "the journal's files are closed while it is writable".into(),
+                )),
+            };
+            if let Err(e) = written {
+                self.write_failed("insert", &e);
             }
         }
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(sealed);
         for rec in &records {
             w.state.apply(rec);
         }
@@ -399,7 +424,8 @@ impl Journal {
         Ok((first, last))
     }
 
-    /// Returns once `seq` is durable (group commit; a failed flush is fatal).
+    /// Returns once `seq` is durable (group commit; a failed flush leaves
+    /// the journal unwritable until [`Journal::recover`]).
     fn wait_durable(&self, seq: u64) -> Result<(), JournalError> {
         self.commit
             .wait_durable(
@@ -433,46 +459,66 @@ impl Journal {
         Ok((first..=last).collect())
     }
 
+    /// Makes every record inserted through `through` durable: sled's
+    /// flush, an `fdatasync` of its log, the watermark; then they are no
+    /// longer kept for a recovery.
     fn flush_through(&self, through: u64) -> Result<(), String> {
-        self.db.flush().map_err(|e| format!("sled flush: {e}"))?;
-        // sled's flush is sync_file_range: the bytes reach the disk's cache
-        // but neither the cache flush nor the log file's new size do, and a
-        // power cut then takes records already acknowledged (the power-loss
-        // replay in tests/power_loss.rs caught one). fdatasync makes both
-        // durable before anything is acknowledged.
-        self.log_file
-            .sync_data()
-            .map_err(|e| format!("fdatasync {}: {e}", self.dir.join("db").display()))?;
+        let store = self.store();
+        let Some(store) = store.as_ref() else {
+            return Err("the journal's files are closed until it recovers".into());
+        };
+        store.sync(&self.dir).map_err(|(what, e)| {
+            self.write_errors.count(&e);
+            format!("{what}: {e}")
+        })?;
+        self.write_acked(through)?;
+        self.synced(through);
+        Ok(())
+    }
+
+    /// Writes the watermark: everything through `through` is durable.
+    fn write_acked(&self, through: u64) -> Result<(), String> {
         self.watermark
             .write(&Acked {
                 journal_id: self.journal_id,
                 seq: through,
                 boot_id: self.boot_id.clone(),
             })
-            .map_err(|e| format!("write {}: {e}", self.watermark.path().display()))
+            .map_err(|e| {
+                self.write_errors.count(&e);
+                format!("write {}: {e}", self.watermark.path().display())
+            })
     }
 
-    pub(super) fn flush_or_close(&self) -> Result<(), JournalError> {
-        let closed = |reason| JournalError::Flush {
-            path: self.dir.clone(),
-            reason,
-        };
-        if let Some(reason) = self.commit.failure() {
-            return Err(closed(reason));
+    /// Records through `through` are durable: no longer kept.
+    fn synced(&self, through: u64) {
+        let mut unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
+        while unsynced.front().is_some_and(|(seq, _)| *seq <= through) {
+            unsynced.pop_front();
         }
+    }
+
+    /// Flushes everything inserted so far; a failure leaves the journal
+    /// unwritable until [`Journal::recover`].
+    pub(super) fn flush_or_degrade(&self) -> Result<(), JournalError> {
+        self.check_open()?;
         let through = self.inserted_through.load(Ordering::SeqCst);
         self.flush_through(through).map_err(|reason| {
             self.commit.fail(reason.clone());
-            closed(reason)
+            self.unwritable(reason)
         })
     }
 
-    /// Flushes everything (shutdown), folds a long tail into a checkpoint
+    /// Flushes everything (shutdown; a journal left unwritable is given one
+    /// more recovery first), folds a long tail into a checkpoint
     /// (`checkpoint_a_long_tail`), then has sled snapshot its log
     /// ([`checkpoint::snapshot_log`]) and notes its files as they are
     /// ([`clean_close`]).
     pub fn close(self) -> Result<(), JournalError> {
-        self.flush_or_close()?;
+        if self.commit.failure().is_some() {
+            self.recover()?;
+        }
+        self.flush_or_degrade()?;
         self.checkpoint_a_long_tail();
         let dir = self.dir.clone();
         drop(self);

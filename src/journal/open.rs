@@ -3,16 +3,18 @@
 //! the watermark check, quarantine of records behind a bad checksum, and
 //! moving an untrustworthy journal aside.
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, RwLock};
 
 use super::checkpoint_file::{self, CHECKPOINT_TREE};
 use super::commit::GroupCommit;
-use super::contain::contain;
+use super::contain::{Failed, contain};
 use super::damage::{self, AsFound, Damage};
 use super::record;
+use super::recover::{Store, open_sled};
 use super::replay::{JournalState, Record};
 use super::watermark::{Acked, Watermark};
 use super::{
@@ -20,7 +22,7 @@ use super::{
 };
 
 const META_SCHEMA: &[u8] = b"schema_version";
-const META_ID: &[u8] = b"journal_id";
+pub(super) const META_ID: &[u8] = b"journal_id";
 const META_NODE: &[u8] = b"node_name";
 const META_CREATED: &[u8] = b"created_ns";
 
@@ -103,10 +105,30 @@ struct Read_ {
     max_seen: u64,
 }
 
-/// Why a journal is not trusted.
+/// Why a journal is not opened.
 enum Distrust {
     Corrupt(String),
     Newer(u32),
+    /// the host refused a file: the journal is left as it is
+    Unavailable {
+        step: String,
+        cause: std::io::Error,
+    },
+}
+
+/// A failed sled call during `what`, judged: the host refusing a file (no
+/// space, a read-only or failing disk) says nothing about the journal's
+/// bytes; anything else is damage.
+fn judged(what: &str, f: Failed) -> Distrust {
+    match f {
+        Failed::Sled(sled::Error::Io(cause)) if super::error::environmental(&cause) => {
+            Distrust::Unavailable {
+                step: what.to_owned(),
+                cause,
+            }
+        }
+        f => Distrust::Corrupt(format!("{what}: {f}")),
+    }
 }
 
 pub(super) fn open(
@@ -139,28 +161,19 @@ fn open_found(
             source,
         })?;
     }
-    let try_open = || {
-        contain(|| {
-            sled::Config::new()
-                .path(dir)
-                .cache_capacity(cfg.cache_capacity)
-                .open()
-        })
-    };
-    let deadline = std::time::Instant::now() + cfg.lock_wait;
-    let mut opened = try_open();
-    while matches!(&opened, Err(e) if e.contains("could not acquire lock"))
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        opened = try_open();
-    }
+    let try_open = || open_sled(dir, cfg.cache_capacity, cfg.lock_wait);
+    let opened = try_open();
     // Set when sled opened only with its conf and snapshot moved aside.
     let mut derived_aside = None;
     let db = match opened {
         Ok(db) => db,
-        Err(e) if e.contains("could not acquire lock") => {
+        Err(e) if e.is_locked() => {
             return Err(JournalError::Locked { path: dir.clone() });
+        }
+        // No space, a read-only or failing disk: sled's files are as they
+        // were, and neither they nor the journal are moved.
+        Err(e) if e.host_error().is_some() => {
+            return distrusted(cfg, judged("sled cannot open its files", e));
         }
         // sled's snapshot and conf are derived (a cache of its log, the
         // settings we always open with), yet a damaged one fails the open
@@ -169,12 +182,16 @@ fn open_found(
         Err(e) => {
             let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
             let aside = daemon
-                .then(|| damage::move_derived_aside(dir, &e))
+                .then(|| damage::move_derived_aside(dir, &e.to_string()))
                 .flatten();
             match aside.as_ref().map(|aside| (aside, try_open())) {
                 Some((aside, Ok(db))) => {
                     derived_aside = Some(aside.clone());
                     db
+                }
+                Some((aside, Err(again))) if again.host_error().is_some() => {
+                    damage::put_derived_back(dir, aside);
+                    return distrusted(cfg, judged("sled cannot open its log", again));
                 }
                 Some((aside, Err(again))) => {
                     // The log itself is bad: the journal goes aside whole.
@@ -198,7 +215,6 @@ fn open_found(
         path: dir.join("acked"),
         source,
     })?;
-    let log_file = super::durable_log_file(dir)?;
     let mut read = read;
     match watermark.read() {
         Ok(Some(acked)) if acked.journal_id != read.journal_id => {
@@ -259,10 +275,11 @@ fn open_found(
             path: watermark.path().to_owned(),
             source,
         })?;
+    let store = Store::new(dir, read.db, read.records)?;
     let journal = Journal {
         dir: dir.clone(),
-        db: read.db,
-        records: read.records,
+        store: RwLock::new(Some(store)),
+        cache_capacity: cfg.cache_capacity,
         journal_id: read.journal_id,
         boot_id: cfg.boot_id.clone(),
         writer: Mutex::new(Writer {
@@ -271,7 +288,8 @@ fn open_found(
         }),
         inserted_through: AtomicU64::new(read.max_seen),
         commit: GroupCommit::new(read.max_seen),
-        log_file,
+        unsynced: Mutex::new(VecDeque::new()),
+        write_errors: Default::default(),
         watermark,
         checkpoint_lock: Mutex::new(()),
         damage: read.replay.damage.clone(),
@@ -280,13 +298,12 @@ fn open_found(
 }
 
 fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
-    let corrupt = |what: &str, e: String| Distrust::Corrupt(format!("{what}: {e}"));
-    let tree = |name: &str| contain(|| db.open_tree(name)).map_err(|e| corrupt(name, e));
+    let tree = |name: &str| contain(|| db.open_tree(name)).map_err(|e| judged(name, e));
     let (meta, records, quarantine) = (tree("meta")?, tree("records")?, tree("quarantine")?);
     // a journal of schema 4 on has none
     let legacy_checkpoint =
-        contain(|| checkpoint_file::legacy_tree(&db)).map_err(|e| corrupt(CHECKPOINT_TREE, e))?;
-    let get = |k: &[u8]| contain(|| meta.get(k)).map_err(|e| corrupt("meta", e));
+        contain(|| checkpoint_file::legacy_tree(&db)).map_err(|e| judged(CHECKPOINT_TREE, e))?;
+    let get = |k: &[u8]| contain(|| meta.get(k)).map_err(|e| judged("meta", e));
     let mut created = false;
     let (schema, journal_id) = match (get(META_SCHEMA)?, get(META_ID)?) {
         (Some(v), Some(id)) => {
@@ -305,13 +322,13 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         {
             let id = random_id();
             let put = |k: &[u8], v: Vec<u8>| {
-                contain(|| meta.insert(k, v)).map_err(|e| corrupt("write meta", e))
+                contain(|| meta.insert(k, v)).map_err(|e| judged("write meta", e))
             };
             put(META_SCHEMA, SCHEMA_VERSION.to_le_bytes().to_vec())?;
             put(META_ID, id.to_le_bytes().to_vec())?;
             put(META_NODE, cfg.node_name.as_bytes().to_vec())?;
             put(META_CREATED, now_ns().to_le_bytes().to_vec())?;
-            contain(|| db.flush()).map_err(|e| corrupt("flush meta", e))?;
+            contain(|| db.flush()).map_err(|e| judged("flush meta", e))?;
             created = true;
             (SCHEMA_VERSION, id)
         }
@@ -358,7 +375,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     };
     let found = stored
         .load(&records, &quarantine)
-        .map_err(|e| corrupt("checkpoint", e))?;
+        .map_err(|e| judged("checkpoint", e))?;
     if let Some((claimed, decoded)) = found {
         match decoded {
             Ok((decoded, through_seq, wall_time_ns, entries)) => {
@@ -415,7 +432,7 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
         }
         Ok(())
     });
-    iterated.map_err(|e| corrupt("records", e))?;
+    iterated.map_err(|e| judged("records", e))?;
     if let Ok(Some((k, _))) = contain(|| quarantine.last()) {
         max_seen = max_seen.max(u64_of(&k).unwrap_or(0));
     }
@@ -472,21 +489,28 @@ fn distrusted_whole<T>(
 }
 
 fn distrusted<T>(cfg: &JournalConfig, why: Distrust) -> Result<T, JournalError> {
-    let moved_to = match cfg.on_corrupt {
-        OnCorrupt::Report => None,
-        OnCorrupt::MoveAside => Some(damage::move_aside(&cfg.dir)?),
+    let moved_to = || match cfg.on_corrupt {
+        OnCorrupt::Report => Ok(None),
+        OnCorrupt::MoveAside => damage::move_aside(&cfg.dir).map(Some),
     };
     let err = match why {
         Distrust::Corrupt(reason) => JournalError::Corrupt {
             path: cfg.dir.clone(),
             reason,
-            moved_to,
+            moved_to: moved_to()?,
         },
         Distrust::Newer(found) => JournalError::NewerSchema {
             path: cfg.dir.clone(),
             found,
             supported: SCHEMA_VERSION,
-            moved_to,
+            moved_to: moved_to()?,
+        },
+        // Never moved: the next open, once the host lets it, finds the
+        // journal exactly as this one did.
+        Distrust::Unavailable { step, cause } => JournalError::Unavailable {
+            path: cfg.dir.clone(),
+            step,
+            cause,
         },
     };
     tracing::error!("{err}");

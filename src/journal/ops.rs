@@ -111,6 +111,7 @@ impl Journal {
         steps: Steps,
         target: &SharedParams,
     ) -> Result<DurableIntent, JournalError> {
+        self.check_open()?;
         let seq = self.insert(intent(op, steps, target))?;
         self.wait_durable(seq)?;
         Ok(DurableIntent { op, seq })
