@@ -136,39 +136,6 @@ pub enum Category {
     Io,
 }
 
-/// Whether `e` is the host refusing (no space or quota, a read-only or
-/// failing disk, no permission, no descriptors or memory): an error that
-/// says nothing about the journal's bytes, so it never moves the journal
-/// aside. Errors without an errno (a short read, invalid data) are the
-/// file's content and are judged as damage by the caller.
-pub fn environmental(e: &std::io::Error) -> bool {
-    use nix::errno::Errno;
-    let Some(n) = e.raw_os_error() else {
-        return false;
-    };
-    matches!(
-        Errno::from_raw(n),
-        Errno::ENOSPC
-            | Errno::EDQUOT
-            | Errno::EIO
-            | Errno::EROFS
-            | Errno::EACCES
-            | Errno::EPERM
-            | Errno::EMFILE
-            | Errno::ENFILE
-            | Errno::ENOMEM
-    )
-}
-
-/// The errno's name (`ENOSPC`) of an I/O error, `other` without one: the
-/// label of `volumed_journal_write_errors_total`.
-pub fn errno_name(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(n) => format!("{:?}", nix::errno::Errno::from_raw(n)),
-        None => "other".to_owned(),
-    }
-}
-
 impl JournalError {
     /// The category of this error.
     pub fn category(&self) -> Category {
@@ -179,6 +146,97 @@ impl JournalError {
             JournalError::Locked { .. } => Category::Busy,
             JournalError::NotFound { .. } => Category::NotFound,
             _ => Category::Io,
+        }
+    }
+}
+
+/// Whether `e` is the host refusing (no space or quota, a read-only or
+/// failing disk, no permission, no descriptors or memory): an error that
+/// says nothing about the journal's bytes, so it never moves the journal
+/// aside. Errors without an errno (a short read, invalid data) are the
+/// file's content and are judged as damage by the caller.
+pub fn environmental(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    matches!(
+        errno(e),
+        Some(
+            Errno::ENOSPC
+                | Errno::EDQUOT
+                | Errno::EIO
+                | Errno::EROFS
+                | Errno::EACCES
+                | Errno::EPERM
+                | Errno::EMFILE
+                | Errno::ENFILE
+                | Errno::ENOMEM
+        )
+    )
+}
+
+/// The errno's name (`ENOSPC`) of an I/O error, `other` without one: the
+/// label of `volumed_journal_write_errors_total`.
+pub fn errno_name(e: &std::io::Error) -> String {
+    errno(e).map_or_else(|| "other".to_owned(), |n| format!("{n:?}"))
+}
+
+/// The errno of `e`. sled 0.34 hands out copies of an error it keeps (a
+/// failed flush, returned by every later call) made from the original's
+/// kind and `Debug` text, without the errno: it is read back from that
+/// text (`Os { code: 28, .. }`), else from the kind.
+fn errno(e: &std::io::Error) -> Option<nix::errno::Errno> {
+    use nix::errno::Errno;
+    use std::io::ErrorKind;
+    if let Some(n) = e.raw_os_error() {
+        return Some(Errno::from_raw(n));
+    }
+    let text = e.to_string();
+    if let Some(at) = text.find("Os { code: ") {
+        let digits: String = text[at + 11..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if let Ok(n) = digits.parse() {
+            return Some(Errno::from_raw(n));
+        }
+    }
+    Some(match e.kind() {
+        ErrorKind::StorageFull => Errno::ENOSPC,
+        ErrorKind::QuotaExceeded => Errno::EDQUOT,
+        ErrorKind::ReadOnlyFilesystem => Errno::EROFS,
+        ErrorKind::PermissionDenied => Errno::EACCES,
+        ErrorKind::OutOfMemory => Errno::ENOMEM,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    /// sled's copy of a kept error loses the errno; it is still judged.
+    #[test]
+    fn the_host_is_told_from_the_journal_with_or_without_an_errno() {
+        let enospc = Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32);
+        let sleds_copy = Error::new(enospc.kind(), format!("{enospc:?}"));
+        assert_eq!(sleds_copy.raw_os_error(), None);
+        let eio = Error::from_raw_os_error(nix::errno::Errno::EIO as i32);
+        let eio_copy = Error::new(eio.kind(), format!("{eio:?}"));
+        for (e, name) in [
+            (&enospc, "ENOSPC"),
+            (&sleds_copy, "ENOSPC"),
+            (&eio_copy, "EIO"),
+            (&Error::new(ErrorKind::ReadOnlyFilesystem, "ro"), "EROFS"),
+        ] {
+            assert!(environmental(e), "{e:?}");
+            assert_eq!(errno_name(e), name);
+        }
+        for e in [
+            Error::new(ErrorKind::UnexpectedEof, "failed to fill whole buffer"),
+            Error::new(ErrorKind::InvalidData, "bad"),
+            Error::from_raw_os_error(nix::errno::Errno::ENOENT as i32),
+        ] {
+            assert!(!environmental(&e), "{e:?}");
         }
     }
 }
