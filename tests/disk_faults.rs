@@ -157,7 +157,7 @@ fn a_full_disk_leaves_the_journal_unwritable_until_a_recovery_writes_what_waited
         assert!(j.recover().is_err());
         assert!(j.unwritable_reason().is_some());
         std::fs::remove_file(&filler).unwrap();
-        assert_eq!(j.recover().unwrap(), true, "the recovery wrote again");
+        assert!(j.recover().unwrap(), "the recovery wrote again");
         assert_eq!(j.unwritable_reason(), None);
         assert!(j.synced_through() >= kept);
         // writable again: an intent is durable as before
