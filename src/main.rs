@@ -313,7 +313,7 @@ fn run(mut args: RunArgs) -> Result<()> {
         }
         true => {
             let (j, replaced) = open_journal::open(&journal_dir, &node_name, &boot, locked)
-                .map_err(|e| volumed::daemon::DaemonError::JournalOpen(format!("{e:#}").into()))?;
+                .map_err(|e| volumed::daemon::DaemonError::JournalOpen(e.into()))?;
             service.status("reconstructing: the journal and one read of the mount table");
             Ok((Some(Arc::new(j)), replaced))
         }
@@ -468,7 +468,37 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             conventions::report_failure(cli.log_format, &e);
-            ExitCode::FAILURE
+            match journal_refused(cli.log_format, &e) {
+                Some(code) => code,
+                None => ExitCode::FAILURE,
+            }
         }
     }
+}
+
+/// A failure the host caused (no space, a read-only or failing disk, no
+/// descriptors), met by the journal or by another file under the root:
+/// the journal is never moved aside for it nor a record dropped, so the
+/// exit says so and uses `EX_TEMPFAIL` (75): a supervisor's restart loop
+/// loses nothing, and the start that finds the disk writable again goes on
+/// from the journal as it was. Mounted volumes are never touched by a
+/// failing start.
+fn journal_refused(format: conventions::LogFormat, e: &anyhow::Error) -> Option<ExitCode> {
+    use volumed::journal::{Category, JournalError, environmental};
+    const EX_TEMPFAIL: u8 = 75;
+    let by_host = e.chain().any(|c| {
+        c.downcast_ref::<JournalError>()
+            .is_some_and(|j| j.category() == Category::Io)
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(environmental)
+    });
+    if !by_host {
+        return None;
+    }
+    let note = "the host refused a write (above); the journal is intact and nothing was moved aside or lost: free space or repair the disk and start volumed again";
+    match format {
+        conventions::LogFormat::Json => tracing::error!("{note}"),
+        conventions::LogFormat::Text => eprintln!("volumed: {note}"),
+    }
+    Some(ExitCode::from(EX_TEMPFAIL))
 }

@@ -14,7 +14,8 @@
 //! loop O(volumes) per job) — plans a pass (`reconciler::plan`; it starts
 //! at most `pass_budget` jobs), then the one-time forced cleanup, flush,
 //! sweep, checkpoint, the late-call check, republish, and last repack and
-//! trim (both wait for an idle core).
+//! trim (both wait for an idle core). While the journal cannot be written
+//! nothing starts and a recovery is tried with backoff (`unwritable`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -36,6 +37,7 @@ mod housekeeping;
 mod late;
 mod node_status;
 mod republish;
+mod unwritable;
 
 pub use super::effects::{
     Completion, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent, Reconstructed,
@@ -46,6 +48,7 @@ pub use housekeeping::{
     idle_sweep_wait,
 };
 pub use late::{LATE_CHECK_EVERY, LATE_WINDOW_FLOOR};
+pub use unwritable::{RECOVER_FIRST, RECOVER_MAX, Unwritable};
 
 /// Where startup and shutdown stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +134,8 @@ pub struct Core {
     pub(super) repacked_at: usize,
     /// the journal's tail at start, folded once settled (`with_tail`)
     pub(super) start_tail: u64,
+    /// the journal cannot be written: nothing starts (`unwritable`)
+    pub(super) unwritable: Option<Unwritable>,
 }
 
 impl Core {
@@ -158,6 +163,7 @@ impl Core {
             early: Vec::new(),
             repacked_at: 0,
             start_tail: 0,
+            unwritable: None,
         }
     }
 
@@ -189,12 +195,16 @@ impl Core {
         let t = &self.timers;
         let deadlines = [
             self.pending.next_retry(now),
-            t.flush_by.filter(|_| !self.in_flight.flush),
+            t.flush_by
+                .filter(|_| !self.in_flight.flush && self.unwritable.is_none()),
             t.sweep_at
                 .filter(|_| idle && !self.in_flight.sweep && self.phase == Phase::Settled),
             t.trim_at.filter(|_| idle && !self.in_flight.trim),
             t.late_check_at.filter(|_| !self.in_flight.late_check),
             t.republish_at.filter(|_| !self.in_flight.sweep),
+            self.unwritable
+                .map(|u| u.retry_at)
+                .filter(|_| !self.in_flight.recover),
         ];
         let mut wake = self.cfg.resync;
         if self.phase != Phase::Stopping {
@@ -220,20 +230,32 @@ impl Core {
             pass_due |= self.handle(w, ev, now, &mut out);
         }
         w.ready = self.phase.ready() || (w.ready && self.phase == Phase::Stopping);
+        self.watch_journal(obs.journal_unwritable, now, &mut out);
         if matches!(self.phase, Phase::Stopping | Phase::Reconstructing) {
             return out;
         }
-        if (pass_due || obs.queued_jobs == 0) && !self.in_flight.sweep {
+        // With the journal unwritable nothing starts (no operation without
+        // a durable intent): no pass, no forced cleanup, no flush, no
+        // checkpoint, no republish; the recovery is tried instead.
+        let writable = self.unwritable.is_none();
+        if writable && (pass_due || obs.queued_jobs == 0) && !self.in_flight.sweep {
             self.reconcile(w, now, &mut out);
         }
-        if self.phase == Phase::Settled && !self.failed.is_empty() {
+        if writable && self.phase == Phase::Settled && !self.failed.is_empty() {
             self.force_cleanup(w, now, &mut out);
         }
-        self.maybe_flush(now, &mut out);
+        if writable {
+            self.maybe_flush(now, &mut out);
+        }
+        self.maybe_recover(now, &mut out);
         self.maybe_sweep(w, now, &mut out);
-        self.maybe_checkpoint(obs.synced_through, &mut out);
+        if writable {
+            self.maybe_checkpoint(obs.synced_through, &mut out);
+        }
         self.maybe_check_late(now, &mut out);
-        self.maybe_republish(w, now, &mut out);
+        if writable {
+            self.maybe_republish(w, now, &mut out);
+        }
         self.maybe_repack(w, now, &mut out);
         self.maybe_trim(now, &mut out);
         out
@@ -376,13 +398,14 @@ impl Core {
             Completion::Flushed(r) => {
                 self.in_flight.flush = false;
                 if let Err(e) = r {
-                    // A failed flush closes the journal for good (no later
-                    // append succeeds): stop, as a failed intent would.
-                    tracing::error!(error = %e, "flushing the journal's outcomes failed; stopping");
-                    self.phase = Phase::Stopping;
+                    // The journal is unwritable now: the driver's next
+                    // observation says so, and nothing starts until a
+                    // recovery writes what waits (`unwritable`).
+                    tracing::error!(error = %e, "flushing the journal's outcomes failed");
                 }
                 false
             }
+            Completion::Recovered(r) => self.recovered(r, now, out),
             Completion::Checkpointed(r) => {
                 self.in_flight.checkpoint = false;
                 // its buffers (the whole state, encoded) are freed by now

@@ -96,6 +96,8 @@ fn names(effects: &[Effect]) -> Vec<String> {
             } => format!("teardown:{pod}"),
             Effect::StartTearDown { .. } => "unmount-device".into(),
             Effect::Journal(JournalWork::Flush) => "flush".into(),
+            Effect::Journal(JournalWork::Recover) => "recover".into(),
+            Effect::JournalWritable(w) => format!("journal-writable:{w}"),
             Effect::Journal(JournalWork::Checkpoint) => "checkpoint".into(),
             Effect::Journal(JournalWork::Repack) => "repack".into(),
             Effect::Journal(JournalWork::ForgetVolume { .. }) => "forget".into(),
@@ -397,7 +399,92 @@ fn outcomes_are_flushed_when_idle_or_within_the_bound_and_one_flush_at_a_time() 
         idle(),
     );
     assert!(failed.is_empty());
-    assert_eq!(c.phase(), Phase::Stopping, "a failed flush stops the loop");
+    assert_ne!(
+        c.phase(),
+        Phase::Stopping,
+        "a failed flush does not stop the loop: the journal is recovered"
+    );
+}
+
+/// The journal turns unwritable (a full disk): no pass starts anything,
+/// the driver reports it once, a recovery is asked at once and then with
+/// a doubling backoff; jobs in flight finish; once a recovery succeeds
+/// the pass starts what waited, and the driver reports that too.
+#[test]
+fn an_unwritable_journal_starts_nothing_and_recovers_with_backoff() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a"], true), walked()], t0, idle());
+    assert_eq!(names(&first), vec!["mount:a"]);
+    let broken = Observed {
+        journal_unwritable: true,
+        ..idle()
+    };
+    // (ms, events, observed) -> effects
+    let b = c.step(&mut w, vec![added(&["b"], false)], ms(t0, 1), broken);
+    assert_eq!(names(&b), vec!["journal-writable:false", "recover"]);
+    assert!(c.journal_unwritable());
+    // a's mount was in flight: it finishes and is applied, no flush asked
+    let a = c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 2), broken);
+    assert!(
+        !names(&a)
+            .iter()
+            .any(|n| n.starts_with("mount") || n == "flush"),
+        "{:?}",
+        names(&a)
+    );
+    assert_eq!(w.asw.volume_count(), 1);
+    // nothing more until the recovery ends; it fails: the next in 500 ms,
+    // then 1 s
+    let failed = Event::Done(Completion::Recovered(Err("ENOSPC".into())));
+    assert!(c.step(&mut w, vec![failed], ms(t0, 3), broken).is_empty());
+    assert_eq!(c.next_wake(ms(t0, 3)), RECOVER_FIRST);
+    assert!(c.step(&mut w, vec![], ms(t0, 502), broken).is_empty());
+    assert_eq!(
+        names(&c.step(&mut w, vec![], ms(t0, 503), broken)),
+        vec!["recover"]
+    );
+    let failed = Event::Done(Completion::Recovered(Err("ENOSPC".into())));
+    c.step(&mut w, vec![failed], ms(t0, 504), broken);
+    assert_eq!(c.next_wake(ms(t0, 504)), RECOVER_FIRST * 2);
+    // the disk has room again: the recovery succeeds, b is mounted
+    c.step(&mut w, vec![], ms(t0, 1504), broken);
+    // (the orphan sweep a's end asked for is over too: none runs beside a job)
+    let swept = Event::Done(Completion::Swept(Swept::default()));
+    let ok = Event::Done(Completion::Recovered(Ok(true)));
+    let after = c.step(&mut w, vec![swept, ok], ms(t0, 1505), idle());
+    assert_eq!(names(&after), vec!["journal-writable:true", "mount:b"]);
+    assert!(!c.journal_unwritable());
+}
+
+/// The backoff between recoveries doubles up to its ceiling.
+#[test]
+fn recoveries_back_off_to_the_ceiling() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+    let broken = Observed {
+        journal_unwritable: true,
+        ..idle()
+    };
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        let asked = c.step(&mut w, vec![], now, broken);
+        assert!(
+            names(&asked).contains(&"recover".into()),
+            "{:?}",
+            names(&asked)
+        );
+        let failed = Event::Done(Completion::Recovered(Err("EROFS".into())));
+        c.step(&mut w, vec![failed], now, broken);
+        let wait = c.next_wake(now);
+        waits.push(wait.as_millis());
+        now += wait;
+    }
+    assert_eq!(&waits[..4], &[500, 1000, 2000, 4000]);
+    assert!(waits.iter().all(|w| *w <= RECOVER_MAX.as_millis()));
+    assert_eq!(*waits.last().unwrap(), RECOVER_MAX.as_millis());
 }
 
 #[test]
@@ -542,8 +629,8 @@ fn a_checkpoint_follows_every_n_durable_records_one_at_a_time() {
     let t0 = Instant::now();
     let (mut c, mut w) = core(10);
     let at = |synced_through| Observed {
-        queued_jobs: 0,
         synced_through,
+        ..idle()
     };
     // (synced through, completion before) -> checkpoint?
     let rows: Vec<(u64, Option<Completion>, bool)> = vec![

@@ -63,8 +63,12 @@ pub enum Completion {
         workers_gone: bool,
     },
     /// the outcomes appended without waiting are durable, or the flush
-    /// failed (the journal is closed for good)
+    /// failed (the journal is unwritable until a recovery)
     Flushed(Result<(), String>),
+    /// a recovery of the unwritable journal ran: `Ok(true)` it is writable
+    /// again with every record kept in memory durable (`Ok(false)`: it
+    /// was writable already), or why it is still not
+    Recovered(Result<bool, String>),
     /// a checkpoint through this sequence number was written, or failed
     Checkpointed(Result<u64, String>),
     /// a `Forget` is durable (`ok`) or was refused; `key` when the plan
@@ -124,6 +128,9 @@ impl World {
 pub enum JournalWork {
     /// make the outcomes the workers appended without waiting durable
     Flush,
+    /// the journal cannot be written: reopen its files and write what
+    /// waits in memory (`Journal::recover`)
+    Recover,
     /// write a checkpoint
     Checkpoint,
     /// repack the journal's state (`World::repack`'s companion)
@@ -257,6 +264,10 @@ pub enum Effect {
     /// repack the World's maps ([`World::repack`], under its lock), timed
     /// and logged: the step decides, with no clock to time it by
     RepackWorld,
+    /// the journal turned unwritable (`false`: nothing new starts) or
+    /// writable again (`true`): logged and an event, naming the journal's
+    /// filesystem and its free space
+    JournalWritable(bool),
 }
 
 /// What the driver read from shared counters before the step.
@@ -266,6 +277,9 @@ pub struct Observed {
     pub queued_jobs: usize,
     /// the journal's synced-through watermark
     pub synced_through: u64,
+    /// a write or flush of the journal failed and no recovery has
+    /// succeeded since (`Journal::unwritable_reason`)
+    pub journal_unwritable: bool,
 }
 
 /// An event on a pod the core decided.

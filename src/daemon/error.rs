@@ -64,9 +64,10 @@ pub enum DaemonError {
     Metrics(#[from] crate::metrics::MetricsError),
     /// the journal could not be opened
     /// ([`Daemon::start_opening`](super::Daemon::start_opening)): the
-    /// opener's error, which names the step
-    #[error("{0}")]
-    JournalOpen(Box<dyn std::error::Error + Send + Sync>),
+    /// opener's error, which names the step, kept whole as the source (the
+    /// binary tells a journal the host refused from one moved aside)
+    #[error("the journal could not be opened")]
+    JournalOpen(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What [`Daemon::start_opening`](super::Daemon::start_opening) gets from

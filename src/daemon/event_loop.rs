@@ -7,8 +7,8 @@
 //! - jobs go to a worker pool — the host plugins', or their CSI driver's
 //!   (`pools`) — the intent of a job's first step appended first,
 //!   unflushed, on this thread: a sled insert, no flush;
-//! - journal work (flush, checkpoint, `Forget` records) goes to the journal
-//!   thread, in order;
+//! - journal work (flush, checkpoint, `Forget` records, the recovery of an
+//!   unwritable journal) goes to the journal thread, in order;
 //! - host work (orphan sweep, malloc trim) goes to the host thread;
 //!
 //! and each completion comes back as an [`Event::Done`]. So a slow flush, a
@@ -207,6 +207,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         host_lane,
         sink,
         in_use_wake: cfg.in_use_wake.clone(),
+        sys,
     };
     lock(&driver.world)
         .dsw
@@ -233,6 +234,8 @@ struct Driver {
     host_lane: Sender<HostWork>,
     sink: Arc<dyn crate::health::EventSink>,
     in_use_wake: Option<Arc<tokio::sync::Notify>>,
+    /// the seam, to name the journal's filesystem when it turns unwritable
+    sys: Arc<dyn Sys>,
 }
 
 impl Driver {
@@ -268,6 +271,10 @@ impl Driver {
             let obs = Observed {
                 queued_jobs: self.queued.load(Ordering::SeqCst),
                 synced_through: self.journal.as_ref().map_or(0, |j| j.synced_through()),
+                journal_unwritable: self
+                    .journal
+                    .as_ref()
+                    .is_some_and(|j| j.unwritable_reason().is_some()),
             };
             let was_ready = self.core.phase().ready();
             let stepped = Instant::now();
@@ -360,6 +367,16 @@ impl Driver {
                     elapsed_ms = crate::elapsed_ms(started.elapsed()),
                     "repacked the state's maps"
                 );
+            }
+            Effect::JournalWritable(writable) => {
+                if let Some(j) = &self.journal {
+                    super::journal_fault::report(
+                        j,
+                        self.sys.as_ref(),
+                        self.sink.as_ref(),
+                        writable,
+                    );
+                }
             }
             Effect::ReportInUse => {
                 if let Some(n) = &self.in_use_wake {

@@ -20,6 +20,7 @@ pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {
     let why = "the journal thread is gone".to_owned();
     match work {
         JournalWork::Flush => Completion::Flushed(Err(why)),
+        JournalWork::Recover => Completion::Recovered(Err(why)),
         JournalWork::Checkpoint => Completion::Checkpointed(Err(why)),
         JournalWork::Repack => Completion::Repacked,
         JournalWork::ForgetVolume { key, .. } => Completion::Forgotten {
@@ -38,6 +39,7 @@ pub(super) fn journal_lane(rx: &Receiver<JournalWork>, j: &Journal, events: &Sen
     for work in rx {
         let done = match work {
             JournalWork::Flush => Completion::Flushed(j.flush_pending().map_err(|e| e.to_string())),
+            JournalWork::Recover => Completion::Recovered(j.recover().map_err(|e| e.to_string())),
             JournalWork::Checkpoint => Completion::Checkpointed(match j.checkpoint() {
                 Ok(r) => {
                     tracing::debug!(

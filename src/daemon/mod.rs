@@ -37,6 +37,7 @@ mod error;
 pub mod event_loop;
 pub mod forced;
 mod health;
+mod journal_fault;
 mod lanes;
 pub mod orphans;
 mod pools;

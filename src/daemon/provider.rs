@@ -33,6 +33,13 @@ impl DebugProvider for Provider {
         // A provider exists only once `Daemon::start` has reconstructed, so
         // readiness waits only for every pod source to have listed (not for
         // the pod-dir walk: see `core::Phase::ready`).
+        // A journal that cannot be written starts nothing: not ready, with
+        // the reason (the kubelet and a DaemonSet see it).
+        if let Some(why) = self.journal.as_ref().and_then(|j| j.unwritable_reason()) {
+            return Err(format!(
+                "the journal cannot be written, no volume operation starts: {why}"
+            ));
+        }
         let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
         if !w.ready {
             return Err("not every pod source has been listed yet".into());
@@ -45,6 +52,9 @@ impl DebugProvider for Provider {
             self.metrics
                 .journal
                 .observe(j.flush_count(), j.synced_through());
+            self.metrics
+                .journal
+                .observe_writes(j.unwritable_reason().is_none(), &j.write_errors());
         }
         gather_text(&self.metrics)
     }

@@ -238,6 +238,8 @@ pub struct InFlight {
     pub forgets: usize,
     /// a check for late mounts
     pub late_check: bool,
+    /// a recovery of the unwritable journal
+    pub recover: bool,
 }
 
 impl InFlight {
@@ -248,5 +250,6 @@ impl InFlight {
             || self.trim
             || self.forgets > 0
             || self.late_check
+            || self.recover
     }
 }
