@@ -313,11 +313,20 @@ pub(super) fn create_in(
     let flags =
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = nix::fcntl::openat(dir, name, flags, mode(m))?;
-    // exact, whatever the umask (a payload's `defaultMode` may be 0666)
-    nix::sys::stat::fchmod(&fd, mode(m))?;
-    let mut file = std::fs::File::from(fd);
-    std::io::Write::write_all(&mut file, bytes)
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+    let filled = (|| {
+        // exact, whatever the umask (a payload's `defaultMode` may be 0666)
+        nix::sys::stat::fchmod(&fd, mode(m))?;
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, bytes)
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+    })();
+    if filled.is_err() {
+        // the file is ours (`O_EXCL`): a part of it (a write cut short by a
+        // full disk) is removed, so it is made whole or not at all and a
+        // second try is not refused with `EEXIST`
+        let _ = nix::unistd::unlinkat(dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+    }
+    filled
 }
 
 pub(super) fn symlink(

@@ -181,14 +181,23 @@ impl Sys for LinuxSys {
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = nix::fcntl::openat(&dir, tmp.as_os_str(), flags, mode(m)).map_err(err)?;
-        // exact, whatever the umask (a payload's `defaultMode` may be 0666)
-        nix::sys::stat::fchmod(&fd, mode(m)).map_err(err)?;
-        let mut file = std::fs::File::from(fd);
-        std::io::Write::write_all(&mut file, bytes)
-            .map_err(|e| err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
-        file.sync_all()
-            .map_err(|e| err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
-        nix::fcntl::renameat(&dir, tmp.as_os_str(), &dir, name).map_err(err)?;
+        let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+        let placed = (|| {
+            // exact, whatever the umask (a payload's `defaultMode` may be 0666)
+            nix::sys::stat::fchmod(&fd, mode(m))?;
+            let mut file = std::fs::File::from(fd);
+            std::io::Write::write_all(&mut file, bytes).map_err(io)?;
+            file.sync_all().map_err(io)?;
+            nix::fcntl::renameat(&dir, tmp.as_os_str(), &dir, name)
+        })();
+        if let Err(e) = placed {
+            // a write cut short (a full disk) leaves part of the temp file:
+            // never read as the file, but holding space the disk lacks and
+            // keeping the dir from being removed empty
+            let flag = nix::unistd::UnlinkatFlags::NoRemoveDir;
+            let _ = nix::unistd::unlinkat(&dir, tmp.as_os_str(), flag);
+            return Err(err(e));
+        }
         nix::unistd::fsync(&dir).map_err(err)
     }
 

@@ -160,13 +160,15 @@ pub trait Sys: Send + Sync {
     /// parent is opened beneath `at.base` without following any symlink
     /// (`ELOOP`). Not synced: for markers, and for files nobody sees before
     /// a later step publishes them (a payload dir before its `..data` swap).
+    /// A failed write (`ENOSPC`) removes the part written: whole or absent.
     fn create_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32)
     -> Result<(), SysError>;
     /// Writes `bytes` as the whole content of `at` (created or replaced)
     /// durably: a temp file beside it, fsync, rename over it, fsync of the
     /// dir. The parent is opened beneath `at.base` without following any
     /// symlink (`ELOOP`); a reader sees the old content or the new, never a
-    /// part. The mode is exact: the umask does not apply.
+    /// part, and a failed write (`ENOSPC`, `EIO`) removes its temp file.
+    /// The mode is exact: the umask does not apply.
     fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError>;
     /// Renames the entry `from` to `to_name` in the same directory without
     /// replacing (`EEXIST` if taken); the directory is opened beneath
