@@ -25,7 +25,9 @@
 //!
 //! A crash anywhere leaves `..data` pointing at a whole payload; running
 //! the write again finishes it (new links, old dir gone) or, before the
-//! swap, throws the half-written dir away and writes it again.
+//! swap, throws the half-written dir away and writes it again. A write
+//! that fails in step 2's dir (`ENOSPC` on a file) removes that dir at
+//! once and leaves the old payload in place.
 //!
 //! With an fsGroup every entry written gets that group and the kubelet's
 //! read-only volume ownership bits (files `| 0440`, dirs `| 02550`).
@@ -129,7 +131,15 @@ pub(crate) fn write(
     };
     if !in_place {
         let name = format!("{PAYLOAD_PRIVATE_PREFIX}{}.{wanted}", utc_stamp(now));
-        write_dir(op, t, vol, &name, payload)?;
+        if let Err(e) = write_dir(op, t, vol, &name, payload) {
+            // A dir not written whole (a full disk) is never swapped in,
+            // and the next write's step 1 would remove it; removed now, it
+            // gives back the space it took (the root's disk holds the
+            // journal too). Its removal failing changes nothing: `e` is
+            // what the caller must hear.
+            let _ = remove_dir_one_fs(&t.dir.join(&name), sys);
+            return Err(e);
+        }
         crate::failpoint::hit("payload.after_dir");
         let tmp = Path::new(PAYLOAD_DATA_TMP);
         let r = sys.symlink_in(vol, tmp, Path::new(&name));
