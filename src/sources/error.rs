@@ -187,13 +187,27 @@ pub enum SourceError {
         /// the API name of its type (`nfs`, `hostPath`, …)
         volume_type: String,
     },
+    /// writing the parsed-manifest cache (`manifest_cache.rs`) failed: a
+    /// full disk, a read-only one; the file as it was is kept
+    #[error("parsed-manifest cache: {step} {file}: {source}")]
+    WriteCache {
+        /// `encode`, `write`, `rename into place`
+        step: &'static str,
+        /// the file the step failed on (the temp file, or the cache)
+        file: PathBuf,
+        /// the I/O error
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl SourceError {
     /// The category, for callers to branch on.
     pub fn category(&self) -> SourceErrorCategory {
         match self {
-            SourceError::ListDir { .. } | SourceError::ReadFile { .. } => SourceErrorCategory::Io,
+            SourceError::ListDir { .. }
+            | SourceError::ReadFile { .. }
+            | SourceError::WriteCache { .. } => SourceErrorCategory::Io,
             SourceError::NotRegularFile { .. }
             | SourceError::TooLarge { .. }
             | SourceError::Parse { .. }

@@ -21,7 +21,9 @@
 //! - the file ends with a CRC-32C of the rest, and is replaced by rename: a
 //!   torn, foreign or stale file is ignored (and logged), and every manifest
 //!   is parsed as without a cache. It is not synced: losing it costs a
-//!   parse, never a wrong pod.
+//!   parse, never a wrong pod. A write that fails (a full disk) leaves the
+//!   file as it was, removes its temp file (`static-pods.cache.tmp`, never
+//!   read) and keeps what it would have stored for the next write.
 //!
 //! Memory: the file's entries are held only until the first complete
 //! listing used them; after that, only the entries parsed since the last
@@ -40,6 +42,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use super::SourceError;
 use super::read::{read_file, signature_of};
 use super::signature::{FileSignature, file_signature, file_signature_hash};
 use super::static_pods::ParsedPod;
@@ -374,10 +377,12 @@ impl ManifestCache {
     /// Confirms the pending entries that settled, merges them into the
     /// file's entries and writes the file; `current(name)` is the hash of
     /// the signature the source last saw for a manifest (`None`: gone), and
-    /// only entries matching it are kept. Best effort: a failure is logged.
-    pub fn write(&mut self, current: impl Fn(&OsStr) -> Option<u64>) {
+    /// only entries matching it are kept. A failure leaves the file as it
+    /// was and the entries pending, for the next write ([`Self::due`]: not
+    /// before [`WRITE_EVERY`], so a full disk is not retried in a loop).
+    pub fn write(&mut self, current: impl Fn(&OsStr) -> Option<u64>) -> Result<(), SourceError> {
         let Some(stamp) = self.stamp.clone() else {
-            return;
+            return Ok(());
         };
         let now = SystemTime::now();
         // each pending entry: stored (settled, or confirmed by a second
@@ -412,7 +417,7 @@ impl ManifestCache {
         }
         if ready.is_empty() {
             // nothing settled (or everything moved): the file stays as is
-            return;
+            return Ok(());
         }
         let mut entries: BTreeMap<Vec<u8>, Entry> = self
             .read_stored()
@@ -422,8 +427,11 @@ impl ManifestCache {
             .filter(|e| current(OsStr::from_bytes(&e.name)) == Some(file_signature_hash(&e.sig)))
             .map(|e| (e.name.clone(), e))
             .collect();
+        // what this write adds (name → bytes' hash), pending again if it fails
+        let mut added: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
         for (name, p) in ready {
             let name = name.into_vec();
+            added.insert(name.clone(), p.bytes);
             entries.insert(
                 name.clone(),
                 Entry {
@@ -434,28 +442,58 @@ impl ManifestCache {
             );
         }
         self.last_write = Some(Instant::now());
-        if !self.pending.is_empty() {
-            self.pending_since = Some(Instant::now());
-        }
         let stored = Stored {
             stamp,
             entries: entries.into_values().collect(),
         };
-        if let Err(e) = self.replace_file(&stored) {
-            tracing::warn!(file = %self.path.display(), error = %e, "parsed-manifest cache not written");
+        let written = self.replace_file(&stored);
+        if written.is_err() {
+            // kept for the next write, settled or confirmed as they are
+            for e in stored.entries {
+                if let Some(bytes) = added.remove(&e.name) {
+                    let pending = Pending {
+                        sig: e.sig,
+                        bytes,
+                        pod: e.pod,
+                        settled: true,
+                    };
+                    self.pending.insert(OsString::from_vec(e.name), pending);
+                }
+            }
         }
+        if !self.pending.is_empty() {
+            self.pending_since = Some(Instant::now());
+        }
+        written
     }
 
-    fn replace_file(&self, stored: &Stored) -> std::io::Result<()> {
-        let body = bincode::serialize(stored).map_err(std::io::Error::other)?;
+    /// Writes `stored` to a temp file renamed over the cache. A failure
+    /// removes the temp file: cut short by a full disk, it is never read
+    /// (only [`FILE_NAME`] is) but holds space the disk lacks.
+    fn replace_file(&self, stored: &Stored) -> Result<(), SourceError> {
+        let fail = |step, file: &Path| {
+            let file = file.to_owned();
+            move |source| SourceError::WriteCache { step, file, source }
+        };
+        let body = bincode::serialize(stored)
+            .map_err(std::io::Error::other)
+            .map_err(fail("encode", &self.path))?;
         let mut bytes = Vec::with_capacity(MAGIC.len() + body.len() + 4);
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&body);
         bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".tmp");
-        std::fs::write(&tmp, &bytes)?;
-        std::fs::rename(&tmp, &self.path)
+        let tmp = PathBuf::from(tmp);
+        let written = std::fs::write(&tmp, &bytes)
+            .map_err(fail("write", &tmp))
+            .and_then(|()| {
+                std::fs::rename(&tmp, &self.path).map_err(fail("rename into place", &self.path))
+            });
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 }
 

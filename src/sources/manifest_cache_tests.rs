@@ -133,7 +133,7 @@ fn a_fresh_file_is_stored_only_when_a_second_read_gives_the_parsed_bytes() {
     }
     let current = |name: &OsStr| sigs.get(name).copied();
     // not settled yet: a write now stores neither
-    cache.write(current);
+    cache.write(current).unwrap();
     let mut look = ManifestCache::new(n.cache.clone(), &n.pods, "node1");
     assert!(
         look.lookup(OsStr::new("kept.yaml"), &signature_now(&kept).unwrap())
@@ -145,7 +145,7 @@ fn a_fresh_file_is_stored_only_when_a_second_read_gives_the_parsed_bytes() {
             .unwrap()
             .saturating_duration_since(Instant::now()),
     );
-    cache.write(current);
+    cache.write(current).unwrap();
     let mut look = ManifestCache::new(n.cache.clone(), &n.pods, "node1");
     let got = look.lookup(OsStr::new("kept.yaml"), &signature_now(&kept).unwrap());
     assert_eq!(got.map(|p| p.name), Some("kept-node1".to_owned()));

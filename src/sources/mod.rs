@@ -299,11 +299,21 @@ impl Sources {
     }
 
     /// Writes the parsed-manifest cache: what was parsed since the last
-    /// write and has settled, with the file's entries still current.
+    /// write and has settled, with the file's entries still current. Best
+    /// effort: a failure is logged (see [`Sources::try_write_cache`]).
     pub fn write_cache(&mut self) {
+        if let Err(e) = self.try_write_cache() {
+            tracing::warn!(error = %e, "parsed-manifest cache not written; the next write tries again");
+        }
+    }
+
+    /// [`Sources::write_cache`], saying why a write failed (naming the
+    /// file); the cache on disk is then as it was.
+    pub fn try_write_cache(&mut self) -> Result<(), SourceError> {
         let last_good = &self.last_good;
-        if let Some(c) = &mut self.cache {
-            c.write(|name| last_good.get(name).map(|(sig, _)| *sig));
+        match &mut self.cache {
+            Some(c) => c.write(|name| last_good.get(name).map(|(sig, _)| *sig)),
+            None => Ok(()),
         }
     }
 
