@@ -7,6 +7,8 @@
 //! Written atomically (storage-facts D7): a temp file in the same dir,
 //! fsynced, renamed over the old one, then the dir fsynced, so a reader sees
 //! the old file or the new one, never a torn one, and the rename survives.
+//! A write that fails (a full disk) leaves the old file and no temp file:
+//! the temp file is removed when its handle drops.
 //! Its contents are external input: reading never panics on them.
 
 use std::io::Write as _;
@@ -37,11 +39,12 @@ pub struct DaemonFile {
 /// What went wrong, by step, with the path.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonFileError {
-    /// creating the temp file beside daemon.json failed
-    #[error("create a temp file in {dir}: {source}")]
+    /// creating the temp file beside daemon.json failed (no inode left, a
+    /// read-only disk)
+    #[error("create a temp file for {path}: {source}")]
     CreateTemp {
-        /// the journal dir
-        dir: PathBuf,
+        /// daemon.json
+        path: PathBuf,
         /// the cause
         source: std::io::Error,
     },
@@ -131,7 +134,7 @@ impl DaemonFile {
             .suffix(".tmp")
             .tempfile_in(journal_dir)
             .map_err(|source| DaemonFileError::CreateTemp {
-                dir: journal_dir.to_owned(),
+                path: target.clone(),
                 source,
             })?;
         let tmp_path = tmp.path().to_owned();
@@ -282,10 +285,10 @@ mod tests {
     }
 
     #[test]
-    fn write_into_a_missing_dir_names_the_dir() {
+    fn write_into_a_missing_dir_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("absent");
         let e = sample(1, "x").write(&missing).unwrap_err();
-        assert!(e.to_string().contains("absent"), "{e}");
+        assert!(e.to_string().contains("absent/daemon.json"), "{e}");
     }
 }
