@@ -432,26 +432,3 @@ fn the_std_fs_check_sees_paths_and_imports() {
         assert!(!names_std_fs(miss) || miss.starts_with("//"), "{miss}");
     }
 }
-
-/// The house's bound: no file in `src/` has more than 500 lines before its
-/// first `#[cfg(test)]` (a file past it holds more than one responsibility;
-/// split it by them, as issue 13 did).
-#[test]
-fn no_source_file_has_more_than_500_lines_before_its_tests() {
-    let mut long = Vec::new();
-    for p in files(&["src"]) {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.ends_with("tests.rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&p).unwrap_or_default();
-        let n = text
-            .lines()
-            .take_while(|l| l.trim() != "#[cfg(test)]")
-            .count();
-        if n > 500 {
-            long.push(format!("{} ({n})", p.display()));
-        }
-    }
-    assert!(long.is_empty(), "over 500 lines before the tests: {long:?}");
-}
