@@ -19,13 +19,18 @@ pub const JOURNAL_WRITABLE: &str = "JournalWritable";
 const MAX_DEPTH: usize = 64;
 
 /// The mount holding `dir` and its space, as a phrase: "the filesystem
-/// mounted at /var/lib/kubelet (read-only), 0 B free of 20.0 GiB".
+/// mounted at /var/lib/kubelet (device 259:1, read-only), 0 B free of
+/// 20.0 GiB".
 pub fn describe_filesystem(sys: &dyn Sys, dir: &Path) -> String {
     let mount = mount_point(sys, dir).map_or_else(|| "?".to_owned(), |p| p.display().to_string());
+    let device = sys.mount_probe(dir).map_or_else(
+        |_| "?".to_owned(),
+        |m| format!("{}:{}", m.dev.major, m.dev.minor),
+    );
     match sys.statfs(dir) {
         Ok(u) => format!(
-            "the filesystem mounted at {mount}{}, {} free of {}",
-            if u.read_only { " (read-only)" } else { "" },
+            "the filesystem mounted at {mount} (device {device}{}), {} free of {}",
+            if u.read_only { ", read-only" } else { "" },
             bytes(u.blocks_available.saturating_mul(u.block_size)),
             bytes(u.blocks.saturating_mul(u.block_size)),
         ),

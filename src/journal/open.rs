@@ -161,7 +161,8 @@ fn open_found(
             source,
         })?;
     }
-    let try_open = || open_sled(dir, cfg.cache_capacity, cfg.lock_wait);
+    let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
+    let try_open = || open_sled(dir, cfg.cache_capacity, cfg.lock_wait, daemon);
     let opened = try_open();
     // Set when sled opened only with its conf and snapshot moved aside.
     let mut derived_aside = None;
@@ -180,7 +181,6 @@ fn open_found(
         // of a whole log: the daemon retries once from the log alone with
         // them moved aside (the watermark still catches a lost record).
         Err(e) => {
-            let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
             let aside = daemon
                 .then(|| damage::move_derived_aside(dir, &e.to_string()))
                 .flatten();
@@ -825,6 +825,30 @@ mod tests {
                 .unwrap_or_default()
                 .contains("snapshot")
         );
+    }
+
+    /// Found by `tests/disk_faults.rs`: sled writes a snapshot to
+    /// `snap.<lsn>.generating` before renaming it, and a full disk cuts it
+    /// short; sled's next open took it for a snapshot and failed, so the
+    /// start after the disk had room again moved sled's conf and snapshot
+    /// aside (reported as damage). The daemon now removes it first.
+    #[test]
+    fn a_snapshot_left_unfinished_is_removed_not_reported_as_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("journal");
+        let cfg = JournalConfig::new(&dir, "n", BOOT);
+        let (j, _) = Journal::open(&cfg).unwrap();
+        for i in 0..20 {
+            j.append_record(outcome(i)).unwrap();
+        }
+        drop(j);
+        drop(sled_retrying(&dir));
+        let unfinished = dir.join("snap.00000000FFFFFFFF.generating");
+        std::fs::write(&unfinished, b"cut short by ENOSPC").unwrap();
+        let (_, replay) = Journal::open(&cfg).unwrap();
+        assert_eq!(replay.tail.len(), 20);
+        assert!(replay.damage.is_empty(), "{:?}", replay.damage);
+        assert!(!unfinished.exists());
     }
 
     /// Found by `tests/journal_torture.rs`, like the snapshot above: a
