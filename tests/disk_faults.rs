@@ -226,6 +226,65 @@ fn an_open_on_a_full_disk_moves_nothing_aside_and_loses_nothing() {
     });
 }
 
+/// Copies the dir `from` to `to` (the fixtures are flat but for `blobs/`).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A journal of schema 3 (the committed fixture) opened on a full disk:
+/// its migration to the current schema cannot write, which is the host's
+/// error, not damage: nothing is moved aside, and with room again the
+/// migration runs and every record is there.
+#[test]
+fn a_migration_on_a_full_disk_moves_nothing_aside() {
+    if !support::require_root("mount a tmpfs") {
+        return;
+    }
+    support::in_private_mount_ns(|| {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v3/journal");
+        let scratch = support::Scratch::new("disk-full-migrate");
+        // what the fixture replays to with room
+        let roomy = scratch.path().join("roomy");
+        copy_dir(&fixture, &roomy);
+        let (j, want) = Journal::open(&JournalConfig::new(&roomy, "node", BOOT)).unwrap();
+        drop(j);
+        assert!(want.schema_version > 3 && !want.tail.is_empty());
+        let fs = scratch.path().join("fs");
+        support::mkdirs(&fs);
+        support::mount_tmpfs(&fs, "size=4m");
+        let dir = fs.join("journal");
+        copy_dir(&fixture, &dir);
+        // An inspection first (it does not migrate): sled's own recovery
+        // and snapshot are written while there is room, so what the full
+        // disk refuses next is the migration's writes.
+        let (j, _) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
+        drop(j);
+        let filler = fill(&fs);
+        match Journal::open(&JournalConfig::new(&dir, "node", BOOT)) {
+            Err(e) => {
+                assert_eq!(e.category(), Category::Io, "{e}");
+                assert!(matches!(e, JournalError::Unavailable { .. }), "{e:?}");
+            }
+            Ok(_) => panic!("a migration on a full disk wrote nothing"),
+        }
+        assert!(moved_aside(&dir).is_empty(), "{:?}", moved_aside(&dir));
+        std::fs::remove_file(&filler).unwrap();
+        let (_, got) = Journal::open(&JournalConfig::new(&dir, "node", BOOT)).unwrap();
+        assert_eq!(got.schema_version, want.schema_version);
+        let seqs = |r: &volumed::journal::Replay| r.tail.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&got), seqs(&want));
+        assert!(moved_aside(&dir).is_empty());
+    });
+}
+
 // ------------------------------------------------------- the daemon itself
 
 mod daemon {

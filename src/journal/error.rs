@@ -189,15 +189,8 @@ fn errno(e: &std::io::Error) -> Option<nix::errno::Errno> {
     if let Some(n) = e.raw_os_error() {
         return Some(Errno::from_raw(n));
     }
-    let text = e.to_string();
-    if let Some(at) = text.find("Os { code: ") {
-        let digits: String = text[at + 11..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        if let Ok(n) = digits.parse() {
-            return Some(Errno::from_raw(n));
-        }
+    if let Some(n) = errno_in_text(&e.to_string()) {
+        return Some(n);
     }
     Some(match e.kind() {
         ErrorKind::StorageFull => Errno::ENOSPC,
@@ -207,6 +200,28 @@ fn errno(e: &std::io::Error) -> Option<nix::errno::Errno> {
         ErrorKind::OutOfMemory => Errno::ENOMEM,
         _ => return None,
     })
+}
+
+/// The errno an error's text carries, as `io::Error` writes it: its `Debug`
+/// (`Os { code: 28, .. }`) or its `Display` (`... (os error 28)`). For
+/// errors that reach the journal only as text (sled's copies, a
+/// migration step's error).
+pub(super) fn errno_in_text(text: &str) -> Option<nix::errno::Errno> {
+    ["Os { code: ", "(os error "].iter().find_map(|marker| {
+        let at = text.find(marker)? + marker.len();
+        let digits: String = text[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok().map(nix::errno::Errno::from_raw)
+    })
+}
+
+/// An error known only as text, when its errno is the host refusing: as
+/// an `io::Error` for [`JournalError::Unavailable`].
+pub(super) fn environmental_text(text: &str) -> Option<std::io::Error> {
+    let e = std::io::Error::from_raw_os_error(errno_in_text(text)? as i32);
+    environmental(&e).then_some(e)
 }
 
 #[cfg(test)]
@@ -231,6 +246,12 @@ mod tests {
             assert!(environmental(e), "{e:?}");
             assert_eq!(errno_name(e), name);
         }
+        let migration = "v3_to_v4 checkpoint: IO error: No space left on device (os error 28)";
+        assert_eq!(
+            environmental_text(migration).and_then(|e| e.raw_os_error()),
+            Some(nix::errno::Errno::ENOSPC as i32)
+        );
+        assert!(environmental_text("checkpoint: bad CRC").is_none());
         for e in [
             Error::new(ErrorKind::UnexpectedEof, "failed to fill whole buffer"),
             Error::new(ErrorKind::InvalidData, "bad"),

@@ -344,8 +344,15 @@ fn read(cfg: &JournalConfig, db: sled::Db) -> Result<Read_, Distrust> {
     // An inspection (`dump`, `reconstruct --dry-run`) changes nothing, so it
     // reads an older journal in its own format instead of migrating it.
     let read_schema = if schema < SCHEMA_VERSION && cfg.on_corrupt != OnCorrupt::Report {
-        migrations::migrate(&db, &cfg.dir, schema, SCHEMA_VERSION)
-            .map_err(|e| Distrust::Corrupt(format!("migration from schema {schema}: {e}")))?;
+        migrations::migrate(&db, &cfg.dir, schema, SCHEMA_VERSION).map_err(|e| {
+            let step = format!("migration from schema {schema}: {e}");
+            // a migration's errors are text: the errno it carries tells
+            // a full or read-only disk from damage
+            match super::error::environmental_text(&e) {
+                Some(cause) => Distrust::Unavailable { step, cause },
+                None => Distrust::Corrupt(step),
+            }
+        })?;
         SCHEMA_VERSION
     } else {
         schema
