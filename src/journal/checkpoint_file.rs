@@ -47,10 +47,14 @@ pub(crate) fn write(dir: &Path, envelope: &[u8]) -> Result<(), JournalError> {
         }
     };
     let tmp = dir.join(TMP);
-    let mut f = std::fs::File::create(&tmp).map_err(err("checkpoint.tmp"))?;
-    f.write_all(envelope).map_err(err("checkpoint.tmp"))?;
-    f.sync_all().map_err(err("checkpoint.tmp fsync"))?;
-    drop(f);
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(envelope).and_then(|()| f.sync_all()));
+    if let Err(e) = written {
+        // never read, but a part of it (a full disk) holds the room the
+        // journal's own writes need
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err("checkpoint.tmp")(e));
+    }
     std::fs::rename(&tmp, dir.join(FILE)).map_err(err("checkpoint rename"))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())

@@ -14,7 +14,7 @@
 //! with the journal's files reopened and every record not yet durable
 //! written again (`super::recover`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 #[derive(Debug, Default)]
@@ -30,6 +30,8 @@ pub struct GroupCommit {
     state: Mutex<SyncState>,
     cv: Condvar,
     flushes: AtomicU64,
+    /// `state.failed.is_some()`, read without the lock by every insert
+    failed: AtomicBool,
 }
 
 impl GroupCommit {
@@ -42,6 +44,7 @@ impl GroupCommit {
             }),
             cv: Condvar::new(),
             flushes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
         }
     }
 
@@ -61,9 +64,18 @@ impl GroupCommit {
         self.lock().synced_through
     }
 
-    /// The fatal flush error, if one happened.
+    /// The kept failure, if a flush or write failed and no recovery has
+    /// succeeded since.
     pub fn failure(&self) -> Option<String> {
+        if !self.is_failed() {
+            return None;
+        }
         self.lock().failed.clone()
+    }
+
+    /// Whether a failure is kept (no lock: an insert asks every time).
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
     }
 
     /// Marks the journal unwritable after a write or a flush outside the
@@ -71,6 +83,7 @@ impl GroupCommit {
     pub fn fail(&self, reason: String) {
         let mut st = self.lock();
         st.failed.get_or_insert(reason);
+        self.failed.store(true, Ordering::SeqCst);
         self.cv.notify_all();
     }
 
@@ -95,10 +108,12 @@ impl GroupCommit {
             Ok(through) => {
                 st.synced_through = st.synced_through.max(through);
                 st.failed = None;
+                self.failed.store(false, Ordering::SeqCst);
                 Ok(true)
             }
             Err(e) => {
                 st.failed = Some(e.clone());
+                self.failed.store(true, Ordering::SeqCst);
                 Err(e)
             }
         };
@@ -137,7 +152,10 @@ impl GroupCommit {
             st.flushing = false;
             match result {
                 Ok(()) => st.synced_through = st.synced_through.max(target),
-                Err(e) => st.failed = Some(e),
+                Err(e) => {
+                    st.failed = Some(e);
+                    self.failed.store(true, Ordering::SeqCst);
+                }
             }
             self.cv.notify_all();
         }

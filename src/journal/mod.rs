@@ -400,7 +400,7 @@ impl Journal {
                 (rec.seq, sled::IVec::from(value))
             })
             .collect();
-        if self.commit.failure().is_none() {
+        if !self.commit.is_failed() {
             let written = match self.store().as_ref() {
                 Some(store) => store.insert(&sealed),
                 None => Err(sled::Error::ReportableBug(
