@@ -295,15 +295,44 @@ fn the_daemon_writes_the_journal_only_through_its_typed_api() {
     }
 }
 
+/// The loop's decisions: every file of `src/reconciler` but the executor
+/// (which runs one job: journal, plugins) and test files.
+fn decision_files() -> Vec<PathBuf> {
+    let executor = root().join("src/reconciler/executor");
+    files(&["src/reconciler"])
+        .into_iter()
+        .filter(|p| !p.starts_with(&executor))
+        .filter(|p| !p.to_string_lossy().ends_with("tests.rs"))
+        .collect()
+}
+
 #[test]
-fn the_loops_core_reads_no_clock_and_takes_no_lock() {
+fn the_loops_decisions_read_no_clock_and_take_no_lock() {
     // ARCHITECTURE's invariant: the step is given `now` and the World
-    let mut core = files(&["src/daemon/core"]);
-    core.push(root().join("src/daemon/core.rs"));
-    for p in core {
+    let decisions = decision_files();
+    assert!(
+        decisions.iter().any(|p| p.ends_with("reconciler/core.rs")),
+        "the core is not where this check looks: {decisions:?}"
+    );
+    for p in decisions {
         let code = production_code(&p);
         for call in ["Instant::now", "SystemTime::now", ".lock()"] {
             assert!(!code.contains(call), "{} calls {call}", p.display());
+        }
+    }
+}
+
+#[test]
+fn every_file_that_implements_the_core_is_a_decision_file() {
+    // an `impl Core` outside `decision_files` would escape the check above
+    let decisions = decision_files();
+    for p in files(&["src"]) {
+        if production_code(&p).contains("impl Core {") {
+            assert!(
+                decisions.contains(&p),
+                "{} implements the loop's core outside src/reconciler",
+                p.display()
+            );
         }
     }
 }

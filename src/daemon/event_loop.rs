@@ -32,13 +32,13 @@ use crate::reconciler::jobs::{Job, Queued};
 use crate::reconstruct::FailedTarget;
 use crate::selinux::Policy;
 
-pub use super::core::{
-    Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, Swept,
-    World,
-};
 use super::lanes::{host_lane, journal_lane, lane_gone_journal};
 use super::pools::{Pools, StartWorker};
 use super::{DaemonError, spawn};
+pub use crate::reconciler::core::{
+    Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, Swept,
+    World,
+};
 
 /// Loop settings.
 #[derive(Debug, Clone)]
@@ -182,7 +182,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         late_window: cfg.csi.as_ref().map_or(Duration::ZERO, |c| {
             c.rpc_timeout()
                 .saturating_mul(4)
-                .max(super::core::LATE_WINDOW_FLOOR)
+                .max(crate::reconciler::core::LATE_WINDOW_FLOOR)
         }),
     };
     let synced = journal.as_ref().map_or(0, |j| j.synced_through());

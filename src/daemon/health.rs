@@ -4,11 +4,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::effects::World;
 use crate::health::{Claim, HealthConfig, Monitor, MonitorParts, PodTarget, Subject};
 use crate::host::sys::Sys;
 use crate::metrics::Metrics;
 use crate::model::{MountState, SharedPath};
+use crate::state::World;
 
 /// Every volume with a target the ASW has mounted, with only those targets.
 pub(super) fn subjects(w: &World) -> Vec<Subject> {

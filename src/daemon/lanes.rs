@@ -13,7 +13,7 @@ use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, TargetRef, UniqueVolumeName};
 
-use super::core::{Completion, Event, Finish, HostWork, JournalWork, Swept};
+use crate::reconciler::core::{Completion, Event, Finish, HostWork, JournalWork, Swept};
 
 /// The completion of journal work that found no journal thread.
 pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {

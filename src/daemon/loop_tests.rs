@@ -2,7 +2,7 @@
 //! and host threads, and the recording fake underneath (no kernel). Each
 //! wait is bounded, so a deadlock fails the test instead of hanging it.
 
-use super::core::tests::pod;
+use crate::reconciler::core::tests::pod;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};

@@ -27,15 +27,11 @@
 //! server runs on the caller's tokio runtime and reads through
 //! [`Daemon::provider`].
 
-mod admit;
 mod api_follow;
 mod api_source;
 mod config;
-pub mod core;
-pub mod effects;
 mod error;
 pub mod event_loop;
-pub mod forced;
 mod health;
 mod journal_fault;
 mod lanes;

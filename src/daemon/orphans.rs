@@ -25,12 +25,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::effects::Finish;
 use crate::host::mountinfo::MountTable;
 use crate::host::remove::is_pending_deletion;
 use crate::host::sys::{Errno, FileKind, Sys};
 use crate::model::{Layout, PluginName, PodUid, READY_MARKER};
 use crate::plugins::EmptyDirPlugin;
+use crate::reconciler::effects::Finish;
 
 /// What one sweep did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub struct SweepReport {
     /// interrupted disk emptyDir and configMap deletions finished
     pub finished_deletions: usize,
     /// pods whose interrupted deletions are not finished (see
-    /// [`Swept::unfinished`](super::effects::Swept))
+    /// [`Swept::unfinished`](crate::reconciler::effects::Swept))
     pub unfinished: Finish,
     /// an orphan was removed or a deletion finished completely (one that
     /// keeps a mount inside is tried again each sweep, changing nothing)

@@ -23,9 +23,9 @@ use crate::reconstruct::edge::{
 use crate::reconstruct::{MergeOutput, apply_to_asw};
 use crate::sources::{Sources, SourcesConfig};
 
-use super::effects::Reconstructed;
 use super::event_loop::Event;
 use super::{DaemonConfig, DaemonError, spawn, watch};
+use crate::reconciler::effects::Reconstructed;
 
 /// The targets `output` found unmounted outside volumed, as `/debug/state`
 /// lists them.

@@ -154,35 +154,7 @@ pub enum Source {
     Native,
 }
 
-/// A pod's names, for events and reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodRef {
-    /// `metadata.namespace` (shared: a node's pods come from a few)
-    pub namespace: SharedStr,
-    /// `metadata.name`
-    pub name: Box<str>,
-}
-
-/// What the daemon keeps of a listed pod for the reports: its names and,
-/// per pod volume name, the claim it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodEntry {
-    /// namespace and name
-    pub pod: Arc<PodRef>,
-    /// pod volume name → claim name (in the pod's namespace); `None` for
-    /// none (boxed: most pods name no claim, and the daemon keeps one entry
-    /// per pod)
-    pub claims: Option<Box<std::collections::BTreeMap<String, String>>>,
-    /// the API server lists it (its status there is volumed's to report)
-    pub from_api: bool,
-}
-
-impl PodEntry {
-    /// The claim pod volume `outer_name` names, if any.
-    pub fn claim(&self, outer_name: &str) -> Option<&String> {
-        self.claims.as_ref().and_then(|c| c.get(outer_name))
-    }
-}
+pub use crate::state::{PodEntry, PodRef};
 
 /// One mounted pod target of a volume to check. Its names and path are
 /// the ASW's handles: a pass's copy of every target costs counts, not

@@ -1,12 +1,22 @@
-//! The reconciler: decides which volume operations to start (`plan`), keeps
-//! operations on one volume exclusive and failed ones backing off
-//! (`pending`), turns actions into jobs and finished jobs into ASW changes
-//! (`jobs`), and runs jobs: intent, plugin call, outcome (`executor`).
+//! The reconciler: every decision of the loop, and the running of one
+//! operation. The loop's pure step (`core`: `(state, events, now) →
+//! effects`; its vocabulary in `effects`) admits pods (`admit`), decides
+//! which volume operations to start (`plan`), keeps operations on one
+//! volume exclusive and failed ones backing off (`pending`), turns actions
+//! into jobs and finished jobs into ASW changes (`jobs`), and decides the
+//! one-time forced cleanup (`forced`); `executor` runs a job: intent,
+//! plugin call, outcome.
 //!
-//! *Invariant:* the planning is pure; it reads the DSW and ASW and returns
-//! actions. Only the executor touches the journal and the plugins.
+//! *Invariant:* everything here but the executor is pure: it reads the DSW
+//! and ASW and returns effects or actions, with no journal, syscall, thread
+//! or clock. Only the executor touches the journal and the plugins; the
+//! daemon's driver performs the effects.
 
+mod admit;
+pub mod core;
+pub mod effects;
 pub mod executor;
+pub mod forced;
 pub mod jobs;
 pub mod params;
 pub mod pending;

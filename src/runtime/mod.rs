@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 pub use changes::Changes;
 pub use ready::{PodView, PodVolume, PodVolumes, TargetView, decide};
 
-use crate::daemon::event_loop::World;
 use crate::model::{MountState, PodUid, UniqueVolumeName, VolumeSpec};
+use crate::state::World;
 
 /// Why a wait ended without what was asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

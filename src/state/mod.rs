@@ -52,12 +52,13 @@ mod asw;
 mod dsw;
 mod pod_map;
 mod snapshot;
+mod world;
 
 /// Rebuilds a B-tree map or set from its own entries, which fills every
 /// node but the last. Filled in key order (reconstruction, a listing, a
 /// mass start), a B-tree keeps its nodes a little over half full: a full
 /// node splits in two and every later key goes to the right half. O(n):
-/// the daemon repacks only when the node has doubled (`daemon::core`).
+/// the daemon repacks only when the node has doubled (`reconciler::core`).
 pub(crate) fn repack<C>(c: &mut C)
 where
     C: Default + IntoIterator + FromIterator<<C as IntoIterator>::Item>,
@@ -75,6 +76,7 @@ pub use dsw::{
 };
 pub use pod_map::PodMap;
 pub use snapshot::{DeviceSnapshot, PodSnapshot, StateSnapshot, UnmountedOutside, VolumeSnapshot};
+pub use world::{PodEntry, PodRef, World};
 
 /// Errors from the state caches.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -224,7 +224,7 @@ impl Executor {
 }
 
 /// A step that ended uncertain: the ASW learns it; a CSI call is also
-/// watched for a late mount (`daemon::core::late`), undone by `undo`.
+/// watched for a late mount (`reconciler::core::late`), undone by `undo`.
 fn uncertain(
     r: &mut JobReport,
     params: &SharedParams,

@@ -1,6 +1,7 @@
-//! The loop's vocabulary: the [`Event`]s that wake it, the [`World`] it
-//! changes under the lock, and the [`Effect`]s its core asks the driver to
-//! perform (jobs, journal work, host work) with their [`Completion`]s.
+//! The loop's vocabulary: the [`Event`]s that wake it and the [`Effect`]s
+//! its core asks the driver to perform (jobs, journal work, host work) with
+//! their [`Completion`]s. What it changes under the lock is
+//! [`World`](crate::state::World).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use crate::reconciler::pending::OpKey;
 use crate::reconciler::plan::Action;
 use crate::reconstruct::MergeOutput;
 use crate::sources::SourceEvent;
-use crate::state::{ActualStateOfWorld, DesiredStateOfWorld, UnmountedOutside};
+use crate::state::{ActualStateOfWorld, UnmountedOutside};
 
 /// Everything that can wake the loop.
 #[derive(Debug)]
@@ -90,37 +91,6 @@ pub enum Completion {
         /// those with a mount
         mounted: Vec<SharedPath>,
     },
-}
-
-/// The caches the loop mutates and the HTTP provider reads.
-#[derive(Debug, Default)]
-pub struct World {
-    /// desired state
-    pub dsw: DesiredStateOfWorld,
-    /// actual state
-    pub asw: ActualStateOfWorld,
-    /// what reconstruction found unmounted outside volumed (`/debug/state`)
-    pub unmounted_outside: Vec<UnmountedOutside>,
-    /// every pod source has listed (`/readyz`; see `core::Phase::ready`)
-    pub ready: bool,
-    /// the listed pods' names and claims (health reports)
-    pub pods: std::collections::BTreeMap<crate::model::PodUid, crate::health::PodEntry>,
-}
-
-impl World {
-    /// The ASW's and the DSW's volumes and the listed pods: the measure of
-    /// the node [`World::repack`] is timed by.
-    pub fn size(&self) -> usize {
-        self.asw.volume_count() + self.dsw.volume_count() + self.pods.len()
-    }
-
-    /// Repacks the states' maps and the pods' (see `state::repack`): the
-    /// same entries, in full nodes.
-    pub fn repack(&mut self) {
-        self.asw.repack();
-        self.dsw.repack();
-        crate::state::repack(&mut self.pods);
-    }
 }
 
 /// A journal write the loop decided (performed in order on one thread).
@@ -288,7 +258,7 @@ pub struct PodEvent {
     /// the pod
     pub pod: PodUid,
     /// its namespace and name, when a source lists it
-    pub names: Option<Arc<crate::health::PodRef>>,
+    pub names: Option<Arc<crate::state::PodRef>>,
     /// the kubelet's reason
     pub reason: &'static str,
     /// what happened

@@ -41,8 +41,9 @@ mod unwritable;
 
 pub use super::effects::{
     Completion, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent, Reconstructed,
-    Swept, World,
+    Swept,
 };
+pub use crate::state::World;
 pub use housekeeping::{
     FLUSH_WITHIN, InFlight, SWEEP_COST_SHARE, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY, Timers,
     idle_sweep_wait,
@@ -523,4 +524,4 @@ fn update_gauges(metrics: &Metrics, w: &World) {
 
 #[cfg(test)]
 #[path = "core_tests.rs"]
-pub(super) mod tests;
+pub(crate) mod tests;

@@ -28,7 +28,7 @@ pub const LATE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A watched path.
 #[derive(Debug)]
-pub(in crate::daemon) struct Watched {
+pub(in crate::reconciler) struct Watched {
     watch: LateWatch,
     until: Instant,
 }

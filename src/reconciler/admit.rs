@@ -7,7 +7,8 @@ use crate::sources::{SourceEvent, apply_event};
 use crate::state::ActualStateOfWorld;
 
 use super::core::Core;
-use super::effects::{Effect, PodEvent, World};
+use super::effects::{Effect, PodEvent};
+use crate::state::World;
 
 impl Core {
     /// Applies source events to the DSW, counts their SELinux metrics, and
@@ -110,12 +111,12 @@ fn pod_error_events(w: &World, uid: &PodUid, out: &mut Vec<Effect>) {
 fn pod_entry(
     p: &crate::sources::DesiredPod,
     namespace: &mut crate::model::SharedStr,
-) -> crate::health::PodEntry {
+) -> crate::state::PodEntry {
     if **namespace != *p.namespace {
         *namespace = p.namespace.as_str().into();
     }
-    crate::health::PodEntry {
-        pod: std::sync::Arc::new(crate::health::PodRef {
+    crate::state::PodEntry {
+        pod: std::sync::Arc::new(crate::state::PodRef {
             namespace: namespace.clone(),
             name: p.name.as_str().into(),
         }),

@@ -2,9 +2,9 @@
 //! kernel, no thread, no journal.
 
 use super::*;
-use crate::daemon::admit::holders_first;
 use crate::model::PluginName;
 use crate::model::{PodVolume, StorageMedium, VolumeSpec};
+use crate::reconciler::admit::holders_first;
 use crate::reconciler::jobs::AswUpdate;
 use crate::reconciler::jobs::Job;
 use crate::sources::SourceEvent;
@@ -20,7 +20,7 @@ fn uid(s: &str) -> PodUid {
 }
 
 /// A pod with one memory emptyDir (the loop tests use it too).
-pub(in crate::daemon) fn pod(u: &str) -> DesiredPod {
+pub(crate) fn pod(u: &str) -> DesiredPod {
     let spec = VolumeSpec::EmptyDir {
         medium: StorageMedium::Memory,
         size_limit: None,
