@@ -153,6 +153,13 @@ fn a_full_disk_leaves_the_journal_unwritable_until_a_recovery_writes_what_waited
             Err(JournalError::Flush { .. })
         ));
         let kept = j.append_record_lazy(outcome(last)).unwrap();
+        // An intent announced (appended unflushed) that cannot be confirmed
+        // never starts, and the journal closes it with a final failure.
+        let announced = j
+            .announce(Operation::SetUp, Steps::Single, &target(2))
+            .unwrap();
+        let never = announced.seq();
+        assert!(j.confirm(announced).is_err());
         // Still full: a recovery fails, and changes nothing.
         assert!(j.recover().is_err());
         assert!(j.unwritable_reason().is_some());
@@ -164,7 +171,7 @@ fn a_full_disk_leaves_the_journal_unwritable_until_a_recovery_writes_what_waited
         let after = j.append_record(intent(99_999)).unwrap();
         j.close().unwrap();
         let seqs = replayed(&dir);
-        for seq in durable.iter().chain([&kept, &after]) {
+        for seq in durable.iter().chain([&kept, &after, &never]) {
             assert!(
                 seqs.iter().any(|(s, _)| s == seq),
                 "record {seq} lost; replayed {}",
@@ -172,6 +179,13 @@ fn a_full_disk_leaves_the_journal_unwritable_until_a_recovery_writes_what_waited
             );
         }
         assert!(moved_aside(&dir).is_empty());
+        let (j, _) = Journal::open(&JournalConfig::new(&dir, "node", BOOT)).unwrap();
+        let closed = j.with_state(|s| {
+            s.entries()
+                .filter_map(|(_, e)| e.pending.as_ref())
+                .all(|p| p.intent_seq != never)
+        });
+        assert!(closed, "the intent that never started is still pending");
     });
 }
 

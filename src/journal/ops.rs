@@ -95,16 +95,22 @@ impl Journal {
     }
 
     /// Returns once an announced intent is durable (a flush shared with
-    /// concurrent waiters, or none when one already covered it).
+    /// concurrent waiters, or none when one already covered it). When it
+    /// cannot be made durable its operation never starts, and the journal
+    /// says so ([`Journal::never_started`]).
     pub fn confirm(&self, announced: Announced) -> Result<DurableIntent, JournalError> {
-        self.make_durable(announced.seq)?;
+        if let Err(e) = self.make_durable(announced.seq) {
+            self.never_started(announced.op, announced.seq, &e);
+            return Err(e);
+        }
         Ok(DurableIntent {
             op: announced.op,
             seq: announced.seq,
         })
     }
 
-    /// Appends `op`'s intent on `target` and returns once it is durable.
+    /// Appends `op`'s intent on `target` and returns once it is durable
+    /// (refused up front while the journal cannot be written).
     pub fn begin(
         &self,
         op: Operation,
@@ -113,8 +119,27 @@ impl Journal {
     ) -> Result<DurableIntent, JournalError> {
         self.check_open()?;
         let seq = self.insert(intent(op, steps, target))?;
-        self.wait_durable(seq)?;
+        if let Err(e) = self.wait_durable(seq) {
+            self.never_started(op, seq, &e);
+            return Err(e);
+        }
         Ok(DurableIntent { op, seq })
+    }
+
+    /// An intent that could not be made durable (the disk refused the
+    /// flush) gets a final failure outcome, kept with it: the recovery
+    /// writes both, and neither replay nor reconstruction then takes the
+    /// intent for an operation cut short, since it never ran.
+    fn never_started(&self, op: Operation, intent_seq: u64, e: &JournalError) {
+        let closed = self.insert(Body::Outcome {
+            intent_seq,
+            op,
+            result: OpResult::FailedFinal(format!("not started: {e}")),
+            observed: None,
+        });
+        if let Err(e) = closed {
+            tracing::warn!(intent_seq, "close an intent that never started: {e}");
+        }
     }
 
     /// Appends the outcome of a begun operation, with the mount the plugin
