@@ -4,8 +4,8 @@
 #
 #   build.sh base OUTDIR
 #       Makes OUTDIR/vmlinuz and OUTDIR/base.cpio.gz: a Debian kernel, its
-#       ext4/virtio/loop/dm-log-writes modules, busybox-static, util-linux/
-#       coreutils/e2fsprogs/dmsetup binaries from the host with their
+#       ext4/virtio/loop/dm-log-writes/dm-flakey modules, busybox-static,
+#       util-linux/coreutils/e2fsprogs/dmsetup binaries from the host with their
 #       libraries, the SELinux userland (load_policy, getenforce, setfilecon,
 #       …) and a binary policy built from selinux-policy-default plus
 #       container.cil. Reused as long
@@ -28,13 +28,14 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export DEBIAN_FRONTEND=noninteractive
 # Modules the initramfs loads (with their dependencies).
-MODULES=(ext4 virtio_blk virtio_pci loop crc32c_generic dm_mod dm_log_writes)
+MODULES=(ext4 virtio_blk virtio_pci loop crc32c_generic dm_mod dm_log_writes dm_flakey)
 # Debian packages downloaded and unpacked (never installed on the host).
 VM_PKGS=(selinux-policy-default policycoreutils semodule-utils selinux-utils
   libsemanage2 libsemanage-common libsepol2 libselinux1)
 # Host binaries copied into the VM with their libraries.
-# dmsetup (with libdevmapper) drives dm-log-writes for tests/power_loss.rs.
-HOST_BINS=(mount umount blkid mkfs.ext4 ls stat id chcon dmsetup)
+# dmsetup (with libdevmapper) drives dm-log-writes for tests/power_loss.rs and
+# dm-flakey for tests/disk_eio_vm.rs, which repairs its ext4 with e2fsck.
+HOST_BINS=(mount umount blkid mkfs.ext4 e2fsck ls stat id chcon dmsetup)
 
 say() { printf 'selinux-vm: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
