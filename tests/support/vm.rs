@@ -1,5 +1,5 @@
-//! The SELinux test VM's plumbing, shared by `tests/selinux_vm.rs` and
-//! `tests/power_loss.rs`: building the image (`tests/selinux_vm/build.sh`
+//! The SELinux test VM's plumbing, shared by `tests/selinux_vm.rs`,
+//! `tests/power_loss.rs` and `tests/disk_eio_vm.rs`: building the image (`tests/selinux_vm/build.sh`
 //! base and payload, the base cached in `<target>/selinux-vm/`), booting
 //! it once under QEMU (TCG, one VM at a time per test binary) with a
 //! scenario after `common.sh`, the blank virtio disks it gets, and parsing
