@@ -4,53 +4,64 @@
 //! This machine's kernel has no device-mapper, so the fault is made in the
 //! SELinux test VM (`tests/support/vm.rs`; a Debian kernel under QEMU
 //! TCG, booted permissive): `tests/selinux_vm/disk_eio.sh` puts the dm
-//! device `eio` over the 64 MiB `/dev/vda`, an ext4 on it (its jbd2
-//! journal on `/dev/vdb`, mounted `errors=continue`) holds volumed's root
-//! and so its journal, and volumed runs with static pods whose volumes
-//! are memory emptyDirs. With pod A mounted, the device's table is
-//! switched live from `linear` to `flakey … error_writes` (every write
-//! fails with EIO, reads go through), pod B is added, and later the
-//! `linear` table comes back.
+//! device `eio` over the 64 MiB `/dev/vda` and `eioj` over `/dev/vdb`; an
+//! ext4 on `eio` with its jbd2 journal on `eioj`, mounted
+//! `errors=continue`, holds volumed's root and so its journal; volumed
+//! runs with static pods whose volumes are memory emptyDirs. A fault
+//! switches a table live from `linear` to `flakey … error_writes` (every
+//! write fails with EIO, reads go through), and back.
 //!
-//! What the kernel does (Debian's 6.1, as seen in the scenario's
-//! `fault.kernel` block): each write-back of sled's log fails ("ext4_end_bio:
-//! I/O error 10 writing to inode …", "Buffer I/O error on device dm-0"),
-//! and the journal's flush gets EIO (sled's flush, which is
-//! `sync_file_range`); every recovery during the fault fails with EIO
-//! too (sled writes as it reopens). ext4 itself raises no error: the
-//! failed writes are file data, `data_err=ignore` (the default) keeps
-//! jbd2 from aborting on them, and jbd2's commits go to `/dev/vdb`, which
-//! still works. So `errors=continue` is never even consulted, the
-//! filesystem stays read-write, and the path that runs is the in-place
-//! one: once the table is linear again the daemon's own recovery (sled
-//! reopened on what the disk holds, the records kept in memory written
-//! again) succeeds, with no restart. (With jbd2's journal on the failing
-//! device a failed commit aborts it and ext4 is read-only for good; the
-//! scenario would then repair it — SIGKILL, unmount, `e2fsck`, mount,
-//! start — and its block `path` would say `repair`. This test asserts the
-//! in-place path, which is what this kernel gives; `tests/disk_faults.rs`
-//! covers a repair.)
+//! Fault 1, `eio` alone, pod A mounted, pod B added during it. What the
+//! kernel does (Debian's 6.1, the scenario's `fault.kernel` block): each
+//! write-back of sled's log fails ("ext4_end_bio: I/O error 10 writing
+//! to inode …", "Buffer I/O error on device dm-0") and the journal's
+//! flush gets EIO (sled's flush, `sync_file_range`); every recovery during
+//! the fault fails with EIO too (sled writes as it reopens). ext4 raises
+//! no error: only file data failed, `data_err=ignore` (the default) keeps
+//! jbd2 from aborting on it, and jbd2's device works. So
+//! `errors=continue` is never even consulted, ext4 stays read-write, and
+//! the in-place path runs: once the table is linear again the daemon's
+//! own recovery (sled reopened on what the disk holds, the records kept
+//! in memory written again) succeeds, with no restart.
 //!
-//! One thing the journal keeps that a reader may not expect: pod B's first
-//! try appends its SetUp intent during the fault; the flush fails, so the
-//! operation never starts, but the intent stays in the journal's memory
-//! and the recovery makes it durable like every record. B then has that
-//! intent with no outcome beside the one that ran, with its success.
+//! Fault 2, both devices, pod C added during it. volumed's writes alone
+//! give jbd2 nothing to commit (sled rewrites blocks its log already
+//! has), so another writer on the disk makes a commit: it fails,
+//! "Aborting journal on device dm-1", then "Detected aborted journal",
+//! "Remounting filesystem read-only" on volumed's next write. The
+//! daemon sees EIO still. ext4 takes no write once the devices work again,
+//! so the scenario repairs it as `tests/disk_faults.rs` does (SIGKILL,
+//! every mount below the disk unmounted, `e2fsck`, mounted, started):
+//! the repair path.
 //!
 //! Checked, each reported by name:
-//! - during the fault: `/readyz` 503 naming the unwritable journal (and
+//! - during fault 1: `/readyz` 503 naming the unwritable journal (and
 //!   still 503 seconds later), `volumed_journal_writable 0` and
 //!   `volumed_journal_write_errors_total{errno="EIO"}` at least 1, A's
 //!   tmpfs still mounted and B's not, no `volumed.corrupt-*` beside the
 //!   journal;
-//! - after it: B mounted, `/readyz` 200, `volumed_journal_writable 1`,
-//!   every record `dump` showed before the fault still there and
-//!   unchanged, exactly one SetUp intent for A and for B in the journal
-//!   and one more plugin operation than before the fault (B's: nothing
-//!   re-issued for A), still no `volumed.corrupt-*`, SIGTERM exits 0.
+//! - after it, with no restart: ext4 raised no error, B mounted,
+//!   `/readyz` 200, `volumed_journal_writable 1`, every record `dump`
+//!   showed before the fault still there and unchanged, A's one SetUp
+//!   intent with its success and one plugin operation more than before
+//!   (B's: nothing re-issued for A), B set up once, still nothing moved
+//!   aside;
+//! - during fault 2: 503, writable 0, more write errors by errno, A and B
+//!   mounted and C not, nothing moved aside; ext4 aborted (the kernel
+//!   says so) and was repaired;
+//! - after the repair: A, B and C mounted, `/readyz` 200, every record of
+//!   the dump before fault 2 unchanged, C set up once, nothing moved
+//!   aside; in the end SIGTERM exits 0.
+//!
+//! One thing the journal keeps that a reader may not expect: B's first
+//! try appends its SetUp intent during fault 1; the flush fails, so the
+//! operation never starts, but the intent stays in the journal's memory
+//! and the recovery makes it durable like every record. B then has that
+//! intent with no outcome beside the one that ran, with its success. (C's
+//! first intent, never durable, went with the SIGKILL.)
 //!
 //! Needs root (apt-get for the VM image) and says it was skipped
-//! otherwise. One boot: about a minute of emulation.
+//! otherwise. One boot: about 45 s of emulation.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 mod support;
@@ -65,6 +76,7 @@ use support::vm::{Disk, Evidence, Run, boot_vm_with};
 
 const UID_A: &str = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
 const UID_B: &str = "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
+const UID_C: &str = "cccccccc-cccc-4ccc-8ccc-cccccccccccc";
 /// Where the ext4 is mounted in the VM; the root is `<MNT>/kubelet`.
 const MNT: &str = "/media/eio";
 /// What `/readyz` says while the journal cannot be written.
@@ -134,6 +146,13 @@ fn answer(ev: &Evidence, block: &str) -> Result<(u16, String), String> {
     Ok((status, body))
 }
 
+fn readyz_ok(ev: &Evidence, block: &str) -> Outcome {
+    match answer(ev, block)? {
+        (200, body) => Ok(format!("200 {body}")),
+        (status, body) => Err(format!("{status} {body:?}, expected 200")),
+    }
+}
+
 fn readyz_degraded(ev: &Evidence, block: &str) -> Outcome {
     match answer(ev, block)? {
         (503, body) if body.contains(UNWRITABLE) => Ok(format!("503 {body}")),
@@ -172,24 +191,18 @@ fn writable(ev: &Evidence, block: &str, want: f64) -> Outcome {
     }
 }
 
-/// A's tmpfs mounted and B's not, during the fault.
-fn a_kept_b_waiting(ev: &Evidence) -> Outcome {
-    let a = tmpfs_at(ev, "fault.mountinfo", &mem_target(UID_A))?;
-    let b = tmpfs_at(ev, "fault.mountinfo", &mem_target(UID_B))?;
-    if a && !b {
-        Ok("A mounted, B not".into())
-    } else {
-        Err(format!("A mounted: {a}, B mounted: {b}"))
+/// The tmpfs of each pod in `want` is mounted (true) or not (false) in
+/// the mount table in `block`.
+fn mounts_are(ev: &Evidence, block: &str, want: &[(&str, bool)]) -> Outcome {
+    let mut seen = Vec::new();
+    for &(uid, _) in want {
+        seen.push((&uid[..1], tmpfs_at(ev, block, &mem_target(uid))?));
     }
-}
-
-fn both_mounted(ev: &Evidence) -> Outcome {
-    let a = tmpfs_at(ev, "final.mountinfo", &mem_target(UID_A))?;
-    let b = tmpfs_at(ev, "final.mountinfo", &mem_target(UID_B))?;
-    if a && b {
-        Ok("A and B mounted".into())
+    let expected: Vec<(&str, bool)> = want.iter().map(|&(u, m)| (&u[..1], m)).collect();
+    if seen == expected {
+        Ok(format!("mounted: {seen:?}"))
     } else {
-        Err(format!("A mounted: {a}, B mounted: {b}"))
+        Err(format!("mounted: {seen:?}, expected {expected:?}"))
     }
 }
 
@@ -223,10 +236,10 @@ fn records(ev: &Evidence, block: &str) -> Result<BTreeMap<u64, Value>, String> {
         .collect())
 }
 
-/// Every record before the fault is in the final dump, unchanged.
-fn records_kept(ev: &Evidence) -> Outcome {
-    let before = records(ev, "before.dump")?;
-    let after = records(ev, "final.dump")?;
+/// Every record of the dump `before` is in the dump `after`, unchanged.
+fn records_kept(ev: &Evidence, before: &str, after: &str) -> Outcome {
+    let before = records(ev, before)?;
+    let after = records(ev, after)?;
     if before.is_empty() {
         return Err("the dump before the fault shows no record".into());
     }
@@ -246,10 +259,10 @@ fn records_kept(ev: &Evidence) -> Outcome {
     }
 }
 
-/// The SetUp intents of `uid` in the final dump: (seq, the outcome's
+/// The SetUp intents of `uid` in the dump `block`: (seq, the outcome's
 /// result, if one names it).
-fn setups_of(ev: &Evidence, uid: &str) -> Result<Vec<(u64, Option<String>)>, String> {
-    let all = records(ev, "final.dump")?;
+fn setups_of(ev: &Evidence, block: &str, uid: &str) -> Result<Vec<(u64, Option<String>)>, String> {
+    let all = records(ev, block)?;
     let result_of = |seq: u64| {
         all.values()
             .find(|r| r["type"] == "outcome" && r["intent_seq"].as_u64() == Some(seq))
@@ -265,18 +278,19 @@ fn setups_of(ev: &Evidence, uid: &str) -> Result<Vec<(u64, Option<String>)>, Str
 /// A's SetUp was not re-issued: its one intent, with its success, is
 /// all the journal has for A.
 fn one_setup_for_a(ev: &Evidence) -> Outcome {
-    match setups_of(ev, UID_A)?.as_slice() {
+    match setups_of(ev, "final.dump", UID_A)?.as_slice() {
         [(seq, Some(r))] if r == "success" => Ok(format!("intent {seq}, success")),
         other => Err(format!("A's SetUp intents (seq, result): {other:?}")),
     }
 }
 
-/// B was set up once: one intent with a success. The intent B's first
-/// try appended during the fault (its flush failed, so the operation
-/// never started) is kept in memory and made durable by the recovery
-/// like every record: it may be there too, with no outcome.
-fn one_setup_for_b(ev: &Evidence) -> Outcome {
-    let all = setups_of(ev, UID_B)?;
+/// The pod added during a fault was set up once: one intent with a
+/// success. The intent its first try appended during the fault (its
+/// flush failed, so the operation never started) may be there too, with
+/// no outcome: it waited in the journal's memory and a recovery made it
+/// durable like every record.
+fn set_up_once(ev: &Evidence, block: &str, uid: &str) -> Outcome {
+    let all = setups_of(ev, block, uid)?;
     let done: Vec<u64> = all
         .iter()
         .filter(|(_, r)| r.as_deref() == Some("success"))
@@ -287,10 +301,10 @@ fn one_setup_for_b(ev: &Evidence) -> Outcome {
         .filter(|(_, r)| r.is_some() && r.as_deref() != Some("success"))
         .collect();
     if done.len() == 1 && other.is_empty() {
-        Ok(format!("B's SetUp intents (seq, result): {all:?}"))
+        Ok(format!("SetUp intents (seq, result): {all:?}"))
     } else {
         Err(format!(
-            "B's SetUp intents (seq, result): {all:?}, expected one success"
+            "SetUp intents (seq, result): {all:?}, expected one success"
         ))
     }
 }
@@ -313,12 +327,59 @@ fn nothing_reissued(ev: &Evidence) -> Outcome {
 fn in_place(ev: &Evidence) -> Outcome {
     let path = ev.block("path")?.trim();
     let state = ev.block("after.state")?.lines().next().unwrap_or("");
+    let kernel = ev.block("fault.kernel")?;
+    if kernel.contains("Aborting journal") || kernel.contains("EXT4-fs error") {
+        return Err(format!("ext4 raised an error: {kernel}"));
+    }
     if path == "in-place" {
         Ok(format!("ext4 still read-write: {state}"))
     } else {
         Err(format!(
             "the ext4 did not take writes after the fault ({state}); path {path}"
         ))
+    }
+}
+
+/// Fault 2: jbd2's commit failed, ext4 aborted its journal and took no
+/// write once the devices worked again, so the scenario repaired it.
+fn aborted_and_repaired(ev: &Evidence) -> Outcome {
+    let path = ev.block("abort.path")?.trim();
+    let kernel = ev.block("abort.kernel")?;
+    let lines: Vec<&str> = kernel
+        .lines()
+        .filter(|l| {
+            ["Aborting journal", "aborted journal", "read-only", "JBD2"]
+                .iter()
+                .any(|w| l.contains(w))
+        })
+        .collect();
+    let state = ev.block("abort.after.state")?.lines().next().unwrap_or("");
+    if path == "repair" && lines.iter().any(|l| l.contains("Aborting journal")) {
+        let e2fsck = ev.block("abort.e2fsck")?;
+        Ok(format!(
+            "{state}\n{}\ne2fsck: {}",
+            lines.join("\n"),
+            e2fsck.trim()
+        ))
+    } else {
+        Err(format!("path {path}, {state}, kernel: {kernel}"))
+    }
+}
+
+/// Write errors counted during fault 2 beyond those of fault 1, by errno.
+fn more_errors(ev: &Evidence) -> Outcome {
+    let name = "volumed_journal_write_errors_total";
+    let before = samples(ev, "final.metrics", name)?;
+    let during = samples(ev, "abort.metrics", name)?;
+    let more: BTreeMap<&String, f64> = during
+        .iter()
+        .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    if more.is_empty() {
+        Err(format!("no more write errors: {before:?} then {during:?}"))
+    } else {
+        Ok(format!("{more:?}"))
     }
 }
 
@@ -337,6 +398,14 @@ fn checks(ev: &Evidence) -> Vec<(String, Outcome)> {
         "fault.off",
         "b.mounted",
         "ready.again",
+        "abort.on",
+        "abort.degraded",
+        "abort.aborted",
+        "abort.off",
+        "abort.killed",
+        "abort.remounted",
+        "c.mounted",
+        "ready.repaired",
         "stopped",
     ]
     .into_iter()
@@ -360,41 +429,86 @@ fn checks(ev: &Evidence) -> Vec<(String, Outcome)> {
             writable(ev, "fault.metrics", 0.0),
         ),
         ("fault: EIO counted by errno", write_errors(ev)),
-        ("fault: A stays mounted, B waits", a_kept_b_waiting(ev)),
+        (
+            "fault: A stays mounted, B waits",
+            mounts_are(ev, "fault.mountinfo", &[(UID_A, true), (UID_B, false)]),
+        ),
         (
             "fault: no journal moved aside",
             nothing_moved_aside(ev, "fault.state"),
         ),
         ("after: ext4 usable, recovered in place", in_place(ev)),
-        ("after: A and B mounted", both_mounted(ev)),
         (
-            "after: /readyz 200",
-            match answer(ev, "final.readyz") {
-                Ok((200, b)) => Ok(format!("200 {b}")),
-                Ok((s, b)) => Err(format!("{s} {b:?}")),
-                Err(e) => Err(e),
-            },
+            "after: A and B mounted",
+            mounts_are(ev, "final.mountinfo", &[(UID_A, true), (UID_B, true)]),
         ),
+        ("after: /readyz 200", readyz_ok(ev, "final.readyz")),
         (
             "after: volumed_journal_writable 1",
             writable(ev, "final.metrics", 1.0),
         ),
         (
             "after: every record from before the fault kept",
-            records_kept(ev),
+            records_kept(ev, "before.dump", "final.dump"),
         ),
         (
             "after: A's one SetUp intent, not re-issued",
             one_setup_for_a(ev),
         ),
-        ("after: B set up once", one_setup_for_b(ev)),
+        ("after: B set up once", set_up_once(ev, "final.dump", UID_B)),
         ("after: no operation re-issued for A", nothing_reissued(ev)),
         (
             "after: no journal moved aside",
             nothing_moved_aside(ev, "final.state"),
         ),
         (
-            "after: SIGTERM exits 0",
+            "fault 2: /readyz 503 naming the journal",
+            readyz_degraded(ev, "abort.readyz"),
+        ),
+        (
+            "fault 2: volumed_journal_writable 0",
+            writable(ev, "abort.metrics", 0.0),
+        ),
+        ("fault 2: write errors counted by errno", more_errors(ev)),
+        (
+            "fault 2: A and B stay mounted, C waits",
+            mounts_are(
+                ev,
+                "abort.mountinfo",
+                &[(UID_A, true), (UID_B, true), (UID_C, false)],
+            ),
+        ),
+        (
+            "fault 2: no journal moved aside",
+            nothing_moved_aside(ev, "abort.state"),
+        ),
+        (
+            "fault 2: ext4 aborted its journal, repaired",
+            aborted_and_repaired(ev),
+        ),
+        (
+            "repaired: A, B and C mounted",
+            mounts_are(
+                ev,
+                "repaired.mountinfo",
+                &[(UID_A, true), (UID_B, true), (UID_C, true)],
+            ),
+        ),
+        ("repaired: /readyz 200", readyz_ok(ev, "repaired.readyz")),
+        (
+            "repaired: every record from before fault 2 kept",
+            records_kept(ev, "final.dump", "repaired.dump"),
+        ),
+        (
+            "repaired: C set up once",
+            set_up_once(ev, "repaired.dump", UID_C),
+        ),
+        (
+            "repaired: no journal moved aside",
+            nothing_moved_aside(ev, "repaired.state"),
+        ),
+        (
+            "SIGTERM exits 0",
             match ev.block("volumed.exit") {
                 Ok(c) if c.trim() == "0" => Ok("0".into()),
                 Ok(c) => Err(format!("exit {}", c.trim())),
@@ -458,7 +572,7 @@ fn report(run: Run, results: &[(String, Outcome)]) {
 }
 
 #[test]
-fn eio_from_the_journals_device_degrades_the_daemon_and_it_goes_on_in_place() {
+fn eio_under_the_journal_degrades_the_daemon_and_loses_nothing_in_place_or_across_a_repair() {
     if !support::require_root("boots a QEMU VM with a Debian kernel for dm-flakey (apt-get, qemu)")
     {
         return;
