@@ -55,10 +55,11 @@
 //!
 //! One thing the journal keeps that a reader may not expect: B's first
 //! try appends its SetUp intent during fault 1; the flush fails, so the
-//! operation never starts, but the intent stays in the journal's memory
-//! and the recovery makes it durable like every record. B then has that
-//! intent with no outcome beside the one that ran, with its success. (C's
-//! first intent, never durable, went with the SIGKILL.)
+//! operation never starts, and the journal closes that intent with a
+//! final failure ("not started: ..."); the recovery makes both durable
+//! like every record. B then has that closed intent beside the one that
+//! ran, with its success. (C's first intent, never durable, went with the
+//! SIGKILL.)
 //!
 //! Needs root (apt-get for the VM image) and says it was skipped
 //! otherwise. One boot: about 45 s of emulation.
@@ -286,9 +287,8 @@ fn one_setup_for_a(ev: &Evidence) -> Outcome {
 
 /// The pod added during a fault was set up once: one intent with a
 /// success. The intent its first try appended during the fault (its
-/// flush failed, so the operation never started) may be there too, with
-/// no outcome: it waited in the journal's memory and a recovery made it
-/// durable like every record.
+/// flush failed, so the operation never started) may be there too,
+/// closed with a final failure; no intent is left without an outcome.
 fn set_up_once(ev: &Evidence, block: &str, uid: &str) -> Outcome {
     let all = setups_of(ev, block, uid)?;
     let done: Vec<u64> = all
@@ -298,7 +298,7 @@ fn set_up_once(ev: &Evidence, block: &str, uid: &str) -> Outcome {
         .collect();
     let other: Vec<&(u64, Option<String>)> = all
         .iter()
-        .filter(|(_, r)| r.is_some() && r.as_deref() != Some("success"))
+        .filter(|(_, r)| !matches!(r.as_deref(), Some("success" | "failed_final")))
         .collect();
     if done.len() == 1 && other.is_empty() {
         Ok(format!("SetUp intents (seq, result): {all:?}"))

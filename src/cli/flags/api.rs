@@ -1,5 +1,4 @@
-//! The binary's API-server flags (kept apart from `main.rs`, as the CSI
-//! and health flags are).
+//! `volumed run`'s API-server flags: the cluster as a pod source.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,4 @@
-//! The binary's node conventions, kept apart from `main.rs` (as the CSI
-//! and health flags are, so that file stays wiring): `--log-format` (text
+//! The binary's node conventions: `--log-format` (text
 //! for a terminal, JSON lines for a log pipeline) and the glue between
 //! `volumed run` and the service manager's notify protocol
 //! ([`volumed::notify`]).

@@ -1,5 +1,4 @@
-//! The binary's health flags and the `volumed health` command (kept apart
-//! from `main.rs` so that file stays one screenful of wiring).
+//! The binary's health flags and the `volumed health` command.
 
 use std::path::PathBuf;
 use std::time::Duration;

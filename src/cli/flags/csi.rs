@@ -1,5 +1,5 @@
-//! The binary's CSI flags (kept apart from `main.rs`, as the health flags
-//! are, so that file stays wiring).
+//! `volumed run`'s CSI flags: the drivers to call and how long a call may
+//! take.
 
 use std::sync::Arc;
 use std::time::Duration;
