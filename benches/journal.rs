@@ -4,7 +4,8 @@
 //! `Journal::append_record` returns once its record is durable against the death
 //! of the process. sled 0.34.7 gets there with `sync_file_range(WAIT_BEFORE |
 //! WRITE | WAIT_AFTER)` on its log buffers, not `fsync` (see the journal
-//! module docs and storage-facts C5), and the journal adds a `pwrite` of the
+//! module docs: sled 0.34 syncs its log with `sync_file_range`, which
+//! flushes no device cache), and the journal adds a `pwrite` of the
 //! `acked` watermark after every group flush. So this bench measures, in one
 //! run and in one directory on the same filesystem:
 //!
@@ -13,7 +14,7 @@
 //!    N is the size of one real encoded record as sled stores it (8-byte key
 //!    + envelope; sled's own message header adds a few bytes more):
 //!    - `pwrite` + `fdatasync`: the honest "on the disk" floor (flushes the
-//!      device cache; the journal does NOT pay this, storage-facts C4);
+//!      device cache; the journal does NOT pay this);
 //!    - `pwrite` + `sync_file_range(WAIT_BEFORE|WRITE|WAIT_AFTER)`: the floor
 //!      of the mechanism sled actually uses — the number the journal should
 //!      be compared with.
@@ -23,7 +24,7 @@
 //!    and the ratios to the floors.
 //!
 //! The ratios are printed, never asserted: latencies on shared VMs vary by
-//! several times between runs (storage-facts C4), and sled's background
+//! several times between runs, and sled's background
 //! flusher adds a `sync_all` every 500 ms that lands in the p99s.
 //!
 //! Where: a tempdir under `$VOLUMED_BENCH_DIR`, else under cargo's

@@ -12,8 +12,8 @@
 //! the scratch dir holding what the daemon would have written for them:
 //! MountDevice for the device target, SetUp for each pod target (intent +
 //! success outcome with the observed mount), appended with
-//! [`Journal::append_records`]. Neither is timed (storage-facts C1: ~0.2 ms
-//! per mount at 10k). Then, median of several runs each:
+//! [`Journal::append_records`]. Neither is timed (mounting is slow, and
+//! slower as the table grows). Then, median of several runs each:
 //!
 //! - **floor**: one read + parse of `/proc/self/mountinfo`
 //!   ([`MountTable::read`]): the kernel formatting the table dominates, and
@@ -33,8 +33,8 @@
 //! It prints `reconstruct bench: N mounts, ready ASW X ms, floor Y ms, ratio
 //! Z.ZZx (target <= 1.5x); leftovers walk W ms (after ready)`, where the
 //! leftovers walk is phase 2 ([`reconstruct_leftovers`]: the pod-dir walk
-//! and its decisions), which runs after the ASW is ready (DESIGN.md, host
-//! scan). Breakdown lines show where the time goes: the scan's mount-table
+//! and its decisions), which runs after the ASW is ready (see
+//! docs/merge-table.md, "Two phases at startup"). Breakdown lines show where the time goes: the scan's mount-table
 //! part and its pod-dir walk alone, and phase 1 split into read, decide
 //! (`reconstruct_ready`), record check and ASW fill (the record check on its
 //! own, as [`changed_journal_records`]: the daemon's phase 1 makes it inside

@@ -1,5 +1,5 @@
 //! `volumed dump`: the journal's records and the state they imply, as JSON
-//! (DESIGN.md's contract) or as a table for people.
+//! (a contract: docs/dump-json.md) or as a table for people.
 //!
 //! Pure: it renders a [`Replay`]; opening the journal (or asking the daemon) is the
 //! binary's job. The state part uses the same snapshot types as the live ASW

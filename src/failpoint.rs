@@ -1,12 +1,13 @@
-//! Crash points (DESIGN.md "Crash points").
+//! Crash points (docs/crash-points.md).
 //!
 //! Built with the cargo feature `failpoints`, [`hit`] kills the process with
 //! SIGKILL — no unwinding, no flush beyond what is already durable — the
 //! n-th time the point named by `VOLUMED_CRASH_AT=<point>[:<n>]` is reached.
 //! Without the feature it compiles to nothing.
 //!
-//! Besides DESIGN.md's ten points, `format_device.after_intent` /
-//! `format_device.after_op` (the executor's journaled format step) and
+//! Besides the ten contract points (`<op>.after_intent` and `<op>.after_op`
+//! for the four mount operations, `checkpoint.mid`, `orphan_cleanup.mid`),
+//! `format_device.after_intent` / `format_device.after_op` (the executor's journaled format step) and
 //! `teardown.mid_delete` (a disk emptyDir or a configMap volume renamed
 //! to `.deleting~N`, its contents not yet deleted) exist. `tests/crash` reaches every one of them
 //! through the real binary. The payload writer's `payload.after_dir`,

@@ -383,7 +383,7 @@ fn volumes_in_use_and_the_csi_node_follow_the_node() {
             || format!("{:#}", node_of(&api)),
         );
         // The journal knew the staged device's path: the node's status
-        // fills none (seed 001's volumesNeedUpdateFromNodeStatus).
+        // fills none (KEP-3756's volumesNeedUpdateFromNodeStatus).
         assert!(
             daemon.log().contains("listed=1 filled=0"),
             "devicePaths from node status: {}",

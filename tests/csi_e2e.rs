@@ -692,8 +692,8 @@ fn a_driver_found_through_plugins_registry_is_registered_and_used() {
 
 /// The registered driver is killed and started again while the daemon
 /// runs; it removes its stale registration socket and makes a new one.
-/// DESIGN.md: "one that is replaced (a restarted registrar makes a new
-/// socket file) registers again" — GetInfo and NotifyRegistrationStatus
+/// docs/csi.md: a registration socket that is replaced (a restarted
+/// registrar makes a new socket file) registers its driver again — GetInfo and NotifyRegistrationStatus
 /// reach the new process — and a new pod using the volume is published by
 /// it.
 #[test]

@@ -1,4 +1,4 @@
-//! The runtime API end to end (DESIGN.md "Runtime API"): the real daemon
+//! The runtime API end to end (docs/runtime-api.md): the real daemon
 //! binary, real HTTP on its TCP listener, the real unix socket
 //! `<journal-dir>/api.sock`, real mounts, and `volumed wait-pod`:
 //!

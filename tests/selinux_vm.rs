@@ -2,7 +2,8 @@
 //!
 //! This machine's kernel cannot turn SELinux on, so the test boots a Debian
 //! kernel under QEMU with `security=selinux` (software emulation, `-accel
-//! tcg -cpu max`: KVM hangs here, see `../shared/reference/selinux-real-kernel.md`)
+//! tcg -cpu max`: `/dev/kvm` here is the `kvm_pvm` nested-virtualisation
+//! module, under which a stock Debian kernel hangs at boot)
 //! and runs the real `volumed` binary in it, against a blank 64 MiB virtio
 //! disk that is a local PV (`/dev/vda`, ext4, ReadWriteOncePod).
 //!

@@ -1,6 +1,6 @@
 //! What volumed tells the API server, as the kubelet does:
 //! - `node.status.volumesInUse`: the attachable volumes a pod wants or that
-//!   are on the node (reconstructed ones included, seed 000 step 3), so the
+//!   are on the node (reconstructed ones included, as KEP-3756 asks), so the
 //!   attach/detach controller detaches none of them. A JSON merge patch of
 //!   `status.volumesInUse` alone on the status subresource: no other status
 //!   field is touched (the kubelet's is a strategic merge patch of its

@@ -1,6 +1,6 @@
 //! The API-server pod source's thread, and the gate that lets the DSW be
-//! marked ready only once *every* source has listed (seed 000: nothing is
-//! unmounted before that; an API server that is down delays unmounts, and
+//! marked ready only once *every* source has listed (KEP-3756, docs/kubelet.md: nothing
+//! is unmounted before that; an API server that is down delays unmounts, and
 //! never the static pods' mounts, whose events flow at once).
 
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! The node daemon, assembled: seed 000's "Proposed VolumeManager startup".
+//! The node daemon, assembled: KEP-3756's "Proposed VolumeManager startup"
+//! (docs/kubelet.md, "Startup").
 //!
 //! 1. The root dir is made a shared mount, as the kubelet does (bind-mounted
 //!    onto itself first when it is not a mount point and the mount holding
@@ -225,7 +226,7 @@ impl Daemon {
 
         // The loop starts before reconstruction's phase 1, so the sources'
         // first listing fills the DSW while the journal and the mount
-        // table are merged (seed 000: the populator beside reconstruction);
+        // table are merged (KEP-3756: the populator beside reconstruction);
         // it plans nothing until `Event::Reconstructed` brings the ASW.
         let world = Arc::new(Mutex::new(World::default()));
         // Set by `stop`: workers start no job still queued (only in-flight

@@ -2,7 +2,7 @@
 //! nor the ASW), swept once every pod source has been listed and the
 //! reconstruction's pod-dir walk is done, then periodically.
 //!
-//! DESIGN.md's removal rules hold: a volume dir is only ever `rmdir`ed —
+//! The removal rules (docs/layout.md) hold: a volume dir is only ever `rmdir`ed —
 //! never emptied — so nothing inside a volume is deleted here; a dir that is
 //! a mount point (by the mount table *or* statx's mount-root flag, which
 //! catches same-filesystem binds) is left; nothing is followed through a

@@ -1,4 +1,4 @@
-//! The startup steps `Daemon::start` runs in seed 000's order: the root
+//! The startup steps `Daemon::start` runs in KEP-3756's order: the root
 //! dir made a shared mount (never by binding over mounts beneath it),
 //! reconstruction phase 1, the source poller, and phase 2 (the pod-dir
 //! walk) once the loop is ready. Each logs its phase with its duration.
@@ -332,8 +332,8 @@ pub(super) struct Leftovers {
 }
 
 /// Reconstruction phase 2, the pod-dir walk, once the loop is ready
-/// (DESIGN.md allows it; it only finds kubelet-era dirs and leftovers for
-/// cleanup): a stat of every pod's dirs must not compete for the CPU with
+/// (docs/merge-table.md, "Two phases at startup": it only finds
+/// kubelet-era dirs and leftovers for cleanup): a stat of every pod's dirs must not compete for the CPU with
 /// the first listing of the sources, which readiness waits for.
 pub(super) fn spawn_leftovers(
     l: Leftovers,

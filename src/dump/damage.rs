@@ -1,7 +1,7 @@
 //! The journal's damage report as JSON: `journal_damage` in `dump` (and
 //! `/debug/journal`) and in `/debug/state`, the same shape in both. Absent
-//! when there is nothing to report (DESIGN.md: fields are added, never
-//! renamed).
+//! when there is nothing to report (docs/dump-json.md: fields are added,
+//! never renamed).
 
 use std::fmt::Write as _;
 

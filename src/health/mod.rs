@@ -1,4 +1,4 @@
-//! Volume health (seed 004, KEP-1432, node side): every mounted volume is
+//! Volume health (KEP-1432, node side; docs/health.md): every mounted volume is
 //! checked each `--health-period` (default 60 s, the kubelet's volume stats
 //! period) and on demand, on the monitor's own thread.
 //!

@@ -26,7 +26,7 @@ pub fn rfc3339(time: SystemTime) -> String {
     timestamp(time).map(|t| t.to_string()).unwrap_or_default()
 }
 
-/// A volume's condition in `/debug/state` (DESIGN.md "Health").
+/// A volume's condition in `/debug/state` (docs/http.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthJson {
     /// abnormal or not

@@ -1,7 +1,7 @@
 //! The boot id: a random UUID the kernel picks at every boot
 //! (`/proc/sys/kernel/random/boot_id`). Reconstruction compares the journal's
 //! boot id with this one to tell "unmounted outside volumed" from "the
-//! machine rebooted" (DESIGN.md "Reconstruction").
+//! machine rebooted" (docs/merge-table.md).
 
 use std::fmt;
 use std::path::Path;

@@ -1,5 +1,6 @@
 //! [`RecordingSys`]: the recording fake of the syscall seam, for unit tests of
-//! mount decisions and error paths (STYLE "Our house" 2 and 12).
+//! mount decisions and error paths: one syscall seam, and tests at the
+//! least powerful layer that can show the behaviour (docs/testing.md).
 //!
 //! It records every call as a [`SysCall`] (plain comparable data, so tests
 //! assert the exact list), keeps a small in-memory file tree and mount table

@@ -1,4 +1,6 @@
-//! Safe removal (DESIGN.md "Removal rules", storage-facts D5, D6).
+//! Safe removal (docs/layout.md, "Removal rules"). A symlink swapped in
+//! between a check and the removal must redirect nothing: the lesson of
+//! CVE-2021-25741.
 //!
 //! [`remove_dir_one_fs`] is `rm -rf --one-file-system` made strict:
 //! - it never deletes a directory that is, or contains, a mount point: every

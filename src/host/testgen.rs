@@ -1,7 +1,7 @@
 //! Test-data generators shared by unit tests and benchmarks: a tiny
 //! deterministic xorshift generator and a builder of large, kubelet-shaped
-//! mount tables (DESIGN.md "Testing": large fixtures are generated at test
-//! time, not committed). Not part of volumed's API.
+//! mount tables (large fixtures are generated at test time, not
+//! committed). Not part of volumed's API.
 
 use std::fmt::Write as _;
 

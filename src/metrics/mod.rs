@@ -1,5 +1,6 @@
 //! The metrics volumed exports on `/metrics`: the kubelet's exact names and
-//! labels (DESIGN.md "Metrics"), plus volumed's own `volumed_*` series.
+//! labels, plus volumed's own `volumed_*` series (docs/metrics.md lists
+//! them all).
 //!
 //! One [`Metrics`] owns one prometheus [`Registry`]. Metrics are grouped by
 //! the subsystem that increments them, one struct of typed handles per group
@@ -421,8 +422,8 @@ mod tests {
         );
     }
 
-    /// STYLE.md "Our house" 14: every metric DESIGN.md names is registered,
-    /// has a recording site, and appears on /metrics.
+    /// The metrics contract (docs/metrics.md): every metric named there
+    /// is registered, has a recording site, and appears on /metrics.
     #[test]
     fn every_metric_design_md_names_is_exported() {
         use crate::model::{Operation, PluginName};

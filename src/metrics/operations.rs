@@ -1,7 +1,7 @@
 //! The daemon's operation metrics: the kubelet's
 //! `storage_operation_duration_seconds`, `volume_manager_total_volumes`,
 //! orphan-cleanup and forced-cleanup series (exact names and labels,
-//! `reference/kubelet-behaviour.md` §5), and volumed's own
+//! docs/metrics.md), and volumed's own
 //! `volumed_plugin_operations_total`, `volumed_unmounted_outside_total` and
 //! `volumed_nested_mounts_left_total{plugin}` (+1 per TearDown attempt that
 //! found mounts beneath a directory volume and left it in place: the

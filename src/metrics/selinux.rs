@@ -1,5 +1,5 @@
 //! The seven `volume_manager_selinux_*` series, with the kubelet's names,
-//! types and labels (`reference/kubelet-behaviour.md` §5): **gauges** whose
+//! types and labels (docs/metrics.md): **gauges** whose
 //! names end in `_total`, only ever incremented by one, as the kubelet's
 //! `desired_state_of_wold_selinux_metrics.go` does. The container and pod
 //! context series are labelled by `access_mode`; the volume context and

@@ -130,7 +130,7 @@ impl fmt::Display for DevId {
     }
 }
 
-/// What makes a mount "the same mount" (DESIGN.md "Reconstruction"):
+/// What makes a mount "the same mount" (docs/merge-table.md):
 /// compared instead of path strings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MountIdentity {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::PodUid;
 
-/// What a target is on disk (DESIGN.md "Targets").
+/// What a target is on disk (docs/merge-table.md, "Words").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {

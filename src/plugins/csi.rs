@@ -10,7 +10,7 @@
 //!
 //! What the host shows after a call is recorded in the outcome (the mount at
 //! the path, or none): the spec leaves staging to the driver, and some
-//! drivers publish without a mount (DESIGN.md "CSI"). `vol_data.json` is
+//! drivers publish without a mount (docs/merge-table.md, "CSI targets"). `vol_data.json` is
 //! written with fsync and rename before the call (the kubelet writes it
 //! unsynced and can lose it: k8s #108217).
 //!

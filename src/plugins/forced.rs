@@ -1,4 +1,4 @@
-//! Forced cleanup of a target reconstruction could not rebuild (seed 000's
+//! Forced cleanup of a target reconstruction could not rebuild (KEP-3756's
 //! one-time cleanup of failed reconstructions; the kubelet's
 //! `cleanupMounts`): no spec, no plugin-specific step — only what is still
 //! mounted at the target is unmounted, and its mount-point directory is

@@ -5,7 +5,7 @@
 //! - [`VolumePlugin::needs_format`] probes the device; only a device with no
 //!   filesystem and no partition table needs one. [`VolumePlugin::format`]
 //!   runs `mkfs.<fs>` and never reformats; it is its own step so the
-//!   executor journals it (DESIGN.md "The journal").
+//!   executor journals it (docs/journal-format.md).
 //! - MountDevice mounts the device at `Layout::local_device_path(pv)` with
 //!   the PV's mount options and, when a label is given, `context="…"`. It
 //!   refuses an unformatted device and one holding another filesystem.
@@ -15,7 +15,7 @@
 //!
 //! A **directory**: no device target; SetUp bind-mounts the directory.
 //!
-//! Idempotency (DESIGN.md "Targets"): a target already mounted with the
+//! Idempotency (docs/kubelet.md, "The reconciler"): a target already mounted with the
 //! intended identity — (major:minor, root, fs type, `ro`, label), compared
 //! through the mount table, not path strings — completes without a mount
 //! call; a different mount there is unmounted first, never adopted.

@@ -3,7 +3,8 @@
 //!
 //! Every operation takes the [`TargetParams`] the journal records with its
 //! intent (plus the spec where the operation needs more than that) and the
-//! syscall seam as `&dyn Sys`, and is idempotent (DESIGN.md "Targets"): a
+//! syscall seam as `&dyn Sys`, and is idempotent (docs/kubelet.md, "The
+//! reconciler"): a
 //! target already mounted with the intended identity completes without
 //! mounting again; a target holding a *different* mount is unmounted and then
 //! mounted, never adopted (k8s #117513). TearDown and UnmountDevice take no
@@ -21,7 +22,9 @@
 //!
 //! SELinux: when the params carry a label, `context="<label>"` is added to
 //! the data of every *superblock* mount (tmpfs, device mount). Bind mounts
-//! inherit the superblock's label and never carry one (storage-facts D3).
+//! inherit the superblock's label and never carry one (`context=` belongs
+//! to the superblock; a second mount of it with another label fails with
+//! EINVAL).
 //!
 //! *Invariant:* plugins call the kernel only through [`Sys`]; they never use
 //! `MNT_DETACH` (it hides a busy mount) and always unmount with
@@ -556,7 +559,8 @@ impl<'a> Op<'a> {
 /// The volume types volumed has a plugin for ([`all`] makes one of each).
 /// Anything else found on the host (nfs, iscsi, …; CSI, whose plugin the
 /// daemon adds with its driver registry) is never torn down by volumed
-/// from the host alone: it is left and reported (DESIGN.md, removal rules).
+/// from the host alone: it is left and reported (docs/layout.md, "Removal
+/// rules").
 pub const NAMES: [crate::model::PluginName; 7] = [
     crate::model::PluginName::EmptyDir,
     crate::model::PluginName::HostPath,

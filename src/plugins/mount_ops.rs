@@ -110,7 +110,8 @@ pub(crate) fn beneath<'p>(
     })
 }
 
-/// DESIGN.md "Targets": if the visible mount at `target` is the intended one
+/// Idempotent by identity (docs/kubelet.md, "The reconciler"): if the
+/// visible mount at `target` is the intended one
 /// (`wanted`), nothing is mounted and it is returned; a different mount is
 /// unmounted (repeatedly, for stacks) and then `mount` runs. Never adopts.
 ///

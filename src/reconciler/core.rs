@@ -55,7 +55,7 @@ pub use unwritable::{RECOVER_FIRST, RECOVER_MAX, Unwritable};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// reconstruction's phase 1 has not handed over the ASW yet: source
-    /// events fill the DSW meanwhile (seed 000: the populator runs beside
+    /// events fill the DSW meanwhile (KEP-3756: the populator runs beside
     /// reconstruction), nothing is planned; where a pod can be refused
     /// for its label, they wait for the ASW (`apply_sources`)
     Reconstructing,

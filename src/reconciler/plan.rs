@@ -1,8 +1,8 @@
 //! What the reconciler should start now: a pure function of the DSW, the ASW
 //! and which operations are already running or backing off.
 //!
-//! The kubelet's reconciler, in the order of seed 000's "Proposed
-//! VolumeManager startup":
+//! The kubelet's reconciler, in the order of KEP-3756's "Proposed
+//! VolumeManager startup" (docs/kubelet.md):
 //!
 //! 1. **tear down** every pod target the ASW holds (mounted *or* uncertain)
 //!    whose pod no longer wants it (or wants it with another SELinux label) —

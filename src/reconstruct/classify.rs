@@ -293,7 +293,8 @@ pub(super) fn decide(
     }
 }
 
-/// A CSI target the journal knows staged or published (DESIGN.md "CSI"):
+/// A CSI target the journal knows staged or published (docs/merge-table.md,
+/// "CSI targets"):
 /// the host is compared with what the call's outcome recorded at the path —
 /// a mount and its identity, or none — never with an assumption that
 /// drivers mount. `None` leaves it to the general table (intents, unmounted

@@ -20,7 +20,8 @@
 //! meanwhile). A copy taken while the daemon appends is a
 //! snapshot of some instant, at worst missing the records of the last few
 //! milliseconds; sled recovers the copy as it would after a crash. This is
-//! DESIGN.md's "reads a copy" (its alternative to asking the daemon): the
+//! the "reads a copy" of `reconstruct --dry-run` (docs/cli.md; the
+//! alternative to asking the daemon): the
 //! dry run needs the replayed state with every target's full parameters,
 //! which the copy gives exactly, while the daemon's `GET /debug/journal`
 //! (what `dump` asks, through `daemon.json`) is the dump document.

@@ -1,6 +1,6 @@
 //! Reconstruction: what the journal says × what the host shows → the state
-//! of every target after a restart (DESIGN.md "Reconstruction: journal ×
-//! host").
+//! of every target after a restart (docs/merge-table.md says why; this doc
+//! says how).
 //!
 //! [`merge`] is one pure function. Its input ([`MergeInput`]) is the
 //! replayed journal (or none: `--journal off`, or a journal that could not be

@@ -1,6 +1,6 @@
 //! The dry run's document: per target what the journal says, what the host
-//! says, the decision and the reason (DESIGN.md, `volumed reconstruct
-//! --dry-run`), as JSON or as a table for people.
+//! says, the decision and the reason (docs/cli.md, `volumed
+//! reconstruct --dry-run`), as JSON or as a table for people.
 //!
 //! JSON shape (fields may be added, never renamed):
 //! `{"boot_id", "journal": "on"|"off"|"unreadable", "journal_note",

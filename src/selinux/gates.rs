@@ -3,7 +3,7 @@
 //! volumed follows Kubernetes **1.37** (the `k8s-openapi` feature `v1_37`):
 //! `SELinuxMountReadWriteOncePod` is GA (on), `SELinuxChangePolicy` is
 //! stable (on) and `SELinuxMount` is GA and on by default
-//! (`reference/kubelet-behaviour.md` §4.1). Each can still be switched off
+//! (docs/kubelet.md, "SELinux"). Each can still be switched off
 //! here, to reproduce an older kubelet's behaviour; the dependencies the
 //! kubelet documents are enforced (`SELinuxMount` needs the other two,
 //! `SELinuxChangePolicy` needs `SELinuxMountReadWriteOncePod`).

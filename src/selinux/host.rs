@@ -4,8 +4,7 @@
 //! Support is detected as util-linux's `/bin/mount` (libselinux's
 //! `is_selinux_enabled`) does: `/sys/fs/selinux` is a `selinuxfs` mount and
 //! `/etc/selinux/config` exists. On a host without it, libmount silently
-//! drops `context=` options while a raw `mount(2)` fails with EINVAL
-//! (`reference/selinux-real-kernel.md`); volumed then computes no labels at
+//! drops `context=` options while a raw `mount(2)` fails with EINVAL; volumed then computes no labels at
 //! all, so none can reach the kernel. `--selinux` overrides the detection:
 //! `disabled` always, `enabled` only where the host can (otherwise startup
 //! fails rather than every labelled mount).

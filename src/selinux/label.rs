@@ -1,4 +1,5 @@
-//! Which label a pod's volume is mounted with (kubelet §4.2, §4.6), pure.
+//! Which label a pod's volume is mounted with (the kubelet's
+//! `GetMountSELinuxLabel` and its conflict rules; docs/selinux.md), pure.
 //!
 //! [`volume_label`] is the whole decision for one (pod, volume): it returns
 //! the effective label (what `-o context=` gets), the [`LabelCheck`] the DSW
@@ -114,7 +115,7 @@ impl PodSeLinux {
 /// the defaults' role and type (a pod's `role` and `type` name its
 /// *process*, not its files), blanks in `user` from the host's defaults.
 ///
-/// `None` without a `level` (seed 002: the kubelet knows a pod's context only
+/// `None` without a `level` (KEP-1710: the kubelet knows a pod's context only
 /// when "at least `SELinuxOptions.Level` is set"). The kubelet gives no label
 /// for unset options too; for options without a level it would allocate a
 /// random MCS pair that the container runtime does not know, so the pod
@@ -147,7 +148,7 @@ pub fn file_label(
 /// (`pluginSupportsSELinuxContextMount`): CSI drivers whose CSIDriver says
 /// `seLinuxMount: true`, and — beyond the kubelet, whose in-tree plugins all
 /// say no — local PVs on a block device, a filesystem of their own that
-/// seed 002 calls always safe. emptyDir, hostPath and directory local PVs
+/// KEP-1710 calls always safe. emptyDir, hostPath and directory local PVs
 /// share a filesystem with the host: never.
 pub fn plugin_supports_context_mount(spec: &VolumeSpec) -> bool {
     match spec {
@@ -233,7 +234,8 @@ pub struct VolumeLabel {
 }
 
 /// One pod's label for one of its volumes (`outer_name` is the pod's volume
-/// name, which its containers' `volumeMounts` use), kubelet §4.2:
+/// name, which its containers' `volumeMounts` use), as the kubelet's
+/// `GetMountSELinuxLabel`:
 ///
 /// 1. no gate or no SELinux on the host → no label;
 /// 2. every container that mounts the volume gives one label; a label that

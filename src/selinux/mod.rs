@@ -1,7 +1,8 @@
-//! SELinux mount labels (KEP-1710, seed 002): which label a pod's volume is
-//! mounted with, when `-o context=` is used at all, and what a conflict
-//! between pods does. The kubelet's rules are `reference/kubelet-behaviour.md`
-//! §4; volumed follows Kubernetes [`gates::KUBERNETES_VERSION`].
+//! SELinux mount labels (KEP-1710): which label a pod's volume is mounted
+//! with, when `-o context=` is used at all, and what a conflict between
+//! pods does. docs/selinux.md is the user's view; docs/kubelet.md says where
+//! we differ from the kubelet. volumed follows Kubernetes
+//! [`gates::KUBERNETES_VERSION`].
 //!
 //! - [`gates`]: `--feature-gates` (`SELinuxMountReadWriteOncePod`,
 //!   `SELinuxMount`, `SELinuxChangePolicy`) with their defaults;

@@ -1,5 +1,6 @@
-//! Table tests: the label computation (kubelet §4.2) and the kubelet's
-//! multi-pod truth table (§4.6, `Test_AddPodToVolume_SELinux_MultiplePods`),
+//! Table tests: the label computation (the kubelet's `GetMountSELinuxLabel`)
+//! and the kubelet's multi-pod truth table
+//! (`Test_AddPodToVolume_SELinux_MultiplePods`),
 //! run through [`volume_label`] and the real DSW.
 
 use std::collections::BTreeMap;
@@ -126,7 +127,7 @@ fn the_label_comes_from_the_containers_that_mount_the_volume_with_blanks_from_th
             problem: None,
         },
         Row {
-            what: "no options anywhere: no label (seed 002, the kubelet's \"\")",
+            what: "no options anywhere: no label (KEP-1710, the kubelet's \"\")",
             pod: pod(None, None),
             want: None,
             problem: None,

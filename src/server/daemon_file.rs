@@ -1,10 +1,10 @@
 //! `<journal-dir>/daemon.json`: how `dump` finds the daemon that holds the
-//! journal (DESIGN.md "Contracts"). The daemon writes it after binding its
+//! journal (docs/layout.md, docs/http.md). The daemon writes it after binding its
 //! listen address and removes it on a clean shutdown; after a crash it stays
 //! behind, so a reader checks the pid is alive and the boot id is this
 //! boot's before trusting it.
 //!
-//! Written atomically (storage-facts D7): a temp file in the same dir,
+//! Written atomically: a temp file in the same dir,
 //! fsynced, renamed over the old one, then the dir fsynced, so a reader sees
 //! the old file or the new one, never a torn one, and the rename survives.
 //! A write that fails (a full disk) leaves the old file and no temp file:

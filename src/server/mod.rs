@@ -1,6 +1,7 @@
 //! HTTP: the only module that knows it (ARCHITECTURE.md). The daemon serves
-//! `GET /healthz`, `/readyz`, `/metrics`, `/debug/state` and
-//! `/debug/journal` (DESIGN.md "Contracts"), and the runtime API's
+//! `GET /healthz`, `/readyz`, `/metrics`, `/debug/state`, `/debug/journal`,
+//! `/debug/events` and `/debug/health` (a contract: docs/http.md), and the
+//! runtime API's
 //! `/v1/pods/<uid>/volumes` ([`runtime_api`]), on its TCP listener and on
 //! the unix socket `<journal-dir>/api.sock` ([`api_socket`]); `dump` and
 //! `reconstruct --dry-run` ask it through [`client`] when it holds the

@@ -1,4 +1,4 @@
-//! `GET /v1/pods/<uid>/volumes[?wait=SECONDS]` (DESIGN.md "Runtime API"):
+//! `GET /v1/pods/<uid>/volumes[?wait=SECONDS]` (docs/runtime-api.md):
 //! the pod's volumes from the provider, and the long-poll.
 //!
 //! A long-poll holds no thread while it waits: it awaits the provider's

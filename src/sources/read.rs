@@ -8,8 +8,8 @@
 //!   directory. Anything else (FIFO, socket, device, dangling symlink) is
 //!   reported. We only ever *read* through a symlink.
 //! - **Manifest names.** As the kubelet does, every other name is a
-//!   manifest, whatever its ending (DESIGN.md: one per regular file,
-//!   dotfiles skipped). A README or an editor's backup beside the manifests
+//!   manifest, whatever its ending (docs/cli.md, `--static-pods`: one per
+//!   regular file, dotfiles skipped). A README or an editor's backup beside the manifests
 //!   is read too: one that is not a pod is an error naming the file, one
 //!   that is (`pod.yaml~`) is a pod of its own. Skipping names by their
 //!   ending would hide a pod a kubelet ran (`pod.conf`) and have its

@@ -18,7 +18,8 @@ const RECENT_NAMES: usize = 8;
 pub const MAX_POD_ERRORS: usize = 10;
 
 /// How a new pod's SELinux label is checked against the volume's. The
-/// `selinux` module computes it (kubelet §4.6); this cache only compares.
+/// `selinux` module computes it (the kubelet's `AddPodToVolume` rules);
+/// this cache only compares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelCheck {
     /// The label the pod would get if every access mode allowed `-o context`
@@ -133,7 +134,8 @@ pub struct DesiredStateOfWorld {
     /// with an API server; a standalone node has no controller to tell)
     in_use_gate: bool,
     /// pods that exist but have a volume that cannot be resolved now: they
-    /// keep every mount they have (DESIGN.md "Contracts", static sources)
+    /// keep every mount they have (as the kubelet: an unresolved claim
+    /// never unmounts a running pod's volumes)
     unresolved: BTreeSet<PodUid>,
     /// per plugin, the spec its last new volume got: a next volume of that
     /// plugin with an equal spec shares it (emptyDirs of one medium and size

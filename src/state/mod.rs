@@ -5,7 +5,7 @@
 //! volumed believes is on the node: per volume a device (global) target and
 //! one target per pod, each with a [`MountState`]. Both follow the kubelet's
 //! `desired_state_of_world.go` / `actual_state_of_world.go` rules
-//! (`reference/kubelet-behaviour.md` §1.1, §1.2, §4.4), re-expressed in Rust:
+//! (and the ASW's tracking of SELinux contexts), re-expressed in Rust:
 //!
 //! - a device path or a device SELinux context is only ever replaced by a
 //!   non-empty one; marking a device unmounted keeps both;
@@ -183,7 +183,8 @@ impl StateError {
     }
 }
 
-/// Two SELinux labels that disagree for one volume (DSW, kubelet §4.6).
+/// Two SELinux labels that disagree for one volume (DSW; the kubelet's
+/// `AddPodToVolume` conflict rules).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeLinuxConflict {
     /// the volume's spec name

@@ -1,5 +1,5 @@
 //! The ASW as JSON: the `state` object of `dump` and `/debug/state`
-//! (DESIGN.md). Field names are a contract.
+//! (docs/dump-json.md). Field names are a contract.
 
 use std::path::PathBuf;
 
@@ -45,7 +45,8 @@ impl ActualStateOfWorld {
     }
 }
 
-/// The ASW as JSON: DESIGN.md's `dump` `state` object. Field names are a contract.
+/// The ASW as JSON: `dump`'s `state` object (docs/dump-json.md). Field
+/// names are a contract.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateSnapshot {
     /// every volume, sorted by name
@@ -73,7 +74,7 @@ pub struct StateSnapshot {
     pub journal_damage: Option<crate::dump::DamageJson>,
 }
 
-/// A target found unmounted outside volumed (DESIGN.md's merge table: a
+/// A target found unmounted outside volumed (docs/merge-table.md: a
 /// finding in `/debug/state`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnmountedOutside {
@@ -97,7 +98,7 @@ pub struct VolumeSnapshot {
     /// the pod targets, sorted by pod UID
     pub pods: Vec<PodSnapshot>,
     /// `/debug/state`: the volume's condition, `null` until one was judged
-    /// (DESIGN.md "Health"); `dump` (the journal's view) always has `null`
+    /// (docs/http.md); `dump` (the journal's view) always has `null`
     #[serde(default)]
     pub health: Option<crate::health::report::HealthJson>,
 }

@@ -1,4 +1,4 @@
-//! Kill-restart suites (DESIGN.md "Crash points", "Testing"): the real
+//! Kill-restart suites (docs/crash-points.md, docs/testing.md): the real
 //! `volumed`, built with `--features failpoints`, is killed at every crash
 //! point and at random moments under churn, restarted, and checked.
 //!
@@ -7,7 +7,7 @@
 //!   its own private mount namespace (a re-executed child,
 //!   `support::run_test_in_private_mount_ns`). A scenario whose crash point
 //!   never fires fails; one marked `expect_fail` must fail. Every point
-//!   DESIGN.md names must be reached by some fixture.
+//!   of the contract (docs/crash-points.md) must be reached by some fixture.
 //! - **Churn** ([`churn`]): pods added and deleted continuously, the daemon
 //!   SIGKILLed at random moments and restarted, invariants checked after each
 //!   restart. `VOLUMED_CHURN_ITERS` (default 20; 0 skips) and
@@ -40,7 +40,8 @@ mod scenario;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The crash points DESIGN.md names: each must fire in some fixture.
+/// The contract's crash points (docs/crash-points.md): each must fire in
+/// some fixture.
 const NAMED_POINTS: [&str; 10] = [
     "mount_device.after_intent",
     "setup.after_intent",

@@ -98,7 +98,7 @@ impl MountInfo {
         self.mount_options.iter().any(|o| o == "ro")
     }
 
-    /// The identity reconstruction compares (DESIGN.md "Reconstruction"):
+    /// The identity reconstruction compares (docs/merge-table.md):
     /// device, root, fs type, the per-mount `ro` flag and the super block's
     /// `context=` label.
     pub fn identity(&self) -> MountIdentity {

@@ -18,7 +18,7 @@
 //!   a directory of the same filesystem. When the kernel does not report the
 //!   attribute, fall back to "`st_dev` differs from the parent's" plus a
 //!   mount-table lookup (which catches same-filesystem binds the `st_dev`
-//!   heuristic misses, storage-facts D4).
+//!   heuristic misses).
 //! - **Removal** ([`Sys::read_dir_beneath`], [`Sys::remove_beneath`],
 //!   [`Sys::rmdir`], [`Sys::unlink`]): the directory being removed (the
 //!   walk's start) is opened with `openat2(RESOLVE_NO_SYMLINKS)` from the
@@ -29,8 +29,8 @@
 //!   RESOLVE_NO_SYMLINKS)` relative to it, so a symlink swapped in or a
 //!   mount point on the way fails the call (`ELOOP`, `EXDEV`) instead of
 //!   being followed; entries are removed with `unlinkat` in a parent opened
-//!   the same way, which never follows the last component (storage-facts
-//!   D5, D6). The checks before a removal (`stat`, [`Sys::mount_root`]) read
+//!   the same way, which never follows the last component (so a symlink
+//!   swapped in after a check redirects nothing). The checks before a removal (`stat`, [`Sys::mount_root`]) read
 //!   by path; whatever they were told, the removal itself refuses a symlink.
 //! - **Targets beneath the root** ([`Sys::stat_beneath`],
 //!   [`Sys::mkdir_beneath`], [`Sys::mount_beneath`], [`Sys::bind_beneath`],

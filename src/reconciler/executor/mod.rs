@@ -4,8 +4,8 @@
 //! the ASW itself: the loop applies the returned [`AswUpdate`]s, so the ASW
 //! has one mutation point.
 //!
-//! Crash points (`<op>.after_intent`, `<op>.after_op`) sit exactly where
-//! DESIGN.md names them.
+//! Crash points (`<op>.after_intent`, `<op>.after_op`) sit here, around
+//! the plugin call (docs/crash-points.md).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -161,7 +161,7 @@ impl Executor {
         Ok(())
     }
 
-    /// A CSI call asked to mount with `context=` (seed 002) is checked
+    /// A CSI call asked to mount with `context=` (KEP-1710) is checked
     /// against the mount it left: a driver that drops the option gives the
     /// pod files without the label. Warned and counted; the ASW keeps the
     /// label asked for, as the kubelet's does (another mount would not

@@ -28,7 +28,7 @@
 //!
 //! # Two phases
 //!
-//! The daemon reconstructs in two phases (DESIGN.md, host scan: the walk of
+//! The daemon reconstructs in two phases (docs/merge-table.md: the walk of
 //! pod dirs for leftovers only feeds orphan cleanup and may finish after the
 //! ASW is ready):
 //! 1. **ready** ([`reconstruct_ready`], [`reconstruct_and_record_ready`];
