@@ -898,7 +898,7 @@ fn dump_json_while_running_equals_debug_state() {
     });
 }
 
-/// The one-time forced cleanup of failed reconstructions (seed 000, last
+/// The one-time forced cleanup of failed reconstructions (KEP-3756, last
 /// startup step): before the daemon starts, three targets of pods no source
 /// names sit mounted in the layout, none of which reconstruction can
 /// rebuild, and none of a volume type volumed has a plugin for:
@@ -909,9 +909,9 @@ fn dump_json_while_running_equals_debug_state() {
 ///
 /// Each is counted once by `force_cleaned_failed_volume_operations_total`
 /// and once by `…_errors_total` (the kubelet's count for "no plugin"), and
-/// left exactly as it is (DESIGN.md: volumed never force-cleans plugin dirs
-/// of volume types it has no plugin for; it has no CSI node client to call
-/// NodeUnpublish with): still mounted, files intact, nothing journaled, the
+/// left exactly as it is (docs/layout.md: volumed never force-cleans plugin
+/// dirs of volume types it has no plugin for, and without `vol_data.json`
+/// there is no handle to call NodeUnpublish with): still mounted, files intact, nothing journaled, the
 /// pod dirs kept by orphan cleanup. A restart counts them once more.
 #[test]
 fn failed_reconstructions_without_a_plugin_are_left_and_reported() {
@@ -1042,7 +1042,7 @@ fn host_has_selinux() -> bool {
         && Path::new("/etc/selinux/config").exists()
 }
 
-/// DESIGN/issue #6: on a host without SELinux no `context=` reaches the
+/// On a host without SELinux no `context=` reaches the
 /// kernel (a raw `mount(2)` would fail with EINVAL): two pods whose labels
 /// differ and would conflict on an SELinux host both get the PV, mounted
 /// without a context, and no SELinux metric moves.

@@ -44,7 +44,8 @@ pub(crate) struct RunArgs {
     /// A folder of Pod manifests (YAML or JSON), like the kubelet's staticPodPath.
     #[arg(long)]
     static_pods: Option<PathBuf>,
-    /// A folder of PersistentVolume, PersistentVolumeClaim and CSIDriver objects.
+    /// A folder of PersistentVolume, PersistentVolumeClaim, CSIDriver,
+    /// VolumeAttachment, Secret and ConfigMap objects.
     #[arg(long)]
     static_objects: Option<PathBuf>,
     /// Address for /metrics, /healthz, /readyz, /debug/*, /v1/* (also on <journal-dir>/api.sock).

@@ -2,16 +2,16 @@
 //! (`VolumeConditionAbnormal`, a Warning, "Volume <name>: <message>"), plus
 //! one volumed adds when the condition clears (`VolumeConditionNormal`, a
 //! Normal event; the kubelet says nothing then). They go to an
-//! [`EventSink`]: the API-server source will deliver them; a standalone
-//! node keeps the recent ones for `/debug/events` ([`RecentEvents`]) and
-//! logs each.
+//! [`EventSink`]: with `--kubeconfig` they are also posted to the API
+//! server as Events on the pod; every node keeps the recent ones for
+//! `/debug/events` ([`RecentEvents`]) and logs each.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use serde::Serialize;
 
-/// One event, in `/debug/events`' shape (DESIGN.md).
+/// One event, in `/debug/events`' shape (docs/http.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VolumeEvent {
     /// `Normal` or `Warning`

@@ -1,6 +1,6 @@
-//! The one-time forced cleanup of failed reconstructions (seed 000,
+//! The one-time forced cleanup of failed reconstructions (KEP-3756,
 //! "Proposed VolumeManager startup", last step; the kubelet's
-//! `cleanOrphanVolumes` → `cleanupMounts`, reference §2.7).
+//! `cleanOrphanVolumes` → `cleanupMounts`; docs/kubelet.md, "Startup").
 //!
 //! Reconstruction lists the host-found targets it could not rebuild
 //! ([`FailedTarget`]: a plugin volumed does not have, a CSI target without
@@ -17,9 +17,11 @@
 //!   skipped, not counted;
 //! - otherwise `force_cleaned_failed_volume_operations_total` + 1, then:
 //!   - a volume type volumed has no plugin for ([`crate::plugins::NAMES`]:
-//!     CSI — volumed has no CSI node client to call NodeUnpublish or
-//!     NodeUnstage — secret, projected, …): left mounted (DESIGN.md: never
-//!     force-clean plugin dirs of volume types volumed has no plugin for),
+//!     CSI — a target that could not be rebuilt lacks the `vol_data.json`
+//!     that names its driver and handle, so there is nothing to call
+//!     NodeUnpublish or NodeUnstage with — secret, projected, …): left
+//!     mounted (docs/layout.md, "Removal rules": plugin dirs of volume
+//!     types volumed has no plugin for are never force-cleaned),
 //!     reported, `force_cleaned_failed_volume_operation_errors_total` + 1 —
 //!     what the kubelet counts when it finds no plugin;
 //!   - nothing mounted: nothing to do (the dir is orphan cleanup's);

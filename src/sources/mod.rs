@@ -1,7 +1,9 @@
-//! Pod sources: who tells volumed which pods exist. Today the two static
+//! Pod sources: who tells volumed which pods exist. The two static
 //! directories — `--static-pods` (Pod manifests, like the kubelet's
 //! `staticPodPath`) and `--static-objects` (PersistentVolumes, claims,
-//! CSIDrivers); an API-server source comes later.
+//! CSIDrivers, VolumeAttachments, Secrets, ConfigMaps) — and, with
+//! `--kubeconfig`, the API server (`api*.rs` here; its client is in
+//! `apiserver`).
 //!
 //! We follow the behaviour of Kubernetes **v1.37** (the newest API version
 //! of k8s-openapi 0.29, feature `v1_37`): its types, the kubelet's file
@@ -9,7 +11,7 @@
 //! (`desired_state_of_world_populator.go`). Where volumed departs, the file
 //! that does it says so.
 //!
-//! The flow, kube-runtime's shape (STYLE.md "Our house" 11):
+//! The flow, kube-runtime's shape (list, diff, one apply function):
 //! 1. [`Sources::list`] reads both directories into a full desired set,
 //!    [`DesiredPods`] (per file: `read.rs`, [`static_pods`],
 //!    [`static_objects`]; claims resolved against the objects);
