@@ -573,8 +573,7 @@ fn report(run: Run, results: &[(String, Outcome)]) {
 
 #[test]
 fn eio_under_the_journal_degrades_the_daemon_and_loses_nothing_in_place_or_across_a_repair() {
-    if !support::require_root("boots a QEMU VM with a Debian kernel for dm-flakey (apt-get, qemu)")
-    {
+    if !support::vm_wanted("boots a QEMU VM with a Debian kernel for dm-flakey (apt-get, qemu)") {
         return;
     }
     let run = boot_vm_with(

@@ -733,7 +733,7 @@ fn replay_every_state() {
 
 #[test]
 fn after_replayed_power_loss_the_daemon_starts_keeps_committed_records_and_invents_no_mount() {
-    if !support::require_root(
+    if !support::vm_wanted(
         "boots a QEMU VM with a Debian kernel for dm-log-writes (apt-get, qemu), loop-mounts the replayed images",
     ) {
         return;

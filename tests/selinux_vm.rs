@@ -455,7 +455,7 @@ fn checks(ev: &Evidence, mode: &str) -> Vec<(String, Outcome)> {
 
 #[test]
 fn selinux_labels_on_a_real_selinux_kernel() {
-    if !support::require_root("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
+    if !support::vm_wanted("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
         return;
     }
     let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
@@ -791,7 +791,7 @@ fn csi_checks(ev: &Evidence, mode: &str) -> Vec<(String, Outcome)> {
 /// that really mounts, on a real SELinux kernel.
 #[test]
 fn a_labelled_csi_volume_on_a_real_selinux_kernel() {
-    if !support::require_root("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
+    if !support::vm_wanted("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
         return;
     }
     let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());
@@ -922,7 +922,7 @@ fn crash_checks(ev: &Evidence) -> Vec<(String, Outcome)> {
 #[cfg(feature = "failpoints")]
 #[test]
 fn labelled_volumes_through_every_crash_point_on_a_real_selinux_kernel() {
-    if !support::require_root("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
+    if !support::vm_wanted("boots a QEMU VM with a Debian SELinux kernel (apt-get, qemu)") {
         return;
     }
     let mode = std::env::var("VOLUMED_SELINUX_VM_MODE").unwrap_or_else(|_| "enforcing".into());

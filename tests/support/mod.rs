@@ -99,6 +99,22 @@ pub fn require_root(what: &str) -> bool {
     false
 }
 
+/// Whether a test that boots the QEMU VM runs: as root ([`require_root`]),
+/// unless a developer set `VOLUMED_SKIP_VM=1` to spare the boots locally
+/// (then it prints `skipped: ...`). Under `CI=true` the variable is an
+/// error: CI runs every boot.
+pub fn vm_wanted(what: &str) -> bool {
+    if std::env::var_os("VOLUMED_SKIP_VM").is_some_and(|v| v != "0" && !v.is_empty()) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "VOLUMED_SKIP_VM is set under CI=true: CI runs every VM boot"
+        );
+        let _ = writeln!(io::stderr(), "skipped: VOLUMED_SKIP_VM is set ({what})");
+        return false;
+    }
+    require_root(what)
+}
+
 /// Runs `f` in a private mount namespace (see the module docs), with
 /// [`DEFAULT_TIMEOUT`]. Call it from a `#[test]` function, once, as the whole
 /// body after [`require_root`]: the child re-runs that test function by name.
