@@ -16,7 +16,7 @@
 //!    (ready), reconstruction's phase 2, the pod-dir walk, starts.
 //! 4. Once every source has listed and the pod-dir walk has reported: the
 //!    one-time forced cleanup of the targets reconstruction could not
-//!    rebuild ([`forced`]).
+//!    rebuild ([`forced`](crate::reconciler::forced)).
 //! 5. Stop: no new operation starts, in-flight ones finish, the journal is
 //!    flushed by the caller.
 //!

@@ -1,5 +1,5 @@
 //! Events about volumes, per pod, as the kubelet records them on the pod
-//! (`VolumeConditionAbnormal`, a Warning, "Volume <name>: <message>"), plus
+//! (`VolumeConditionAbnormal`, a Warning, "Volume `<name>`: `<message>`"), plus
 //! one volumed adds when the condition clears (`VolumeConditionNormal`, a
 //! Normal event; the kubelet says nothing then). They go to an
 //! [`EventSink`]: with `--kubeconfig` they are also posted to the API
@@ -19,7 +19,7 @@ pub struct VolumeEvent {
     pub kind: &'static str,
     /// `VolumeConditionAbnormal` or `VolumeConditionNormal`
     pub reason: &'static str,
-    /// "Volume <pod's volume name>: <what>"
+    /// "Volume `<pod's volume name>`: `<what>`"
     pub message: String,
     /// the pod
     pub pod_uid: String,

@@ -57,7 +57,7 @@ pub struct Record {
     pub claim: Option<Box<Claim>>,
     /// the condition; `None` until one was judged (a CSI driver without
     /// `VOLUME_CONDITION` never gives one). Shared by the records whose
-    /// conditions are equal (see [`share`]).
+    /// conditions are equal (see `share`).
     pub condition: Option<Arc<Condition>>,
     /// the usage last measured, in [`Usage`]'s field order
     figures: [u64; 6],

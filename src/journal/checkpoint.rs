@@ -24,7 +24,7 @@ pub struct CheckpointReport {
 impl Journal {
     /// Writes the state implied by every record so far (pending intents
     /// included) as one checkpoint, makes it durable (its own fsynced file,
-    /// [`checkpoint_file`]), then drops the records it covers. A crash
+    /// `checkpoint_file`), then drops the records it covers. A crash
     /// between the two steps (`checkpoint.mid`) leaves old records that
     /// replay skips.
     pub fn checkpoint(&self) -> Result<CheckpointReport, JournalError> {

@@ -14,7 +14,7 @@
 //! (schema version, journal id, node name), `records` (big-endian sequence
 //! number → envelope) and `quarantine` (records cut off by a failed
 //! checksum, kept, never deleted) — plus the `checkpoint` file (one
-//! envelope, [`checkpoint_file`]; a fourth tree before schema 4) and the
+//! envelope, `checkpoint_file`; a fourth tree before schema 4) and the
 //! `acked` watermark file ([`watermark`]). Every value is wrapped
 //! in a versioned envelope with a per-journal CRC-32C ([`envelope`]); the
 //! payloads are the on-disk types of [`record`], never model types. The
@@ -46,7 +46,7 @@
 //! that needs a durable record (an intent, a forget) is accepted, records
 //! appended without waiting (outcomes) are kept in memory, and
 //! [`Journal::recover`] reopens sled's files as the disk holds them and
-//! writes every record not yet durable again from memory ([`recover`]).
+//! writes every record not yet durable again from memory (`recover`).
 //!
 //! # Recovery
 //!
@@ -512,8 +512,8 @@ impl Journal {
     /// Flushes everything (shutdown; a journal left unwritable is given one
     /// more recovery first), folds a long tail into a checkpoint
     /// (`checkpoint_a_long_tail`), then has sled snapshot its log
-    /// ([`checkpoint::snapshot_log`]) and notes its files as they are
-    /// ([`clean_close`]).
+    /// (`checkpoint::snapshot_log`) and notes its files as they are
+    /// (`clean_close`).
     pub fn close(self) -> Result<(), JournalError> {
         if self.commit.failure().is_some() {
             self.recover()?;

@@ -97,7 +97,7 @@ impl Journal {
     /// Returns once an announced intent is durable (a flush shared with
     /// concurrent waiters, or none when one already covered it). When it
     /// cannot be made durable its operation never starts, and the journal
-    /// says so ([`Journal::never_started`]).
+    /// says so (`Journal::never_started`).
     pub fn confirm(&self, announced: Announced) -> Result<DurableIntent, JournalError> {
         if let Err(e) = self.make_durable(announced.seq) {
             self.never_started(announced.op, announced.seq, &e);

@@ -42,7 +42,7 @@ const TIMEOUTS: &str = "volumed_health_check_timeouts_total";
 const ERRORS: &str = "volumed_health_check_errors_total";
 const PASS: &str = "volumed_health_pass_seconds";
 
-/// A volume's usage figures in [`USAGE`] order (`None`: not reported).
+/// A volume's usage figures in `USAGE` order (`None`: not reported).
 pub type Figures = [Option<u64>; 6];
 
 /// The health series.

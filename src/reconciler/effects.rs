@@ -231,7 +231,7 @@ pub enum Effect {
     /// an attachable volume's mount waits for `volumesInUse`: update the
     /// node status now rather than at the next period
     ReportInUse,
-    /// repack the World's maps ([`World::repack`], under its lock), timed
+    /// repack the World's maps ([`World::repack`](crate::state::World::repack), under its lock), timed
     /// and logged: the step decides, with no clock to time it by
     RepackWorld,
     /// the journal turned unwritable (`false`: nothing new starts) or

@@ -233,11 +233,11 @@ pub(crate) fn secret(
     ))
 }
 
-/// What every error of [`attached`] says: a pod error holding it waits
+/// What every error of `attached` says: a pod error holding it waits
 /// for its volume to be attached.
 pub const ATTACH_WAIT: &str = "requires attaching";
 
-/// Whether a pod error is a wait for a VolumeAttachment ([`attached`]).
+/// Whether a pod error is a wait for a VolumeAttachment (`attached`).
 pub fn is_attach_wait(error: &str) -> bool {
     error.contains(ATTACH_WAIT)
 }

@@ -167,7 +167,7 @@ impl ActualStateOfWorld {
         self.volumes.len()
     }
 
-    /// Repacks its maps (see [`super::repack`]); nothing else changes.
+    /// Repacks its maps (see `super::repack`); nothing else changes.
     pub fn repack(&mut self) {
         super::repack(&mut self.volumes);
         super::repack(&mut self.by_pod);

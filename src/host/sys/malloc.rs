@@ -31,7 +31,7 @@
 const JEMALLOC_CONF: &std::ffi::CStr = c"narenas:1,tcache:false,dirty_decay_ms:1000,\
     muzzy_decay_ms:0,background_thread:true,max_background_threads:1";
 
-/// [`JEMALLOC_CONF`] as jemalloc's `malloc_conf` is typed (a C string
+/// `JEMALLOC_CONF` as jemalloc's `malloc_conf` is typed (a C string
 /// pointer), for the binary's exported static.
 #[cfg(feature = "jemalloc")]
 pub const JEMALLOC_MALLOC_CONF: Option<&std::ffi::c_char> =

@@ -35,7 +35,7 @@
 //! the wrapped emptyDir's SetUp, which opened it to set its mode; a new one
 //! is not listed either), and the payload dir once when made, both without
 //! following a symlink; every entry is then
-//! made, read or swapped through those handles ([`Sys`]'s `*_in` calls),
+//! made, read or swapped through those handles ([`Sys`](crate::host::sys::Sys)'s `*_in` calls),
 //! so nothing below the root dir is followed through a symlink and the
 //! path is not walked again for each call. Rollback removals go by path
 //! (`*_beneath`), as they are rare.

@@ -1,7 +1,7 @@
 //! The operation executor: runs one planned operation on a worker thread —
 //! intent to the journal, the plugin call through the syscall seam, outcome
 //! to the journal — and returns the ASW changes it implies. It never touches
-//! the ASW itself: the loop applies the returned [`AswUpdate`]s, so the ASW
+//! the ASW itself: the loop applies the returned [`AswUpdate`](super::jobs::AswUpdate)s, so the ASW
 //! has one mutation point.
 //!
 //! Crash points (`<op>.after_intent`, `<op>.after_op`) sit here, around
