@@ -324,7 +324,7 @@ pub fn document(
 
 /// UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` from ns since the epoch.
 pub fn format_time(ns: u64) -> String {
-    let (y, m, d, h, mi, s) = crate::civil::utc(ns / 1_000_000_000);
+    let (y, m, d, h, mi, s) = crate::util::time::utc(ns / 1_000_000_000);
     let ms = (ns / 1_000_000) % 1000;
     format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
 }

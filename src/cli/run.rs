@@ -269,7 +269,7 @@ fn open_journal(
         Ok((j, replay)) => {
             tracing::info!(
                 phase = "journal_open",
-                elapsed_ms = volumed::elapsed_ms(started.elapsed()),
+                elapsed_ms = volumed::util::time::elapsed_ms(started.elapsed()),
                 records = replay.tail.len(),
                 targets = j.with_state(|s| s.len()),
                 checkpoint = ?replay.checkpoint.as_ref().map(|c| c.through_seq),

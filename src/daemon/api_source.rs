@@ -14,13 +14,13 @@ use futures::{FutureExt, StreamExt};
 use super::event_loop::Event;
 use super::{DaemonError, spawn};
 use crate::apiserver::ApiConfig;
-use crate::elapsed_ms;
 use crate::host::sys::Sys;
 use crate::model::UniqueVolumeName;
 use crate::plugins::payload::{ObjectStore, ObjectStores};
 use crate::sources::SourceEvent;
 use crate::sources::api::ApiState;
 use crate::sources::api_store::ApiObjectStore;
+use crate::util::time::elapsed_ms;
 use std::path::PathBuf;
 
 /// Counts the sources still to list; the last one to list sends

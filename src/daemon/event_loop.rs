@@ -304,13 +304,13 @@ impl Driver {
         // the step: the listing applied to the DSW, and the pass after it
         tracing::info!(
             phase = "dsw_populated",
-            elapsed_ms = crate::elapsed_ms(stepped.elapsed()),
+            elapsed_ms = crate::util::time::elapsed_ms(stepped.elapsed()),
             pairs,
             "startup phase"
         );
         tracing::info!(
             phase = "readyz",
-            elapsed_ms = crate::elapsed_ms(self.started.elapsed()),
+            elapsed_ms = crate::util::time::elapsed_ms(self.started.elapsed()),
             "startup phase: every pod source listed, /readyz 200"
         );
         for hook in std::mem::take(&mut self.on_ready) {
@@ -364,7 +364,7 @@ impl Driver {
                 };
                 tracing::info!(
                     entries,
-                    elapsed_ms = crate::elapsed_ms(started.elapsed()),
+                    elapsed_ms = crate::util::time::elapsed_ms(started.elapsed()),
                     "repacked the state's maps"
                 );
             }

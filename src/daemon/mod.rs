@@ -50,11 +50,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::elapsed_ms;
 use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::server::DebugProvider;
+use crate::util::time::elapsed_ms;
 
 use api_source::{ApiStopper, Publisher, ReadyGate, spawn_api_source};
 pub use config::{CsiSetup, DaemonConfig};

@@ -9,7 +9,6 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::elapsed_ms;
 use crate::host::boot::BootId;
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{MsFlags, Sys};
@@ -22,6 +21,7 @@ use crate::reconstruct::edge::{
 };
 use crate::reconstruct::{MergeOutput, apply_to_asw};
 use crate::sources::{Sources, SourcesConfig};
+use crate::util::time::elapsed_ms;
 
 use super::event_loop::Event;
 use super::{DaemonConfig, DaemonError, spawn, watch};

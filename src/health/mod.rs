@@ -107,7 +107,7 @@ pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, Healt
         flag,
         value: value.to_owned(),
     };
-    match crate::duration::parse_duration(flag, value) {
+    match crate::util::duration::parse_duration(flag, value) {
         Ok(d) if !d.is_zero() => Ok(d),
         _ => Err(bad()),
     }

@@ -53,7 +53,7 @@ pub(super) fn merge_checked_split(
             decide_journal_run(input, &host_by_path, &observe, entries)
         };
         let (mut ran, rest) =
-            crate::halves::in_two_halves("volumed-merge", &entries, split_at, run);
+            crate::util::halves::in_two_halves("volumed-merge", &entries, split_at, run);
         ran.append(rest);
         for i in ran.claimed {
             claimed[i] = true;

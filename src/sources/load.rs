@@ -352,7 +352,7 @@ fn read_and_parse_all<'f>(
         true => files.len() / 2,
         false => files.len(),
     };
-    let (mut out, rest) = crate::halves::in_two_halves("volumed-parse", &files, at, all);
+    let (mut out, rest) = crate::util::halves::in_two_halves("volumed-parse", &files, at, all);
     out.extend(rest);
     out
 }

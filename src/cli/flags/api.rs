@@ -44,15 +44,17 @@ impl ApiFlags {
             (None, false) => return Ok(None),
             (Some(_), true) => bail!("--kubeconfig and --in-cluster exclude each other"),
         };
-        let every = volumed::duration::parse_duration(
+        let every = volumed::util::duration::parse_duration(
             "--node-status-update-frequency",
             &self.node_status_update_frequency,
         )?;
         if every.is_zero() {
             bail!("--node-status-update-frequency must be more than zero");
         }
-        let watch_timeout =
-            volumed::duration::parse_duration("--api-watch-timeout", &self.api_watch_timeout)?;
+        let watch_timeout = volumed::util::duration::parse_duration(
+            "--api-watch-timeout",
+            &self.api_watch_timeout,
+        )?;
         if watch_timeout < std::time::Duration::from_secs(1) {
             bail!("--api-watch-timeout must be at least 1s");
         }

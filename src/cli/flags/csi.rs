@@ -41,7 +41,7 @@ impl CsiFlags {
             drivers: Arc::new(drivers),
             discover: true,
             // `0s`: never (the health flags refuse zero; this one means it)
-            republish_every: volumed::duration::parse_duration(
+            republish_every: volumed::util::duration::parse_duration(
                 "--sync-frequency",
                 &self.sync_frequency,
             )?,

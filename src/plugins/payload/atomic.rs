@@ -364,7 +364,7 @@ fn utc_stamp(now: SystemTime) -> String {
     let d = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
-    let (y, m, day, h, mi, s) = crate::civil::utc(d.as_secs());
+    let (y, m, day, h, mi, s) = crate::util::time::utc(d.as_secs());
     format!(
         "{y:04}_{m:02}_{day:02}_{h:02}_{mi:02}_{s:02}.{:09}",
         d.subsec_nanos()

@@ -7,13 +7,13 @@ use std::time::Instant;
 
 use nix::errno::Errno;
 
-use crate::elapsed_ms;
 use crate::host::boot::BootId;
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{Call, LIVE_MOUNTINFO, Sys, SysError};
 use crate::journal::{Decided, Journal, JournalState};
 use crate::model::Layout;
 use crate::state::ActualStateOfWorld;
+use crate::util::time::elapsed_ms;
 
 use super::phases::{
     decide_leftovers, reconstruct_ready, reconstruct_ready_checked, walk_leftovers,

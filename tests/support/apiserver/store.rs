@@ -313,6 +313,6 @@ pub fn now_rfc3339() -> String {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let (y, m, d, h, mi, s) = volumed::civil::utc(secs);
+    let (y, m, d, h, mi, s) = volumed::util::time::utc(secs);
     format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }

@@ -1,5 +1,7 @@
-//! UTC calendar dates from Unix time, for the stamps volumed writes (the
-//! kubelet's payload dir names) and prints (`dump`), without a date crate.
+//! Time as volumed writes it: UTC calendar dates from Unix time, for the
+//! stamps it writes (the kubelet's payload dir names) and prints (`dump`),
+//! without a date crate; and durations in milliseconds for the startup
+//! phase lines.
 
 /// (year, month, day) of a count of days since 1970-01-01 (Howard
 /// Hinnant's civil-from-days, for non-negative days).
@@ -22,6 +24,12 @@ pub fn utc(secs: u64) -> (u64, u64, u64, u64, u64, u64) {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days);
     (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// A duration in milliseconds to 0.1 ms, as the startup phase lines carry
+/// it: `phase=<name> elapsed_ms=<n>`, the shape `benches/scale.rs` parses.
+pub fn elapsed_ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
 #[cfg(test)]
