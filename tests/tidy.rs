@@ -338,6 +338,24 @@ fn every_file_that_implements_the_core_is_a_decision_file() {
 }
 
 #[test]
+fn waiting_for_a_held_journal_lives_only_in_the_journal() {
+    // one wait policy (`journal/held.rs`): nobody else retries sled's lock
+    for p in files(&["src"]) {
+        if p.starts_with(root().join("src/journal")) {
+            continue;
+        }
+        let code = production_code(&p);
+        for word in ["could not acquire lock", "Category::Busy"] {
+            assert!(
+                !code.contains(word),
+                "{} waits for a held journal ({word}): use Journal::open_or_ask or the config's lock_wait",
+                p.display()
+            );
+        }
+    }
+}
+
+#[test]
 fn unsafe_code_lives_only_in_the_syscall_seam() {
     let word = ["un", "safe "].concat();
     let block = ["un", "safe {"].concat();

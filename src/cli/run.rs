@@ -255,17 +255,12 @@ fn open_journal(
     boot: &str,
     locked: &dyn Fn(),
 ) -> Result<(Journal, Option<String>)> {
-    let cfg = JournalConfig::new(dir, node, boot);
     // An inspection tool (`dump`, `reconstruct --dry-run`) may hold sled's
-    // lock for a moment; wait for it rather than fail the start.
+    // lock for a moment: the open waits for it (`JournalConfig::lock_wait`)
+    // rather than fail the start.
+    let cfg = JournalConfig::new(dir, node, boot);
     let started = Instant::now();
-    let mut opened = Journal::open_then(&cfg, locked);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while matches!(&opened, Err(e) if e.category() == Category::Busy) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        opened = Journal::open_then(&cfg, locked);
-    }
-    match opened {
+    match Journal::open_then(&cfg, locked) {
         Ok((j, replay)) => {
             tracing::info!(
                 phase = "journal_open",

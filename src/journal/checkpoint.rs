@@ -213,20 +213,9 @@ impl Journal {
 /// optimisation only: when it fails (another process took the lock, the
 /// disk is full) the next start replays the log as before.
 pub(super) fn snapshot_log(dir: &Path) {
-    let open = || super::contain::contain(|| sled::Config::new().path(dir).open());
-    let mut opened = open();
     // sled's flusher lets go of the lock as its thread ends, just after
     // the drop that stopped it
-    for _ in 0..SNAPSHOT_LOCK_TRIES {
-        match &opened {
-            Err(e) if e.is_locked() => {
-                std::thread::sleep(std::time::Duration::from_millis(2));
-                opened = open();
-            }
-            _ => break,
-        }
-    }
-    match opened {
+    match super::held::open_sled(dir, 1 << 20, SNAPSHOT_LOCK_WAIT, false) {
         Ok(db) => drop(db),
         Err(e) => {
             tracing::debug!(dir = %dir.display(), error = %e, "journal: no sled snapshot at close")
@@ -234,5 +223,6 @@ pub(super) fn snapshot_log(dir: &Path) {
     }
 }
 
-/// How often [`snapshot_log`] asks again for sled's lock (2 ms apart).
-const SNAPSHOT_LOCK_TRIES: usize = 50;
+/// How long [`snapshot_log`] waits for the lock the closed journal's
+/// handles still hold.
+const SNAPSHOT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);

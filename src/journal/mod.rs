@@ -70,6 +70,7 @@ mod contain;
 mod damage;
 pub mod envelope;
 mod error;
+mod held;
 mod open;
 pub mod ops;
 pub mod record;
@@ -90,6 +91,7 @@ pub use checkpoint::{CheckpointReport, LONG_TAIL_FROM};
 pub use checkpoint_file::{FILE as CHECKPOINT_FILE, TMP as CHECKPOINT_TMP};
 pub use damage::{Damage, MovedAside};
 pub use error::{Category, JournalError, environmental, errno_name};
+pub use held::{NotOpened, Opened};
 pub use open::{CheckpointInfo, Corruption, Replay};
 pub use ops::{Announced, Decided, DurableIntent, Permit};
 pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
@@ -150,7 +152,8 @@ impl JournalConfig {
             cache_capacity: 1 << 20,
             create: true,
             on_corrupt: OnCorrupt::MoveAside,
-            lock_wait: std::time::Duration::from_secs(2),
+            // an inspection holds the lock for a moment: the daemon waits
+            lock_wait: std::time::Duration::from_secs(10),
         }
     }
     /// An inspection tool's config: opens an existing journal and changes
@@ -159,8 +162,9 @@ impl JournalConfig {
         Self {
             create: false,
             on_corrupt: OnCorrupt::Report,
-            // a running daemon holds the lock for good: ask it instead, soon
-            lock_wait: std::time::Duration::from_millis(300),
+            // a running daemon holds the lock for good: asked at once
+            // (`Journal::open_or_ask`); this bounds the wait for an answer
+            lock_wait: std::time::Duration::from_secs(2),
             ..Self::new(dir, "", boot_id)
         }
     }

@@ -13,8 +13,9 @@ use super::checkpoint_file::{self, CHECKPOINT_TREE};
 use super::commit::GroupCommit;
 use super::contain::{Failed, contain};
 use super::damage::{self, AsFound, Damage};
+use super::held::open_sled;
 use super::record;
-use super::recover::{Store, open_sled};
+use super::recover::Store;
 use super::replay::{JournalState, Record};
 use super::watermark::{Acked, Watermark};
 use super::{

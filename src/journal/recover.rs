@@ -15,10 +15,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::contain::{Failed, contain};
+use super::contain::Failed;
 use super::error::errno_name;
+use super::held::open_sled;
 use super::{Journal, JournalError};
 
 /// How long a reopen waits for sled's lock: the old handles' background
@@ -88,35 +89,6 @@ fn into_io(e: sled::Error) -> std::io::Error {
     }
 }
 
-/// Opens sled in `dir`, waiting up to `lock_wait` for a lock another
-/// handle (another process, or this one's dropped handles) still holds.
-/// The daemon (`tidy`) first removes the snapshots sled left unfinished.
-pub(super) fn open_sled(
-    dir: &Path,
-    cache_capacity: u64,
-    lock_wait: Duration,
-    tidy: bool,
-) -> Result<sled::Db, Failed> {
-    if tidy {
-        remove_unfinished_snapshots(dir);
-    }
-    let try_open = || {
-        contain(|| {
-            sled::Config::new()
-                .path(dir)
-                .cache_capacity(cache_capacity)
-                .open()
-        })
-    };
-    let deadline = Instant::now() + lock_wait;
-    let mut opened = try_open();
-    while matches!(&opened, Err(e) if e.is_locked()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        opened = try_open();
-    }
-    opened
-}
-
 /// sled 0.34 writes a snapshot to `snap.<lsn>.generating` and renames it
 /// once whole, yet its open takes every `snap.*` file but `*.in___motion`
 /// as a snapshot: one cut short by a full disk fails the next open as
@@ -124,7 +96,7 @@ pub(super) fn open_sled(
 /// room again moved sled's conf and snapshot aside). Such a file is never
 /// a snapshot sled finished: removed, sled reads the one before it, or
 /// replays its log. A removal that fails leaves the old behaviour.
-fn remove_unfinished_snapshots(dir: &Path) {
+pub(super) fn remove_unfinished_snapshots(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

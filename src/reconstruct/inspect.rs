@@ -33,7 +33,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::journal::{
-    CHECKPOINT_FILE, CHECKPOINT_TMP, Category, Journal, JournalConfig, JournalState,
+    CHECKPOINT_FILE, CHECKPOINT_TMP, Category, Journal, JournalConfig, JournalState, NotOpened,
+    Opened,
 };
 
 use super::ReconstructError;
@@ -115,31 +116,42 @@ impl InspectedJournal {
 /// Opens the journal in `dir` without changing its records; falls back to
 /// a copy when the daemon holds it.
 pub fn inspect_journal(dir: &Path, boot_id: &str) -> InspectedJournal {
-    match open_replay(dir, boot_id) {
-        Ok(read) => read_from(read, ReadFrom::Dir),
-        Err(ReconstructError::OpenJournal { source, .. })
-            if source.category() == Category::Busy =>
-        {
-            match read_copy(dir, boot_id) {
-                Ok(read) => read_from(read, ReadFrom::Copy),
-                Err(e) => InspectedJournal::Unreadable {
-                    reason: error_chain(&e),
-                },
-            }
+    // the journal's holder is not asked: a copy of its files is read
+    let cfg = JournalConfig::inspect(dir, boot_id);
+    match Journal::open_or_ask(&cfg, || read_copy(dir, boot_id).map(Some)) {
+        Ok(Opened::Here(here)) => {
+            let (journal, replay) = *here;
+            read_from(replayed(journal, replay), ReadFrom::Dir)
         }
-        Err(ReconstructError::OpenJournal { source, .. })
-            if source.category() == Category::NotFound =>
-        {
+        Ok(Opened::Holder(copy)) => read_from(copy, ReadFrom::Copy),
+        Err(NotOpened::Open(source)) if source.category() == Category::NotFound => {
             InspectedJournal::Read {
                 state: JournalState::default(),
                 from: ReadFrom::NoJournalYet,
                 corruption: None,
             }
         }
-        Err(e) => InspectedJournal::Unreadable {
+        Err(NotOpened::Open(source)) => InspectedJournal::Unreadable {
+            reason: error_chain(&ReconstructError::OpenJournal {
+                path: dir.to_owned(),
+                source: Box::new(source),
+            }),
+        },
+        Err(NotOpened::Held(Some(e))) => InspectedJournal::Unreadable {
             reason: error_chain(&e),
         },
+        Err(NotOpened::Held(None)) => InspectedJournal::Unreadable {
+            reason: format!("journal {} is held and no copy was read", dir.display()),
+        },
     }
+}
+
+/// The state an open journal implies, with where its replay stopped.
+fn replayed(journal: Journal, replay: crate::journal::Replay) -> Read {
+    let corruption = replay
+        .corruption
+        .map(|c| format!("seq {}: {}", c.seq, c.reason));
+    (journal.into_state(), corruption)
 }
 
 type Read = (JournalState, Option<String>);
@@ -160,10 +172,7 @@ fn open_replay(dir: &Path, boot_id: &str) -> Result<Read, ReconstructError> {
                 source: Box::new(source),
             }
         })?;
-    let corruption = replay
-        .corruption
-        .map(|c| format!("seq {}: {}", c.seq, c.reason));
-    Ok((journal.into_state(), corruption))
+    Ok(replayed(journal, replay))
 }
 
 /// Copies the journal into a temp dir (removed afterwards) and replays it.

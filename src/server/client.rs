@@ -18,14 +18,12 @@ use std::time::{Duration, Instant};
 
 use super::daemon_file::{self, DaemonFile, DaemonFileError};
 use crate::dump::DumpDoc;
-use crate::journal::{Category, Journal, JournalConfig, JournalError, JournalState, Replay};
+use crate::journal::{
+    Journal, JournalConfig, JournalError, JournalState, NotOpened, Opened, Replay,
+};
 
 /// The default bound on one exchange with the daemon.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a lock with no live daemon behind it is waited for.
-pub const LOCK_GRACE: Duration = Duration::from_secs(2);
-/// The pause between tries while waiting for the lock.
-const LOCK_RETRY: Duration = Duration::from_millis(50);
 /// The largest response body accepted.
 pub(super) const MAX_BODY: usize = 256 * 1024 * 1024;
 /// The largest status line plus headers accepted.
@@ -156,8 +154,8 @@ pub enum ClientError {
 /// `volume` only filters the daemon's answer: a local replay is whole.
 ///
 /// A lock held with no live daemon behind it (another `dump` for a moment,
-/// a daemon between opening the journal and writing daemon.json) is retried
-/// for [`LOCK_GRACE`] before it is an error.
+/// a daemon between opening the journal and writing daemon.json) is tried
+/// again until the inspection's wait is over (`Journal::open_or_ask`).
 pub fn open_or_ask(
     dir: &Path,
     boot_id: &str,
@@ -165,30 +163,33 @@ pub fn open_or_ask(
     timeout: Duration,
 ) -> Result<JournalSource, ClientError> {
     let cfg = JournalConfig::inspect(dir, boot_id);
-    let grace_until = Instant::now() + LOCK_GRACE;
-    loop {
-        match Journal::open(&cfg) {
-            Ok((journal, replay)) => {
-                return Ok(JournalSource::Local(replay, journal.into_state()));
-            }
-            Err(e) if e.category() == Category::Busy => {
-                match ask_daemon(dir, boot_id, volume, timeout) {
-                    Ok(source) => return Ok(source),
-                    Err(ClientError::NoDaemonFile { .. } | ClientError::Stale { .. })
-                        if Instant::now() < grace_until =>
-                    {
-                        std::thread::sleep(LOCK_RETRY);
-                    }
-                    Err(reason) => {
-                        return Err(ClientError::Busy {
-                            dir: dir.to_owned(),
-                            reason: Box::new(reason),
-                        });
-                    }
-                }
-            }
-            Err(e) => return Err(ClientError::Open(e)),
+    // why no daemon answered yet, for the error when none ever does
+    let mut not_yet = None;
+    let opened = Journal::open_or_ask(&cfg, || match ask_daemon(dir, boot_id, volume, timeout) {
+        Ok(source) => Ok(Some(source)),
+        Err(e @ (ClientError::NoDaemonFile { .. } | ClientError::Stale { .. })) => {
+            not_yet = Some(e);
+            Ok(None)
         }
+        Err(e) => Err(e),
+    });
+    match opened {
+        Ok(Opened::Here(here)) => {
+            let (journal, replay) = *here;
+            Ok(JournalSource::Local(replay, journal.into_state()))
+        }
+        Ok(Opened::Holder(source)) => Ok(source),
+        Err(NotOpened::Open(e)) => Err(ClientError::Open(e)),
+        Err(NotOpened::Held(reason)) => Err(ClientError::Busy {
+            dir: dir.to_owned(),
+            reason: Box::new(
+                reason
+                    .or(not_yet)
+                    .unwrap_or_else(|| ClientError::NoDaemonFile {
+                        path: daemon_file::path(dir),
+                    }),
+            ),
+        }),
     }
 }
 
