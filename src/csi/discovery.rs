@@ -20,9 +20,9 @@ use std::time::Duration;
 use super::connect_unix;
 use super::proto::pluginregistration as reg;
 use super::registry::{Drivers, Origin};
-use crate::daemon::watch::{Stopper, Watcher};
 use crate::host::sys::Sys;
 use crate::host::sys_types::FileKind;
+use crate::host::watch::{Stopper, Watcher};
 
 /// The plugin type CSI drivers register with.
 pub const CSI_PLUGIN_TYPE: &str = "CSIPlugin";

@@ -41,7 +41,6 @@ mod pools;
 mod provider;
 mod startup;
 mod token_seed;
-pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -73,7 +72,7 @@ pub struct Daemon {
     /// set at stop: workers start no queued job
     stopping: Arc<AtomicBool>,
     /// wakes the source poller at stop
-    poller: watch::Stopper,
+    poller: crate::host::watch::Stopper,
     api: Option<ApiStopper>,
     /// the plugin registration watcher, when CSI discovery is on
     discovery: Option<crate::csi::discovery::Discovery>,
@@ -214,7 +213,7 @@ impl Daemon {
             _ => None,
         };
         let abandon = |sources: JoinHandle<()>,
-                       poller: &watch::Stopper,
+                       poller: &crate::host::watch::Stopper,
                        api: Option<(JoinHandle<()>, ApiStopper, Publisher)>| {
             poller.stop();
             let _ = sources.join();

@@ -13,7 +13,7 @@ use crate::host::boot::BootId;
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{MsFlags, Sys};
 use crate::journal::Journal;
-use crate::metrics::{Metrics, record_reconstruction};
+use crate::metrics::Metrics;
 use crate::model::Layout;
 use crate::reconstruct::edge::{
     HostInput, JournalInput, Reconstruction, TableRead, read_and_reconstruct_ready,
@@ -24,7 +24,8 @@ use crate::sources::{Sources, SourcesConfig};
 use crate::util::time::elapsed_ms;
 
 use super::event_loop::Event;
-use super::{DaemonConfig, DaemonError, spawn, watch};
+use super::{DaemonConfig, DaemonError, spawn};
+use crate::host::watch;
 use crate::reconciler::effects::Reconstructed;
 
 /// The targets `output` found unmounted outside volumed, as `/debug/state`
@@ -196,7 +197,7 @@ pub(super) fn reconstruct_first(
             (table, r)
         }
     };
-    record_reconstruction(metrics, &ready.output);
+    crate::reconstruct::record_metrics(metrics, &ready.output);
     metrics
         .reconstruct
         .seconds
@@ -367,7 +368,7 @@ pub(super) fn spawn_leftovers(
             }
             None => reconstruct_leftovers(&host, JournalInput::Off, &l.ready).output,
         };
-        record_reconstruction(&metrics, &output);
+        crate::reconstruct::record_metrics(&metrics, &output);
         let outside = log_reconstruction("pod-dir walk done", &output);
         tracing::info!(
             phase = "pod_dir_walk",

@@ -100,7 +100,7 @@ pub enum HealthError {
     },
 }
 
-/// A health duration flag (`crate::duration`'s spellings). Zero is
+/// A health duration flag (`crate::util::duration`'s spellings). Zero is
 /// refused: a pass every instant is never what was meant.
 pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, HealthError> {
     let bad = || HealthError::Duration {

@@ -42,6 +42,7 @@ pub mod sys;
 pub mod sys_types;
 #[cfg(test)]
 pub(crate) mod testgen;
+pub mod watch;
 
 /// What kind of failure a [`HostError`] is, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

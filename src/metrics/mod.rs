@@ -24,11 +24,12 @@
 //!   Always ≤ the total above.
 //! - `volumed_reconstruct_decisions_total{target, result, reason}`: +1 per
 //!   decision, `target` `device`|`pod`, `result` `mounted`|`uncertain`|
-//!   `not_mounted`, `reason` the merge-table row ([`Reason::as_str`]). A
+//!   `not_mounted`, `reason` the merge-table row (`Reason::as_str`). A
 //!   target that could not be rebuilt counts as `result="uncertain",
 //!   reason="rebuild_failed"`: it may still be mounted, and forced cleanup
-//!   treats it so. Every label combination is created at zero up front, so
-//!   the series exist before the first reconstruction.
+//!   treats it so. Every label combination is created at zero by the
+//!   first count (`reconstruct::record_metrics`, at the first phase, before
+//!   the HTTP server serves), even one that decided nothing.
 //!
 //! *Invariant:* only this module knows the prometheus crate; callers record
 //! through functions taking domain types.
@@ -44,9 +45,6 @@ pub use health::HealthMetrics;
 pub use journal::JournalMetrics;
 pub use operations::{OperationMetrics, StorageOperation};
 pub use selinux::SeLinuxMetrics;
-
-use crate::model::{MountState, TargetRef};
-use crate::reconstruct::{HostSays, MergeOutput, Reason};
 
 /// Errors of the metrics module.
 #[derive(Debug, thiserror::Error)]
@@ -98,12 +96,6 @@ const OPERATIONS_TOTAL: &str = "reconstruct_volume_operations_total";
 const OPERATIONS_ERRORS_TOTAL: &str = "reconstruct_volume_operations_errors_total";
 const DECISIONS_TOTAL: &str = "volumed_reconstruct_decisions_total";
 const SECONDS: &str = "volumed_reconstruct_seconds";
-const TARGETS: [&str; 2] = ["device", "pod"];
-const RESULTS: [MountState; 3] = [
-    MountState::Mounted,
-    MountState::Uncertain,
-    MountState::NotMounted,
-];
 
 /// The registry being filled, and the names of what was registered: the
 /// prometheus registry exports a family only once it has a series, so the
@@ -159,13 +151,6 @@ impl ReconstructMetrics {
                 "Seconds from startup to a ready ASW at the last start (reconstruction's first phase).",
             )
         })?;
-        for target in TARGETS {
-            for result in RESULTS {
-                for reason in Reason::ALL {
-                    decisions_total.with_label_values(&[target, result.as_str(), reason.as_str()]);
-                }
-            }
-        }
         Ok(Self {
             operations_total,
             operations_errors_total,
@@ -208,58 +193,6 @@ impl Metrics {
     }
 }
 
-fn target_label(t: &TargetRef) -> &'static str {
-    match t {
-        TargetRef::Device => "device",
-        TargetRef::Pod(_) => "pod",
-    }
-}
-
-/// Counts one reconstruction's decisions and failures.
-pub fn record_reconstruction(metrics: &Metrics, out: &MergeOutput) {
-    let m = &metrics.reconstruct;
-    // looked up per decision: a walk of the leftovers for each made this
-    // O(decisions × leftovers)
-    let left_dirs: std::collections::HashSet<&crate::journal::TargetKey> = out
-        .orphan_leftovers
-        .iter()
-        .filter(|l| l.dir_present)
-        .map(|l| &l.key)
-        .collect();
-    for d in &out.decisions {
-        m.decisions_total
-            .with_label_values(&[d.target_label(), d.result.as_str(), d.reason.as_str()])
-            .inc();
-        if matches!(d.key.target, TargetRef::Pod(_)) && found_on_host(&left_dirs, d) {
-            m.operations_total.inc();
-        }
-    }
-    for f in &out.failed {
-        m.decisions_total
-            .with_label_values(&[
-                target_label(&f.target),
-                MountState::Uncertain.as_str(),
-                f.reason().as_str(),
-            ])
-            .inc();
-        if matches!(f.target, TargetRef::Pod(_)) {
-            m.operations_total.inc();
-            m.operations_errors_total.inc();
-        }
-    }
-    let outside = u64::try_from(out.unmounted_outside.len()).unwrap_or(u64::MAX);
-    metrics.ops.unmounted_outside.inc_by(outside);
-}
-
-/// Whether the host showed something at a decided target: a mount, a
-/// directory, or a mount-point dir left behind.
-fn found_on_host(
-    left_dirs: &std::collections::HashSet<&crate::journal::TargetKey>,
-    d: &crate::reconstruct::Decision,
-) -> bool {
-    d.observed.is_some() || d.host_says == HostSays::DirPresent || left_dirs.contains(&d.key)
-}
-
 /// Every registered metric in the text exposition format.
 pub fn gather_text(metrics: &Metrics) -> String {
     let mut buf = Vec::new();
@@ -277,11 +210,13 @@ mod tests {
     use super::*;
     use crate::journal::TargetKey;
     use crate::model::{
-        MountIdentity, PluginName, PodUid, TargetKind, TargetParams, UniqueVolumeName,
+        MountIdentity, MountState, PluginName, PodUid, TargetKind, TargetParams, TargetRef,
+        UniqueVolumeName,
     };
     use crate::reconstruct::{
         Boot, Decision, FailedTarget, HostObservation, JournalSays, Leftover, RebuildFailure,
     };
+    use crate::reconstruct::{HostSays, MergeOutput, Reason};
 
     fn decision(target: TargetRef, result: MountState, reason: Reason, seen: bool) -> Decision {
         let volume = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
@@ -325,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn every_series_exists_before_any_reconstruction() {
+    fn every_series_exists_once_a_reconstruction_that_decided_nothing_is_counted() {
         let m = Metrics::new().unwrap();
         let text = gather_text(&m);
         assert_eq!(line_value(&text, OPERATIONS_TOTAL).as_deref(), Some("0"));
@@ -333,6 +268,8 @@ mod tests {
             line_value(&text, OPERATIONS_ERRORS_TOTAL).as_deref(),
             Some("0")
         );
+        crate::reconstruct::record_metrics(&m, &MergeOutput::default());
+        let text = gather_text(&m);
         let decisions = text
             .lines()
             .filter(|l| l.starts_with(&format!("{DECISIONS_TOTAL}{{")))
@@ -382,7 +319,7 @@ mod tests {
             ..MergeOutput::default()
         };
         let m = Metrics::new().unwrap();
-        record_reconstruction(&m, &out);
+        crate::reconstruct::record_metrics(&m, &out);
         let text = gather_text(&m);
         // p1 (mounted), p3 (its dir is there), p4 (failed); not p2 (absent), not the device.
         assert_eq!(line_value(&text, OPERATIONS_TOTAL).as_deref(), Some("3"));
@@ -441,7 +378,7 @@ mod tests {
             .set_total_volumes(&[(PluginName::EmptyDir, "desired_state_of_world", 1)]);
         m.ops.orphan_cleaned.set(0);
         m.ops.orphan_cleaned_errors.set(0);
-        record_reconstruction(&m, &crate::reconstruct::MergeOutput::default());
+        crate::reconstruct::record_metrics(&m, &crate::reconstruct::MergeOutput::default());
         let rwop_pv = crate::model::VolumeSpec::Local {
             path: "/dev/loop9".into(),
             fs_type: Some("ext4".into()),

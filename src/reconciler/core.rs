@@ -1,6 +1,6 @@
 //! The reconciler loop's decisions as a pure step: `(state, events, now,
 //! what the driver observed) → effects`. No journal, no syscall, no thread,
-//! no clock: the driver (`super::event_loop`) calls [`Core::step`] with the
+//! no clock: the driver (`crate::daemon::event_loop`) calls [`Core::step`] with the
 //! [`World`] locked — so the step changes only memory — and performs the
 //! returned [`Effect`]s after unlocking, slow ones off the decision thread;
 //! their completions come back as [`Event::Done`].

@@ -123,6 +123,7 @@
 
 mod apply;
 mod classify;
+mod counted;
 pub mod devices;
 pub mod edge;
 mod error;
@@ -149,6 +150,7 @@ pub use apply::{
     apply_to_asw, asw_as_journal_says, changed_journal_records, journal_agrees, to_journal_records,
 };
 pub use classify::{Boot, HostSays, JournalSays, Reason};
+pub use counted::record_metrics;
 pub use error::ReconstructError;
 pub use host_only::merge_leftovers;
 pub use merge::merge;
