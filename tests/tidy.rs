@@ -1,10 +1,11 @@
-//! Keeps the tree honest: every source file has a `//!` doc, every module
-//! ARCHITECTURE.md names exists, mount syscalls and raw libc stay inside the
-//! `host` seam, kubelet path names are spelt only in the layout module, no
-//! test hides behind an ignore or should-panic attribute, host reads go
-//! through the `Sys` seam (no `std::fs` outside the modules that read
-//! files of their own), and the two dependency pins the journal relies on
-//! stay exact; every fuzz target has its seeds.
+//! Keeps the tree honest: every source file has a `//!` doc,
+//! ARCHITECTURE.md's code map and the `pub mod`s of `src/lib.rs` name the
+//! same modules, mount syscalls and raw libc stay inside the `host` seam,
+//! kubelet path names are spelt only in the layout module, no test hides
+//! behind an ignore or should-panic attribute, host reads go through the
+//! `Sys` seam (no `std::fs` outside the modules that read files of their
+//! own), and the two dependency pins the journal relies on stay exact;
+//! every fuzz target has its seeds.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 use std::path::{Path, PathBuf};
@@ -92,31 +93,63 @@ fn every_fuzz_target_has_seeds_and_a_doc() {
     }
 }
 
-#[test]
-fn every_module_architecture_md_names_exists() {
+/// The module names of ARCHITECTURE.md's code map: its `### \`name\``
+/// headings, from `## Code map` to the next `## ` heading. A `### ` heading
+/// of another shape there is an error, so a typo cannot hide a module.
+fn code_map_modules() -> Vec<String> {
     let arch = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
-    let map = arch
-        .split("## Code map")
-        .nth(1)
-        .and_then(|s| s.split("### Coming").next())
-        .expect("ARCHITECTURE.md has a code map");
-    let names: Vec<&str> = map
-        .lines()
-        .filter_map(|l| l.strip_prefix("### `"))
-        .filter_map(|l| l.strip_suffix('`'))
-        .collect();
-    assert!(names.len() >= 6, "code map lists modules: {names:?}");
-    for name in names {
+    let (_, map) = arch
+        .split_once("\n## Code map\n")
+        .expect("ARCHITECTURE.md has a `## Code map` section");
+    let map = map.split("\n## ").next().unwrap_or(map);
+    map.lines()
+        .filter(|l| l.starts_with("### "))
+        .map(|l| {
+            l.strip_prefix("### `")
+                .and_then(|l| l.strip_suffix('`'))
+                .unwrap_or_else(|| panic!("code map heading `{l}` is not \"### `module`\""))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The `pub mod name;` lines of `src/lib.rs`.
+fn lib_modules() -> Vec<String> {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    lib.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod ")?.strip_suffix(';'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_code_map_and_lib_rs_name_the_same_modules() {
+    let map = code_map_modules();
+    let lib = lib_modules();
+    assert!(lib.len() >= 6, "src/lib.rs declares modules: {lib:?}");
+    for name in &map {
+        assert!(
+            lib.contains(name),
+            "ARCHITECTURE.md's code map has `{name}`, which is not a `pub mod` of src/lib.rs"
+        );
+        assert_eq!(
+            map.iter().filter(|m| *m == name).count(),
+            1,
+            "ARCHITECTURE.md's code map has `{name}` twice"
+        );
+    }
+    for name in &lib {
+        assert!(
+            map.contains(name),
+            "src/lib.rs declares `pub mod {name};`, which has no \"### `{name}`\" section in ARCHITECTURE.md's code map"
+        );
         let file = root().join("src").join(format!("{name}.rs"));
         let dir = root().join("src").join(name).join("mod.rs");
         assert!(
             file.exists() || dir.exists(),
-            "ARCHITECTURE.md names module `{name}`, which does not exist"
-        );
-        let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
-        assert!(
-            lib.contains(&format!("pub mod {name};")),
-            "`{name}` is not declared in lib.rs"
+            "src/lib.rs declares `{name}`, but neither {} nor {} exists",
+            file.display(),
+            dir.display()
         );
     }
 }
