@@ -354,7 +354,10 @@ impl Driver {
                 }
                 None => feedback.push(Event::Done(lane_gone_journal(work))),
             },
-            Effect::PodEvent(e) => self.sink.emit(e.stamped(std::time::SystemTime::now())),
+            Effect::PodEvent(e) => self.sink.emit(crate::health::events::stamped(
+                e,
+                std::time::SystemTime::now(),
+            )),
             Effect::RepackWorld => {
                 let started = Instant::now();
                 let entries = {

@@ -35,15 +35,22 @@ pub struct VolumeEvent {
 pub const ABNORMAL: &str = "VolumeConditionAbnormal";
 /// volumed's reason for a condition that cleared.
 pub const NORMAL: &str = "VolumeConditionNormal";
-/// The kubelet's reason when a pod's volume cannot be attached or mounted
-/// (a Warning).
-pub const FAILED_MOUNT: &str = "FailedMount";
-/// The attach/detach controller's reason when a volume cannot be attached:
-/// volumed gives it to a pod whose CSI volume waits for its
-/// VolumeAttachment (the wait the kubelet reports only as a mount timeout).
-pub const FAILED_ATTACH: &str = "FailedAttachVolume";
-/// The kubelet's reason when a pod's volume cannot be unmounted.
-pub const FAILED_UNMOUNT: &str = "FailedUnMount";
+// The loop's own reasons, decided by the core.
+pub use crate::reconciler::effects::{FAILED_ATTACH, FAILED_MOUNT, FAILED_UNMOUNT};
+
+/// A pod event the core decided, as the sink takes it (a Warning), at
+/// `now`.
+pub fn stamped(e: crate::reconciler::effects::PodEvent, now: std::time::SystemTime) -> VolumeEvent {
+    VolumeEvent {
+        kind: "Warning",
+        reason: e.reason,
+        message: e.message,
+        pod_uid: e.pod.as_str().to_owned(),
+        namespace: e.names.as_ref().map(|n| n.namespace.to_string()),
+        pod: e.names.as_ref().map(|n| n.name.to_string()),
+        time: super::report::rfc3339(now),
+    }
+}
 
 /// Where events go.
 pub trait EventSink: Send + Sync {

@@ -26,20 +26,7 @@ pub fn rfc3339(time: SystemTime) -> String {
     timestamp(time).map(|t| t.to_string()).unwrap_or_default()
 }
 
-/// A volume's condition in `/debug/state` (docs/http.md).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HealthJson {
-    /// abnormal or not
-    pub abnormal: bool,
-    /// CamelCase
-    pub reason: String,
-    /// for people
-    pub message: String,
-    /// RFC 3339: since when it is so
-    pub since: String,
-    /// `csi` or `native`
-    pub source: String,
-}
+pub use crate::state::HealthJson;
 
 impl From<&Condition> for HealthJson {
     fn from(c: &Condition) -> Self {

@@ -194,7 +194,7 @@ impl Store {
             .filter_map(|k| self.volumes.remove(k))
             .collect();
         if added || !gone.is_empty() {
-            crate::state::repack(&mut self.volumes);
+            crate::util::repack::repack(&mut self.volumes);
         }
         self.passes = pass;
         gone

@@ -239,10 +239,10 @@ impl JournalState {
     }
 
     /// Rebuilds the map of entries from its own entries, which fills its
-    /// nodes (`state::repack` says why; the daemon repacks its maps and
+    /// nodes (`util::repack` says why; the daemon repacks its maps and
     /// this one together, at each doubling of the node).
     pub fn repack(&mut self) {
-        crate::state::repack(&mut self.entries);
+        crate::util::repack::repack(&mut self.entries);
     }
 
     /// Number of tracked targets.

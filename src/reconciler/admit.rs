@@ -94,7 +94,7 @@ impl Core {
 /// waits to be attached. Once per change, not per pass; the event
 /// recorder counts repeats.
 fn pod_error_events(w: &World, uid: &PodUid, out: &mut Vec<Effect>) {
-    use crate::health::events::{FAILED_ATTACH, FAILED_MOUNT};
+    use super::effects::{FAILED_ATTACH, FAILED_MOUNT};
     for e in w.dsw.errors_of_pod(uid) {
         let attach = crate::sources::csi_objects::is_attach_wait(e);
         out.push(Effect::PodEvent(PodEvent {

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::health::events::{FAILED_MOUNT, FAILED_UNMOUNT};
+use super::effects::{FAILED_MOUNT, FAILED_UNMOUNT};
 use crate::metrics::Metrics;
 use crate::model::{Layout, Operation, PluginName, PodUid, SharedPath, UniqueVolumeName};
 use crate::reconciler::jobs::JobReport;

@@ -252,7 +252,18 @@ pub struct Observed {
     pub journal_unwritable: bool,
 }
 
-/// An event on a pod the core decided.
+/// The kubelet's reason when a pod's volume cannot be attached or mounted
+/// (a Warning).
+pub const FAILED_MOUNT: &str = "FailedMount";
+/// The attach/detach controller's reason when a volume cannot be attached:
+/// volumed gives it to a pod whose CSI volume waits for its
+/// VolumeAttachment (the wait the kubelet reports only as a mount timeout).
+pub const FAILED_ATTACH: &str = "FailedAttachVolume";
+/// The kubelet's reason when a pod's volume cannot be unmounted.
+pub const FAILED_UNMOUNT: &str = "FailedUnMount";
+
+/// An event on a pod the core decided (stamped and sent by the driver:
+/// `health::events::stamped`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodEvent {
     /// the pod
@@ -263,19 +274,4 @@ pub struct PodEvent {
     pub reason: &'static str,
     /// what happened
     pub message: String,
-}
-
-impl PodEvent {
-    /// The event as the sink takes it (a Warning), at `now`.
-    pub fn stamped(self, now: std::time::SystemTime) -> crate::health::VolumeEvent {
-        crate::health::VolumeEvent {
-            kind: "Warning",
-            reason: self.reason,
-            message: self.message,
-            pod_uid: self.pod.as_str().to_owned(),
-            namespace: self.names.as_ref().map(|n| n.namespace.to_string()),
-            pod: self.names.as_ref().map(|n| n.name.to_string()),
-            time: crate::health::report::rfc3339(now),
-        }
-    }
 }

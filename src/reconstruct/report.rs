@@ -269,7 +269,7 @@ pub fn render_table(r: &ReconstructReport) -> String {
         let _ = writeln!(out, "note: {note}");
     }
     // sized to the content: an emptyDir's unique name carries its pod UID
-    let mut rows = vec![crate::dump::cells([
+    let mut rows = vec![crate::util::table::cells([
         "DECISION", "REASON", "VOLUME", "TARGET", "POD", "KIND", "JOURNAL", "HOST", "BOOT", "PATH",
     ])];
     for t in &r.targets {
@@ -287,7 +287,7 @@ pub fn render_table(r: &ReconstructReport) -> String {
         ]);
     }
     out.push('\n');
-    out.push_str(&crate::dump::columns(&rows));
+    out.push_str(&crate::util::table::columns(&rows));
     if !r.failed.is_empty() {
         let _ = writeln!(out, "\nfailed to rebuild ({}):", r.failed.len());
         for f in &r.failed {

@@ -167,10 +167,10 @@ impl ActualStateOfWorld {
         self.volumes.len()
     }
 
-    /// Repacks its maps (see `super::repack`); nothing else changes.
+    /// Repacks its maps (see `util::repack`); nothing else changes.
     pub fn repack(&mut self) {
-        super::repack(&mut self.volumes);
-        super::repack(&mut self.by_pod);
+        crate::util::repack::repack(&mut self.volumes);
+        crate::util::repack::repack(&mut self.by_pod);
     }
 
     /// Adds a volume with its device target not mounted (when the spec says

@@ -161,11 +161,11 @@ impl DesiredStateOfWorld {
         self.volumes.len()
     }
 
-    /// Repacks its maps (see `super::repack`); nothing else changes.
+    /// Repacks its maps (see `util::repack`); nothing else changes.
     pub fn repack(&mut self) {
-        super::repack(&mut self.volumes);
-        super::repack(&mut self.by_pod);
-        super::repack(&mut self.pods);
+        crate::util::repack::repack(&mut self.volumes);
+        crate::util::repack::repack(&mut self.by_pod);
+        crate::util::repack::repack(&mut self.pods);
     }
 
     /// Adds `pod`'s use of `volume`; the result names the volume. The first

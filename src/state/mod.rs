@@ -51,20 +51,9 @@ use crate::model::{MountState, PodUid, SeLinuxContext, UniqueVolumeName};
 mod asw;
 mod dsw;
 mod pod_map;
+mod report_json;
 mod snapshot;
 mod world;
-
-/// Rebuilds a B-tree map or set from its own entries, which fills every
-/// node but the last. Filled in key order (reconstruction, a listing, a
-/// mass start), a B-tree keeps its nodes a little over half full: a full
-/// node splits in two and every later key goes to the right half. O(n):
-/// the daemon repacks only when the node has doubled (`reconciler::core`).
-pub(crate) fn repack<C>(c: &mut C)
-where
-    C: Default + IntoIterator + FromIterator<<C as IntoIterator>::Item>,
-{
-    *c = std::mem::take(c).into_iter().collect();
-}
 
 pub use asw::{
     ActualStateOfWorld, ActualVolume, DeviceMount, DeviceTarget, MountedPod, MountedVolume,
@@ -75,6 +64,7 @@ pub use dsw::{
     MAX_POD_ERRORS, VolumeToMount,
 };
 pub use pod_map::PodMap;
+pub use report_json::{DamageJson, HealthJson, LostTailJson, MovedAsideJson};
 pub use snapshot::{DeviceSnapshot, PodSnapshot, StateSnapshot, UnmountedOutside, VolumeSnapshot};
 pub use world::{PodEntry, PodRef, World};
 

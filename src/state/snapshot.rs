@@ -71,7 +71,7 @@ pub struct StateSnapshot {
     /// aside beside it, quarantined records, a tail lost across a reboot;
     /// also `volumed_journal_damage`); absent when nothing
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub journal_damage: Option<crate::dump::DamageJson>,
+    pub journal_damage: Option<super::DamageJson>,
 }
 
 /// A target found unmounted outside volumed (docs/merge-table.md: a
@@ -100,7 +100,7 @@ pub struct VolumeSnapshot {
     /// `/debug/state`: the volume's condition, `null` until one was judged
     /// (docs/http.md); `dump` (the journal's view) always has `null`
     #[serde(default)]
-    pub health: Option<crate::health::report::HealthJson>,
+    pub health: Option<super::HealthJson>,
 }
 
 /// A device target in a [`StateSnapshot`].

@@ -31,12 +31,12 @@ impl World {
         self.asw.volume_count() + self.dsw.volume_count() + self.pods.len()
     }
 
-    /// Repacks the states' maps and the pods' (see `state::repack`): the
+    /// Repacks the states' maps and the pods' (see `util::repack`): the
     /// same entries, in full nodes.
     pub fn repack(&mut self) {
         self.asw.repack();
         self.dsw.repack();
-        crate::state::repack(&mut self.pods);
+        crate::util::repack::repack(&mut self.pods);
     }
 }
 

@@ -1,8 +1,10 @@
 //! Domain-free helpers: time (`time`: UTC dates, milliseconds for log
 //! lines), the kubelet's duration spellings (`duration`), and work split in
-//! two on two threads (`halves`). Nothing here knows volumes, mounts or the
+//! two on two threads (`halves`), kubectl-like text tables (`table`), B-tree maps rebuilt full (`repack`). Nothing here knows volumes, mounts or the
 //! journal.
 
 pub mod duration;
 pub mod halves;
+pub(crate) mod repack;
+pub(crate) mod table;
 pub mod time;
