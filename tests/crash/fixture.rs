@@ -7,6 +7,7 @@
 //! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap
 //! option     blank_device | checkpoint_every=<n>
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
+//! full       <point>[:<n>] free | kill      # instead of crash: the journal's disk fills there
 //! trigger    delete <pod> | add <pod>:<kinds>   # while the armed daemon runs, after it settled
 //! down       delete <pod> | add <pod>:<kinds> | unmount <ref> | foreign <ref> | reboot | drop_objects
 //! expect     mounts <ref>… | -              # exact mount points under the root after restart
@@ -141,6 +142,28 @@ pub enum Crash {
     Kill,
 }
 
+/// What follows the journal's disk filling up at a point (`full`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AfterFull {
+    /// the space is freed while the daemon runs: it recovers by itself
+    Free,
+    /// it is SIGKILLed while full and started on the full disk, then the
+    /// space is freed and it is started again
+    Kill,
+}
+
+/// `full <point>[:<n>] free|kill`: the daemon is held at the point's n-th
+/// hit while the runner fills the journal's disk to its last byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Full {
+    /// the crash point
+    pub point: String,
+    /// which hit of it
+    pub n: u32,
+    /// what follows
+    pub then: AfterFull,
+}
+
 /// A comparison in a `metric` expectation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cmp {
@@ -186,6 +209,8 @@ pub struct Fixture {
     pub checkpoint_every: Option<u64>,
     /// how the daemon dies
     pub crash: Crash,
+    /// the journal's disk fills at a point instead (`crash` is unused)
+    pub full: Option<Full>,
     /// changes while the armed daemon runs (after it settled)
     pub trigger: Vec<Change>,
     /// changes while it is down
@@ -302,6 +327,7 @@ pub fn parse(name: &str, text: &str) -> Result<Fixture, String> {
         blank_device: false,
         checkpoint_every: None,
         crash: Crash::Kill,
+        full: None,
         trigger: Vec::new(),
         down: Vec::new(),
         expect: Expect::default(),
@@ -349,12 +375,43 @@ pub fn parse(name: &str, text: &str) -> Result<Fixture, String> {
                     None => return Err(at("crash needs a point or `kill`".into())),
                 };
             }
+            "full" => {
+                let (Some(p), Some(then), None) = (words.get(1), words.get(2), words.get(3)) else {
+                    return Err(at("full needs `<point>[:<n>] free|kill`".into()));
+                };
+                let (point, n) = match p.rsplit_once(':') {
+                    Some((a, b)) => (a, b.parse().map_err(|_| at(format!("bad count in {p:?}")))?),
+                    None => (*p, 1),
+                };
+                let then = match *then {
+                    "free" => AfterFull::Free,
+                    "kill" => AfterFull::Kill,
+                    other => {
+                        return Err(at(format!("after full: `free` or `kill`, not {other:?}")));
+                    }
+                };
+                f.full = Some(Full {
+                    point: point.to_owned(),
+                    n,
+                    then,
+                });
+            }
             "trigger" => f.trigger.push(change(&words[1..], false).map_err(at)?),
             "down" => f.down.push(change(&words[1..], true).map_err(at)?),
             "expect" => expect(&mut f.expect, &words[1..]).map_err(at)?,
             "expect_fail" => f.expect_fail = Some(rest.trim_matches('"').to_owned()),
             other => return Err(at(format!("unknown keyword {other:?}"))),
         }
+    }
+    if f.full.is_some() {
+        // the runner adds pods until the daemon degrades, and checks
+        // convergence to every desired pod itself
+        if crash_seen || f.expect != Expect::default() || !f.down.is_empty() {
+            return Err(format!(
+                "{name}: a `full` fixture has no `crash`, `down` or `expect` line"
+            ));
+        }
+        return Ok(f);
     }
     if !crash_seen {
         return Err(format!("{name}: no `crash` line"));

@@ -18,10 +18,16 @@
 //!   every running pod's mounts as the static folder does.
 //!   `VOLUMED_CRASH_ONLY=<name>[,…]` runs only the fixtures whose names
 //!   contain one of the words.
+//! - **Full disk** ([`full`], `fixtures/crash/full-*.crash`): the journal's
+//!   disk filled to its last byte at each point in [`FULL_POINTS`] while
+//!   the daemon is held there; it must degrade, then recover once the
+//!   space is freed under it, or across a SIGKILL and a start on the full
+//!   disk; nothing moved aside, no acknowledged record lost.
 //!
 //! After each namespaced run the runner checks that no mount and no loop
 //! device of the suite is left on the host. The last line, e.g.
-//! `crash fixtures: 21 passed, 0 failed; churn: 20 kills, 0 violations`, is
+//! `crash fixtures: 41 passed, 0 failed; full-disk fixtures: 22 passed, 0
+//! failed; churn: 20 kills, 0 violations; …`, is
 //! printed (see it with `--nocapture`) and written to
 //! `<target dir>/crash-summary.txt`.
 //!
@@ -34,6 +40,7 @@ mod support;
 
 mod churn;
 mod fixture;
+mod full;
 mod node;
 mod scenario;
 
@@ -53,6 +60,24 @@ const NAMED_POINTS: [&str; 10] = [
     "unmount_device.after_op",
     "checkpoint.mid",
     "orphan_cleanup.mid",
+];
+
+/// The points a `full-*` fixture fills the journal's disk at (every
+/// `<op>.after_intent` and `<op>.after_op` with a journal write after it,
+/// and `checkpoint.mid`): each must be held in some fixture, with the
+/// space freed under the running daemon and across a SIGKILL.
+const FULL_POINTS: [&str; 11] = [
+    "format_device.after_intent",
+    "format_device.after_op",
+    "mount_device.after_intent",
+    "mount_device.after_op",
+    "setup.after_intent",
+    "setup.after_op",
+    "teardown.after_intent",
+    "teardown.after_op",
+    "unmount_device.after_intent",
+    "unmount_device.after_op",
+    "checkpoint.mid",
 ];
 
 const FIXTURE_ENV: &str = "VOLUMED_CRASH_FIXTURE";
@@ -154,6 +179,12 @@ fn crash_suite() {
         .map(|v| v.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
     let (mut passed, mut failed) = (0usize, Vec::new());
+    let (mut full_passed, mut full_failed) = (0usize, 0usize);
+    // per `full` fixture kind (free, kill): the points held
+    let mut held = std::collections::BTreeSet::new();
+    // the faults met by the point's own writes, and by added pods' writes
+    let (mut own_writes, mut pod_writes) = (0usize, 0usize);
+    let mut restarts = std::collections::BTreeMap::<String, usize>::new();
     let mut reached = std::collections::BTreeSet::new();
     let (mut unc_on, mut unc_off) = (0usize, 0usize);
     let mut ran = 0usize;
@@ -175,13 +206,38 @@ fn crash_suite() {
         let out = match &result {
             Ok(o) | Err(o) => o.clone(),
         };
+        let mut note = String::new();
         if let Some(line) = figure(&out, "FIGURES ") {
-            if let Some(p) = line
+            let point = line
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("point="))
-                .filter(|p| *p != "-")
+                .filter(|p| *p != "-");
+            match (point, &f.full) {
+                (Some(p), None) => {
+                    reached.insert(p.to_owned());
+                }
+                (Some(p), Some(full)) => {
+                    held.insert((p.to_owned(), full.then));
+                }
+                (None, _) => {}
+            }
+            match field(line, "full_pods") {
+                Some(0) => {
+                    own_writes += 1;
+                    note = "; the point's own writes met the full disk".to_owned();
+                }
+                Some(n) => {
+                    pod_writes += 1;
+                    note = format!("; the full disk met after {n} pod(s) added");
+                }
+                None => {}
+            }
+            if let Some(r) = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("restart="))
+                .filter(|r| *r != "-")
             {
-                reached.insert(p.to_owned());
+                *restarts.entry(r.to_owned()).or_default() += 1;
             }
             unc_on += usize::try_from(field(line, "on").unwrap_or(0)).unwrap_or(0);
             unc_off += usize::try_from(field(line, "off").unwrap_or(0)).unwrap_or(0);
@@ -198,11 +254,18 @@ fn crash_suite() {
         let secs = started.elapsed().as_secs_f32();
         match verdict {
             Ok(v) => {
-                passed += 1;
-                println!("crash fixture {:<40} {v} ({secs:.1} s)", f.name);
+                if f.full.is_some() {
+                    full_passed += 1;
+                } else {
+                    passed += 1;
+                }
+                println!("crash fixture {:<40} {v} ({secs:.1} s{note})", f.name);
             }
             Err(e) => {
                 println!("crash fixture {:<40} FAILED ({secs:.1} s)\n{e}", f.name);
+                if f.full.is_some() {
+                    full_failed += 1;
+                }
                 failed.push(f.name.clone());
             }
         }
@@ -216,6 +279,29 @@ fn crash_suite() {
         if !missing.is_empty() {
             problems.push(format!("crash points never reached: {missing:?}"));
         }
+        let unheld: Vec<String> = FULL_POINTS
+            .iter()
+            .flat_map(|p| [(p, fixture::AfterFull::Free), (p, fixture::AfterFull::Kill)])
+            .filter(|(p, then)| !held.contains(&((**p).to_owned(), *then)))
+            .map(|(p, then)| format!("{p} {then:?}"))
+            .collect();
+        if !unheld.is_empty() {
+            problems.push(format!(
+                "points where no `full` fixture filled the journal's disk: {unheld:?}"
+            ));
+        }
+    }
+    let full_ran = full_passed + full_failed;
+    if full_ran > 0 {
+        let restarts: Vec<String> = restarts.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        println!(
+            "full-disk fixtures: the fault met by the point's own journal writes in {own_writes}, by added pods' in {pod_writes}; starts on the full disk: {}",
+            if restarts.is_empty() {
+                "none".to_owned()
+            } else {
+                restarts.join(", ")
+            }
+        );
     }
     if ran > 0 {
         println!(
@@ -229,8 +315,8 @@ fn crash_suite() {
     let churn_line = churn(iters, seed, false, &only, &mut problems);
     let api_line = churn(api_iters, seed, true, &only, &mut problems);
     let summary = format!(
-        "crash fixtures: {passed} passed, {} failed; {churn_line}; API pods {api_line}",
-        failed.len()
+        "crash fixtures: {passed} passed, {} failed; full-disk fixtures: {full_passed} passed, {full_failed} failed; {churn_line}; API pods {api_line}",
+        failed.len() - full_failed
     );
     let file = target_dir().join("crash-summary.txt");
     let _ = std::fs::write(&file, format!("{summary}\n"));
@@ -255,11 +341,16 @@ fn scenario_child() {
         let f = fixture::parse(&name, &text).expect("parse fixture");
         let mut figures = scenario::Figures::default();
         let r = scenario::run(&f, &mut figures);
+        let (full_pods, restart) = figures.full.as_ref().map_or_else(
+            || ("-".to_owned(), "-"),
+            |f| (f.pods_added.to_string(), f.restart.unwrap_or("-")),
+        );
         println!(
-            "FIGURES point={} on={} off={}",
+            "FIGURES point={} on={} off={} full_pods={full_pods} restart={}",
             figures.point.as_deref().unwrap_or("-"),
             figures.uncertain_on,
-            figures.uncertain_off
+            figures.uncertain_off,
+            restart.replace(' ', "")
         );
         if let Err(e) = r {
             panic!("{name}: {e}");

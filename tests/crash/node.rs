@@ -80,6 +80,8 @@ pub struct Node {
     pub checkpoint_every: Option<u64>,
     /// `--journal off`
     pub journal_off: bool,
+    /// more environment for the daemons started from now on
+    pub env: Vec<(String, String)>,
     /// the pods whose manifests are in place
     pub desired: BTreeMap<String, Vec<Kind>>,
     /// the daemon, while it runs
@@ -144,6 +146,7 @@ impl Node {
             dev,
             checkpoint_every: None,
             journal_off: false,
+            env: Vec::new(),
             desired: BTreeMap::new(),
             daemon: None,
             files: BTreeMap::new(),
@@ -368,6 +371,23 @@ impl Node {
     /// Starts the daemon (`crash_at`: `VOLUMED_CRASH_AT`) and waits for its
     /// `daemon.json`.
     pub fn start(&mut self, crash_at: Option<&str>) -> Result<(), String> {
+        match self.start_or_exit(crash_at)? {
+            None => Ok(()),
+            // died before serving: fine for an early crash point, the caller decides
+            Some(st) if st.signal() == Some(9) => Ok(()),
+            Some(st) => Err(format!(
+                "volumed exited at start: {st}\n{}",
+                self.log_tail()
+            )),
+        }
+    }
+
+    /// [`Node::start`], but an exit before `daemon.json` is an answer:
+    /// `Some(status)` (the exited daemon is kept, for its log).
+    pub fn start_or_exit(
+        &mut self,
+        crash_at: Option<&str>,
+    ) -> Result<Option<std::process::ExitStatus>, String> {
         assert!(self.daemon.is_none(), "a daemon already runs");
         self.runs += 1;
         let log = self
@@ -412,6 +432,10 @@ impl Node {
         if let Some(p) = crash_at {
             cmd.env("VOLUMED_CRASH_AT", p);
         }
+        cmd.env_remove("VOLUMED_HOLD_AT");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
         // SAFETY: between fork and exec only one raw prctl syscall runs (no
         // allocation, no locks): the daemon dies with the test thread that
         // started it, so a failing test never leaves it holding the
@@ -442,16 +466,8 @@ impl Node {
                 break;
             }
             if let Ok(Some(st)) = d.child.try_wait() {
-                // died before serving: fine for an early crash point, the caller decides
                 self.daemon = Some(d);
-                return if st.signal() == Some(9) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "volumed exited at start: {st}\n{}",
-                        self.log_tail()
-                    ))
-                };
+                return Ok(Some(st));
             }
             if Instant::now() > deadline {
                 self.daemon = Some(d);
@@ -460,7 +476,7 @@ impl Node {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.daemon = Some(d);
-        Ok(())
+        Ok(None)
     }
 
     /// The last lines of the current (or last) daemon's log.

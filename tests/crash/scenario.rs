@@ -18,7 +18,8 @@ const CRASH_LIMIT: Duration = Duration::from_secs(30);
 /// RPCs before they are counted (ten `--poll-ms` periods).
 const SETTLE: Duration = Duration::from_secs(1);
 
-fn apply(node: &mut Node, c: &Change) {
+/// Applies one change to the node.
+pub fn apply(node: &mut Node, c: &Change) {
     match c {
         Change::Delete(p) => node.delete_pod(p),
         Change::Add((p, kinds)) => node.add_pod(p, kinds),
@@ -53,10 +54,25 @@ pub struct Figures {
     pub uncertain_on: usize,
     /// uncertain targets at restart, `--journal off`
     pub uncertain_off: usize,
+    /// a `full` fixture's figures
+    pub full: Option<FullFigures>,
+}
+
+/// What a `full` fixture saw.
+#[derive(Debug, Default)]
+pub struct FullFigures {
+    /// pods added before a journal write met the full disk (0: the
+    /// point's own writes did)
+    pub pods_added: u32,
+    /// `kill`: what the start on the full disk did (`exit 75`, `unready`)
+    pub restart: Option<&'static str>,
 }
 
 /// Runs the fixture; `Err` says what did not hold.
 pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
+    if let Some(full) = &f.full {
+        return crate::full::run(f, full, figures);
+    }
     if !f.expect.rpcs.is_empty() && !f.uses_csi() {
         return Err("`expect rpcs` needs a pod with a `csi` volume (the driver)".into());
     }

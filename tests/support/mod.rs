@@ -294,6 +294,28 @@ pub fn mount_tmpfs(target: &Path, options: &str) {
         .unwrap_or_else(|e| panic!("mount tmpfs on {}: {e}", target.display()));
 }
 
+/// Fills the filesystem holding `dir` to its last byte with one file,
+/// `<dir>/filler`, and returns it (removing it frees the space): 64 KiB,
+/// then 4 KiB, then single bytes written until each size meets `ENOSPC`,
+/// so not even a partial block is left. Any other error panics.
+pub fn fill_fs(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut f = File::create(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for chunk in [1 << 16, 1 << 12, 1] {
+        let buf = vec![0xa5u8; chunk];
+        loop {
+            match f.write(&buf) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => panic!("fill {}: {e}", path.display()),
+            }
+        }
+    }
+    let st = nix::sys::statvfs::statvfs(dir).expect("statvfs");
+    assert_eq!(st.blocks_available(), 0, "{} is full", dir.display());
+    path
+}
+
 /// Mounts the block device `device` (of type `fs_type`) at `target`.
 #[track_caller]
 pub fn mount_device(device: &Path, target: &Path, fs_type: &str) {

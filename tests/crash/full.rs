@@ -1,0 +1,358 @@
+//! The `full-*` fixtures: the journal's disk fills at a crash point.
+//!
+//! The journal dir is on a tmpfs of its own (8 MiB: tmpfs refuses a page
+//! it cannot allocate with `ENOSPC` at the write itself). The daemon is
+//! started with `VOLUMED_HOLD_AT=<point>:<n>` (`src/failpoint.rs`): the
+//! thread reaching the point waits there while the runner takes `dump` and
+//! the acknowledged-through watermark (`<journal>/acked`), fills the tmpfs
+//! to its last byte, and lets it go on. From then on:
+//!
+//! 1. the daemon must degrade: `/readyz` 503 naming the journal. tmpfs
+//!    gives a page at a time, so a write that still fits the last page of
+//!    sled's log succeeds on the full disk; when the writes the point's own
+//!    operation makes (its outcome, the next intents) fit there, the runner
+//!    adds a one-tmpfs pod at a time (`fill1`, `fill2`, …) until one needs
+//!    a page. How many it took is a figure (0: the writes right after the
+//!    point met the full disk);
+//! 2. degraded, nothing new is mounted: a pod `late` is added, and for
+//!    1.5 s it stays unmounted, the mount table does not change and
+//!    `/readyz` stays 503;
+//! 3. `free`: the filler is removed while the daemon runs, and it must
+//!    recover by itself. `kill`: it is SIGKILLed while the disk is full and
+//!    started on the full disk, where it must exit 75 (`EX_TEMPFAIL`,
+//!    saying nothing was moved aside) or run unready; then the filler is
+//!    removed and it is started again;
+//! 4. then it must converge to every desired pod ([`Node::converge`]:
+//!    every mount exactly once, none stacked or leaked, nothing uncertain,
+//!    `dump` = `/debug/state`); no `<journal>.corrupt-*` at any step; the
+//!    last `dump` holds every record the dump at the point held (`kill`:
+//!    every one the watermark acknowledged), the same type and operation
+//!    under the same sequence number, or a checkpoint covers it; SIGTERM
+//!    exits 0 and every file written to the PV is there.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::fixture::{AfterFull, Fixture, Full, Kind, Ref};
+use crate::node::Node;
+use crate::scenario::{Figures, FullFigures, apply};
+use crate::support::{fill_fs, mkdirs, mount_tmpfs};
+
+/// The journal's tmpfs.
+const SIZE: &str = "size=8m";
+/// How long the daemon may take to reach the point.
+const HOLD_LIMIT: Duration = Duration::from_secs(30);
+/// How long the writes the point's own operation makes get to meet the
+/// full disk before pods are added.
+const OWN_WRITES: Duration = Duration::from_secs(2);
+/// At most this many pods are added to make the daemon write.
+const MAX_FILL_PODS: u32 = 20;
+/// How long a degraded daemon is watched for new mounts.
+const WATCH: Duration = Duration::from_millis(1500);
+
+/// `/readyz` answers 503 naming the journal.
+fn degraded(node: &Node) -> bool {
+    matches!(node.get("/readyz"), Ok((503, body)) if body.contains("journal cannot be written"))
+}
+
+/// Journals moved aside beside `jdir` (`<journal>.corrupt-*`).
+fn moved_aside(jdir: &Path) -> Vec<PathBuf> {
+    let name = jdir.file_name().unwrap_or_default().to_string_lossy();
+    let prefix = format!("{name}.corrupt-");
+    jdir.parent()
+        .and_then(|p| fs::read_dir(p).ok())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .collect()
+}
+
+fn none_moved_aside(jdir: &Path, when: &str) -> Result<(), String> {
+    let aside = moved_aside(jdir);
+    if aside.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{when}: the journal was moved aside: {aside:?}"))
+    }
+}
+
+/// The acknowledged-through sequence number in `<jdir>/acked` (the
+/// watermark's layout: magic `VMDW` at 0, the seq as u64 LE at 16).
+fn acked(jdir: &Path) -> Result<u64, String> {
+    let b = fs::read(jdir.join("acked")).map_err(|e| format!("read the watermark: {e}"))?;
+    if b.len() < 24 || &b[..4] != b"VMDW" {
+        return Err(format!("the watermark is not one: {b:?}"));
+    }
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&b[16..24]);
+    Ok(u64::from_le_bytes(seq))
+}
+
+/// Waits for the held daemon's `<hold>/held` naming `point`.
+fn wait_held(node: &mut Node, hold: &Path, point: &str) -> Result<(), String> {
+    let deadline = Instant::now() + HOLD_LIMIT;
+    loop {
+        if fs::read_to_string(hold.join("held")).is_ok_and(|p| p == point) {
+            return Ok(());
+        }
+        if !node.alive() {
+            return Err(format!(
+                "the daemon died before {point}\n{}",
+                node.log_tail()
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "crash point {point} never held within {HOLD_LIMIT:?}\n{}",
+                node.log_tail()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn mounted(node: &Node, pod: &str) -> bool {
+    node.mounts()
+        .contains_key(&node.path(&Ref::Pod(pod.to_owned(), Kind::Tmp)))
+}
+
+/// Waits for the daemon to degrade: first on its own writes, then adding
+/// pods one at a time. Returns how many were added.
+fn wait_degraded(node: &mut Node) -> Result<u32, String> {
+    let own = Instant::now() + OWN_WRITES;
+    while Instant::now() < own {
+        if degraded(node) {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 1..=MAX_FILL_PODS {
+        let pod = format!("fill{i}");
+        node.add_pod(&pod, &[Kind::Tmp]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if degraded(node) {
+                return Ok(i);
+            }
+            if !node.alive() {
+                return Err(format!(
+                    "the daemon died on the full disk\n{}",
+                    node.log_tail()
+                ));
+            }
+            if mounted(node, &pod) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Err(format!(
+        "not degraded after {MAX_FILL_PODS} pods added on the full disk: /readyz {:?}\n{}",
+        node.get("/readyz"),
+        node.log_tail()
+    ))
+}
+
+/// Degraded, nothing new is mounted: `late` added stays unmounted, the
+/// mount table stays as it is, `/readyz` stays 503.
+fn nothing_new_while_degraded(node: &mut Node) -> Result<(), String> {
+    node.add_pod("late", &[Kind::Tmp]);
+    // an operation in flight at the fault may still finish
+    std::thread::sleep(Duration::from_millis(300));
+    let before: Vec<PathBuf> = node.mounts().into_keys().collect();
+    std::thread::sleep(WATCH);
+    let after: Vec<PathBuf> = node.mounts().into_keys().collect();
+    if !degraded(node) {
+        return Err(format!(
+            "no longer degraded on the full disk: /readyz {:?}",
+            node.get("/readyz")
+        ));
+    }
+    if mounted(node, "late") {
+        return Err("pod late mounted while the journal cannot be written".into());
+    }
+    if before != after {
+        return Err(format!(
+            "the mounts changed while degraded: {before:?} -> {after:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// (seq, type, op) of every record in a dump.
+fn records(dump: &Value) -> Vec<(u64, String, String)> {
+    dump["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            Some((
+                r["seq"].as_u64()?,
+                r["type"].as_str().unwrap_or_default().to_owned(),
+                r["op"].as_str().unwrap_or_default().to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Every record of `before` through `through` is in `after`, or covered
+/// by its checkpoint.
+fn kept(before: &Value, through: u64, after: &Value) -> Result<(), String> {
+    let covered = after["checkpoint"]["through_seq"].as_u64().unwrap_or(0);
+    let now = records(after);
+    let lost: Vec<_> = records(before)
+        .into_iter()
+        .filter(|r| r.0 <= through && r.0 > covered && !now.contains(r))
+        .collect();
+    if !after["corruption"].is_null() {
+        return Err(format!(
+            "the last dump reports damage: {}",
+            after["corruption"]
+        ));
+    }
+    if lost.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "records acknowledged before the fault are gone: {lost:?} (the dump holds {now:?})"
+        ))
+    }
+}
+
+/// Runs a `full` fixture (module doc).
+pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String> {
+    let mut node = Node::new(f.blank_device, f.uses_csi());
+    node.checkpoint_every = f.checkpoint_every;
+    let disk = node.scratch.path().join("journal-fs");
+    mkdirs(&disk);
+    mount_tmpfs(&disk, SIZE);
+    node.jdir = disk.join("journal");
+    let hold = node.scratch.path().join("hold");
+    mkdirs(&hold);
+    node.env = vec![
+        (
+            "VOLUMED_HOLD_AT".to_owned(),
+            format!("{}:{}", full.point, full.n),
+        ),
+        ("VOLUMED_HOLD_DIR".to_owned(), hold.display().to_string()),
+    ];
+    for (p, kinds) in &f.pods {
+        node.add_pod(p, kinds);
+    }
+    node.start(None)?;
+    node.env.clear();
+    let mut early = None;
+    if !f.trigger.is_empty() {
+        node.converge(&|_| Ok(()))
+            .map_err(|e| format!("before the fault: {e}"))?;
+        let pv_pods: Vec<String> = node
+            .desired
+            .iter()
+            .filter(|(_, k)| k.contains(&Kind::Pv))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in pv_pods {
+            node.write_pv_file(&p, "before-full")?;
+        }
+        // `checkpoint.mid` holds the checkpoint lock, which the daemon's
+        // `/debug/journal` waits for: the records are read before
+        early = Some(node.dump()?);
+        for c in &f.trigger {
+            apply(&mut node, c);
+        }
+    }
+    wait_held(&mut node, &hold, &full.point)?;
+    figures.point = Some(full.point.clone());
+    let before = match early {
+        Some(d) if full.point == "checkpoint.mid" => d,
+        _ => node.dump()?,
+    };
+    let through = match full.then {
+        AfterFull::Free => u64::MAX,
+        AfterFull::Kill => acked(&node.jdir)?,
+    };
+    let filler = fill_fs(&disk);
+    fs::write(hold.join("go"), "").map_err(|e| format!("release the point: {e}"))?;
+
+    let mut ff = FullFigures {
+        pods_added: wait_degraded(&mut node)?,
+        ..FullFigures::default()
+    };
+    nothing_new_while_degraded(&mut node)?;
+    none_moved_aside(&node.jdir, "degraded")?;
+
+    match full.then {
+        AfterFull::Free => {
+            fs::remove_file(&filler).map_err(|e| format!("free the space: {e}"))?;
+        }
+        AfterFull::Kill => {
+            node.kill();
+            match node.start_or_exit(None)? {
+                Some(st) if st.code() == Some(75) => {
+                    let log = node.log_tail();
+                    node.kill();
+                    if !log.contains("nothing was moved aside or lost") {
+                        return Err(format!("exit 75 without saying nothing was lost\n{log}"));
+                    }
+                    ff.restart = Some("exit 75");
+                }
+                Some(st) => {
+                    return Err(format!(
+                        "started on the full disk: {st}, not 75 (EX_TEMPFAIL) nor running unready\n{}",
+                        node.log_tail()
+                    ));
+                }
+                None => {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while !degraded(&node) {
+                        if Instant::now() > deadline {
+                            return Err(format!(
+                                "started on the full disk: running, /readyz {:?}, not 503 naming the journal\n{}",
+                                node.get("/readyz"),
+                                node.log_tail()
+                            ));
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    nothing_new_while_degraded(&mut node)?;
+                    node.kill();
+                    ff.restart = Some("unready");
+                }
+            }
+            none_moved_aside(&node.jdir, "the start on the full disk")?;
+            fs::remove_file(&filler).map_err(|e| format!("free the space: {e}"))?;
+            node.start(None)?;
+        }
+    }
+    figures.full = Some(ff);
+    node.converge(&|_| Ok(()))
+        .map_err(|e| format!("after the space was freed: {e}"))?;
+    if f.uses_csi() {
+        std::thread::sleep(Duration::from_secs(1));
+        node.converge(&|_| Ok(()))?;
+    }
+    let mut problems = Vec::new();
+    if let Err(e) = none_moved_aside(&node.jdir, "after the space was freed") {
+        problems.push(e);
+    }
+    if let Err(e) = kept(&before, through, &node.dump()?) {
+        problems.push(e);
+    }
+    node.stop()?;
+    if let Err(e) = node.check_pv_files() {
+        problems.push(e);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}\n{}", problems.join("\n"), node.log_tail()))
+    }
+}
