@@ -27,9 +27,12 @@
 //!    `dump` = `/debug/state`); no `<journal>.corrupt-*` at any step; the
 //!    last `dump` holds every record the dump at the point held (`kill`:
 //!    every one the watermark acknowledged), the same type and operation
-//!    under the same sequence number, or a checkpoint covers it; SIGTERM
-//!    exits 0 and every file written to the PV is there.
+//!    under the same sequence number, or a checkpoint covers it; no
+//!    `mount_device` or `setup` intent after the fault for a target that
+//!    was mounted at it (nothing re-issued); SIGTERM exits 0 and every
+//!    file written to the PV is there.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -227,6 +230,30 @@ fn kept(before: &Value, through: u64, after: &Value) -> Result<(), String> {
     }
 }
 
+/// The mounting intents (`mount_device`, `setup`) after `seq` for a target
+/// in `mounted`: operations re-issued for what was mounted at the fault.
+fn reissued(dump: &Value, seq: u64, mounted: &BTreeSet<PathBuf>) -> Vec<String> {
+    dump["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["type"] == "intent" && r["seq"].as_u64().is_some_and(|s| s > seq))
+        .filter(|r| r["op"] == "mount_device" || r["op"] == "setup")
+        .filter_map(|r| {
+            let key = if r["pod_uid"].is_null() {
+                "device_mount_path"
+            } else {
+                "pod_mount_path"
+            };
+            let path = r["params"][key].as_str()?;
+            let op = r["op"].as_str().unwrap_or_default();
+            mounted
+                .contains(Path::new(path))
+                .then(|| format!("{} {op} {path}", r["seq"]))
+        })
+        .collect()
+}
+
 /// Runs a `full` fixture (module doc).
 pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String> {
     let mut node = Node::new(f.blank_device, f.uses_csi());
@@ -275,10 +302,12 @@ pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String
         Some(d) if full.point == "checkpoint.mid" => d,
         _ => node.dump()?,
     };
+    let acked_at_fault = acked(&node.jdir)?;
     let through = match full.then {
         AfterFull::Free => u64::MAX,
-        AfterFull::Kill => acked(&node.jdir)?,
+        AfterFull::Kill => acked_at_fault,
     };
+    let mounted_at_fault: BTreeSet<PathBuf> = node.mounts().into_keys().collect();
     let filler = fill_fs(&disk);
     fs::write(hold.join("go"), "").map_err(|e| format!("release the point: {e}"))?;
 
@@ -343,8 +372,15 @@ pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String
     if let Err(e) = none_moved_aside(&node.jdir, "after the space was freed") {
         problems.push(e);
     }
-    if let Err(e) = kept(&before, through, &node.dump()?) {
+    let after = node.dump()?;
+    if let Err(e) = kept(&before, through, &after) {
         problems.push(e);
+    }
+    let again = reissued(&after, acked_at_fault, &mounted_at_fault);
+    if !again.is_empty() {
+        problems.push(format!(
+            "operations re-issued for what was mounted at the fault: {again:?}"
+        ));
     }
     node.stop()?;
     if let Err(e) = node.check_pv_files() {
