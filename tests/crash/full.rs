@@ -1,24 +1,25 @@
 //! The `full-*` fixtures: the journal's disk fills at a crash point.
 //!
-//! The journal dir is on a tmpfs of its own (8 MiB: tmpfs refuses a page
-//! it cannot allocate with `ENOSPC` at the write itself). The daemon is
-//! started with `VOLUMED_HOLD_AT=<point>:<n>` (`src/failpoint.rs`): the
-//! thread reaching the point waits there while the runner takes `dump` and
-//! the acknowledged-through watermark (`<journal>/acked`), fills the tmpfs
-//! to its last byte, and lets it go on. From then on:
+//! The journal dir is on a 128 MiB btrfs of its own (a loop device). A
+//! full btrfs refuses every buffered write with `ENOSPC`, even one into a
+//! page the file already has (copy-on-write reserves room for each
+//! write): a tmpfs or an ext4 take a write that still fits the last page
+//! or block of sled's log, so there the fault would meet some later write,
+//! not the point's. The daemon is started with
+//! `VOLUMED_HOLD_AT=<point>:<n>` (`src/failpoint.rs`): the thread reaching
+//! the point waits there while the runner takes `dump` and the
+//! acknowledged-through watermark (`<journal>/acked`), fills the btrfs to
+//! its last byte, and lets it go on. From then on:
 //!
-//! 1. the daemon must degrade: `/readyz` 503 naming the journal. tmpfs
-//!    gives a page at a time, so a write that still fits the last page of
-//!    sled's log succeeds on the full disk; when the writes the point's own
-//!    operation makes (its outcome, the next intents) fit there, the runner
-//!    adds a one-tmpfs pod at a time (`fill1`, `fill2`, …) until one needs
-//!    a page. How many it took is a figure (0: the writes right after the
-//!    point met the full disk);
+//! 1. the daemon must degrade on the writes that follow the point (the
+//!    held operation's outcome, the next intent, the checkpoint's record
+//!    drops), with no pod added: `/readyz` 503 naming the journal;
 //! 2. degraded, nothing new is mounted: a pod `late` is added, and for
 //!    1.5 s it stays unmounted, the mount table does not change and
 //!    `/readyz` stays 503;
-//! 3. `free`: the filler is removed while the daemon runs, and it must
-//!    recover by itself. `kill`: it is SIGKILLed while the disk is full and
+//! 3. `free`: the filler is removed while the daemon runs (and btrfs's
+//!    transaction committed, `sync -f`: btrfs gives an unlinked file's
+//!    blocks back only then), and it must recover by itself. `kill`: it is SIGKILLed while the disk is full and
 //!    started on the full disk, where it must exit 75 (`EX_TEMPFAIL`,
 //!    saying nothing was moved aside) or run unready; then the filler is
 //!    removed and it is started again;
@@ -42,17 +43,14 @@ use serde_json::Value;
 use crate::fixture::{AfterFull, Fixture, Full, Kind, Ref};
 use crate::node::Node;
 use crate::scenario::{Figures, FullFigures, apply};
-use crate::support::{fill_fs, mkdirs, mount_tmpfs};
+use crate::support::{LoopDevice, fill_fs, mkdirs, mount_device};
 
-/// The journal's tmpfs.
-const SIZE: &str = "size=8m";
+/// The journal's btrfs, in MiB (mkfs.btrfs takes no less than about 110).
+const SIZE_MB: u64 = 128;
 /// How long the daemon may take to reach the point.
 const HOLD_LIMIT: Duration = Duration::from_secs(30);
-/// How long the writes the point's own operation makes get to meet the
-/// full disk before pods are added.
-const OWN_WRITES: Duration = Duration::from_secs(2);
-/// At most this many pods are added to make the daemon write.
-const MAX_FILL_PODS: u32 = 20;
+/// How long the daemon may take to degrade once the point goes on.
+const DEGRADE_LIMIT: Duration = Duration::from_secs(10);
 /// How long a degraded daemon is watched for new mounts.
 const WATCH: Duration = Duration::from_millis(1500);
 
@@ -122,46 +120,34 @@ fn wait_held(node: &mut Node, hold: &Path, point: &str) -> Result<(), String> {
     }
 }
 
+/// Whether the one-tmpfs pod `pod` is mounted.
 fn mounted(node: &Node, pod: &str) -> bool {
     node.mounts()
         .contains_key(&node.path(&Ref::Pod(pod.to_owned(), Kind::Tmp)))
 }
 
-/// Waits for the daemon to degrade: first on its own writes, then adding
-/// pods one at a time. Returns how many were added.
-fn wait_degraded(node: &mut Node) -> Result<u32, String> {
-    let own = Instant::now() + OWN_WRITES;
-    while Instant::now() < own {
-        if degraded(node) {
-            return Ok(0);
+/// Waits for the daemon to degrade on the writes that follow the point
+/// (the held operation's outcome, the next intents, the checkpoint's
+/// record drops): no pod is added before it.
+fn wait_degraded(node: &mut Node, point: &str) -> Result<(), String> {
+    let deadline = Instant::now() + DEGRADE_LIMIT;
+    while !degraded(node) {
+        if !node.alive() {
+            return Err(format!(
+                "the daemon died on the full disk\n{}",
+                node.log_tail()
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "not degraded {DEGRADE_LIMIT:?} after {point} met the full disk: /readyz {:?}\n{}",
+                node.get("/readyz"),
+                node.log_tail()
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    for i in 1..=MAX_FILL_PODS {
-        let pod = format!("fill{i}");
-        node.add_pod(&pod, &[Kind::Tmp]);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if degraded(node) {
-                return Ok(i);
-            }
-            if !node.alive() {
-                return Err(format!(
-                    "the daemon died on the full disk\n{}",
-                    node.log_tail()
-                ));
-            }
-            if mounted(node, &pod) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    Err(format!(
-        "not degraded after {MAX_FILL_PODS} pods added on the full disk: /readyz {:?}\n{}",
-        node.get("/readyz"),
-        node.log_tail()
-    ))
+    Ok(())
 }
 
 /// Degraded, nothing new is mounted: `late` added stays unmounted, the
@@ -254,13 +240,51 @@ fn reissued(dump: &Value, seq: u64, mounted: &BTreeSet<PathBuf>) -> Vec<String> 
         .collect()
 }
 
+/// A fresh btrfs of [`SIZE_MB`] on a loop device, mounted at `at`.
+fn journal_disk(image: &Path, at: &Path) -> Result<LoopDevice, String> {
+    fs::File::create(image)
+        .and_then(|f| f.set_len(SIZE_MB << 20))
+        .map_err(|e| format!("create {}: {e}", image.display()))?;
+    let out = std::process::Command::new("mkfs.btrfs")
+        .arg("-q")
+        .arg(image)
+        .output()
+        .map_err(|e| format!("run mkfs.btrfs (btrfs-progs): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mkfs.btrfs: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let dev = LoopDevice::attach(image);
+    mkdirs(at);
+    mount_device(dev.path(), at, "btrfs");
+    Ok(dev)
+}
+
+/// Removes the filler and commits btrfs's transaction (`sync -f`, as an
+/// operator's `rm` then `sync`): btrfs gives an unlinked file's blocks
+/// back only at the commit, up to 30 s later.
+fn free(filler: &Path, disk: &Path) -> Result<(), String> {
+    fs::remove_file(filler).map_err(|e| format!("free the space: {e}"))?;
+    let st = std::process::Command::new("sync")
+        .arg("-f")
+        .arg(disk)
+        .status()
+        .map_err(|e| format!("sync -f: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("sync -f {}: {st}", disk.display()))
+    }
+}
+
 /// Runs a `full` fixture (module doc).
 pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String> {
     let mut node = Node::new(f.blank_device, f.uses_csi());
     node.checkpoint_every = f.checkpoint_every;
     let disk = node.scratch.path().join("journal-fs");
-    mkdirs(&disk);
-    mount_tmpfs(&disk, SIZE);
+    let _disk_dev = journal_disk(&node.scratch.path().join("journal.img"), &disk)?;
     node.jdir = disk.join("journal");
     let hold = node.scratch.path().join("hold");
     mkdirs(&hold);
@@ -311,17 +335,13 @@ pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String
     let filler = fill_fs(&disk);
     fs::write(hold.join("go"), "").map_err(|e| format!("release the point: {e}"))?;
 
-    let mut ff = FullFigures {
-        pods_added: wait_degraded(&mut node)?,
-        ..FullFigures::default()
-    };
+    wait_degraded(&mut node, &full.point)?;
+    let mut ff = FullFigures::default();
     nothing_new_while_degraded(&mut node)?;
     none_moved_aside(&node.jdir, "degraded")?;
 
     match full.then {
-        AfterFull::Free => {
-            fs::remove_file(&filler).map_err(|e| format!("free the space: {e}"))?;
-        }
+        AfterFull::Free => free(&filler, &disk)?,
         AfterFull::Kill => {
             node.kill();
             match node.start_or_exit(None)? {
@@ -357,7 +377,7 @@ pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String
                 }
             }
             none_moved_aside(&node.jdir, "the start on the full disk")?;
-            fs::remove_file(&filler).map_err(|e| format!("free the space: {e}"))?;
+            free(&filler, &disk)?;
             node.start(None)?;
         }
     }

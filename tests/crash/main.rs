@@ -182,8 +182,6 @@ fn crash_suite() {
     let (mut full_passed, mut full_failed) = (0usize, 0usize);
     // per `full` fixture kind (free, kill): the points held
     let mut held = std::collections::BTreeSet::new();
-    // the faults met by the point's own writes, and by added pods' writes
-    let (mut own_writes, mut pod_writes) = (0usize, 0usize);
     let mut restarts = std::collections::BTreeMap::<String, usize>::new();
     let mut reached = std::collections::BTreeSet::new();
     let (mut unc_on, mut unc_off) = (0usize, 0usize);
@@ -222,23 +220,13 @@ fn crash_suite() {
                 }
                 (None, _) => {}
             }
-            match field(line, "full_pods") {
-                Some(0) => {
-                    own_writes += 1;
-                    note = "; the point's own writes met the full disk".to_owned();
-                }
-                Some(n) => {
-                    pod_writes += 1;
-                    note = format!("; the full disk met after {n} pod(s) added");
-                }
-                None => {}
-            }
             if let Some(r) = line
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("restart="))
                 .filter(|r| *r != "-")
             {
                 *restarts.entry(r.to_owned()).or_default() += 1;
+                note = format!("; on the full disk the start: {r}");
             }
             unc_on += usize::try_from(field(line, "on").unwrap_or(0)).unwrap_or(0);
             unc_off += usize::try_from(field(line, "off").unwrap_or(0)).unwrap_or(0);
@@ -296,7 +284,7 @@ fn crash_suite() {
     if full_ran > 0 {
         let restarts: Vec<String> = restarts.iter().map(|(r, n)| format!("{r} {n}")).collect();
         println!(
-            "full-disk fixtures: the fault met by the point's own journal writes in {own_writes}, by added pods' in {pod_writes}; starts on the full disk: {}",
+            "full-disk fixtures: how the starts on the full disk ended: {}",
             if restarts.is_empty() {
                 "none".to_owned()
             } else {
@@ -342,12 +330,9 @@ fn scenario_child() {
         let f = fixture::parse(&name, &text).expect("parse fixture");
         let mut figures = scenario::Figures::default();
         let r = scenario::run(&f, &mut figures);
-        let (full_pods, restart) = figures.full.as_ref().map_or_else(
-            || ("-".to_owned(), "-"),
-            |f| (f.pods_added.to_string(), f.restart.unwrap_or("-")),
-        );
+        let restart = figures.full.as_ref().and_then(|f| f.restart).unwrap_or("-");
         println!(
-            "FIGURES point={} on={} off={} full_pods={full_pods} restart={}",
+            "FIGURES point={} on={} off={} restart={}",
             figures.point.as_deref().unwrap_or("-"),
             figures.uncertain_on,
             figures.uncertain_off,

@@ -61,9 +61,6 @@ pub struct Figures {
 /// What a `full` fixture saw.
 #[derive(Debug, Default)]
 pub struct FullFigures {
-    /// pods added before a journal write met the full disk (0: the
-    /// point's own writes did)
-    pub pods_added: u32,
     /// `kill`: what the start on the full disk did (`exit 75`, `unready`)
     pub restart: Option<&'static str>,
 }
