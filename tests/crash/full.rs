@@ -14,6 +14,8 @@
 //! 1. the daemon must degrade on the writes that follow the point (the
 //!    held operation's outcome, the next intent, the checkpoint's record
 //!    drops), with no pod added: `/readyz` 503 naming the journal;
+//!    an event `JournalUnwritable` names the journal's filesystem (and,
+//!    with `free`, `JournalWritable` once it recovered);
 //! 2. degraded, nothing new is mounted: a pod `late` is added, and for
 //!    1.5 s it stays unmounted, the mount table does not change and
 //!    `/readyz` stays 503;
@@ -57,6 +59,30 @@ const WATCH: Duration = Duration::from_millis(1500);
 /// `/readyz` answers 503 naming the journal.
 fn degraded(node: &Node) -> bool {
     matches!(node.get("/readyz"), Ok((503, body)) if body.contains("journal cannot be written"))
+}
+
+/// `/debug/events` holds an event `reason` naming the journal's
+/// filesystem (mounted at `disk`).
+fn said(node: &Node, reason: &str, disk: &Path) -> Result<(), String> {
+    fn any(v: &Value, hit: &dyn Fn(&Value) -> bool) -> bool {
+        hit(v)
+            || match v {
+                Value::Array(a) => a.iter().any(|x| any(x, hit)),
+                Value::Object(o) => o.values().any(|x| any(x, hit)),
+                _ => false,
+            }
+    }
+    let (_, body) = node.get("/debug/events")?;
+    let events: Value = serde_json::from_str(&body).map_err(|e| format!("/debug/events: {e}"))?;
+    let place = format!("mounted at {}", disk.display());
+    let named = any(&events, &|e| {
+        e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(&place))
+    });
+    if named {
+        Ok(())
+    } else {
+        Err(format!("no {reason} event naming {place}: {body}"))
+    }
 }
 
 /// Journals moved aside beside `jdir` (`<journal>.corrupt-*`).
@@ -120,7 +146,7 @@ fn wait_held(node: &mut Node, hold: &Path, point: &str) -> Result<(), String> {
     }
 }
 
-/// Whether the one-tmpfs pod `pod` is mounted.
+/// Whether the pod `pod` (one `tmp` volume) is mounted.
 fn mounted(node: &Node, pod: &str) -> bool {
     node.mounts()
         .contains_key(&node.path(&Ref::Pod(pod.to_owned(), Kind::Tmp)))
@@ -336,6 +362,7 @@ pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String
     fs::write(hold.join("go"), "").map_err(|e| format!("release the point: {e}"))?;
 
     wait_degraded(&mut node, &full.point)?;
+    said(&node, "JournalUnwritable", &disk)?;
     let mut ff = FullFigures::default();
     nothing_new_while_degraded(&mut node)?;
     none_moved_aside(&node.jdir, "degraded")?;
@@ -384,6 +411,9 @@ pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String
     figures.full = Some(ff);
     node.converge(&|_| Ok(()))
         .map_err(|e| format!("after the space was freed: {e}"))?;
+    if full.then == AfterFull::Free {
+        said(&node, "JournalWritable", &disk)?;
+    }
     if f.uses_csi() {
         std::thread::sleep(Duration::from_secs(1));
         node.converge(&|_| Ok(()))?;
