@@ -370,6 +370,82 @@ fn every_file_that_implements_the_core_is_a_decision_file() {
     }
 }
 
+/// The library's layers, bottom-up: a module uses only modules of its own
+/// layer or below (ARCHITECTURE.md's "Bird's eye"). Within a layer the
+/// modules stand side by side. The binary (`src/cli/`) sits on top.
+const LAYERS: &[&[&str]] = &[
+    &["model", "util", "failpoint", "notify"],
+    &["state", "journal", "host"],
+    &[
+        "plugins",
+        "csi",
+        "selinux",
+        "sources",
+        "reconstruct",
+        "metrics",
+        "dump",
+        "runtime",
+    ],
+    &["reconciler"],
+    &["health", "apiserver", "server"],
+    &["daemon"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+#[test]
+fn no_module_reaches_up_a_layer() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let modules: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod "))
+        .filter_map(|l| l.strip_suffix(';'))
+        .collect();
+    for m in &modules {
+        assert!(
+            layer_of(m).is_some(),
+            "lib.rs's `{m}` has no layer in LAYERS"
+        );
+    }
+    let mut up = Vec::new();
+    for m in &modules {
+        let here = layer_of(m).unwrap_or(0);
+        let dir = root().join("src").join(m);
+        let paths = if dir.is_dir() {
+            files(&[&format!("src/{m}")])
+        } else {
+            vec![root().join("src").join(format!("{m}.rs"))]
+        };
+        for p in paths {
+            for line in production_code(&p).lines() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                if line.contains("crate::{") {
+                    up.push(format!(
+                        "{}: a grouped `crate::{{…}}` import hides its modules from this check",
+                        p.display()
+                    ));
+                }
+                for (at, _) in line.match_indices("crate::") {
+                    let used: String = line[at + 7..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    if let Some(there) = layer_of(&used)
+                        && there > here
+                    {
+                        up.push(format!("{} uses crate::{used}", p.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(up.is_empty(), "arrows up a layer:\n{}", up.join("\n"));
+}
+
 #[test]
 fn waiting_for_a_held_journal_lives_only_in_the_journal() {
     // one wait policy (`journal/held.rs`): nobody else retries sled's lock
