@@ -36,8 +36,8 @@ use super::lanes::{host_lane, journal_lane, lane_gone_journal};
 use super::pools::{Pools, StartWorker};
 use super::{DaemonError, spawn};
 pub use crate::reconciler::core::{
-    Completion, Core, CoreConfig, Effect, Event, HostWork, JournalWork, Observed, Phase, Swept,
-    World,
+    Completion, Core, CoreConfig, Counted, Effect, Event, HostWork, JournalWork, Observed, Phase,
+    Swept, World,
 };
 
 /// Loop settings.
@@ -188,8 +188,8 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
     let synced = journal.as_ref().map_or(0, |j| j.synced_through());
     let tail = journal.as_ref().map_or(0, |j| j.long_tail());
     let core = match failed {
-        Some(failed) => Core::new(core_cfg, metrics, failed, synced),
-        None => Core::reconstructing(core_cfg, metrics, synced),
+        Some(failed) => Core::new(core_cfg, failed, synced),
+        None => Core::reconstructing(core_cfg, synced),
     }
     .with_tail(tail);
     let driver = Driver {
@@ -208,6 +208,7 @@ pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> 
         sink,
         in_use_wake: cfg.in_use_wake.clone(),
         sys,
+        metrics,
     };
     lock(&driver.world)
         .dsw
@@ -236,6 +237,8 @@ struct Driver {
     in_use_wake: Option<Arc<tokio::sync::Notify>>,
     /// the seam, to name the journal's filesystem when it turns unwritable
     sys: Arc<dyn Sys>,
+    /// where the step's counts go (`Effect::Count`)
+    metrics: Arc<Metrics>,
 }
 
 impl Driver {
@@ -381,6 +384,7 @@ impl Driver {
                     );
                 }
             }
+            Effect::Count(c) => count(&self.metrics, c),
             Effect::ReportInUse => {
                 if let Some(n) = &self.in_use_wake {
                     // a permit is kept when the publisher is busy patching
@@ -428,6 +432,16 @@ impl Driver {
                 workers_gone: true,
             }));
         }
+    }
+}
+
+/// Applies a count the step made to the registry.
+fn count(m: &Metrics, c: Counted) {
+    match c {
+        Counted::TotalVolumes(counts) => m.ops.set_total_volumes(&counts),
+        Counted::SeLinux(e) => m.selinux.record(&e),
+        Counted::ForceCleaned => m.ops.force_cleaned.inc(),
+        Counted::ForceCleanedError => m.ops.force_cleaned_errors.inc(),
     }
 }
 

@@ -7,7 +7,7 @@ use crate::sources::{SourceEvent, apply_event};
 use crate::state::ActualStateOfWorld;
 
 use super::core::Core;
-use super::effects::{Effect, PodEvent};
+use super::effects::{Counted, Effect, PodEvent};
 use crate::state::World;
 
 impl Core {
@@ -50,8 +50,8 @@ impl Core {
                 SourceEvent::SourcesReady => None,
             };
             let applied = apply_event(&mut w.dsw, e, &self.cfg.selinux);
-            for m in &applied.metrics {
-                self.metrics.selinux.record(m);
+            for m in applied.metrics.iter().cloned() {
+                out.push(Effect::Count(Counted::SeLinux(m)));
             }
             debug_assert!(may_refuse || !applied.refused, "refused without labels");
             if let Some((uid, copy)) = pod {
@@ -74,8 +74,8 @@ impl Core {
         for p in self.refused.values() {
             let again = SourceEvent::PodUpdated(p.clone());
             let applied = apply_event(&mut w.dsw, again, &self.cfg.selinux);
-            for m in &applied.metrics {
-                self.metrics.selinux.record(m);
+            for m in applied.metrics.iter().cloned() {
+                out.push(Effect::Count(Counted::SeLinux(m)));
             }
             if !applied.refused {
                 admitted.push(p.uid.clone());

@@ -18,11 +18,9 @@
 //! nothing starts and a recovery is tried with backoff (`unwritable`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::effects::{FAILED_MOUNT, FAILED_UNMOUNT};
-use crate::metrics::Metrics;
 use crate::model::{Layout, Operation, PluginName, PodUid, SharedPath, UniqueVolumeName};
 use crate::reconciler::jobs::JobReport;
 use crate::reconciler::jobs::{apply_update, job_for};
@@ -40,8 +38,8 @@ mod republish;
 mod unwritable;
 
 pub use super::effects::{
-    Completion, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent, Reconstructed,
-    Swept,
+    Completion, Counted, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent,
+    Reconstructed, Swept,
 };
 pub use crate::state::World;
 pub use housekeeping::{
@@ -113,7 +111,6 @@ pub struct Core {
     pub(super) pending: Pending,
     pub(super) timers: Timers,
     pub(super) in_flight: InFlight,
-    pub(super) metrics: Arc<Metrics>,
     /// the checkpoint covers the journal through this sequence number
     last_checkpoint_seq: u64,
     /// targets reconstruction could not rebuild (both phases), for the
@@ -142,19 +139,13 @@ pub struct Core {
 impl Core {
     /// A core in [`Phase::Listing`], with reconstruction's phase 1 failures
     /// and the journal's watermark at start.
-    pub fn new(
-        cfg: CoreConfig,
-        metrics: Arc<Metrics>,
-        failed: Vec<FailedTarget>,
-        synced_through: u64,
-    ) -> Self {
+    pub fn new(cfg: CoreConfig, failed: Vec<FailedTarget>, synced_through: u64) -> Self {
         Self {
             cfg,
             phase: Phase::Listing { walked: false },
             pending: Pending::new(),
             timers: Timers::default(),
             in_flight: InFlight::default(),
-            metrics,
             last_checkpoint_seq: synced_through,
             failed,
             refused: BTreeMap::new(),
@@ -171,10 +162,10 @@ impl Core {
     /// A core started before reconstruction's phase 1 is over
     /// ([`Phase::Reconstructing`]): [`Event::Reconstructed`] brings the
     /// ASW and the failed targets.
-    pub fn reconstructing(cfg: CoreConfig, metrics: Arc<Metrics>, synced_through: u64) -> Self {
+    pub fn reconstructing(cfg: CoreConfig, synced_through: u64) -> Self {
         Self {
             phase: Phase::Reconstructing,
-            ..Self::new(cfg, metrics, Vec::new(), synced_through)
+            ..Self::new(cfg, Vec::new(), synced_through)
         }
     }
 
@@ -389,7 +380,7 @@ impl Core {
             } => {
                 self.pending.finish(&key, false, now);
                 if forced {
-                    self.metrics.ops.force_cleaned_errors.inc();
+                    out.push(Effect::Count(Counted::ForceCleanedError));
                 }
                 if workers_gone {
                     self.phase = Phase::Stopping;
@@ -484,7 +475,7 @@ impl Core {
                 }
             }
         }
-        update_gauges(&self.metrics, w);
+        out.push(Effect::Count(Counted::TotalVolumes(total_volumes(w))));
     }
 
     fn forget(
@@ -509,7 +500,8 @@ impl Core {
     }
 }
 
-fn update_gauges(metrics: &Metrics, w: &World) {
+/// `volume_manager_total_volumes` now, per plugin and state.
+fn total_volumes(w: &World) -> Vec<(PluginName, &'static str, usize)> {
     // Counted in place: a copy of every target per pass would make each
     // pass O(volumes) in allocations.
     let mut counts: Vec<(PluginName, &'static str, usize)> = Vec::new();
@@ -519,7 +511,7 @@ fn update_gauges(metrics: &Metrics, w: &World) {
     for (p, n) in w.dsw.to_mount_counts() {
         counts.push((p, "desired_state_of_world", n));
     }
-    metrics.ops.set_total_volumes(&counts);
+    counts
 }
 
 #[cfg(test)]

@@ -63,8 +63,7 @@ fn core(checkpoint_every: u64) -> (Core, World) {
         late_window: Duration::from_secs(10),
         republish_every: Duration::from_secs(60),
     };
-    let metrics = Arc::new(Metrics::new().unwrap());
-    (Core::new(cfg, metrics, Vec::new(), 0), World::default())
+    (Core::new(cfg, Vec::new(), 0), World::default())
 }
 
 fn added(pods: &[&str], ready: bool) -> Event {
@@ -84,6 +83,8 @@ fn walked() -> Event {
 fn names(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
+        // the counts a step makes are read by `counted`
+        .filter(|e| !matches!(e, Effect::Count(_)))
         .map(|e| match e {
             Effect::Start {
                 job: Job::Mount { want, .. },
@@ -108,6 +109,18 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::PodEvent(e) => format!("event:{}:{}", e.reason, e.pod),
             Effect::ReportInUse => "report-in-use".into(),
             Effect::RepackWorld => "repack-world".into(),
+            Effect::Count(_) => unreachable!("filtered out above"),
+        })
+        .collect()
+}
+
+/// The counts among `effects`, in order.
+fn counted(effects: &[Effect]) -> Vec<Counted> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Count(c) => Some(c.clone()),
+            _ => None,
         })
         .collect()
 }
@@ -398,7 +411,7 @@ fn outcomes_are_flushed_when_idle_or_within_the_bound_and_one_flush_at_a_time() 
         ms(t0, 302),
         idle(),
     );
-    assert!(failed.is_empty());
+    assert!(names(&failed).is_empty());
     assert_ne!(
         c.phase(),
         Phase::Stopping,
@@ -512,7 +525,7 @@ fn trims_wait_for_idle_and_come_at_most_once_a_second() {
     let (mut quiet, mut w) = core(0);
     for i in 0..3 {
         let e = quiet.step(&mut w, vec![], ms(t0, i * 5000), idle());
-        assert!(e.is_empty(), "an idle daemon never trims");
+        assert!(names(&e).is_empty(), "an idle daemon never trims");
     }
 }
 
@@ -529,7 +542,11 @@ fn a_start_that_mounts_nothing_still_trims_once_settled_and_after_a_sweep() {
         Event::Done(Completion::Swept(Swept::default())),
     ];
     let after = c.step(&mut w, done, ms(t0, 1), idle());
-    assert!(after.is_empty(), "rate limited: {:?}", names(&after));
+    assert!(
+        names(&after).is_empty(),
+        "rate limited: {:?}",
+        names(&after)
+    );
     let later = c.step(&mut w, vec![], ms(t0, 1001), idle());
     assert_eq!(names(&later), ["trim"], "the sweep's set was freed");
 }
@@ -1399,7 +1416,7 @@ fn core_reconstructing(policy: Policy) -> (Core, World) {
         selinux: policy,
         ..c.cfg.clone()
     };
-    (Core::reconstructing(cfg, c.metrics.clone(), 0), w)
+    (Core::reconstructing(cfg, 0), w)
 }
 
 /// Reconstruction's hand-over with pod `holder`'s volume mounted.
@@ -1574,4 +1591,34 @@ fn the_world_is_repacked_once_settled_and_idle_each_time_it_doubles() {
     );
     assert_eq!(c.repacked_at, w.size(), "idle again");
     assert_eq!(w.size(), 8 * half + 1 + 2, "its pod, volume and record");
+}
+
+/// The step counts its metrics as effects (the driver applies them): each
+/// pass the volumes wanted and mounted per plugin, in place of the last.
+#[test]
+fn a_pass_counts_the_volumes_wanted_and_mounted_as_an_effect() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a", "b"], true), walked()], t0, idle());
+    let wanted = |effects: &[Effect]| -> Vec<(PluginName, &'static str, usize)> {
+        counted(effects)
+            .into_iter()
+            .find_map(|k| match k {
+                Counted::TotalVolumes(v) => Some(v),
+                _ => None,
+            })
+            .expect("the pass counted the volumes")
+    };
+    assert_eq!(
+        wanted(&first),
+        vec![(PluginName::EmptyDir, "desired_state_of_world", 2)]
+    );
+    let a = c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 1), idle());
+    assert_eq!(
+        wanted(&a),
+        vec![
+            (PluginName::EmptyDir, "actual_state_of_world", 1),
+            (PluginName::EmptyDir, "desired_state_of_world", 2)
+        ]
+    );
 }

@@ -238,6 +238,24 @@ pub enum Effect {
     /// writable again (`true`): logged and an event, naming the journal's
     /// filesystem and its free space
     JournalWritable(bool),
+    /// a metric the step counted, for the driver to apply: the step
+    /// touches no registry
+    Count(Counted),
+}
+
+/// What the core counts (`Effect::Count`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counted {
+    /// `volume_manager_total_volumes`: every (plugin, state, count), in
+    /// place of the last
+    TotalVolumes(Vec<(crate::model::PluginName, &'static str, usize)>),
+    /// one SELinux metric event of a pod's admission
+    SeLinux(crate::selinux::MetricEvent),
+    /// a forced cleanup decided (`force_cleaned_failed_volume_operations_total`)
+    ForceCleaned,
+    /// one that failed or could not run
+    /// (`force_cleaned_failed_volume_operation_errors_total`)
+    ForceCleanedError,
 }
 
 /// What the driver read from shared counters before the step.

@@ -52,7 +52,7 @@ use crate::reconciler::jobs::{Job, JobReport};
 use crate::reconstruct::{FailedTarget, HostObservation, RebuildFailure};
 use crate::state::DesiredStateOfWorld;
 
-use super::core::{Core, Effect, JournalWork, World};
+use super::core::{Core, Counted, Effect, JournalWork, World};
 
 /// What the forced cleanup does with one failed target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,20 +162,20 @@ impl Core {
                     tracing::debug!(path = %path, "forced cleanup: a pod still wants it; left");
                 }
                 Step::NoPlugin => {
-                    self.metrics.ops.force_cleaned.inc();
-                    self.metrics.ops.force_cleaned_errors.inc();
+                    out.push(Effect::Count(Counted::ForceCleaned));
+                    out.push(Effect::Count(Counted::ForceCleanedError));
                     tracing::warn!(path = %path, plugin = %f.plugin_name,
                         "forced cleanup: volumed has no plugin for this volume type; left as it is");
                 }
                 Step::NothingMounted => {
-                    self.metrics.ops.force_cleaned.inc();
+                    out.push(Effect::Count(Counted::ForceCleaned));
                     tracing::info!(path = %path, "forced cleanup: nothing mounted; the dir is left to orphan cleanup");
                 }
                 Step::Unmount(params) => {
-                    self.metrics.ops.force_cleaned.inc();
+                    out.push(Effect::Count(Counted::ForceCleaned));
                     let job = Job::ForceCleanup { params };
                     if !self.pending.start(&job.key(), now) {
-                        self.metrics.ops.force_cleaned_errors.inc();
+                        out.push(Effect::Count(Counted::ForceCleanedError));
                         tracing::warn!(path = %path, "forced cleanup: an operation on it is pending; not retried");
                         continue;
                     }
@@ -198,7 +198,7 @@ impl Core {
     pub(super) fn forced_done(&mut self, report: &JobReport, out: &mut Vec<Effect>) {
         match &report.error {
             Some(e) => {
-                self.metrics.ops.force_cleaned_errors.inc();
+                out.push(Effect::Count(Counted::ForceCleanedError));
                 tracing::warn!(volume = %report.key.volume, error = %e,
                     "forced cleanup failed; not retried (one shot)");
             }
