@@ -27,7 +27,7 @@ use crate::host::sys::{
 use crate::model::DevId;
 
 pub use crate::host::fake_host::FakeMount;
-pub use crate::host::sys::SysCall;
+pub(crate) use crate::host::sys::SysCall;
 
 /// The recording fake (see the module docs).
 #[derive(Debug, Default)]

@@ -1,6 +1,6 @@
 //! The values of the syscall seam ([`crate::host::sys`]): the kinds of call,
 //! the error that names the call, the path and the errno, what `statx` and a
-//! directory listing report, what a device holds, and [`SysCall`] (in
+//! directory listing report, what a device holds, and `SysCall` (test builds only, in
 //! `sys_types/recorded.rs`), one recorded call with its arguments as plain
 //! comparable data (what `RecordingSys` (`host::recording_sys`, test builds)
 //! records and tests compare).
@@ -15,8 +15,11 @@ use nix::errno::Errno;
 use crate::host::HostError;
 use crate::model::DevId;
 
+// the recording fake's vocabulary: test builds only
+#[cfg(test)]
 mod recorded;
-pub use recorded::SysCall;
+#[cfg(test)]
+pub(crate) use recorded::SysCall;
 
 /// A path given as a trusted base directory and a path `rel` beneath it
 /// that is resolved without following any symlink and without leaving

@@ -82,9 +82,11 @@ use std::path::{Path, PathBuf};
 
 use crate::host::mountinfo::MountTable;
 
+#[cfg(test)]
+pub(crate) use crate::host::sys_types::SysCall;
 pub use crate::host::sys_types::{
     Beneath, Call, DirEntry, DirHandle, DiskFormat, FileKind, FileStat, FsUsage, Listing,
-    MountProbe, SysCall, SysError,
+    MountProbe, SysError,
 };
 pub use child::parse_blkid_export;
 pub use linux::LinuxSys;
