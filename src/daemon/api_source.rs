@@ -65,9 +65,9 @@ pub(super) fn connect(cfg: &ApiConfig) -> Result<Connected, DaemonError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|source| DaemonError::Thread {
+        .map_err(|cause| DaemonError::Thread {
             what: "volumed-apiserver runtime",
-            source,
+            cause,
         })?;
     let client = rt
         .block_on(crate::apiserver::connect(cfg))

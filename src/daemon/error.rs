@@ -17,20 +17,20 @@ pub enum DaemonError {
     #[error("start the CSI plugin registration watcher: {0}")]
     Csi(std::io::Error),
     /// creating the root dir failed
-    #[error("create root dir {path}: {source}")]
+    #[error("create root dir {path}: {cause}")]
     RootDir {
         /// the dir
         path: PathBuf,
-        /// the cause
-        source: std::io::Error,
+        /// the cause (printed inline, once: not a `source`)
+        cause: std::io::Error,
     },
     /// making the root dir a shared mount failed
-    #[error("make root dir {path} a shared mount: {source}")]
+    #[error("make root dir {path} a shared mount: {cause}")]
     SharedRoot {
         /// the dir
         path: PathBuf,
-        /// the cause
-        source: Box<crate::host::sys::SysError>,
+        /// the cause (printed inline, once: not a `source`)
+        cause: Box<crate::host::sys::SysError>,
     },
     /// the root dir is not a mount point, the mount holding it is not
     /// shared, and mounts exist beneath it: binding the root onto itself
@@ -49,18 +49,18 @@ pub enum DaemonError {
         mounts: Vec<PathBuf>,
     },
     /// reconstruction failed (the journal refused its records)
-    #[error("reconstruct: {0}")]
+    #[error("reconstruct")]
     Reconstruct(#[from] crate::reconstruct::ReconstructError),
     /// a thread could not be started
-    #[error("start the {what} thread: {source}")]
+    #[error("start the {what} thread: {cause}")]
     Thread {
         /// which thread
         what: &'static str,
-        /// the cause
-        source: std::io::Error,
+        /// the cause (printed inline, once: not a `source`)
+        cause: std::io::Error,
     },
     /// the metrics could not be registered
-    #[error("metrics: {0}")]
+    #[error("register the metrics")]
     Metrics(#[from] crate::metrics::MetricsError),
     /// the journal could not be opened
     /// ([`Daemon::start_opening`](super::Daemon::start_opening)): the

@@ -103,7 +103,7 @@ pub(super) fn spawn(
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(f)
-        .map_err(|source| DaemonError::Thread { what: name, source })
+        .map_err(|cause| DaemonError::Thread { what: name, cause })
 }
 
 impl Daemon {
@@ -260,7 +260,7 @@ impl Daemon {
                     abandon(sources, &poller, api);
                     return Err(DaemonError::Thread {
                         what: "volumed-health",
-                        source,
+                        cause: source,
                     });
                 }
             },

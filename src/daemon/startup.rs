@@ -81,9 +81,9 @@ fn log_reconstruction(what: &str, output: &MergeOutput) -> Vec<crate::state::Unm
 /// - otherwise, with nothing mounted below: bound onto itself, then shared;
 /// - otherwise: refused with an error naming the mounts and the fixes.
 pub(super) fn make_root_shared(sys: &dyn Sys, root: &std::path::Path) -> Result<(), DaemonError> {
-    let err = |source| DaemonError::SharedRoot {
+    let err = |cause| DaemonError::SharedRoot {
         path: root.to_owned(),
-        source: Box::new(source),
+        cause: Box::new(cause),
     };
     let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
     if sys.mount_root(root).map_err(err)? {
@@ -141,9 +141,9 @@ pub(super) fn name_mounts(mounts: &[PathBuf]) -> String {
 /// symlink below it is refused).
 pub(super) fn resolved_root(layout: &Layout, sys: &dyn Sys) -> Result<Layout, DaemonError> {
     let root = layout.root().to_owned();
-    let err = |source| DaemonError::RootDir {
+    let err = |cause| DaemonError::RootDir {
         path: root.clone(),
-        source,
+        cause,
     };
     crate::host::sys::mkdir_all(sys, &root, 0o755).map_err(|e| err(e.to_io()))?;
     let root = sys.canonicalize(&root).map_err(|e| err(e.to_io()))?;

@@ -36,10 +36,10 @@ impl Journal {
             let w = self.writer();
             (CheckpointV3::of(&w.state, now_ns()), w.state.last_seq())
         };
-        let write_err = |what, source| JournalError::Write {
+        let write_err = |what, cause| JournalError::Write {
             what,
             path: self.dir.clone(),
-            source,
+            cause,
         };
         let value = envelope::seal(
             self.journal_id,
@@ -80,10 +80,10 @@ impl Journal {
     /// For the daemon's
     /// `/debug/journal`, while it holds sled's lock.
     pub fn current(&self, node_name: &str) -> Result<Replay, JournalError> {
-        let read_err = |source| JournalError::Write {
+        let read_err = |cause| JournalError::Write {
             what: "read back",
             path: self.dir.clone(),
-            source,
+            cause,
         };
         // one view: a checkpoint between reading the file and the records
         // would hide the records it drops from both

@@ -43,7 +43,7 @@ pub(crate) fn write(dir: &Path, envelope: &[u8]) -> Result<(), JournalError> {
         move |e| JournalError::Write {
             what,
             path: dir.to_path_buf(),
-            source: sled::Error::Io(e),
+            cause: sled::Error::Io(e),
         }
     };
     let tmp = dir.join(TMP);

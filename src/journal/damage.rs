@@ -334,10 +334,10 @@ pub(crate) fn put_derived_back(journal: &Path, aside: &Path) {
 /// Renames `<dir>` to `<dir>.corrupt-<unix seconds>[-n]`; never deletes.
 pub(crate) fn move_aside(dir: &Path) -> Result<PathBuf, JournalError> {
     let to = aside_path(dir);
-    std::fs::rename(dir, &to).map_err(|source| JournalError::MoveAside {
+    std::fs::rename(dir, &to).map_err(|cause| JournalError::MoveAside {
         from: dir.to_owned(),
         to: to.clone(),
-        source,
+        cause,
     })?;
     Ok(to)
 }

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     /// creating the journal dir failed
-    #[error("create journal dir {path}: {source}")]
+    #[error("create journal dir {path}: {cause}")]
     CreateDir {
         /// the dir
         path: PathBuf,
-        /// the cause
-        source: std::io::Error,
+        /// the cause (printed inline, once: not a `source`)
+        cause: std::io::Error,
     },
     /// there is no journal in the dir
     #[error("no journal in {path}")]
@@ -48,14 +48,14 @@ pub enum JournalError {
         moved_to: Option<PathBuf>,
     },
     /// moving a corrupt journal aside failed
-    #[error("move corrupt journal {from} aside to {to}: {source}")]
+    #[error("move corrupt journal {from} aside to {to}: {cause}")]
     MoveAside {
         /// the journal dir
         from: PathBuf,
         /// the destination
         to: PathBuf,
-        /// the cause
-        source: std::io::Error,
+        /// the cause (printed inline, once: not a `source`)
+        cause: std::io::Error,
     },
     /// a migration step failed
     #[error("migrate journal {path} from schema {from}: {reason}")]
@@ -68,30 +68,30 @@ pub enum JournalError {
         reason: String,
     },
     /// sled refused a write
-    #[error("write {what} to journal {path}: {source}")]
+    #[error("write {what} to journal {path}: {cause}")]
     Write {
         /// what was written
         what: &'static str,
         /// the dir
         path: PathBuf,
-        /// the cause
-        source: sled::Error,
+        /// the cause (printed inline, once: not a `source`)
+        cause: sled::Error,
     },
     /// sled's log file could not be opened, or the journal dir synced
-    #[error("make journal file {path} durable: {source}")]
+    #[error("make journal file {path} durable: {cause}")]
     Durable {
         /// the file or dir
         path: PathBuf,
-        /// the cause
-        source: std::io::Error,
+        /// the cause (printed inline, once: not a `source`)
+        cause: std::io::Error,
     },
     /// the watermark file could not be opened or written
-    #[error("watermark {path}: {source}")]
+    #[error("watermark {path}: {cause}")]
     Watermark {
         /// the file
         path: PathBuf,
-        /// the cause
-        source: std::io::Error,
+        /// the cause (printed inline, once: not a `source`)
+        cause: std::io::Error,
     },
     /// a write or flush failed: nothing that needs a durable record goes
     /// on until [`Journal::recover`](super::Journal::recover) writes again
@@ -228,6 +228,48 @@ pub(super) fn environmental_text(text: &str) -> Option<std::io::Error> {
 mod tests {
     use super::*;
     use std::io::{Error, ErrorKind};
+
+    /// The whole chain as `{:#}` prints it (each error, then its sources).
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(s) = next {
+            out.push_str(": ");
+            out.push_str(&s.to_string());
+            next = s.source();
+        }
+        out
+    }
+
+    /// Each cause is printed once in a chain: a cause shown inline is not
+    /// also a `source`.
+    #[test]
+    fn a_cause_is_printed_once_in_the_chain() {
+        let enospc = || Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32);
+        let errors = [
+            JournalError::CreateDir {
+                path: "/j".into(),
+                cause: enospc(),
+            },
+            JournalError::Durable {
+                path: "/j/db".into(),
+                cause: enospc(),
+            },
+            JournalError::Watermark {
+                path: "/j/acked".into(),
+                cause: enospc(),
+            },
+            JournalError::Unavailable {
+                path: "/j".into(),
+                step: "sled cannot open its files".into(),
+                cause: enospc(),
+            },
+        ];
+        for e in &errors {
+            let text = chain(e);
+            assert_eq!(text.matches("No space left").count(), 1, "{text}");
+        }
+    }
 
     /// sled's copy of a kept error loses the errno; it is still judged.
     #[test]

@@ -157,9 +157,9 @@ fn open_found(
         if !cfg.create {
             return Err(JournalError::NotFound { path: dir.clone() });
         }
-        std::fs::create_dir_all(dir).map_err(|source| JournalError::CreateDir {
+        std::fs::create_dir_all(dir).map_err(|cause| JournalError::CreateDir {
             path: dir.clone(),
-            source,
+            cause,
         })?;
     }
     let daemon = cfg.on_corrupt == OnCorrupt::MoveAside;
@@ -212,9 +212,9 @@ fn open_found(
         Ok(r) => r,
         Err(why) => return distrusted_whole(cfg, why, derived_aside.as_deref()),
     };
-    let watermark = Watermark::open(dir).map_err(|source| JournalError::Watermark {
+    let watermark = Watermark::open(dir).map_err(|cause| JournalError::Watermark {
         path: dir.join("acked"),
-        source,
+        cause,
     })?;
     let mut read = read;
     match watermark.read() {
@@ -272,9 +272,9 @@ fn open_found(
             seq: read.max_seen,
             boot_id: cfg.boot_id.clone(),
         })
-        .map_err(|source| JournalError::Watermark {
+        .map_err(|cause| JournalError::Watermark {
             path: watermark.path().to_owned(),
-            source,
+            cause,
         })?;
     let store = Store::new(dir, read.db, read.records)?;
     let journal = Journal {
@@ -464,10 +464,10 @@ fn quarantine(cfg: &JournalConfig, read: &mut Read_) -> Result<(), JournalError>
     let Some(c) = &read.replay.corruption else {
         return Ok(());
     };
-    let write = |source| JournalError::Write {
+    let write = |cause| JournalError::Write {
         what: "quarantine",
         path: cfg.dir.clone(),
-        source,
+        cause,
     };
     let keys: Vec<_> = read
         .records

@@ -39,7 +39,7 @@ impl Store {
     /// the files sled and the watermark created survive a power cut too)
     /// and the log file opened to `fdatasync` it after each flush.
     pub(super) fn new(dir: &Path, db: sled::Db, records: sled::Tree) -> Result<Self, JournalError> {
-        let durable = |path: PathBuf| move |source| JournalError::Durable { path, source };
+        let durable = |path: PathBuf| move |cause| JournalError::Durable { path, cause };
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(durable(dir.to_path_buf()))?;
