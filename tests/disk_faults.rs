@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use volumed::journal::{
@@ -47,26 +46,6 @@ fn outcome(intent_seq: u64) -> Body {
         result: OpResult::Success,
         observed: None,
     }
-}
-
-/// Fills the filesystem holding `dir` to its last byte with one file, and
-/// returns it (removing it frees the space). The last writes go one byte at
-/// a time, so not even a partial block is left.
-fn fill(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut f = std::fs::File::create(&path).unwrap();
-    for chunk in [1 << 16, 1 << 12, 1] {
-        let buf = vec![0xa5u8; chunk];
-        loop {
-            match f.write(&buf) {
-                Ok(n) if n == chunk => {}
-                Ok(_) => continue,
-                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
-                Err(e) => panic!("fill {}: {e}", path.display()),
-            }
-        }
-    }
-    path
 }
 
 /// Journals moved aside beside `dir` (`<dir>.corrupt-*`).
@@ -116,7 +95,7 @@ fn a_full_disk_leaves_the_journal_unwritable_until_a_recovery_writes_what_waited
         for i in 0..20 {
             durable.push(j.append_record(intent(i)).unwrap());
         }
-        let filler = fill(&fs);
+        let filler = support::fill_fs(&fs);
         // Records keep coming until one fails: the first failure is the
         // disk's (sled buffers some writes in memory first).
         let mut failed = None;
@@ -214,7 +193,7 @@ fn an_open_on_a_full_disk_moves_nothing_aside_and_loses_nothing() {
         // dropped, not closed: the next open runs sled's recovery and
         // takes an as-found copy, both of which want room
         drop(j);
-        let filler = fill(&fs);
+        let filler = support::fill_fs(&fs);
         for _ in 0..3 {
             match Journal::open(&JournalConfig::new(&dir, "node", BOOT)) {
                 Ok((j, replay)) => {
@@ -281,7 +260,7 @@ fn a_migration_on_a_full_disk_moves_nothing_aside() {
         // disk refuses next is the migration's writes.
         let (j, _) = Journal::open(&JournalConfig::inspect(&dir, BOOT)).unwrap();
         drop(j);
-        let filler = fill(&fs);
+        let filler = support::fill_fs(&fs);
         match Journal::open(&JournalConfig::new(&dir, "node", BOOT)) {
             Err(e) => {
                 assert_eq!(e.category(), Category::Io, "{e}");
@@ -309,7 +288,7 @@ mod daemon {
 
     use super::support::daemon::{Daemon, Env, real, series};
     use super::support::{LoopDevice, mkfs_ext4, mount_device};
-    use super::{fill, moved_aside};
+    use super::moved_aside;
 
     /// A pod with one memory emptyDir `cache` (a tmpfs: its mount needs no
     /// room on the root's disk, only its dir does).
@@ -439,7 +418,7 @@ spec:
             });
             d.wait_until("both SetUps counted", || plugin_ops(&d) == 2.0);
 
-            let filler = fill(&disk);
+            let filler = super::support::fill_fs(&disk);
             env.write_pod("c.yaml", &pod("pod-c"));
             d.wait_until("/readyz 503 naming the journal", || degraded(&d));
             let metrics = d.metrics();
@@ -480,7 +459,7 @@ spec:
 
             let c_setups = counts["pod-c"];
             // Full again, d waiting: SIGKILL, then a start on the full disk.
-            let filler = fill(&disk);
+            let filler = super::support::fill_fs(&disk);
             env.write_pod("d.yaml", &pod("pod-d"));
             // Whether the journal or d's dir meets the full disk first
             // depends on the room sled's log had left after the recovery.

@@ -20,7 +20,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{ErrorKind, Write as _};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,25 +54,6 @@ fn small_fs(scratch: &Scratch, extra: &str) -> PathBuf {
     mkdirs(&dir);
     mount_tmpfs(&dir, &format!("size=256k,mode=0755{extra}"));
     dir
-}
-
-/// Fills the filesystem of `dir` to its last block: zeros written into
-/// `<dir>/filler` until the kernel says `ENOSPC`. Returns the filler, whose
-/// removal gives the space back.
-fn fill(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut f = File::create(&path).unwrap();
-    let chunk = [0u8; 4096];
-    loop {
-        match f.write(&chunk) {
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::StorageFull => break,
-            Err(e) => panic!("fill {}: {e}", path.display()),
-        }
-    }
-    let st = nix::sys::statvfs::statvfs(dir).unwrap();
-    assert_eq!(st.blocks_available(), 0, "{} is full", dir.display());
-    path
 }
 
 /// Uses up the inodes of the filesystem of `dir`: empty files in
@@ -154,7 +135,7 @@ fn a_manifest_cache_write_on_a_full_disk_names_the_file_and_the_old_cache_is_rea
         fs::write(pods.join("c.yaml"), manifest("c")).unwrap();
         running.poll_changes().expect("c is seen");
         settle();
-        let filler = fill(&root);
+        let filler = support::fill_fs(&root);
         let err = running.try_write_cache().unwrap_err();
         assert_eq!(err.category(), SourceErrorCategory::Io);
         assert_names(&err.to_string(), &cache);
@@ -190,7 +171,7 @@ fn daemon_json_on_a_full_disk_names_the_file_and_the_old_one_is_read() {
         let root = small_fs(&scratch, "");
         let old = DaemonFile::for_this_process("127.0.0.1:10264", "boot-1");
         old.write(&root).unwrap();
-        let filler = fill(&root);
+        let filler = support::fill_fs(&root);
 
         let new = DaemonFile::for_this_process("127.0.0.1:10265", "boot-1");
         let err = new.write(&root).unwrap_err().to_string();
@@ -223,7 +204,7 @@ fn without_an_inode_daemon_json_and_the_api_socket_name_their_file() {
             .unwrap();
         // on a disk full to the last block the socket still binds: it
         // holds no data
-        let filler = fill(&root);
+        let filler = support::fill_fs(&root);
         let socket = rt.block_on(async { api_socket::bind(&root) }).unwrap();
         rt.block_on(async {
             let client = tokio::net::UnixStream::connect(api_socket::path(&root));
@@ -327,7 +308,7 @@ fn vol_data_json_on_a_full_disk_names_the_file_and_no_publish_goes_without_it() 
         assert_eq!(attachment(read(POD)).as_deref(), Some("va-1"));
         let publishes = driver.count("NodePublishVolume");
         assert_eq!(publishes, 1, "the first SetUp published");
-        let filler = fill(&root);
+        let filler = support::fill_fs(&root);
 
         // a SetUp again (as after a restart) rewrites the file: it fails,
         // the old file is read whole
@@ -445,7 +426,7 @@ fn a_config_map_payload_on_a_full_disk_names_the_file_and_the_old_payload_stays(
         setup(&app).unwrap();
         let before = private(&dir);
         assert_eq!(before.len(), 2, "..data and its dir: {before:?}");
-        let filler = fill(&root);
+        let filler = support::fill_fs(&root);
 
         // a changed ConfigMap: its new payload dir cannot be written
         let big = vec![b'x'; 16 << 10];
