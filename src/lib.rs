@@ -2,6 +2,11 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the code map and the
 //! invariants each module keeps.
+//!
+//! What is `pub` is what the binary, the tests, the benches and an embedder
+//! use; the rest is `pub(crate)` or narrower (`unreachable_pub` holds it so).
+
+#![warn(unreachable_pub)]
 
 pub mod apiserver;
 pub mod csi;

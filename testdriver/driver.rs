@@ -10,7 +10,7 @@ use crate::state::{Fault, State};
 
 /// The node capabilities `--caps` may add.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// GET_VOLUME_STATS.
     pub stats: bool,
     /// VOLUME_CONDITION.
@@ -21,7 +21,7 @@ pub struct Caps {
 
 impl Caps {
     /// Parses a comma-separated list of capability names (empty: none).
-    pub fn parse(list: &str) -> Result<Self, String> {
+    pub(crate) fn parse(list: &str) -> Result<Self, String> {
         let mut caps = Caps::default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name {
@@ -41,7 +41,7 @@ impl Caps {
 
 /// The driver: its flags and its state directory.
 #[derive(Debug)]
-pub struct Driver {
+pub(crate) struct Driver {
     /// `--name`.
     pub name: String,
     /// `--node-id` (default: the hostname).
@@ -67,7 +67,11 @@ impl Driver {
     /// All of it runs in a task of its own: when the caller gives up (a
     /// deadline) the server drops the request's future, but a real driver
     /// goes on with what it started, and so does this one.
-    pub async fn call<T, F>(self: &Arc<Self>, entry: Value, work: F) -> Result<Response<T>, Status>
+    pub(crate) async fn call<T, F>(
+        self: &Arc<Self>,
+        entry: Value,
+        work: F,
+    ) -> Result<Response<T>, Status>
     where
         T: Default + Send + 'static,
         F: FnOnce(&Driver, &Fault) -> Result<T, Status> + Send + 'static,
@@ -117,7 +121,7 @@ impl Driver {
 /// Marks a response whose body the server replaces with bytes no
 /// protobuf decoder accepts (a `garbage_reply` fault).
 #[derive(Debug, Clone, Copy)]
-pub struct GarbageReply;
+pub(crate) struct GarbageReply;
 
 /// Dies at once, as if killed from outside: no reply, no cleanup.
 fn die() -> ! {

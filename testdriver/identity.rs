@@ -22,7 +22,7 @@ use crate::driver::Driver;
 const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
 
 /// The Identity service.
-pub struct IdentityService(pub Arc<Driver>);
+pub(crate) struct IdentityService(pub Arc<Driver>);
 
 #[tonic::async_trait]
 impl Identity for IdentityService {
@@ -63,7 +63,7 @@ impl Identity for IdentityService {
 }
 
 /// The registration service on `<registration-dir>/<name>-reg.sock`.
-pub struct RegistrationService(pub Arc<Driver>);
+pub(crate) struct RegistrationService(pub Arc<Driver>);
 
 #[tonic::async_trait]
 impl Registration for RegistrationService {

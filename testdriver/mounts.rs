@@ -19,7 +19,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
 /// How many mounts sit exactly at `path` (stacked mounts count each); 0
 /// when `path` does not exist.
-pub fn mounts_at(path: &Path) -> io::Result<usize> {
+pub(crate) fn mounts_at(path: &Path) -> io::Result<usize> {
     let path = match fs::canonicalize(path) {
         Ok(p) => p,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
@@ -34,7 +34,7 @@ pub fn mounts_at(path: &Path) -> io::Result<usize> {
 }
 
 /// Whether something is mounted at `path`.
-pub fn is_mount_point(path: &Path) -> io::Result<bool> {
+pub(crate) fn is_mount_point(path: &Path) -> io::Result<bool> {
     Ok(mounts_at(path)? > 0)
 }
 
@@ -67,7 +67,7 @@ fn unescape(field: &[u8]) -> PathBuf {
 /// attributes; everything else — `size=`, `mode=`, `context="…"` — goes to
 /// the filesystem, option by option.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct MountOptions {
+pub(crate) struct MountOptions {
     /// `MOUNT_ATTR_*` bits for `fsmount`.
     attrs: u64,
     /// What the filesystem parses: the option as written (for messages),
@@ -87,7 +87,7 @@ impl MountOptions {
     /// Parses CSI `mount_flags` as mount(8) parses `-o`: the entries joined
     /// by commas, then split at every comma outside double quotes, so
     /// `context="u:r:t:s0:c10,c20"` stays one option. `readonly` adds `ro`.
-    pub fn parse(flags: &[String], readonly: bool) -> Self {
+    pub(crate) fn parse(flags: &[String], readonly: bool) -> Self {
         let mut out = MountOptions::default();
         let joined = flags.join(",");
         let mut quoted = false;
@@ -114,7 +114,7 @@ impl MountOptions {
     }
 
     /// Appends options of the driver's own (its fsGroup handling).
-    pub fn with(mut self, extra: &[String]) -> Self {
+    pub(crate) fn with(mut self, extra: &[String]) -> Self {
         for p in extra {
             self.add(p.clone());
         }
@@ -167,7 +167,7 @@ impl MountOptions {
 /// refused, or the step that failed, with the kernel's own words from the
 /// filesystem context's log when it gave any.
 #[derive(Debug)]
-pub enum MountError {
+pub(crate) enum MountError {
     /// `fsconfig` refused this option.
     Option {
         /// The option as the caller wrote it.
@@ -220,7 +220,7 @@ impl std::fmt::Display for MountError {
 /// Mounts a fresh tmpfs at `target` with `options`, through the new mount
 /// API as util-linux 2.39's mount(8) does: each option is handed to the
 /// filesystem on its own, so one the kernel refuses is named in the error.
-pub fn mount_tmpfs(target: &Path, options: &MountOptions) -> Result<(), MountError> {
+pub(crate) fn mount_tmpfs(target: &Path, options: &MountOptions) -> Result<(), MountError> {
     let cstr = |s: &str| CString::new(s).map_err(|_| nix::Error::EINVAL);
     let step = |step: &'static str| {
         move |errno| MountError::Step {
@@ -345,7 +345,7 @@ fn kernel_log(fs: &OwnedFd) -> String {
 
 /// Bind-mounts `source` on `target` (not recursive), then makes the bind
 /// read-only if asked (a bind ignores `MS_RDONLY` until remounted).
-pub fn bind(source: &Path, target: &Path, readonly: bool) -> nix::Result<()> {
+pub(crate) fn bind(source: &Path, target: &Path, readonly: bool) -> nix::Result<()> {
     mount(
         Some(source),
         target,
@@ -371,7 +371,7 @@ pub fn bind(source: &Path, target: &Path, readonly: bool) -> nix::Result<()> {
 }
 
 /// Unmounts the top mount at `target`; no lazy detach.
-pub fn unmount(target: &Path) -> nix::Result<()> {
+pub(crate) fn unmount(target: &Path) -> nix::Result<()> {
     umount2(target, MntFlags::UMOUNT_NOFOLLOW)
 }
 

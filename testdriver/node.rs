@@ -34,7 +34,7 @@ use crate::mounts;
 const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
 
 /// The Node service.
-pub struct NodeService(pub Arc<Driver>);
+pub(crate) struct NodeService(pub Arc<Driver>);
 
 /// INVALID_ARGUMENT unless `value` is set.
 fn require(value: &str, field: &str) -> Result<(), Status> {

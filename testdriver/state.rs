@@ -76,7 +76,7 @@ struct Rule {
 
 /// What the matching rule asks of one call (nothing by default).
 #[derive(Debug, Default)]
-pub struct Fault {
+pub(crate) struct Fault {
     /// Sleep this long before anything else.
     pub delay: Option<Duration>,
     /// Answer this instead of doing the work.
@@ -93,7 +93,7 @@ pub struct Fault {
 
 /// The state directory, or none (`--state` not given: no log, no faults).
 #[derive(Debug)]
-pub struct State {
+pub(crate) struct State {
     dir: Option<PathBuf>,
     /// Serialises logging and the fault file's read-modify-write.
     lock: Mutex<()>,
@@ -101,7 +101,7 @@ pub struct State {
 
 impl State {
     /// The state in `dir` (created if missing).
-    pub fn new(dir: Option<PathBuf>) -> io::Result<Self> {
+    pub(crate) fn new(dir: Option<PathBuf>) -> io::Result<Self> {
         if let Some(d) = &dir {
             fs::create_dir_all(d)?;
         }
@@ -115,7 +115,7 @@ impl State {
     /// added, so a test can tell a restarted driver's calls apart, and the
     /// time it arrived, `at_ms`), then
     /// finds the fault that applies to it and uses one of its `times`.
-    pub fn begin(&self, mut entry: Value) -> Result<Fault, Status> {
+    pub(crate) fn begin(&self, mut entry: Value) -> Result<Fault, Status> {
         let Some(dir) = &self.dir else {
             return Ok(Fault::default());
         };

@@ -286,9 +286,9 @@ mod daemon {
 
     use serde_json::Value;
 
+    use super::moved_aside;
     use super::support::daemon::{Daemon, Env, real, series};
     use super::support::{LoopDevice, mkfs_ext4, mount_device};
-    use super::moved_aside;
 
     /// A pod with one memory emptyDir `cache` (a tmpfs: its mount needs no
     /// room on the root's disk, only its dir does).

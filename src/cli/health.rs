@@ -11,7 +11,7 @@ use volumed::server::client;
 
 /// `volumed run`'s health flags.
 #[derive(Args, Debug)]
-pub struct HealthFlags {
+pub(crate) struct HealthFlags {
     /// How often every mounted volume is checked (the kubelet's volume
     /// stats period): `60s`, `5m`, `500ms`.
     #[arg(long, default_value = "60s")]
@@ -27,7 +27,7 @@ pub struct HealthFlags {
 
 impl HealthFlags {
     /// The monitor's settings, taking `CSIVolumeHealth` out of the gates.
-    pub fn config(&self, gates: &mut Vec<String>) -> Result<Option<HealthConfig>> {
+    pub(crate) fn config(&self, gates: &mut Vec<String>) -> Result<Option<HealthConfig>> {
         let csi_condition = health::take_gate(gates)?;
         if self.health == "off" {
             return Ok(None);
@@ -42,7 +42,7 @@ impl HealthFlags {
 
 /// `volumed health`.
 #[derive(Args, Debug)]
-pub struct HealthArgs {
+pub(crate) struct HealthArgs {
     /// The journal dir of the running daemon (its daemon.json names it).
     #[arg(long, default_value = "/var/lib/kubelet/volumed")]
     journal_dir: PathBuf,
@@ -59,7 +59,7 @@ pub struct HealthArgs {
 }
 
 /// Asks the running daemon and prints every volume's condition and usage.
-pub fn run(args: HealthArgs) -> Result<()> {
+pub(crate) fn run(args: HealthArgs) -> Result<()> {
     // a fresh pass waits for the slowest check; leave it room
     let doc = client::ask_health(
         &args.journal_dir,

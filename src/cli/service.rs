@@ -12,7 +12,7 @@ use volumed::notify::{self, Heartbeat, Notifier, Service};
 
 /// How log lines are written to stderr.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, Default)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// human-readable lines (coloured on a terminal)
     #[default]
     Text,
@@ -23,7 +23,7 @@ pub enum LogFormat {
 
 /// Installs the global subscriber: `VOLUMED_LOG` (tracing's env-filter
 /// syntax, default `info`) in the chosen format, on stderr.
-pub fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("VOLUMED_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -47,7 +47,7 @@ pub fn init_logging(format: LogFormat) {
 /// The binary's last word on a failure: in JSON mode through the log, so
 /// a pipeline that reads JSON lines gets it as one; plain on stderr
 /// otherwise, as it always was.
-pub fn report_failure(format: LogFormat, e: &anyhow::Error) {
+pub(crate) fn report_failure(format: LogFormat, e: &anyhow::Error) {
     match format {
         LogFormat::Json => tracing::error!("{e:#}"),
         LogFormat::Text => eprintln!("volumed: {e:#}"),
@@ -58,7 +58,7 @@ pub fn report_failure(format: LogFormat, e: &anyhow::Error) {
 /// (nothing is sent without it). A set but unusable `$NOTIFY_SOCKET` is a
 /// startup error: under `Type=notify` the unit would otherwise sit in
 /// "activating" until its start timeout with no word of why.
-pub fn service() -> Result<Arc<Service>> {
+pub(crate) fn service() -> Result<Arc<Service>> {
     let notifier = Notifier::from_env().context("the service manager's notify socket")?;
     Ok(Arc::new(Service::new(notifier)))
 }
@@ -67,7 +67,7 @@ pub fn service() -> Result<Arc<Service>> {
 /// `READY=1` when the loop is ready (so `/readyz` already answers 200) and
 /// then, with `$WATCHDOG_USEC` set for this process, pings the watchdog
 /// while the reconciler loop beats.
-pub fn watch(service: &Arc<Service>, heartbeat: Arc<Heartbeat>, listen: &str) -> Result<()> {
+pub(crate) fn watch(service: &Arc<Service>, heartbeat: Arc<Heartbeat>, listen: &str) -> Result<()> {
     let env = |k| std::env::var(k).ok();
     let watchdog = notify::watchdog_period(
         env(notify::WATCHDOG_USEC).as_deref(),

@@ -23,7 +23,7 @@ use volumed::server::runtime_api::MAX_WAIT_SECS;
 const DEFAULT_TIMEOUT_SECS: u64 = 123;
 
 #[derive(Args, Debug)]
-pub struct WaitPodArgs {
+pub(crate) struct WaitPodArgs {
     /// The pod UID.
     uid: String,
     /// How long to wait for the volumes, in seconds (0: answer at once).
@@ -39,7 +39,7 @@ pub struct WaitPodArgs {
 
 /// Runs `wait-pod` with its own exit codes: 1 is "not ready", so "could
 /// not ask" is 2.
-pub fn main(args: WaitPodArgs) -> ExitCode {
+pub(crate) fn main(args: WaitPodArgs) -> ExitCode {
     wait_pod(args).unwrap_or_else(|e| {
         eprintln!("volumed: {e:#}");
         ExitCode::from(2)

@@ -11,9 +11,9 @@ use crate::host::sys::Sys;
 use crate::journal::Journal;
 
 /// The event's reason when the journal cannot be written.
-pub const JOURNAL_UNWRITABLE: &str = "JournalUnwritable";
+pub(super) const JOURNAL_UNWRITABLE: &str = "JournalUnwritable";
 /// The event's reason when it can be again.
-pub const JOURNAL_WRITABLE: &str = "JournalWritable";
+pub(super) const JOURNAL_WRITABLE: &str = "JournalWritable";
 
 /// How many parent dirs are looked at for the mount holding the journal.
 const MAX_DEPTH: usize = 64;
@@ -21,7 +21,7 @@ const MAX_DEPTH: usize = 64;
 /// The mount holding `dir` and its space, as a phrase: "the filesystem
 /// mounted at /var/lib/kubelet (device 259:1, read-only), 0 B free of
 /// 20.0 GiB".
-pub fn describe_filesystem(sys: &dyn Sys, dir: &Path) -> String {
+pub(super) fn describe_filesystem(sys: &dyn Sys, dir: &Path) -> String {
     let mount = mount_point(sys, dir).map_or_else(|| "?".to_owned(), |p| p.display().to_string());
     let device = sys.mount_probe(dir).map_or_else(
         |_| "?".to_owned(),
@@ -63,7 +63,7 @@ fn bytes(n: u64) -> String {
 
 /// Logs the journal's new state and records it as an event (kept in
 /// `/debug/events`; it names no pod, so none is sent to the API server).
-pub fn report(journal: &Journal, sys: &dyn Sys, sink: &dyn EventSink, writable: bool) {
+pub(super) fn report(journal: &Journal, sys: &dyn Sys, sink: &dyn EventSink, writable: bool) {
     let place = describe_filesystem(sys, journal.dir());
     let (kind, reason, message) = if writable {
         tracing::info!(journal = %journal.dir().display(), filesystem = %place,

@@ -10,11 +10,11 @@ use crate::host::sys::{Call, DiskFormat, Errno, FileKind, FsUsage, MsFlags, SysC
 use crate::model::DevId;
 
 /// The device number of the fake "disk" holding every unmounted path.
-pub const DISK_DEV: DevId = DevId { major: 8, minor: 1 };
+pub(crate) const DISK_DEV: DevId = DevId { major: 8, minor: 1 };
 
 /// A mount in the fake table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FakeMount {
+pub(crate) struct FakeMount {
     /// mount id
     pub id: u32,
     /// where

@@ -26,12 +26,12 @@ use crate::host::sys::{
 };
 use crate::model::DevId;
 
-pub use crate::host::fake_host::FakeMount;
+pub(crate) use crate::host::fake_host::FakeMount;
 pub(crate) use crate::host::sys::SysCall;
 
 /// The recording fake (see the module docs).
 #[derive(Debug, Default)]
-pub struct RecordingSys {
+pub(crate) struct RecordingSys {
     state: Mutex<State>,
     /// calls on these paths sleep this long first, outside the lock, as a
     /// call stuck in the kernel (a dead NFS server) holds only its caller
@@ -40,7 +40,7 @@ pub struct RecordingSys {
 
 impl RecordingSys {
     /// An empty host: no files, no mounts.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let s = Self::default();
         {
             let mut st = s.lock();
@@ -56,7 +56,7 @@ impl RecordingSys {
     }
 
     /// Makes the `nth` (1-based, counted from now) call of `call` fail with `errno`.
-    pub fn fail_nth(&self, call: Call, nth: usize, errno: Errno) {
+    pub(crate) fn fail_nth(&self, call: Call, nth: usize, errno: Errno) {
         let mut st = self.lock();
         let seen = st.counts.get(&call).copied().unwrap_or(0);
         st.failures.push((call, seen + nth, errno));
@@ -64,31 +64,31 @@ impl RecordingSys {
 
     /// Makes the next call on `path` take `for_` before it does anything
     /// (other callers go on meanwhile).
-    pub fn stall(&self, path: impl AsRef<Path>, for_: std::time::Duration) {
+    pub(crate) fn stall(&self, path: impl AsRef<Path>, for_: std::time::Duration) {
         let mut stalls = self.stalls.lock().unwrap_or_else(|p| p.into_inner());
         stalls.push((path.as_ref().to_path_buf(), for_));
     }
 
     /// Every call so far.
-    pub fn calls(&self) -> Vec<SysCall> {
+    pub(crate) fn calls(&self) -> Vec<SysCall> {
         self.lock().calls.clone()
     }
 
     /// How many `*_beneath` calls since the last clear walked their path from `base`
     /// (each is one path resolution from there in the real call).
-    pub fn walks_from(&self, base: &Path) -> usize {
+    pub(crate) fn walks_from(&self, base: &Path) -> usize {
         let st = self.lock();
         let walks = st.walks.borrow();
         walks.iter().filter(|b| *b == base).count()
     }
 
     /// The calls so far that change the host.
-    pub fn mutations(&self) -> Vec<SysCall> {
+    pub(crate) fn mutations(&self) -> Vec<SysCall> {
         self.calls().into_iter().filter(SysCall::mutates).collect()
     }
 
     /// Forgets the recorded calls (the fake host stays as it is).
-    pub fn clear_calls(&self) {
+    pub(crate) fn clear_calls(&self) {
         let mut st = self.lock();
         st.calls.clear();
         st.walks.get_mut().clear();
@@ -96,14 +96,14 @@ impl RecordingSys {
 
     /// Adds a regular file holding `bytes` (and its missing parent
     /// directories) without recording.
-    pub fn add_file(&self, path: impl AsRef<Path>, bytes: impl Into<Vec<u8>>) {
+    pub(crate) fn add_file(&self, path: impl AsRef<Path>, bytes: impl Into<Vec<u8>>) {
         let path = path.as_ref();
         self.add(path, FileKind::File);
         self.lock().contents.insert(path.to_owned(), bytes.into());
     }
 
     /// Adds a path of `kind` (and its missing parent directories) without recording.
-    pub fn add(&self, path: impl AsRef<Path>, kind: FileKind) {
+    pub(crate) fn add(&self, path: impl AsRef<Path>, kind: FileKind) {
         let mut st = self.lock();
         let path = path.as_ref();
         for a in path.ancestors().skip(1) {
@@ -113,7 +113,7 @@ impl RecordingSys {
     }
 
     /// Adds a block device node standing for `dev`, holding `format`.
-    pub fn add_device(&self, path: impl AsRef<Path>, dev: DevId, format: DiskFormat) {
+    pub(crate) fn add_device(&self, path: impl AsRef<Path>, dev: DevId, format: DiskFormat) {
         let path = path.as_ref();
         self.add(path, FileKind::BlockDevice);
         let mut st = self.lock();
@@ -122,22 +122,22 @@ impl RecordingSys {
     }
 
     /// Makes `statfs` of any path on the filesystem `dev` answer `usage`.
-    pub fn set_fs_usage(&self, dev: DevId, usage: FsUsage) {
+    pub(crate) fn set_fs_usage(&self, dev: DevId, usage: FsUsage) {
         self.lock().usage.insert(dev, usage);
     }
 
     /// Whether a path exists in the fake tree.
-    pub fn exists(&self, path: impl AsRef<Path>) -> bool {
+    pub(crate) fn exists(&self, path: impl AsRef<Path>) -> bool {
         self.lock().files.contains_key(path.as_ref())
     }
 
     /// The fake mounts, bottom first.
-    pub fn mounts(&self) -> Vec<FakeMount> {
+    pub(crate) fn mounts(&self) -> Vec<FakeMount> {
         self.lock().mounts.clone()
     }
 
     /// Mounts without recording (set up a host state before the test).
-    pub fn preset_mount(
+    pub(crate) fn preset_mount(
         &self,
         source: Option<&Path>,
         target: &Path,

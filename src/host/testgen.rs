@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 
 /// xorshift64*: deterministic, dependency-free, good enough for test data.
 #[derive(Debug, Clone)]
-pub struct XorShift(u64);
+pub(crate) struct XorShift(u64);
 
 impl XorShift {
     /// A generator from a seed (0 is replaced by a fixed non-zero value).
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(if seed == 0 {
             0x9E37_79B9_7F4A_7C15
         } else {
@@ -20,7 +20,7 @@ impl XorShift {
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -30,22 +30,22 @@ impl XorShift {
     }
 
     /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
 
     /// One random byte.
-    pub fn byte(&mut self) -> u8 {
+    pub(crate) fn byte(&mut self) -> u8 {
         self.next_u64().to_le_bytes()[0]
     }
 
     /// `len` random bytes.
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+    pub(crate) fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.byte()).collect()
     }
 
     /// A pod UID shaped like the API server's (a lowercase UUID).
-    pub fn pod_uid(&mut self) -> String {
+    pub(crate) fn pod_uid(&mut self) -> String {
         let a = self.next_u64();
         let b = self.next_u64();
         format!(
@@ -60,13 +60,13 @@ impl XorShift {
 }
 
 /// The kubelet root the generated tables use.
-pub const GEN_ROOT: &str = "/var/lib/kubelet";
+pub(crate) const GEN_ROOT: &str = "/var/lib/kubelet";
 
 /// Builds a mountinfo table of exactly `lines` lines: a few host mounts, then
 /// kubelet mounts cycling through local PV device mounts and their pod binds,
 /// tmpfs emptyDirs, secret tmpfs mounts, CSI globalmounts and CSI pod mounts
 /// (with quoted SELinux labels), all under [`GEN_ROOT`].
-pub fn kubelet_table(lines: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn kubelet_table(lines: usize, seed: u64) -> Vec<u8> {
     let mut rng = XorShift::new(seed);
     let mut out = String::with_capacity(lines * 160);
     let host = [

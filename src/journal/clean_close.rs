@@ -16,7 +16,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The marker's name in the journal dir.
-pub const FILE_NAME: &str = "clean-close";
+pub(super) const FILE_NAME: &str = "clean-close";
 const HEADER: &str = "volumed clean close v1";
 
 /// One sled file as the marker lists it.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use super::JournalError;
 
 /// The note written into a journal moved aside: why it was.
-pub const NOTE: &str = "volumed-moved-aside.txt";
+pub(super) const NOTE: &str = "volumed-moved-aside.txt";
 
 /// A journal moved aside beside this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub(crate) fn write_note(moved: &Path, reason: &str) {
 }
 
 /// The subdir of the journal dir holding sled's files as they were found.
-pub const AS_FOUND: &str = "as-found";
+pub(super) const AS_FOUND: &str = "as-found";
 const AS_FOUND_INSPECT: &str = "as-found.inspect";
 
 /// A copy of sled's files (`conf`, `db`, `snap.*`, `blobs/`) made before

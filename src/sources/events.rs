@@ -54,7 +54,7 @@ pub fn diff_fingerprints(
 /// the events (a whole listing is not copied to be sent). Both are walked
 /// once side by side, in UID order, and `current` rebuilt from the sorted
 /// result: no search per pod.
-pub fn advance(
+pub(super) fn advance(
     current: &mut BTreeMap<PodUid, u64>,
     new: BTreeMap<PodUid, DesiredPod>,
     now: &[u64],

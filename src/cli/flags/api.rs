@@ -9,7 +9,7 @@ use volumed::apiserver::{ApiConfig, Connection};
 
 /// `volumed run`'s API-server flags.
 #[derive(Args, Debug)]
-pub struct ApiFlags {
+pub(crate) struct ApiFlags {
     /// Take pods (this node's), PersistentVolumes, claims, CSIDrivers and
     /// VolumeAttachments from the API server this kubeconfig names (its
     /// current context), beside the static pods.
@@ -32,7 +32,7 @@ pub struct ApiFlags {
 
 impl ApiFlags {
     /// The API source's settings; `None` without either flag.
-    pub fn config(&self) -> Result<Option<ApiConfig>> {
+    pub(crate) fn config(&self) -> Result<Option<ApiConfig>> {
         let connection = match (&self.kubeconfig, self.in_cluster) {
             (Some(path), false) => {
                 if !path.is_file() {

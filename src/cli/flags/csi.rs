@@ -12,7 +12,7 @@ use volumed::daemon::CsiSetup;
 
 /// `volumed run`'s CSI flags.
 #[derive(Args, Debug)]
-pub struct CsiFlags {
+pub(crate) struct CsiFlags {
     /// A CSI driver by name and socket, `NAME=SOCKET` (repeatable): for a
     /// node without node-driver-registrar. Drivers that register through
     /// `<root-dir>/plugins_registry/` are found without it.
@@ -31,7 +31,7 @@ pub struct CsiFlags {
 impl CsiFlags {
     /// The daemon's CSI settings; `seconds` is `csi_operations_seconds`.
     /// Discovery through `plugins_registry/` is always on, as in the kubelet.
-    pub fn setup(&self, seconds: HistogramVec) -> Result<CsiSetup> {
+    pub(crate) fn setup(&self, seconds: HistogramVec) -> Result<CsiSetup> {
         let drivers = volumed::csi::registry::Drivers::from_flags(
             &self.csi_driver,
             Duration::from_secs(self.csi_timeout.max(1)),

@@ -8,7 +8,7 @@ use super::Call;
 
 /// One recorded call, with its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SysCall {
+pub(crate) enum SysCall {
     /// `mount(2)`
     Mount {
         /// source
@@ -181,7 +181,7 @@ pub enum SysCall {
 
 impl SysCall {
     /// The kind of call.
-    pub fn kind(&self) -> Call {
+    pub(crate) fn kind(&self) -> Call {
         match self {
             SysCall::Mount { .. } => Call::Mount,
             SysCall::Umount { .. } => Call::Umount,
@@ -214,7 +214,7 @@ impl SysCall {
     }
 
     /// Whether the call changes the host (as opposed to looking at it).
-    pub fn mutates(&self) -> bool {
+    pub(crate) fn mutates(&self) -> bool {
         !matches!(
             self.kind(),
             Call::MountRoot

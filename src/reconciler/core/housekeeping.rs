@@ -32,7 +32,7 @@ pub const SWEEP_COST_SHARE: u32 = 1000;
 
 /// The World is repacked only from this many entries: below, its maps are
 /// small whatever their fill.
-pub const REPACK_FROM: usize = 1024;
+pub(super) const REPACK_FROM: usize = 1024;
 
 /// How long after an idle sweep that changed nothing and took `took` the
 /// next one waits: [`SWEEP_IDLE`], or longer where a sweep costs more.

@@ -24,7 +24,7 @@ use crate::reconstruct::{
 /// Fills the merge input from one scan (see the module doc for what goes
 /// where).
 #[cfg(test)]
-pub fn build_input<'a>(
+pub(super) fn build_input<'a>(
     sys: &dyn Sys,
     table: &MountTable,
     view: &HostView,
