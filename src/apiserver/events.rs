@@ -19,19 +19,19 @@ use std::time::{Duration, Instant};
 use crate::health::VolumeEvent;
 
 /// How long an event stays the same Event object.
-pub const WINDOW: Duration = Duration::from_secs(600);
+pub(crate) const WINDOW: Duration = Duration::from_secs(600);
 /// Different messages of one reason before they are combined.
-pub const SIMILAR: usize = 10;
+pub(crate) const SIMILAR: usize = 10;
 /// Events a pod may get at once.
-pub const BURST: f64 = 25.0;
+pub(crate) const BURST: f64 = 25.0;
 /// One more allowed per this long.
-pub const REFILL: Duration = Duration::from_secs(300);
+pub(crate) const REFILL: Duration = Duration::from_secs(300);
 /// Keys remembered before old ones are forgotten.
 const REMEMBERED: usize = 4096;
 
 /// What to send for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// create the Event object `name` (count 1)
     Create {
         /// `metadata.name`
@@ -67,7 +67,7 @@ struct Similar {
 
 /// The decisions' memory.
 #[derive(Debug, Default)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     /// (pod, type, reason, message) → the Event it is
     seen: BTreeMap<(String, &'static str, &'static str, String), Seen>,
     /// (pod, type, reason) → messages seen in the window
@@ -79,7 +79,7 @@ pub struct Recorder {
 
 impl Recorder {
     /// What to send for `ev` at `now`; `name_of` makes a new Event's name.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         ev: &VolumeEvent,
         now: Instant,
@@ -135,8 +135,9 @@ impl Recorder {
         }
     }
 
+    #[cfg(test)]
     /// Events dropped by the spam filter so far.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 

@@ -17,9 +17,9 @@
 //! naming it, and every other object still counts. Decoding straight into
 //! `Pod` would fail the whole list, and so the source would never be ready.
 
-pub mod events;
-pub mod loose;
-pub mod publish;
+pub(crate) mod events;
+pub(crate) mod loose;
+pub(crate) mod publish;
 pub mod token;
 
 use std::path::PathBuf;

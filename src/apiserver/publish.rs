@@ -12,7 +12,7 @@
 //! - pod events ([`events`](super::events) decides what to send).
 //!
 //! Each is checked every `--node-status-update-frequency` (the kubelet's
-//! flag, default [`NODE_STATUS_PERIOD`]) and written only when it changed since the
+//! flag, default `10s`) and written only when it changed since the
 //! last successful write; a failed write is retried on the next tick.
 
 use std::collections::BTreeMap;
@@ -29,20 +29,17 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::events::{Decision, Recorder};
 use crate::health::{EventSink, RecentEvents, VolumeEvent};
 
-/// How often the node's status and CSINode are checked by default.
-pub const NODE_STATUS_PERIOD: Duration = Duration::from_secs(10);
-
 /// The first wait before a failed `volumesInUse` patch is tried again.
 const IN_USE_RETRY: Duration = Duration::from_millis(200);
 
 /// The annotation the kubelet keeps on the Node: driver name → node id.
-pub const NODE_ID_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
+pub(crate) const NODE_ID_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
 
 /// Told the names a successful `volumesInUse` update listed.
-pub type InUseReported = Box<dyn Fn(&[String]) + Send + Sync>;
+pub(crate) type InUseReported = Box<dyn Fn(&[String]) + Send + Sync>;
 
 /// What the node's status is made of, read when it is published.
-pub struct NodeView {
+pub(crate) struct NodeView {
     /// the attachable volumes in use, sorted
     pub in_use: Box<dyn Fn() -> Vec<String> + Send + Sync>,
     /// told, after each status update (or check) that found these in
@@ -58,7 +55,7 @@ pub struct NodeView {
 
 /// One pod's `status.volumeHealth`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PodHealth {
+pub(crate) struct PodHealth {
     /// `metadata.namespace`
     pub namespace: String,
     /// `metadata.name`
@@ -71,7 +68,7 @@ pub struct PodHealth {
 
 /// Keeps `volumesInUse`, the CSINode and the node id annotation in step
 /// with `view` until `stop` turns true.
-pub async fn keep_node(
+pub(crate) async fn keep_node(
     client: Client,
     node: String,
     view: NodeView,
@@ -234,7 +231,7 @@ async fn sync_csi_node(
 
 /// Keeps events locally (`/debug/events`, the log) and hands each to the
 /// API source's thread, never blocking the reconciler.
-pub struct ApiEventSink {
+pub(crate) struct ApiEventSink {
     /// the recent ones
     pub recent: Arc<RecentEvents>,
     /// to the thread that sends them
@@ -252,7 +249,7 @@ impl EventSink for ApiEventSink {
 /// Sends pod events as [`Recorder`] decides until the channel closes or
 /// `stop` turns true. An event of a pod no source names (no namespace) is
 /// kept local only.
-pub async fn send_events(
+pub(crate) async fn send_events(
     client: Client,
     node: String,
     mut rx: UnboundedReceiver<VolumeEvent>,

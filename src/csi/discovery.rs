@@ -7,7 +7,7 @@
 //! is replaced (a restarted registrar makes a new socket file) registers
 //! again.
 //!
-//! The watch is the daemon's own [`Watcher`] (inotify on the dir, a resync
+//! The watch is the daemon's own `Watcher` (inotify on the dir, a resync
 //! every 30 s); a change costs one listing of the dir and RPCs for the
 //! sockets that changed only.
 

@@ -35,14 +35,14 @@ use crate::selinux::Policy;
 use super::lanes::{host_lane, journal_lane, lane_gone_journal};
 use super::pools::{Pools, StartWorker};
 use super::{DaemonError, spawn};
-pub use crate::reconciler::core::{
-    Completion, Core, CoreConfig, Counted, Effect, Event, HostWork, JournalWork, Observed, Phase,
-    Swept, World,
+pub(crate) use crate::reconciler::core::{
+    Completion, Core, CoreConfig, Counted, Effect, Event, HostWork, JournalWork, Observed, Swept,
+    World,
 };
 
 /// Loop settings.
 #[derive(Debug, Clone)]
-pub struct LoopConfig {
+pub(crate) struct LoopConfig {
     /// the kubelet layout
     pub layout: Layout,
     /// how often to re-plan with nothing happening
@@ -74,7 +74,7 @@ pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
 }
 
 /// What the loop needs from its caller.
-pub struct LoopParts {
+pub(crate) struct LoopParts {
     /// settings
     pub cfg: LoopConfig,
     /// the caches the provider reads
@@ -106,12 +106,12 @@ pub struct LoopParts {
 
 /// What the loop runs once it is ready: the leftovers' walk and the health
 /// monitor's first pass wait for it.
-pub type ReadyHook = Box<dyn FnOnce() + Send>;
+pub(crate) type ReadyHook = Box<dyn FnOnce() + Send>;
 
 /// Starts the loop, its worker pool and its journal and host threads;
 /// returns their handles (they end once [`Event::Stop`] was handled and
 /// nothing is in flight).
-pub fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> {
+pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, DaemonError> {
     let LoopParts {
         cfg,
         world,

@@ -16,12 +16,12 @@
 //!    (ready), reconstruction's phase 2, the pod-dir walk, starts.
 //! 4. Once every source has listed and the pod-dir walk has reported: the
 //!    one-time forced cleanup of the targets reconstruction could not
-//!    rebuild ([`forced`](crate::reconciler::forced)).
+//!    rebuild (`forced`).
 //! 5. Stop: no new operation starts, in-flight ones finish, the journal is
 //!    flushed by the caller.
 //!
 //! Threads: the loop (all decisions: a pure [`core`] stepped by the
-//! [`event_loop`] driver), a small worker pool (the executor's blocking
+//! `event_loop` driver), a small worker pool (the executor's blocking
 //! syscalls and journal appends), the loop's journal thread (flushes,
 //! checkpoints, `Forget` records) and host thread (orphan sweeps, malloc
 //! trims), the source poller and the pod-dir walk. The HTTP
@@ -32,11 +32,11 @@ mod api_follow;
 mod api_source;
 mod config;
 mod error;
-pub mod event_loop;
+pub(crate) mod event_loop;
 mod health;
 mod journal_fault;
 mod lanes;
-pub mod orphans;
+pub(crate) mod orphans;
 mod pools;
 mod provider;
 mod startup;

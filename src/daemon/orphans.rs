@@ -34,7 +34,7 @@ use crate::reconciler::effects::Finish;
 
 /// What one sweep did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct SweepReport {
+pub(crate) struct SweepReport {
     /// orphaned pod dirs examined
     pub examined: usize,
     /// orphaned pod dirs removed completely
@@ -60,7 +60,7 @@ pub struct SweepReport {
 /// is read only once one turns up (its volume dirs are checked against it).
 /// Ends early, between two pods, once `stop` is set: a graceful stop must
 /// not wait for a walk of every pod dir (the next start sweeps again).
-pub fn sweep(
+pub(crate) fn sweep(
     layout: &Layout,
     sys: &dyn Sys,
     known: &BTreeSet<PodUid>,

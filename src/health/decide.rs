@@ -61,7 +61,7 @@ pub struct Finding {
 
 /// What a mount target showed against the mount volumed made there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MountSeen {
+pub(crate) enum MountSeen {
     /// the same mount is there
     Same,
     /// no mount at the path any more
@@ -72,7 +72,7 @@ pub enum MountSeen {
 
 /// What is gone from under a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Gone {
+pub(crate) enum Gone {
     /// a local PV's block device (its path)
     Device(String),
     /// a hostPath's path
@@ -81,7 +81,7 @@ pub enum Gone {
 
 /// Everything one native check observed of a volume.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// per mount target: its path (for messages) and what was seen
     pub mounts: Vec<(String, MountSeen)>,
     /// `statfs` of the volume's data, when it answered
@@ -104,7 +104,7 @@ pub struct Observation {
 /// What a walk of a directory found: the disk space of every entry below
 /// it (not crossing mounts, not following symlinks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DirUsage {
+pub(crate) struct DirUsage {
     /// bytes of disk space counted
     pub bytes: u64,
     /// the walk saw every entry (it stops at a bound)
@@ -113,7 +113,7 @@ pub struct DirUsage {
 
 /// The problems in `o`, most severe first (the order of the checks within a
 /// severity is fixed, so the first finding is a stable summary).
-pub fn findings(o: &Observation) -> Vec<Finding> {
+pub(crate) fn findings(o: &Observation) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut add = |status, reason, message: String| {
         out.push(Finding {
@@ -224,7 +224,7 @@ pub fn findings(o: &Observation) -> Vec<Finding> {
 
 /// What a change of a volume's condition is worth telling the pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     /// nothing new
     None,
     /// it became abnormal, or abnormal for another reason
@@ -235,7 +235,7 @@ pub enum Transition {
 
 /// The transition from `before` (abnormal, reason; `None`: never judged)
 /// to `now`.
-pub fn transition(before: Option<(bool, &str)>, now: (bool, &str)) -> Transition {
+pub(crate) fn transition(before: Option<(bool, &str)>, now: (bool, &str)) -> Transition {
     match (before, now) {
         (Some((true, r0)), (true, r1)) if r0 == r1 => Transition::None,
         (_, (true, _)) => Transition::Abnormal,

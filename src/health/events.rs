@@ -32,15 +32,17 @@ pub struct VolumeEvent {
 }
 
 /// The kubelet's reason for an abnormal volume condition.
-pub const ABNORMAL: &str = "VolumeConditionAbnormal";
+pub(crate) const ABNORMAL: &str = "VolumeConditionAbnormal";
 /// volumed's reason for a condition that cleared.
-pub const NORMAL: &str = "VolumeConditionNormal";
+pub(crate) const NORMAL: &str = "VolumeConditionNormal";
 // The loop's own reasons, decided by the core.
-pub use crate::reconciler::effects::{FAILED_ATTACH, FAILED_MOUNT, FAILED_UNMOUNT};
 
 /// A pod event the core decided, as the sink takes it (a Warning), at
 /// `now`.
-pub fn stamped(e: crate::reconciler::effects::PodEvent, now: std::time::SystemTime) -> VolumeEvent {
+pub(crate) fn stamped(
+    e: crate::reconciler::effects::PodEvent,
+    now: std::time::SystemTime,
+) -> VolumeEvent {
     VolumeEvent {
         kind: "Warning",
         reason: e.reason,
@@ -59,9 +61,9 @@ pub trait EventSink: Send + Sync {
 }
 
 /// How many events [`RecentEvents`] keeps.
-pub const RECENT: usize = 1000;
+pub(crate) const RECENT: usize = 1000;
 
-/// The last [`RECENT`] events, oldest first, each also logged.
+/// The last `RECENT` events, oldest first, each also logged.
 #[derive(Debug, Default)]
 pub struct RecentEvents {
     events: Mutex<VecDeque<VolumeEvent>>,

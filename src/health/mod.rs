@@ -33,8 +33,8 @@
 //! and its volume is not probed again until the hung call returns.
 
 mod csi;
-pub mod decide;
-pub mod events;
+pub(crate) mod decide;
+pub(crate) mod events;
 mod monitor;
 mod probe;
 pub mod report;

@@ -3,7 +3,7 @@
 //!
 //! - [`mountinfo`]: our own byte parser of `/proc/<pid>/mountinfo` and the
 //!   [`mountinfo::MountTable`] lookups (by mount point, under a prefix);
-//!   [`super_options`] splits the last field and pulls out SELinux labels.
+//!   `super_options` splits the last field and pulls out SELinux labels.
 //! - [`boot`]: the boot id, which tells reconstruction whether the machine
 //!   rebooted since the journal was written.
 //! - [`scan`]: the host side of reconstruction: from one read of the mount
@@ -37,12 +37,12 @@ pub mod pod_dirs;
 pub(crate) mod recording_sys;
 pub mod remove;
 pub mod scan;
-pub mod super_options;
+pub(crate) mod super_options;
 pub mod sys;
-pub mod sys_types;
+pub(crate) mod sys_types;
 #[cfg(test)]
 pub(crate) mod testgen;
-pub mod watch;
+pub(crate) mod watch;
 
 /// What kind of failure a [`HostError`] is, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

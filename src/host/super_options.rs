@@ -61,7 +61,7 @@ impl SuperOptions {
 }
 
 /// Splits super options on commas outside double quotes.
-pub fn split_super(raw: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn split_super(raw: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     let (mut start, mut quoted) = (0, false);
     for (i, &b) in raw.iter().enumerate() {

@@ -30,14 +30,14 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
 
 /// Full re-read interval while inotify reports nothing (the shortest).
-pub const RESYNC: Duration = Duration::from_secs(30);
+pub(crate) const RESYNC: Duration = Duration::from_secs(30);
 
 /// A re-list's cost times this is the longest the next one waits beyond
 /// [`RESYNC`]: the safety net uses at most 0.1% of a core.
-pub const RESYNC_COST_SHARE: u32 = 1000;
+pub(crate) const RESYNC_COST_SHARE: u32 = 1000;
 
 /// Waits for the next reason to re-read the sources.
-pub struct Watcher {
+pub(crate) struct Watcher {
     inotify: Option<Inotify>,
     dirs: Vec<PathBuf>,
     fallback: Duration,
@@ -63,14 +63,14 @@ pub struct Watcher {
 /// Ends a [`Watcher`]'s waits: the current one returns at once, later
 /// ones immediately.
 #[derive(Debug, Clone)]
-pub struct Stopper {
+pub(crate) struct Stopper {
     stopped: Arc<AtomicBool>,
     tx: Option<Arc<UnixStream>>,
 }
 
 impl Stopper {
     /// Stops the watcher.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         if let Some(tx) = &self.tx {
             // A full socket buffer already wakes the waiter.
@@ -81,7 +81,7 @@ impl Stopper {
 
 /// Which source dirs a wake concerns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Changed {
+pub(crate) enum Changed {
     /// all of them (a resync, a queue overflow, polling without inotify)
     All,
     /// these (indexes into the dirs given to [`Watcher::new`])
@@ -90,7 +90,7 @@ pub enum Changed {
 
 impl Changed {
     /// Whether the dir at `index` may have changed.
-    pub fn includes(&self, index: usize) -> bool {
+    pub(crate) fn includes(&self, index: usize) -> bool {
         match self {
             Changed::All => true,
             Changed::Dirs(d) => d.contains(&index),
@@ -122,7 +122,7 @@ fn flags() -> AddWatchFlags {
 impl Watcher {
     /// Watches `dirs` (and their parents); `fallback` is the poll interval
     /// used when inotify is unavailable.
-    pub fn new(dirs: Vec<PathBuf>, fallback: Duration) -> Self {
+    pub(crate) fn new(dirs: Vec<PathBuf>, fallback: Duration) -> Self {
         let inotify = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(i) => Some(i),
             Err(e) => {
@@ -156,7 +156,7 @@ impl Watcher {
     }
 
     /// What stops this watcher's waits.
-    pub fn stopper(&self) -> Stopper {
+    pub(crate) fn stopper(&self) -> Stopper {
         Stopper {
             stopped: self.stopped.clone(),
             tx: self.stop_tx.clone(),
@@ -164,7 +164,7 @@ impl Watcher {
     }
 
     /// Whether [`Stopper::stop`] was called.
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
 
@@ -268,26 +268,27 @@ impl Watcher {
         }
     }
 
+    #[cfg(test)]
     /// Blocks up to `max` for a change; `true` when the sources should be
     /// re-read now (something changed, or the resync is due).
-    pub fn wait(&mut self, max: Duration) -> bool {
+    pub(crate) fn wait(&mut self, max: Duration) -> bool {
         self.wait_changed(max).is_some()
     }
 
     /// A full re-list that found nothing changed took `took`: the safety
     /// net waits `max(RESYNC, took × RESYNC_COST_SHARE)` from now on.
-    pub fn relisted_unchanged(&mut self, took: Duration) {
+    pub(crate) fn relisted_unchanged(&mut self, took: Duration) {
         self.resync = RESYNC.max(took.saturating_mul(RESYNC_COST_SHARE));
     }
 
     /// The safety net's period now.
-    pub fn resync(&self) -> Duration {
+    pub(crate) fn resync(&self) -> Duration {
         self.resync
     }
 
     /// Like [`wait`](Self::wait), saying which source dirs the change
     /// concerns (a resync or polling without inotify: all).
-    pub fn wait_changed(&mut self, max: Duration) -> Option<Changed> {
+    pub(crate) fn wait_changed(&mut self, max: Duration) -> Option<Changed> {
         let now = Instant::now();
         let Some(ino) = &self.inotify else {
             self.poll_or_stop(&mut Vec::new(), self.fallback.min(max));

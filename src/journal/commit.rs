@@ -26,7 +26,7 @@ struct SyncState {
 
 /// The watermark and the flush counter.
 #[derive(Debug, Default)]
-pub struct GroupCommit {
+pub(crate) struct GroupCommit {
     state: Mutex<SyncState>,
     cv: Condvar,
     flushes: AtomicU64,
@@ -36,7 +36,7 @@ pub struct GroupCommit {
 
 impl GroupCommit {
     /// Starts with everything up to `synced_through` durable (after replay).
-    pub fn new(synced_through: u64) -> Self {
+    pub(crate) fn new(synced_through: u64) -> Self {
         Self {
             state: Mutex::new(SyncState {
                 synced_through,
@@ -55,18 +55,18 @@ impl GroupCommit {
     }
 
     /// How many flushes have run (for tests and metrics).
-    pub fn flush_count(&self) -> u64 {
+    pub(crate) fn flush_count(&self) -> u64 {
         self.flushes.load(Ordering::Relaxed)
     }
 
     /// The highest sequence number known durable.
-    pub fn synced_through(&self) -> u64 {
+    pub(crate) fn synced_through(&self) -> u64 {
         self.lock().synced_through
     }
 
     /// The kept failure, if a flush or write failed and no recovery has
     /// succeeded since.
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         if !self.is_failed() {
             return None;
         }
@@ -74,13 +74,13 @@ impl GroupCommit {
     }
 
     /// Whether a failure is kept (no lock: an insert asks every time).
-    pub fn is_failed(&self) -> bool {
+    pub(crate) fn is_failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)
     }
 
     /// Marks the journal unwritable after a write or a flush outside the
     /// group commit failed.
-    pub fn fail(&self, reason: String) {
+    pub(crate) fn fail(&self, reason: String) {
         let mut st = self.lock();
         st.failed.get_or_insert(reason);
         self.failed.store(true, Ordering::SeqCst);
@@ -91,7 +91,10 @@ impl GroupCommit {
     /// returns the last one) in place of a flush, once no flush runs, when
     /// a failure is kept: on success the failure is cleared and the
     /// watermark raised, and waiters go on. `Ok(false)`: nothing had failed.
-    pub fn recover(&self, rewrite: impl FnOnce() -> Result<u64, String>) -> Result<bool, String> {
+    pub(crate) fn recover(
+        &self,
+        rewrite: impl FnOnce() -> Result<u64, String>,
+    ) -> Result<bool, String> {
         let mut st = self.lock();
         while st.flushing {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -125,7 +128,7 @@ impl GroupCommit {
     /// sequence number whose record (and every one before it) is inserted;
     /// `flush` makes everything inserted so far durable and returns the error
     /// text on failure.
-    pub fn wait_durable(
+    pub(crate) fn wait_durable(
         &self,
         seq: u64,
         inserted_through: impl Fn() -> u64,

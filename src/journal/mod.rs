@@ -1,7 +1,7 @@
 //! The write-ahead journal: every MountDevice (and its format step), SetUp,
 //! TearDown and UnmountDevice is written here as an intent before it touches
 //! the OS and as an outcome after. This module is the only writer of the
-//! journal. The daemon writes through the typed API of [`ops`] (announce,
+//! journal. The daemon writes through the typed API of `ops` (announce,
 //! confirm or begin an operation, finish or withdraw it, forget targets,
 //! record reconstruction); the raw appends ([`Journal::append_record`],
 //! [`Journal::append_record_lazy`], [`Journal::append_records`]) are for
@@ -15,7 +15,7 @@
 //! number → envelope) and `quarantine` (records cut off by a failed
 //! checksum, kept, never deleted) — plus the `checkpoint` file (one
 //! envelope, `checkpoint_file`; a fourth tree before schema 4) and the
-//! `acked` watermark file ([`watermark`]). Every value is wrapped
+//! `acked` watermark file (`watermark`). Every value is wrapped
 //! in a versioned envelope with a per-journal CRC-32C ([`envelope`]); the
 //! payloads are the on-disk types of [`record`], never model types. The
 //! format is written down in `docs/journal-format.md`; format changes come
@@ -40,7 +40,7 @@
 //! watermark turns a silent loss into a corruption error; after a reboot a
 //! shortfall is reported, not fatal.
 //!
-//! Concurrent appenders share flushes ([`commit`]): one flush covers every
+//! Concurrent appenders share flushes (`commit`): one flush covers every
 //! record inserted before it started. A failed write or flush (a full or
 //! read-only disk, EIO) leaves the journal unwritable, not closed: nothing
 //! that needs a durable record (an intent, a forget) is accepted, records
@@ -65,18 +65,18 @@
 mod checkpoint;
 mod checkpoint_file;
 mod clean_close;
-pub mod commit;
+pub(crate) mod commit;
 mod contain;
 mod damage;
 pub mod envelope;
 mod error;
 mod held;
 mod open;
-pub mod ops;
+pub(crate) mod ops;
 pub mod record;
 mod recover;
-pub mod replay;
-pub mod watermark;
+pub(crate) mod replay;
+pub(crate) mod watermark;
 
 #[path = "../../migrations/mod.rs"]
 pub mod migrations;

@@ -28,7 +28,7 @@ const LEN: usize = 68;
 
 /// What the watermark file said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Acked {
+pub(crate) struct Acked {
     /// the journal it belongs to
     pub journal_id: u64,
     /// highest acknowledged sequence number
@@ -39,14 +39,14 @@ pub struct Acked {
 
 /// The open watermark file.
 #[derive(Debug)]
-pub struct Watermark {
+pub(crate) struct Watermark {
     file: File,
     path: PathBuf,
 }
 
 impl Watermark {
     /// Opens or creates `<dir>/acked`.
-    pub fn open(dir: &Path) -> io::Result<Self> {
+    pub(crate) fn open(dir: &Path) -> io::Result<Self> {
         let path = dir.join("acked");
         let file = OpenOptions::new()
             .read(true)
@@ -58,20 +58,20 @@ impl Watermark {
     }
 
     /// The file's path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Reads the file: `Ok(None)` when empty or unreadable as a watermark
     /// (a damaged watermark only loses the check, never the journal).
-    pub fn read(&self) -> io::Result<Option<Acked>> {
+    pub(crate) fn read(&self) -> io::Result<Option<Acked>> {
         let mut buf = [0u8; LEN];
         let n = self.file.read_at(&mut buf, 0)?;
         Ok(if n == LEN { decode(&buf) } else { None })
     }
 
     /// Records that everything through `seq` is acknowledged.
-    pub fn write(&self, acked: &Acked) -> io::Result<()> {
+    pub(crate) fn write(&self, acked: &Acked) -> io::Result<()> {
         self.file.write_all_at(&encode(acked), 0)
     }
 }

@@ -43,7 +43,7 @@ const ERRORS: &str = "volumed_health_check_errors_total";
 const PASS: &str = "volumed_health_pass_seconds";
 
 /// A volume's usage figures in `USAGE` order (`None`: not reported).
-pub type Figures = [Option<u64>; 6];
+pub(crate) type Figures = [Option<u64>; 6];
 
 /// The health series.
 #[derive(Debug, Clone)]

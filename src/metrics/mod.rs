@@ -36,10 +36,10 @@
 
 use prometheus::{Encoder, Gauge, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
 
-pub mod health;
-pub mod journal;
-pub mod operations;
-pub mod selinux;
+pub(crate) mod health;
+pub(crate) mod journal;
+pub(crate) mod operations;
+pub(crate) mod selinux;
 
 pub use health::HealthMetrics;
 pub use journal::JournalMetrics;

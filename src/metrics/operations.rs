@@ -20,7 +20,7 @@ use super::{MetricsError, Registrar, register};
 use crate::model::{Operation, PluginName};
 
 /// The kubelet's buckets for `storage_operation_duration_seconds`.
-pub const STORAGE_BUCKETS: [f64; 13] = [
+pub(crate) const STORAGE_BUCKETS: [f64; 13] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
 ];
 

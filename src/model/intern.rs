@@ -68,11 +68,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// go of the table (the names stay with their holders).
 #[must_use = "sharing ends when this is dropped"]
 #[derive(Debug)]
-pub struct Sharing(());
+pub(crate) struct Sharing(());
 
 /// Turns sharing on until the [`Sharing`] returned (and every other one
 /// alive) is dropped.
-pub fn begin() -> Sharing {
+pub(crate) fn begin() -> Sharing {
     let mut users = lock(&USERS);
     if *users == 0 {
         for shard in &TABLE {

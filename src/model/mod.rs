@@ -9,7 +9,7 @@
 //! converts to and from them explicitly (`journal::record`).
 
 mod csi;
-pub mod intern;
+pub(crate) mod intern;
 mod layout;
 mod mount;
 mod names;

@@ -255,7 +255,7 @@ impl CsiPlugin {
 /// The kubelet's name of the VolumeAttachment of `handle` by `driver` to
 /// `node` (`getAttachmentName`: `csi-` and the hex SHA-256 of the three),
 /// which it writes as `attachmentID` in `vol_data.json`.
-pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
+pub(crate) fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
     crate::model::sha256_hex("csi-", format!("{handle}{driver}{node}").as_bytes())
 }
 

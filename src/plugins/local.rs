@@ -36,7 +36,7 @@ use crate::plugins::mount_ops::{
 use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
 
 /// The filesystem used when neither the PV nor the params name one.
-pub const DEFAULT_FS_TYPE: &str = "ext4";
+pub(crate) const DEFAULT_FS_TYPE: &str = "ext4";
 
 /// The local PV plugin.
 #[derive(Debug, Clone)]

@@ -38,11 +38,11 @@ use crate::model::{
     MountIdentity, Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec,
 };
 
-pub mod csi;
-pub mod empty_dir;
+pub(crate) mod csi;
+pub(crate) mod empty_dir;
 mod forced;
-pub mod host_path;
-pub mod local;
+pub(crate) mod host_path;
+pub(crate) mod local;
 mod mount_ops;
 pub mod payload;
 

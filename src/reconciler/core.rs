@@ -37,21 +37,24 @@ mod node_status;
 mod republish;
 mod unwritable;
 
-pub use super::effects::{
+pub(crate) use super::effects::{
     Completion, Counted, Effect, Event, Finish, HostWork, JournalWork, Observed, PodEvent,
     Reconstructed, Swept,
 };
-pub use crate::state::World;
-pub use housekeeping::{
-    FLUSH_WITHIN, InFlight, SWEEP_COST_SHARE, SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY, Timers,
-    idle_sweep_wait,
-};
-pub use late::{LATE_CHECK_EVERY, LATE_WINDOW_FLOOR};
-pub use unwritable::{RECOVER_FIRST, RECOVER_MAX, Unwritable};
+pub(crate) use crate::state::World;
+pub(crate) use housekeeping::{FLUSH_WITHIN, InFlight, Timers};
+#[cfg(test)]
+pub(crate) use housekeeping::{SWEEP_EVERY, SWEEP_IDLE, TRIM_EVERY, idle_sweep_wait};
+#[cfg(test)]
+pub(crate) use late::LATE_CHECK_EVERY;
+pub(crate) use late::LATE_WINDOW_FLOOR;
+pub(crate) use unwritable::Unwritable;
+#[cfg(test)]
+pub(crate) use unwritable::{RECOVER_FIRST, RECOVER_MAX};
 
 /// Where startup and shutdown stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// reconstruction's phase 1 has not handed over the ASW yet: source
     /// events fill the DSW meanwhile (KEP-3756: the populator runs beside
     /// reconstruction), nothing is planned; where a pod can be refused
@@ -77,14 +80,14 @@ impl Phase {
     /// loop exists only after it) and every pod source has listed. The
     /// pod-dir walk is not waited for: it only finds kubelet-era dirs and
     /// leftovers for cleanup.
-    pub fn ready(self) -> bool {
+    pub(crate) fn ready(self) -> bool {
         matches!(self, Phase::Populated | Phase::Settled)
     }
 }
 
 /// The core's settings.
 #[derive(Debug, Clone)]
-pub struct CoreConfig {
+pub(crate) struct CoreConfig {
     /// the kubelet layout
     pub layout: Layout,
     /// the journal is on (flushes, checkpoints, forgets, announced intents)
@@ -105,7 +108,7 @@ pub struct CoreConfig {
 
 /// The loop's state.
 #[derive(Debug)]
-pub struct Core {
+pub(crate) struct Core {
     pub(super) cfg: CoreConfig,
     pub(super) phase: Phase,
     pub(super) pending: Pending,
@@ -139,7 +142,7 @@ pub struct Core {
 impl Core {
     /// A core in [`Phase::Listing`], with reconstruction's phase 1 failures
     /// and the journal's watermark at start.
-    pub fn new(cfg: CoreConfig, failed: Vec<FailedTarget>, synced_through: u64) -> Self {
+    pub(crate) fn new(cfg: CoreConfig, failed: Vec<FailedTarget>, synced_through: u64) -> Self {
         Self {
             cfg,
             phase: Phase::Listing { walked: false },
@@ -162,7 +165,7 @@ impl Core {
     /// A core started before reconstruction's phase 1 is over
     /// ([`Phase::Reconstructing`]): [`Event::Reconstructed`] brings the
     /// ASW and the failed targets.
-    pub fn reconstructing(cfg: CoreConfig, synced_through: u64) -> Self {
+    pub(crate) fn reconstructing(cfg: CoreConfig, synced_through: u64) -> Self {
         Self {
             phase: Phase::Reconstructing,
             ..Self::new(cfg, Vec::new(), synced_through)
@@ -170,19 +173,19 @@ impl Core {
     }
 
     /// The phase.
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         self.phase
     }
 
     /// Stopping, with no job and no slow effect in flight: the loop ends.
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.phase == Phase::Stopping && self.pending.running() == 0 && !self.in_flight.any()
     }
 
     /// How long the driver may wait for an event: until the earliest
     /// deadline whose other conditions hold (a deadline that cannot fire
     /// yet would make the loop spin), at most the resync.
-    pub fn next_wake(&self, now: Instant) -> Duration {
+    pub(crate) fn next_wake(&self, now: Instant) -> Duration {
         let idle = self.pending.running() == 0;
         let t = &self.timers;
         let deadlines = [
@@ -209,7 +212,7 @@ impl Core {
 
     /// One step: applies `events` (none: a timer or the resync fired) to
     /// the core and `w`, and returns what the driver must do, in order.
-    pub fn step(
+    pub(crate) fn step(
         &mut self,
         w: &mut World,
         events: Vec<Event>,

@@ -17,7 +17,7 @@ use crate::state::{ActualStateOfWorld, UnmountedOutside};
 
 /// Everything that can wake the loop.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     /// the pod sources changed
     Sources(Vec<SourceEvent>),
     /// a job finished
@@ -41,7 +41,7 @@ pub enum Event {
 
 /// What reconstruction's phase 1 hands the loop ([`Event::Reconstructed`]).
 #[derive(Debug, Default)]
-pub struct Reconstructed {
+pub(crate) struct Reconstructed {
     /// the ASW, ready
     pub asw: ActualStateOfWorld,
     /// the targets found unmounted outside volumed (already logged)
@@ -52,7 +52,7 @@ pub struct Reconstructed {
 
 /// How an effect ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Completion {
+pub(crate) enum Completion {
     /// a job was not handed to a worker: no parameters known for it, or
     /// the workers are gone (`workers_gone`)
     NotStarted {
@@ -95,7 +95,7 @@ pub enum Completion {
 
 /// A journal write the loop decided (performed in order on one thread).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JournalWork {
+pub(crate) enum JournalWork {
     /// make the outcomes the workers appended without waiting durable
     Flush,
     /// the journal cannot be written: reopen its files and write what
@@ -125,7 +125,7 @@ pub enum JournalWork {
 /// Host work the loop decided (on its own thread: a hung filesystem must
 /// not hold back the journal).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostWork {
+pub(crate) enum HostWork {
     /// sweep orphaned pod dirs; `known` holds every pod the DSW or ASW knows
     Sweep {
         /// pods not to be touched
@@ -149,7 +149,7 @@ pub enum HostWork {
 /// can hold one, and every pod after a start (a crash may have cut a
 /// TearDown anywhere): a settled sweep lists no known pod's dir.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// every pod dir
     All,
     /// these pods' dirs
@@ -164,7 +164,7 @@ impl Default for Finish {
 
 impl Finish {
     /// Whether `pod`'s dir is to be finished.
-    pub fn contains(&self, pod: &PodUid) -> bool {
+    pub(crate) fn contains(&self, pod: &PodUid) -> bool {
         match self {
             Finish::All => true,
             Finish::Pods(p) => p.contains(pod),
@@ -172,14 +172,14 @@ impl Finish {
     }
 
     /// Adds `pod`.
-    pub fn insert(&mut self, pod: PodUid) {
+    pub(crate) fn insert(&mut self, pod: PodUid) {
         if let Finish::Pods(p) = self {
             p.insert(pod);
         }
     }
 
     /// Adds every pod of `other`.
-    pub fn merge(&mut self, other: Finish) {
+    pub(crate) fn merge(&mut self, other: Finish) {
         match (&mut *self, other) {
             (Finish::All, _) => {}
             (_, Finish::All) => *self = Finish::All,
@@ -190,7 +190,7 @@ impl Finish {
 
 /// How an orphan sweep ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Swept {
+pub(crate) struct Swept {
     /// the pods whose interrupted deletions are not finished (an error, a
     /// mount left inside, the sweep stopped first): the next sweep tries
     /// them again
@@ -203,7 +203,7 @@ pub struct Swept {
 
 /// What the driver does for a step.
 #[derive(Debug)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// hand a job to the workers; `announce`: append its first intent
     /// (unflushed) first, so the jobs of one pass share flushes
     Start {
@@ -245,7 +245,7 @@ pub enum Effect {
 
 /// What the core counts (`Effect::Count`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Counted {
+pub(crate) enum Counted {
     /// `volume_manager_total_volumes`: every (plugin, state, count), in
     /// place of the last
     TotalVolumes(Vec<(crate::model::PluginName, &'static str, usize)>),
@@ -260,7 +260,7 @@ pub enum Counted {
 
 /// What the driver read from shared counters before the step.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// jobs sent that no worker has taken yet
     pub queued_jobs: usize,
     /// the journal's synced-through watermark
@@ -272,18 +272,18 @@ pub struct Observed {
 
 /// The kubelet's reason when a pod's volume cannot be attached or mounted
 /// (a Warning).
-pub const FAILED_MOUNT: &str = "FailedMount";
+pub(crate) const FAILED_MOUNT: &str = "FailedMount";
 /// The attach/detach controller's reason when a volume cannot be attached:
 /// volumed gives it to a pod whose CSI volume waits for its
 /// VolumeAttachment (the wait the kubelet reports only as a mount timeout).
-pub const FAILED_ATTACH: &str = "FailedAttachVolume";
+pub(crate) const FAILED_ATTACH: &str = "FailedAttachVolume";
 /// The kubelet's reason when a pod's volume cannot be unmounted.
-pub const FAILED_UNMOUNT: &str = "FailedUnMount";
+pub(crate) const FAILED_UNMOUNT: &str = "FailedUnMount";
 
 /// An event on a pod the core decided (stamped and sent by the driver:
 /// `health::events::stamped`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodEvent {
+pub(crate) struct PodEvent {
     /// the pod
     pub pod: PodUid,
     /// its namespace and name, when a source lists it

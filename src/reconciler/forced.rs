@@ -56,7 +56,7 @@ use super::core::{Core, Counted, Effect, JournalWork, World};
 
 /// What the forced cleanup does with one failed target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// a pod the DSW knows, or a device a DSW volume may use: not touched, not counted
     Wanted,
     /// counted as an error and left: volumed has no plugin for it
@@ -86,7 +86,7 @@ fn csi_driver(path: &Path) -> Option<&str> {
 /// known outside it (`also_known`: pods the loop holds back, e.g. refused
 /// for their SELinux label), what the forced cleanup does with each (in
 /// order).
-pub fn plan_forced(
+pub(crate) fn plan_forced(
     failed: &[FailedTarget],
     dsw: &DesiredStateOfWorld,
     also_known: &dyn Fn(&PodUid) -> bool,

@@ -22,7 +22,7 @@ use super::plan::Action;
 /// A planned operation with everything the worker needs (built by the loop
 /// from the plan, the ASW and the journal).
 #[derive(Debug, Clone)]
-pub enum Job {
+pub(crate) enum Job {
     /// MountDevice (with its format step) when `device` is set, then SetUp.
     Mount {
         /// what to mount
@@ -64,7 +64,7 @@ pub enum Job {
 
 impl Job {
     /// The exclusivity key.
-    pub fn key(&self) -> OpKey {
+    pub(crate) fn key(&self) -> OpKey {
         match self {
             Job::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
             Job::MountDevice { want, .. } => OpKey::volume(&want.volume),
@@ -84,7 +84,7 @@ impl Job {
 impl Job {
     /// The CSI driver the job calls, if any: whose pool of workers runs
     /// it (`daemon::pools`), so a driver that hangs holds only its own.
-    pub fn csi_driver(&self) -> Option<&str> {
+    pub(crate) fn csi_driver(&self) -> Option<&str> {
         let params = match self {
             Job::Mount { pod, .. } => pod,
             Job::MountDevice { device, .. } => device,
@@ -101,7 +101,7 @@ impl Job {
 /// the worker then waits for that record to be durable instead of writing
 /// its own, so the intents of every job started in one pass share flushes.
 #[derive(Debug)]
-pub struct Queued {
+pub(crate) struct Queued {
     /// the job
     pub job: Job,
     /// its first step's intent, appended but perhaps not durable yet
@@ -112,7 +112,7 @@ impl Job {
     /// The first step of the job when it is known before the job runs: its
     /// operation, steps and target. `None` for a mount with a device target
     /// (whether it is formatted first is read from the device on the worker).
-    pub fn first_step(&self) -> Option<(Operation, Steps, &SharedParams)> {
+    pub(crate) fn first_step(&self) -> Option<(Operation, Steps, &SharedParams)> {
         match self {
             Job::Mount {
                 device: Some(_), ..
@@ -146,7 +146,7 @@ impl Job {
 
 /// One change to the ASW an operation implies.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AswUpdate {
+pub(crate) enum AswUpdate {
     /// the device target is mounted
     DeviceMounted {
         /// volume
@@ -215,7 +215,7 @@ pub enum AswUpdate {
 
 /// What one job did.
 #[derive(Debug)]
-pub struct JobReport {
+pub(crate) struct JobReport {
     /// the job's key
     pub key: OpKey,
     /// the ASW changes, in order
@@ -237,7 +237,7 @@ pub struct JobReport {
 /// shows up there that the ASW does not hold, puts `uncertain` back and runs
 /// `undo` with the call's own parameters if no pod wants the volume.
 #[derive(Debug, Clone)]
-pub struct LateWatch {
+pub(crate) struct LateWatch {
     /// where the late call would mount
     pub path: SharedPath,
     /// the target as the ASW held it when the call ended
@@ -249,7 +249,7 @@ pub struct LateWatch {
 impl JobReport {
     /// The report of `job` not started at all (`why`): no ASW change,
     /// nothing ran, nothing journaled.
-    pub fn not_started(job: &Job, why: &'static str) -> Self {
+    pub(crate) fn not_started(job: &Job, why: &'static str) -> Self {
         JobReport {
             key: job.key(),
             updates: Vec::new(),
@@ -264,7 +264,7 @@ impl JobReport {
 /// Why a job failed. The DSW keeps its message as the pod's error, as
 /// the kubelet keeps its operation errors (strings, deduplicated).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum JobError {
+pub(crate) enum JobError {
     /// never started: the daemon is stopping
     #[error("not started: {0}")]
     NotStarted(&'static str),
@@ -292,7 +292,7 @@ pub enum JobError {
 
 impl JobError {
     /// Whether the target may have changed.
-    pub fn is_uncertain(&self) -> bool {
+    pub(crate) fn is_uncertain(&self) -> bool {
         match self {
             JobError::Journal { .. } => true,
             JobError::Plugin { uncertain, .. } => *uncertain,
@@ -336,7 +336,7 @@ fn journaled(
 /// The job for a teardown (`TearDown`, `UnmountDevice`) from the journal's
 /// last parameters for its target, when the journal knows them (they are
 /// what was mounted; the ASW may know less).
-pub fn journal_job(action: &Action, state: &JournalState) -> Option<Job> {
+pub(crate) fn journal_job(action: &Action, state: &JournalState) -> Option<Job> {
     match action {
         Action::TearDown { volume, pod } => {
             journaled(Some(state), volume, TargetRef::Pod(pod.clone()))
@@ -350,7 +350,7 @@ pub fn journal_job(action: &Action, state: &JournalState) -> Option<Job> {
 
 /// The job for an action, or `None` when it needs no worker (`Forget`) or
 /// the target's parameters are unknown (reported by the caller).
-pub fn job_for(
+pub(crate) fn job_for(
     action: &Action,
     asw: &ActualStateOfWorld,
     journal: Option<&JournalState>,
@@ -419,7 +419,7 @@ pub fn job_for(
 
 /// Applies one finished job's change to the ASW (the one mutation point
 /// besides reconstruction).
-pub fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Result<(), StateError> {
+pub(crate) fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Result<(), StateError> {
     match u {
         AswUpdate::DeviceMounted {
             volume,

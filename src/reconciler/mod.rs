@@ -13,11 +13,11 @@
 //! daemon's driver performs the effects.
 
 mod admit;
-pub mod core;
-pub mod effects;
-pub mod executor;
-pub mod forced;
-pub mod jobs;
-pub mod params;
-pub mod pending;
-pub mod plan;
+pub(crate) mod core;
+pub(crate) mod effects;
+pub(crate) mod executor;
+pub(crate) mod forced;
+pub(crate) mod jobs;
+pub(crate) mod params;
+pub(crate) mod pending;
+pub(crate) mod plan;

@@ -12,7 +12,7 @@ use crate::state::VolumeToMount;
 
 /// Whether SetUp of `spec` is one syscall or several (the merge settles a
 /// single-step intent from the host, and re-runs a multi-step one).
-pub fn setup_steps(spec: &VolumeSpec) -> Steps {
+pub(crate) fn setup_steps(spec: &VolumeSpec) -> Steps {
     match spec {
         // an RPC: what the driver did is not one syscall the host shows
         VolumeSpec::Csi(_) => Steps::Multi,
@@ -31,7 +31,7 @@ pub fn setup_steps(spec: &VolumeSpec) -> Steps {
 /// `plugin` is one syscall or several: formatting runs mkfs, and every CSI
 /// operation is an RPC whose effect is not one syscall the host shows; the
 /// mounts and unmounts of volumed's own plugins are one syscall.
-pub fn op_steps(op: Operation, plugin: PluginName) -> Steps {
+pub(crate) fn op_steps(op: Operation, plugin: PluginName) -> Steps {
     match (op, plugin) {
         (Operation::FormatDevice, _) | (_, PluginName::Csi) => Steps::Multi,
         _ => Steps::Single,
@@ -72,7 +72,7 @@ fn csi_params(spec: &VolumeSpec, pod: Option<&CsiPodInfo>) -> Option<Arc<CsiPara
 }
 
 /// The parameters of a pod target, from what the DSW wants.
-pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
+pub(crate) fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     let (device_path, mount_options, fs_type) = spec_details(&want.spec);
     let path = layout.pod_target_path(&want.pod, want.plugin, &want.spec_name);
     TargetParams::at(
@@ -104,7 +104,7 @@ pub fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
 }
 
 /// The parameters of a device target, from what the DSW wants.
-pub fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
+pub(crate) fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
     let (device_path, mount_options, fs_type) = spec_details(&want.spec);
     TargetParams::at(
         want.volume.clone(),

@@ -13,17 +13,17 @@ use std::time::{Duration, Instant};
 use crate::model::{PodUid, UniqueVolumeName, VolumeSpec};
 
 /// First retry delay after a failure.
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest retry delay.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(122);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(122);
 
 /// The operations a pass may start on a node of up to
 /// `STARTS_FLOOR × STARTS_SHARE` desired volumes ([`pass_budget`]).
-pub const STARTS_FLOOR: usize = 1024;
+pub(crate) const STARTS_FLOOR: usize = 1024;
 /// On a bigger node a pass may start 1/this of its desired volumes: a mass
 /// start of any size takes about this many passes at most, each
 /// O(volumes), so O(volumes) in all.
-pub const STARTS_SHARE: usize = 16;
+pub(crate) const STARTS_SHARE: usize = 16;
 
 /// How many operations a pass may start on a node that wants `desired`
 /// volumes. A mass start goes in slices: the next is planned once the
@@ -32,13 +32,13 @@ pub const STARTS_SHARE: usize = 16;
 /// journal's tail) stays bounded and a checkpoint can fold the tail
 /// between slices. Jobs still queued do not count against it: those of a
 /// hung CSI driver must not hold back every other volume's.
-pub fn pass_budget(desired: usize) -> usize {
+pub(crate) fn pass_budget(desired: usize) -> usize {
     STARTS_FLOOR.max(desired / STARTS_SHARE)
 }
 
 /// What an operation locks.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct OpKey {
+pub(crate) struct OpKey {
     /// the volume
     pub volume: UniqueVolumeName,
     /// `Some` for an operation on one pod's target only
@@ -47,14 +47,14 @@ pub struct OpKey {
 
 impl OpKey {
     /// A volume-wide key (device operations, mounts of shared volumes).
-    pub fn volume(volume: &UniqueVolumeName) -> Self {
+    pub(crate) fn volume(volume: &UniqueVolumeName) -> Self {
         Self {
             volume: volume.clone(),
             pod: None,
         }
     }
     /// A per-pod key (TearDown; mounts of per-pod volumes).
-    pub fn pod(volume: &UniqueVolumeName, pod: &PodUid) -> Self {
+    pub(crate) fn pod(volume: &UniqueVolumeName, pod: &PodUid) -> Self {
         Self {
             volume: volume.clone(),
             pod: Some(pod.clone()),
@@ -62,7 +62,7 @@ impl OpKey {
     }
     /// The key of a mount: volume-wide when the volume has a device target
     /// shared by pods, per pod otherwise.
-    pub fn for_mount(volume: &UniqueVolumeName, pod: &PodUid, spec: &VolumeSpec) -> Self {
+    pub(crate) fn for_mount(volume: &UniqueVolumeName, pod: &PodUid, spec: &VolumeSpec) -> Self {
         if spec.device_target_kind().is_some() || spec.plugin().is_device_mountable() {
             Self::volume(volume)
         } else {
@@ -71,7 +71,7 @@ impl OpKey {
     }
     /// Whether two keys may not run at the same time.
     #[cfg(test)]
-    pub fn conflicts(&self, other: &OpKey) -> bool {
+    pub(crate) fn conflicts(&self, other: &OpKey) -> bool {
         self.volume == other.volume
             && (self.pod.is_none() || other.pod.is_none() || self.pod == other.pod)
     }
@@ -85,20 +85,20 @@ struct Backoff {
 
 /// Running operations and backoff windows.
 #[derive(Debug, Default)]
-pub struct Pending {
+pub(crate) struct Pending {
     running: BTreeMap<OpKey, ()>,
     backoff: BTreeMap<OpKey, Backoff>,
 }
 
 impl Pending {
     /// Nothing running, nothing backing off.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Whether `key` must wait: a conflicting operation runs, or `key` itself
     /// failed and its backoff window has not passed.
-    pub fn busy(&self, key: &OpKey, now: Instant) -> bool {
+    pub(crate) fn busy(&self, key: &OpKey, now: Instant) -> bool {
         self.conflicts_with_running(key) || self.backoff.get(key).is_some_and(|b| now < b.until)
     }
 
@@ -121,7 +121,7 @@ impl Pending {
     }
 
     /// Marks `key` running; `false` (and nothing changes) when it must wait.
-    pub fn start(&mut self, key: &OpKey, now: Instant) -> bool {
+    pub(crate) fn start(&mut self, key: &OpKey, now: Instant) -> bool {
         if self.busy(key, now) {
             return false;
         }
@@ -131,7 +131,7 @@ impl Pending {
 
     /// Marks `key` finished. A failure doubles its backoff (from 500 ms up to
     /// 2 min 2 s); a success clears it.
-    pub fn finish(&mut self, key: &OpKey, ok: bool, now: Instant) {
+    pub(crate) fn finish(&mut self, key: &OpKey, ok: bool, now: Instant) {
         self.running.remove(key);
         if ok {
             self.backoff.remove(key);
@@ -151,7 +151,7 @@ impl Pending {
     }
 
     /// When the earliest backoff window closes (to wake the loop then).
-    pub fn next_retry(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_retry(&self, now: Instant) -> Option<Instant> {
         self.backoff
             .values()
             .map(|b| b.until)
@@ -160,7 +160,7 @@ impl Pending {
     }
 
     /// Number of running operations.
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.running.len()
     }
 }

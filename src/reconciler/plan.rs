@@ -26,7 +26,7 @@ use super::pending::OpKey;
 
 /// One operation to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// MountDevice when `mount_device`, then SetUp, for one pod.
     Mount {
         /// what to mount
@@ -63,7 +63,7 @@ pub enum Action {
 
 impl Action {
     /// The key that makes operations on one volume exclusive.
-    pub fn key(&self) -> OpKey {
+    pub(crate) fn key(&self) -> OpKey {
         match self {
             Action::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
             Action::MountDevice { want } => OpKey::volume(&want.volume),
@@ -75,7 +75,7 @@ impl Action {
 
 /// A pod whose volume cannot be mounted now, with the reason (for its errors).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Blocked {
+pub(crate) struct Blocked {
     /// the pod
     pub pod: PodUid,
     /// the volume
@@ -86,7 +86,7 @@ pub struct Blocked {
 
 /// The plan for one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// operations to start, in order
     pub actions: Vec<Action>,
     /// pods waiting on something (an SELinux label still mounted elsewhere)
@@ -98,7 +98,7 @@ pub struct Plan {
 /// past the first `limit` actions: it is not copied, yet every blocked pod is
 /// still reported (a mount waiting for `volumesInUse` asks for the report at
 /// once, however long the queue before it).
-pub fn plan(
+pub(crate) fn plan(
     dsw: &DesiredStateOfWorld,
     asw: &ActualStateOfWorld,
     busy: &dyn Fn(&OpKey) -> bool,

@@ -29,7 +29,7 @@ const MAX_SYSFS_BYTES: u64 = 4096;
 /// The device number `path` stands for: a block device's own number
 /// (following symlinks), or the loop device backed by a regular file.
 /// `None` when it is neither, or cannot be `stat`ed.
-pub fn device_id(sys: &dyn Sys, path: &Path) -> Option<DevId> {
+pub(crate) fn device_id(sys: &dyn Sys, path: &Path) -> Option<DevId> {
     device_id_in(sys, path, Path::new(SYS_BLOCK))
 }
 
@@ -77,7 +77,7 @@ fn parse_major_minor(s: &str) -> Option<DevId> {
 }
 
 /// Resolves every path in `paths`; unresolved ones are absent.
-pub fn device_ids<'a>(
+pub(crate) fn device_ids<'a>(
     sys: &dyn Sys,
     paths: impl IntoIterator<Item = &'a Path>,
 ) -> BTreeMap<PathBuf, DevId> {

@@ -116,7 +116,7 @@
 //!
 //! *Invariant:* the merge (this file, `classify`, `apply`) does no I/O;
 //! everything it knows arrives in [`MergeInput`]. The I/O edges fill it:
-//! [`edge`] (host scan + journal → merge → records and ASW), [`devices`]
+//! [`edge`] (host scan + journal → merge → records and ASW), `devices`
 //! (device paths → major:minor), [`inspect`] (a journal read for the dry
 //! run, never changed) and [`report`] (the dry run's document). None of
 //! them mounts, unmounts or deletes.
@@ -124,7 +124,7 @@
 mod apply;
 mod classify;
 mod counted;
-pub mod devices;
+pub(crate) mod devices;
 pub mod edge;
 mod error;
 mod host_only;

@@ -5,7 +5,7 @@
 //! unix socket `<journal-dir>/api.sock`).
 //!
 //! - [`VolumeManagerHandle::wait_for_attach_and_mount`]: until every volume
-//!   of the pod is mounted ([`ready`]), or the timeout, with what blocks it;
+//!   of the pod is mounted (`ready`), or the timeout, with what blocks it;
 //! - [`VolumeManagerHandle::wait_for_unmount`]: until no target of the pod
 //!   is mounted (uncertain ones are not waited for, as the kubelet's
 //!   `PodHasMountedVolumes`);
@@ -24,7 +24,7 @@
 //! not offered: the static objects keep no annotations.
 
 mod changes;
-pub mod ready;
+pub(crate) mod ready;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -25,7 +25,7 @@ pub struct PodVolume {
     /// the SELinux context the target was mounted with (`context=`), if any
     pub selinux_context: Option<String>,
     /// the runtime should relabel the files for the container (the CRI
-    /// `Mount.selinux_relabel` the kubelet sets): see [`selinux_relabel`]
+    /// `Mount.selinux_relabel` the kubelet sets): see `selinux_relabel`
     #[serde(default)]
     pub selinux_relabel: bool,
 }
@@ -76,7 +76,7 @@ pub struct PodView {
 }
 
 /// Whether `spec` makes its volume read-only for every pod.
-pub fn read_only(spec: &VolumeSpec) -> bool {
+pub(crate) fn read_only(spec: &VolumeSpec) -> bool {
     match spec {
         VolumeSpec::Csi(c) => c.read_only || c.mount_options.iter().any(|o| o == "ro"),
         VolumeSpec::Local { mount_options, .. } => mount_options.iter().any(|o| o == "ro"),
@@ -99,7 +99,7 @@ pub fn read_only(spec: &VolumeSpec) -> bool {
 /// nothing it cannot tell (an NFS or FUSE export without labels would make
 /// the relabel, and the container's start, fail). A runtime on a host
 /// without SELinux ignores it.
-pub fn selinux_relabel(spec: Option<&VolumeSpec>, context: Option<&str>) -> bool {
+pub(crate) fn selinux_relabel(spec: Option<&VolumeSpec>, context: Option<&str>) -> bool {
     const LABELLED: [&str; 6] = ["ext4", "ext3", "ext2", "xfs", "btrfs", "tmpfs"];
     if context.is_some_and(|c| !c.is_empty()) {
         return false;

@@ -8,7 +8,7 @@
 //!   `SELinuxMount`, `SELinuxChangePolicy`) with their defaults;
 //! - [`host`]: whether the host does SELinux (as `/bin/mount` decides) and
 //!   the policy's default container file label;
-//! - [`label`]: the pure per-(pod, volume) decision, [`volume_label`].
+//! - `label`: the pure per-(pod, volume) decision, [`volume_label`].
 //!
 //! Where the rest lives: the DSW compares labels between pods
 //! (`state::DesiredStateOfWorld::add_pod_to_volume`, with the
@@ -29,7 +29,7 @@
 
 pub mod gates;
 pub mod host;
-pub mod label;
+pub(crate) mod label;
 
 #[cfg(test)]
 mod tests;

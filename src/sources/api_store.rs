@@ -29,7 +29,7 @@ struct Inner {
 /// The API server's objects and tokens, shared by the API source's
 /// thread (which writes) and the payload plugins (which read).
 #[derive(Clone, Default)]
-pub struct ApiObjectStore(Arc<RwLock<Inner>>);
+pub(crate) struct ApiObjectStore(Arc<RwLock<Inner>>);
 
 impl std::fmt::Debug for ApiObjectStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,7 +48,7 @@ impl ApiObjectStore {
     }
 
     /// The ConfigMap `key` is now `obj` (`None`: it does not exist).
-    pub fn set_config_map(&self, key: Key, obj: Option<KubeObject>) {
+    pub(crate) fn set_config_map(&self, key: Key, obj: Option<KubeObject>) {
         let mut w = self.write();
         match obj {
             Some(o) => drop(w.config_maps.insert(key, Arc::new(o))),
@@ -57,7 +57,7 @@ impl ApiObjectStore {
     }
 
     /// The Secret `key` is now `obj` (`None`: it does not exist).
-    pub fn set_secret(&self, key: Key, obj: Option<KubeObject>) {
+    pub(crate) fn set_secret(&self, key: Key, obj: Option<KubeObject>) {
         let mut w = self.write();
         match obj {
             Some(o) => drop(w.secrets.insert(key, Arc::new(o))),
@@ -66,7 +66,7 @@ impl ApiObjectStore {
     }
 
     /// The token for `r` is now this (`None`: no pod asks for it any more).
-    pub fn set_token(&self, r: TokenRef, t: Option<Result<Arc<IssuedToken>, String>>) {
+    pub(crate) fn set_token(&self, r: TokenRef, t: Option<Result<Arc<IssuedToken>, String>>) {
         let mut w = self.write();
         match t {
             Some(t) => drop(w.tokens.insert(r, t)),
@@ -102,7 +102,7 @@ impl ObjectStore for ApiObjectStore {
 
 /// A ConfigMap or Secret as its watch sent it, as a payload reads it (the
 /// error names it by its path on the server, never shows its data).
-pub fn payload_object(kind: &str, doc: Value) -> Result<(Key, KubeObject), String> {
+pub(crate) fn payload_object(kind: &str, doc: Value) -> Result<(Key, KubeObject), String> {
     let plural = match kind {
         "ConfigMap" => "configmaps",
         _ => "secrets",

@@ -235,10 +235,10 @@ pub(crate) fn secret(
 
 /// What every error of `attached` says: a pod error holding it waits
 /// for its volume to be attached.
-pub const ATTACH_WAIT: &str = "requires attaching";
+pub(crate) const ATTACH_WAIT: &str = "requires attaching";
 
 /// Whether a pod error is a wait for a VolumeAttachment (`attached`).
-pub fn is_attach_wait(error: &str) -> bool {
+pub(crate) fn is_attach_wait(error: &str) -> bool {
     error.contains(ATTACH_WAIT)
 }
 

@@ -38,20 +38,20 @@ use super::SourceError;
 
 /// Whether a directory entry's name is read as a manifest (before `stat`):
 /// every name not starting with `.`.
-pub fn is_manifest_name(name: &std::ffi::OsStr) -> bool {
+pub(crate) fn is_manifest_name(name: &std::ffi::OsStr) -> bool {
     !name.as_encoded_bytes().starts_with(b".")
 }
 
 /// Manifests larger than this are refused (an API object is at most 1.5 MiB in etcd).
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// The cheap change signature of one entry: (name, device, inode, size,
 /// mtime ns, ctime ns), from the followed metadata; zeros when `stat` failed.
-pub type EntrySignature = (PathBuf, u64, u64, u64, i64, i64);
+pub(crate) type EntrySignature = (PathBuf, u64, u64, u64, i64, i64);
 
 /// One listing of a directory.
 #[derive(Debug, Default)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// Whether the directory was read completely (a missing directory is a
     /// complete, empty listing, as in the kubelet; an unreadable one is not).
     pub complete: bool,
@@ -89,7 +89,7 @@ pub(super) fn signature_of(path: PathBuf, st: Option<&nix::sys::stat::FileStat>)
 /// both lists are sorted by the paths' bytes: every entry is a child of
 /// `dir`, so that is the order of their paths without a component-wise
 /// comparison per step (a quiet re-list of a big pods dir is these steps).
-pub fn list_dir(dir: &Path) -> Listing {
+pub(crate) fn list_dir(dir: &Path) -> Listing {
     use nix::fcntl::AtFlags;
     use nix::sys::stat::{SFlag, fstatat};
     let mut out = Listing {
@@ -166,7 +166,7 @@ pub fn list_dir(dir: &Path) -> Listing {
 
 /// Reads one manifest: non-blocking open, regular-file check on the handle,
 /// size cap.
-pub fn read_file(file: &Path) -> Result<Vec<u8>, SourceError> {
+pub(crate) fn read_file(file: &Path) -> Result<Vec<u8>, SourceError> {
     let io = |source| SourceError::ReadFile {
         file: file.to_owned(),
         source,
@@ -196,7 +196,7 @@ pub fn read_file(file: &Path) -> Result<Vec<u8>, SourceError> {
 
 /// Parses a file's bytes into its documents (JSON: exactly one; YAML: every
 /// non-empty `---` document). Empty documents are dropped.
-pub fn parse_documents(file: &Path, bytes: &[u8]) -> Result<Vec<Value>, SourceError> {
+pub(crate) fn parse_documents(file: &Path, bytes: &[u8]) -> Result<Vec<Value>, SourceError> {
     let parse = |message: String| SourceError::Parse {
         file: file.to_owned(),
         message,
@@ -216,13 +216,13 @@ pub fn parse_documents(file: &Path, bytes: &[u8]) -> Result<Vec<Value>, SourceEr
 }
 
 /// The `kind` of a parsed document, `""` when absent.
-pub fn kind_of(doc: &Value) -> &str {
+pub(crate) fn kind_of(doc: &Value) -> &str {
     doc.get("kind").and_then(Value::as_str).unwrap_or("")
 }
 
 /// A JSON rendering with object keys sorted at every level, whatever
 /// `serde_json` features are unified in: the input of the UID hash.
-pub fn canonical_json(v: &Value) -> String {
+pub(crate) fn canonical_json(v: &Value) -> String {
     fn write(v: &Value, out: &mut String) {
         match v {
             Value::Object(map) => {

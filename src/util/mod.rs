@@ -4,7 +4,7 @@
 //! journal.
 
 pub mod duration;
-pub mod halves;
+pub(crate) mod halves;
 pub(crate) mod repack;
 pub(crate) mod table;
 pub mod time;

@@ -193,7 +193,7 @@ pub enum PayloadError {
 }
 
 /// Checks `path` as the kubelet's atomic writer does.
-pub fn check_path(path: &str) -> Result<(), PayloadError> {
+pub(crate) fn check_path(path: &str) -> Result<(), PayloadError> {
     let bad = |why| {
         Err(PayloadError::BadPath {
             path: path.to_owned(),
@@ -224,7 +224,7 @@ pub fn check_path(path: &str) -> Result<(), PayloadError> {
 }
 
 /// Builds the payload of `spec` from `store`.
-pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, PayloadError> {
+pub(crate) fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, PayloadError> {
     let mut files = BTreeMap::new();
     let mut objects = Vec::new();
     // (None: no object read yet)
@@ -294,7 +294,7 @@ pub fn build(spec: &PayloadSpec, store: &dyn ObjectStore) -> Result<Payload, Pay
 
 /// The TokenRequest a token source of `spec`'s pod makes (`None`: not a
 /// token source).
-pub fn token_ref(spec: &PayloadSpec, source: &PayloadSource) -> Option<TokenRef> {
+pub(crate) fn token_ref(spec: &PayloadSpec, source: &PayloadSource) -> Option<TokenRef> {
     let PayloadSource::ServiceAccountToken {
         audience,
         expiration_seconds,
@@ -448,7 +448,7 @@ fn add(
 
 /// Hex SHA-256 over every file's path, mode and bytes, in path order, each
 /// length-prefixed so no two payloads share an encoding.
-pub fn hash(files: &BTreeMap<String, PayloadFile>) -> String {
+pub(crate) fn hash(files: &BTreeMap<String, PayloadFile>) -> String {
     let mut h = Sha256::new();
     for (path, f) in files {
         h.update((path.len() as u64).to_le_bytes());

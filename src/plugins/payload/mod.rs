@@ -5,8 +5,8 @@
 //! `build` turns a spec and the objects it names into files; `atomic`
 //! writes them so a reader never sees a mix of two payloads.
 
-pub mod atomic;
-pub mod build;
+pub(crate) mod atomic;
+pub(crate) mod build;
 
 pub use build::{KubeObject, ObjectStore, ObjectStores, Payload, PayloadError, PayloadFile};
 
@@ -25,7 +25,7 @@ use crate::plugins::{
 /// One of the four payload volume types. Its target is the kubelet's
 /// wrapped emptyDir (a tmpfs for all but a configMap, with the emptyDir
 /// `ready` marker), set up and torn down by [`EmptyDirPlugin`]; SetUp
-/// then writes the payload ([`atomic`]). TearDown needs only the journal's
+/// then writes the payload (`atomic`). TearDown needs only the journal's
 /// parameters: the target kind says tmpfs or dir.
 #[derive(Debug)]
 pub struct PayloadPlugin {

@@ -17,18 +17,18 @@ use super::{Core, Effect, Finish, HostWork, JournalWork, Phase, Swept, World};
 use crate::model::PodUid;
 
 /// The allocator is trimmed at most this often, once no job is in flight.
-pub const TRIM_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
 /// Outcomes appended without a flush wait at most this long for one while
 /// other jobs keep running (a long mkfs or a hung mount must not hold them).
-pub const FLUSH_WITHIN: Duration = Duration::from_millis(200);
+pub(crate) const FLUSH_WITHIN: Duration = Duration::from_millis(200);
 /// Orphan sweeps run at most this often.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// And at least this often once settled, unless the last one cost more
 /// than 1/[`SWEEP_COST_SHARE`] of that.
-pub const SWEEP_IDLE: Duration = Duration::from_secs(120);
+pub(crate) const SWEEP_IDLE: Duration = Duration::from_secs(120);
 /// A sweep that changed nothing and took d is followed by the next idle one
 /// no sooner than d × this: idle sweeps use at most 0.1% of a core.
-pub const SWEEP_COST_SHARE: u32 = 1000;
+pub(crate) const SWEEP_COST_SHARE: u32 = 1000;
 
 /// The World is repacked only from this many entries: below, its maps are
 /// small whatever their fill.
@@ -36,7 +36,7 @@ pub(super) const REPACK_FROM: usize = 1024;
 
 /// How long after an idle sweep that changed nothing and took `took` the
 /// next one waits: [`SWEEP_IDLE`], or longer where a sweep costs more.
-pub fn idle_sweep_wait(took: Duration) -> Duration {
+pub(crate) fn idle_sweep_wait(took: Duration) -> Duration {
     SWEEP_IDLE.max(took.saturating_mul(SWEEP_COST_SHARE))
 }
 
@@ -133,7 +133,7 @@ impl Core {
     /// once the start has settled with no job running, so that the next
     /// start decodes one checkpoint instead of replaying those records one
     /// by one again.
-    pub fn with_tail(mut self, records: u64) -> Self {
+    pub(crate) fn with_tail(mut self, records: u64) -> Self {
         self.start_tail = records;
         self
     }
@@ -205,7 +205,7 @@ impl Core {
 
 /// Deadlines; `None`: nothing due.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Timers {
+pub(crate) struct Timers {
     /// outcomes wait for a flush: at once when no job runs, else by this
     pub flush_by: Option<Instant>,
     /// the next orphan sweep (once settled, while no job runs)
@@ -224,7 +224,7 @@ pub struct Timers {
 
 /// Slow work the driver is performing for the loop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     /// a flush
     pub flush: bool,
     /// a checkpoint

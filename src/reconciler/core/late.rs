@@ -21,10 +21,10 @@ use crate::model::{SharedPath, TargetRef};
 use crate::reconciler::jobs::{AswUpdate, Job, LateWatch, apply_update};
 
 /// The shortest watch of a path.
-pub const LATE_WINDOW_FLOOR: Duration = Duration::from_secs(300);
+pub(crate) const LATE_WINDOW_FLOOR: Duration = Duration::from_secs(300);
 
 /// How often watched paths are checked.
-pub const LATE_CHECK_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const LATE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A watched path.
 #[derive(Debug)]

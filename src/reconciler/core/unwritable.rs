@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use super::{Core, Effect, JournalWork};
 
 /// The first wait between recoveries of an unwritable journal.
-pub const RECOVER_FIRST: Duration = Duration::from_millis(500);
+pub(crate) const RECOVER_FIRST: Duration = Duration::from_millis(500);
 /// The longest wait between them.
-pub const RECOVER_MAX: Duration = Duration::from_secs(30);
+pub(crate) const RECOVER_MAX: Duration = Duration::from_secs(30);
 
 /// The journal is unwritable: when the next recovery is due, and the wait
 /// after it fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unwritable {
+pub(crate) struct Unwritable {
     /// the next recovery, once none is in flight
     pub retry_at: Instant,
     /// the wait after the next one fails (doubled each time, at most
@@ -28,7 +28,8 @@ pub struct Unwritable {
 
 impl Core {
     /// Whether the journal is unwritable: nothing new starts.
-    pub fn journal_unwritable(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn journal_unwritable(&self) -> bool {
         self.unwritable.is_some()
     }
 

@@ -23,7 +23,7 @@ use super::jobs::{Job, JobError, JobReport};
 mod steps;
 
 /// Runs jobs. Cheap to share between worker threads.
-pub struct Executor {
+pub(crate) struct Executor {
     journal: Option<Arc<Journal>>,
     /// the kubelet layout: forced cleanup never unmounts a device a mount
     /// below `<root>/pods` uses, and removes dirs beneath the root
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Executor {
 impl Executor {
     /// An executor over the journal (`None`: journal off), the seam, the
     /// kubelet layout and the metrics.
-    pub fn new(
+    pub(crate) fn new(
         journal: Option<Arc<Journal>>,
         sys: Arc<dyn Sys>,
         layout: &Layout,
@@ -60,7 +60,7 @@ impl Executor {
     /// The same executor with one more plugin (the CSI plugin, which
     /// needs the driver registry), or with it in place of the one of its
     /// name (the payload plugins given the daemon's object stores).
-    pub fn with_plugin(mut self, plugin: Box<dyn VolumePlugin>) -> Self {
+    pub(crate) fn with_plugin(mut self, plugin: Box<dyn VolumePlugin>) -> Self {
         self.plugins.retain(|p| p.name() != plugin.name());
         self.plugins.push(plugin);
         self
@@ -79,7 +79,10 @@ impl Executor {
     /// ([`Executor::run_queued`]) before touching the OS; until then the
     /// record reads, after a crash, like an intent whose operation was cut
     /// short before it began, which reconstruction settles from the host.
-    pub fn announce(journal: &Journal, job: &Job) -> Result<Option<Announced>, JournalError> {
+    pub(crate) fn announce(
+        journal: &Journal,
+        job: &Job,
+    ) -> Result<Option<Announced>, JournalError> {
         let Some((op, steps, params)) = job.first_step() else {
             return Ok(None);
         };
@@ -193,7 +196,7 @@ impl Executor {
     /// journaled, nothing touched — and reported as not started.
     /// An intent the loop already `announced` for it gets a final failure
     /// outcome (its operation never ran, and the journal says so).
-    pub fn run_unless_stopping(
+    pub(crate) fn run_unless_stopping(
         &self,
         job: &Job,
         announced: Option<Announced>,
@@ -212,15 +215,16 @@ impl Executor {
         report
     }
 
+    #[cfg(test)]
     /// Runs one job to its end.
-    pub fn run(&self, job: &Job) -> JobReport {
+    pub(crate) fn run(&self, job: &Job) -> JobReport {
         self.run_queued(job, None)
     }
 
     /// Runs one job to its end whose first intent may already be appended
     /// ([`Executor::announce`]): it is made durable before the first step
     /// touches the OS.
-    pub fn run_queued(&self, job: &Job, announced: Option<Announced>) -> JobReport {
+    pub(crate) fn run_queued(&self, job: &Job, announced: Option<Announced>) -> JobReport {
         let mut announced = announced;
         let mut report = JobReport {
             key: job.key(),

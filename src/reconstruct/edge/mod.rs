@@ -19,7 +19,7 @@
 //!   directory with nothing mounted on it (one `lstat`: a symlink is not a
 //!   directory). Host-found targets carry their own observation.
 //! - `device_ids`: every distinct device path the journal names, through
-//!   [`super::devices::device_id`]; unresolved ones are
+//!   `super::devices::device_id`; unresolved ones are
 //!   simply absent.
 //!
 //! The table is read once (the live `/proc/self/mountinfo`, or a captured
