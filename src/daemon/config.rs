@@ -78,3 +78,31 @@ impl DaemonConfig {
         }
     }
 }
+
+impl DaemonConfig {
+    /// The core's settings, made once from the daemon's: the one config
+    /// that reaches the loop's core (`journal`: the journal is on; `csi`:
+    /// the CSI plugin, whose call timeout bounds how long an uncertain
+    /// call's path is watched for a late mount).
+    pub(super) fn core_config(
+        &self,
+        journal: bool,
+        csi: Option<&crate::plugins::CsiPlugin>,
+    ) -> crate::reconciler::core::CoreConfig {
+        use crate::reconciler::core::LATE_WINDOW_FLOOR;
+        crate::reconciler::core::CoreConfig {
+            layout: self.layout.clone(),
+            journal,
+            resync: self.resync,
+            checkpoint_every: self.checkpoint_every,
+            selinux: self.selinux.clone(),
+            late_window: csi.map_or(Duration::ZERO, |c| {
+                c.rpc_timeout().saturating_mul(4).max(LATE_WINDOW_FLOOR)
+            }),
+            republish_every: self
+                .csi
+                .as_ref()
+                .map_or(Duration::ZERO, |c| c.republish_every),
+        }
+    }
+}

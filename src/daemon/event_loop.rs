@@ -19,18 +19,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
-use crate::model::Layout;
 use crate::notify::{EndOnDrop, Heartbeat};
 use crate::reconciler::executor::Executor;
 use crate::reconciler::jobs::journal_job;
 use crate::reconciler::jobs::{Job, Queued};
 use crate::reconstruct::FailedTarget;
-use crate::selinux::Policy;
 
 use super::lanes::{host_lane, journal_lane, lane_gone_journal};
 use super::pools::{Pools, StartWorker};
@@ -40,25 +38,18 @@ pub(crate) use crate::reconciler::core::{
     World,
 };
 
-/// Loop settings.
+/// Loop settings: the core's (made once, `DaemonConfig::core_config`) and
+/// the driver's own.
 #[derive(Debug, Clone)]
 pub(crate) struct LoopConfig {
-    /// the kubelet layout
-    pub layout: Layout,
-    /// how often to re-plan with nothing happening
-    pub resync: Duration,
-    /// journal records between checkpoints (0: never)
-    pub checkpoint_every: u64,
-    /// the SELinux label rules
-    pub selinux: Policy,
+    /// the core's settings, as they reach it
+    pub core: CoreConfig,
     /// worker threads for operations
     pub workers: usize,
     /// when the daemon started (the `ready` phase is timed from it)
     pub started: Instant,
     /// the CSI plugin, when CSI drivers are configured or discovered
     pub csi: Option<crate::plugins::CsiPlugin>,
-    /// how often `requiresRepublish` volumes are published again
-    pub republish_every: Duration,
     /// where payload volumes read their ConfigMaps and Secrets
     pub payload_objects: Arc<dyn crate::plugins::payload::ObjectStore>,
     /// with an API server: wakes the node status publisher when an
@@ -128,11 +119,17 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
     } = parts;
     let mut threads = Vec::new();
     let queued = Arc::new(AtomicUsize::new(0));
-    let mut executor = Executor::new(journal.clone(), sys.clone(), &cfg.layout, metrics.clone());
+    let mut executor = Executor::new(
+        journal.clone(),
+        sys.clone(),
+        &cfg.core.layout,
+        metrics.clone(),
+    );
     if let Some(csi) = &cfg.csi {
         executor = executor.with_plugin(Box::new(csi.clone()));
     }
-    let payload = crate::plugins::payload::PayloadPlugin::all(&cfg.layout, &cfg.payload_objects);
+    let payload =
+        crate::plugins::payload::PayloadPlugin::all(&cfg.core.layout, &cfg.payload_objects);
     for plugin in payload {
         executor = executor.with_plugin(plugin);
     }
@@ -163,7 +160,7 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
     };
     let host_lane = {
         let (tx, rx) = mpsc::channel::<HostWork>();
-        let (layout, sys, metrics) = (cfg.layout.clone(), sys.clone(), metrics.clone());
+        let (layout, sys, metrics) = (cfg.core.layout.clone(), sys.clone(), metrics.clone());
         let (events, stop) = (events_tx.clone(), stopping.clone());
         threads.push(spawn("volumed-host", move || {
             host_lane(&rx, &layout, sys.as_ref(), &metrics, &events, &stop);
@@ -172,19 +169,7 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
     };
     // The loop must see every producer gone to notice a lost stop.
     drop(events_tx);
-    let core_cfg = CoreConfig {
-        layout: cfg.layout.clone(),
-        journal: journal.is_some(),
-        resync: cfg.resync,
-        checkpoint_every: cfg.checkpoint_every,
-        selinux: cfg.selinux.clone(),
-        republish_every: cfg.republish_every,
-        late_window: cfg.csi.as_ref().map_or(Duration::ZERO, |c| {
-            c.rpc_timeout()
-                .saturating_mul(4)
-                .max(crate::reconciler::core::LATE_WINDOW_FLOOR)
-        }),
-    };
+    let core_cfg = cfg.core.clone();
     let synced = journal.as_ref().map_or(0, |j| j.synced_through());
     let tail = journal.as_ref().map_or(0, |j| j.long_tail());
     let core = match failed {

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::Provider;
-use super::event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
+use super::event_loop::{CoreConfig, Event, LoopConfig, LoopParts, World, spawn_loop};
 use crate::host::mountinfo::MountTable;
 use crate::host::recording_sys::RecordingSys;
 use crate::host::sys::{
@@ -211,15 +211,19 @@ fn rig(workers: usize) -> Rig {
     let heartbeat = Arc::new(crate::notify::Heartbeat::default());
     let threads = spawn_loop(LoopParts {
         cfg: LoopConfig {
-            layout: Layout::new("/r"),
-            // long: every wake below is an event, never a resync
-            resync: Duration::from_secs(3600),
-            checkpoint_every: 0,
-            selinux: crate::selinux::Policy::disabled(),
+            core: CoreConfig {
+                layout: Layout::new("/r"),
+                journal: true,
+                // long: every wake below is an event, never a resync
+                resync: Duration::from_secs(3600),
+                checkpoint_every: 0,
+                selinux: crate::selinux::Policy::disabled(),
+                late_window: Duration::ZERO,
+                republish_every: Duration::ZERO,
+            },
             workers,
             started: std::time::Instant::now(),
             csi: None,
-            republish_every: Duration::ZERO,
             payload_objects: Arc::new(crate::plugins::payload::ObjectStores::default()),
             in_use_wake: None,
         },

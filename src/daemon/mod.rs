@@ -47,7 +47,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::host::sys::Sys;
 use crate::journal::Journal;
@@ -277,26 +277,20 @@ impl Daemon {
         // sharing
         on_ready.push(Box::new(move || drop(sharing)));
         let heartbeat = Arc::new(crate::notify::Heartbeat::default());
+        let csi = cfg.csi.as_ref().map(|c| {
+            crate::plugins::CsiPlugin::new(
+                cfg.layout.clone(),
+                &cfg.node_name,
+                c.drivers.clone(),
+                Some(Arc::new(cfg.secrets.clone())),
+            )
+        });
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
-                layout: cfg.layout.clone(),
-                resync: cfg.resync,
-                checkpoint_every: cfg.checkpoint_every,
-                selinux: cfg.selinux.clone(),
+                core: cfg.core_config(journal.is_some(), csi.as_ref()),
                 workers: cfg.workers,
                 started,
-                republish_every: cfg
-                    .csi
-                    .as_ref()
-                    .map_or(Duration::ZERO, |c| c.republish_every),
-                csi: cfg.csi.as_ref().map(|c| {
-                    crate::plugins::CsiPlugin::new(
-                        cfg.layout.clone(),
-                        &cfg.node_name,
-                        c.drivers.clone(),
-                        Some(Arc::new(cfg.secrets.clone())),
-                    )
-                }),
+                csi,
                 payload_objects: Arc::new(payload_objects),
                 in_use_wake: in_use_wake.clone(),
             },
