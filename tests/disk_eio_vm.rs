@@ -68,12 +68,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::fs;
 
 use serde_json::Value;
 
-use support::vm::{Disk, Evidence, Run, boot_vm_with};
+use support::vm::{self, Disk, Evidence, Outcome, boot_vm_with};
 
 const UID_A: &str = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
 const UID_B: &str = "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
@@ -82,8 +80,6 @@ const UID_C: &str = "cccccccc-cccc-4ccc-8ccc-cccccccccccc";
 const MNT: &str = "/media/eio";
 /// What `/readyz` says while the journal cannot be written.
 const UNWRITABLE: &str = "journal cannot be written";
-
-type Outcome = Result<String, String>;
 
 fn mem_target(uid: &str) -> String {
     format!("{MNT}/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/mem")
@@ -527,50 +523,6 @@ fn checks(ev: &Evidence) -> Vec<(String, Outcome)> {
     out.into_iter().map(|(n, o)| (n.to_owned(), o)).collect()
 }
 
-/// Prints every check's outcome; fails (with the logs) if any failed.
-fn report(run: Run, results: &[(String, Outcome)]) {
-    let mut report = format!(
-        "disk-eio-vm: image {:.1} s, VM {:.1} s ({}), scratch {}\n",
-        run.build_secs,
-        run.boot_secs,
-        run.status,
-        run.scratch.path().display()
-    );
-    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
-    for (name, r) in results {
-        let (tag, detail) = match r {
-            Ok(d) => ("PASS", d),
-            Err(d) => ("FAIL", d),
-        };
-        let _ = writeln!(
-            report,
-            "  {tag} {name}: {}",
-            detail.replace('\n', "\n       ")
-        );
-    }
-    let _ = writeln!(
-        report,
-        "disk-eio-vm checks: {} of {} passed",
-        results.len() - failed,
-        results.len()
-    );
-    if failed > 0 {
-        for big in ["disk.raw", "journal.raw", "initrd.img", "payload.cpio"] {
-            let _ = fs::remove_file(run.scratch.path().join(big));
-        }
-        let kept = run.scratch.keep();
-        panic!(
-            "{failed} disk EIO check(s) failed\n{report}\
-             --- console (ttyS0) ---\n{}\n--- scenario output (ttyS1) ---\n{}\n\
-             (logs kept in {})",
-            run.console,
-            run.results,
-            kept.display()
-        );
-    }
-    eprint!("{report}");
-}
-
 #[test]
 fn eio_under_the_journal_degrades_the_daemon_and_loses_nothing_in_place_or_across_a_repair() {
     if !support::vm_wanted("boots a QEMU VM with a Debian kernel for dm-flakey (apt-get, qemu)") {
@@ -587,5 +539,11 @@ fn eio_under_the_journal_degrades_the_daemon_and_loses_nothing_in_place_or_acros
     );
     let ev = Evidence::parse(&run.results);
     let results = checks(&ev);
-    report(run, &results);
+    vm::report(
+        run,
+        "disk-eio-vm",
+        "disk EIO",
+        &["disk.raw", "journal.raw", "initrd.img", "payload.cpio"],
+        &results,
+    );
 }

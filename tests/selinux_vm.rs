@@ -63,12 +63,10 @@
 
 mod support;
 
-use std::fmt::Write as _;
-use std::fs;
 
 use serde_json::Value;
 
-use support::vm::{Evidence, Run, boot_vm};
+use support::vm::{self, Evidence, Outcome, boot_vm};
 
 const PV: &str = "pv-sel";
 const VOLUME: &str = "kubernetes.io/local-volume/pv-sel";
@@ -216,8 +214,6 @@ fn mounted_in_dump(t: &Value, label: &str) -> Result<String, String> {
 }
 
 // ---------------------------------------------------------------- checks
-
-type Outcome = Result<String, String>;
 
 fn selinux_active(ev: &Evidence, mode: &str) -> Outcome {
     let want = if mode == "permissive" {
@@ -462,52 +458,13 @@ fn selinux_labels_on_a_real_selinux_kernel() {
     let run = boot_vm("scenario.sh", false);
     let ev = Evidence::parse(&run.results);
     let results = checks(&ev, &mode);
-    report(run, &mode, &results);
-}
-
-/// Prints every check's outcome; fails (with the logs) if any failed.
-fn report(run: Run, mode: &str, results: &[(String, Outcome)]) {
-    let mut report = format!(
-        "selinux-vm ({mode}): image {:.1} s, VM {:.1} s ({}), scratch {}\n",
-        run.build_secs,
-        run.boot_secs,
-        run.status,
-        run.scratch.path().display()
+    vm::report(
+        run,
+        &format!("selinux-vm ({mode})"),
+        "SELinux VM",
+        &["disk.raw", "initrd.img", "payload.cpio"],
+        &results,
     );
-    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
-    for (name, r) in results {
-        let (tag, detail) = match r {
-            Ok(d) => ("PASS", d),
-            Err(d) => ("FAIL", d),
-        };
-        let _ = writeln!(
-            report,
-            "  {tag} {name}: {}",
-            detail.replace('\n', "\n       ")
-        );
-    }
-    let _ = writeln!(
-        report,
-        "selinux-vm checks: {} of {} passed",
-        results.len() - failed,
-        results.len()
-    );
-    if failed > 0 {
-        // Keep the logs for a look afterwards, not the 100 MB of images.
-        for big in ["disk.raw", "initrd.img", "payload.cpio"] {
-            let _ = fs::remove_file(run.scratch.path().join(big));
-        }
-        let kept = run.scratch.keep();
-        panic!(
-            "{failed} SELinux VM check(s) failed\n{report}\
-             --- console (ttyS0) ---\n{}\n--- scenario output (ttyS1) ---\n{}\n\
-             (logs kept in {})",
-            run.console,
-            run.results,
-            kept.display()
-        );
-    }
-    eprint!("{report}");
 }
 
 // ---------------------------------------------------------------- CSI
@@ -798,7 +755,13 @@ fn a_labelled_csi_volume_on_a_real_selinux_kernel() {
     let run = boot_vm("csi.sh", true);
     let ev = Evidence::parse(&run.results);
     let results = csi_checks(&ev, &mode);
-    report(run, &mode, &results);
+    vm::report(
+        run,
+        &format!("selinux-vm ({mode})"),
+        "SELinux VM",
+        &["disk.raw", "initrd.img", "payload.cpio"],
+        &results,
+    );
 }
 
 // ---------------------------------------------------------------- crash points
@@ -929,5 +892,11 @@ fn labelled_volumes_through_every_crash_point_on_a_real_selinux_kernel() {
     let run = boot_vm("crash.sh", false);
     let ev = Evidence::parse(&run.results);
     let results = crash_checks(&ev);
-    report(run, &mode, &results);
+    vm::report(
+        run,
+        &format!("selinux-vm ({mode})"),
+        "SELinux VM",
+        &["disk.raw", "initrd.img", "payload.cpio"],
+        &results,
+    );
 }

@@ -307,3 +307,55 @@ impl Evidence {
         serde_json::from_str(text).map_err(|e| format!("{name} is not JSON ({e}): {text}"))
     }
 }
+
+/// One check of a VM scenario: what it found, or why it failed.
+pub type Outcome = Result<String, String>;
+
+/// Prints every check's outcome under `title`; fails (with the console,
+/// the scenario's output and the logs kept) if any failed. The `big`
+/// images in the scratch dir are removed first: the logs are kept for a
+/// look afterwards, not hundreds of MB of disks.
+pub fn report(run: Run, title: &str, failing: &str, big: &[&str], results: &[(String, Outcome)]) {
+    use std::fmt::Write as _;
+    let mut report = format!(
+        "{title}: image {:.1} s, VM {:.1} s ({}), scratch {}\n",
+        run.build_secs,
+        run.boot_secs,
+        run.status,
+        run.scratch.path().display()
+    );
+    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
+    for (name, r) in results {
+        let (tag, detail) = match r {
+            Ok(d) => ("PASS", d),
+            Err(d) => ("FAIL", d),
+        };
+        let _ = writeln!(
+            report,
+            "  {tag} {name}: {}",
+            detail.replace('\n', "\n       ")
+        );
+    }
+    let title_word = title.split(' ').next().unwrap_or(title);
+    let _ = writeln!(
+        report,
+        "{title_word} checks: {} of {} passed",
+        results.len() - failed,
+        results.len()
+    );
+    if failed > 0 {
+        for b in big {
+            let _ = std::fs::remove_file(run.scratch.path().join(b));
+        }
+        let kept = run.scratch.keep();
+        panic!(
+            "{failed} {failing} check(s) failed\n{report}\
+             --- console (ttyS0) ---\n{}\n--- scenario output (ttyS1) ---\n{}\n\
+             (logs kept in {})",
+            run.console,
+            run.results,
+            kept.display()
+        );
+    }
+    eprint!("{report}");
+}
