@@ -63,7 +63,6 @@
 
 mod support;
 
-
 use serde_json::Value;
 
 use support::vm::{self, Evidence, Outcome, boot_vm};
