@@ -45,6 +45,30 @@ pub(super) fn open_sled(
     opened
 }
 
+/// Waits up to `lock_wait` for sled's lock on `<dir>/db` to be free (an
+/// `flock`, as sled takes it), and lets go of it at once: `false` when
+/// another handle still holds it. A journal with no log yet is free. A
+/// probe, not a claim: sled takes the lock itself ([`open_sled`]), so a
+/// holder that comes in between is still refused there.
+pub(super) fn wait_for_lock(dir: &Path, lock_wait: Duration) -> bool {
+    let Ok(log) = std::fs::File::open(dir.join("db")) else {
+        return true;
+    };
+    let deadline = Instant::now() + lock_wait;
+    loop {
+        match log.try_lock() {
+            // let go of when `log` is dropped, on return
+            Ok(()) => return true,
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(RETRY);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return false,
+            // a lock that cannot be asked about is left to sled's open
+            Err(std::fs::TryLockError::Error(_)) => return true,
+        }
+    }
+}
+
 /// What [`Journal::open_or_ask`] read.
 #[derive(Debug)]
 pub enum Opened<T> {

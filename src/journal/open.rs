@@ -136,6 +136,14 @@ pub(super) fn open(
     cfg: &JournalConfig,
     locked: impl FnOnce(),
 ) -> Result<(Journal, Replay), JournalError> {
+    // A journal another process holds is waited for before anything is
+    // copied: an open that finds it held for good (a dump beside the
+    // daemon, asked again and again by `open_or_ask`) copies nothing.
+    if !super::held::wait_for_lock(&cfg.dir, cfg.lock_wait) {
+        return Err(JournalError::Locked {
+            path: cfg.dir.clone(),
+        });
+    }
     // Before sled's recovery can zero a damaged log's tail (see `AsFound`).
     let as_found = has_journal(&cfg.dir)
         .then(|| AsFound::save(&cfg.dir, cfg.on_corrupt == OnCorrupt::Report))
