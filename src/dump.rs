@@ -441,7 +441,7 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
     out
 }
 
-pub(crate) use crate::util::table::{cells, columns};
+use crate::util::table::{cells, columns};
 
 #[cfg(test)]
 mod tests {
