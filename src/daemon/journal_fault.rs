@@ -4,7 +4,7 @@
 //! free space, read-only or not), so an operator sees at once which disk
 //! to free. `/readyz` and the metrics read the journal's state themselves.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::health::{EventSink, VolumeEvent};
 use crate::host::sys::Sys;
@@ -22,11 +22,22 @@ const MAX_DEPTH: usize = 64;
 /// mounted at /var/lib/kubelet (device 259:1, read-only), 0 B free of
 /// 20.0 GiB".
 pub(super) fn describe_filesystem(sys: &dyn Sys, dir: &Path) -> String {
-    let mount = mount_point(sys, dir).map_or_else(|| "?".to_owned(), |p| p.display().to_string());
-    let device = sys.mount_probe(dir).map_or_else(
-        |_| "?".to_owned(),
-        |m| format!("{}:{}", m.dev.major, m.dev.minor),
-    );
+    // The nearest of `dir` and its parents that is a mount root: O(depth)
+    // `statx` calls, never a read of the mount table; the first gives the
+    // device.
+    let (mut mount, mut device) = (None, None);
+    for p in dir.ancestors().take(MAX_DEPTH) {
+        let Ok(probe) = sys.mount_probe(p) else {
+            continue;
+        };
+        device.get_or_insert(probe.dev);
+        if probe.mount_root == Some(true) {
+            mount = Some(p);
+            break;
+        }
+    }
+    let mount = mount.map_or_else(|| "?".to_owned(), |p| p.display().to_string());
+    let device = device.map_or_else(|| "?".to_owned(), |d| format!("{}:{}", d.major, d.minor));
     match sys.statfs(dir) {
         Ok(u) => format!(
             "the filesystem mounted at {mount} (device {device}{}), {} free of {}",
@@ -36,15 +47,6 @@ pub(super) fn describe_filesystem(sys: &dyn Sys, dir: &Path) -> String {
         ),
         Err(e) => format!("the filesystem mounted at {mount} (its usage unknown: {e})"),
     }
-}
-
-/// The nearest of `dir` and its parents that is a mount root: O(depth)
-/// `statx` calls, never a read of the mount table.
-fn mount_point(sys: &dyn Sys, dir: &Path) -> Option<PathBuf> {
-    dir.ancestors()
-        .take(MAX_DEPTH)
-        .find(|p| sys.mount_probe(p).is_ok_and(|m| m.mount_root == Some(true)))
-        .map(Path::to_path_buf)
 }
 
 fn bytes(n: u64) -> String {
