@@ -457,12 +457,19 @@ fn selinux_labels_on_a_real_selinux_kernel() {
     let run = boot_vm("scenario.sh", false);
     let ev = Evidence::parse(&run.results);
     let results = checks(&ev, &mode);
+    report(run, &mode, &results);
+}
+
+/// Every check's outcome, as `support::vm::report` prints it for this VM.
+fn report(run: vm::Run, mode: &str, results: &[(String, Outcome)]) {
+    // the logs are kept on a failure, not the images
+    let images = ["disk.raw", "initrd.img", "payload.cpio"];
     vm::report(
         run,
         &format!("selinux-vm ({mode})"),
         "SELinux VM",
-        &["disk.raw", "initrd.img", "payload.cpio"],
-        &results,
+        &images,
+        results,
     );
 }
 
@@ -754,13 +761,7 @@ fn a_labelled_csi_volume_on_a_real_selinux_kernel() {
     let run = boot_vm("csi.sh", true);
     let ev = Evidence::parse(&run.results);
     let results = csi_checks(&ev, &mode);
-    vm::report(
-        run,
-        &format!("selinux-vm ({mode})"),
-        "SELinux VM",
-        &["disk.raw", "initrd.img", "payload.cpio"],
-        &results,
-    );
+    report(run, &mode, &results);
 }
 
 // ---------------------------------------------------------------- crash points
@@ -891,11 +892,5 @@ fn labelled_volumes_through_every_crash_point_on_a_real_selinux_kernel() {
     let run = boot_vm("crash.sh", false);
     let ev = Evidence::parse(&run.results);
     let results = crash_checks(&ev);
-    vm::report(
-        run,
-        &format!("selinux-vm ({mode})"),
-        "SELinux VM",
-        &["disk.raw", "initrd.img", "payload.cpio"],
-        &results,
-    );
+    report(run, &mode, &results);
 }
