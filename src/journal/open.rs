@@ -795,12 +795,10 @@ mod tests {
         assert!(note.contains(damage::AS_FOUND), "{note}");
     }
 
-    /// Found by `tests/journal_torture.rs`: sled refuses to open a journal
-    /// whose `snap.*` (a cache of its log) is damaged, and the whole
-    /// journal was moved aside for it. The daemon now moves the snapshot
-    /// aside and replays the log alone: every record is still there.
-    #[test]
-    fn a_damaged_snapshot_is_moved_aside_and_the_log_replayed() {
+    /// A journal of 20 records in a temp dir, closed, then opened and
+    /// dropped once more by sled alone, which leaves a snapshot of its page
+    /// table beside its log.
+    fn twenty_records_snapshotted() -> (tempfile::TempDir, std::path::PathBuf, JournalConfig) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("journal");
         let cfg = JournalConfig::new(&dir, "n", BOOT);
@@ -809,8 +807,17 @@ mod tests {
             j.append_record(outcome(i)).unwrap();
         }
         drop(j);
-        // Reopened and dropped: sled leaves a snapshot of its page table.
         drop(sled_retrying(&dir));
+        (tmp, dir, cfg)
+    }
+
+    /// Found by `tests/journal_torture.rs`: sled refuses to open a journal
+    /// whose `snap.*` (a cache of its log) is damaged, and the whole
+    /// journal was moved aside for it. The daemon now moves the snapshot
+    /// aside and replays the log alone: every record is still there.
+    #[test]
+    fn a_damaged_snapshot_is_moved_aside_and_the_log_replayed() {
+        let (_tmp, dir, cfg) = twenty_records_snapshotted();
         let snap = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -850,15 +857,7 @@ mod tests {
     /// aside (reported as damage). The daemon now removes it first.
     #[test]
     fn a_snapshot_left_unfinished_is_removed_not_reported_as_damage() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("journal");
-        let cfg = JournalConfig::new(&dir, "n", BOOT);
-        let (j, _) = Journal::open(&cfg).unwrap();
-        for i in 0..20 {
-            j.append_record(outcome(i)).unwrap();
-        }
-        drop(j);
-        drop(sled_retrying(&dir));
+        let (_tmp, dir, cfg) = twenty_records_snapshotted();
         let unfinished = dir.join("snap.00000000FFFFFFFF.generating");
         std::fs::write(&unfinished, b"cut short by ENOSPC").unwrap();
         let (_, replay) = Journal::open(&cfg).unwrap();
@@ -872,15 +871,7 @@ mod tests {
     /// the whole journal aside. It is now moved aside alone.
     #[test]
     fn a_damaged_sled_conf_is_moved_aside_and_the_log_replayed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("journal");
-        let cfg = JournalConfig::new(&dir, "n", BOOT);
-        let (j, _) = Journal::open(&cfg).unwrap();
-        for i in 0..20 {
-            j.append_record(outcome(i)).unwrap();
-        }
-        drop(j);
-        drop(sled_retrying(&dir));
+        let (_tmp, dir, cfg) = twenty_records_snapshotted();
         let mut conf = std::fs::read(dir.join("conf")).unwrap();
         conf[4] ^= 0xff;
         std::fs::write(dir.join("conf"), &conf).unwrap();
