@@ -330,15 +330,7 @@ pub fn run(f: &Fixture, full: &Full, figures: &mut Figures) -> Result<(), String
     if !f.trigger.is_empty() {
         node.converge(&|_| Ok(()))
             .map_err(|e| format!("before the fault: {e}"))?;
-        let pv_pods: Vec<String> = node
-            .desired
-            .iter()
-            .filter(|(_, k)| k.contains(&Kind::Pv))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for p in pv_pods {
-            node.write_pv_file(&p, "before-full")?;
-        }
+        node.write_pv_files("before-full")?;
         // `checkpoint.mid` holds the checkpoint lock, which the daemon's
         // `/debug/journal` waits for: the records are read before
         early = Some(node.dump()?);

@@ -700,6 +700,21 @@ impl Node {
         Ok(())
     }
 
+    /// Writes a file tagged `tag` on the PV through every desired pod that
+    /// has one (data to be found after the fault).
+    pub fn write_pv_files(&mut self, tag: &str) -> Result<(), String> {
+        let pv_pods: Vec<String> = self
+            .desired
+            .iter()
+            .filter(|(_, k)| k.contains(&Kind::Pv))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in pv_pods {
+            self.write_pv_file(&p, tag)?;
+        }
+        Ok(())
+    }
+
     /// Checks every file written to the PV: mounts the device read-only at a
     /// scratch dir (the daemon's mounts may or may not be there).
     pub fn check_pv_files(&self) -> Result<(), String> {

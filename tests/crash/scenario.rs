@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::fixture::{Change, Cmp, Crash, Fixture, Kind, Ref};
+use crate::fixture::{Change, Cmp, Crash, Fixture, Ref};
 use crate::node::{Node, PV};
 
 /// How long an armed daemon may take to reach its point.
@@ -88,15 +88,7 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
         node.converge(&|_| Ok(()))
             .map_err(|e| format!("before the crash: {e}"))?;
         // Data on the PV, to be found after the restart.
-        let pv_pods: Vec<String> = node
-            .desired
-            .iter()
-            .filter(|(_, k)| k.contains(&Kind::Pv))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for p in pv_pods {
-            node.write_pv_file(&p, "before-crash")?;
-        }
+        node.write_pv_files("before-crash")?;
         for c in &f.trigger {
             apply(&mut node, c);
         }
