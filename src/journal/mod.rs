@@ -316,7 +316,7 @@ impl Journal {
     /// durable (it survives the death of the process; see the module docs).
     pub fn append_record(&self, body: Body) -> Result<u64, JournalError> {
         self.check_open()?;
-        let seq = self.insert(body)?;
+        let seq = self.insert(body);
         self.wait_durable(seq)?;
         Ok(seq)
     }
@@ -326,7 +326,7 @@ impl Journal {
     /// in order, so a later durable record makes every earlier one durable),
     /// or, while the journal cannot be written, with the recovery.
     pub fn append_record_lazy(&self, body: Body) -> Result<u64, JournalError> {
-        self.insert(body)
+        Ok(self.insert(body))
     }
 
     /// Makes every record appended so far durable (one group flush, shared
@@ -353,9 +353,8 @@ impl Journal {
         self.synced_through() < self.inserted_through.load(Ordering::SeqCst)
     }
 
-    fn insert(&self, body: Body) -> Result<u64, JournalError> {
-        let (_, last) = self.insert_all(vec![body])?;
-        Ok(last)
+    fn insert(&self, body: Body) -> u64 {
+        self.insert_all(vec![body]).1
     }
 
     /// Fails while a failed write waits for [`Journal::recover`]: what
@@ -380,7 +379,8 @@ impl Journal {
     /// While the journal cannot be written (or when this insert fails),
     /// the records are kept in memory only: the recovery writes them, and
     /// whoever waits for them to be durable is told it failed meanwhile.
-    fn insert_all(&self, bodies: Vec<Body>) -> Result<(u64, u64), JournalError> {
+    /// So an insert itself never fails.
+    fn insert_all(&self, bodies: Vec<Body>) -> (u64, u64) {
         let mut w = self.writer();
         let first = w.next_seq;
         let wall_time_ns = now_ns();
@@ -394,7 +394,7 @@ impl Journal {
             })
             .collect();
         if records.is_empty() {
-            return Ok((first, first.saturating_sub(1)));
+            return (first, first.saturating_sub(1));
         }
         let sealed: Vec<(u64, sled::IVec)> = records
             .iter()
@@ -425,7 +425,7 @@ impl Journal {
         let last = first + records.len() as u64 - 1;
         w.next_seq = last + 1;
         self.inserted_through.store(last, Ordering::SeqCst);
-        Ok((first, last))
+        (first, last)
     }
 
     /// Returns once `seq` is durable (group commit; a failed flush leaves
@@ -458,7 +458,7 @@ impl Journal {
         if bodies.is_empty() {
             return Ok(Vec::new());
         }
-        let (first, last) = self.insert_all(bodies)?;
+        let (first, last) = self.insert_all(bodies);
         self.wait_durable(last)?;
         Ok((first..=last).collect())
     }

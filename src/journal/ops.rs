@@ -90,7 +90,7 @@ impl Journal {
         steps: Steps,
         target: &SharedParams,
     ) -> Result<Announced, JournalError> {
-        let seq = self.insert(intent(op, steps, target))?;
+        let seq = self.insert(intent(op, steps, target));
         Ok(Announced { op, seq })
     }
 
@@ -118,7 +118,7 @@ impl Journal {
         target: &SharedParams,
     ) -> Result<DurableIntent, JournalError> {
         self.check_open()?;
-        let seq = self.insert(intent(op, steps, target))?;
+        let seq = self.insert(intent(op, steps, target));
         if let Err(e) = self.wait_durable(seq) {
             self.never_started(op, seq, &e);
             return Err(e);
@@ -131,15 +131,12 @@ impl Journal {
     /// writes both, and neither replay nor reconstruction then takes the
     /// intent for an operation cut short, since it never ran.
     fn never_started(&self, op: Operation, intent_seq: u64, e: &JournalError) {
-        let closed = self.insert(Body::Outcome {
+        self.insert(Body::Outcome {
             intent_seq,
             op,
             result: OpResult::FailedFinal(format!("not started: {e}")),
             observed: None,
         });
-        if let Err(e) = closed {
-            tracing::warn!(intent_seq, "close an intent that never started: {e}");
-        }
     }
 
     /// Appends the outcome of a begun operation, with the mount the plugin
@@ -152,23 +149,23 @@ impl Journal {
         result: OpResult,
         observed: Option<MountIdentity>,
     ) -> Result<u64, JournalError> {
-        self.insert(Body::Outcome {
+        Ok(self.insert(Body::Outcome {
             intent_seq: intent.seq,
             op: intent.op,
             result,
             observed,
-        })
+        }))
     }
 
     /// Closes an announced intent whose operation never ran (`why`), with
     /// a final failure: nothing touched the OS for it.
     pub fn withdraw(&self, announced: Announced, why: String) -> Result<u64, JournalError> {
-        self.insert(Body::Outcome {
+        Ok(self.insert(Body::Outcome {
             intent_seq: announced.seq,
             op: announced.op,
             result: OpResult::FailedFinal(why),
             observed: None,
-        })
+        }))
     }
 
     /// Forgets `volume`'s `targets` (fully cleaned up) in one batch, durable
