@@ -40,23 +40,23 @@ pub enum NotifyError {
         why: &'static str,
     },
     /// the abstract or path address could not be formed
-    #[error("NOTIFY_SOCKET {value:?}: {source}")]
+    #[error("NOTIFY_SOCKET {value:?}: {cause}")]
     BadAddress {
         /// the variable's value
         value: OsString,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// the datagram socket could not be created
     #[error("create the notify socket: {0}")]
     Socket(std::io::Error),
     /// sending one message failed
-    #[error("send {message:?} to the service manager: {source}")]
+    #[error("send {message:?} to the service manager: {cause}")]
     Send {
         /// the first line of what was sent
         message: String,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -70,9 +70,9 @@ pub fn parse_address(value: &OsStr) -> Result<SocketAddr, NotifyError> {
         why,
     };
     let formed = |r: std::io::Result<SocketAddr>| {
-        r.map_err(|source| NotifyError::BadAddress {
+        r.map_err(|cause| NotifyError::BadAddress {
             value: value.to_owned(),
-            source,
+            cause,
         })
     };
     match bytes.first() {
@@ -141,9 +141,9 @@ impl Notifier {
         };
         sock.send_to_addr(state.as_bytes(), addr)
             .map(|_| ())
-            .map_err(|source| NotifyError::Send {
+            .map_err(|cause| NotifyError::Send {
                 message: state.lines().next().unwrap_or_default().to_owned(),
-                source,
+                cause,
             })
     }
 

@@ -596,3 +596,20 @@ fn the_std_fs_check_sees_paths_and_imports() {
         assert!(!names_std_fs(miss) || miss.starts_with("//"), "{miss}");
     }
 }
+
+/// A field named `source` is the error's source to thiserror, and `{:#}`
+/// (anyhow at the binary's edge) prints every source after the message: a
+/// message that also writes `{source}` prints its cause twice. Leaf causes
+/// are named `cause` and printed inline; a `source` is left to the chain.
+#[test]
+fn no_error_message_prints_its_source_inline() {
+    let mut twice = Vec::new();
+    for p in files(&["src"]) {
+        for (n, line) in non_test_lines(&std::fs::read_to_string(&p).unwrap()) {
+            if line.trim_start().starts_with("#[error(") && line.contains("{source}") {
+                twice.push(format!("{}:{n}", p.display()));
+            }
+        }
+    }
+    assert!(twice.is_empty(), "messages print their source inline: {twice:?}");
+}

@@ -11,13 +11,12 @@ use tonic::transport::{Channel, Endpoint};
 pub enum ChannelError {
     /// The socket could not be connected to (missing, refused, or the
     /// HTTP/2 handshake failed).
-    #[error("connecting to {}: {source}", path.display())]
+    #[error("connecting to {}: {cause}", path.display())]
     Connect {
         /// The socket path.
         path: PathBuf,
         /// What tonic reported.
-        #[source]
-        source: tonic::transport::Error,
+        cause: tonic::transport::Error,
     },
 }
 
@@ -40,5 +39,5 @@ pub async fn connect_unix(path: impl AsRef<Path>) -> Result<Channel, ChannelErro
     Endpoint::from_static("http://[::]:50051")
         .connect_with_connector(connector)
         .await
-        .map_err(|source| ChannelError::Connect { path, source })
+        .map_err(|cause| ChannelError::Connect { path, cause })
 }

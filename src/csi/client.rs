@@ -7,6 +7,8 @@
 //! message.
 
 use std::collections::BTreeMap;
+
+use crate::util::chain::error_chain;
 use std::time::{Duration, Instant};
 
 use prometheus::HistogramVec;
@@ -401,24 +403,9 @@ fn as_grpc_go_reports(s: tonic::Status) -> tonic::Status {
     }
     match s.source() {
         // the source's own words, whose first is the message
-        Some(lost) if s.code() == Code::Unknown => tonic::Status::unavailable(chain(lost)),
+        Some(lost) if s.code() == Code::Unknown => tonic::Status::unavailable(error_chain(lost)),
         _ => s,
     }
-}
-
-/// An error and its sources, `: `-separated.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let text = s.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = s.source();
-    }
-    out
 }
 
 fn code_label(code: Code) -> &'static str {

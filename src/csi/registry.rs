@@ -78,13 +78,12 @@ pub enum RegistryError {
         reason: String,
     },
     /// it answered the registration calls with an error
-    #[error("CSI driver {driver} failed registration: {source}")]
+    #[error("CSI driver {driver} failed registration: {cause}")]
     Rpc {
         /// the driver
         driver: String,
         /// the failed call
-        #[source]
-        source: CsiError,
+        cause: CsiError,
     },
 }
 
@@ -204,9 +203,9 @@ impl Drivers {
                 reason: e.to_string(),
             })?;
         let client = CsiClient::new(name, channel, self.timeout, self.seconds.clone());
-        let rpc = |source| RegistryError::Rpc {
+        let rpc = |cause| RegistryError::Rpc {
             driver: name.to_owned(),
-            source,
+            cause,
         };
         let node_id = client.node_info().await.map_err(rpc)?;
         let caps = client.node_caps().await.map_err(rpc)?;

@@ -107,7 +107,7 @@ impl CsiPlugin {
             .map_err(|source| PluginError::Driver {
                 op: op.op,
                 volume: op.volume.clone(),
-                source: Box::new(source),
+                cause: Box::new(source),
             })
     }
 
@@ -208,7 +208,7 @@ impl CsiPlugin {
             op: op.op,
             volume: op.volume.clone(),
             certainty,
-            source: Box::new(e),
+            cause: Box::new(e),
         }
     }
 

@@ -114,7 +114,7 @@ pub enum Certainty {
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     /// a call to the kernel (or mkfs, blkid) failed
-    #[error("{} {volume}: {source}", .op.as_str())]
+    #[error("{} {volume}: {cause}", .op.as_str())]
     Sys {
         /// the operation
         op: Operation,
@@ -123,8 +123,7 @@ pub enum PluginError {
         /// whether the target may have changed
         certainty: Certainty,
         /// the failed call, naming its path and errno
-        #[source]
-        source: Box<SysError>,
+        cause: Box<SysError>,
     },
     /// the target parameters lack something this operation needs
     #[error("{} {volume}: missing {what} in target parameters", .op.as_str())]
@@ -264,7 +263,7 @@ pub enum PluginError {
     },
     /// a CSI call failed; certain when the driver's status is final and
     /// nothing changed before it (the kubelet's `isFinalError`)
-    #[error("{} {volume}: {source}", .op.as_str())]
+    #[error("{} {volume}: {cause}", .op.as_str())]
     Csi {
         /// the operation
         op: Operation,
@@ -273,20 +272,18 @@ pub enum PluginError {
         /// whether the target may have changed
         certainty: Certainty,
         /// the failed call
-        #[source]
-        source: Box<crate::csi::CsiError>,
+        cause: Box<crate::csi::CsiError>,
     },
     /// the volume's CSI driver is not registered or not reachable: no call
     /// was made; retried with backoff until it is
-    #[error("{} {volume}: {source}", .op.as_str())]
+    #[error("{} {volume}: {cause}", .op.as_str())]
     Driver {
         /// the operation
         op: Operation,
         /// the volume
         volume: UniqueVolumeName,
         /// why the driver cannot be used
-        #[source]
-        source: Box<crate::csi::registry::RegistryError>,
+        cause: Box<crate::csi::registry::RegistryError>,
     },
     /// a Secret a CSI call needs cannot be read: no call was made
     #[error("{} {volume}: Secret {namespace}/{name}: {why}", .op.as_str())]
@@ -304,15 +301,14 @@ pub enum PluginError {
     },
     /// a configMap, secret, downwardAPI or projected payload cannot be
     /// built (a missing object or key, a path that would leave the volume)
-    #[error("{} {volume}: {source}", .op.as_str())]
+    #[error("{} {volume}: {cause}", .op.as_str())]
     Payload {
         /// the operation
         op: Operation,
         /// the volume
         volume: UniqueVolumeName,
         /// why
-        #[source]
-        source: payload::PayloadError,
+        cause: payload::PayloadError,
     },
     /// the objects changed between the intent (which recorded the
     /// payload's hash) and the write: nothing written; the next attempt
@@ -354,7 +350,7 @@ impl PluginError {
     #[cfg(test)]
     pub fn sys_error(&self) -> Option<&SysError> {
         match self {
-            PluginError::Sys { source, .. } => Some(source),
+            PluginError::Sys { cause, .. } => Some(cause),
             _ => None,
         }
     }
@@ -477,12 +473,12 @@ impl<'a> Op<'a> {
         }
     }
 
-    pub(crate) fn sys_err(&self, source: SysError, mutating: bool) -> PluginError {
+    pub(crate) fn sys_err(&self, cause: SysError, mutating: bool) -> PluginError {
         PluginError::Sys {
             op: self.op,
             volume: self.volume.clone(),
-            certainty: self.certainty(&source, mutating),
-            source: Box::new(source),
+            certainty: self.certainty(&cause, mutating),
+            cause: Box::new(cause),
         }
     }
 

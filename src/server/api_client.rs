@@ -31,14 +31,14 @@ pub enum ApiClientError {
         why: String,
     },
     /// a socket step failed
-    #[error("{step} {socket}: {source}")]
+    #[error("{step} {socket}: {cause}")]
     Io {
         /// `connect`, `send` or `receive`
         step: &'static str,
         /// the socket
         socket: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// no whole answer in time
     #[error("GET {path} on {socket}: no full answer within {after:?}")]
@@ -88,11 +88,11 @@ pub fn wait_pod(dir: &Path, pod: &PodUid, wait: Duration) -> Result<PodVolumes, 
                 socket.display()
             )));
         }
-        Err(source) => {
+        Err(cause) => {
             return Err(ApiClientError::Io {
                 step: "connect",
                 socket,
-                source,
+                cause,
             });
         }
     };
@@ -124,10 +124,10 @@ fn ask(
 ) -> Result<(u16, Vec<u8>), ApiClientError> {
     let deadline = Instant::now() + after;
     let io = |step| {
-        move |source| ApiClientError::Io {
+        move |cause| ApiClientError::Io {
             step,
             socket: socket.to_owned(),
-            source,
+            cause,
         }
     };
     let timed_out = || ApiClientError::Timeout {
@@ -141,7 +141,7 @@ fn ask(
         env!("CARGO_PKG_VERSION")
     );
     exchange(stream, &request, deadline).map_err(|e| match e {
-        Exchange::Io(step, source) => io(step)(source),
+        Exchange::Io(step, cause) => io(step)(cause),
         Exchange::Timeout => timed_out(),
         Exchange::Bad(reason) => ApiClientError::BadResponse {
             socket: socket.to_owned(),

@@ -25,20 +25,20 @@ pub fn path(dir: &Path) -> PathBuf {
 #[derive(Debug, thiserror::Error)]
 pub enum ApiSocketError {
     /// a step on the socket file failed
-    #[error("{step} {path}: {source}")]
+    #[error("{step} {path}: {cause}")]
     Io {
         /// `bind`, `chmod`, `rename into place`, `remove`, `listen`
         step: &'static str,
         /// the file
         path: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
 fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ApiSocketError {
     let path = path.to_owned();
-    move |source| ApiSocketError::Io { step, path, source }
+    move |cause| ApiSocketError::Io { step, path, cause }
 }
 
 /// The bound socket; its file is removed when this is dropped (the server

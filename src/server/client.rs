@@ -94,7 +94,7 @@ pub enum ClientError {
         reason: String,
     },
     /// a socket step (connect, send, receive) failed
-    #[error("{step} http://{addr}{path}: {source}")]
+    #[error("{step} http://{addr}{path}: {cause}")]
     Io {
         /// `connect`, `send` or `receive`
         step: &'static str,
@@ -103,7 +103,7 @@ pub enum ClientError {
         /// the request path
         path: String,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// the whole exchange took too long
     #[error("GET http://{addr}{path}: no full answer within {after:?}")]
@@ -138,14 +138,14 @@ pub enum ClientError {
         body: String,
     },
     /// the body is not the dump document
-    #[error("GET http://{addr}{path}: decode the dump document: {source}")]
+    #[error("GET http://{addr}{path}: decode the dump document: {cause}")]
     Decode {
         /// the address
         addr: SocketAddr,
         /// the request path
         path: String,
         /// the cause
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -225,11 +225,8 @@ pub fn ask_daemon(
     }
     let path = with_query("/debug/journal", &[volume.map(|v| ("volume", v))]);
     let (addr, body) = get_ok(&daemon.listen, &path, timeout)?;
-    let doc = serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
-        addr,
-        path,
-        source,
-    })?;
+    let doc =
+        serde_json::from_slice(&body).map_err(|cause| ClientError::Decode { addr, path, cause })?;
     Ok(JournalSource::Daemon { doc, daemon })
 }
 
@@ -250,7 +247,7 @@ pub fn ask_health(
     ];
     let path = with_query("/debug/health", &asked);
     let (addr, body) = get_ok(&daemon.listen, &path, timeout)?;
-    serde_json::from_slice(&body).map_err(|source| ClientError::Decode { addr, path, source })
+    serde_json::from_slice(&body).map_err(|cause| ClientError::Decode { addr, path, cause })
 }
 
 /// `path` with the pairs given as its query string, encoded (a `None`
@@ -312,11 +309,11 @@ fn resolve(listen: &str) -> Result<SocketAddr, ClientError> {
 pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>), ClientError> {
     let deadline = Instant::now() + timeout;
     let io = |step| {
-        move |source| ClientError::Io {
+        move |cause| ClientError::Io {
             step,
             addr,
             path: path.to_owned(),
-            source,
+            cause,
         }
     };
     let timed_out = || ClientError::Timeout {

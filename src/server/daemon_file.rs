@@ -41,46 +41,46 @@ pub struct DaemonFile {
 pub enum DaemonFileError {
     /// creating the temp file beside daemon.json failed (no inode left, a
     /// read-only disk)
-    #[error("create a temp file for {path}: {source}")]
+    #[error("create a temp file for {path}: {cause}")]
     CreateTemp {
         /// daemon.json
         path: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// writing or fsyncing the temp file failed
-    #[error("{step} temp file {path}: {source}")]
+    #[error("{step} temp file {path}: {cause}")]
     WriteTemp {
         /// `write` or `fsync`
         step: &'static str,
         /// the temp file
         path: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// renaming the temp file over daemon.json failed
-    #[error("rename temp file over {path}: {source}")]
+    #[error("rename temp file over {path}: {cause}")]
     Rename {
         /// daemon.json
         path: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// fsyncing the dir after the rename failed
-    #[error("fsync dir {dir}: {source}")]
+    #[error("fsync dir {dir}: {cause}")]
     SyncDir {
         /// the journal dir
         dir: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// reading daemon.json failed
-    #[error("read {path}: {source}")]
+    #[error("read {path}: {cause}")]
     Read {
         /// daemon.json
         path: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// daemon.json is larger than any the daemon writes
     #[error("{path} is {len} bytes, larger than any daemon.json ({MAX_LEN})")]
@@ -91,20 +91,20 @@ pub enum DaemonFileError {
         len: u64,
     },
     /// daemon.json is not the JSON we write
-    #[error("parse {path}: {source}")]
+    #[error("parse {path}: {cause}")]
     Parse {
         /// daemon.json
         path: PathBuf,
         /// the cause
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     /// removing daemon.json failed
-    #[error("remove {path}: {source}")]
+    #[error("remove {path}: {cause}")]
     Remove {
         /// daemon.json
         path: PathBuf,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -133,30 +133,30 @@ impl DaemonFile {
             .prefix(".daemon.json.")
             .suffix(".tmp")
             .tempfile_in(journal_dir)
-            .map_err(|source| DaemonFileError::CreateTemp {
+            .map_err(|cause| DaemonFileError::CreateTemp {
                 path: target.clone(),
-                source,
+                cause,
             })?;
         let tmp_path = tmp.path().to_owned();
         let step = |step| {
             let p = tmp_path.clone();
-            move |source| DaemonFileError::WriteTemp {
+            move |cause| DaemonFileError::WriteTemp {
                 step,
                 path: p,
-                source,
+                cause,
             }
         };
         let mut body = serde_json::to_vec_pretty(self).map_err(|e| DaemonFileError::WriteTemp {
             step: "encode",
             path: tmp_path.clone(),
-            source: e.into(),
+            cause: e.into(),
         })?;
         body.push(b'\n');
         tmp.write_all(&body).map_err(step("write"))?;
         tmp.as_file().sync_all().map_err(step("fsync"))?;
         tmp.persist(&target).map_err(|e| DaemonFileError::Rename {
             path: target.clone(),
-            source: e.error,
+            cause: e.error,
         })?;
         sync_dir(journal_dir)
     }
@@ -164,9 +164,9 @@ impl DaemonFile {
     /// Reads `<journal_dir>/daemon.json`: `Ok(None)` when there is none.
     pub fn read(journal_dir: &Path) -> Result<Option<DaemonFile>, DaemonFileError> {
         let p = path(journal_dir);
-        let read_err = |source| DaemonFileError::Read {
+        let read_err = |cause| DaemonFileError::Read {
             path: p.clone(),
-            source,
+            cause,
         };
         let file = match std::fs::File::open(&p) {
             Ok(f) => f,
@@ -182,7 +182,7 @@ impl DaemonFile {
             .map_err(read_err)?;
         serde_json::from_slice(&body)
             .map(Some)
-            .map_err(|source| DaemonFileError::Parse { path: p, source })
+            .map_err(|cause| DaemonFileError::Parse { path: p, cause })
     }
 
     /// Removes `<journal_dir>/daemon.json` if it is still this one's (same
@@ -200,7 +200,7 @@ impl DaemonFile {
         match std::fs::remove_file(&p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(source) => return Err(DaemonFileError::Remove { path: p, source }),
+            Err(cause) => return Err(DaemonFileError::Remove { path: p, cause }),
         }
         sync_dir(journal_dir)?;
         Ok(true)
@@ -210,9 +210,9 @@ impl DaemonFile {
 fn sync_dir(dir: &Path) -> Result<(), DaemonFileError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|source| DaemonFileError::SyncDir {
+        .map_err(|cause| DaemonFileError::SyncDir {
             dir: dir.to_owned(),
-            source,
+            cause,
         })
 }
 

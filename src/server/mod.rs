@@ -124,20 +124,20 @@ impl From<TcpListener> for Listeners {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// binding the listen address failed
-    #[error("bind {addr}: {source}")]
+    #[error("bind {addr}: {cause}")]
     Bind {
         /// the address as given
         addr: String,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// reading back the bound address failed
-    #[error("read the bound address of {addr}: {source}")]
+    #[error("read the bound address of {addr}: {cause}")]
     LocalAddr {
         /// the address as given
         addr: String,
         /// the cause
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -146,15 +146,15 @@ pub enum ServerError {
 pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|source| ServerError::Bind {
+        .map_err(|cause| ServerError::Bind {
             addr: addr.to_owned(),
-            source,
+            cause,
         })?;
     let bound = listener
         .local_addr()
-        .map_err(|source| ServerError::LocalAddr {
+        .map_err(|cause| ServerError::LocalAddr {
             addr: addr.to_owned(),
-            source,
+            cause,
         })?;
     Ok((listener, bound))
 }

@@ -28,22 +28,20 @@ pub enum SourceErrorCategory {
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// listing a source directory failed
-    #[error("listing {dir}: {source}")]
+    #[error("listing {dir}: {cause}")]
     ListDir {
         /// the directory
         dir: PathBuf,
         /// the I/O error
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// `stat`, opening or reading a manifest failed
-    #[error("reading {file}: {source}")]
+    #[error("reading {file}: {cause}")]
     ReadFile {
         /// the file
         file: PathBuf,
         /// the I/O error
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// an entry is neither a regular file nor a directory (FIFO, socket, device)
     #[error("{file} is not a regular file")]
@@ -105,13 +103,12 @@ pub enum SourceError {
         field: &'static str,
     },
     /// `metadata.uid` is not a safe pod UID
-    #[error("{file}: {source}")]
+    #[error("{file}: {cause}")]
     InvalidPodUid {
         /// the file
         file: PathBuf,
         /// why
-        #[source]
-        source: ModelError,
+        cause: ModelError,
     },
     /// two manifests produce the same pod UID; the first file (sorted) wins
     #[error("{file}: pod uid {uid} is already used by {other}")]
@@ -189,15 +186,14 @@ pub enum SourceError {
     },
     /// writing the parsed-manifest cache (`manifest_cache.rs`) failed: a
     /// full disk, a read-only one; the file as it was is kept
-    #[error("parsed-manifest cache: {step} {file}: {source}")]
+    #[error("parsed-manifest cache: {step} {file}: {cause}")]
     WriteCache {
         /// `encode`, `write`, `rename into place`
         step: &'static str,
         /// the file the step failed on (the temp file, or the cache)
         file: PathBuf,
         /// the I/O error
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 

@@ -473,7 +473,7 @@ impl ManifestCache {
     fn replace_file(&self, stored: &Stored) -> Result<(), SourceError> {
         let fail = |step, file: &Path| {
             let file = file.to_owned();
-            move |source| SourceError::WriteCache { step, file, source }
+            move |cause| SourceError::WriteCache { step, file, cause }
         };
         let body = bincode::serialize(stored)
             .map_err(std::io::Error::other)

@@ -106,7 +106,7 @@ pub(crate) fn list_dir(dir: &Path) -> Listing {
         Err(source) => {
             out.errors.push(SourceError::ListDir {
                 dir: dir.to_owned(),
-                source,
+                cause: source,
             });
             return out;
         }
@@ -122,7 +122,7 @@ pub(crate) fn list_dir(dir: &Path) -> Listing {
                 out.complete = false;
                 out.errors.push(SourceError::ListDir {
                     dir: dir.to_owned(),
-                    source,
+                    cause: source,
                 });
                 continue;
             }
@@ -148,7 +148,7 @@ pub(crate) fn list_dir(dir: &Path) -> Listing {
             Err(errno) => {
                 out.errors.push(SourceError::ReadFile {
                     file: path.clone(),
-                    source: std::io::Error::from(errno),
+                    cause: std::io::Error::from(errno),
                 });
                 listed.push((signature_of(path, None), false));
             }
@@ -169,7 +169,7 @@ pub(crate) fn list_dir(dir: &Path) -> Listing {
 pub(crate) fn read_file(file: &Path) -> Result<Vec<u8>, SourceError> {
     let io = |source| SourceError::ReadFile {
         file: file.to_owned(),
-        source,
+        cause: source,
     };
     let f = File::options()
         .read(true)

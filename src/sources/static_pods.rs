@@ -109,7 +109,7 @@ pub fn hashed_uid(pod: &Pod, node_name: &str, file: &Path) -> Result<PodUid, Sou
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     PodUid::new(hex).map_err(|source| SourceError::InvalidPodUid {
         file: file.to_owned(),
-        source,
+        cause: source,
     })
 }
 
@@ -172,7 +172,7 @@ pub fn parse_pod_object(
     let uid = match (given_uid, origin) {
         (Some(uid), _) => PodUid::new(uid).map_err(|source| SourceError::InvalidPodUid {
             file: file.to_owned(),
-            source,
+            cause: source,
         })?,
         (None, Origin::Static { node_name }) => hashed_uid(pod, node_name, file)?,
         (None, Origin::Api) => return Err(missing("metadata.uid")),

@@ -80,7 +80,7 @@ impl VolumePlugin for PayloadPlugin {
         let payload = build::build(p, &*self.objects).map_err(|source| PluginError::Payload {
             op: Operation::SetUp,
             volume: params.volume.clone(),
-            source,
+            cause: source,
         })?;
         // the journal's intent names the payload it was for; write no other
         let journaled = params.payload().or(p.version.as_ref());

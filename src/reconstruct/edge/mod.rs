@@ -82,6 +82,7 @@ use crate::host::scan::ScanProblem;
 use crate::host::sys::{Sys, SysError};
 use crate::journal::JournalState;
 use crate::model::Layout;
+pub(super) use crate::util::chain::error_chain;
 
 use super::report::{ReconstructReport, report_with};
 use super::{MergeOutput, ReconstructError};
@@ -238,18 +239,6 @@ fn mount_table_error(e: SysError) -> ReconstructError {
         },
     };
     ReconstructError::ReadMountTable { path, source }
-}
-
-/// An error and its sources, `: `-joined, for logs and reports.
-pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]
