@@ -18,7 +18,6 @@ pub mod host;
 pub mod journal;
 pub mod metrics;
 pub mod model;
-pub mod notify;
 pub mod plugins;
 pub mod reconciler;
 pub mod reconstruct;

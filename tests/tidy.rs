@@ -380,7 +380,7 @@ fn every_file_that_implements_the_core_is_a_decision_file() {
 /// layer or below (ARCHITECTURE.md's "Bird's eye"). Within a layer the
 /// modules stand side by side. The binary (`src/cli/`) sits on top.
 const LAYERS: &[&[&str]] = &[
-    &["model", "util", "failpoint", "notify"],
+    &["model", "util", "failpoint"],
     &["state", "journal", "host"],
     &[
         "plugins",
@@ -611,5 +611,8 @@ fn no_error_message_prints_its_source_inline() {
             }
         }
     }
-    assert!(twice.is_empty(), "messages print their source inline: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "messages print their source inline: {twice:?}"
+    );
 }

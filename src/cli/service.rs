@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 
-use volumed::notify::{self, Heartbeat, Notifier, Service};
+use volumed::daemon::notify::{self, Heartbeat, Notifier, Service};
 
 /// How log lines are written to stderr.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, Default)]

@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::notify::{EndOnDrop, Heartbeat};
 use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
-use crate::notify::{EndOnDrop, Heartbeat};
 use crate::reconciler::executor::Executor;
 use crate::reconciler::jobs::journal_job;
 use crate::reconciler::jobs::{Job, Queued};

@@ -186,7 +186,7 @@ struct Rig {
     stopping: Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     provider: Provider,
-    heartbeat: Arc<crate::notify::Heartbeat>,
+    heartbeat: Arc<crate::daemon::notify::Heartbeat>,
 }
 
 fn rig(workers: usize) -> Rig {
@@ -208,7 +208,7 @@ fn rig(workers: usize) -> Rig {
     let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let changes = Arc::new(crate::runtime::Changes::new());
     let sink: Arc<dyn crate::health::EventSink> = Arc::new(crate::health::RecentEvents::default());
-    let heartbeat = Arc::new(crate::notify::Heartbeat::default());
+    let heartbeat = Arc::new(crate::daemon::notify::Heartbeat::default());
     let threads = spawn_loop(LoopParts {
         cfg: LoopConfig {
             core: CoreConfig {

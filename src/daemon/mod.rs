@@ -36,6 +36,7 @@ pub(crate) mod event_loop;
 mod health;
 mod journal_fault;
 mod lanes;
+pub mod notify;
 pub(crate) mod orphans;
 mod pools;
 mod provider;
@@ -85,7 +86,7 @@ pub struct Daemon {
     /// the events the monitor emitted, for `/debug/events`
     sink: Arc<crate::health::RecentEvents>,
     /// the reconciler loop's pulse
-    heartbeat: Arc<crate::notify::Heartbeat>,
+    heartbeat: Arc<notify::Heartbeat>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -276,7 +277,7 @@ impl Daemon {
         // both states hold the node's names once ready: new ones need no
         // sharing
         on_ready.push(Box::new(move || drop(sharing)));
-        let heartbeat = Arc::new(crate::notify::Heartbeat::default());
+        let heartbeat = Arc::new(notify::Heartbeat::default());
         let csi = cfg.csi.as_ref().map(|c| {
             crate::plugins::CsiPlugin::new(
                 cfg.layout.clone(),
@@ -418,7 +419,7 @@ impl Daemon {
 
     /// The reconciler loop's pulse: what `READY=1` waits for and what the
     /// watchdog pings only while it beats.
-    pub fn heartbeat(&self) -> Arc<crate::notify::Heartbeat> {
+    pub fn heartbeat(&self) -> Arc<notify::Heartbeat> {
         self.heartbeat.clone()
     }
 
