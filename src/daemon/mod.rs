@@ -28,8 +28,7 @@
 //! server runs on the caller's tokio runtime and reads through
 //! [`Daemon::provider`].
 
-mod api_follow;
-mod api_source;
+mod api;
 mod config;
 mod error;
 pub(crate) mod event_loop;
@@ -41,7 +40,6 @@ pub(crate) mod orphans;
 mod pools;
 mod provider;
 mod startup;
-mod token_seed;
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -56,7 +54,7 @@ use crate::metrics::Metrics;
 use crate::server::DebugProvider;
 use crate::util::time::elapsed_ms;
 
-use api_source::{ApiStopper, Publisher, ReadyGate, spawn_api_source};
+use api::{ApiStopper, Publisher, ReadyGate, spawn_api_source};
 pub use config::{CsiSetup, DaemonConfig};
 pub use error::{DaemonError, OpenedJournal};
 use event_loop::{Event, LoopConfig, LoopParts, World, spawn_loop};
@@ -143,7 +141,7 @@ impl Daemon {
         let sharing = crate::model::intern::begin();
         let started = Instant::now();
         let mut cfg = cfg;
-        let api = cfg.api.as_ref().map(api_source::connect).transpose()?;
+        let api = cfg.api.as_ref().map(api::connect).transpose()?;
         cfg.layout = resolved_root(&cfg.layout, sys.as_ref())?;
 
         let (events_tx, events_rx) = mpsc::channel::<Event>();
@@ -178,18 +176,17 @@ impl Daemon {
         let api_objects = api
             .is_some()
             .then(crate::sources::api_store::ApiObjectStore::default);
-        let payload_objects =
-            api_source::Stores::payload(&cfg.payload_objects, api_objects.as_ref());
+        let payload_objects = api::Stores::payload(&cfg.payload_objects, api_objects.as_ref());
         let api = match (api, api_objects) {
             (Some(a), Some(api_objects)) => {
-                let stores = api_source::Stores {
+                let stores = api::Stores {
                     secrets: cfg.secrets.clone(),
                     static_payload: cfg.payload_objects.clone(),
                     api: api_objects,
                 };
                 // read before the keepers start, and before reconstruction
                 // records its decisions
-                let seeds = token_seed::TokenSeeds::from_journal(
+                let seeds = api::token_seed::TokenSeeds::from_journal(
                     journal.as_deref(),
                     &cfg.layout,
                     sys.clone(),
@@ -386,7 +383,7 @@ impl Daemon {
         if let (Some(publisher), Some(stop), Some(rx), Some(wake)) =
             (publisher, &api, api_events, in_use_wake)
         {
-            let view = api_source::node_view(
+            let view = api::node_view(
                 (
                     crate::runtime::VolumeManagerHandle::new(world.clone(), changes.clone()),
                     changes.clone(),

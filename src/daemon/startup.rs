@@ -228,7 +228,7 @@ pub(super) fn spawn_sources(
     manifest_cache: Option<PathBuf>,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
-    gate: Arc<super::api_source::ReadyGate>,
+    gate: Arc<super::api::ReadyGate>,
 ) -> Result<(JoinHandle<()>, watch::Stopper), DaemonError> {
     let mut sources = Sources::with_sys(
         SourcesConfig {

@@ -11,8 +11,11 @@ use std::time::Instant;
 
 use futures::{FutureExt, StreamExt};
 
-use super::event_loop::Event;
-use super::{DaemonError, spawn};
+use crate::daemon::event_loop::Event;
+use crate::daemon::{DaemonError, spawn};
+
+pub(super) mod follow;
+pub(super) mod token_seed;
 use crate::apiserver::ApiConfig;
 use crate::host::sys::Sys;
 use crate::model::UniqueVolumeName;
@@ -114,7 +117,7 @@ pub(super) fn spawn_api_source(
     tx: Sender<Event>,
     gate: Arc<ReadyGate>,
     stores: Stores,
-    seeds: super::token_seed::TokenSeeds,
+    seeds: token_seed::TokenSeeds,
 ) -> Result<(JoinHandle<()>, ApiStopper, Publisher), DaemonError> {
     let publisher = Publisher {
         every: period,
@@ -135,7 +138,7 @@ pub(super) fn spawn_api_source(
                 crate::apiserver::watch_all(client.clone(), &node, watch_timeout)
                     .ready_chunks(4096);
             let mut follow =
-                super::api_follow::Followers::new(client.clone(), stores, watch_timeout, seeds);
+                follow::Followers::new(client.clone(), stores, watch_timeout, seeds);
             let mut overdue_tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tokio::select! {
@@ -157,7 +160,7 @@ pub(super) fn spawn_api_source(
                         }
                     }
                     _ = overdue_tick.tick() => {
-                        let max = super::api_follow::FIRST_REPORT_MAX;
+                        let max = follow::FIRST_REPORT_MAX;
                         for r in follow.overdue(Instant::now(), max) {
                             tracing::warn!(object = ?shown_ref(&r), waited_s = max.as_secs(),
                                 "API server: no answer yet; its pods are resolved without it");
@@ -308,13 +311,10 @@ pub(super) fn node_view(
         crate::runtime::VolumeManagerHandle,
         Arc<crate::runtime::Changes>,
     ),
-    world: Arc<std::sync::Mutex<super::event_loop::World>>,
+    world: Arc<std::sync::Mutex<crate::daemon::event_loop::World>>,
     drivers: Option<Arc<crate::csi::registry::Drivers>>,
     monitor: Option<Arc<crate::health::Monitor>>,
-    (wake, loop_events): (
-        Arc<tokio::sync::Notify>,
-        std::sync::mpsc::Sender<super::Event>,
-    ),
+    (wake, loop_events): (Arc<tokio::sync::Notify>, std::sync::mpsc::Sender<Event>),
 ) -> crate::apiserver::publish::NodeView {
     use crate::apiserver::publish::{NodeView, PodHealth};
     // The list walks the node: computed again only when the loop changed
@@ -337,7 +337,7 @@ pub(super) fn node_view(
         }),
         in_use_reported: Box::new(move |names| {
             let names = names.iter().map(crate::model::UniqueVolumeName::from_raw);
-            let _ = loop_events.send(super::Event::ReportedInUse(names.collect()));
+            let _ = loop_events.send(Event::ReportedInUse(names.collect()));
         }),
         in_use_wanted: wake,
         drivers: Box::new(move || drivers.as_ref().map(|d| d.node_ids()).unwrap_or_default()),

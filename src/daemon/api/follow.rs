@@ -26,7 +26,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::AbortHandle;
 
-use super::api_source::Stores;
+use super::Stores;
 use super::token_seed::TokenSeeds;
 use crate::apiserver::token::{Clock, Polled, SystemClock, TokenKeeper};
 use crate::apiserver::{Named, ObjectSeen};

@@ -40,7 +40,7 @@ use crate::model::{
 const MAX_TOKEN_BYTES: u64 = 1 << 20;
 
 /// The tokens a restart may keep: the journal's payloads with a token.
-pub(super) struct TokenSeeds {
+pub(in crate::daemon) struct TokenSeeds {
     layout: Layout,
     sys: Arc<dyn Sys>,
     /// the payload each pod target holding a token was last written with,
@@ -50,7 +50,7 @@ pub(super) struct TokenSeeds {
 
 impl TokenSeeds {
     /// The journal's payloads with a token (none without a journal).
-    pub(super) fn from_journal(
+    pub(in crate::daemon) fn from_journal(
         journal: Option<&Journal>,
         layout: &Layout,
         sys: Arc<dyn Sys>,
