@@ -78,6 +78,7 @@ pub mod apiserver;
 pub mod csi_driver;
 pub mod daemon;
 pub mod log_writes;
+pub mod runc;
 pub mod vm;
 
 /// Set in the re-executed child: the name of the test it runs.
