@@ -107,6 +107,7 @@ fn pod(i: usize) -> DesiredPod {
             spec: Arc::new(cache),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         },
         PodVolume {
             volume: PodVolume::unique_name(&local, &uid, &pv),
@@ -115,6 +116,7 @@ fn pod(i: usize) -> DesiredPod {
             spec: Arc::new(local),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         },
     ];
     DesiredPod {

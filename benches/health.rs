@@ -72,6 +72,7 @@ fn subjects(paths: &[PathBuf]) -> Vec<Subject> {
                     path: p.as_path().into(),
                     kind: TargetKind::Mount,
                     pod: None,
+                    read_only: false,
                 }],
                 claim: None,
             }

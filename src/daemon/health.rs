@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::health::{Claim, HealthConfig, Monitor, MonitorParts, PodTarget, Subject};
 use crate::host::sys::Sys;
 use crate::metrics::Metrics;
-use crate::model::{MountState, SharedPath};
+use crate::model::{MountState, SharedPath, VolumeSpec};
 use crate::state::World;
 
 /// Every volume with a target the ASW has mounted, with only those targets.
@@ -42,6 +42,12 @@ pub(super) fn subjects(w: &World) -> Vec<Subject> {
                     path: p.mount.mount_path.clone(),
                     kind: p.mount.kind,
                     pod: entry.map(|e| e.pod.clone()),
+                    read_only: w
+                        .dsw
+                        .volume(name)
+                        .and_then(|d| d.pods.get(uid))
+                        .is_some_and(|d| d.read_only)
+                        || matches!(v.spec.as_deref(), Some(VolumeSpec::Csi(c)) if c.read_only),
                 }
             })
             .collect();

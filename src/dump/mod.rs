@@ -114,6 +114,10 @@ pub struct ParamsJson {
     pub selinux_context: Option<String>,
     /// mount options
     pub mount_options: Vec<String>,
+    /// the target is mounted read-only (an `ro` option, or a CSI pod
+    /// target published `readonly`)
+    #[serde(default)]
+    pub read_only: bool,
     /// fs type
     pub fs_type: Option<String>,
     /// a payload's hash and objects' versions (never its bytes)
@@ -134,6 +138,7 @@ fn params_json(p: &TargetParams) -> ParamsJson {
         pod_mount_path: lossy(p.pod_mount_path.as_deref()),
         selinux_context: p.selinux().map(|c| c.as_str().to_owned()),
         mount_options: p.mount_options().to_vec(),
+        read_only: p.read_only(),
         fs_type: p.fs_type.as_deref().map(str::to_owned),
         payload: p.payload().map(|v| v.as_ref().clone()),
     }

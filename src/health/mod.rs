@@ -171,6 +171,9 @@ pub struct PodTarget {
     pub kind: TargetKind,
     /// the pod's names, when a source still lists it
     pub pod: Option<Arc<PodRef>>,
+    /// the pod mounts it read-only (its claim's `readOnly`): a read-only
+    /// filesystem there is what was asked for, not a fault
+    pub read_only: bool,
 }
 
 /// A volume with every target the ASW has mounted: what one check looks at.

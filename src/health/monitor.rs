@@ -509,6 +509,7 @@ mod tests {
                 path: path.into(),
                 kind: TargetKind::Mount,
                 pod: None,
+                read_only: false,
             }],
             claim: None,
         }

@@ -279,6 +279,13 @@ pub(super) fn check(
         }
         _ => {}
     }
+    // a pod target its pod mounts read-only (a claim's `readOnly`, a CSI
+    // `readOnly`) is meant to be so
+    if s.device.is_none()
+        && let Some(p) = s.pods.iter().find(|p| Some(&*p.path) == data)
+    {
+        o.expect_read_only |= p.read_only;
+    }
     if let Some(e) = data_baseline.and_then(|b| b.errors.as_deref())
         && data_intact
     {
@@ -365,6 +372,7 @@ mod tests {
                 path: T.into(),
                 kind: TargetKind::Mount,
                 pod: None,
+                read_only: false,
             }],
             claim: None,
         }

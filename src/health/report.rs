@@ -273,6 +273,7 @@ mod tests {
                 namespace: "default".into(),
                 name: uid.into(),
             })),
+            read_only: false,
         }
     }
 

@@ -201,6 +201,14 @@ impl TargetParams {
         self.rare().payload.as_ref()
     }
 
+    /// Whether the target is mounted read-only: an `ro` among its mount
+    /// options, or a CSI pod target published `readonly` (the driver
+    /// mounts it so; a device target is staged as its options say).
+    pub fn read_only(&self) -> bool {
+        self.mount_options().is_read_only()
+            || (matches!(self.target, TargetRef::Pod(_)) && self.csi().is_some_and(|c| c.read_only))
+    }
+
     /// With `path` as the per-pod path.
     pub fn with_pod_mount_path(mut self, path: Option<SharedPath>) -> Self {
         self.pod_mount_path = path;

@@ -211,6 +211,10 @@ pub struct PodVolume {
     pub selinux: Option<SeLinuxContext>,
     /// for a CSI volume, what this pod adds to its publish call
     pub csi_pod: Option<Arc<CsiPodInfo>>,
+    /// the pod's `persistentVolumeClaim.readOnly`: this pod's target is
+    /// mounted read-only whatever the spec says (a spec's own read-only,
+    /// a CSI `readOnly` or an `ro` mount option, holds for every pod)
+    pub read_only: bool,
 }
 
 impl PodVolume {

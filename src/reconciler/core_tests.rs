@@ -37,6 +37,7 @@ pub(crate) fn pod(u: &str) -> DesiredPod {
             spec: spec.into(),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         }],
         unresolved: Default::default(),
         errors: vec![],

@@ -285,6 +285,7 @@ mod tests {
             spec: spec.into(),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         };
         dsw.add_pod_to_volume(&uid, v, LabelCheck::default())
             .unwrap();

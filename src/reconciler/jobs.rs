@@ -551,6 +551,7 @@ mod tests {
                 outer_name: name.into(),
                 selinux: None,
                 csi_pod: None,
+                read_only: false,
             })
         };
         let actions = [

@@ -39,8 +39,14 @@ pub(crate) fn op_steps(op: Operation, plugin: PluginName) -> Steps {
 }
 
 /// The CSI arguments of a volume's targets, from its spec, plus what the
-/// pod adds for its pod target (`pod`: the podInfoOnMount keys, fsGroup).
-fn csi_params(spec: &VolumeSpec, pod: Option<&CsiPodInfo>) -> Option<Arc<CsiParams>> {
+/// pod adds for its pod target (`pod`: the podInfoOnMount keys, fsGroup;
+/// `read_only`: the pod's claim is read-only, so NodePublish gets
+/// `readonly: true` as the kubelet sends the claim's `readOnly`).
+fn csi_params(
+    spec: &VolumeSpec,
+    pod: Option<&CsiPodInfo>,
+    read_only: bool,
+) -> Option<Arc<CsiParams>> {
     let VolumeSpec::Csi(c) = spec else {
         return None;
     };
@@ -57,7 +63,7 @@ fn csi_params(spec: &VolumeSpec, pod: Option<&CsiPodInfo>) -> Option<Arc<CsiPara
             CsiLifecycle::Persistent
         },
         access_modes: c.access_modes.clone(),
-        read_only: c.read_only,
+        read_only: c.read_only || read_only,
         publish_context: c
             .attachment
             .as_ref()
@@ -71,9 +77,21 @@ fn csi_params(spec: &VolumeSpec, pod: Option<&CsiPodInfo>) -> Option<Arc<CsiPara
     }))
 }
 
-/// The parameters of a pod target, from what the DSW wants.
+/// The parameters of a pod target, from what the DSW wants. A pod whose
+/// claim is `readOnly` gets `ro` among its target's mount options (a local
+/// PV's bind is then remounted read-only, and the merge expects the target
+/// `ro`), or, for CSI, `readonly` in its publish call: the device target,
+/// shared by every pod, stays as the PV says (the kubelet's MountDevice
+/// takes the PV's options alone).
 pub(crate) fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams {
-    let (device_path, mount_options, fs_type) = spec_details(&want.spec);
+    let (device_path, mut mount_options, fs_type) = spec_details(&want.spec);
+    if want.read_only && !mount_options.is_read_only() && want.plugin != PluginName::Csi {
+        mount_options = mount_options
+            .iter()
+            .cloned()
+            .chain(["ro".to_owned()])
+            .collect();
+    }
     let path = layout.pod_target_path(&want.pod, want.plugin, &want.spec_name);
     TargetParams::at(
         want.volume.clone(),
@@ -95,7 +113,11 @@ pub(crate) fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams 
         VolumeSpec::Payload(p) if p.kind.in_memory() => Some(SharedStr::tmpfs()),
         _ => fs_type,
     })
-    .with_csi(csi_params(&want.spec, want.csi_pod.as_deref()))
+    .with_csi(csi_params(
+        &want.spec,
+        want.csi_pod.as_deref(),
+        want.read_only,
+    ))
     // the payload's hash and objects, which the intent records
     .with_payload(match &*want.spec {
         VolumeSpec::Payload(p) => p.version.clone(),
@@ -129,6 +151,7 @@ pub(crate) fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetPara
                 mount_group: p.mount_group.clone(),
             })
             .as_ref(),
+        false,
     ))
 }
 
@@ -171,5 +194,77 @@ fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, MountOptions, Option<
             c.fs_type.as_deref().map(SharedStr::from),
         ),
         _ => (None, MountOptions::default(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AccessMode, CsiSpec, PodUid, UniqueVolumeName};
+
+    fn want(spec: VolumeSpec, read_only: bool) -> VolumeToMount {
+        VolumeToMount {
+            volume: UniqueVolumeName::from_raw("v"),
+            pod: PodUid::new("p1").unwrap(),
+            plugin: spec.plugin(),
+            spec: Arc::new(spec),
+            spec_name: "pv1".into(),
+            outer_name: "data".into(),
+            selinux: None,
+            csi_pod: None,
+            read_only,
+        }
+    }
+
+    /// A pod's read-only claim: `ro` on a local PV's pod target (never its
+    /// device target, which every pod shares), `readonly` in a CSI pod
+    /// target's publish (never a mount flag the driver would get); the
+    /// spec's own read-only holds whatever the pod says.
+    #[test]
+    fn a_read_only_claim_makes_only_the_pod_target_read_only() {
+        let layout = Layout::new("/r");
+        let local = |options: &[&str]| VolumeSpec::Local {
+            path: "/dev/loop0".into(),
+            fs_type: Some("ext4".into()),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: options.iter().map(|o| o.to_string()).collect(),
+            is_block: true,
+        };
+        let csi = |read_only| {
+            VolumeSpec::Csi(Box::new(CsiSpec {
+                driver: "d.example.com".into(),
+                volume_handle: "h".into(),
+                read_only,
+                ..CsiSpec::default()
+            }))
+        };
+        // (spec, pod's readOnly, pod options, pod read_only(), csi readonly)
+        let table = [
+            (local(&["noatime"]), false, vec!["noatime"], false, None),
+            (local(&["noatime"]), true, vec!["noatime", "ro"], true, None),
+            (local(&["ro"]), true, vec!["ro"], true, None),
+            (local(&["ro"]), false, vec!["ro"], true, None),
+            (csi(false), false, vec![], false, Some(false)),
+            (csi(false), true, vec![], true, Some(true)),
+            (csi(true), false, vec![], true, Some(true)),
+        ];
+        for (spec, read_only, options, ro, publish_ro) in table {
+            let w = want(spec.clone(), read_only);
+            let pod = pod_params(&layout, &w);
+            let what = format!("{spec:?} read_only={read_only}");
+            assert_eq!(&**pod.mount_options(), options, "{what}");
+            assert_eq!(pod.read_only(), ro, "{what}");
+            assert_eq!(pod.csi().map(|c| c.read_only), publish_ro, "{what}");
+            let device = device_params(&layout, &w);
+            assert!(
+                !device.mount_options().contains(&"ro".to_owned()) || spec_ro(&spec),
+                "{what}: the device target is as the PV says"
+            );
+            assert!(!device.read_only() || spec_ro(&spec), "{what}");
+        }
+    }
+
+    fn spec_ro(spec: &VolumeSpec) -> bool {
+        matches!(spec, VolumeSpec::Local { mount_options, .. } if mount_options.iter().any(|o| o == "ro"))
     }
 }

@@ -282,6 +282,7 @@ mod tests {
             spec: spec.into(),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         };
         dsw.add_pod_to_volume(&p, pv, LabelCheck::default())
             .unwrap();
@@ -582,6 +583,7 @@ mod tests {
             spec: local().into(),
             selinux: Some(wanted.clone()),
             csi_pod: None,
+            read_only: false,
         };
         let check = LabelCheck {
             original: Some(wanted.clone()),

@@ -439,7 +439,9 @@ fn compare(expected: Expected<'_>, seen: &ObservedMount, input: &MergeInput<'_>)
 /// identity. Unconfirmed means no.
 fn same_mount(p: &TargetParams, seen: &ObservedMount, input: &MergeInput<'_>) -> bool {
     let seen_id = &seen.identity;
-    let read_only = p.mount_options().is_read_only();
+    // a target the journal says is `ro` found `rw` (or the reverse) is
+    // not this mount: a read-only claim is never taken as mounted writable
+    let read_only = p.read_only();
     // A pod bind of a directory (a local PV that is one): the directory's
     // filesystem and its root there (a `fsType` on such a PV means nothing).
     if p.device_mount_path().is_none()

@@ -32,6 +32,10 @@ enum Vol {
     CsiPod,
     /// a CSI pod target whose driver published without a mount
     CsiPodBare,
+    /// a local PV's pod target for a pod whose claim is `readOnly` (`ro`)
+    LocalPodRo,
+    /// a CSI pod target published `readonly`
+    CsiPodRo,
 }
 
 /// What the journal holds for the target.
@@ -65,6 +69,8 @@ enum Seen {
     Absent,
     /// a directory and no mount
     Dir,
+    /// our mount, but writable (a read-only target's `ro` gone)
+    Writable,
 }
 
 fn pod() -> PodUid {
@@ -115,6 +121,13 @@ fn params(vol: Vol) -> TargetParams {
         Vol::LocalDevice => local(TargetRef::Device),
         Vol::LocalPod => local(TargetRef::Pod(pod()))
             .with_pod_mount_path(pod_path("kubernetes.io~local-volume", "pv1")),
+        Vol::LocalPodRo => params(Vol::LocalPod).with_mount_options(vec!["ro".to_owned()].into()),
+        Vol::CsiPodRo => {
+            let p = params(Vol::CsiPod);
+            let mut csi = p.csi().expect("csi").as_ref().clone();
+            csi.read_only = true;
+            p.with_csi(Some(std::sync::Arc::new(csi)))
+        }
         Vol::TmpfsPod => on_pod(
             "kubernetes.io/empty-dir/pod1-cache",
             PluginName::EmptyDir,
@@ -178,7 +191,7 @@ fn params(vol: Vol) -> TargetParams {
 /// The identity of the mount volumed made for `vol`.
 fn ours(vol: Vol) -> MountIdentity {
     let (dev, fs_type) = match vol {
-        Vol::CsiPod | Vol::CsiPodBare => (
+        Vol::CsiPod | Vol::CsiPodBare | Vol::CsiPodRo => (
             DevId {
                 major: 0,
                 minor: 77,
@@ -198,8 +211,9 @@ fn ours(vol: Vol) -> MountIdentity {
         dev,
         root: "/".into(),
         fs_type: fs_type.into(),
-        read_only: false,
-        selinux: (!matches!(vol, Vol::CsiPod | Vol::CsiPodBare)).then(|| ctx(LABEL)),
+        read_only: matches!(vol, Vol::LocalPodRo | Vol::CsiPodRo),
+        selinux: (!matches!(vol, Vol::CsiPod | Vol::CsiPodBare | Vol::CsiPodRo))
+            .then(|| ctx(LABEL)),
     }
 }
 
@@ -212,7 +226,7 @@ fn mounted(identity: MountIdentity, source: &str) -> HostObservation {
 
 fn observation(vol: Vol, seen: Seen) -> HostObservation {
     let source = match vol {
-        Vol::TmpfsPod | Vol::CsiPod | Vol::CsiPodBare => "tmpfs",
+        Vol::TmpfsPod | Vol::CsiPod | Vol::CsiPodBare | Vol::CsiPodRo => "tmpfs",
         _ => "/dev/loop3",
     };
     match (seen, params(vol).kind) {
@@ -239,6 +253,13 @@ fn observation(vol: Vol, seen: Seen) -> HostObservation {
         ),
         (Seen::Absent, _) => HostObservation::Absent,
         (Seen::Dir, _) => HostObservation::DirPresent,
+        (Seen::Writable, _) => mounted(
+            MountIdentity {
+                read_only: false,
+                ..ours(vol)
+            },
+            source,
+        ),
     }
 }
 
@@ -611,6 +632,13 @@ fn merge_table() {
         ("csi publish intent without outcome", (CsiPod, J::MountIntent(Multi), Same, S::Ours), (Some(Uncertain), R::MultiStepIntent)),
         ("csi unpublished, gone", (CsiPod, J::Unmounted, Same, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
         ("csi off: found mounted", (CsiPod, J::Off, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
+        // a read-only claim: the journal says `ro`, a writable mount there is not it
+        ("read-only bind, still ro", (LocalPodRo, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("read-only bind found writable", (LocalPodRo, J::Mounted, Same, S::Writable), (Some(Uncertain), R::MountedDiffers)),
+        ("read-only bind intent, done", (LocalPodRo, J::MountIntent(Single), Same, S::Ours), (Some(Mounted), R::SingleStepDone)),
+        ("read-only bind intent, found writable", (LocalPodRo, J::MountIntent(Single), Same, S::Writable), (Some(Uncertain), R::SingleStepDiffers)),
+        ("csi published readonly, still ro", (CsiPodRo, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("csi published readonly, found writable", (CsiPodRo, J::Mounted, Same, S::Writable), (Some(Uncertain), R::MountedDiffers)),
     ];
     for (name, input, expected) in table {
         check(name, input, expected);

@@ -174,10 +174,16 @@ impl VolumeManagerHandle {
             .asw
             .targets_of_pod(pod)
             .filter(|(_, _, t)| t.state == MountState::Mounted)
-            .map(|(_, v, t)| PodVolume {
+            .map(|(name, v, t)| PodVolume {
                 name: t.mount.outer_name.to_string(),
                 host_path: host_path(v.spec.as_deref(), &t.mount.mount_path),
-                read_only: v.spec.as_deref().is_some_and(ready::read_only),
+                // the spec's read-only, or the pod's claim's while a source
+                // still lists the pod
+                read_only: v.spec.as_deref().is_some_and(ready::read_only)
+                    || w.dsw
+                        .volume(name)
+                        .and_then(|d| d.pods.get(pod))
+                        .is_some_and(|p| p.read_only),
                 selinux_context: t.mount.selinux.context().map(|c| c.as_str().to_owned()),
                 selinux_relabel: ready::selinux_relabel(
                     v.spec.as_deref(),
@@ -267,7 +273,7 @@ fn view(w: &World, pod: &PodUid) -> Option<PodView> {
                 host_path: actual.map_or_else(String::new, |a| {
                     host_path(Some(&desired.spec), &a.mount.mount_path)
                 }),
-                read_only: ready::read_only(&desired.spec),
+                read_only: ready::read_only(&desired.spec) || wanted.read_only,
                 selinux_context: actual
                     .and_then(|a| a.mount.selinux.context())
                     .map(|c| c.as_str().to_owned()),
@@ -323,6 +329,7 @@ mod tests {
             spec: spec.clone(),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         };
         w.dsw
             .add_pod_to_volume(&uid(), v, LabelCheck::default())

@@ -20,7 +20,8 @@ pub struct PodVolume {
     /// the path on the host to bind into the containers: the pod target
     /// (`pods/<uid>/volumes/...`), or a hostPath's own path
     pub host_path: String,
-    /// the volume itself is read-only (a CSI `readOnly`, an `ro` mount option)
+    /// the volume itself is read-only for this pod (its claim's `readOnly`,
+    /// a CSI `readOnly`, an `ro` mount option)
     pub read_only: bool,
     /// the SELinux context the target was mounted with (`context=`), if any
     pub selinux_context: Option<String>,

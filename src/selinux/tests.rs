@@ -419,6 +419,7 @@ fn add_all(
             spec: spec.clone().into(),
             selinux: label.effective,
             csi_pod: None,
+            read_only: false,
         };
         volume = Some(name);
         results.push(match dsw.add_pod_to_volume(&uid, pv, label.check) {

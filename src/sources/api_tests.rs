@@ -452,3 +452,57 @@ fn a_payload_pod_is_held_until_its_objects_report_then_follows_their_changes() {
     assert!(stopped.start.is_empty());
     assert_eq!(stopped.stop, follow, "nothing followed any more");
 }
+
+/// A generic ephemeral volume of an API pod: its claim `<pod>-<volume>`
+/// is watched as any claim the pod names; one whose controller is another
+/// pod is the kubelet's error, and the claim's owner changing to the pod
+/// resolves it.
+#[test]
+fn an_api_pods_ephemeral_volume_uses_its_claim_only_when_it_owns_it() {
+    let mut s = listed_state();
+    let v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u-web"},
+        "spec": {"nodeName": NODE, "containers": [], "volumes": [
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+        ]},
+    });
+    s.apply(Change::PodApplied(Box::new(
+        serde_json::from_value(v).expect("a pod"),
+    )));
+    drop(s.take_events(&LinuxSys));
+    let owned_by = |uid: &str| {
+        let mut c = pvc("web-scratch", "pv-eph");
+        c["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": uid, "controller": true}]);
+        c
+    };
+    s.apply(Change::Applied(
+        Kind::PersistentVolume,
+        pv("pv-eph", "web-scratch"),
+    ));
+    s.apply(Change::Applied(
+        Kind::PersistentVolumeClaim,
+        owned_by("u-other"),
+    ));
+    let ev = s.take_events(&LinuxSys);
+    let SourceEvent::PodUpdated(p) = &ev[0] else {
+        panic!("updated: {ev:?}")
+    };
+    assert!(p.volumes.is_empty(), "{p:?}");
+    assert!(
+        p.errors
+            .iter()
+            .any(|e| e
+                .ends_with("PVC ns/web-scratch was not created for pod ns/web (pod is not owner)")),
+        "{:?}",
+        p.errors
+    );
+    s.apply(Change::Applied(
+        Kind::PersistentVolumeClaim,
+        owned_by("u-web"),
+    ));
+    assert_eq!(
+        shown(&s.take_events(&LinuxSys)),
+        vec![("updated", "u-web".into(), vec!["scratch".into()])]
+    );
+}

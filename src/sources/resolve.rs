@@ -93,20 +93,39 @@ impl Resolver<'_> {
         let mut volumes = Vec::with_capacity(p.volumes.len());
         let mut claims = BTreeMap::new();
         for v in std::mem::take(&mut p.volumes) {
-            let (outer, spec_name, spec) = match v {
-                ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec)),
-                ParsedVolume::Claim { name, claim_name } => {
-                    match self.objects.resolve_claim(
-                        &p.file,
-                        &name,
-                        &p.namespace,
-                        &claim_name,
-                        self.node_name,
-                    ) {
+            let (outer, spec_name, spec, read_only) = match v {
+                ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec), false),
+                ParsedVolume::Claim {
+                    name,
+                    claim_name,
+                    read_only,
+                    ephemeral,
+                } => {
+                    let owner = (p.uid.as_str(), p.name.as_str());
+                    let resolved = match ephemeral {
+                        true => self.objects.check_owner(
+                            &p.file,
+                            &name,
+                            &p.namespace,
+                            &claim_name,
+                            owner,
+                        ),
+                        false => Ok(()),
+                    }
+                    .and_then(|()| {
+                        self.objects.resolve_claim(
+                            &p.file,
+                            &name,
+                            &p.namespace,
+                            &claim_name,
+                            self.node_name,
+                        )
+                    });
+                    match resolved {
                         Ok((pv, mut spec)) => {
                             mark_block_device(self.sys, &mut spec);
                             claims.insert(name.clone(), claim_name);
-                            (name, pv, spec)
+                            (name, pv, spec, read_only)
                         }
                         Err(e) => {
                             errors.push(e.to_string());
@@ -143,6 +162,7 @@ impl Resolver<'_> {
                 spec,
                 selinux: None,
                 csi_pod,
+                read_only,
             });
         }
         DesiredPod {

@@ -77,6 +77,9 @@ pub struct PvcInfo {
     pub volume_name: Option<String>,
     /// `metadata.uid`
     pub uid: Option<String>,
+    /// the UID of its controller: the first `ownerReferences` entry with
+    /// `controller: true` (a generic ephemeral volume's claim names its pod)
+    pub controller: Option<String>,
 }
 
 /// Every object of the static objects dir.
@@ -198,6 +201,13 @@ impl StaticObjects {
                         .and_then(|s| s.volume_name)
                         .filter(|v| !v.is_empty()),
                     uid: pvc.metadata.uid.filter(|u| !u.is_empty()),
+                    controller: pvc
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|r| r.controller == Some(true))
+                        .map(|r| r.uid.clone()),
                 };
                 let shown = format!("{ns}/{name}");
                 insert_new(
@@ -250,6 +260,33 @@ impl StaticObjects {
         match self.from_api {
             true => "the API server's objects",
             false => "the static objects",
+        }
+    }
+
+    /// Whether the claim `namespace/claim` of a generic ephemeral volume was
+    /// made for the pod `(uid, name)`: its controller must be the pod, as
+    /// the kubelet's `VolumeIsForPod` insists (a claim of that name made by
+    /// hand, or for another pod, is refused with the kubelet's message). A
+    /// claim not there yet is left to [`Self::resolve_claim`] to report.
+    pub fn check_owner(
+        &self,
+        pod_file: &Path,
+        volume: &str,
+        namespace: &str,
+        claim: &str,
+        (uid, name): (&str, &str),
+    ) -> Result<(), SourceError> {
+        let key = (namespace.to_owned(), claim.to_owned());
+        match self.pvcs.get(&key) {
+            Some(pvc) if pvc.controller.as_deref() != Some(uid) => Err(SourceError::Claim {
+                file: pod_file.to_owned(),
+                volume: volume.to_owned(),
+                claim: format!("{namespace}/{claim}"),
+                reason: format!(
+                    "PVC {namespace}/{claim} was not created for pod {namespace}/{name} (pod is not owner)"
+                ),
+            }),
+            _ => Ok(()),
         }
     }
 

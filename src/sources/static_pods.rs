@@ -18,11 +18,14 @@
 //! `type` mapped to [`HostPathType`]), `persistentVolumeClaim` (resolved
 //! later against the static objects), `configMap`, `secret`, `downwardAPI`
 //! and `projected` (`payload_volumes`). Anything else (iscsi, nfs, …) is
-//! reported as unsupported. **Decision:** where the kubelet
+//! reported as unsupported. `ephemeral` (a generic ephemeral volume) is
+//! the claim `<pod name>-<volume name>`, resolved as any claim once the pod
+//! is shown to own it. **Decision:** where the kubelet
 //! would refuse the whole pod (API validation) or fail its mount, volumed
 //! reports the error on the pod and still mounts the pod's other volumes;
 //! a volume whose name is not one safe path component is refused the same
-//! way. The PVC volume's `readOnly` is not modelled yet.
+//! way. A claim's `readOnly` is kept per pod ([`crate::model::PodVolume`]'s
+//! `read_only`): the pod mounts it read-only.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -50,12 +53,23 @@ pub enum ParsedVolume {
         /// the spec
         spec: VolumeSpec,
     },
-    /// persistentVolumeClaim: resolved against the static objects.
+    /// persistentVolumeClaim, or a generic ephemeral volume's claim:
+    /// resolved against the static objects.
     Claim {
         /// `spec.volumes[x].name`
         name: String,
-        /// `persistentVolumeClaim.claimName`
+        /// `persistentVolumeClaim.claimName`; for an `ephemeral` volume the
+        /// claim its controller makes, `<pod name>-<volume name>`
         claim_name: String,
+        /// `persistentVolumeClaim.readOnly`: this pod mounts the claim
+        /// read-only (an ephemeral volume has no such field: false)
+        #[serde(default)]
+        read_only: bool,
+        /// a generic ephemeral volume: the claim is used only when the pod
+        /// controls it (an `ownerReferences` entry with `controller: true`
+        /// and the pod's UID), as the kubelet checks
+        #[serde(default)]
+        ephemeral: bool,
     },
 }
 
@@ -201,7 +215,7 @@ pub fn parse_pod_object(
     let ctx = PodPayloadContext::of(pod, &out.name, out.uid.as_str(), &out.namespace);
     for v in spec.volumes.iter().flatten() {
         let parsed = if seen.insert(v.name.clone()) {
-            parse_volume(file, v, &out.uid, &ctx)
+            parse_volume(file, v, (&out.uid, &out.name), &ctx)
         } else {
             Err(invalid(file, &v.name, "duplicate volume name".into()))
         };
@@ -246,10 +260,11 @@ fn volume_types(v: &Volume) -> Vec<String> {
     }
 }
 
+/// One volume of the pod `(uid, name)`.
 fn parse_volume(
     file: &Path,
     v: &Volume,
-    uid: &PodUid,
+    (uid, pod_name): (&PodUid, &str),
     ctx: &PodPayloadContext,
 ) -> Result<ParsedVolume, SourceError> {
     let namespace = ctx.namespace.as_str();
@@ -343,7 +358,32 @@ fn parse_volume(
             return Err(invalid(file, &name, "empty claimName".into()));
         }
         let claim_name = pvc.claim_name.clone();
-        return Ok(ParsedVolume::Claim { name, claim_name });
+        return Ok(ParsedVolume::Claim {
+            name,
+            claim_name,
+            read_only: pvc.read_only.unwrap_or(false),
+            ephemeral: false,
+        });
+    }
+    if let Some(eph) = &v.ephemeral {
+        // The kubelet names the claim `<pod name>-<volume name>` (the
+        // ephemeral volume controller creates it so) and refuses one the
+        // pod does not own; both names are DNS labels, so the claim name
+        // is one safe path component.
+        if eph.volume_claim_template.is_none() {
+            return Err(invalid(
+                file,
+                &name,
+                "ephemeral.volumeClaimTemplate is required".into(),
+            ));
+        }
+        let claim_name = format!("{pod_name}-{name}");
+        return Ok(ParsedVolume::Claim {
+            name,
+            claim_name,
+            read_only: false,
+            ephemeral: true,
+        });
     }
     Err(SourceError::UnsupportedVolume {
         file: file.to_owned(),

@@ -64,9 +64,48 @@ fn a_pod_parses_with_kubelet_names_and_every_supported_volume() {
             },
             ParsedVolume::Claim {
                 name: "claim".into(),
-                claim_name: "pvc1".into()
+                claim_name: "pvc1".into(),
+                read_only: false,
+                ephemeral: false,
             },
         ]
+    );
+}
+
+#[test]
+fn a_claim_keeps_read_only_and_an_ephemeral_volume_is_the_pods_named_claim() {
+    let yaml = POD.replace(
+        "      claimName: pvc1\n",
+        "      claimName: pvc1\n      readOnly: true\n  - name: scratch-eph\n    ephemeral:\n      volumeClaimTemplate:\n        spec:\n          accessModes: [ReadWriteOnce]\n          resources: {requests: {storage: 1Gi}}\n  - name: no-template\n    ephemeral: {}\n",
+    );
+    let p = parse(&yaml).unwrap();
+    let claims: Vec<_> = p
+        .volumes
+        .iter()
+        .filter(|v| matches!(v, ParsedVolume::Claim { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(
+        claims,
+        [
+            ParsedVolume::Claim {
+                name: "claim".into(),
+                claim_name: "pvc1".into(),
+                read_only: true,
+                ephemeral: false,
+            },
+            ParsedVolume::Claim {
+                name: "scratch-eph".into(),
+                // `<pod name>-<volume name>`, the static pod's full name
+                claim_name: "web-node-1-scratch-eph".into(),
+                read_only: false,
+                ephemeral: true,
+            },
+        ]
+    );
+    assert_eq!(
+        p.errors,
+        ["/pods/p.yaml: volume \"no-template\": ephemeral.volumeClaimTemplate is required"]
     );
 }
 

@@ -160,6 +160,59 @@ fn claims_resolve_through_the_objects_or_become_pod_errors() {
     assert_eq!(data.spec_name, "pv1");
 }
 
+/// A claim's `readOnly` reaches the pod's volume; a generic ephemeral
+/// volume resolves its claim `<pod>-<volume>` only when the pod controls
+/// it, else the pod gets the kubelet's error for that volume alone.
+#[test]
+fn a_read_only_claim_and_an_owned_ephemeral_claim_resolve_per_pod() {
+    let d = dirs();
+    let volumes = "  - name: data\n    persistentVolumeClaim: {claimName: pvc1, readOnly: true}
+  - name: scratch\n    ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce]}}}\n";
+    write(&d.pods, "p.yaml", &pod("p", "u1", volumes));
+    let eph = |owner: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: pv-eph}}
+spec: {{claimRef: {{namespace: default, name: p-node1-scratch}}, local: {{path: /mnt/eph}}}}
+---
+apiVersion: v1\nkind: PersistentVolumeClaim
+metadata:
+  name: p-node1-scratch
+  ownerReferences:
+  - {{apiVersion: v1, kind: Pod, name: p-node1, uid: {owner}, controller: true}}
+spec: {{volumeName: pv-eph}}
+"
+        )
+    };
+    write(&d.objects, "o.yaml", PV_PVC);
+    write(&d.objects, "eph.yaml", &eph("someone-else"));
+    let mut s = sources(&d);
+    let got = s.list();
+    let p = &got.pods[&uid("u1")];
+    let data = p.volumes.iter().find(|v| v.outer_name == "data").unwrap();
+    assert!(data.read_only, "the claim's readOnly is the pod's");
+    assert_eq!(p.unresolved.iter().collect::<Vec<_>>(), ["scratch"]);
+    assert_eq!(
+        p.errors,
+        [format!(
+            "{}: volume \"scratch\": persistentVolumeClaim default/p-node1-scratch: \
+             PVC default/p-node1-scratch was not created for pod default/p-node1 (pod is not owner)",
+            d.pods.join("p.yaml").display()
+        )]
+    );
+
+    write(&d.objects, "eph.yaml", &eph("u1"));
+    let got = s.list();
+    let p = &got.pods[&uid("u1")];
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let scratch = p
+        .volumes
+        .iter()
+        .find(|v| v.outer_name == "scratch")
+        .unwrap();
+    assert_eq!(scratch.volume.as_str(), "kubernetes.io/local-volume/pv-eph");
+    assert!(!scratch.read_only);
+}
+
 #[test]
 fn duplicate_uids_keep_the_first_file() {
     let d = dirs();
@@ -260,6 +313,7 @@ fn empty_dir(u: &str, name: &str) -> PodVolume {
         spec: spec.into(),
         selinux: None,
         csi_pod: None,
+        read_only: false,
     }
 }
 
@@ -611,6 +665,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
             spec: spec.clone().into(),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         };
         let mut p = desired(u, u, vec![volume]);
         p.selinux.containers = levels.iter().map(|l| container(l)).collect();

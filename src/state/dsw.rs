@@ -42,6 +42,8 @@ pub struct DesiredPod {
     pub selinux: Option<SeLinuxContext>,
     /// for a CSI volume, what this pod adds to its publish call
     pub csi_pod: Option<Arc<crate::model::CsiPodInfo>>,
+    /// the pod mounts it read-only ([`PodVolume::read_only`])
+    pub read_only: bool,
 }
 
 /// A volume some pods want mounted.
@@ -104,6 +106,8 @@ pub struct VolumeToMount {
     pub selinux: Option<SeLinuxContext>,
     /// for a CSI volume, what this pod adds to its publish call
     pub csi_pod: Option<Arc<crate::model::CsiPodInfo>>,
+    /// the pod mounts it read-only ([`PodVolume::read_only`])
+    pub read_only: bool,
 }
 
 /// What the pod sources want mounted.
@@ -192,6 +196,7 @@ impl DesiredStateOfWorld {
             spec_name,
             selinux: volume.selinux.clone(),
             csi_pod: volume.csi_pod.clone(),
+            read_only: volume.read_only,
         };
         let last_spec = &mut self.last_spec[volume.spec.plugin() as usize];
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
@@ -422,6 +427,7 @@ impl DesiredStateOfWorld {
             outer_name: p.outer_name.clone(),
             selinux: v.effective_selinux.clone(),
             csi_pod: p.csi_pod.clone(),
+            read_only: p.read_only,
         }
     }
 
@@ -523,6 +529,7 @@ mod tests {
             spec: local_spec().into(),
             selinux,
             csi_pod: None,
+            read_only: false,
         }
     }
 
@@ -636,6 +643,7 @@ mod tests {
             spec: ed.into(),
             selinux: None,
             csi_pod: None,
+            read_only: false,
         };
         let cache_name = cache.volume.clone();
         dsw.add_pod_to_volume(&a, cache, LabelCheck::default())
@@ -695,6 +703,7 @@ mod tests {
                 spec: spec.clone().into(),
                 selinux: None,
                 csi_pod: None,
+                read_only: false,
             };
             let added = dsw
                 .add_pod_to_volume(&p, scratch, LabelCheck::default())
@@ -733,6 +742,7 @@ mod tests {
                     spec: spec.clone().into(),
                     selinux: None,
                     csi_pod: None,
+                    read_only: false,
                 };
                 let added = dsw.add_pod_to_volume(&p, v, LabelCheck::default());
                 names.push((p.clone(), added.unwrap().volume));
@@ -826,6 +836,7 @@ mod tests {
                     spec: memory.clone().into(),
                     selinux: None,
                     csi_pod: None,
+                    read_only: false,
                 },
                 _ => PodVolume {
                     volume: UniqueVolumeName::shared(PluginName::LocalVolume, &format!("pv{n}")),
@@ -834,6 +845,7 @@ mod tests {
                     spec: local_spec().into(),
                     selinux: None,
                     csi_pod: None,
+                    read_only: false,
                 },
             }
         };
