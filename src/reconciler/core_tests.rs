@@ -1233,6 +1233,90 @@ fn a_pod_error_from_its_source_is_one_failed_mount_event_per_change() {
     );
 }
 
+/// ReadWriteOncePod held by one pod: the second pod is refused with the
+/// kubelet's message, one `FailedMount` event (not one per pass) and the
+/// error in its pod errors (the runtime API's); once the holder is gone,
+/// the second pod's mount starts.
+#[test]
+fn a_read_write_once_pod_volume_goes_to_the_second_pod_once_the_first_is_gone() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let spec = VolumeSpec::Local {
+        path: "/srv/pv1".into(),
+        fs_type: None,
+        access_modes: vec![crate::model::AccessMode::ReadWriteOncePod],
+        mount_options: vec![],
+        is_block: false,
+    };
+    let claim = |u: &str| {
+        let mut p = pod_with(u, spec.clone(), "pv1");
+        p.volumes[0].spec_name = "pv1".into();
+        p.volumes[0].outer_name = "data".into();
+        p
+    };
+    let v = claim("p1").volumes[0].volume.clone();
+    w.asw.add_volume(
+        v.clone(),
+        PluginName::LocalVolume,
+        "pv1",
+        Some(spec.clone().into()),
+        None,
+    );
+    let m = PodMount {
+        outer_name: "data".into(),
+        mount_path: "/r/pods/p1/volumes/kubernetes.io~local-volume/pv1".into(),
+        kind: crate::model::TargetKind::Mount,
+        selinux: SeLinuxState::WithoutContext,
+    };
+    w.asw.mark_volume_mounted(&v, &uid("p1"), m).unwrap();
+    let fx = c.step(
+        &mut w,
+        vec![
+            Event::Sources(vec![
+                SourceEvent::PodAdded(claim("p1")),
+                SourceEvent::PodAdded(claim("p2")),
+                SourceEvent::SourcesReady,
+            ]),
+            walked(),
+        ],
+        t0,
+        idle(),
+    );
+    let shown = names(&fx);
+    assert!(
+        shown.contains(&"event:FailedMount:p2".to_owned())
+            && !shown.iter().any(|n| n.starts_with("mount:")),
+        "{shown:?}"
+    );
+    let message = "MountVolume.SetUp failed for volume \"pv1\" : volume uses the \
+                   ReadWriteOncePod access mode and is already in use by another pod";
+    assert_eq!(
+        w.dsw.errors_of_pod(&uid("p2")).collect::<Vec<_>>(),
+        [message]
+    );
+    let swept = || Event::Done(Completion::Swept(Swept::default()));
+    let fx = c.step(&mut w, vec![swept()], ms(t0, 40_000), idle());
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::PodEvent(_) | Effect::Start { .. })),
+        "still held, told once: {:?}",
+        names(&fx)
+    );
+    // the holder's pod goes and its target with it
+    w.asw.delete_pod_from_volume(&v, &uid("p1")).unwrap();
+    let fx = c.step(
+        &mut w,
+        vec![Event::Sources(vec![SourceEvent::PodRemoved(uid("p1"))])],
+        ms(t0, 41_000),
+        idle(),
+    );
+    assert!(
+        names(&fx).contains(&"mount:p2".to_owned()),
+        "{:?}",
+        names(&fx)
+    );
+}
+
 /// The pods each sweep is told to finish interrupted deletions in.
 fn finish_of(effects: &[Effect]) -> Option<Finish> {
     effects.iter().find_map(|e| match e {

@@ -19,7 +19,7 @@
 //! *Invariant:* nothing is unmounted before the DSW is populated, and a pod
 //! target that a desired pod still uses is never torn down.
 
-use crate::model::{PodUid, TargetKind, UniqueVolumeName, VolumeSpec};
+use crate::model::{AccessMode, MountState, PodUid, TargetKind, UniqueVolumeName, VolumeSpec};
 use crate::state::{ActualStateOfWorld, DesiredStateOfWorld, StateError, VolumeToMount};
 
 use super::pending::OpKey;
@@ -177,6 +177,20 @@ pub(crate) fn plan(
                 continue;
             }
         };
+        if presence.as_ref().is_none_or(|p| !p.mounted)
+            && rwop_held_elsewhere(asw, name, uid, &v.spec)
+        {
+            out.blocked.push(Blocked {
+                pod: uid.clone(),
+                volume: name.clone(),
+                error: StateError::ReadWriteOncePodInUse {
+                    volume: name.clone(),
+                    spec_name: p.spec_name.clone(),
+                    pod: uid.clone(),
+                },
+            });
+            continue;
+        }
         if out.actions.len() >= limit {
             continue;
         }
@@ -231,6 +245,28 @@ pub(crate) fn plan(
     out
 }
 
+/// Whether `volume`'s only access mode is ReadWriteOncePod and the ASW
+/// holds a pod target of it for a pod other than `pod` that is mounted or
+/// may be (uncertain): the kubelet's MountVolume check
+/// (`IsVolumeMountedElsewhere`, and only when RWOP is the one mode, since
+/// with several the pod's intent is unknown). Two pods that want it in
+/// one pass do not both get it: a mount of a PV is keyed by volume
+/// (`OpKey::for_mount`), so the second waits for the first and then finds
+/// it here.
+fn rwop_held_elsewhere(
+    asw: &ActualStateOfWorld,
+    volume: &UniqueVolumeName,
+    pod: &PodUid,
+    spec: &VolumeSpec,
+) -> bool {
+    spec.access_modes() == [AccessMode::ReadWriteOncePod]
+        && asw.volume(volume).is_some_and(|v| {
+            v.pods
+                .iter()
+                .any(|(other, t)| other != pod && t.state != MountState::NotMounted)
+        })
+}
+
 /// Whether `volume` needs a device target that the ASW holds as surely not
 /// mounted (or not at all) while a pod target of it is mounted.
 fn device_lost(asw: &ActualStateOfWorld, volume: &UniqueVolumeName, spec: &VolumeSpec) -> bool {
@@ -243,7 +279,7 @@ fn device_lost(asw: &ActualStateOfWorld, volume: &UniqueVolumeName, spec: &Volum
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AccessMode, MountState, PodVolume, StorageMedium, VolumeSpec};
+    use crate::model::{PodVolume, StorageMedium};
     use crate::state::{DeviceMount, LabelCheck, PodMount, SeLinuxState};
 
     fn uid(s: &str) -> PodUid {
@@ -565,6 +601,63 @@ mod tests {
             names(&p),
             vec!["mount kubernetes.io/empty-dir/b-cache b".to_owned()]
         );
+    }
+
+    /// ReadWriteOncePod, as the kubelet's MountVolume checks it: refused
+    /// while another pod's target is mounted or uncertain and RWOP is the
+    /// volume's only mode; mounted once the holder is gone.
+    #[test]
+    fn a_read_write_once_pod_volume_held_by_another_pod_blocks_the_new_one() {
+        use AccessMode::{ReadWriteOnce as Rwo, ReadWriteOncePod as Rwop};
+        type Row = (&'static str, Vec<AccessMode>, Option<MountState>, bool);
+        let table: Vec<Row> = vec![
+            ("held, mounted", vec![Rwop], Some(MountState::Mounted), true),
+            (
+                "held, uncertain",
+                vec![Rwop],
+                Some(MountState::Uncertain),
+                true,
+            ),
+            ("the holder is gone", vec![Rwop], None, false),
+            (
+                "RWOP among others",
+                vec![Rwop, Rwo],
+                Some(MountState::Mounted),
+                false,
+            ),
+            ("RWO only", vec![Rwo], Some(MountState::Mounted), false),
+        ];
+        for (what, modes, holder, refused) in table {
+            let spec = VolumeSpec::Local {
+                path: "/srv/pv".into(),
+                fs_type: None,
+                access_modes: modes,
+                mount_options: Default::default(),
+                is_block: false,
+            };
+            let mut d = DesiredStateOfWorld::new();
+            let mut a = ActualStateOfWorld::new();
+            let v = want(&mut d, "second", spec.clone(), "pv1");
+            if let Some(state) = holder {
+                a.add_volume(v.clone(), spec.plugin(), "pv1", Some(spec.into()), None);
+                mounted_pod(&mut a, &v, "first", state);
+            }
+            let p = plan(&d, &a, &|_| false, usize::MAX);
+            if refused {
+                assert!(p.actions.is_empty(), "{what}: {:?}", names(&p));
+                assert_eq!(p.blocked.len(), 1, "{what}");
+                assert_eq!(p.blocked[0].pod, uid("second"), "{what}");
+                assert_eq!(
+                    p.blocked[0].error.to_string(),
+                    "MountVolume.SetUp failed for volume \"pv1\" : volume uses the \
+                     ReadWriteOncePod access mode and is already in use by another pod",
+                    "{what}"
+                );
+            } else {
+                assert!(p.blocked.is_empty(), "{what}: {:?}", p.blocked);
+                assert_eq!(names(&p), [format!("mount {v} second")], "{what}");
+            }
+        }
     }
 
     /// A DSW where pod `new` wants the local PV with label `wanted` (a

@@ -46,7 +46,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::model::{MountState, PodUid, SeLinuxContext, UniqueVolumeName};
+use crate::model::{MountState, PodUid, SeLinuxContext, SharedStr, UniqueVolumeName};
 
 mod asw;
 mod dsw;
@@ -143,6 +143,23 @@ pub enum StateError {
         /// the pod that waits
         pod: PodUid,
     },
+    /// A volume whose only access mode is ReadWriteOncePod, mounted (or
+    /// maybe mounted) for another pod of the node: refused with the
+    /// kubelet's words (its MountVolume check), which do not name the
+    /// other pod (it may be another namespace's). Tried again each pass;
+    /// the pod gets the volume once the other's target is unmounted.
+    #[error(
+        "MountVolume.SetUp failed for volume {:?} : volume uses the ReadWriteOncePod access mode and is already in use by another pod",
+        .spec_name.as_str()
+    )]
+    ReadWriteOncePodInUse {
+        /// the volume
+        volume: UniqueVolumeName,
+        /// its spec name (the PV's name), as the kubelet's message names it
+        spec_name: SharedStr,
+        /// the pod refused
+        pod: PodUid,
+    },
 }
 
 /// What kind of failure a [`StateError`] is, for callers to branch on.
@@ -165,6 +182,7 @@ impl StateError {
             | StateError::DeletePodFromVolume { .. }
             | StateError::VolumeNotAttached { .. }
             | StateError::NotReportedInUse { .. } => StateErrorKind::NotFound,
+            StateError::ReadWriteOncePodInUse { .. } => StateErrorKind::Busy,
             StateError::DeleteVolume { .. } => StateErrorKind::Busy,
             StateError::AddPodToVolume { .. } | StateError::SeLinuxMismatch { .. } => {
                 StateErrorKind::Conflict

@@ -5,11 +5,15 @@
 
 use super::{Effect, World};
 use crate::model::UniqueVolumeName;
+use crate::reconciler::effects::{FAILED_MOUNT, PodEvent};
 use crate::reconciler::plan::Blocked;
 use crate::state::StateError;
 
 /// The plan's blocked pods: each gets its error; a mount that waits for
-/// `volumesInUse` asks the publisher for an update the first time.
+/// `volumesInUse` asks the publisher for an update the first time; a pod
+/// refused a ReadWriteOncePod volume gets a `FailedMount` event when the
+/// error is new to it (the plan refuses it every pass until the holder is
+/// gone: one event, not one per pass).
 pub(super) fn blocked(w: &mut World, blocked: Vec<Blocked>, out: &mut Vec<Effect>) {
     for b in blocked {
         if let StateError::NotReportedInUse { volume, .. } = &b.error
@@ -17,7 +21,18 @@ pub(super) fn blocked(w: &mut World, blocked: Vec<Blocked>, out: &mut Vec<Effect
         {
             out.push(Effect::ReportInUse);
         }
-        w.dsw.add_pod_error(&b.pod, b.error.to_string());
+        let message = b.error.to_string();
+        if matches!(b.error, StateError::ReadWriteOncePodInUse { .. })
+            && !w.dsw.errors_of_pod(&b.pod).any(|e| *e == message)
+        {
+            out.push(Effect::PodEvent(PodEvent {
+                names: w.pods.get(&b.pod).map(|e| e.pod.clone()),
+                pod: b.pod.clone(),
+                reason: FAILED_MOUNT,
+                message: message.clone(),
+            }));
+        }
+        w.dsw.add_pod_error(&b.pod, message);
     }
 }
 
