@@ -1,0 +1,252 @@
+//! Claims as pods write them, end to end on the real `volumed run` binary
+//! with real binds of directory local PVs (issue 41, items 1, 4 and 5):
+//!
+//! 1. a claim the pod mounts `readOnly` is bound read-only (a write there
+//!    fails with EROFS) while another pod of the same PV writes; `dump`
+//!    and the runtime API say `read_only`;
+//! 2. a ReadWriteOncePod PV goes to one pod: the second is refused with
+//!    the kubelet's message until the first is deleted, then mounted;
+//! 3. a generic ephemeral volume's claim is used only once the pod owns it.
+//!
+//! Each test runs as root in its own private mount namespace with its own
+//! scratch dir, so they run in parallel. Every wait is bounded.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::Path;
+
+use serde_json::Value;
+use support::daemon::{Env, all_mounted, delete_all_and_wait, pod_gone_from_state, real};
+
+const LOCAL: &str = "kubernetes.io~local-volume";
+
+/// A directory PV `pv` with the access modes `modes`, bound to the claim
+/// `claim`, and that claim; `owner`: the UID of the pod that controls the
+/// claim (a generic ephemeral volume's).
+fn pv_objects(pv: &str, dir: &Path, modes: &str, claim: &str, owner: Option<&str>) -> String {
+    let owner = owner.map_or(String::new(), |uid| {
+        format!(
+            "  ownerReferences:\n  - {{apiVersion: v1, kind: Pod, name: x, uid: {uid}, controller: true}}\n"
+        )
+    });
+    format!(
+        "apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {pv}}}
+spec:
+  accessModes: [{modes}]
+  claimRef: {{namespace: default, name: {claim}}}
+  local: {{path: {dir}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {claim}
+  namespace: default
+{owner}spec: {{volumeName: {pv}}}
+",
+        dir = dir.display()
+    )
+}
+
+/// A pod `uid` whose volume `data` is `source` (a YAML flow mapping).
+fn pod(uid: &str, source: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {uid}, namespace: default, uid: {uid}}}
+spec:
+  containers: [{{name: app, image: busybox}}]
+  volumes:
+  - name: data
+    {source}
+"
+    )
+}
+
+/// The runtime API's answer for `uid`.
+fn runtime(daemon: &support::daemon::Daemon, uid: &str) -> Value {
+    serde_json::from_str(&daemon.get(&format!("/v1/pods/{uid}/volumes"))).unwrap()
+}
+
+/// The `params` of the last intent `dump` shows for the target at `path`.
+fn dumped_params(env: &Env, path: &Path) -> Value {
+    let dump = env.dump();
+    let records = dump["records"].as_array().cloned().unwrap_or_default();
+    records
+        .iter()
+        .rev()
+        .find_map(|r| {
+            let p = &r["params"];
+            (p["pod_mount_path"].as_str() == path.to_str()).then(|| p.clone())
+        })
+        .unwrap_or_else(|| panic!("no record of {path:?} in {dump:#}"))
+}
+
+#[test]
+fn a_read_only_claim_is_bound_read_only_for_its_pod_alone() {
+    real("binds a directory PV read-only for one pod", || {
+        let mut env = Env::new("volumed-claims-ro");
+        let dir = env.scratch.path().join("pv-dir");
+        support::mkdirs(&dir);
+        fs::write(
+            env.objects.join("pv.yaml"),
+            pv_objects("pv-ro", &dir, "ReadWriteMany", "shared", None),
+        )
+        .unwrap();
+        env.write_pod(
+            "reader.yaml",
+            &pod(
+                "reader",
+                "persistentVolumeClaim: {claimName: shared, readOnly: true}",
+            ),
+        );
+        env.write_pod(
+            "writer.yaml",
+            &pod("writer", "persistentVolumeClaim: {claimName: shared}"),
+        );
+        let reader = env.pod_volume("reader", LOCAL, "pv-ro");
+        let writer = env.pod_volume("writer", LOCAL, "pv-ro");
+        let daemon = env.start();
+        daemon.wait_until("both pods' binds are mounted", || {
+            all_mounted(&daemon.state(), &[reader.clone(), writer.clone()])
+        });
+
+        fs::write(writer.join("by-writer.txt"), "w").expect("the writer writes");
+        let err = fs::write(reader.join("by-reader.txt"), "r").expect_err("read-only");
+        assert_eq!(err.kind(), ErrorKind::ReadOnlyFilesystem, "{err}");
+        assert_eq!(
+            fs::read_to_string(reader.join("by-writer.txt")).unwrap(),
+            "w",
+            "the reader sees the volume"
+        );
+        assert!(!dir.join("by-reader.txt").exists());
+        let ro_of = |path: &Path| {
+            let m = env.mounts_below_root();
+            let m = m.iter().find(|m| m.mount_point == path).expect("mounted");
+            m.identity().read_only
+        };
+        assert!(ro_of(&reader), "the reader's bind is ro in the mount table");
+        assert!(!ro_of(&writer), "the writer's is not");
+
+        let answer = |uid: &str| runtime(&daemon, uid)["volumes"][0]["read_only"].clone();
+        assert_eq!(answer("reader"), Value::Bool(true));
+        assert_eq!(answer("writer"), Value::Bool(false));
+        let params = dumped_params(&env, &reader);
+        assert_eq!(params["read_only"], Value::Bool(true), "{params:#}");
+        assert!(
+            params["mount_options"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|o| o == "ro")),
+            "journaled with the target: {params:#}"
+        );
+        assert_eq!(
+            dumped_params(&env, &writer)["read_only"],
+            Value::Bool(false)
+        );
+
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_read_write_once_pod_volume_waits_for_its_holder_to_go() {
+    real(
+        "hands a ReadWriteOncePod PV from one pod to the next",
+        || {
+            let mut env = Env::new("volumed-claims-rwop");
+            let dir = env.scratch.path().join("pv-dir");
+            support::mkdirs(&dir);
+            fs::write(
+                env.objects.join("pv.yaml"),
+                pv_objects("pv-rwop", &dir, "ReadWriteOncePod", "solo", None),
+            )
+            .unwrap();
+            let claim = "persistentVolumeClaim: {claimName: solo}";
+            env.write_pod("first.yaml", &pod("first", claim));
+            let first = env.pod_volume("first", LOCAL, "pv-rwop");
+            let second = env.pod_volume("second", LOCAL, "pv-rwop");
+            let daemon = env.start();
+            daemon.wait_until("the first pod holds it", || {
+                all_mounted(&daemon.state(), std::slice::from_ref(&first))
+            });
+
+            env.write_pod("second.yaml", &pod("second", claim));
+            let message = "MountVolume.SetUp failed for volume \"pv-rwop\" : volume uses the \
+                       ReadWriteOncePod access mode and is already in use by another pod";
+            daemon.wait_until("the second pod is refused", || {
+                daemon.pod_errors("second").contains(message)
+            });
+            let answer = runtime(&daemon, "second");
+            assert_eq!(answer["ready"], Value::Bool(false), "{answer:#}");
+            assert!(
+                answer["errors"]
+                    .as_array()
+                    .is_some_and(|e| e.iter().any(|e| e == message)),
+                "{answer:#}"
+            );
+            assert!(
+                !second.exists()
+                    || env
+                        .mounts_below_root()
+                        .iter()
+                        .all(|m| m.mount_point != second)
+            );
+
+            env.remove_pod("first.yaml");
+            daemon.wait_until("the second pod gets it once the first is gone", || {
+                let state = daemon.state();
+                pod_gone_from_state(&state, &env.root, "first")
+                    && all_mounted(&state, std::slice::from_ref(&second))
+            });
+            assert_eq!(runtime(&daemon, "second")["ready"], Value::Bool(true));
+
+            delete_all_and_wait(&env, &daemon);
+            daemon.stop();
+        },
+    );
+}
+
+#[test]
+fn an_ephemeral_volume_mounts_its_claim_only_once_the_pod_owns_it() {
+    real("mounts a generic ephemeral volume's claim", || {
+        let mut env = Env::new("volumed-claims-eph");
+        let dir = env.scratch.path().join("pv-dir");
+        support::mkdirs(&dir);
+        // a static pod's name is `<name>-<node>`: its claim is that and the volume's
+        let claim = format!("eph-{}-data", support::daemon::NODE);
+        let objects = |owner| pv_objects("pv-eph", &dir, "ReadWriteOnce", &claim, Some(owner));
+        fs::write(env.objects.join("pv.yaml"), objects("someone-else")).unwrap();
+        env.write_pod(
+            "eph.yaml",
+            &pod(
+                "eph",
+                "ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce]}}}",
+            ),
+        );
+        let target = env.pod_volume("eph", LOCAL, "pv-eph");
+        let daemon = env.start();
+        let refused = format!(
+            "PVC default/{claim} was not created for pod default/eph-{} (pod is not owner)",
+            support::daemon::NODE
+        );
+        daemon.wait_until("a claim another pod owns is refused", || {
+            daemon.pod_errors("eph").contains(&refused)
+        });
+        assert!(env.mounts_below_root().is_empty(), "nothing mounted");
+
+        fs::write(env.objects.join("pv.yaml"), objects("eph")).unwrap();
+        daemon.wait_until("the pod's own claim is mounted", || {
+            all_mounted(&daemon.state(), std::slice::from_ref(&target))
+        });
+        fs::write(target.join("f"), "x").unwrap();
+        assert_eq!(fs::read_to_string(dir.join("f")).unwrap(), "x");
+
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
