@@ -250,3 +250,67 @@ fn an_ephemeral_volume_mounts_its_claim_only_once_the_pod_owns_it() {
         daemon.stop();
     });
 }
+
+/// The journal says the reader's bind is `ro`; after a restart the host
+/// shows it writable (remounted behind volumed's back): the merge does
+/// not take it as mounted, and the daemon binds it read-only again.
+#[test]
+fn a_read_only_bind_found_writable_after_a_restart_is_made_read_only_again() {
+    real("restarts over a read-only bind made writable", || {
+        let mut env = Env::new("volumed-claims-ro-restart");
+        let dir = env.scratch.path().join("pv-dir");
+        support::mkdirs(&dir);
+        fs::write(
+            env.objects.join("pv.yaml"),
+            pv_objects("pv-ro", &dir, "ReadWriteOnce", "claim", None),
+        )
+        .unwrap();
+        env.write_pod(
+            "reader.yaml",
+            &pod(
+                "reader",
+                "persistentVolumeClaim: {claimName: claim, readOnly: true}",
+            ),
+        );
+        let reader = env.pod_volume("reader", LOCAL, "pv-ro");
+        let read_only = |env: &Env| {
+            let m = env.mounts_below_root();
+            m.iter()
+                .filter(|m| m.mount_point == reader)
+                .map(|m| m.identity().read_only)
+                .collect::<Vec<_>>()
+        };
+        let daemon = env.start();
+        daemon.wait_until("the bind is mounted", || {
+            all_mounted(&daemon.state(), std::slice::from_ref(&reader))
+        });
+        assert_eq!(read_only(&env), [true]);
+        daemon.stop();
+
+        let status = std::process::Command::new("mount")
+            .args(["-o", "remount,bind,rw"])
+            .arg(&reader)
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount rw");
+        assert_eq!(read_only(&env), [false], "writable behind volumed's back");
+
+        let daemon = env.start();
+        daemon.wait_until("the bind is read-only again", || {
+            all_mounted(&daemon.state(), std::slice::from_ref(&reader)) && read_only(&env) == [true]
+        });
+        let metrics = daemon.metrics();
+        let decided = support::daemon::series(&metrics, "volumed_reconstruct_decisions_total");
+        assert!(
+            decided
+                .iter()
+                .any(|(l, v)| l.contains("reason=\"mounted_differs\"") && *v >= 1.0),
+            "{decided:#?}"
+        );
+        let err = fs::write(reader.join("f"), "x").expect_err("read-only");
+        assert_eq!(err.kind(), ErrorKind::ReadOnlyFilesystem, "{err}");
+
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
