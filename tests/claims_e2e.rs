@@ -6,7 +6,10 @@
 //!    and the runtime API say `read_only`;
 //! 2. a ReadWriteOncePod PV goes to one pod: the second is refused with
 //!    the kubelet's message until the first is deleted, then mounted;
-//! 3. a generic ephemeral volume's claim is used only once the pod owns it.
+//! 3. a generic ephemeral volume's claim is used only once the pod owns it;
+//! 4. a read-only claim on a CSI PV is published `readonly: true` (the test
+//!    driver then mounts it `ro`), the other pod's not, and a restart with
+//!    the journal takes the read-only target as mounted (no RPC).
 //!
 //! Each test runs as root in its own private mount namespace with its own
 //! scratch dir, so they run in parallel. Every wait is bounded.
@@ -311,6 +314,109 @@ fn a_read_only_bind_found_writable_after_a_restart_is_made_read_only_again() {
         assert_eq!(err.kind(), ErrorKind::ReadOnlyFilesystem, "{err}");
 
         delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}
+
+/// A CSI PV (ReadWriteMany, no attach) of the test driver, its claim and
+/// its CSIDriver.
+fn csi_objects(driver: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: pv-csi}}
+spec:
+  accessModes: [ReadWriteMany]
+  claimRef: {{namespace: default, name: shared}}
+  csi: {{driver: {driver}, volumeHandle: vol-ro, fsType: ext4}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: shared, namespace: default}}
+spec: {{volumeName: pv-csi}}
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {{name: {driver}}}
+spec: {{attachRequired: false}}
+"
+    )
+}
+
+#[test]
+fn a_read_only_csi_claim_is_published_readonly_for_its_pod_alone() {
+    real("publishes a CSI PV read-only for one pod", || {
+        use support::csi_driver::{DriverOpts, TestDriver};
+        const DRIVER: &str = "ro.csi.volumed.dev";
+        let mut env = Env::new("volumed-claims-csi-ro");
+        fs::write(env.objects.join("csi.yaml"), csi_objects(DRIVER)).unwrap();
+        let mut opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
+        opts.node_id = Some(support::daemon::NODE.to_owned());
+        env.extra_args = vec![
+            "--csi-driver".to_owned(),
+            format!("{DRIVER}={}", opts.endpoint.display()),
+        ];
+        let driver = TestDriver::spawn(opts);
+        env.write_pod(
+            "reader.yaml",
+            &pod(
+                "reader",
+                "persistentVolumeClaim: {claimName: shared, readOnly: true}",
+            ),
+        );
+        env.write_pod(
+            "writer.yaml",
+            &pod("writer", "persistentVolumeClaim: {claimName: shared}"),
+        );
+        let target = |uid: &str| {
+            env.pod_volume(uid, "kubernetes.io~csi", "pv-csi")
+                .join("mount")
+        };
+        let (reader, writer) = (target("reader"), target("writer"));
+        let daemon = env.start();
+        daemon.wait_until("both pods published", || {
+            all_mounted(&daemon.state(), &[reader.clone(), writer.clone()])
+        });
+        let published: Vec<(String, Value)> = driver
+            .calls()
+            .into_iter()
+            .filter(|c| c["method"] == "NodePublishVolume")
+            .map(|c| {
+                (
+                    c["target_path"].as_str().unwrap_or("").to_owned(),
+                    c["readonly"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(published.len(), 2, "{published:?}");
+        for (path, readonly) in &published {
+            let want = Path::new(path) == reader;
+            assert_eq!(*readonly, Value::Bool(want), "{path}");
+        }
+        fs::write(writer.join("w.txt"), "w").expect("the writer writes");
+        let err = fs::write(reader.join("r.txt"), "r").expect_err("read-only");
+        assert_eq!(err.kind(), ErrorKind::ReadOnlyFilesystem, "{err}");
+        assert_eq!(
+            runtime(&daemon, "reader")["volumes"][0]["read_only"],
+            Value::Bool(true)
+        );
+        daemon.stop();
+
+        // the journal says the reader's target is `ro`, the host agrees
+        let daemon = env.start();
+        daemon.wait_until("both mounted after the restart", || {
+            all_mounted(&daemon.state(), &[reader.clone(), writer.clone()])
+        });
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        assert_eq!(driver.count("NodePublishVolume"), 2, "no publish again");
+        assert_eq!(driver.count("NodeStageVolume"), 1, "no stage again");
+
+        for e in fs::read_dir(&env.pods).unwrap() {
+            fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        daemon.wait_until("nothing mounted below the root, unstaged", || {
+            env.mounts_below_root().is_empty() && driver.count("NodeUnstageVolume") == 1
+        });
         daemon.stop();
     });
 }
