@@ -4,6 +4,9 @@
 //!
 //! - a long-poll started before its pod exists returns once the pod's
 //!   volumes are mounted, on both listeners and through `wait-pod`;
+//! - a long-poll for `unmounted=1` returns once the deleted pod's volumes
+//!   are unmounted, and `wait-pod --unmounted` says the same (exit 1 while
+//!   they are mounted, 0 once gone);
 //! - a local PV whose device is missing: the wait ends at its time with
 //!   `ready: false` and the blocking errors, `wait-pod` exits 1;
 //! - an unknown pod is 404, a malformed uid or wait 400 naming it, and the
@@ -199,6 +202,85 @@ fn a_long_poll_for_a_pod_not_yet_added_returns_once_its_volumes_are_mounted() {
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         assert_eq!(stdout.lines().count(), 2, "{stdout}");
         assert!(stdout.contains(cache.to_str().unwrap()), "{stdout}");
+        daemon.stop();
+    });
+}
+
+/// `volumed wait-pod --unmounted` against the env's journal dir.
+fn wait_unmounted(env: &Env, uid: &str, timeout: u64) -> Output {
+    Command::new(BIN)
+        .args(["wait-pod", "--unmounted", uid])
+        .args(["--timeout", &timeout.to_string()])
+        .arg("--journal-dir")
+        .arg(&env.journal)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_long_poll_for_unmounted_returns_once_the_deleted_pod_s_volumes_are_gone() {
+    real("mounts tmpfs through the daemon", || {
+        let mut env = Env::new("volumed-rt-unmount");
+        env.write_pod("a.yaml", &emptydir_pod(POD));
+        let daemon = env.start();
+        let t = Duration::from_secs(90);
+        let (status, body) = unix_get(&env.journal, &format!("/v1/pods/{POD}/volumes?wait=60"), t);
+        assert_eq!(
+            (status, json(&body)["ready"].clone()),
+            (200, Value::Bool(true))
+        );
+
+        // mounted: the answer at once says which, and the CLI exits 1
+        let (status, body) = unix_get(
+            &env.journal,
+            &format!("/v1/pods/{POD}/volumes?unmounted=1"),
+            t,
+        );
+        assert_eq!(status, 200, "{body}");
+        let doc = json(&body);
+        assert_eq!(doc["pod_uid"], POD);
+        assert_eq!(doc["unmounted"], false, "{doc:#}");
+        assert_eq!(doc["mounted"], serde_json::json!(["cache", "scratch"]));
+        let out = wait_unmounted(&env, POD, 1);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(
+            stderr.contains("mounted volumes=[cache scratch]"),
+            "{stderr}"
+        );
+
+        let asked = Instant::now();
+        let waiter = {
+            let journal = env.journal.clone();
+            let path = format!("/v1/pods/{POD}/volumes?unmounted=1&wait=60");
+            std::thread::spawn(move || unix_get(&journal, &path, t))
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            !waiter.is_finished(),
+            "waits while the pod's volumes are mounted"
+        );
+        let cache = env.pod_volume(POD, "kubernetes.io~empty-dir", "cache");
+        env.remove_pod("a.yaml");
+        let (status, body) = waiter.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(50),
+            "woken, not timed out"
+        );
+        let doc = json(&body);
+        assert_eq!(doc["unmounted"], true, "{doc:#}");
+        assert_eq!(doc["mounted"], serde_json::json!([]));
+        let table = MountTable::read_self().unwrap();
+        assert!(table.top_at(&cache).is_none(), "the tmpfs is gone");
+
+        let out = wait_unmounted(&env, POD, 5);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        // a pod volumed never knew has nothing mounted
+        assert_eq!(wait_unmounted(&env, "nobody", 0).status.code(), Some(0));
+        let (status, body) = unix_get(&env.journal, "/v1/pods/x/volumes?unmounted=maybe", t);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("unmounted \"maybe\""), "{body}");
         daemon.stop();
     });
 }

@@ -1,12 +1,14 @@
-//! `volumed wait-pod UID [--timeout SECONDS]`: what a container runtime
-//! without an HTTP client runs before starting a pod's containers. Asks the
-//! daemon of `--journal-dir` through its `api.sock` and waits for the pod's
-//! volumes.
+//! `volumed wait-pod UID [--timeout SECONDS] [--unmounted]`: what a
+//! container runtime without an HTTP client runs before starting a pod's
+//! containers (or, with `--unmounted`, after stopping them: the kubelet's
+//! `WaitForUnmount`). Asks the daemon of `--journal-dir` through its
+//! `api.sock` and waits for the pod's volumes to be mounted (or gone).
 //!
-//! Exit codes: 0 ready (the volumes on stdout, one per line); 1 not ready
-//! when the time was up, or a pod volumed does not know (the errors on
-//! stderr); 2 the daemon could not be asked (none running, a bad answer) or
-//! the arguments are wrong.
+//! Exit codes: 0 ready (the volumes on stdout, one per line) or, with
+//! `--unmounted`, nothing mounted; 1 not ready when the time was up, a pod
+//! volumed does not know, or volumes still mounted (the errors on stderr);
+//! 2 the daemon could not be asked (none running, a bad answer) or the
+//! arguments are wrong.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,6 +37,10 @@ pub(crate) struct WaitPodArgs {
     /// Print the answer as the API's JSON document instead of lines.
     #[arg(long)]
     json: bool,
+    /// Wait until none of the pod's volumes is mounted any more, instead
+    /// of until all are.
+    #[arg(long)]
+    unmounted: bool,
 }
 
 /// Runs `wait-pod` with its own exit codes: 1 is "not ready", so "could
@@ -54,7 +60,11 @@ fn wait_pod(args: WaitPodArgs) -> Result<ExitCode> {
         "--timeout {}: at most {MAX_WAIT_SECS} seconds",
         args.timeout
     );
-    let answer = api_client::wait_pod(&args.journal_dir, &uid, Duration::from_secs(args.timeout));
+    let wait = Duration::from_secs(args.timeout);
+    if args.unmounted {
+        return wait_unmounted(&args, &uid, wait);
+    }
+    let answer = api_client::wait_pod(&args.journal_dir, &uid, wait);
     let doc = match answer {
         Ok(doc) => doc,
         Err(e @ ApiClientError::UnknownPod { .. }) => {
@@ -79,6 +89,24 @@ fn wait_pod(args: WaitPodArgs) -> Result<ExitCode> {
         "volumed: pod {uid}: volumes not ready after {} s: {}",
         args.timeout,
         doc.errors.join("; ")
+    );
+    Ok(ExitCode::from(1))
+}
+
+/// `--unmounted`: exit 0 once nothing of the pod is mounted, printing the
+/// volumes still mounted on stderr otherwise (exit 1).
+fn wait_unmounted(args: &WaitPodArgs, uid: &PodUid, wait: Duration) -> Result<ExitCode> {
+    let doc = api_client::wait_unmounted(&args.journal_dir, uid, wait).context("wait-pod")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    }
+    if doc.unmounted {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "volumed: pod {uid}: mounted volumes=[{}] after {} s",
+        doc.mounted.join(" "),
+        args.timeout
     );
     Ok(ExitCode::from(1))
 }

@@ -118,6 +118,10 @@ impl DebugProvider for Provider {
         self.runtime.pod_volumes(pod)
     }
 
+    fn pod_unmounted(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodUnmounted> {
+        Some(self.runtime.pod_unmounted(pod))
+    }
+
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         let c = self.runtime.changes();
         (!c.is_closed()).then(|| c.subscribe())

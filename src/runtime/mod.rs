@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use changes::Changes;
-pub use ready::{PodView, PodVolume, PodVolumes, TargetView, decide};
+pub use ready::{PodUnmounted, PodView, PodVolume, PodVolumes, TargetView, decide};
 
 use crate::model::{MountState, PodUid, UniqueVolumeName, VolumeSpec};
 use crate::state::World;
@@ -135,28 +135,45 @@ impl VolumeManagerHandle {
         }
     }
 
+    /// The pod's volumes still mounted now, by pod volume name (the unique
+    /// name for a target rebuilt without one), sorted: O(its volumes),
+    /// through the ASW's index by pod. Uncertain targets are left out, as
+    /// the kubelet's `PodHasMountedVolumes` leaves them.
+    pub fn pod_unmounted(&self, pod: &PodUid) -> PodUnmounted {
+        let mut mounted: Vec<String> = {
+            let w = self.lock();
+            w.asw
+                .targets_of_pod(pod)
+                .filter(|(_, _, t)| t.state == MountState::Mounted)
+                .map(|(name, _, t)| match t.mount.outer_name.as_str() {
+                    "" => name.as_str().to_owned(),
+                    outer => outer.to_owned(),
+                })
+                .collect()
+        };
+        mounted.sort();
+        PodUnmounted {
+            pod_uid: pod.as_str().to_owned(),
+            unmounted: mounted.is_empty(),
+            mounted,
+        }
+    }
+
     /// The kubelet's `WaitForUnmount`: returns once no target of the pod is
     /// mounted (uncertain ones are not waited for, as the kubelet).
     pub fn wait_for_unmount(&self, pod: &PodUid, timeout: Duration) -> Result<(), RuntimeError> {
         let deadline = Instant::now() + timeout;
         loop {
             let seen = self.changes.seen();
-            let mounted: Vec<String> = {
-                let w = self.lock();
-                w.asw
-                    .targets_of_pod(pod)
-                    .filter(|(_, _, t)| t.state == MountState::Mounted)
-                    .map(|(name, _, _)| name.as_str().to_owned())
-                    .collect()
-            };
-            if mounted.is_empty() {
+            let now = self.pod_unmounted(pod);
+            if now.unmounted {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(RuntimeError::StillMounted {
                     pod: pod.clone(),
                     after: timeout,
-                    mounted,
+                    mounted: now.mounted,
                 });
             }
             if !self.changes.wait_past(seen, deadline) {
@@ -408,13 +425,22 @@ mod tests {
         let e = h
             .wait_for_unmount(&uid(), Duration::from_millis(20))
             .unwrap_err();
-        assert!(matches!(&e, RuntimeError::StillMounted { mounted, .. } if mounted.len() == 1));
+        assert!(matches!(&e, RuntimeError::StillMounted { mounted, .. } if mounted == &["cache"]));
+        let now = h.pod_unmounted(&uid());
+        assert_eq!(
+            (now.unmounted, now.mounted),
+            (false, vec!["cache".to_owned()])
+        );
         later(&h, |w| {
             w.dsw.delete_pod(&uid());
             w.asw.delete_pod_from_volume(&cache(), &uid()).unwrap();
         });
         h.wait_for_unmount(&uid(), T).unwrap();
         assert!(h.mounted_volumes_for_pod(&uid()).is_empty());
+        assert!(h.pod_unmounted(&uid()).unmounted);
+        // a pod volumed never knew has nothing mounted
+        let other = PodUid::new("u2").unwrap();
+        assert!(h.pod_unmounted(&other).unmounted);
     }
 
     #[test]

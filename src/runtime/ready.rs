@@ -46,6 +46,21 @@ pub struct PodVolumes {
     pub errors: Vec<String>,
 }
 
+/// `GET /v1/pods/<uid>/volumes?unmounted=1`: whether none of the pod's
+/// targets is mounted any more (the kubelet's `WaitForUnmount`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodUnmounted {
+    /// the pod UID asked about
+    pub pod_uid: String,
+    /// no target of the pod is `mounted` (an uncertain one is not waited
+    /// for, as the kubelet's `PodHasMountedVolumes`; a pod volumed never
+    /// knew has none)
+    pub unmounted: bool,
+    /// the pod's volumes still mounted, by `pod.spec.volumes[x].name`
+    /// (the unique volume name for a target rebuilt without one), sorted
+    pub mounted: Vec<String>,
+}
+
 /// One volume the DSW wants for the pod, with its pod target in the ASW.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetView {

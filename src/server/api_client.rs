@@ -1,5 +1,6 @@
 //! `volumed wait-pod`'s side of the runtime API: one blocking
-//! `GET /v1/pods/<uid>/volumes?wait=N` over `<journal-dir>/api.sock`.
+//! `GET /v1/pods/<uid>/volumes?wait=N` (with `--unmounted`,
+//! `?unmounted=1&wait=N`) over `<journal-dir>/api.sock`.
 //!
 //! The socket is how a runtime finds the daemon of a journal dir: no
 //! socket, or one nobody listens on (left by a daemon that died), means no
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::api_socket;
 use super::client::{Exchange, exchange};
 use crate::model::PodUid;
-use crate::runtime::PodVolumes;
+use crate::runtime::{PodUnmounted, PodVolumes};
 
 /// How much longer than the wait the exchange may take.
 pub const MARGIN: Duration = Duration::from_secs(10);
@@ -72,6 +73,46 @@ pub enum ApiClientError {
 /// Asks the daemon of journal dir `dir` whether pod `pod`'s volumes are
 /// ready, waiting up to `wait` for them.
 pub fn wait_pod(dir: &Path, pod: &PodUid, wait: Duration) -> Result<PodVolumes, ApiClientError> {
+    let path = format!("/v1/pods/{pod}/volumes?wait={}", wait.as_secs());
+    match get(dir, &path, wait + MARGIN)? {
+        Answer::Ok(doc) => Ok(doc),
+        Answer::NotFound => Err(ApiClientError::UnknownPod { pod: pod.clone() }),
+    }
+}
+
+/// Asks the daemon of journal dir `dir` whether none of pod `pod`'s
+/// volumes is mounted any more, waiting up to `wait` for it (the kubelet's
+/// `WaitForUnmount`).
+pub fn wait_unmounted(
+    dir: &Path,
+    pod: &PodUid,
+    wait: Duration,
+) -> Result<PodUnmounted, ApiClientError> {
+    let path = format!("/v1/pods/{pod}/volumes?unmounted=1&wait={}", wait.as_secs());
+    match get(dir, &path, wait + MARGIN)? {
+        Answer::Ok(doc) => Ok(doc),
+        // the daemon answers every pod; a 404 is a daemon without the question
+        Answer::NotFound => Err(ApiClientError::BadResponse {
+            socket: api_socket::path(dir),
+            path,
+            reason: "status 404: this daemon does not answer unmounted=1".to_owned(),
+        }),
+    }
+}
+
+/// A 200's document, or a 404.
+enum Answer<T> {
+    Ok(T),
+    NotFound,
+}
+
+/// `GET path` on the socket of the daemon of journal dir `dir`, within
+/// `after`: the decoded 200, a 404, or why there is neither.
+fn get<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    path: &str,
+    after: Duration,
+) -> Result<Answer<T>, ApiClientError> {
     let socket = api_socket::path(dir);
     let no_daemon = |why: String| ApiClientError::NoDaemon {
         dir: dir.to_owned(),
@@ -96,17 +137,17 @@ pub fn wait_pod(dir: &Path, pod: &PodUid, wait: Duration) -> Result<PodVolumes, 
             });
         }
     };
-    let path = format!("/v1/pods/{pod}/volumes?wait={}", wait.as_secs());
-    let after = wait + MARGIN;
-    let (status, body) = ask(&mut stream, &socket, &path, after)?;
+    let (status, body) = ask(&mut stream, &socket, path, after)?;
     let bad = |reason: String| ApiClientError::BadResponse {
         socket: socket.clone(),
-        path: path.clone(),
+        path: path.to_owned(),
         reason,
     };
     match status {
-        200 => serde_json::from_slice(&body).map_err(|e| bad(format!("decode the answer: {e}"))),
-        404 => Err(ApiClientError::UnknownPod { pod: pod.clone() }),
+        200 => serde_json::from_slice(&body)
+            .map(Answer::Ok)
+            .map_err(|e| bad(format!("decode the answer: {e}"))),
+        404 => Ok(Answer::NotFound),
         s => {
             let text = String::from_utf8_lossy(&body);
             let first = text.lines().next().unwrap_or_default();

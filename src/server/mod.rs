@@ -97,6 +97,12 @@ pub trait DebugProvider: Send + Sync {
         let _ = pod;
         None
     }
+    /// Whether none of `pod`'s targets is mounted now (`?unmounted=1`);
+    /// `None`: this provider does not offer it (404).
+    fn pod_unmounted(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodUnmounted> {
+        let _ = pod;
+        None
+    }
     /// A receiver that changes whenever `pod_volumes` may answer
     /// differently; `None`: no long-poll (a `wait` answers at once).
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

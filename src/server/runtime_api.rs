@@ -1,5 +1,7 @@
 //! `GET /v1/pods/<uid>/volumes[?wait=SECONDS]` (docs/runtime-api.md):
-//! the pod's volumes from the provider, and the long-poll.
+//! the pod's volumes from the provider, and the long-poll; with
+//! `unmounted=1`, the kubelet's `WaitForUnmount`: whether none of the
+//! pod's targets is mounted, long-polled the same way.
 //!
 //! A long-poll holds no thread while it waits: it awaits the provider's
 //! change counter (a tokio `watch`) or its deadline, and each look is one
@@ -50,19 +52,36 @@ pub(super) fn is_pod_volumes(path: &str) -> bool {
         .is_some_and(|rest| rest.ends_with(SUFFIX))
 }
 
-/// The request, checked: the pod and the wait; else why it is bad (400).
-fn parse(req: &Request<Incoming>) -> Result<(PodUid, Option<Duration>), String> {
+/// What a request asks: which pod, how long to wait, and for what.
+#[derive(Debug)]
+struct Asked {
+    uid: PodUid,
+    wait: Option<Duration>,
+    /// `unmounted=1`: wait for the pod's targets to go, not to come
+    unmounted: bool,
+}
+
+/// The request, checked; else why it is bad (400).
+fn parse(req: &Request<Incoming>) -> Result<Asked, String> {
     let path = req.uri().path();
     let raw = path
         .strip_prefix(PREFIX)
         .and_then(|r| r.strip_suffix(SUFFIX))
         .unwrap_or_default();
     let uid = PodUid::new(raw).map_err(|e| format!("pod uid {raw:?} in {path}: {e}"))?;
-    let wait = req.uri().query().and_then(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "wait")
-            .map(|(_, v)| v.into_owned())
-    });
+    let param = |name: &str| {
+        req.uri().query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.into_owned())
+        })
+    };
+    let unmounted = match param("unmounted").as_deref() {
+        None | Some("0" | "false") => false,
+        Some("1" | "true") => true,
+        Some(other) => return Err(format!("unmounted {other:?}: not 1 or 0")),
+    };
+    let wait = param("wait");
     let wait = match wait {
         None => None,
         Some(w) => {
@@ -77,7 +96,11 @@ fn parse(req: &Request<Incoming>) -> Result<(PodUid, Option<Duration>), String> 
             Some(Duration::from_secs(secs))
         }
     };
-    Ok((uid, wait))
+    Ok(Asked {
+        uid,
+        wait,
+        unmounted,
+    })
 }
 
 /// Answers the endpoint: at once without `wait`, else once the pod is
@@ -89,7 +112,7 @@ pub(super) async fn pod_volumes(
     req: &Request<Incoming>,
     polls: &LongPolls,
 ) -> Result<Resp, Resp> {
-    let (uid, wait) = match parse(req) {
+    let asked = match parse(req) {
         Ok(p) => p,
         Err(why) => {
             return Ok(text(
@@ -98,6 +121,10 @@ pub(super) async fn pod_volumes(
             ));
         }
     };
+    if asked.unmounted {
+        return pod_unmounted(provider, asked, polls).await;
+    }
+    let Asked { uid, wait, .. } = asked;
     let look = |provider: &Arc<dyn DebugProvider>, uid: &PodUid| {
         let uid = uid.clone();
         blocking(Arc::clone(provider), move |p| p.pod_volumes(&uid))
@@ -115,12 +142,7 @@ pub(super) async fn pod_volumes(
         return Ok(answer(now, &uid));
     };
     let Ok(_slot) = polls.slots.try_acquire() else {
-        return Ok(text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "{MAX_LONG_POLLS} long-polls are waiting already; ask again, or without wait\n"
-            ),
-        ));
+        return Ok(full());
     };
     let deadline = tokio::time::Instant::now() + wait;
     let mut stopping = polls.stopping.clone();
@@ -138,6 +160,65 @@ pub(super) async fn pod_volumes(
                     // the daemon is gone: what is true now
                     let now = look(&provider, &uid).await?;
                     return Ok(answer(now, &uid));
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+            _ = stopping.changed() => {}
+        }
+    }
+}
+
+/// The answer when every long-poll slot is taken.
+fn full() -> Resp {
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{MAX_LONG_POLLS} long-polls are waiting already; ask again, or without wait\n"),
+    )
+}
+
+/// `?unmounted=1`: at once without `wait`, else once none of the pod's
+/// targets is mounted or the wait is over. A pod volumed does not know
+/// has nothing mounted, so it is answered `unmounted` at once (the
+/// kubelet's `WaitForUnmount` returns for it too); 404 only when the
+/// provider does not offer the question.
+async fn pod_unmounted(
+    provider: Arc<dyn DebugProvider>,
+    asked: Asked,
+    polls: &LongPolls,
+) -> Result<Resp, Resp> {
+    let Asked { uid, wait, .. } = asked;
+    let look = |provider: &Arc<dyn DebugProvider>| {
+        let uid = uid.clone();
+        blocking(Arc::clone(provider), move |p| p.pod_unmounted(&uid))
+    };
+    let answer = |now: Option<crate::runtime::PodUnmounted>| match now {
+        Some(doc) => json(&doc),
+        None => text(
+            StatusCode::NOT_FOUND,
+            "this server does not answer unmounted=1\n",
+        ),
+    };
+    let changes = provider.changes();
+    let (Some(wait), Some(mut changes)) = (wait.filter(|w| !w.is_zero()), changes) else {
+        return Ok(answer(look(&provider).await?));
+    };
+    let Ok(_slot) = polls.slots.try_acquire() else {
+        return Ok(full());
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut stopping = polls.stopping.clone();
+    loop {
+        // marked seen before the look: a change after it wakes the wait
+        changes.borrow_and_update();
+        let now = look(&provider).await?;
+        let done = now.as_ref().is_none_or(|d| d.unmounted);
+        if done || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
+            return Ok(answer(now));
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return Ok(answer(look(&provider).await?));
                 }
             }
             () = tokio::time::sleep_until(deadline) => {}
