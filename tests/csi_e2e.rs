@@ -794,6 +794,71 @@ fn a_retryable_publish_error_is_retried_until_the_volume_mounts() {
     });
 }
 
+/// NodeUnstage fails (a final status) when the last pod goes: the device
+/// is uncertain then, as the kubelet's `MarkDeviceAsUncertain`, so the
+/// next pod of the volume gets NodeStage again before its NodePublish, and
+/// NodeUnstage when it goes in turn.
+#[test]
+fn after_a_failed_unstage_the_next_pod_is_staged_again_then_unstaged() {
+    real("mounts through a CSI driver whose unstage fails", || {
+        let (mut env, opts) = csi_env("volumed-csi-e2e-restage-", "ReadWriteOnce", true);
+        let driver = TestDriver::spawn(opts);
+        env.write_pod("a.yaml", &csi_pod(POD_A));
+        let daemon = env.start();
+        let (stage, a, b) = (staging(&env), target(&env, POD_A), target(&env, POD_B));
+        daemon.wait_until("pod A published", || {
+            mounted(&daemon, &[stage.clone(), a.clone()])
+        });
+        driver.set_faults(json!([
+            {"method": UNSTAGE, "code": "Internal", "message": "unstage broke for e2e"}
+        ]));
+        env.remove_pod("a.yaml");
+        daemon.wait_until_showing(
+            "NodeUnstage failed",
+            || driver.count(UNSTAGE) >= 1,
+            || report(&env, &driver, &daemon),
+        );
+        daemon.wait_until_showing(
+            "the device uncertain in /debug/state",
+            || state_of(&daemon, &stage).as_deref() == Some("uncertain"),
+            || report(&env, &driver, &daemon),
+        );
+        let unstages = driver.count(UNSTAGE);
+        env.write_pod("b.yaml", &csi_pod(POD_B));
+        daemon.wait_until_showing(
+            "pod B published",
+            || mounted(&daemon, &[stage.clone(), b.clone()]),
+            || report(&env, &driver, &daemon),
+        );
+        let calls = volume_calls(&driver);
+        assert_eq!(driver.count(STAGE), 2, "staged again: {calls:?}");
+        assert_eq!(
+            calls[calls.len() - 2..],
+            [STAGE, PUBLISH],
+            "NodeStage before pod B's NodePublish: {calls:?}"
+        );
+        assert!(
+            driver.count(UNSTAGE) <= unstages + 1,
+            "no unstage once pod B wants the volume: {calls:?}"
+        );
+        assert_staged_and_published_once(&env, &[POD_B]);
+
+        driver.clear_faults();
+        let before = driver.count(UNSTAGE);
+        env.remove_pod("b.yaml");
+        daemon.wait_until_showing(
+            "pod B unpublished and the volume unstaged",
+            || driver.count(UNSTAGE) > before && env.mounts_below_root().is_empty(),
+            || report(&env, &driver, &daemon),
+        );
+        assert_eq!(
+            volume_calls(&driver).last().map(String::as_str),
+            Some(UNSTAGE)
+        );
+        daemon.stop();
+    });
+}
+
 /// NodeStage answers `InvalidArgument` every time: the pod's volume reports
 /// the error and nothing is published.
 #[test]

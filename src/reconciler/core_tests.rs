@@ -1707,3 +1707,80 @@ fn a_pass_counts_the_volumes_wanted_and_mounted_as_an_effect() {
         ]
     );
 }
+
+/// The kubelet's `MarkDeviceAsUncertain` after a failed UnmountDevice: the
+/// executor reports the device uncertain, and the next pod of the volume
+/// gets MountDevice (NodeStage) again before SetUp, not SetUp alone.
+#[test]
+fn after_a_failed_unmount_device_the_next_pod_mounts_the_device_again() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let spec = VolumeSpec::Local {
+        path: "/dev/loop9".into(),
+        fs_type: Some("ext4".into()),
+        access_modes: vec![crate::model::AccessMode::ReadWriteOnce],
+        mount_options: Default::default(),
+        is_block: true,
+    };
+    let b = pod_with("b", spec.clone(), "pv1");
+    let volume = b.volumes[0].volume.clone();
+    // the device is staged and no pod holds it any more
+    let staged = crate::state::DeviceMount {
+        device_path: Some("/dev/loop9".into()),
+        mount_path: "/r/plugins/kubernetes.io/local-volume/mounts/pv1".into(),
+        selinux: None,
+    };
+    w.asw.add_volume(
+        volume.clone(),
+        PluginName::LocalVolume,
+        "pv1",
+        Some(spec.into()),
+        None,
+    );
+    w.asw.mark_device_mounted(&volume, staged.clone()).unwrap();
+    let fx = c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+    assert!(
+        names(&fx).contains(&"unmount-device".to_owned()),
+        "{:?}",
+        names(&fx)
+    );
+    let failed = Event::JobDone(JobReport {
+        key: OpKey::volume(&volume),
+        updates: vec![AswUpdate::DeviceUncertain {
+            volume: volume.clone(),
+            plugin: PluginName::LocalVolume,
+            spec_name: "pv1".into(),
+            mount: staged,
+        }],
+        error: Some(crate::reconciler::jobs::JobError::Plugin {
+            message: "umount: EBUSY".into(),
+            uncertain: false,
+        }),
+        ran: vec![Operation::UnmountDevice],
+        forced: false,
+        late: None,
+    });
+    c.step(&mut w, vec![failed], ms(t0, 10), idle());
+    let device = w.asw.volume(&volume).and_then(|v| v.device.clone());
+    assert_eq!(
+        device.map(|d| d.state),
+        Some(crate::model::MountState::Uncertain)
+    );
+    let fx = c.step(
+        &mut w,
+        vec![
+            Event::Done(Completion::Swept(Swept::default())),
+            Event::Sources(vec![SourceEvent::PodAdded(b)]),
+        ],
+        ms(t0, 2_000),
+        idle(),
+    );
+    let device = fx.iter().find_map(|e| match e {
+        Effect::Start {
+            job: Job::Mount { want, device, .. },
+            ..
+        } if want.pod.as_str() == "b" => Some(device.is_some()),
+        _ => None,
+    });
+    assert_eq!(device, Some(true), "{:?}", names(&fx));
+}

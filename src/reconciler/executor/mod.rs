@@ -688,6 +688,50 @@ mod tests {
         ));
     }
 
+    /// An UnmountDevice that fails, final or uncertain, leaves the device
+    /// uncertain (the kubelet's `MarkDeviceAsUncertain`), so the next pod
+    /// mounts it again; one that succeeds leaves it unmounted.
+    #[test]
+    fn a_failed_unmount_device_leaves_the_device_uncertain() {
+        for errno in [Errno::EBUSY, Errno::EIO] {
+            let f = fixture();
+            f.sys.add_device(
+                "/dev/loop9",
+                DevId { major: 7, minor: 9 },
+                DiskFormat::Filesystem("ext4".into()),
+            );
+            let w = want(block_pv(), "p1", "pv1");
+            assert_eq!(f.exec.run(&mount_job(&f, w.clone(), true)).error, None);
+            let pod = Job::TearDown {
+                params: pod_params(&f.layout, &w).into(),
+            };
+            assert_eq!(f.exec.run(&pod).error, None);
+            let dev = Job::UnmountDevice {
+                params: device_params(&f.layout, &w).into(),
+            };
+            f.sys.fail_nth(Call::Umount, 1, errno);
+            let report = f.exec.run(&dev);
+            assert!(report.error.is_some(), "{errno}: the unmount failed");
+            assert_eq!(report.ran, vec![Operation::UnmountDevice]);
+            let [AswUpdate::DeviceUncertain { volume, mount, .. }] = &report.updates[..] else {
+                panic!("{errno}: {:?}", report.updates);
+            };
+            assert_eq!(*volume, w.volume);
+            assert_eq!(
+                Some(mount.mount_path.as_path()),
+                device_params(&f.layout, &w).device_mount_path(),
+                "{errno}: the staging path is kept"
+            );
+            let report = f.exec.run(&dev);
+            assert_eq!(report.error, None, "{errno}: the retry unmounts");
+            assert!(
+                matches!(&report.updates[..], [AswUpdate::DeviceUnmounted { .. }]),
+                "{errno}: {:?}",
+                report.updates
+            );
+        }
+    }
+
     /// A disk emptyDir with a foreign mount beneath it: the TearDown fails,
     /// final, naming the mount; the journal says so, the ASW keeps the pod
     /// (no update), and `volumed_nested_mounts_left_total` counts it.

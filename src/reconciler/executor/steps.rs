@@ -186,17 +186,46 @@ impl Executor {
     }
 
     /// An UnmountDevice job: the device leaves the ASW once it succeeded.
+    /// Once the call ran and failed, final or not, the device is uncertain,
+    /// as the kubelet's `MarkDeviceAsUncertain` after a failed
+    /// UnmountDevice: a NodeUnstage that failed may have unstaged part of
+    /// the way, so the next pod of the volume stages it again (plan's
+    /// "device uncertain: mount device again") instead of publishing from
+    /// a staging path that may be gone. A job that never reached the call
+    /// (no plugin, no intent) changed nothing and leaves the state as is.
     pub(super) fn unmount_device(
         &self,
         params: &SharedParams,
         r: &mut JobReport,
         announced: &mut Option<Announced>,
     ) -> Result<(), JobError> {
-        self.undo(Operation::UnmountDevice, params, r, announced)?;
-        r.updates.push(AswUpdate::DeviceUnmounted {
-            volume: params.volume.clone(),
-        });
-        Ok(())
+        match self.undo(Operation::UnmountDevice, params, r, announced) {
+            Ok(()) => {
+                r.updates.push(AswUpdate::DeviceUnmounted {
+                    volume: params.volume.clone(),
+                });
+                Ok(())
+            }
+            Err(e) => {
+                if reached_the_call(&e) {
+                    r.updates.push(AswUpdate::DeviceUncertain {
+                        volume: params.volume.clone(),
+                        plugin: params.plugin,
+                        spec_name: params.spec_name.clone(),
+                        mount: DeviceMount {
+                            device_path: params.device_path().map(Path::to_path_buf),
+                            mount_path: params
+                                .device_mount_path()
+                                .map(Path::to_path_buf)
+                                .unwrap_or_default(),
+                            // the volume keeps the context it has
+                            selinux: None,
+                        },
+                    });
+                }
+                Err(e)
+            }
+        }
     }
 
     /// A ForceCleanup job, journaled as the TearDown or UnmountDevice its
@@ -220,6 +249,16 @@ impl Executor {
             announced,
             |permit: &Permit| plugins::force_unmount(permit, params, sys, &self.layout),
         )
+    }
+}
+
+/// Whether a journaled step that failed with `e` got as far as its plugin
+/// call: a plugin error, or an outcome the journal refused after the call.
+fn reached_the_call(e: &JobError) -> bool {
+    match e {
+        JobError::Plugin { .. } => true,
+        JobError::Journal { step, .. } => *step == "outcome",
+        JobError::NotStarted(_) | JobError::NoPlugin(_) => false,
     }
 }
 
