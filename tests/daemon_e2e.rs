@@ -1264,3 +1264,76 @@ fn a_root_on_a_shared_mount_is_used_as_it_is_and_mounts_beneath_stay_single() {
         daemon.stop();
     });
 }
+
+/// The `size=` (in kB, as the kernel shows it) of the tmpfs at `path`.
+fn tmpfs_size_k(env: &Env, path: &Path) -> Option<String> {
+    env.mounts_below_root()
+        .into_iter()
+        .find(|m| m.mount_point == path && m.fs_type == "tmpfs")
+        .and_then(|m| {
+            let opts = m.super_options_raw.to_string_lossy().into_owned();
+            opts.split(',')
+                .find_map(|o| o.strip_prefix("size=").map(str::to_owned))
+        })
+}
+
+/// A memory emptyDir is sized as the kubelet sizes it: the pod's memory
+/// limit when every container sets one, capped by `sizeLimit`, else the
+/// node's allocatable memory (here `--node-allocatable-memory`).
+#[test]
+fn a_memory_emptydir_is_sized_by_the_pod_s_limit_or_the_node_s_memory() {
+    real("mounts tmpfs through the daemon", || {
+        let mut env = Env::new("volumed-e2e-tmpfs-size");
+        env.extra_args = vec!["--node-allocatable-memory".into(), "48Mi".into()];
+        let limited = format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {POD_A}, namespace: default, uid: {POD_A}}}
+spec:
+  initContainers:
+  - {{name: init, image: busybox, resources: {{limits: {{memory: 4Mi}}}}}}
+  containers:
+  - {{name: a, image: busybox, resources: {{limits: {{memory: 12Mi}}}}}}
+  - {{name: b, image: busybox, resources: {{limits: {{memory: 4Mi}}}}}}
+  volumes:
+  - {{name: cache, emptyDir: {{medium: Memory}}}}
+  - {{name: small, emptyDir: {{medium: Memory, sizeLimit: 8Mi}}}}
+"
+        );
+        let unlimited = format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {POD_B}, namespace: default, uid: {POD_B}}}
+spec:
+  containers:
+  - {{name: a, image: busybox, resources: {{limits: {{memory: 12Mi}}}}}}
+  - {{name: b, image: busybox}}
+  volumes:
+  - {{name: cache, emptyDir: {{medium: Memory, sizeLimit: 1Gi}}}}
+"
+        );
+        env.write_pod("a.yaml", &limited);
+        env.write_pod("b.yaml", &unlimited);
+        let daemon = env.start();
+        let dir = "kubernetes.io~empty-dir";
+        let want = [
+            (env.pod_volume(POD_A, dir, "cache"), "16384k"),
+            (env.pod_volume(POD_A, dir, "small"), "8192k"),
+            (env.pod_volume(POD_B, dir, "cache"), "49152k"),
+        ];
+        let paths: Vec<PathBuf> = want.iter().map(|(p, _)| p.clone()).collect();
+        daemon.wait_until("the three tmpfs mounted", || {
+            all_mounted(&daemon.state(), &paths)
+        });
+        for (path, size) in &want {
+            assert_eq!(
+                tmpfs_size_k(&env, path).as_deref(),
+                Some(*size),
+                "{}",
+                path.display()
+            );
+        }
+        delete_all_and_wait(&env, &daemon);
+        daemon.stop();
+    });
+}

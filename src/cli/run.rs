@@ -51,6 +51,10 @@ pub(crate) struct RunArgs {
     /// Address for /metrics, /healthz, /readyz, /debug/*, /v1/* (also on <journal-dir>/api.sock).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
+    /// The node's allocatable memory (a quantity, e.g. `15Gi`): the most a
+    /// memory emptyDir gets [default: MemTotal in /proc/meminfo].
+    #[arg(long, value_name = "QUANTITY", value_parser = parse_memory)]
+    node_allocatable_memory: Option<u64>,
     /// `off` ignores the journal and reconstructs like the kubelet (KEP-3756).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     journal: OnOff,
@@ -78,6 +82,37 @@ pub(crate) struct RunArgs {
     workers: usize,
     #[command(flatten)]
     health: health::HealthFlags,
+}
+
+/// `--node-allocatable-memory`: a quantity of bytes above zero.
+fn parse_memory(s: &str) -> Result<u64, String> {
+    match volumed::sources::quantity::parse_bytes(s)? {
+        0 => Err("must be above zero".to_owned()),
+        n => Ok(n),
+    }
+}
+
+/// The node's allocatable memory: the flag, else MemTotal; none (the
+/// kernel's tmpfs default) when neither can be had, said once.
+fn node_memory(flag: Option<u64>) -> Option<u64> {
+    use volumed::host::meminfo::{MEMINFO_PATH, read_mem_total};
+    if flag.is_some() {
+        return flag;
+    }
+    match read_mem_total(Path::new(MEMINFO_PATH)) {
+        Ok(Some(n)) => Some(n),
+        Ok(None) => {
+            tracing::warn!(
+                path = MEMINFO_PATH,
+                "no MemTotal: memory emptyDirs without a limit get the kernel's tmpfs size"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(path = MEMINFO_PATH, error = %e, "memory emptyDirs without a limit get the kernel's tmpfs size");
+            None
+        }
+    }
 }
 
 /// `--selinux` and `--feature-gates` against what the host offers: a
@@ -154,6 +189,7 @@ pub(crate) fn run(mut args: RunArgs) -> Result<()> {
     cfg.static_pods = args.static_pods.clone();
     cfg.static_objects = args.static_objects.clone();
     cfg.checkpoint_every = args.checkpoint_every;
+    cfg.node_memory = node_memory(args.node_allocatable_memory);
     cfg.poll_interval = Duration::from_millis(args.poll_ms.max(10));
     if args.workers > 0 {
         cfg.workers = args.workers;

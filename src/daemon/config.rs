@@ -42,6 +42,10 @@ pub struct DaemonConfig {
     pub health: Option<crate::health::HealthConfig>,
     /// the API server as a pod source (`--kubeconfig`, `--in-cluster`)
     pub api: Option<crate::apiserver::ApiConfig>,
+    /// the node's allocatable memory in bytes (`--node-allocatable-memory`,
+    /// else `/proc/meminfo`'s MemTotal): the most a memory emptyDir gets;
+    /// `None`: the kernel's tmpfs default for a pod without a limit
+    pub node_memory: Option<u64>,
 }
 
 /// The daemon's CSI settings.
@@ -73,6 +77,7 @@ impl DaemonConfig {
             csi: None,
             secrets: Default::default(),
             payload_objects: Default::default(),
+            node_memory: None,
             health: None,
             api: None,
         }

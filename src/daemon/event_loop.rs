@@ -56,6 +56,8 @@ pub(crate) struct LoopConfig {
     /// attachable volume's mount waits for `volumesInUse` (and turns that
     /// wait on)
     pub in_use_wake: Option<Arc<tokio::sync::Notify>>,
+    /// the node's allocatable memory, the most a memory emptyDir gets
+    pub node_memory: Option<u64>,
 }
 
 pub(super) fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -128,6 +130,9 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
     if let Some(csi) = &cfg.csi {
         executor = executor.with_plugin(Box::new(csi.clone()));
     }
+    let empty_dir = crate::plugins::EmptyDirPlugin::new(cfg.core.layout.clone())
+        .with_node_memory(cfg.node_memory);
+    executor = executor.with_plugin(Box::new(empty_dir));
     let payload =
         crate::plugins::payload::PayloadPlugin::all(&cfg.core.layout, &cfg.payload_objects);
     for plugin in payload {

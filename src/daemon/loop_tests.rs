@@ -225,6 +225,7 @@ fn rig(workers: usize) -> Rig {
             started: std::time::Instant::now(),
             csi: None,
             payload_objects: Arc::new(crate::plugins::payload::ObjectStores::default()),
+            node_memory: None,
             in_use_wake: None,
         },
         world: world.clone(),

@@ -291,6 +291,7 @@ impl Daemon {
                 csi,
                 payload_objects: Arc::new(payload_objects),
                 in_use_wake: in_use_wake.clone(),
+                node_memory: cfg.node_memory,
             },
             world: world.clone(),
             journal: journal.clone(),

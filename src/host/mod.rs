@@ -31,6 +31,7 @@ use std::path::PathBuf;
 pub mod boot;
 #[cfg(test)]
 pub(crate) mod fake_host;
+pub mod meminfo;
 pub mod mountinfo;
 pub mod pod_dirs;
 #[cfg(test)]

@@ -5,8 +5,11 @@
 //!   kubelet's `setupDir`) and writes the
 //!   `pods/<uid>/plugins/kubernetes.io~empty-dir/<vol>/ready` marker. A
 //!   directory with its marker is already set up.
-//! - `medium: Memory`: a `mount` target, a tmpfs with `size=<sizeLimit>`
-//!   when a limit is given. A tmpfs already there is already set up (its
+//! - `medium: Memory`: a `mount` target, a tmpfs with `size=` as the
+//!   kubelet sizes it: the spec's size (the smaller of the pod's memory
+//!   limit and `sizeLimit`, `sources::pod_memory`), capped by the node's
+//!   allocatable memory ([`EmptyDirPlugin::with_node_memory`]); with
+//!   neither known, the kernel's default (half the RAM). A tmpfs already there is already set up (its
 //!   identity is being a tmpfs); one of a different size is *remounted* with
 //!   the intended size, never replaced, which would destroy the pod's data.
 //!   Any other mount there is unmounted and the tmpfs mounted (never adopted).
@@ -65,6 +68,8 @@ pub(crate) struct VolumeDir {
 pub struct EmptyDirPlugin {
     layout: Layout,
     seq: AtomicU64,
+    /// the node's allocatable memory in bytes, the most a tmpfs gets
+    node_memory: Option<u64>,
 }
 
 impl EmptyDirPlugin {
@@ -82,7 +87,21 @@ impl EmptyDirPlugin {
         Self {
             layout,
             seq: AtomicU64::new(seq),
+            node_memory: None,
         }
+    }
+
+    /// The same plugin sizing every tmpfs at most `bytes`, the node's
+    /// allocatable memory (the kubelet's cap: no pod may use more).
+    #[must_use]
+    pub fn with_node_memory(mut self, bytes: Option<u64>) -> Self {
+        self.node_memory = bytes.filter(|&b| b > 0);
+        self
+    }
+
+    /// A memory emptyDir's tmpfs size: the spec's, capped by the node's.
+    fn tmpfs_size(&self, size_limit: Option<u64>) -> Option<u64> {
+        [size_limit, self.node_memory].into_iter().flatten().min()
     }
 
     /// Finishes the deletions of this pod's disk emptyDirs that a crash cut
@@ -269,7 +288,8 @@ impl EmptyDirPlugin {
                 (action, None, made)
             }
             StorageMedium::Memory => {
-                self.setup_memory(&mut op, params, (&vols, name), target, *size_limit)?
+                let size = self.tmpfs_size(*size_limit);
+                self.setup_memory(&mut op, params, (&vols, name), target, size)?
             }
         };
         let handle = match action {

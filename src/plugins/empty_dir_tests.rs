@@ -612,3 +612,33 @@ fn set_up_says_whether_the_volume_dir_is_new() {
         assert!(dir.handle.is_none(), "{kind:?}");
     }
 }
+
+/// The kubelet's size for a memory emptyDir: the spec's (the pod's limit
+/// or `sizeLimit`, whichever is smaller) capped by the node's allocatable
+/// memory, which is also the size when the spec gives none.
+#[test]
+fn a_tmpfs_is_capped_by_the_node_s_allocatable_memory() {
+    let node = 8u64 << 20;
+    // (spec size, node memory) -> the size= mounted
+    let cases = [
+        (None, None, None),
+        (None, Some(node), Some(node)),
+        (Some(1 << 20), Some(node), Some(1 << 20)),
+        (Some(16 << 20), Some(node), Some(node)),
+        (Some(1 << 20), None, Some(1 << 20)),
+    ];
+    for (spec, node_memory, want) in cases {
+        let sys = host();
+        let pa = params(TargetKind::Mount, None);
+        plugin()
+            .with_node_memory(node_memory)
+            .setup(&Permit::JournalOff, &memory(spec), &pa, &sys)
+            .unwrap();
+        let data = sys.mutations().into_iter().find_map(|c| match c {
+            SysCall::Mount { data, .. } => Some(data),
+            _ => None,
+        });
+        let want = want.map(|n| format!("size={n}"));
+        assert_eq!(data, Some(want), "{spec:?} {node_memory:?}");
+    }
+}

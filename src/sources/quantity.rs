@@ -10,7 +10,7 @@
 //! point is involved.
 
 /// Parses a quantity into bytes; the error says what is wrong.
-pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let bad = |why: &str| Err(format!("invalid quantity {s:?}: {why}"));
     let t = s.trim();
     let (negative, t) = match t.as_bytes().first() {

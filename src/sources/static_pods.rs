@@ -14,7 +14,8 @@
 //! - name `<metadata.name>-<lowercase node name>`, namespace `default` when unset.
 //!
 //! Volumes: `emptyDir` (medium `""`/`Memory`, `sizeLimit` in bytes; a zero
-//! limit is no limit, as in the kubelet), `hostPath` (absolute, no `..`,
+//! limit is no limit, as in the kubelet; a memory one's size is also capped
+//! by the pod's memory limit, `pod_memory`), `hostPath` (absolute, no `..`,
 //! `type` mapped to [`HostPathType`]), `persistentVolumeClaim` (resolved
 //! later against the static objects), `configMap`, `secret`, `downwardAPI`
 //! and `projected` (`payload_volumes`). Anything else (iscsi, nfs, …) is
@@ -213,9 +214,11 @@ pub fn parse_pod_object(
     };
     let mut seen = BTreeSet::new();
     let ctx = PodPayloadContext::of(pod, &out.name, out.uid.as_str(), &out.namespace);
+    // only a memory emptyDir needs it, so only such a volume fails on a bad one
+    let memory_limit = super::pod_memory::pod_memory_limit(spec);
     for v in spec.volumes.iter().flatten() {
         let parsed = if seen.insert(v.name.clone()) {
-            parse_volume(file, v, (&out.uid, &out.name), &ctx)
+            parse_volume(file, v, (&out.uid, &out.name), &ctx, &memory_limit)
         } else {
             Err(invalid(file, &v.name, "duplicate volume name".into()))
         };
@@ -266,6 +269,7 @@ fn parse_volume(
     v: &Volume,
     (uid, pod_name): (&PodUid, &str),
     ctx: &PodPayloadContext,
+    memory_limit: &Result<Option<u64>, String>,
 ) -> Result<ParsedVolume, SourceError> {
     let namespace = ctx.namespace.as_str();
     let name = v.name.clone();
@@ -294,10 +298,15 @@ fn parse_volume(
             None => None,
             Some(q) => Some(parse_bytes(&q.0).map_err(|e| invalid(file, &name, e))?),
         };
-        let spec = VolumeSpec::EmptyDir {
-            medium,
-            size_limit: size_limit.filter(|&n| n > 0),
+        let size_limit = match medium {
+            StorageMedium::Disk => size_limit.filter(|&n| n > 0),
+            // the kubelet sizes a tmpfs by the pod's memory limit too
+            StorageMedium::Memory => {
+                let pod = memory_limit.clone().map_err(|e| invalid(file, &name, e))?;
+                super::pod_memory::memory_empty_dir_size(pod, size_limit)
+            }
         };
+        let spec = VolumeSpec::EmptyDir { medium, size_limit };
         return Ok(ParsedVolume::Inline { name, spec });
     }
     if let Some(hp) = &v.host_path {
