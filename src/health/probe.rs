@@ -540,6 +540,40 @@ mod tests {
         assert_eq!(usage, None);
     }
 
+    /// A directory PV's data is its first pod target: read-only there is
+    /// a fault only when that pod does not mount it read-only (its claim's
+    /// `readOnly`).
+    #[test]
+    fn a_read_only_pod_target_is_read_only_on_purpose() {
+        let (sys, mut s, known) = learnt_tmpfs();
+        s.plugin = PluginName::LocalVolume;
+        s.spec = Some(Arc::new(VolumeSpec::Local {
+            path: PathBuf::from("/srv/pv1").into(),
+            fs_type: None,
+            access_modes: vec![],
+            mount_options: vec![],
+            is_block: false,
+        }));
+        let dev = sys.mounts().last().expect("the mount").dev;
+        sys.set_fs_usage(
+            dev,
+            FsUsage {
+                block_size: 4096,
+                blocks: 10,
+                blocks_free: 5,
+                blocks_available: 5,
+                files: 10,
+                files_free: 5,
+                read_only: true,
+            },
+        );
+        let (f, _) = check(&sys, &s, &known, false);
+        assert_eq!(reasons(&f), ["ReadOnlyFilesystem"], "a writable pod's");
+        s.pods[0].read_only = true;
+        let (f, _) = check(&sys, &s, &known, false);
+        assert_eq!(reasons(&f), Vec::<&str>::new(), "a read-only claim's");
+    }
+
     #[test]
     fn a_full_read_only_local_pv_with_new_ext4_errors_and_its_device_gone() {
         let sys = RecordingSys::new();
