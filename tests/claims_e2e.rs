@@ -9,7 +9,11 @@
 //! 3. a generic ephemeral volume's claim is used only once the pod owns it;
 //! 4. a read-only claim on a CSI PV is published `readonly: true` (the test
 //!    driver then mounts it `ro`), the other pod's not, and a restart with
-//!    the journal takes the read-only target as mounted (no RPC).
+//!    the journal takes the read-only target as mounted (no RPC);
+//! 5. from the API server: an ephemeral volume's claim is mounted for the
+//!    pod that owns it, and a second pod naming the ReadWriteOncePod claim
+//!    gets a `FailedMount` Event with the kubelet's message until the
+//!    first pod is deleted.
 //!
 //! Each test runs as root in its own private mount namespace with its own
 //! scratch dir, so they run in parallel. Every wait is bounded.
@@ -416,6 +420,77 @@ fn a_read_only_csi_claim_is_published_readonly_for_its_pod_alone() {
         }
         daemon.wait_until("nothing mounted below the root, unstaged", || {
             env.mounts_below_root().is_empty() && driver.count("NodeUnstageVolume") == 1
+        });
+        daemon.stop();
+    });
+}
+
+#[test]
+fn api_pods_get_their_ephemeral_claim_and_a_failed_mount_event_for_rwop() {
+    real("ephemeral and ReadWriteOncePod claims of API pods", || {
+        use serde_json::json;
+        let (mut env, api) = support::api_env::api_env("volumed-claims-api");
+        let dir = env.scratch.path().join("pv-dir");
+        support::mkdirs(&dir);
+        api.put(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-eph"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOncePod"],
+                "claimRef": {"namespace": "apps", "name": "web-scratch"},
+                "local": {"path": dir.display().to_string()}}}));
+        api.put(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "web-scratch", "namespace": "apps",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "web",
+                    "uid": "u-web", "controller": true}]},
+            "spec": {"volumeName": "pv-eph", "accessModes": ["ReadWriteOncePod"]}}));
+        let api_pod = |name: &str, uid: &str, volume: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "apps", "uid": uid},
+                "spec": {"nodeName": support::daemon::NODE,
+                    "containers": [{"name": "app", "image": "busybox"}],
+                    "volumes": [volume]},
+                "status": {"phase": "Running"}})
+        };
+        api.put(api_pod(
+            "web",
+            "u-web",
+            json!({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
+        ));
+        let web = env.pod_volume("u-web", LOCAL, "pv-eph");
+        let thief = env.pod_volume("u-thief", LOCAL, "pv-eph");
+        let daemon = env.start();
+        daemon.wait_until("the ephemeral claim is mounted for its pod", || {
+            all_mounted(&daemon.state(), std::slice::from_ref(&web))
+        });
+
+        // another pod naming the claim directly: ReadWriteOncePod holds
+        api.put(api_pod(
+            "thief",
+            "u-thief",
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": "web-scratch"}}),
+        ));
+        let message = "MountVolume.SetUp failed for volume \"pv-eph\" : volume uses the \
+                       ReadWriteOncePod access mode and is already in use by another pod";
+        let failed_mount = || {
+            api.list("v1", "Event").into_iter().any(|e| {
+                e["reason"] == "FailedMount"
+                    && e["involvedObject"]["name"] == "thief"
+                    && e["message"].as_str().is_some_and(|m| m.contains(message))
+            })
+        };
+        daemon.wait_until_showing("a FailedMount event on the thief", failed_mount, || {
+            format!("{:#?}", api.list("v1", "Event"))
+        });
+        assert!(!all_mounted(&daemon.state(), std::slice::from_ref(&thief)));
+
+        assert!(api.delete("v1", "Pod", Some("apps"), "web"));
+        daemon.wait_until("the thief gets it once web is gone", || {
+            let state = daemon.state();
+            pod_gone_from_state(&state, &env.root, "u-web")
+                && all_mounted(&state, std::slice::from_ref(&thief))
+        });
+        assert!(api.delete("v1", "Pod", Some("apps"), "thief"));
+        daemon.wait_until("nothing mounted below the root", || {
+            env.mounts_below_root().is_empty()
         });
         daemon.stop();
     });
