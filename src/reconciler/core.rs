@@ -454,6 +454,9 @@ impl Core {
                 self.forget(w, key, volume.clone(), now, out);
                 continue;
             }
+            if let Action::Mount { want, .. } = &action {
+                node_status::lifted(w, want);
+            }
             let job = job_for(&action, &w.asw, None, &self.cfg.layout);
             match (&action, job) {
                 (Action::Mount { .. }, Some(job)) => out.push(Effect::Start {

@@ -1315,6 +1315,11 @@ fn a_read_write_once_pod_volume_goes_to_the_second_pod_once_the_first_is_gone() 
         "{:?}",
         names(&fx)
     );
+    assert_eq!(
+        w.dsw.errors_of_pod(&uid("p2")).count(),
+        0,
+        "the lifted refusal leaves the pod's errors"
+    );
 }
 
 /// The pods each sweep is told to finish interrupted deletions in.

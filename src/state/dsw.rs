@@ -442,6 +442,17 @@ impl DesiredStateOfWorld {
             .collect()
     }
 
+    /// Forgets one error of `pod` that no longer holds (a refusal that was
+    /// lifted); its other errors stay.
+    pub fn remove_pod_error(&mut self, pod: &PodUid, error: &str) {
+        if let Some(errors) = self.pod_errors.get_mut(pod) {
+            errors.remove(error);
+            if errors.is_empty() {
+                self.pod_errors.remove(pod);
+            }
+        }
+    }
+
     /// Records an error for `pod`. Like the kubelet, an error is added only
     /// while the pod holds at most [`MAX_POD_ERRORS`] distinct errors.
     pub fn add_pod_error(&mut self, pod: &PodUid, error: impl Into<String>) {

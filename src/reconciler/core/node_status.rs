@@ -4,10 +4,10 @@
 //! `volumesInUse` lists it (the publisher is woken once per volume).
 
 use super::{Effect, World};
-use crate::model::UniqueVolumeName;
+use crate::model::{AccessMode, UniqueVolumeName};
 use crate::reconciler::effects::{FAILED_MOUNT, PodEvent};
 use crate::reconciler::plan::Blocked;
-use crate::state::StateError;
+use crate::state::{StateError, VolumeToMount};
 
 /// The plan's blocked pods: each gets its error; a mount that waits for
 /// `volumesInUse` asks the publisher for an update the first time; a pod
@@ -34,6 +34,21 @@ pub(super) fn blocked(w: &mut World, blocked: Vec<Blocked>, out: &mut Vec<Effect
         }
         w.dsw.add_pod_error(&b.pod, message);
     }
+}
+
+/// A mount of `want` starts: a ReadWriteOncePod refusal the pod was told
+/// of no longer holds, so it leaves the pod's errors (the runtime API
+/// would list it beside a later, unrelated blocker).
+pub(super) fn lifted(w: &mut World, want: &VolumeToMount) {
+    if want.spec.access_modes() != [AccessMode::ReadWriteOncePod] {
+        return;
+    }
+    let refusal = StateError::ReadWriteOncePodInUse {
+        volume: want.volume.clone(),
+        spec_name: want.spec_name.clone(),
+        pod: want.pod.clone(),
+    };
+    w.dsw.remove_pod_error(&want.pod, &refusal.to_string());
 }
 
 /// Seed 001's `volumesNeedUpdateFromNodeStatus`: a device reconstructed as
