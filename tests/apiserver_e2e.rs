@@ -654,10 +654,10 @@ fn the_runtime_wait_for_an_api_pod_returns_its_blocking_error_then_ready() {
             "the blocking error names the claim: {errors}"
         );
 
-        let addr = daemon.addr.expect("listening");
+        let socket = daemon.socket.clone();
         let waiter = std::thread::spawn(move || {
-            volumed::server::client::get(
-                addr,
+            support::daemon::unix_get(
+                &socket,
                 "/v1/pods/uid-w/volumes?wait=60",
                 Duration::from_secs(90),
             )
@@ -674,7 +674,6 @@ fn the_runtime_wait_for_an_api_pod_returns_its_blocking_error_then_ready() {
             "metadata": {"name": "data-w", "namespace": "apps"},
             "spec": {"volumeName": "pv-w", "accessModes": ["ReadWriteOnce"]}}));
         let (status, body) = waiter.join().expect("the waiter").expect("an answer");
-        let body = String::from_utf8_lossy(&body);
         assert_eq!(status, 200, "{body}");
         let doc: Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(doc["ready"], true, "{doc:#}");

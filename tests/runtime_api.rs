@@ -1,5 +1,5 @@
 //! The runtime API end to end (docs/runtime-api.md): the real daemon
-//! binary, real HTTP on its TCP listener, the real unix socket
+//! binary, real HTTP on its TCP listeners, the real unix socket
 //! `<journal-dir>/api.sock`, real mounts, and `volumed wait-pod`:
 //!
 //! - a long-poll started before its pod exists returns once the pod's
@@ -13,6 +13,9 @@
 //!   daemon keeps serving;
 //! - the socket is mode 0600, replaces a stale one, and goes at stop;
 //!   `wait-pod` with no daemon exits 2 saying so;
+//! - the TCP listener serves only the probes and `/metrics`: `/v1/*` and
+//!   `/debug/*` are refused there (403) at once, served on the socket, and
+//!   on TCP only with `--debug-listen`;
 //! - long-polls in flight do not keep `/metrics`, `/healthz` or `/readyz`
 //!   from answering, and SIGTERM answers them at once.
 //!
@@ -149,16 +152,13 @@ fn a_long_poll_for_a_pod_not_yet_added_returns_once_its_volumes_are_mounted() {
             let (journal, path) = (journal.clone(), path.clone());
             std::thread::spawn(move || unix_get(&journal, &path, Duration::from_secs(90)))
         };
-        let addr = daemon.addr.unwrap();
-        let over_tcp = {
-            let path = path.clone();
-            std::thread::spawn(move || {
-                volumed::server::client::get(addr, &path, Duration::from_secs(90)).unwrap()
-            })
+        let over_unix_too = {
+            let (journal, path) = (journal.clone(), path.clone());
+            std::thread::spawn(move || unix_get(&journal, &path, Duration::from_secs(90)))
         };
         // both are waiting (the pod is unknown) before the pod exists
         std::thread::sleep(Duration::from_millis(500));
-        assert!(!over_unix.is_finished() && !over_tcp.is_finished());
+        assert!(!over_unix.is_finished() && !over_unix_too.is_finished());
         env.write_pod("a.yaml", &emptydir_pod(POD));
 
         let (status, body) = over_unix.join().unwrap();
@@ -188,13 +188,9 @@ fn a_long_poll_for_a_pod_not_yet_added_returns_once_its_volumes_are_mounted() {
             vols[0]["selinux_relabel"], true,
             "an emptyDir is relabelled"
         );
-        let (status, tcp_body) = over_tcp.join().unwrap();
+        let (status, other_body) = over_unix_too.join().unwrap();
         assert_eq!(status, 200);
-        assert_eq!(
-            json(&String::from_utf8_lossy(&tcp_body)),
-            doc,
-            "same answer"
-        );
+        assert_eq!(json(&other_body), doc, "same answer");
 
         // ready already: the CLI answers at once, exit 0, a line per volume
         let out = wait_pod(&env, POD, 30);
@@ -348,11 +344,11 @@ fn unknown_pods_are_404_and_bad_requests_400_while_the_daemon_keeps_serving() {
             (404, "pod nobody: volumed does not know this pod")
         );
         let asked = Instant::now();
-        let (status, _) = tcp_get(&daemon, "/v1/pods/nobody/volumes?wait=1", t);
+        let (status, _) = unix_get(&j, "/v1/pods/nobody/volumes?wait=1", t);
         assert_eq!(status, 404, "still unknown when the wait is over");
         assert!(asked.elapsed() >= Duration::from_secs(1));
 
-        let (status, body) = tcp_get(&daemon, "/v1/pods/a%20b/volumes", t);
+        let (status, body) = unix_get(&j, "/v1/pods/a%20b/volumes", t);
         assert_eq!(status, 400, "{body}");
         assert!(body.contains("pod uid \"a%20b\""), "names the uid: {body}");
         for (wait, says) in [
@@ -416,19 +412,13 @@ fn long_polls_in_flight_leave_metrics_and_probes_answering_and_stop_answers_them
     real("runs the daemon", || {
         let mut env = Env::new("volumed-rt-busy");
         let daemon = env.start();
-        let addr = daemon.addr.unwrap();
-        // more waiters than the server has threads, on both listeners
+        // more waiters than the server has threads
         let waiters: Vec<_> = (0..24)
             .map(|i| {
                 let journal = env.journal.clone();
                 std::thread::spawn(move || {
                     let path = format!("/v1/pods/nobody-{i}/volumes?wait=300");
-                    let t = Duration::from_secs(120);
-                    if i % 2 == 0 {
-                        unix_get(&journal, &path, t).0
-                    } else {
-                        volumed::server::client::get(addr, &path, t).unwrap().0
-                    }
+                    unix_get(&journal, &path, Duration::from_secs(120)).0
                 })
             })
             .collect();
@@ -438,12 +428,13 @@ fn long_polls_in_flight_leave_metrics_and_probes_answering_and_stop_answers_them
             "all still waiting"
         );
         let t = Duration::from_secs(5);
-        for path in ["/metrics", "/healthz", "/readyz", "/debug/state"] {
+        for path in ["/metrics", "/healthz", "/readyz"] {
             let asked = Instant::now();
             assert_eq!(tcp_get(&daemon, path, t).0, 200, "{path}");
             assert!(asked.elapsed() < t, "{path}");
         }
         assert_eq!(unix_get(&env.journal, "/metrics", t).0, 200);
+        assert_eq!(unix_get(&env.journal, "/debug/state", t).0, 200);
 
         let asked = Instant::now();
         daemon.stop();
@@ -454,5 +445,65 @@ fn long_polls_in_flight_leave_metrics_and_probes_answering_and_stop_answers_them
             asked.elapsed() < Duration::from_secs(20),
             "the waiters did not hold the stop for their 300 s"
         );
+    });
+}
+
+#[test]
+fn the_tcp_listener_refuses_the_runtime_api_and_debug_which_the_socket_serves() {
+    real("runs the daemon", || {
+        let mut env = Env::new("volumed-rt-scope");
+        // a free port for the lab listener (bound, read, let go)
+        let debug = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        env.extra_args = vec!["--debug-listen".into(), debug.to_string()];
+        env.write_pod("a.yaml", &emptydir_pod(POD));
+        let daemon = env.start();
+        let t = Duration::from_secs(30);
+        let (status, body) = unix_get(&env.journal, &format!("/v1/pods/{POD}/volumes?wait=60"), t);
+        assert_eq!(
+            (status, json(&body)["ready"].clone()),
+            (200, Value::Bool(true))
+        );
+        for path in [
+            format!("/v1/pods/{POD}/volumes"),
+            "/v1/pods/nobody/volumes?wait=300".to_owned(),
+            format!("/v1/pods/{POD}/volumes?unmounted=1&wait=300"),
+            "/debug/state".to_owned(),
+            "/debug/journal".to_owned(),
+            "/debug/events".to_owned(),
+            "/debug/health".to_owned(),
+        ] {
+            let asked = Instant::now();
+            let (status, body) = tcp_get(&daemon, &path, t);
+            assert_eq!(status, 403, "{path}: {body}");
+            assert!(body.contains("api.sock"), "{path}: {body}");
+            let root = env.root.to_string_lossy().into_owned();
+            assert!(!body.contains(&root), "{path}: no path of the node: {body}");
+            assert!(
+                asked.elapsed() < Duration::from_secs(10),
+                "{path}: answered at once"
+            );
+            let on_socket = unix_get(&env.journal, &path.replace("wait=300", "wait=0"), t).0;
+            assert!(
+                on_socket != 403 && on_socket != 0,
+                "{path} is served on the socket: {on_socket}"
+            );
+        }
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            assert_eq!(tcp_get(&daemon, path, t).0, 200, "{path}");
+        }
+        // the lab listener serves everything over TCP
+        let (status, body) =
+            volumed::server::client::get(debug, &format!("/v1/pods/{POD}/volumes"), t).unwrap();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            volumed::server::client::get(debug, "/debug/state", t)
+                .unwrap()
+                .0,
+            200
+        );
+        daemon.stop();
     });
 }

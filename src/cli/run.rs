@@ -48,9 +48,14 @@ pub(crate) struct RunArgs {
     /// VolumeAttachment, Secret and ConfigMap objects.
     #[arg(long)]
     static_objects: Option<PathBuf>,
-    /// Address for /metrics, /healthz, /readyz, /debug/*, /v1/* (also on <journal-dir>/api.sock).
+    /// Address for /metrics, /healthz and /readyz only; every endpoint is on
+    /// <journal-dir>/api.sock (root only).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
+    /// A lab setting: also serve every endpoint (/debug/*, /v1/*), without
+    /// authentication, on this TCP address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    debug_listen: Option<String>,
     /// The node's allocatable memory (a quantity, e.g. `15Gi`): the most a
     /// memory emptyDir gets [default: MemTotal in /proc/meminfo].
     #[arg(long, value_name = "QUANTITY", value_parser = parse_memory)]
@@ -238,11 +243,20 @@ pub(crate) fn run(mut args: RunArgs) -> Result<()> {
     let (tcp, bound) = rt.block_on(server::bind(&args.listen))?;
     let unix = rt.block_on(async { server::api_socket::bind(&journal_dir) });
     let unix = Some(unix.context("serve the runtime API socket")?);
+    let debug = match &args.debug_listen {
+        None => None,
+        Some(addr) => {
+            let (l, at) = rt.block_on(server::bind(addr)).context("--debug-listen")?;
+            tracing::warn!(debug_listen = %at,
+                "every endpoint, the node's pods and paths included, is served without authentication on the debug listener: a lab setting");
+            Some(l)
+        }
+    };
     let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);
     daemon.write(&journal_dir)?;
     let provider = volumes.provider();
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let listeners = server::Listeners { tcp, unix };
+    let listeners = server::Listeners { tcp, unix, debug };
     let server = rt.spawn(server::serve(listeners, provider, async {
         let _ = server_stopped.await;
     }));

@@ -1,6 +1,8 @@
-//! `volumed wait-pod`'s side of the runtime API: one blocking
+//! The client side of `<journal-dir>/api.sock`, where every endpoint but
+//! the probes is served: `volumed wait-pod`'s one blocking
 //! `GET /v1/pods/<uid>/volumes?wait=N` (with `--unmounted`,
-//! `?unmounted=1&wait=N`) over `<journal-dir>/api.sock`.
+//! `?unmounted=1&wait=N`), and [`get_ok`] for `dump`, `health` and
+//! `reconstruct --dry-run` (through `super::client`).
 //!
 //! The socket is how a runtime finds the daemon of a journal dir: no
 //! socket, or one nobody listens on (left by a daemon that died), means no
@@ -96,6 +98,24 @@ pub fn wait_unmounted(
             socket: api_socket::path(dir),
             path,
             reason: "status 404: this daemon does not answer unmounted=1".to_owned(),
+        }),
+    }
+}
+
+/// `GET path` on the socket of the daemon of journal dir `dir` within
+/// `after`: the decoded document of a 200; any other status is a bad
+/// response naming it.
+pub fn get_ok<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    path: &str,
+    after: Duration,
+) -> Result<T, ApiClientError> {
+    match get(dir, path, after)? {
+        Answer::Ok(doc) => Ok(doc),
+        Answer::NotFound => Err(ApiClientError::BadResponse {
+            socket: api_socket::path(dir),
+            path: path.to_owned(),
+            reason: "status 404".to_owned(),
         }),
     }
 }

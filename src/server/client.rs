@@ -1,12 +1,14 @@
 //! Reading the journal when a running daemon holds it: [`open_or_ask`] opens
 //! the journal read-only, and when sled's lock is held (the daemon runs)
-//! asks the daemon for `GET /debug/journal` instead, found through
-//! `daemon.json`. `dump` uses it; `reconstruct --dry-run` can too.
+//! asks the daemon for `GET /debug/journal` instead, on its unix socket
+//! `<journal-dir>/api.sock` once `daemon.json` says it is this boot's and
+//! alive (`/debug/*` is not served on the TCP listener). `dump` uses it;
+//! `reconstruct --dry-run` can too.
 //!
-//! The client is a tiny blocking HTTP/1.1 GET over `std::net::TcpStream`,
-//! not reqwest: it sends one request to the daemon on loopback, so a TLS-
-//! capable async client with its runtime would be most of the binary for
-//! nothing. It asks `Connection: close` and reads to the end, decodes a
+//! The client is a tiny blocking HTTP/1.1 GET (over the socket, or over
+//! `std::net::TcpStream` for the probes: [`get`]), not reqwest: it sends
+//! one request to the daemon on the node, so a TLS-capable async client
+//! with its runtime would be most of the binary for nothing. It asks `Connection: close` and reads to the end, decodes a
 //! chunked body should one come, and bounds everything: connect, every
 //! read and write, the whole exchange, and the body's size. Every byte it
 //! receives and every field of daemon.json is external input: nothing here
@@ -137,6 +139,9 @@ pub enum ClientError {
         /// the first line of the body
         body: String,
     },
+    /// asking the daemon on its socket failed
+    #[error(transparent)]
+    Socket(#[from] super::api_client::ApiClientError),
     /// the body is not the dump document
     #[error("GET http://{addr}{path}: decode the dump document: {cause}")]
     Decode {
@@ -224,9 +229,7 @@ pub fn ask_daemon(
         });
     }
     let path = with_query("/debug/journal", &[volume.map(|v| ("volume", v))]);
-    let (addr, body) = get_ok(&daemon.listen, &path, timeout)?;
-    let doc =
-        serde_json::from_slice(&body).map_err(|cause| ClientError::Decode { addr, path, cause })?;
+    let doc = super::api_client::get_ok(dir, &path, timeout)?;
     Ok(JournalSource::Daemon { doc, daemon })
 }
 
@@ -240,14 +243,13 @@ pub fn ask_health(
     timeout: Duration,
 ) -> Result<crate::health::report::HealthDoc, ClientError> {
     let file = daemon_file::path(dir);
-    let daemon = DaemonFile::read(dir)?.ok_or(ClientError::NoDaemonFile { path: file })?;
+    DaemonFile::read(dir)?.ok_or(ClientError::NoDaemonFile { path: file })?;
     let asked = [
         fresh.then_some(("fresh", "1")),
         volume.map(|v| ("volume", v)),
     ];
     let path = with_query("/debug/health", &asked);
-    let (addr, body) = get_ok(&daemon.listen, &path, timeout)?;
-    serde_json::from_slice(&body).map_err(|cause| ClientError::Decode { addr, path, cause })
+    Ok(super::api_client::get_ok(dir, &path, timeout)?)
 }
 
 /// `path` with the pairs given as its query string, encoded (a `None`

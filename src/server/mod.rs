@@ -2,11 +2,18 @@
 //! `GET /healthz`, `/readyz`, `/metrics`, `/debug/state`, `/debug/journal`,
 //! `/debug/events` and `/debug/health` (a contract: docs/http.md), and the
 //! runtime API's
-//! `/v1/pods/<uid>/volumes` ([`runtime_api`]), on its TCP listener and on
-//! the unix socket `<journal-dir>/api.sock` ([`api_socket`]); `dump` and
-//! `reconstruct --dry-run` ask it through [`client`] when it holds the
-//! journal, finding it through [`daemon_file`]; `wait-pod` asks through
-//! [`api_client`].
+//! `/v1/pods/<uid>/volumes` ([`runtime_api`]).
+//!
+//! *Who may ask* ([`Scope`]): the TCP listener (`--listen`) serves only
+//! `/healthz`, `/readyz` and `/metrics`, as the kubelet serves only its
+//! health check unauthenticated; everything else is on the unix socket
+//! `<journal-dir>/api.sock` ([`api_socket`], mode 0600: root), and on TCP
+//! only on the lab listener `--debug-listen`. A TCP client is refused the
+//! node's pods and paths, and never holds one of the socket's long-poll
+//! slots (the debug listener has its own). `dump`, `health` and
+//! `reconstruct --dry-run` ask the socket through [`client`] when the
+//! daemon holds the journal, checking [`daemon_file`] first; `wait-pod`
+//! asks through [`api_client`].
 //!
 //! The server knows nothing of the journal or the ASW: it asks a
 //! [`DebugProvider`], so tests drive it with a fake over a real loopback
@@ -46,15 +53,17 @@ use tokio::net::{TcpListener, UnixListener};
 use crate::dump::DumpDoc;
 use crate::state::StateSnapshot;
 
-/// `volumed run`'s default `--listen` address: loopback only (`/debug/*`
-/// and the runtime API carry no authentication). The DaemonSet's probes
-/// and the Grafana dashboard's scrape use it (`tests/deploy.rs` checks).
+/// `volumed run`'s default `--listen` address, for the probes and the
+/// metrics alone ([`Scope::Probes`]). The DaemonSet's probes and the
+/// Grafana dashboard's scrape use it (`tests/deploy.rs` checks).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
 /// The liveness endpoint: 200 while the server answers at all.
 pub const HEALTHZ: &str = "/healthz";
 /// The readiness endpoint: 200 once reconstruction is done and every pod
 /// source has been listed.
 pub const READYZ: &str = "/readyz";
+/// The Prometheus endpoint.
+pub const METRICS: &str = "/metrics";
 
 /// The prometheus text exposition format's content type.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
@@ -110,19 +119,47 @@ pub trait DebugProvider: Send + Sync {
     }
 }
 
-/// Where the server accepts: the TCP listener, and the unix socket when
-/// there is one.
+/// Where the server accepts: the TCP listener (probes and metrics), the
+/// unix socket when there is one, and the debug listener when asked for.
 #[derive(Debug)]
 pub struct Listeners {
-    /// `--listen`
+    /// `--listen`: [`Scope::Probes`]
     pub tcp: TcpListener,
-    /// `<journal-dir>/api.sock` (its file goes when `serve` returns)
+    /// `<journal-dir>/api.sock` (its file goes when `serve` returns):
+    /// [`Scope::Full`]
     pub unix: Option<api_socket::ApiSocket>,
+    /// `--debug-listen`, a lab setting: [`Scope::Full`] over TCP, with
+    /// long-poll slots of its own
+    pub debug: Option<TcpListener>,
 }
 
 impl From<TcpListener> for Listeners {
     fn from(tcp: TcpListener) -> Self {
-        Self { tcp, unix: None }
+        Self {
+            tcp,
+            unix: None,
+            debug: None,
+        }
+    }
+}
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `/healthz`, `/readyz`, `/metrics`: what a probe or a scraper on the
+    /// node's network needs, and nothing about its pods
+    Probes,
+    /// every endpoint
+    Full,
+}
+
+impl Scope {
+    /// Whether a client of this scope may ask for `path`.
+    pub fn serves(self, path: &str) -> bool {
+        match self {
+            Scope::Full => true,
+            Scope::Probes => matches!(path, HEALTHZ | READYZ | METRICS),
+        }
     }
 }
 
@@ -173,6 +210,14 @@ async fn accept_unix(unix: Option<&UnixListener>) -> std::io::Result<tokio::net:
     }
 }
 
+/// The next connection on the debug listener; never, without one.
+async fn accept_tcp(debug: Option<&TcpListener>) -> std::io::Result<tokio::net::TcpStream> {
+    match debug {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
 /// Serves until `shutdown` resolves, then stops accepting, answers every
 /// long-poll with what is true then, lets requests in flight finish for a
 /// bounded time, and returns.
@@ -181,19 +226,25 @@ pub async fn serve(
     provider: Arc<dyn DebugProvider>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let Listeners { tcp, unix } = listeners.into();
+    let Listeners { tcp, unix, debug } = listeners.into();
     let graceful = GracefulShutdown::new();
     let (stop_polls, stopping) = tokio::sync::watch::channel(false);
-    let polls = Arc::new(runtime_api::LongPolls::new(stopping));
+    // The socket's slots are its own: no TCP client can take one.
+    let socket_polls = Arc::new(runtime_api::LongPolls::new(stopping.clone()));
+    let debug_polls = Arc::new(runtime_api::LongPolls::new(stopping.clone()));
+    let probe_polls = Arc::new(runtime_api::LongPolls::new(stopping));
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
             a = tcp.accept() => a.map(|(s, _)| {
-                spawn_conn(s, &provider, &polls, &graceful);
+                spawn_conn(s, Scope::Probes, &provider, &probe_polls, &graceful);
             }),
             a = accept_unix(unix.as_ref().map(|u| &u.listener)) => a.map(|s| {
-                spawn_conn(s, &provider, &polls, &graceful);
+                spawn_conn(s, Scope::Full, &provider, &socket_polls, &graceful);
+            }),
+            a = accept_tcp(debug.as_ref()) => a.map(|s| {
+                spawn_conn(s, Scope::Full, &provider, &debug_polls, &graceful);
             }),
         };
         if let Err(e) = accepted {
@@ -203,6 +254,7 @@ pub async fn serve(
     }
     drop(tcp);
     drop(unix);
+    drop(debug);
     let _ = stop_polls.send(true);
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
@@ -218,6 +270,7 @@ pub async fn serve(
 /// Serves one connection on its own task, watched for shutdown.
 fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
+    scope: Scope,
     provider: &Arc<dyn DebugProvider>,
     polls: &Arc<runtime_api::LongPolls>,
     graceful: &GracefulShutdown,
@@ -225,7 +278,7 @@ fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     let (provider, polls) = (Arc::clone(provider), Arc::clone(polls));
     let service = service_fn(move |req| {
         let (provider, polls) = (Arc::clone(&provider), Arc::clone(&polls));
-        async move { Ok::<_, Infallible>(route(provider, &req, &polls).await) }
+        async move { Ok::<_, Infallible>(route(provider, scope, &req, &polls).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -301,6 +354,7 @@ async fn blocking<T: Send + 'static>(
 
 async fn route(
     provider: Arc<dyn DebugProvider>,
+    scope: Scope,
     req: &Request<Incoming>,
     polls: &runtime_api::LongPolls,
 ) -> Resp {
@@ -309,7 +363,7 @@ async fn route(
         path,
         HEALTHZ
             | READYZ
-            | "/metrics"
+            | METRICS
             | "/debug/state"
             | "/debug/journal"
             | "/debug/events"
@@ -317,6 +371,15 @@ async fn route(
     ) || runtime_api::is_pod_volumes(path);
     if !known {
         return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}\n"));
+    }
+    if !scope.serves(path) {
+        return text(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{path} is not served on this listener: ask the unix socket <journal-dir>/{} (root only), or a daemon run with --debug-listen\n",
+                api_socket::API_SOCKET
+            ),
+        );
     }
     if req.method() != Method::GET {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
@@ -333,7 +396,7 @@ async fn route(
                 format!("not ready: {}\n", one_line(&why)),
             ),
         }),
-        "/metrics" => blocking(provider, |p| p.metrics_text())
+        METRICS => blocking(provider, |p| p.metrics_text())
             .await
             .map(|m| respond(StatusCode::OK, METRICS_CONTENT_TYPE, m)),
         "/debug/state" => blocking(provider, |p| p.state()).await.map(|s| json(&s)),

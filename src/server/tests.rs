@@ -71,30 +71,48 @@ impl DebugProvider for Fake {
 }
 
 /// A server on its own runtime and thread; stopped (bounded) on drop.
+/// It listens on all three: `addr` is the debug listener (every
+/// endpoint), `probes` the `--listen` one, `dir` holds `api.sock`.
 struct Running {
     addr: SocketAddr,
+    probes: SocketAddr,
+    dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: mpsc::Receiver<()>,
 }
 
 fn start(fake: Arc<Fake>) -> Running {
+    start_with(fake)
+}
+
+fn start_with(provider: Arc<dyn DebugProvider>) -> Running {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let (listener, addr) = rt.block_on(bind("127.0.0.1:0")).unwrap();
+    let (tcp, probes) = rt.block_on(bind("127.0.0.1:0")).unwrap();
+    let (debug, addr) = rt.block_on(bind("127.0.0.1:0")).unwrap();
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+    let dir = tempfile::tempdir().unwrap();
+    let unix = rt.block_on(async { api_socket::bind(dir.path()) }).unwrap();
+    let listeners = Listeners {
+        tcp,
+        unix: Some(unix),
+        debug: Some(debug),
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (tx, done) = mpsc::channel();
     std::thread::spawn(move || {
-        rt.block_on(serve(listener, fake, async {
+        rt.block_on(serve(listeners, provider, async {
             let _ = stopped.await;
         }));
         let _ = tx.send(());
     });
     Running {
         addr,
+        probes,
+        dir,
         stop: Some(stop),
         done,
     }
@@ -259,8 +277,8 @@ fn shutdown_returns_with_an_idle_connection_open() {
 fn ask_daemon_reads_the_journal_through_daemon_json() {
     let fake = Arc::new(Fake::default());
     let s = start(Arc::clone(&fake));
-    let dir = tempfile::tempdir().unwrap();
-    let me = DaemonFile::for_this_process(&s.addr.to_string(), "b-1");
+    let dir = &s.dir;
+    let me = DaemonFile::for_this_process(&s.probes.to_string(), "b-1");
     me.write(dir.path()).unwrap();
     let got = client::ask_daemon(dir.path(), "b-1", Some("a/b c"), T).unwrap();
     match got {
@@ -276,4 +294,148 @@ fn ask_daemon_reads_the_journal_through_daemon_json() {
         e.to_string().contains("status 500") && e.to_string().contains("sled said no"),
         "{e}"
     );
+}
+
+/// One GET on the unix socket in `dir`: (status, body).
+fn unix_get(dir: &std::path::Path, path: &str) -> (u16, String) {
+    let mut s = std::os::unix::net::UnixStream::connect(api_socket::path(dir)).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    (
+        head.split(' ').nth(1).unwrap().parse().unwrap(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn the_tcp_listener_serves_probes_and_metrics_and_refuses_the_rest() {
+    let fake = Arc::new(Fake::default());
+    fake.ready.store(true, Ordering::SeqCst);
+    let s = start(Arc::clone(&fake));
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(get(s.probes, path).0, 200, "{path}");
+    }
+    for path in [
+        "/debug/state",
+        "/debug/journal",
+        "/debug/events",
+        "/debug/health",
+        "/v1/pods/p1/volumes",
+        "/v1/pods/p1/volumes?wait=30",
+        "/v1/pods/p1/volumes?unmounted=1&wait=30",
+    ] {
+        let asked = std::time::Instant::now();
+        let (status, body) = get(s.probes, path);
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body.contains("api.sock"), "says where to ask: {body}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{path}: not waited"
+        );
+    }
+    assert!(
+        fake.asked.lock().unwrap().is_empty(),
+        "the journal was not read"
+    );
+    assert_eq!(get(s.probes, "/nope").0, 404);
+    // the socket and the debug listener serve everything
+    assert_eq!(unix_get(s.dir.path(), "/debug/state").0, 200);
+    assert_eq!(unix_get(s.dir.path(), "/metrics").0, 200);
+    assert_eq!(get(s.addr, "/debug/state").0, 200);
+}
+
+/// A provider whose pod is never ready, with a change counter: every
+/// `wait` long-polls until its time is up.
+struct NeverReady {
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl DebugProvider for NeverReady {
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn metrics_text(&self) -> String {
+        String::new()
+    }
+    fn state(&self) -> StateSnapshot {
+        StateSnapshot::default()
+    }
+    fn journal(&self, _: Option<&str>) -> Result<DumpDoc, String> {
+        Err("none".to_owned())
+    }
+    fn pod_volumes(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodVolumes> {
+        Some(crate::runtime::PodVolumes {
+            pod_uid: pod.to_string(),
+            ready: false,
+            volumes: Vec::new(),
+            errors: vec!["unmounted volumes=[data]".to_owned()],
+        })
+    }
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.changes.subscribe())
+    }
+}
+
+/// TCP clients hold every long-poll slot they can get (the debug
+/// listener's, all of them) and knock on `--listen`: a runtime on the
+/// socket still gets its long-poll, which lasts its wait.
+#[test]
+fn tcp_clients_never_take_the_socket_s_long_poll_slots() {
+    let provider = Arc::new(NeverReady {
+        changes: tokio::sync::watch::Sender::new(0),
+    });
+    let s = start_with(provider);
+    let request = "GET /v1/pods/p1/volumes?wait=120 HTTP/1.1\r\nHost: x\r\n\r\n";
+    // one more than the slots, none ever done: exactly one is turned away
+    let mut held = Vec::new();
+    for _ in 0..=runtime_api::MAX_LONG_POLLS {
+        let mut c = std::net::TcpStream::connect_timeout(&s.addr, T).unwrap();
+        c.write_all(request.as_bytes()).unwrap();
+        c.set_nonblocking(true).unwrap();
+        held.push(c);
+    }
+    let deadline = std::time::Instant::now() + T;
+    let turned_away = loop {
+        let mut buf = [0u8; 64];
+        let answered: Vec<String> = held
+            .iter_mut()
+            .filter_map(|c| match c.read(&mut buf) {
+                Ok(n) if n > 0 => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                _ => None,
+            })
+            .collect();
+        if !answered.is_empty() {
+            break answered;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no debug long-poll turned away"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(turned_away.len(), 1, "{turned_away:?}");
+    assert!(
+        turned_away[0].starts_with("HTTP/1.1 503"),
+        "{turned_away:?}"
+    );
+    // and on --listen a long-poll is refused outright
+    for _ in 0..8 {
+        assert_eq!(get(s.probes, "/v1/pods/p1/volumes?wait=120").0, 403);
+    }
+    let asked = std::time::Instant::now();
+    let (status, body) = unix_get(s.dir.path(), "/v1/pods/p1/volumes?wait=1");
+    assert_eq!(status, 200, "the socket's slots are its own: {body}");
+    assert!(body.contains("\"ready\": false"), "{body}");
+    assert!(
+        asked.elapsed() >= Duration::from_secs(1),
+        "it long-polled its whole wait"
+    );
+    drop(held);
 }

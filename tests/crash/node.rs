@@ -568,10 +568,14 @@ impl Node {
             .is_some_and(|d| matches!(d.child.try_wait(), Ok(None)))
     }
 
-    /// `GET path` on the daemon: (status, body).
+    /// `GET path` on the daemon: (status, body). Asked on its unix
+    /// socket, which serves every endpoint (the TCP listener serves only
+    /// the probes and `/metrics`).
     pub fn get(&self, path: &str) -> Result<(u16, String), String> {
-        let d = self.daemon.as_ref().ok_or("no daemon")?;
-        let mut s = std::net::TcpStream::connect(&d.addr).map_err(|e| format!("connect: {e}"))?;
+        self.daemon.as_ref().ok_or("no daemon")?;
+        let socket = self.jdir.join("api.sock");
+        let mut s = std::os::unix::net::UnixStream::connect(&socket)
+            .map_err(|e| format!("connect {}: {e}", socket.display()))?;
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| e.to_string())?;
         write!(

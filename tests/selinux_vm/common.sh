@@ -20,7 +20,10 @@ ROOT=/var/lib/kubelet
 PODS=/etc/volumed/pods
 OBJECTS=/etc/volumed/objects
 PORT=10264
-URL=http://127.0.0.1:$PORT
+# /debug/* is served on TCP only on the lab listener (--debug-listen); the
+# VM's own loopback is the lab
+DEBUG_PORT=10265
+URL=http://127.0.0.1:$DEBUG_PORT
 LOG=/tmp/volumed.log
 PV=pv-sel
 UID_A=aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa
@@ -85,7 +88,7 @@ start_volumed() {
   # shellcheck disable=SC2086 # VOLUMED_EXTRA is a list of words
   VOLUMED_LOG=info volumed run --root-dir "$ROOT" --node-name vm \
     --static-pods "$PODS" --static-objects "$OBJECTS" \
-    --listen 127.0.0.1:$PORT --selinux auto ${VOLUMED_EXTRA:-} >>"$LOG" 2>&1 &
+    --listen 127.0.0.1:$PORT --debug-listen 127.0.0.1:$DEBUG_PORT --selinux auto ${VOLUMED_EXTRA:-} >>"$LOG" 2>&1 &
   VOLUMED_PID=$!
   say "@@INFO volumed started, pid $VOLUMED_PID"
 }

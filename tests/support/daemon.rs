@@ -138,6 +138,7 @@ impl Env {
         Daemon {
             child: RefCell::new(child),
             addr: None,
+            socket: self.journal.join("api.sock"),
             log,
             exited: Cell::new(false),
         }
@@ -202,8 +203,10 @@ impl Env {
 pub struct Daemon {
     /// the process
     pub child: RefCell<Child>,
-    /// its HTTP address, once it is known
+    /// its HTTP address, once it is known (the probes and `/metrics` only)
     pub addr: Option<SocketAddr>,
+    /// its `api.sock`, where every endpoint is served
+    pub socket: PathBuf,
     /// its stderr
     pub log: PathBuf,
     /// whether it has been reaped (then not killed on drop)
@@ -282,8 +285,15 @@ impl Daemon {
         }
     }
 
-    /// One GET: (status, body); (0, error) when the request failed.
+    /// One GET: (status, body); (0, error) when the request failed. The
+    /// probes and `/metrics` are asked on the TCP listener, everything
+    /// else on the socket (the TCP listener refuses it).
     pub fn try_get(&self, path: &str) -> (u16, String) {
+        let bare = path.split('?').next().unwrap_or_default();
+        if !matches!(bare, "/healthz" | "/readyz" | "/metrics") {
+            return unix_get(&self.socket, path, Duration::from_secs(10))
+                .unwrap_or_else(|e| (0, e));
+        }
         let Some(addr) = self.addr else {
             return (0, "no address yet".into());
         };
@@ -448,4 +458,29 @@ pub fn real(what: &str, body: fn()) {
         return;
     }
     super::in_private_mount_ns(body);
+}
+
+/// One GET on the unix socket `socket` within `timeout`: (status, body).
+pub fn unix_get(socket: &Path, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)
+        .map_err(|e| format!("connect {}: {e}", socket.display()))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("send: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("receive: {e}"))?;
+    let raw = String::from_utf8_lossy(&raw);
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or("no header end")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad status line: {head:?}"))?;
+    Ok((status, body.to_owned()))
 }
