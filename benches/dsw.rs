@@ -129,6 +129,7 @@ fn pod(i: usize) -> DesiredPod {
         errors: Vec::new(),
         selinux: PodSeLinux::default(),
         claims: Default::default(),
+        containers: Vec::new(),
     }
 }
 

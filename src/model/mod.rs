@@ -8,6 +8,7 @@
 //! *Invariant:* model types are not the journal's on-disk types; the journal
 //! converts to and from them explicitly (`journal::record`).
 
+mod container;
 mod csi;
 pub(crate) mod intern;
 mod layout;
@@ -19,6 +20,10 @@ mod shared;
 mod spec;
 mod target;
 
+pub use container::{
+    ContainerSpec, EnvVar, Propagation, SubPath, VolumeMountSpec, check_sub_path, expand,
+    expand_sub_path_expr, propagation, resolve_env,
+};
 pub use csi::{CsiLifecycle, CsiParams, CsiPodInfo, SecretRef};
 pub use layout::{
     Area, KubeletPath, Layout, LayoutError, PAYLOAD_DATA_LINK, PAYLOAD_DATA_TMP,

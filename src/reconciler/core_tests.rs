@@ -43,6 +43,7 @@ pub(crate) fn pod(u: &str) -> DesiredPod {
         errors: vec![],
         selinux: Default::default(),
         claims: Default::default(),
+        containers: Vec::new(),
     }
 }
 

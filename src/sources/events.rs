@@ -152,6 +152,7 @@ fn apply_pod(dsw: &mut DesiredStateOfWorld, pod: DesiredPod, policy: &Policy, ou
     names.sort_unstable();
     names.dedup();
     dsw.set_pod_volume_names(&uid, names);
+    dsw.set_pod_containers(&uid, pod.containers);
     // a pod new to the DSW (every pod of a first listing) has none to drop
     let had = dsw.volumes_of_pod(&uid);
     let wanted: BTreeSet<&UniqueVolumeName> = match had.is_empty() {

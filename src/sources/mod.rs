@@ -149,6 +149,8 @@ pub struct DesiredPod {
     /// per pod volume name, the claim it names (namespace: the pod's), for
     /// the `kubelet_volume_stats_*` labels
     pub claims: BTreeMap<String, String>,
+    /// every container's mounts (`static_pods::containers_of`)
+    pub containers: Vec<crate::model::ContainerSpec>,
 }
 
 /// The full desired set of one listing.

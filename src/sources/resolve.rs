@@ -175,6 +175,7 @@ impl Resolver<'_> {
             errors,
             selinux: p.selinux,
             claims,
+            containers: p.containers,
         }
     }
 }

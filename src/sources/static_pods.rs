@@ -40,8 +40,8 @@ use super::payload_volumes::PodPayloadContext;
 use super::quantity::parse_bytes;
 use super::read::{canonical_json, kind_of, parse_documents};
 use crate::model::{
-    CsiSpec, HostPathType, PodUid, SecretRef, StorageMedium, VolumeSpec, check_component,
-    check_dns1123_label,
+    ContainerSpec, CsiSpec, HostPathType, PodUid, SecretRef, StorageMedium, SubPath,
+    VolumeMountSpec, VolumeSpec, check_component, check_dns1123_label, resolve_env,
 };
 
 /// A pod's volume after parsing.
@@ -100,6 +100,9 @@ pub struct ParsedPod {
     pub service_account: String,
     /// `spec.securityContext.fsGroup`
     pub fs_group: Option<i64>,
+    /// every container's volumeMounts, env and privilege (init, regular,
+    /// ephemeral), for the runtime API's per-container mounts
+    pub containers: Vec<ContainerSpec>,
 }
 
 /// The kubelet's handle of an inline CSI volume: `csi-` and the hex
@@ -211,11 +214,13 @@ pub fn parse_pod_object(
         selinux: selinux_of(spec),
         service_account: spec.service_account_name.clone().unwrap_or_default(),
         fs_group: spec.security_context.as_ref().and_then(|c| c.fs_group),
+        containers: Vec::new(),
     };
     let mut seen = BTreeSet::new();
     let ctx = PodPayloadContext::of(pod, &out.name, out.uid.as_str(), &out.namespace);
     // only a memory emptyDir needs it, so only such a volume fails on a bad one
     let memory_limit = super::pod_memory::pod_memory_limit(spec);
+    out.containers = containers_of(spec, &ctx);
     for v in spec.volumes.iter().flatten() {
         let parsed = if seen.insert(v.name.clone()) {
             parse_volume(file, v, (&out.uid, &out.name), &ctx, &memory_limit)
@@ -399,6 +404,94 @@ fn parse_volume(
         volume: name,
         volume_type: types.first().cloned().unwrap_or_else(|| "none".into()),
     })
+}
+
+/// Every container's mounts, as written, in the order init, regular,
+/// ephemeral. An env var is resolved from a literal value or a `fieldRef`
+/// the downward API knows (the pod's name, namespace, UID, labels,
+/// annotations, node, service account); any other source stays unknown.
+/// Checks wait for the runtime API's answer, which names the container
+/// and the mount: a bad mount never stops the pod's volumes.
+fn containers_of(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    ctx: &PodPayloadContext,
+) -> Vec<ContainerSpec> {
+    use k8s_openapi::api::core::v1::{EnvVar as K8sEnv, SecurityContext, VolumeMount};
+    let one = |name: &str,
+               sc: Option<&SecurityContext>,
+               mounts: Option<&Vec<VolumeMount>>,
+               env: Option<&Vec<K8sEnv>>| {
+        let mounts: Vec<VolumeMountSpec> = mounts
+            .into_iter()
+            .flatten()
+            .map(|m| VolumeMountSpec {
+                name: m.name.clone(),
+                mount_path: m.mount_path.clone(),
+                read_only: m.read_only.unwrap_or(false),
+                sub_path: match (m.sub_path.as_deref(), m.sub_path_expr.as_deref()) {
+                    (Some(p), _) if !p.is_empty() => SubPath::Path(p.to_owned()),
+                    (_, Some(e)) if !e.is_empty() => SubPath::Expr(e.to_owned()),
+                    _ => SubPath::None,
+                },
+                propagation: m.mount_propagation.clone(),
+            })
+            .collect();
+        let wants_env = mounts
+            .iter()
+            .any(|m| matches!(m.sub_path, SubPath::Expr(_)));
+        let env = match wants_env {
+            false => Vec::new(),
+            true => resolve_env(
+                env.into_iter()
+                    .flatten()
+                    .map(|e| {
+                        let from_field = e
+                            .value_from
+                            .as_ref()
+                            .and_then(|f| f.field_ref.as_ref())
+                            .and_then(|f| ctx.fields.get(&f.field_path).cloned());
+                        let value = match &e.value_from {
+                            None => Some(e.value.clone().unwrap_or_default()),
+                            Some(_) => from_field,
+                        };
+                        (e.name.clone(), value)
+                    })
+                    .collect(),
+            ),
+        };
+        ContainerSpec {
+            name: name.to_owned(),
+            privileged: sc.and_then(|c| c.privileged).unwrap_or(false),
+            mounts,
+            env,
+        }
+    };
+    let mut out = Vec::new();
+    for c in spec.init_containers.iter().flatten() {
+        out.push(one(
+            &c.name,
+            c.security_context.as_ref(),
+            c.volume_mounts.as_ref(),
+            c.env.as_ref(),
+        ));
+    }
+    for c in &spec.containers {
+        out.push(one(
+            &c.name,
+            c.security_context.as_ref(),
+            c.volume_mounts.as_ref(),
+            c.env.as_ref(),
+        ));
+    }
+    for c in spec.ephemeral_containers.iter().flatten() {
+        out.push(one(
+            &c.name,
+            c.security_context.as_ref(),
+            c.volume_mounts.as_ref(),
+            c.env.as_ref(),
+        ));
+    }
+    out
 }
 
 fn selinux_of(spec: &k8s_openapi::api::core::v1::PodSpec) -> PodSeLinux {

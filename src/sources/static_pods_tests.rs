@@ -1,6 +1,7 @@
 //! Tests of one static pod manifest → [`ParsedPod`].
 
 use super::*;
+use crate::model::{SubPath, VolumeMountSpec};
 
 fn parse(yaml: &str) -> Result<ParsedPod, SourceError> {
     parse_pod(Path::new("/pods/p.yaml"), yaml.as_bytes(), "Node-1")
@@ -436,4 +437,86 @@ fn payload_volumes_the_api_would_refuse_are_errors_naming_the_volume() {
         let p = one_volume(volume);
         assert_eq!(p.errors, [want], "{volume}");
     }
+}
+
+#[test]
+fn every_container_s_mounts_env_and_privilege_are_parsed() {
+    let p = parse(
+        "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: shop
+spec:
+  initContainers:
+  - name: init
+    image: busybox
+    volumeMounts:
+    - {name: data, mountPath: /init}
+  containers:
+  - name: app
+    image: busybox
+    securityContext: {privileged: true}
+    env:
+    - {name: BASE, value: logs}
+    - {name: DIR, value: $(BASE)/$(UNKNOWN)}
+    - name: POD
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: NS
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    - name: KEY
+      valueFrom: {secretKeyRef: {name: s, key: k}}
+    volumeMounts:
+    - {name: data, mountPath: /data, readOnly: true, mountPropagation: Bidirectional}
+    - {name: data, mountPath: /logs, subPathExpr: $(DIR)/$(POD)}
+    - {name: cfg, mountPath: /etc/app.conf, subPath: app.conf}
+  - name: plain
+    image: busybox
+    env:
+    - {name: X, value: x1}
+  volumes:
+  - name: data
+    emptyDir: {}
+  - name: cfg
+    emptyDir: {}
+",
+    )
+    .unwrap();
+    let names: Vec<&str> = p.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["init", "app", "plain"]);
+    let app = &p.containers[1];
+    assert!(app.privileged && !p.containers[0].privileged);
+    assert_eq!(
+        app.mounts[0],
+        VolumeMountSpec {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            read_only: true,
+            sub_path: SubPath::None,
+            propagation: Some("Bidirectional".into()),
+        }
+    );
+    assert_eq!(
+        app.mounts[1].sub_path,
+        SubPath::Expr("$(DIR)/$(POD)".into())
+    );
+    assert_eq!(app.mounts[2].sub_path, SubPath::Path("app.conf".into()));
+    let env: Vec<(&str, Option<&str>)> = app
+        .env
+        .iter()
+        .map(|e| (e.name.as_str(), e.value.as_deref()))
+        .collect();
+    assert_eq!(
+        env,
+        [
+            ("BASE", Some("logs")),
+            ("DIR", Some("logs/$(UNKNOWN)")),
+            ("POD", Some("web-node-1")),
+            ("NS", Some("shop")),
+            ("KEY", None),
+        ]
+    );
+    // no subPathExpr: the env is not kept
+    assert!(p.containers[2].env.is_empty() && p.containers[2].mounts.is_empty());
 }

@@ -298,6 +298,7 @@ fn desired(name: &str, u: &str, volumes: Vec<PodVolume>) -> DesiredPod {
         errors: vec![],
         selinux: PodSeLinux::default(),
         claims: Default::default(),
+        containers: Vec::new(),
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::{PodMap, SeLinuxConflict, StateError};
 use crate::model::{
-    PluginName, PodUid, PodVolume, SeLinuxContext, SharedStr, UniqueVolumeName, VolumeSpec,
+    ContainerSpec, PluginName, PodUid, PodVolume, SeLinuxContext, SharedStr, UniqueVolumeName,
+    VolumeSpec,
 };
 
 /// How many recent outer names [`DesiredStateOfWorld`] keeps to share.
@@ -133,6 +134,9 @@ pub struct DesiredStateOfWorld {
     /// waits for every name, as the kubelet's `WaitForAttachAndMount` waits
     /// for every volume of the pod's spec)
     pods: BTreeMap<PodUid, Box<[SharedStr]>>,
+    /// the containers of the pods that have some (`runtime::mounts`
+    /// answers from them): shared, so a look clones a count
+    containers: BTreeMap<PodUid, Arc<[ContainerSpec]>>,
     populated: bool,
     /// attachable volumes are mounted only once reported in use (a node
     /// with an API server; a standalone node has no controller to tell)
@@ -287,7 +291,22 @@ impl DesiredStateOfWorld {
         self.pod_errors.remove(pod);
         self.unresolved.remove(pod);
         self.pods.remove(pod);
+        self.containers.remove(pod);
         names
+    }
+
+    /// Records `pod`'s containers (none: forgotten).
+    pub fn set_pod_containers(&mut self, pod: &PodUid, containers: Vec<ContainerSpec>) {
+        if containers.is_empty() {
+            self.containers.remove(pod);
+        } else {
+            self.containers.insert(pod.clone(), containers.into());
+        }
+    }
+
+    /// `pod`'s containers, as the sources last told them.
+    pub fn pod_containers(&self, pod: &PodUid) -> Option<Arc<[ContainerSpec]>> {
+        self.containers.get(pod).cloned()
     }
 
     /// Records that `pod` exists and lists the volumes named `names` in

@@ -1,0 +1,325 @@
+//! One container as the runtime API needs it: its `volumeMounts`, the env
+//! a `subPathExpr` expands from, and whether it is privileged; and the pure
+//! rules the kubelet applies to them before it starts the container
+//! (`makeMounts`): the `$(VAR)` expansion, the subPath checks, the mount
+//! propagation.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a volumeMount's subpath comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SubPath {
+    /// the whole volume
+    None,
+    /// `subPath`, as written
+    Path(String),
+    /// `subPathExpr`, expanded from the container's env when asked
+    Expr(String),
+}
+
+/// One `volumeMounts[]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeMountSpec {
+    /// `name`: the pod volume it mounts
+    pub name: String,
+    /// `mountPath`
+    pub mount_path: String,
+    /// `readOnly`
+    pub read_only: bool,
+    /// `subPath` / `subPathExpr`
+    pub sub_path: SubPath,
+    /// `mountPropagation` as written (`None` when unset)
+    pub propagation: Option<String>,
+}
+
+/// One `env[]` entry, its value resolved when volumed can (a literal value
+/// or a `fieldRef` to the pod's name, namespace, UID, node or service
+/// account); `None` for one it cannot (a `configMapKeyRef`, a
+/// `secretKeyRef`, a `resourceFieldRef`, a status field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    /// `name`
+    pub name: String,
+    /// the value, when known
+    pub value: Option<String>,
+}
+
+/// One container (init, regular or ephemeral) of a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerSpec {
+    /// `name`
+    pub name: String,
+    /// `securityContext.privileged`
+    pub privileged: bool,
+    /// `volumeMounts`, in spec order (the index names the subpath dir)
+    pub mounts: Vec<VolumeMountSpec>,
+    /// `env`, resolved in order; kept only when some mount has a
+    /// `subPathExpr` (nothing else reads it)
+    pub env: Vec<EnvVar>,
+}
+
+/// CRI's mount propagation, as the answer spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Propagation {
+    /// `None` or unset: `private`
+    #[serde(rename = "private")]
+    Private,
+    /// `HostToContainer`: `rslave`
+    #[serde(rename = "rslave")]
+    HostToContainer,
+    /// `Bidirectional`: `rshared`
+    #[serde(rename = "rshared")]
+    Bidirectional,
+}
+
+/// The CRI propagation of `mountPropagation` as the kubelet translates it
+/// (unset and `None` are private). `Bidirectional` is refused for a
+/// container that is not privileged, as the API server's validation
+/// refuses it (the kubelet validates static pods the same way).
+pub fn propagation(raw: Option<&str>, privileged: bool) -> Result<Propagation, String> {
+    match raw {
+        None | Some("None") => Ok(Propagation::Private),
+        Some("HostToContainer") => Ok(Propagation::HostToContainer),
+        Some("Bidirectional") if privileged => Ok(Propagation::Bidirectional),
+        Some("Bidirectional") => Err(
+            "mountPropagation Bidirectional is allowed only in a privileged container".to_owned(),
+        ),
+        Some(other) => Err(format!("invalid mountPropagation {other:?}")),
+    }
+}
+
+/// Expands `$(NAME)` references in `input` with `lookup`, with the
+/// kubelet's syntax: `$$` is a literal `$`, a `$(` without its `)` and a
+/// `$` before anything else stay as written. `lookup` decides what an
+/// unknown name becomes.
+pub fn expand(input: &str, mut lookup: impl FnMut(&str) -> String) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if after.is_empty() {
+            // a trailing `$` stays
+            out.push('$');
+            rest = after;
+            break;
+        }
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(') {
+            match inner.find(')') {
+                Some(close) => {
+                    out.push_str(&lookup(&inner[..close]));
+                    rest = &inner[close + 1..];
+                }
+                None => {
+                    out.push_str("$(");
+                    rest = inner;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The env values in order, each `$(NAME)` in a literal value expanded
+/// from the variables before it; an unknown name stays literal, as the
+/// kubelet expands env values. `(name, literal value or None)` in; a value
+/// volumed cannot know stays `None`.
+pub fn resolve_env(vars: Vec<(String, Option<String>)>) -> Vec<EnvVar> {
+    let mut out: Vec<EnvVar> = Vec::with_capacity(vars.len());
+    for (name, value) in vars {
+        let value = value.map(|v| {
+            expand(&v, |key| {
+                // the last definition before this one wins, as in a map
+                match out.iter().rev().find(|e| e.name == key) {
+                    Some(EnvVar { value: Some(v), .. }) => v.clone(),
+                    _ => format!("$({key})"),
+                }
+            })
+        });
+        out.push(EnvVar { name, value });
+    }
+    out
+}
+
+/// A `subPathExpr` expanded from `env` as the kubelet does for a
+/// volumeMount: every referenced variable must have a non-empty value,
+/// else the error lists the missing ones (sorted) and nothing is mounted.
+pub fn expand_sub_path_expr(expr: &str, env: &[EnvVar]) -> Result<String, String> {
+    let mut missing = std::collections::BTreeSet::new();
+    let out = expand(expr, |key| match env.iter().rev().find(|e| e.name == key) {
+        Some(EnvVar { value: Some(v), .. }) if !v.is_empty() => v.clone(),
+        _ => {
+            missing.insert(key.to_owned());
+            String::new()
+        }
+    });
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        let names: Vec<String> = missing.into_iter().collect();
+        Err(format!("missing value for {}", names.join(", ")))
+    }
+}
+
+/// The kubelet's checks on a subpath before anything is made: not
+/// absolute, no `..` component. (What it resolves to is checked where it
+/// is opened: beneath the volume, following no symlink.)
+pub fn check_sub_path(path: &str) -> Result<(), String> {
+    if path.starts_with('/') {
+        return Err(format!("subPath {path:?} must not be an absolute path"));
+    }
+    if path.split('/').any(|c| c == "..") {
+        return Err(format!("subPath {path:?} must not contain '..'"));
+    }
+    if path.contains('\0') {
+        return Err(format!("subPath {path:?} must not contain NUL"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, Option<&str>)]) -> Vec<EnvVar> {
+        pairs
+            .iter()
+            .map(|(n, v)| EnvVar {
+                name: (*n).to_owned(),
+                value: v.map(str::to_owned),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn expand_follows_the_kubelet_syntax() {
+        let lookup = |k: &str| match k {
+            "A" => "x".to_owned(),
+            other => format!("<{other}>"),
+        };
+        let cases = [
+            ("", ""),
+            ("plain", "plain"),
+            ("$(A)", "x"),
+            ("a/$(A)/b", "a/x/b"),
+            ("$$(A)", "$(A)"),
+            ("$$", "$"),
+            ("$", "$"),
+            ("a$", "a$"),
+            ("$(A", "$(A"),
+            ("$A", "$A"),
+            ("$()", "<>"),
+            ("$(A)$(B)", "x<B>"),
+            ("$$$(A)", "$x"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(expand(input, lookup), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn env_values_expand_from_earlier_variables_and_unknown_ones_stay_literal() {
+        let got = resolve_env(vec![
+            ("A".into(), Some("a".into())),
+            ("B".into(), Some("$(A)-$(C)".into())),
+            ("C".into(), Some("c".into())),
+            ("D".into(), None),
+            ("E".into(), Some("$(D)$(B)".into())),
+        ]);
+        let values: Vec<Option<&str>> = got.iter().map(|e| e.value.as_deref()).collect();
+        assert_eq!(
+            values,
+            [
+                Some("a"),
+                Some("a-$(C)"),
+                Some("c"),
+                None,
+                Some("$(D)a-$(C)")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_sub_path_expr_needs_every_variable_it_names() {
+        let e = env(&[
+            ("POD", Some("web-0")),
+            ("EMPTY", Some("")),
+            ("SECRET", None),
+            ("POD", Some("web-1")),
+        ]);
+        let cases: [(&str, Result<&str, &str>); 6] = [
+            ("logs/$(POD)", Ok("logs/web-1")),
+            ("plain", Ok("plain")),
+            ("$$(POD)", Ok("$(POD)")),
+            ("$(NOPE)/x", Err("missing value for NOPE")),
+            ("$(EMPTY)", Err("missing value for EMPTY")),
+            (
+                "$(SECRET)$(NOPE)$(POD)",
+                Err("missing value for NOPE, SECRET"),
+            ),
+        ];
+        for (expr, want) in cases {
+            let got = expand_sub_path_expr(expr, &e);
+            assert_eq!(got.as_deref().map_err(String::as_str), want, "{expr:?}");
+        }
+    }
+
+    #[test]
+    fn a_sub_path_is_relative_without_backsteps() {
+        let ok = ["a", "a/b", "a/b/", "./a", "a..b", "..a", "a/...", ""];
+        for p in ok {
+            assert_eq!(check_sub_path(p), Ok(()), "{p:?}");
+        }
+        let bad = [
+            ("/etc", "must not be an absolute path"),
+            ("..", "must not contain '..'"),
+            ("a/../b", "must not contain '..'"),
+            ("a/..", "must not contain '..'"),
+            ("a\0b", "must not contain NUL"),
+        ];
+        for (p, why) in bad {
+            let e = check_sub_path(p).unwrap_err();
+            assert!(
+                e.contains(why) && e.contains(&format!("{p:?}")),
+                "{p:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn propagation_is_the_kubelet_s_and_bidirectional_needs_privilege() {
+        use Propagation::*;
+        let cases: [(Option<&str>, bool, Result<Propagation, &str>); 7] = [
+            (None, false, Ok(Private)),
+            (Some("None"), false, Ok(Private)),
+            (Some("HostToContainer"), false, Ok(HostToContainer)),
+            (Some("Bidirectional"), true, Ok(Bidirectional)),
+            (Some("Bidirectional"), false, Err("privileged")),
+            (
+                Some("Shared"),
+                true,
+                Err("invalid mountPropagation \"Shared\""),
+            ),
+            (Some(""), true, Err("invalid mountPropagation")),
+        ];
+        for (raw, privileged, want) in cases {
+            let got = propagation(raw, privileged);
+            match want {
+                Ok(p) => assert_eq!(got, Ok(p), "{raw:?}"),
+                Err(part) => assert!(got.unwrap_err().contains(part), "{raw:?}"),
+            }
+        }
+        let json: Vec<String> = [Private, HostToContainer, Bidirectional]
+            .iter()
+            .map(|p| serde_json::to_string(p).unwrap())
+            .collect();
+        assert_eq!(json, ["\"private\"", "\"rslave\"", "\"rshared\""]);
+    }
+}
