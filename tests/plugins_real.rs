@@ -26,8 +26,8 @@ use support::{
 use volumed::host::mountinfo::{MountInfo, MountTable};
 use volumed::host::remove::remove_dir_one_fs;
 use volumed::host::sys::{
-    Beneath, Call, DirEntry, DirHandle, DiskFormat, FileStat, LinuxSys, Listing, MntFlags, MsFlags,
-    Sys, SysError,
+    Beneath, Call, DirEntry, DirHandle, DiskFormat, FileKind, FileStat, LinuxSys, Listing,
+    MntFlags, MsFlags, Sys, SysError,
 };
 use volumed::journal::Permit;
 use volumed::model::{
@@ -593,6 +593,18 @@ impl Sys for Wrapped {
     fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
         self.fire(Call::Mount);
         LinuxSys.bind_beneath(source, at)
+    }
+    fn stat_within(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        LinuxSys.stat_within(at)
+    }
+    fn bind_within(
+        &self,
+        source: Beneath<'_>,
+        at: Beneath<'_>,
+        kind: FileKind,
+    ) -> Result<(), SysError> {
+        self.fire(Call::Mount);
+        LinuxSys.bind_within(source, at, kind)
     }
     fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
         self.fire(Call::Umount);

@@ -1,12 +1,13 @@
 //! The `volumed` binary: the command line and its edges (logging, signals,
 //! exit codes, the service manager). One file per command (`run`, `dump`,
-//! `reconstruct`, `health`, `wait_pod`), the flag groups of `run` in
+//! `reconstruct`, `health`, `wait_pod`, `mounts`), the flag groups of `run` in
 //! `flags`, logging and the notify protocol's glue in `service`.
 //! Everything else lives in the library.
 
 mod dump;
 mod flags;
 mod health;
+mod mounts;
 mod reconstruct;
 mod run;
 mod service;
@@ -72,6 +73,10 @@ enum Command {
     /// Wait until a pod's volumes are mounted (asks the running daemon):
     /// exit 0 ready, 1 not ready or unknown pod, 2 no daemon to ask.
     WaitPod(wait_pod::WaitPodArgs),
+    /// One container's mounts, its subpaths bound (asks the running
+    /// daemon): exit 0 ready, 1 not ready or unknown pod or container, 2
+    /// no daemon to ask.
+    Mounts(mounts::MountsArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -117,6 +122,7 @@ fn main() -> ExitCode {
         Command::Reconstruct(a) => reconstruct::reconstruct(a),
         Command::Health(a) => health::run(a),
         Command::WaitPod(a) => return wait_pod::main(a),
+        Command::Mounts(a) => return mounts::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -67,6 +67,17 @@ impl Sys for Gated {
     fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
         self.inner.bind_beneath(source, at)
     }
+    fn stat_within(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        self.inner.stat_within(at)
+    }
+    fn bind_within(
+        &self,
+        source: Beneath<'_>,
+        at: Beneath<'_>,
+        kind: FileKind,
+    ) -> Result<(), SysError> {
+        self.inner.bind_within(source, at, kind)
+    }
     fn umount2_beneath(&self, at: Beneath<'_>, flags: MntFlags) -> Result<(), SysError> {
         self.inner.umount2_beneath(at, flags)
     }
@@ -230,7 +241,7 @@ fn rig(workers: usize) -> Rig {
         },
         world: world.clone(),
         journal: Some(journal.clone()),
-        sys,
+        sys: sys.clone(),
         metrics: metrics.clone(),
         failed: Some(Vec::new()),
         events: (events.clone(), events_rx),
@@ -250,6 +261,9 @@ fn rig(workers: usize) -> Rig {
         boot_id: "b".into(),
         monitor: None,
         sink: Default::default(),
+        sys,
+        layout: Layout::new("/r"),
+        binding: Default::default(),
     };
     Rig {
         _dir: dir,
@@ -298,6 +312,9 @@ impl Rig {
             boot_id: "b".into(),
             monitor: None,
             sink: Default::default(),
+            sys: self.provider.sys.clone(),
+            layout: self.provider.layout.clone(),
+            binding: self.provider.binding.clone(),
         };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

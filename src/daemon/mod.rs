@@ -85,6 +85,12 @@ pub struct Daemon {
     sink: Arc<crate::health::RecentEvents>,
     /// the reconciler loop's pulse
     heartbeat: Arc<notify::Heartbeat>,
+    /// the host, for the runtime API's subpath binds
+    sys: Arc<dyn Sys>,
+    /// the root dir's layout
+    layout: crate::model::Layout,
+    /// held while subpaths are bound (`Provider::binding`)
+    binding: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -412,6 +418,9 @@ impl Daemon {
             monitor,
             sink: recent,
             heartbeat,
+            sys,
+            layout: cfg.layout,
+            binding: Arc::default(),
         })
     }
 
@@ -443,6 +452,9 @@ impl Daemon {
             boot_id: self.boot_id.clone(),
             monitor: self.monitor.clone(),
             sink: self.sink.clone(),
+            sys: self.sys.clone(),
+            layout: self.layout.clone(),
+            binding: self.binding.clone(),
         })
     }
 

@@ -9,7 +9,9 @@
 //! symlink; dirs of volume types volumed has no plugin for (secret,
 //! projected, …) are left and reported. The only files deleted are the
 //! emptyDir `ready` markers under `pods/<uid>/plugins/kubernetes.io~empty-dir/`;
-//! any other plugin's dir there is left and reported too.
+//! any other plugin's dir there is left and reported too. An orphan's
+//! subpath binds (`pods/<uid>/volume-subpaths/`, `host::subpath`) are
+//! unmounted and their dirs and empty bind-target files removed first.
 //!
 //! An orphan's dir, and a known pod's dir the core names (a TearDown ran
 //! there since the last sweep; every pod after a start), first gets its
@@ -163,6 +165,14 @@ fn clean_pod(
     let mut left = Vec::new();
     let pod_dir = layout.pod_dir(uid);
     let volumes = layout.pod_volumes_dir(uid);
+    // Its subpath binds first, as the kubelet cleans them before the
+    // volumes (a kubelet node's leftovers too): unmounted, then removed.
+    if let Err(e) = crate::host::subpath::clean_pod(sys, layout, uid) {
+        left.push((
+            layout.pod_subpaths_dir(uid),
+            format!("subpath binds not cleaned: {e}"),
+        ));
+    }
     for plugin_dir in sys
         .read_dir_beneath(&volumes, Path::new(""))
         .unwrap_or_default()

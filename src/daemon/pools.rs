@@ -159,6 +159,7 @@ mod tests {
         Queued {
             job: Job::TearDown {
                 params: Arc::new(params),
+                subpaths: None,
             },
             intent: None,
         }

@@ -26,6 +26,13 @@ pub(super) struct Provider {
     pub(super) boot_id: String,
     pub(super) monitor: Option<Arc<crate::health::Monitor>>,
     pub(super) sink: Arc<crate::health::RecentEvents>,
+    /// the host, for the subpath binds the runtime API makes
+    pub(super) sys: Arc<dyn crate::host::sys::Sys>,
+    /// where the binds go
+    pub(super) layout: crate::model::Layout,
+    /// one bind at a time: two runtimes asking for one container at once
+    /// must not both make (and stack) its binds
+    pub(super) binding: Arc<Mutex<()>>,
 }
 
 impl DebugProvider for Provider {
@@ -120,6 +127,42 @@ impl DebugProvider for Provider {
 
     fn pod_unmounted(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodUnmounted> {
         Some(self.runtime.pod_unmounted(pod))
+    }
+
+    fn container_mounts(
+        &self,
+        pod: &crate::model::PodUid,
+        container: &str,
+    ) -> Option<Result<crate::runtime::ContainerMounts, String>> {
+        use crate::host::subpath::{SubpathAt, bind};
+        use crate::runtime::mounts::{answer, plan};
+        let (status, spec) = self.runtime.container_view(pod, container)?;
+        let Some(spec) = spec else {
+            return Some(Err(format!("pod {pod}: no container {container:?}")));
+        };
+        let (planned, errors) = plan(&status, &spec);
+        // plain data, consistent after any panic
+        let _one = self.binding.lock().unwrap_or_else(|p| p.into_inner());
+        let doc = answer(&status, container, planned, errors, |req| {
+            let at = SubpathAt {
+                pod,
+                volume: &req.volume,
+                container,
+                index: req.index,
+            };
+            bind(
+                self.sys.as_ref(),
+                &self.layout,
+                at,
+                &req.volume_path,
+                &req.sub_path,
+            )
+            .map_err(|e| e.to_string())
+        });
+        for e in &doc.errors {
+            tracing::warn!(pod = %pod, container, error = %e, "container mounts");
+        }
+        Some(Ok(doc))
     }
 
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

@@ -38,6 +38,7 @@ pub mod pod_dirs;
 pub(crate) mod recording_sys;
 pub mod remove;
 pub mod scan;
+pub mod subpath;
 pub(crate) mod super_options;
 pub mod sys;
 pub(crate) mod sys_types;

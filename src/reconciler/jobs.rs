@@ -46,6 +46,9 @@ pub(crate) enum Job {
     TearDown {
         /// the target (from the journal when it knows it, else the ASW)
         params: SharedParams,
+        /// the pod volume's name (`pod.spec.volumes[x].name`) when the ASW
+        /// knows it: its `volume-subpaths/<name>/` binds go first
+        subpaths: Option<SharedStr>,
     },
     /// UnmountDevice of a volume's device target.
     UnmountDevice {
@@ -68,7 +71,7 @@ impl Job {
         match self {
             Job::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
             Job::MountDevice { want, .. } => OpKey::volume(&want.volume),
-            Job::TearDown { params } => match &params.target {
+            Job::TearDown { params, .. } => match &params.target {
                 TargetRef::Pod(p) => OpKey::pod(&params.volume, p),
                 TargetRef::Device => OpKey::volume(&params.volume),
             },
@@ -88,7 +91,7 @@ impl Job {
         let params = match self {
             Job::Mount { pod, .. } => pod,
             Job::MountDevice { device, .. } => device,
-            Job::TearDown { params }
+            Job::TearDown { params, .. }
             | Job::UnmountDevice { params }
             | Job::ForceCleanup { params } => params,
         };
@@ -123,7 +126,7 @@ impl Job {
                 device: None,
                 pod,
             } => Some((Operation::SetUp, setup_steps(&want.spec), pod)),
-            Job::TearDown { params } => Some((
+            Job::TearDown { params, .. } => Some((
                 Operation::TearDown,
                 op_steps(Operation::TearDown, params.plugin),
                 params,
@@ -288,6 +291,10 @@ pub(crate) enum JobError {
         /// whether the target may have changed
         uncertain: bool,
     },
+    /// a subpath bind of the volume would not go: its TearDown did not
+    /// start (the target is as it was)
+    #[error("clean subpaths of {0}")]
+    Subpaths(String),
 }
 
 impl JobError {
@@ -296,7 +303,7 @@ impl JobError {
         match self {
             JobError::Journal { .. } => true,
             JobError::Plugin { uncertain, .. } => *uncertain,
-            JobError::NotStarted(_) | JobError::NoPlugin(_) => false,
+            JobError::NotStarted(_) | JobError::NoPlugin(_) | JobError::Subpaths(_) => false,
         }
     }
 
@@ -339,8 +346,12 @@ fn journaled(
 pub(crate) fn journal_job(action: &Action, state: &JournalState) -> Option<Job> {
     match action {
         Action::TearDown { volume, pod } => {
-            journaled(Some(state), volume, TargetRef::Pod(pod.clone()))
-                .map(|params| Job::TearDown { params })
+            journaled(Some(state), volume, TargetRef::Pod(pod.clone())).map(|params| {
+                Job::TearDown {
+                    params,
+                    subpaths: None,
+                }
+            })
         }
         Action::UnmountDevice { volume } => journaled(Some(state), volume, TargetRef::Device)
             .map(|params| Job::UnmountDevice { params }),
@@ -367,8 +378,13 @@ pub(crate) fn job_for(
             want: want.clone(),
         }),
         Action::TearDown { volume, pod } => {
-            if let Some(job) = journal.and_then(|s| journal_job(action, s)) {
-                return Some(job);
+            let subpaths = asw
+                .pod(volume, pod)
+                .map(|m| m.mount.outer_name.clone())
+                .filter(|n| !n.is_empty());
+            if let Some(Job::TearDown { params, .. }) = journal.and_then(|s| journal_job(action, s))
+            {
+                return Some(Job::TearDown { params, subpaths });
             }
             let target = TargetRef::Pod(pod.clone());
             let v = asw.volume(volume)?;
@@ -391,6 +407,7 @@ pub(crate) fn job_for(
                 )
                 .with_selinux(m.mount.selinux.context().cloned())
                 .into(),
+                subpaths,
             })
         }
         Action::UnmountDevice { volume } => {

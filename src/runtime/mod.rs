@@ -24,12 +24,14 @@
 //! not offered: the static objects keep no annotations.
 
 mod changes;
+pub mod mounts;
 pub(crate) mod ready;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use changes::Changes;
+pub use mounts::{ContainerMount, ContainerMounts, Planned, SubpathRequest};
 pub use ready::{PodUnmounted, PodView, PodVolume, PodVolumes, TargetView, decide};
 
 use crate::model::{MountState, PodUid, UniqueVolumeName, VolumeSpec};
@@ -102,6 +104,22 @@ impl VolumeManagerHandle {
     pub fn pod_volumes(&self, pod: &PodUid) -> Option<PodVolumes> {
         let view = view(&self.lock(), pod)?;
         Some(decide(pod.as_str(), &view))
+    }
+
+    /// The pod's answer now with its container `name`'s spec (`None` when
+    /// the pod has no such container); `None` when no source knows the pod.
+    /// One look under the lock, O(the pod's volumes and containers).
+    pub fn container_view(
+        &self,
+        pod: &PodUid,
+        name: &str,
+    ) -> Option<(PodVolumes, Option<crate::model::ContainerSpec>)> {
+        let w = self.lock();
+        let view = view(&w, pod)?;
+        let containers = w.dsw.pod_containers(pod);
+        drop(w);
+        let spec = containers.and_then(|c| c.iter().find(|c| c.name == name).cloned());
+        Some((decide(pod.as_str(), &view), spec))
     }
 
     /// The kubelet's `WaitForAttachAndMount`: returns once every volume of

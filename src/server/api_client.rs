@@ -1,8 +1,9 @@
 //! The client side of `<journal-dir>/api.sock`, where every endpoint but
 //! the probes is served: `volumed wait-pod`'s one blocking
 //! `GET /v1/pods/<uid>/volumes?wait=N` (with `--unmounted`,
-//! `?unmounted=1&wait=N`), and [`get_ok`] for `dump`, `health` and
-//! `reconstruct --dry-run` (through `super::client`).
+//! `?unmounted=1&wait=N`), `volumed mounts`'
+//! `GET /v1/pods/<uid>/containers/<name>/mounts?wait=N`, and [`get_ok`] for
+//! `dump`, `health` and `reconstruct --dry-run` (through `super::client`).
 //!
 //! The socket is how a runtime finds the daemon of a journal dir: no
 //! socket, or one nobody listens on (left by a daemon that died), means no
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::api_socket;
 use super::client::{Exchange, exchange};
 use crate::model::PodUid;
-use crate::runtime::{PodUnmounted, PodVolumes};
+use crate::runtime::{ContainerMounts, PodUnmounted, PodVolumes};
 
 /// How much longer than the wait the exchange may take.
 pub const MARGIN: Duration = Duration::from_secs(10);
@@ -59,6 +60,9 @@ pub enum ApiClientError {
         /// the pod
         pod: PodUid,
     },
+    /// the pod has no such container (the daemon's words)
+    #[error("{0}")]
+    UnknownContainer(String),
     /// the answer is not what the API promises
     #[error("GET {path} on {socket}: {reason}")]
     BadResponse {
@@ -78,7 +82,7 @@ pub fn wait_pod(dir: &Path, pod: &PodUid, wait: Duration) -> Result<PodVolumes, 
     let path = format!("/v1/pods/{pod}/volumes?wait={}", wait.as_secs());
     match get(dir, &path, wait + MARGIN)? {
         Answer::Ok(doc) => Ok(doc),
-        Answer::NotFound => Err(ApiClientError::UnknownPod { pod: pod.clone() }),
+        Answer::NotFound(_) => Err(ApiClientError::UnknownPod { pod: pod.clone() }),
     }
 }
 
@@ -94,7 +98,7 @@ pub fn wait_unmounted(
     match get(dir, &path, wait + MARGIN)? {
         Answer::Ok(doc) => Ok(doc),
         // the daemon answers every pod; a 404 is a daemon without the question
-        Answer::NotFound => Err(ApiClientError::BadResponse {
+        Answer::NotFound(_) => Err(ApiClientError::BadResponse {
             socket: api_socket::path(dir),
             path,
             reason: "status 404: this daemon does not answer unmounted=1".to_owned(),
@@ -112,7 +116,7 @@ pub fn get_ok<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ApiClientError> {
     match get(dir, path, after)? {
         Answer::Ok(doc) => Ok(doc),
-        Answer::NotFound => Err(ApiClientError::BadResponse {
+        Answer::NotFound(_) => Err(ApiClientError::BadResponse {
             socket: api_socket::path(dir),
             path: path.to_owned(),
             reason: "status 404".to_owned(),
@@ -120,10 +124,31 @@ pub fn get_ok<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// A 200's document, or a 404.
+/// Asks the daemon of journal dir `dir` for container `container`'s mounts
+/// of pod `pod`, waiting up to `wait` for the pod's volumes.
+pub fn container_mounts(
+    dir: &Path,
+    pod: &PodUid,
+    container: &str,
+    wait: Duration,
+) -> Result<ContainerMounts, ApiClientError> {
+    let path = format!(
+        "/v1/pods/{pod}/containers/{container}/mounts?wait={}",
+        wait.as_secs()
+    );
+    match get(dir, &path, wait + MARGIN)? {
+        Answer::Ok(doc) => Ok(doc),
+        Answer::NotFound(why) if why.ends_with("does not know this pod") => {
+            Err(ApiClientError::UnknownPod { pod: pod.clone() })
+        }
+        Answer::NotFound(why) => Err(ApiClientError::UnknownContainer(why)),
+    }
+}
+
+/// A 200's document, or a 404 with the first line of its body.
 enum Answer<T> {
     Ok(T),
-    NotFound,
+    NotFound(String),
 }
 
 /// `GET path` on the socket of the daemon of journal dir `dir`, within
@@ -167,7 +192,12 @@ fn get<T: serde::de::DeserializeOwned>(
         200 => serde_json::from_slice(&body)
             .map(Answer::Ok)
             .map_err(|e| bad(format!("decode the answer: {e}"))),
-        404 => Ok(Answer::NotFound),
+        404 => {
+            let text = String::from_utf8_lossy(&body);
+            Ok(Answer::NotFound(
+                text.lines().next().unwrap_or_default().to_owned(),
+            ))
+        }
         s => {
             let text = String::from_utf8_lossy(&body);
             let first = text.lines().next().unwrap_or_default();

@@ -112,6 +112,17 @@ pub trait DebugProvider: Send + Sync {
         let _ = pod;
         None
     }
+    /// One container's mounts (`/v1/pods/<uid>/containers/<name>/mounts`),
+    /// its subpaths bound; `None`: no source knows the pod; `Err`: the pod
+    /// has no such container (why, in one line).
+    fn container_mounts(
+        &self,
+        pod: &crate::model::PodUid,
+        container: &str,
+    ) -> Option<Result<crate::runtime::ContainerMounts, String>> {
+        let _ = (pod, container);
+        None
+    }
     /// A receiver that changes whenever `pod_volumes` may answer
     /// differently; `None`: no long-poll (a `wait` answers at once).
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
@@ -368,7 +379,8 @@ async fn route(
             | "/debug/journal"
             | "/debug/events"
             | "/debug/health"
-    ) || runtime_api::is_pod_volumes(path);
+    ) || runtime_api::is_pod_volumes(path)
+        || runtime_api::is_container_mounts(path);
     if !known {
         return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}\n"));
     }
@@ -422,6 +434,9 @@ async fn route(
                         format!("read the journal: {}\n", one_line(&e)),
                     ),
                 })
+        }
+        _ if runtime_api::is_container_mounts(path) => {
+            runtime_api::container_mounts(provider, req, polls).await
         }
         _ => runtime_api::pod_volumes(provider, req, polls).await,
     };

@@ -1,7 +1,10 @@
 //! `GET /v1/pods/<uid>/volumes[?wait=SECONDS]` (docs/runtime-api.md):
 //! the pod's volumes from the provider, and the long-poll; with
 //! `unmounted=1`, the kubelet's `WaitForUnmount`: whether none of the
-//! pod's targets is mounted, long-polled the same way.
+//! pod's targets is mounted, long-polled the same way. And
+//! `GET /v1/pods/<uid>/containers/<name>/mounts[?wait=SECONDS]`
+//! (docs/http.md): one container's mounts, answered once the pod's volumes
+//! are ready (or the wait is over), its subpaths bound by the provider.
 //!
 //! A long-poll holds no thread while it waits: it awaits the provider's
 //! change counter (a tokio `watch`) or its deadline, and each look is one
@@ -25,6 +28,10 @@ use crate::model::PodUid;
 pub const PREFIX: &str = "/v1/pods/";
 /// The path suffix.
 const SUFFIX: &str = "/volumes";
+/// Between the uid and the container's name.
+const CONTAINERS: &str = "/containers/";
+/// The per-container path's suffix.
+const MOUNTS_SUFFIX: &str = "/mounts";
 /// The longest `wait` accepted, in seconds.
 pub const MAX_WAIT_SECS: u64 = 3600;
 /// How many long-polls may wait at once; one more is answered 503.
@@ -50,6 +57,18 @@ impl LongPolls {
 pub(super) fn is_pod_volumes(path: &str) -> bool {
     path.strip_prefix(PREFIX)
         .is_some_and(|rest| rest.ends_with(SUFFIX))
+}
+
+/// `(uid, container)` of a per-container mounts path, unchecked.
+fn container_parts(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix(PREFIX)?.strip_suffix(MOUNTS_SUFFIX)?;
+    let (uid, name) = rest.split_once(CONTAINERS)?;
+    Some((uid, name))
+}
+
+/// Whether `path` is the per-container mounts endpoint's.
+pub(super) fn is_container_mounts(path: &str) -> bool {
+    container_parts(path).is_some()
 }
 
 /// What a request asks: which pod, how long to wait, and for what.
@@ -81,26 +100,44 @@ fn parse(req: &Request<Incoming>) -> Result<Asked, String> {
         Some("1" | "true") => true,
         Some(other) => return Err(format!("unmounted {other:?}: not 1 or 0")),
     };
-    let wait = param("wait");
-    let wait = match wait {
-        None => None,
-        Some(w) => {
-            let secs: u64 = w
-                .parse()
-                .map_err(|_| format!("wait {w:?}: not a whole number of seconds (e.g. wait=30)"))?;
-            if secs > MAX_WAIT_SECS {
-                return Err(format!(
-                    "wait {secs}: longer than the {MAX_WAIT_SECS} s a long-poll may last"
-                ));
-            }
-            Some(Duration::from_secs(secs))
-        }
-    };
+    let wait = parse_wait(param("wait"))?;
     Ok(Asked {
         uid,
         wait,
         unmounted,
     })
+}
+
+/// The `wait` parameter's value, checked.
+fn parse_wait(wait: Option<String>) -> Result<Option<Duration>, String> {
+    let Some(w) = wait else {
+        return Ok(None);
+    };
+    let secs: u64 = w
+        .parse()
+        .map_err(|_| format!("wait {w:?}: not a whole number of seconds (e.g. wait=30)"))?;
+    if secs > MAX_WAIT_SECS {
+        return Err(format!(
+            "wait {secs}: longer than the {MAX_WAIT_SECS} s a long-poll may last"
+        ));
+    }
+    Ok(Some(Duration::from_secs(secs)))
+}
+
+/// The per-container request, checked: the pod, the container (a DNS-1123
+/// label, as the API server requires) and the wait.
+fn parse_container(req: &Request<Incoming>) -> Result<(PodUid, String, Option<Duration>), String> {
+    let path = req.uri().path();
+    let (raw, name) = container_parts(path).unwrap_or_default();
+    let uid = PodUid::new(raw).map_err(|e| format!("pod uid {raw:?} in {path}: {e}"))?;
+    crate::model::check_dns1123_label("container name", name)
+        .map_err(|e| format!("container {name:?} in {path}: {e}"))?;
+    let wait = req.uri().query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "wait")
+            .map(|(_, v)| v.into_owned())
+    });
+    Ok((uid, name.to_owned(), parse_wait(wait)?))
 }
 
 /// Answers the endpoint: at once without `wait`, else once the pod is
@@ -225,4 +262,74 @@ async fn pod_unmounted(
             _ = stopping.changed() => {}
         }
     }
+}
+
+/// Answers the per-container endpoint: once the pod's volumes are ready
+/// (waiting as `pod_volumes` waits, within the same bound on waiters) or
+/// the wait is over, the provider's answer, which binds the container's
+/// subpaths. 404 for a pod no source knows or a container it lacks.
+pub(super) async fn container_mounts(
+    provider: Arc<dyn DebugProvider>,
+    req: &Request<Incoming>,
+    polls: &LongPolls,
+) -> Result<Resp, Resp> {
+    let (uid, name, wait) = match parse_container(req) {
+        Ok(p) => p,
+        Err(why) => {
+            return Ok(text(
+                StatusCode::BAD_REQUEST,
+                format!("{}\n", one_line(&why)),
+            ));
+        }
+    };
+    let changes = provider.changes();
+    let (Some(wait), Some(mut changes)) = (wait.filter(|w| !w.is_zero()), changes) else {
+        return answer_container(&provider, &uid, &name).await;
+    };
+    let Ok(_slot) = polls.slots.try_acquire() else {
+        return Ok(full());
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut stopping = polls.stopping.clone();
+    loop {
+        changes.borrow_and_update();
+        let look = {
+            let uid = uid.clone();
+            blocking(Arc::clone(&provider), move |p| p.pod_volumes(&uid)).await?
+        };
+        let ready = look.as_ref().is_some_and(|d| d.ready);
+        if ready || tokio::time::Instant::now() >= deadline || *stopping.borrow() {
+            return answer_container(&provider, &uid, &name).await;
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return answer_container(&provider, &uid, &name).await;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+            _ = stopping.changed() => {}
+        }
+    }
+}
+
+/// The provider's answer for one container, as the response.
+async fn answer_container(
+    provider: &Arc<dyn DebugProvider>,
+    uid: &PodUid,
+    name: &str,
+) -> Result<Resp, Resp> {
+    let (pod, container) = (uid.clone(), name.to_owned());
+    let got = blocking(Arc::clone(provider), move |p| {
+        p.container_mounts(&pod, &container)
+    })
+    .await?;
+    Ok(match got {
+        Some(Ok(doc)) => json(&doc),
+        Some(Err(why)) => text(StatusCode::NOT_FOUND, format!("{}\n", one_line(&why))),
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("pod {uid}: volumed does not know this pod\n"),
+        ),
+    })
 }

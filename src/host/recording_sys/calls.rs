@@ -78,6 +78,27 @@ impl Sys for RecordingSys {
         st.do_mount(Some(&from), &target, None, MsFlags::MS_BIND, None)
     }
 
+    /// As [`Sys::stat_beneath`]: the fake follows no symlink below the base
+    /// (stricter than the real call, which follows one that stays beneath).
+    fn stat_within(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        self.stat_beneath(at)
+    }
+
+    /// As [`Sys::bind_beneath`], after the kind check; the fake follows no
+    /// symlink below either base.
+    fn bind_within(
+        &self,
+        source: Beneath<'_>,
+        at: Beneath<'_>,
+        kind: FileKind,
+    ) -> Result<(), SysError> {
+        let found = stat_of(&self.lock(), &source.full())?.kind;
+        if found != kind {
+            return Err(SysError::call(Call::Mount, &at.full(), Errno::ESTALE));
+        }
+        self.bind_beneath(source, at)
+    }
+
     /// Recorded as the [`SysCall::Umount`] of `base/rel` (with
     /// `UMOUNT_NOFOLLOW` added, as the real call does); a symlink above the
     /// target, below the base, fails it with `ELOOP`.

@@ -12,8 +12,8 @@ use nix::sys::stat::Mode;
 use super::child::{parse_blkid_export, run};
 use super::raw::{cpath, file_stat, io_error, mode, mount_root_attr, statx_at, std_kind};
 use super::{
-    Beneath, Call, DirEntry, DirHandle, DiskFormat, Errno, FileStat, FsUsage, LIVE_MOUNTINFO,
-    Listing, MntFlags, MountProbe, MsFlags, Sys, SysError,
+    Beneath, Call, DirEntry, DirHandle, DiskFormat, Errno, FileKind, FileStat, FsUsage,
+    LIVE_MOUNTINFO, Listing, MntFlags, MountProbe, MsFlags, Sys, SysError,
 };
 use crate::host::mountinfo::{MountTable, read_pieces};
 
@@ -51,6 +51,36 @@ impl Sys for LinuxSys {
     fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError> {
         let target = at.full();
         let from = Self::open_path_beneath(Call::Mount, source, OFlag::empty(), &target)?;
+        let to = Self::open_path_beneath(Call::Mount, at, OFlag::empty(), &target)?;
+        let from_path = format!("/proc/self/fd/{}", from.as_raw_fd());
+        let to_path = format!("/proc/self/fd/{}", to.as_raw_fd());
+        nix::mount::mount(
+            Some(from_path.as_str()),
+            to_path.as_str(),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| SysError::call(Call::Mount, &target, e))
+    }
+
+    fn stat_within(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
+        let path = at.full();
+        let fd = Self::open_path_within(Call::Stat, at, &path)?;
+        Self::stat_fd(&fd, Call::Stat, &path)
+    }
+
+    fn bind_within(
+        &self,
+        source: Beneath<'_>,
+        at: Beneath<'_>,
+        kind: FileKind,
+    ) -> Result<(), SysError> {
+        let target = at.full();
+        let from = Self::open_path_within(Call::Mount, source, &target)?;
+        if Self::stat_fd(&from, Call::Mount, &target)?.kind != kind {
+            return Err(SysError::call(Call::Mount, &target, Errno::ESTALE));
+        }
         let to = Self::open_path_beneath(Call::Mount, at, OFlag::empty(), &target)?;
         let from_path = format!("/proc/self/fd/{}", from.as_raw_fd());
         let to_path = format!("/proc/self/fd/{}", to.as_raw_fd());

@@ -127,6 +127,25 @@ pub trait Sys: Send + Sync {
     /// the mount made between their `/proc/self/fd/N`, so neither end can
     /// be redirected after the check. Errors name `at`.
     fn bind_beneath(&self, source: Beneath<'_>, at: Beneath<'_>) -> Result<(), SysError>;
+    /// The stat of `at`, resolved beneath `at.base` following symlinks only
+    /// while they stay beneath it (`openat2(RESOLVE_BENEATH |
+    /// RESOLVE_NO_MAGICLINKS)`): an absolute symlink or one that climbs out
+    /// fails with `EXDEV`. For a subPath, which the kubelet lets name a
+    /// symlink inside its volume (a configMap key is one) but never one
+    /// out of it.
+    fn stat_within(&self, at: Beneath<'_>) -> Result<FileStat, SysError>;
+    /// Binds `source`, resolved as [`Sys::stat_within`] resolves it, onto
+    /// `at`, reached beneath its base following no symlink: both are opened
+    /// `O_PATH` and the mount made between their `/proc/self/fd/N`, so
+    /// nothing swapped in after the check is bound. The descriptor opened
+    /// must be a `kind` (what the caller checked), else `ESTALE` and no
+    /// mount. Errors name `at`.
+    fn bind_within(
+        &self,
+        source: Beneath<'_>,
+        at: Beneath<'_>,
+        kind: FileKind,
+    ) -> Result<(), SysError>;
     /// `umount2(2)` of the mount at `at`, with [`MntFlags::UMOUNT_NOFOLLOW`]
     /// added: its parent is opened beneath `at.base` without following any
     /// symlink (`ELOOP`) and the unmount named through that handle

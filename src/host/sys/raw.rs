@@ -3,7 +3,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -185,6 +185,38 @@ impl LinuxSys {
         };
         let dir = Self::open_path_beneath(call, parent, OFlag::O_DIRECTORY, &path)?;
         act(dir.as_fd(), name).map_err(err)
+    }
+
+    /// `at` opened `O_PATH` beneath `at.base`, following symlinks only
+    /// while they stay beneath it (`Sys::stat_within`); errors name `named`.
+    pub(super) fn open_path_within(
+        call: Call,
+        at: Beneath<'_>,
+        named: &Path,
+    ) -> Result<OwnedFd, SysError> {
+        let err = |errno| SysError::call(call, named, errno);
+        let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+        let base_fd =
+            nix::fcntl::open(at.base, flags | OFlag::O_DIRECTORY, Mode::empty()).map_err(err)?;
+        if at.rel.as_os_str().is_empty() {
+            return Ok(base_fd);
+        }
+        let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+        let how = OpenHow::new().flags(flags).resolve(resolve);
+        nix::fcntl::openat2(base_fd.as_fd(), at.rel, how).map_err(err)
+    }
+
+    /// The stat of an open descriptor (`statx(AT_EMPTY_PATH)`).
+    pub(super) fn stat_fd(fd: &OwnedFd, call: Call, named: &Path) -> Result<FileStat, SysError> {
+        let empty = CString::default();
+        let st = statx_at(
+            fd.as_raw_fd(),
+            &empty,
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS,
+        )
+        .map_err(|e| SysError::call(call, named, e))?;
+        file_stat(&st, call, || named.to_owned())
     }
 
     /// [`LinuxSys::open_path_beneath`] with `flags` as given (plus

@@ -23,6 +23,7 @@ use path::{RelParts, device, is_plain, pod_plugin, pod_volume};
 
 const PODS: &str = "pods";
 const VOLUMES: &str = "volumes";
+const VOLUME_SUBPATHS: &str = "volume-subpaths";
 const PLUGINS: &str = "plugins";
 const KUBERNETES_IO: &str = "kubernetes.io";
 const LOCAL_MOUNTS: &str = "mounts";
@@ -126,6 +127,31 @@ impl Layout {
     /// `<root>/pods/<uid>/volumes/kubernetes.io~csi/<spec name>/vol_data.json`
     pub fn csi_pod_vol_data(&self, pod: &PodUid, spec_name: &str) -> PathBuf {
         self.in_pod_volume(pod, PluginName::Csi, spec_name, Some(VOL_DATA_FILE))
+    }
+    /// `<root>/pods/<uid>/volume-subpaths`: the kubelet's subpath binds
+    pub fn pod_subpaths_dir(&self, pod: &PodUid) -> PathBuf {
+        self.in_pod(pod, [VOLUME_SUBPATHS].into_iter())
+    }
+    /// `<root>/pods/<uid>/volume-subpaths/<volume>`: one pod volume's
+    /// subpath binds, by container
+    pub fn pod_volume_subpaths_dir(&self, pod: &PodUid, volume: &str) -> PathBuf {
+        self.in_pod(pod, [VOLUME_SUBPATHS, volume].into_iter())
+    }
+    /// `<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>`:
+    /// the bind of the `index`-th volumeMount of `container` (its index in
+    /// the container's `volumeMounts`, as the kubelet numbers them)
+    pub fn subpath_target(
+        &self,
+        pod: &PodUid,
+        volume: &str,
+        container: &str,
+        index: usize,
+    ) -> PathBuf {
+        let index = index.to_string();
+        self.in_pod(
+            pod,
+            [VOLUME_SUBPATHS, volume, container, index.as_str()].into_iter(),
+        )
     }
     /// `<root>/pods/<uid>/plugins`
     pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {

@@ -126,7 +126,7 @@ fn held(w: &World, update: &AswUpdate) -> bool {
 fn wanted(w: &World, undo: &Job) -> bool {
     match undo {
         Job::UnmountDevice { params } => w.dsw.volume(&params.volume).is_some(),
-        Job::TearDown { params } => match &params.target {
+        Job::TearDown { params, .. } => match &params.target {
             TargetRef::Pod(pod) => w.dsw.pod_exists_in_volume(pod, &params.volume),
             TargetRef::Device => w.dsw.volume(&params.volume).is_some(),
         },

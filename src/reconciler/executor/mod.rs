@@ -252,7 +252,7 @@ impl Executor {
             // the kubelet has no operation of its own for this: MountDevice
             // is part of its volume_mount
             Job::MountDevice { device, .. } => (device, StorageOperation::VolumeMount),
-            Job::TearDown { params } => (params, StorageOperation::VolumeUnmount),
+            Job::TearDown { params, .. } => (params, StorageOperation::VolumeUnmount),
             Job::UnmountDevice { params } => (params, StorageOperation::UnmountDevice),
             Job::ForceCleanup { params } => match params.target {
                 TargetRef::Pod(_) => (params, StorageOperation::VolumeUnmount),
@@ -298,7 +298,9 @@ impl Executor {
                     .ok_or(JobError::NoPlugin(want.plugin))?;
                 self.mount_device(plugin, want, device, r, announced)
             }
-            Job::TearDown { params } => self.tear_down(params, r, announced),
+            Job::TearDown { params, subpaths } => {
+                self.tear_down(params, subpaths.as_deref(), r, announced)
+            }
             Job::UnmountDevice { params } => self.unmount_device(params, r, announced),
             Job::ForceCleanup { params } => self.force_cleanup(params, r, announced),
         }
@@ -309,7 +311,7 @@ impl Executor {
 mod tests {
     use super::*;
     use crate::host::recording_sys::RecordingSys;
-    use crate::host::sys::{Call, DiskFormat, Errno, SysCall};
+    use crate::host::sys::{Call, DiskFormat, Errno, MsFlags, SysCall};
     use crate::journal::{Body, JournalConfig, Record};
     use crate::model::{
         AccessMode, DevId, MountIdentity, MountState, PodUid, PodVolume, StorageMedium, VolumeSpec,
@@ -317,6 +319,7 @@ mod tests {
     use crate::reconciler::jobs::AswUpdate;
     use crate::reconciler::params::{device_params, pod_params};
     use crate::state::VolumeToMount;
+    use std::path::{Path, PathBuf};
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -666,6 +669,60 @@ mod tests {
         }
     }
 
+    /// The kubelet's CleanSubPaths: the volume's subpath binds are
+    /// unmounted and their dirs removed before its TearDown; another
+    /// volume's stay. One that will not unmount fails the TearDown before
+    /// it starts.
+    #[test]
+    fn a_teardown_unmounts_and_removes_its_volume_s_subpath_binds_first() {
+        let f = fixture();
+        let w = want(tmpfs(), "p1", "cache");
+        f.exec.run(&mount_job(&f, w.clone(), false));
+        let pod = PodUid::new("p1").unwrap();
+        let bind = f.layout.subpath_target(&pod, "cache", "app", 0);
+        let other = f.layout.subpath_target(&pod, "other", "app", 0);
+        f.sys.add("/src", crate::host::sys::FileKind::Dir);
+        for p in [&bind, &other] {
+            f.sys.add(p, crate::host::sys::FileKind::Dir);
+            f.sys
+                .preset_mount(Some(Path::new("/src")), p, None, MsFlags::MS_BIND, None)
+                .unwrap();
+        }
+        let job = |subpaths: Option<&str>| Job::TearDown {
+            params: pod_params(&f.layout, &w).into(),
+            subpaths: subpaths.map(Into::into),
+        };
+        f.sys.fail_nth(Call::Umount, 1, Errno::EBUSY);
+        let report = f.exec.run(&job(Some("cache")));
+        let e = report.error.expect("a busy bind fails the teardown");
+        assert!(
+            e.to_string()
+                .starts_with("clean subpaths of volume cache: "),
+            "{e}"
+        );
+        assert!(report.ran.is_empty(), "the teardown did not start");
+
+        let before = f.sys.calls().len();
+        let report = f.exec.run(&job(Some("cache")));
+        assert_eq!(report.error, None);
+        let umounts: Vec<PathBuf> = f.sys.calls()[before..]
+            .iter()
+            .filter_map(|c| match c {
+                SysCall::Umount { target, .. } => Some(target.clone()),
+                _ => None,
+            })
+            .collect();
+        let target = f
+            .layout
+            .pod_target_path(&pod, PluginName::EmptyDir, "cache");
+        assert_eq!(umounts, [bind.clone(), target], "the bind first");
+        assert!(!f.sys.exists(&bind) && !f.sys.exists(bind.parent().unwrap()));
+        assert!(
+            f.sys.mounts().iter().any(|m| m.target == other),
+            "another volume's stays"
+        );
+    }
+
     #[test]
     fn teardown_and_unmount_device_run_from_journal_params_alone() {
         let f = fixture();
@@ -674,6 +731,7 @@ mod tests {
         let params = pod_params(&f.layout, &w);
         let report = f.exec.run(&Job::TearDown {
             params: params.into(),
+            subpaths: None,
         });
         assert_eq!(report.error, None);
         assert_eq!(report.ran, vec![Operation::TearDown]);
@@ -704,6 +762,7 @@ mod tests {
             assert_eq!(f.exec.run(&mount_job(&f, w.clone(), true)).error, None);
             let pod = Job::TearDown {
                 params: pod_params(&f.layout, &w).into(),
+                subpaths: None,
             };
             assert_eq!(f.exec.run(&pod).error, None);
             let dev = Job::UnmountDevice {
@@ -758,6 +817,7 @@ mod tests {
             .unwrap();
         let report = f.exec.run(&Job::TearDown {
             params: params.into(),
+            subpaths: None,
         });
         let error = report.error.expect("the teardown fails");
         assert!(!error.is_uncertain(), "a refusal changes nothing: {error}");

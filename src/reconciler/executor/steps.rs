@@ -135,6 +135,7 @@ impl Executor {
                 };
                 let undo = Job::TearDown {
                     params: pod.clone(),
+                    subpaths: Some(want.outer_name.clone()),
                 };
                 uncertain(r, pod, path, update, undo);
                 Err(e)
@@ -172,9 +173,18 @@ impl Executor {
     pub(super) fn tear_down(
         &self,
         params: &SharedParams,
+        subpaths: Option<&str>,
         r: &mut JobReport,
         announced: &mut Option<Announced>,
     ) -> Result<(), JobError> {
+        // The kubelet's CleanSubPaths before every TearDown: the volume's
+        // subpath binds are unmounted and removed first; one that will not
+        // go fails the TearDown (retried), so the volume is never torn
+        // down under a bind of it.
+        if let (TargetRef::Pod(pod), Some(name)) = (&params.target, subpaths) {
+            crate::host::subpath::clean_volume(self.sys.as_ref(), &self.layout, pod, name)
+                .map_err(|e| JobError::Subpaths(format!("volume {name}: {e}")))?;
+        }
         self.undo(Operation::TearDown, params, r, announced)?;
         if let TargetRef::Pod(pod) = &params.target {
             r.updates.push(AswUpdate::PodRemoved {
@@ -258,7 +268,8 @@ fn reached_the_call(e: &JobError) -> bool {
     match e {
         JobError::Plugin { .. } => true,
         JobError::Journal { step, .. } => *step == "outcome",
-        JobError::NotStarted(_) | JobError::NoPlugin(_) => false,
+        // the subpath cleanup runs before the TearDown's own call
+        JobError::NotStarted(_) | JobError::NoPlugin(_) | JobError::Subpaths(_) => false,
     }
 }
 
