@@ -26,8 +26,8 @@ use crate::host::sys::Sys;
 use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::reconciler::executor::Executor;
-use crate::reconciler::jobs::journal_job;
 use crate::reconciler::jobs::{Job, Queued};
+use crate::reconciler::jobs::{journal_job, keep_subpaths};
 use crate::reconstruct::FailedTarget;
 
 use super::lanes::{host_lane, journal_lane, lane_gone_journal};
@@ -319,11 +319,14 @@ impl Driver {
             Effect::StartTearDown { action, fallback } => {
                 // Only teardowns read the journal (for the target's last
                 // parameters), without copying its state.
-                let job = self
+                let journaled = self
                     .journal
                     .as_ref()
-                    .and_then(|j| j.with_state(|s| journal_job(&action, s)))
-                    .or(fallback);
+                    .and_then(|j| j.with_state(|s| journal_job(&action, s)));
+                let job = match journaled {
+                    Some(j) => Some(keep_subpaths(j, fallback.as_ref())),
+                    None => fallback,
+                };
                 match job {
                     Some(job) => self.start(job, true, feedback),
                     None => {

@@ -138,6 +138,8 @@ pub fn bind(
         Err(e) => return Err(e.into()),
     }
     sys.bind_within(source, dest, stat.kind)?;
+    // Crash point: the bind is made, the runtime has not been answered.
+    crate::failpoint::hit("subpath.after_bind");
     Ok(target)
 }
 
@@ -243,6 +245,8 @@ fn remove_bind(
     if sys.mount_root(path)? {
         unmount_all(sys, at, path)?;
         done.unmounted.push(path.to_owned());
+        // Crash point: the bind is unmounted, its entry not removed.
+        crate::failpoint::hit("subpath.after_unmount");
     }
     let kind = sys.stat_beneath(at)?.kind;
     match kind {

@@ -359,6 +359,26 @@ pub(crate) fn journal_job(action: &Action, state: &JournalState) -> Option<Job> 
     }
 }
 
+/// A teardown job made from the journal's parameters, given the subpath
+/// dir name the ASW's job (`fallback`) knows: the journal keeps no pod
+/// volume names, and the TearDown must clean that volume's subpath binds
+/// first.
+pub(crate) fn keep_subpaths(journaled: Job, fallback: Option<&Job>) -> Job {
+    match (journaled, fallback) {
+        (
+            Job::TearDown {
+                params,
+                subpaths: None,
+            },
+            Some(Job::TearDown { subpaths, .. }),
+        ) => Job::TearDown {
+            params,
+            subpaths: subpaths.clone(),
+        },
+        (job, _) => job,
+    }
+}
+
 /// The job for an action, or `None` when it needs no worker (`Forget`) or
 /// the target's parameters are unknown (reported by the caller).
 pub(crate) fn job_for(
@@ -599,6 +619,36 @@ mod tests {
             let job = job_for(action, &asw, None, &layout).expect("a job");
             assert_eq!(job.key(), key, "{action:?}");
         }
-        assert!(job_for(&Action::Forget { volume: shared }, &asw, None, &layout).is_none());
+        assert!(
+            job_for(
+                &Action::Forget {
+                    volume: shared.clone()
+                },
+                &asw,
+                None,
+                &layout
+            )
+            .is_none()
+        );
+
+        // a TearDown names the pod volume (not the PV) whose subpath binds
+        // go first, and keeps it when the journal gives the parameters
+        let teardown = Action::TearDown {
+            volume: shared.clone(),
+            pod: pod.clone(),
+        };
+        let fallback = job_for(&teardown, &asw, None, &layout).expect("a job");
+        let Job::TearDown { params, subpaths } = &fallback else {
+            panic!("{fallback:?}");
+        };
+        assert_eq!(subpaths.as_deref(), Some("data"));
+        let journaled = Job::TearDown {
+            params: params.clone(),
+            subpaths: None,
+        };
+        let kept = keep_subpaths(journaled.clone(), Some(&fallback));
+        assert!(matches!(&kept, Job::TearDown { subpaths: Some(n), .. } if n.as_str() == "data"));
+        let alone = keep_subpaths(journaled, None);
+        assert!(matches!(alone, Job::TearDown { subpaths: None, .. }));
     }
 }

@@ -8,7 +8,7 @@
 //! option     blank_device | checkpoint_every=<n>
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
 //! full       <point>[:<n>] free | kill      # instead of crash: the journal's disk fills there
-//! trigger    delete <pod> | add <pod>:<kinds>   # while the armed daemon runs, after it settled
+//! trigger    delete <pod> | add <pod>:<kinds> | mounts <pod>   # while the armed daemon runs, after it settled
 //! down       delete <pod> | add <pod>:<kinds> | unmount <ref> | foreign <ref> | reboot | drop_objects
 //! expect     mounts <ref>… | -              # exact mount points under the root after restart
 //! expect     uncertain <ref>… | -           # exact set the restart decides uncertain
@@ -131,6 +131,9 @@ pub enum Change {
     Reboot,
     /// remove the PV and PVC objects
     DropObjects,
+    /// ask the runtime API for the pod's container `c`'s mounts (a pod
+    /// with a `disk` volume mounts `sub` of it by subPath), which binds it
+    Mounts(String),
 }
 
 /// How the daemon dies.
@@ -249,6 +252,7 @@ fn change(words: &[&str], down: bool) -> Result<Change, String> {
         Some("foreign") if down => Change::Foreign(Ref::parse(one()?)?),
         Some("reboot") if down => Change::Reboot,
         Some("drop_objects") if down => Change::DropObjects,
+        Some("mounts") if !down => Change::Mounts(one()?.to_owned()),
         other => return Err(format!("unknown change {other:?}")),
     };
     Ok(c)

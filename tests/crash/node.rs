@@ -254,8 +254,13 @@ impl Node {
                 Kind::ConfigMap => "  - {name: config, configMap: {name: crash-config}}\n",
             });
         }
+        // a disk emptyDir is also mounted by subPath: `mounts <pod>` binds it
+        let mounts = match kinds.contains(&Kind::Disk) {
+            true => ", volumeMounts: [{name: disk, mountPath: /sub, subPath: sub}]",
+            false => "",
+        };
         let text = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default, uid: {}}}\nspec:\n  nodeName: {NODE_NAME}\n  containers: [{{name: c, image: busybox}}]\n  volumes:\n{vols}",
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default, uid: {}}}\nspec:\n  nodeName: {NODE_NAME}\n  containers: [{{name: c, image: busybox{mounts}}}]\n  volumes:\n{vols}",
             uid(pod)
         );
         match &self.api {
@@ -266,6 +271,14 @@ impl Node {
             }
         }
         self.desired.insert(pod.to_owned(), kinds.to_vec());
+    }
+
+    /// Asks the runtime API for the mounts of `pod`'s container `c`, which
+    /// binds its subpaths; the daemon may die at a crash point meanwhile,
+    /// so the answer is not required.
+    pub fn ask_mounts(&self, pod: &str) {
+        let path = format!("/v1/pods/{}/containers/c/mounts", uid(pod));
+        let _ = self.get(&path);
     }
 
     /// Removes a pod manifest.

@@ -30,6 +30,7 @@ pub fn apply(node: &mut Node, c: &Change) {
             node.new_boot();
         }
         Change::DropObjects => node.drop_objects(),
+        Change::Mounts(p) => node.ask_mounts(p),
     }
 }
 
