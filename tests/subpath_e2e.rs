@@ -13,13 +13,16 @@
 //!   symlink out of the volume, a socket, `..`, a `subPathExpr` naming an
 //!   unknown variable, `Bidirectional` in an unprivileged container;
 //! - deleting the pod unmounts every subpath bind before the volumes' and
-//!   leaves no pod dir.
+//!   leaves no pod dir;
+//! - a kubelet node's leftover subpath bind of a dead pod is unmounted and
+//!   its pod dir removed.
 //!
 //! Each test runs as root in its own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
 
 mod support;
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -238,6 +241,50 @@ fn a_container_s_mounts_bind_its_subpaths_refuse_escapes_and_go_with_the_pod() {
             "{:?}",
             env.mounts_below_root()
         );
+        daemon.stop();
+    });
+}
+
+/// A kubelet node taken over: a dead pod's subpath bind (the kubelet's
+/// `volume-subpaths/<volume>/<container>/<index>`, a bind of a directory
+/// of its old emptyDir) is unmounted and the pod dir removed, the source's
+/// files untouched.
+#[test]
+fn a_kubelet_s_leftover_subpath_bind_of_a_dead_pod_is_unmounted_and_removed() {
+    real("bind-mounts a kubelet leftover", || {
+        let mut env = Env::new("volumed-subpath-leftover");
+        let uid = "kubelet-gone-pod";
+        let mount = |args: &[&OsStr]| {
+            let status = Command::new("mount").args(args).status().unwrap();
+            assert!(status.success(), "mount {args:?}");
+        };
+        // the kubelet's root: a shared bind of itself, as the kubelet leaves it
+        fs::create_dir_all(&env.root).unwrap();
+        let root = env.root.as_os_str();
+        mount(&["--bind".as_ref(), root, root]);
+        mount(&["--make-shared".as_ref(), root]);
+        let volume = env.pod_volume(uid, "kubernetes.io~empty-dir", "logs");
+        fs::create_dir_all(volume.join("app")).unwrap();
+        fs::write(volume.join("app/kept"), "data").unwrap();
+        let bind = env
+            .root
+            .join("pods")
+            .join(uid)
+            .join("volume-subpaths/logs/app/0");
+        fs::create_dir_all(&bind).unwrap();
+        mount(&[
+            "--bind".as_ref(),
+            volume.join("app").as_os_str(),
+            bind.as_os_str(),
+        ]);
+        assert_eq!(mounts_at(&bind), 1);
+
+        let daemon = env.start();
+        daemon.wait_until("the leftover bind is unmounted", || mounts_at(&bind) == 0);
+        daemon.wait_until("the dead pod's dir is gone", || {
+            !env.root.join("pods").join(uid).exists()
+        });
+        assert!(env.mounts_below_root().is_empty());
         daemon.stop();
     });
 }
