@@ -227,8 +227,9 @@ fn clean_tree(
         }
         remove_bind(sys, root, &path, &entry.name, done)?;
     }
-    sys.remove_beneath(root, at.rel, true)?;
-    Ok(())
+    // Left non-empty only by an entry we do not remove (reported): no bind
+    // is left, so the volume's TearDown may go on.
+    remove_if_empty(sys, root, dir)
 }
 
 /// Unmounts the bind at `path` if it is one, then removes its entry (a
@@ -249,13 +250,20 @@ fn remove_bind(
         crate::failpoint::hit("subpath.after_unmount");
     }
     let kind = sys.stat_beneath(at)?.kind;
-    match kind {
-        FileKind::Dir => sys.remove_beneath(root, at.rel, true)?,
-        FileKind::File => sys.remove_beneath(root, at.rel, false)?,
-        // never planted by us: left for a person to look at
-        _ => {
-            tracing::warn!(path = %path.display(), entry = ?name, "unexpected entry in a volume-subpaths dir; left in place");
-        }
+    let removed = match kind {
+        // an empty dir or the empty file a file bind was made onto; one
+        // with contents is not ours to empty
+        FileKind::Dir => sys.remove_beneath(root, at.rel, true),
+        FileKind::File => sys.remove_beneath(root, at.rel, false),
+        // never made by a subpath bind (a symlink is never followed)
+        _ => Err(SysError::call(
+            super::sys::Call::RemoveBeneath,
+            path,
+            Errno::EPERM,
+        )),
+    };
+    if let Err(e) = removed {
+        tracing::warn!(path = %path.display(), entry = ?name, error = %e, "an entry in a volume-subpaths dir is not a bind's; left in place");
     }
     Ok(())
 }
@@ -264,7 +272,101 @@ fn remove_if_empty(sys: &dyn Sys, root: &Path, dir: &Path) -> Result<(), Subpath
     let at = Beneath::split(root, dir).ok_or_else(|| SubpathError::NotBelowRoot(dir.to_owned()))?;
     match sys.remove_beneath(root, at.rel, true) {
         Ok(()) => Ok(()),
-        Err(e) if matches!(e.errno(), Some(Errno::ENOENT | Errno::ENOTEMPTY)) => Ok(()),
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(()),
+        Err(e) if e.errno() == Some(Errno::ENOTEMPTY) => {
+            tracing::warn!(dir = %dir.display(), "a volume-subpaths dir keeps entries that are not binds; left in place");
+            Ok(())
+        }
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::recording_sys::RecordingSys;
+    use crate::host::sys::MsFlags;
+
+    fn uid() -> PodUid {
+        PodUid::new("p1").unwrap()
+    }
+
+    fn at(pod: &PodUid, index: usize) -> SubpathAt<'_> {
+        SubpathAt {
+            pod,
+            volume: "data",
+            container: "app",
+            index,
+        }
+    }
+
+    #[test]
+    fn a_socket_or_a_device_is_refused_and_nothing_is_made_for_it() {
+        let sys = RecordingSys::new();
+        let layout = Layout::new("/r");
+        sys.add("/r", FileKind::Dir);
+        sys.add("/v/s.sock", FileKind::Socket);
+        sys.add("/v/tty", FileKind::CharDevice);
+        sys.add("/v/sda", FileKind::BlockDevice);
+        for (i, (name, kind)) in [
+            ("s.sock", "socket"),
+            ("tty", "character device"),
+            ("sda", "block device"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let e = bind(&sys, &layout, at(&uid(), i), Path::new("/v"), name).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("is a {kind}, which is never bound into a container")
+            );
+        }
+        assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
+    }
+
+    #[test]
+    fn a_missing_subpath_is_made_as_a_directory_then_bound() {
+        let sys = RecordingSys::new();
+        let layout = Layout::new("/r");
+        sys.add("/r", FileKind::Dir);
+        sys.add("/v", FileKind::Dir);
+        let got = bind(&sys, &layout, at(&uid(), 0), Path::new("/v"), "logs/app").unwrap();
+        assert_eq!(got, layout.subpath_target(&uid(), "data", "app", 0));
+        assert!(sys.exists("/v/logs/app") && sys.exists(&got));
+        assert_eq!(
+            sys.stat(Path::new("/v/logs/app"), false).unwrap().kind,
+            FileKind::Dir
+        );
+        assert!(sys.mounts().iter().any(|m| m.target == got));
+    }
+
+    #[test]
+    fn cleaning_unmounts_binds_removes_their_entries_and_leaves_what_is_not_a_bind() {
+        let sys = RecordingSys::new();
+        let layout = Layout::new("/r");
+        sys.add("/src", FileKind::Dir);
+        let bound = layout.subpath_target(&uid(), "data", "app", 0);
+        let file = layout.subpath_target(&uid(), "data", "app", 1);
+        let odd = layout.subpath_target(&uid(), "data", "app", 2);
+        sys.add(&bound, FileKind::Dir);
+        sys.add(&file, FileKind::File);
+        sys.add(&odd, FileKind::Symlink);
+        sys.preset_mount(
+            Some(Path::new("/src")),
+            &bound,
+            None,
+            MsFlags::MS_BIND,
+            None,
+        )
+        .unwrap();
+        let done = clean_volume(&sys, &layout, &uid(), "data").unwrap();
+        assert_eq!(done.unmounted, std::slice::from_ref(&bound));
+        assert!(!sys.exists(&bound) && !sys.exists(&file));
+        assert!(sys.exists(&odd), "a symlink is never followed nor removed");
+        assert!(sys.mounts().iter().all(|m| m.target != bound));
+        // nothing there: nothing to do
+        let other = clean_pod(&sys, &layout, &PodUid::new("p2").unwrap()).unwrap();
+        assert!(other.unmounted.is_empty());
     }
 }

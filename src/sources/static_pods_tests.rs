@@ -520,3 +520,25 @@ spec:
     // no subPathExpr: the env is not kept
     assert!(p.containers[2].env.is_empty() && p.containers[2].mounts.is_empty());
 }
+
+#[test]
+fn an_api_pod_s_containers_are_parsed_the_same_way() {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-0", "namespace": "shop", "uid": "u-api-1"},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{
+                "name": "app",
+                "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                "volumeMounts": [{"name": "data", "mountPath": "/logs", "subPathExpr": "$(NODE)"}]
+            }],
+            "volumes": [{"name": "data", "emptyDir": {}}]
+        }
+    }))
+    .unwrap();
+    let p = parse_pod_object(Path::new("/api/pods/shop/web-0"), &pod, Origin::Api).unwrap();
+    assert_eq!(p.name, "web-0", "an API pod keeps its name");
+    let app = &p.containers[0];
+    assert_eq!(app.mounts[0].sub_path, SubPath::Expr("$(NODE)".into()));
+    assert_eq!(app.env[0].value.as_deref(), Some("node-1"));
+}
