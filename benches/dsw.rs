@@ -108,6 +108,7 @@ fn pod(i: usize) -> DesiredPod {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         },
         PodVolume {
             volume: PodVolume::unique_name(&local, &uid, &pv),
@@ -117,6 +118,7 @@ fn pod(i: usize) -> DesiredPod {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         },
     ];
     DesiredPod {

@@ -133,6 +133,21 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
     let empty_dir = crate::plugins::EmptyDirPlugin::new(cfg.core.layout.clone())
         .with_node_memory(cfg.node_memory);
     executor = executor.with_plugin(Box::new(empty_dir));
+    {
+        // a job's event (a long fsGroup walk) names the pod as the loop's
+        // events do: its namespace and name looked up under the lock, then
+        // stamped and sunk outside it
+        let (world, sink) = (world.clone(), sink.clone());
+        executor = executor.with_events(Arc::new(move |mut e| {
+            if e.names.is_none() {
+                e.names = lock(&world).pods.get(&e.pod).map(|p| p.pod.clone());
+            }
+            sink.emit(crate::health::events::stamped(
+                e,
+                std::time::SystemTime::now(),
+            ));
+        }));
+    }
     let payload =
         crate::plugins::payload::PayloadPlugin::all(&cfg.core.layout, &cfg.payload_objects);
     for plugin in payload {

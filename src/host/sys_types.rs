@@ -117,6 +117,8 @@ pub enum Call {
     MountProbe,
     /// opening a directory beneath a base as a [`DirHandle`]
     OpenDir,
+    /// `fchmodat2(AT_SYMLINK_NOFOLLOW)`: a mode set, never through a symlink
+    Chmod,
 }
 
 impl Call {
@@ -150,6 +152,7 @@ impl Call {
             Call::Statfs => "statfs",
             Call::MountProbe => "statx mount probe",
             Call::OpenDir => "open dir",
+            Call::Chmod => "fchmodat2",
         }
     }
 }
@@ -328,6 +331,22 @@ pub struct DirEntry {
     /// the disk space it takes (`st_blocks` × 512, not following a symlink;
     /// a directory's own blocks, not its contents')
     pub bytes: u64,
+}
+
+/// One entry as the fsGroup ownership walk sees it: one `statx`, never
+/// following it ([`Sys::owner_list`](crate::host::sys::Sys::owner_list)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerEntry {
+    /// the name (never `.` or `..`; empty for a handle's own directory)
+    pub name: std::ffi::CString,
+    /// the type, not following a symlink
+    pub kind: FileKind,
+    /// the mode's permission bits (`mode & 0o7777`)
+    pub perm: u32,
+    /// the group
+    pub gid: u32,
+    /// whether the entry is the root of a mount (a same-filesystem bind too)
+    pub mount_root: bool,
 }
 
 /// A directory reached beneath a base without following any symlink

@@ -157,6 +157,36 @@ impl Journal {
         }))
     }
 
+    /// Appends the outcome of a begun operation and, in the same batch, the
+    /// intent of the operation that follows it on the same target; returns
+    /// once both are durable. The two are one insert, so no flush (and no
+    /// crash) can keep the outcome without the next intent: a SetUp's
+    /// success is never durable while the walk after it is not announced
+    /// (docs/crash-points.md). When the flush fails the next operation
+    /// never starts (`never_started`), and the error says so.
+    pub fn finish_then_begin(
+        &self,
+        intent: DurableIntent,
+        observed: Option<MountIdentity>,
+        next: Operation,
+        steps: Steps,
+        target: &SharedParams,
+    ) -> Result<DurableIntent, JournalError> {
+        self.check_open()?;
+        let outcome = Body::Outcome {
+            intent_seq: intent.seq,
+            op: intent.op,
+            result: OpResult::Success,
+            observed,
+        };
+        let (_, seq) = self.insert_all(vec![outcome, self::intent(next, steps, target)]);
+        if let Err(e) = self.wait_durable(seq) {
+            self.never_started(next, seq, &e);
+            return Err(e);
+        }
+        Ok(DurableIntent { op: next, seq })
+    }
+
     /// Closes an announced intent whose operation never ran (`why`), with
     /// a final failure: nothing touched the OS for it.
     pub fn withdraw(&self, announced: Announced, why: String) -> Result<u64, JournalError> {

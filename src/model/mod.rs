@@ -14,6 +14,7 @@ pub(crate) mod intern;
 mod layout;
 mod mount;
 mod names;
+mod ownership;
 mod params;
 mod payload;
 mod shared;
@@ -32,6 +33,10 @@ pub use layout::{
 pub use mount::{DevId, MountIdentity, SeLinuxContext, TMPFS};
 pub use names::{
     ModelError, PluginName, PodUid, UniqueVolumeName, check_component, check_dns1123_label,
+};
+pub use ownership::{
+    CsiFsGroupPolicy, EXEC_BITS, FsGroup, FsGroupChangePolicy, RO_BITS, RW_BITS, SETGID_BIT,
+    owned_mode, ownership_applies, root_matches,
 };
 pub use params::{MountOptions, SharedParams, TargetParams};
 pub use payload::{

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CsiPodInfo, PayloadSpec, PluginName, PodUid, SeLinuxContext, SecretRef, SharedPath, TargetKind,
-    UniqueVolumeName,
+    CsiPodInfo, FsGroup, PayloadSpec, PluginName, PodUid, SeLinuxContext, SecretRef, SharedPath,
+    TargetKind, UniqueVolumeName,
 };
 
 /// emptyDir storage medium.
@@ -215,6 +215,10 @@ pub struct PodVolume {
     /// mounted read-only whatever the spec says (a spec's own read-only,
     /// a CSI `readOnly` or an `ro` mount option, holds for every pod)
     pub read_only: bool,
+    /// the group the node gives the volume's files for this pod (the
+    /// walk), when the volume gets one (`ownership_applies`)
+    #[serde(default)]
+    pub fs_group: Option<FsGroup>,
 }
 
 impl PodVolume {

@@ -85,16 +85,20 @@ pub enum Operation {
     TearDown,
     /// Unmounting the device (global) target.
     UnmountDevice,
+    /// Giving a mounted pod target's files the pod's fsGroup (the walk
+    /// after SetUp, `plugins/ownership.rs`); it leaves the state as it is.
+    SetOwnership,
 }
 
 impl Operation {
     /// Every operation.
-    pub const ALL: [Operation; 5] = [
+    pub const ALL: [Operation; 6] = [
         Operation::FormatDevice,
         Operation::MountDevice,
         Operation::SetUp,
         Operation::TearDown,
         Operation::UnmountDevice,
+        Operation::SetOwnership,
     ];
     /// The snake_case name used in records, crash points and metrics.
     pub fn as_str(self) -> &'static str {
@@ -104,6 +108,7 @@ impl Operation {
             Operation::SetUp => "setup",
             Operation::TearDown => "teardown",
             Operation::UnmountDevice => "unmount_device",
+            Operation::SetOwnership => "set_ownership",
         }
     }
     /// Whether the operation acts on the device target.
@@ -118,7 +123,7 @@ impl Operation {
     /// (formatting leaves the device unmounted).
     pub fn success_state(self) -> Option<MountState> {
         match self {
-            Operation::FormatDevice => None,
+            Operation::FormatDevice | Operation::SetOwnership => None,
             Operation::MountDevice | Operation::SetUp => Some(MountState::Mounted),
             Operation::TearDown | Operation::UnmountDevice => Some(MountState::NotMounted),
         }

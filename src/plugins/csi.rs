@@ -270,6 +270,17 @@ impl VolumePlugin for CsiPlugin {
         PluginName::Csi
     }
 
+    fn group_applied_by_driver(&self, params: &TargetParams) -> bool {
+        let Some(csi) = params.csi() else {
+            return false;
+        };
+        csi.mount_group.is_some()
+            && self
+                .drivers
+                .get(&csi.driver)
+                .is_ok_and(|d| d.caps.volume_mount_group)
+    }
+
     fn mount_device(
         &self,
         _permit: &Permit,

@@ -44,6 +44,7 @@ mod forced;
 pub(crate) mod host_path;
 pub(crate) mod local;
 mod mount_ops;
+pub mod ownership;
 pub mod payload;
 
 pub use csi::CsiPlugin;
@@ -372,6 +373,15 @@ pub trait VolumePlugin: Send + Sync {
     /// The kind of the per-pod target for `spec`.
     fn pod_target_kind(&self, spec: &VolumeSpec) -> TargetKind {
         spec.pod_target_kind()
+    }
+
+    /// Whether the pod target `params` got the pod's fsGroup from the
+    /// plugin's own call, so the node's walk is not needed: a CSI driver
+    /// with `VOLUME_MOUNT_GROUP` given `volume_mount_group` (as the
+    /// kubelet's CSI mounter decides). Others: no.
+    fn group_applied_by_driver(&self, params: &TargetParams) -> bool {
+        let _ = params;
+        false
     }
 
     /// Whether the device must be formatted before MountDevice (never true

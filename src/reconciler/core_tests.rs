@@ -38,6 +38,7 @@ pub(crate) fn pod(u: &str) -> DesiredPod {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         }],
         unresolved: Default::default(),
         errors: vec![],

@@ -286,6 +286,7 @@ mod tests {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         };
         dsw.add_pod_to_volume(&uid, v, LabelCheck::default())
             .unwrap();

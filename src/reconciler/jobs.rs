@@ -589,6 +589,7 @@ mod tests {
                 selinux: None,
                 csi_pod: None,
                 read_only: false,
+                fs_group: None,
             })
         };
         let actions = [

@@ -319,6 +319,7 @@ mod tests {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         };
         dsw.add_pod_to_volume(&p, pv, LabelCheck::default())
             .unwrap();
@@ -677,6 +678,7 @@ mod tests {
             selinux: Some(wanted.clone()),
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         };
         let check = LabelCheck {
             original: Some(wanted.clone()),

@@ -365,6 +365,7 @@ mod tests {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         };
         w.dsw
             .add_pod_to_volume(&uid(), v, LabelCheck::default())

@@ -420,6 +420,7 @@ fn add_all(
             selinux: label.effective,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         };
         volume = Some(name);
         results.push(match dsw.add_pod_to_volume(&uid, pv, label.check) {

@@ -9,7 +9,9 @@ use super::DesiredPod;
 use super::static_objects::StaticObjects;
 use super::static_pods::{ParsedPod, ParsedVolume};
 use crate::host::sys::{FileKind, Sys};
-use crate::model::{CsiPodInfo, PodVolume, VolumeSpec};
+use crate::model::{
+    CsiFsGroupPolicy, CsiPodInfo, FsGroup, PodVolume, VolumeSpec, ownership_applies,
+};
 
 /// Resolves a parsed pod's claims and CSI volumes against one source's
 /// objects: the static objects dir, or what the API server sent.
@@ -65,6 +67,28 @@ impl Resolver<'_> {
         }
         let info = (info != CsiPodInfo::default()).then(|| Arc::new(info));
         (spec, info)
+    }
+
+    /// The group the node gives `spec`'s files for pod `p`: the pod's
+    /// fsGroup when the volume gets the walk (`ownership_applies`, with a
+    /// CSI volume's driver policy), else none. A bad fsGroup or policy is
+    /// an error only for a volume that would get it.
+    fn fs_group_for(&self, p: &ParsedPod, spec: &VolumeSpec) -> Result<Option<FsGroup>, String> {
+        if p.fs_group.is_none() {
+            return Ok(None);
+        }
+        let policy = match spec {
+            VolumeSpec::Csi(c) => self
+                .objects
+                .csi_drivers
+                .get(&c.driver)
+                .and_then(|d| CsiFsGroupPolicy::parse(&d.fs_group_policy)),
+            _ => None,
+        };
+        if !ownership_applies(spec, read_only(spec), policy) {
+            return Ok(None);
+        }
+        p.fs_group()
     }
 
     /// A payload volume's spec with the version of the payload its
@@ -154,6 +178,17 @@ impl Resolver<'_> {
                 unresolved.insert(outer);
                 continue;
             }
+            let fs_group = match self.fs_group_for(&p, &spec) {
+                Ok(g) => g,
+                Err(e) => {
+                    errors.push(format!(
+                        "pod {}/{}: volume {outer:?}: {e}",
+                        p.namespace, p.name
+                    ));
+                    unresolved.insert(outer);
+                    continue;
+                }
+            };
             let (spec, csi_pod) = self.csi_for_pod(&p, spec);
             volumes.push(PodVolume {
                 volume: PodVolume::unique_name(&spec, &p.uid, &spec_name),
@@ -163,6 +198,7 @@ impl Resolver<'_> {
                 selinux: None,
                 csi_pod,
                 read_only,
+                fs_group,
             });
         }
         DesiredPod {
@@ -177,6 +213,16 @@ impl Resolver<'_> {
             claims,
             containers: p.containers,
         }
+    }
+}
+
+/// Whether the volume is mounted read-only for every pod, as far as its
+/// spec says: a CSI PV's `readOnly`, or a `ro` mount option.
+fn read_only(spec: &VolumeSpec) -> bool {
+    match spec {
+        VolumeSpec::Local { mount_options, .. } => mount_options.iter().any(|o| o == "ro"),
+        VolumeSpec::Csi(c) => c.read_only || c.mount_options.iter().any(|o| o == "ro"),
+        _ => false,
     }
 }
 

@@ -40,8 +40,9 @@ use super::payload_volumes::PodPayloadContext;
 use super::quantity::parse_bytes;
 use super::read::{canonical_json, kind_of, parse_documents};
 use crate::model::{
-    ContainerSpec, CsiSpec, HostPathType, PodUid, SecretRef, StorageMedium, SubPath,
-    VolumeMountSpec, VolumeSpec, check_component, check_dns1123_label, resolve_env,
+    ContainerSpec, CsiSpec, FsGroup, FsGroupChangePolicy, HostPathType, PodUid, SecretRef,
+    StorageMedium, SubPath, VolumeMountSpec, VolumeSpec, check_component, check_dns1123_label,
+    resolve_env,
 };
 
 /// A pod's volume after parsing.
@@ -103,6 +104,35 @@ pub struct ParsedPod {
     /// every container's volumeMounts, env and privilege (init, regular,
     /// ephemeral), for the runtime API's per-container mounts
     pub containers: Vec<ContainerSpec>,
+    /// `spec.securityContext.fsGroupChangePolicy` as written
+    #[serde(default)]
+    pub fs_group_change_policy: Option<String>,
+}
+
+impl ParsedPod {
+    /// The pod's fsGroup and its change policy, checked: a negative or
+    /// too large group, or a policy the API does not know, is an error
+    /// naming the field (a volume that would get the group is refused with
+    /// it; the pod's other volumes are not concerned).
+    pub fn fs_group(&self) -> Result<Option<FsGroup>, String> {
+        let policy = match self.fs_group_change_policy.as_deref() {
+            None | Some("") => FsGroupChangePolicy::Always,
+            Some(p) => FsGroupChangePolicy::parse(p).ok_or_else(|| {
+                format!(
+                    "spec.securityContext.fsGroupChangePolicy: unknown policy {p:?} \
+                     (Always or OnRootMismatch)"
+                )
+            })?,
+        };
+        let Some(g) = self.fs_group else {
+            return Ok(None);
+        };
+        let gid = u32::try_from(g).map_err(|_| match g < 0 {
+            true => format!("spec.securityContext.fsGroup: {g} is negative"),
+            false => format!("spec.securityContext.fsGroup: {g} is not a 32-bit group id"),
+        })?;
+        Ok(Some(FsGroup { gid, policy }))
+    }
 }
 
 /// The kubelet's handle of an inline CSI volume: `csi-` and the hex
@@ -215,6 +245,10 @@ pub fn parse_pod_object(
         service_account: spec.service_account_name.clone().unwrap_or_default(),
         fs_group: spec.security_context.as_ref().and_then(|c| c.fs_group),
         containers: Vec::new(),
+        fs_group_change_policy: spec
+            .security_context
+            .as_ref()
+            .and_then(|c| c.fs_group_change_policy.clone()),
     };
     let mut seen = BTreeSet::new();
     let ctx = PodPayloadContext::of(pod, &out.name, out.uid.as_str(), &out.namespace);

@@ -315,6 +315,7 @@ fn empty_dir(u: &str, name: &str) -> PodVolume {
         selinux: None,
         csi_pod: None,
         read_only: false,
+        fs_group: None,
     }
 }
 
@@ -667,6 +668,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         };
         let mut p = desired(u, u, vec![volume]);
         p.selinux.containers = levels.iter().map(|l| container(l)).collect();
@@ -841,5 +843,74 @@ fn inline_csi_volumes_and_pod_info_follow_the_kubelet() {
             "{:?}",
             p.errors
         );
+    }
+}
+
+/// fsGroup and its change policy, from a manifest: the volumes that take
+/// the walk get them (emptyDir; not hostPath, not a payload volume); a
+/// negative fsGroup or an unknown policy refuses exactly those volumes
+/// with an error naming the pod, the volume and the field, and the others
+/// still mount.
+#[test]
+fn fs_group_and_its_policy_reach_the_volumes_that_take_the_walk() {
+    use crate::model::{FsGroup, FsGroupChangePolicy};
+    let d = dirs();
+    let manifest = |ctx: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: team, uid: u1}}\nspec:\n  securityContext: {{{ctx}}}\n  containers: []\n  volumes:\n  - {{name: data, emptyDir: {{}}}}\n  - {{name: cache, emptyDir: {{medium: Memory}}}}\n  - {{name: logs, hostPath: {{path: /var/log}}}}\n"
+        )
+    };
+    let table: [(&str, Result<Option<FsGroup>, &str>); 5] = [
+        ("", Ok(None)),
+        (
+            "fsGroup: 2000",
+            Ok(Some(FsGroup {
+                gid: 2000,
+                policy: FsGroupChangePolicy::Always,
+            })),
+        ),
+        (
+            "fsGroup: 2000, fsGroupChangePolicy: OnRootMismatch",
+            Ok(Some(FsGroup {
+                gid: 2000,
+                policy: FsGroupChangePolicy::OnRootMismatch,
+            })),
+        ),
+        (
+            "fsGroup: -5",
+            Err("spec.securityContext.fsGroup: -5 is negative"),
+        ),
+        (
+            "fsGroup: 2000, fsGroupChangePolicy: Sometimes",
+            Err("spec.securityContext.fsGroupChangePolicy: unknown policy \"Sometimes\""),
+        ),
+    ];
+    for (ctx, want) in table {
+        write(&d.pods, "p.yaml", &manifest(ctx));
+        let got = sources(&d).list();
+        let p = &got.pods[&uid("u1")];
+        let by_name = |n: &str| p.volumes.iter().find(|v| v.outer_name == n);
+        let logs = by_name("logs").expect("hostPath always mounts");
+        assert_eq!(logs.fs_group, None, "{ctx}: hostPath takes no walk");
+        match want {
+            Ok(g) => {
+                assert!(p.errors.is_empty(), "{ctx}: {:?}", p.errors);
+                for n in ["data", "cache"] {
+                    assert_eq!(by_name(n).expect(n).fs_group, g, "{ctx}: {n}");
+                }
+            }
+            Err(field) => {
+                for n in ["data", "cache"] {
+                    assert!(by_name(n).is_none(), "{ctx}: {n} refused");
+                    assert!(p.unresolved.contains(n), "{ctx}: {:?}", p.unresolved);
+                    let named = format!("pod team/web-node1: volume \"{n}\": {field}");
+                    assert!(
+                        p.errors.iter().any(|e| e.starts_with(&named)),
+                        "{ctx}: {named} in {:?}",
+                        p.errors
+                    );
+                }
+            }
+        }
     }
 }

@@ -45,6 +45,8 @@ pub struct DesiredPod {
     pub csi_pod: Option<Arc<crate::model::CsiPodInfo>>,
     /// the pod mounts it read-only ([`PodVolume::read_only`])
     pub read_only: bool,
+    /// the group the node gives the volume's files for this pod, if any
+    pub fs_group: Option<crate::model::FsGroup>,
 }
 
 /// A volume some pods want mounted.
@@ -109,6 +111,8 @@ pub struct VolumeToMount {
     pub csi_pod: Option<Arc<crate::model::CsiPodInfo>>,
     /// the pod mounts it read-only ([`PodVolume::read_only`])
     pub read_only: bool,
+    /// the group the node gives the volume's files for this pod, if any
+    pub fs_group: Option<crate::model::FsGroup>,
 }
 
 /// What the pod sources want mounted.
@@ -201,6 +205,7 @@ impl DesiredStateOfWorld {
             selinux: volume.selinux.clone(),
             csi_pod: volume.csi_pod.clone(),
             read_only: volume.read_only,
+            fs_group: volume.fs_group,
         };
         let last_spec = &mut self.last_spec[volume.spec.plugin() as usize];
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
@@ -447,6 +452,7 @@ impl DesiredStateOfWorld {
             selinux: v.effective_selinux.clone(),
             csi_pod: p.csi_pod.clone(),
             read_only: p.read_only,
+            fs_group: p.fs_group,
         }
     }
 
@@ -560,6 +566,7 @@ mod tests {
             selinux,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         }
     }
 
@@ -674,6 +681,7 @@ mod tests {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         };
         let cache_name = cache.volume.clone();
         dsw.add_pod_to_volume(&a, cache, LabelCheck::default())
@@ -734,6 +742,7 @@ mod tests {
                 selinux: None,
                 csi_pod: None,
                 read_only: false,
+                fs_group: None,
             };
             let added = dsw
                 .add_pod_to_volume(&p, scratch, LabelCheck::default())
@@ -773,6 +782,7 @@ mod tests {
                     selinux: None,
                     csi_pod: None,
                     read_only: false,
+                    fs_group: None,
                 };
                 let added = dsw.add_pod_to_volume(&p, v, LabelCheck::default());
                 names.push((p.clone(), added.unwrap().volume));
@@ -867,6 +877,7 @@ mod tests {
                     selinux: None,
                     csi_pod: None,
                     read_only: false,
+                    fs_group: None,
                 },
                 _ => PodVolume {
                     volume: UniqueVolumeName::shared(PluginName::LocalVolume, &format!("pv{n}")),
@@ -876,6 +887,7 @@ mod tests {
                     selinux: None,
                     csi_pod: None,
                     read_only: false,
+                    fs_group: None,
                 },
             }
         };

@@ -75,6 +75,7 @@ mod dir;
 mod linux;
 mod malloc;
 mod mkdirs;
+mod owner;
 mod raw;
 
 use std::ffi::OsStr;
@@ -86,7 +87,7 @@ use crate::host::mountinfo::MountTable;
 pub(crate) use crate::host::sys_types::SysCall;
 pub use crate::host::sys_types::{
     Beneath, Call, DirEntry, DirHandle, DiskFormat, FileKind, FileStat, FsUsage, Listing,
-    MountProbe, SysError,
+    MountProbe, OwnerEntry, SysError,
 };
 pub use child::parse_blkid_export;
 pub use linux::LinuxSys;
@@ -421,6 +422,63 @@ pub trait Sys: Send + Sync {
         match dir.fd() {
             Some(fd) => dir::read_dir(dir.path(), fd),
             None => self.read_dir_beneath(dir.path(), Path::new("")),
+        }
+    }
+    /// The handle's own directory as the fsGroup walk sees it (its name
+    /// empty, never a mount root). These `owner_*` calls need a handle
+    /// with a descriptor ([`LinuxSys`]'s); a path-only handle (a fake's)
+    /// gets `ENOSYS`: the walk is tested on real directories.
+    fn owner_stat(&self, dir: &DirHandle) -> Result<OwnerEntry, SysError> {
+        match dir.fd() {
+            Some(fd) => owner::stat_self(dir.path(), fd),
+            None => Err(SysError::call(Call::Stat, dir.path(), Errno::ENOSYS)),
+        }
+    }
+    /// The entries of the handle's directory, each with its type, mode,
+    /// group and whether it is a mount root (`statx`, never following).
+    fn owner_list(&self, dir: &DirHandle) -> Result<Vec<OwnerEntry>, SysError> {
+        match dir.fd() {
+            Some(fd) => owner::list(dir.path(), fd),
+            None => Err(SysError::call(
+                Call::ReadDirBeneath,
+                dir.path(),
+                Errno::ENOSYS,
+            )),
+        }
+    }
+    /// The subdirectory `name` of the handle's directory as a handle,
+    /// never through a symlink (`ELOOP`) nor across a mount (`EXDEV`).
+    fn owner_open(&self, dir: &DirHandle, name: &std::ffi::CStr) -> Result<DirHandle, SysError> {
+        match dir.fd() {
+            Some(fd) => owner::open(dir.path(), fd, name),
+            None => Err(SysError::call(Call::OpenDir, dir.path(), Errno::ENOSYS)),
+        }
+    }
+    /// Sets the group of `name` in the handle's directory, or of the
+    /// directory itself when `name` is empty; never follows a symlink.
+    fn owner_chgrp(
+        &self,
+        dir: &DirHandle,
+        name: &std::ffi::CStr,
+        gid: u32,
+    ) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => owner::chgrp(dir.path(), fd, name, gid),
+            None => Err(SysError::call(Call::Chgrp, dir.path(), Errno::ENOSYS)),
+        }
+    }
+    /// Sets the mode of `name` in the handle's directory, or of the
+    /// directory itself when `name` is empty; a symlink is refused
+    /// (`EOPNOTSUPP`), never followed.
+    fn owner_chmod(
+        &self,
+        dir: &DirHandle,
+        name: &std::ffi::CStr,
+        mode: u32,
+    ) -> Result<(), SysError> {
+        match dir.fd() {
+            Some(fd) => owner::chmod(dir.path(), fd, name, mode),
+            None => Err(SysError::call(Call::Chmod, dir.path(), Errno::ENOSYS)),
         }
     }
     /// A watch of this process's mount table, `None` where changes cannot

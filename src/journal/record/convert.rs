@@ -28,6 +28,7 @@ impl From<Operation> for OpV1 {
             Operation::SetUp => OpV1::SetUp,
             Operation::TearDown => OpV1::TearDown,
             Operation::UnmountDevice => OpV1::UnmountDevice,
+            Operation::SetOwnership => OpV1::SetOwnership,
         }
     }
 }
@@ -40,6 +41,7 @@ impl From<OpV1> for Operation {
             OpV1::SetUp => Operation::SetUp,
             OpV1::TearDown => Operation::TearDown,
             OpV1::UnmountDevice => Operation::UnmountDevice,
+            OpV1::SetOwnership => Operation::SetOwnership,
         }
     }
 }

@@ -97,6 +97,9 @@ pub enum OpV1 {
     SetUp,
     TearDown,
     UnmountDevice,
+    /// Appended (bincode encodes the variant's index, so the five before it
+    /// read as they always did): the fsGroup walk after a SetUp.
+    SetOwnership,
 }
 
 /// Outcome (format v1).

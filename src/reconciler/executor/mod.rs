@@ -31,7 +31,16 @@ pub(crate) struct Executor {
     sys: Arc<dyn Sys>,
     metrics: Arc<Metrics>,
     plugins: Vec<Box<dyn VolumePlugin>>,
+    /// where a pod's events raised while a job runs go (a long fsGroup
+    /// walk's progress); none: only logged
+    events: Option<PodEvents>,
+    /// when a long walk reports its progress
+    every: crate::plugins::ownership::ProgressEvery,
 }
+
+/// Takes a pod's event raised while a job runs (the daemon stamps it and
+/// hands it to its event sink).
+pub(crate) type PodEvents = Arc<dyn Fn(crate::reconciler::effects::PodEvent) + Send + Sync>;
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,7 +63,15 @@ impl Executor {
             sys,
             metrics,
             plugins: plugins::all(layout),
+            events: None,
+            every: crate::plugins::ownership::ProgressEvery::KUBELET,
         }
+    }
+
+    /// The same executor with `events` taking the events its jobs raise.
+    pub(crate) fn with_events(mut self, events: PodEvents) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// The same executor with one more plugin (the CSI plugin, which
@@ -128,6 +145,22 @@ impl Executor {
         f: impl FnOnce(&Permit) -> Result<crate::plugins::Outcome, PluginError>,
     ) -> Result<(), JobError> {
         let permit = self.permit(op, steps, params, announced)?;
+        self.run_permitted(op, params, r, permit, None, f).map(drop)
+    }
+
+    /// [`Self::journaled`] with its permit in hand; with `next`, a success's
+    /// outcome is written with the next operation's intent in one batch,
+    /// both durable on return ([`Journal::finish_then_begin`]), and the
+    /// next operation's permit is returned.
+    fn run_permitted(
+        &self,
+        op: Operation,
+        params: &SharedParams,
+        r: &mut JobReport,
+        permit: Permit,
+        next: Option<(Operation, Steps)>,
+        f: impl FnOnce(&Permit) -> Result<crate::plugins::Outcome, PluginError>,
+    ) -> Result<Option<Permit>, JobError> {
         failpoint::hit(&format!("{}.after_intent", op.as_str()));
         let result = f(&permit);
         r.ran.push(op);
@@ -147,9 +180,21 @@ impl Executor {
             Err(e) if e.is_uncertain() => (OpResult::FailedUncertain(e.to_string()), None),
             Err(e) => (OpResult::FailedFinal(e.to_string()), None),
         };
-        if let (Some(j), Permit::Journaled(intent)) = (&self.journal, permit) {
-            j.finish(intent, outcome, observed)
-                .map_err(|e| JobError::journal("outcome", &e))?;
+        let mut next_permit = None;
+        match (&self.journal, permit) {
+            (Some(j), Permit::Journaled(intent)) => match (next, &result) {
+                (Some((next_op, steps)), Ok(_)) => {
+                    let durable = j
+                        .finish_then_begin(intent, observed, next_op, steps, params)
+                        .map_err(|e| JobError::journal("intent", &e))?;
+                    next_permit = Some(Permit::Journaled(durable));
+                }
+                _ => {
+                    j.finish(intent, outcome, observed)
+                        .map_err(|e| JobError::journal("outcome", &e))?;
+                }
+            },
+            _ => next_permit = next.map(|_| Permit::JournalOff),
         }
         let done = result.map_err(|e| JobError::from(&e))?;
         self.check_csi_label(params, op, done.seen.as_ref());
@@ -161,7 +206,7 @@ impl Executor {
             tracing::warn!(volume = %params.volume, op = op.as_str(), path = %path.display(),
                 "left in place: a mount point or a non-empty dir the operation does not remove");
         }
-        Ok(())
+        Ok(next_permit)
     }
 
     /// A CSI call asked to mount with `context=` (KEP-1710) is checked
@@ -360,6 +405,7 @@ mod tests {
             selinux: None,
             csi_pod: None,
             read_only: false,
+            fs_group: None,
         }
     }
 
@@ -789,6 +835,138 @@ mod tests {
                 report.updates
             );
         }
+    }
+
+    fn owned(mut w: VolumeToMount) -> VolumeToMount {
+        w.fs_group = Some(crate::model::FsGroup {
+            gid: 4343,
+            policy: crate::model::FsGroupChangePolicy::Always,
+        });
+        w
+    }
+
+    /// (op, steps) of every intent and (op, success) of every outcome, in
+    /// log order.
+    fn journal_shape(f: &Fixture) -> Vec<(Operation, &'static str)> {
+        records(f)
+            .iter()
+            .map(|r| match &r.body {
+                Body::Intent { op, .. } => (*op, "intent"),
+                Body::Outcome {
+                    op,
+                    result: OpResult::Success,
+                    ..
+                } => (*op, "success"),
+                Body::Outcome { op, .. } => (*op, "failed"),
+                _ => (Operation::SetUp, "other"),
+            })
+            .collect()
+    }
+
+    /// An fsGroup pod's disk emptyDir on a real directory: SetUp, then the
+    /// walk as its own journaled step, its intent right after SetUp's
+    /// outcome (one batch); the directory ends with the group and bits.
+    #[test]
+    fn an_fs_group_walk_is_its_own_journaled_step_after_setup() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root (chgrp to any group)");
+            return;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let (j, _) = Journal::open(&JournalConfig::new(dir.path().join("j"), "n", "b")).unwrap();
+        let journal = Arc::new(j);
+        let layout = Layout::new(&root);
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let sys: Arc<dyn Sys> = Arc::new(crate::host::sys::LinuxSys);
+        let exec = Executor::new(Some(journal.clone()), sys, &layout, metrics);
+        let disk = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: None,
+        };
+        let w = owned(want(disk, "p1", "data"));
+        let job = Job::Mount {
+            device: None,
+            pod: pod_params(&layout, &w).into(),
+            want: Box::new(w),
+        };
+        let report = exec.run(&job);
+        assert_eq!(report.error, None);
+        assert_eq!(report.ran, vec![Operation::SetUp, Operation::SetOwnership]);
+        assert!(matches!(
+            &report.updates[..],
+            [AswUpdate::PodMounted { .. }]
+        ));
+        journal.flush_pending().unwrap();
+        let recs = journal.current("n").unwrap().tail;
+        let shape: Vec<_> = recs
+            .iter()
+            .map(|r| match &r.body {
+                Body::Intent { op, .. } => (r.seq, *op, "intent"),
+                Body::Outcome { op, result, .. } => (
+                    r.seq,
+                    *op,
+                    if *result == OpResult::Success {
+                        "success"
+                    } else {
+                        "failed"
+                    },
+                ),
+                _ => (r.seq, Operation::SetUp, "other"),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (1, Operation::SetUp, "intent"),
+                (2, Operation::SetUp, "success"),
+                (3, Operation::SetOwnership, "intent"),
+                (4, Operation::SetOwnership, "success"),
+            ]
+        );
+        let target =
+            layout.pod_target_path(&PodUid::new("p1").unwrap(), PluginName::EmptyDir, "data");
+        let m = std::fs::metadata(&target).unwrap();
+        assert_eq!((m.gid(), m.mode() & 0o7777 & 0o2770), (4343, 0o2770));
+        // the state the journal keeps: mounted, nothing pending
+        let state = journal.state();
+        let (_, entry) = state.entries().next().unwrap();
+        assert_eq!(entry.reported_state(), MountState::Mounted);
+    }
+
+    /// A walk that fails (here the fake seam cannot list: `ENOSYS`) is an
+    /// uncertain outcome of its own step: the journal and the ASW say
+    /// uncertain, so SetUp and the walk run again; the SetUp before it is
+    /// kept as done.
+    #[test]
+    fn a_failed_walk_leaves_the_target_uncertain() {
+        let f = fixture();
+        let w = owned(want(tmpfs(), "p1", "cache"));
+        let report = f.exec.run(&mount_job(&f, w, false));
+        let err = report.error.expect("the walk failed");
+        assert!(err.is_uncertain(), "{err}");
+        assert!(err.to_string().contains("set_ownership"), "{err}");
+        assert_eq!(report.ran, vec![Operation::SetUp, Operation::SetOwnership]);
+        assert!(
+            matches!(&report.updates[..], [AswUpdate::PodUncertain { .. }]),
+            "{:?}",
+            report.updates
+        );
+        f.journal.flush_pending().unwrap();
+        assert_eq!(
+            journal_shape(&f),
+            vec![
+                (Operation::SetUp, "intent"),
+                (Operation::SetUp, "success"),
+                (Operation::SetOwnership, "intent"),
+                (Operation::SetOwnership, "failed"),
+            ]
+        );
+        let state = f.journal.state();
+        let (_, entry) = state.entries().next().unwrap();
+        assert_eq!(entry.reported_state(), MountState::Uncertain);
     }
 
     /// A disk emptyDir with a foreign mount beneath it: the TearDown fails,

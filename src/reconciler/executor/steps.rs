@@ -3,11 +3,15 @@
 //! plugin call and the ASW changes it implies.
 
 use std::path::Path;
+use std::time::Instant;
 
 use super::Executor;
+use crate::host::sys::{Beneath, SysError};
 use crate::journal::{Announced, Permit};
-use crate::model::{Operation, SharedParams, Steps, TargetRef};
-use crate::plugins::{self, VolumePlugin};
+use crate::model::{FsGroup, Operation, PodUid, SharedParams, Steps, TargetRef};
+use crate::plugins::ownership::{self, Progress};
+use crate::plugins::{self, Action, Certainty, Outcome, PluginError, VolumePlugin};
+use crate::reconciler::effects::PodEvent;
 use crate::reconciler::jobs::{AswUpdate, Job, JobError, JobReport, LateWatch};
 use crate::reconciler::params::{op_steps, setup_steps};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
@@ -83,8 +87,11 @@ impl Executor {
         }
     }
 
-    /// A Mount job's pod step: SetUp; the ASW learns of the pod's mount (as
-    /// uncertain when the outcome is).
+    /// A Mount job's pod step: SetUp, then, for a pod with an fsGroup the
+    /// volume takes (`VolumeToMount::fs_group`) and a plugin that did not
+    /// apply it itself, the ownership walk as its own journaled step, its
+    /// intent written with SetUp's outcome; the ASW learns of the pod's
+    /// mount once both are done (as uncertain when either is).
     pub(super) fn set_up(
         &self,
         plugin: &dyn VolumePlugin,
@@ -103,16 +110,35 @@ impl Executor {
             kind: pod.kind,
             selinux: SeLinuxState::mounted_with(pod.selinux().cloned()),
         };
-        let res = self.journaled(
+        let owner = want
+            .fs_group
+            .filter(|_| pod.pod_mount_path.is_some() && !plugin.group_applied_by_driver(pod));
+        let permit = self.permit(Operation::SetUp, setup_steps(&want.spec), pod, announced)?;
+        let res = self.run_permitted(
             Operation::SetUp,
-            setup_steps(&want.spec),
             pod,
             r,
-            announced,
+            permit,
+            owner.map(|_| (Operation::SetOwnership, Steps::Multi)),
             |permit: &Permit| plugin.setup(permit, &want.spec, pod, sys),
         );
+        let uncertain_update = |pod_mount: PodMount| AswUpdate::PodUncertain {
+            volume: want.volume.clone(),
+            plugin: want.plugin,
+            spec_name: want.spec_name.clone(),
+            pod: want.pod.clone(),
+            mount: pod_mount,
+        };
         match res {
-            Ok(()) => {
+            Ok(next) => {
+                if let (Some(permit), Some(group)) = (next, owner)
+                    && let Err(e) = self.own(permit, want, pod, group, r)
+                {
+                    // mounted, its files walked in part: SetUp runs again
+                    // (the mount in place) and the walk after it
+                    r.updates.push(uncertain_update(pod_mount));
+                    return Err(e);
+                }
                 r.updates.push(AswUpdate::PodMounted {
                     volume: want.volume.clone(),
                     plugin: want.plugin,
@@ -126,13 +152,7 @@ impl Executor {
             Err(e) if !e.is_uncertain() => Err(e),
             Err(e) => {
                 let path = pod_mount.mount_path.clone();
-                let update = AswUpdate::PodUncertain {
-                    volume: want.volume.clone(),
-                    plugin: want.plugin,
-                    spec_name: want.spec_name.clone(),
-                    pod: want.pod.clone(),
-                    mount: pod_mount,
-                };
+                let update = uncertain_update(pod_mount);
                 let undo = Job::TearDown {
                     params: pod.clone(),
                     subpaths: Some(want.outer_name.clone()),
@@ -140,6 +160,88 @@ impl Executor {
                 uncertain(r, pod, path, update, undo);
                 Err(e)
             }
+        }
+    }
+
+    /// The ownership walk of a pod target SetUp just made (its intent
+    /// durable: `permit`): every failure is uncertain, part of the volume
+    /// may have been walked. A walk past 30 s raises the kubelet's
+    /// `VolumePermissionChangeInProgress` warning on the pod, then one a
+    /// minute with the count so far.
+    fn own(
+        &self,
+        permit: Permit,
+        want: &VolumeToMount,
+        pod: &SharedParams,
+        group: FsGroup,
+        r: &mut JobReport,
+    ) -> Result<(), JobError> {
+        let sys = self.sys.as_ref();
+        let read_only =
+            pod.mount_options().is_read_only() || pod.csi().is_some_and(|c| c.read_only);
+        let failed = |source: SysError| PluginError::Sys {
+            op: Operation::SetOwnership,
+            volume: pod.volume.clone(),
+            certainty: Certainty::Uncertain,
+            cause: Box::new(source),
+        };
+        let walk = |permit: &Permit| {
+            let path = pod.pod_mount_path.as_deref().unwrap_or(Path::new(""));
+            let at = Beneath::split(self.layout.root(), path).ok_or_else(|| {
+                PluginError::OutsideRoot {
+                    op: Operation::SetOwnership,
+                    volume: pod.volume.clone(),
+                    path: path.to_owned(),
+                    root: self.layout.root().to_owned(),
+                }
+            })?;
+            let dir = sys.open_dir_beneath(at).map_err(failed)?;
+            let shown = dir_to_report(path, want.pod.as_str());
+            let started = Instant::now();
+            let mut report = |p: Progress| self.progress(&want.pod, &shown, p);
+            let walked = ownership::set_ownership(
+                permit,
+                sys,
+                &dir,
+                group,
+                read_only,
+                self.every,
+                &mut report,
+            )
+            .map_err(failed)?;
+            tracing::info!(volume = %pod.volume, pod = %want.pod, gid = group.gid,
+                policy = group.policy.as_str(), skipped = walked.skipped,
+                entries = walked.entries, changed = walked.changed, failed = walked.failed,
+                mounts_left = walked.mounts.len(), ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "fsGroup ownership set");
+            Ok(Outcome::of(match walked.changed {
+                0 => Action::AlreadyInPlace,
+                _ => Action::Performed,
+            }))
+        };
+        self.run_permitted(Operation::SetOwnership, pod, r, permit, None, walk)
+            .map(drop)
+    }
+
+    /// A long walk's report: logged, and an event on the pod.
+    fn progress(&self, pod: &PodUid, shown: &str, p: Progress) {
+        let message = match p {
+            Progress::Slow => format!(
+                "Setting volume ownership for {shown} is taking longer than expected, \
+                 consider using OnRootMismatch - {FS_GROUP_POLICY_DOC}"
+            ),
+            Progress::Processed(n) => {
+                format!("Setting volume ownership for {shown}, processed {n} files.")
+            }
+        };
+        match &self.events {
+            Some(events) => events(PodEvent {
+                pod: pod.clone(),
+                names: None,
+                reason: VOLUME_PERMISSION_CHANGE_IN_PROGRESS,
+                message,
+            }),
+            None => tracing::warn!(pod = %pod, "{message}"),
         }
     }
 
@@ -270,6 +372,22 @@ fn reached_the_call(e: &JobError) -> bool {
         JobError::Journal { step, .. } => *step == "outcome",
         // the subpath cleanup runs before the TearDown's own call
         JobError::NotStarted(_) | JobError::NoPlugin(_) | JobError::Subpaths(_) => false,
+    }
+}
+
+/// The kubelet's reason for a long ownership walk (a Warning).
+pub(crate) const VOLUME_PERMISSION_CHANGE_IN_PROGRESS: &str = "VolumePermissionChangeInProgress";
+
+/// Where the kubelet's slow-walk event points the pod's owner.
+const FS_GROUP_POLICY_DOC: &str = "https://kubernetes.io/docs/tasks/configure-pod-container/security-context/#configure-volume-permission-and-ownership-change-policy-for-pods";
+
+/// The volume's path as the kubelet's event shows it: from the pod's UID
+/// on (`<uid>/volumes/<plugin>/<name>`), or whole when it lacks the UID.
+fn dir_to_report(path: &Path, uid: &str) -> String {
+    let s = path.to_string_lossy();
+    match s.find(uid) {
+        Some(i) => s[i..].to_owned(),
+        None => s.into_owned(),
     }
 }
 
