@@ -15,7 +15,7 @@ use crate::model::{
 use crate::plugins::PluginError;
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
 
-use super::params::{device_params, op_steps, pod_params, setup_steps};
+use super::params::{device_params, op_steps, pod_params, setup_steps_of};
 use super::pending::OpKey;
 use super::plan::Action;
 
@@ -125,7 +125,7 @@ impl Job {
                 want,
                 device: None,
                 pod,
-            } => Some((Operation::SetUp, setup_steps(&want.spec), pod)),
+            } => Some((Operation::SetUp, setup_steps_of(want), pod)),
             Job::TearDown { params, .. } => Some((
                 Operation::TearDown,
                 op_steps(Operation::TearDown, params.plugin),

@@ -27,6 +27,17 @@ pub(crate) fn setup_steps(spec: &VolumeSpec) -> Steps {
     }
 }
 
+/// Whether the SetUp of `want` is one syscall or several: a pod whose
+/// fsGroup the volume takes has the walk after it, which the host does not
+/// show, so a SetUp cut short is run again (and the walk after it) even
+/// when its mount is one syscall the host shows done.
+pub(crate) fn setup_steps_of(want: &VolumeToMount) -> Steps {
+    match want.fs_group {
+        Some(_) => Steps::Multi,
+        None => setup_steps(&want.spec),
+    }
+}
+
 /// Whether `op` (any but SetUp, see [`setup_steps`]) on a target of
 /// `plugin` is one syscall or several: formatting runs mkfs, and every CSI
 /// operation is an RPC whose effect is not one syscall the host shows; the

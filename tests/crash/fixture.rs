@@ -5,7 +5,7 @@
 //! ```text
 //! describe   <free text>
 //! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap
-//! option     blank_device | checkpoint_every=<n>
+//! option     blank_device | checkpoint_every=<n> | fs_group=<gid>
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
 //! full       <point>[:<n>] free | kill      # instead of crash: the journal's disk fills there
 //! trigger    delete <pod> | add <pod>:<kinds> | mounts <pod>   # while the armed daemon runs, after it settled
@@ -17,6 +17,7 @@
 //! expect     metric <name>>=<n> | <name>=<n>
 //! expect     known dev                      # dump shows the device path and mount options
 //! expect     pod_dir_gone <pod>             # pods/<uid> removed by orphan cleanup
+//! expect     owned <ref>…                   # an fsGroup walk owned the target (`option fs_group`)
 //! expect     no_pending_deletions           # no `.deleting~N` dir left
 //! expect_fail <bug>                         # a known daemon bug: the scenario must fail
 //! ```
@@ -134,6 +135,9 @@ pub enum Change {
     /// ask the runtime API for the pod's container `c`'s mounts (a pod
     /// with a `disk` volume mounts `sub` of it by subPath), which binds it
     Mounts(String),
+    /// `n` files of mode 0600 in a new dir `many/` of the pod's PV
+    /// target (more for an fsGroup walk to change)
+    Files(String, usize),
 }
 
 /// How the daemon dies.
@@ -195,6 +199,8 @@ pub struct Expect {
     pub pod_dir_gone: Vec<String>,
     /// no `.deleting~N` dir may be left
     pub no_pending_deletions: bool,
+    /// targets an fsGroup walk must have owned (`option fs_group`)
+    pub owned: Vec<Ref>,
 }
 
 /// One scenario.
@@ -210,6 +216,8 @@ pub struct Fixture {
     pub blank_device: bool,
     /// `--checkpoint-every`
     pub checkpoint_every: Option<u64>,
+    /// every pod's `securityContext.fsGroup`
+    pub fs_group: Option<u32>,
     /// how the daemon dies
     pub crash: Crash,
     /// the journal's disk fills at a point instead (`crash` is unused)
@@ -253,6 +261,10 @@ fn change(words: &[&str], down: bool) -> Result<Change, String> {
         Some("reboot") if down => Change::Reboot,
         Some("drop_objects") if down => Change::DropObjects,
         Some("mounts") if !down => Change::Mounts(one()?.to_owned()),
+        Some("files") if !down => {
+            let n = words.get(2).and_then(|n| n.parse().ok());
+            Change::Files(one()?.to_owned(), n.ok_or("files <pod> <n>")?)
+        }
         other => return Err(format!("unknown change {other:?}")),
     };
     Ok(c)
@@ -315,6 +327,7 @@ fn expect(e: &mut Expect, words: &[&str]) -> Result<(), String> {
             e.metrics.push((name.to_owned(), cmp, n));
         }
         ["known", "dev"] => e.known_dev = true,
+        ["owned", rest @ ..] => e.owned = refs(rest)?,
         ["pod_dir_gone", pod] => e.pod_dir_gone.push((*pod).to_owned()),
         ["no_pending_deletions"] => e.no_pending_deletions = true,
         other => return Err(format!("unknown expectation {other:?}")),
@@ -330,6 +343,7 @@ pub fn parse(name: &str, text: &str) -> Result<Fixture, String> {
         pods: Vec::new(),
         blank_device: false,
         checkpoint_every: None,
+        fs_group: None,
         crash: Crash::Kill,
         full: None,
         trigger: Vec::new(),
@@ -355,6 +369,12 @@ pub fn parse(name: &str, text: &str) -> Result<Fixture, String> {
             }
             "option" => match words.get(1).copied() {
                 Some("blank_device") => f.blank_device = true,
+                Some(o) if o.starts_with("fs_group=") => {
+                    let n = o["fs_group=".len()..]
+                        .parse()
+                        .map_err(|_| at(format!("bad option {o:?}")))?;
+                    f.fs_group = Some(n);
+                }
                 Some(o) if o.starts_with("checkpoint_every=") => {
                     let n = o["checkpoint_every=".len()..]
                         .parse()

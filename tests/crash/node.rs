@@ -78,6 +78,8 @@ pub struct Node {
     pub dev: LoopDevice,
     /// `--checkpoint-every`
     pub checkpoint_every: Option<u64>,
+    /// `securityContext.fsGroup` of every pod (`option fs_group=<gid>`)
+    pub fs_group: Option<u32>,
     /// `--journal off`
     pub journal_off: bool,
     /// more environment for the daemons started from now on
@@ -145,6 +147,7 @@ impl Node {
             runs: 0,
             dev,
             checkpoint_every: None,
+            fs_group: None,
             journal_off: false,
             env: Vec::new(),
             desired: BTreeMap::new(),
@@ -259,8 +262,12 @@ impl Node {
             true => ", volumeMounts: [{name: disk, mountPath: /sub, subPath: sub}]",
             false => "",
         };
+        let security = match self.fs_group {
+            Some(g) => format!("  securityContext: {{fsGroup: {g}}}\n"),
+            None => String::new(),
+        };
         let text = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default, uid: {}}}\nspec:\n  nodeName: {NODE_NAME}\n  containers: [{{name: c, image: busybox{mounts}}}]\n  volumes:\n{vols}",
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default, uid: {}}}\nspec:\n  nodeName: {NODE_NAME}\n{security}  containers: [{{name: c, image: busybox{mounts}}}]\n  volumes:\n{vols}",
             uid(pod)
         );
         match &self.api {
@@ -279,6 +286,51 @@ impl Node {
     pub fn ask_mounts(&self, pod: &str) {
         let path = format!("/v1/pods/{}/containers/c/mounts", uid(pod));
         let _ = self.get(&path);
+    }
+
+    /// Checks that the target `r` is owned as an fsGroup walk leaves it:
+    /// every entry below it (none in another mount) with group `gid`,
+    /// directories with setgid and `rwxrwx`, others with `rw-rw-`
+    /// (symlinks: the group only).
+    pub fn check_owned(&self, r: &Ref, gid: u32) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let top = self.path(r);
+        let top_dev = fs::metadata(&top).map_err(|e| format!("{r}: {e}"))?.dev();
+        let mut todo = vec![top.clone()];
+        let mut bad = Vec::new();
+        let mut seen = 0;
+        while let Some(p) = todo.pop() {
+            let m = fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            if m.dev() != top_dev {
+                continue;
+            }
+            seen += 1;
+            let bits = match (m.is_dir(), m.file_type().is_symlink()) {
+                (true, _) => 0o2770,
+                (_, true) => 0,
+                _ => 0o660,
+            };
+            if m.gid() != gid || m.mode() & bits != bits {
+                bad.push(format!(
+                    "{} {:o} gid {}",
+                    p.display(),
+                    m.mode() & 0o7777,
+                    m.gid()
+                ));
+            }
+            if m.is_dir() {
+                for e in fs::read_dir(&p).map_err(|e| format!("{}: {e}", p.display()))? {
+                    todo.push(e.map_err(|e| e.to_string())?.path());
+                }
+            }
+        }
+        match bad.is_empty() {
+            true => Ok(()),
+            false => Err(format!(
+                "{r}: {} of {seen} entries not owned by group {gid}: {bad:?}",
+                bad.len()
+            )),
+        }
     }
 
     /// Removes a pod manifest.
@@ -702,6 +754,19 @@ impl Node {
         mkdirs(&p);
         mount_tmpfs(&p, "size=1m");
         fs::write(p.join("foreign"), "not volumed's").expect("write foreign file");
+    }
+
+    /// Writes `n` files of mode 0600 into a new dir `many/` of `pod`'s PV
+    /// target (not remembered as PV files: they are for a walk).
+    pub fn write_many(&self, pod: &str, n: usize) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.path(&Ref::Pod(pod.to_owned(), Kind::Pv)).join("many");
+        fs::create_dir(&dir).expect("make many/");
+        for i in 0..n {
+            let f = dir.join(format!("f{i}"));
+            fs::write(&f, b"x").expect("write a file");
+            fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).expect("chmod");
+        }
     }
 
     /// Writes a file (fsynced) on the PV through a pod target that is mounted.

@@ -31,6 +31,7 @@ pub fn apply(node: &mut Node, c: &Change) {
         }
         Change::DropObjects => node.drop_objects(),
         Change::Mounts(p) => node.ask_mounts(p),
+        Change::Files(p, n) => node.write_many(p, *n),
     }
 }
 
@@ -74,8 +75,12 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
     if !f.expect.rpcs.is_empty() && !f.uses_csi() {
         return Err("`expect rpcs` needs a pod with a `csi` volume (the driver)".into());
     }
+    if !f.expect.owned.is_empty() && f.fs_group.is_none() {
+        return Err("`expect owned` needs `option fs_group=<gid>`".into());
+    }
     let mut node = Node::new(f.blank_device, f.uses_csi());
     node.checkpoint_every = f.checkpoint_every;
+    node.fs_group = f.fs_group;
     for (p, kinds) in &f.pods {
         node.add_pod(p, kinds);
     }
@@ -196,6 +201,11 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
         };
         if !ok {
             problems.push(format!("{name} = {got}, fixture wants {cmp:?} {n}"));
+        }
+    }
+    for r in &e.owned {
+        if let Err(err) = node.check_owned(r, f.fs_group.unwrap_or_default()) {
+            problems.push(err);
         }
     }
     if e.known_dev {

@@ -926,6 +926,15 @@ mod tests {
                 (4, Operation::SetOwnership, "success"),
             ]
         );
+        // a disk emptyDir's SetUp is one mkdir, but with the walk after it
+        // a SetUp cut short must run again: multi-step
+        assert!(matches!(
+            &recs[0].body,
+            Body::Intent {
+                steps: Steps::Multi,
+                ..
+            }
+        ));
         let target =
             layout.pod_target_path(&PodUid::new("p1").unwrap(), PluginName::EmptyDir, "data");
         let m = std::fs::metadata(&target).unwrap();

@@ -13,7 +13,7 @@ use crate::plugins::ownership::{self, Progress};
 use crate::plugins::{self, Action, Certainty, Outcome, PluginError, VolumePlugin};
 use crate::reconciler::effects::PodEvent;
 use crate::reconciler::jobs::{AswUpdate, Job, JobError, JobReport, LateWatch};
-use crate::reconciler::params::{op_steps, setup_steps};
+use crate::reconciler::params::{op_steps, setup_steps_of};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
 
 impl Executor {
@@ -113,7 +113,7 @@ impl Executor {
         let owner = want
             .fs_group
             .filter(|_| pod.pod_mount_path.is_some() && !plugin.group_applied_by_driver(pod));
-        let permit = self.permit(Operation::SetUp, setup_steps(&want.spec), pod, announced)?;
+        let permit = self.permit(Operation::SetUp, setup_steps_of(want), pod, announced)?;
         let res = self.run_permitted(
             Operation::SetUp,
             pod,
