@@ -109,6 +109,7 @@ fn pod(i: usize) -> DesiredPod {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         },
         PodVolume {
             volume: PodVolume::unique_name(&local, &uid, &pv),
@@ -119,6 +120,7 @@ fn pod(i: usize) -> DesiredPod {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         },
     ];
     DesiredPod {

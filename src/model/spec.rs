@@ -219,6 +219,10 @@ pub struct PodVolume {
     /// walk), when the volume gets one (`ownership_applies`)
     #[serde(default)]
     pub fs_group: Option<FsGroup>,
+    /// a claim's PV's `pv.beta.kubernetes.io/gid`, a supplemental group
+    /// of the pod's containers unless the pod lists it already
+    #[serde(default)]
+    pub supplemental_gid: Option<u32>,
 }
 
 impl PodVolume {

@@ -39,6 +39,7 @@ pub(crate) fn pod(u: &str) -> DesiredPod {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         }],
         unresolved: Default::default(),
         errors: vec![],

@@ -287,6 +287,7 @@ mod tests {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         };
         dsw.add_pod_to_volume(&uid, v, LabelCheck::default())
             .unwrap();

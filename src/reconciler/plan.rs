@@ -320,6 +320,7 @@ mod tests {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         };
         dsw.add_pod_to_volume(&p, pv, LabelCheck::default())
             .unwrap();
@@ -679,6 +680,7 @@ mod tests {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         };
         let check = LabelCheck {
             original: Some(wanted.clone()),

@@ -21,7 +21,7 @@
 //!
 //! Supplemental groups (the kubelet's `GetExtraSupplementalGroupsForPod`,
 //! from a PersistentVolume's `pv.beta.kubernetes.io/gid` annotation) are
-//! not offered: the static objects keep no annotations.
+//! part of the answer: `PodVolumes::supplemental_groups`.
 
 mod changes;
 pub mod mounts;
@@ -318,6 +318,7 @@ fn view(w: &World, pod: &PodUid) -> Option<PodView> {
                         .and_then(|a| a.mount.selinux.context())
                         .map(|c| c.as_str()),
                 ),
+                supplemental_gid: wanted.supplemental_gid,
             })
         })
         .collect();
@@ -366,6 +367,7 @@ mod tests {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         };
         w.dsw
             .add_pod_to_volume(&uid(), v, LabelCheck::default())

@@ -44,6 +44,12 @@ pub struct PodVolumes {
     /// empty when ready; else what blocks it: the volumes not mounted, the
     /// ones that could not be processed, then the pod's errors
     pub errors: Vec<String>,
+    /// the groups the pod's containers get besides the pod's own (the
+    /// kubelet's `GetExtraSupplementalGroupsForPod`): the
+    /// `pv.beta.kubernetes.io/gid` of each mounted claim's PV that the pod's
+    /// `supplementalGroups` lack, sorted, each once
+    #[serde(default)]
+    pub supplemental_groups: Vec<u32>,
 }
 
 /// `GET /v1/pods/<uid>/volumes?unmounted=1`: whether none of the pod's
@@ -76,6 +82,8 @@ pub struct TargetView {
     pub selinux_context: Option<String>,
     /// [`PodVolume::selinux_relabel`]
     pub selinux_relabel: bool,
+    /// the PV's group for [`PodVolumes::supplemental_groups`]
+    pub supplemental_gid: Option<u32>,
 }
 
 /// What the DSW and the ASW say about one pod: O(its volumes) to take.
@@ -176,11 +184,20 @@ pub fn decide(uid: &str, view: &PodView) -> PodVolumes {
             errors.push("a volume of the pod cannot be resolved now".to_owned());
         }
     }
+    let mut supplemental_groups: Vec<u32> = view
+        .targets
+        .iter()
+        .filter(mounted)
+        .filter_map(|t| t.supplemental_gid)
+        .collect();
+    supplemental_groups.sort_unstable();
+    supplemental_groups.dedup();
     PodVolumes {
         pod_uid: uid.to_owned(),
         ready,
         volumes,
         errors,
+        supplemental_groups,
     }
 }
 
@@ -262,6 +279,7 @@ mod tests {
             read_only: false,
             selinux_context: None,
             selinux_relabel: true,
+            supplemental_gid: None,
         }
     }
 
@@ -288,6 +306,27 @@ mod tests {
         assert_eq!(d.errors, Vec::<String>::new());
         let names: Vec<&str> = d.volumes.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["a", "b"], "sorted by name");
+    }
+
+    /// The PV groups of the mounted volumes only, sorted, each once (the
+    /// kubelet's extra supplemental groups come from mounted volumes).
+    #[test]
+    fn supplemental_groups_come_from_the_mounted_volumes() {
+        let with = |name, state, gid| TargetView {
+            supplemental_gid: gid,
+            ..target(name, state)
+        };
+        let v = view(
+            &["a", "b", "c", "d", "e"],
+            vec![
+                with("a", Some(MountState::Mounted), Some(3000)),
+                with("b", Some(MountState::Mounted), Some(1000)),
+                with("c", Some(MountState::Mounted), Some(3000)),
+                with("d", Some(MountState::Uncertain), Some(5000)),
+                with("e", Some(MountState::Mounted), None),
+            ],
+        );
+        assert_eq!(decide("u", &v).supplemental_groups, vec![1000, 3000]);
     }
 
     #[test]
@@ -358,6 +397,7 @@ mod tests {
                     "selinux_relabel": false,
                 }],
                 "errors": [],
+                "supplemental_groups": [],
             })
         );
         let back: PodVolumes = serde_json::from_value(json).unwrap();

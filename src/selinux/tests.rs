@@ -421,6 +421,7 @@ fn add_all(
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         };
         volume = Some(name);
         results.push(match dsw.add_pod_to_volume(&uid, pv, label.check) {

@@ -116,6 +116,9 @@ impl Resolver<'_> {
         // exactly as many as the pod has: a pushed-to Vec reserves four
         let mut volumes = Vec::with_capacity(p.volumes.len());
         let mut claims = BTreeMap::new();
+        // the kubelet's extra supplemental groups: a claim's PV group the
+        // pod does not list already
+        let mut supplemental = BTreeMap::new();
         for v in std::mem::take(&mut p.volumes) {
             let (outer, spec_name, spec, read_only) = match v {
                 ParsedVolume::Inline { name, spec } => (name.clone(), name, Arc::new(spec), false),
@@ -149,6 +152,8 @@ impl Resolver<'_> {
                         Ok((pv, mut spec)) => {
                             mark_block_device(self.sys, &mut spec);
                             claims.insert(name.clone(), claim_name);
+                            let gid = self.objects.pvs.get(&pv).and_then(|i| i.gid);
+                            supplemental.insert(name.clone(), gid);
                             (name, pv, spec, read_only)
                         }
                         Err(e) => {
@@ -190,6 +195,11 @@ impl Resolver<'_> {
                 }
             };
             let (spec, csi_pod) = self.csi_for_pod(&p, spec);
+            let supplemental_gid = supplemental
+                .get(&outer)
+                .copied()
+                .flatten()
+                .filter(|g| !p.supplemental_groups.contains(&i64::from(*g)));
             volumes.push(PodVolume {
                 volume: PodVolume::unique_name(&spec, &p.uid, &spec_name),
                 spec_name,
@@ -199,6 +209,7 @@ impl Resolver<'_> {
                 csi_pod,
                 read_only,
                 fs_group,
+                supplemental_gid,
             });
         }
         DesiredPod {

@@ -56,6 +56,10 @@ pub struct ClaimRef {
     pub uid: Option<String>,
 }
 
+/// The PV annotation whose group a pod using the PV gets as a
+/// supplemental group (the kubelet's `VolumeGidAnnotationKey`).
+pub const PV_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
+
 /// A PersistentVolume as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PvInfo {
@@ -66,6 +70,9 @@ pub struct PvInfo {
     /// the spec, or why it cannot be used (the message names file and PV);
     /// shared with the DSW volumes of the pods that claim it
     pub spec: Result<Arc<VolumeSpec>, String>,
+    /// the `pv.beta.kubernetes.io/gid` annotation, when it is a group id
+    /// (the kubelet ignores one that does not parse)
+    pub gid: Option<u32>,
 }
 
 /// A PersistentVolumeClaim as read.
@@ -173,8 +180,15 @@ impl StaticObjects {
                     name: r.name.clone().unwrap_or_default(),
                     uid: r.uid.clone().filter(|u| !u.is_empty()),
                 });
+                let gid = pv
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(PV_GID_ANNOTATION))
+                    .and_then(|g| g.trim().parse().ok());
                 let info = PvInfo {
                     file: file.to_owned(),
+                    gid,
                     claim_ref,
                     spec: pv_spec(file, &name, &spec)
                         .map(Arc::new)

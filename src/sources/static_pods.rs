@@ -107,6 +107,9 @@ pub struct ParsedPod {
     /// `spec.securityContext.fsGroupChangePolicy` as written
     #[serde(default)]
     pub fs_group_change_policy: Option<String>,
+    /// `spec.securityContext.supplementalGroups`
+    #[serde(default)]
+    pub supplemental_groups: Vec<i64>,
 }
 
 impl ParsedPod {
@@ -249,6 +252,11 @@ pub fn parse_pod_object(
             .security_context
             .as_ref()
             .and_then(|c| c.fs_group_change_policy.clone()),
+        supplemental_groups: spec
+            .security_context
+            .as_ref()
+            .and_then(|c| c.supplemental_groups.clone())
+            .unwrap_or_default(),
     };
     let mut seen = BTreeSet::new();
     let ctx = PodPayloadContext::of(pod, &out.name, out.uid.as_str(), &out.namespace);

@@ -316,6 +316,7 @@ fn empty_dir(u: &str, name: &str) -> PodVolume {
         csi_pod: None,
         read_only: false,
         fs_group: None,
+        supplemental_gid: None,
     }
 }
 
@@ -669,6 +670,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         };
         let mut p = desired(u, u, vec![volume]);
         p.selinux.containers = levels.iter().map(|l| container(l)).collect();
@@ -912,5 +914,43 @@ fn fs_group_and_its_policy_reach_the_volumes_that_take_the_walk() {
                 }
             }
         }
+    }
+}
+
+/// A claim's PV `pv.beta.kubernetes.io/gid` reaches the pod's volume as
+/// its supplemental group, unless the pod's `supplementalGroups` lists it
+/// or the annotation is no group id.
+#[test]
+fn a_pv_gid_annotation_is_a_supplemental_group_unless_the_pod_has_it() {
+    let d = dirs();
+    let table = [
+        ("\"2500\"", "", Some(2500)),
+        (
+            "\"2500\"",
+            "  securityContext: {supplementalGroups: [2500]}\n",
+            None,
+        ),
+        (
+            "\"2500\"",
+            "  securityContext: {supplementalGroups: [7]}\n",
+            Some(2500),
+        ),
+        ("\"staff\"", "", None),
+    ];
+    for (gid, ctx, want) in table {
+        let pv = PV_PVC.replacen(
+            "metadata: {name: pv1}",
+            &format!("metadata: {{name: pv1, annotations: {{pv.beta.kubernetes.io/gid: {gid}}}}}"),
+            1,
+        );
+        write(&d.objects, "pv.yaml", &pv);
+        let manifest = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: a, uid: u1}}\nspec:\n{ctx}  containers: []\n  volumes:\n{CLAIM}"
+        );
+        write(&d.pods, "a.yaml", &manifest);
+        let got = sources(&d).list();
+        let p = &got.pods[&uid("u1")];
+        assert!(p.errors.is_empty(), "{gid} {ctx}: {:?}", p.errors);
+        assert_eq!(p.volumes[0].supplemental_gid, want, "{gid} {ctx}");
     }
 }

@@ -47,6 +47,8 @@ pub struct DesiredPod {
     pub read_only: bool,
     /// the group the node gives the volume's files for this pod, if any
     pub fs_group: Option<crate::model::FsGroup>,
+    /// the PV's group the pod's containers get as a supplemental group
+    pub supplemental_gid: Option<u32>,
 }
 
 /// A volume some pods want mounted.
@@ -206,6 +208,7 @@ impl DesiredStateOfWorld {
             csi_pod: volume.csi_pod.clone(),
             read_only: volume.read_only,
             fs_group: volume.fs_group,
+            supplemental_gid: volume.supplemental_gid,
         };
         let last_spec = &mut self.last_spec[volume.spec.plugin() as usize];
         let entry = self.volumes.entry(name.clone()).or_insert_with(|| {
@@ -567,6 +570,7 @@ mod tests {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         }
     }
 
@@ -682,6 +686,7 @@ mod tests {
             csi_pod: None,
             read_only: false,
             fs_group: None,
+            supplemental_gid: None,
         };
         let cache_name = cache.volume.clone();
         dsw.add_pod_to_volume(&a, cache, LabelCheck::default())
@@ -743,6 +748,7 @@ mod tests {
                 csi_pod: None,
                 read_only: false,
                 fs_group: None,
+                supplemental_gid: None,
             };
             let added = dsw
                 .add_pod_to_volume(&p, scratch, LabelCheck::default())
@@ -783,6 +789,7 @@ mod tests {
                     csi_pod: None,
                     read_only: false,
                     fs_group: None,
+                    supplemental_gid: None,
                 };
                 let added = dsw.add_pod_to_volume(&p, v, LabelCheck::default());
                 names.push((p.clone(), added.unwrap().volume));
@@ -878,6 +885,7 @@ mod tests {
                     csi_pod: None,
                     read_only: false,
                     fs_group: None,
+                    supplemental_gid: None,
                 },
                 _ => PodVolume {
                     volume: UniqueVolumeName::shared(PluginName::LocalVolume, &format!("pv{n}")),
@@ -888,6 +896,7 @@ mod tests {
                     csi_pod: None,
                     read_only: false,
                     fs_group: None,
+                    supplemental_gid: None,
                 },
             }
         };
