@@ -224,6 +224,7 @@ mod tests {
             selinux: None,
             csi_pod: None,
             read_only,
+            fs_group: None,
         }
     }
 

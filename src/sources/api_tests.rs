@@ -506,3 +506,44 @@ fn an_api_pods_ephemeral_volume_uses_its_claim_only_when_it_owns_it() {
         vec![("updated", "u-web".into(), vec!["scratch".into()])]
     );
 }
+
+/// A pod from the API server: its fsGroup and policy reach the emptyDir
+/// that takes the walk; a negative fsGroup refuses that volume with an
+/// error naming the pod, the volume and the field (the API server would
+/// refuse it; a hand-made object or another client may not).
+#[test]
+fn an_api_pods_fs_group_is_parsed_and_a_bad_one_refuses_its_volumes() {
+    let mut s = listed_state();
+    let mut good = pod("u-1", "a", NODE, &[]);
+    good.spec.as_mut().expect("spec").security_context = Some(
+        serde_json::from_value(json!({"fsGroup": 3000, "fsGroupChangePolicy": "OnRootMismatch"}))
+            .expect("a context"),
+    );
+    let mut bad = pod("u-2", "b", NODE, &[]);
+    bad.spec.as_mut().expect("spec").security_context =
+        Some(serde_json::from_value(json!({"fsGroup": -1})).expect("a context"));
+    s.apply(Change::PodApplied(good));
+    s.apply(Change::PodApplied(bad));
+    let events = s.take_events(&LinuxSys);
+    let added = |uid: &str| {
+        events.iter().find_map(|e| match e {
+            SourceEvent::PodAdded(p) if p.uid.as_str() == uid => Some(p.clone()),
+            _ => None,
+        })
+    };
+    let a = added("u-1").expect("u-1 added");
+    assert_eq!(
+        a.volumes[0].fs_group,
+        Some(crate::model::FsGroup {
+            gid: 3000,
+            policy: crate::model::FsGroupChangePolicy::OnRootMismatch,
+        })
+    );
+    let b = added("u-2").expect("u-2 added");
+    assert!(b.volumes.is_empty(), "{:?}", b.volumes);
+    assert!(b.unresolved.contains("scratch"));
+    assert_eq!(
+        b.errors,
+        vec!["pod ns/b: volume \"scratch\": spec.securityContext.fsGroup: -1 is negative"]
+    );
+}

@@ -945,6 +945,72 @@ mod tests {
         assert_eq!(entry.reported_state(), MountState::Mounted);
     }
 
+    /// A long walk raises the kubelet's warning on the pod: first that it
+    /// is slow (the path shown from the pod's UID on), then the count so
+    /// far (periods of zero here: each look at the clock, every 256
+    /// entries).
+    #[test]
+    fn a_long_walk_raises_the_kubelets_progress_events() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root (chgrp to any group)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let layout = Layout::new(&root);
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let sys: Arc<dyn Sys> = Arc::new(crate::host::sys::LinuxSys);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let mut exec = Executor::new(None, sys, &layout, metrics).with_events(Arc::new(
+            move |e: crate::reconciler::effects::PodEvent| {
+                sink.lock()
+                    .unwrap()
+                    .push((e.pod.as_str().to_owned(), e.reason, e.message));
+            },
+        ));
+        exec.every = crate::plugins::ownership::ProgressEvery {
+            first: std::time::Duration::ZERO,
+            then: std::time::Duration::ZERO,
+        };
+        let disk = VolumeSpec::EmptyDir {
+            medium: StorageMedium::Disk,
+            size_limit: None,
+        };
+        let w = owned(want(disk, "p1", "data"));
+        let target = layout.pod_target_path(&w.pod, PluginName::EmptyDir, "data");
+        std::fs::create_dir_all(&target).unwrap();
+        for i in 0..600 {
+            std::fs::write(target.join(format!("f{i}")), b"").unwrap();
+        }
+        let job = Job::Mount {
+            device: None,
+            pod: pod_params(&layout, &w).into(),
+            want: Box::new(w),
+        };
+        assert_eq!(exec.run(&job).error, None);
+        let shown = "p1/volumes/kubernetes.io~empty-dir/data";
+        let want_events = vec![
+            (
+                "p1".to_owned(),
+                "VolumePermissionChangeInProgress",
+                format!(
+                    "Setting volume ownership for {shown} is taking longer than expected, \
+                     consider using OnRootMismatch - https://kubernetes.io/docs/tasks/\
+                     configure-pod-container/security-context/\
+                     #configure-volume-permission-and-ownership-change-policy-for-pods"
+                ),
+            ),
+            (
+                "p1".to_owned(),
+                "VolumePermissionChangeInProgress",
+                format!("Setting volume ownership for {shown}, processed 512 files."),
+            ),
+        ];
+        assert_eq!(*seen.lock().unwrap(), want_events);
+    }
+
     /// A walk that fails (here the fake seam cannot list: `ENOSYS`) is an
     /// uncertain outcome of its own step: the journal and the ASW say
     /// uncertain, so SetUp and the walk run again; the SetUp before it is
