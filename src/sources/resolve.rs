@@ -73,7 +73,12 @@ impl Resolver<'_> {
     /// fsGroup when the volume gets the walk (`ownership_applies`, with a
     /// CSI volume's driver policy), else none. A bad fsGroup or policy is
     /// an error only for a volume that would get it.
-    fn fs_group_for(&self, p: &ParsedPod, spec: &VolumeSpec) -> Result<Option<FsGroup>, String> {
+    fn fs_group_for(
+        &self,
+        p: &ParsedPod,
+        spec: &VolumeSpec,
+        pod_read_only: bool,
+    ) -> Result<Option<FsGroup>, String> {
         if p.fs_group.is_none() {
             return Ok(None);
         }
@@ -85,7 +90,7 @@ impl Resolver<'_> {
                 .and_then(|d| CsiFsGroupPolicy::parse(&d.fs_group_policy)),
             _ => None,
         };
-        if !ownership_applies(spec, read_only(spec), policy) {
+        if !ownership_applies(spec, pod_read_only || spec_read_only(spec), policy) {
             return Ok(None);
         }
         p.fs_group()
@@ -183,7 +188,7 @@ impl Resolver<'_> {
                 unresolved.insert(outer);
                 continue;
             }
-            let fs_group = match self.fs_group_for(&p, &spec) {
+            let fs_group = match self.fs_group_for(&p, &spec, read_only) {
                 Ok(g) => g,
                 Err(e) => {
                     errors.push(format!(
@@ -229,7 +234,7 @@ impl Resolver<'_> {
 
 /// Whether the volume is mounted read-only for every pod, as far as its
 /// spec says: a CSI PV's `readOnly`, or a `ro` mount option.
-fn read_only(spec: &VolumeSpec) -> bool {
+fn spec_read_only(spec: &VolumeSpec) -> bool {
     match spec {
         VolumeSpec::Local { mount_options, .. } => mount_options.iter().any(|o| o == "ro"),
         VolumeSpec::Csi(c) => c.read_only || c.mount_options.iter().any(|o| o == "ro"),

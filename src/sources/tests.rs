@@ -954,3 +954,21 @@ fn a_pv_gid_annotation_is_a_supplemental_group_unless_the_pod_has_it() {
         assert_eq!(p.volumes[0].supplemental_gid, want, "{gid} {ctx}");
     }
 }
+
+/// A pod's read-only claim takes no fsGroup walk (the kubelet never
+/// changes a read-only volume); the same claim read-write does.
+#[test]
+fn a_read_only_claim_takes_no_fs_group() {
+    let d = dirs();
+    write(&d.objects, "pv.yaml", PV_PVC);
+    for (ro, want) in [("true", None), ("false", Some(2000))] {
+        let manifest = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: a, uid: u1}}\nspec:\n  securityContext: {{fsGroup: 2000}}\n  containers: []\n  volumes:\n  - name: data\n    persistentVolumeClaim: {{claimName: pvc1, readOnly: {ro}}}\n"
+        );
+        write(&d.pods, "a.yaml", &manifest);
+        let got = sources(&d).list();
+        let p = &got.pods[&uid("u1")];
+        assert!(p.errors.is_empty(), "{ro}: {:?}", p.errors);
+        assert_eq!(p.volumes[0].fs_group.map(|g| g.gid), want, "readOnly {ro}");
+    }
+}

@@ -177,8 +177,9 @@ impl Executor {
         r: &mut JobReport,
     ) -> Result<(), JobError> {
         let sys = self.sys.as_ref();
-        let read_only =
-            pod.mount_options().is_read_only() || pod.csi().is_some_and(|c| c.read_only);
+        let read_only = want.read_only
+            || pod.mount_options().is_read_only()
+            || pod.csi().is_some_and(|c| c.read_only);
         let failed = |source: SysError| PluginError::Sys {
             op: Operation::SetOwnership,
             volume: pod.volume.clone(),
