@@ -376,6 +376,7 @@ impl DebugProvider for NeverReady {
             ready: false,
             volumes: Vec::new(),
             errors: vec!["unmounted volumes=[data]".to_owned()],
+            supplemental_groups: Vec::new(),
         })
     }
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
