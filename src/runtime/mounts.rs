@@ -187,8 +187,8 @@ pub fn answer(
         ready: pod.ready && errors.is_empty(),
         mounts,
         devices: Vec::new(),
-        // the pod answer's groups (a PV's gid annotation) once it has them
-        supplemental_groups: Vec::new(),
+        // the pod answer's groups: its mounted PVs' gid annotations
+        supplemental_groups: pod.supplemental_groups.clone(),
         errors,
     }
 }
@@ -216,6 +216,7 @@ mod tests {
             } else {
                 vec!["unmounted volumes=[data]".into()]
             },
+            supplemental_groups: vec![2500],
         }
     }
 
@@ -358,6 +359,7 @@ mod tests {
         let doc = answer(&pod(false), "app", planned, errors, |_| unreachable!());
         assert!(!doc.ready);
         assert_eq!(doc.errors, ["unmounted volumes=[data]"]);
+        assert_eq!(doc.supplemental_groups, [2500], "the pod answer's groups");
         let json = serde_json::to_value(&doc).unwrap();
         let keys: Vec<&str> = json
             .as_object()
