@@ -10,7 +10,7 @@
 mod support;
 
 use std::fs;
-use std::os::unix::fs::{PermissionsExt as _, symlink};
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -189,6 +189,19 @@ fn a_pod_of_three_containers_runs_on_what_volumed_mounts() {
             );
             assert_eq!(lines.get(3), Some(&"touch=1"), "writer: {w:?}");
             assert!(!pv.join("x").exists());
+
+            // fsGroup: the emptyDir is the group's and setgid, so the
+            // writer's file is the group's too (the kubelet's
+            // SetVolumeOwnership)
+            let shared = PathBuf::from(writer["mounts"][0]["host_path"].as_str().unwrap());
+            let dir = fs::metadata(&shared).unwrap();
+            assert_eq!(dir.gid(), FS_GROUP, "the emptyDir's group");
+            assert!(
+                dir.mode() & 0o2000 != 0,
+                "setgid on the emptyDir: {:o}",
+                dir.mode()
+            );
+            assert_eq!(fs::metadata(shared.join("msg")).unwrap().gid(), FS_GROUP);
 
             let r = run(
                 "reader",
