@@ -9,17 +9,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use volumed::model::PodUid;
 use volumed::server::api_client::{self, ApiClientError};
-use volumed::server::runtime_api::MAX_WAIT_SECS;
 
-/// The kubelet's `podAttachAndMountTimeout`, as `wait-pod`.
-const DEFAULT_TIMEOUT_SECS: u64 = 123;
+use super::wait_pod::{DEFAULT_TIMEOUT_SECS, or_exit_2, pod_and_wait};
 
 #[derive(Args, Debug)]
 pub(crate) struct MountsArgs {
@@ -40,21 +36,12 @@ pub(crate) struct MountsArgs {
 
 /// Runs `mounts` with its own exit codes (1 "not ready", 2 "could not ask").
 pub(crate) fn main(args: MountsArgs) -> ExitCode {
-    mounts(args).unwrap_or_else(|e| {
-        eprintln!("volumed: {e:#}");
-        ExitCode::from(2)
-    })
+    or_exit_2(mounts(args))
 }
 
 fn mounts(args: MountsArgs) -> Result<ExitCode> {
-    let uid = PodUid::new(args.uid.as_str()).with_context(|| format!("pod uid {:?}", args.uid))?;
+    let (uid, wait) = pod_and_wait(&args.uid, args.timeout)?;
     volumed::model::check_dns1123_label("container name", &args.container)?;
-    anyhow::ensure!(
-        args.timeout <= MAX_WAIT_SECS,
-        "--timeout {}: at most {MAX_WAIT_SECS} seconds",
-        args.timeout
-    );
-    let wait = Duration::from_secs(args.timeout);
     let doc = match api_client::container_mounts(&args.journal_dir, &uid, &args.container, wait) {
         Ok(doc) => doc,
         Err(e @ (ApiClientError::UnknownPod { .. } | ApiClientError::UnknownContainer(_))) => {

@@ -22,7 +22,7 @@ use volumed::server::api_client::{self, ApiClientError};
 use volumed::server::runtime_api::MAX_WAIT_SECS;
 
 /// The kubelet's `podAttachAndMountTimeout`, 2 min 3 s.
-const DEFAULT_TIMEOUT_SECS: u64 = 123;
+pub(crate) const DEFAULT_TIMEOUT_SECS: u64 = 123;
 
 #[derive(Args, Debug)]
 pub(crate) struct WaitPodArgs {
@@ -46,21 +46,31 @@ pub(crate) struct WaitPodArgs {
 /// Runs `wait-pod` with its own exit codes: 1 is "not ready", so "could
 /// not ask" is 2.
 pub(crate) fn main(args: WaitPodArgs) -> ExitCode {
-    wait_pod(args).unwrap_or_else(|e| {
+    or_exit_2(wait_pod(args))
+}
+
+/// The exit code of a command whose 1 means "not ready": an error (the
+/// daemon could not be asked, bad arguments) is printed and exits 2.
+pub(crate) fn or_exit_2(result: Result<ExitCode>) -> ExitCode {
+    result.unwrap_or_else(|e| {
         eprintln!("volumed: {e:#}");
         ExitCode::from(2)
     })
 }
 
+/// The pod's uid and the wait a command was given, checked.
+pub(crate) fn pod_and_wait(uid: &str, timeout_secs: u64) -> Result<(PodUid, Duration)> {
+    let uid = PodUid::new(uid).with_context(|| format!("pod uid {uid:?}"))?;
+    anyhow::ensure!(
+        timeout_secs <= MAX_WAIT_SECS,
+        "--timeout {timeout_secs}: at most {MAX_WAIT_SECS} seconds"
+    );
+    Ok((uid, Duration::from_secs(timeout_secs)))
+}
+
 /// Runs `wait-pod`; an `Err` is the exit code 2 case.
 fn wait_pod(args: WaitPodArgs) -> Result<ExitCode> {
-    let uid = PodUid::new(args.uid.as_str()).with_context(|| format!("pod uid {:?}", args.uid))?;
-    anyhow::ensure!(
-        args.timeout <= MAX_WAIT_SECS,
-        "--timeout {}: at most {MAX_WAIT_SECS} seconds",
-        args.timeout
-    );
-    let wait = Duration::from_secs(args.timeout);
+    let (uid, wait) = pod_and_wait(&args.uid, args.timeout)?;
     if args.unmounted {
         return wait_unmounted(&args, &uid, wait);
     }
