@@ -26,9 +26,7 @@
 mod support;
 
 use std::fs;
-use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -104,18 +102,8 @@ spec:
 
 /// One GET over the daemon's unix socket: (status, body).
 fn unix_get(journal: &Path, path: &str, timeout: Duration) -> (u16, String) {
-    let mut s = UnixStream::connect(journal.join("api.sock")).unwrap();
-    s.set_read_timeout(Some(timeout)).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    support::daemon::unix_get(&journal.join("api.sock"), path, timeout)
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 /// One GET on the daemon's TCP listener with a long bound: (status, body).

@@ -24,8 +24,7 @@ mod support;
 
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{Read as _, Write as _};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -71,18 +70,8 @@ spec:
 
 /// One GET over the daemon's unix socket: (status, body).
 fn unix_get(journal: &Path, path: &str) -> (u16, String) {
-    let mut s = UnixStream::connect(journal.join("api.sock")).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    support::daemon::unix_get(&journal.join("api.sock"), path, Duration::from_secs(90))
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 fn ask(env: &Env) -> Value {
