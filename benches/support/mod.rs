@@ -151,6 +151,8 @@ pub fn extra_args() -> Vec<String> {
 pub struct Daemon {
     child: Child,
     addr: String,
+    /// `<journal-dir>/api.sock`, where everything but the probes is served
+    socket: PathBuf,
     log: PathBuf,
     root: PathBuf,
     /// when it was spawned, on the bench's clock and on the wall clock (the
@@ -210,6 +212,7 @@ impl Daemon {
         let mut d = Daemon {
             child,
             addr: String::new(),
+            socket: volumed::server::api_socket::path(journal),
             log,
             root: root.to_owned(),
             spawned,
@@ -253,8 +256,15 @@ impl Daemon {
         }
     }
 
+    /// One GET: the probes and `/metrics` on the TCP listener, everything
+    /// else on the socket (the TCP listener answers it 403).
     pub fn get(&self, path: &str) -> (u16, String) {
-        http_get(&self.addr, path)
+        let bare = path.split('?').next().unwrap_or_default();
+        if matches!(bare, "/healthz" | "/readyz" | "/metrics") {
+            return http_get(&self.addr, path);
+        }
+        crate::support::daemon::unix_get(&self.socket, path, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("GET {path} on {}: {e}", self.socket.display()))
     }
 
     /// Waits (asking every `poll`, at most `limit`) until `/readyz` says
