@@ -4,14 +4,14 @@
 //! runtime API's
 //! `/v1/pods/<uid>/volumes` ([`runtime_api`]).
 //!
-//! *Who may ask* ([`Scope`]): the TCP listener (`--listen`) serves only
+//! *Who may ask* (`Scope`): the TCP listener (`--listen`) serves only
 //! `/healthz`, `/readyz` and `/metrics`, as the kubelet serves only its
 //! health check unauthenticated; everything else is on the unix socket
 //! `<journal-dir>/api.sock` ([`api_socket`], mode 0600: root), and on TCP
 //! only on the lab listener `--debug-listen`. A TCP client is refused the
 //! node's pods and paths, and never holds one of the socket's long-poll
-//! slots (the debug listener has its own). `dump`, `health` and
-//! `reconstruct --dry-run` ask the socket through [`client`] when the
+//! slots (the debug listener has its own, the probes listener none).
+//! `dump`, `health` and `reconstruct --dry-run` ask the socket through [`client`] when the
 //! daemon holds the journal, checking [`daemon_file`] first; `wait-pod`
 //! asks through [`api_client`].
 //!
@@ -54,7 +54,7 @@ use crate::dump::DumpDoc;
 use crate::state::StateSnapshot;
 
 /// `volumed run`'s default `--listen` address, for the probes and the
-/// metrics alone ([`Scope::Probes`]). The DaemonSet's probes and the
+/// metrics alone (`Scope::Probes`). The DaemonSet's probes and the
 /// Grafana dashboard's scrape use it (`tests/deploy.rs` checks).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10264";
 /// The liveness endpoint: 200 while the server answers at all.
@@ -134,12 +134,12 @@ pub trait DebugProvider: Send + Sync {
 /// unix socket when there is one, and the debug listener when asked for.
 #[derive(Debug)]
 pub struct Listeners {
-    /// `--listen`: [`Scope::Probes`]
+    /// `--listen`: `Scope::Probes`
     pub tcp: TcpListener,
     /// `<journal-dir>/api.sock` (its file goes when `serve` returns):
-    /// [`Scope::Full`]
+    /// `Scope::Full`
     pub unix: Option<api_socket::ApiSocket>,
-    /// `--debug-listen`, a lab setting: [`Scope::Full`] over TCP, with
+    /// `--debug-listen`, a lab setting: `Scope::Full` over TCP, with
     /// long-poll slots of its own
     pub debug: Option<TcpListener>,
 }
@@ -155,23 +155,35 @@ impl From<TcpListener> for Listeners {
 }
 
 /// What a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+#[derive(Debug, Clone)]
+enum Scope {
     /// `/healthz`, `/readyz`, `/metrics`: what a probe or a scraper on the
-    /// node's network needs, and nothing about its pods
+    /// node's network needs, and nothing about its pods; no long-poll
+    /// slots, as none of these waits
     Probes,
-    /// every endpoint
-    Full,
+    /// every endpoint, with the listener's own long-poll slots
+    Full(Arc<runtime_api::LongPolls>),
 }
 
 impl Scope {
     /// Whether a client of this scope may ask for `path`.
-    pub fn serves(self, path: &str) -> bool {
+    fn serves(&self, path: &str) -> bool {
         match self {
-            Scope::Full => true,
+            Scope::Full(_) => true,
             Scope::Probes => matches!(path, HEALTHZ | READYZ | METRICS),
         }
     }
+}
+
+/// The answer to `path` asked on a listener that does not serve it.
+fn not_served(path: &str) -> Resp {
+    text(
+        StatusCode::FORBIDDEN,
+        format!(
+            "{path} is not served on this listener: ask the unix socket <journal-dir>/{} (root only), or a daemon run with --debug-listen\n",
+            api_socket::API_SOCKET
+        ),
+    )
 }
 
 /// What went wrong, by step.
@@ -241,21 +253,20 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let (stop_polls, stopping) = tokio::sync::watch::channel(false);
     // The socket's slots are its own: no TCP client can take one.
-    let socket_polls = Arc::new(runtime_api::LongPolls::new(stopping.clone()));
-    let debug_polls = Arc::new(runtime_api::LongPolls::new(stopping.clone()));
-    let probe_polls = Arc::new(runtime_api::LongPolls::new(stopping));
+    let socket = Scope::Full(Arc::new(runtime_api::LongPolls::new(stopping.clone())));
+    let debug_scope = Scope::Full(Arc::new(runtime_api::LongPolls::new(stopping)));
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
             a = tcp.accept() => a.map(|(s, _)| {
-                spawn_conn(s, Scope::Probes, &provider, &probe_polls, &graceful);
+                spawn_conn(s, Scope::Probes, &provider, &graceful);
             }),
             a = accept_unix(unix.as_ref().map(|u| &u.listener)) => a.map(|s| {
-                spawn_conn(s, Scope::Full, &provider, &socket_polls, &graceful);
+                spawn_conn(s, socket.clone(), &provider, &graceful);
             }),
             a = accept_tcp(debug.as_ref()) => a.map(|s| {
-                spawn_conn(s, Scope::Full, &provider, &debug_polls, &graceful);
+                spawn_conn(s, debug_scope.clone(), &provider, &graceful);
             }),
         };
         if let Err(e) = accepted {
@@ -283,13 +294,12 @@ fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     scope: Scope,
     provider: &Arc<dyn DebugProvider>,
-    polls: &Arc<runtime_api::LongPolls>,
     graceful: &GracefulShutdown,
 ) {
-    let (provider, polls) = (Arc::clone(provider), Arc::clone(polls));
+    let provider = Arc::clone(provider);
     let service = service_fn(move |req| {
-        let (provider, polls) = (Arc::clone(&provider), Arc::clone(&polls));
-        async move { Ok::<_, Infallible>(route(provider, scope, &req, &polls).await) }
+        let (provider, scope) = (Arc::clone(&provider), scope.clone());
+        async move { Ok::<_, Infallible>(route(provider, &scope, &req).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -363,12 +373,7 @@ async fn blocking<T: Send + 'static>(
         })
 }
 
-async fn route(
-    provider: Arc<dyn DebugProvider>,
-    scope: Scope,
-    req: &Request<Incoming>,
-    polls: &runtime_api::LongPolls,
-) -> Resp {
+async fn route(provider: Arc<dyn DebugProvider>, scope: &Scope, req: &Request<Incoming>) -> Resp {
     let path = req.uri().path();
     let known = matches!(
         path,
@@ -385,13 +390,7 @@ async fn route(
         return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}\n"));
     }
     if !scope.serves(path) {
-        return text(
-            StatusCode::FORBIDDEN,
-            format!(
-                "{path} is not served on this listener: ask the unix socket <journal-dir>/{} (root only), or a daemon run with --debug-listen\n",
-                api_socket::API_SOCKET
-            ),
-        );
+        return not_served(path);
     }
     if req.method() != Method::GET {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
@@ -435,10 +434,13 @@ async fn route(
                     ),
                 })
         }
-        _ if runtime_api::is_container_mounts(path) => {
-            runtime_api::container_mounts(provider, req, polls).await
-        }
-        _ => runtime_api::pod_volumes(provider, req, polls).await,
+        _ => match scope {
+            Scope::Probes => Ok(not_served(path)),
+            Scope::Full(polls) if runtime_api::is_container_mounts(path) => {
+                runtime_api::container_mounts(provider, req, polls).await
+            }
+            Scope::Full(polls) => runtime_api::pod_volumes(provider, req, polls).await,
+        },
     };
     result.unwrap_or_else(|r| r)
 }
