@@ -482,7 +482,12 @@ fn the_tcp_listener_refuses_the_runtime_api_and_debug_which_the_socket_serves() 
         for path in ["/healthz", "/readyz", "/metrics"] {
             assert_eq!(tcp_get(&daemon, path, t).0, 200, "{path}");
         }
-        // the lab listener serves everything over TCP
+        // daemon.json names the lab listener; the lab listener serves
+        // everything over TCP
+        let file = volumed::server::daemon_file::DaemonFile::read(&env.journal)
+            .unwrap()
+            .unwrap();
+        assert_eq!(file.debug_listen, Some(debug.to_string()), "{file:?}");
         let (status, body) =
             volumed::server::client::get(debug, &format!("/v1/pods/{POD}/volumes"), t).unwrap();
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));

@@ -249,10 +249,12 @@ pub(crate) fn run(mut args: RunArgs) -> Result<()> {
             let (l, at) = rt.block_on(server::bind(addr)).context("--debug-listen")?;
             tracing::warn!(debug_listen = %at,
                 "every endpoint, the node's pods and paths included, is served without authentication on the debug listener: a lab setting");
-            Some(l)
+            Some((l, at))
         }
     };
-    let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot);
+    let daemon = DaemonFile::for_this_process(&bound.to_string(), &boot)
+        .with_debug_listen(debug.as_ref().map(|(_, at)| at.to_string()));
+    let debug = debug.map(|(l, _)| l);
     daemon.write(&journal_dir)?;
     let provider = volumes.provider();
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -570,6 +570,7 @@ mod tests {
             boot_id: "b".to_owned(),
             version: "0".to_owned(),
             started_ns: 1,
+            debug_listen: None,
         };
         f.write(dir.path()).unwrap();
         let e = ask_daemon(dir.path(), "b", None, DEFAULT_TIMEOUT).unwrap_err();

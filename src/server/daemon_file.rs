@@ -34,6 +34,10 @@ pub struct DaemonFile {
     pub version: String,
     /// when it started, ns since the Unix epoch
     pub started_ns: u64,
+    /// the lab listener `--debug-listen`, as bound, when there is one
+    /// (left out otherwise, so older readers see the file they know)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_listen: Option<String>,
 }
 
 /// What went wrong, by step, with the path.
@@ -122,6 +126,16 @@ impl DaemonFile {
             boot_id: boot_id.to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             started_ns: crate::journal::now_ns(),
+            debug_listen: None,
+        }
+    }
+
+    /// The same, saying the lab listener `--debug-listen` is bound at
+    /// `debug` too.
+    pub fn with_debug_listen(self, debug: Option<String>) -> Self {
+        Self {
+            debug_listen: debug,
+            ..self
         }
     }
 
@@ -227,6 +241,7 @@ mod tests {
             boot_id: "b-1".to_owned(),
             version: "0.1.0".to_owned(),
             started_ns: 42,
+            debug_listen: None,
         }
     }
 
