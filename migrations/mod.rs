@@ -3,8 +3,9 @@
 //!
 //! Format v1 was the first released format; v2 adds the CSI arguments to
 //! every target; v3 adds a payload volume's hash and object versions; v4
-//! (the current one, documented in `docs/journal-format.md`) moves the
-//! checkpoint out of sled into its own file. To
+//! moves the checkpoint out of sled into its own file; v5 (the current
+//! one, documented in `docs/journal-format.md`) adds subPath binds: two
+//! operations, one record body, and the checkpoint's list of binds. To
 //! change the format: bump `journal::SCHEMA_VERSION`, add a `Step` from
 //! the old version whose `run` rewrites the old trees into the new layout
 //! (re-encoding every value; it must be idempotent, since a crash can cut it
@@ -41,6 +42,11 @@ pub const STEPS: &[Step] = &[
         from: 3,
         to: 4,
         run: v3_to_v4,
+    },
+    Step {
+        from: 4,
+        to: 5,
+        run: v4_to_v5,
     },
 ];
 
@@ -95,6 +101,55 @@ fn v3_to_v4(db: &sled::Db, dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("transaction: {e:?}"))?;
     db.flush().map_err(|e| err("flush", &e))?;
     Ok(())
+}
+
+/// v4 → v5: records are unchanged (v5 only adds an operation pair and a
+/// body, which no v4 record holds); the checkpoint file is re-sealed as
+/// v5, v4's fields followed by no subPath binds, durably (temp file,
+/// fsync, rename, dir fsync); `migrate` records schema 5 after. Cut
+/// short, the step runs again: a v5 checkpoint reads as v4's fields with
+/// bytes after them (bincode leaves trailing bytes), and is written again
+/// the same. A damaged checkpoint is left as it is, for the open to
+/// refuse it as before.
+fn v4_to_v5(db: &sled::Db, dir: &Path) -> Result<(), String> {
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    let Some(value) = super::checkpoint_file::read(dir).map_err(|e| err("checkpoint", &e))? else {
+        return Ok(());
+    };
+    let meta = db.open_tree("meta").map_err(|e| err("meta", &e))?;
+    let id = meta
+        .get("journal_id")
+        .map_err(|e| err("meta", &e))?
+        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map(u64::from_le_bytes)
+        .ok_or("meta journal_id is missing")?;
+    if let Some(v5) = checkpoint_v4_to_v5(id, &value) {
+        super::checkpoint_file::write(dir, &v5).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The v4 checkpoint envelope re-sealed as v5, or `None` when it does not
+/// open as v4. The step's pure part.
+pub fn checkpoint_v4_to_v5(id: u64, value: &[u8]) -> Option<Vec<u8>> {
+    use super::envelope::{self, Kind};
+    use super::record::{self, CheckpointV3, CheckpointV5};
+
+    let seq = envelope::claimed_seq(value).unwrap_or(0);
+    let payload = envelope::open(id, Kind::Checkpoint, seq, value).ok()?;
+    let v4: CheckpointV3 = record::decode(payload).ok()?;
+    let v5 = CheckpointV5 {
+        through_seq: v4.through_seq,
+        wall_time_ns: v4.wall_time_ns,
+        entries: v4.entries,
+        subpaths: Vec::new(),
+    };
+    Some(envelope::seal(
+        id,
+        Kind::Checkpoint,
+        seq,
+        &record::encode(&v5),
+    ))
 }
 
 /// Re-seals every record, quarantined record and the checkpoint through

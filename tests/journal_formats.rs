@@ -5,8 +5,10 @@
 //! a CSI target's arguments), `fixtures/journal/v3/journal` one written by
 //! format v3 (which adds a payload volume's hash and object versions),
 //! `fixtures/journal/v4/journal` one written by format v4 (the checkpoint in
-//! its own file, `checkpoint`, instead of sled's `checkpoint` tree). The
-//! current build opens all four here: the older ones through `migrations/`
+//! its own file, `checkpoint`, instead of sled's `checkpoint` tree),
+//! `fixtures/journal/v5/journal` one written by format v5 (subPath binds, in
+//! the records and in the checkpoint). The current build opens all five
+//! here: the older ones through `migrations/`
 //! (and, for an inspection, as they are, unchanged). Each
 //! `record-golden.hex` pins the exact bytes of one record envelope of its
 //! format, so an accidental encoding change fails loudly.
@@ -24,8 +26,8 @@ use volumed::journal::record::{self, RecordV1, RecordV2, RecordV3};
 use volumed::journal::{Body, Journal, JournalConfig, OpResult, Record};
 use volumed::model::{
     AccessMode, CsiLifecycle, CsiParams, DevId, MountIdentity, MountState, ObjectVersion,
-    Operation, PayloadVersion, PluginName, PodUid, SeLinuxContext, SecretRef, Steps, TargetKind,
-    TargetParams, TargetRef, UniqueVolumeName,
+    Operation, PayloadVersion, PluginName, PodUid, SeLinuxContext, SecretRef, Steps, SubpathBind,
+    SubpathKey, TargetKind, TargetParams, TargetRef, UniqueVolumeName,
 };
 
 const BOOT: &str = "0b0b0b0b-1111-2222-3333-444444444444";
@@ -45,6 +47,19 @@ fn fixture_v3_dir() -> PathBuf {
 
 fn fixture_v4_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v4")
+}
+
+fn fixture_v5_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v5")
+}
+
+/// A subPath bind of pod-a's volume, for container `container`.
+fn subpath_bind(container: &str, index: u32) -> SubpathBind {
+    SubpathBind {
+        key: SubpathKey::new(PodUid::new("pod-a").unwrap(), "data", container, index).unwrap(),
+        volume: UniqueVolumeName::from_raw(VOLUME),
+        sub_path: format!("logs/{container}"),
+    }
 }
 
 const SECRET_VOLUME: &str = "kubernetes.io/secret/pod-d-creds";
@@ -160,7 +175,9 @@ fn observed() -> MountIdentity {
 /// finished), a checkpoint in the middle, then a TearDown intent with no
 /// outcome; the v2 fixture then adds a CSI SetUp, done, after the checkpoint,
 /// and the v3 fixture a secret volume's SetUp, done. The v4 fixture holds
-/// the same records as v3's (only where the checkpoint lives changed).
+/// the same records as v3's (only where the checkpoint lives changed). The
+/// v5 fixture adds a subPath bind, done, before the checkpoint, and after
+/// it another bind, done, and an unbind of the first with no outcome.
 fn write_current(dir: &Path) {
     let (j, _) = Journal::open(&JournalConfig::new(dir, "fixture-node", BOOT)).unwrap();
     let f = j
@@ -203,6 +220,19 @@ fn write_current(dir: &Path) {
         op: Operation::SetUp,
         result: OpResult::Success,
         observed: Some(observed()),
+    })
+    .unwrap();
+    let s = j
+        .append_record(Body::SubpathIntent {
+            op: Operation::BindSubpath,
+            bind: subpath_bind("app", 0),
+        })
+        .unwrap();
+    j.append_record(Body::Outcome {
+        intent_seq: s,
+        op: Operation::BindSubpath,
+        result: OpResult::Success,
+        observed: None,
     })
     .unwrap();
     j.checkpoint().unwrap();
@@ -252,6 +282,24 @@ fn write_current(dir: &Path) {
         op: Operation::SetUp,
         result: OpResult::Success,
         observed: None,
+    })
+    .unwrap();
+    let t = j
+        .append_record(Body::SubpathIntent {
+            op: Operation::BindSubpath,
+            bind: subpath_bind("sidecar", 1),
+        })
+        .unwrap();
+    j.append_record(Body::Outcome {
+        intent_seq: t,
+        op: Operation::BindSubpath,
+        result: OpResult::Success,
+        observed: None,
+    })
+    .unwrap();
+    j.append_record(Body::SubpathIntent {
+        op: Operation::UnbindSubpath,
+        bind: subpath_bind("app", 0),
     })
     .unwrap();
     j.close().unwrap();
@@ -313,6 +361,21 @@ fn golden_v3_hex() -> String {
     hex(&record::encode(&RecordV3::from(&golden_v3_record())))
 }
 
+/// Format v5's new body: a subPath bind's intent.
+fn golden_v5_record() -> Record {
+    Record {
+        body: Body::SubpathIntent {
+            op: Operation::BindSubpath,
+            bind: subpath_bind("app", 0),
+        },
+        ..golden_record()
+    }
+}
+
+fn golden_v5_hex() -> String {
+    hex(&record::encode(&RecordV3::from(&golden_v5_record())))
+}
+
 fn unhex(s: &str) -> Vec<u8> {
     let s = s.trim();
     (0..s.len())
@@ -350,7 +413,7 @@ fn write_fixtures_when_asked() {
     if std::env::var_os("VOLUMED_WRITE_JOURNAL_FIXTURE").is_none() {
         return;
     }
-    let dir = fixture_v4_dir();
+    let dir = fixture_v5_dir();
     let _ = std::fs::remove_dir_all(dir.join("journal"));
     write_current(&dir.join("journal"));
     // what a start needs, as the older fixtures keep it: sled's snapshot
@@ -369,7 +432,7 @@ fn write_fixtures_when_asked() {
             std::fs::remove_dir(p).unwrap();
         }
     }
-    std::fs::write(dir.join("record-golden.hex"), golden_v3_hex() + "\n").unwrap();
+    std::fs::write(dir.join("record-golden.hex"), golden_v5_hex() + "\n").unwrap();
 }
 
 #[test]
@@ -596,26 +659,70 @@ fn the_v4_journal_opens_with_its_checkpoint_file() {
     let (j, replay) = Journal::open(&JournalConfig::inspect(&copy, BOOT)).unwrap();
     assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
     assert_eq!(replay.schema_version, 4);
-    drop(j);
+    let inspected = j.into_state();
+    assert_eq!(
+        std::fs::read(copy.join(volumed::journal::CHECKPOINT_FILE)).unwrap(),
+        before,
+        "an inspection changes nothing"
+    );
     let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
     assert!(replay.corruption.is_none());
-    assert_eq!(replay.schema_version, 4);
+    assert_eq!(replay.schema_version, SCHEMA_VERSION, "migrated");
     assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
     assert_eq!(replay.tail.len(), 7);
     let state = j.state();
+    assert_eq!(state, inspected, "v4 → v5 changes no state");
+    assert_eq!(state.subpaths().count(), 0);
     let secret = state
         .entries()
         .find(|(k, _)| k.volume.as_str() == SECRET_VOLUME)
         .expect("the secret target")
         .1;
     assert_eq!(*secret.params, secret_pod("pod-d"));
-    assert_eq!(
-        std::fs::read(copy.join(volumed::journal::CHECKPOINT_FILE)).unwrap(),
-        before
-    );
     // The v4 records are v3's.
     let want = std::fs::read_to_string(fixture_v4_dir().join("record-golden.hex")).unwrap();
     assert_eq!(golden_v3_hex(), want.trim());
+}
+
+#[test]
+fn the_v5_journal_opens_with_its_subpath_binds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v5_dir().join("journal"), &copy);
+    let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+    assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+    assert_eq!(replay.schema_version, 5);
+    // the first bind came from the checkpoint, the second from the tail
+    assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(8));
+    let state = j.state();
+    let binds: Vec<(String, MountState, bool)> = state
+        .subpaths()
+        .map(|e| {
+            (
+                e.bind.key.container.clone(),
+                e.state,
+                e.pending
+                    .as_ref()
+                    .is_some_and(|(op, _, _)| *op == Operation::UnbindSubpath),
+            )
+        })
+        .collect();
+    assert_eq!(
+        binds,
+        vec![
+            ("app".into(), MountState::Mounted, true),
+            ("sidecar".into(), MountState::Mounted, false),
+        ]
+    );
+    assert_eq!(
+        state.subpaths().next().unwrap().bind,
+        subpath_bind("app", 0)
+    );
+    let want = std::fs::read_to_string(fixture_v5_dir().join("record-golden.hex")).unwrap();
+    assert_eq!(golden_v5_hex(), want.trim());
+    let payload = unhex(&want);
+    let opened = record::open_record(GOLDEN_JOURNAL_ID, 42, &payload).unwrap();
+    assert_eq!(opened, golden_v5_record());
 }
 
 #[test]
@@ -641,16 +748,19 @@ fn a_v3_journal_migrated_then_checkpointed_reopens_to_the_same_state() {
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join("journal");
     copy_dir(&fixture_v3_dir().join("journal"), &copy);
-    let v3_checkpoint = sled_checkpoint(&copy).expect("the v3 fixture has a checkpoint");
+    assert!(
+        sled_checkpoint(&copy).is_some(),
+        "the v3 fixture has a checkpoint"
+    );
+    let inspected = Journal::open(&JournalConfig::inspect(&copy, BOOT))
+        .unwrap()
+        .0
+        .into_state();
     let cfg = JournalConfig::new(&copy, "n", BOOT);
     let (j, replay) = Journal::open(&cfg).unwrap();
     assert_eq!(replay.schema_version, SCHEMA_VERSION);
     assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(6));
-    assert_eq!(
-        std::fs::read(copy.join(volumed::journal::CHECKPOINT_FILE)).unwrap(),
-        v3_checkpoint,
-        "the migration moves the envelope byte for byte"
-    );
+    assert_eq!(j.state(), inspected, "the migrations change no state");
     let migrated = j.state();
     let last = replay.tail.last().unwrap().seq;
     let report = j.checkpoint().unwrap();

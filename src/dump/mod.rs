@@ -15,7 +15,7 @@ mod damage;
 pub use damage::{DamageJson, LostTailJson, MovedAsideJson};
 
 use crate::journal::{Body, Entry, JournalState, OpResult, Record, Replay};
-use crate::model::{MountState, TargetParams, TargetRef, UniqueVolumeName};
+use crate::model::{MountState, SubpathBind, TargetParams, TargetRef, UniqueVolumeName};
 use crate::state::{DeviceSnapshot, PodSnapshot, SeLinuxState, StateSnapshot, VolumeSnapshot};
 
 /// The `dump --format json` document. Deserialize too: `dump` reads it back
@@ -39,6 +39,46 @@ pub struct DumpDoc {
     /// what the journal keeps aside; absent when nothing
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal_damage: Option<DamageJson>,
+    /// the subPath binds the journal knows (schema 5 on); absent when none
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subpaths: Vec<SubpathJson>,
+}
+
+/// One subPath bind, in a record or in the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubpathJson {
+    /// the pod volume (`volumeMounts[].name`)
+    pub name: String,
+    /// the container
+    pub container: String,
+    /// the mount's index in the container's `volumeMounts`
+    pub index: u32,
+    /// the subpath bound, relative to the volume (empty: found on the host
+    /// with no record naming it)
+    pub sub_path: String,
+    /// its state (in the state part only; a pending bind is `uncertain`)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<MountState>,
+    /// the volume (in the state part only)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// the pod (in the state part only)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+}
+
+impl SubpathJson {
+    fn of(b: &SubpathBind) -> Self {
+        SubpathJson {
+            name: b.key.name.clone(),
+            container: b.key.container.clone(),
+            index: b.key.index,
+            sub_path: b.sub_path.clone(),
+            state: None,
+            volume: None,
+            pod_uid: None,
+        }
+    }
 }
 
 /// The checkpoint in the dump.
@@ -93,6 +133,9 @@ pub struct RecordJson {
     pub pod_uid: Option<String>,
     /// the parameters, for intents and reconstructed records
     pub params: Option<ParamsJson>,
+    /// the bind, for a subPath operation's intent
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subpath: Option<SubpathJson>,
 }
 
 /// Target parameters in the dump.
@@ -164,6 +207,7 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
         volume: None,
         pod_uid: None,
         params: None,
+        subpath: None,
     };
     match &r.body {
         Body::Intent { op, steps, target } => {
@@ -218,8 +262,29 @@ fn record_json(r: &Record, intents: &HashMap<u64, (String, Option<String>)>) -> 
             j.volume = Some(volume.as_str().to_owned());
             j.pod_uid = pod_of(target);
         }
+        Body::SubpathIntent { op, bind } => {
+            j.op = Some(op.as_str().to_owned());
+            j.steps = Some("single".to_owned());
+            j.volume = Some(bind.volume.as_str().to_owned());
+            j.pod_uid = Some(bind.key.pod.as_str().to_owned());
+            j.subpath = Some(SubpathJson::of(bind));
+        }
     }
     j
+}
+
+/// The subPath binds of the state, of volume `only` when given.
+fn subpaths_json(state: &JournalState, only: Option<&UniqueVolumeName>) -> Vec<SubpathJson> {
+    state
+        .subpaths()
+        .filter(|e| only.is_none_or(|v| *v == e.bind.volume))
+        .map(|e| SubpathJson {
+            state: Some(e.reported_state()),
+            volume: Some(e.bind.volume.as_str().to_owned()),
+            pod_uid: Some(e.bind.key.pod.as_str().to_owned()),
+            ..SubpathJson::of(&e.bind)
+        })
+        .collect()
 }
 
 fn selinux_of(e: &Entry) -> SeLinuxState {
@@ -294,12 +359,35 @@ pub fn document(
             );
         }
     }
-    for r in &replay.tail {
-        if let Body::Intent { target, .. } = &r.body {
+    for e in state.subpaths() {
+        if let Some((_, seq, bind)) = &e.pending {
             intents.insert(
-                r.seq,
-                (target.volume.as_str().to_owned(), pod_of(&target.target)),
+                *seq,
+                (
+                    bind.volume.as_str().to_owned(),
+                    Some(bind.key.pod.as_str().to_owned()),
+                ),
             );
+        }
+    }
+    for r in &replay.tail {
+        match &r.body {
+            Body::Intent { target, .. } => {
+                intents.insert(
+                    r.seq,
+                    (target.volume.as_str().to_owned(), pod_of(&target.target)),
+                );
+            }
+            Body::SubpathIntent { bind, .. } => {
+                intents.insert(
+                    r.seq,
+                    (
+                        bind.volume.as_str().to_owned(),
+                        Some(bind.key.pod.as_str().to_owned()),
+                    ),
+                );
+            }
+            _ => {}
         }
     }
     let records = replay
@@ -324,6 +412,7 @@ pub fn document(
         records,
         state: journal_snapshot(state, only),
         journal_damage: DamageJson::of(&replay.damage),
+        subpaths: subpaths_json(state, only),
     }
 }
 
@@ -382,9 +471,13 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
         "SEQ", "TIME", "TYPE", "OP", "VOLUME", "POD", "DETAIL",
     ])];
     for r in &doc.records {
-        let detail = match r.kind.as_str() {
-            "intent" => format!("{} step", r.steps.as_deref().unwrap_or("?")),
-            "outcome" => format!(
+        let detail = match (r.kind.as_str(), &r.subpath) {
+            ("intent", Some(b)) => format!(
+                "container {} mount {} ({}) subPath {:?}",
+                b.container, b.index, b.name, b.sub_path
+            ),
+            ("intent", None) => format!("{} step", r.steps.as_deref().unwrap_or("?")),
+            ("outcome", _) => format!(
                 "intent {} {}{}",
                 r.intent_seq.unwrap_or(0),
                 r.result.as_deref().unwrap_or("?"),
@@ -393,7 +486,7 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default()
             ),
-            "reconstructed" => format!(
+            ("reconstructed", _) => format!(
                 "{} ({})",
                 r.state.map_or("?", MountState::as_str),
                 opt(&r.reason)
@@ -443,6 +536,28 @@ pub fn render_table(doc: &DumpDoc, dir: &Path) -> String {
         }
     }
     out.push_str(&columns(&rows));
+    if !doc.subpaths.is_empty() {
+        let _ = writeln!(out, "\nsubPath binds ({}):", doc.subpaths.len());
+        let mut rows = vec![cells([
+            "VOLUME",
+            "POD",
+            "CONTAINER",
+            "MOUNT",
+            "STATE",
+            "SUBPATH",
+        ])];
+        for b in &doc.subpaths {
+            rows.push(vec![
+                opt(&b.volume).to_owned(),
+                opt(&b.pod_uid).to_owned(),
+                b.container.clone(),
+                format!("{} ({})", b.index, b.name),
+                b.state.map_or("?", MountState::as_str).to_owned(),
+                format!("{:?}", b.sub_path),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
     out
 }
 
@@ -653,6 +768,56 @@ mod tests {
             }
         }
         assert!(t.contains(uid), "{t}");
+    }
+
+    #[test]
+    fn subpath_binds_show_in_the_records_the_state_and_the_table() {
+        let bind = SubpathBind {
+            key: crate::model::SubpathKey::new(PodUid::new("pod-a").unwrap(), "data", "app", 1)
+                .unwrap(),
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            sub_path: "logs".into(),
+        };
+        let rec = |seq, body| Record {
+            seq,
+            wall_time_ns: seq,
+            boot_id: "b".into(),
+            body,
+        };
+        let r = replay(vec![
+            rec(
+                1,
+                Body::SubpathIntent {
+                    op: Operation::BindSubpath,
+                    bind: bind.clone(),
+                },
+            ),
+            rec(
+                2,
+                Body::Outcome {
+                    intent_seq: 1,
+                    op: Operation::BindSubpath,
+                    result: OpResult::Success,
+                    observed: None,
+                },
+            ),
+        ]);
+        let doc = doc_of(&r, "b", None);
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["records"][0]["op"], "bind_subpath");
+        assert_eq!(v["records"][0]["subpath"]["container"], "app");
+        assert_eq!(v["records"][0]["subpath"]["sub_path"], "logs");
+        // the outcome names its intent's volume and pod
+        assert_eq!(v["records"][1]["pod_uid"], "pod-a");
+        assert_eq!(v["subpaths"][0]["state"], "mounted");
+        assert_eq!(v["subpaths"][0]["index"], 1);
+        assert_eq!(v["state"]["volumes"], serde_json::json!([]), "not a target");
+        let table = render_table(&doc, Path::new("/j"));
+        assert!(table.contains("subPath binds (1):"), "{table}");
+        assert!(table.contains("container app mount 1 (data)"), "{table}");
+        // filtered to another volume: none
+        let other = UniqueVolumeName::from_raw("x");
+        assert!(doc_of(&r, "b", Some(&other)).subpaths.is_empty());
     }
 
     #[test]

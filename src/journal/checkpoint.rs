@@ -7,7 +7,7 @@ use std::path::Path;
 use super::checkpoint_file;
 use super::envelope::{self, Kind};
 use super::open::{self, Corruption, Replay};
-use super::record::{self, CheckpointV3};
+use super::record::{self, CheckpointV5};
 use super::{Journal, JournalError, SCHEMA_VERSION, now_ns};
 
 /// What a checkpoint did.
@@ -34,7 +34,7 @@ impl Journal {
             .unwrap_or_else(|p| p.into_inner());
         let (ck, through) = {
             let w = self.writer();
-            (CheckpointV3::of(&w.state, now_ns()), w.state.last_seq())
+            (CheckpointV5::of(&w.state, now_ns()), w.state.last_seq())
         };
         let write_err = |what, cause| JournalError::Write {
             what,

@@ -94,7 +94,7 @@ pub use error::{Category, JournalError, environmental, errno_name};
 pub use held::{NotOpened, Opened};
 pub use open::{CheckpointInfo, Corruption, Replay};
 pub use ops::{Announced, Decided, DurableIntent, Permit};
-pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, TargetKey};
+pub use replay::{Body, Entry, JournalState, OpResult, Pending, Record, SubpathEntry, TargetKey};
 
 use commit::GroupCommit;
 use envelope::Kind;
@@ -103,7 +103,7 @@ use recover::{Store, WriteErrors};
 use watermark::{Acked, Watermark};
 
 /// The journal layout version this build writes (`meta/schema_version`).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// What to do with a journal that cannot be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,13 +16,18 @@
 //! | outcome uncertain failure | state = uncertain |
 //! | reconstructed | state, params and observation as decided |
 //! | forget | the target is no longer tracked |
+//!
+//! SubPath binds are kept beside the targets, one entry per bind
+//! ([`SubpathKey`]), by the same intent and outcome rules: a bind's
+//! success makes it mounted, an unbind's success drops it, a final failure
+//! leaves the state before, an uncertain one makes it uncertain.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::model::{
-    MountIdentity, MountState, Operation, SharedParams, SharedStr, Steps, TargetParams, TargetRef,
-    UniqueVolumeName,
+    MountIdentity, MountState, Operation, PodUid, SharedParams, SharedStr, Steps, SubpathBind,
+    SubpathKey, TargetParams, TargetRef, UniqueVolumeName,
 };
 
 /// A record with model types (decoded from `record::RecordV2`).
@@ -80,6 +85,14 @@ pub enum Body {
         volume: UniqueVolumeName,
         /// which target
         target: TargetRef,
+    },
+    /// A subPath bind or unbind is about to touch the OS (its outcome is
+    /// an [`Body::Outcome`] naming this record).
+    SubpathIntent {
+        /// [`Operation::BindSubpath`] or [`Operation::UnbindSubpath`]
+        op: Operation,
+        /// the bind
+        bind: SubpathBind,
     },
 }
 
@@ -168,6 +181,30 @@ impl Entry {
     }
 }
 
+/// What the journal knows of one subPath bind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubpathEntry {
+    /// the bind, as its last settled operation named it
+    pub bind: SubpathBind,
+    /// last settled state
+    pub state: MountState,
+    /// a bind or unbind begun and not finished, with its intent's sequence
+    /// number and the bind it named
+    pub pending: Option<(Operation, u64, SubpathBind)>,
+    /// sequence number of the last record about this bind
+    pub last_seq: u64,
+}
+
+impl SubpathEntry {
+    /// The state `dump` reports: a pending operation makes it uncertain.
+    pub fn reported_state(&self) -> MountState {
+        match self.pending {
+            Some(_) => MountState::Uncertain,
+            None => self.state,
+        }
+    }
+}
+
 /// Something in the records that should not happen; replay goes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Anomaly {
@@ -189,6 +226,10 @@ pub struct JournalState {
     anomalies: Vec<Anomaly>,
     /// the boot id entries last got, shared by the next ones with the same
     boot: Option<Arc<String>>,
+    /// subPath binds, by key (few: only containers with a subPath have any)
+    subpaths: BTreeMap<SubpathKey, SubpathEntry>,
+    /// pending subPath intents, by sequence number
+    subpath_pending: BTreeMap<u64, SubpathKey>,
 }
 
 impl PartialEq for JournalState {
@@ -196,6 +237,7 @@ impl PartialEq for JournalState {
         self.entries == other.entries
             && self.pending_by_seq == other.pending_by_seq
             && self.last_seq == other.last_seq
+            && self.subpaths == other.subpaths
     }
 }
 
@@ -226,6 +268,57 @@ impl JournalState {
         s.entries = entries;
         s.pending_by_seq = pending_by_seq;
         s
+    }
+
+    /// The same state with these subPath binds (a checkpoint's).
+    pub fn with_subpaths(mut self, binds: impl IntoIterator<Item = SubpathEntry>) -> Self {
+        for e in binds {
+            if let Some((_, seq, _)) = &e.pending {
+                self.subpath_pending.insert(*seq, e.bind.key.clone());
+            }
+            self.subpaths.insert(e.bind.key.clone(), e);
+        }
+        self
+    }
+
+    /// Every subPath bind the journal knows, in key order.
+    pub fn subpaths(&self) -> impl Iterator<Item = &SubpathEntry> {
+        self.subpaths.values()
+    }
+
+    /// The subPath binds of pod volume `name` of pod `pod`.
+    pub fn subpaths_of<'a>(
+        &'a self,
+        pod: &'a PodUid,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a SubpathEntry> + 'a {
+        let from = SubpathKey {
+            pod: pod.clone(),
+            name: name.to_owned(),
+            container: String::new(),
+            index: 0,
+        };
+        self.subpaths
+            .range(from..)
+            .take_while(move |(k, _)| k.pod == *pod && k.name == name)
+            .map(|(_, e)| e)
+    }
+
+    /// Every subPath bind of pod `pod`.
+    pub fn subpaths_of_pod<'a>(
+        &'a self,
+        pod: &'a PodUid,
+    ) -> impl Iterator<Item = &'a SubpathEntry> + 'a {
+        let from = SubpathKey {
+            pod: pod.clone(),
+            name: String::new(),
+            container: String::new(),
+            index: 0,
+        };
+        self.subpaths
+            .range(from..)
+            .take_while(move |(k, _)| k.pod == *pod)
+            .map(|(_, e)| e)
     }
 
     /// Every tracked target, in key order (volume, then device before pods).
@@ -314,7 +407,64 @@ impl JournalState {
                     None => self.anomaly(rec.seq, "forget of a target that is not tracked"),
                 }
             }
+            Body::SubpathIntent { op, bind } => self.apply_subpath_intent(rec.seq, *op, bind),
         }
+    }
+
+    fn apply_subpath_intent(&mut self, seq: u64, op: Operation, bind: &SubpathBind) {
+        let entry = self
+            .subpaths
+            .entry(bind.key.clone())
+            .or_insert_with(|| SubpathEntry {
+                bind: bind.clone(),
+                state: MountState::NotMounted,
+                pending: None,
+                last_seq: seq,
+            });
+        let superseded = entry.pending.take().map(|(_, old, _)| old);
+        if superseded.is_some() {
+            entry.state = MountState::Uncertain;
+        }
+        entry.pending = Some((op, seq, bind.clone()));
+        entry.last_seq = seq;
+        if let Some(old) = superseded {
+            self.subpath_pending.remove(&old);
+            self.anomaly(
+                seq,
+                format!("subpath intent supersedes intent {old} that had no outcome"),
+            );
+        }
+        self.subpath_pending.insert(seq, bind.key.clone());
+    }
+
+    /// The outcome of a subPath intent; `false` when `intent_seq` is not
+    /// one.
+    fn apply_subpath_outcome(&mut self, seq: u64, intent_seq: u64, result: &OpResult) -> bool {
+        let Some(key) = self.subpath_pending.remove(&intent_seq) else {
+            return false;
+        };
+        let Some(entry) = self.subpaths.get_mut(&key) else {
+            return true;
+        };
+        let Some((op, _, bind)) = entry.pending.take() else {
+            return true;
+        };
+        entry.last_seq = seq;
+        match (result, op) {
+            (OpResult::Success, Operation::UnbindSubpath) => {
+                self.subpaths.remove(&key);
+            }
+            (OpResult::Success, _) => {
+                entry.state = MountState::Mounted;
+                entry.bind = bind;
+            }
+            (OpResult::FailedFinal(_), _) => {}
+            (OpResult::FailedUncertain(_), _) => {
+                entry.state = MountState::Uncertain;
+                entry.bind = bind;
+            }
+        }
+        true
     }
 
     /// `boot_id` as the `Arc` the entries before it share when equal, else
@@ -393,6 +543,9 @@ impl JournalState {
         result: &OpResult,
         observed: &Option<MountIdentity>,
     ) {
+        if op.is_subpath_op() && self.apply_subpath_outcome(rec.seq, intent_seq, result) {
+            return;
+        }
         let boot_id = self.intern_boot(&rec.boot_id);
         let Some(key) = self.pending_by_seq.remove(&intent_seq) else {
             self.anomaly(
@@ -658,5 +811,145 @@ mod tests {
             s.get(&dev_key).unwrap().reported_state(),
             MountState::Uncertain
         );
+    }
+
+    fn bind(index: u32, sub_path: &str) -> SubpathBind {
+        let pod = PodUid::new("p1").unwrap();
+        SubpathBind {
+            key: SubpathKey::new(pod, "data", "app", index).unwrap(),
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            sub_path: sub_path.to_owned(),
+        }
+    }
+
+    fn sub_intent(seq: u64, op: Operation, index: u32, sub_path: &str) -> Record {
+        rec(
+            seq,
+            Body::SubpathIntent {
+                op,
+                bind: bind(index, sub_path),
+            },
+        )
+    }
+
+    #[test]
+    fn subpath_replay_rules_table() {
+        use MountState::*;
+        use Operation::*;
+        let fail = || OpResult::FailedFinal("x".into());
+        let unsure = || OpResult::FailedUncertain("x".into());
+        // what the state says of bind 0 after the records: its reported
+        // state and subpath, or None when it is not tracked
+        type Row = (
+            &'static str,
+            Vec<Record>,
+            Option<(MountState, &'static str)>,
+        );
+        let table: Vec<Row> = vec![
+            (
+                "an intent alone is uncertain",
+                vec![sub_intent(1, BindSubpath, 0, "a")],
+                Some((Uncertain, "a")),
+            ),
+            (
+                "a bind's success mounts it",
+                vec![
+                    sub_intent(1, BindSubpath, 0, "a"),
+                    outcome(2, 1, BindSubpath, OpResult::Success),
+                ],
+                Some((Mounted, "a")),
+            ),
+            (
+                "a bind's final failure leaves it as before",
+                vec![
+                    sub_intent(1, BindSubpath, 0, "a"),
+                    outcome(2, 1, BindSubpath, fail()),
+                ],
+                Some((NotMounted, "a")),
+            ),
+            (
+                "an uncertain failure makes it uncertain with the new subpath",
+                vec![
+                    sub_intent(1, BindSubpath, 0, "a"),
+                    outcome(2, 1, BindSubpath, OpResult::Success),
+                    sub_intent(3, BindSubpath, 0, "b"),
+                    outcome(4, 3, BindSubpath, unsure()),
+                ],
+                Some((Uncertain, "b")),
+            ),
+            (
+                "an unbind's success forgets it",
+                vec![
+                    sub_intent(1, BindSubpath, 0, "a"),
+                    outcome(2, 1, BindSubpath, OpResult::Success),
+                    sub_intent(3, UnbindSubpath, 0, "a"),
+                    outcome(4, 3, UnbindSubpath, OpResult::Success),
+                ],
+                None,
+            ),
+            (
+                "an unbind's final failure keeps it mounted",
+                vec![
+                    sub_intent(1, BindSubpath, 0, "a"),
+                    outcome(2, 1, BindSubpath, OpResult::Success),
+                    sub_intent(3, UnbindSubpath, 0, "a"),
+                    outcome(4, 3, UnbindSubpath, fail()),
+                ],
+                Some((Mounted, "a")),
+            ),
+        ];
+        for (name, records, want) in table {
+            let mut s = JournalState::default();
+            for r in &records {
+                s.apply(r);
+            }
+            let pod = PodUid::new("p1").unwrap();
+            let got = s
+                .subpaths_of(&pod, "data")
+                .find(|e| e.bind.key.index == 0)
+                .map(|e| (e.reported_state(), e.bind.sub_path.clone()));
+            let want = want.map(|(st, sp)| (st, sp.to_owned()));
+            assert_eq!(got, want, "{name}");
+            assert!(s.anomalies().is_empty(), "{name}: {:?}", s.anomalies());
+            // a subpath never shows up as a target
+            assert_eq!(s.len(), 0, "{name}");
+        }
+    }
+
+    #[test]
+    fn subpaths_are_listed_by_pod_volume_and_by_pod_and_a_superseded_intent_is_an_anomaly() {
+        use Operation::*;
+        let mut s = JournalState::default();
+        let other = SubpathBind {
+            key: SubpathKey::new(PodUid::new("p2").unwrap(), "data", "app", 0).unwrap(),
+            ..bind(0, "x")
+        };
+        let records = [
+            sub_intent(1, BindSubpath, 0, "a"),
+            outcome(2, 1, BindSubpath, OpResult::Success),
+            sub_intent(3, BindSubpath, 1, "b"),
+            rec(
+                4,
+                Body::SubpathIntent {
+                    op: BindSubpath,
+                    bind: other,
+                },
+            ),
+            sub_intent(5, BindSubpath, 1, "c"),
+        ];
+        for r in &records {
+            s.apply(r);
+        }
+        let p1 = PodUid::new("p1").unwrap();
+        let idx: Vec<u32> = s
+            .subpaths_of(&p1, "data")
+            .map(|e| e.bind.key.index)
+            .collect();
+        assert_eq!(idx, vec![0, 1]);
+        assert_eq!(s.subpaths_of(&p1, "other").count(), 0);
+        assert_eq!(s.subpaths_of_pod(&p1).count(), 2);
+        assert_eq!(s.subpaths().count(), 3);
+        assert_eq!(s.anomalies().len(), 1, "{:?}", s.anomalies());
+        assert_eq!(s.anomalies()[0].seq, 5);
     }
 }

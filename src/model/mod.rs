@@ -19,6 +19,7 @@ mod params;
 mod payload;
 mod shared;
 mod spec;
+mod subpath;
 mod target;
 
 pub use container::{
@@ -46,4 +47,5 @@ pub use payload::{
 };
 pub use shared::{SharedPath, SharedStr};
 pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};
+pub use subpath::{SubpathBind, SubpathKey};
 pub use target::{MountState, Operation, Steps, TargetKind, TargetRef};

@@ -88,17 +88,26 @@ pub enum Operation {
     /// Giving a mounted pod target's files the pod's fsGroup (the walk
     /// after SetUp, `plugins/ownership.rs`); it leaves the state as it is.
     SetOwnership,
+    /// Binding one container's subPath of a mounted pod target
+    /// (`host::subpath`): acts on a [`super::SubpathBind`], never on the
+    /// volume's targets, whose state it leaves as it is.
+    BindSubpath,
+    /// Unmounting and removing a subPath bind, before its volume's
+    /// TearDown or for a pod that is gone.
+    UnbindSubpath,
 }
 
 impl Operation {
     /// Every operation.
-    pub const ALL: [Operation; 6] = [
+    pub const ALL: [Operation; 8] = [
         Operation::FormatDevice,
         Operation::MountDevice,
         Operation::SetUp,
         Operation::TearDown,
         Operation::UnmountDevice,
         Operation::SetOwnership,
+        Operation::BindSubpath,
+        Operation::UnbindSubpath,
     ];
     /// The snake_case name used in records, crash points and metrics.
     pub fn as_str(self) -> &'static str {
@@ -109,7 +118,13 @@ impl Operation {
             Operation::TearDown => "teardown",
             Operation::UnmountDevice => "unmount_device",
             Operation::SetOwnership => "set_ownership",
+            Operation::BindSubpath => "bind_subpath",
+            Operation::UnbindSubpath => "unbind_subpath",
         }
+    }
+    /// Whether the operation acts on a subPath bind, not on a target.
+    pub fn is_subpath_op(self) -> bool {
+        matches!(self, Operation::BindSubpath | Operation::UnbindSubpath)
     }
     /// Whether the operation acts on the device target.
     #[cfg(test)]
@@ -123,7 +138,10 @@ impl Operation {
     /// (formatting leaves the device unmounted).
     pub fn success_state(self) -> Option<MountState> {
         match self {
-            Operation::FormatDevice | Operation::SetOwnership => None,
+            Operation::FormatDevice
+            | Operation::SetOwnership
+            | Operation::BindSubpath
+            | Operation::UnbindSubpath => None,
             Operation::MountDevice | Operation::SetUp => Some(MountState::Mounted),
             Operation::TearDown | Operation::UnmountDevice => Some(MountState::NotMounted),
         }

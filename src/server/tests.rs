@@ -31,6 +31,7 @@ fn doc(boot: &str) -> DumpDoc {
         records: Vec::new(),
         state: StateSnapshot::default(),
         journal_damage: None,
+        subpaths: Vec::new(),
     }
 }
 

@@ -5,7 +5,7 @@
 //! of every entry before the model copied it again.
 //!
 //! These structs read the bytes [`CheckpointV3`](super::CheckpointV3)
-//! writes: the same fields in the same order, a `&[u8]` where it has a
+//! and [`CheckpointV5`](super::CheckpointV5) write: the same fields in the same order, a `&[u8]` where it has a
 //! `Vec<u8>` (bincode writes both as a length and the bytes). The owned
 //! targets convert through them too ([`TargetV1Ref::of`]), so the checks
 //! on the way in are written once.
@@ -222,14 +222,45 @@ struct CheckpointV3Ref<'a> {
     entries: Vec<EntryRef<'a>>,
 }
 
-/// A checkpoint of the current format: the state, its last sequence
-/// number, its wall time and its number of entries.
+/// [`super::CheckpointV5`], borrowed: v3's, then the subPath binds
+/// (owned: few).
+#[derive(Debug, Deserialize)]
+struct CheckpointV5Ref<'a> {
+    through_seq: u64,
+    wall_time_ns: u64,
+    #[serde(borrow)]
+    entries: Vec<EntryRef<'a>>,
+    subpaths: Vec<super::SubpathEntryV5>,
+}
+
+/// A checkpoint of format v3 or v4: the state, its last sequence number,
+/// its wall time and its number of entries.
 pub(super) fn decode_checkpoint_v3(
     payload: &[u8],
 ) -> Result<(JournalState, u64, u64, usize), RecordError> {
     let ck: CheckpointV3Ref<'_> =
         bincode::deserialize(payload).map_err(|e| RecordError::Decode(e.to_string()))?;
-    let n = ck.entries.len();
+    let state = state_of(ck.through_seq, &ck.entries)?;
+    Ok((state, ck.through_seq, ck.wall_time_ns, ck.entries.len()))
+}
+
+/// A checkpoint of the current format (v5), as [`decode_checkpoint_v3`].
+pub(super) fn decode_checkpoint_v5(
+    payload: &[u8],
+) -> Result<(JournalState, u64, u64, usize), RecordError> {
+    let ck: CheckpointV5Ref<'_> =
+        bincode::deserialize(payload).map_err(|e| RecordError::Decode(e.to_string()))?;
+    let binds = ck
+        .subpaths
+        .iter()
+        .map(super::convert::subpath_entry)
+        .collect::<Result<Vec<_>, _>>()?;
+    let state = state_of(ck.through_seq, &ck.entries)?.with_subpaths(binds);
+    Ok((state, ck.through_seq, ck.wall_time_ns, ck.entries.len()))
+}
+
+fn state_of(through_seq: u64, checkpointed: &[EntryRef<'_>]) -> Result<JournalState, RecordError> {
+    let n = checkpointed.len();
     let mut entries = Vec::with_capacity(n);
     // the spec name met last, shared by the next equal ones: a node's
     // volumes repeat a handful of pod volume names, and the state keeps
@@ -246,7 +277,7 @@ pub(super) fn decode_checkpoint_v3(
     };
     // the boot id met last, shared alike (one per boot the node has had)
     let mut boot = Arc::new(String::new());
-    for e in &ck.entries {
+    for e in checkpointed {
         if *boot != e.boot_id {
             boot = Arc::new(e.boot_id.to_owned());
         }
@@ -268,10 +299,5 @@ pub(super) fn decode_checkpoint_v3(
             e.reason,
         ));
     }
-    Ok((
-        JournalState::from_entries(ck.through_seq, entries),
-        ck.through_seq,
-        ck.wall_time_ns,
-        n,
-    ))
+    Ok(JournalState::from_entries(through_seq, entries))
 }

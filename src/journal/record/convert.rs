@@ -7,13 +7,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::super::replay::{Body, Entry, JournalState, OpResult, Pending, Record};
+use super::super::replay::{Body, Entry, JournalState, OpResult, Pending, Record, SubpathEntry};
 use super::borrowed::{IdentityRef, TargetV1Ref};
 use super::*;
 use crate::model::{
     AccessMode, CsiLifecycle, CsiParams, MountIdentity, MountState, Operation, PluginName, PodUid,
-    SecretRef, SharedParams, SharedStr, Steps, TargetKind, TargetParams, TargetRef,
-    UniqueVolumeName, check_component,
+    SecretRef, SharedParams, SharedStr, Steps, SubpathBind, SubpathKey, TargetKind, TargetParams,
+    TargetRef, UniqueVolumeName, check_component,
 };
 
 fn path_bytes(p: &Path) -> Vec<u8> {
@@ -29,6 +29,8 @@ impl From<Operation> for OpV1 {
             Operation::TearDown => OpV1::TearDown,
             Operation::UnmountDevice => OpV1::UnmountDevice,
             Operation::SetOwnership => OpV1::SetOwnership,
+            Operation::BindSubpath => OpV1::BindSubpath,
+            Operation::UnbindSubpath => OpV1::UnbindSubpath,
         }
     }
 }
@@ -42,6 +44,8 @@ impl From<OpV1> for Operation {
             OpV1::TearDown => Operation::TearDown,
             OpV1::UnmountDevice => Operation::UnmountDevice,
             OpV1::SetOwnership => Operation::SetOwnership,
+            OpV1::BindSubpath => Operation::BindSubpath,
+            OpV1::UnbindSubpath => Operation::UnbindSubpath,
         }
     }
 }
@@ -315,6 +319,10 @@ impl<T: TargetFormat> From<&Record> for RecordOf<T> {
                 volume: volume.as_str().to_owned(),
                 pod_uid: target.pod().map(|uid| uid.as_str().to_owned()),
             },
+            Body::SubpathIntent { op, bind } => BodyOf::SubpathIntent {
+                op: (*op).into(),
+                bind: SubpathV5::from(bind),
+            },
         };
         RecordOf {
             seq: r.seq,
@@ -377,6 +385,16 @@ impl<T: TargetFormat> TryFrom<&RecordOf<T>> for Record {
                     }
                 },
             },
+            BodyOf::SubpathIntent { op, bind } => {
+                let op = Operation::from(*op);
+                if !op.is_subpath_op() {
+                    return Err(field_err("op", op.as_str(), "not a subpath operation"));
+                }
+                Body::SubpathIntent {
+                    op,
+                    bind: SubpathBind::try_from(bind)?,
+                }
+            }
         };
         Ok(Record {
             seq: r.seq,
@@ -384,6 +402,79 @@ impl<T: TargetFormat> TryFrom<&RecordOf<T>> for Record {
             boot_id: r.boot_id.clone(),
             body,
         })
+    }
+}
+
+impl From<&SubpathBind> for SubpathV5 {
+    fn from(b: &SubpathBind) -> Self {
+        SubpathV5 {
+            pod_uid: b.key.pod.as_str().to_owned(),
+            name: b.key.name.clone(),
+            container: b.key.container.clone(),
+            index: b.key.index,
+            volume: b.volume.as_str().to_owned(),
+            sub_path: b.sub_path.clone(),
+        }
+    }
+}
+
+impl TryFrom<&SubpathV5> for SubpathBind {
+    type Error = RecordError;
+    fn try_from(b: &SubpathV5) -> Result<Self, RecordError> {
+        let pod = PodUid::new(&b.pod_uid).map_err(|e| field_err("pod_uid", &b.pod_uid, e))?;
+        let key = SubpathKey::new(pod, &b.name, &b.container, b.index)
+            .map_err(|e| field_err("subpath", &format!("{}/{}", b.name, b.container), e))?;
+        Ok(SubpathBind {
+            key,
+            volume: UniqueVolumeName::from_raw(b.volume.clone()),
+            sub_path: b.sub_path.clone(),
+        })
+    }
+}
+
+impl From<&SubpathEntry> for SubpathEntryV5 {
+    fn from(e: &SubpathEntry) -> Self {
+        SubpathEntryV5 {
+            bind: SubpathV5::from(&e.bind),
+            state: e.state.into(),
+            pending: e
+                .pending
+                .as_ref()
+                .map(|(op, seq, bind)| ((*op).into(), *seq, SubpathV5::from(bind))),
+            last_seq: e.last_seq,
+        }
+    }
+}
+
+/// A checkpointed subPath bind as the state keeps it.
+pub(super) fn subpath_entry(e: &SubpathEntryV5) -> Result<SubpathEntry, RecordError> {
+    let pending = match &e.pending {
+        None => None,
+        Some((op, seq, bind)) => {
+            let op = Operation::from(*op);
+            if !op.is_subpath_op() {
+                return Err(field_err("op", op.as_str(), "not a subpath operation"));
+            }
+            Some((op, *seq, SubpathBind::try_from(bind)?))
+        }
+    };
+    Ok(SubpathEntry {
+        bind: SubpathBind::try_from(&e.bind)?,
+        state: e.state.into(),
+        pending,
+        last_seq: e.last_seq,
+    })
+}
+
+impl CheckpointV5 {
+    /// The checkpoint of a state.
+    pub fn of(state: &JournalState, wall_time_ns: u64) -> Self {
+        CheckpointV5 {
+            through_seq: state.last_seq(),
+            wall_time_ns,
+            entries: state.entries().map(|(_, e)| EntryOf::from(e)).collect(),
+            subpaths: state.subpaths().map(SubpathEntryV5::from).collect(),
+        }
     }
 }
 

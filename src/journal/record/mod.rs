@@ -86,6 +86,14 @@ pub enum BodyOf<T> {
         /// pod uid, `None` for the device target
         pod_uid: Option<String>,
     },
+    /// (format v5 on) A subPath bind or unbind is about to touch the OS;
+    /// its outcome is an `Outcome`.
+    SubpathIntent {
+        /// `BindSubpath` or `UnbindSubpath`
+        op: OpV1,
+        /// the bind
+        bind: SubpathV5,
+    },
 }
 
 /// Operation (format v1).
@@ -100,6 +108,34 @@ pub enum OpV1 {
     /// Appended (bincode encodes the variant's index, so the five before it
     /// read as they always did): the fsGroup walk after a SetUp.
     SetOwnership,
+    /// (format v5 on) a subPath bind
+    BindSubpath,
+    /// (format v5 on) a subPath bind unmounted and removed
+    UnbindSubpath,
+}
+
+/// A subPath bind (format v5): its key's fields, the unique volume name
+/// and the subpath (from the pod's spec: never a secret's bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct SubpathV5 {
+    pub pod_uid: String,
+    pub name: String,
+    pub container: String,
+    pub index: u32,
+    pub volume: String,
+    pub sub_path: String,
+}
+
+/// A subPath bind in a checkpoint (format v5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct SubpathEntryV5 {
+    pub bind: SubpathV5,
+    pub state: StateV1,
+    /// the pending operation, its intent's seq and the bind it named
+    pub pending: Option<(OpV1, u64, SubpathV5)>,
+    pub last_seq: u64,
 }
 
 /// Outcome (format v1).
@@ -280,7 +316,8 @@ pub fn decode_checkpoint(
     match schema {
         1 => of::<TargetV1>(payload),
         2 => of::<TargetV2>(payload),
-        _ => borrowed::decode_checkpoint_v3(payload),
+        3 | 4 => borrowed::decode_checkpoint_v3(payload),
+        _ => borrowed::decode_checkpoint_v5(payload),
     }
 }
 
@@ -320,8 +357,22 @@ pub struct CheckpointOf<T> {
 pub type CheckpointV1 = CheckpointOf<TargetV1>;
 /// A checkpoint of format v2.
 pub type CheckpointV2 = CheckpointOf<TargetV2>;
-/// A checkpoint of format v3, which the current format v4 keeps.
+/// A checkpoint of format v3, which format v4 keeps.
 pub type CheckpointV3 = CheckpointOf<TargetV3>;
+
+/// A checkpoint of format v5 (the current one): v3's, then the subPath
+/// binds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointV5 {
+    /// the last record folded in
+    pub through_seq: u64,
+    /// wall time of the checkpoint, ns since the Unix epoch
+    pub wall_time_ns: u64,
+    /// every tracked target
+    pub entries: Vec<EntryOf<TargetV3>>,
+    /// every subPath bind
+    pub subpaths: Vec<SubpathEntryV5>,
+}
 
 /// One target in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -382,6 +433,7 @@ impl<T> RecordOf<T> {
                 observed,
             },
             BodyOf::Forget { volume, pod_uid } => BodyOf::Forget { volume, pod_uid },
+            BodyOf::SubpathIntent { op, bind } => BodyOf::SubpathIntent { op, bind },
         };
         RecordOf {
             seq: self.seq,
@@ -582,6 +634,126 @@ mod tests {
             csi,
             "CSI arguments survive v2"
         );
+    }
+
+    fn subpath_bind(container: &str) -> crate::model::SubpathBind {
+        crate::model::SubpathBind {
+            key: crate::model::SubpathKey {
+                pod: PodUid::new("pod-a").unwrap(),
+                name: "data".into(),
+                container: container.into(),
+                index: 2,
+            },
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+            sub_path: "logs/app".into(),
+        }
+    }
+
+    #[test]
+    fn subpath_records_round_trip_and_a_checkpoint_keeps_its_binds() {
+        let intent = Record {
+            seq: 7,
+            wall_time_ns: 7,
+            boot_id: "b".into(),
+            body: Body::SubpathIntent {
+                op: Operation::BindSubpath,
+                bind: subpath_bind("app"),
+            },
+        };
+        let back: RecordV3 = decode(&encode(&RecordV3::from(&intent))).unwrap();
+        assert_eq!(Record::try_from(&back).unwrap(), intent);
+        let done = Record {
+            seq: 8,
+            wall_time_ns: 8,
+            boot_id: "b".into(),
+            body: Body::Outcome {
+                intent_seq: 7,
+                op: Operation::BindSubpath,
+                result: OpResult::Success,
+                observed: None,
+            },
+        };
+        let pending = Record {
+            seq: 9,
+            body: Body::SubpathIntent {
+                op: Operation::UnbindSubpath,
+                bind: subpath_bind("sidecar"),
+            },
+            ..intent.clone()
+        };
+        let mut s = JournalState::default();
+        for r in [&intent, &done, &pending] {
+            s.apply(r);
+        }
+        let bytes = encode(&CheckpointV5::of(&s, 5));
+        let (state, through, _, _) = decode_checkpoint(5, &bytes).unwrap();
+        assert_eq!(through, 9);
+        assert_eq!(state, s, "both binds, the pending one too");
+        assert_eq!(state.subpaths().count(), 2);
+        // the pending unbind's outcome still finds its intent after the
+        // checkpoint
+        let mut state = state;
+        state.apply(&Record {
+            seq: 10,
+            body: Body::Outcome {
+                intent_seq: 9,
+                op: Operation::UnbindSubpath,
+                result: OpResult::Success,
+                observed: None,
+            },
+            ..done
+        });
+        assert_eq!(state.subpaths().count(), 1);
+        assert!(state.anomalies().is_empty(), "{:?}", state.anomalies());
+    }
+
+    #[test]
+    fn a_v4_checkpoint_becomes_v5_with_no_binds_and_again_the_same() {
+        const ID: u64 = 0x5eed;
+        use super::super::envelope::{Kind, seal};
+        let mut s = JournalState::default();
+        for r in every_record() {
+            s.apply(&r);
+        }
+        let v4 = seal(
+            ID,
+            Kind::Checkpoint,
+            s.last_seq(),
+            &encode(&CheckpointV3::of(&s, 5)),
+        );
+        let v5 = crate::journal::migrations::checkpoint_v4_to_v5(ID, &v4).unwrap();
+        let payload =
+            super::super::envelope::open(ID, Kind::Checkpoint, s.last_seq(), &v5).unwrap();
+        assert_eq!(decode_checkpoint(5, payload).unwrap().0, s);
+        // cut short and run again: the same bytes
+        assert_eq!(
+            crate::journal::migrations::checkpoint_v4_to_v5(ID, &v5),
+            Some(v5)
+        );
+    }
+
+    #[test]
+    fn a_subpath_record_with_a_hostile_name_or_a_foreign_op_is_refused() {
+        let mut bad = RecordV3::from(&Record {
+            seq: 1,
+            wall_time_ns: 1,
+            boot_id: "b".into(),
+            body: Body::SubpathIntent {
+                op: Operation::BindSubpath,
+                bind: subpath_bind("app"),
+            },
+        });
+        if let BodyOf::SubpathIntent { bind, .. } = &mut bad.body {
+            bind.container = "../../etc".into();
+        }
+        let e = Record::try_from(&bad).unwrap_err().to_string();
+        assert!(e.contains("subpath") && e.contains("container"), "{e}");
+        if let BodyOf::SubpathIntent { bind, op } = &mut bad.body {
+            bind.container = "app".into();
+            *op = OpV1::SetUp;
+        }
+        let e = Record::try_from(&bad).unwrap_err().to_string();
+        assert!(e.contains("not a subpath operation"), "{e}");
     }
 
     /// Found by the `journal_record` fuzz target: a sealed record whose
