@@ -168,6 +168,44 @@ fn a_container_s_mounts_bind_its_subpaths_refuse_escapes_and_go_with_the_pod() {
         for p in [&logs, &shard, &file, &via_link] {
             assert_eq!(mounts_at(p), 1, "{}", p.display());
         }
+        // each bind is journaled: dump's subpaths, mounted, with the
+        // subpath it serves (the refused ones are failed, not mounted)
+        let journaled = |doc: &Value| -> Vec<(String, u64, String, String)> {
+            doc["subpaths"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|b| {
+                    (
+                        b["name"].as_str().unwrap().to_owned(),
+                        b["index"].as_u64().unwrap(),
+                        b["sub_path"].as_str().unwrap().to_owned(),
+                        b["state"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .filter(|b| b.3 == "mounted")
+                .collect()
+        };
+        let (status, body) = unix_get(&env.journal, "/debug/journal");
+        assert_eq!(status, 200, "{body}");
+        let dump: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            journaled(&dump),
+            [
+                ("data".into(), 1, "logs/app".into(), "mounted".into()),
+                ("data".into(), 8, "conf/app.conf".into(), "mounted".into()),
+                ("data".into(), 9, "cur/app.conf".into(), "mounted".into()),
+                (
+                    "scratch".into(),
+                    2,
+                    "s1/web-e2e-node".into(),
+                    "mounted".into()
+                ),
+            ],
+            "{:#}",
+            dump["subpaths"]
+        );
 
         let errors: Vec<&str> = doc["errors"]
             .as_array()
@@ -230,6 +268,17 @@ fn a_container_s_mounts_bind_its_subpaths_refuse_escapes_and_go_with_the_pod() {
             "{:?}",
             env.mounts_below_root()
         );
+        // and the journal keeps none of its binds
+        let (_, body) = unix_get(&env.journal, "/debug/journal");
+        let dump: Value = serde_json::from_str(&body).unwrap();
+        assert!(journaled(&dump).is_empty(), "{:#}", dump["subpaths"]);
+        let unbinds = dump["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["op"] == "unbind_subpath" && r["type"] == "outcome")
+            .count();
+        assert!(unbinds >= 4, "each bind unbound, journaled: {unbinds}");
         daemon.stop();
     });
 }

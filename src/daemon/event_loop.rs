@@ -76,6 +76,8 @@ pub(crate) struct LoopParts {
     pub journal: Option<Arc<Journal>>,
     /// the syscall seam
     pub sys: Arc<dyn Sys>,
+    /// the journaled subPath binds (shared with the runtime API)
+    pub subpaths: Arc<crate::reconciler::executor::subpaths::Subpaths>,
     /// metrics
     pub metrics: Arc<Metrics>,
     /// reconstruction phase 1's failed targets (for the forced cleanup);
@@ -110,6 +112,7 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
         world,
         journal,
         sys,
+        subpaths,
         metrics,
         failed,
         events: (events_tx, events_rx),
@@ -126,7 +129,8 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
         sys.clone(),
         &cfg.core.layout,
         metrics.clone(),
-    );
+    )
+    .with_subpaths(subpaths.clone());
     if let Some(csi) = &cfg.csi {
         executor = executor.with_plugin(Box::new(csi.clone()));
     }
@@ -183,7 +187,8 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
         let (layout, sys, metrics) = (cfg.core.layout.clone(), sys.clone(), metrics.clone());
         let (events, stop) = (events_tx.clone(), stopping.clone());
         threads.push(spawn("volumed-host", move || {
-            host_lane(&rx, &layout, sys.as_ref(), &metrics, &events, &stop);
+            let host = (layout, sys, subpaths);
+            host_lane(&rx, &host, &metrics, &events, &stop);
         })?);
         tx
     };

@@ -4,6 +4,7 @@
 //! driver hands it and sends the completion back as an [`Event::Done`]; a
 //! lane that is gone is reported as one that failed ([`lane_gone_journal`]).
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
@@ -14,6 +15,7 @@ use crate::metrics::Metrics;
 use crate::model::{Layout, MountState, TargetRef, UniqueVolumeName};
 
 use crate::reconciler::core::{Completion, Event, Finish, HostWork, JournalWork, Swept};
+use crate::reconciler::executor::subpaths::Subpaths;
 
 /// The completion of journal work that found no journal thread.
 pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {
@@ -98,17 +100,20 @@ fn forget_volume(j: &Journal, volume: &UniqueVolumeName) -> bool {
 /// Performs host work in order; each completion goes back to the loop.
 pub(super) fn host_lane(
     rx: &Receiver<HostWork>,
-    layout: &Layout,
-    sys: &dyn Sys,
+    (layout, sys, subpaths): &(Layout, Arc<dyn Sys>, Arc<Subpaths>),
     metrics: &Metrics,
     events: &Sender<Event>,
     stop: &AtomicBool,
 ) {
     for work in rx {
         let done = match work {
-            HostWork::Sweep { known, finish } => {
-                Completion::Swept(sweep(layout, sys, metrics, &known, &finish, stop))
-            }
+            HostWork::Sweep { known, finish } => Completion::Swept(sweep(
+                (layout, sys.as_ref(), subpaths),
+                metrics,
+                &known,
+                &finish,
+                stop,
+            )),
             HostWork::Trim => {
                 crate::host::sys::trim_malloc();
                 Completion::Trimmed
@@ -128,15 +133,15 @@ pub(super) fn host_lane(
 }
 
 fn sweep(
-    layout: &Layout,
-    sys: &dyn Sys,
+    (layout, sys, subpaths): (&Layout, &dyn Sys, &Subpaths),
     metrics: &Metrics,
     known: &std::collections::BTreeSet<crate::model::PodUid>,
     finish: &Finish,
     stop: &AtomicBool,
 ) -> Swept {
     let started = Instant::now();
-    let r = super::orphans::sweep(layout, sys, known, finish, stop);
+    let clean = |uid: &crate::model::PodUid| subpaths.clean_pod(uid);
+    let r = super::orphans::sweep(layout, sys, &clean, known, finish, stop);
     let took = started.elapsed();
     for (path, why) in &r.left {
         tracing::warn!(path = %path.display(), %why, "orphan cleanup left this");

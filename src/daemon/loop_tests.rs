@@ -220,6 +220,11 @@ fn rig(workers: usize) -> Rig {
     let changes = Arc::new(crate::runtime::Changes::new());
     let sink: Arc<dyn crate::health::EventSink> = Arc::new(crate::health::RecentEvents::default());
     let heartbeat = Arc::new(crate::daemon::notify::Heartbeat::default());
+    let subpaths = Arc::new(crate::reconciler::executor::subpaths::Subpaths::new(
+        Some(journal.clone()),
+        sys.clone(),
+        Layout::new("/r"),
+    ));
     let threads = spawn_loop(LoopParts {
         cfg: LoopConfig {
             core: CoreConfig {
@@ -242,6 +247,7 @@ fn rig(workers: usize) -> Rig {
         world: world.clone(),
         journal: Some(journal.clone()),
         sys: sys.clone(),
+        subpaths: subpaths.clone(),
         metrics: metrics.clone(),
         failed: Some(Vec::new()),
         events: (events.clone(), events_rx),
@@ -261,9 +267,7 @@ fn rig(workers: usize) -> Rig {
         boot_id: "b".into(),
         monitor: None,
         sink: Default::default(),
-        sys,
-        layout: Layout::new("/r"),
-        binding: Default::default(),
+        subpaths,
     };
     Rig {
         _dir: dir,
@@ -312,9 +316,7 @@ impl Rig {
             boot_id: "b".into(),
             monitor: None,
             sink: Default::default(),
-            sys: self.provider.sys.clone(),
-            layout: self.provider.layout.clone(),
-            binding: self.provider.binding.clone(),
+            subpaths: self.provider.subpaths.clone(),
         };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

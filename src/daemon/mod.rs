@@ -85,12 +85,9 @@ pub struct Daemon {
     sink: Arc<crate::health::RecentEvents>,
     /// the reconciler loop's pulse
     heartbeat: Arc<notify::Heartbeat>,
-    /// the host, for the runtime API's subpath binds
-    sys: Arc<dyn Sys>,
-    /// the root dir's layout
-    layout: crate::model::Layout,
-    /// held while subpaths are bound (`Provider::binding`)
-    binding: Arc<Mutex<()>>,
+    /// the journaled subPath binds the runtime API makes (one lock with
+    /// the executor's cleanup before a TearDown)
+    subpaths: Arc<crate::reconciler::executor::subpaths::Subpaths>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -289,6 +286,11 @@ impl Daemon {
                 Some(Arc::new(cfg.secrets.clone())),
             )
         });
+        let subpaths = Arc::new(crate::reconciler::executor::subpaths::Subpaths::new(
+            journal.clone(),
+            sys.clone(),
+            cfg.layout.clone(),
+        ));
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 core: cfg.core_config(journal.is_some(), csi.as_ref()),
@@ -302,6 +304,7 @@ impl Daemon {
             world: world.clone(),
             journal: journal.clone(),
             sys: sys.clone(),
+            subpaths: subpaths.clone(),
             metrics: metrics.clone(),
             failed: None,
             events: (events_tx.clone(), events_rx),
@@ -418,9 +421,7 @@ impl Daemon {
             monitor,
             sink: recent,
             heartbeat,
-            sys,
-            layout: cfg.layout,
-            binding: Arc::default(),
+            subpaths,
         })
     }
 
@@ -452,9 +453,7 @@ impl Daemon {
             boot_id: self.boot_id.clone(),
             monitor: self.monitor.clone(),
             sink: self.sink.clone(),
-            sys: self.sys.clone(),
-            layout: self.layout.clone(),
-            binding: self.binding.clone(),
+            subpaths: self.subpaths.clone(),
         })
     }
 

@@ -55,6 +55,11 @@ pub(crate) struct SweepReport {
     pub changed: bool,
 }
 
+/// Unmounts and removes a pod's subPath binds (the daemon's journals
+/// each: `Subpaths::clean_pod`).
+pub(crate) type CleanSubpaths<'a> = dyn Fn(&PodUid) -> Result<crate::host::subpath::Cleaned, crate::host::subpath::SubpathError>
+    + 'a;
+
 /// Sweeps `<root>/pods`. `known` holds every pod the DSW or the ASW knows;
 /// of those, only the dirs of pods in `finish` are looked into (their
 /// interrupted deletions finished), so a settled sweep is one listing of
@@ -65,6 +70,7 @@ pub(crate) struct SweepReport {
 pub(crate) fn sweep(
     layout: &Layout,
     sys: &dyn Sys,
+    subpaths: &CleanSubpaths<'_>,
     known: &BTreeSet<PodUid>,
     finish: &Finish,
     stop: &AtomicBool,
@@ -137,7 +143,7 @@ pub(crate) fn sweep(
                 continue;
             }
         };
-        match clean_pod(layout, sys, table, &uid) {
+        match clean_pod(layout, sys, subpaths, table, &uid) {
             Ok(()) => {
                 report.removed += 1;
                 report.changed = true;
@@ -159,6 +165,7 @@ fn is_mounted(sys: &dyn Sys, table: &MountTable, path: &Path) -> bool {
 fn clean_pod(
     layout: &Layout,
     sys: &dyn Sys,
+    subpaths: &CleanSubpaths<'_>,
     table: &MountTable,
     uid: &PodUid,
 ) -> Result<(), Vec<(PathBuf, String)>> {
@@ -167,7 +174,7 @@ fn clean_pod(
     let volumes = layout.pod_volumes_dir(uid);
     // Its subpath binds first, as the kubelet cleans them before the
     // volumes (a kubelet node's leftovers too): unmounted, then removed.
-    if let Err(e) = crate::host::subpath::clean_pod(sys, layout, uid) {
+    if let Err(e) = subpaths(uid) {
         left.push((
             layout.pod_subpaths_dir(uid),
             format!("subpath binds not cleaned: {e}"),
@@ -301,15 +308,28 @@ mod tests {
         PodUid::new(s).unwrap()
     }
 
+    /// The subpath cleanup without a journal.
+    fn plain_cleanup<'a>(
+        sys: &'a dyn Sys,
+        layout: &'a Layout,
+    ) -> impl Fn(&PodUid) -> Result<crate::host::subpath::Cleaned, crate::host::subpath::SubpathError> + 'a
+    {
+        move |uid| {
+            crate::host::subpath::clean_pod(sys, layout, uid, &mut crate::host::subpath::plain)
+        }
+    }
+
     fn pods(names: &[&str]) -> BTreeSet<PodUid> {
         names.iter().map(|n| uid(n)).collect()
     }
 
     /// Sweeps `/r` to its end (never asked to stop).
     fn sweep_r(sys: &dyn Sys, known: &BTreeSet<PodUid>, finish: &Finish) -> SweepReport {
+        let layout = Layout::new("/r");
         sweep(
-            &Layout::new("/r"),
+            &layout,
             sys,
+            &plain_cleanup(sys, &layout),
             known,
             finish,
             &AtomicBool::new(false),
@@ -327,6 +347,7 @@ mod tests {
         let r = sweep(
             &layout,
             &sys,
+            &plain_cleanup(&sys, &layout),
             &BTreeSet::new(),
             &Finish::All,
             &AtomicBool::new(true),
@@ -430,13 +451,21 @@ mod tests {
         let sys = crate::host::sys::LinuxSys;
         let known = pods(&["a", "b"]);
         let stop = AtomicBool::new(false);
-        let r = sweep(&layout, &sys, &known, &Finish::default(), &stop);
+        let clean = plain_cleanup(&sys, &layout);
+        let r = sweep(&layout, &sys, &clean, &known, &Finish::default(), &stop);
         assert_eq!((r.finished_deletions, r.removed), (1, 1), "{r:?}");
         assert!(!root.path().join("pods/gone").exists());
         assert!(cut("a").join("sub/f").exists() && cut("b").join("sub/f").exists());
 
         // a TearDown ran on a: the next sweep finishes there, only there
-        let r = sweep(&layout, &sys, &known, &Finish::Pods(pods(&["a"])), &stop);
+        let r = sweep(
+            &layout,
+            &sys,
+            &clean,
+            &known,
+            &Finish::Pods(pods(&["a"])),
+            &stop,
+        );
         assert_eq!((r.finished_deletions, r.examined), (1, 0), "{r:?}");
         assert!(!cut("a").exists());
         assert!(

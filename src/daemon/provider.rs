@@ -26,13 +26,10 @@ pub(super) struct Provider {
     pub(super) boot_id: String,
     pub(super) monitor: Option<Arc<crate::health::Monitor>>,
     pub(super) sink: Arc<crate::health::RecentEvents>,
-    /// the host, for the subpath binds the runtime API makes
-    pub(super) sys: Arc<dyn crate::host::sys::Sys>,
-    /// where the binds go
-    pub(super) layout: crate::model::Layout,
-    /// one bind at a time: two runtimes asking for one container at once
-    /// must not both make (and stack) its binds
-    pub(super) binding: Arc<Mutex<()>>,
+    /// the journaled subPath binds the runtime API makes; one at a time
+    /// (two runtimes asking for one container at once must not both make,
+    /// and stack, its binds)
+    pub(super) subpaths: Arc<crate::reconciler::executor::subpaths::Subpaths>,
 }
 
 impl DebugProvider for Provider {
@@ -134,31 +131,34 @@ impl DebugProvider for Provider {
         pod: &crate::model::PodUid,
         container: &str,
     ) -> Option<Result<crate::runtime::ContainerMounts, String>> {
-        use crate::host::subpath::{SubpathAt, bind};
+        use crate::model::{SubpathBind, SubpathKey};
         use crate::runtime::mounts::{answer, plan};
-        let (status, spec) = self.runtime.container_view(pod, container)?;
-        let Some(spec) = spec else {
+        // the pod looked at and its binds made under one lock, which a
+        // TearDown's cleanup of its binds holds too
+        let held = self.subpaths.hold();
+        let view = self.runtime.container_view(pod, container)?;
+        let Some(spec) = view.spec else {
             return Some(Err(format!("pod {pod}: no container {container:?}")));
         };
-        let (planned, errors) = plan(&status, &spec);
-        // plain data, consistent after any panic
-        let _one = self.binding.lock().unwrap_or_else(|p| p.into_inner());
-        let doc = answer(&status, container, planned, errors, |req| {
-            let at = SubpathAt {
-                pod,
-                volume: &req.volume,
-                container,
-                index: req.index,
+        let (planned, errors) = plan(&view.status, &spec);
+        let doc = answer(&view.status, container, planned, errors, |req| {
+            let volume = view
+                .volumes
+                .iter()
+                .find(|(name, _)| *name == req.volume)
+                .map(|(_, unique)| unique.clone())
+                .ok_or_else(|| format!("volume {:?} is not the pod's", req.volume))?;
+            let index = u32::try_from(req.index).map_err(|e| e.to_string())?;
+            let key = SubpathKey::new(pod.clone(), &req.volume, container, index)
+                .map_err(|e| e.to_string())?;
+            let bind = SubpathBind {
+                key,
+                volume,
+                sub_path: req.sub_path.clone(),
             };
-            bind(
-                self.sys.as_ref(),
-                &self.layout,
-                at,
-                &req.volume_path,
-                &req.sub_path,
-            )
-            .map_err(|e| e.to_string())
+            held.bind(&bind, &req.volume_path)
         });
+        drop(held);
         for e in &doc.errors {
             tracing::warn!(pod = %pod, container, error = %e, "container mounts");
         }

@@ -18,7 +18,6 @@
 //! unmounted (no `MNT_DETACH`), then its entry removed; nothing is deleted
 //! while it is still a mount point, and no symlink is followed.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use super::sys::{Beneath, Errno, FileKind, MntFlags, Sys, SysError};
@@ -53,6 +52,10 @@ pub enum SubpathError {
     /// a path that is not below the root (a bug: the layout builds them)
     #[error("{} is not below the root dir", .0.display())]
     NotBelowRoot(PathBuf),
+    /// the caller's step around a removal would not let it run (its
+    /// intent could not be journaled)
+    #[error("{0}")]
+    Declined(String),
 }
 
 /// Where one bind goes.
@@ -175,6 +178,43 @@ pub struct Cleaned {
     pub unmounted: Vec<PathBuf>,
 }
 
+/// One entry of a `volume-subpaths` dir about to be unmounted (if it is a
+/// bind) and removed: its path and the names on the way to it (pod
+/// volume, container, index; fewer for an entry higher up that is not a
+/// directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundBind {
+    /// the entry
+    pub path: PathBuf,
+    /// the names below `volume-subpaths/` that lead to it, itself last
+    pub names: Vec<String>,
+}
+
+impl FoundBind {
+    /// (pod volume, container, index) when the entry sits where a bind
+    /// goes and its name is an index.
+    pub fn key_parts(&self) -> Option<(&str, &str, u32)> {
+        match &self.names[..] {
+            [volume, container, index] => Some((volume, container, index.parse().ok()?)),
+            _ => None,
+        }
+    }
+}
+
+/// Runs around each entry's removal: given the entry and the removal,
+/// runs the removal (once, or not at all) and returns its result. The
+/// journaled cleanup writes its intent before and its outcome after.
+pub type Around<'a> = dyn FnMut(&FoundBind, &mut dyn FnMut() -> Result<(), SubpathError>) -> Result<(), SubpathError>
+    + 'a;
+
+/// Removes with no journal around it.
+pub fn plain(
+    _: &FoundBind,
+    remove: &mut dyn FnMut() -> Result<(), SubpathError>,
+) -> Result<(), SubpathError> {
+    remove()
+}
+
 /// Unmounts and removes `pods/<uid>/volume-subpaths/<volume>/` (every
 /// container's binds of that volume), as the kubelet's `CleanSubPaths`
 /// does before a TearDown. Absent: nothing to do. A bind that will not
@@ -184,10 +224,17 @@ pub fn clean_volume(
     layout: &Layout,
     pod: &PodUid,
     volume: &str,
+    around: &mut Around<'_>,
 ) -> Result<Cleaned, SubpathError> {
     let dir = layout.pod_volume_subpaths_dir(pod, volume);
     let mut done = Cleaned::default();
-    clean_tree(sys, layout.root(), &dir, 2, &mut done)?;
+    let mut walk = Walk {
+        sys,
+        root: layout.root(),
+        around,
+        done: &mut done,
+    };
+    walk.tree(&dir, vec![volume.to_owned()], 2)?;
     // the pod's volume-subpaths dir goes with its last volume
     let top = layout.pod_subpaths_dir(pod);
     remove_if_empty(sys, layout.root(), &top)?;
@@ -196,40 +243,61 @@ pub fn clean_volume(
 
 /// [`clean_volume`] for every volume of the pod (orphan cleanup of a
 /// dead pod, where no volume is known any more).
-pub fn clean_pod(sys: &dyn Sys, layout: &Layout, pod: &PodUid) -> Result<Cleaned, SubpathError> {
+pub fn clean_pod(
+    sys: &dyn Sys,
+    layout: &Layout,
+    pod: &PodUid,
+    around: &mut Around<'_>,
+) -> Result<Cleaned, SubpathError> {
     let dir = layout.pod_subpaths_dir(pod);
     let mut done = Cleaned::default();
-    clean_tree(sys, layout.root(), &dir, 3, &mut done)?;
+    let mut walk = Walk {
+        sys,
+        root: layout.root(),
+        around,
+        done: &mut done,
+    };
+    walk.tree(&dir, Vec::new(), 3)?;
     Ok(done)
 }
 
-/// Removes `dir`, whose binds sit `depth` levels down: each level's
-/// entries are walked (no symlink followed, no mount crossed), a bind
-/// unmounted then removed, the directories removed once empty.
-fn clean_tree(
-    sys: &dyn Sys,
-    root: &Path,
-    dir: &Path,
-    depth: usize,
-    done: &mut Cleaned,
-) -> Result<(), SubpathError> {
-    let at = Beneath::split(root, dir).ok_or_else(|| SubpathError::NotBelowRoot(dir.to_owned()))?;
-    let entries = match sys.read_dir_beneath(root, at.rel) {
-        Ok(e) => e,
-        Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    for entry in entries {
-        let path = dir.join(&entry.name);
-        if depth > 1 && entry.kind == FileKind::Dir && !entry.mount_root {
-            clean_tree(sys, root, &path, depth - 1, done)?;
-            continue;
+struct Walk<'a, 'b> {
+    sys: &'a dyn Sys,
+    root: &'a Path,
+    around: &'a mut Around<'b>,
+    done: &'a mut Cleaned,
+}
+
+impl Walk<'_, '_> {
+    /// Removes `dir` (reached through `names`), whose binds sit `depth`
+    /// levels down: each level's entries are walked (no symlink followed,
+    /// no mount crossed), a bind unmounted then removed, the directories
+    /// removed once empty.
+    fn tree(&mut self, dir: &Path, names: Vec<String>, depth: usize) -> Result<(), SubpathError> {
+        let (sys, root) = (self.sys, self.root);
+        let at =
+            Beneath::split(root, dir).ok_or_else(|| SubpathError::NotBelowRoot(dir.to_owned()))?;
+        let entries = match sys.read_dir_beneath(root, at.rel) {
+            Ok(e) => e,
+            Err(e) if e.errno() == Some(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        for entry in entries {
+            let path = dir.join(&entry.name);
+            let mut below = names.clone();
+            below.push(entry.name.to_string_lossy().into_owned());
+            if depth > 1 && entry.kind == FileKind::Dir && !entry.mount_root {
+                self.tree(&path, below, depth - 1)?;
+                continue;
+            }
+            let found = FoundBind { path, names: below };
+            let done = &mut *self.done;
+            (self.around)(&found, &mut || remove_bind(sys, root, &found.path, done))?;
         }
-        remove_bind(sys, root, &path, &entry.name, done)?;
+        // Left non-empty only by an entry we do not remove (reported): no
+        // bind is left, so the volume's TearDown may go on.
+        remove_if_empty(sys, root, dir)
     }
-    // Left non-empty only by an entry we do not remove (reported): no bind
-    // is left, so the volume's TearDown may go on.
-    remove_if_empty(sys, root, dir)
 }
 
 /// Unmounts the bind at `path` if it is one, then removes its entry (a
@@ -238,7 +306,6 @@ fn remove_bind(
     sys: &dyn Sys,
     root: &Path,
     path: &Path,
-    name: &OsStr,
     done: &mut Cleaned,
 ) -> Result<(), SubpathError> {
     let at =
@@ -263,7 +330,7 @@ fn remove_bind(
         )),
     };
     if let Err(e) = removed {
-        tracing::warn!(path = %path.display(), entry = ?name, error = %e, "an entry in a volume-subpaths dir is not a bind's; left in place");
+        tracing::warn!(path = %path.display(), error = %e, "an entry in a volume-subpaths dir is not a bind's; left in place");
     }
     Ok(())
 }
@@ -360,13 +427,13 @@ mod tests {
             None,
         )
         .unwrap();
-        let done = clean_volume(&sys, &layout, &uid(), "data").unwrap();
+        let done = clean_volume(&sys, &layout, &uid(), "data", &mut plain).unwrap();
         assert_eq!(done.unmounted, std::slice::from_ref(&bound));
         assert!(!sys.exists(&bound) && !sys.exists(&file));
         assert!(sys.exists(&odd), "a symlink is never followed nor removed");
         assert!(sys.mounts().iter().all(|m| m.target != bound));
         // nothing there: nothing to do
-        let other = clean_pod(&sys, &layout, &PodUid::new("p2").unwrap()).unwrap();
+        let other = clean_pod(&sys, &layout, &PodUid::new("p2").unwrap(), &mut plain).unwrap();
         assert!(other.unmounted.is_empty());
     }
 }

@@ -11,8 +11,10 @@
 //! `tests/tidy.rs` checks it). Every mutating `VolumePlugin` method takes
 //! the permit. An [`Announced`] intent permits nothing.
 
-use crate::model::UniqueVolumeName;
-use crate::model::{MountIdentity, MountState, Operation, SharedParams, Steps, TargetRef};
+use crate::model::{
+    MountIdentity, MountState, Operation, SharedParams, Steps, SubpathBind, TargetRef,
+    UniqueVolumeName,
+};
 
 use super::{Body, Journal, JournalError, OpResult};
 
@@ -185,6 +187,27 @@ impl Journal {
             return Err(e);
         }
         Ok(DurableIntent { op: next, seq })
+    }
+
+    /// Appends the intent of a subPath bind or unbind (`op`) of `bind` and
+    /// returns once it is durable, as [`Journal::begin`] does for a
+    /// target; its outcome is written with [`Journal::finish`].
+    pub fn begin_subpath(
+        &self,
+        op: Operation,
+        bind: &SubpathBind,
+    ) -> Result<DurableIntent, JournalError> {
+        debug_assert!(op.is_subpath_op(), "{op:?} is not a subpath operation");
+        self.check_open()?;
+        let seq = self.insert(Body::SubpathIntent {
+            op,
+            bind: bind.clone(),
+        });
+        if let Err(e) = self.wait_durable(seq) {
+            self.never_started(op, seq, &e);
+            return Err(e);
+        }
+        Ok(DurableIntent { op, seq })
     }
 
     /// Closes an announced intent whose operation never ran (`why`), with

@@ -69,6 +69,17 @@ pub enum RuntimeError {
     Stopped,
 }
 
+/// What [`VolumeManagerHandle::container_view`] answers.
+#[derive(Debug, Clone)]
+pub struct ContainerView {
+    /// the pod's answer
+    pub status: PodVolumes,
+    /// the container's spec, `None` when the pod has no such container
+    pub spec: Option<crate::model::ContainerSpec>,
+    /// pod volume name → unique volume name, for the pod's volumes
+    pub volumes: Vec<(String, crate::model::UniqueVolumeName)>,
+}
+
 /// The running daemon's answers to a container runtime. Cheap to clone;
 /// every method may block on the world lock for one pod's snapshot.
 #[derive(Clone)]
@@ -107,19 +118,30 @@ impl VolumeManagerHandle {
     }
 
     /// The pod's answer now with its container `name`'s spec (`None` when
-    /// the pod has no such container); `None` when no source knows the pod.
-    /// One look under the lock, O(the pod's volumes and containers).
-    pub fn container_view(
-        &self,
-        pod: &PodUid,
-        name: &str,
-    ) -> Option<(PodVolumes, Option<crate::model::ContainerSpec>)> {
+    /// the pod has no such container) and, for each pod volume name, its
+    /// unique volume name (what a subPath bind is journaled under); `None`
+    /// when no source knows the pod. One look under the lock, O(the pod's
+    /// volumes and containers).
+    pub fn container_view(&self, pod: &PodUid, name: &str) -> Option<ContainerView> {
         let w = self.lock();
         let view = view(&w, pod)?;
         let containers = w.dsw.pod_containers(pod);
+        let volumes = w
+            .dsw
+            .volumes_of_pod(pod)
+            .into_iter()
+            .filter_map(|unique| {
+                let outer = w.dsw.volume(&unique)?.pods.get(pod)?.outer_name.clone();
+                Some((outer.to_string(), unique))
+            })
+            .collect();
         drop(w);
         let spec = containers.and_then(|c| c.iter().find(|c| c.name == name).cloned());
-        Some((decide(pod.as_str(), &view), spec))
+        Some(ContainerView {
+            status: decide(pod.as_str(), &view),
+            spec,
+            volumes,
+        })
     }
 
     /// The kubelet's `WaitForAttachAndMount`: returns once every volume of

@@ -970,6 +970,24 @@ impl Node {
                 "dump and /debug/state disagree:\ndump  {a:?}\nstate {b:?}"
             ));
         }
+        // the journal's subPath binds are the host's: each one it lists is
+        // a mount (and the check above leaves no other mount)
+        let seen = self.mounts();
+        for b in dump["subpaths"].as_array().into_iter().flatten() {
+            let path = self
+                .root
+                .join("pods")
+                .join(b["pod_uid"].as_str().unwrap_or_default())
+                .join("volume-subpaths")
+                .join(b["name"].as_str().unwrap_or_default())
+                .join(b["container"].as_str().unwrap_or_default())
+                .join(b["index"].to_string());
+            if b["state"] != "mounted" || !seen.contains_key(&path) {
+                return Err(format!(
+                    "the journal keeps a subPath bind the host does not have: {b}"
+                ));
+            }
+        }
         Ok(())
     }
 

@@ -21,6 +21,7 @@ use crate::plugins::{self, PluginError, VolumePlugin};
 use super::jobs::{Job, JobError, JobReport};
 
 mod steps;
+pub(crate) mod subpaths;
 
 /// Runs jobs. Cheap to share between worker threads.
 pub(crate) struct Executor {
@@ -36,6 +37,9 @@ pub(crate) struct Executor {
     events: Option<PodEvents>,
     /// when a long walk reports its progress
     every: crate::plugins::ownership::ProgressEvery,
+    /// the subPath binds a TearDown cleans first (shared with the runtime
+    /// API, which makes them)
+    subpaths: Arc<subpaths::Subpaths>,
 }
 
 /// Takes a pod's event raised while a job runs (the daemon stamps it and
@@ -58,6 +62,11 @@ impl Executor {
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
+            subpaths: Arc::new(subpaths::Subpaths::new(
+                journal.clone(),
+                sys.clone(),
+                layout.clone(),
+            )),
             journal,
             layout: layout.clone(),
             sys,
@@ -66,6 +75,13 @@ impl Executor {
             events: None,
             every: crate::plugins::ownership::ProgressEvery::KUBELET,
         }
+    }
+
+    /// Cleans the subPath binds of `subpaths` (shared with whoever makes
+    /// them, the runtime API, so both hold one lock) instead of its own.
+    pub(crate) fn with_subpaths(mut self, subpaths: Arc<subpaths::Subpaths>) -> Self {
+        self.subpaths = subpaths;
+        self
     }
 
     /// The same executor with `events` taking the events its jobs raise.

@@ -284,9 +284,18 @@ impl Executor {
         // subpath binds are unmounted and removed first; one that will not
         // go fails the TearDown (retried), so the volume is never torn
         // down under a bind of it.
-        if let (TargetRef::Pod(pod), Some(name)) = (&params.target, subpaths) {
-            crate::host::subpath::clean_volume(self.sys.as_ref(), &self.layout, pod, name)
-                .map_err(|e| JobError::Subpaths(format!("volume {name}: {e}")))?;
+        // The pod volume's name comes from the ASW, else from the
+        // journal's binds of this volume.
+        if let TargetRef::Pod(pod) = &params.target {
+            let names = match subpaths {
+                Some(name) => vec![name.to_owned()],
+                None => self.subpaths.names_of(pod, &params.volume),
+            };
+            for name in names {
+                self.subpaths
+                    .clean_volume(pod, &name, &params.volume)
+                    .map_err(|e| JobError::Subpaths(format!("volume {name}: {e}")))?;
+            }
         }
         self.undo(Operation::TearDown, params, r, announced)?;
         if let TargetRef::Pod(pod) = &params.target {
