@@ -14,7 +14,7 @@ use bincode::Options;
 use libfuzzer_sys::fuzz_target;
 use volumed::journal::envelope::{self, Kind};
 use volumed::journal::migrations;
-use volumed::journal::record::{self, CheckpointV3, RecordV1, RecordV3};
+use volumed::journal::record::{self, CheckpointV5, RecordV1, RecordV3};
 use volumed::journal::{JournalState, SCHEMA_VERSION};
 
 const ID: u64 = 0x766f_6c75_6d65_6421;
@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
             None => assert!(v1.is_err(), "a v1 record that opens is migrated"),
         }
     }
-    let ck = record::encode(&CheckpointV3::of(&state, 7));
+    let ck = record::encode(&CheckpointV5::of(&state, 7));
     let (back, through, wall, n) = record::decode_checkpoint(SCHEMA_VERSION, &ck)
         .expect("a checkpoint of a replayed state decodes");
     assert_eq!((through, wall, n), (state.last_seq(), 7, state.len()));
