@@ -291,6 +291,9 @@ impl Daemon {
             sys.clone(),
             cfg.layout.clone(),
         ));
+        // the journal's binds agree with the host before anything binds or
+        // cleans (after a reboot the host has none)
+        subpaths.settle_at_start();
         let spawned = spawn_loop(LoopParts {
             cfg: LoopConfig {
                 core: cfg.core_config(journal.is_some(), csi.as_ref()),

@@ -142,11 +142,11 @@ impl DebugProvider for Provider {
         };
         let (planned, errors) = plan(&view.status, &spec);
         let doc = answer(&view.status, container, planned, errors, |req| {
-            let volume = view
+            let (volume, is_mount) = view
                 .volumes
                 .iter()
-                .find(|(name, _)| *name == req.volume)
-                .map(|(_, unique)| unique.clone())
+                .find(|(name, _, _)| *name == req.volume)
+                .map(|(_, unique, is_mount)| (unique.clone(), *is_mount))
                 .ok_or_else(|| format!("volume {:?} is not the pod's", req.volume))?;
             let index = u32::try_from(req.index).map_err(|e| e.to_string())?;
             let key = SubpathKey::new(pod.clone(), &req.volume, container, index)
@@ -156,7 +156,7 @@ impl DebugProvider for Provider {
                 volume,
                 sub_path: req.sub_path.clone(),
             };
-            held.bind(&bind, &req.volume_path)
+            held.bind(&bind, &req.volume_path, is_mount)
         });
         drop(held);
         for e in &doc.errors {

@@ -20,7 +20,8 @@
 //! SubPath binds are kept beside the targets, one entry per bind
 //! ([`SubpathKey`]), by the same intent and outcome rules: a bind's
 //! success makes it mounted, an unbind's success drops it, a final failure
-//! leaves the state before, an uncertain one makes it uncertain.
+//! leaves the state before (a bind never mounted is dropped then), an
+//! uncertain one makes it uncertain.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -458,7 +459,13 @@ impl JournalState {
                 entry.state = MountState::Mounted;
                 entry.bind = bind;
             }
-            (OpResult::FailedFinal(_), _) => {}
+            // the state before holds; a bind that was never mounted is
+            // not worth keeping (a refused subpath leaves nothing)
+            (OpResult::FailedFinal(_), _) => {
+                if entry.state == MountState::NotMounted {
+                    self.subpaths.remove(&key);
+                }
+            }
             (OpResult::FailedUncertain(_), _) => {
                 entry.state = MountState::Uncertain;
                 entry.bind = bind;
@@ -860,12 +867,22 @@ mod tests {
                 Some((Mounted, "a")),
             ),
             (
-                "a bind's final failure leaves it as before",
+                "a first bind's final failure leaves nothing",
                 vec![
                     sub_intent(1, BindSubpath, 0, "a"),
                     outcome(2, 1, BindSubpath, fail()),
                 ],
-                Some((NotMounted, "a")),
+                None,
+            ),
+            (
+                "a bind's final failure over a mounted one keeps it",
+                vec![
+                    sub_intent(1, BindSubpath, 0, "a"),
+                    outcome(2, 1, BindSubpath, OpResult::Success),
+                    sub_intent(3, BindSubpath, 0, "b"),
+                    outcome(4, 3, BindSubpath, fail()),
+                ],
+                Some((Mounted, "a")),
             ),
             (
                 "an uncertain failure makes it uncertain with the new subpath",

@@ -76,8 +76,10 @@ pub struct ContainerView {
     pub status: PodVolumes,
     /// the container's spec, `None` when the pod has no such container
     pub spec: Option<crate::model::ContainerSpec>,
-    /// pod volume name → unique volume name, for the pod's volumes
-    pub volumes: Vec<(String, crate::model::UniqueVolumeName)>,
+    /// for each of the pod's volumes: its pod volume name, its unique
+    /// volume name, and whether its pod target is a mount point (a bind
+    /// is made only while it still is one)
+    pub volumes: Vec<(String, crate::model::UniqueVolumeName, bool)>,
 }
 
 /// The running daemon's answers to a container runtime. Cheap to clone;
@@ -132,7 +134,11 @@ impl VolumeManagerHandle {
             .into_iter()
             .filter_map(|unique| {
                 let outer = w.dsw.volume(&unique)?.pods.get(pod)?.outer_name.clone();
-                Some((outer.to_string(), unique))
+                let is_mount = w
+                    .asw
+                    .pod(&unique, pod)
+                    .is_some_and(|a| a.mount.kind == crate::model::TargetKind::Mount);
+                Some((outer.to_string(), unique, is_mount))
             })
             .collect();
         drop(w);

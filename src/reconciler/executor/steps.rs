@@ -285,7 +285,12 @@ impl Executor {
         // go fails the TearDown (retried), so the volume is never torn
         // down under a bind of it.
         // The pod volume's name comes from the ASW, else from the
-        // journal's binds of this volume.
+        // journal's binds of this volume. No bind is made into the volume
+        // from the cleanup to the TearDown's end (the mark).
+        let _closing = params
+            .target
+            .pod()
+            .map(|pod| self.subpaths.closing(pod, &params.volume));
         if let TargetRef::Pod(pod) = &params.target {
             let names = match subpaths {
                 Some(name) => vec![name.to_owned()],

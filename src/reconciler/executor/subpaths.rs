@@ -5,26 +5,56 @@
 //! operation on a target; the journal keeps one entry per bind
 //! (`journal::replay`), so `dump` shows them and a restart knows them.
 //!
-//! One lock covers binding and cleaning: the runtime API looks at the pod
-//! and binds while holding it, a TearDown's cleanup holds it too, so a
-//! bind is never made into a volume whose binds are being cleaned for its
-//! TearDown (the TearDown is planned only once the pod is gone from the
-//! DSW, and the runtime API then sees it gone).
+//! A volume being torn down gets no new bind: a TearDown marks its (pod,
+//! volume) closing before it cleans the binds and until it has finished,
+//! and the runtime API, which looks at the pod and binds under the same
+//! lock, refuses a bind into a closing volume (a TearDown may run while
+//! the pod stays, for a volume remounted with another SELinux label).
+//! Orphan cleanup marks a whole pod so. The lock is held only to mark and
+//! to bind, never across a cleanup's unmounts: one stuck unmount holds
+//! its own volume, not every container start on the node.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::host::subpath::{self, Cleaned, FoundBind, SubpathAt, SubpathError};
 use crate::host::sys::Sys;
 use crate::journal::{DurableIntent, Journal, OpResult};
-use crate::model::{Layout, Operation, PodUid, SubpathBind, SubpathKey, UniqueVolumeName};
+use crate::model::{
+    Layout, MountState, Operation, PodUid, SubpathBind, SubpathKey, UniqueVolumeName,
+};
 
 /// The journaled subPath binds of a daemon (module doc).
 pub(crate) struct Subpaths {
     journal: Option<Arc<Journal>>,
     sys: Arc<dyn Sys>,
     layout: Layout,
-    lock: Mutex<()>,
+    lock: Mutex<Closing>,
+}
+
+/// What is being cleaned now: no bind is made into it.
+#[derive(Debug, Default)]
+struct Closing {
+    volumes: HashSet<(PodUid, UniqueVolumeName)>,
+    pods: HashSet<PodUid>,
+}
+
+/// A volume (or a whole pod) marked closing; unmarked when dropped.
+pub(crate) struct ClosingMark<'a> {
+    subpaths: &'a Subpaths,
+    pod: PodUid,
+    volume: Option<UniqueVolumeName>,
+}
+
+impl Drop for ClosingMark<'_> {
+    fn drop(&mut self) {
+        let mut c = self.subpaths.locked();
+        match self.volume.take() {
+            Some(v) => c.volumes.remove(&(self.pod.clone(), v)),
+            None => c.pods.remove(&self.pod),
+        };
+    }
 }
 
 impl std::fmt::Debug for Subpaths {
@@ -36,7 +66,7 @@ impl std::fmt::Debug for Subpaths {
 /// The lock held: binds may be made.
 pub(crate) struct Held<'a> {
     subpaths: &'a Subpaths,
-    _lock: MutexGuard<'a, ()>,
+    closing: MutexGuard<'a, Closing>,
 }
 
 impl Subpaths {
@@ -46,15 +76,32 @@ impl Subpaths {
             journal,
             sys,
             layout,
-            lock: Mutex::new(()),
+            lock: Mutex::new(Closing::default()),
         }
     }
 
-    /// Takes the lock (plain data: still consistent after a panic).
+    /// The lock (plain data: still consistent after a panic).
+    fn locked(&self) -> MutexGuard<'_, Closing> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the lock to look at a pod and make its binds.
     pub(crate) fn hold(&self) -> Held<'_> {
         Held {
             subpaths: self,
-            _lock: self.lock.lock().unwrap_or_else(|p| p.into_inner()),
+            closing: self.locked(),
+        }
+    }
+
+    /// Marks volume `volume` of pod `pod` closing until the mark is
+    /// dropped: a TearDown holds it from before its cleanup to its end.
+    /// Taken once no bind of it is being made (the lock).
+    pub(crate) fn closing(&self, pod: &PodUid, volume: &UniqueVolumeName) -> ClosingMark<'_> {
+        self.locked().volumes.insert((pod.clone(), volume.clone()));
+        ClosingMark {
+            subpaths: self,
+            pod: pod.clone(),
+            volume: Some(volume.clone()),
         }
     }
 
@@ -81,14 +128,14 @@ impl Subpaths {
     /// Unmounts and removes every bind of pod volume `name` of pod `pod`
     /// (volume `volume`) before its TearDown: those on the host and those
     /// the journal knows, each journaled. A bind that will not go fails
-    /// the whole (its volume must not be torn down under it).
+    /// the whole (its volume must not be torn down under it). The caller
+    /// holds the volume's [`Subpaths::closing`] mark.
     pub(crate) fn clean_volume(
         &self,
         pod: &PodUid,
         name: &str,
         volume: &UniqueVolumeName,
     ) -> Result<Cleaned, SubpathError> {
-        let _held = self.hold();
         let mut around =
             |found: &FoundBind, remove: &mut dyn FnMut() -> Result<(), SubpathError>| {
                 self.around(pod, Some(volume), found, remove)
@@ -119,7 +166,12 @@ impl Subpaths {
     /// Every bind of pod `pod` (orphan cleanup: no volume is known), each
     /// journaled.
     pub(crate) fn clean_pod(&self, pod: &PodUid) -> Result<Cleaned, SubpathError> {
-        let _held = self.hold();
+        self.locked().pods.insert(pod.clone());
+        let _mark = ClosingMark {
+            subpaths: self,
+            pod: pod.clone(),
+            volume: None,
+        };
         let mut around =
             |found: &FoundBind, remove: &mut dyn FnMut() -> Result<(), SubpathError>| {
                 self.around(pod, None, found, remove)
@@ -205,6 +257,41 @@ impl Subpaths {
         }
     }
 
+    /// After a restart, before any bind or cleanup: each bind the journal
+    /// knows is settled from the host. One the host still has is kept
+    /// (recorded as a bind found in place when its last record was not a
+    /// finished bind); one the host lost (a reboot, or cut before the
+    /// mount) is dropped. O(the binds the journal knows).
+    pub(crate) fn settle_at_start(&self) {
+        let Some(j) = &self.journal else {
+            return;
+        };
+        let known: Vec<(SubpathBind, bool)> = j.with_state(|s| {
+            s.subpaths()
+                .map(|e| {
+                    let settled = e.pending.is_none() && e.state == MountState::Mounted;
+                    (e.bind.clone(), settled)
+                })
+                .collect()
+        });
+        for (bind, settled) in known {
+            let mounted = match self.sys.mount_root(&self.path_of(&bind.key)) {
+                Err(e) if e.errno() == Some(crate::host::sys::Errno::ENOENT) => false,
+                // cannot tell: left for the next bind or cleanup
+                Err(_) => continue,
+                Ok(m) => m,
+            };
+            let op = match (mounted, settled) {
+                (true, true) => continue,
+                (true, false) => Operation::BindSubpath,
+                (false, _) => Operation::UnbindSubpath,
+            };
+            if let Ok(intent) = self.begin(op, &bind) {
+                self.finish(intent, OpResult::Success);
+            }
+        }
+    }
+
     fn path_of(&self, key: &SubpathKey) -> PathBuf {
         let index = usize::try_from(key.index).unwrap_or(usize::MAX);
         self.layout
@@ -214,12 +301,38 @@ impl Subpaths {
 
 impl Held<'_> {
     /// Binds `bind`'s subpath of the volume at `volume_path` (journaled:
-    /// intent, bind, outcome) and returns the bind's path. A refusal (the
+    /// intent, bind, outcome) and returns the bind's path. `is_mount`: the
+    /// volume's pod target is a mount point, and must still be one (the
+    /// ASW may not show yet that a TearDown unmounted it). A refusal (the
     /// subpath escapes, names a socket or a device) is a final failure,
     /// as is a journal that cannot take the intent; a host call that
     /// failed midway may have left a bind, and is uncertain.
-    pub(crate) fn bind(&self, bind: &SubpathBind, volume_path: &Path) -> Result<PathBuf, String> {
+    pub(crate) fn bind(
+        &self,
+        bind: &SubpathBind,
+        volume_path: &Path,
+        is_mount: bool,
+    ) -> Result<PathBuf, String> {
         let s = self.subpaths;
+        let pod = &bind.key.pod;
+        if self.closing.pods.contains(pod)
+            || self
+                .closing
+                .volumes
+                .contains(&(pod.clone(), bind.volume.clone()))
+        {
+            return Err(format!(
+                "volume {:?} is being unmounted for this pod; ask again once it is mounted",
+                bind.key.name
+            ));
+        }
+        if is_mount && !s.sys.mount_root(volume_path).unwrap_or(false) {
+            return Err(format!(
+                "volume {:?} is not mounted at {} now; ask again once it is",
+                bind.key.name,
+                volume_path.display()
+            ));
+        }
         let intent = s.begin(Operation::BindSubpath, bind)?;
         let index = usize::try_from(bind.key.index).unwrap_or(usize::MAX);
         let at = SubpathAt {
@@ -304,7 +417,7 @@ mod tests {
         let made = f
             .subpaths
             .hold()
-            .bind(&bind("app", "logs"), Path::new("/v"));
+            .bind(&bind("app", "logs"), Path::new("/v"), false);
         let path = made.unwrap();
         assert_eq!(path, Path::new("/r/pods/p1/volume-subpaths/data/app/0"));
         assert!(f.sys.mounts().iter().any(|m| m.target == path));
@@ -398,14 +511,110 @@ mod tests {
         let e = f
             .subpaths
             .hold()
-            .bind(&bind("app", "s.sock"), Path::new("/v"))
+            .bind(&bind("app", "s.sock"), Path::new("/v"), false)
             .unwrap_err();
         assert!(e.contains("socket"), "{e}");
         let records = subpath_records(&f.journal);
         assert_eq!(records.len(), 2);
         assert!(records[1].1.starts_with("FailedFinal"), "{records:?}");
+        assert_eq!(f.journal.state().subpaths().count(), 0, "nothing kept");
+    }
+
+    /// A TearDown's mark refuses binds into its volume (another volume of
+    /// the pod still binds) until it is dropped; a volume whose target is
+    /// a mount is bound only while it is one.
+    #[test]
+    fn no_bind_into_a_closing_volume_nor_a_target_no_longer_mounted() {
+        let f = fixture();
+        let pod = PodUid::new("p1").unwrap();
+        let b = bind("app", "logs");
+        let mark = f.subpaths.closing(&pod, &b.volume);
+        let e = f
+            .subpaths
+            .hold()
+            .bind(&b, Path::new("/v"), false)
+            .unwrap_err();
+        assert!(e.contains("being unmounted"), "{e}");
+        let other = SubpathBind {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/empty-dir/p1-other"),
+            ..bind("side", "logs")
+        };
+        assert!(
+            f.subpaths
+                .hold()
+                .bind(&other, Path::new("/v"), false)
+                .is_ok()
+        );
+        drop(mark);
+        // a mount target found not mounted (a TearDown the ASW does not
+        // show yet): refused, nothing journaled for it
+        let before = subpath_records(&f.journal).len();
+        let e = f
+            .subpaths
+            .hold()
+            .bind(&b, Path::new("/v"), true)
+            .unwrap_err();
+        assert!(e.contains("is not mounted"), "{e}");
+        assert_eq!(subpath_records(&f.journal).len(), before);
+        assert!(f.subpaths.hold().bind(&b, Path::new("/v"), false).is_ok());
+    }
+
+    /// After a restart: a bind the host kept stays (a pending one is
+    /// recorded as found in place), one the host lost is dropped.
+    #[test]
+    fn a_restart_settles_the_journal_s_binds_from_the_host() {
+        let f = fixture();
+        let pod = PodUid::new("p1").unwrap();
+        let kept = f
+            .subpaths
+            .hold()
+            .bind(&bind("app", "logs"), Path::new("/v"), false)
+            .unwrap();
+        // cut after its intent: the bind is there, no outcome
+        let cut = SubpathBind {
+            key: SubpathKey::new(pod.clone(), "data", "cut", 0).unwrap(),
+            ..bind("app", "logs")
+        };
+        let at = f.subpaths.path_of(&cut.key);
+        f.sys.add(&at, FileKind::Dir);
+        f.sys
+            .preset_mount(
+                Some(Path::new("/v/logs")),
+                &at,
+                None,
+                MsFlags::MS_BIND,
+                None,
+            )
+            .unwrap();
+        let _pending = f
+            .journal
+            .begin_subpath(Operation::BindSubpath, &cut)
+            .unwrap();
+        // journaled as mounted, gone from the host (a reboot)
+        let lost = bind("gone", "logs");
+        let i = f
+            .journal
+            .begin_subpath(Operation::BindSubpath, &lost)
+            .unwrap();
+        f.journal.finish(i, OpResult::Success, None).unwrap();
+
+        let before = subpath_records(&f.journal).len();
+        f.subpaths.settle_at_start();
         let state = f.journal.state();
-        let e = state.subpaths().next().unwrap();
-        assert_eq!(e.state, MountState::NotMounted);
+        let now: Vec<(String, MountState, bool)> = state
+            .subpaths()
+            .map(|e| (e.bind.key.container.clone(), e.state, e.pending.is_some()))
+            .collect();
+        assert_eq!(
+            now,
+            vec![
+                ("app".into(), MountState::Mounted, false),
+                ("cut".into(), MountState::Mounted, false),
+            ]
+        );
+        assert!(f.sys.mounts().iter().any(|m| m.target == kept));
+        // the kept one wrote nothing; the cut one a bind, the lost one an
+        // unbind
+        assert_eq!(subpath_records(&f.journal).len(), before + 4);
     }
 }
