@@ -117,16 +117,20 @@ fn v4_to_v5(db: &sled::Db, dir: &Path) -> Result<(), String> {
         return Ok(());
     };
     let meta = db.open_tree("meta").map_err(|e| err("meta", &e))?;
-    let id = meta
-        .get("journal_id")
-        .map_err(|e| err("meta", &e))?
-        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-        .map(u64::from_le_bytes)
-        .ok_or("meta journal_id is missing")?;
+    let id = journal_id(&meta)?;
     if let Some(v5) = checkpoint_v4_to_v5(id, &value) {
         super::checkpoint_file::write(dir, &v5).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The journal's id from its `meta` tree (every checksum mixes it in).
+fn journal_id(meta: &sled::Tree) -> Result<u64, String> {
+    meta.get("journal_id")
+        .map_err(|e| format!("meta: {e}"))?
+        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| "meta journal_id is missing".to_owned())
 }
 
 /// The v4 checkpoint envelope re-sealed as v5, or `None` when it does not
@@ -171,12 +175,7 @@ fn reencode(
         tree("quarantine")?,
         tree("checkpoint")?,
     );
-    let id = meta
-        .get("journal_id")
-        .map_err(|e| err("meta", &e))?
-        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-        .map(u64::from_le_bytes)
-        .ok_or("meta journal_id is missing")?;
+    let id = journal_id(&meta)?;
 
     let record_v2 = |seq: u64, value: &[u8]| record(id, seq, value);
     let rewrite = |t: &sled::Tree| -> Result<Vec<(sled::IVec, Vec<u8>)>, String> {
