@@ -507,3 +507,103 @@ pub fn median(times: &mut [Duration]) -> Duration {
     times.sort();
     times[times.len() / 2]
 }
+
+/// The restart goal (issue 43): spawn to `/readyz` 200 after a stop within
+/// this many times the kernel's raw read of the mount table, judged from
+/// [`RESTART_GOAL_FROM`] to [`RESTART_GOAL_TO`] pods.
+pub const RESTART_GOAL_RAW: f64 = 5.0;
+pub const RESTART_GOAL_FROM: usize = 10_000;
+pub const RESTART_GOAL_TO: usize = 50_000;
+
+/// The floors a restart is judged by, each the median of its runs: the
+/// kernel's raw read of `/proc/self/mountinfo` (its bytes with `std::fs`,
+/// nothing of ours, no parse), and one read and parse of it with our own
+/// parser (`MountTable::read`), which a slower parser would make easier to
+/// beat.
+#[derive(Debug, Clone, Copy)]
+pub struct TableFloors {
+    pub raw: Duration,
+    pub read_parse: Duration,
+    /// the mount table's lines
+    pub entries: usize,
+    /// its bytes
+    pub bytes: usize,
+}
+
+/// [`TableFloors`] of this namespace's mount table, `runs` reads of each
+/// kind, alternated.
+pub fn table_floors(runs: usize) -> TableFloors {
+    let path = Path::new("/proc/self/mountinfo");
+    let (mut raw, mut parsed) = (Vec::new(), Vec::new());
+    let (mut entries, mut bytes) = (0, 0);
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        let read = fs::read(path).expect("read mountinfo");
+        raw.push(t.elapsed());
+        bytes = read.len();
+        drop(read);
+        let t = Instant::now();
+        let table = volumed::host::mountinfo::MountTable::read(path).expect("read mountinfo");
+        parsed.push(t.elapsed());
+        entries = table.entries().len();
+    }
+    TableFloors {
+        raw: median(&mut raw),
+        read_parse: median(&mut parsed),
+        entries,
+        bytes,
+    }
+}
+
+impl TableFloors {
+    /// A restart's ratio to the raw read.
+    pub fn over_raw(&self, restart: Duration) -> f64 {
+        restart.as_secs_f64() / self.raw.as_secs_f64()
+    }
+
+    /// A restart's ratio to the read and parse.
+    pub fn over_parse(&self, restart: Duration) -> f64 {
+        restart.as_secs_f64() / self.read_parse.as_secs_f64()
+    }
+
+    /// `raw read 18.0 ms (6.8x), read + parse 45.2 ms (2.7x)`: both
+    /// floors with `restart`'s ratio to each.
+    pub fn ratios_text(&self, restart: Duration) -> String {
+        format!(
+            "raw read {:.2} ms ({:.1}x), read + parse {:.2} ms ({:.1}x)",
+            self.raw.as_secs_f64() * 1e3,
+            self.over_raw(restart),
+            self.read_parse.as_secs_f64() * 1e3,
+            self.over_parse(restart)
+        )
+    }
+
+    /// The verdict on a restart over `pods` pods (`what` names the node):
+    /// `DEFECT: …` over [`RESTART_GOAL_RAW`]x the raw read inside the
+    /// goal's range, `within the goal …` under it, `None` outside the range.
+    pub fn judge(&self, what: &str, pods: usize, restart: Duration) -> Option<String> {
+        if !(RESTART_GOAL_FROM..=RESTART_GOAL_TO).contains(&pods) {
+            return None;
+        }
+        let ratio = self.over_raw(restart);
+        let figures = format!(
+            "{:.0} ms against a raw read of {:.2} ms ({} lines, {} KiB), {ratio:.1}x; \
+             {:.1}x read + parse",
+            restart.as_secs_f64() * 1e3,
+            self.raw.as_secs_f64() * 1e3,
+            self.entries,
+            self.bytes / 1024,
+            self.over_parse(restart)
+        );
+        Some(match ratio > RESTART_GOAL_RAW {
+            true => format!(
+                "DEFECT: {what} at {pods} pods: restart → readyz over {RESTART_GOAL_RAW:.0}x \
+                 the raw read of the mount table: {figures}"
+            ),
+            false => format!(
+                "{what} at {pods} pods: restart → readyz within {RESTART_GOAL_RAW:.0}x the raw \
+                 read of the mount table: {figures}"
+            ),
+        })
+    }
+}
