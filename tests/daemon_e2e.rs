@@ -474,10 +474,12 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
                 .collect::<Vec<_>>()
         };
         let before = table_of(&env);
-        // what the manifests parsed to is kept once they settled (100 ms
-        // after they were written)
+        // what the manifests and the objects file parsed to is kept once
+        // they settled (100 ms after they were written)
         let cache = env.journal.join("static-pods.cache");
         daemon.wait_until("the parsed-manifest cache written", || cache.exists());
+        let objects_cache = env.journal.join("static-objects.cache");
+        daemon.wait_until("the objects cache written", || objects_cache.exists());
         daemon.stop();
         assert_eq!(table_of(&env), before, "stopping unmounts nothing");
 
@@ -494,8 +496,10 @@ fn a_graceful_restart_reissues_no_plugin_operation() {
         );
         let listed = log_line(&daemon, "phase=\"sources_listed\"");
         assert!(
-            listed.contains("pods=2") && listed.contains("from_cache=2"),
-            "both manifests came from the cache, none was parsed: {listed:?}"
+            listed.contains("pods=2")
+                && listed.contains(" from_cache=2")
+                && listed.contains("objects_from_cache=1"),
+            "both manifests and the PV's file came from the caches, none was parsed: {listed:?}"
         );
         // A fresh tmpfs's identity is journaled when it is mounted, so the
         // merge agrees with the journal on the two memory emptyDirs (and the

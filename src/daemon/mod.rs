@@ -153,16 +153,14 @@ impl Daemon {
         // before phase 1, applies their events to the DSW as they come
         // and plans nothing until phase 1 hands over the ASW.
         let gate = ReadyGate::new(1 + usize::from(cfg.api.is_some()));
-        // the parsed-manifest cache lives beside the journal (none with
-        // `--journal off`, which parses every manifest as the kubelet does)
-        let manifest_cache = journal_dir.map(|d| d.join(crate::sources::manifest_cache::FILE_NAME));
-        let (sources, poller) = spawn_sources(
-            &cfg,
-            manifest_cache,
-            sys.clone(),
-            events_tx.clone(),
-            gate.clone(),
-        )?;
+        // the parsed-file caches live beside the journal (none with
+        // `--journal off`, which parses every file as the kubelet does)
+        let caches = journal_dir.map(|d| {
+            use crate::sources::manifest_cache::{FILE_NAME, OBJECTS_FILE_NAME};
+            (d.join(FILE_NAME), d.join(OBJECTS_FILE_NAME))
+        });
+        let (sources, poller) =
+            spawn_sources(&cfg, caches, sys.clone(), events_tx.clone(), gate.clone())?;
         let early = std::cell::OnceCell::new();
         let (journal, replaced) = match open(&|| {
             early.get_or_init(|| crate::reconstruct::edge::TableRead::start(sys.clone()));

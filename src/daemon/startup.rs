@@ -225,7 +225,7 @@ const CACHE_WAKE_MIN: std::time::Duration = std::time::Duration::from_millis(200
 /// again (a `stat` per object file).
 pub(super) fn spawn_sources(
     cfg: &DaemonConfig,
-    manifest_cache: Option<PathBuf>,
+    caches: Option<(PathBuf, PathBuf)>,
     sys: Arc<dyn Sys>,
     tx: Sender<Event>,
     gate: Arc<super::api::ReadyGate>,
@@ -238,7 +238,8 @@ pub(super) fn spawn_sources(
             poll_interval: cfg.poll_interval,
             secrets: cfg.secrets.clone(),
             payload_objects: cfg.payload_objects.clone(),
-            manifest_cache,
+            manifest_cache: caches.as_ref().map(|c| c.0.clone()),
+            objects_cache: caches.map(|c| c.1),
         },
         sys,
     );
@@ -280,6 +281,7 @@ pub(super) fn spawn_sources(
                     elapsed_ms = elapsed_ms(polled.elapsed()),
                     pods = sources.current().len(),
                     from_cache = sources.cache_hits(),
+                    objects_from_cache = sources.objects_cache_hits(),
                     "startup phase"
                 );
             }
@@ -304,7 +306,7 @@ pub(super) fn spawn_sources(
                     return;
                 }
             }
-            // the parsed-manifest cache is written from this thread, when
+            // the parsed-file caches are written from this thread, when
             // what was parsed has settled (never on the loop's path)
             let now = Instant::now();
             let mut wait = watcher.resync();

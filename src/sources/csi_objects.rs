@@ -16,7 +16,7 @@ use super::static_objects::{HasFile, decode, object_name};
 use crate::model::SecretRef;
 
 /// A CSIDriver as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CsiDriverInfo {
     /// the file it came from
     pub file: PathBuf,
@@ -36,7 +36,7 @@ pub struct CsiDriverInfo {
 }
 
 /// A VolumeAttachment as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AttachmentInfo {
     /// the file it came from
     pub file: PathBuf,

@@ -117,7 +117,20 @@ impl Sources {
                 let hash = signature_hash(&objects.signature);
                 let unchanged = objects.complete && self.objects_signature == Some(hash);
                 if !unchanged {
-                    let (objs, errs) = StaticObjects::load(&objects.files);
+                    let sigs = signatures_of(&objects.files, &objects.signature);
+                    // Only a run's first complete listing uses the cache:
+                    // a later change of the dir parses every file again
+                    // (as without a cache), and a file changed while the
+                    // daemon runs is stored at its next start. So a busy
+                    // objects dir never has the whole cache rewritten.
+                    let cache = self.objects_cache.as_mut().filter(|c| !c.was_listed());
+                    let (objs, errs) =
+                        StaticObjects::load_cached(&objects.files, &sigs, cache, objects.started);
+                    if objects.complete
+                        && let Some(c) = &mut self.objects_cache
+                    {
+                        c.listed();
+                    }
                     objs.publish_secrets(&self.config.secrets);
                     objs.payload.publish(&self.config.payload_objects);
                     self.objects = objs;

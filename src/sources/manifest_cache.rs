@@ -1,9 +1,17 @@
-//! The static-pod source's parsed-manifest cache: what each manifest parsed
-//! to, kept in `<journal-dir>/static-pods.cache`, so that a restart reads and
-//! parses again only the manifests that changed. Parsing (YAML, then the Pod
-//! type) is the costly part of listing a big pods dir; with the cache, a
-//! restart over unchanged manifests costs the listing (one `stat` each) and
-//! the cache's decode. The kubelet parses every manifest at every start.
+//! The static sources' parsed-file caches: what each manifest parsed to,
+//! kept in `<journal-dir>/static-pods.cache`, and what each file of the
+//! objects dir parsed to, in `<journal-dir>/static-objects.cache`
+//! ([`ObjectsCache`]), so that a restart reads and parses again only the
+//! files that changed. Parsing (YAML or JSON, then the API type) is the
+//! costly part of listing a big pods or objects dir; with the cache, a
+//! restart over unchanged files costs the listing (one `stat` each) and the
+//! cache's decode. The kubelet parses every manifest at every start (and
+//! has no objects dir: its objects come from the API server).
+//!
+//! One [`ParsedFileCache`] type serves both ([`ManifestCache`] and
+//! [`ObjectsCache`]), over what a file parses to ([`Cached`]: a
+//! [`ParsedPod`], or an objects file's [`CachedObjects`]); each kind of
+//! file has its own magic, so neither reads the other's file.
 //!
 //! The cache is a shortcut, never a source. Its rules:
 //! - an entry is used only for a file whose signature (device, inode, size,
@@ -31,27 +39,57 @@
 //! file's entries (a pass over every manifest, so it runs at most every
 //! [`WRITE_EVERY`] after the first, and only when something was parsed).
 //! Static pods carry no Secret data (Secrets are objects, resolved later):
-//! nothing secret is written.
+//! nothing secret is written. An objects file is stored only when every
+//! object in it is a PersistentVolume, a claim, a CSIDriver or a
+//! VolumeAttachment and it parsed without an error
+//! (`StaticObjects::parse_file`): a file with a Secret or a ConfigMap is
+//! parsed at every start, so no Secret's bytes reach the journal dir.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::SourceError;
 use super::read::{read_file, signature_of};
 use super::signature::{FileSignature, file_signature, file_signature_hash};
+pub use super::static_objects::CachedObjects;
 use super::static_pods::ParsedPod;
 
-/// The cache's file name in the journal dir.
+/// The static-pod cache's file name in the journal dir.
 pub const FILE_NAME: &str = "static-pods.cache";
 
-/// The first bytes of the file (format 1).
-const MAGIC: &[u8; 8] = b"vdmcach1";
+/// The objects cache's file name in the journal dir.
+pub const OBJECTS_FILE_NAME: &str = "static-objects.cache";
+
+/// What one file parses to, as a cache keeps it.
+pub trait Cached: Serialize + DeserializeOwned {
+    /// The first bytes of the cache's file: one per kind of file and
+    /// format, so a cache never reads another's file.
+    const MAGIC: &'static [u8; 8];
+}
+
+impl Cached for ParsedPod {
+    // format 1
+    const MAGIC: &'static [u8; 8] = b"vdmcach1";
+}
+
+impl Cached for CachedObjects {
+    // format 1
+    const MAGIC: &'static [u8; 8] = b"vdocach1";
+}
+
+/// The static-pod source's parsed-manifest cache.
+pub type ManifestCache = ParsedFileCache<ParsedPod>;
+
+/// The objects dir's cache.
+pub type ObjectsCache = ParsedFileCache<CachedObjects>;
 
 /// How much older than the read it was parsed from a file's ctime must be
 /// for its entry to be stored as is. File times come from the kernel's
@@ -73,14 +111,15 @@ pub const WRITE_EVERY: Duration = Duration::from_secs(300);
 struct Stamp {
     /// the running executable's signature
     exe: FileSignature,
-    /// the pods dir
+    /// the dir of the files (the pods dir, or the objects dir)
     pods_dir: PathBuf,
     /// the node name
     node: String,
 }
 
-/// One manifest: its file name, signature and parsed pod (bincode, decoded
-/// only when used).
+/// One file: its name, signature and what it parsed to (bincode, decoded
+/// only when used; the field keeps the name it had when only pods were
+/// cached, as the encoding does not depend on it).
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
     name: Vec<u8>,
@@ -171,14 +210,14 @@ struct Pending {
     sig: FileSignature,
     /// a hash of the bytes it was parsed from
     bytes: u64,
-    /// the encoded [`ParsedPod`]
+    /// the encoded parsed file
     pod: Vec<u8>,
     /// its ctime was [`SETTLED`] before the read: storable as is
     settled: bool,
 }
 
-/// The cache of one static-pod source.
-pub struct ManifestCache {
+/// The cache of one static source's dir, for files that parse to `T`.
+pub struct ParsedFileCache<T: Cached> {
     path: PathBuf,
     pods_dir: PathBuf,
     /// `None` when the executable could not be looked at: no cache
@@ -194,6 +233,9 @@ pub struct ManifestCache {
     last_write: Option<Instant>,
     /// manifests taken from the file instead of parsed
     hits: usize,
+    /// [`Self::listed`] was called
+    listed: bool,
+    kind: PhantomData<fn() -> T>,
 }
 
 /// A hash of a manifest's bytes (what a confirmation compares).
@@ -222,8 +264,8 @@ fn settled(sig: &FileSignature, read_at: SystemTime) -> bool {
     sig.4.saturating_add(margin) < nanos_since_epoch(read_at)
 }
 
-impl ManifestCache {
-    /// The cache at `path` for the manifests of `pods_dir` on `node`. Reads
+impl<T: Cached> ParsedFileCache<T> {
+    /// The cache at `path` for the files of `pods_dir` on `node`. Reads
     /// nothing yet.
     pub fn new(path: PathBuf, pods_dir: &Path, node: &str) -> Self {
         let stamp = signature_now(Path::new("/proc/self/exe")).map(|exe| Stamp {
@@ -241,6 +283,8 @@ impl ManifestCache {
             newest_unsettled: None,
             last_write: None,
             hits: 0,
+            listed: false,
+            kind: PhantomData,
         }
     }
 
@@ -255,9 +299,9 @@ impl ManifestCache {
             Err(e) => return Err(e.to_string()),
         };
         let body = bytes
-            .strip_prefix(MAGIC.as_slice())
+            .strip_prefix(T::MAGIC.as_slice())
             .filter(|b| b.len() >= 4)
-            .ok_or("not a volumed manifest cache")?;
+            .ok_or("not a volumed cache of this kind")?;
         let (body, crc) = body.split_at(body.len() - 4);
         let crc = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
         if crc32c::crc32c(body) != crc {
@@ -284,12 +328,12 @@ impl ManifestCache {
         })
     }
 
-    /// The pod `name` parsed to when its file had `sig`, if the cache has it.
+    /// What `name` parsed to when its file had `sig`, if the cache has it.
     /// The file is read on the first call; after [`Self::listed`], never.
-    pub fn lookup(&mut self, name: &OsStr, sig: &FileSignature) -> Option<ParsedPod> {
+    pub fn lookup(&mut self, name: &OsStr, sig: &FileSignature) -> Option<T> {
         if self.loaded.is_none() {
             let loaded = self.read_stored().unwrap_or_else(|why| {
-                tracing::warn!(file = %self.path.display(), why, "parsed-manifest cache not used: every manifest is parsed");
+                tracing::warn!(file = %self.path.display(), why, "parsed-file cache not used: every file is parsed");
                 Loaded::default()
             });
             self.loaded = Some(loaded);
@@ -312,6 +356,12 @@ impl ManifestCache {
     /// The first complete listing is done: the file's entries are let go.
     pub fn listed(&mut self) {
         self.loaded = Some(Loaded::default());
+        self.listed = true;
+    }
+
+    /// Whether the first complete listing is done ([`Self::listed`]).
+    pub fn was_listed(&self) -> bool {
+        self.listed
     }
 
     /// `pod` was parsed from `name`'s bytes (hashing to `bytes`) in a read
@@ -321,7 +371,7 @@ impl ManifestCache {
         name: &OsStr,
         sig: FileSignature,
         bytes: u64,
-        pod: &ParsedPod,
+        pod: &T,
         read_at: SystemTime,
     ) {
         if self.stamp.is_none() {
@@ -478,8 +528,8 @@ impl ManifestCache {
         let body = bincode::serialize(stored)
             .map_err(std::io::Error::other)
             .map_err(fail("encode", &self.path))?;
-        let mut bytes = Vec::with_capacity(MAGIC.len() + body.len() + 4);
-        bytes.extend_from_slice(MAGIC);
+        let mut bytes = Vec::with_capacity(T::MAGIC.len() + body.len() + 4);
+        bytes.extend_from_slice(T::MAGIC);
         bytes.extend_from_slice(&body);
         bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
         let mut tmp = self.path.clone().into_os_string();
@@ -500,3 +550,7 @@ impl ManifestCache {
 #[cfg(test)]
 #[path = "manifest_cache_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "objects_cache_tests.rs"]
+mod objects_tests;

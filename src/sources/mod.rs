@@ -89,6 +89,10 @@ use signature::signature_hash;
 use static_objects::StaticObjects;
 use static_pods::PodSeLinux;
 
+/// How far ahead a cache's due time may be and still count as due in
+/// [`Sources::write_cache`].
+const CACHE_DUE_SLACK: Duration = Duration::from_millis(20);
+
 /// How often the daemon should call [`Sources::poll_changes`] by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -109,6 +113,9 @@ pub struct SourcesConfig {
     pub payload_objects: payload_objects::PayloadStore,
     /// the parsed-manifest cache's file (`manifest_cache.rs`); `None`: none
     pub manifest_cache: Option<PathBuf>,
+    /// the objects dir's parsed-file cache (`manifest_cache.rs`,
+    /// `ObjectsCache`); `None`: none
+    pub objects_cache: Option<PathBuf>,
 }
 
 impl SourcesConfig {
@@ -122,6 +129,7 @@ impl SourcesConfig {
             secrets: Default::default(),
             payload_objects: Default::default(),
             manifest_cache: None,
+            objects_cache: None,
         }
     }
 }
@@ -197,6 +205,8 @@ pub struct Sources {
     ready_sent: bool,
     /// what the manifests parsed to in earlier runs, and since
     cache: Option<manifest_cache::ManifestCache>,
+    /// what the objects files parsed to in earlier runs, and since
+    objects_cache: Option<manifest_cache::ObjectsCache>,
 }
 fn listing(dir: Option<&PathBuf>) -> Listing {
     match dir {
@@ -233,8 +243,17 @@ impl Sources {
             )),
             _ => None,
         };
+        let objects_cache = match (&config.objects_cache, &config.objects_dir) {
+            (Some(file), Some(dir)) => Some(manifest_cache::ObjectsCache::new(
+                file.clone(),
+                dir,
+                &config.node_name,
+            )),
+            _ => None,
+        };
         Self {
             cache,
+            objects_cache,
             config,
             sys,
             last_good: BTreeMap::new(),
@@ -298,28 +317,76 @@ impl Sources {
         self.cache.as_ref().map_or(0, |c| c.hits())
     }
 
-    /// When [`Sources::write_cache`] has work, if ever.
-    pub fn cache_due(&self) -> Option<std::time::Instant> {
-        self.cache.as_ref().and_then(|c| c.due())
+    /// How many objects files the objects cache gave instead of a parse.
+    pub fn objects_cache_hits(&self) -> usize {
+        self.objects_cache.as_ref().map_or(0, |c| c.hits())
     }
 
-    /// Writes the parsed-manifest cache: what was parsed since the last
-    /// write and has settled, with the file's entries still current. Best
-    /// effort: a failure is logged (see [`Sources::try_write_cache`]).
+    /// When [`Sources::write_cache`] has work, if ever: the sooner of the
+    /// two caches.
+    pub fn cache_due(&self) -> Option<std::time::Instant> {
+        let pods = self.cache.as_ref().and_then(|c| c.due());
+        let objects = self.objects_cache.as_ref().and_then(|c| c.due());
+        pods.into_iter().chain(objects).min()
+    }
+
+    /// Writes each cache whose write is due ([`Sources::cache_due`]): what
+    /// was parsed since its last write and has settled, with the file's
+    /// entries still current. Best effort: a failure is logged (see
+    /// [`Sources::try_write_cache`]).
     pub fn write_cache(&mut self) {
-        if let Err(e) = self.try_write_cache() {
-            tracing::warn!(error = %e, "parsed-manifest cache not written; the next write tries again");
+        // a due time is recomputed from the clocks at each ask: one asked
+        // for a moment ago may now lie a hair ahead
+        let now = std::time::Instant::now() + CACHE_DUE_SLACK;
+        let due = |d: Option<std::time::Instant>| d.is_some_and(|d| d <= now);
+        let written = [
+            due(self.cache.as_ref().and_then(|c| c.due())).then(|| self.write_pods_cache()),
+            due(self.objects_cache.as_ref().and_then(|c| c.due()))
+                .then(|| self.write_objects_cache()),
+        ];
+        for e in written.into_iter().flatten().filter_map(Result::err) {
+            tracing::warn!(error = %e, "parsed-file cache not written; the next write tries again");
         }
     }
 
-    /// [`Sources::write_cache`], saying why a write failed (naming the
-    /// file); the cache on disk is then as it was.
+    /// Writes both caches now, saying why a write failed (naming the
+    /// file); the cache on disk is then as it was (the other one is still
+    /// written).
     pub fn try_write_cache(&mut self) -> Result<(), SourceError> {
+        let pods = self.write_pods_cache();
+        let objects = self.write_objects_cache();
+        pods.and(objects)
+    }
+
+    fn write_pods_cache(&mut self) -> Result<(), SourceError> {
         let last_good = &self.last_good;
         match &mut self.cache {
             Some(c) => c.write(|name| last_good.get(name).map(|(sig, _)| *sig)),
             None => Ok(()),
         }
+    }
+
+    /// The objects cache keeps an entry only for a file whose signature is
+    /// the one a listing shows now: nothing per file is held between loads
+    /// for it, and a write is rare (`manifest_cache::WRITE_EVERY`), so it
+    /// lists the dir again (one `stat` per file).
+    fn write_objects_cache(&mut self) -> Result<(), SourceError> {
+        let Some(c) = &mut self.objects_cache else {
+            return Ok(());
+        };
+        let now = listing(self.config.objects_dir.as_ref());
+        let current: BTreeMap<&OsStr, u64> = now
+            .signature
+            .iter()
+            .map(|e| {
+                let sig = signature::file_signature(e);
+                (
+                    signature::manifest_key(&e.0),
+                    signature::file_signature_hash(&sig),
+                )
+            })
+            .collect();
+        c.write(|name| current.get(name).copied())
     }
 
     fn poll(&mut self, list_objects: bool) -> Option<Vec<SourceEvent>> {

@@ -30,23 +30,34 @@
 //!   publish context.
 //! - **Secret:** `data` (decoded) and `stringData`, for the secrets CSI
 //!   calls send; kept only in memory ([`SecretStore`]), never logged.
+//! - **Cache.** With a journal dir, what each file parsed to is kept across
+//!   a restart (`manifest_cache.rs`, [`CachedObjects`]): a restart over
+//!   unchanged files decodes them instead of parsing them. Only a file that
+//!   parsed without an error and holds no Secret or ConfigMap is stored,
+//!   from a run's first complete listing (a file changed while the daemon
+//!   runs is stored at the next start); the first definition of a name
+//!   still wins, as the files are replayed in their order.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::SourceError;
 use super::csi_objects;
 pub use super::csi_objects::{AttachmentInfo, CsiDriverInfo, SecretInfo, SecretStore};
+use super::manifest_cache::{ObjectsCache, bytes_hash};
 use super::read::{kind_of, parse_documents, read_file};
+use super::signature::{FileSignature, manifest_key};
 use crate::model::{AccessMode, CsiSpec, SecretRef, VolumeSpec, check_component};
 
 /// A PV's `claimRef`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRef {
     /// `namespace` (empty when unset)
     pub namespace: String,
@@ -61,7 +72,7 @@ pub struct ClaimRef {
 pub const PV_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
 
 /// A PersistentVolume as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PvInfo {
     /// the file it came from
     pub file: PathBuf,
@@ -76,7 +87,7 @@ pub struct PvInfo {
 }
 
 /// A PersistentVolumeClaim as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PvcInfo {
     /// the file it came from
     pub file: PathBuf,
@@ -108,15 +119,142 @@ pub struct StaticObjects {
     pub payload: super::payload_objects::PayloadObjects,
 }
 
+/// One object of an objects file, parsed: what it adds to
+/// [`StaticObjects`] once it meets the other files' objects (where the
+/// first definition of a name wins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ParsedObject {
+    /// a PersistentVolume, by name
+    Pv(String, PvInfo),
+    /// a PersistentVolumeClaim, by (namespace, name)
+    Pvc((String, String), PvcInfo),
+    /// a CSIDriver, by name
+    CsiDriver(String, CsiDriverInfo),
+    /// a VolumeAttachment, by name
+    Attachment(String, AttachmentInfo),
+}
+
+impl ParsedObject {
+    fn file(&self) -> &Path {
+        match self {
+            Self::Pv(_, i) => &i.file,
+            Self::Pvc(_, i) => &i.file,
+            Self::CsiDriver(_, i) => &i.file,
+            Self::Attachment(_, i) => &i.file,
+        }
+    }
+}
+
+/// What one objects file parsed to, as the objects cache keeps it
+/// (`manifest_cache.rs`): only files whose every document is one of these
+/// kinds and parsed without an error (never a Secret).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedObjects(pub Vec<ParsedObject>);
+
+/// One document of an objects file, in the file's order.
+enum Item {
+    Object(ParsedObject),
+    /// a Secret or ConfigMap: added as it is, never cached
+    Payload(String, Value),
+    /// the document's error
+    Error(SourceError),
+}
+
+/// What one objects file gave: its items in order, or why it could not be
+/// read or parsed.
+type FileItems = Result<(Vec<Item>, u64), SourceError>;
+
+/// Objects files from which [`StaticObjects::load_cached`] uses a second
+/// thread for the parse.
+const PARALLEL_PARSE_FROM: usize = 32;
+
 impl StaticObjects {
     /// Reads every file (sorted); returns the objects and every problem.
     pub fn load(files: &[PathBuf]) -> (Self, Vec<SourceError>) {
+        Self::load_cached(files, &[], None, None)
+    }
+
+    /// [`StaticObjects::load`] with the objects cache: each of `files`
+    /// whose signature (in `sigs`, in the same order; none: no lookup) the
+    /// cache has is decoded instead of parsed, and each file parsed is told
+    /// to it (`listed_at`: when the listing began). Files are parsed on two
+    /// threads when there are many; their objects are added in file order
+    /// whatever their origin, so the result is the same.
+    pub(crate) fn load_cached(
+        files: &[PathBuf],
+        sigs: &[FileSignature],
+        mut cache: Option<&mut ObjectsCache>,
+        listed_at: Option<SystemTime>,
+    ) -> (Self, Vec<SourceError>) {
         let mut objects = Self::default();
         let mut errors = Vec::new();
-        for file in files {
-            match read_file(file) {
-                Ok(bytes) => objects.add_file(file, &bytes, &mut errors),
-                Err(e) => errors.push(e),
+        // per file, its cached objects (`None`: to parse)
+        let cached: Vec<Option<CachedObjects>> = files
+            .iter()
+            .enumerate()
+            .map(|(i, file)| {
+                let (c, sig) = (cache.as_deref_mut()?, sigs.get(i)?);
+                let hit = c.lookup(manifest_key(file), sig)?;
+                hit.0
+                    .iter()
+                    .all(|o| o.file() == file.as_path())
+                    .then_some(hit)
+            })
+            .collect();
+        let to_parse: Vec<&PathBuf> = files
+            .iter()
+            .zip(&cached)
+            .filter(|(_, c)| c.is_none())
+            .map(|(f, _)| f)
+            .collect();
+        let all = |files: &[&PathBuf]| {
+            files
+                .iter()
+                .map(|f| read_file(f).map(|b| (parse_file(f, &b), bytes_hash(&b))))
+                .collect::<Vec<FileItems>>()
+        };
+        let at = match to_parse.len() >= PARALLEL_PARSE_FROM {
+            true => to_parse.len() / 2,
+            false => to_parse.len(),
+        };
+        let (mut parsed, rest) =
+            crate::util::halves::in_two_halves("volumed-objects", &to_parse, at, all);
+        parsed.extend(rest);
+        let mut parsed = parsed.into_iter();
+        for (i, (file, hit)) in files.iter().zip(cached).enumerate() {
+            if let Some(hit) = hit {
+                for o in hit.0 {
+                    objects.insert_parsed(o, &mut errors);
+                }
+                continue;
+            }
+            let Some(got) = parsed.next() else { break };
+            let (items, bytes) = match got {
+                Ok(got) => got,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            let storable = items.iter().all(|i| matches!(i, Item::Object(_)));
+            let (Some(c), Some(sig), Some(at), true) =
+                (cache.as_deref_mut(), sigs.get(i), listed_at, storable)
+            else {
+                objects.add_items(file, items, &mut errors);
+                continue;
+            };
+            let found = CachedObjects(
+                items
+                    .into_iter()
+                    .filter_map(|i| match i {
+                        Item::Object(o) => Some(o),
+                        _ => None,
+                    })
+                    .collect(),
+            );
+            c.parsed(manifest_key(file), *sig, bytes, &found, at);
+            for o in found.0 {
+                objects.insert_parsed(o, &mut errors);
             }
         }
         (objects, errors)
@@ -126,40 +264,29 @@ impl StaticObjects {
     /// reads them: the fuzz targets' way in, with no file to write.
     #[doc(hidden)]
     pub fn add_file(&mut self, file: &Path, bytes: &[u8], errors: &mut Vec<SourceError>) {
-        match parse_documents(file, bytes) {
-            Ok(docs) => {
-                for doc in docs {
-                    self.add_document(file, doc, errors);
+        self.add_items(file, parse_file(file, bytes), errors);
+    }
+
+    /// Adds one file's items in their order.
+    fn add_items(&mut self, file: &Path, items: Vec<Item>, errors: &mut Vec<SourceError>) {
+        for item in items {
+            let added = match item {
+                Item::Object(o) => {
+                    self.insert_parsed(o, errors);
+                    continue;
                 }
+                Item::Payload(kind, doc) => self.add_object(file, &kind, doc),
+                Item::Error(e) => Err(e),
+            };
+            if let Err(e) = added {
+                errors.push(e);
             }
-            Err(e) => errors.push(e),
         }
     }
 
-    fn add_document(&mut self, file: &Path, doc: Value, errors: &mut Vec<SourceError>) {
-        let kind = kind_of(&doc).to_owned();
-        if kind.ends_with("List") {
-            match doc {
-                Value::Object(mut map) => match map.remove("items") {
-                    Some(Value::Array(items)) => {
-                        for item in items {
-                            self.add_document(file, item, errors);
-                        }
-                    }
-                    None | Some(Value::Null) => {}
-                    Some(_) => errors.push(SourceError::Decode {
-                        file: file.to_owned(),
-                        message: format!("{kind}: items is not a list"),
-                    }),
-                },
-                _ => errors.push(SourceError::Decode {
-                    file: file.to_owned(),
-                    message: format!("{kind}: not an object"),
-                }),
-            }
-            return;
-        }
-        if let Err(e) = self.add_object(file, &kind, doc) {
+    /// Adds one parsed object; a name defined before is an error.
+    fn insert_parsed(&mut self, o: ParsedObject, errors: &mut Vec<SourceError>) {
+        if let Err(e) = self.insert_object(o) {
             errors.push(e);
         }
     }
@@ -171,100 +298,177 @@ impl StaticObjects {
         doc: Value,
     ) -> Result<(), SourceError> {
         match kind {
-            "PersistentVolume" => {
-                let pv: PersistentVolume = decode(file, doc)?;
-                let name = object_name(file, pv.metadata.name, "PersistentVolume")?;
-                let spec = pv.spec.unwrap_or_default();
-                let claim_ref = spec.claim_ref.as_ref().map(|r| ClaimRef {
-                    namespace: r.namespace.clone().unwrap_or_default(),
-                    name: r.name.clone().unwrap_or_default(),
-                    uid: r.uid.clone().filter(|u| !u.is_empty()),
-                });
-                let gid = pv
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(PV_GID_ANNOTATION))
-                    .and_then(|g| g.trim().parse().ok());
-                let info = PvInfo {
-                    file: file.to_owned(),
-                    gid,
-                    claim_ref,
-                    spec: pv_spec(file, &name, &spec)
-                        .map(Arc::new)
-                        .map_err(|e| e.to_string()),
-                };
+            "Secret" => self.add_secret(file, doc),
+            "ConfigMap" => self.add_config_map(file, doc),
+            _ => self.insert_object(parse_object(file, kind, doc)?),
+        }
+    }
+
+    fn insert_object(&mut self, o: ParsedObject) -> Result<(), SourceError> {
+        match o {
+            ParsedObject::Pv(name, info) => {
+                let file = info.file.clone();
                 insert_new(
                     &mut self.pvs,
                     name.clone(),
                     info,
-                    file,
+                    &file,
                     "PersistentVolume",
                     name,
                 )
             }
-            "PersistentVolumeClaim" => {
-                let pvc: PersistentVolumeClaim = decode(file, doc)?;
-                let name = object_name(file, pvc.metadata.name, "PersistentVolumeClaim")?;
-                let ns = pvc.metadata.namespace.filter(|n| !n.is_empty());
-                let ns = ns.unwrap_or_else(|| "default".to_owned());
-                let info = PvcInfo {
-                    file: file.to_owned(),
-                    volume_name: pvc
-                        .spec
-                        .and_then(|s| s.volume_name)
-                        .filter(|v| !v.is_empty()),
-                    uid: pvc.metadata.uid.filter(|u| !u.is_empty()),
-                    controller: pvc
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .find(|r| r.controller == Some(true))
-                        .map(|r| r.uid.clone()),
-                };
+            ParsedObject::Pvc((ns, name), info) => {
+                let file = info.file.clone();
                 let shown = format!("{ns}/{name}");
                 insert_new(
                     &mut self.pvcs,
                     (ns, name),
                     info,
-                    file,
+                    &file,
                     "PersistentVolumeClaim",
                     shown,
                 )
             }
-            "CSIDriver" => {
-                let (name, info) = csi_objects::csi_driver(file, doc)?;
+            ParsedObject::CsiDriver(name, info) => {
+                let file = info.file.clone();
                 insert_new(
                     &mut self.csi_drivers,
                     name.clone(),
                     info,
-                    file,
+                    &file,
                     "CSIDriver",
                     name,
                 )
             }
-            "VolumeAttachment" => {
-                let (name, info) = csi_objects::attachment(file, doc)?;
+            ParsedObject::Attachment(name, info) => {
+                let file = info.file.clone();
                 let shown = name.clone();
                 insert_new(
                     &mut self.attachments,
                     name,
                     info,
-                    file,
+                    &file,
                     "VolumeAttachment",
                     shown,
                 )
             }
-            "Secret" => self.add_secret(file, doc),
-            "ConfigMap" => self.add_config_map(file, doc),
-            _ => Err(SourceError::UnsupportedKind {
-                file: file.to_owned(),
-                kind: kind.to_owned(),
-            }),
         }
     }
+}
 
+/// One file's bytes as items, in document order (a `…List`'s items in
+/// its place).
+fn parse_file(file: &Path, bytes: &[u8]) -> Vec<Item> {
+    let mut items = Vec::new();
+    match parse_documents(file, bytes) {
+        Ok(docs) => {
+            for doc in docs {
+                document_items(file, doc, &mut items);
+            }
+        }
+        Err(e) => items.push(Item::Error(e)),
+    }
+    items
+}
+
+fn document_items(file: &Path, doc: Value, items: &mut Vec<Item>) {
+    let kind = kind_of(&doc).to_owned();
+    if kind.ends_with("List") {
+        match doc {
+            Value::Object(mut map) => match map.remove("items") {
+                Some(Value::Array(list)) => {
+                    for item in list {
+                        document_items(file, item, items);
+                    }
+                }
+                None | Some(Value::Null) => {}
+                Some(_) => items.push(Item::Error(SourceError::Decode {
+                    file: file.to_owned(),
+                    message: format!("{kind}: items is not a list"),
+                })),
+            },
+            _ => items.push(Item::Error(SourceError::Decode {
+                file: file.to_owned(),
+                message: format!("{kind}: not an object"),
+            })),
+        }
+        return;
+    }
+    items.push(match kind.as_str() {
+        "Secret" | "ConfigMap" => Item::Payload(kind, doc),
+        _ => match parse_object(file, &kind, doc) {
+            Ok(o) => Item::Object(o),
+            Err(e) => Item::Error(e),
+        },
+    });
+}
+
+/// One document of a kind other than Secret and ConfigMap.
+fn parse_object(file: &Path, kind: &str, doc: Value) -> Result<ParsedObject, SourceError> {
+    match kind {
+        "PersistentVolume" => {
+            let pv: PersistentVolume = decode(file, doc)?;
+            let name = object_name(file, pv.metadata.name, "PersistentVolume")?;
+            let spec = pv.spec.unwrap_or_default();
+            let claim_ref = spec.claim_ref.as_ref().map(|r| ClaimRef {
+                namespace: r.namespace.clone().unwrap_or_default(),
+                name: r.name.clone().unwrap_or_default(),
+                uid: r.uid.clone().filter(|u| !u.is_empty()),
+            });
+            let gid = pv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PV_GID_ANNOTATION))
+                .and_then(|g| g.trim().parse().ok());
+            let info = PvInfo {
+                file: file.to_owned(),
+                gid,
+                claim_ref,
+                spec: pv_spec(file, &name, &spec)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string()),
+            };
+            Ok(ParsedObject::Pv(name, info))
+        }
+        "PersistentVolumeClaim" => {
+            let pvc: PersistentVolumeClaim = decode(file, doc)?;
+            let name = object_name(file, pvc.metadata.name, "PersistentVolumeClaim")?;
+            let ns = pvc.metadata.namespace.filter(|n| !n.is_empty());
+            let ns = ns.unwrap_or_else(|| "default".to_owned());
+            let info = PvcInfo {
+                file: file.to_owned(),
+                volume_name: pvc
+                    .spec
+                    .and_then(|s| s.volume_name)
+                    .filter(|v| !v.is_empty()),
+                uid: pvc.metadata.uid.filter(|u| !u.is_empty()),
+                controller: pvc
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|r| r.controller == Some(true))
+                    .map(|r| r.uid.clone()),
+            };
+            Ok(ParsedObject::Pvc((ns, name), info))
+        }
+        "CSIDriver" => {
+            let (name, info) = csi_objects::csi_driver(file, doc)?;
+            Ok(ParsedObject::CsiDriver(name, info))
+        }
+        "VolumeAttachment" => {
+            let (name, info) = csi_objects::attachment(file, doc)?;
+            Ok(ParsedObject::Attachment(name, info))
+        }
+        _ => Err(SourceError::UnsupportedKind {
+            file: file.to_owned(),
+            kind: kind.to_owned(),
+        }),
+    }
+}
+
+impl StaticObjects {
     /// Publishes the Secrets to `store` (the CSI plugin reads them there).
     pub fn publish_secrets(&self, store: &SecretStore) {
         store.replace(&self.secrets);
