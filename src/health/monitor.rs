@@ -66,6 +66,10 @@ struct Shared {
     /// volumes whose check hangs in a call that has not returned; also
     /// the lock under which a prober moves on and the monitor gives up
     hung: Mutex<HashSet<UniqueVolumeName>>,
+    /// set by [`Monitor::stop`]: a prober starts no further check, so a
+    /// stop waits for the check in progress, not the rest of a pass (on a
+    /// node of 10,000 CSI volumes, a NodeGetVolumeStats each: seconds)
+    stopping: AtomicBool,
 }
 
 /// The running monitor.
@@ -99,6 +103,7 @@ impl Monitor {
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             hung: Mutex::new(HashSet::new()),
+            stopping: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel::<Msg>();
         let s = shared.clone();
@@ -162,9 +167,11 @@ impl Monitor {
         f(&lock(&self.shared.store))
     }
 
-    /// Stops the thread (a pass in progress ends first; a hung prober is
-    /// left behind).
+    /// Stops the thread: a pass in progress ends after the check it is
+    /// in (the checks not run keep what they had); a hung prober is left
+    /// behind.
     pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::Release);
         let _ = lock(&self.trigger).send(Msg::Stop);
         if let Some(t) = lock(&self.thread).take()
             && t.join().is_err()
@@ -455,6 +462,9 @@ impl ProbeCtx {
         done: &Sender<()>,
     ) {
         for (i, s) in work.iter().enumerate().skip(from) {
+            if self.shared.stopping.load(Ordering::Acquire) {
+                break;
+            }
             let r = self.check(s);
             {
                 let mut hung = lock(&self.shared.hung);
@@ -632,5 +642,45 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
         }
         monitor.stop();
+    }
+
+    /// A stop during a pass waits for the check in progress, not for the
+    /// rest of the pass: here 40 checks of 100 ms each, stopped after
+    /// about three.
+    #[test]
+    fn a_stop_ends_a_pass_after_the_check_in_progress() {
+        let sys = Arc::new(RecordingSys::new());
+        let subjects: Vec<Subject> = (0..40).map(|i| tmpfs(&sys, &format!("p{i}"))).collect();
+        for s in &subjects {
+            sys.stall(&s.pods[0].path, Duration::from_millis(100));
+        }
+        let listed = subjects.clone();
+        let monitor = Monitor::start(MonitorParts {
+            config: HealthConfig {
+                period: Duration::from_secs(3600),
+                timeout: Duration::from_secs(30),
+                csi_condition: true,
+            },
+            sys: sys.clone(),
+            drivers: None,
+            subjects: Box::new(move || listed.clone()),
+            sink: Arc::new(RecentEvents::default()),
+            metrics: None,
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        monitor.stop();
+        let took = asked.elapsed();
+        let checked = subjects.iter().filter(|s| calls_on(&sys, s) > 0).count();
+        assert!(
+            took < Duration::from_secs(2),
+            "the stop waited {took:?}: a whole pass takes 4 s"
+        );
+        assert!(
+            (1..subjects.len()).contains(&checked),
+            "{checked} of {} volumes checked",
+            subjects.len()
+        );
     }
 }
