@@ -372,6 +372,7 @@ impl Daemon {
                 replaced,
                 table,
                 ready,
+                stopping: stopping.clone(),
             },
             sys.clone(),
             metrics.clone(),

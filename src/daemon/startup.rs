@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::model::Layout;
 use crate::reconstruct::edge::{
     HostInput, JournalInput, Reconstruction, TableRead, read_and_reconstruct_ready,
-    read_live_mount_table, reconstruct_leftovers, reconstruct_ready, record_leftovers,
+    read_live_mount_table, reconstruct_leftovers_until, reconstruct_ready, record_leftovers,
 };
 use crate::reconstruct::{MergeOutput, apply_to_asw};
 use crate::sources::{Sources, SourcesConfig};
@@ -332,6 +332,9 @@ pub(super) struct Leftovers {
     pub(super) replaced: Option<String>,
     pub(super) table: MountTable,
     pub(super) ready: Reconstruction,
+    /// set when the daemon stops: the walk ends at the next pod (a stop
+    /// right after a restart need not wait for a walk of the whole node)
+    pub(super) stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Reconstruction phase 2, the pod-dir walk, once the loop is ready
@@ -357,18 +360,36 @@ pub(super) fn spawn_leftovers(
             boot_id: &l.boot,
             sys: sys.as_ref(),
         };
+        let stopping = l.stopping.clone();
+        let stop = move || stopping.load(std::sync::atomic::Ordering::Acquire);
         let output = match &l.journal {
             Some(j) => {
                 let mut scratch = crate::state::ActualStateOfWorld::new();
-                match record_leftovers(j, l.replaced.as_deref(), &host, &l.ready, &mut scratch) {
-                    Ok(o) => o.reconstruction.output,
+                let recorded = record_leftovers(
+                    j,
+                    l.replaced.as_deref(),
+                    &host,
+                    &l.ready,
+                    &mut scratch,
+                    &stop,
+                );
+                match recorded {
+                    Ok(o) => o.map(|o| o.reconstruction.output),
                     Err(e) => {
                         tracing::error!(error = %e, "recording leftover decisions failed");
                         return;
                     }
                 }
             }
-            None => reconstruct_leftovers(&host, JournalInput::Off, &l.ready).output,
+            None => reconstruct_leftovers_until(&host, JournalInput::Off, &l.ready, &stop)
+                .map(|r| r.output),
+        };
+        let Some(output) = output else {
+            tracing::info!(
+                elapsed_ms = elapsed_ms(walk.elapsed()),
+                "pod-dir walk cut short by the stop: nothing recorded, the next start walks again"
+            );
+            return;
         };
         crate::reconstruct::record_metrics(&metrics, &output);
         let outside = log_reconstruction("pod-dir walk done", &output);

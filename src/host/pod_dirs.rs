@@ -168,8 +168,24 @@ pub fn walk_pod_dirs(
     table: &MountTable,
     problems: &mut Vec<ScanProblem>,
 ) -> (Vec<PodTarget>, Vec<UnknownPluginDir>) {
+    walk_pod_dirs_until(sys, layout, table, problems, &|| false).unwrap_or_default()
+}
+
+/// [`walk_pod_dirs`], asking `stop` before each pod's dir: `None` once it
+/// says so (a daemon stopping need not wait for a walk of the whole node;
+/// the walk only reads, so nothing is left half done).
+pub fn walk_pod_dirs_until(
+    sys: &dyn Sys,
+    layout: &Layout,
+    table: &MountTable,
+    problems: &mut Vec<ScanProblem>,
+    stop: &dyn Fn() -> bool,
+) -> Option<(Vec<PodTarget>, Vec<UnknownPluginDir>)> {
     let (mut found, mut unknown) = (Vec::new(), Vec::new());
     for (uid_name, pod_dir) in subdirs(sys, &layout.pods_dir(), problems) {
+        if stop() {
+            return None;
+        }
         let Some(uid_str) = utf8(&uid_name, &pod_dir, problems) else {
             continue;
         };
@@ -229,7 +245,7 @@ pub fn walk_pod_dirs(
             }
         }
     }
-    (found, unknown)
+    Some((found, unknown))
 }
 
 /// Reads a CSI `vol_data.json`: `Ok(None)` when there is none. Never follows
@@ -357,6 +373,33 @@ mod tests {
             "the .deleting~ dir is orphan cleanup's, not a volume"
         );
         assert!(unknown.is_empty() && problems.is_empty(), "{problems:?}");
+    }
+
+    /// The walk asks before each pod's dir: told to stop after the first
+    /// pod it returns nothing; never told, it finds every pod's dir.
+    #[test]
+    fn a_walk_told_to_stop_ends_at_the_next_pod() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::new(tmp.path());
+        for uid in ["u1", "u2", "u3"] {
+            let dir = tmp.path().join("pods").join(uid);
+            fs::create_dir_all(dir.join("volumes/kubernetes.io~empty-dir/cache")).unwrap();
+        }
+        let table = MountTable::default();
+        let asked = std::cell::Cell::new(0);
+        let stop_after_one = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 1
+        };
+        let mut problems = Vec::new();
+        let walked =
+            walk_pod_dirs_until(&LinuxSys, &layout, &table, &mut problems, &stop_after_one);
+        assert!(walked.is_none(), "stopped");
+        assert_eq!(asked.get(), 2, "asked before the first and the second pod");
+        let (found, _) =
+            walk_pod_dirs_until(&LinuxSys, &layout, &table, &mut problems, &|| false).unwrap();
+        assert_eq!(found.len(), 3);
+        assert!(problems.is_empty(), "{problems:?}");
     }
 
     #[test]

@@ -28,7 +28,9 @@ use std::path::{Path, PathBuf};
 use crate::host::HostError;
 use crate::host::boot::{BootId, read_boot_id};
 use crate::host::mountinfo::{LineError, MountStack, MountTable};
-pub use crate::host::pod_dirs::{VolData, attach_vol_data, read_vol_data, walk_pod_dirs};
+pub use crate::host::pod_dirs::{
+    VolData, attach_vol_data, read_vol_data, walk_pod_dirs, walk_pod_dirs_until,
+};
 use crate::host::sys::Sys;
 use crate::model::{
     Area, KubeletPath, Layout, LayoutError, ModelError, MountIdentity, PluginName, PodName, PodUid,

@@ -87,7 +87,9 @@ pub(super) use crate::util::chain::error_chain;
 use super::report::{ReconstructReport, report_with};
 use super::{MergeOutput, ReconstructError};
 
-pub use phases::{reconstruct, reconstruct_leftovers, reconstruct_ready};
+pub use phases::{
+    reconstruct, reconstruct_leftovers, reconstruct_leftovers_until, reconstruct_ready,
+};
 pub use record::{
     Ready, TableRead, read_and_reconstruct_ready, reconstruct_and_record,
     reconstruct_and_record_ready, record_leftovers,

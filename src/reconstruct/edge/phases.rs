@@ -9,7 +9,9 @@ use std::path::Path;
 use fxhash::FxHashSet;
 
 use crate::host::pod_dirs::attach_vol_data_except;
-use crate::host::scan::{HostView, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs};
+use crate::host::scan::{
+    HostView, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs_until,
+};
 use crate::host::sys::Sys;
 use crate::model::Layout;
 
@@ -116,11 +118,12 @@ fn ready_with(
 /// The pod-dir walk of phase 2 (with the CSI `vol_data.json` of what it
 /// found): bare dirs of known plugins and dirs of unknown plugins that are
 /// not mount points.
-pub(super) fn walk_leftovers(host: &HostInput<'_>) -> HostView {
+/// `None` when `stop` said so before the walk ended.
+pub(super) fn walk_leftovers(host: &HostInput<'_>, stop: &dyn Fn() -> bool) -> Option<HostView> {
     let layout = resolved(host.sys, host.layout);
     let mut problems = Vec::new();
     let (found_dirs, unknown_plugin_dirs) =
-        walk_pod_dirs(host.sys, &layout, host.table, &mut problems);
+        walk_pod_dirs_until(host.sys, &layout, host.table, &mut problems, stop)?;
     let mut view = HostView {
         boot_id: host.boot_id.clone(),
         device_targets: Vec::new(),
@@ -130,7 +133,7 @@ pub(super) fn walk_leftovers(host: &HostInput<'_>) -> HostView {
         problems,
     };
     attach_vol_data(host.sys, &mut view, &layout);
-    view
+    Some(view)
 }
 
 /// Phase 2, after readiness: the pod-dir walk, and decisions for what it
@@ -144,8 +147,33 @@ pub fn reconstruct_leftovers(
     journal: JournalInput<'_>,
     ready: &Reconstruction,
 ) -> Reconstruction {
-    let view = walk_leftovers(host);
-    decide_leftovers(host, journal, view, ready)
+    decide_leftovers(host, journal, walk_all_leftovers(host), ready)
+}
+
+/// [`walk_leftovers`] never told to stop.
+pub(super) fn walk_all_leftovers(host: &HostInput<'_>) -> HostView {
+    // (a walk never told to stop always ends with a view)
+    walk_leftovers(host, &|| false).unwrap_or_else(|| HostView {
+        boot_id: host.boot_id.clone(),
+        device_targets: Vec::new(),
+        pod_targets: Vec::new(),
+        found_dirs: Vec::new(),
+        unknown_plugin_dirs: Vec::new(),
+        problems: Vec::new(),
+    })
+}
+
+/// [`reconstruct_leftovers`] for a daemon that may stop meanwhile: `None`
+/// when `stop` said so during the walk (nothing decided; the next start
+/// walks again).
+pub fn reconstruct_leftovers_until(
+    host: &HostInput<'_>,
+    journal: JournalInput<'_>,
+    ready: &Reconstruction,
+    stop: &dyn Fn() -> bool,
+) -> Option<Reconstruction> {
+    let view = walk_leftovers(host, stop)?;
+    Some(decide_leftovers(host, journal, view, ready))
 }
 
 pub(super) fn decide_leftovers(

@@ -16,7 +16,8 @@ use crate::state::ActualStateOfWorld;
 use crate::util::time::elapsed_ms;
 
 use super::phases::{
-    decide_leftovers, reconstruct_ready, reconstruct_ready_checked, walk_leftovers,
+    decide_leftovers, reconstruct_ready, reconstruct_ready_checked, walk_all_leftovers,
+    walk_leftovers,
 };
 use super::{HostInput, JournalInput, Outcome, Reconstruction, error_chain, mount_table_error};
 use crate::reconstruct::{MergeOutput, ReconstructError, apply_to_asw, changed_journal_records};
@@ -36,7 +37,8 @@ pub fn reconstruct_and_record(
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
     let ready = reconstruct_and_record_ready(journal, replaced, host, asw)?;
-    let left = record_leftovers(journal, replaced, host, &ready.reconstruction, asw)?;
+    let view = walk_all_leftovers(host);
+    let left = record_walked(journal, replaced, host, &ready.reconstruction, asw, view)?;
     let state = journal.state();
     let input = journal_input(replaced, &state);
     let mut appended = ready.appended;
@@ -294,14 +296,33 @@ pub fn read_and_reconstruct_ready(
 /// an operation started meanwhile has its intent written before its
 /// directory was made, so the walk cannot find a dir the journal does not
 /// already claim.
+///
+/// `stop` is asked before each pod's dir is walked: once it says so the
+/// walk ends, nothing is decided or recorded (`Ok(None)`), and the next
+/// start walks again.
 pub fn record_leftovers(
     journal: &Journal,
     replaced: Option<&str>,
     host: &HostInput<'_>,
     ready: &Reconstruction,
     asw: &mut ActualStateOfWorld,
+    stop: &dyn Fn() -> bool,
+) -> Result<Option<Outcome>, ReconstructError> {
+    let Some(view) = walk_leftovers(host, stop) else {
+        return Ok(None);
+    };
+    record_walked(journal, replaced, host, ready, asw, view).map(Some)
+}
+
+/// [`record_leftovers`] once the walk gave `view`.
+fn record_walked(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    ready: &Reconstruction,
+    asw: &mut ActualStateOfWorld,
+    view: crate::host::scan::HostView,
 ) -> Result<Outcome, ReconstructError> {
-    let view = walk_leftovers(host);
     let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
         let r = decide_leftovers(host, journal_input(replaced, state), view, ready);
         let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
