@@ -23,24 +23,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag};
 
-use super::raw::{mode, mount_root_attr, statx_at};
-use super::{Call, DirHandle, Errno, FileKind, OwnerEntry, SysError};
+use super::raw::{kind_from_mode, mode, mount_root_attr, statx_at};
+use super::{Call, DirHandle, Errno, OwnerEntry, SysError};
 
 /// The statx fields the walk reads.
 const MASK: u32 = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_GID;
 
 fn entry(name: CString, st: &libc::statx, dev: (u32, u32)) -> Option<OwnerEntry> {
     let m = u32::from(st.stx_mode);
-    let kind = match m & libc::S_IFMT {
-        libc::S_IFDIR => FileKind::Dir,
-        libc::S_IFREG => FileKind::File,
-        libc::S_IFLNK => FileKind::Symlink,
-        libc::S_IFSOCK => FileKind::Socket,
-        libc::S_IFCHR => FileKind::CharDevice,
-        libc::S_IFBLK => FileKind::BlockDevice,
-        libc::S_IFIFO => FileKind::Fifo,
-        _ => return None,
-    };
+    let kind = kind_from_mode(m)?;
     let other_dev = (st.stx_dev_major, st.stx_dev_minor) != dev;
     Some(OwnerEntry {
         name,

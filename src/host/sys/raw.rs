@@ -14,7 +14,7 @@ use super::{Beneath, Call, Errno, FileKind, FileStat, LinuxSys, SysError};
 use crate::model::DevId;
 
 /// The file type from the `S_IFMT` bits of a mode.
-fn kind_from_mode(mode: u32) -> Option<FileKind> {
+pub(super) fn kind_from_mode(mode: u32) -> Option<FileKind> {
     Some(match mode & libc::S_IFMT {
         libc::S_IFDIR => FileKind::Dir,
         libc::S_IFREG => FileKind::File,
