@@ -227,14 +227,7 @@ pub fn clean_volume(
     around: &mut Around<'_>,
 ) -> Result<Cleaned, SubpathError> {
     let dir = layout.pod_volume_subpaths_dir(pod, volume);
-    let mut done = Cleaned::default();
-    let mut walk = Walk {
-        sys,
-        root: layout.root(),
-        around,
-        done: &mut done,
-    };
-    walk.tree(&dir, vec![volume.to_owned()], 2)?;
+    let done = Walk::over(sys, layout, around, &dir, vec![volume.to_owned()], 2)?;
     // the pod's volume-subpaths dir goes with its last volume
     let top = layout.pod_subpaths_dir(pod);
     remove_if_empty(sys, layout.root(), &top)?;
@@ -249,26 +242,43 @@ pub fn clean_pod(
     pod: &PodUid,
     around: &mut Around<'_>,
 ) -> Result<Cleaned, SubpathError> {
-    let dir = layout.pod_subpaths_dir(pod);
-    let mut done = Cleaned::default();
-    let mut walk = Walk {
+    Walk::over(
         sys,
-        root: layout.root(),
+        layout,
         around,
-        done: &mut done,
-    };
-    walk.tree(&dir, Vec::new(), 3)?;
-    Ok(done)
+        &layout.pod_subpaths_dir(pod),
+        Vec::new(),
+        3,
+    )
 }
 
 struct Walk<'a, 'b> {
     sys: &'a dyn Sys,
     root: &'a Path,
     around: &'a mut Around<'b>,
-    done: &'a mut Cleaned,
+    done: Cleaned,
 }
 
-impl Walk<'_, '_> {
+impl<'a, 'b> Walk<'a, 'b> {
+    /// Cleans `dir` ([`Walk::tree`]) and says what it did.
+    fn over(
+        sys: &'a dyn Sys,
+        layout: &'a Layout,
+        around: &'a mut Around<'b>,
+        dir: &Path,
+        names: Vec<String>,
+        depth: usize,
+    ) -> Result<Cleaned, SubpathError> {
+        let mut walk = Walk {
+            sys,
+            root: layout.root(),
+            around,
+            done: Cleaned::default(),
+        };
+        walk.tree(dir, names, depth)?;
+        Ok(walk.done)
+    }
+
     /// Removes `dir` (reached through `names`), whose binds sit `depth`
     /// levels down: each level's entries are walked (no symlink followed,
     /// no mount crossed), a bind unmounted then removed, the directories
@@ -291,7 +301,7 @@ impl Walk<'_, '_> {
                 continue;
             }
             let found = FoundBind { path, names: below };
-            let done = &mut *self.done;
+            let done = &mut self.done;
             (self.around)(&found, &mut || remove_bind(sys, root, &found.path, done))?;
         }
         // Left non-empty only by an entry we do not remove (reported): no
