@@ -583,6 +583,30 @@ mod tests {
         monitor.stop();
     }
 
+    /// A monitor whose passes run only when asked (an hour's period) over
+    /// `subjects`, each check bounded by `timeout`.
+    fn on_demand(
+        sys: &Arc<RecordingSys>,
+        subjects: &[Subject],
+        timeout: Duration,
+        metrics: Option<HealthMetrics>,
+    ) -> Monitor {
+        let listed = subjects.to_vec();
+        Monitor::start(MonitorParts {
+            config: HealthConfig {
+                period: Duration::from_secs(3600),
+                timeout,
+                csi_condition: true,
+            },
+            sys: sys.clone(),
+            drivers: None,
+            subjects: Box::new(move || listed.clone()),
+            sink: Arc::new(RecentEvents::default()),
+            metrics,
+        })
+        .unwrap()
+    }
+
     #[test]
     fn a_hung_check_is_abandoned_at_its_timeout_and_skipped_while_it_hangs() {
         let sys = Arc::new(RecordingSys::new());
@@ -590,21 +614,9 @@ mod tests {
         let stuck = subjects[1].clone();
         sys.stall(&stuck.pods[0].path, Duration::from_secs(4));
         let metrics = crate::metrics::Metrics::new().unwrap().health.clone();
-        let listed = subjects.clone();
-        let monitor = Monitor::start(MonitorParts {
-            config: HealthConfig {
-                period: Duration::from_secs(3600),
-                // far above a fake call, even on a loaded machine
-                timeout: Duration::from_millis(500),
-                csi_condition: true,
-            },
-            sys: sys.clone(),
-            drivers: None,
-            subjects: Box::new(move || listed.clone()),
-            sink: Arc::new(RecentEvents::default()),
-            metrics: Some(metrics.clone()),
-        })
-        .unwrap();
+        // far above a fake call, even on a loaded machine
+        let timeout = Duration::from_millis(500);
+        let monitor = on_demand(&sys, &subjects, timeout, Some(metrics.clone()));
         let t0 = Instant::now();
         assert!(monitor.check_now(Duration::from_secs(10)));
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
@@ -654,20 +666,7 @@ mod tests {
         for s in &subjects {
             sys.stall(&s.pods[0].path, Duration::from_millis(100));
         }
-        let listed = subjects.clone();
-        let monitor = Monitor::start(MonitorParts {
-            config: HealthConfig {
-                period: Duration::from_secs(3600),
-                timeout: Duration::from_secs(30),
-                csi_condition: true,
-            },
-            sys: sys.clone(),
-            drivers: None,
-            subjects: Box::new(move || listed.clone()),
-            sink: Arc::new(RecentEvents::default()),
-            metrics: None,
-        })
-        .unwrap();
+        let monitor = on_demand(&sys, &subjects, Duration::from_secs(30), None);
         std::thread::sleep(Duration::from_millis(300));
         let asked = Instant::now();
         monitor.stop();
