@@ -3,9 +3,11 @@
 //!
 //! Format v1 was the first released format; v2 adds the CSI arguments to
 //! every target; v3 adds a payload volume's hash and object versions; v4
-//! moves the checkpoint out of sled into its own file; v5 (the current
-//! one, documented in `docs/journal-format.md`) adds subPath binds: two
-//! operations, one record body, and the checkpoint's list of binds. To
+//! moves the checkpoint out of sled into its own file; v5 adds subPath
+//! binds: two operations, one record body, and the checkpoint's list of
+//! binds; v6 (the current one, documented in `docs/journal-format.md`)
+//! adds raw block volumes' map steps, NodeExpandVolume and the `block`
+//! target kind. To
 //! change the format: bump `journal::SCHEMA_VERSION`, add a `Step` from
 //! the old version whose `run` rewrites the old trees into the new layout
 //! (re-encoding every value; it must be idempotent, since a crash can cut it
@@ -47,6 +49,11 @@ pub const STEPS: &[Step] = &[
         from: 4,
         to: 5,
         run: v4_to_v5,
+    },
+    Step {
+        from: 5,
+        to: 6,
+        run: v5_to_v6,
     },
 ];
 
@@ -121,6 +128,16 @@ fn v4_to_v5(db: &sled::Db, dir: &Path) -> Result<(), String> {
     if let Some(v5) = checkpoint_v4_to_v5(id, &value) {
         super::checkpoint_file::write(dir, &v5).map_err(|e| e.to_string())?;
     }
+    Ok(())
+}
+
+/// v5 → v6: nothing to rewrite. v6 appends five operations (a block
+/// volume's four map steps and NodeExpandVolume) and a target kind
+/// (`block`, stored as 3), none of which a v5 record or checkpoint holds;
+/// `migrate` records schema 6. The bump is what makes a build that knows
+/// only v5 refuse a journal holding them, instead of reading them as
+/// damage.
+fn v5_to_v6(_: &sled::Db, _: &Path) -> Result<(), String> {
     Ok(())
 }
 

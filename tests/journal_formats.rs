@@ -7,8 +7,9 @@
 //! `fixtures/journal/v4/journal` one written by format v4 (the checkpoint in
 //! its own file, `checkpoint`, instead of sled's `checkpoint` tree),
 //! `fixtures/journal/v5/journal` one written by format v5 (subPath binds, in
-//! the records and in the checkpoint). The current build opens all five
-//! here: the older ones through `migrations/`
+//! the records and in the checkpoint), `fixtures/journal/v6/journal` one
+//! written by format v6 (a raw block volume's map steps and
+//! NodeExpandVolume). The current build opens all six here: the older ones through `migrations/`
 //! (and, for an inspection, as they are, unchanged). Each
 //! `record-golden.hex` pins the exact bytes of one record envelope of its
 //! format, so an accidental encoding change fails loudly.
@@ -51,6 +52,10 @@ fn fixture_v4_dir() -> PathBuf {
 
 fn fixture_v5_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v5")
+}
+
+fn fixture_v6_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/journal/v6")
 }
 
 /// A subPath bind of pod-a's volume, for container `container`.
@@ -161,6 +166,30 @@ fn pod(uid: &str) -> TargetParams {
     p
 }
 
+const BLOCK_VOLUME: &str = "kubernetes.io/local-volume/pv-block";
+
+/// A local PV with `volumeMode: Block`: its device target is the global
+/// map, a pod's is its `volumeDevices` file.
+fn block_device() -> TargetParams {
+    TargetParams::at(
+        UniqueVolumeName::from_raw(BLOCK_VOLUME),
+        PluginName::LocalVolume,
+        "pv-block".into(),
+        TargetRef::Device,
+        TargetKind::Block,
+        Some("/var/lib/kubelet/plugins/kubernetes.io~local-volume/volumeDevices/pv-block".into()),
+    )
+    .with_device_path(Some("/dev/loop6".into()))
+}
+
+fn block_pod(uid: &str) -> TargetParams {
+    let path =
+        format!("/var/lib/kubelet/pods/{uid}/volumeDevices/kubernetes.io~local-volume/pv-block");
+    let mut p = block_device().with_pod_mount_path(Some(path.into()));
+    p.target = TargetRef::Pod(PodUid::new(uid).unwrap());
+    p
+}
+
 fn observed() -> MountIdentity {
     MountIdentity {
         dev: DevId { major: 7, minor: 5 },
@@ -177,7 +206,9 @@ fn observed() -> MountIdentity {
 /// and the v3 fixture a secret volume's SetUp, done. The v4 fixture holds
 /// the same records as v3's (only where the checkpoint lives changed). The
 /// v5 fixture adds a subPath bind, done, before the checkpoint, and after
-/// it another bind, done, and an unbind of the first with no outcome.
+/// it another bind, done, and an unbind of the first with no outcome. The
+/// v6 fixture then maps a block volume's device and one pod's device file,
+/// both done, and starts an expansion of the CSI volume with no outcome.
 fn write_current(dir: &Path) {
     let (j, _) = Journal::open(&JournalConfig::new(dir, "fixture-node", BOOT)).unwrap();
     let f = j
@@ -302,6 +333,31 @@ fn write_current(dir: &Path) {
         bind: subpath_bind("app", 0),
     })
     .unwrap();
+    for (op, target) in [
+        (Operation::MapDevice, block_device()),
+        (Operation::MapPodDevice, block_pod("pod-e")),
+    ] {
+        let i = j
+            .append_record(Body::Intent {
+                op,
+                steps: Steps::Multi,
+                target: target.into(),
+            })
+            .unwrap();
+        j.append_record(Body::Outcome {
+            intent_seq: i,
+            op,
+            result: OpResult::Success,
+            observed: None,
+        })
+        .unwrap();
+    }
+    j.append_record(Body::Intent {
+        op: Operation::ExpandVolume,
+        steps: Steps::Multi,
+        target: csi_pod("pod-c").into(),
+    })
+    .unwrap();
     j.close().unwrap();
 }
 
@@ -376,6 +432,22 @@ fn golden_v5_hex() -> String {
     hex(&record::encode(&RecordV3::from(&golden_v5_record())))
 }
 
+/// Format v6's new operation and target kind: a pod's device map.
+fn golden_v6_record() -> Record {
+    Record {
+        body: Body::Intent {
+            op: Operation::MapPodDevice,
+            steps: Steps::Multi,
+            target: block_pod("pod-e").into(),
+        },
+        ..golden_record()
+    }
+}
+
+fn golden_v6_hex() -> String {
+    hex(&record::encode(&RecordV3::from(&golden_v6_record())))
+}
+
 fn unhex(s: &str) -> Vec<u8> {
     let s = s.trim();
     (0..s.len())
@@ -413,7 +485,7 @@ fn write_fixtures_when_asked() {
     if std::env::var_os("VOLUMED_WRITE_JOURNAL_FIXTURE").is_none() {
         return;
     }
-    let dir = fixture_v5_dir();
+    let dir = fixture_v6_dir();
     let _ = std::fs::remove_dir_all(dir.join("journal"));
     write_current(&dir.join("journal"));
     // what a start needs, as the older fixtures keep it: sled's snapshot
@@ -432,7 +504,7 @@ fn write_fixtures_when_asked() {
             std::fs::remove_dir(p).unwrap();
         }
     }
-    std::fs::write(dir.join("record-golden.hex"), golden_v5_hex() + "\n").unwrap();
+    std::fs::write(dir.join("record-golden.hex"), golden_v6_hex() + "\n").unwrap();
 }
 
 #[test]
@@ -691,7 +763,7 @@ fn the_v5_journal_opens_with_its_subpath_binds() {
     copy_dir(&fixture_v5_dir().join("journal"), &copy);
     let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
     assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
-    assert_eq!(replay.schema_version, 5);
+    assert_eq!(replay.schema_version, SCHEMA_VERSION, "migrated");
     // the first bind came from the checkpoint, the second from the tail
     assert_eq!(replay.checkpoint.as_ref().map(|c| c.through_seq), Some(8));
     let state = j.state();
@@ -723,6 +795,47 @@ fn the_v5_journal_opens_with_its_subpath_binds() {
     let payload = unhex(&want);
     let opened = record::open_record(GOLDEN_JOURNAL_ID, 42, &payload).unwrap();
     assert_eq!(opened, golden_v5_record());
+}
+
+#[test]
+fn the_v6_journal_opens_with_its_block_maps_and_expansion() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("journal");
+    copy_dir(&fixture_v6_dir().join("journal"), &copy);
+    let (j, replay) = Journal::open(&JournalConfig::new(&copy, "n", BOOT)).unwrap();
+    assert!(replay.corruption.is_none(), "{:?}", replay.corruption);
+    assert_eq!(replay.schema_version, 6);
+    let state = j.state();
+    let block: Vec<(String, TargetKind, MountState)> = state
+        .entries()
+        .filter(|(k, _)| k.volume.as_str() == BLOCK_VOLUME)
+        .map(|(k, e)| {
+            let who = k.target.pod().map_or("device", |p| p.as_str()).to_owned();
+            (who, e.params.kind, e.state)
+        })
+        .collect();
+    assert_eq!(
+        block,
+        vec![
+            ("device".into(), TargetKind::Block, MountState::Mounted),
+            ("pod-e".into(), TargetKind::Block, MountState::Mounted),
+        ]
+    );
+    // the expansion has no outcome: it is pending, the volume still mounted
+    let csi = state
+        .entries()
+        .find(|(k, _)| k.volume.as_str() == CSI_VOLUME)
+        .expect("the CSI target")
+        .1;
+    assert_eq!(csi.state, MountState::Mounted);
+    assert_eq!(
+        csi.pending.as_ref().map(|p| p.op),
+        Some(Operation::ExpandVolume)
+    );
+    let want = std::fs::read_to_string(fixture_v6_dir().join("record-golden.hex")).unwrap();
+    assert_eq!(golden_v6_hex(), want.trim());
+    let opened = record::open_record(GOLDEN_JOURNAL_ID, 42, &unhex(&want)).unwrap();
+    assert_eq!(opened, golden_v6_record());
 }
 
 #[test]

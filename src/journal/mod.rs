@@ -103,7 +103,7 @@ use recover::{Store, WriteErrors};
 use watermark::{Acked, Watermark};
 
 /// The journal layout version this build writes (`meta/schema_version`).
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// What to do with a journal that cannot be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

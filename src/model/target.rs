@@ -16,6 +16,9 @@ pub enum TargetKind {
     Dir,
     /// Nothing on disk to track (hostPath).
     None,
+    /// A raw block device map (format v6 on): the global map of a
+    /// `volumeMode: Block` volume, or a pod's device file for it.
+    Block,
 }
 
 impl TargetKind {
@@ -25,6 +28,7 @@ impl TargetKind {
             TargetKind::Mount => "mount",
             TargetKind::Dir => "dir",
             TargetKind::None => "none",
+            TargetKind::Block => "block",
         }
     }
 }
@@ -95,11 +99,25 @@ pub enum Operation {
     /// Unmounting and removing a subPath bind, before its volume's
     /// TearDown or for a pod that is gone.
     UnbindSubpath,
+    /// (format v6 on) Mapping a raw block volume's device at its global map
+    /// path: the device target of a `volumeMode: Block` volume, as
+    /// MountDevice is of a filesystem one.
+    MapDevice,
+    /// Undoing [`Operation::MapDevice`] once no pod maps the device.
+    UnmapDevice,
+    /// Mapping the device into one pod (its `volumeDevices` file): the pod
+    /// target of a block volume, as SetUp is of a filesystem one.
+    MapPodDevice,
+    /// Undoing [`Operation::MapPodDevice`].
+    UnmapPodDevice,
+    /// Growing a mounted (or just staged) volume's filesystem on the node
+    /// (NodeExpandVolume); it leaves the target's state as it is.
+    ExpandVolume,
 }
 
 impl Operation {
     /// Every operation.
-    pub const ALL: [Operation; 8] = [
+    pub const ALL: [Operation; 13] = [
         Operation::FormatDevice,
         Operation::MountDevice,
         Operation::SetUp,
@@ -108,6 +126,11 @@ impl Operation {
         Operation::SetOwnership,
         Operation::BindSubpath,
         Operation::UnbindSubpath,
+        Operation::MapDevice,
+        Operation::UnmapDevice,
+        Operation::MapPodDevice,
+        Operation::UnmapPodDevice,
+        Operation::ExpandVolume,
     ];
     /// The snake_case name used in records, crash points and metrics.
     pub fn as_str(self) -> &'static str {
@@ -120,6 +143,11 @@ impl Operation {
             Operation::SetOwnership => "set_ownership",
             Operation::BindSubpath => "bind_subpath",
             Operation::UnbindSubpath => "unbind_subpath",
+            Operation::MapDevice => "map_device",
+            Operation::UnmapDevice => "unmap_device",
+            Operation::MapPodDevice => "map_pod_device",
+            Operation::UnmapPodDevice => "unmap_pod_device",
+            Operation::ExpandVolume => "expand_volume",
         }
     }
     /// Whether the operation acts on a subPath bind, not on a target.
@@ -131,7 +159,11 @@ impl Operation {
     pub fn is_device_op(self) -> bool {
         matches!(
             self,
-            Operation::FormatDevice | Operation::MountDevice | Operation::UnmountDevice
+            Operation::FormatDevice
+                | Operation::MountDevice
+                | Operation::UnmountDevice
+                | Operation::MapDevice
+                | Operation::UnmapDevice
         )
     }
     /// The state a successful run leaves its target in, if it changes it
@@ -141,9 +173,16 @@ impl Operation {
             Operation::FormatDevice
             | Operation::SetOwnership
             | Operation::BindSubpath
-            | Operation::UnbindSubpath => None,
-            Operation::MountDevice | Operation::SetUp => Some(MountState::Mounted),
-            Operation::TearDown | Operation::UnmountDevice => Some(MountState::NotMounted),
+            | Operation::UnbindSubpath
+            | Operation::ExpandVolume => None,
+            Operation::MountDevice
+            | Operation::SetUp
+            | Operation::MapDevice
+            | Operation::MapPodDevice => Some(MountState::Mounted),
+            Operation::TearDown
+            | Operation::UnmountDevice
+            | Operation::UnmapDevice
+            | Operation::UnmapPodDevice => Some(MountState::NotMounted),
         }
     }
 }

@@ -464,6 +464,7 @@ impl VolumePlugin for EmptyDirPlugin {
             TargetKind::Mount => unmount_and_remove_dir(&mut op, self.layout.root(), target)?,
             TargetKind::Dir => self.teardown_disk(&mut op, target)?,
             TargetKind::None => return Err(op.bad_spec(self.name(), "target kind none")),
+            TargetKind::Block => return Err(op.bad_spec(self.name(), "target kind block")),
         };
         if present(&op, beneath(&op, self.layout.root(), &marker)?)? {
             // beneath the pod dir: a symlink on the way fails the call

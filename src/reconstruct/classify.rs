@@ -394,10 +394,12 @@ pub(super) fn host_says(
             Some(_) => HostSays::Differs,
             None => HostSays::Mounted,
         },
-        (TargetKind::Mount, HostObservation::Absent | HostObservation::DirPresent) => {
-            HostSays::Absent
-        }
-        (TargetKind::Mount, HostObservation::Mounted(m)) => match expected {
+        // a block target's map is a bind mount of the device file
+        (
+            TargetKind::Mount | TargetKind::Block,
+            HostObservation::Absent | HostObservation::DirPresent,
+        ) => HostSays::Absent,
+        (TargetKind::Mount | TargetKind::Block, HostObservation::Mounted(m)) => match expected {
             None => HostSays::Mounted,
             Some(e) => compare(e, m, input),
         },

@@ -91,7 +91,9 @@ impl TryFrom<&TargetV1Ref<'_>> for TargetParams {
             0 => TargetKind::Mount,
             1 => TargetKind::Dir,
             2 => TargetKind::None,
-            k => return Err(field_err("kind", &k.to_string(), "not 0, 1 or 2")),
+            // format v6 on; no older build wrote it
+            3 => TargetKind::Block,
+            k => return Err(field_err("kind", &k.to_string(), "not 0, 1, 2 or 3")),
         };
         let selinux = t
             .selinux_context

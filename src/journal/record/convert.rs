@@ -31,6 +31,11 @@ impl From<Operation> for OpV1 {
             Operation::SetOwnership => OpV1::SetOwnership,
             Operation::BindSubpath => OpV1::BindSubpath,
             Operation::UnbindSubpath => OpV1::UnbindSubpath,
+            Operation::MapDevice => OpV1::MapDevice,
+            Operation::UnmapDevice => OpV1::UnmapDevice,
+            Operation::MapPodDevice => OpV1::MapPodDevice,
+            Operation::UnmapPodDevice => OpV1::UnmapPodDevice,
+            Operation::ExpandVolume => OpV1::ExpandVolume,
         }
     }
 }
@@ -46,6 +51,11 @@ impl From<OpV1> for Operation {
             OpV1::SetOwnership => Operation::SetOwnership,
             OpV1::BindSubpath => Operation::BindSubpath,
             OpV1::UnbindSubpath => Operation::UnbindSubpath,
+            OpV1::MapDevice => Operation::MapDevice,
+            OpV1::UnmapDevice => Operation::UnmapDevice,
+            OpV1::MapPodDevice => Operation::MapPodDevice,
+            OpV1::UnmapPodDevice => Operation::UnmapPodDevice,
+            OpV1::ExpandVolume => Operation::ExpandVolume,
         }
     }
 }
@@ -87,6 +97,7 @@ impl From<&TargetParams> for TargetV1 {
                 TargetKind::Mount => 0,
                 TargetKind::Dir => 1,
                 TargetKind::None => 2,
+                TargetKind::Block => 3,
             },
             device_path: p.device_path().map(path_bytes),
             device_mount_path: p.device_mount_path().map(path_bytes),

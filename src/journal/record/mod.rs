@@ -9,8 +9,10 @@
 //! Records, bodies and checkpoints are generic over the target type: format
 //! v1 is them with [`TargetV1`], format v2 with [`TargetV2`], which adds the
 //! CSI arguments, and format v3 with [`TargetV3`], which adds a payload
-//! volume's hash and object versions (`payload_v3.rs`). Format v4 (the
-//! current one) keeps v3's encodings; only the checkpoint moved to a file.
+//! volume's hash and object versions (`payload_v3.rs`). Formats v4 to v6
+//! keep v3's target: v4 moved the checkpoint to a file, v5 added subPath
+//! binds, v6 (the current one) raw block map steps, NodeExpandVolume and
+//! the `block` target kind.
 //! bincode writes no type names, so `RecordOf<TargetV1>` encodes exactly as
 //! v1 always did, and `RecordOf<TargetV2>` as v2.
 
@@ -112,6 +114,16 @@ pub enum OpV1 {
     BindSubpath,
     /// (format v5 on) a subPath bind unmounted and removed
     UnbindSubpath,
+    /// (format v6 on) a block volume's device mapped at its global map path
+    MapDevice,
+    /// (format v6 on) the global map undone
+    UnmapDevice,
+    /// (format v6 on) the device mapped into one pod
+    MapPodDevice,
+    /// (format v6 on) a pod's device map undone
+    UnmapPodDevice,
+    /// (format v6 on) NodeExpandVolume
+    ExpandVolume,
 }
 
 /// A subPath bind (format v5): its key's fields, the unique volume name
@@ -360,7 +372,7 @@ pub type CheckpointV2 = CheckpointOf<TargetV2>;
 /// A checkpoint of format v3, which format v4 keeps.
 pub type CheckpointV3 = CheckpointOf<TargetV3>;
 
-/// A checkpoint of format v5 (the current one): v3's, then the subPath
+/// A checkpoint of format v5 and v6 (the current one): v3's, then the subPath
 /// binds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointV5 {
