@@ -345,3 +345,64 @@ fn the_mount_table_watch_sees_each_change_once() {
         assert!(!w.changed());
     });
 }
+
+/// What an operation records after it mounted, asked of the one mount
+/// (`statmount(2)` on this kernel), equals what the whole table says of
+/// it: a tmpfs with options, a bind of a subdir (its own root), a
+/// read-only bind, a mount stacked on another, ext4 on a loop device; a
+/// plain directory is no mount.
+#[test]
+fn one_mounts_identity_is_the_tables() {
+    if !require_root("mounts tmpfs, ext4 on a loop device") {
+        return;
+    }
+    in_private_mount_ns(|| {
+        use volumed::host::sys::{LinuxSys, Sys};
+        let scratch = Scratch::new("volumed-identity-");
+        let at = |name: &str| {
+            let p = scratch.path().join(name);
+            mkdirs(&p);
+            p
+        };
+        let tmpfs = at("tmpfs");
+        mount_tmpfs(&tmpfs, "size=2m,mode=0750");
+        mkdirs(&tmpfs.join("sub"));
+        let sub = at("sub");
+        bind_mount(&tmpfs.join("sub"), &sub);
+        let ro = at("ro");
+        bind_mount(&tmpfs, &ro);
+        nix::mount::mount(
+            None::<&str>,
+            &ro,
+            None::<&str>,
+            nix::mount::MsFlags::MS_REMOUNT
+                | nix::mount::MsFlags::MS_BIND
+                | nix::mount::MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .unwrap();
+        let stacked = at("stacked");
+        mount_tmpfs(&stacked, "size=1m");
+        mount_tmpfs(&stacked, "size=3m");
+        let image = scratch.path().join("disk.img");
+        mkfs_ext4(&image, 16);
+        let lo = LoopDevice::attach(&image);
+        let ext4 = at("ext4");
+        mount_device(lo.path(), &ext4, "ext4");
+        let plain = at("plain");
+
+        let table = MountTable::read_self().unwrap();
+        for p in [&tmpfs, &sub, &ro, &stacked, &ext4] {
+            let one = LinuxSys.mount_identity(p).unwrap();
+            assert!(one.is_some(), "{} is a mount", p.display());
+            assert_eq!(one, table.identity_at(p), "{}", p.display());
+        }
+        let sub_id = LinuxSys.mount_identity(&sub).unwrap().unwrap();
+        assert_eq!(&*sub_id.root, Path::new("/sub"));
+        assert!(LinuxSys.mount_identity(&ro).unwrap().unwrap().read_only);
+        assert_eq!(LinuxSys.mount_identity(&plain).unwrap(), None);
+        for p in [&ext4, &stacked, &stacked, &ro, &sub, &tmpfs] {
+            umount(p);
+        }
+    });
+}

@@ -11,11 +11,14 @@ use nix::sys::stat::Mode;
 
 use super::child::{parse_blkid_export, run};
 use super::raw::{cpath, file_stat, io_error, mode, mount_root_attr, statx_at, std_kind};
+use super::statmount::{MountStat, statmount};
 use super::{
     Beneath, Call, DirEntry, DirHandle, DiskFormat, Errno, FileKind, FileStat, FsUsage,
-    LIVE_MOUNTINFO, Listing, MntFlags, MountProbe, MsFlags, Sys, SysError,
+    LIVE_MOUNTINFO, Listing, MntFlags, MountProbe, MsFlags, Sys, SysError, identity_from_table,
 };
 use crate::host::mountinfo::{MountTable, read_pieces};
+use crate::host::super_options::parse_super_options;
+use crate::model::{MountIdentity, SharedPath, SharedStr};
 
 /// The real kernel, through nix (libc for `statx`).
 #[derive(Debug, Default, Clone, Copy)]
@@ -123,6 +126,30 @@ impl Sys for LinuxSys {
             return Ok(true);
         }
         Ok(self.read_mountinfo()?.is_mount_point(path))
+    }
+
+    fn mount_identity(&self, path: &Path) -> Result<Option<MountIdentity>, SysError> {
+        let c = cpath(Call::MountRoot, path)?;
+        let st = statx_at(
+            libc::AT_FDCWD,
+            &c,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS | libc::STATX_MNT_ID_UNIQUE,
+        )
+        .map_err(|e| SysError::call(Call::MountRoot, path, e))?;
+        match mount_root_attr(&st) {
+            Some(false) => return Ok(None),
+            Some(true) if st.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0 => {
+                if let Some(id) = statmount(st.stx_mnt_id).ok().and_then(identity_of) {
+                    return Ok(Some(id));
+                }
+            }
+            _ => {}
+        }
+        // A kernel before 6.11 (no unique id, no statmount or no options),
+        // a FUSE mount (mountinfo names its subtype), or the mount gone
+        // between the two calls: the table decides.
+        identity_from_table(self, path)
     }
 
     fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
@@ -479,6 +506,25 @@ fn read_whole(fd: OwnedFd, path: &Path, limit: u64) -> Result<Vec<u8>, SysError>
     Ok(bytes)
 }
 
+/// The identity mountinfo would show for the mount `statmount` described,
+/// or `None` where only the table can tell: no super-block options
+/// (Linux < 6.11, so no `context=` label to compare) or a FUSE type,
+/// whose subtype mountinfo appends.
+fn identity_of(m: MountStat) -> Option<MountIdentity> {
+    let options = m.options?;
+    if m.fs_type.starts_with("fuse") {
+        return None;
+    }
+    let selinux = parse_super_options(&options, &mut |_| {}).selinux.context;
+    Some(MountIdentity {
+        dev: m.dev,
+        root: SharedPath::fs_root(Path::new(&m.root)),
+        fs_type: SharedStr::fs_type(&m.fs_type),
+        read_only: m.read_only,
+        selinux,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,6 +538,38 @@ mod tests {
         assert!(LinuxSys.mount_root(Path::new("/")).unwrap());
         assert!(!LinuxSys.mount_root(dir.path()).unwrap());
         assert!(LinuxSys.mnt_id(dir.path()).unwrap() > 0);
+    }
+
+    /// `statmount` read at the offsets we wrote down agrees with the
+    /// table on the root mount (no root needed, no mount made; the mounts
+    /// a test makes are compared in `tests/host_scan_real.rs`).
+    #[test]
+    fn statmount_says_what_the_table_says_of_the_root_mount() {
+        let c = cpath(Call::MountRoot, Path::new("/")).unwrap();
+        let st = statx_at(
+            libc::AT_FDCWD,
+            &c,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID_UNIQUE,
+        )
+        .unwrap();
+        if st.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+            eprintln!("skipped: kernel before 6.8 (no unique mount id)");
+            return;
+        }
+        let m = match statmount(st.stx_mnt_id) {
+            Err(Errno::ENOSYS) => return eprintln!("skipped: no statmount(2)"),
+            r => r.unwrap(),
+        };
+        let table = LinuxSys.read_mountinfo().unwrap();
+        let want = table.identity_at(Path::new("/")).unwrap();
+        assert_eq!(m.dev, want.dev);
+        assert_eq!(Path::new(&m.root), &*want.root);
+        assert_eq!(m.read_only, want.read_only);
+        assert!(want.fs_type.starts_with(&*m.fs_type), "{m:?} vs {want:?}");
+        if m.options.is_some() {
+            assert_eq!(identity_of(m), Some(want));
+        }
     }
 
     #[test]
