@@ -11,7 +11,7 @@ use nix::sys::stat::Mode;
 
 use super::child::{parse_blkid_export, run};
 use super::raw::{cpath, file_stat, io_error, mode, mount_root_attr, statx_at, std_kind};
-use super::statmount::{MountStat, statmount};
+use super::statmount::{MountStat, reports_options, statmount};
 use super::{
     Beneath, Call, DirEntry, DirHandle, DiskFormat, Errno, FileKind, FileStat, FsUsage,
     LIVE_MOUNTINFO, Listing, MntFlags, MountProbe, MsFlags, Sys, SysError, identity_from_table,
@@ -507,15 +507,19 @@ fn read_whole(fd: OwnedFd, path: &Path, limit: u64) -> Result<Vec<u8>, SysError>
 }
 
 /// The identity mountinfo would show for the mount `statmount` described,
-/// or `None` where only the table can tell: no super-block options
-/// (Linux < 6.11, so no `context=` label to compare) or a FUSE type,
-/// whose subtype mountinfo appends.
+/// or `None` where only the table can tell: a kernel that cannot report
+/// the super-block options (so not the `context=` label either), or a
+/// FUSE type, whose subtype mountinfo appends.
 fn identity_of(m: MountStat) -> Option<MountIdentity> {
-    let options = m.options?;
     if m.fs_type.starts_with("fuse") {
         return None;
     }
-    let selinux = parse_super_options(&options, &mut |_| {}).selinux.context;
+    let selinux = match &m.options {
+        Some(options) => parse_super_options(options, &mut |_| {}).selinux.context,
+        // none to report, a label included, only where the kernel could
+        None if reports_options() => None,
+        None => return None,
+    };
     Some(MountIdentity {
         dev: m.dev,
         root: SharedPath::fs_root(Path::new(&m.root)),

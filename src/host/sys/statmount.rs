@@ -16,9 +16,13 @@ use nix::errno::Errno;
 
 use crate::model::DevId;
 
-/// `__NR_statmount`: the same on every architecture (the syscall table
-/// has been shared since Linux 5.1).
-const SYS_STATMOUNT: libc::c_long = 457;
+/// `__NR_statmount`: 457 wherever the syscall table is the shared one
+/// (every architecture since Linux 5.1 but alpha and MIPS, which take the
+/// table instead).
+#[cfg(not(any(target_arch = "mips", target_arch = "mips64", target_arch = "mips32r6")))]
+const SYS_STATMOUNT: Option<libc::c_long> = Some(457);
+#[cfg(any(target_arch = "mips", target_arch = "mips64", target_arch = "mips32r6"))]
+const SYS_STATMOUNT: Option<libc::c_long> = None;
 /// `MNT_ID_REQ_SIZE_VER0`.
 const REQ_SIZE_VER0: u32 = 24;
 
@@ -53,7 +57,8 @@ pub(super) struct MountStat {
     /// the per-mount read-only flag
     pub read_only: bool,
     /// the super block's options, security ones (`context=`) included, as
-    /// mountinfo's last field spells them; `None` before Linux 6.11
+    /// mountinfo's last field spells them after its `rw`/`ro`; `None` when
+    /// there are none, or the kernel cannot say ([`reports_options`])
     pub options: Option<Vec<u8>>,
 }
 
@@ -70,6 +75,7 @@ struct MntIdReq {
 /// the kernel has no such call, no such mount, or did not fill a field
 /// asked for (the options alone may be missing).
 pub(super) fn statmount(mnt_id: u64) -> Result<MountStat, Errno> {
+    let nr = SYS_STATMOUNT.ok_or(Errno::ENOSYS)?;
     let want = SB_BASIC | MNT_BASIC | MNT_ROOT | FS_TYPE | MNT_OPTS;
     let req = MntIdReq {
         size: REQ_SIZE_VER0,
@@ -82,15 +88,7 @@ pub(super) fn statmount(mnt_id: u64) -> Result<MountStat, Errno> {
         // SAFETY: `req` is a live `mnt_id_req` of the size it declares,
         // and `buf` is writable for the length passed; the kernel writes
         // no more than that (EOVERFLOW instead).
-        let rc = unsafe {
-            libc::syscall(
-                SYS_STATMOUNT,
-                &raw const req,
-                buf.as_mut_ptr(),
-                buf.len(),
-                0u32,
-            )
-        };
+        let rc = unsafe { libc::syscall(nr, &raw const req, buf.as_mut_ptr(), buf.len(), 0u32) };
         if rc == 0 {
             break;
         }
@@ -146,4 +144,45 @@ fn str_at(buf: &[u8], off: usize) -> Result<&[u8], Errno> {
     let rest = buf.get(start..).ok_or(Errno::EINVAL)?;
     let end = rest.iter().position(|&b| b == 0).ok_or(Errno::EINVAL)?;
     Ok(&rest[..end])
+}
+
+/// Whether the kernel reports a mount's options (`STATMOUNT_MNT_OPTS`,
+/// Linux 6.11): it leaves the field out both when a mount has none and
+/// when it cannot tell, and only the release says which. A kernel that
+/// got the call by a backport is taken as older: the table then decides.
+pub(super) fn reports_options() -> bool {
+    static OPTIONS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OPTIONS.get_or_init(|| {
+        let uts = nix::sys::utsname::uname();
+        uts.is_ok_and(|u| release_at_least(&u.release().to_string_lossy(), (6, 11)))
+    })
+}
+
+/// Whether a kernel release (`6.18.44-fc-v857`) is at least `want`.
+fn release_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.split(['.', '-']).map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) >= want,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_is_compared_by_major_then_minor() {
+        for (release, at_least) in [
+            ("6.18.44-fc-v857", true),
+            ("6.11.0", true),
+            ("6.10.14-arch1", false),
+            ("5.19.0", false),
+            ("7.0", true),
+            ("6", false),
+            ("garbage", false),
+        ] {
+            assert_eq!(release_at_least(release, (6, 11)), at_least, "{release}");
+        }
+    }
 }
