@@ -24,8 +24,8 @@
 
 use std::path::Path;
 
-use crate::host::mountinfo::{MountInfo, MountTable};
-use crate::host::sys::{Beneath, DiskFormat, FileKind, MsFlags, Sys};
+use crate::host::mountinfo::MountInfo;
+use crate::host::sys::{Beneath, DiskFormat, Errno, FileKind, MsFlags, Sys};
 use crate::journal::Permit;
 use crate::model::{
     Layout, MountIdentity, Operation, PluginName, SharedPath, SharedStr, TargetParams, VolumeSpec,
@@ -209,31 +209,37 @@ impl VolumePlugin for LocalPlugin {
             .as_deref()
             .ok_or_else(|| op.missing("pod mount path"))?;
         let (flags, _) = split_options(params.mount_options());
-        // The table is needed to check the device mount, or to tell whether
-        // what is at the target is our bind; a directory PV bound on a
-        // target that does not exist yet (every first SetUp) needs neither.
-        let table = if l.is_block || target_exists(&op, target) {
-            op.look(sys.read_mountinfo())?
-        } else {
-            MountTable::default()
-        };
         let (source, source_id) = if l.is_block {
             let source = params
                 .device_mount_path()
                 .ok_or_else(|| op.missing("device mount path"))?;
-            let Some(m) = table.top_at(source) else {
+            // the one device mount, not the table: a mass start of local
+            // PVs stays linear
+            let found = match sys.mount_identity(source) {
+                Err(e) if e.errno() == Some(Errno::ENOENT) => None,
+                r => op.look(r)?,
+            };
+            let Some(id) = found else {
                 return Err(PluginError::DeviceNotMounted {
                     op: op.op,
                     volume: op.volume.clone(),
                     path: source.to_owned(),
                 });
             };
-            (source, Some(m.identity()))
+            (source, Some(id))
         } else {
             if op.look(sys.stat(l.path, true))?.kind != FileKind::Dir {
                 return Err(op.wrong_type(l.path, "directory"));
             }
-            (l.path, table.identity_at(l.path))
+            // A directory PV bound on a target that does not exist yet
+            // (every first SetUp) needs no identity: nothing is there to
+            // tell apart from our bind.
+            let id = if target_exists(&op, target) {
+                op.look(sys.read_mountinfo())?.identity_at(l.path)
+            } else {
+                None
+            };
+            (l.path, id)
         };
         let want = source_id.map(|mut id| {
             id.read_only = flags.contains(MsFlags::MS_RDONLY);
