@@ -581,6 +581,18 @@ fn restart_once(
         })
         .collect();
     println!("  startup phases (ms): {}", phases.join(" "));
+    // what the journal open had to replay: a tail of records is the cost
+    // a kill leaves that a clean stop's checkpoint does not
+    let log = d.log_text();
+    if let Some(l) = log.lines().find(|l| l.contains("journal opened")) {
+        let field = |k: &str| l.split(k).nth(1)?.split_whitespace().next();
+        println!(
+            "  journal open: {} tail records, {} targets, checkpoint through {}",
+            field("records=").unwrap_or("?"),
+            field("targets=").unwrap_or("?"),
+            field("checkpoint=").unwrap_or("?")
+        );
+    }
     if reissued > 0 || mounted.is_none() {
         println!("  daemon log tail:\n{}", d.log_tail());
     }

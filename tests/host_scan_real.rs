@@ -350,7 +350,8 @@ fn the_mount_table_watch_sees_each_change_once() {
 /// (`statmount(2)` on this kernel), equals what the whole table says of
 /// it: a tmpfs with options, a bind of a subdir (its own root), a
 /// read-only bind, a mount stacked on another, ext4 on a loop device; a
-/// plain directory is no mount.
+/// plain directory is no mount. And whether a path beneath a base is a
+/// mount root, asked without following a symlink.
 #[test]
 fn one_mounts_identity_is_the_tables() {
     if !require_root("mounts tmpfs, ext4 on a loop device") {
@@ -401,6 +402,21 @@ fn one_mounts_identity_is_the_tables() {
         assert_eq!(&*sub_id.root, Path::new("/sub"));
         assert!(LinuxSys.mount_identity(&ro).unwrap().unwrap().read_only);
         assert_eq!(LinuxSys.mount_identity(&plain).unwrap(), None);
+        // the same question asked beneath a base, following no symlink
+        use volumed::host::sys::Beneath;
+        std::os::unix::fs::symlink(&tmpfs, scratch.path().join("link")).unwrap();
+        let beneath = |rel: &'static str| {
+            LinuxSys.mount_root_beneath(Beneath {
+                base: scratch.path(),
+                rel: Path::new(rel),
+            })
+        };
+        assert!(beneath("tmpfs").unwrap());
+        assert!(beneath("stacked").unwrap());
+        assert!(!beneath("plain").unwrap());
+        assert!(!beneath("link").unwrap(), "a symlink is no mount");
+        let through = beneath("link/sub").unwrap_err();
+        assert_eq!(through.errno(), Some(nix::errno::Errno::ELOOP));
         for p in [&ext4, &stacked, &stacked, &ro, &sub, &tmpfs] {
             umount(p);
         }

@@ -50,13 +50,12 @@ pub(crate) fn data_string(opts: &[String], selinux: Option<&SeLinuxContext>) -> 
 }
 
 /// Unmounts the top mount at `at` without following symlinks, on the way
-/// or at the target. `EINVAL` counts as done only when the table confirms
-/// nothing is mounted there.
+/// or at the target. `EINVAL` counts as done only when nothing is mounted
+/// there any more.
 fn umount_once(op: &mut Op<'_>, at: Beneath<'_>) -> Result<(), PluginError> {
     match op.sys.umount2_beneath(at, MntFlags::UMOUNT_NOFOLLOW) {
         Err(e) if e.errno() == Some(Errno::EINVAL) => {
-            let table = op.look(op.sys.read_mountinfo())?;
-            if table.is_mount_point(&at.full()) {
+            if mounted_at(op, at)? {
                 Err(op.sys_err(e, true))
             } else {
                 Ok(())
@@ -66,13 +65,21 @@ fn umount_once(op: &mut Op<'_>, at: Beneath<'_>) -> Result<(), PluginError> {
     }
 }
 
+/// Whether something is mounted at `at`, asked of that one path (not the
+/// table: a mass teardown stays linear); a path gone is nothing mounted.
+fn mounted_at(op: &Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
+    match op.sys.mount_root_beneath(at) {
+        Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(false),
+        r => op.look(r),
+    }
+}
+
 /// Unmounts everything stacked at `at`; true when something was unmounted.
 fn unmount_all(op: &mut Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
     let target = &at.full();
     let mut any = false;
     for _ in 0..MAX_UNMOUNTS {
-        let table = op.look(op.sys.read_mountinfo())?;
-        if !table.is_mount_point(target) {
+        if !mounted_at(op, at)? {
             return Ok(any);
         }
         umount_once(op, at)?;

@@ -199,6 +199,30 @@ impl Sys for LinuxSys {
         file_stat(&st, Call::Stat, || path)
     }
 
+    fn mount_root_beneath(&self, at: Beneath<'_>) -> Result<bool, SysError> {
+        let path = at.full();
+        let Some(parent) = at.parent() else {
+            return self.mount_root(&path); // the base itself
+        };
+        let leaf = cpath(
+            Call::MountRoot,
+            Path::new(at.rel.file_name().unwrap_or_default()),
+        )?;
+        let dir = Self::open_path_beneath(Call::MountRoot, parent, OFlag::O_DIRECTORY, &path)?;
+        let st = statx_at(
+            dir.as_raw_fd(),
+            &leaf,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        )
+        .map_err(|e| SysError::call(Call::MountRoot, &path, e))?;
+        match mount_root_attr(&st) {
+            Some(root) => Ok(root),
+            // kernel < 5.8: the table knows
+            None => Ok(self.read_mountinfo()?.is_mount_point(&path)),
+        }
+    }
+
     fn mkdir_beneath(&self, at: Beneath<'_>, m: u32) -> Result<(), SysError> {
         Self::in_parent_beneath(Call::Mkdir, at, Errno::EEXIST, |dir, name| {
             nix::sys::stat::mkdirat(dir, name, mode(m))

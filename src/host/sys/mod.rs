@@ -160,6 +160,13 @@ pub trait Sys: Send + Sync {
     /// Whether `path` (not following a last symlink) is the root of a mount,
     /// same-filesystem binds included.
     fn mount_root(&self, path: &Path) -> Result<bool, SysError>;
+    /// [`Sys::mount_root`] of `at`, reached beneath `at.base` without
+    /// following any symlink (`ELOOP`): whether something is mounted there,
+    /// asked of that one path (the fakes and a kernel before 5.8 read the
+    /// table).
+    fn mount_root_beneath(&self, at: Beneath<'_>) -> Result<bool, SysError> {
+        self.mount_root(&at.full())
+    }
     /// The identity of the top mount whose root is `path` (device, root,
     /// fs type, per-mount `ro`, `context=` label), `None` when `path` is
     /// no mount's root: what an operation records after it mounted.
