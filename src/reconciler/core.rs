@@ -245,7 +245,7 @@ impl Core {
         self.maybe_recover(now, &mut out);
         self.maybe_sweep(w, now, &mut out);
         if writable {
-            self.maybe_checkpoint(obs.synced_through, &mut out);
+            self.maybe_checkpoint(obs.synced_through, w.asw.volume_count(), &mut out);
         }
         self.maybe_check_late(now, &mut out);
         if writable {

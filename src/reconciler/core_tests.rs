@@ -721,6 +721,41 @@ fn a_long_tail_at_start_is_folded_into_a_checkpoint_once_settled_and_idle() {
 }
 
 #[test]
+fn a_burst_is_folded_into_a_checkpoint_once_settled_and_idle() {
+    let t0 = Instant::now();
+    let long = crate::journal::LONG_TAIL_FROM;
+    let (mut c, mut w) = core(10_000);
+    let at = |synced_through| Observed {
+        synced_through,
+        ..idle()
+    };
+    let mut i = 0;
+    let mut step = |c: &mut Core, w: &mut World, evs: Vec<Event>, synced: u64| {
+        i += 1;
+        let e = c.step(w, evs, ms(t0, i), at(synced));
+        (names(&e).contains(&"checkpoint".into()), e)
+    };
+    // a pod mounting while the sources list; listed and walked with a
+    // long tail durable: settled, but its job still runs
+    let (_, first) = step(&mut c, &mut w, vec![added(&["a"], false)], 0);
+    let (folded, _) = step(&mut c, &mut w, vec![added(&[], true), walked()], long);
+    assert!(!folded, "a job running");
+    // (synced through, event) -> checkpoint?
+    let done = |through| vec![Event::Done(Completion::Checkpointed(Ok(through)))];
+    let rows: Vec<(u64, Vec<Event>, bool)> = vec![
+        (long, vec![mounted(&first, "a")], true),
+        (long + 5, vec![], false),
+        (long + 5, done(long), false),
+        (2 * long - 1, vec![], false),
+        (2 * long, vec![], true),
+        (2 * long, done(2 * long), false),
+    ];
+    for (row, (synced, evs, want)) in rows.into_iter().enumerate() {
+        assert_eq!(step(&mut c, &mut w, evs, synced).0, want, "row {row}");
+    }
+}
+
+#[test]
 fn the_stop_ends_the_loop_once_nothing_is_in_flight() {
     let t0 = Instant::now();
     let (mut c, mut w) = core(0);

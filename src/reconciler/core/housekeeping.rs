@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::{Core, Effect, Finish, HostWork, JournalWork, Phase, Swept, World};
+use crate::journal::LONG_TAIL_FROM;
 use crate::model::PodUid;
 
 /// The allocator is trimmed at most this often, once no job is in flight.
@@ -138,15 +139,27 @@ impl Core {
         self
     }
 
-    /// Every `checkpoint_every` records, and once for a long tail at start
-    /// (`with_tail`).
-    pub(super) fn maybe_checkpoint(&mut self, synced_through: u64, out: &mut Vec<Effect>) {
+    /// Every `checkpoint_every` records, once for a long tail at start
+    /// (`with_tail`), and once settled and idle after a burst: a mass start
+    /// or delete leaves up to `checkpoint_every` records that a kill would
+    /// make the next start replay one by one. That tail is folded when it
+    /// holds at least [`LONG_TAIL_FROM`] records and half as many as the
+    /// ASW has volumes, so a checkpoint's O(volumes) is paid at most once
+    /// per volumes / 2 records: O(1) a record.
+    pub(super) fn maybe_checkpoint(
+        &mut self,
+        synced_through: u64,
+        volumes: usize,
+        out: &mut Vec<Effect>,
+    ) {
         let n = self.cfg.checkpoint_every;
         if !self.cfg.journal || n == 0 || self.in_flight.checkpoint {
             return;
         }
-        let fold =
-            self.start_tail > 0 && self.phase == Phase::Settled && self.pending.running() == 0;
+        let idle = self.phase == Phase::Settled && self.pending.running() == 0;
+        let tail = synced_through.saturating_sub(self.last_checkpoint_seq);
+        let burst = tail >= LONG_TAIL_FROM && tail.saturating_mul(2) >= volumes as u64;
+        let fold = idle && (self.start_tail > 0 || burst);
         if !fold && synced_through < self.last_checkpoint_seq + n {
             return;
         }
