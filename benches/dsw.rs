@@ -98,6 +98,7 @@ fn pod(i: usize) -> DesiredPod {
         access_modes: vec![AccessMode::ReadWriteOncePod],
         mount_options: vec![],
         is_block: true,
+        volume_mode: Default::default(),
     };
     let volumes = vec![
         PodVolume {

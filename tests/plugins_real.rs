@@ -282,6 +282,7 @@ fn a_symlinked_directory_on_the_way_to_a_target_is_never_followed() {
                 access_modes: Vec::new(),
                 mount_options: Vec::new(),
                 is_block: false,
+                volume_mode: Default::default(),
             };
             // Which operations pass through the replaced level.
             let through = |what: &str| match level {
@@ -422,6 +423,7 @@ fn local_pv_on_a_loop_device_is_formatted_once_and_shared_by_two_pods() {
             access_modes: Vec::new(),
             mount_options: Vec::new(),
             is_block: true,
+            volume_mode: Default::default(),
         };
         let dev = local_params(&layout, lo.path(), TargetRef::Device);
         let pod = |uid: &str| {
@@ -1017,6 +1019,7 @@ fn a_bind_from_the_device_mount_never_follows_a_directory_swapped_for_a_symlink(
             access_modes: Vec::new(),
             mount_options: Vec::new(),
             is_block: true,
+            volume_mode: Default::default(),
         };
         let mounts = global.parent().unwrap().to_owned();
         let sys = swapped_before(Call::Mount, mounts, out.clone());

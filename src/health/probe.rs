@@ -553,6 +553,7 @@ mod tests {
             access_modes: vec![],
             mount_options: vec![],
             is_block: false,
+            volume_mode: Default::default(),
         }));
         let dev = sys.mounts().last().expect("the mount").dev;
         sys.set_fs_usage(
@@ -603,6 +604,7 @@ mod tests {
                 access_modes: vec![],
                 mount_options: vec![],
                 is_block: true,
+                volume_mode: Default::default(),
             })),
             device: Some(g.into()),
             pods: vec![],

@@ -385,6 +385,7 @@ mod tests {
             access_modes: vec![crate::model::AccessMode::ReadWriteOncePod],
             mount_options: Default::default(),
             is_block: true,
+            volume_mode: Default::default(),
         };
         use crate::selinux::{Counter, MetricEvent};
         for c in [

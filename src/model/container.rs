@@ -1,4 +1,5 @@
-//! One container as the runtime API needs it: its `volumeMounts`, the env
+//! One container as the runtime API needs it: its `volumeMounts` and
+//! `volumeDevices`, the env
 //! a `subPathExpr` expands from, and whether it is privileged; and the pure
 //! rules the kubelet applies to them before it starts the container
 //! (`makeMounts`): the `$(VAR)` expansion, the subPath checks, the mount
@@ -32,6 +33,16 @@ pub struct VolumeMountSpec {
     pub propagation: Option<String>,
 }
 
+/// One `volumeDevices[]` entry: a raw block volume mapped into the
+/// container as a device file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeDeviceSpec {
+    /// `name`: the pod volume it maps (a claim in `Block` mode)
+    pub name: String,
+    /// `devicePath`: the device file's path in the container
+    pub device_path: String,
+}
+
 /// One `env[]` entry, its value resolved when volumed can (a literal value
 /// or a `fieldRef` to the pod's name, namespace, UID, node or service
 /// account); `None` for one it cannot (a `configMapKeyRef`, a
@@ -53,9 +64,89 @@ pub struct ContainerSpec {
     pub privileged: bool,
     /// `volumeMounts`, in spec order (the index names the subpath dir)
     pub mounts: Vec<VolumeMountSpec>,
+    /// `volumeDevices`, in spec order
+    #[serde(default)]
+    pub devices: Vec<VolumeDeviceSpec>,
     /// `env`, resolved in order; kept only when some mount has a
     /// `subPathExpr` (nothing else reads it)
     pub env: Vec<EnvVar>,
+}
+
+/// How a pod's containers use one volume: as a filesystem
+/// (`volumeMounts`), as a raw device (`volumeDevices`), or both (an error).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VolumeUse {
+    /// some container lists it in `volumeMounts`
+    pub mounted: bool,
+    /// some container lists it in `volumeDevices`
+    pub mapped: bool,
+}
+
+impl VolumeUse {
+    /// How `containers` use the pod volume `name`.
+    pub fn of(containers: &[ContainerSpec], name: &str) -> VolumeUse {
+        VolumeUse {
+            mounted: containers
+                .iter()
+                .any(|c| c.mounts.iter().any(|m| m.name == name)),
+            mapped: containers
+                .iter()
+                .any(|c| c.devices.iter().any(|d| d.name == name)),
+        }
+    }
+
+    /// The kubelet's check of a volume's mode against its use (the DSW
+    /// populator's `createVolumeSpec`): a `Block` volume must not be in
+    /// `volumeMounts`, a `Filesystem` one not in `volumeDevices`. Its
+    /// message, the kubelet's words.
+    pub fn check(self, volume: &str, mode: super::VolumeMode) -> Result<(), String> {
+        use super::VolumeMode;
+        let field = match mode {
+            VolumeMode::Block if self.mounted => "volumeMounts",
+            VolumeMode::Filesystem if self.mapped => "volumeDevices",
+            _ => return Ok(()),
+        };
+        Err(format!(
+            "volume {volume} has volumeMode {}, but is specified in {field}",
+            mode.as_str()
+        ))
+    }
+}
+
+/// The pod-wide checks of `volumeDevices` the API server's validation
+/// makes (the kubelet validates static pods the same way), one message
+/// each, naming the container and the entry: the name must be one of the
+/// pod's volumes, and a container must not list one volume both as a
+/// mount and as a device, nor two devices at one `devicePath`.
+pub fn check_devices(
+    containers: &[ContainerSpec],
+    mut is_volume: impl FnMut(&str) -> bool,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    for c in containers {
+        let mut seen_paths = std::collections::BTreeSet::new();
+        for (i, d) in c.devices.iter().enumerate() {
+            let at = format!("container {:?}: volumeDevices[{i}]", c.name);
+            if !is_volume(&d.name) {
+                errors.push(format!(
+                    "{at}: name {:?} is not a volume of the pod",
+                    d.name
+                ));
+            } else if c.mounts.iter().any(|m| m.name == d.name) {
+                errors.push(format!(
+                    "{at}: volume {:?} is also in the container's volumeMounts",
+                    d.name
+                ));
+            }
+            if !seen_paths.insert(d.device_path.as_str()) {
+                errors.push(format!(
+                    "{at}: devicePath {:?} is used by another device",
+                    d.device_path
+                ));
+            }
+        }
+    }
+    errors
 }
 
 /// CRI's mount propagation, as the answer spells it.
@@ -196,6 +287,108 @@ mod tests {
                 value: v.map(str::to_owned),
             })
             .collect()
+    }
+
+    fn with_uses(name: &str, mounts: &[&str], devices: &[(&str, &str)]) -> ContainerSpec {
+        ContainerSpec {
+            name: name.into(),
+            privileged: false,
+            mounts: mounts
+                .iter()
+                .map(|m| VolumeMountSpec {
+                    name: (*m).into(),
+                    mount_path: format!("/mnt/{m}"),
+                    read_only: false,
+                    sub_path: SubPath::None,
+                    propagation: None,
+                })
+                .collect(),
+            devices: devices
+                .iter()
+                .map(|(n, p)| VolumeDeviceSpec {
+                    name: (*n).into(),
+                    device_path: (*p).into(),
+                })
+                .collect(),
+            env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_volume_s_mode_must_match_its_use_with_the_kubelet_s_message() {
+        use crate::model::VolumeMode::{Block, Filesystem};
+        let containers = [
+            with_uses("a", &["fs", "both"], &[("raw", "/dev/xvda")]),
+            with_uses("b", &[], &[("both", "/dev/xvdb")]),
+        ];
+        let cases = [
+            ("fs", Filesystem, Ok(())),
+            (
+                "fs",
+                Block,
+                Err("volume fs has volumeMode Block, but is specified in volumeMounts"),
+            ),
+            ("raw", Block, Ok(())),
+            (
+                "raw",
+                Filesystem,
+                Err("volume raw has volumeMode Filesystem, but is specified in volumeDevices"),
+            ),
+            (
+                "both",
+                Filesystem,
+                Err("volume both has volumeMode Filesystem, but is specified in volumeDevices"),
+            ),
+            (
+                "both",
+                Block,
+                Err("volume both has volumeMode Block, but is specified in volumeMounts"),
+            ),
+            ("unused", Filesystem, Ok(())),
+            ("unused", Block, Ok(())),
+        ];
+        for (volume, mode, want) in cases {
+            let got = VolumeUse::of(&containers, volume).check(volume, mode);
+            assert_eq!(
+                got.as_ref().map_err(String::as_str),
+                want.as_ref().map_err(|e| *e),
+                "{volume} {mode:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn volume_devices_name_pod_volumes_once_per_container_and_path() {
+        let volumes = ["raw", "raw2", "fs"];
+        let is_volume = |n: &str| volumes.contains(&n);
+        let cases: [(ContainerSpec, &[&str]); 5] = [
+            (
+                with_uses("ok", &["fs"], &[("raw", "/dev/a"), ("raw2", "/dev/b")]),
+                &[],
+            ),
+            (
+                with_uses("app", &[], &[("nope", "/dev/a")]),
+                &["container \"app\": volumeDevices[0]: name \"nope\" is not a volume of the pod"],
+            ),
+            (
+                with_uses("app", &["raw"], &[("raw", "/dev/a")]),
+                &[
+                    "container \"app\": volumeDevices[0]: volume \"raw\" is also in the container's volumeMounts",
+                ],
+            ),
+            (
+                with_uses("app", &[], &[("raw", "/dev/a"), ("raw2", "/dev/a")]),
+                &[
+                    "container \"app\": volumeDevices[1]: devicePath \"/dev/a\" is used by another device",
+                ],
+            ),
+            // another container may map the same volume at the same path
+            (with_uses("c2", &[], &[("raw", "/dev/a")]), &[]),
+        ];
+        for (c, want) in cases {
+            let name = c.name.clone();
+            assert_eq!(check_devices(&[c], is_volume), want, "{name}");
+        }
     }
 
     #[test]

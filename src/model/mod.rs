@@ -23,8 +23,8 @@ mod subpath;
 mod target;
 
 pub use container::{
-    ContainerSpec, EnvVar, Propagation, SubPath, VolumeMountSpec, check_sub_path, expand,
-    expand_sub_path_expr, propagation, resolve_env,
+    ContainerSpec, EnvVar, Propagation, SubPath, VolumeDeviceSpec, VolumeMountSpec, VolumeUse,
+    check_devices, check_sub_path, expand, expand_sub_path_expr, propagation, resolve_env,
 };
 pub use csi::{CsiLifecycle, CsiParams, CsiPodInfo, SecretRef};
 pub use layout::{
@@ -46,6 +46,8 @@ pub use payload::{
     PayloadVersion, TOKEN_OBJECT_KIND, TokenRef,
 };
 pub use shared::{SharedPath, SharedStr};
-pub use spec::{AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeSpec};
+pub use spec::{
+    AccessMode, CsiSpec, HostPathType, PodVolume, StorageMedium, VolumeMode, VolumeSpec,
+};
 pub use subpath::{SubpathBind, SubpathKey};
 pub use target::{MountState, Operation, Steps, TargetKind, TargetRef};

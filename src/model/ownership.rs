@@ -250,6 +250,7 @@ mod tests {
             access_modes: vec![ReadWriteOnce],
             mount_options: vec![],
             is_block: false,
+            volume_mode: Default::default(),
         };
         let host = VolumeSpec::HostPath {
             path: "/var/log".into(),

@@ -41,6 +41,38 @@ pub enum HostPathType {
     BlockDevice,
 }
 
+/// A PersistentVolume's `volumeMode`: a filesystem the pod mounts, or a
+/// raw block device the pod maps (`volumeDevices`). Inline volumes are
+/// always `Filesystem`, as the kubelet's `GetVolumeMode` says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum VolumeMode {
+    /// `Filesystem` (the default when unset)
+    #[default]
+    Filesystem,
+    /// `Block`
+    Block,
+}
+
+impl VolumeMode {
+    /// The API's spelling, as the kubelet's messages print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeMode::Filesystem => "Filesystem",
+            VolumeMode::Block => "Block",
+        }
+    }
+
+    /// The API field as written: unset is `Filesystem`; anything but the
+    /// two known values is `None`.
+    pub fn parse(raw: Option<&str>) -> Option<VolumeMode> {
+        match raw {
+            None | Some("Filesystem") => Some(VolumeMode::Filesystem),
+            Some("Block") => Some(VolumeMode::Block),
+            Some(_) => None,
+        }
+    }
+}
+
 /// PV access modes, ordered as the kubelet's SELinux metrics rank them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum AccessMode {
@@ -85,6 +117,9 @@ pub enum VolumeSpec {
         mount_options: Vec<String>,
         /// whether the path is a block device (decided when the spec is resolved)
         is_block: bool,
+        /// `spec.volumeMode`: `Block` maps the device into the pod raw
+        #[serde(default)]
+        volume_mode: VolumeMode,
     },
     /// A CSI persistent volume (modelled now, mounted when the CSI plugin
     /// lands). Boxed: its fields would make every spec half as large again.
@@ -137,6 +172,10 @@ pub struct CsiSpec {
     /// the kubelet does (filled in when the claim is resolved)
     #[serde(default)]
     pub republish: bool,
+    /// the PV's `spec.volumeMode`: `Block` is staged and published with
+    /// the block access type and mapped into the pod raw
+    #[serde(default)]
+    pub volume_mode: VolumeMode,
 }
 
 impl VolumeSpec {
@@ -183,6 +222,16 @@ impl VolumeSpec {
     /// and is mounted only once it is reported there.
     pub fn is_attachable(&self) -> bool {
         matches!(self, VolumeSpec::Csi(c) if c.attachment.is_some() && !c.ephemeral)
+    }
+
+    /// The volume's mode: a PV's `volumeMode`; `Filesystem` for every
+    /// inline volume.
+    pub fn volume_mode(&self) -> VolumeMode {
+        match self {
+            VolumeSpec::Local { volume_mode, .. } => *volume_mode,
+            VolumeSpec::Csi(c) => c.volume_mode,
+            _ => VolumeMode::Filesystem,
+        }
     }
 
     /// The access modes, empty for inline volumes.
@@ -262,6 +311,7 @@ mod tests {
             access_modes: vec![AccessMode::ReadWriteOnce],
             mount_options: vec![],
             is_block: true,
+            volume_mode: Default::default(),
         };
         let name = PodVolume::unique_name(&local, &pod, "pv-local");
         assert_eq!(name.as_str(), "kubernetes.io/local-volume/pv-local");
@@ -280,6 +330,7 @@ mod tests {
             attachment: None,
             ephemeral: false,
             republish: false,
+            volume_mode: VolumeMode::Filesystem,
         }));
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),

@@ -47,6 +47,7 @@ fn block_spec() -> VolumeSpec {
         access_modes: Vec::new(),
         mount_options: Default::default(),
         is_block: true,
+        volume_mode: Default::default(),
     }
 }
 
@@ -57,6 +58,7 @@ fn dir_spec(path: &str) -> VolumeSpec {
         access_modes: Vec::new(),
         mount_options: Default::default(),
         is_block: false,
+        volume_mode: Default::default(),
     }
 }
 

@@ -1285,6 +1285,7 @@ fn a_read_write_once_pod_volume_goes_to_the_second_pod_once_the_first_is_gone() 
         access_modes: vec![crate::model::AccessMode::ReadWriteOncePod],
         mount_options: vec![],
         is_block: false,
+        volume_mode: Default::default(),
     };
     let claim = |u: &str| {
         let mut p = pod_with(u, spec.clone(), "pv1");
@@ -1764,6 +1765,7 @@ fn after_a_failed_unmount_device_the_next_pod_mounts_the_device_again() {
         access_modes: vec![crate::model::AccessMode::ReadWriteOnce],
         mount_options: Default::default(),
         is_block: true,
+        volume_mode: Default::default(),
     };
     let b = pod_with("b", spec.clone(), "pv1");
     let volume = b.volumes[0].volume.clone();

@@ -541,6 +541,7 @@ mod tests {
             access_modes: vec![AccessMode::ReadWriteOnce],
             mount_options: Default::default(),
             is_block: true,
+            volume_mode: Default::default(),
         };
         let tmpfs = VolumeSpec::EmptyDir {
             medium: StorageMedium::Memory,

@@ -241,6 +241,7 @@ mod tests {
             access_modes: vec![AccessMode::ReadWriteOnce],
             mount_options: options.iter().map(|o| o.to_string()).collect(),
             is_block: true,
+            volume_mode: Default::default(),
         };
         let csi = |read_only| {
             VolumeSpec::Csi(Box::new(CsiSpec {

@@ -293,6 +293,7 @@ mod tests {
             access_modes: vec![AccessMode::ReadWriteOnce],
             mount_options: Default::default(),
             is_block: true,
+            volume_mode: Default::default(),
         }
     }
 
@@ -636,6 +637,7 @@ mod tests {
                 access_modes: modes,
                 mount_options: Default::default(),
                 is_block: false,
+                volume_mode: Default::default(),
             };
             let mut d = DesiredStateOfWorld::new();
             let mut a = ActualStateOfWorld::new();

@@ -235,6 +235,7 @@ mod tests {
             name: "app".into(),
             privileged,
             mounts,
+            devices: Vec::new(),
             env: vec![EnvVar {
                 name: "POD".into(),
                 value: Some("web-0".into()),

@@ -412,6 +412,7 @@ mod tests {
             access_modes: vec![],
             mount_options: opts.iter().map(|s| s.to_string()).collect(),
             is_block: true,
+            volume_mode: Default::default(),
         };
         assert!(read_only(&local(&["noatime", "ro"])));
         assert!(!read_only(&local(&["rw"])));

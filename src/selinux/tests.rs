@@ -18,6 +18,7 @@ fn block_pv(modes: &[AccessMode]) -> VolumeSpec {
         access_modes: modes.to_vec(),
         mount_options: Default::default(),
         is_block: true,
+        volume_mode: Default::default(),
     }
 }
 
@@ -295,6 +296,7 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
         access_modes: vec![AccessMode::ReadWriteOncePod],
         mount_options: Default::default(),
         is_block: false,
+        volume_mode: Default::default(),
     };
     let tmpfs = VolumeSpec::EmptyDir {
         medium: StorageMedium::Memory,
@@ -350,6 +352,7 @@ fn no_label_without_host_support_gate_or_a_plugin_that_can_mount_with_a_context(
         access_modes: vec![AccessMode::ReadWriteOncePod],
         mount_options: Default::default(),
         is_block: false,
+        volume_mode: Default::default(),
     };
     let got = volume_label(&on(FeatureGates::default()), &two, VOL, &dir_rwop);
     let p = got.problem.expect("a problem");

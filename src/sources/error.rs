@@ -142,6 +142,17 @@ pub enum SourceError {
         /// why
         reason: String,
     },
+    /// a container field naming volumes breaks a rule (a `volumeDevices`
+    /// entry that is not a volume of the pod); the volumes are still served
+    #[error("{file}: pod {pod}: {reason}")]
+    InvalidContainer {
+        /// the pod manifest
+        file: PathBuf,
+        /// `namespace/name`
+        pod: String,
+        /// why, naming the container and the entry
+        reason: String,
+    },
     /// a pod volume of a type volumed has no plugin for
     #[error("{file}: volume {volume:?}: unsupported volume type {volume_type}")]
     UnsupportedVolume {
@@ -212,6 +223,7 @@ impl SourceError {
             | SourceError::MissingField { .. }
             | SourceError::InvalidPodUid { .. }
             | SourceError::InvalidVolume { .. }
+            | SourceError::InvalidContainer { .. }
             | SourceError::InvalidPv { .. } => SourceErrorCategory::Invalid,
             SourceError::UnsupportedKind { .. }
             | SourceError::UnsupportedVolume { .. }

@@ -10,7 +10,8 @@ use super::static_objects::StaticObjects;
 use super::static_pods::{ParsedPod, ParsedVolume};
 use crate::host::sys::{FileKind, Sys};
 use crate::model::{
-    CsiFsGroupPolicy, CsiPodInfo, FsGroup, PodVolume, VolumeSpec, ownership_applies,
+    CsiFsGroupPolicy, CsiPodInfo, FsGroup, PodVolume, VolumeMode, VolumeSpec, VolumeUse,
+    ownership_applies,
 };
 
 /// Resolves a parsed pod's claims and CSI volumes against one source's
@@ -169,6 +170,32 @@ impl Resolver<'_> {
                     }
                 }
             };
+            // the kubelet refuses a volume whose mode its containers' use
+            // contradicts; the pod's other volumes go on
+            if let Err(reason) =
+                VolumeUse::of(&p.containers, &outer).check(&outer, spec.volume_mode())
+            {
+                let e = super::SourceError::InvalidContainer {
+                    file: p.file.clone(),
+                    pod: format!("{}/{}", p.namespace, p.name),
+                    reason,
+                };
+                errors.push(e.to_string());
+                unresolved.insert(outer);
+                continue;
+            }
+            // (refused until the block steps map it: mounting a raw
+            // device as a filesystem would format it)
+            if spec.volume_mode() == VolumeMode::Block {
+                let e = super::SourceError::InvalidContainer {
+                    file: p.file.clone(),
+                    pod: format!("{}/{}", p.namespace, p.name),
+                    reason: format!("volume {outer}: volumeMode Block is not mapped yet"),
+                };
+                errors.push(e.to_string());
+                unresolved.insert(outer);
+                continue;
+            }
             let spec = match self.payload_version(spec) {
                 Ok(spec) => spec,
                 Err(e) => {

@@ -16,7 +16,8 @@
 //!   are carried. `is_block` of a local PV is left `false` here: whether the
 //!   path is a block device is decided by `stat` when a pod's claim is
 //!   resolved (`Sources::resolve`), not by reading the objects dir.
-//!   `volumeMode: Block` and other PV types are reported as unsupported.
+//!   `volumeMode` (`Filesystem` when unset, or `Block`) is carried for both;
+//!   other PV types are reported as unsupported.
 //! - **CSIDriver:** `seLinuxMount` (default false, for the SELinux rules),
 //!   `attachRequired` (default true, as the API server defaults it; with no
 //!   CSIDriver at all a driver needs attaching, as the kubelet assumes),
@@ -54,7 +55,7 @@ pub use super::csi_objects::{AttachmentInfo, CsiDriverInfo, SecretInfo, SecretSt
 use super::manifest_cache::{ObjectsCache, bytes_hash};
 use super::read::{kind_of, parse_documents, read_file};
 use super::signature::{FileSignature, manifest_key};
-use crate::model::{AccessMode, CsiSpec, SecretRef, VolumeSpec, check_component};
+use crate::model::{AccessMode, CsiSpec, SecretRef, VolumeMode, VolumeSpec, check_component};
 
 /// A PV's `claimRef`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -677,11 +678,14 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
         pv: pv.to_owned(),
         volume_type,
     };
-    if spec.volume_mode.as_deref() == Some("Block") {
-        return Err(unsupported(
-            "volumeMode Block (raw block volumes)".to_owned(),
-        ));
-    }
+    // both PV types volumed knows take either mode (the kubelet's local and
+    // CSI plugins are both block volume mappers)
+    let volume_mode = VolumeMode::parse(spec.volume_mode.as_deref()).ok_or_else(|| {
+        invalid(format!(
+            "volumeMode {:?} is neither Filesystem nor Block",
+            spec.volume_mode.as_deref().unwrap_or_default()
+        ))
+    })?;
     let mut access_modes = Vec::new();
     for m in spec.access_modes.iter().flatten() {
         access_modes.push(match m.as_str() {
@@ -708,6 +712,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             access_modes,
             mount_options,
             is_block: false,
+            volume_mode,
         });
     }
     if let Some(csi) = &spec.csi {
@@ -729,6 +734,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             attachment: None,
             ephemeral: false,
             republish: false,
+            volume_mode,
         })));
     }
     let types: Vec<String> = match serde_json::to_value(spec) {

@@ -63,6 +63,7 @@ fn multi_document_files_and_lists_are_read() {
             access_modes: vec![AccessMode::ReadWriteOnce],
             mount_options: vec!["noatime".into()],
             is_block: false,
+            volume_mode: Default::default(),
         }
     );
 }
@@ -256,12 +257,40 @@ fn unsupported_and_bad_objects_are_reported_and_the_rest_is_kept() {
         )),
         "{e}"
     );
-    let block = PV.replace("  local:", "  volumeMode: Block\n  local:");
+    let raw = PV.replace("  local:", "  volumeMode: Raw\n  local:");
     let rel = PV.replace("/mnt/disk1", "mnt/disk1");
-    for (pv, want) in [(block, "volumeMode Block"), (rel, "is not absolute")] {
+    for (pv, want) in [
+        (
+            raw,
+            "PersistentVolume \"pv1\": volumeMode \"Raw\" is neither",
+        ),
+        (rel, "is not absolute"),
+    ] {
         let (_d, o, _) = load(&[("pv.yaml", &pv), ("pvc.yaml", PVC)]);
         let e = resolve(&o, "default", "pvc1").unwrap_err();
         assert!(e.contains(want), "{e}");
+    }
+}
+
+#[test]
+fn a_local_or_csi_pv_carries_its_volume_mode() {
+    let no_attach = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: d.example.com}\nspec: {attachRequired: false}\n";
+    let mode = |pv: &str, claim: &str| {
+        let files = [("pv.yaml", pv), ("pvc.yaml", claim), ("d.yaml", no_attach)];
+        let (_d, o, errors) = load(&files);
+        assert!(errors.is_empty(), "{errors:?}");
+        resolve(&o, "default", "pvc1").unwrap().1.volume_mode()
+    };
+    let with = |pv: &str, m: &str| pv.replace("spec:\n", &format!("spec:\n  volumeMode: {m}\n"));
+    let cases = [
+        (PV.to_owned(), PVC, VolumeMode::Filesystem),
+        (with(PV, "Filesystem"), PVC, VolumeMode::Filesystem),
+        (with(PV, "Block"), PVC, VolumeMode::Block),
+        (CSI_PV.to_owned(), CSI_PVC, VolumeMode::Filesystem),
+        (with(CSI_PV, "Block"), CSI_PVC, VolumeMode::Block),
+    ];
+    for (pv, claim, want) in cases {
+        assert_eq!(mode(&pv, claim), want, "{pv}");
     }
 }
 

@@ -41,8 +41,8 @@ use super::quantity::parse_bytes;
 use super::read::{canonical_json, kind_of, parse_documents};
 use crate::model::{
     ContainerSpec, CsiSpec, FsGroup, FsGroupChangePolicy, HostPathType, PodUid, SecretRef,
-    StorageMedium, SubPath, VolumeMountSpec, VolumeSpec, check_component, check_dns1123_label,
-    resolve_env,
+    StorageMedium, SubPath, VolumeDeviceSpec, VolumeMountSpec, VolumeSpec, check_component,
+    check_devices, check_dns1123_label, resolve_env,
 };
 
 /// A pod's volume after parsing.
@@ -277,6 +277,15 @@ pub fn parse_pod_object(
             }
         }
     }
+    // the pod is still served: only the containers' devices are wrong
+    for e in check_devices(&out.containers, |n| seen.contains(n)) {
+        let e = SourceError::InvalidContainer {
+            file: file.to_owned(),
+            pod: format!("{}/{}", out.namespace, out.name),
+            reason: e,
+        };
+        out.errors.push(e.to_string());
+    }
     Ok(out)
 }
 
@@ -458,10 +467,13 @@ fn containers_of(
     spec: &k8s_openapi::api::core::v1::PodSpec,
     ctx: &PodPayloadContext,
 ) -> Vec<ContainerSpec> {
-    use k8s_openapi::api::core::v1::{EnvVar as K8sEnv, SecurityContext, VolumeMount};
+    use k8s_openapi::api::core::v1::{
+        EnvVar as K8sEnv, SecurityContext, VolumeDevice, VolumeMount,
+    };
     let one = |name: &str,
                sc: Option<&SecurityContext>,
                mounts: Option<&Vec<VolumeMount>>,
+               devices: Option<&Vec<VolumeDevice>>,
                env: Option<&Vec<K8sEnv>>| {
         let mounts: Vec<VolumeMountSpec> = mounts
             .into_iter()
@@ -501,10 +513,19 @@ fn containers_of(
                     .collect(),
             ),
         };
+        let devices = devices
+            .into_iter()
+            .flatten()
+            .map(|d| VolumeDeviceSpec {
+                name: d.name.clone(),
+                device_path: d.device_path.clone(),
+            })
+            .collect();
         ContainerSpec {
             name: name.to_owned(),
             privileged: sc.and_then(|c| c.privileged).unwrap_or(false),
             mounts,
+            devices,
             env,
         }
     };
@@ -514,6 +535,7 @@ fn containers_of(
             &c.name,
             c.security_context.as_ref(),
             c.volume_mounts.as_ref(),
+            c.volume_devices.as_ref(),
             c.env.as_ref(),
         ));
     }
@@ -522,6 +544,7 @@ fn containers_of(
             &c.name,
             c.security_context.as_ref(),
             c.volume_mounts.as_ref(),
+            c.volume_devices.as_ref(),
             c.env.as_ref(),
         ));
     }
@@ -530,6 +553,7 @@ fn containers_of(
             &c.name,
             c.security_context.as_ref(),
             c.volume_mounts.as_ref(),
+            c.volume_devices.as_ref(),
             c.env.as_ref(),
         ));
     }

@@ -650,6 +650,7 @@ fn apply_event_refuses_a_second_label_on_an_rwop_volume_and_counts_it() {
         access_modes: vec![AccessMode::ReadWriteOncePod],
         mount_options: Default::default(),
         is_block: true,
+        volume_mode: Default::default(),
     };
     let container = |level: &str| ContainerSeLinux {
         name: format!("c{level}"),
@@ -970,5 +971,77 @@ fn a_read_only_claim_takes_no_fs_group() {
         let p = &got.pods[&uid("u1")];
         assert!(p.errors.is_empty(), "{ro}: {:?}", p.errors);
         assert_eq!(p.volumes[0].fs_group.map(|g| g.gid), want, "readOnly {ro}");
+    }
+}
+
+/// A volume's mode must match how the containers use it (the kubelet's
+/// message, with the pod); a `volumeDevices` name that is not a volume of
+/// the pod is an error on the pod naming the container and entry. The
+/// pod's other volumes are served either way.
+#[test]
+fn volume_modes_and_volume_devices_are_checked_per_pod() {
+    let d = dirs();
+    let block_pv = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-raw}
+spec: {volumeMode: Block, claimRef: {namespace: default, name: raw}, local: {path: /dev/raw0}}
+---
+apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: raw}\nspec: {volumeName: pv-raw, volumeMode: Block}
+";
+    write(&d.objects, "o.yaml", PV_PVC);
+    write(&d.objects, "raw.yaml", block_pv);
+    let manifest = |containers: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec:\n  containers:\n{containers}  volumes:
+  - name: data\n    persistentVolumeClaim: {{claimName: pvc1}}
+  - name: raw\n    persistentVolumeClaim: {{claimName: raw}}
+{EMPTY_DIR}"
+        )
+    };
+    let file = d.pods.join("p.yaml");
+    let at = |e: &str| format!("{}: pod default/p-node1: {e}", file.display());
+    let cases: [(&str, &[&str], Vec<String>); 3] = [
+        (
+            // a filesystem claim as a device, a block claim as a mount
+            "  - name: app
+    volumeMounts: [{name: raw, mountPath: /raw}, {name: cache, mountPath: /c}]
+    volumeDevices: [{name: data, devicePath: /dev/xvda}]\n",
+            &["data", "raw"],
+            vec![
+                at("volume data has volumeMode Filesystem, but is specified in volumeDevices"),
+                at("volume raw has volumeMode Block, but is specified in volumeMounts"),
+            ],
+        ),
+        (
+            "  - name: app\n    volumeDevices: [{name: nope, devicePath: /dev/xvda}]\n",
+            &["raw"],
+            vec![
+                at("container \"app\": volumeDevices[0]: name \"nope\" is not a volume of the pod"),
+                // (until the block steps land)
+                at("volume raw: volumeMode Block is not mapped yet"),
+            ],
+        ),
+        (
+            "  - name: app\n    volumeDevices: [{name: cache, devicePath: /dev/xvda}]\n",
+            &["cache", "raw"],
+            vec![
+                at("volume raw: volumeMode Block is not mapped yet"),
+                at("volume cache has volumeMode Filesystem, but is specified in volumeDevices"),
+            ],
+        ),
+    ];
+    for (containers, unresolved, errors) in cases {
+        write(&d.pods, "p.yaml", &manifest(containers));
+        let got = sources(&d).list();
+        let p = &got.pods[&uid("u1")];
+        assert_eq!(
+            p.unresolved.iter().collect::<Vec<_>>(),
+            unresolved,
+            "{containers}"
+        );
+        assert_eq!(p.errors, errors, "{containers}");
+        let served: Vec<&str> = p.volumes.iter().map(|v| v.outer_name.as_str()).collect();
+        assert!(
+            served.iter().all(|v| !unresolved.contains(v)) && served.len() + unresolved.len() == 3,
+            "{served:?}"
+        );
     }
 }

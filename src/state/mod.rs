@@ -295,6 +295,7 @@ mod test_support {
             access_modes: vec![AccessMode::ReadWriteOncePod],
             mount_options: Default::default(),
             is_block: true,
+            volume_mode: Default::default(),
         }
     }
     pub(super) fn local() -> UniqueVolumeName {
