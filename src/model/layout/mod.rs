@@ -19,7 +19,7 @@ use super::{PluginName, PodUid};
 mod path;
 
 pub use path::{Area, KubeletPath, LayoutError, PodName};
-use path::{RelParts, device, is_plain, pod_plugin, pod_volume};
+use path::{RelParts, block_map, device, is_plain, pod_device_map, pod_plugin, pod_volume};
 
 const PODS: &str = "pods";
 const VOLUMES: &str = "volumes";
@@ -30,6 +30,9 @@ const LOCAL_MOUNTS: &str = "mounts";
 const CSI_POD_MOUNT: &str = "mount";
 const PLUGINS_REGISTRY: &str = "plugins_registry";
 const CSI_GLOBAL_MOUNT: &str = "globalmount";
+/// The kubelet's dir of raw block maps, in a pod dir and in a plugin's dir
+/// (`DefaultKubeletVolumeDevicesDirName`).
+const VOLUME_DEVICES: &str = "volumeDevices";
 
 /// The CSI metadata file beside a pod `mount` dir and a globalmount.
 pub const VOL_DATA_FILE: &str = "vol_data.json";
@@ -153,6 +156,40 @@ impl Layout {
             [VOLUME_SUBPATHS, volume, container, index.as_str()].into_iter(),
         )
     }
+    /// `<root>/pods/<uid>/volumeDevices/<plugin~escaped>`: the dir of a
+    /// pod's device files for one plugin
+    pub fn pod_device_map_dir(&self, pod: &PodUid, plugin: PluginName) -> PathBuf {
+        self.in_pod(pod, [VOLUME_DEVICES, plugin.escaped()].into_iter())
+    }
+    /// `<root>/pods/<uid>/volumeDevices/<plugin~escaped>/<spec name>`: the
+    /// pod target of a raw block volume, the symlink to the device its
+    /// containers get
+    pub fn pod_device_map_path(
+        &self,
+        pod: &PodUid,
+        plugin: PluginName,
+        spec_name: &str,
+    ) -> PathBuf {
+        self.in_pod(
+            pod,
+            [VOLUME_DEVICES, plugin.escaped(), spec_name].into_iter(),
+        )
+    }
+    /// Local PV raw block device target (the global map path):
+    /// `<root>/plugins/kubernetes.io~local-volume/volumeDevices/<pv>`. The
+    /// kubelet builds it from the escaped plugin name, so it is not under
+    /// `plugins/kubernetes.io/` as the filesystem device path is.
+    pub fn local_block_map_dir(&self, pv_name: &str) -> PathBuf {
+        let plugin = PluginName::LocalVolume.escaped();
+        self.rooted([PLUGINS, plugin, VOLUME_DEVICES, pv_name].into_iter())
+    }
+    /// `<local_block_map_dir>/<uid>`: the file the device is bound on for
+    /// one pod that maps it
+    pub fn local_block_pod_map(&self, pv_name: &str, pod: &PodUid) -> PathBuf {
+        let plugin = PluginName::LocalVolume.escaped();
+        let names = [PLUGINS, plugin, VOLUME_DEVICES, pv_name, pod.as_str()];
+        self.rooted(names.into_iter())
+    }
     /// `<root>/pods/<uid>/plugins`
     pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {
         self.in_pod(pod, [PLUGINS].into_iter())
@@ -220,6 +257,15 @@ impl Layout {
                 self.empty_dir_ready_marker(&pod.to_uid(), spec_name)
             }
             KubeletPath::LocalDevice { pv } => self.local_device_path(pv),
+            KubeletPath::PodDeviceMap {
+                pod,
+                plugin,
+                spec_name,
+            } => self.pod_device_map_path(&pod.to_uid(), plugin, spec_name),
+            KubeletPath::LocalBlockMap { pv } => self.local_block_map_dir(pv),
+            KubeletPath::LocalBlockPodMap { pv, pod } => {
+                self.local_block_pod_map(pv, &pod.to_uid())
+            }
             KubeletPath::CsiGlobalMount { driver, hash } => self.csi_device_path(driver, hash),
             KubeletPath::CsiDeviceVolData { driver, hash } => {
                 self.csi_device_vol_data(driver, hash)
@@ -265,6 +311,8 @@ impl Layout {
         match area {
             Area::PodVolumes => pod_volume(&parts, known),
             Area::PodPlugins => pod_plugin(&parts, known),
+            Area::PodDevices => pod_device_map(&parts, known),
+            Area::BlockMaps => block_map(&parts, known),
             Area::Devices => device(&parts, || {
                 // deeper than any device path: every name below the root
                 // is UTF-8 exactly when the rest of the path is
@@ -352,6 +400,18 @@ mod tests {
             PathBuf::from("/var/lib/kubelet/plugins/kubernetes.io/csi/d/h/vol_data.json")
         );
         assert_eq!(
+            l.pod_device_map_path(&pod, PluginName::LocalVolume, "pv-raw"),
+            PathBuf::from(
+                "/var/lib/kubelet/pods/u1/volumeDevices/kubernetes.io~local-volume/pv-raw"
+            )
+        );
+        assert_eq!(
+            l.local_block_pod_map("pv-raw", &pod),
+            PathBuf::from(
+                "/var/lib/kubelet/plugins/kubernetes.io~local-volume/volumeDevices/pv-raw/u1"
+            )
+        );
+        assert_eq!(
             Layout::csi_handle_hash("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
@@ -413,6 +473,33 @@ mod tests {
                 KubeletPath::LocalDevice { pv: "pv-local" },
             ),
             (
+                l.pod_device_map_path(pod, PluginName::LocalVolume, "pv-raw"),
+                KubeletPath::PodDeviceMap {
+                    pod: p,
+                    plugin: PluginName::LocalVolume,
+                    spec_name: "pv-raw",
+                },
+            ),
+            (
+                l.pod_device_map_path(pod, PluginName::Csi, "pv-raw"),
+                KubeletPath::PodDeviceMap {
+                    pod: p,
+                    plugin: PluginName::Csi,
+                    spec_name: "pv-raw",
+                },
+            ),
+            (
+                l.local_block_map_dir("pv-raw"),
+                KubeletPath::LocalBlockMap { pv: "pv-raw" },
+            ),
+            (
+                l.local_block_pod_map("pv-raw", pod),
+                KubeletPath::LocalBlockPodMap {
+                    pv: "pv-raw",
+                    pod: p,
+                },
+            ),
+            (
                 l.csi_device_path("d.example.com", hash),
                 KubeletPath::CsiGlobalMount {
                     driver: "d.example.com",
@@ -441,13 +528,24 @@ mod tests {
                 assert_eq!(l.path_of(&want), path, "{root}");
                 let area = match want {
                     KubeletPath::EmptyDirReady { .. } => Area::PodPlugins,
+                    KubeletPath::PodDeviceMap { .. } => Area::PodDevices,
+                    KubeletPath::LocalBlockMap { .. } | KubeletPath::LocalBlockPodMap { .. } => {
+                        Area::BlockMaps
+                    }
                     KubeletPath::LocalDevice { .. }
                     | KubeletPath::CsiGlobalMount { .. }
                     | KubeletPath::CsiDeviceVolData { .. } => Area::Devices,
                     _ => Area::PodVolumes,
                 };
                 assert_eq!(l.parse_in(area, &path), Ok(want));
-                for other in [Area::PodVolumes, Area::PodPlugins, Area::Devices] {
+                let areas = [
+                    Area::PodVolumes,
+                    Area::PodPlugins,
+                    Area::Devices,
+                    Area::PodDevices,
+                    Area::BlockMaps,
+                ];
+                for other in areas {
                     if other != area {
                         assert_eq!(l.parse_in(other, &path), Err(LayoutError::Elsewhere));
                     }
@@ -518,6 +616,29 @@ mod tests {
                 Unrecognised,
             ),
             ("/k/plugins/kubernetes.io/local-volume/mounts", Unrecognised),
+            (
+                "/k/pods/u/volumeDevices/kubernetes.io~local-volume",
+                Unrecognised,
+            ),
+            ("/k/pods/u/volumeDevices/kubernetes.io~nfs/v", Unrecognised),
+            (
+                "/k/pods/u/volumeDevices/kubernetes.io~csi/v/extra",
+                Unrecognised,
+            ),
+            ("/k/pods/u/volumeDevices/kubernetes.io~csi/../../x", Outside),
+            (
+                "/k/plugins/kubernetes.io~local-volume/volumeDevices",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io~local-volume/volumeDevices/pv/u/x",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io~local-volume/volumeDevices/pv/bad uid",
+                InvalidPodUid(PodUid::new("bad uid").unwrap_err()),
+            ),
+            ("/k/plugins/kubernetes.io~local-volume/mounts/pv", Elsewhere),
             (
                 "/k/plugins/kubernetes.io/local-volume/other/pv",
                 Unrecognised,

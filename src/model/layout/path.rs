@@ -18,6 +18,11 @@ pub enum Area {
     PodPlugins,
     /// `plugins/kubernetes.io/…`
     Devices,
+    /// `pods/<uid>/volumeDevices/…`: raw block pod targets
+    PodDevices,
+    /// `plugins/kubernetes.io~local-volume/volumeDevices/…`: a local PV's
+    /// raw block global maps
+    BlockMaps,
 }
 
 /// A pod UID read from a path: checked as [`PodUid::new`] checks it, and
@@ -85,6 +90,30 @@ pub enum KubeletPath<'a> {
         pod: PodName<'a>,
         /// the spec name
         spec_name: &'a str,
+    },
+    /// `pods/<uid>/volumeDevices/<plugin~escaped>/<spec name>`: a raw block
+    /// volume's pod target (a symlink to the device)
+    PodDeviceMap {
+        /// the pod
+        pod: PodName<'a>,
+        /// the plugin
+        plugin: PluginName,
+        /// the spec name
+        spec_name: &'a str,
+    },
+    /// `plugins/kubernetes.io~local-volume/volumeDevices/<pv>`: a local
+    /// PV's raw block device target (its global map dir)
+    LocalBlockMap {
+        /// the PV name
+        pv: &'a str,
+    },
+    /// `plugins/kubernetes.io~local-volume/volumeDevices/<pv>/<uid>`: the
+    /// file one pod's map binds the device on
+    LocalBlockPodMap {
+        /// the PV name
+        pv: &'a str,
+        /// the pod
+        pod: PodName<'a>,
     },
     /// `plugins/kubernetes.io/local-volume/mounts/<pv>`
     LocalDevice {
@@ -259,6 +288,14 @@ impl<'a> RelParts<'a> {
         match base {
             Base::Pods if self.is(1, VOLUMES) => Some(Area::PodVolumes),
             Base::Pods if self.is(1, PLUGINS) => Some(Area::PodPlugins),
+            Base::Pods if self.is(1, VOLUME_DEVICES) => Some(Area::PodDevices),
+            Base::Root
+                if self.is(0, PLUGINS)
+                    && self.is(1, PluginName::LocalVolume.escaped())
+                    && self.is(2, VOLUME_DEVICES) =>
+            {
+                Some(Area::BlockMaps)
+            }
             Base::Devices if self.len > 0 => Some(Area::Devices),
             _ => None,
         }
@@ -344,6 +381,47 @@ pub(super) fn pod_plugin<'a>(
             Ok(KubeletPath::EmptyDirReady {
                 pod,
                 spec_name: utf8(name)?,
+            })
+        }
+        _ => Err(LayoutError::Unrecognised),
+    }
+}
+
+/// `pods/<uid>/volumeDevices/<plugin~escaped>/<spec name>` of a plugin
+/// volumed knows
+pub(super) fn pod_device_map<'a>(
+    parts: &RelParts<'a>,
+    known: Option<&PodUid>,
+) -> Result<KubeletPath<'a>, LayoutError> {
+    let pod = pod_name(parts, known)?;
+    match (parts.len, parts.get(2), parts.get(3)) {
+        (4, Some(plugin_dir), Some(name)) => {
+            let plugin = PluginName::from_escaped(utf8(plugin_dir)?);
+            let plugin = plugin.ok_or(LayoutError::Unrecognised)?;
+            Ok(KubeletPath::PodDeviceMap {
+                pod,
+                plugin,
+                spec_name: utf8(name)?,
+            })
+        }
+        _ => Err(LayoutError::Unrecognised),
+    }
+}
+
+/// `plugins/kubernetes.io~local-volume/volumeDevices/<pv>[/<uid>]`
+pub(super) fn block_map<'a>(
+    parts: &RelParts<'a>,
+    known: Option<&PodUid>,
+) -> Result<KubeletPath<'a>, LayoutError> {
+    let pv = parts.get(3).ok_or(LayoutError::Unrecognised);
+    match parts.len {
+        4 => Ok(KubeletPath::LocalBlockMap { pv: utf8(pv?)? }),
+        5 => {
+            let pv = utf8(pv?)?;
+            let uid = RelParts::from_names(parts.get(4).as_slice());
+            Ok(KubeletPath::LocalBlockPodMap {
+                pv,
+                pod: pod_name(&uid, known)?,
             })
         }
         _ => Err(LayoutError::Unrecognised),
