@@ -86,7 +86,12 @@ impl State {
         data: Option<&str>,
     ) -> Result<(), SysError> {
         let err = |e| SysError::call(Call::Mount, target, e);
-        if self.files.get(target) != Some(&FileKind::Dir) {
+        // a bind may land on a file, as the kernel binds a device node on
+        // the file a raw block map makes; anything else needs a directory
+        let on_file = flags.contains(MsFlags::MS_BIND)
+            && !flags.contains(MsFlags::MS_REMOUNT)
+            && self.files.get(target) == Some(&FileKind::File);
+        if self.files.get(target) != Some(&FileKind::Dir) && !on_file {
             return Err(err(Errno::ENOENT));
         }
         let propagation =

@@ -194,14 +194,23 @@ impl VolumeSpec {
     /// device target.
     pub fn device_target_kind(&self) -> Option<TargetKind> {
         match self {
+            VolumeSpec::Local {
+                volume_mode: VolumeMode::Block,
+                ..
+            } => Some(TargetKind::Block),
             VolumeSpec::Local { is_block: true, .. } => Some(TargetKind::Mount),
-            VolumeSpec::Csi(c) if !c.ephemeral => Some(TargetKind::Mount),
+            VolumeSpec::Csi(c) if c.ephemeral => None,
+            VolumeSpec::Csi(c) if c.volume_mode == VolumeMode::Block => Some(TargetKind::Block),
+            VolumeSpec::Csi(_) => Some(TargetKind::Mount),
             _ => None,
         }
     }
 
     /// The kind of the per-pod target.
     pub fn pod_target_kind(&self) -> TargetKind {
+        if self.volume_mode() == VolumeMode::Block {
+            return TargetKind::Block;
+        }
         match self {
             VolumeSpec::EmptyDir {
                 medium: StorageMedium::Memory,

@@ -15,6 +15,14 @@
 //!
 //! A **directory**: no device target; SetUp bind-mounts the directory.
 //!
+//! A PV with **`volumeMode: Block`** is mapped raw (`block.rs`), as the
+//! kubelet's local block mapper and volume path handler do: MapDevice
+//! makes the global map dir `Layout::local_block_map_dir(pv)`;
+//! MapPodDevice binds the device on the pod's file in it
+//! (`local_block_pod_map`) and links the pod's `volumeDevices` path to the
+//! device; the unmaps undo them, the symlink first. The device is never
+//! formatted nor mounted as a filesystem.
+//!
 //! Idempotency (docs/kubelet.md, "The reconciler"): a target already mounted with the
 //! intended identity — (major:minor, root, fs type, `ro`, label), compared
 //! through the mount table, not path strings — completes without a mount
@@ -33,7 +41,7 @@ use crate::model::{
 use crate::plugins::mount_ops::{
     beneath, data_string, ensure_mounted, split_options, target_exists, unmount_target,
 };
-use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin};
+use crate::plugins::{Action, Op, Outcome, PluginError, PluginResult, VolumePlugin, block};
 
 /// The filesystem used when neither the PV nor the params name one.
 pub(crate) const DEFAULT_FS_TYPE: &str = "ext4";
@@ -269,6 +277,76 @@ impl VolumePlugin for LocalPlugin {
         };
         let (action, seen) = ensure_mounted(&mut op, root, target, &wanted, &mut mount)?;
         Ok(Outcome::seen(action, seen.map(|m| m.identity())))
+    }
+
+    fn map_device(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        let mut op = Op::new(sys, Operation::MapDevice, params);
+        let l = local(&op, spec)?;
+        block::device_of(&op, params.device_path().unwrap_or(l.path))?;
+        let dir = params
+            .device_mount_path()
+            .ok_or_else(|| op.missing("global map path"))?;
+        block::make_map_dir(&mut op, self.layout.root(), dir)?;
+        Ok(op.finished(Vec::new()))
+    }
+
+    fn map_pod_device(
+        &self,
+        _permit: &Permit,
+        spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        let mut op = Op::new(sys, Operation::MapPodDevice, params);
+        let l = local(&op, spec)?;
+        let device = params.device_path().unwrap_or(l.path);
+        let dev = block::device_of(&op, device)?;
+        let pod = params.target.pod().ok_or_else(|| op.missing("pod"))?;
+        let link = params
+            .pod_mount_path
+            .as_deref()
+            .ok_or_else(|| op.missing("pod device map path"))?;
+        let root = self.layout.root();
+        // the bind first, then the link the runtime hands to containers
+        let file = self.layout.local_block_pod_map(&params.spec_name, pod);
+        block::bind_device_file(&mut op, root, device, &dev, &file)?;
+        block::link_pod_device(&mut op, root, device, link)?;
+        Ok(op.finished(Vec::new()))
+    }
+
+    fn unmap_pod_device(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        let mut op = Op::new(sys, Operation::UnmapPodDevice, params);
+        let pod = params.target.pod().ok_or_else(|| op.missing("pod"))?;
+        let link = params
+            .pod_mount_path
+            .as_deref()
+            .ok_or_else(|| op.missing("pod device map path"))?;
+        let root = self.layout.root();
+        // the link the containers use goes first, then the pod's bind
+        block::unlink_pod_device(&mut op, root, link)?;
+        let file = self.layout.local_block_pod_map(&params.spec_name, pod);
+        block::unbind_device_file(&mut op, root, &file)?;
+        Ok(op.finished(Vec::new()))
+    }
+
+    fn unmap_device(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        let mut op = Op::new(sys, Operation::UnmapDevice, params);
+        let dir = params
+            .device_mount_path()
+            .ok_or_else(|| op.missing("global map path"))?;
+        block::remove_map_dir(&mut op, self.layout.root(), dir)?;
+        Ok(op.finished(Vec::new()))
     }
 
     fn teardown(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {

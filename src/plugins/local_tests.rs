@@ -496,3 +496,149 @@ fn a_target_outside_the_root_is_refused_before_anything_is_unmounted() {
         assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
     }
 }
+
+fn raw_spec() -> VolumeSpec {
+    VolumeSpec::Local {
+        path: p(DEV).into(),
+        fs_type: None,
+        access_modes: Vec::new(),
+        mount_options: Default::default(),
+        is_block: true,
+        volume_mode: crate::model::VolumeMode::Block,
+    }
+}
+
+/// The params of a raw block target of `pv1`, at the kubelet's paths.
+fn raw(target: TargetRef) -> TargetParams {
+    let l = Layout::new("/k");
+    let link = target.pod().map(|pod| {
+        l.pod_device_map_path(pod, PluginName::LocalVolume, "pv1")
+            .into()
+    });
+    TargetParams::at(
+        UniqueVolumeName::shared(PluginName::LocalVolume, "pv1"),
+        PluginName::LocalVolume,
+        "pv1".into(),
+        target,
+        TargetKind::Block,
+        None,
+    )
+    .with_device_path(Some(p(DEV).into()))
+    .with_device_mount_path(Some(l.local_block_map_dir("pv1").into()))
+    .with_pod_mount_path(link)
+}
+
+/// A block PV is mapped as the kubelet's volume path handler maps it: the
+/// global map dir, the device bound on the pod's file in it, the pod's
+/// symlink to the device; never a format nor a filesystem mount. The
+/// unmaps undo them in reverse, the symlink first.
+#[test]
+fn a_block_pv_is_mapped_and_unmapped_at_the_kubelet_s_paths() {
+    let sys = host(DiskFormat::Unformatted);
+    let uid = PodUid::new("podA").unwrap();
+    let l = Layout::new("/k");
+    let map_dir = l.local_block_map_dir("pv1");
+    let file = l.local_block_pod_map("pv1", &uid);
+    let link = l.pod_device_map_path(&uid, PluginName::LocalVolume, "pv1");
+    let (dev, pod) = (raw(TargetRef::Device), raw(TargetRef::Pod(uid.clone())));
+    let permit = Permit::JournalOff;
+
+    let out = plugin()
+        .map_device(&permit, &raw_spec(), &dev, &sys)
+        .unwrap();
+    assert_eq!(out.action, Action::Performed);
+    assert!(
+        sys.mutations()
+            .iter()
+            .any(|c| matches!(c, SysCall::Mkdir { path, .. } if *path == map_dir)),
+        "{:?}",
+        sys.mutations()
+    );
+    sys.clear_calls();
+
+    plugin()
+        .map_pod_device(&permit, &raw_spec(), &pod, &sys)
+        .unwrap();
+    let m = sys.mutations();
+    let at = |want: &dyn Fn(&SysCall) -> bool| m.iter().position(want);
+    let created = at(&|c| matches!(c, SysCall::CreateFile { path, .. } if *path == file));
+    let bound = at(&|c| {
+        matches!(c, SysCall::Mount { source: Some(s), target, flags, .. }
+            if *s == p(DEV) && *target == file && *flags == MsFlags::MS_BIND)
+    });
+    let linked = at(
+        &|c| matches!(c, SysCall::Symlink { path, target } if *path == link && *target == p(DEV)),
+    );
+    assert!(
+        created.is_some() && created < bound && bound < linked,
+        "file, bind, then link: {m:?}"
+    );
+    assert!(
+        !m.iter().any(|c| matches!(c, SysCall::Mkfs { .. })),
+        "never formatted: {m:?}"
+    );
+    sys.clear_calls();
+
+    plugin().unmap_pod_device(&permit, &pod, &sys).unwrap();
+    let m = sys.mutations();
+    let at = |want: &dyn Fn(&SysCall) -> bool| m.iter().position(want);
+    let unlinked = at(
+        &|c| matches!(c, SysCall::RemoveBeneath { base, rel, dir: false } if base.join(rel) == link),
+    );
+    let unbound = at(&|c| matches!(c, SysCall::Umount { target, .. } if *target == file));
+    let removed = at(
+        &|c| matches!(c, SysCall::RemoveBeneath { base, rel, dir: false } if base.join(rel) == file),
+    );
+    assert!(
+        unlinked.is_some() && unlinked < unbound && unbound < removed,
+        "link, bind, then file: {m:?}"
+    );
+    sys.clear_calls();
+
+    plugin().unmap_device(&permit, &dev, &sys).unwrap();
+    assert!(
+        sys.mutations().iter().any(|c| matches!(c,
+            SysCall::RemoveBeneath { base, rel, dir: true } if base.join(rel) == map_dir)),
+        "{:?}",
+        sys.mutations()
+    );
+}
+
+/// A path that is not a block device is refused before anything is made;
+/// anything but a symlink at the pod's path is refused, never removed.
+#[test]
+fn a_block_map_refuses_what_is_not_a_device_or_not_its_symlink() {
+    let sys = RecordingSys::new();
+    sys.add("/srv/dir", FileKind::Dir);
+    let uid = PodUid::new("podA").unwrap();
+    let mut spec = raw_spec();
+    if let VolumeSpec::Local { path, .. } = &mut spec {
+        *path = p("/srv/dir").into();
+    }
+    let dev = raw(TargetRef::Device).with_device_path(Some(p("/srv/dir").into()));
+    let e = plugin()
+        .map_device(&Permit::JournalOff, &spec, &dev, &sys)
+        .unwrap_err();
+    assert!(e.to_string().contains("block device"), "{e}");
+    assert!(sys.mutations().is_empty());
+
+    let sys = host(DiskFormat::Unformatted);
+    let link = Layout::new("/k").pod_device_map_path(&uid, PluginName::LocalVolume, "pv1");
+    sys.add(&link, FileKind::Dir);
+    let pod = raw(TargetRef::Pod(uid));
+    let e = plugin()
+        .map_pod_device(&Permit::JournalOff, &raw_spec(), &pod, &sys)
+        .unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+    let e = plugin()
+        .unmap_pod_device(&Permit::JournalOff, &pod, &sys)
+        .unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+    assert!(
+        !sys.mutations().iter().any(
+            |c| matches!(c, SysCall::RemoveBeneath { base, rel, .. } if base.join(rel) == link)
+        ),
+        "{:?}",
+        sys.mutations()
+    );
+}

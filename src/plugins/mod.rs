@@ -38,6 +38,7 @@ use crate::model::{
     MountIdentity, Operation, PluginName, TargetKind, TargetParams, UniqueVolumeName, VolumeSpec,
 };
 
+mod block;
 pub(crate) mod csi;
 pub(crate) mod empty_dir;
 mod forced;
@@ -438,6 +439,51 @@ pub trait VolumePlugin: Send + Sync {
         _sys: &dyn Sys,
     ) -> PluginResult {
         Err(unsupported(Operation::UnmountDevice, params, self.name()))
+    }
+
+    /// Maps a raw block volume's device target (its global map), as
+    /// MountDevice is to a filesystem volume.
+    fn map_device(
+        &self,
+        _permit: &Permit,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> PluginResult {
+        Err(unsupported(Operation::MapDevice, params, self.name()))
+    }
+
+    /// Maps a raw block volume into one pod (its device file), as SetUp is
+    /// to a filesystem volume.
+    fn map_pod_device(
+        &self,
+        _permit: &Permit,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> PluginResult {
+        Err(unsupported(Operation::MapPodDevice, params, self.name()))
+    }
+
+    /// Undoes [`VolumePlugin::map_pod_device`], from the journal's params
+    /// alone.
+    fn unmap_pod_device(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> PluginResult {
+        Err(unsupported(Operation::UnmapPodDevice, params, self.name()))
+    }
+
+    /// Undoes [`VolumePlugin::map_device`], from the journal's params alone.
+    fn unmap_device(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        _sys: &dyn Sys,
+    ) -> PluginResult {
+        Err(unsupported(Operation::UnmapDevice, params, self.name()))
     }
 }
 

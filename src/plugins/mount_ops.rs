@@ -75,7 +75,7 @@ fn mounted_at(op: &Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
 }
 
 /// Unmounts everything stacked at `at`; true when something was unmounted.
-fn unmount_all(op: &mut Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
+pub(crate) fn unmount_all(op: &mut Op<'_>, at: Beneath<'_>) -> Result<bool, PluginError> {
     let target = &at.full();
     let mut any = false;
     for _ in 0..MAX_UNMOUNTS {

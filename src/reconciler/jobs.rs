@@ -15,7 +15,7 @@ use crate::model::{
 use crate::plugins::PluginError;
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
 
-use super::params::{device_params, op_steps, pod_params, setup_steps_of};
+use super::params::{device_params, op_for, op_steps, pod_params, pod_step};
 use super::pending::OpKey;
 use super::plan::Action;
 
@@ -125,17 +125,19 @@ impl Job {
                 want,
                 device: None,
                 pod,
-            } => Some((Operation::SetUp, setup_steps_of(want), pod)),
-            Job::TearDown { params, .. } => Some((
-                Operation::TearDown,
-                op_steps(Operation::TearDown, params.plugin),
-                params,
-            )),
-            Job::UnmountDevice { params } => Some((
-                Operation::UnmountDevice,
-                op_steps(Operation::UnmountDevice, params.plugin),
-                params,
-            )),
+            } => {
+                let (op, steps) = pod_step(want, pod.kind);
+                Some((op, steps, pod))
+            }
+            // (a raw block target is unmapped: `op_for`)
+            Job::TearDown { params, .. } => {
+                let op = op_for(Operation::TearDown, params.kind);
+                Some((op, op_steps(op, params.plugin), params))
+            }
+            Job::UnmountDevice { params } => {
+                let op = op_for(Operation::UnmountDevice, params.kind);
+                Some((op, op_steps(op, params.plugin), params))
+            }
             Job::ForceCleanup { params } => {
                 let op = match params.target {
                     TargetRef::Pod(_) => Operation::TearDown,

@@ -38,6 +38,28 @@ pub(crate) fn setup_steps_of(want: &VolumeToMount) -> Steps {
     }
 }
 
+/// The operation a filesystem step is for a target of `kind`: a raw block
+/// target is mapped and unmapped, never mounted (docs/kubelet.md, "Raw
+/// block volumes").
+pub(crate) fn op_for(op: Operation, kind: TargetKind) -> Operation {
+    match (op, kind) {
+        (Operation::MountDevice, TargetKind::Block) => Operation::MapDevice,
+        (Operation::SetUp, TargetKind::Block) => Operation::MapPodDevice,
+        (Operation::TearDown, TargetKind::Block) => Operation::UnmapPodDevice,
+        (Operation::UnmountDevice, TargetKind::Block) => Operation::UnmapDevice,
+        (op, _) => op,
+    }
+}
+
+/// The pod step of a Mount job and its steps: SetUp (see
+/// [`setup_steps_of`]), or MapPodDevice for a raw block target.
+pub(crate) fn pod_step(want: &VolumeToMount, kind: TargetKind) -> (Operation, Steps) {
+    match op_for(Operation::SetUp, kind) {
+        Operation::SetUp => (Operation::SetUp, setup_steps_of(want)),
+        op => (op, op_steps(op, want.plugin)),
+    }
+}
+
 /// Whether `op` (any but SetUp, see [`setup_steps`]) on a target of
 /// `plugin` is one syscall or several: formatting runs mkfs, and every CSI
 /// operation is an RPC whose effect is not one syscall the host shows; the
@@ -103,7 +125,10 @@ pub(crate) fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams 
             .chain(["ro".to_owned()])
             .collect();
     }
-    let path = layout.pod_target_path(&want.pod, want.plugin, &want.spec_name);
+    let path = match want.spec.pod_target_kind() {
+        TargetKind::Block => layout.pod_device_map_path(&want.pod, want.plugin, &want.spec_name),
+        _ => layout.pod_target_path(&want.pod, want.plugin, &want.spec_name),
+    };
     TargetParams::at(
         want.volume.clone(),
         want.plugin,
@@ -144,7 +169,7 @@ pub(crate) fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetPara
         want.plugin,
         want.spec_name.clone(),
         TargetRef::Device,
-        TargetKind::Mount,
+        want.spec.device_target_kind().unwrap_or(TargetKind::Mount),
         device_mount_path(layout, want),
     )
     .with_device_path(device_path)
@@ -168,6 +193,9 @@ pub(crate) fn device_params(layout: &Layout, want: &VolumeToMount) -> TargetPara
 
 fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath> {
     match (&*want.spec, want.spec.device_target_kind()) {
+        (_, Some(TargetKind::Block)) if want.plugin == PluginName::LocalVolume => {
+            Some(layout.local_block_map_dir(&want.spec_name).into())
+        }
         (_, Some(_)) if want.plugin == PluginName::LocalVolume => {
             Some(layout.local_device_path(&want.spec_name).into())
         }
@@ -212,6 +240,60 @@ fn spec_details(spec: &VolumeSpec) -> (Option<SharedPath>, MountOptions, Option<
 mod tests {
     use super::*;
     use crate::model::{AccessMode, CsiSpec, PodUid, UniqueVolumeName};
+
+    #[test]
+    fn a_block_target_is_mapped_and_unmapped_never_mounted() {
+        use Operation::*;
+        let cases = [
+            (MountDevice, TargetKind::Block, MapDevice),
+            (SetUp, TargetKind::Block, MapPodDevice),
+            (TearDown, TargetKind::Block, UnmapPodDevice),
+            (UnmountDevice, TargetKind::Block, UnmapDevice),
+            (FormatDevice, TargetKind::Block, FormatDevice),
+            (MountDevice, TargetKind::Mount, MountDevice),
+            (SetUp, TargetKind::Dir, SetUp),
+            (TearDown, TargetKind::Mount, TearDown),
+            (UnmountDevice, TargetKind::Mount, UnmountDevice),
+        ];
+        for (op, kind, want) in cases {
+            assert_eq!(op_for(op, kind), want, "{op:?} on {kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_block_local_pv_targets_are_the_kubelet_s_map_paths() {
+        let spec = VolumeSpec::Local {
+            path: "/dev/loop3".into(),
+            fs_type: None,
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            mount_options: Default::default(),
+            is_block: true,
+            volume_mode: crate::model::VolumeMode::Block,
+        };
+        let mut want = want(spec, false);
+        want.spec_name = "pv-raw".into();
+        let pod = want.pod.clone();
+        let l = Layout::new("/k");
+        let dev = device_params(&l, &want);
+        assert_eq!(dev.kind, TargetKind::Block);
+        assert_eq!(
+            dev.device_mount_path(),
+            Some(l.local_block_map_dir("pv-raw").as_path())
+        );
+        let p = pod_params(&l, &want);
+        assert_eq!(p.kind, TargetKind::Block);
+        assert_eq!(
+            p.pod_mount_path.as_deref(),
+            Some(
+                l.pod_device_map_path(&pod, PluginName::LocalVolume, "pv-raw")
+                    .as_path()
+            )
+        );
+        assert_eq!(
+            pod_step(&want, p.kind),
+            (Operation::MapPodDevice, Steps::Single)
+        );
+    }
 
     fn want(spec: VolumeSpec, read_only: bool) -> VolumeToMount {
         VolumeToMount {

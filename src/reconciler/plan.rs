@@ -19,7 +19,7 @@
 //! *Invariant:* nothing is unmounted before the DSW is populated, and a pod
 //! target that a desired pod still uses is never torn down.
 
-use crate::model::{AccessMode, MountState, PodUid, TargetKind, UniqueVolumeName, VolumeSpec};
+use crate::model::{AccessMode, MountState, PodUid, UniqueVolumeName, VolumeSpec};
 use crate::state::{ActualStateOfWorld, DesiredStateOfWorld, StateError, VolumeToMount};
 
 use super::pending::OpKey;
@@ -195,7 +195,7 @@ pub(crate) fn plan(
             continue;
         }
         let want = DesiredStateOfWorld::volume_to_mount(name, uid, v, p);
-        let device_needed = want.spec.device_target_kind() == Some(TargetKind::Mount);
+        let device_needed = want.spec.device_target_kind().is_some();
         match presence {
             Some(p) if p.mounted => push(
                 &mut out,
@@ -270,7 +270,7 @@ fn rwop_held_elsewhere(
 /// Whether `volume` needs a device target that the ASW holds as surely not
 /// mounted (or not at all) while a pod target of it is mounted.
 fn device_lost(asw: &ActualStateOfWorld, volume: &UniqueVolumeName, spec: &VolumeSpec) -> bool {
-    spec.device_target_kind() == Some(TargetKind::Mount)
+    spec.device_target_kind().is_some()
         && asw
             .volume(volume)
             .is_some_and(|v| v.device.as_ref().is_none_or(|d| !d.may_be_mounted()))
@@ -279,7 +279,7 @@ fn device_lost(asw: &ActualStateOfWorld, volume: &UniqueVolumeName, spec: &Volum
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{PodVolume, StorageMedium};
+    use crate::model::{PodVolume, StorageMedium, TargetKind};
     use crate::state::{DeviceMount, LabelCheck, PodMount, SeLinuxState};
 
     fn uid(s: &str) -> PodUid {

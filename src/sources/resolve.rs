@@ -184,13 +184,16 @@ impl Resolver<'_> {
                 unresolved.insert(outer);
                 continue;
             }
-            // (refused until the block steps map it: mounting a raw
-            // device as a filesystem would format it)
-            if spec.volume_mode() == VolumeMode::Block {
+            // a CSI block volume is refused until its staging and
+            // publishing with the block access type land: mounting a raw
+            // device as a filesystem would format it
+            if spec.volume_mode() == VolumeMode::Block && matches!(&*spec, VolumeSpec::Csi(_)) {
                 let e = super::SourceError::InvalidContainer {
                     file: p.file.clone(),
                     pod: format!("{}/{}", p.namespace, p.name),
-                    reason: format!("volume {outer}: volumeMode Block is not mapped yet"),
+                    reason: format!(
+                        "volume {outer}: volumeMode Block of a CSI volume is not mapped yet"
+                    ),
                 };
                 errors.push(e.to_string());
                 unresolved.insert(outer);

@@ -1012,20 +1012,17 @@ apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: raw}\nspec: {volum
         ),
         (
             "  - name: app\n    volumeDevices: [{name: nope, devicePath: /dev/xvda}]\n",
-            &["raw"],
-            vec![
-                at("container \"app\": volumeDevices[0]: name \"nope\" is not a volume of the pod"),
-                // (until the block steps land)
-                at("volume raw: volumeMode Block is not mapped yet"),
-            ],
+            &[],
+            vec![at(
+                "container \"app\": volumeDevices[0]: name \"nope\" is not a volume of the pod",
+            )],
         ),
         (
             "  - name: app\n    volumeDevices: [{name: cache, devicePath: /dev/xvda}]\n",
-            &["cache", "raw"],
-            vec![
-                at("volume raw: volumeMode Block is not mapped yet"),
-                at("volume cache has volumeMode Filesystem, but is specified in volumeDevices"),
-            ],
+            &["cache"],
+            vec![at(
+                "volume cache has volumeMode Filesystem, but is specified in volumeDevices",
+            )],
         ),
     ];
     for (containers, unresolved, errors) in cases {

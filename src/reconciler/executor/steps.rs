@@ -13,7 +13,7 @@ use crate::plugins::ownership::{self, Progress};
 use crate::plugins::{self, Action, Certainty, Outcome, PluginError, VolumePlugin};
 use crate::reconciler::effects::PodEvent;
 use crate::reconciler::jobs::{AswUpdate, Job, JobError, JobReport, LateWatch};
-use crate::reconciler::params::{op_steps, setup_steps_of};
+use crate::reconciler::params::{op_for, op_steps, pod_step};
 use crate::state::{DeviceMount, PodMount, SeLinuxState, VolumeToMount};
 
 impl Executor {
@@ -37,9 +37,12 @@ impl Executor {
                 .unwrap_or_default(),
             selinux: dev.selinux().cloned(),
         };
-        let needs = plugin
-            .needs_format(&want.spec, dev, sys)
-            .map_err(|e| JobError::from(&e))?;
+        // a raw block device is mapped, never formatted nor mounted
+        let op = op_for(Operation::MountDevice, dev.kind);
+        let needs = op == Operation::MountDevice
+            && plugin
+                .needs_format(&want.spec, dev, sys)
+                .map_err(|e| JobError::from(&e))?;
         if needs {
             self.journaled(
                 Operation::FormatDevice,
@@ -51,12 +54,15 @@ impl Executor {
             )?;
         }
         let res = self.journaled(
-            Operation::MountDevice,
-            op_steps(Operation::MountDevice, dev.plugin),
+            op,
+            op_steps(op, dev.plugin),
             dev,
             r,
             announced,
-            |permit: &Permit| plugin.mount_device(permit, &want.spec, dev, sys),
+            |permit: &Permit| match op {
+                Operation::MapDevice => plugin.map_device(permit, &want.spec, dev, sys),
+                _ => plugin.mount_device(permit, &want.spec, dev, sys),
+            },
         );
         match res {
             Ok(()) => {
@@ -110,17 +116,24 @@ impl Executor {
             kind: pod.kind,
             selinux: SeLinuxState::mounted_with(pod.selinux().cloned()),
         };
-        let owner = want
-            .fs_group
-            .filter(|_| pod.pod_mount_path.is_some() && !plugin.group_applied_by_driver(pod));
-        let permit = self.permit(Operation::SetUp, setup_steps_of(want), pod, announced)?;
+        // a raw block volume is mapped into the pod: no files to walk
+        let (op, steps) = pod_step(want, pod.kind);
+        let owner = want.fs_group.filter(|_| {
+            op == Operation::SetUp
+                && pod.pod_mount_path.is_some()
+                && !plugin.group_applied_by_driver(pod)
+        });
+        let permit = self.permit(op, steps, pod, announced)?;
         let res = self.run_permitted(
-            Operation::SetUp,
+            op,
             pod,
             r,
             permit,
             owner.map(|_| (Operation::SetOwnership, Steps::Multi)),
-            |permit: &Permit| plugin.setup(permit, &want.spec, pod, sys),
+            |permit: &Permit| match op {
+                Operation::MapPodDevice => plugin.map_pod_device(permit, &want.spec, pod, sys),
+                _ => plugin.setup(permit, &want.spec, pod, sys),
+            },
         );
         let uncertain_update = |pod_mount: PodMount| AswUpdate::PodUncertain {
             volume: want.volume.clone(),
@@ -259,6 +272,7 @@ impl Executor {
         let plugin = self
             .plugin(params.plugin)
             .ok_or(JobError::NoPlugin(params.plugin))?;
+        let op = op_for(op, params.kind);
         self.journaled(
             op,
             op_steps(op, params.plugin),
@@ -267,6 +281,8 @@ impl Executor {
             announced,
             |permit: &Permit| match op {
                 Operation::UnmountDevice => plugin.unmount_device(permit, params, sys),
+                Operation::UnmapDevice => plugin.unmap_device(permit, params, sys),
+                Operation::UnmapPodDevice => plugin.unmap_pod_device(permit, params, sys),
                 _ => plugin.teardown(permit, params, sys),
             },
         )
