@@ -144,6 +144,21 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
             env.mounts_below_root()
         );
 
+        // the runtime API gives the container the pod's link as a device
+        let doc: Value =
+            serde_json::from_str(&daemon.get("/v1/pods/p1/containers/app/mounts")).unwrap();
+        assert_eq!(doc["ready"], Value::Bool(true), "{doc:#}");
+        assert_eq!(
+            doc["devices"],
+            serde_json::json!([{
+                "name": "data",
+                "container_path": "/dev/xvda",
+                "host_path": link.to_str().unwrap(),
+                "permissions": "mrw",
+            }]),
+            "{doc:#}"
+        );
+
         let volume = "kubernetes.io/local-volume/pv-raw";
         let dump = env.dump();
         let ops = intents(&dump, volume);

@@ -141,7 +141,7 @@ impl DebugProvider for Provider {
             return Some(Err(format!("pod {pod}: no container {container:?}")));
         };
         let (planned, errors) = plan(&view.status, &spec);
-        let doc = answer(&view.status, container, planned, errors, |req| {
+        let doc = answer(&view.status, &spec, planned, errors, |req| {
             let (volume, is_mount) = view
                 .volumes
                 .iter()

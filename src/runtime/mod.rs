@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use changes::Changes;
-pub use mounts::{ContainerMount, ContainerMounts, Planned, SubpathRequest};
+pub use mounts::{ContainerDevice, ContainerMount, ContainerMounts, Planned, SubpathRequest};
 pub use ready::{PodUnmounted, PodView, PodVolume, PodVolumes, TargetView, decide};
 
 use crate::model::{MountState, PodUid, UniqueVolumeName, VolumeSpec};

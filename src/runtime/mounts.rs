@@ -15,8 +15,15 @@
 //! - `read_only` is the volume's OR the volumeMount's; `propagation` is
 //!   `model::propagation`'s.
 //!
-//! A bad mount is an error naming the container, the mount and the path;
-//! the others are still answered.
+//! - A `volumeDevices` entry of a mapped raw block volume is a device:
+//!   the pod's symlink to it as `host_path`, `devicePath` in the
+//!   container, permissions `mrw`, or `r` when the volume is read-only
+//!   for the pod (the kubelet's `makeBlockVolumes`). A relative
+//!   `devicePath`, or a name that is no mapped volume of the pod, is the
+//!   kubelet's error.
+//!
+//! A bad mount or device is an error naming the container, the entry and
+//! the path; the others are still answered.
 
 use std::path::PathBuf;
 
@@ -44,6 +51,20 @@ pub struct ContainerMount {
     pub propagation: Propagation,
 }
 
+/// One raw block device of the container, as CRI's `Device` carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerDevice {
+    /// the volumeDevice's `name` (the pod volume)
+    pub name: String,
+    /// `devicePath`: where the container sees the device
+    pub container_path: String,
+    /// the pod's symlink to the device
+    /// (`pods/<uid>/volumeDevices/<plugin>/<name>`)
+    pub host_path: String,
+    /// cgroup permissions: `mrw`, or `r` for a read-only volume
+    pub permissions: String,
+}
+
 /// `GET /v1/pods/<uid>/containers/<name>/mounts`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerMounts {
@@ -56,8 +77,8 @@ pub struct ContainerMounts {
     pub ready: bool,
     /// the container's mounts, in `volumeMounts` order
     pub mounts: Vec<ContainerMount>,
-    /// raw block devices: always empty (not offered yet)
-    pub devices: Vec<String>,
+    /// the container's raw block devices, in `volumeDevices` order
+    pub devices: Vec<ContainerDevice>,
     /// the pod's supplemental groups, as the pod's answer gives them
     pub supplemental_groups: Vec<u32>,
     /// empty when ready; else the pod's errors, then each refused mount's
@@ -156,15 +177,50 @@ pub fn plan(pod: &PodVolumes, container: &ContainerSpec) -> (Vec<Planned>, Vec<S
     (planned, errors)
 }
 
+/// The devices of `container` (none while the pod is not ready), and the
+/// errors of those that cannot be given, in the kubelet's words.
+pub fn devices(pod: &PodVolumes, container: &ContainerSpec) -> (Vec<ContainerDevice>, Vec<String>) {
+    let mut out = Vec::with_capacity(container.devices.len());
+    let mut errors = Vec::new();
+    if !pod.ready {
+        return (out, errors);
+    }
+    let c = &container.name;
+    for d in &container.devices {
+        if !d.device_path.starts_with('/') {
+            errors.push(format!(
+                "container {c:?}: volumeDevice {:?}: devicePath {:?} must be an absolute path",
+                d.name, d.device_path
+            ));
+            continue;
+        }
+        let Some(volume) = pod.volumes.iter().find(|v| v.name == d.name) else {
+            errors.push(format!(
+                "cannot find volume {:?} to pass into container {c:?}",
+                d.name
+            ));
+            continue;
+        };
+        out.push(ContainerDevice {
+            name: d.name.clone(),
+            container_path: d.device_path.clone(),
+            host_path: volume.host_path.clone(),
+            permissions: if volume.read_only { "r" } else { "mrw" }.to_owned(),
+        });
+    }
+    (out, errors)
+}
+
 /// The answer once the subpaths are bound: `bound` holds, for each planned
 /// mount with a subpath, its bind's path or why it could not be made.
 pub fn answer(
     pod: &PodVolumes,
-    container: &str,
+    spec: &ContainerSpec,
     planned: Vec<Planned>,
     mut errors: Vec<String>,
     mut bound: impl FnMut(&SubpathRequest) -> Result<PathBuf, String>,
 ) -> ContainerMounts {
+    let container = spec.name.as_str();
     let mut mounts = Vec::with_capacity(planned.len());
     for Planned { mut mount, subpath } in planned {
         if let Some(req) = subpath {
@@ -181,12 +237,14 @@ pub fn answer(
         }
         mounts.push(mount);
     }
+    let (devices, refused) = devices(pod, spec);
+    errors.extend(refused);
     ContainerMounts {
         pod_uid: pod.pod_uid.clone(),
         container: container.to_owned(),
         ready: pod.ready && errors.is_empty(),
         mounts,
-        devices: Vec::new(),
+        devices,
         // the pod answer's groups: its mounted PVs' gid annotations
         supplemental_groups: pod.supplemental_groups.clone(),
         errors,
@@ -267,7 +325,7 @@ mod tests {
                 (true, Propagation::Bidirectional, false),
             ]
         );
-        let doc = answer(&pod(true), "app", planned, errors, |_| unreachable!());
+        let doc = answer(&pod(true), &c, planned, errors, |_| unreachable!());
         assert!(doc.ready);
         assert_eq!(doc.mounts[0].host_path, "/k/pods/u/volumes/x/cfg");
         assert_eq!(doc.mounts[1].container_path, "/mnt/data");
@@ -293,7 +351,7 @@ mod tests {
             .map(|r| (r.index, r.volume.as_str(), r.sub_path.as_str()))
             .collect();
         assert_eq!(reqs, [(1, "data", "logs/web-0"), (2, "cfg", "app.conf")]);
-        let doc = answer(&pod(true), "app", planned, errors, |r| {
+        let doc = answer(&pod(true), &c, planned, errors, |r| {
             Ok(PathBuf::from(format!("/sub/{}/{}", r.volume, r.index)))
         });
         let paths: Vec<&str> = doc.mounts.iter().map(|m| m.host_path.as_str()).collect();
@@ -326,7 +384,7 @@ mod tests {
         );
         let (planned, errors) = plan(&pod(true), &c);
         assert_eq!(planned.len(), 2);
-        let doc = answer(&pod(true), "app", planned, errors, |_| {
+        let doc = answer(&pod(true), &c, planned, errors, |_| {
             Err("openat2 /k/…/link: ELOOP".into())
         });
         assert!(!doc.ready);
@@ -357,7 +415,7 @@ mod tests {
         );
         let (planned, errors) = plan(&pod(false), &c);
         assert!(planned.is_empty());
-        let doc = answer(&pod(false), "app", planned, errors, |_| unreachable!());
+        let doc = answer(&pod(false), &c, planned, errors, |_| unreachable!());
         assert!(!doc.ready);
         assert_eq!(doc.errors, ["unmounted volumes=[data]"]);
         assert_eq!(doc.supplemental_groups, [2500], "the pod answer's groups");
@@ -381,5 +439,105 @@ mod tests {
         want.sort_unstable();
         assert_eq!(keys, want);
         assert_eq!(json["devices"], serde_json::json!([]));
+    }
+}
+
+#[cfg(test)]
+mod device_tests {
+    use super::*;
+    use crate::model::VolumeDeviceSpec;
+    use crate::runtime::PodVolume;
+
+    fn pod(ready: bool) -> PodVolumes {
+        let v = |name: &str, read_only| PodVolume {
+            name: name.into(),
+            host_path: format!("/k/pods/u/volumeDevices/kubernetes.io~local-volume/{name}"),
+            read_only,
+            selinux_context: None,
+            selinux_relabel: false,
+        };
+        PodVolumes {
+            pod_uid: "u".into(),
+            ready,
+            volumes: vec![v("raw", false), v("raw-ro", true)],
+            errors: Vec::new(),
+            supplemental_groups: Vec::new(),
+        }
+    }
+
+    fn container(devices: &[(&str, &str)]) -> ContainerSpec {
+        ContainerSpec {
+            name: "app".into(),
+            privileged: false,
+            mounts: Vec::new(),
+            devices: devices
+                .iter()
+                .map(|(n, p)| VolumeDeviceSpec {
+                    name: (*n).into(),
+                    device_path: (*p).into(),
+                })
+                .collect(),
+            env: Vec::new(),
+        }
+    }
+
+    /// The kubelet's `makeBlockVolumes`: the pod's symlink, `mrw` or `r`
+    /// for a read-only claim; a relative path or an unknown volume is an
+    /// error and the others are still given.
+    #[test]
+    fn devices_are_the_pod_s_links_with_the_kubelet_s_permissions() {
+        let c = container(&[
+            ("raw", "/dev/xvda"),
+            ("raw-ro", "/dev/xvdb"),
+            ("raw", "dev/xvdc"),
+            ("gone", "/dev/xvdd"),
+        ]);
+        let doc = answer(&pod(true), &c, Vec::new(), Vec::new(), |_| unreachable!());
+        let got: Vec<(&str, &str, &str)> = doc
+            .devices
+            .iter()
+            .map(|d| {
+                (
+                    d.container_path.as_str(),
+                    d.host_path.as_str(),
+                    d.permissions.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "/dev/xvda",
+                    "/k/pods/u/volumeDevices/kubernetes.io~local-volume/raw",
+                    "mrw"
+                ),
+                (
+                    "/dev/xvdb",
+                    "/k/pods/u/volumeDevices/kubernetes.io~local-volume/raw-ro",
+                    "r"
+                ),
+            ]
+        );
+        assert_eq!(
+            doc.errors,
+            [
+                "container \"app\": volumeDevice \"raw\": devicePath \"dev/xvdc\" must be an absolute path",
+                "cannot find volume \"gone\" to pass into container \"app\"",
+            ]
+        );
+        assert!(!doc.ready);
+        let json = serde_json::to_value(&doc.devices[0]).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "name": "raw",
+                "container_path": "/dev/xvda",
+                "host_path": "/k/pods/u/volumeDevices/kubernetes.io~local-volume/raw",
+                "permissions": "mrw",
+            })
+        );
+        let doc = answer(&pod(false), &c, Vec::new(), Vec::new(), |_| unreachable!());
+        assert!(doc.devices.is_empty(), "nothing while the pod is not ready");
     }
 }
