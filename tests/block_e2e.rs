@@ -168,9 +168,9 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
         ];
         assert_eq!(ops, want, "{dump:#}");
 
-        // A restart with the journal maps both again (the merge does not
-        // read block targets from the host yet), and a map in place is
-        // kept: the bind is not stacked, the link not replaced.
+        // A restart with the journal keeps both maps as the journal says
+        // (the scan does not read block maps yet): no step runs again and
+        // the bind is not stacked.
         daemon.stop();
         let daemon = env.start();
         daemon.wait_until("the maps are known again", || {
@@ -183,6 +183,7 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
             1,
             "{binds:?}"
         );
+        assert_eq!(intents(&env.dump(), volume), want, "nothing ran again");
 
         delete_all_and_wait(&env, &daemon);
         daemon.wait_until("the global map dir is removed", || !map_dir.exists());
@@ -207,4 +208,68 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
         daemon.stop();
         drop(lo);
     });
+}
+
+/// A pod deleted while the daemon is down: the restart's merge keeps the
+/// journal's maps (the scan does not read block maps), so the pod's unmaps
+/// run and nothing is left: no bind, no symlink, no map dir.
+#[test]
+fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() {
+    real(
+        "unmaps a block pod that went while volumed was down",
+        || {
+            let mut env = Env::new("volumed-block-down");
+            let backing = env.scratch.path().join("disk.img");
+            fs::File::create(&backing)
+                .unwrap()
+                .set_len(8 << 20)
+                .unwrap();
+            let lo = LoopDevice::attach(&backing);
+            fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
+            env.write_pod("p.yaml", &pod("p1"));
+            let plugin = "kubernetes.io~local-volume";
+            let link = env
+                .root
+                .join("pods/p1/volumeDevices")
+                .join(plugin)
+                .join("pv-raw");
+            let map_dir = env
+                .root
+                .join("plugins")
+                .join(plugin)
+                .join("volumeDevices/pv-raw");
+            let daemon = env.start();
+            daemon.wait_until("the maps are done", || {
+                all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
+            });
+            daemon.stop();
+
+            env.remove_pod("p.yaml");
+            let daemon = env.start();
+            daemon.wait_until("the pod's bind is unmounted", || {
+                env.mounts_below_root().is_empty()
+            });
+            daemon.wait_until("the map dir is removed", || !map_dir.exists());
+            assert!(
+                fs::symlink_metadata(&link).is_err(),
+                "the pod's link is gone"
+            );
+            let volume = "kubernetes.io/local-volume/pv-raw";
+            let ops: Vec<String> = intents(&env.dump(), volume)
+                .into_iter()
+                .map(|(op, _)| op)
+                .collect();
+            assert_eq!(
+                ops,
+                [
+                    "map_device",
+                    "map_pod_device",
+                    "unmap_pod_device",
+                    "unmap_device"
+                ]
+            );
+            daemon.stop();
+            drop(lo);
+        },
+    );
 }

@@ -394,11 +394,17 @@ pub(super) fn host_says(
             Some(_) => HostSays::Differs,
             None => HostSays::Mounted,
         },
-        // a block target's map is a bind mount of the device file
-        (
-            TargetKind::Mount | TargetKind::Block,
-            HostObservation::Absent | HostObservation::DirPresent,
-        ) => HostSays::Absent,
+        (TargetKind::Mount, HostObservation::Absent | HostObservation::DirPresent) => {
+            HostSays::Absent
+        }
+        // A block target's map is not at its path for the scan to see: the
+        // pod's is a symlink, its bind sits on the pod's file in the
+        // global map dir, the device's is a dir. Until the scan reads
+        // them, the journal stands, as for a `none` target: a pod gone
+        // while the daemon was down still gets its unmaps.
+        (TargetKind::Block, HostObservation::Absent | HostObservation::DirPresent) => {
+            HostSays::NotObserved
+        }
         (TargetKind::Mount | TargetKind::Block, HostObservation::Mounted(m)) => match expected {
             None => HostSays::Mounted,
             Some(e) => compare(e, m, input),

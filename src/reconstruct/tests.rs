@@ -1299,3 +1299,18 @@ fn a_csi_mount_without_the_label_asked_for_keeps_that_label_in_the_asw() {
         "the label asked for, not the driver's bare mount: no remount for it at every restart"
     );
 }
+
+/// A block target with nothing mounted at its path (the pod's symlink, the
+/// map dir) is not observed: the journal stands, as for a `none` target;
+/// a mount found there is compared as any mount is.
+#[test]
+fn a_block_target_without_a_mount_at_its_path_is_not_observed() {
+    use crate::model::TargetKind;
+    let input = MergeInput::default();
+    for obs in [HostObservation::Absent, HostObservation::DirPresent] {
+        let says = super::classify::host_says(TargetKind::Block, &obs, None, &input);
+        assert_eq!(says, super::classify::HostSays::NotObserved, "{obs:?}");
+        let mount = super::classify::host_says(TargetKind::Mount, &obs, None, &input);
+        assert_eq!(mount, super::classify::HostSays::Absent, "{obs:?}");
+    }
+}
