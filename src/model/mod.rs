@@ -10,6 +10,7 @@
 
 mod container;
 mod csi;
+mod expand;
 pub(crate) mod intern;
 mod layout;
 mod mount;
@@ -27,6 +28,10 @@ pub use container::{
     check_devices, check_sub_path, expand, expand_sub_path_expr, propagation, resolve_env,
 };
 pub use csi::{CsiLifecycle, CsiParams, CsiPodInfo, SecretRef};
+pub use expand::{
+    ClaimCondition, ClaimSize, ClaimState, ClaimUpdate, ExpandCase, ExpandDecision, ExpandError,
+    RESIZE_CONDITIONS, ResizeStatus, check_answer, decide as decide_expansion,
+};
 pub use layout::{
     Area, KubeletPath, Layout, LayoutError, PAYLOAD_DATA_LINK, PAYLOAD_DATA_TMP,
     PAYLOAD_PRIVATE_PREFIX, PodName, READY_MARKER, VOL_DATA_FILE, sha256_hex,
