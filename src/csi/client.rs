@@ -72,6 +72,9 @@ pub struct NodeCaps {
     pub single_node_multi_writer: bool,
     /// `VOLUME_MOUNT_GROUP`: the driver applies the fsGroup itself
     pub volume_mount_group: bool,
+    /// `EXPAND_VOLUME`: the driver grows a volume's filesystem on the node
+    /// (NodeExpandVolume)
+    pub expand_volume: bool,
 }
 
 impl NodeCaps {
@@ -90,7 +93,8 @@ impl NodeCaps {
                 Ok(Type::VolumeCondition) => caps.volume_condition = true,
                 Ok(Type::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                 Ok(Type::VolumeMountGroup) => caps.volume_mount_group = true,
-                // EXPAND_VOLUME, UNKNOWN and values newer than this build
+                Ok(Type::ExpandVolume) => caps.expand_volume = true,
+                // UNKNOWN and values newer than this build
                 _ => {}
             }
         }
@@ -134,6 +138,54 @@ pub fn mount_capability(
             },
         )),
         access_mode: Some(pb::volume_capability::AccessMode { mode: mode as i32 }),
+    }
+}
+
+/// A block volume capability (`volumeMode: Block`).
+pub fn block_capability(mode: pb::volume_capability::access_mode::Mode) -> pb::VolumeCapability {
+    pb::VolumeCapability {
+        access_type: Some(pb::volume_capability::AccessType::Block(
+            pb::volume_capability::BlockVolume {},
+        )),
+        access_mode: Some(pb::volume_capability::AccessMode { mode: mode as i32 }),
+    }
+}
+
+/// What a NodeExpandVolume call is given, as the kubelet fills it: the
+/// volume path (the pod's publish dir for a filesystem volume, the
+/// device path for a block one), the staging path only when the driver
+/// stages, `capacity_range.required_bytes` the PV's new capacity and the
+/// volume's capability (its `fsType` and the PV's `mountOptions`, or
+/// `block`), with the PV's first access mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpandArgs<'a> {
+    /// the volume handle
+    pub volume_id: &'a str,
+    /// `volume_path`
+    pub volume_path: &'a str,
+    /// `staging_target_path`, for a driver with `STAGE_UNSTAGE_VOLUME`
+    pub staging_path: Option<&'a str>,
+    /// `capacity_range.required_bytes`
+    pub required_bytes: u64,
+    /// the capability sent
+    pub capability: pb::VolumeCapability,
+}
+
+/// The NodeExpandVolume request of `args` (no secrets: the kubelet sends
+/// a `nodeExpandSecretRef`'s, which volumed does not read yet).
+pub fn expand_request(args: &ExpandArgs<'_>) -> pb::NodeExpandVolumeRequest {
+    pb::NodeExpandVolumeRequest {
+        volume_id: args.volume_id.to_owned(),
+        volume_path: args.volume_path.to_owned(),
+        capacity_range: Some(pb::CapacityRange {
+            // a size above i64::MAX cannot be asked for: the wire type is
+            // signed (a quantity parses to at most i64::MAX anyway)
+            required_bytes: i64::try_from(args.required_bytes).unwrap_or(i64::MAX),
+            limit_bytes: 0,
+        }),
+        staging_target_path: args.staging_path.unwrap_or_default().to_owned(),
+        volume_capability: Some(args.capability.clone()),
+        secrets: Default::default(),
     }
 }
 
@@ -322,6 +374,19 @@ impl CsiClient {
         )
         .await
         .map(drop)
+    }
+
+    /// `NodeExpandVolume`: the capacity the driver answers, in bytes (0:
+    /// it did not say; a negative answer is read as 0).
+    pub async fn expand(&self, req: pb::NodeExpandVolumeRequest) -> Result<u64, CsiError> {
+        let mut c = NodeClient::new(self.channel.clone());
+        let r = self
+            .timed(
+                "/csi.v1.Node/NodeExpandVolume",
+                c.node_expand_volume(self.request(req)),
+            )
+            .await?;
+        Ok(u64::try_from(r.capacity_bytes).unwrap_or(0))
     }
 
     /// `NodeGetVolumeStats` of a published volume.
@@ -536,12 +601,65 @@ mod tests {
             capabilities: vec![
                 cap(rpc::Type::StageUnstageVolume as i32),
                 cap(rpc::Type::VolumeMountGroup as i32),
+                cap(rpc::Type::ExpandVolume as i32),
                 cap(99),
                 pb::NodeServiceCapability { r#type: None },
             ],
         };
         let caps = NodeCaps::of(&resp);
-        assert!(caps.stage_unstage && caps.volume_mount_group);
+        assert!(caps.stage_unstage && caps.volume_mount_group && caps.expand_volume);
         assert!(!caps.volume_stats && !caps.volume_condition && !caps.single_node_multi_writer);
+    }
+
+    #[test]
+    fn an_expand_request_carries_what_the_kubelet_passes() {
+        use pb::volume_capability::AccessType;
+        use pb::volume_capability::access_mode::Mode;
+        let fs = mount_capability(
+            Some("ext4"),
+            &["noatime".into()],
+            None,
+            Mode::SingleNodeWriter,
+        );
+        let staged = ExpandArgs {
+            volume_id: "vol-1",
+            volume_path: "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pv-1/mount",
+            staging_path: Some("/var/lib/kubelet/plugins/kubernetes.io/csi/d/abc/globalmount"),
+            required_bytes: 2 << 30,
+            capability: fs.clone(),
+        };
+        let r = expand_request(&staged);
+        assert_eq!(r.volume_id, "vol-1");
+        assert_eq!(r.volume_path, staged.volume_path);
+        assert_eq!(r.staging_target_path, staged.staging_path.unwrap());
+        let range = r.capacity_range.unwrap();
+        assert_eq!((range.required_bytes, range.limit_bytes), (2 << 30, 0));
+        assert_eq!(r.volume_capability, Some(fs));
+        assert!(r.secrets.is_empty());
+        // a driver without staging: no staging path
+        let unstaged = ExpandArgs {
+            staging_path: None,
+            ..staged.clone()
+        };
+        assert_eq!(expand_request(&unstaged).staging_target_path, "");
+        // a block volume: the block capability
+        let block = ExpandArgs {
+            volume_path: "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/pv-1/dev/u1",
+            capability: block_capability(Mode::SingleNodeWriter),
+            ..staged
+        };
+        let cap = expand_request(&block).volume_capability.unwrap();
+        assert!(matches!(cap.access_type, Some(AccessType::Block(_))));
+        assert_eq!(
+            cap.access_mode.map(|m| m.mode),
+            Some(Mode::SingleNodeWriter as i32)
+        );
+        // a size beyond the wire type is capped, not wrapped
+        let huge = ExpandArgs {
+            required_bytes: u64::MAX,
+            ..unstaged
+        };
+        let range = expand_request(&huge).capacity_range.unwrap();
+        assert_eq!(range.required_bytes, i64::MAX);
     }
 }
