@@ -17,6 +17,8 @@ pub(crate) struct Caps {
     pub condition: bool,
     /// VOLUME_MOUNT_GROUP.
     pub mount_group: bool,
+    /// EXPAND_VOLUME: NodeExpandVolume remounts the volume's tmpfs bigger.
+    pub expand: bool,
 }
 
 impl Caps {
@@ -28,9 +30,11 @@ impl Caps {
                 "GET_VOLUME_STATS" => caps.stats = true,
                 "VOLUME_CONDITION" => caps.condition = true,
                 "VOLUME_MOUNT_GROUP" => caps.mount_group = true,
+                "EXPAND_VOLUME" => caps.expand = true,
                 other => {
                     return Err(format!(
-                        "unknown capability {other:?} (GET_VOLUME_STATS, VOLUME_CONDITION, VOLUME_MOUNT_GROUP)"
+                        "unknown capability {other:?} (GET_VOLUME_STATS, VOLUME_CONDITION, \
+                         VOLUME_MOUNT_GROUP, EXPAND_VOLUME)"
                     ));
                 }
             }

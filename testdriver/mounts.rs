@@ -349,6 +349,55 @@ pub(crate) fn mount_tmpfs(target: &Path, options: &MountOptions) -> Result<(), M
     Ok(())
 }
 
+/// Gives the tmpfs mounted at `target` a new `size=` of `bytes`, through
+/// its superblock (`fspick` then a reconfigure), as `mount -o
+/// remount,size=` does for the filesystem but without touching the
+/// mount's own flags: a read-only bind of the volume stays read-only.
+pub(crate) fn remount_tmpfs_size(target: &Path, bytes: u64) -> nix::Result<()> {
+    // the uapi values (linux/mount.h), which this libc does not export
+    const FSPICK_CLOEXEC: libc::c_uint = 1;
+    const FSPICK_SYMLINK_NOFOLLOW: libc::c_uint = 2;
+    const FSCONFIG_CMD_RECONFIGURE: libc::c_uint = 7;
+    let path = CString::new(target.as_os_str().as_bytes()).map_err(|_| nix::Error::EINVAL)?;
+    // SAFETY: the path is NUL-terminated and outlives the call; fspick
+    // returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_fspick,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            FSPICK_CLOEXEC | FSPICK_SYMLINK_NOFOLLOW,
+        )
+    };
+    let fs = owned(fd)?;
+    let value = CString::new(bytes.to_string()).map_err(|_| nix::Error::EINVAL)?;
+    // SAFETY: key and value are NUL-terminated and outlive the call; fs is
+    // an open fs context.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            libc::FSCONFIG_SET_STRING,
+            c"size".as_ptr(),
+            value.as_ptr(),
+            0,
+        )
+    };
+    nix::Error::result(r)?;
+    // SAFETY: no pointers; fs is an open fs context.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_RECONFIGURE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    nix::Error::result(r).map(drop)
+}
+
 /// The fd a syscall returned (or its errno), owned.
 fn owned(r: libc::c_long) -> nix::Result<OwnedFd> {
     let fd = i32::try_from(nix::Error::result(r)?).map_err(|_| nix::Error::EBADF)?;

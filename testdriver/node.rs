@@ -286,6 +286,59 @@ fn stats(
     })
 }
 
+/// Grows the volume's tmpfs to `required_bytes` by remounting it with a
+/// new `size=` (a remount reaches the superblock, so the staging mount
+/// and every bind of it see the new size), and answers the size statvfs
+/// then shows, or `answer` (a fault). A tmpfs already that big is left as
+/// it is: the call is idempotent.
+fn expand(
+    driver: &Driver,
+    req: &NodeExpandVolumeRequest,
+    answer: Option<i64>,
+) -> Result<NodeExpandVolumeResponse, Status> {
+    require(&req.volume_id, "volume_id")?;
+    require(&req.volume_path, "volume_path")?;
+    if !driver.caps.expand {
+        return Err(Status::unimplemented("EXPAND_VOLUME is not advertised"));
+    }
+    if let Some(AccessType::Block(_)) = req
+        .volume_capability
+        .as_ref()
+        .and_then(|c| c.access_type.as_ref())
+    {
+        return Err(Status::invalid_argument(
+            "block volumes are not supported by this driver",
+        ));
+    }
+    let required = req.capacity_range.as_ref().map_or(0, |r| r.required_bytes);
+    let Ok(required) = u64::try_from(required) else {
+        return Err(Status::invalid_argument(format!(
+            "capacity_range.required_bytes {required} is negative"
+        )));
+    };
+    let path = &req.volume_path;
+    if !is_mount_point(path)? {
+        return Err(Status::not_found(format!(
+            "volume {} is not mounted at {path}",
+            req.volume_id
+        )));
+    }
+    let size = |p: &str| -> Result<u64, Status> {
+        let vfs =
+            nix::sys::statvfs::statvfs(Path::new(p)).map_err(|e| internal("statvfs", p, e))?;
+        Ok(vfs.blocks().saturating_mul(vfs.fragment_size()))
+    };
+    if required > 0 && size(path)? < required {
+        mounts::remount_tmpfs_size(Path::new(path), required)
+            .map_err(|e| internal("remounting the tmpfs bigger at", path, e))?;
+    }
+    let capacity_bytes = match answer {
+        Some(n) => n,
+        None => figure(size(path)?),
+    };
+    Ok(NodeExpandVolumeResponse { capacity_bytes })
+}
+
 fn rpc_capability(t: node_service_capability::rpc::Type) -> NodeServiceCapability {
     NodeServiceCapability {
         r#type: Some(node_service_capability::Type::Rpc(
@@ -385,15 +438,16 @@ impl Node for NodeService {
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
         let req = request.into_inner();
-        let entry = json!({
+        let mut entry = json!({
             "method": "NodeExpandVolume",
             "volume_id": req.volume_id,
             "volume_path": req.volume_path,
+            "staging_target_path": req.staging_target_path,
+            "required_bytes": req.capacity_range.as_ref().map(|r| r.required_bytes),
         });
+        capability_fields(&mut entry, req.volume_capability.as_ref());
         self.0
-            .call(entry, |_, _| {
-                Err(Status::unimplemented("EXPAND_VOLUME is not advertised"))
-            })
+            .call(entry, move |d, fault| expand(d, &req, fault.capacity_bytes))
             .await
     }
 
@@ -410,6 +464,7 @@ impl Node for NodeService {
                     (d.caps.stats, Type::GetVolumeStats),
                     (d.caps.condition, Type::VolumeCondition),
                     (d.caps.mount_group, Type::VolumeMountGroup),
+                    (d.caps.expand, Type::ExpandVolume),
                 ];
                 let capabilities = wanted
                     .into_iter()

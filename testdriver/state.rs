@@ -25,6 +25,9 @@
 //! - `die_after_work`: do the work, then die by SIGKILL before replying.
 //! - `abnormal`: NodeGetVolumeStats reports the volume abnormal with this
 //!   message.
+//! - `capacity_bytes`: NodeExpandVolume grows the volume as asked, then
+//!   answers this capacity instead of the size it reached (a driver that
+//!   says less than it was asked for).
 //! - `hang`: never answer and never do the work (a driver stuck inside
 //!   the call); only the caller giving up ends it.
 //! - `garbage_reply`: answer OK with a message body that is not the RPC's
@@ -67,6 +70,8 @@ struct Rule {
     #[serde(default)]
     abnormal: Option<String>,
     #[serde(default)]
+    capacity_bytes: Option<i64>,
+    #[serde(default)]
     times: Option<u64>,
     #[serde(default)]
     hang: Option<bool>,
@@ -85,6 +90,8 @@ pub(crate) struct Fault {
     pub die_after_work: bool,
     /// NodeGetVolumeStats: report the volume abnormal with this message.
     pub abnormal: Option<String>,
+    /// NodeExpandVolume: answer this capacity.
+    pub capacity_bytes: Option<i64>,
     /// Never answer, never do the work.
     pub hang: bool,
     /// Answer with an undecodable message, without doing the work.
@@ -190,6 +197,7 @@ fn to_fault(rule: &Rule) -> Result<Fault, String> {
         status,
         die_after_work: rule.die_after_work.unwrap_or(false),
         abnormal: rule.abnormal.clone(),
+        capacity_bytes: rule.capacity_bytes,
         hang: rule.hang.unwrap_or(false),
         garbage_reply: rule.garbage_reply.unwrap_or(false),
     })

@@ -883,3 +883,89 @@ fn volumeds_client_makes_every_call_and_counts_it() {
         drop(scratch);
     });
 }
+
+/// statvfs's size of the filesystem at `path`, in bytes.
+fn fs_bytes(path: &Path) -> u64 {
+    let vfs = nix::sys::statvfs::statvfs(path).expect("statvfs");
+    vfs.blocks() * vfs.fragment_size()
+}
+
+#[test]
+fn expand_volume_grows_the_tmpfs_for_real_and_faults_refuse_or_understate() {
+    in_ns("mounts and grows tmpfs", || async {
+        use volumed::csi::client::{ExpandArgs, expand_request, mount_capability};
+        const MI: u64 = 1 << 20;
+        let (scratch, mut opts, staging, target) = layout("csi-td-expand-");
+        opts.caps = Some("GET_VOLUME_STATS,EXPAND_VOLUME".into());
+        let driver = TestDriver::spawn(opts);
+        let channel = connect_unix(driver.endpoint()).await.expect("connect");
+        let client = volumed::csi::CsiClient::new(DRIVER, channel, Duration::from_secs(10), None);
+        assert!(client.node_caps().await.unwrap().expand_volume);
+
+        let mut stage = stage_req(&staging);
+        stage.volume_capability = Some(capability_with(&["size=1m"]));
+        client.stage(stage).await.unwrap();
+        // a read-only publish: growing the volume must not make it writable
+        client
+            .publish(publish_req(&staging, &target, true))
+            .await
+            .unwrap();
+        assert_eq!(fs_bytes(&target), MI);
+
+        let target_s = target.display().to_string();
+        let staging_s = staging.display().to_string();
+        let args = |bytes| ExpandArgs {
+            volume_id: VOL,
+            volume_path: &target_s,
+            staging_path: Some(&staging_s),
+            required_bytes: bytes,
+            capability: mount_capability(Some("ext4"), &[], None, Mode::SingleNodeWriter),
+        };
+        let got = client.expand(expand_request(&args(4 * MI))).await.unwrap();
+        assert_eq!(got, 4 * MI, "the driver answers the size it reached");
+        assert_eq!(fs_bytes(&target), 4 * MI, "the pod's view grew");
+        assert_eq!(fs_bytes(&staging), 4 * MI, "one superblock");
+        let ro = mounts_at(&target);
+        assert!(ro[0].mount_options.iter().any(|o| o == "ro"), "{ro:?}");
+        // idempotent: asking again (or for less) changes nothing
+        assert_eq!(
+            client.expand(expand_request(&args(4 * MI))).await.unwrap(),
+            4 * MI
+        );
+        assert_eq!(
+            client.expand(expand_request(&args(2 * MI))).await.unwrap(),
+            4 * MI
+        );
+        assert_eq!(fs_bytes(&target), 4 * MI);
+
+        let call = driver
+            .calls()
+            .into_iter()
+            .find(|c| c["method"] == "NodeExpandVolume")
+            .expect("logged");
+        assert_eq!(call["volume_path"], target_s.as_str());
+        assert_eq!(call["staging_target_path"], staging_s.as_str());
+        assert_eq!(call["required_bytes"], 4 * MI);
+        assert_eq!(call["access_type"], "mount");
+
+        // a refusal does no work and is final; an understated answer is
+        // passed on as the driver said it
+        driver.set_faults(json!([
+            {"method": "NodeExpandVolume", "code": "OutOfRange", "message": "too big", "times": 1},
+            {"method": "NodeExpandVolume", "capacity_bytes": 1024, "times": 1},
+        ]));
+        let e = client
+            .expand(expand_request(&args(8 * MI)))
+            .await
+            .unwrap_err();
+        assert!(e.is_final() && e.message == "too big", "{e}");
+        assert_eq!(fs_bytes(&target), 4 * MI, "no work on a refusal");
+        let got = client.expand(expand_request(&args(8 * MI))).await.unwrap();
+        assert_eq!(got, 1024, "the fault's answer");
+        assert_eq!(fs_bytes(&target), 8 * MI, "the work was done");
+
+        client.unpublish(VOL, &target_s).await.unwrap();
+        client.unstage(VOL, &staging_s).await.unwrap();
+        assert!(scratch.mounts_below().is_empty());
+    });
+}
