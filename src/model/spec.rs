@@ -176,6 +176,10 @@ pub struct CsiSpec {
     /// the block access type and mapped into the pod raw
     #[serde(default)]
     pub volume_mode: VolumeMode,
+    /// the claim bound to this PV, its size and status (filled in when the
+    /// claim is resolved; none for an inline volume): node expansion
+    #[serde(default)]
+    pub claim: Option<Arc<super::ClaimState>>,
 }
 
 impl VolumeSpec {
@@ -340,6 +344,7 @@ mod tests {
             ephemeral: false,
             republish: false,
             volume_mode: VolumeMode::Filesystem,
+            claim: None,
         }));
         assert_eq!(
             PodVolume::unique_name(&csi, &pod, "pv1").as_str(),

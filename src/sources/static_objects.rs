@@ -55,7 +55,10 @@ pub use super::csi_objects::{AttachmentInfo, CsiDriverInfo, SecretInfo, SecretSt
 use super::manifest_cache::{ObjectsCache, bytes_hash};
 use super::read::{kind_of, parse_documents, read_file};
 use super::signature::{FileSignature, manifest_key};
-use crate::model::{AccessMode, CsiSpec, SecretRef, VolumeMode, VolumeSpec, check_component};
+use crate::model::{
+    AccessMode, ClaimCondition, ClaimSize, ClaimState, CsiSpec, ResizeStatus, SecretRef,
+    VolumeMode, VolumeSpec, check_component,
+};
 
 /// A PV's `claimRef`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +88,11 @@ pub struct PvInfo {
     /// the `pv.beta.kubernetes.io/gid` annotation, when it is a group id
     /// (the kubelet ignores one that does not parse)
     pub gid: Option<u32>,
+    /// `spec.capacity.storage` in bytes (none when unset or not a
+    /// quantity: the volume is then never expanded)
+    pub capacity: Option<u64>,
+    /// the same as written
+    pub capacity_text: Option<String>,
 }
 
 /// A PersistentVolumeClaim as read.
@@ -99,6 +107,12 @@ pub struct PvcInfo {
     /// the UID of its controller: the first `ownerReferences` entry with
     /// `controller: true` (a generic ephemeral volume's claim names its pod)
     pub controller: Option<String>,
+    /// `metadata.resourceVersion`
+    pub resource_version: Option<String>,
+    /// what its status says of its size (node expansion)
+    pub size: ClaimSize,
+    /// `status.conditions`
+    pub conditions: Vec<ClaimCondition>,
 }
 
 /// Every object of the static objects dir.
@@ -422,9 +436,15 @@ fn parse_object(file: &Path, kind: &str, doc: Value) -> Result<ParsedObject, Sou
                 .as_ref()
                 .and_then(|a| a.get(PV_GID_ANNOTATION))
                 .and_then(|g| g.trim().parse().ok());
+            let capacity = storage_bytes(spec.capacity.as_ref());
+            let capacity_text = (spec.capacity.as_ref())
+                .and_then(|m| m.get("storage"))
+                .map(|q| q.0.clone());
             let info = PvInfo {
                 file: file.to_owned(),
                 gid,
+                capacity,
+                capacity_text,
                 claim_ref,
                 spec: pv_spec(file, &name, &spec)
                     .map(Arc::new)
@@ -433,7 +453,23 @@ fn parse_object(file: &Path, kind: &str, doc: Value) -> Result<ParsedObject, Sou
             Ok(ParsedObject::Pv(name, info))
         }
         "PersistentVolumeClaim" => {
+            // kept as read: a status update writes back the conditions it
+            // does not own, fields and times as they were
+            let conditions = claim_conditions(doc.pointer("/status/conditions"));
             let pvc: PersistentVolumeClaim = decode(file, doc)?;
+            let status = pvc.status.unwrap_or_default();
+            let size = ClaimSize {
+                status_capacity: storage_bytes(status.capacity.as_ref()),
+                allocated: status
+                    .allocated_resources
+                    .as_ref()
+                    .is_some_and(|m| m.contains_key("storage")),
+                resize_status: status
+                    .allocated_resource_statuses
+                    .as_ref()
+                    .and_then(|m| m.get("storage"))
+                    .map(|s| ResizeStatus::parse(s)),
+            };
             let name = object_name(file, pvc.metadata.name, "PersistentVolumeClaim")?;
             let ns = pvc.metadata.namespace.filter(|n| !n.is_empty());
             let ns = ns.unwrap_or_else(|| "default".to_owned());
@@ -451,6 +487,9 @@ fn parse_object(file: &Path, kind: &str, doc: Value) -> Result<ParsedObject, Sou
                     .flatten()
                     .find(|r| r.controller == Some(true))
                     .map(|r| r.uid.clone()),
+                resource_version: pvc.metadata.resource_version.filter(|v| !v.is_empty()),
+                size,
+                conditions,
             };
             Ok(ParsedObject::Pvc((ns, name), info))
         }
@@ -572,19 +611,60 @@ impl StaticObjects {
                 ),
                 false => None,
             };
-            // a copy of the PV's spec only when the driver changes it
+            // the claim's size travels with the spec, so the claim's
+            // status changing (a resize) reaches the volume
+            let claim = Some(Arc::new(ClaimState {
+                namespace: namespace.to_owned(),
+                name: claim.to_owned(),
+                resource_version: pvc.resource_version.clone(),
+                pv_capacity: pv.capacity,
+                pv_capacity_text: pv.capacity_text.clone(),
+                size: pvc.size.clone(),
+                conditions: pvc.conditions.clone(),
+            }));
+            // a copy of the PV's spec only when the driver or claim changes it
             if (c.selinux_mount != selinux_mount
                 || c.attachment != attachment
-                || c.republish != republish)
+                || c.republish != republish
+                || c.claim != claim)
                 && let VolumeSpec::Csi(c) = Arc::make_mut(&mut spec)
             {
                 c.selinux_mount = selinux_mount;
                 c.attachment = attachment;
                 c.republish = republish;
+                c.claim = claim;
             }
         }
         Ok((pv_name.to_owned(), spec))
     }
+}
+
+/// A resource list's `storage` in bytes; none when unset or not a
+/// quantity (the API server validates it; a static file may not).
+fn storage_bytes(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Option<u64> {
+    let q = list?.get("storage")?;
+    super::quantity::parse_bytes(&q.0).ok()
+}
+
+/// A claim's `status.conditions` as read; an entry that is not an object
+/// is skipped.
+fn claim_conditions(list: Option<&Value>) -> Vec<ClaimCondition> {
+    let text = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).map(str::to_owned);
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.is_object())
+        .map(|c| ClaimCondition {
+            kind: text(c, "type").unwrap_or_default(),
+            status: text(c, "status").unwrap_or_default(),
+            reason: text(c, "reason"),
+            message: text(c, "message"),
+            last_probe_time: text(c, "lastProbeTime"),
+            last_transition_time: text(c, "lastTransitionTime"),
+        })
+        .collect()
 }
 
 fn secret_ref(r: &Option<k8s_openapi::api::core::v1::SecretReference>) -> Option<SecretRef> {
@@ -735,6 +815,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             ephemeral: false,
             republish: false,
             volume_mode,
+            claim: None,
         })));
     }
     let types: Vec<String> = match serde_json::to_value(spec) {

@@ -442,3 +442,66 @@ fn secrets_reach_the_store_decoded_and_never_their_debug_output() {
     };
     assert!(store.secret(&missing).unwrap_err().contains("not found"));
 }
+
+#[test]
+fn a_csi_claim_carries_its_size_resize_status_and_conditions_for_expansion() {
+    use crate::model::{ClaimCondition, ResizeStatus};
+    let no_attach = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: d.example.com}\nspec: {attachRequired: false}\n";
+    let pv = CSI_PV.replace(
+        "  accessModes:",
+        "  capacity: {storage: 2Gi}\n  accessModes:",
+    );
+    let pvc = "\
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: pvc1, resourceVersion: '17'}
+spec: {volumeName: pv-csi}
+status:
+  capacity: {storage: 1Gi}
+  allocatedResources: {storage: 2Gi}
+  allocatedResourceStatuses: {storage: NodeResizePending}
+  conditions:
+  - {type: FileSystemResizePending, status: 'True', message: waiting, lastTransitionTime: '2026-01-01T00:00:00Z'}
+";
+    let (_d, o, errors) = load(&[("a.yaml", &pv), ("b.yaml", pvc), ("c.yaml", no_attach)]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let c = csi_of(resolve(&o, "default", "pvc1").unwrap().1);
+    let claim = c.claim.expect("a claim's state");
+    assert_eq!(
+        (claim.namespace.as_str(), claim.name.as_str()),
+        ("default", "pvc1")
+    );
+    assert_eq!(claim.resource_version.as_deref(), Some("17"));
+    assert_eq!(claim.pv_capacity, Some(2 << 30));
+    assert_eq!(claim.pv_capacity_text.as_deref(), Some("2Gi"));
+    assert_eq!(claim.size.status_capacity, Some(1 << 30));
+    assert!(claim.size.allocated);
+    assert_eq!(
+        claim.size.resize_status,
+        Some(ResizeStatus::NodeResizePending)
+    );
+    assert_eq!(
+        claim.conditions,
+        vec![ClaimCondition {
+            kind: "FileSystemResizePending".into(),
+            status: "True".into(),
+            message: Some("waiting".into()),
+            last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+            ..ClaimCondition::default()
+        }]
+    );
+    // a claim without status, a PV without capacity: nothing to compare
+    let (_d, o, _) = load(&[
+        ("a.yaml", CSI_PV),
+        ("b.yaml", CSI_PVC),
+        ("c.yaml", no_attach),
+    ]);
+    let claim = csi_of(resolve(&o, "default", "pvc1").unwrap().1)
+        .claim
+        .unwrap();
+    assert_eq!(
+        (claim.pv_capacity, claim.size.status_capacity),
+        (None, None)
+    );
+    assert!(claim.conditions.is_empty() && !claim.size.allocated);
+}
