@@ -17,6 +17,7 @@
 //! naming it, and every other object still counts. Decoding straight into
 //! `Pod` would fail the whole list, and so the source would never be ready.
 
+pub mod claim_status;
 pub(crate) mod events;
 pub(crate) mod loose;
 pub(crate) mod publish;
