@@ -37,14 +37,16 @@ pub(crate) const ABNORMAL: &str = "VolumeConditionAbnormal";
 pub(crate) const NORMAL: &str = "VolumeConditionNormal";
 // The loop's own reasons, decided by the core.
 
-/// A pod event the core decided, as the sink takes it (a Warning), at
-/// `now`.
+/// A pod event the core or a job decided, as the sink takes it (a
+/// Warning; a Normal for a node expansion that succeeded, as the
+/// kubelet's), at `now`.
 pub(crate) fn stamped(
     e: crate::reconciler::effects::PodEvent,
     now: std::time::SystemTime,
 ) -> VolumeEvent {
+    let normal = e.reason == crate::reconciler::executor::FILE_SYSTEM_RESIZE_SUCCESSFUL;
     VolumeEvent {
-        kind: "Warning",
+        kind: if normal { "Normal" } else { "Warning" },
         reason: e.reason,
         message: e.message,
         pod_uid: e.pod.as_str().to_owned(),

@@ -23,7 +23,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::csi::CsiError;
-use crate::csi::client::{access_mode, mount_capability, proto_map};
+use crate::csi::client::{
+    ExpandArgs, access_mode, block_capability, expand_request, mount_capability, proto_map,
+};
 use crate::csi::proto::csi_v1 as pb;
 use crate::csi::registry::{Driver, Drivers};
 use crate::host::sys::{Errno, Sys, mkdir_all_beneath};
@@ -409,6 +411,61 @@ impl VolumePlugin for CsiPlugin {
         )?;
         let left = self.clean_up(&mut op, Path::new(&target))?;
         Ok(op.finished(left))
+    }
+
+    fn can_expand(&self, params: &TargetParams) -> bool {
+        params.csi().is_some_and(|c| {
+            self.drivers
+                .get(&c.driver)
+                .is_ok_and(|d| d.caps.expand_volume)
+        })
+    }
+
+    /// NodeExpandVolume as the kubelet calls it: the pod's publish path
+    /// as `volume_path`, the staging path when the driver stages, the PV's
+    /// capacity as `required_bytes`, the capability (mount with the PV's
+    /// fs type and mount options, or block) with the PV's first access
+    /// mode. A driver answer below the request is refused.
+    fn expand(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        required: u64,
+        block: bool,
+        sys: &dyn Sys,
+    ) -> Result<u64, PluginError> {
+        let mut op = Op::new(sys, Operation::ExpandVolume, params);
+        let csi = self.csi(&op, params)?;
+        let target = path_str(&op, params.pod_mount_path.as_deref(), "pod path")?;
+        let driver = self.driver(&op, csi)?;
+        let staged = driver.caps.stage_unstage && csi.lifecycle == CsiLifecycle::Persistent;
+        let staging = match staged {
+            true => Some(path_str(&op, params.device_mount_path(), "staging path")?),
+            false => None,
+        };
+        let mode = access_mode(&csi.access_modes, driver.caps);
+        let flags = params.mount_options().to_vec();
+        let capability = match block {
+            true => block_capability(mode),
+            false => mount_capability(params.fs_type.as_deref(), &flags, None, mode),
+        };
+        let req = expand_request(&ExpandArgs {
+            volume_id: &csi.volume_handle,
+            volume_path: &target,
+            staging_path: staging.as_deref(),
+            required_bytes: required,
+            capability,
+        });
+        let answered = self.call(&mut op, driver.client.expand(req))?;
+        let pod = params.target.pod().map_or("", |p| p.as_str());
+        crate::model::check_answer(pod, op.volume.as_str(), required, answered).map_err(
+            |cause| PluginError::Expand {
+                op: op.op,
+                volume: op.volume.clone(),
+                cause: Box::new(cause),
+            },
+        )?;
+        Ok(answered)
     }
 
     fn unmount_device(

@@ -322,6 +322,17 @@ pub enum PluginError {
         /// the volume
         volume: UniqueVolumeName,
     },
+    /// a NodeExpandVolume answer that cannot be believed (a capacity below
+    /// the request): final, as the driver said it is done
+    #[error("{} {volume}: {cause}", .op.as_str())]
+    Expand {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// what is wrong with the answer
+        cause: Box<crate::model::ExpandError>,
+    },
     /// the plugin does not do this operation
     #[error("{} {volume}: not supported by {}", .op.as_str(), .plugin.as_str())]
     Unsupported {
@@ -484,6 +495,28 @@ pub trait VolumePlugin: Send + Sync {
         _sys: &dyn Sys,
     ) -> PluginResult {
         Err(unsupported(Operation::UnmapDevice, params, self.name()))
+    }
+
+    /// Whether [`VolumePlugin::expand`] can grow `params`' volume (a CSI
+    /// driver with the node `EXPAND_VOLUME` capability).
+    fn can_expand(&self, params: &TargetParams) -> bool {
+        let _ = params;
+        false
+    }
+
+    /// Grows the mounted pod target `params`' volume to `required` bytes
+    /// (NodeExpandVolume; `block`: a raw block volume); the capacity the
+    /// plugin reports (0: not said). Idempotent: a volume already that big
+    /// is left as it is.
+    fn expand(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        _required: u64,
+        _block: bool,
+        _sys: &dyn Sys,
+    ) -> Result<u64, PluginError> {
+        Err(unsupported(Operation::ExpandVolume, params, self.name()))
     }
 }
 

@@ -20,8 +20,11 @@ use crate::plugins::{self, PluginError, VolumePlugin};
 
 use super::jobs::{Job, JobError, JobReport};
 
+mod expand;
 mod steps;
 pub(crate) mod subpaths;
+
+pub(crate) use expand::FILE_SYSTEM_RESIZE_SUCCESSFUL;
 
 /// Runs jobs. Cheap to share between worker threads.
 pub(crate) struct Executor {

@@ -160,7 +160,8 @@ impl Executor {
                     pod: want.pod.clone(),
                     mount: pod_mount,
                 });
-                Ok(())
+                // mounted: a pending node expansion grows it now
+                self.expand_after_set_up(plugin, want, pod, r)
             }
             Err(e) if !e.is_uncertain() => Err(e),
             Err(e) => {

@@ -1,0 +1,453 @@
+//! Node expansion when a volume is mounted for a pod (the kubelet's
+//! `expandVolumeDuringMount`): once SetUp made the pod's target, a claim
+//! whose PV is bigger than its status says (`model::decide_expansion`) is
+//! grown with NodeExpandVolume, journaled as its own step
+//! (`expand_volume`: intent, the call, outcome), with the kubelet's
+//! events on the pod. A failure fails the job (the pod's error, a
+//! `FailedMount` event), the mount it made stays.
+//!
+//! The RPC is idempotent: an intent without an outcome after a crash is
+//! a multi-step one, so the restart finds the pod target uncertain, runs
+//! SetUp again (the mount in place) and, the claim still saying the
+//! expansion is pending, the expansion after it.
+
+use super::Executor;
+use crate::journal::{Announced, Permit};
+use crate::model::{
+    ExpandCase, ExpandDecision, Operation, SharedParams, Steps, VolumeSpec, decide_expansion,
+};
+use crate::plugins::{Action, Outcome, VolumePlugin};
+use crate::reconciler::effects::PodEvent;
+use crate::reconciler::jobs::{JobError, JobReport};
+use crate::state::VolumeToMount;
+
+/// The kubelet's reason for a node expansion that succeeded (a Normal
+/// event).
+pub(crate) const FILE_SYSTEM_RESIZE_SUCCESSFUL: &str = "FileSystemResizeSuccessful";
+/// The kubelet's reason for one it would not or could not make.
+pub(crate) const FILE_SYSTEM_RESIZE_FAILED: &str = "FileSystemResizeFailed";
+
+impl Executor {
+    /// Expands `want`'s volume after SetUp made `pod` when its claim says
+    /// a node expansion is pending; nothing for any other volume.
+    pub(super) fn expand_after_set_up(
+        &self,
+        plugin: &dyn VolumePlugin,
+        want: &VolumeToMount,
+        pod: &SharedParams,
+        r: &mut JobReport,
+    ) -> Result<(), JobError> {
+        let VolumeSpec::Csi(csi) = &*want.spec else {
+            return Ok(());
+        };
+        let Some(claim) = &csi.claim else {
+            return Ok(());
+        };
+        let read_only = want.read_only
+            || pod.mount_options().is_read_only()
+            || pod.csi().is_some_and(|c| c.read_only);
+        let claim_name = format!("{}/{}", claim.namespace, claim.name);
+        let case = ExpandCase {
+            pod: want.pod.as_str(),
+            volume: &want.outer_name,
+            claim: &claim_name,
+            pv: &want.spec_name,
+            pv_capacity: claim.pv_capacity,
+            size: &claim.size,
+            read_only,
+            // raw block CSI volumes are not mounted through this path
+            block: false,
+            driver_expands: plugin.can_expand(pod),
+        };
+        // the kubelet's message shape: "<what> for volume \"<pv>\" <detail>"
+        let shown = |what: &str, detail: &str| {
+            format!("{what} for volume {:?} {detail}", &*want.spec_name)
+                .trim_end()
+                .to_owned()
+        };
+        let (to, block) = match decide_expansion(&case) {
+            Ok(ExpandDecision::Expand { to, block, .. }) => (to, block),
+            Ok(ExpandDecision::Nothing | ExpandDecision::NotSupported) => return Ok(()),
+            Ok(ExpandDecision::ReadOnly) => {
+                let message = shown(
+                    "MountVolume.NodeExpandVolume failed",
+                    "requested read-only file system",
+                );
+                self.pod_event(want, FILE_SYSTEM_RESIZE_FAILED, message);
+                return Ok(());
+            }
+            Err(e) => {
+                // bad input: said once per mount, the mount kept
+                self.pod_event(want, FILE_SYSTEM_RESIZE_FAILED, e.to_string());
+                return Ok(());
+            }
+        };
+        let sys = self.sys.as_ref();
+        let mut answered = 0;
+        let mut none: Option<Announced> = None;
+        // multi-step, as the fsGroup walk after SetUp: a cut intent makes
+        // the restart find the pod target uncertain, so SetUp runs again
+        // (the mount in place) and the expansion after it, once
+        self.journaled(
+            Operation::ExpandVolume,
+            Steps::Multi,
+            pod,
+            r,
+            &mut none,
+            |permit: &Permit| {
+                answered = plugin.expand(permit, pod, to, block, sys)?;
+                Ok(Outcome::of(Action::Performed))
+            },
+        )?;
+        tracing::info!(volume = %pod.volume, pod = %want.pod, required_bytes = to, answered,
+            "NodeExpandVolume succeeded");
+        let message = shown("MountVolume.NodeExpandVolume succeeded", "");
+        self.pod_event(want, FILE_SYSTEM_RESIZE_SUCCESSFUL, message);
+        Ok(())
+    }
+
+    /// An event on `want`'s pod, or a log line without an event sink.
+    fn pod_event(&self, want: &VolumeToMount, reason: &'static str, message: String) {
+        match &self.events {
+            Some(events) => events(PodEvent {
+                pod: want.pod.clone(),
+                names: None,
+                reason,
+                message,
+            }),
+            None => tracing::warn!(pod = %want.pod, reason, "{message}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The executor's side with a test double in the CSI plugin's place
+    //! (no driver process in a unit test; `tests/csi_testdriver.rs` grows
+    //! a real tmpfs through the real client): which mounts expand, the
+    //! journal's shape, and the events.
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::host::recording_sys::RecordingSys;
+    use crate::host::sys::Sys;
+    use crate::journal::{Body, Journal, JournalConfig, OpResult};
+    use crate::metrics::Metrics;
+    use crate::model::{
+        ClaimSize, ClaimState, CsiSpec, Layout, PluginName, PodUid, PodVolume, ResizeStatus,
+        TargetParams,
+    };
+    use crate::plugins::{Certainty, PluginError, PluginResult};
+    use crate::reconciler::jobs::Job;
+    use crate::reconciler::params::pod_params;
+
+    const GI: u64 = 1 << 30;
+
+    /// A CSI plugin double: SetUp succeeds; expand records its size and
+    /// answers `answer` (or fails as told).
+    #[derive(Default)]
+    struct Double {
+        expands: bool,
+        calls: Mutex<Vec<u64>>,
+        fail: Option<Certainty>,
+    }
+
+    impl VolumePlugin for Double {
+        fn name(&self) -> PluginName {
+            PluginName::Csi
+        }
+        fn setup(&self, _: &Permit, _: &VolumeSpec, _: &TargetParams, _: &dyn Sys) -> PluginResult {
+            Ok(Outcome::of(Action::Performed))
+        }
+        fn teardown(&self, _: &Permit, _: &TargetParams, _: &dyn Sys) -> PluginResult {
+            Ok(Outcome::of(Action::Performed))
+        }
+        fn can_expand(&self, _: &TargetParams) -> bool {
+            self.expands
+        }
+        fn expand(
+            &self,
+            _: &Permit,
+            params: &TargetParams,
+            required: u64,
+            _: bool,
+            _: &dyn Sys,
+        ) -> Result<u64, PluginError> {
+            self.calls.lock().unwrap().push(required);
+            match self.fail {
+                None => Ok(required),
+                Some(certainty) => Err(PluginError::Csi {
+                    op: Operation::ExpandVolume,
+                    volume: params.volume.clone(),
+                    certainty,
+                    cause: Box::new(crate::csi::CsiError {
+                        driver: "d".into(),
+                        method: "/csi.v1.Node/NodeExpandVolume",
+                        code: tonic::Code::OutOfRange,
+                        message: "too big".into(),
+                    }),
+                }),
+            }
+        }
+    }
+
+    type Events = Arc<Mutex<Vec<(&'static str, String)>>>;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        journal: Arc<Journal>,
+        layout: Layout,
+        exec: Executor,
+        double: Arc<Double>,
+        events: Events,
+    }
+
+    /// The double behind an `Arc`, so a test reads its calls after the
+    /// executor owns it.
+    struct Shared(Arc<Double>);
+    impl VolumePlugin for Shared {
+        fn name(&self) -> PluginName {
+            self.0.name()
+        }
+        fn setup(&self, p: &Permit, s: &VolumeSpec, t: &TargetParams, y: &dyn Sys) -> PluginResult {
+            self.0.setup(p, s, t, y)
+        }
+        fn teardown(&self, p: &Permit, t: &TargetParams, y: &dyn Sys) -> PluginResult {
+            self.0.teardown(p, t, y)
+        }
+        fn can_expand(&self, t: &TargetParams) -> bool {
+            self.0.can_expand(t)
+        }
+        fn expand(
+            &self,
+            p: &Permit,
+            t: &TargetParams,
+            n: u64,
+            b: bool,
+            y: &dyn Sys,
+        ) -> Result<u64, PluginError> {
+            self.0.expand(p, t, n, b, y)
+        }
+    }
+
+    fn fixture(double: Double) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(&JournalConfig::new(dir.path().join("j"), "n", "b")).unwrap();
+        let journal = Arc::new(j);
+        let sys = Arc::new(RecordingSys::new());
+        sys.add("/r", crate::host::sys::FileKind::Dir);
+        let layout = Layout::new("/r");
+        let double = Arc::new(double);
+        let events: Events = Arc::default();
+        let sink = events.clone();
+        let exec = Executor::new(
+            Some(journal.clone()),
+            sys,
+            &layout,
+            Arc::new(Metrics::new().unwrap()),
+        )
+        .with_plugin(Box::new(Shared(double.clone())))
+        .with_events(Arc::new(move |e: PodEvent| {
+            sink.lock().unwrap().push((e.reason, e.message));
+        }));
+        Fixture {
+            _dir: dir,
+            journal,
+            layout,
+            exec,
+            double,
+            events,
+        }
+    }
+
+    /// A CSI claim of PV `pv-1` whose PV says `pv` bytes and whose claim
+    /// reports `status` with resize status `rs`.
+    fn want(pv: u64, status: u64, rs: Option<ResizeStatus>, read_only: bool) -> VolumeToMount {
+        let claim = ClaimState {
+            namespace: "ns".into(),
+            name: "data".into(),
+            pv_capacity: Some(pv),
+            size: ClaimSize {
+                status_capacity: Some(status),
+                allocated: rs.is_some(),
+                resize_status: rs,
+            },
+            ..ClaimState::default()
+        };
+        let spec = VolumeSpec::Csi(Box::new(CsiSpec {
+            driver: "d.example.com".into(),
+            volume_handle: "vol-1".into(),
+            claim: Some(Arc::new(claim)),
+            ..CsiSpec::default()
+        }));
+        let pod = PodUid::new("p1").unwrap();
+        VolumeToMount {
+            volume: PodVolume::unique_name(&spec, &pod, "pv-1"),
+            plugin: spec.plugin(),
+            spec: spec.into(),
+            pod,
+            spec_name: "pv-1".into(),
+            outer_name: "data".into(),
+            selinux: None,
+            csi_pod: None,
+            read_only,
+            fs_group: None,
+        }
+    }
+
+    fn run(f: &Fixture, want: VolumeToMount) -> crate::reconciler::jobs::JobReport {
+        let job = Job::Mount {
+            device: None,
+            pod: pod_params(&f.layout, &want).into(),
+            want: Box::new(want),
+        };
+        f.exec.run(&job)
+    }
+
+    /// (op, what) of every journal record, in log order.
+    fn shape(f: &Fixture) -> Vec<(Operation, &'static str)> {
+        f.journal.flush_pending().unwrap();
+        (f.journal.current("n").unwrap().tail.iter())
+            .map(|r| match &r.body {
+                Body::Intent { op, steps, .. } => (
+                    *op,
+                    if *steps == Steps::Multi {
+                        "multi"
+                    } else {
+                        "single"
+                    },
+                ),
+                Body::Outcome {
+                    op,
+                    result: OpResult::Success,
+                    ..
+                } => (*op, "success"),
+                Body::Outcome { op, .. } => (*op, "failed"),
+                _ => (Operation::SetUp, "other"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pending_expansion_runs_after_set_up_as_its_own_journaled_step() {
+        let f = fixture(Double {
+            expands: true,
+            ..Double::default()
+        });
+        let report = run(
+            &f,
+            want(2 * GI, GI, Some(ResizeStatus::NodeResizePending), false),
+        );
+        assert_eq!(report.error, None);
+        assert_eq!(report.ran, vec![Operation::SetUp, Operation::ExpandVolume]);
+        assert_eq!(
+            *f.double.calls.lock().unwrap(),
+            vec![2 * GI],
+            "the PV's size"
+        );
+        assert_eq!(
+            shape(&f),
+            vec![
+                (Operation::SetUp, "multi"),
+                (Operation::SetUp, "success"),
+                (Operation::ExpandVolume, "multi"),
+                (Operation::ExpandVolume, "success"),
+            ]
+        );
+        let events = f.events.lock().unwrap().clone();
+        assert_eq!(
+            events,
+            vec![(
+                FILE_SYSTEM_RESIZE_SUCCESSFUL,
+                "MountVolume.NodeExpandVolume succeeded for volume \"pv-1\"".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn no_call_without_a_pending_expansion_a_driver_that_expands_or_for_read_only() {
+        let cases: [(&str, VolumeToMount, bool, usize); 4] = [
+            ("same size", want(GI, GI, None, false), true, 0),
+            (
+                "controller's turn",
+                want(
+                    2 * GI,
+                    GI,
+                    Some(ResizeStatus::ControllerResizeInProgress),
+                    false,
+                ),
+                true,
+                0,
+            ),
+            ("no EXPAND_VOLUME", want(2 * GI, GI, None, false), false, 0),
+            ("read-only", want(2 * GI, GI, None, true), true, 1),
+        ];
+        for (what, w, expands, events) in cases {
+            let f = fixture(Double {
+                expands,
+                ..Double::default()
+            });
+            let report = run(&f, w);
+            assert_eq!(report.error, None, "{what}");
+            assert_eq!(report.ran, vec![Operation::SetUp], "{what}");
+            assert!(f.double.calls.lock().unwrap().is_empty(), "{what}");
+            let seen = f.events.lock().unwrap().clone();
+            assert_eq!(seen.len(), events, "{what}: {seen:?}");
+            if events == 1 {
+                assert_eq!(seen[0].0, FILE_SYSTEM_RESIZE_FAILED);
+                assert!(
+                    seen[0].1.ends_with("requested read-only file system"),
+                    "{seen:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_pv_below_the_claim_is_an_event_naming_the_fields_and_the_mount_stays() {
+        let f = fixture(Double {
+            expands: true,
+            ..Double::default()
+        });
+        let report = run(&f, want(GI, 2 * GI, None, false));
+        assert_eq!(report.error, None, "the mount is not failed for it");
+        assert!(f.double.calls.lock().unwrap().is_empty());
+        let seen = f.events.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(
+            seen[0].1.contains("pod p1: volume data")
+                && seen[0].1.contains("spec.capacity.storage")
+                && seen[0].1.contains("claim ns/data status.capacity.storage"),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn a_failed_expansion_is_journaled_and_fails_the_job_with_the_mount_kept() {
+        for certainty in [Certainty::Final, Certainty::Uncertain] {
+            let f = fixture(Double {
+                expands: true,
+                fail: Some(certainty),
+                ..Double::default()
+            });
+            let report = run(&f, want(2 * GI, GI, None, false));
+            let err = report.error.expect("the job fails");
+            assert!(err.to_string().contains("too big"), "{err}");
+            assert!(
+                report
+                    .updates
+                    .iter()
+                    .any(|u| matches!(u, crate::reconciler::jobs::AswUpdate::PodMounted { .. })),
+                "the mount SetUp made is kept: {:?}",
+                report.updates
+            );
+            assert_eq!(
+                shape(&f)[2..],
+                [
+                    (Operation::ExpandVolume, "multi"),
+                    (Operation::ExpandVolume, "failed"),
+                ]
+            );
+        }
+    }
+}
