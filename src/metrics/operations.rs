@@ -60,6 +60,8 @@ pub enum StorageOperation {
     VolumeUnmount,
     /// UnmountDevice
     UnmountDevice,
+    /// NodeExpandVolume (the kubelet's `volume_fs_resize`)
+    VolumeFsResize,
 }
 
 impl StorageOperation {
@@ -69,6 +71,7 @@ impl StorageOperation {
             StorageOperation::VolumeMount => "volume_mount",
             StorageOperation::VolumeUnmount => "volume_unmount",
             StorageOperation::UnmountDevice => "unmount_device",
+            StorageOperation::VolumeFsResize => "volume_fs_resize",
         }
     }
 }

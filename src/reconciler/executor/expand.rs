@@ -13,6 +13,7 @@
 
 use super::Executor;
 use crate::journal::{Announced, Permit};
+use crate::metrics::StorageOperation;
 use crate::model::{
     ExpandCase, ExpandDecision, Operation, SharedParams, Steps, VolumeSpec, decide_expansion,
 };
@@ -85,10 +86,11 @@ impl Executor {
         let sys = self.sys.as_ref();
         let mut answered = 0;
         let mut none: Option<Announced> = None;
+        let started = std::time::Instant::now();
         // multi-step, as the fsGroup walk after SetUp: a cut intent makes
         // the restart find the pod target uncertain, so SetUp runs again
         // (the mount in place) and the expansion after it, once
-        self.journaled(
+        let result = self.journaled(
             Operation::ExpandVolume,
             Steps::Multi,
             pod,
@@ -98,7 +100,20 @@ impl Executor {
                 answered = plugin.expand(permit, pod, to, block, sys)?;
                 Ok(Outcome::of(Action::Performed))
             },
-        )?;
+        );
+        // `storage_operation_duration_seconds{operation_name="volume_fs_resize"}`,
+        // the kubelet's name for it; a CSI volume's plugin label names its driver
+        let label = match pod.csi() {
+            Some(c) => format!("{}:{}", pod.plugin.as_str(), c.driver),
+            None => pod.plugin.as_str().to_owned(),
+        };
+        self.metrics.ops.storage_operation(
+            &label,
+            StorageOperation::VolumeFsResize,
+            result.is_ok(),
+            started.elapsed(),
+        );
+        result?;
         tracing::info!(volume = %pod.volume, pod = %want.pod, required_bytes = to, answered,
             "NodeExpandVolume succeeded");
         let message = shown("MountVolume.NodeExpandVolume succeeded", "");
@@ -200,6 +215,7 @@ mod tests {
         exec: Executor,
         double: Arc<Double>,
         events: Events,
+        metrics: Arc<Metrics>,
     }
 
     /// The double behind an `Arc`, so a test reads its calls after the
@@ -240,16 +256,12 @@ mod tests {
         let double = Arc::new(double);
         let events: Events = Arc::default();
         let sink = events.clone();
-        let exec = Executor::new(
-            Some(journal.clone()),
-            sys,
-            &layout,
-            Arc::new(Metrics::new().unwrap()),
-        )
-        .with_plugin(Box::new(Shared(double.clone())))
-        .with_events(Arc::new(move |e: PodEvent| {
-            sink.lock().unwrap().push((e.reason, e.message));
-        }));
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let exec = Executor::new(Some(journal.clone()), sys, &layout, metrics.clone())
+            .with_plugin(Box::new(Shared(double.clone())))
+            .with_events(Arc::new(move |e: PodEvent| {
+                sink.lock().unwrap().push((e.reason, e.message));
+            }));
         Fixture {
             _dir: dir,
             journal,
@@ -257,6 +269,7 @@ mod tests {
             exec,
             double,
             events,
+            metrics,
         }
     }
 
@@ -353,6 +366,15 @@ mod tests {
                 (Operation::ExpandVolume, "multi"),
                 (Operation::ExpandVolume, "success"),
             ]
+        );
+        let text = crate::metrics::gather_text(&f.metrics);
+        assert!(
+            text.lines().any(
+                |l| l.starts_with("storage_operation_duration_seconds_count")
+                    && l.contains("operation_name=\"volume_fs_resize\"")
+                    && l.contains("status=\"success\"")
+            ),
+            "{text}"
         );
         let events = f.events.lock().unwrap().clone();
         assert_eq!(
