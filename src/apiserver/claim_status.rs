@@ -17,7 +17,9 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Map, Value, json};
 
-use crate::model::{ClaimCondition, ClaimState, ClaimUpdate, RESIZE_CONDITIONS};
+use crate::model::{
+    ClaimCondition, ClaimResize, ClaimState, ClaimUpdate, RESIZE_CONDITIONS, ResizeStep,
+};
 
 /// The condition a failed node expansion adds.
 pub const NODE_RESIZE_ERROR: &str = "NodeResizeError";
@@ -133,17 +135,77 @@ pub fn failed_patch(state: &ClaimState, error: &str, infeasible: bool, now: &str
     json!({ "status": status })
 }
 
-/// Sends `patch` to the status of claim `namespace/name`.
+/// The patch of one update (none: nothing to write).
+pub fn patch_of(update: &ClaimResize, now: &str) -> Option<Value> {
+    let claim = &update.claim;
+    match &update.step {
+        ResizeStep::Started => in_progress_patch(claim, update.update),
+        ResizeStep::Finished(bytes) => Some(finished_patch(claim, *bytes, update.update)),
+        ResizeStep::Failed { error, infeasible } => {
+            Some(failed_patch(claim, error, *infeasible, now))
+        }
+    }
+}
+
+/// Sends `patch` to the status of claim `namespace/name`; the claim's
+/// new `resourceVersion`.
 pub async fn patch_claim_status(
     client: &Client,
     namespace: &str,
     name: &str,
     patch: &Value,
-) -> kube::Result<()> {
+) -> kube::Result<Option<String>> {
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
-        .map(drop)
+        .map(|c| c.metadata.resource_version)
+}
+
+/// Writes each update `updates` brings, in order, until `stop`. The
+/// updates of one expansion carry the claim as it was read, so a patch
+/// after one this task made takes that patch's `resourceVersion` (as
+/// the kubelet patches the claim each patch returned). A failed write is
+/// logged and dropped, as the kubelet's is; the claim then still says
+/// the expansion is pending.
+pub(crate) async fn send_claim_updates(
+    client: Client,
+    mut updates: tokio::sync::mpsc::UnboundedReceiver<ClaimResize>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    // per claim: the resourceVersion a patch was made on, and the one it
+    // returned
+    let mut moved: std::collections::HashMap<(String, String), (String, String)> =
+        Default::default();
+    loop {
+        let update = tokio::select! {
+            u = updates.recv() => match u { Some(u) => u, None => return },
+            _ = stop.changed() => return,
+        };
+        let now = crate::health::report::rfc3339(std::time::SystemTime::now());
+        let Some(mut patch) = patch_of(&update, &now) else {
+            continue;
+        };
+        let key = (update.claim.namespace.clone(), update.claim.name.clone());
+        let mut made_on = None;
+        if let Some(rv) = patch.pointer_mut("/metadata/resourceVersion") {
+            if let (Some(sent), Some((from, to))) = (rv.as_str(), moved.get(&key))
+                && sent == from
+            {
+                *rv = json!(to);
+            }
+            made_on = rv.as_str().map(str::to_owned);
+        }
+        match patch_claim_status(&client, &key.0, &key.1, &patch).await {
+            Ok(Some(new)) => {
+                if let Some(old) = made_on {
+                    moved.insert(key, (old, new));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(claim = %format!("{}/{}", key.0, key.1), error = %e,
+                "patch claim status after a node expansion"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -249,6 +311,39 @@ mod tests {
         assert_eq!(
             p["status"]["conditions"],
             json!([condition_json(&again.conditions[0])])
+        );
+    }
+
+    #[test]
+    fn each_step_maps_to_its_patch() {
+        use std::sync::Arc;
+        let s = Arc::new(state(vec![]));
+        let of = |update, step| {
+            patch_of(
+                &ClaimResize {
+                    claim: s.clone(),
+                    update,
+                    step,
+                },
+                "t",
+            )
+        };
+        assert_eq!(of(ClaimUpdate::Legacy, ResizeStep::Started), None);
+        assert_eq!(
+            of(ClaimUpdate::Recovery, ResizeStep::Started),
+            in_progress_patch(&s, ClaimUpdate::Recovery)
+        );
+        assert_eq!(
+            of(ClaimUpdate::Recovery, ResizeStep::Finished(2 * GI)),
+            Some(finished_patch(&s, 2 * GI, ClaimUpdate::Recovery))
+        );
+        let failed = ResizeStep::Failed {
+            error: "e".into(),
+            infeasible: false,
+        };
+        assert_eq!(
+            of(ClaimUpdate::Recovery, failed),
+            Some(failed_patch(&s, "e", false, "t"))
         );
     }
 

@@ -45,6 +45,13 @@ impl CsiError {
     pub fn is_final(&self) -> bool {
         is_final(self.code)
     }
+
+    /// Whether a NodeExpandVolume failure says the size can never be
+    /// reached: INVALID_ARGUMENT or OUT_OF_RANGE (the CSI spec's
+    /// "unsupported capacity").
+    pub fn size_out_of_reach(&self) -> bool {
+        matches!(self.code, Code::InvalidArgument | Code::OutOfRange)
+    }
 }
 
 /// The kubelet's `isFinalError`, by status code.

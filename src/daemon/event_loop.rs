@@ -97,6 +97,9 @@ pub(crate) struct LoopParts {
     pub sink: Arc<dyn crate::health::EventSink>,
     /// the loop's pulse (watchdog, `READY=1`): busy, idle, ready, ended
     pub heartbeat: Arc<Heartbeat>,
+    /// where a node expansion's claim status updates go (the API
+    /// server's publisher); none without an API server
+    pub claims: Option<crate::reconciler::executor::ClaimUpdates>,
 }
 
 /// What the loop runs once it is ready: the leftovers' walk and the health
@@ -121,6 +124,7 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
         changes,
         sink,
         heartbeat,
+        claims,
     } = parts;
     let mut threads = Vec::new();
     let queued = Arc::new(AtomicUsize::new(0));
@@ -151,6 +155,9 @@ pub(crate) fn spawn_loop(parts: LoopParts) -> Result<Vec<JoinHandle<()>>, Daemon
                 std::time::SystemTime::now(),
             ));
         }));
+    }
+    if let Some(claims) = claims {
+        executor = executor.with_claims(claims);
     }
     let payload =
         crate::plugins::payload::PayloadPlugin::all(&cfg.core.layout, &cfg.payload_objects);

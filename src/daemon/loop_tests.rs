@@ -256,6 +256,7 @@ fn rig(workers: usize) -> Rig {
         changes: changes.clone(),
         sink,
         heartbeat: heartbeat.clone(),
+        claims: None,
     })
     .unwrap();
     let provider = Provider {

@@ -244,6 +244,16 @@ impl Daemon {
             false => (recent.clone(), None),
         };
         let in_use_wake = api.is_some().then(|| Arc::new(tokio::sync::Notify::new()));
+        // a node expansion's claim status updates, to the API server
+        let (claims, claims_rx) = match api.is_some() {
+            true => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let send: crate::reconciler::executor::ClaimUpdates =
+                    Arc::new(move |u| drop(tx.send(u)));
+                (Some(send), Some(rx))
+            }
+            false => (None, None),
+        };
         let changes = Arc::new(crate::runtime::Changes::new());
         let monitor = match cfg.health.clone() {
             Some(h) => match health::start(
@@ -314,6 +324,7 @@ impl Daemon {
             changes: changes.clone(),
             sink: sink.clone(),
             heartbeat: heartbeat.clone(),
+            claims,
         });
         let mut threads = match spawned {
             Ok(t) => t,
@@ -392,8 +403,8 @@ impl Daemon {
             ),
             _ => None,
         };
-        if let (Some(publisher), Some(stop), Some(rx), Some(wake)) =
-            (publisher, &api, api_events, in_use_wake)
+        if let (Some(publisher), Some(stop), Some(rx), Some(wake), Some(claims_rx)) =
+            (publisher, &api, api_events, in_use_wake, claims_rx)
         {
             let view = api::node_view(
                 (
@@ -405,7 +416,7 @@ impl Daemon {
                 monitor.clone(),
                 (wake, events_tx.clone()),
             );
-            publisher.start(view, rx, stop);
+            publisher.start(view, rx, claims_rx, stop);
         }
         Ok(Daemon {
             world,

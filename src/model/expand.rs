@@ -123,6 +123,35 @@ pub struct ClaimState {
     pub conditions: Vec<ClaimCondition>,
 }
 
+/// Where a node expansion of a claim stands, for its status to say so
+/// (the API server's side writes it: `apiserver::claim_status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResizeStep {
+    /// the call is about to be made
+    Started,
+    /// the volume was grown to this many bytes
+    Finished(u64),
+    /// the call failed for good with this error; `infeasible`: the
+    /// driver says the size can never be reached
+    Failed {
+        /// the error
+        error: String,
+        /// no node may retry
+        infeasible: bool,
+    },
+}
+
+/// One claim status update a node expansion asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimResize {
+    /// the claim as read when the expansion was decided
+    pub claim: std::sync::Arc<ClaimState>,
+    /// how its resizer writes the status
+    pub update: ClaimUpdate,
+    /// what happened
+    pub step: ResizeStep,
+}
+
 /// One mounted (or being staged) claim's volume, as the expansion
 /// decision sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -29,8 +29,9 @@ pub use container::{
 };
 pub use csi::{CsiLifecycle, CsiParams, CsiPodInfo, SecretRef};
 pub use expand::{
-    ClaimCondition, ClaimSize, ClaimState, ClaimUpdate, ExpandCase, ExpandDecision, ExpandError,
-    RESIZE_CONDITIONS, ResizeStatus, check_answer, decide as decide_expansion,
+    ClaimCondition, ClaimResize, ClaimSize, ClaimState, ClaimUpdate, ExpandCase, ExpandDecision,
+    ExpandError, RESIZE_CONDITIONS, ResizeStatus, ResizeStep, check_answer,
+    decide as decide_expansion,
 };
 pub use layout::{
     Area, KubeletPath, Layout, LayoutError, PAYLOAD_DATA_LINK, PAYLOAD_DATA_TMP,

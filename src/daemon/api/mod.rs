@@ -274,7 +274,8 @@ fn apply_all(state: &mut ApiState, batch: Vec<crate::apiserver::Watched>) {
 }
 
 /// Starts what volumed tells the API server (the node's status, CSINode,
-/// pod events) on the API source's thread, once the loop runs.
+/// pod events, claim status after a node expansion) on the API source's
+/// thread, once the loop runs.
 pub(super) struct Publisher {
     every: std::time::Duration,
     handle: tokio::runtime::Handle,
@@ -287,6 +288,7 @@ impl Publisher {
         self,
         view: crate::apiserver::publish::NodeView,
         events: tokio::sync::mpsc::UnboundedReceiver<crate::health::VolumeEvent>,
+        claims: tokio::sync::mpsc::UnboundedReceiver<crate::model::ClaimResize>,
         stop: &ApiStopper,
     ) {
         use crate::apiserver::publish::{keep_node, send_events};
@@ -298,6 +300,12 @@ impl Publisher {
             self.every,
             stop.0.subscribe(),
         ));
+        self.handle
+            .spawn(crate::apiserver::claim_status::send_claim_updates(
+                client.clone(),
+                claims,
+                stop.0.subscribe(),
+            ));
         self.handle
             .spawn(send_events(client, node, events, stop.0.subscribe()));
     }

@@ -15,9 +15,10 @@ use super::Executor;
 use crate::journal::{Announced, Permit};
 use crate::metrics::StorageOperation;
 use crate::model::{
-    ExpandCase, ExpandDecision, Operation, SharedParams, Steps, VolumeSpec, decide_expansion,
+    ClaimResize, ClaimUpdate, ExpandCase, ExpandDecision, Operation, ResizeStep, SharedParams,
+    Steps, VolumeSpec, decide_expansion,
 };
-use crate::plugins::{Action, Outcome, VolumePlugin};
+use crate::plugins::{Action, Outcome, PluginError, VolumePlugin};
 use crate::reconciler::effects::PodEvent;
 use crate::reconciler::jobs::{JobError, JobReport};
 use crate::state::VolumeToMount;
@@ -27,6 +28,18 @@ use crate::state::VolumeToMount;
 pub(crate) const FILE_SYSTEM_RESIZE_SUCCESSFUL: &str = "FileSystemResizeSuccessful";
 /// The kubelet's reason for one it would not or could not make.
 pub(crate) const FILE_SYSTEM_RESIZE_FAILED: &str = "FileSystemResizeFailed";
+
+/// Whether a final failure says the size can never be had, so the claim
+/// is marked `NodeResizeInfeasible` and no node retries: the driver's
+/// INVALID_ARGUMENT or OUT_OF_RANGE (the CSI spec's "unsupported
+/// capacity"), or an answer below the request.
+fn infeasible(e: &PluginError) -> bool {
+    match e {
+        PluginError::Csi { cause, .. } => cause.size_out_of_reach(),
+        PluginError::Expand { .. } => true,
+        _ => false,
+    }
+}
 
 impl Executor {
     /// Expands `want`'s volume after SetUp made `pod` when its claim says
@@ -66,8 +79,10 @@ impl Executor {
                 .trim_end()
                 .to_owned()
         };
-        let (to, block) = match decide_expansion(&case) {
-            Ok(ExpandDecision::Expand { to, block, .. }) => (to, block),
+        let (to, block, update) = match decide_expansion(&case) {
+            Ok(ExpandDecision::Expand {
+                to, block, update, ..
+            }) => (to, block, update),
             Ok(ExpandDecision::Nothing | ExpandDecision::NotSupported) => return Ok(()),
             Ok(ExpandDecision::ReadOnly) => {
                 let message = shown(
@@ -83,8 +98,22 @@ impl Executor {
                 return Ok(());
             }
         };
+        let tell = |step: ResizeStep| {
+            if let Some(claims) = &self.claims {
+                claims(ClaimResize {
+                    claim: claim.clone(),
+                    update,
+                    step,
+                });
+            }
+        };
+        if update == ClaimUpdate::Recovery {
+            tell(ResizeStep::Started);
+        }
         let sys = self.sys.as_ref();
         let mut answered = 0;
+        // a final failure's words, and whether the size can never be had
+        let mut failed: Option<(String, bool)> = None;
         let mut none: Option<Announced> = None;
         let started = std::time::Instant::now();
         // multi-step, as the fsGroup walk after SetUp: a cut intent makes
@@ -96,9 +125,17 @@ impl Executor {
             pod,
             r,
             &mut none,
-            |permit: &Permit| {
-                answered = plugin.expand(permit, pod, to, block, sys)?;
-                Ok(Outcome::of(Action::Performed))
+            |permit: &Permit| match plugin.expand(permit, pod, to, block, sys) {
+                Ok(n) => {
+                    answered = n;
+                    Ok(Outcome::of(Action::Performed))
+                }
+                Err(e) => {
+                    if !e.is_uncertain() {
+                        failed = Some((e.to_string(), infeasible(&e)));
+                    }
+                    Err(e)
+                }
             },
         );
         // `storage_operation_duration_seconds{operation_name="volume_fs_resize"}`,
@@ -113,6 +150,12 @@ impl Executor {
             result.is_ok(),
             started.elapsed(),
         );
+        match (&result, failed) {
+            (Ok(()), _) => tell(ResizeStep::Finished(to)),
+            (Err(_), Some((error, infeasible))) => tell(ResizeStep::Failed { error, infeasible }),
+            // not known to have failed: the status says nothing yet
+            (Err(_), None) => {}
+        }
         result?;
         tracing::info!(volume = %pod.volume, pod = %want.pod, required_bytes = to, answered,
             "NodeExpandVolume succeeded");
@@ -207,6 +250,7 @@ mod tests {
     }
 
     type Events = Arc<Mutex<Vec<(&'static str, String)>>>;
+    type Claims = Arc<Mutex<Vec<(ClaimUpdate, ResizeStep)>>>;
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -216,6 +260,7 @@ mod tests {
         double: Arc<Double>,
         events: Events,
         metrics: Arc<Metrics>,
+        claims: Claims,
     }
 
     /// The double behind an `Arc`, so a test reads its calls after the
@@ -256,11 +301,16 @@ mod tests {
         let double = Arc::new(double);
         let events: Events = Arc::default();
         let sink = events.clone();
+        let claims: Claims = Arc::default();
+        let told = claims.clone();
         let metrics = Arc::new(Metrics::new().unwrap());
         let exec = Executor::new(Some(journal.clone()), sys, &layout, metrics.clone())
             .with_plugin(Box::new(Shared(double.clone())))
             .with_events(Arc::new(move |e: PodEvent| {
                 sink.lock().unwrap().push((e.reason, e.message));
+            }))
+            .with_claims(Arc::new(move |u: ClaimResize| {
+                told.lock().unwrap().push((u.update, u.step));
             }));
         Fixture {
             _dir: dir,
@@ -270,6 +320,7 @@ mod tests {
             double,
             events,
             metrics,
+            claims,
         }
     }
 
@@ -366,6 +417,14 @@ mod tests {
                 (Operation::ExpandVolume, "multi"),
                 (Operation::ExpandVolume, "success"),
             ]
+        );
+        assert_eq!(
+            *f.claims.lock().unwrap(),
+            vec![
+                (ClaimUpdate::Recovery, ResizeStep::Started),
+                (ClaimUpdate::Recovery, ResizeStep::Finished(2 * GI)),
+            ],
+            "in progress before the call, finished after it"
         );
         let text = crate::metrics::gather_text(&f.metrics);
         assert!(
@@ -470,6 +529,17 @@ mod tests {
                     (Operation::ExpandVolume, "failed"),
                 ]
             );
+            let told = f.claims.lock().unwrap().clone();
+            match certainty {
+                // OUT_OF_RANGE: the size can never be had
+                Certainty::Final => assert!(
+                    matches!(&told[..], [(ClaimUpdate::Legacy, ResizeStep::Failed { error, infeasible: true })]
+                        if error.contains("too big")),
+                    "{told:?}"
+                ),
+                // not known to have failed: the claim is not told
+                Certainty::Uncertain => assert!(told.is_empty(), "{told:?}"),
+            }
         }
     }
 }

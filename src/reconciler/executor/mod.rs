@@ -43,7 +43,14 @@ pub(crate) struct Executor {
     /// the subPath binds a TearDown cleans first (shared with the runtime
     /// API, which makes them)
     subpaths: Arc<subpaths::Subpaths>,
+    /// where a node expansion's claim status updates go (the API server);
+    /// none: not written
+    claims: Option<ClaimUpdates>,
 }
+
+/// Takes a claim status update a node expansion asks for (the daemon
+/// hands it to the API server's side).
+pub(crate) type ClaimUpdates = Arc<dyn Fn(crate::model::ClaimResize) + Send + Sync>;
 
 /// Takes a pod's event raised while a job runs (the daemon stamps it and
 /// hands it to its event sink).
@@ -77,7 +84,15 @@ impl Executor {
             plugins: plugins::all(layout),
             events: None,
             every: crate::plugins::ownership::ProgressEvery::KUBELET,
+            claims: None,
         }
+    }
+
+    /// The same executor with `claims` taking the claim status updates of
+    /// node expansions.
+    pub(crate) fn with_claims(mut self, claims: ClaimUpdates) -> Self {
+        self.claims = Some(claims);
+        self
     }
 
     /// Cleans the subPath binds of `subpaths` (shared with whoever makes
