@@ -5,7 +5,7 @@
 //! ```text
 //! describe   <free text>
 //! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap
-//! option     blank_device | checkpoint_every=<n> | fs_group=<gid>
+//! option     blank_device | checkpoint_every=<n> | fs_group=<gid> | expand
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
 //! full       <point>[:<n>] free | kill      # instead of crash: the journal's disk fills there
 //! trigger    delete <pod> | add <pod>:<kinds> | mounts <pod>   # while the armed daemon runs, after it settled
@@ -218,6 +218,8 @@ pub struct Fixture {
     pub checkpoint_every: Option<u64>,
     /// every pod's `securityContext.fsGroup`
     pub fs_group: Option<u32>,
+    /// the CSI PV grown beyond its claim, the driver able to expand it
+    pub expand: bool,
     /// how the daemon dies
     pub crash: Crash,
     /// the journal's disk fills at a point instead (`crash` is unused)
@@ -271,11 +273,12 @@ fn change(words: &[&str], down: bool) -> Result<Change, String> {
 }
 
 /// The CSI node RPCs an `expect rpcs` line can count.
-pub const RPCS: [&str; 4] = [
+pub const RPCS: [&str; 5] = [
     "NodeStageVolume",
     "NodePublishVolume",
     "NodeUnpublishVolume",
     "NodeUnstageVolume",
+    "NodeExpandVolume",
 ];
 
 fn refs(words: &[&str]) -> Result<Vec<Ref>, String> {
@@ -344,6 +347,7 @@ pub fn parse(name: &str, text: &str) -> Result<Fixture, String> {
         blank_device: false,
         checkpoint_every: None,
         fs_group: None,
+        expand: false,
         crash: Crash::Kill,
         full: None,
         trigger: Vec::new(),
@@ -369,6 +373,7 @@ pub fn parse(name: &str, text: &str) -> Result<Fixture, String> {
             }
             "option" => match words.get(1).copied() {
                 Some("blank_device") => f.blank_device = true,
+                Some("expand") => f.expand = true,
                 Some(o) if o.starts_with("fs_group=") => {
                     let n = o["fs_group=".len()..]
                         .parse()

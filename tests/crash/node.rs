@@ -80,6 +80,9 @@ pub struct Node {
     pub checkpoint_every: Option<u64>,
     /// `securityContext.fsGroup` of every pod (`option fs_group=<gid>`)
     pub fs_group: Option<u32>,
+    /// the CSI PV says 8 MiB, its claim's status 4 MiB, the driver makes
+    /// a 4 MiB tmpfs and can expand it (`option expand`)
+    pub expand: bool,
     /// `--journal off`
     pub journal_off: bool,
     /// more environment for the daemons started from now on
@@ -148,6 +151,7 @@ impl Node {
             dev,
             checkpoint_every: None,
             fs_group: None,
+            expand: false,
             journal_off: false,
             env: Vec::new(),
             desired: BTreeMap::new(),
@@ -163,6 +167,39 @@ impl Node {
         node.write_boot_id(0);
         node.write_objects();
         node
+    }
+
+    /// `option expand`: the driver restarted able to expand, the CSI
+    /// objects rewritten with a pending expansion.
+    pub fn set_expand(&mut self) {
+        self.expand = true;
+        if let Some(mut d) = self.driver.take() {
+            d.kill();
+            let mut opts = d.opts().clone();
+            opts.caps = Some("GET_VOLUME_STATS,VOLUME_CONDITION,EXPAND_VOLUME".into());
+            self.driver = Some(TestDriver::spawn(opts));
+        }
+        self.write_objects();
+    }
+
+    /// `option expand`: every CSI pod target shows the PV's 8 MiB.
+    pub fn check_expanded(&self) -> Result<(), String> {
+        for (p, kinds) in &self.desired {
+            if !kinds.contains(&Kind::Csi) {
+                continue;
+            }
+            let path = self.path(&Ref::Pod(p.clone(), Kind::Csi));
+            let vfs = nix::sys::statvfs::statvfs(&path)
+                .map_err(|e| format!("statvfs {}: {e}", path.display()))?;
+            let bytes = vfs.blocks() * vfs.fragment_size();
+            if bytes != 8 << 20 {
+                return Err(format!(
+                    "{} is {bytes} bytes, not the PV's 8 MiB",
+                    path.display()
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn write_boot_id(&self, n: u32) {
@@ -211,7 +248,15 @@ impl Node {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: crash-config, namespace: default, uid: c0f19000-0000-4000-8000-000000000001}}\ndata: {{app.conf: {CONFIG_VALUE}}}\n"
         );
         self.write_object_file("config.yaml", &config);
-        if self.driver.is_some() {
+        if self.driver.is_some() && self.expand {
+            // a claim the resize controller grew: its PV is 8 MiB, its
+            // status still 4 MiB (an older resizer's: no recovery fields),
+            // the driver's tmpfs 4 MiB until NodeExpandVolume
+            let text = format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_PV}}}\nspec:\n  capacity: {{storage: 8Mi}}\n  accessModes: [ReadWriteMany]\n  mountOptions: [size=4m]\n  claimRef: {{namespace: default, name: claim-csi}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: {CSI_HANDLE}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csi, namespace: default}}\nspec:\n  accessModes: [ReadWriteMany]\n  volumeName: {CSI_PV}\n  resources:\n    requests: {{storage: 8Mi}}\nstatus:\n  phase: Bound\n  capacity: {{storage: 4Mi}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: {CSI_DRIVER}}}\nspec: {{attachRequired: false}}\n"
+            );
+            self.write_object_file("csi.yaml", &text);
+        } else if self.driver.is_some() {
             let text = format!(
                 "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_PV}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteMany]\n  claimRef: {{namespace: default, name: claim-csi}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: {CSI_HANDLE}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csi, namespace: default}}\nspec:\n  accessModes: [ReadWriteMany]\n  volumeName: {CSI_PV}\n  resources:\n    requests: {{storage: 1Gi}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {{name: {CSI_DRIVER}}}\nspec: {{attachRequired: false}}\n"
             );

@@ -78,9 +78,15 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
     if !f.expect.owned.is_empty() && f.fs_group.is_none() {
         return Err("`expect owned` needs `option fs_group=<gid>`".into());
     }
+    if f.expand && !f.uses_csi() {
+        return Err("`option expand` needs a pod with a `csi` volume".into());
+    }
     let mut node = Node::new(f.blank_device, f.uses_csi());
     node.checkpoint_every = f.checkpoint_every;
     node.fs_group = f.fs_group;
+    if f.expand {
+        node.set_expand();
+    }
     for (p, kinds) in &f.pods {
         node.add_pod(p, kinds);
     }
@@ -207,6 +213,11 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
         if let Err(err) = node.check_owned(r, f.fs_group.unwrap_or_default()) {
             problems.push(err);
         }
+    }
+    if f.expand
+        && let Err(err) = node.check_expanded()
+    {
+        problems.push(err);
     }
     if e.known_dev {
         let dump = node.dump()?;
