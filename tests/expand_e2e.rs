@@ -10,7 +10,9 @@
 //!   first), and the pod has a `FileSystemResizeSuccessful` Normal event;
 //! - a driver that refuses the size (OUT_OF_RANGE) leaves the volume as it
 //!   was and the claim `NodeResizeInfeasible` with a `NodeResizeError`
-//!   condition carrying the driver's words; the pod stays mounted.
+//!   condition carrying the driver's words; the pod stays mounted;
+//! - a driver that answers a capacity below the request is not believed:
+//!   the claim is marked the same way, with both figures in the message.
 //!
 //! Each test runs as root in its own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
@@ -209,6 +211,47 @@ fn a_size_the_driver_refuses_marks_the_claim_infeasible_and_keeps_the_mount() {
         assert!(mounted(&daemon, &target), "the mount stays");
         assert_eq!(fs_bytes(&target), 4 * MI, "the volume as it was");
         assert_eq!(driver.count("NodeExpandVolume"), 1);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_driver_answering_less_than_asked_is_not_believed() {
+    real("a short NodeExpandVolume answer", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-short-");
+        let opts = driver_opts(&mut env);
+        // the driver grows the tmpfs, then says it holds 1 KiB
+        support::csi_driver::write_faults(
+            &opts.state,
+            &json!([{"method": "NodeExpandVolume", "capacity_bytes": 1024}]),
+        );
+        let _driver = TestDriver::spawn(opts);
+        put_objects(&api);
+        let daemon = env.start();
+        daemon.wait_until_showing(
+            "the claim is marked infeasible",
+            || {
+                claim(&api)["status"]["allocatedResourceStatuses"]["storage"]
+                    == json!("NodeResizeInfeasible")
+            },
+            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+        );
+        let status = &claim(&api)["status"];
+        let error = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "NodeResizeError")
+            .unwrap_or_else(|| panic!("a NodeResizeError condition: {status:#}"));
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("capacity_bytes 1024")
+                && message.contains("required_bytes 8388608")
+                && message.contains("pod uid-grow: volume pv-grow:"),
+            "{message}"
+        );
+        assert_eq!(status["capacity"]["storage"], "4Mi", "no success reported");
+        assert!(mounted(&daemon, &target(&env)), "the mount stays");
         daemon.stop();
     });
 }

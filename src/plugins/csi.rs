@@ -458,7 +458,7 @@ impl VolumePlugin for CsiPlugin {
         });
         let answered = self.call(&mut op, driver.client.expand(req))?;
         let pod = params.target.pod().map_or("", |p| p.as_str());
-        crate::model::check_answer(pod, op.volume.as_str(), required, answered).map_err(
+        crate::model::check_answer(pod, &params.spec_name, required, answered).map_err(
             |cause| PluginError::Expand {
                 op: op.op,
                 volume: op.volume.clone(),
