@@ -12,7 +12,9 @@
 //!   was and the claim `NodeResizeInfeasible` with a `NodeResizeError`
 //!   condition carrying the driver's words; the pod stays mounted;
 //! - a driver that answers a capacity below the request is not believed:
-//!   the claim is marked the same way, with both figures in the message.
+//!   the claim is marked the same way, with both figures in the message;
+//! - a claim grown while its pod runs is expanded online, once, without
+//!   an unmount or a second publish.
 //!
 //! Each test runs as root in its own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
@@ -252,6 +254,55 @@ fn a_driver_answering_less_than_asked_is_not_believed() {
         );
         assert_eq!(status["capacity"]["storage"], "4Mi", "no success reported");
         assert!(mounted(&daemon, &target(&env)), "the mount stays");
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_mounted_claim_grown_later_is_expanded_online() {
+    real("grows a mounted CSI volume", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-online-");
+        let driver = TestDriver::spawn(driver_opts(&mut env));
+        put_objects(&api);
+        // nothing pending yet: the PV and the claim both say 4 MiB
+        let mut pv = api
+            .get("v1", "PersistentVolume", None, "pv-grow")
+            .expect("the PV");
+        pv["spec"]["capacity"]["storage"] = json!("4Mi");
+        api.put(pv.clone());
+        let mut c = claim(&api);
+        c["status"] = json!({"phase": "Bound", "capacity": {"storage": "4Mi"}});
+        api.put(c);
+        let daemon = env.start();
+        let target = target(&env);
+        daemon.wait_until_showing(
+            "the CSI volume is published",
+            || mounted(&daemon, &target),
+            || daemon.get("/debug/state"),
+        );
+        assert_eq!(fs_bytes(&target), 4 * MI);
+        assert_eq!(driver.count("NodeExpandVolume"), 0, "nothing pending");
+
+        // the resize controller's work: the PV grows, the node's turn
+        pv["spec"]["capacity"]["storage"] = json!("8Mi");
+        api.put(pv);
+        let mut c = claim(&api);
+        c["status"]["allocatedResources"] = json!({"storage": "8Mi"});
+        c["status"]["allocatedResourceStatuses"] = json!({"storage": "NodeResizePending"});
+        api.put(c);
+        daemon.wait_until_showing(
+            "the claim's status says the new size",
+            || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
+            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+        );
+        assert_eq!(fs_bytes(&target), 8 * MI, "grown under the running pod");
+        assert!(mounted(&daemon, &target), "never unmounted");
+        assert_eq!(driver.count("NodeExpandVolume"), 1);
+        assert_eq!(driver.count("NodeUnpublishVolume"), 0);
+        assert_eq!(driver.count("NodePublishVolume"), 1, "no remount");
+        // the claim's status caught up: no second call
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert_eq!(driver.count("NodeExpandVolume"), 1);
         daemon.stop();
     });
 }

@@ -63,6 +63,14 @@ pub(crate) enum Job {
         /// minimal parameters: a name for the journal, the plugin, the path
         params: SharedParams,
     },
+    /// NodeExpandVolume of a mounted pod target whose claim grew (online
+    /// expansion).
+    Expand {
+        /// the volume, as the pod wants it (its claim's size on the spec)
+        want: Box<VolumeToMount>,
+        /// the pod target's parameters
+        pod: SharedParams,
+    },
 }
 
 impl Job {
@@ -80,6 +88,7 @@ impl Job {
                 TargetRef::Pod(p) => OpKey::pod(&params.volume, p),
                 TargetRef::Device => OpKey::volume(&params.volume),
             },
+            Job::Expand { want, .. } => OpKey::volume(&want.volume),
         }
     }
 }
@@ -89,7 +98,7 @@ impl Job {
     /// it (`daemon::pools`), so a driver that hangs holds only its own.
     pub(crate) fn csi_driver(&self) -> Option<&str> {
         let params = match self {
-            Job::Mount { pod, .. } => pod,
+            Job::Mount { pod, .. } | Job::Expand { pod, .. } => pod,
             Job::MountDevice { device, .. } => device,
             Job::TearDown { params, .. }
             | Job::UnmountDevice { params }
@@ -120,7 +129,8 @@ impl Job {
             Job::Mount {
                 device: Some(_), ..
             }
-            | Job::MountDevice { .. } => None,
+            | Job::MountDevice { .. }
+            | Job::Expand { .. } => None,
             Job::Mount {
                 want,
                 device: None,
@@ -215,6 +225,13 @@ pub(crate) enum AswUpdate {
         volume: UniqueVolumeName,
         /// pod
         pod: PodUid,
+    },
+    /// a node expansion reached (or gave up on) a size
+    Expanded {
+        /// volume
+        volume: UniqueVolumeName,
+        /// the size
+        bytes: u64,
     },
 }
 
@@ -357,7 +374,10 @@ pub(crate) fn journal_job(action: &Action, state: &JournalState) -> Option<Job> 
         }
         Action::UnmountDevice { volume } => journaled(Some(state), volume, TargetRef::Device)
             .map(|params| Job::UnmountDevice { params }),
-        Action::Mount { .. } | Action::MountDevice { .. } | Action::Forget { .. } => None,
+        Action::Mount { .. }
+        | Action::MountDevice { .. }
+        | Action::Expand { .. }
+        | Action::Forget { .. } => None,
     }
 }
 
@@ -397,6 +417,10 @@ pub(crate) fn job_for(
         }),
         Action::MountDevice { want } => Some(Job::MountDevice {
             device: SharedParams::new(device_params(layout, want)),
+            want: want.clone(),
+        }),
+        Action::Expand { want } => Some(Job::Expand {
+            pod: SharedParams::new(pod_params(layout, want)),
             want: want.clone(),
         }),
         Action::TearDown { volume, pod } => {
@@ -520,6 +544,10 @@ pub(crate) fn apply_update(asw: &mut ActualStateOfWorld, u: &AswUpdate) -> Resul
             asw.mark_volume_uncertain(volume, pod, mount.clone())
         }
         AswUpdate::PodRemoved { volume, pod } => asw.delete_pod_from_volume(volume, pod),
+        AswUpdate::Expanded { volume, bytes } => {
+            asw.mark_expanded(volume, *bytes);
+            Ok(())
+        }
     }
 }
 

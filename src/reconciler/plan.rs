@@ -54,6 +54,12 @@ pub(crate) enum Action {
         /// the volume
         volume: UniqueVolumeName,
     },
+    /// NodeExpandVolume of a mounted pod target whose claim grew beyond
+    /// what the node expanded it to (online expansion).
+    Expand {
+        /// the volume, as the pod wants it
+        want: Box<VolumeToMount>,
+    },
     /// Drop a volume with no targets left from the ASW (no OS work).
     Forget {
         /// the volume
@@ -67,6 +73,8 @@ impl Action {
         match self {
             Action::Mount { want, .. } => OpKey::for_mount(&want.volume, &want.pod, &want.spec),
             Action::MountDevice { want } => OpKey::volume(&want.volume),
+            // one expansion of a volume at a time, none beside its mounts
+            Action::Expand { want } => OpKey::volume(&want.volume),
             Action::TearDown { volume, pod } => OpKey::pod(volume, pod),
             Action::UnmountDevice { volume } | Action::Forget { volume } => OpKey::volume(volume),
         }
@@ -140,6 +148,21 @@ pub(crate) fn plan(
 
     for (name, uid, v, p) in dsw.volumes_to_mount_iter() {
         let presence = asw.pod_exists_in_volume(name, uid, v.effective_selinux.as_ref());
+        // a mounted claim that grew beyond what the node expanded it to
+        // (the kubelet's online expansion)
+        if matches!(&presence, Ok(pr) if pr.mounted)
+            && !device_lost(asw, name, &v.spec)
+            && expansion_due(asw, name, &v.spec, p.read_only)
+        {
+            let want = DesiredStateOfWorld::volume_to_mount(name, uid, v, p);
+            push(
+                &mut out,
+                Action::Expand {
+                    want: Box::new(want),
+                },
+            );
+            continue;
+        }
         let skip = match &presence {
             Ok(p) if p.mounted => !device_lost(asw, name, &v.spec) || busy(&OpKey::volume(name)),
             // running or backing off: left for a later pass, uncopied
@@ -269,6 +292,45 @@ fn rwop_held_elsewhere(
 
 /// Whether `volume` needs a device target that the ASW holds as surely not
 /// mounted (or not at all) while a pod target of it is mounted.
+/// Whether a mounted CSI claim's volume waits for a node expansion to a
+/// size the node has not expanded it to since it was mounted
+/// (`model::decide_expansion`; whether the driver can is the executor's
+/// to find out, and it records that too). A pod that mounts it read-only
+/// is never the one that expands it.
+fn expansion_due(
+    asw: &ActualStateOfWorld,
+    volume: &UniqueVolumeName,
+    spec: &VolumeSpec,
+    pod_read_only: bool,
+) -> bool {
+    let VolumeSpec::Csi(c) = spec else {
+        return false;
+    };
+    let Some(claim) = &c.claim else {
+        return false;
+    };
+    let read_only = pod_read_only || c.read_only || c.mount_options.iter().any(|o| o == "ro");
+    let case = crate::model::ExpandCase {
+        pod: "",
+        volume: "",
+        claim: "",
+        pv: "",
+        pv_capacity: claim.pv_capacity,
+        size: &claim.size,
+        read_only,
+        block: false,
+        driver_expands: true,
+    };
+    let Ok(crate::model::ExpandDecision::Expand { to, .. }) = crate::model::decide_expansion(&case)
+    else {
+        return false;
+    };
+    let done = (asw.volume(volume))
+        .and_then(|v| v.device.as_ref())
+        .and_then(|d| d.expanded_to);
+    done.is_none_or(|d| d < to)
+}
+
 fn device_lost(asw: &ActualStateOfWorld, volume: &UniqueVolumeName, spec: &VolumeSpec) -> bool {
     spec.device_target_kind().is_some()
         && asw
@@ -386,6 +448,7 @@ mod tests {
                 Action::TearDown { volume, pod } => format!("teardown {volume} {pod}"),
                 Action::UnmountDevice { volume } => format!("unmount_device {volume}"),
                 Action::Forget { volume } => format!("forget {volume}"),
+                Action::Expand { want } => format!("expand {} {}", want.volume, want.pod),
             })
             .collect()
     }
@@ -591,6 +654,96 @@ mod tests {
             let p = plan(&d, &a, &|_| false, usize::MAX);
             assert_eq!(names(&p), row.want, "{}", row.name);
         }
+    }
+
+    /// A CSI claim of 1 GiB whose PV says `pv` bytes and whose resize
+    /// status is the node's turn.
+    fn claim_spec(pv: u64) -> VolumeSpec {
+        use crate::model::{ClaimSize, ClaimState, CsiSpec, ResizeStatus};
+        VolumeSpec::Csi(Box::new(CsiSpec {
+            driver: "d.example.com".into(),
+            volume_handle: "h1".into(),
+            claim: Some(std::sync::Arc::new(ClaimState {
+                pv_capacity: Some(pv),
+                size: ClaimSize {
+                    status_capacity: Some(1 << 30),
+                    allocated: true,
+                    resize_status: Some(ResizeStatus::NodeResizePending),
+                },
+                ..ClaimState::default()
+            })),
+            ..CsiSpec::default()
+        }))
+    }
+
+    /// Online expansion: a mounted claim whose PV grew is expanded once
+    /// per size; not while the volume is busy, not for a read-only pod,
+    /// not when nothing is pending, never for a pod still to mount.
+    #[test]
+    fn a_mounted_claim_that_grew_is_expanded_once_per_size() {
+        const GI: u64 = 1 << 30;
+        let setup = |pv: u64, read_only: bool, expanded: Option<u64>, pod_state: MountState| {
+            let mut d = DesiredStateOfWorld::new();
+            let mut a = ActualStateOfWorld::new();
+            let spec = claim_spec(pv);
+            let p = uid("a");
+            let volume = PodVolume::unique_name(&spec, &p, "pv1");
+            let pv_ = PodVolume {
+                volume: volume.clone(),
+                spec_name: "pv1".into(),
+                outer_name: "data".into(),
+                spec: spec.clone().into(),
+                selinux: None,
+                csi_pod: None,
+                read_only,
+                fs_group: None,
+                supplemental_gid: None,
+            };
+            d.add_pod_to_volume(&p, pv_, LabelCheck::default()).unwrap();
+            a.add_volume(
+                volume.clone(),
+                crate::model::PluginName::Csi,
+                "pv1",
+                Some(spec.into()),
+                None,
+            );
+            let dm = DeviceMount {
+                device_path: None,
+                mount_path: "/r/plugins/kubernetes.io/csi/d/x/globalmount".into(),
+                selinux: None,
+            };
+            a.mark_device_mounted(&volume, dm).unwrap();
+            mounted_pod(&mut a, &volume, "a", pod_state);
+            if let Some(n) = expanded {
+                a.mark_expanded(&volume, n);
+            }
+            (d, a, volume)
+        };
+        let expand = |v: &UniqueVolumeName| vec![format!("expand {v} a")];
+        type Row = (&'static str, u64, bool, Option<u64>, MountState, bool);
+        #[rustfmt::skip]
+        let table: [Row; 6] = [
+            ("grew, never expanded", 2 * GI, false, None, MountState::Mounted, true),
+            ("grew beyond the last expansion", 3 * GI, false, Some(2 * GI), MountState::Mounted, true),
+            ("expanded to that size already", 2 * GI, false, Some(2 * GI), MountState::Mounted, false),
+            ("nothing pending", GI, false, None, MountState::Mounted, false),
+            ("a read-only pod", 2 * GI, true, None, MountState::Mounted, false),
+            ("not mounted yet: the mount expands it", 2 * GI, false, None, MountState::Uncertain, false),
+        ];
+        for (what, pv, ro, expanded, state, due) in table {
+            let (d, a, volume) = setup(pv, ro, expanded, state);
+            let p = plan(&d, &a, &|_| false, usize::MAX);
+            let got: Vec<String> = names(&p)
+                .into_iter()
+                .filter(|n| n.starts_with("expand"))
+                .collect();
+            let want: Vec<String> = if due { expand(&volume) } else { vec![] };
+            assert_eq!(got, want, "{what}");
+        }
+        // busy (a mount or an expansion of the volume running): later
+        let (d, a, volume) = setup(2 * GI, false, None, MountState::Mounted);
+        let p = plan(&d, &a, &|k| k.volume == volume, usize::MAX);
+        assert!(names(&p).is_empty(), "{:?}", names(&p));
     }
 
     #[test]

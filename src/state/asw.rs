@@ -21,6 +21,10 @@ pub struct DeviceTarget {
     pub device_path: Option<PathBuf>,
     /// where the device is mounted, once known
     pub mount_path: Option<PathBuf>,
+    /// the size a node expansion grew the volume to (or found it could
+    /// not), so a mounted volume is not expanded again for it; none since
+    /// it was mounted (or rebuilt after a restart)
+    pub expanded_to: Option<u64>,
 }
 
 impl DeviceTarget {
@@ -312,6 +316,15 @@ impl ActualStateOfWorld {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// A node expansion of `volume` reached (or gave up on) `bytes`: a
+    /// mounted volume is not expanded again for that size. Nothing for a
+    /// volume without a device target.
+    pub fn mark_expanded(&mut self, volume: &UniqueVolumeName, bytes: u64) {
+        if let Some(d) = self.volumes.get_mut(volume).and_then(|v| v.device.as_mut()) {
+            d.expanded_to = Some(bytes);
         }
     }
 
@@ -756,6 +769,7 @@ fn not_mounted_device() -> Box<DeviceTarget> {
         state: MountState::NotMounted,
         device_path: None,
         mount_path: None,
+        expanded_to: None,
     })
 }
 

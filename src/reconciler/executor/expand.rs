@@ -20,7 +20,7 @@ use crate::model::{
 };
 use crate::plugins::{Action, Outcome, PluginError, VolumePlugin};
 use crate::reconciler::effects::PodEvent;
-use crate::reconciler::jobs::{JobError, JobReport};
+use crate::reconciler::jobs::{AswUpdate, JobError, JobReport};
 use crate::state::VolumeToMount;
 
 /// The kubelet's reason for a node expansion that succeeded (a Normal
@@ -83,7 +83,17 @@ impl Executor {
             Ok(ExpandDecision::Expand {
                 to, block, update, ..
             }) => (to, block, update),
-            Ok(ExpandDecision::Nothing | ExpandDecision::NotSupported) => return Ok(()),
+            Ok(ExpandDecision::NotSupported) => {
+                // nothing to call: not asked again for this size
+                if let Some(to) = claim.pv_capacity {
+                    r.updates.push(AswUpdate::Expanded {
+                        volume: want.volume.clone(),
+                        bytes: to,
+                    });
+                }
+                return Ok(());
+            }
+            Ok(ExpandDecision::Nothing) => return Ok(()),
             Ok(ExpandDecision::ReadOnly) => {
                 let message = shown(
                     "MountVolume.NodeExpandVolume failed",
@@ -151,7 +161,13 @@ impl Executor {
             started.elapsed(),
         );
         match (&result, failed) {
-            (Ok(()), _) => tell(ResizeStep::Finished(to)),
+            (Ok(()), _) => {
+                r.updates.push(AswUpdate::Expanded {
+                    volume: want.volume.clone(),
+                    bytes: to,
+                });
+                tell(ResizeStep::Finished(to));
+            }
             (Err(_), Some((error, infeasible))) => tell(ResizeStep::Failed { error, infeasible }),
             // not known to have failed: the status says nothing yet
             (Err(_), None) => {}
@@ -162,6 +178,18 @@ impl Executor {
         let message = shown("MountVolume.NodeExpandVolume succeeded", "");
         self.pod_event(want, FILE_SYSTEM_RESIZE_SUCCESSFUL, message);
         Ok(())
+    }
+
+    /// The online expansion of a mounted pod target whose claim grew
+    /// (the kubelet's `ExpandInUseVolume`): the same step as after SetUp.
+    pub(super) fn expand_mounted(
+        &self,
+        plugin: &dyn VolumePlugin,
+        want: &VolumeToMount,
+        pod: &SharedParams,
+        r: &mut JobReport,
+    ) -> Result<(), JobError> {
+        self.expand_after_set_up(plugin, want, pod, r)
     }
 
     /// An event on `want`'s pod, or a log line without an event sink.

@@ -337,10 +337,12 @@ impl Executor {
                 TargetRef::Pod(_) => (params, StorageOperation::VolumeUnmount),
                 TargetRef::Device => (params, StorageOperation::UnmountDevice),
             },
+            // observed by the step itself (`expand.rs`), as after a SetUp
+            Job::Expand { pod, .. } => (pod, StorageOperation::VolumeFsResize),
         };
         // Like the kubelet, only operations that actually ran are observed;
         // a CSI volume's plugin label names its driver.
-        if !report.ran.is_empty() {
+        if !report.ran.is_empty() && !matches!(job, Job::Expand { .. }) {
             let label = match params.csi() {
                 Some(c) => format!("{}:{}", params.plugin.as_str(), c.driver),
                 None => params.plugin.as_str().to_owned(),
@@ -382,6 +384,12 @@ impl Executor {
             }
             Job::UnmountDevice { params } => self.unmount_device(params, r, announced),
             Job::ForceCleanup { params } => self.force_cleanup(params, r, announced),
+            Job::Expand { want, pod } => {
+                let plugin = self
+                    .plugin(want.plugin)
+                    .ok_or(JobError::NoPlugin(want.plugin))?;
+                self.expand_mounted(plugin, want, pod, r)
+            }
         }
     }
 }
