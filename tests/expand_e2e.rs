@@ -283,7 +283,10 @@ fn a_mounted_claim_grown_later_is_expanded_online() {
         assert_eq!(fs_bytes(&target), 4 * MI);
         assert_eq!(driver.count("NodeExpandVolume"), 0, "nothing pending");
 
-        // the resize controller's work: the PV grows, the node's turn
+        // the resize controller's work: the PV grows, then the claim says
+        // it is the node's turn (the node may see the PV first and expand
+        // on it alone, an older resizer's way: its status patch then meets
+        // the claim's newer version, and is made again on it)
         pv["spec"]["capacity"]["storage"] = json!("8Mi");
         api.put(pv);
         let mut c = claim(&api);

@@ -135,6 +135,36 @@ pub fn failed_patch(state: &ClaimState, error: &str, infeasible: bool, now: &str
     json!({ "status": status })
 }
 
+/// The finished patch again, on the claim as it is now (`fresh`, the
+/// object as the API server sends it): after a 409, the update made on
+/// the claim as it was read lost to another writer; its resourceVersion
+/// and conditions are taken from the fresh object, the rest as before.
+pub fn finished_patch_on(fresh: &Value, bytes_text: &Value, update: ClaimUpdate) -> Value {
+    let mut status = json!({ "capacity": { "storage": bytes_text } });
+    if update == ClaimUpdate::Recovery {
+        status["allocatedResourceStatuses"] = json!({ "storage": null });
+    }
+    let conditions: Vec<Value> = fresh
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let kept: Vec<Value> = (conditions.iter())
+        .filter(|c| {
+            let kind = c.get("type").and_then(Value::as_str).unwrap_or_default();
+            !RESIZE_CONDITIONS.contains(&kind)
+        })
+        .cloned()
+        .collect();
+    if kept.len() != conditions.len() {
+        status["conditions"] = Value::Array(kept);
+    }
+    json!({
+        "metadata": { "resourceVersion": fresh.pointer("/metadata/resourceVersion") },
+        "status": status,
+    })
+}
+
 /// The patch of one update (none: nothing to write).
 pub fn patch_of(update: &ClaimResize, now: &str) -> Option<Value> {
     let claim = &update.claim;
@@ -202,6 +232,35 @@ pub(crate) async fn send_claim_updates(
                 }
             }
             Ok(None) => {}
+            // another writer (the resize controller) changed the claim
+            // since it was read: a finished expansion is written again on
+            // the claim as it is now, as the kubelet reads it again
+            Err(kube::Error::Api(e))
+                if e.code == 409 && matches!(update.step, ResizeStep::Finished(_)) =>
+            {
+                let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &key.0);
+                let again = match api.get_status(&key.1).await {
+                    Ok(fresh) => match serde_json::to_value(&fresh) {
+                        Ok(fresh) => {
+                            let patch = finished_patch_on(
+                                &fresh,
+                                &patch["status"]["capacity"]["storage"],
+                                update.update,
+                            );
+                            patch_claim_status(&client, &key.0, &key.1, &patch).await
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "encode claim");
+                            continue;
+                        }
+                    },
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = again {
+                    tracing::warn!(claim = %format!("{}/{}", key.0, key.1), error = %e,
+                        "patch claim status after a node expansion, on a fresh read");
+                }
+            }
             Err(e) => tracing::warn!(claim = %format!("{}/{}", key.0, key.1), error = %e,
                 "patch claim status after a node expansion"),
         }
@@ -311,6 +370,39 @@ mod tests {
         assert_eq!(
             p["status"]["conditions"],
             json!([condition_json(&again.conditions[0])])
+        );
+    }
+
+    #[test]
+    fn a_finished_patch_after_a_conflict_takes_the_fresh_claims_version_and_conditions() {
+        let fresh = json!({
+            "metadata": {"name": "data", "resourceVersion": "77"},
+            "status": {
+                "capacity": {"storage": "1Gi"},
+                "conditions": [
+                    {"type": "FileSystemResizePending", "status": "True"},
+                    {"type": "ModifyingVolume", "status": "True"},
+                ],
+            },
+        });
+        assert_eq!(
+            finished_patch_on(&fresh, &json!("2Gi"), ClaimUpdate::Recovery),
+            json!({
+                "metadata": {"resourceVersion": "77"},
+                "status": {
+                    "capacity": {"storage": "2Gi"},
+                    "allocatedResourceStatuses": {"storage": null},
+                    "conditions": [{"type": "ModifyingVolume", "status": "True"}],
+                },
+            })
+        );
+        let plain = json!({"metadata": {"resourceVersion": "78"}, "status": {}});
+        assert_eq!(
+            finished_patch_on(&plain, &json!("2Gi"), ClaimUpdate::Legacy),
+            json!({
+                "metadata": {"resourceVersion": "78"},
+                "status": {"capacity": {"storage": "2Gi"}},
+            })
         );
     }
 
