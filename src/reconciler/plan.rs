@@ -306,6 +306,10 @@ fn expansion_due(
     let VolumeSpec::Csi(c) = spec else {
         return false;
     };
+    // a raw block volume is mapped, not mounted: not expanded yet
+    if c.volume_mode == crate::model::VolumeMode::Block {
+        return false;
+    }
     let Some(claim) = &c.claim else {
         return false;
     };

@@ -57,6 +57,10 @@ impl Executor {
         let Some(claim) = &csi.claim else {
             return Ok(());
         };
+        // a raw block volume is mapped, not set up: not expanded yet
+        if csi.volume_mode == crate::model::VolumeMode::Block {
+            return Ok(());
+        }
         let read_only = want.read_only
             || pod.mount_options().is_read_only()
             || pod.csi().is_some_and(|c| c.read_only);
@@ -69,7 +73,6 @@ impl Executor {
             pv_capacity: claim.pv_capacity,
             size: &claim.size,
             read_only,
-            // raw block CSI volumes are not mounted through this path
             block: false,
             driver_expands: plugin.can_expand(pod),
         };
