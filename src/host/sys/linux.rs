@@ -138,18 +138,20 @@ impl Sys for LinuxSys {
         )
         .map_err(|e| SysError::call(Call::MountRoot, path, e))?;
         match mount_root_attr(&st) {
-            Some(false) => return Ok(None),
-            Some(true) if st.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0 => {
-                if let Some(id) = statmount(st.stx_mnt_id).ok().and_then(identity_of) {
-                    return Ok(Some(id));
+            Some(false) => Ok(None),
+            // A kernel before 6.11 (no unique id, no statmount or no
+            // options), a FUSE mount (mountinfo names its subtype), or the
+            // mount gone between the two calls: the table decides.
+            Some(true) => {
+                let unique = st.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0;
+                match unique.then(|| statmount(st.stx_mnt_id).ok().and_then(identity_of)) {
+                    Some(Some(id)) => Ok(Some(id)),
+                    _ => Ok(self.read_mountinfo()?.identity_at(path)),
                 }
             }
-            _ => {}
+            // kernel < 5.8: no mount-root attribute either
+            None => identity_from_table(self, path),
         }
-        // A kernel before 6.11 (no unique id, no statmount or no options),
-        // a FUSE mount (mountinfo names its subtype), or the mount gone
-        // between the two calls: the table decides.
-        identity_from_table(self, path)
     }
 
     fn mnt_id(&self, path: &Path) -> Result<u64, SysError> {
@@ -180,46 +182,20 @@ impl Sys for LinuxSys {
     }
 
     fn stat_beneath(&self, at: Beneath<'_>) -> Result<FileStat, SysError> {
-        let path = at.full();
-        let Some(parent) = at.parent() else {
-            return self.stat(&path, false); // the base itself
-        };
-        let leaf = cpath(
-            Call::Stat,
-            Path::new(at.rel.file_name().unwrap_or_default()),
-        )?;
-        let dir = Self::open_path_beneath(Call::Stat, parent, OFlag::O_DIRECTORY, &path)?;
-        let st = statx_at(
-            dir.as_raw_fd(),
-            &leaf,
-            libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
-        )
-        .map_err(|e| SysError::call(Call::Stat, &path, e))?;
-        file_stat(&st, Call::Stat, || path)
+        match statx_leaf_beneath(Call::Stat, at)? {
+            Some(st) => file_stat(&st, Call::Stat, || at.full()),
+            None => self.stat(&at.full(), false), // the base itself
+        }
     }
 
     fn mount_root_beneath(&self, at: Beneath<'_>) -> Result<bool, SysError> {
-        let path = at.full();
-        let Some(parent) = at.parent() else {
-            return self.mount_root(&path); // the base itself
+        let Some(st) = statx_leaf_beneath(Call::MountRoot, at)? else {
+            return self.mount_root(&at.full()); // the base itself
         };
-        let leaf = cpath(
-            Call::MountRoot,
-            Path::new(at.rel.file_name().unwrap_or_default()),
-        )?;
-        let dir = Self::open_path_beneath(Call::MountRoot, parent, OFlag::O_DIRECTORY, &path)?;
-        let st = statx_at(
-            dir.as_raw_fd(),
-            &leaf,
-            libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
-        )
-        .map_err(|e| SysError::call(Call::MountRoot, &path, e))?;
         match mount_root_attr(&st) {
             Some(root) => Ok(root),
             // kernel < 5.8: the table knows
-            None => Ok(self.read_mountinfo()?.is_mount_point(&path)),
+            None => Ok(self.read_mountinfo()?.is_mount_point(&at.full())),
         }
     }
 
@@ -528,6 +504,26 @@ fn read_whole(fd: OwnedFd, path: &Path, limit: u64) -> Result<Vec<u8>, SysError>
         return Err(err(Errno::EFBIG));
     }
     Ok(bytes)
+}
+
+/// `statx` of `at`'s leaf, never following it, its parent opened beneath
+/// `at.base` without following any symlink (`ELOOP`); `None` when `at` is
+/// the base itself.
+fn statx_leaf_beneath(call: Call, at: Beneath<'_>) -> Result<Option<libc::statx>, SysError> {
+    let Some(parent) = at.parent() else {
+        return Ok(None);
+    };
+    let path = at.full();
+    let leaf = cpath(call, Path::new(at.rel.file_name().unwrap_or_default()))?;
+    let dir = LinuxSys::open_path_beneath(call, parent, OFlag::O_DIRECTORY, &path)?;
+    statx_at(
+        dir.as_raw_fd(),
+        &leaf,
+        libc::AT_SYMLINK_NOFOLLOW,
+        libc::STATX_BASIC_STATS,
+    )
+    .map(Some)
+    .map_err(|e| SysError::call(call, &path, e))
 }
 
 /// The identity mountinfo would show for the mount `statmount` described,
