@@ -103,8 +103,8 @@ pub fn finished_patch(state: &ClaimState, bytes: u64, update: ClaimUpdate) -> Va
 /// The patch made after NodeExpandVolume failed for good with `error`
 /// (at `now`, RFC 3339): a `NodeResizeError` condition saying so (one
 /// already true is kept as it is, as the kubelet merges conditions),
-/// the other conditions kept; `infeasible` (the driver's InvalidArgument,
-/// OutOfRange or NotFound: the size cannot be reached) also makes the
+/// the other conditions kept; `infeasible` (the driver's InvalidArgument
+/// or OutOfRange: the size cannot be reached) also makes the
 /// resize status `NodeResizeInfeasible`, which no node retries.
 pub fn failed_patch(state: &ClaimState, error: &str, infeasible: bool, now: &str) -> Value {
     let fresh = ClaimCondition {

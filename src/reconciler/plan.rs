@@ -290,8 +290,6 @@ fn rwop_held_elsewhere(
         })
 }
 
-/// Whether `volume` needs a device target that the ASW holds as surely not
-/// mounted (or not at all) while a pod target of it is mounted.
 /// Whether a mounted CSI claim's volume waits for a node expansion to a
 /// size the node has not expanded it to since it was mounted
 /// (`model::decide_expansion`; whether the driver can is the executor's
@@ -335,6 +333,8 @@ fn expansion_due(
     done.is_none_or(|d| d < to)
 }
 
+/// Whether `volume` needs a device target that the ASW holds as surely not
+/// mounted (or not at all) while a pod target of it is mounted.
 fn device_lost(asw: &ActualStateOfWorld, volume: &UniqueVolumeName, spec: &VolumeSpec) -> bool {
     spec.device_target_kind().is_some()
         && asw

@@ -61,9 +61,7 @@ impl Executor {
         if csi.volume_mode == crate::model::VolumeMode::Block {
             return Ok(());
         }
-        let read_only = want.read_only
-            || pod.mount_options().is_read_only()
-            || pod.csi().is_some_and(|c| c.read_only);
+        let read_only = want.read_only || pod.read_only();
         let claim_name = format!("{}/{}", claim.namespace, claim.name);
         let case = ExpandCase {
             pod: want.pod.as_str(),
@@ -183,18 +181,6 @@ impl Executor {
         Ok(())
     }
 
-    /// The online expansion of a mounted pod target whose claim grew
-    /// (the kubelet's `ExpandInUseVolume`): the same step as after SetUp.
-    pub(super) fn expand_mounted(
-        &self,
-        plugin: &dyn VolumePlugin,
-        want: &VolumeToMount,
-        pod: &SharedParams,
-        r: &mut JobReport,
-    ) -> Result<(), JobError> {
-        self.expand_after_set_up(plugin, want, pod, r)
-    }
-
     /// An event on `want`'s pod, or a log line without an event sink.
     fn pod_event(&self, want: &VolumeToMount, reason: &'static str, message: String) {
         match &self.events {
@@ -233,7 +219,7 @@ mod tests {
     const GI: u64 = 1 << 30;
 
     /// A CSI plugin double: SetUp succeeds; expand records its size and
-    /// answers `answer` (or fails as told).
+    /// answers it reached it (or fails as told).
     #[derive(Default)]
     struct Double {
         expands: bool,

@@ -388,7 +388,9 @@ impl Executor {
                 let plugin = self
                     .plugin(want.plugin)
                     .ok_or(JobError::NoPlugin(want.plugin))?;
-                self.expand_mounted(plugin, want, pod, r)
+                // the online case (the kubelet's `ExpandInUseVolume`): the
+                // same step as after SetUp
+                self.expand_after_set_up(plugin, want, pod, r)
             }
         }
     }
