@@ -172,8 +172,8 @@ pub struct CsiSpec {
     /// the kubelet does (filled in when the claim is resolved)
     #[serde(default)]
     pub republish: bool,
-    /// the PV's `spec.volumeMode`: `Block` is staged and published with
-    /// the block access type and mapped into the pod raw
+    /// the PV's `spec.volumeMode`: `Block` is refused when the pod is
+    /// resolved until the CSI plugin maps devices
     #[serde(default)]
     pub volume_mode: VolumeMode,
     /// the claim bound to this PV, its size and status (filled in when the

@@ -125,7 +125,8 @@ pub(crate) fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams 
             .chain(["ro".to_owned()])
             .collect();
     }
-    let path = match want.spec.pod_target_kind() {
+    let kind = want.spec.pod_target_kind();
+    let path = match kind {
         TargetKind::Block => layout.pod_device_map_path(&want.pod, want.plugin, &want.spec_name),
         _ => layout.pod_target_path(&want.pod, want.plugin, &want.spec_name),
     };
@@ -134,7 +135,7 @@ pub(crate) fn pod_params(layout: &Layout, want: &VolumeToMount) -> TargetParams 
         want.plugin,
         want.spec_name.clone(),
         TargetRef::Pod(want.pod.clone()),
-        want.spec.pod_target_kind(),
+        kind,
         Some(path.into()),
     )
     .with_device_path(device_path)

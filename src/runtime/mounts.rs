@@ -82,6 +82,7 @@ pub struct ContainerMounts {
     /// the pod's supplemental groups, as the pod's answer gives them
     pub supplemental_groups: Vec<u32>,
     /// empty when ready; else the pod's errors, then each refused mount's
+    /// and device's
     pub errors: Vec<String>,
 }
 

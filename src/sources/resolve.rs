@@ -184,9 +184,8 @@ impl Resolver<'_> {
                 unresolved.insert(outer);
                 continue;
             }
-            // a CSI block volume is refused until its staging and
-            // publishing with the block access type land: mounting a raw
-            // device as a filesystem would format it
+            // a CSI block volume is refused until the CSI plugin maps
+            // devices (staging and publishing with the block access type)
             if spec.volume_mode() == VolumeMode::Block && matches!(&*spec, VolumeSpec::Csi(_)) {
                 let e = super::SourceError::InvalidContainer {
                     file: p.file.clone(),

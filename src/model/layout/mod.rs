@@ -156,11 +156,6 @@ impl Layout {
             [VOLUME_SUBPATHS, volume, container, index.as_str()].into_iter(),
         )
     }
-    /// `<root>/pods/<uid>/volumeDevices/<plugin~escaped>`: the dir of a
-    /// pod's device files for one plugin
-    pub fn pod_device_map_dir(&self, pod: &PodUid, plugin: PluginName) -> PathBuf {
-        self.in_pod(pod, [VOLUME_DEVICES, plugin.escaped()].into_iter())
-    }
     /// `<root>/pods/<uid>/volumeDevices/<plugin~escaped>/<spec name>`: the
     /// pod target of a raw block volume, the symlink to the device its
     /// containers get

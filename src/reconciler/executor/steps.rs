@@ -260,8 +260,9 @@ impl Executor {
         }
     }
 
-    /// TearDown or UnmountDevice of `params`' target, journaled, with the
-    /// parameters it was mounted with.
+    /// TearDown or UnmountDevice of `params`' target (UnmapPodDevice or
+    /// UnmapDevice of a block one), journaled, with the parameters it was
+    /// mounted with.
     fn undo(
         &self,
         op: Operation,
