@@ -1,5 +1,6 @@
 //! `volumed-testdriver`: a CSI node plugin for integration tests that
-//! behaves like a real one — real tmpfs and bind mounts, the spec's
+//! behaves like a real one — real tmpfs and bind mounts (or ext4 on a
+//! loop device, `ext4.rs`), the spec's
 //! validation and idempotency — run as a child process that tests can
 //! SIGKILL and restart.
 //!
@@ -15,6 +16,7 @@
 //! through `CARGO_BIN_EXE_volumed-testdriver`.
 
 mod driver;
+mod ext4;
 mod identity;
 mod mounts;
 mod node;

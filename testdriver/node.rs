@@ -1,4 +1,5 @@
-//! The CSI Node service, with real mounts: a tmpfs per staged volume,
+//! The CSI Node service, with real mounts: a tmpfs per staged volume (or
+//! ext4 on a loop device when its context asks, `ext4.rs`),
 //! bind-mounted into each publish target.
 //!
 //! The mount flags of the volume capability go where a real driver puts
@@ -28,7 +29,7 @@ use volumed::csi::proto::csi_v1::{
 };
 
 use crate::driver::Driver;
-use crate::mounts;
+use crate::{ext4, mounts};
 
 /// The volume context key the kubelet sets on inline ephemeral volumes.
 const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
@@ -119,6 +120,16 @@ fn mount_new_tmpfs(path: &str, options: &mounts::MountOptions) -> Result<(), Sta
     })
 }
 
+/// The state dir, which an ext4-backed volume's image needs.
+fn state_dir(driver: &Driver) -> Result<&Path, Status> {
+    driver.state.dir().ok_or_else(|| {
+        Status::failed_precondition(format!(
+            "volume_context {}: ext4 images live in the state dir; start with --state",
+            ext4::BACKING
+        ))
+    })
+}
+
 fn create_dir(path: &str) -> Result<(), Status> {
     fs::create_dir_all(path).map_err(|e| internal("creating", path, e))
 }
@@ -148,6 +159,11 @@ fn stage(driver: &Driver, req: &NodeStageVolumeRequest) -> Result<NodeStageVolum
     let path = &req.staging_target_path;
     create_dir(path)?;
     if is_mount_point(path)? {
+        return Ok(NodeStageVolumeResponse {});
+    }
+    if let Some(bytes) = ext4::wanted(&req.volume_context)? {
+        let image = ext4::image(state_dir(driver)?, &req.volume_id);
+        ext4::stage(&image, bytes, path)?;
         return Ok(NodeStageVolumeResponse {});
     }
     let options = tmpfs_options(driver, req.volume_capability.as_ref(), false);
@@ -206,6 +222,13 @@ fn publish(
         )
         .map_err(|e| internal("bind-mounting the staged volume at", target, e))?;
     } else {
+        if ext4::wanted(&req.volume_context)?.is_some() {
+            return Err(Status::invalid_argument(format!(
+                "volume_context {}: an ext4 volume is made at NodeStageVolume, \
+                 and this driver does not stage",
+                ext4::BACKING
+            )));
+        }
         let options = tmpfs_options(driver, req.volume_capability.as_ref(), req.readonly);
         mount_new_tmpfs(target, &options)?;
     }
@@ -322,6 +345,15 @@ fn expand(
             "volume {} is not mounted at {path}",
             req.volume_id
         )));
+    }
+    let image = driver.state.dir().map(|d| ext4::image(d, &req.volume_id));
+    if let Some(bytes) = image
+        .map(|i| ext4::expand(&i, required))
+        .transpose()?
+        .flatten()
+    {
+        let capacity_bytes = answer.unwrap_or_else(|| figure(bytes));
+        return Ok(NodeExpandVolumeResponse { capacity_bytes });
     }
     let size = |p: &str| -> Result<u64, Status> {
         let vfs =

@@ -118,6 +118,11 @@ impl State {
         })
     }
 
+    /// The state dir, if `--state` was given.
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     /// Logs the call `entry` (an object with at least `method`; the pid is
     /// added, so a test can tell a restarted driver's calls apart, and the
     /// time it arrived, `at_ms`), then

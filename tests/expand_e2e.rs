@@ -14,7 +14,15 @@
 //! - a driver that answers a capacity below the request is not believed:
 //!   the claim is marked the same way, with both figures in the message;
 //! - a claim grown while its pod runs is expanded online, once, without
-//!   an unmount or a second publish.
+//!   an unmount or a second publish;
+//! - the same on a real ext4 on a loop device (the driver's `ext4`
+//!   backing): `resize2fs` grows it under the running pod, a file written
+//!   before is intact, and deleting the pod unstages it and frees the loop
+//!   device;
+//! - a NodeExpandVolume that hangs past `--csi-timeout`, and one whose
+//!   driver dies after growing the volume and before answering, are each
+//!   made again once (the RPC is idempotent) and only the answered call's
+//!   success reaches the claim.
 //!
 //! Each test runs as root in its own private mount namespace.
 #![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
@@ -22,6 +30,8 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::api_env::api_env;
@@ -96,6 +106,75 @@ fn mounted(daemon: &Daemon, path: &Path) -> bool {
     all_mounted(&daemon.state(), &[path.to_path_buf()])
 }
 
+/// The claim's PATCHes of its status that set a capacity.
+fn capacity_patches(api: &FakeApiServer) -> Vec<Value> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/persistentvolumeclaims/data/status"))
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .filter(|b| b["status"].get("capacity").is_some())
+        .collect()
+}
+
+/// The claim of `put_objects` grown by its controller: the PV at `to`,
+/// the claim's status at `from` with the node's turn to resize.
+fn grow_claim(api: &FakeApiServer, to: &str) {
+    let mut pv = api
+        .get("v1", "PersistentVolume", None, "pv-grow")
+        .expect("the PV");
+    pv["spec"]["capacity"]["storage"] = json!(to);
+    api.put(pv);
+    let mut c = claim(api);
+    c["status"]["allocatedResources"] = json!({"storage": to});
+    c["status"]["allocatedResourceStatuses"] = json!({"storage": "NodeResizePending"});
+    api.put(c);
+}
+
+/// `put_objects` with nothing pending: the PV and the claim both at
+/// `size`, and the PV's volume attributes set to `attributes`.
+fn settled_objects(api: &FakeApiServer, size: &str, attributes: Value) {
+    put_objects(api);
+    let mut pv = api
+        .get("v1", "PersistentVolume", None, "pv-grow")
+        .expect("the PV");
+    pv["spec"]["capacity"]["storage"] = json!(size);
+    if attributes != json!({}) {
+        pv["spec"]["csi"]["volumeAttributes"] = attributes;
+        // an ext4 image is sized by its attributes, not a tmpfs option
+        pv["spec"]
+            .as_object_mut()
+            .expect("a spec")
+            .remove("mountOptions");
+    }
+    api.put(pv);
+    let mut c = claim(api);
+    c["status"] = json!({"phase": "Bound", "capacity": {"storage": size}});
+    api.put(c);
+}
+
+/// The loop devices backing `image` (`losetup -j`).
+fn loops_of(image: &Path) -> Vec<String> {
+    let out = Command::new("losetup")
+        .args(["-n", "-O", "NAME", "-j"])
+        .arg(image)
+        .output()
+        .expect("run losetup");
+    assert!(out.status.success(), "losetup -j: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// A block device's size in bytes, from sysfs (`/dev/loop3` → 512-byte
+/// sectors in `/sys/block/loop3/size`).
+fn device_bytes(device: &str) -> u64 {
+    let name = device.trim_start_matches("/dev/");
+    let text = std::fs::read_to_string(format!("/sys/block/{name}/size")).expect("its size");
+    text.trim().parse::<u64>().expect("a number") * 512
+}
+
 #[test]
 fn a_claim_grown_by_its_controller_is_grown_on_the_node_when_mounted() {
     real("grows a CSI volume on the node", || {
@@ -104,12 +183,16 @@ fn a_claim_grown_by_its_controller_is_grown_on_the_node_when_mounted() {
         put_objects(&api);
         let daemon = env.start();
         let target = target(&env);
+        // the claim's patch is sent as the expansion returns, the job that
+        // mounted and grew the volume reports back after it: either first
         daemon.wait_until_showing(
-            "the claim's status says the new size",
-            || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
-            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+            "the claim's status says the new size, the volume mounted",
+            || {
+                claim(&api)["status"]["capacity"]["storage"] == json!("8Mi")
+                    && mounted(&daemon, &target)
+            },
+            || format!("{:#}\n{}", claim(&api), daemon.get("/debug/state")),
         );
-        assert!(mounted(&daemon, &target), "{}", daemon.get("/debug/state"));
         assert_eq!(fs_bytes(&target), 8 * MI, "the pod sees the PV's size");
 
         let status = &claim(&api)["status"];
@@ -210,7 +293,8 @@ fn a_size_the_driver_refuses_marks_the_claim_infeasible_and_keeps_the_mount() {
             "{error:#}"
         );
         assert_eq!(status["capacity"]["storage"], "4Mi", "not grown");
-        assert!(mounted(&daemon, &target), "the mount stays");
+        // the job reports back after the claim is told: wait for it
+        daemon.wait_until("the mount stays", || mounted(&daemon, &target));
         assert_eq!(fs_bytes(&target), 4 * MI, "the volume as it was");
         assert_eq!(driver.count("NodeExpandVolume"), 1);
         daemon.stop();
@@ -253,7 +337,8 @@ fn a_driver_answering_less_than_asked_is_not_believed() {
             "{message}"
         );
         assert_eq!(status["capacity"]["storage"], "4Mi", "no success reported");
-        assert!(mounted(&daemon, &target(&env)), "the mount stays");
+        let target = target(&env);
+        daemon.wait_until("the mount stays", || mounted(&daemon, &target));
         daemon.stop();
     });
 }
@@ -263,16 +348,8 @@ fn a_mounted_claim_grown_later_is_expanded_online() {
     real("grows a mounted CSI volume", || {
         let (mut env, api) = api_env("volumed-expand-e2e-online-");
         let driver = TestDriver::spawn(driver_opts(&mut env));
-        put_objects(&api);
         // nothing pending yet: the PV and the claim both say 4 MiB
-        let mut pv = api
-            .get("v1", "PersistentVolume", None, "pv-grow")
-            .expect("the PV");
-        pv["spec"]["capacity"]["storage"] = json!("4Mi");
-        api.put(pv.clone());
-        let mut c = claim(&api);
-        c["status"] = json!({"phase": "Bound", "capacity": {"storage": "4Mi"}});
-        api.put(c);
+        settled_objects(&api, "4Mi", json!({}));
         let daemon = env.start();
         let target = target(&env);
         daemon.wait_until_showing(
@@ -287,12 +364,7 @@ fn a_mounted_claim_grown_later_is_expanded_online() {
         // it is the node's turn (the node may see the PV first and expand
         // on it alone, an older resizer's way: its status patch then meets
         // the claim's newer version, and is made again on it)
-        pv["spec"]["capacity"]["storage"] = json!("8Mi");
-        api.put(pv);
-        let mut c = claim(&api);
-        c["status"]["allocatedResources"] = json!({"storage": "8Mi"});
-        c["status"]["allocatedResourceStatuses"] = json!({"storage": "NodeResizePending"});
-        api.put(c);
+        grow_claim(&api, "8Mi");
         daemon.wait_until_showing(
             "the claim's status says the new size",
             || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
@@ -306,6 +378,202 @@ fn a_mounted_claim_grown_later_is_expanded_online() {
         // the claim's status caught up: no second call
         std::thread::sleep(std::time::Duration::from_millis(500));
         assert_eq!(driver.count("NodeExpandVolume"), 1);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn an_ext4_volume_is_grown_by_resize2fs_where_the_kernel_lets_it() {
+    real("grows a mounted ext4 on a loop device", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-ext4-");
+        let driver = TestDriver::spawn(driver_opts(&mut env));
+        settled_objects(
+            &api,
+            "16Mi",
+            json!({"volumed.test/backing": "ext4", "volumed.test/size-mib": "16"}),
+        );
+        let daemon = env.start();
+        let target = target(&env);
+        daemon.wait_until_showing(
+            "the ext4 volume is published",
+            || mounted(&daemon, &target),
+            || daemon.get("/debug/state"),
+        );
+        let image = driver
+            .opts()
+            .state
+            .join("images")
+            .join(format!("{}.img", hex("vol-grow")));
+        let loops = loops_of(&image);
+        assert_eq!(loops.len(), 1, "one loop device holds the image: {loops:?}");
+        assert_eq!(device_bytes(&loops[0]), 16 * MI);
+        let before = fs_bytes(&target);
+        assert!(before < 16 * MI, "an ext4 of 16 MiB: {before}");
+        let kept = target.join("kept");
+        std::fs::write(&kept, b"written before the resize").expect("write in the volume");
+
+        grow_claim(&api, "32Mi");
+        if !has_cap_sys_resource() {
+            // the kernel grows a mounted ext4 only for CAP_SYS_RESOURCE,
+            // which some sandboxes withhold even from root: the driver's
+            // resize2fs fails, and that failure is what this host can show
+            eprintln!(
+                "note: no CAP_SYS_RESOURCE here, so resize2fs cannot grow a mounted ext4; \
+                 checking that the driver's failure leaves the claim and the volume as they were"
+            );
+            daemon.wait_until_showing(
+                "NodeExpandVolume tried again after the driver's failure",
+                || driver.count("NodeExpandVolume") >= 2,
+                || daemon.log_tail(),
+            );
+            assert!(capacity_patches(&api).is_empty(), "no success reported");
+            assert_eq!(claim(&api)["status"]["capacity"]["storage"], "16Mi");
+            assert_eq!(fs_bytes(&target), before, "the filesystem as it was");
+        } else {
+            daemon.wait_until_showing(
+                "the claim's status says the new size",
+                || claim(&api)["status"]["capacity"]["storage"] == json!("32Mi"),
+                || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+            );
+            assert_eq!(device_bytes(&loops[0]), 32 * MI, "the loop device grew");
+            let after = fs_bytes(&target);
+            assert!(
+                after > before + 12 * MI,
+                "resize2fs grew the filesystem the pod sees: {before} -> {after}"
+            );
+            assert_eq!(driver.count("NodeExpandVolume"), 1);
+        }
+        assert_eq!(
+            std::fs::read(&kept).expect("read it back"),
+            b"written before the resize",
+            "the data survives"
+        );
+        assert_eq!(driver.count("NodePublishVolume"), 1, "no remount");
+        assert_eq!(driver.count("NodeUnpublishVolume"), 0);
+
+        // the pod goes: unpublished, unstaged, and the loop device with it
+        assert!(api.delete("v1", "Pod", Some("apps"), "grower"));
+        daemon.wait_until_showing(
+            "the volume is unstaged and its loop device gone",
+            || driver.count("NodeUnstageVolume") == 1 && loops_of(&image).is_empty(),
+            || format!("{:?}\n{}", loops_of(&image), daemon.log_tail()),
+        );
+        daemon.stop();
+    });
+}
+
+/// Whether this process holds CAP_SYS_RESOURCE (bit 24 of `CapEff`).
+fn has_cap_sys_resource() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read our status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 24) != 0)
+}
+
+/// `text`'s bytes in hex, as the driver names an image.
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn an_expansion_past_the_csi_timeout_is_made_again_once() {
+    real("a NodeExpandVolume that hangs", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-hang-");
+        let opts = driver_opts(&mut env);
+        env.extra_args
+            .extend(["--csi-timeout".to_owned(), "1".to_owned()]);
+        support::csi_driver::write_faults(
+            &opts.state,
+            &json!([{"method": "NodeExpandVolume", "hang": true, "times": 1}]),
+        );
+        let driver = TestDriver::spawn(opts);
+        settled_objects(&api, "4Mi", json!({}));
+        let daemon = env.start();
+        let target = target(&env);
+        daemon.wait_until_showing(
+            "the CSI volume is published",
+            || mounted(&daemon, &target),
+            || daemon.get("/debug/state"),
+        );
+        grow_claim(&api, "8Mi");
+        daemon.wait_until_showing(
+            "the claim's status says the new size",
+            || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
+            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+        );
+        assert_eq!(fs_bytes(&target), 8 * MI);
+        assert_eq!(
+            driver.count("NodeExpandVolume"),
+            2,
+            "the hung call, then one more"
+        );
+        assert_eq!(
+            capacity_patches(&api).len(),
+            1,
+            "one success, reported once"
+        );
+        // the job reports back after the claim is told: wait for it
+        daemon.wait_until("the mount stays", || mounted(&daemon, &target));
+        assert_eq!(driver.count("NodeUnpublishVolume"), 0);
+        daemon.stop();
+    });
+}
+
+#[test]
+fn an_expansion_whose_driver_dies_mid_call_is_made_again_once() {
+    real("a driver killed inside NodeExpandVolume", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-die-");
+        let opts = driver_opts(&mut env);
+        // the driver grows the tmpfs, then dies before it answers
+        support::csi_driver::write_faults(
+            &opts.state,
+            &json!([{"method": "NodeExpandVolume", "die_after_work": true, "times": 1}]),
+        );
+        let mut driver = TestDriver::spawn(opts.clone());
+        settled_objects(&api, "4Mi", json!({}));
+        let daemon = env.start();
+        let target = target(&env);
+        daemon.wait_until_showing(
+            "the CSI volume is published",
+            || mounted(&daemon, &target),
+            || daemon.get("/debug/state"),
+        );
+        grow_claim(&api, "8Mi");
+        let status = driver.wait_exit(Duration::from_secs(30));
+        assert!(!status.success(), "the driver died: {status:?}");
+        assert_eq!(driver.count("NodeExpandVolume"), 1);
+        assert!(
+            capacity_patches(&api).is_empty(),
+            "no answer, so no success: {:#?}",
+            capacity_patches(&api)
+        );
+        let driver = TestDriver::spawn(opts);
+        daemon.wait_until_showing(
+            "the claim's status says the new size",
+            || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
+            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+        );
+        let calls: Vec<Value> = driver
+            .calls()
+            .into_iter()
+            .filter(|c| c["method"] == "NodeExpandVolume")
+            .collect();
+        assert_eq!(calls.len(), 2, "{calls:#?}");
+        assert_ne!(
+            calls[0]["pid"], calls[1]["pid"],
+            "made again by the new driver"
+        );
+        assert_eq!(fs_bytes(&target), 8 * MI);
+        assert_eq!(
+            capacity_patches(&api).len(),
+            1,
+            "one success, reported once"
+        );
+        // the job reports back after the claim is told: wait for it
+        daemon.wait_until("the mount stays", || mounted(&daemon, &target));
+        assert_eq!(driver.count("NodeUnpublishVolume"), 0);
         daemon.stop();
     });
 }
