@@ -498,16 +498,22 @@ fn on_a_read_only_root_each_write_names_its_file_and_the_old_one_is_read() {
         fs::write(pods.join("c.yaml"), manifest("c")).unwrap();
         running.poll_changes().expect("c is seen");
         settle();
-        // a CSI target's vol_data.json, through the call the plugin uses
+        // a CSI target's vol_data.json, through the calls the plugin uses
+        // (unsynced with the journal on, synced with it off)
         let vol_data = layout.csi_pod_vol_data(&PodUid::new(POD).unwrap(), "pv-1");
         let rel = vol_data.strip_prefix(&root).unwrap();
         mkdirs(vol_data.parent().unwrap());
-        let write_vol_data = |attachment: &str| {
+        let write_vol_data_as = |attachment: &str, synced: bool| {
             let json =
                 format!(r#"{{"driverName":"d","volumeHandle":"h","attachmentID":"{attachment}"}}"#);
             let at = Beneath { base: &root, rel };
-            LinuxSys.write_file_beneath(at, json.as_bytes(), 0o640)
+            if synced {
+                LinuxSys.write_file_beneath(at, json.as_bytes(), 0o640)
+            } else {
+                LinuxSys.write_file_beneath_unsynced(at, json.as_bytes(), 0o640)
+            }
         };
+        let write_vol_data = |attachment: &str| write_vol_data_as(attachment, false);
         let attachment = || {
             let v = read_vol_data(&LinuxSys, &vol_data).unwrap();
             v.and_then(|v| v.attachment_id)
@@ -532,9 +538,11 @@ fn on_a_read_only_root_each_write_names_its_file_and_the_old_one_is_read() {
         let mut restarted = sources();
         restarted.list();
         assert_eq!(restarted.cache_hits(), 2, "the old cache is read");
-        let err = write_vol_data("va-2").unwrap_err().to_string();
-        assert_names_cause(&err, &vol_data, READ_ONLY);
-        assert_eq!(attachment().as_deref(), Some("va-1"));
+        for synced in [false, true] {
+            let err = write_vol_data_as("va-2", synced).unwrap_err().to_string();
+            assert_names_cause(&err, &vol_data, READ_ONLY);
+            assert_eq!(attachment().as_deref(), Some("va-1"));
+        }
         objects.put("app", "2", &[("app.yaml", b"v: 2")]);
         let err = setup().unwrap_err().to_string();
         assert_names_cause(&err, &dir, READ_ONLY);

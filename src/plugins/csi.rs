@@ -11,8 +11,9 @@
 //! What the host shows after a call is recorded in the outcome (the mount at
 //! the path, or none): the spec leaves staging to the driver, and some
 //! drivers publish without a mount (docs/merge-table.md, "CSI targets"). `vol_data.json` is
-//! written with fsync and rename before the call (the kubelet writes it
-//! unsynced and can lose it: k8s #108217).
+//! written whole, by a rename, before the call; with `--journal off` it is
+//! also fsynced, since it is then the only record of the call's arguments
+//! (the kubelet writes it unsynced and can lose it: k8s #108217).
 //!
 //! A driver without `STAGE_UNSTAGE_VOLUME` is never staged: MountDevice and
 //! UnmountDevice complete without a call, and NodePublish gets no staging
@@ -134,10 +135,15 @@ impl CsiPlugin {
         })
     }
 
-    /// Writes `vol_data.json` into `dir` (made if missing), durably.
+    /// Writes `vol_data.json` into `dir` (made if missing): whole or not
+    /// at all to a reader, and durable unless `permit` says the journal's
+    /// intent already holds its facts. Undo steps read the journal first
+    /// (`undo_args`), so its fsyncs, four per volume, would only slow a
+    /// mass start down.
     fn write_vol_data(
         &self,
         op: &mut Op<'_>,
+        permit: &Permit,
         dir: &Path,
         fields: &[(&str, &str)],
     ) -> Result<(), PluginError> {
@@ -148,7 +154,10 @@ impl CsiPlugin {
         let bytes = serde_json::to_vec(&json).unwrap_or_default();
         let file = dir.join(VOL_DATA_FILE);
         let file_at = beneath(op, root, &file)?;
-        op.act(op.sys.write_file_beneath(file_at, &bytes, 0o640))
+        op.act(match permit {
+            Permit::Journaled(_) => op.sys.write_file_beneath_unsynced(file_at, &bytes, 0o640),
+            Permit::JournalOff => op.sys.write_file_beneath(file_at, &bytes, 0o640),
+        })
     }
 
     /// The mount the host shows at `path` after a call, if any.
@@ -285,7 +294,7 @@ impl VolumePlugin for CsiPlugin {
 
     fn mount_device(
         &self,
-        _permit: &Permit,
+        permit: &Permit,
         _spec: &VolumeSpec,
         params: &TargetParams,
         sys: &dyn Sys,
@@ -298,6 +307,7 @@ impl VolumePlugin for CsiPlugin {
         if let Some(dir) = staging_path.parent() {
             self.write_vol_data(
                 &mut op,
+                permit,
                 dir,
                 &[
                     ("driverName", &csi.driver),
@@ -335,7 +345,7 @@ impl VolumePlugin for CsiPlugin {
 
     fn setup(
         &self,
-        _permit: &Permit,
+        permit: &Permit,
         _spec: &VolumeSpec,
         params: &TargetParams,
         sys: &dyn Sys,
@@ -359,6 +369,7 @@ impl VolumePlugin for CsiPlugin {
         if let Some(dir) = target_path.parent() {
             self.write_vol_data(
                 &mut op,
+                permit,
                 dir,
                 &[
                     ("specVolID", &params.spec_name),

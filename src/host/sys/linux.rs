@@ -220,42 +220,16 @@ impl Sys for LinuxSys {
     }
 
     fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], m: u32) -> Result<(), SysError> {
-        let path = at.full();
-        let err = |e| SysError::call(Call::WriteFile, &path, e);
-        let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
-            return Err(err(Errno::EINVAL));
-        };
-        let dir = Self::open_at_beneath(Call::WriteFile, parent, OFlag::O_RDONLY, &path)?;
-        let mut tmp = std::ffi::OsString::from(".");
-        tmp.push(name);
-        tmp.push(".volumed-tmp");
-        // a temp file a crash left behind is ours to replace
-        let _ = nix::unistd::unlinkat(
-            &dir,
-            tmp.as_os_str(),
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = nix::fcntl::openat(&dir, tmp.as_os_str(), flags, mode(m)).map_err(err)?;
-        let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
-        let placed = (|| {
-            // exact, whatever the umask (a payload's `defaultMode` may be 0666)
-            nix::sys::stat::fchmod(&fd, mode(m))?;
-            let mut file = std::fs::File::from(fd);
-            std::io::Write::write_all(&mut file, bytes).map_err(io)?;
-            file.sync_all().map_err(io)?;
-            nix::fcntl::renameat(&dir, tmp.as_os_str(), &dir, name)
-        })();
-        if let Err(e) = placed {
-            // a write cut short (a full disk) leaves part of the temp file:
-            // never read as the file, but holding space the disk lacks and
-            // keeping the dir from being removed empty
-            let flag = nix::unistd::UnlinkatFlags::NoRemoveDir;
-            let _ = nix::unistd::unlinkat(&dir, tmp.as_os_str(), flag);
-            return Err(err(e));
-        }
-        nix::unistd::fsync(&dir).map_err(err)
+        place_file(at, bytes, m, true)
+    }
+
+    fn write_file_beneath_unsynced(
+        &self,
+        at: Beneath<'_>,
+        bytes: &[u8],
+        m: u32,
+    ) -> Result<(), SysError> {
+        place_file(at, bytes, m, false)
     }
 
     fn create_file(&self, path: &Path, m: u32) -> Result<(), SysError> {
@@ -549,6 +523,52 @@ fn identity_of(m: MountStat) -> Option<MountIdentity> {
     })
 }
 
+/// `bytes` as the whole of `at`: a temp file beside it renamed over
+/// it, the file and its dir fsynced when `synced`.
+fn place_file(at: Beneath<'_>, bytes: &[u8], m: u32, synced: bool) -> Result<(), SysError> {
+    let path = at.full();
+    let err = |e| SysError::call(Call::WriteFile, &path, e);
+    let (Some(parent), Some(name)) = (at.parent(), at.rel.file_name()) else {
+        return Err(err(Errno::EINVAL));
+    };
+    let dir = LinuxSys::open_at_beneath(Call::WriteFile, parent, OFlag::O_RDONLY, &path)?;
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(".volumed-tmp");
+    // a temp file a crash left behind is ours to replace
+    let _ = nix::unistd::unlinkat(
+        &dir,
+        tmp.as_os_str(),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    );
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(&dir, tmp.as_os_str(), flags, mode(m)).map_err(err)?;
+    let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let placed = (|| {
+        // exact, whatever the umask (a payload's `defaultMode` may be 0666)
+        nix::sys::stat::fchmod(&fd, mode(m))?;
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, bytes).map_err(io)?;
+        if synced {
+            file.sync_all().map_err(io)?;
+        }
+        nix::fcntl::renameat(&dir, tmp.as_os_str(), &dir, name)
+    })();
+    if let Err(e) = placed {
+        // a write cut short (a full disk) leaves part of the temp file:
+        // never read as the file, but holding space the disk lacks and
+        // keeping the dir from being removed empty
+        let flag = nix::unistd::UnlinkatFlags::NoRemoveDir;
+        let _ = nix::unistd::unlinkat(&dir, tmp.as_os_str(), flag);
+        return Err(err(e));
+    }
+    if synced {
+        nix::unistd::fsync(&dir).map_err(err)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,6 +614,46 @@ mod tests {
         if m.options.is_some() {
             assert_eq!(identity_of(m), Some(want));
         }
+    }
+
+    /// Synced or not, a file is placed whole by a rename: the old
+    /// content is replaced, the mode is exact and no temp file is left.
+    #[test]
+    fn a_file_written_beneath_replaces_the_old_one_whole_synced_or_not() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        std::fs::create_dir(base.join("d")).unwrap();
+        let at = Beneath {
+            base,
+            rel: Path::new("d/vol_data.json"),
+        };
+        for (synced, text) in [(true, "first"), (false, "second"), (false, "third")] {
+            if synced {
+                LinuxSys.write_file_beneath(at, text.as_bytes(), 0o640)
+            } else {
+                LinuxSys.write_file_beneath_unsynced(at, text.as_bytes(), 0o640)
+            }
+            .unwrap();
+            let file = base.join("d/vol_data.json");
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o7777, 0o640);
+            let names: Vec<_> = std::fs::read_dir(base.join("d"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["vol_data.json"], "no temp file left");
+        }
+        std::os::unix::fs::symlink("d", base.join("up")).unwrap();
+        let through = Beneath {
+            base,
+            rel: Path::new("up/vol_data.json"),
+        };
+        let e = LinuxSys
+            .write_file_beneath_unsynced(through, b"x", 0o640)
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ELOOP), "no symlink followed");
     }
 
     #[test]

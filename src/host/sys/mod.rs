@@ -210,6 +210,19 @@ pub trait Sys: Send + Sync {
     /// part, and a failed write (`ENOSPC`, `EIO`) removes its temp file.
     /// The mode is exact: the umask does not apply.
     fn write_file_beneath(&self, at: Beneath<'_>, bytes: &[u8], mode: u32) -> Result<(), SysError>;
+    /// [`Sys::write_file_beneath`] without either fsync: still whole or
+    /// absent to a reader, even after the daemon dies, but a power loss
+    /// may leave the old content, none, or an empty file. Only for a file
+    /// whose facts a durable record already holds (the journal's intent).
+    fn write_file_beneath_unsynced(
+        &self,
+        at: Beneath<'_>,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), SysError> {
+        // a double that keeps no page cache has nothing to skip
+        self.write_file_beneath(at, bytes, mode)
+    }
     /// Renames the entry `from` to `to_name` in the same directory without
     /// replacing (`EEXIST` if taken); the directory is opened beneath
     /// `from.base` without following any symlink (`ELOOP`), and the entry
