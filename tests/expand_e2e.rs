@@ -106,6 +106,22 @@ fn mounted(daemon: &Daemon, path: &Path) -> bool {
     all_mounted(&daemon.state(), &[path.to_path_buf()])
 }
 
+fn wait_published(daemon: &Daemon, target: &Path) {
+    daemon.wait_until_showing(
+        "the CSI volume is published",
+        || mounted(daemon, target),
+        || daemon.get("/debug/state"),
+    );
+}
+
+fn wait_claim_size(daemon: &Daemon, api: &FakeApiServer, size: &str) {
+    daemon.wait_until_showing(
+        "the claim's status says the new size",
+        || claim(api)["status"]["capacity"]["storage"] == json!(size),
+        || format!("{:#}\n{}", claim(api), daemon.log_tail()),
+    );
+}
+
 /// The claim's PATCHes of its status that set a capacity.
 fn capacity_patches(api: &FakeApiServer) -> Vec<Value> {
     api.requests()
@@ -352,11 +368,7 @@ fn a_mounted_claim_grown_later_is_expanded_online() {
         settled_objects(&api, "4Mi", json!({}));
         let daemon = env.start();
         let target = target(&env);
-        daemon.wait_until_showing(
-            "the CSI volume is published",
-            || mounted(&daemon, &target),
-            || daemon.get("/debug/state"),
-        );
+        wait_published(&daemon, &target);
         assert_eq!(fs_bytes(&target), 4 * MI);
         assert_eq!(driver.count("NodeExpandVolume"), 0, "nothing pending");
 
@@ -365,11 +377,7 @@ fn a_mounted_claim_grown_later_is_expanded_online() {
         // on it alone, an older resizer's way: its status patch then meets
         // the claim's newer version, and is made again on it)
         grow_claim(&api, "8Mi");
-        daemon.wait_until_showing(
-            "the claim's status says the new size",
-            || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
-            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
-        );
+        wait_claim_size(&daemon, &api, "8Mi");
         assert_eq!(fs_bytes(&target), 8 * MI, "grown under the running pod");
         assert!(mounted(&daemon, &target), "never unmounted");
         assert_eq!(driver.count("NodeExpandVolume"), 1);
@@ -492,17 +500,9 @@ fn an_expansion_past_the_csi_timeout_is_made_again_once() {
         settled_objects(&api, "4Mi", json!({}));
         let daemon = env.start();
         let target = target(&env);
-        daemon.wait_until_showing(
-            "the CSI volume is published",
-            || mounted(&daemon, &target),
-            || daemon.get("/debug/state"),
-        );
+        wait_published(&daemon, &target);
         grow_claim(&api, "8Mi");
-        daemon.wait_until_showing(
-            "the claim's status says the new size",
-            || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
-            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
-        );
+        wait_claim_size(&daemon, &api, "8Mi");
         assert_eq!(fs_bytes(&target), 8 * MI);
         assert_eq!(
             driver.count("NodeExpandVolume"),
@@ -535,11 +535,7 @@ fn an_expansion_whose_driver_dies_mid_call_is_made_again_once() {
         settled_objects(&api, "4Mi", json!({}));
         let daemon = env.start();
         let target = target(&env);
-        daemon.wait_until_showing(
-            "the CSI volume is published",
-            || mounted(&daemon, &target),
-            || daemon.get("/debug/state"),
-        );
+        wait_published(&daemon, &target);
         grow_claim(&api, "8Mi");
         let status = driver.wait_exit(Duration::from_secs(30));
         assert!(!status.success(), "the driver died: {status:?}");
@@ -550,11 +546,7 @@ fn an_expansion_whose_driver_dies_mid_call_is_made_again_once() {
             capacity_patches(&api)
         );
         let driver = TestDriver::spawn(opts);
-        daemon.wait_until_showing(
-            "the claim's status says the new size",
-            || claim(&api)["status"]["capacity"]["storage"] == json!("8Mi"),
-            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
-        );
+        wait_claim_size(&daemon, &api, "8Mi");
         let calls: Vec<Value> = driver
             .calls()
             .into_iter()
