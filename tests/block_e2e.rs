@@ -2,7 +2,8 @@
 //! run` binary with a real loop device as a local PV in `volumeMode:
 //! Block`: the kubelet's layout on the host (the device bound on the pod's
 //! file in the global map dir, the pod's `volumeDevices` symlink to it),
-//! each step journaled with a `block` target (`dump`), the device never
+//! each step journaled with a `block` target (`dump`), the device held
+//! open by one loop device while the pod maps it (sysfs), never
 //! formatted, and everything undone when the pod goes.
 //!
 //! Each test runs as root in its own private mount namespace with its own
@@ -69,6 +70,47 @@ fn head(path: &Path) -> Vec<u8> {
     buf
 }
 
+/// The loop devices (`loopN`) whose backing file is `file`, as sysfs
+/// names it: the hold the kubelet takes on a mapped device.
+fn holds(file: &Path) -> Vec<String> {
+    // as the kernel names it: resolved from the nearest dir still there
+    let (base, real) = file
+        .ancestors()
+        .find_map(|a| Some((a, fs::canonicalize(a).ok()?)))
+        .unwrap();
+    let file = real.join(file.strip_prefix(base).unwrap());
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/sys/block").unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let backing = fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"));
+        if backing.is_ok_and(|b| Path::new(b.trim_end_matches('\n')) == file) {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// Detaches, when dropped, every loop device still backed by a file under
+/// `root`: a test failing midway leaves no hold behind on the machine.
+struct DropHolds(PathBuf);
+
+impl Drop for DropHolds {
+    fn drop(&mut self) {
+        let Ok(root) = fs::canonicalize(&self.0) else {
+            return;
+        };
+        for entry in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let backing = fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"));
+            if backing.is_ok_and(|b| Path::new(b.trim_end_matches('\n')).starts_with(&root)) {
+                let _ = std::process::Command::new("losetup")
+                    .args(["-d", &format!("/dev/{name}")])
+                    .status();
+            }
+        }
+    }
+}
+
 /// The (op, target kind) of every intent in `dump` for `volume`.
 fn intents(dump: &Value, volume: &str) -> Vec<(String, String)> {
     dump["records"]
@@ -115,11 +157,19 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
             .join(plugin)
             .join("volumeDevices/pv-raw");
         let pod_file = map_dir.join("p1");
+        let _holds = DropHolds(env.root.clone());
 
         let daemon = env.start();
         daemon.wait_until("the device and pod maps are done", || {
             all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
         });
+
+        // the device is held open by exactly one loop device, backed by
+        // the pod's bound file, of the device's size
+        let held = holds(&pod_file);
+        assert_eq!(held.len(), 1, "{held:?}");
+        let sectors = fs::read_to_string(format!("/sys/block/{}/size", held[0])).unwrap();
+        assert_eq!(sectors.trim(), (8u64 << 20 >> 9).to_string());
 
         // the pod's symlink names the device, the kubelet's way
         assert_eq!(fs::read_link(&link).unwrap(), lo.path());
@@ -184,6 +234,7 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
             "{binds:?}"
         );
         assert_eq!(intents(&env.dump(), volume), want, "nothing ran again");
+        assert_eq!(holds(&pod_file), held, "the same single hold");
 
         delete_all_and_wait(&env, &daemon);
         daemon.wait_until("the global map dir is removed", || !map_dir.exists());
@@ -194,6 +245,11 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
         assert!(
             fs::symlink_metadata(&pod_file).is_err(),
             "the pod's file is gone"
+        );
+        assert_eq!(
+            holds(&pod_file),
+            Vec::<String>::new(),
+            "the hold is released"
         );
         let ops = intents(&env.dump(), volume);
         let undo: Vec<&str> = ops
@@ -238,11 +294,16 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
                 .join("plugins")
                 .join(plugin)
                 .join("volumeDevices/pv-raw");
+            let pod_file = map_dir.join("p1");
+            let _holds = DropHolds(env.root.clone());
             let daemon = env.start();
             daemon.wait_until("the maps are done", || {
                 all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
             });
+            assert_eq!(holds(&pod_file).len(), 1);
             daemon.stop();
+            // the hold outlives the daemon, as the kubelet's outlives it
+            assert_eq!(holds(&pod_file).len(), 1);
 
             env.remove_pod("p.yaml");
             let daemon = env.start();
@@ -253,6 +314,11 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
             assert!(
                 fs::symlink_metadata(&link).is_err(),
                 "the pod's link is gone"
+            );
+            assert_eq!(
+                holds(&pod_file),
+                Vec::<String>::new(),
+                "the hold is released"
             );
             let volume = "kubernetes.io/local-volume/pv-raw";
             let ops: Vec<String> = intents(&env.dump(), volume)

@@ -732,6 +732,15 @@ impl Sys for Wrapped {
     fn statfs(&self, path: &Path) -> Result<volumed::host::sys::FsUsage, SysError> {
         LinuxSys.statfs(path)
     }
+    fn loop_find_backing(&self, backing: &Path) -> Result<Vec<PathBuf>, SysError> {
+        LinuxSys.loop_find_backing(backing)
+    }
+    fn loop_attach_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError> {
+        LinuxSys.loop_attach_beneath(at)
+    }
+    fn loop_detach(&self, dev: &Path) -> Result<(), SysError> {
+        LinuxSys.loop_detach(dev)
+    }
     fn mount_probe(&self, path: &Path) -> Result<volumed::host::sys::MountProbe, SysError> {
         LinuxSys.mount_probe(path)
     }

@@ -180,6 +180,15 @@ impl Sys for Gated {
     fn statfs(&self, path: &Path) -> Result<crate::host::sys::FsUsage, SysError> {
         self.inner.statfs(path)
     }
+    fn loop_find_backing(&self, backing: &Path) -> Result<Vec<PathBuf>, SysError> {
+        self.inner.loop_find_backing(backing)
+    }
+    fn loop_attach_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError> {
+        self.inner.loop_attach_beneath(at)
+    }
+    fn loop_detach(&self, dev: &Path) -> Result<(), SysError> {
+        self.inner.loop_detach(dev)
+    }
     fn mount_probe(&self, path: &Path) -> Result<crate::host::sys::MountProbe, SysError> {
         self.inner.mount_probe(path)
     }

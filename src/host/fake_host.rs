@@ -50,6 +50,8 @@ pub(crate) struct State {
     pub(crate) next_anon: u32,
     /// `statfs` answers by filesystem (device)
     pub(crate) usage: BTreeMap<DevId, FsUsage>,
+    /// the bound loop devices: number → the backing file's path
+    pub(crate) loops: BTreeMap<u32, PathBuf>,
     /// the base every `*_beneath` call walked its path from, in order (a
     /// `*_in` call through a handle walks from the handle's dir); a cell,
     /// as the checks that note it look at the state without changing it

@@ -131,6 +131,23 @@ impl RecordingSys {
         self.lock().files.contains_key(path.as_ref())
     }
 
+    /// The bound fake loop devices (`/dev/loopN`) with their backing files.
+    pub(crate) fn loops(&self) -> Vec<(PathBuf, PathBuf)> {
+        let st = self.lock();
+        st.loops
+            .iter()
+            .map(|(n, b)| (PathBuf::from(format!("/dev/loop{n}")), b.clone()))
+            .collect()
+    }
+
+    /// Binds a fake loop device to `backing` without recording (a hold
+    /// left by an earlier run).
+    pub(crate) fn preset_loop(&self, backing: impl AsRef<Path>) {
+        let mut st = self.lock();
+        let n = (0..).find(|n| !st.loops.contains_key(n)).unwrap_or(0);
+        st.loops.insert(n, backing.as_ref().to_owned());
+    }
+
     /// The fake mounts, bottom first.
     pub(crate) fn mounts(&self) -> Vec<FakeMount> {
         self.lock().mounts.clone()

@@ -119,6 +119,12 @@ pub enum Call {
     OpenDir,
     /// `fchmodat2(AT_SYMLINK_NOFOLLOW)`: a mode set, never through a symlink
     Chmod,
+    /// the loop devices backed by a file, from sysfs (`losetup -j`)
+    LoopFind,
+    /// `LOOP_CTL_GET_FREE` and `LOOP_SET_FD`: a free loop device attached
+    LoopAttach,
+    /// `LOOP_CLR_FD`: a loop device detached
+    LoopDetach,
 }
 
 impl Call {
@@ -153,6 +159,9 @@ impl Call {
             Call::MountProbe => "statx mount probe",
             Call::OpenDir => "open dir",
             Call::Chmod => "fchmodat2",
+            Call::LoopFind => "find loop device",
+            Call::LoopAttach => "attach loop device",
+            Call::LoopDetach => "detach loop device",
         }
     }
 }

@@ -3,10 +3,20 @@
 //! global map dir, and the pod's symlink to the device. The kubelet's
 //! volume path handler does the same with a bind mount and a symlink.
 //!
+//! The hold ([`hold_device`], [`release_device`]): while a pod maps a
+//! device, a loop device backed by the pod's file keeps the device open,
+//! so it cannot silently vanish and come back under the same name with
+//! other data behind it (a container runtime would not notice). The
+//! kubelet attaches it after the pod's bind and link and detaches it
+//! before unmapping them (its `MapBlockVolume` / `UnmapBlockVolume`); a
+//! hold already gone on the way out is only a warning there, and here.
+//!
 //! *Invariants:* every path is reached beneath the root, following no
 //! symlink; the device path (the operator's, outside the root) is the
 //! only path followed. Nothing but our own symlink and our own empty map
 //! file is ever removed, and the file only once nothing is mounted on it.
+//! One pod's file is held by at most one loop device: an existing one is
+//! reused, never a second attached; every one found is detached.
 
 use std::path::Path;
 
@@ -165,4 +175,37 @@ pub(crate) fn unlink_pod_device(
     }
     let r = op.sys.remove_beneath(at.base, at.rel, false);
     op.act_or(r, Errno::ENOENT)
+}
+
+/// Holds the device bound on the pod's file `file` (beneath `root`) with
+/// a loop device backed by that file; one already backed by it is the
+/// hold (a step re-run, or a restart, attaches no second one).
+pub(crate) fn hold_device(op: &mut Op<'_>, root: &Path, file: &Path) -> Result<(), PluginError> {
+    let at = beneath(op, root, file)?;
+    if !op.look(op.sys.loop_find_backing(&at.full()))?.is_empty() {
+        return Ok(());
+    }
+    let r = op.sys.loop_attach_beneath(at);
+    op.act(r).map(drop)
+}
+
+/// Releases the hold on the pod's file `file`: every loop device backed
+/// by it is detached (one detached meanwhile is done). None found is a
+/// warning, not a failure, as in the kubelet: the hold may have been
+/// released by a run cut short, or never taken (a map made elsewhere).
+pub(crate) fn release_device(op: &mut Op<'_>, root: &Path, file: &Path) -> Result<(), PluginError> {
+    let at = beneath(op, root, file)?;
+    let held = op.look(op.sys.loop_find_backing(&at.full()))?;
+    if held.is_empty() {
+        tracing::warn!(
+            volume = %op.volume,
+            file = %file.display(),
+            "no loop device holds the mapped device open; nothing to detach"
+        );
+    }
+    for dev in held {
+        let r = op.sys.loop_detach(&dev);
+        op.act_or(r, Errno::ENXIO)?;
+    }
+    Ok(())
 }

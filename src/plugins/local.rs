@@ -19,8 +19,9 @@
 //! kubelet's local block mapper and volume path handler do: MapDevice
 //! makes the global map dir `Layout::local_block_map_dir(pv)`;
 //! MapPodDevice binds the device on the pod's file in it
-//! (`local_block_pod_map`) and links the pod's `volumeDevices` path to the
-//! device; the unmaps undo them, the symlink first. The device is never
+//! (`local_block_pod_map`), links the pod's `volumeDevices` path to the
+//! device and holds the device with a loop device backed by the pod's
+//! file; the unmaps undo them, the hold first, then the symlink. The device is never
 //! formatted nor mounted as a filesystem.
 //!
 //! Idempotency (docs/kubelet.md, "The reconciler"): a target already mounted with the
@@ -317,6 +318,7 @@ impl VolumePlugin for LocalPlugin {
         let file = self.layout.local_block_pod_map(&params.spec_name, pod);
         block::bind_device_file(&mut op, root, device, &dev, &file)?;
         block::link_pod_device(&mut op, root, device, link)?;
+        block::hold_device(&mut op, root, &file)?;
         Ok(op.finished(Vec::new()))
     }
 
@@ -333,9 +335,11 @@ impl VolumePlugin for LocalPlugin {
             .as_deref()
             .ok_or_else(|| op.missing("pod device map path"))?;
         let root = self.layout.root();
-        // the link the containers use goes first, then the pod's bind
-        block::unlink_pod_device(&mut op, root, link)?;
+        // the hold goes first (its loop device keeps the pod's bind busy),
+        // then the link the containers use, then the pod's bind
         let file = self.layout.local_block_pod_map(&params.spec_name, pod);
+        block::release_device(&mut op, root, &file)?;
+        block::unlink_pod_device(&mut op, root, link)?;
         block::unbind_device_file(&mut op, root, &file)?;
         Ok(op.finished(Vec::new()))
     }

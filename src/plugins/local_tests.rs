@@ -577,11 +577,21 @@ fn a_block_pv_is_mapped_and_unmapped_at_the_kubelet_s_paths() {
         !m.iter().any(|c| matches!(c, SysCall::Mkfs { .. })),
         "never formatted: {m:?}"
     );
+    // the hold last: a loop device backed by the pod's file
+    let held = at(&|c| matches!(c, SysCall::LoopAttach { backing } if *backing == file));
+    assert!(linked < held, "link, then hold: {m:?}");
+    assert_eq!(sys.loops(), [(p("/dev/loop0"), file.clone())]);
     sys.clear_calls();
 
     plugin().unmap_pod_device(&permit, &pod, &sys).unwrap();
     let m = sys.mutations();
     let at = |want: &dyn Fn(&SysCall) -> bool| m.iter().position(want);
+    let released = at(&|c| matches!(c, SysCall::LoopDetach { dev } if *dev == p("/dev/loop0")));
+    assert!(
+        released.is_some() && released < at(&|c| matches!(c, SysCall::RemoveBeneath { .. })),
+        "the hold goes first: {m:?}"
+    );
+    assert!(sys.loops().is_empty(), "{:?}", sys.loops());
     let unlinked = at(
         &|c| matches!(c, SysCall::RemoveBeneath { base, rel, dir: false } if base.join(rel) == link),
     );
@@ -641,4 +651,66 @@ fn a_block_map_refuses_what_is_not_a_device_or_not_its_symlink() {
         "{:?}",
         sys.mutations()
     );
+}
+
+/// The hold is taken once per pod's file: a MapPodDevice run again (an
+/// uncertain outcome, a restart) finds the loop device already backed by
+/// the pod's file and attaches no second one; its undo detaches every one
+/// backed by it and, with none left (a run cut after the detach), goes on
+/// with the unmaps. A pod's bind held by a loop device cannot be
+/// unmounted, so the hold is released before the unbind.
+#[test]
+fn a_block_map_holds_the_device_once_and_the_unmap_releases_it_first() {
+    let sys = host(DiskFormat::Unformatted);
+    let uid = PodUid::new("podA").unwrap();
+    let file = Layout::new("/k").local_block_pod_map("pv1", &uid);
+    let (dev, pod) = (raw(TargetRef::Device), raw(TargetRef::Pod(uid)));
+    let permit = Permit::JournalOff;
+    plugin()
+        .map_device(&permit, &raw_spec(), &dev, &sys)
+        .unwrap();
+    plugin()
+        .map_pod_device(&permit, &raw_spec(), &pod, &sys)
+        .unwrap();
+    sys.clear_calls();
+
+    // run again: everything in place, the same single hold
+    let out = plugin()
+        .map_pod_device(&permit, &raw_spec(), &pod, &sys)
+        .unwrap();
+    assert!(sys.mutations().is_empty(), "{:?}", sys.mutations());
+    assert_eq!(out.action, Action::AlreadyInPlace);
+    assert_eq!(sys.loops(), [(p("/dev/loop0"), file.clone())]);
+
+    // the kernel refuses to unmount a bind its loop device holds open
+    let e = block_unbind_while_held(&sys, &file);
+    assert_eq!(e, Some(Errno::EBUSY));
+
+    // two holds on the same file (one left by an earlier run): both go
+    sys.preset_loop(&file);
+    plugin().unmap_pod_device(&permit, &pod, &sys).unwrap();
+    assert!(sys.loops().is_empty(), "{:?}", sys.loops());
+    assert!(!sys.exists(&file), "the pod's file is gone");
+
+    // a run cut after the detach: no hold left is a warning, the unmaps go on
+    plugin()
+        .map_pod_device(&permit, &raw_spec(), &pod, &sys)
+        .unwrap();
+    sys.loop_detach(Path::new("/dev/loop0")).unwrap();
+    sys.clear_calls();
+    plugin().unmap_pod_device(&permit, &pod, &sys).unwrap();
+    assert!(
+        !sys.calls()
+            .iter()
+            .any(|c| matches!(c, SysCall::LoopDetach { .. })),
+        "{:?}",
+        sys.calls()
+    );
+    assert!(!sys.exists(&file), "the pod's file is gone");
+}
+
+/// What an unmount of the pod's bound file answers while it is held.
+fn block_unbind_while_held(sys: &RecordingSys, file: &Path) -> Option<Errno> {
+    let at = crate::host::sys::Beneath::split(Path::new("/k"), file)?;
+    sys.umount2_beneath(at, MntFlags::empty()).err()?.errno()
 }

@@ -113,10 +113,13 @@ impl Sys for RecordingSys {
         parent_beneath(&st, Call::Umount, at, target)?;
         let i = st.mounts.iter().rposition(|m| m.target == target);
         let i = i.ok_or_else(|| SysError::call(Call::Umount, target, Errno::EINVAL))?;
+        // a mount beneath, or a loop device holding the file open, keeps
+        // the mount busy as the kernel's does
         if st
             .mounts
             .iter()
             .any(|m| m.target.starts_with(target) && m.target != target)
+            || st.loops.values().any(|b| b == target)
         {
             return Err(SysError::call(Call::Umount, target, Errno::EBUSY));
         }
@@ -475,6 +478,56 @@ impl Sys for RecordingSys {
             files_free: 1 << 16,
             read_only: false,
         }))
+    }
+
+    fn loop_find_backing(&self, backing: &Path) -> Result<Vec<PathBuf>, SysError> {
+        let call = SysCall::LoopFind {
+            backing: backing.into(),
+        };
+        let st = self.enter(call, backing)?;
+        Ok(st
+            .loops
+            .iter()
+            .filter(|(_, b)| b.as_path() == backing)
+            .map(|(n, _)| PathBuf::from(format!("/dev/loop{n}")))
+            .collect())
+    }
+
+    fn loop_attach_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError> {
+        let full = at.full();
+        let call = SysCall::LoopAttach {
+            backing: full.clone(),
+        };
+        let mut st = self.enter(call, &full)?;
+        parent_beneath(&st, Call::LoopAttach, at, &full)?;
+        let errno = match st.files.get(&full) {
+            Some(FileKind::File | FileKind::BlockDevice) => None,
+            Some(FileKind::Symlink) => Some(Errno::ELOOP),
+            Some(FileKind::Dir) => Some(Errno::EISDIR),
+            Some(_) => Some(Errno::EINVAL),
+            None => Some(Errno::ENOENT),
+        };
+        if let Some(errno) = errno {
+            return Err(SysError::call(Call::LoopAttach, &full, errno));
+        }
+        // the lowest free number, as LOOP_CTL_GET_FREE answers
+        let n = (0..).find(|n| !st.loops.contains_key(n)).unwrap_or(0);
+        st.loops.insert(n, full);
+        Ok(PathBuf::from(format!("/dev/loop{n}")))
+    }
+
+    fn loop_detach(&self, dev: &Path) -> Result<(), SysError> {
+        let call = SysCall::LoopDetach { dev: dev.into() };
+        let mut st = self.enter(call, dev)?;
+        let n = dev
+            .to_str()
+            .and_then(|d| d.strip_prefix("/dev/loop"))
+            .and_then(|n| n.parse::<u32>().ok());
+        let n = n.ok_or_else(|| SysError::call(Call::LoopDetach, dev, Errno::EINVAL))?;
+        match st.loops.remove(&n) {
+            Some(_) => Ok(()),
+            None => Err(SysError::call(Call::LoopDetach, dev, Errno::ENXIO)),
+        }
     }
 
     fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError> {

@@ -58,6 +58,13 @@ pub(super) fn stat_of(st: &State, path: &Path) -> Result<FileStat, SysError> {
         .get(path)
         .copied()
         .unwrap_or(DevId { major: 0, minor: 0 });
+    // a device node bound on a file shows the device, as the kernel's bind
+    // of a raw block device on a pod's map file does
+    let bound = st.top(path).and_then(|m| st.devices.get(&m.root));
+    let (kind, rdev) = match bound {
+        Some(dev) if kind == FileKind::File => (FileKind::BlockDevice, *dev),
+        _ => (kind, rdev),
+    };
     Ok(FileStat {
         kind,
         dev: st.identity_of(path).0,

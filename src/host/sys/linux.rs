@@ -418,6 +418,27 @@ impl Sys for LinuxSys {
         }
     }
 
+    fn loop_find_backing(&self, backing: &Path) -> Result<Vec<PathBuf>, SysError> {
+        super::loopdev::find_backing(backing)
+    }
+
+    fn loop_attach_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError> {
+        let open = |flags| Self::open_file_beneath(Call::LoopAttach, at, flags);
+        // read-write as `losetup` opens it, read-only when the file refuses
+        // writing (the loop device is then read-only too)
+        let file = match open(OFlag::O_RDWR) {
+            Err(e) if matches!(e.errno(), Some(Errno::EROFS | Errno::EACCES | Errno::EPERM)) => {
+                open(OFlag::O_RDONLY)?
+            }
+            other => other?,
+        };
+        super::loopdev::attach(&file, &at.full())
+    }
+
+    fn loop_detach(&self, dev: &Path) -> Result<(), SysError> {
+        super::loopdev::detach(dev)
+    }
+
     fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError> {
         let c = cpath(Call::MountProbe, path)?;
         let st = statx_at(

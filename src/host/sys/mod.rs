@@ -69,10 +69,17 @@
 //!   filesystem is reported as such and must never be formatted over.
 //! - **Formatting** ([`Sys::mkfs`]): runs `mkfs.<fs>` as a child; ext2/3/4
 //!   get `-F -m0` as the kubelet passes them.
+//! - **Loop devices** ([`Sys::loop_find_backing`], [`Sys::loop_attach_beneath`],
+//!   [`Sys::loop_detach`]): the hold on a mapped raw block device, with the
+//!   loop driver's own ioctls (`loop(4)`: `LOOP_CTL_GET_FREE` on
+//!   `/dev/loop-control`, `LOOP_SET_FD`, `LOOP_CLR_FD`) instead of running
+//!   `losetup`; which loop holds what is read from sysfs, as `losetup -j`
+//!   and the kubelet read it (`loopdev.rs`).
 
 mod child;
 mod dir;
 mod linux;
+mod loopdev;
 mod malloc;
 mod mkdirs;
 mod owner;
@@ -294,6 +301,18 @@ pub trait Sys: Send + Sync {
     /// mount id, the device and whether it is a mount root — what the
     /// health monitor compares with the mount it learnt from the table.
     fn mount_probe(&self, path: &Path) -> Result<MountProbe, SysError>;
+    /// The loop devices (`/dev/loopN`, in order) whose backing file is
+    /// `backing`, as `/sys/block/loopN/loop/backing_file` names it (what
+    /// `losetup -j` reads); none is an empty list.
+    fn loop_find_backing(&self, backing: &Path) -> Result<Vec<PathBuf>, SysError>;
+    /// Attaches a free loop device to the file `at` (reached beneath its
+    /// base, no symlink followed, itself included), read-write or, when
+    /// the file refuses it, read-only, as `losetup -f` does; returns the
+    /// loop device's path.
+    fn loop_attach_beneath(&self, at: Beneath<'_>) -> Result<PathBuf, SysError>;
+    /// Detaches the loop device `dev` (a `/dev/loopN`); one attached to
+    /// nothing fails with `ENXIO`.
+    fn loop_detach(&self, dev: &Path) -> Result<(), SysError>;
     /// [`mkdir_all_beneath`]: `at` and its missing parents below the base,
     /// each with `mode` (the umask applies), no symlink followed.
     fn mkdirs_beneath(&self, at: Beneath<'_>, mode: u32) -> Result<(), SysError> {

@@ -241,6 +241,28 @@ impl LinuxSys {
     }
 }
 
+impl LinuxSys {
+    /// The file `at` opened for I/O with `flags` (plus `O_CLOEXEC`): its
+    /// base opened `O_PATH` as a directory, then `at.rel` beneath it with
+    /// no symlink followed, the file itself included (`ELOOP`). For the
+    /// files volumed opens by content (the device a loop device holds).
+    pub(super) fn open_file_beneath(
+        call: Call,
+        at: Beneath<'_>,
+        flags: OFlag,
+    ) -> Result<OwnedFd, SysError> {
+        let named = at.full();
+        let err = |errno| SysError::call(call, &named, errno);
+        let dir = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let base_fd = nix::fcntl::open(at.base, dir, Mode::empty()).map_err(err)?;
+        let resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS;
+        let how = OpenHow::new()
+            .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+            .resolve(resolve);
+        nix::fcntl::openat2(base_fd.as_fd(), at.rel, how).map_err(err)
+    }
+}
+
 pub(super) fn std_kind(t: std::fs::FileType) -> Option<FileKind> {
     use std::os::unix::fs::FileTypeExt;
     Some(if t.is_dir() {

@@ -177,6 +177,21 @@ pub(crate) enum SysCall {
         /// path
         path: PathBuf,
     },
+    /// the loop devices backed by a file
+    LoopFind {
+        /// the backing file
+        backing: PathBuf,
+    },
+    /// a free loop device attached to a file
+    LoopAttach {
+        /// the backing file
+        backing: PathBuf,
+    },
+    /// a loop device detached
+    LoopDetach {
+        /// the loop device
+        dev: PathBuf,
+    },
 }
 
 impl SysCall {
@@ -210,6 +225,9 @@ impl SysCall {
             SysCall::Statfs { .. } => Call::Statfs,
             SysCall::MountProbe { .. } => Call::MountProbe,
             SysCall::OpenDir { .. } => Call::OpenDir,
+            SysCall::LoopFind { .. } => Call::LoopFind,
+            SysCall::LoopAttach { .. } => Call::LoopAttach,
+            SysCall::LoopDetach { .. } => Call::LoopDetach,
         }
     }
 
@@ -229,6 +247,8 @@ impl SysCall {
                 | Call::Statfs
                 | Call::MountProbe
                 | Call::OpenDir
+                | Call::ReadLink
+                | Call::LoopFind
         )
     }
 }
