@@ -218,9 +218,8 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
         ];
         assert_eq!(ops, want, "{dump:#}");
 
-        // A restart with the journal keeps both maps as the journal says
-        // (the scan does not read block maps yet): no step runs again and
-        // the bind is not stacked.
+        // A restart with the journal keeps both maps, the host showing
+        // them whole: no step runs again and the bind is not stacked.
         daemon.stop();
         let daemon = env.start();
         daemon.wait_until("the maps are known again", || {
@@ -267,7 +266,7 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
 }
 
 /// A pod deleted while the daemon is down: the restart's merge keeps the
-/// journal's maps (the scan does not read block maps), so the pod's unmaps
+/// journal's maps (the host shows them whole), so the pod's unmaps
 /// run and nothing is left: no bind, no symlink, no map dir.
 #[test]
 fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() {
@@ -338,4 +337,95 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
             drop(lo);
         },
     );
+}
+
+/// A map lost outside volumed while it was down is noticed by the
+/// restart's scan (docs/merge-table.md) and made again: the pod's symlink
+/// alone removed (a map in part: uncertain, MapPodDevice runs again and
+/// reuses the hold), then the whole map (symlink, hold and bind: unmapped
+/// outside, mapped again). Each time one bind and one hold, no more.
+#[test]
+fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
+    real("maps again a block map lost while volumed was down", || {
+        let mut env = Env::new("volumed-block-lost");
+        let backing = env.scratch.path().join("disk.img");
+        fs::File::create(&backing)
+            .unwrap()
+            .set_len(8 << 20)
+            .unwrap();
+        let lo = LoopDevice::attach(&backing);
+        fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
+        env.write_pod("p.yaml", &pod("p1"));
+        let plugin = "kubernetes.io~local-volume";
+        let link = env
+            .root
+            .join("pods/p1/volumeDevices")
+            .join(plugin)
+            .join("pv-raw");
+        let map_dir = env
+            .root
+            .join("plugins")
+            .join(plugin)
+            .join("volumeDevices/pv-raw");
+        let pod_file = map_dir.join("p1");
+        let _holds = DropHolds(env.root.clone());
+        let mapped = |daemon: &support::daemon::Daemon| {
+            all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
+                && fs::read_link(&link).is_ok_and(|l| l == lo.path())
+        };
+        let binds = |env: &Env| {
+            env.mounts_below_root()
+                .iter()
+                .filter(|m| m.mount_point == pod_file)
+                .count()
+        };
+        let volume = "kubernetes.io/local-volume/pv-raw";
+        let pod_maps = |env: &Env| {
+            intents(&env.dump(), volume)
+                .iter()
+                .filter(|(op, _)| op == "map_pod_device")
+                .count()
+        };
+
+        let daemon = env.start();
+        daemon.wait_until("the maps are done", || mapped(&daemon));
+        daemon.stop();
+        let held = holds(&pod_file);
+        assert_eq!(held.len(), 1, "{held:?}");
+
+        // the symlink alone goes: the map in part is made whole again
+        fs::remove_file(&link).unwrap();
+        let daemon = env.start();
+        daemon.wait_until("the pod's symlink is back", || mapped(&daemon));
+        assert_eq!(binds(&env), 1, "{:?}", env.mounts_below_root());
+        assert_eq!(holds(&pod_file), held, "the same hold, reused");
+        assert_eq!(pod_maps(&env), 2, "map_pod_device ran again");
+        daemon.stop();
+
+        // the whole map goes: symlink, hold, bind
+        fs::remove_file(&link).unwrap();
+        let status = std::process::Command::new("losetup")
+            .args(["-d", &format!("/dev/{}", held[0])])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        nix::mount::umount(&pod_file).unwrap();
+        assert_eq!(binds(&env), 0);
+        let daemon = env.start();
+        daemon.wait_until("the map is made again", || mapped(&daemon));
+        assert_eq!(binds(&env), 1, "{:?}", env.mounts_below_root());
+        assert_eq!(holds(&pod_file).len(), 1, "one hold again");
+        assert_eq!(pod_maps(&env), 3, "map_pod_device ran again");
+        assert_eq!(head(&link).len(), MAGIC.len(), "the pod reads the device");
+
+        delete_all_and_wait(&env, &daemon);
+        daemon.wait_until("the global map dir is removed", || !map_dir.exists());
+        assert_eq!(
+            holds(&pod_file),
+            Vec::<String>::new(),
+            "the hold is released"
+        );
+        daemon.stop();
+        drop(lo);
+    });
 }

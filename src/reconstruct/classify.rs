@@ -12,7 +12,7 @@ use crate::model::{
     TargetRef,
 };
 
-use super::{HostObservation, MergeInput, ObservedMount};
+use super::{BlockMap, HostObservation, MergeInput, ObservedMount};
 
 /// What the journal says about a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -312,6 +312,8 @@ pub(super) fn decide_csi(
         return None;
     }
     let out = match (boot, &entry.observed, observation) {
+        // a raw block pod map is decided as any block map is
+        (_, _, HostObservation::Mapped(_)) => return None,
         (Boot::Rebooted, ..) => {
             let says = match observation {
                 HostObservation::Mounted(m) => compare(expected, m, input),
@@ -381,6 +383,7 @@ pub(super) fn expectation(entry: &Entry, says: JournalSays) -> Expected<'_> {
 /// Reduces what the host shows at a target to [`HostSays`].
 pub(super) fn host_says(
     kind: TargetKind,
+    target: &TargetRef,
     observation: &HostObservation,
     expected: Option<Expected<'_>>,
     input: &MergeInput<'_>,
@@ -397,18 +400,51 @@ pub(super) fn host_says(
         (TargetKind::Mount, HostObservation::Absent | HostObservation::DirPresent) => {
             HostSays::Absent
         }
-        // A block target's map is not at its path for the scan to see: the
-        // pod's is a symlink, its bind sits on the pod's file in the
-        // global map dir, the device's is a dir. Until the scan reads
-        // them, the journal stands, as for a `none` target: a pod gone
-        // while the daemon was down still gets its unmaps.
-        (TargetKind::Block, HostObservation::Absent | HostObservation::DirPresent) => {
-            HostSays::NotObserved
-        }
+        // A raw block map: the device's target is the global map dir (a
+        // plain dir, as a `dir` target's), a pod's is its symlink with the
+        // bind on its file in that dir (`Mapped`), whole or in part.
+        (TargetKind::Block, HostObservation::Absent) => HostSays::Absent,
+        (TargetKind::Block, HostObservation::DirPresent) => match (target, expected) {
+            (TargetRef::Device, Some(_)) => HostSays::Matches,
+            (TargetRef::Device, None) => HostSays::DirPresent,
+            // a directory where the pod's symlink belongs is not our map
+            (TargetRef::Pod(_), Some(_)) => HostSays::Differs,
+            (TargetRef::Pod(_), None) => HostSays::Mounted,
+        },
+        (TargetKind::Block, HostObservation::Mapped(map)) => block_map_says(map, expected),
         (TargetKind::Mount | TargetKind::Block, HostObservation::Mounted(m)) => match expected {
             None => HostSays::Mounted,
             Some(e) => compare(e, m, input),
         },
+        // only block pod targets are observed as maps
+        (TargetKind::Mount | TargetKind::Dir, HostObservation::Mapped(_)) => match expected {
+            None => HostSays::Mounted,
+            Some(_) => HostSays::Differs,
+        },
+    }
+}
+
+/// A pod's raw block map against the journal's: whole, with its symlink
+/// naming P's device, it matches; in part (a symlink or a bind lost
+/// outside volumed), or naming another device, it differs, so the map is
+/// made again or undone, both idempotent. Found without a journal record
+/// it is a map to rebuild.
+fn block_map_says(map: &BlockMap, expected: Option<Expected<'_>>) -> HostSays {
+    let Some(expected) = expected else {
+        return HostSays::Mounted;
+    };
+    let BlockMap {
+        link: Some(link),
+        bound: true,
+    } = map
+    else {
+        return HostSays::Differs;
+    };
+    match expected {
+        Expected::Params(p) if p.device_path().is_some_and(|d| d != link.as_path()) => {
+            HostSays::Differs
+        }
+        Expected::Params(_) | Expected::Identity(_) => HostSays::Matches,
     }
 }
 

@@ -79,7 +79,7 @@ pub(super) fn merge_host_only(
                     Some(_) => JournalSays::Nothing,
                     None => JournalSays::Off,
                 };
-                let host_says = classify::host_says(h.kind, &h.observation, None, input);
+                let host_says = classify::host_says(h.kind, &h.target, &h.observation, None, input);
                 let boot = Boot::Same;
                 let (result, reason) = classify::decide(h.kind, journal_says, host_says, boot);
                 let decision = Decision {
@@ -117,7 +117,7 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
     };
     let mount = match &h.observation {
         HostObservation::Mounted(m) => Some(m),
-        HostObservation::Absent | HostObservation::DirPresent => None,
+        HostObservation::Absent | HostObservation::DirPresent | HostObservation::Mapped(_) => None,
     };
     let is_device = h.target == TargetRef::Device;
     Ok(TargetParams::at(

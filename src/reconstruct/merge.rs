@@ -175,7 +175,13 @@ fn decide_journal_target(
     let (host_says, result, reason) = match csi {
         Some(decided) => decided,
         None => {
-            let host_says = classify::host_says(params.kind, observation, Some(expected), input);
+            let host_says = classify::host_says(
+                params.kind,
+                &params.target,
+                observation,
+                Some(expected),
+                input,
+            );
             let (result, reason) = classify::decide(params.kind, journal_says, host_says, boot);
             (host_says, result, reason)
         }

@@ -21,7 +21,13 @@
 //! "P" is the journal's parameters; "matches" compares mount identity
 //! (see *Identity* below); for `dir` targets "matches" is "the directory is
 //! present" ([`HostSays::DirPresent`]); `none` targets (hostPath) have no
-//! host observation ([`HostSays::NotObserved`]).
+//! host observation ([`HostSays::NotObserved`]). A `block` target's map is
+//! its global map dir (the device's: present matches) or, for a pod, its
+//! symlink and the bind on its file in that dir ([`HostObservation::Mapped`]):
+//! both, the symlink naming P's device, match; one of them alone, another
+//! device or a dir at the symlink's path differ; neither is absent. So a map
+//! lost outside volumed is `unmounted_outside` (whole) or `mounted_differs`
+//! (in part) and is made again while wanted, undone otherwise.
 //!
 //! | journal | host | boot | result | reason |
 //! | --- | --- | --- | --- | --- |
@@ -175,6 +181,20 @@ pub enum HostObservation {
     DirPresent,
     /// Something is mounted there.
     Mounted(ObservedMount),
+    /// A raw block pod map, whole or in part (`block` pod targets, whose
+    /// path is the pod's symlink and whose bind sits on the pod's file in
+    /// the global map dir); nothing of it is [`HostObservation::Absent`].
+    Mapped(BlockMap),
+}
+
+/// What the host shows of one pod's raw block map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockMap {
+    /// where the pod's symlink points; `None` when there is no symlink
+    pub link: Option<PathBuf>,
+    /// whether something is mounted on the pod's file in the global map
+    /// dir (the device's bind)
+    pub bound: bool,
 }
 
 impl HostObservation {
@@ -182,7 +202,9 @@ impl HostObservation {
     pub fn identity(&self) -> Option<&MountIdentity> {
         match self {
             HostObservation::Mounted(m) => Some(&m.identity),
-            HostObservation::Absent | HostObservation::DirPresent => None,
+            HostObservation::Absent | HostObservation::DirPresent | HostObservation::Mapped(_) => {
+                None
+            }
         }
     }
 }

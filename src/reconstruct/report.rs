@@ -86,7 +86,8 @@ pub struct FailedRow {
     pub plugin: String,
     /// the spec name from the path
     pub spec_name: String,
-    /// `mounted`, `dir_present` or `absent`
+    /// `mounted`, `dir_present`, `absent`, or for a raw block pod map
+    /// `mapped` (its symlink and its bind) or `partly_mapped`
     pub host_says: &'static str,
     /// always `rebuild_failed`
     pub reason: &'static str,
@@ -153,6 +154,11 @@ fn observation_text(o: &HostObservation) -> &'static str {
         HostObservation::Absent => "absent",
         HostObservation::DirPresent => "dir_present",
         HostObservation::Mounted(_) => "mounted",
+        HostObservation::Mapped(super::BlockMap {
+            link: Some(_),
+            bound: true,
+        }) => "mapped",
+        HostObservation::Mapped(_) => "partly_mapped",
     }
 }
 

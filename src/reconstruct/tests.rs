@@ -36,6 +36,11 @@ enum Vol {
     LocalPodRo,
     /// a CSI pod target published `readonly`
     CsiPodRo,
+    /// a local PV's raw block device target: its global map dir (`block`)
+    BlockDevice,
+    /// a local PV's raw block pod target: the pod's symlink, the bind on
+    /// the pod's file in the global map dir (`block`)
+    BlockPod,
 }
 
 /// What the journal holds for the target.
@@ -71,6 +76,8 @@ enum Seen {
     Dir,
     /// our mount, but writable (a read-only target's `ro` gone)
     Writable,
+    /// a pod's raw block map in part: its symlink, no bind
+    Partial,
 }
 
 fn pod() -> PodUid {
@@ -177,6 +184,34 @@ fn params(vol: Vol) -> TargetParams {
                 attachment_id: None,
             })))
         }
+        Vol::BlockDevice | Vol::BlockPod => {
+            let target = match vol {
+                Vol::BlockDevice => TargetRef::Device,
+                _ => TargetRef::Pod(pod()),
+            };
+            let link = (vol == Vol::BlockPod).then(|| {
+                PathBuf::from(format!(
+                    "{ROOT}/pods/pod1/volumeDevices/kubernetes.io~local-volume/pv1"
+                ))
+                .into()
+            });
+            TargetParams::at(
+                UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1"),
+                PluginName::LocalVolume,
+                "pv1".into(),
+                target,
+                TargetKind::Block,
+                None,
+            )
+            .with_device_path(Some("/dev/loop3".into()))
+            .with_device_mount_path(Some(
+                PathBuf::from(format!(
+                    "{ROOT}/plugins/kubernetes.io~local-volume/volumeDevices/pv1"
+                ))
+                .into(),
+            ))
+            .with_pod_mount_path(link)
+        }
         Vol::HostPath => on_pod(
             "kubernetes.io/host-path/pod1-data",
             PluginName::HostPath,
@@ -229,7 +264,18 @@ fn observation(vol: Vol, seen: Seen) -> HostObservation {
         Vol::TmpfsPod | Vol::CsiPod | Vol::CsiPodBare | Vol::CsiPodRo => "tmpfs",
         _ => "/dev/loop3",
     };
+    let map = |link: Option<&str>, bound| {
+        HostObservation::Mapped(BlockMap {
+            link: link.map(PathBuf::from),
+            bound,
+        })
+    };
     match (seen, params(vol).kind) {
+        // a pod's raw block map: its symlink and its bind; the device's: a dir
+        (Seen::Ours, TargetKind::Block) if vol == Vol::BlockPod => map(Some("/dev/loop3"), true),
+        (Seen::Other, TargetKind::Block) if vol == Vol::BlockPod => map(Some("/dev/sdb1"), true),
+        (Seen::Partial, _) => map(Some("/dev/loop3"), false),
+        (Seen::Ours, TargetKind::Block) => HostObservation::DirPresent,
         // the driver keeps it without a mount: its dir
         (Seen::Ours, _) if vol == Vol::CsiPodBare => HostObservation::DirPresent,
         (Seen::Ours, TargetKind::Dir) => HostObservation::DirPresent,
@@ -343,6 +389,8 @@ impl Writer {
 fn ops(vol: Vol) -> (Operation, Operation) {
     match vol {
         Vol::LocalDevice => (Operation::MountDevice, Operation::UnmountDevice),
+        Vol::BlockDevice => (Operation::MapDevice, Operation::UnmapDevice),
+        Vol::BlockPod => (Operation::MapPodDevice, Operation::UnmapPodDevice),
         _ => (Operation::SetUp, Operation::TearDown),
     }
 }
@@ -638,6 +686,28 @@ fn merge_table() {
         ("read-only bind intent, done", (LocalPodRo, J::MountIntent(Single), Same, S::Ours), (Some(Mounted), R::SingleStepDone)),
         ("read-only bind intent, found writable", (LocalPodRo, J::MountIntent(Single), Same, S::Writable), (Some(Uncertain), R::SingleStepDiffers)),
         ("csi published readonly, still ro", (CsiPodRo, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        // raw block maps: the device's global map dir, a pod's symlink and bind
+        ("block map dir there", (BlockDevice, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("block map dir removed outside", (BlockDevice, J::Mounted, Same, S::Absent), (Some(NotMounted), R::UnmountedOutside)),
+        ("block map dir removed, found again", (BlockDevice, J::Unmounted, Same, S::Dir), (Some(Uncertain), R::UnmountedButMounted)),
+        ("block map dir removed, gone", (BlockDevice, J::Unmounted, Same, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
+        ("pod block map whole", (BlockPod, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("pod block map whole after a reboot (a static bind)", (BlockPod, J::Mounted, Rebooted, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("pod block map lost outside", (BlockPod, J::Mounted, Same, S::Absent), (Some(NotMounted), R::UnmountedOutside)),
+        ("pod block map gone after a reboot", (BlockPod, J::Mounted, Rebooted, S::Absent), (Some(NotMounted), R::GoneAfterReboot)),
+        ("pod block map partly lost outside", (BlockPod, J::Mounted, Same, S::Partial), (Some(Uncertain), R::MountedDiffers)),
+        ("pod block map after a reboot: the link left, no bind", (BlockPod, J::Mounted, Rebooted, S::Partial), (Some(Uncertain), R::MountedDiffers)),
+        ("pod block map links another device", (BlockPod, J::Mounted, Same, S::Other), (Some(Uncertain), R::MountedDiffers)),
+        ("pod block map: a dir at the link", (BlockPod, J::Mounted, Same, S::Dir), (Some(Uncertain), R::MountedDiffers)),
+        ("pod block map intent, in part", (BlockPod, J::MountIntent(Multi), Same, S::Partial), (Some(Uncertain), R::MultiStepIntent)),
+        ("pod block unmapped, map there again", (BlockPod, J::Unmounted, Same, S::Ours), (Some(Uncertain), R::UnmountedButMounted)),
+        ("pod block unmapped, a link left", (BlockPod, J::Unmounted, Same, S::Partial), (Some(Uncertain), R::UnmountedButMounted)),
+        ("pod block unmapped, gone", (BlockPod, J::Unmounted, Same, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
+        ("found pod block map", (BlockPod, J::Nothing, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
+        ("found pod block map in part", (BlockPod, J::Nothing, Same, S::Partial), (Some(Uncertain), R::RebuiltFromHost)),
+        ("found block map dir", (BlockDevice, J::Nothing, Same, S::Dir), (Some(Mounted), R::FoundDir)),
+        ("off: pod block map found", (BlockPod, J::Off, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
+        ("off: block map dir found", (BlockDevice, J::Off, Same, S::Dir), (Some(Uncertain), R::RebuiltFromHost)),
         ("csi published readonly, found writable", (CsiPodRo, J::Mounted, Same, S::Writable), (Some(Uncertain), R::MountedDiffers)),
     ];
     for (name, input, expected) in table {
@@ -1298,19 +1368,4 @@ fn a_csi_mount_without_the_label_asked_for_keeps_that_label_in_the_asw() {
         SeLinuxState::Context(ctx(LABEL)),
         "the label asked for, not the driver's bare mount: no remount for it at every restart"
     );
-}
-
-/// A block target with nothing mounted at its path (the pod's symlink, the
-/// map dir) is not observed: the journal stands, as for a `none` target;
-/// a mount found there is compared as any mount is.
-#[test]
-fn a_block_target_without_a_mount_at_its_path_is_not_observed() {
-    use crate::model::TargetKind;
-    let input = MergeInput::default();
-    for obs in [HostObservation::Absent, HostObservation::DirPresent] {
-        let says = super::classify::host_says(TargetKind::Block, &obs, None, &input);
-        assert_eq!(says, super::classify::HostSays::NotObserved, "{obs:?}");
-        let mount = super::classify::host_says(TargetKind::Mount, &obs, None, &input);
-        assert_eq!(mount, super::classify::HostSays::Absent, "{obs:?}");
-    }
 }

@@ -185,6 +185,12 @@ impl Layout {
         let names = [PLUGINS, plugin, VOLUME_DEVICES, pv_name, pod.as_str()];
         self.rooted(names.into_iter())
     }
+    /// `<global map path>/<uid>`: the file a raw block device is bound on
+    /// for one pod, in any block plugin's global map path (the kubelet's
+    /// `globalMapPath/podUID`)
+    pub fn block_pod_map_in(global_map: &Path, pod: &PodUid) -> PathBuf {
+        global_map.join(pod.as_str())
+    }
     /// `<root>/pods/<uid>/plugins`
     pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {
         self.in_pod(pod, [PLUGINS].into_iter())

@@ -10,15 +10,15 @@ use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::scan::{
     DeviceName, DeviceTarget, HostView, Observed, PodTarget, UnknownPluginDir, VolData,
 };
-use crate::host::sys::{FileKind, Sys};
+use crate::host::sys::{Beneath, FileKind, Sys};
 use crate::journal::JournalState;
 use crate::model::{
-    CsiLifecycle, PluginName, PodUid, SeLinuxContext, TargetKind, TargetRef, UniqueVolumeName,
-    VOL_DATA_FILE,
+    CsiLifecycle, Layout, PluginName, PodUid, SeLinuxContext, TargetKind, TargetRef,
+    UniqueVolumeName, VOL_DATA_FILE,
 };
 
 use crate::reconstruct::{
-    HostObservation, HostTarget, MergeInput, ObservedMount, Rebuild, devices,
+    BlockMap, HostObservation, HostTarget, MergeInput, ObservedMount, Rebuild, devices,
 };
 
 /// Fills the merge input from one scan (see the module doc for what goes
@@ -78,8 +78,16 @@ fn fill_input<'a>(
         // looked-up paths by bytes (`Path`'s hash walks components): a path
         // spelt two ways is looked up twice, to the same answer
         let mut looked: FxHashSet<&[u8]> = FxHashSet::default();
-        let mut look = |path: &'a Path| {
+        // `map_file`: for a raw block pod target (`path` its symlink), the
+        // pod's file in the global map dir, where its bind sits
+        let mut look = |path: &'a Path, map_file: Option<PathBuf>| {
             if !looked.insert(path.as_os_str().as_bytes()) {
+                return;
+            }
+            if let Some(file) = map_file {
+                if let Some(seen) = block_map_at(sys, tops, path, &file) {
+                    observe.insert(path.to_owned(), seen);
+                }
                 return;
             }
             if let Some(top) = tops.top_at(path) {
@@ -98,12 +106,18 @@ fn fill_input<'a>(
                 if let Some(path) = p.path()
                     && !found_mounted.contains(path.as_os_str().as_bytes())
                 {
-                    look(path);
+                    let map_file = match (p.kind, &p.target, p.device_mount_path()) {
+                        (TargetKind::Block, TargetRef::Pod(pod), Some(dir)) => {
+                            Some(Layout::block_pod_map_in(dir, pod))
+                        }
+                        _ => None,
+                    };
+                    look(path, map_file);
                 }
                 if let Some(path) = p.device_mount_path() {
                     let b = path.as_os_str().as_bytes();
                     if last_mount != Some(b) {
-                        look(path);
+                        look(path, None);
                         last_mount = Some(b);
                     }
                 }
@@ -208,6 +222,30 @@ impl<'t> MountIndex<'t> {
             None => HostObservation::DirPresent,
         }
     }
+}
+
+/// What the host shows of a pod's raw block map: its symlink at `link`
+/// (where it points) and a mount on the pod's `file` in the global map
+/// dir; `None` when neither is there. Anything but a symlink at `link` is
+/// a dir (not our map).
+fn block_map_at(
+    sys: &dyn Sys,
+    tops: &MountIndex<'_>,
+    link: &Path,
+    file: &Path,
+) -> Option<HostObservation> {
+    let bound = tops.top_at(file).is_some();
+    let target = match sys.stat(link, false) {
+        Ok(st) if st.kind == FileKind::Symlink => {
+            Beneath::split(Path::new("/"), link).and_then(|at| sys.read_link_beneath(at).ok())
+        }
+        Ok(_) => return Some(HostObservation::DirPresent),
+        Err(_) => None,
+    };
+    (target.is_some() || bound).then_some(HostObservation::Mapped(BlockMap {
+        link: target,
+        bound,
+    }))
 }
 
 /// A directory, not followed through a symlink.
