@@ -61,12 +61,16 @@ pub(crate) fn pod_step(want: &VolumeToMount, kind: TargetKind) -> (Operation, St
 }
 
 /// Whether `op` (any but SetUp, see [`setup_steps`]) on a target of
-/// `plugin` is one syscall or several: formatting runs mkfs, and every CSI
-/// operation is an RPC whose effect is not one syscall the host shows; the
-/// mounts and unmounts of volumed's own plugins are one syscall.
+/// `plugin` is one syscall or several: formatting runs mkfs, every CSI
+/// operation is an RPC whose effect is not one syscall the host shows, and
+/// a pod's raw block map and unmap are a file, a bind, a symlink and the
+/// loop device's hold (the host's map, whole, does not show the hold); the
+/// mounts and unmounts of volumed's own plugins are one syscall, as are
+/// the global map dir's mkdir and rmdir.
 pub(crate) fn op_steps(op: Operation, plugin: PluginName) -> Steps {
     match (op, plugin) {
-        (Operation::FormatDevice, _) | (_, PluginName::Csi) => Steps::Multi,
+        (Operation::FormatDevice | Operation::MapPodDevice | Operation::UnmapPodDevice, _)
+        | (_, PluginName::Csi) => Steps::Multi,
         _ => Steps::Single,
     }
 }
@@ -292,7 +296,7 @@ mod tests {
         );
         assert_eq!(
             pod_step(&want, p.kind),
-            (Operation::MapPodDevice, Steps::Single)
+            (Operation::MapPodDevice, Steps::Multi)
         );
     }
 

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! describe   <free text>
-//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap
+//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap raw
 //! option     blank_device | checkpoint_every=<n> | fs_group=<gid> | expand
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
 //! full       <point>[:<n>] free | kill      # instead of crash: the journal's disk fills there
@@ -23,7 +23,8 @@
 //! ```
 //!
 //! A `<ref>` is `<pod>/<kind>` (a pod target), `dev` (the local PV's
-//! device target) or `csidev` (the CSI PV's staging target).
+//! device target), `csidev` (the CSI PV's staging target) or `rawdev` (the
+//! raw block PV's global map dir).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,6 +49,11 @@ pub enum Kind {
     /// target (the wrapped disk emptyDir) the atomic writer fills; its
     /// TearDown renames it to `.deleting~N` as a disk emptyDir's does
     ConfigMap,
+    /// the raw block local PV `pv-raw` (`volumeMode: Block`, a blank loop
+    /// device): its global map dir (MapDevice) and the pod's map
+    /// (MapPodDevice: the device bound on the pod's file there, the pod's
+    /// symlink, the loop device's hold)
+    Raw,
 }
 
 impl Kind {
@@ -60,6 +66,7 @@ impl Kind {
             Kind::Csi => "csi",
             Kind::Secret => "secret",
             Kind::ConfigMap => "configmap",
+            Kind::Raw => "raw",
         }
     }
 
@@ -71,8 +78,9 @@ impl Kind {
             "csi" => Ok(Kind::Csi),
             "secret" => Ok(Kind::Secret),
             "configmap" => Ok(Kind::ConfigMap),
+            "raw" => Ok(Kind::Raw),
             other => Err(format!(
-                "unknown volume kind {other:?} (tmp, disk, pv, csi, secret, configmap)"
+                "unknown volume kind {other:?} (tmp, disk, pv, csi, secret, configmap, raw)"
             )),
         }
     }
@@ -85,6 +93,8 @@ pub enum Ref {
     Dev,
     /// the staging target of `pv-csi` (shared by every pod using it)
     CsiDev,
+    /// the device target of `pv-raw`: its global map dir
+    RawDev,
     /// a pod's target of one kind
     Pod(String, Kind),
 }
@@ -95,11 +105,12 @@ impl Ref {
         match s {
             "dev" => return Ok(Ref::Dev),
             "csidev" => return Ok(Ref::CsiDev),
+            "rawdev" => return Ok(Ref::RawDev),
             _ => {}
         }
-        let (pod, kind) = s
-            .split_once('/')
-            .ok_or_else(|| format!("a target is `dev`, `csidev` or `<pod>/<kind>`, not {s:?}"))?;
+        let (pod, kind) = s.split_once('/').ok_or_else(|| {
+            format!("a target is `dev`, `csidev`, `rawdev` or `<pod>/<kind>`, not {s:?}")
+        })?;
         Ok(Ref::Pod(pod.to_owned(), Kind::parse(kind)?))
     }
 }
@@ -109,6 +120,7 @@ impl std::fmt::Display for Ref {
         match self {
             Ref::Dev => f.write_str("dev"),
             Ref::CsiDev => f.write_str("csidev"),
+            Ref::RawDev => f.write_str("rawdev"),
             Ref::Pod(p, k) => write!(f, "{p}/{}", k.word()),
         }
     }
@@ -491,5 +503,13 @@ impl Fixture {
             .map(|(_, kinds)| kinds)
             .chain(added)
             .any(|kinds| kinds.contains(&Kind::Csi))
+    }
+
+    /// Whether a pod of the scenario before the crash has a `raw` volume:
+    /// the node then has the raw block PV's device.
+    pub fn uses_raw(&self) -> bool {
+        self.pods
+            .iter()
+            .any(|(_, kinds)| kinds.contains(&Kind::Raw))
     }
 }

@@ -32,6 +32,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_volumed");
 pub const PV: &str = "pv-blk";
 /// The test CSI driver's name.
 pub const CSI_DRIVER: &str = "crash.csi.volumed.dev";
+/// The raw block PV every `raw` volume uses (`volumeMode: Block`).
+pub const RAW_PV: &str = "pv-raw";
+/// What the raw block PV's device starts with: it must still, at the end
+/// (a raw device is never formatted nor written by volumed).
+pub const RAW_MAGIC: &[u8] = b"volumed crash: raw block, never formatted";
 /// The CSI PV every `csi` volume uses.
 pub const CSI_PV: &str = "pv-csi";
 /// Its volume handle.
@@ -76,6 +81,9 @@ pub struct Node {
     runs: u32,
     /// the loop device carrying the PV
     pub dev: LoopDevice,
+    /// the loop device of the raw block PV, when a `raw` pod is in the
+    /// scenario ([`Node::use_raw`])
+    pub raw: Option<LoopDevice>,
     /// `--checkpoint-every`
     pub checkpoint_every: Option<u64>,
     /// `securityContext.fsGroup` of every pod (`option fs_group=<gid>`)
@@ -105,6 +113,12 @@ impl Drop for Node {
         if let Some(mut d) = self.daemon.take() {
             let _ = d.child.kill();
             let _ = d.child.wait();
+        }
+        // a raw block pod still mapped keeps its hold (a loop device over
+        // the pod's file, not autoclear): released as a node going away
+        // would, so the binds under the scratch dir can go
+        for dev in self.holds_under(&self.root) {
+            let _ = Command::new("losetup").args(["-d", &dev]).status();
         }
     }
 }
@@ -149,6 +163,7 @@ impl Node {
             boots: 0,
             runs: 0,
             dev,
+            raw: None,
             checkpoint_every: None,
             fs_group: None,
             expand: false,
@@ -167,6 +182,52 @@ impl Node {
         node.write_boot_id(0);
         node.write_objects();
         node
+    }
+
+    /// A `raw` pod in the scenario: a blank 8 MiB loop device starting
+    /// with [`RAW_MAGIC`], the raw block PV `pv-raw` on it and its claim.
+    pub fn use_raw(&mut self) {
+        let image = self.scratch.path().join("raw.img");
+        let mut bytes = RAW_MAGIC.to_vec();
+        bytes.resize(8 << 20, 0);
+        fs::write(&image, bytes).expect("write the raw image");
+        self.raw = Some(LoopDevice::attach(&image));
+        self.write_objects();
+    }
+
+    /// The raw block PV's device still starts with [`RAW_MAGIC`].
+    pub fn check_raw_bytes(&self) -> Result<(), String> {
+        let Some(raw) = &self.raw else {
+            return Ok(());
+        };
+        let mut head = vec![0; RAW_MAGIC.len()];
+        fs::File::open(raw.path())
+            .and_then(|mut f| f.read_exact(&mut head))
+            .map_err(|e| format!("read the raw device: {e}"))?;
+        match head == RAW_MAGIC {
+            true => Ok(()),
+            false => Err(format!(
+                "the raw device's bytes changed: {:?}",
+                String::from_utf8_lossy(&head)
+            )),
+        }
+    }
+
+    /// The loop devices (`/dev/loopN`) backed by a file at or below `dir`,
+    /// as sysfs names their backing files: a raw block map's holds.
+    pub fn holds_under(&self, dir: &Path) -> Vec<String> {
+        let Ok(dir) = fs::canonicalize(dir) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for e in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let backing = fs::read_to_string(e.path().join("loop/backing_file"));
+            if backing.is_ok_and(|b| Path::new(b.trim_end_matches('\n')).starts_with(&dir)) {
+                found.push(format!("/dev/{name}"));
+            }
+        }
+        found
     }
 
     /// `option expand`: the driver restarted able to expand, the CSI
@@ -248,6 +309,13 @@ impl Node {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: crash-config, namespace: default, uid: c0f19000-0000-4000-8000-000000000001}}\ndata: {{app.conf: {CONFIG_VALUE}}}\n"
         );
         self.write_object_file("config.yaml", &config);
+        if let Some(raw) = &self.raw {
+            let dev = raw.path().display();
+            let text = format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {RAW_PV}}}\nspec:\n  capacity: {{storage: 8Mi}}\n  volumeMode: Block\n  accessModes: [ReadWriteOnce]\n  claimRef: {{namespace: default, name: claim-raw}}\n  local: {{path: {dev}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-raw, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  volumeName: {RAW_PV}\n  resources:\n    requests: {{storage: 8Mi}}\n"
+            );
+            self.write_object_file("raw.yaml", &text);
+        }
         if self.driver.is_some() && self.expand {
             // a claim the resize controller grew: its PV is 8 MiB, its
             // status still 4 MiB (an older resizer's: no recovery fields),
@@ -300,13 +368,19 @@ impl Node {
                 Kind::Csi => "  - {name: csi, persistentVolumeClaim: {claimName: claim-csi}}\n",
                 Kind::Secret => "  - {name: secret, secret: {secretName: crash-secret}}\n",
                 Kind::ConfigMap => "  - {name: config, configMap: {name: crash-config}}\n",
+                Kind::Raw => "  - {name: raw, persistentVolumeClaim: {claimName: claim-raw}}\n",
             });
         }
         // a disk emptyDir is also mounted by subPath: `mounts <pod>` binds it
-        let mounts = match kinds.contains(&Kind::Disk) {
+        let mut mounts = match kinds.contains(&Kind::Disk) {
             true => ", volumeMounts: [{name: disk, mountPath: /sub, subPath: sub}]",
             false => "",
-        };
+        }
+        .to_owned();
+        // a raw block volume is a device of the container
+        if kinds.contains(&Kind::Raw) {
+            mounts.push_str(", volumeDevices: [{name: raw, devicePath: /dev/xvda}]");
+        }
         let security = match self.fs_group {
             Some(g) => format!("  securityContext: {{fsGroup: {g}}}\n"),
             None => String::new(),
@@ -400,6 +474,17 @@ impl Node {
                 .join(CSI_DRIVER)
                 .join(CSI_HANDLE_SHA256)
                 .join("globalmount"),
+            Ref::RawDev => self
+                .root
+                .join("plugins/kubernetes.io~local-volume/volumeDevices")
+                .join(RAW_PV),
+            // the pod's symlink to the device
+            Ref::Pod(p, Kind::Raw) => self
+                .root
+                .join("pods")
+                .join(uid(p))
+                .join("volumeDevices/kubernetes.io~local-volume")
+                .join(RAW_PV),
             Ref::Pod(p, k) => {
                 let v = self.root.join("pods").join(uid(p)).join("volumes");
                 match k {
@@ -409,17 +494,36 @@ impl Node {
                     Kind::Csi => v.join("kubernetes.io~csi").join(CSI_PV).join("mount"),
                     Kind::Secret => v.join("kubernetes.io~secret/secret"),
                     Kind::ConfigMap => v.join("kubernetes.io~configmap/config"),
+                    Kind::Raw => unreachable!("matched above"),
                 }
             }
         }
     }
 
+    /// Where a target's mount is: its path, but for a raw block pod
+    /// target the pod's file in the global map dir, with the device bound
+    /// on it.
+    pub fn mount_path(&self, r: &Ref) -> PathBuf {
+        match r {
+            Ref::Pod(p, Kind::Raw) => self.path(&Ref::RawDev).join(uid(p)),
+            _ => self.path(r),
+        }
+    }
+
     /// The target a path names, for any pod that was ever desired or is on disk.
     pub fn ref_of(&self, path: &Path) -> Option<Ref> {
-        for r in [Ref::Dev, Ref::CsiDev] {
+        for r in [Ref::Dev, Ref::CsiDev, Ref::RawDev] {
             if path == self.path(&r) {
                 return Some(r);
             }
+        }
+        // a raw block pod's bind, on its file in the global map dir
+        if path.parent() == Some(self.path(&Ref::RawDev).as_path()) {
+            let name = path.file_name()?.to_str()?;
+            return Some(Ref::Pod(
+                name.strip_prefix("crash-uid-")?.to_owned(),
+                Kind::Raw,
+            ));
         }
         let rel = path.strip_prefix(self.root.join("pods")).ok()?;
         let mut c = rel.components();
@@ -432,6 +536,7 @@ impl Node {
             Kind::Csi,
             Kind::Secret,
             Kind::ConfigMap,
+            Kind::Raw,
         ]
         .into_iter()
         .map(|k| Ref::Pod(pod.to_owned(), k))
@@ -455,6 +560,11 @@ impl Node {
                     Kind::Csi => {
                         m.insert(Ref::Pod(pod.clone(), *k), "tmpfs");
                         m.insert(Ref::CsiDev, "tmpfs");
+                    }
+                    // the device bound on the pod's file: its node's fs,
+                    // whatever `/dev` is (`""`: any type)
+                    Kind::Raw => {
+                        m.insert(Ref::Pod(pod.clone(), *k), "");
                     }
                     Kind::Disk | Kind::ConfigMap => {}
                 }
@@ -911,10 +1021,10 @@ impl Node {
         let seen = self.mounts();
         let mut problems = Vec::new();
         for (r, fs_type) in &want {
-            let p = self.path(r);
+            let p = self.mount_path(r);
             match seen.get(&p).map(Vec::as_slice) {
                 None | Some([]) => problems.push(format!("missing mount {r}")),
-                Some([one]) if one.fs_type == *fs_type => {}
+                Some([one]) if one.fs_type == *fs_type || fs_type.is_empty() => {}
                 Some([one]) => problems.push(format!(
                     "{r} is a {} mount, not {fs_type} (adopted?)",
                     one.fs_type
@@ -922,9 +1032,10 @@ impl Node {
                 Some(many) => problems.push(format!("double mount at {r}: {many:?}")),
             }
         }
+        let mount_paths: BTreeSet<PathBuf> = want.keys().map(|r| self.mount_path(r)).collect();
         let want_paths: BTreeSet<PathBuf> = want.keys().map(|r| self.path(r)).collect();
         for p in seen.keys() {
-            if !want_paths.contains(p) {
+            if !mount_paths.contains(p) {
                 problems.push(format!(
                     "leaked mount {}",
                     self.ref_of(p)
@@ -954,6 +1065,36 @@ impl Node {
                     problems.push(format!("missing dir {r}"));
                 }
                 dirs.insert(self.path(&r));
+            }
+            // a raw block map: the pod's symlink to the device, exactly one
+            // hold over the pod's file, the global map dir
+            if kinds.contains(&Kind::Raw) {
+                let r = Ref::Pod(pod.clone(), Kind::Raw);
+                let device = self.raw.as_ref().map(|d| d.path().to_owned());
+                if fs::read_link(self.path(&r)).ok() != device {
+                    problems.push(format!("{r}: no symlink to the raw device"));
+                }
+                let holds = self.holds_under(&self.mount_path(&r));
+                if holds.len() != 1 {
+                    problems.push(format!("{r}: held by {holds:?}, not one loop device"));
+                }
+                dirs.insert(self.path(&r));
+                dirs.insert(self.path(&Ref::RawDev));
+            }
+        }
+        // no hold of a pod that maps nothing any more
+        let raw_dir = self.path(&Ref::RawDev);
+        for dev in self.holds_under(&raw_dir) {
+            let held_by_desired = self
+                .desired
+                .iter()
+                .filter(|(_, k)| k.contains(&Kind::Raw))
+                .any(|(p, _)| {
+                    self.holds_under(&self.mount_path(&Ref::Pod(p.clone(), Kind::Raw)))
+                        .contains(&dev)
+                });
+            if !held_by_desired {
+                problems.push(format!("leaked hold {dev}"));
             }
         }
         let (code, body) = self.get("/debug/state")?;

@@ -82,6 +82,9 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
         return Err("`option expand` needs a pod with a `csi` volume".into());
     }
     let mut node = Node::new(f.blank_device, f.uses_csi());
+    if f.uses_raw() {
+        node.use_raw();
+    }
     node.checkpoint_every = f.checkpoint_every;
     node.fs_group = f.fs_group;
     if f.expand {
@@ -240,6 +243,9 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
     }
     node.stop()?;
     if let Err(e) = node.check_pv_files() {
+        problems.push(e);
+    }
+    if let Err(e) = node.check_raw_bytes() {
         problems.push(e);
     }
     if problems.is_empty() {
