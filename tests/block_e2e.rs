@@ -429,3 +429,76 @@ fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
         drop(lo);
     });
 }
+
+/// Without a journal (`--journal off`, as for a map the kubelet made) the
+/// restart finds a pod's map by its bind in the mount table and rebuilds
+/// it from the host, uncertain, with its global map dir (KEP-3756): a pod
+/// still there is mapped again in place (one bind, one hold), one gone is
+/// unmapped and its dir removed, the hold released.
+#[test]
+fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
+    real("finds a block map no journal knows", || {
+        let mut env = Env::new("volumed-block-nojournal");
+        env.extra_args = vec!["--journal".into(), "off".into()];
+        let backing = env.scratch.path().join("disk.img");
+        fs::File::create(&backing)
+            .unwrap()
+            .set_len(8 << 20)
+            .unwrap();
+        let lo = LoopDevice::attach(&backing);
+        fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
+        env.write_pod("p.yaml", &pod("p1"));
+        let plugin = "kubernetes.io~local-volume";
+        let link = env
+            .root
+            .join("pods/p1/volumeDevices")
+            .join(plugin)
+            .join("pv-raw");
+        let map_dir = env
+            .root
+            .join("plugins")
+            .join(plugin)
+            .join("volumeDevices/pv-raw");
+        let pod_file = map_dir.join("p1");
+        let _holds = DropHolds(env.root.clone());
+        let daemon = env.start();
+        daemon.wait_until("the maps are done", || {
+            all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
+        });
+        daemon.stop();
+        let held = holds(&pod_file);
+        assert_eq!(held.len(), 1, "{held:?}");
+
+        // the pod stays: found, uncertain, mapped again in place
+        let daemon = env.start();
+        daemon.wait_until("the maps are known again", || {
+            all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
+        });
+        let binds = env.mounts_below_root();
+        assert_eq!(binds.len(), 1, "{binds:?}");
+        assert_eq!(binds[0].mount_point, pod_file);
+        assert_eq!(holds(&pod_file), held, "the same hold");
+        assert_eq!(fs::read_link(&link).unwrap(), lo.path());
+        daemon.stop();
+
+        // the pod goes while the daemon is down: found and undone
+        env.remove_pod("p.yaml");
+        let daemon = env.start();
+        daemon.wait_until("the pod's bind is unmounted", || {
+            env.mounts_below_root().is_empty()
+        });
+        daemon.wait_until("the map dir is removed", || !map_dir.exists());
+        assert!(
+            fs::symlink_metadata(&link).is_err(),
+            "the pod's link is gone"
+        );
+        assert_eq!(
+            holds(&pod_file),
+            Vec::<String>::new(),
+            "the hold is released"
+        );
+        assert_eq!(head(lo.path()).len(), MAGIC.len());
+        daemon.stop();
+        drop(lo);
+    });
+}

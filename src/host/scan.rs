@@ -8,6 +8,10 @@
 //!   `<root>/pods/<uid>/volumes/<plugin~escaped>/<name>` (`/mount` for CSI).
 //!   Device targets come from the mount table itself, never only through pod
 //!   dirs (k8s #85476). Each mount point is read by [`Layout::parse_in`].
+//!   Raw block pod maps come from the mount table too: each bind on
+//!   `plugins/kubernetes.io~local-volume/volumeDevices/<pv>/<uid>` is a
+//!   pod's map ([`BlockPodMap`]; [`read_block_links`] then reads its
+//!   symlink).
 //! - [`walk_pod_dirs`]: the directories `<root>/pods/*/volumes/*/*` that exist
 //!   but are not mount points (disk emptyDirs, leftovers), never following a
 //!   symlink; dirs of plugins volumed has no plugin for (secret, projected, …)
@@ -31,7 +35,7 @@ use crate::host::mountinfo::{LineError, MountStack, MountTable};
 pub use crate::host::pod_dirs::{
     VolData, attach_vol_data, read_vol_data, walk_pod_dirs, walk_pod_dirs_until,
 };
-use crate::host::sys::Sys;
+use crate::host::sys::{Beneath, FileKind, Sys};
 use crate::model::{
     Area, KubeletPath, Layout, LayoutError, ModelError, MountIdentity, PluginName, PodName, PodUid,
 };
@@ -107,6 +111,26 @@ pub struct PodTarget {
     pub vol_data: Option<VolData>,
 }
 
+/// A pod's raw block map found by its bind in the mount table: the device
+/// bound on the pod's file in a local PV's global map dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockPodMap {
+    /// the pod's symlink (`pods/<uid>/volumeDevices/<plugin~escaped>/<pv>`):
+    /// the pod target's path
+    pub link: PathBuf,
+    /// the global map dir: the device target's path
+    pub map_dir: PathBuf,
+    /// the pod
+    pub pod_uid: PodUid,
+    /// the plugin
+    pub plugin: PluginName,
+    /// the PV name (the spec name)
+    pub pv: String,
+    /// where the pod's symlink points, when there is one
+    /// ([`read_block_links`])
+    pub link_target: Option<PathBuf>,
+}
+
 /// A pod volume dir of a plugin volumed does not know (secret, projected, …):
 /// reported, never cleaned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +200,8 @@ pub struct MountScan {
     pub pod_targets: Vec<PodTarget>,
     /// pod volume mounts of unknown plugins
     pub unknown_plugin_dirs: Vec<UnknownPluginDir>,
+    /// raw block pod maps found by their bind
+    pub block_maps: Vec<BlockPodMap>,
     /// what was skipped and why
     pub problems: Vec<ScanProblem>,
 }
@@ -193,6 +219,8 @@ pub struct HostView {
     pub found_dirs: Vec<PodTarget>,
     /// pod volume dirs (mounted or not) of plugins volumed does not know
     pub unknown_plugin_dirs: Vec<UnknownPluginDir>,
+    /// raw block pod maps found by their bind in the mount table
+    pub block_maps: Vec<BlockPodMap>,
     /// what was skipped and why
     pub problems: Vec<ScanProblem>,
 }
@@ -253,7 +281,48 @@ pub fn scan_mounts(table: &MountTable, layout: &Layout) -> MountScan {
     for m in table.stacks_under(&pods) {
         pod_mount(&m, layout, &mut last_uid, &mut scan);
     }
+    for m in table.stacks_under(&layout.local_block_maps_dir()) {
+        block_map_mount(&m, layout, &mut scan);
+    }
     scan
+}
+
+/// A mount in the local PV's global map dirs: a pod's raw block map (the
+/// device bound on the pod's file) when it is at `<pv>/<uid>`.
+fn block_map_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
+    let path = &m.top().mount_point;
+    match layout.parse_in(Area::BlockMaps, path) {
+        Ok(KubeletPath::LocalBlockPodMap { pv, pod }) => {
+            let Some(pod_uid) = pod_uid(pod.as_str(), path, &mut scan.problems) else {
+                return;
+            };
+            let plugin = PluginName::LocalVolume;
+            scan.block_maps.push(BlockPodMap {
+                link: layout.pod_device_map_path(&pod_uid, plugin, pv),
+                map_dir: layout.local_block_map_dir(pv),
+                pod_uid,
+                plugin,
+                pv: pv.to_owned(),
+                link_target: None,
+            });
+        }
+        Err(LayoutError::NonUtf8) => non_utf8(path, &mut scan.problems),
+        _ => scan
+            .problems
+            .push(ScanProblem::UnrecognisedMount { path: path.clone() }),
+    }
+}
+
+/// Reads where each found raw block pod map's symlink points (one
+/// `lstat` and `readlink` per map found; none is followed).
+pub fn read_block_links(sys: &dyn Sys, maps: &mut [BlockPodMap]) {
+    for m in maps {
+        m.link_target = match sys.stat(&m.link, false) {
+            Ok(st) if st.kind == FileKind::Symlink => Beneath::split(Path::new("/"), &m.link)
+                .and_then(|at| sys.read_link_beneath(at).ok()),
+            _ => None,
+        };
+    }
 }
 
 fn device_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
@@ -360,12 +429,14 @@ pub fn scan_with_table(
     mounts
         .unknown_plugin_dirs
         .sort_by(|a, b| a.path.cmp(&b.path));
+    read_block_links(sys, &mut mounts.block_maps);
     let mut view = HostView {
         boot_id,
         device_targets: mounts.device_targets,
         pod_targets: mounts.pod_targets,
         found_dirs,
         unknown_plugin_dirs: mounts.unknown_plugin_dirs,
+        block_maps: mounts.block_maps,
         problems: mounts.problems,
     };
     attach_vol_data(sys, &mut view, layout);
@@ -567,6 +638,53 @@ mod tests {
                 "pods/u1/volumes/kubernetes.io~csi/pv1",
                 "pods/u1/volumes/kubernetes.io~empty-dir/c/deeper",
             ]
+        );
+    }
+
+    /// A bind on a pod's file in a local PV's global map dir is that pod's
+    /// raw block map (its symlink and map dir named from the layout);
+    /// anything else mounted in the global map dirs is reported.
+    #[test]
+    fn raw_block_pod_maps_come_from_the_mount_table() {
+        let k = "/var/lib/kubelet";
+        let maps = format!("{k}/plugins/kubernetes.io~local-volume/volumeDevices");
+        let table = MountTable::parse(
+            format!(
+                "1 0 0:1 / / rw - ext4 /dev/a rw\n\
+                 20 1 0:5 /loop7 {maps}/pv-raw/{P1} rw - devtmpfs udev rw\n\
+                 21 1 0:5 /loop7 {maps}/pv-raw/{P2} rw - devtmpfs udev rw\n\
+                 22 1 0:46 / {maps}/pv-raw rw - tmpfs t rw\n"
+            )
+            .as_bytes(),
+        );
+        let layout = Layout::new(k);
+        let scan = scan_mounts(&table, &layout);
+        let found: Vec<(&str, &Path, &Path, &str)> = scan
+            .block_maps
+            .iter()
+            .map(|m| {
+                (
+                    m.pod_uid.as_str(),
+                    m.link.as_path(),
+                    m.map_dir.as_path(),
+                    m.pv.as_str(),
+                )
+            })
+            .collect();
+        let link = |p: &str| layout.pod_device_map_path(&uid(p), PluginName::LocalVolume, "pv-raw");
+        let (l1, l2, dir) = (link(P1), link(P2), layout.local_block_map_dir("pv-raw"));
+        assert_eq!(
+            found,
+            [
+                (P1, l1.as_path(), dir.as_path(), "pv-raw"),
+                (P2, l2.as_path(), dir.as_path(), "pv-raw"),
+            ]
+        );
+        assert!(scan.block_maps.iter().all(|m| m.link_target.is_none()));
+        assert!(
+            matches!(&scan.problems[..], [ScanProblem::UnrecognisedMount { path }] if *path == dir),
+            "{:?}",
+            scan.problems
         );
     }
 

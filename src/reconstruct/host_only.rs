@@ -128,11 +128,13 @@ fn rebuild_params(h: &HostTarget) -> Result<TargetParams, RebuildFailure> {
         h.kind,
         Some(h.path.as_path().into()),
     )
-    .with_device_path(
-        mount
+    .with_device_path(match &h.observation {
+        // a raw block pod map names its device by its symlink
+        HostObservation::Mapped(map) => map.link.as_deref().map(Into::into),
+        _ => mount
             .filter(|_| is_device)
             .map(|m| m.source.as_path().into()),
-    )
+    })
     .with_selinux(match mount {
         Some(m) => m.identity.selinux.clone(),
         None => recorded_label,

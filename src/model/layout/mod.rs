@@ -178,6 +178,12 @@ impl Layout {
         let plugin = PluginName::LocalVolume.escaped();
         self.rooted([PLUGINS, plugin, VOLUME_DEVICES, pv_name].into_iter())
     }
+    /// `<root>/plugins/kubernetes.io~local-volume/volumeDevices`: every
+    /// local PV's global map dir is in it
+    pub fn local_block_maps_dir(&self) -> PathBuf {
+        let plugin = PluginName::LocalVolume.escaped();
+        self.rooted([PLUGINS, plugin, VOLUME_DEVICES].into_iter())
+    }
     /// `<local_block_map_dir>/<uid>`: the file the device is bound on for
     /// one pod that maps it
     pub fn local_block_pod_map(&self, pv_name: &str, pod: &PodUid) -> PathBuf {

@@ -8,7 +8,7 @@ use fxhash::{FxHashMap, FxHashSet};
 
 use crate::host::mountinfo::{MountInfo, MountTable};
 use crate::host::scan::{
-    DeviceName, DeviceTarget, HostView, Observed, PodTarget, UnknownPluginDir, VolData,
+    BlockPodMap, DeviceName, DeviceTarget, HostView, Observed, PodTarget, UnknownPluginDir, VolData,
 };
 use crate::host::sys::{Beneath, FileKind, Sys};
 use crate::journal::JournalState;
@@ -283,7 +283,53 @@ pub(super) fn host_targets_moving(
         .unknown_plugin_dirs
         .iter()
         .map(|d| unknown_target(table, d));
-    devices.chain(pods).chain(unknown).collect()
+    let maps = block_map_targets(&view.block_maps);
+    devices.chain(pods).chain(maps).chain(unknown).collect()
+}
+
+/// The raw block pod maps found by their bind: each pod's target (its
+/// symlink, the map whole or in part) and, once per volume, the device's
+/// (its global map dir), as the kubelet reconstructs a block volume's
+/// global map path with its pods.
+fn block_map_targets(maps: &[BlockPodMap]) -> Vec<HostTarget> {
+    let mut out = Vec::with_capacity(maps.len() + 1);
+    let mut last_dir: Option<&Path> = None;
+    for m in maps {
+        let volume = UniqueVolumeName::shared(m.plugin, &m.pv);
+        let rebuild = || Rebuild::Ready {
+            volume: volume.clone(),
+            selinux: None,
+            csi: None,
+        };
+        // the table is sorted: a volume's pods come together
+        if last_dir != Some(m.map_dir.as_path()) {
+            last_dir = Some(&m.map_dir);
+            out.push(HostTarget {
+                path: m.map_dir.clone(),
+                target: TargetRef::Device,
+                plugin_name: m.plugin.as_str().into(),
+                plugin: Some(m.plugin),
+                spec_name: m.pv.clone(),
+                kind: TargetKind::Block,
+                observation: HostObservation::DirPresent,
+                rebuild: rebuild(),
+            });
+        }
+        out.push(HostTarget {
+            path: m.link.clone(),
+            target: TargetRef::Pod(m.pod_uid.clone()),
+            plugin_name: m.plugin.as_str().into(),
+            plugin: Some(m.plugin),
+            spec_name: m.pv.clone(),
+            kind: TargetKind::Block,
+            observation: HostObservation::Mapped(BlockMap {
+                link: m.link_target.clone(),
+                bound: true,
+            }),
+            rebuild: rebuild(),
+        });
+    }
+    out
 }
 
 fn device_target(table: &MountIndex<'_>, t: &DeviceTarget) -> HostTarget {

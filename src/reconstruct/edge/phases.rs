@@ -10,7 +10,7 @@ use fxhash::FxHashSet;
 
 use crate::host::pod_dirs::attach_vol_data_except;
 use crate::host::scan::{
-    HostView, attach_vol_data, scan_mounts, scan_with_table, walk_pod_dirs_until,
+    HostView, attach_vol_data, read_block_links, scan_mounts, scan_with_table, walk_pod_dirs_until,
 };
 use crate::host::sys::Sys;
 use crate::model::Layout;
@@ -82,13 +82,15 @@ fn ready_with(
 ) -> Reconstruction {
     alarm_if_unreadable(journal);
     let layout = resolved(host.sys, host.layout);
-    let mounts = scan_mounts(host.table, &layout);
+    let mut mounts = scan_mounts(host.table, &layout);
+    read_block_links(host.sys, &mut mounts.block_maps);
     let mut view = HostView {
         boot_id: host.boot_id.clone(),
         device_targets: mounts.device_targets,
         pod_targets: mounts.pod_targets,
         found_dirs: Vec::new(),
         unknown_plugin_dirs: mounts.unknown_plugin_dirs,
+        block_maps: mounts.block_maps,
         problems: mounts.problems,
     };
     // Asked only of device targets and CSI pod targets: built on the first
@@ -130,6 +132,7 @@ pub(super) fn walk_leftovers(host: &HostInput<'_>, stop: &dyn Fn() -> bool) -> O
         pod_targets: Vec::new(),
         found_dirs,
         unknown_plugin_dirs,
+        block_maps: Vec::new(),
         problems,
     };
     attach_vol_data(host.sys, &mut view, &layout);
@@ -159,6 +162,7 @@ pub(super) fn walk_all_leftovers(host: &HostInput<'_>) -> HostView {
         pod_targets: Vec::new(),
         found_dirs: Vec::new(),
         unknown_plugin_dirs: Vec::new(),
+        block_maps: Vec::new(),
         problems: Vec::new(),
     })
 }
