@@ -330,9 +330,12 @@ impl Layout {
     }
 
     /// The device target a path ends in, whatever the root: for code that
-    /// holds a device target's path but not the layout it came from.
+    /// holds a device target's path but not the layout it came from. A
+    /// local PV's raw block global map dir is one too
+    /// ([`KubeletPath::LocalBlockMap`]).
     pub fn device_of(path: &Path) -> Option<KubeletPath<'_>> {
-        // a CSI globalmount has six names from `plugins`, a local PV five
+        // a CSI globalmount has six names from `plugins`, a local PV five,
+        // a local PV's global map dir four
         const N: usize = 6;
         let mut tail = [OsStr::new(""); N];
         let mut n = 0;
@@ -341,12 +344,19 @@ impl Layout {
             n += 1;
             tail[N - n] = name;
         }
-        [N, N - 1]
+        [N, N - 1, N - 2]
             .into_iter()
             .filter(|&len| len <= n)
             .find_map(|len| match tail[N - len..] {
                 [p, k, ref rest @ ..] if p == PLUGINS && k == KUBERNETES_IO => {
                     device(&RelParts::from_names(rest), || false).ok()
+                }
+                [p, k, d, pv]
+                    if p == PLUGINS
+                        && k == PluginName::LocalVolume.escaped()
+                        && d == VOLUME_DEVICES =>
+                {
+                    Some(KubeletPath::LocalBlockMap { pv: pv.to_str()? })
                 }
                 _ => None,
             })
@@ -557,8 +567,11 @@ mod tests {
                         assert_eq!(l.parse_in(other, &path), Err(LayoutError::Elsewhere));
                     }
                 }
+                // a device target, or a local PV's global map dir
                 let tail = Layout::device_of(&path);
-                assert_eq!(tail, (area == Area::Devices).then_some(want));
+                let device =
+                    area == Area::Devices || matches!(want, KubeletPath::LocalBlockMap { .. });
+                assert_eq!(tail, device.then_some(want));
             }
         }
     }
@@ -684,6 +697,9 @@ mod tests {
             "plugins/kubernetes.io/csi/d/globalmount",
             "/kubernetes.io/csi/d/h/globalmount",
             "/x/plugins/kubernetes.io/csi/d/../h/globalmount",
+            "/x/plugins/kubernetes.io~local-volume/volumeDevices/pv/uid",
+            "/x/plugins/kubernetes.io~local-volume/mounts/pv",
+            "/x/plugins/kubernetes.io/local-volume/volumeDevices/pv",
         ] {
             assert_eq!(Layout::device_of(Path::new(tail)), None, "{tail}");
         }
