@@ -313,3 +313,110 @@ fn ready_then_leftovers_decide_what_one_pass_decides() {
     assert_eq!(reason(&bare), Some(Reason::FoundDir));
     assert_eq!(reason(&leftover), Some(Reason::HostLeftover));
 }
+
+/// A journaled raw block pod target is observed as its map: the pod's
+/// symlink (where it points, read without following it) and the bind on
+/// the pod's file in the global map dir, whole, in part or not at all;
+/// the global map dir as a dir. A map no journal knows is found by its
+/// bind, with its map dir.
+#[test]
+fn raw_block_maps_are_observed_as_their_symlink_and_bind() {
+    use crate::host::recording_sys::RecordingSys;
+    use crate::host::sys::{Beneath, FileKind, Sys};
+    use crate::reconstruct::BlockMap;
+    let layout = Layout::new(ROOT);
+    let uid = PodUid::new(P1).unwrap();
+    let plugin = PluginName::LocalVolume;
+    let link = layout.pod_device_map_path(&uid, plugin, "pv-raw");
+    let map_dir = layout.local_block_map_dir("pv-raw");
+    let file = layout.local_block_pod_map("pv-raw", &uid);
+    let params = |target: TargetRef| {
+        let pod = target.pod().is_some();
+        TargetParams::at(
+            UniqueVolumeName::shared(plugin, "pv-raw"),
+            plugin,
+            "pv-raw".into(),
+            target,
+            TargetKind::Block,
+            None,
+        )
+        .with_pod_mount_path(pod.then(|| link.as_path().into()))
+        .with_device_path(Some(PathBuf::from("/dev/loop3").into()))
+        .with_device_mount_path(Some(map_dir.as_path().into()))
+    };
+    let entry = |target| crate::journal::Entry {
+        params: params(target).into(),
+        state: MountState::Mounted,
+        pending: None,
+        observed: None,
+        last_seq: 1,
+        boot_id: std::sync::Arc::new(BOOT.into()),
+        reason: None,
+    };
+    let state = crate::journal::JournalState::from_entries(
+        2,
+        [entry(TargetRef::Device), entry(TargetRef::Pod(uid.clone()))],
+    );
+    let bind = format!(
+        "1 0 0:1 / / rw - ext4 /dev/a rw\n20 1 0:5 /loop3 {} rw - devtmpfs udev rw\n",
+        file.display()
+    );
+    let sys = RecordingSys::new();
+    sys.add(&map_dir, FileKind::Dir);
+    sys.add(link.parent().unwrap(), FileKind::Dir);
+    let observe = |table: &MountTable, journal| {
+        let view = scan_with_table(&sys, table, &layout, BootId::new(BOOT).unwrap());
+        let input = build_input(&sys, table, &view, journal);
+        let seen = input.observation(&link).clone();
+        let found: Vec<(PathBuf, TargetKind, HostObservation)> = input
+            .host_targets
+            .iter()
+            .map(|h| (h.path.clone(), h.kind, h.observation.clone()))
+            .collect();
+        (seen, input.observation(&map_dir).clone(), found)
+    };
+    let mapped = |link: Option<&str>, bound| {
+        HostObservation::Mapped(BlockMap {
+            link: link.map(PathBuf::from),
+            bound,
+        })
+    };
+
+    // nothing of the pod's map: absent; the map dir: a dir
+    let (pod, dir, _) = observe(
+        &MountTable::parse(b"1 0 0:1 / / rw - ext4 /dev/a rw\n"),
+        Some(&state),
+    );
+    assert_eq!(pod, HostObservation::Absent);
+    assert_eq!(dir, HostObservation::DirPresent);
+
+    // the bind alone, then the symlink too
+    let table = MountTable::parse(bind.as_bytes());
+    let (pod, ..) = observe(&table, Some(&state));
+    assert_eq!(pod, mapped(None, true));
+    let at = Beneath::split(Path::new(ROOT), &link).unwrap();
+    sys.symlink_beneath(at, Path::new("/dev/loop3")).unwrap();
+    let (pod, _, found) = observe(&table, Some(&state));
+    assert_eq!(pod, mapped(Some("/dev/loop3"), true));
+
+    // found without a journal: the pod's map and its volume's map dir
+    let whole = mapped(Some("/dev/loop3"), true);
+    let want = vec![
+        (
+            map_dir.clone(),
+            TargetKind::Block,
+            HostObservation::DirPresent,
+        ),
+        (link.clone(), TargetKind::Block, whole.clone()),
+    ];
+    assert_eq!(found, want);
+    let (_, _, found) = observe(&table, None);
+    assert_eq!(found, want);
+
+    // the symlink alone: in part
+    let (pod, ..) = observe(
+        &MountTable::parse(b"1 0 0:1 / / rw - ext4 /dev/a rw\n"),
+        Some(&state),
+    );
+    assert_eq!(pod, mapped(Some("/dev/loop3"), false));
+}
