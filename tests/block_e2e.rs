@@ -502,3 +502,59 @@ fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
         drop(lo);
     });
 }
+
+/// A map left as its symlink alone (its hold and bind gone, as a reboot
+/// leaves it) that no journal knows: the pod-dir walk finds the symlink,
+/// the pod being gone it is unmapped and the global map dir removed.
+#[test]
+fn a_block_symlink_left_alone_without_a_journal_is_undone() {
+    real("undoes a block symlink no journal knows", || {
+        let mut env = Env::new("volumed-block-link");
+        env.extra_args = vec!["--journal".into(), "off".into()];
+        let backing = env.scratch.path().join("disk.img");
+        fs::File::create(&backing)
+            .unwrap()
+            .set_len(8 << 20)
+            .unwrap();
+        let lo = LoopDevice::attach(&backing);
+        fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
+        env.write_pod("p.yaml", &pod("p1"));
+        let plugin = "kubernetes.io~local-volume";
+        let link = env
+            .root
+            .join("pods/p1/volumeDevices")
+            .join(plugin)
+            .join("pv-raw");
+        let map_dir = env
+            .root
+            .join("plugins")
+            .join(plugin)
+            .join("volumeDevices/pv-raw");
+        let pod_file = map_dir.join("p1");
+        let _holds = DropHolds(env.root.clone());
+        let daemon = env.start();
+        daemon.wait_until("the maps are done", || {
+            all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
+        });
+        daemon.stop();
+        // as a reboot leaves it: no hold, no bind; the symlink stays
+        let held = holds(&pod_file);
+        let status = std::process::Command::new("losetup")
+            .args(["-d", &format!("/dev/{}", held[0])])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        nix::mount::umount(&pod_file).unwrap();
+        env.remove_pod("p.yaml");
+
+        let daemon = env.start();
+        daemon.wait_until("the pod's symlink is removed", || {
+            fs::symlink_metadata(&link).is_err()
+        });
+        daemon.wait_until("the map dir is removed", || !map_dir.exists());
+        assert!(env.mounts_below_root().is_empty());
+        assert_eq!(holds(&pod_file), Vec::<String>::new());
+        daemon.stop();
+        drop(lo);
+    });
+}

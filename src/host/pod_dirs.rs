@@ -17,7 +17,8 @@ use serde::Deserialize;
 use crate::host::HostError;
 use crate::host::mountinfo::MountTable;
 use crate::host::scan::{
-    DeviceName, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir, pod_uid, utf8,
+    BlockPodMap, DeviceName, HostView, Observed, PodTarget, ScanProblem, UnknownPluginDir, pod_uid,
+    utf8,
 };
 use crate::host::sys::{Errno, FileKind, Sys};
 use crate::model::{CsiLifecycle, CsiParams, Layout, PluginName, check_component};
@@ -246,6 +247,80 @@ pub fn walk_pod_dirs_until(
         }
     }
     Some((found, unknown))
+}
+
+/// The raw block pod maps of local PVs left as a symlink alone, their bind
+/// gone (a reboot leaves a map so): each symlink
+/// `pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv>` whose pod's
+/// file in the global map dir is not a mount point (one that is comes
+/// from the mount table). Not followed: [`read_block_links`] reads where it
+/// points. `None` when `stop` said so.
+///
+/// [`read_block_links`]: crate::host::scan::read_block_links
+pub fn walk_block_links_until(
+    sys: &dyn Sys,
+    layout: &Layout,
+    table: &MountTable,
+    problems: &mut Vec<ScanProblem>,
+    stop: &dyn Fn() -> bool,
+) -> Option<Vec<BlockPodMap>> {
+    let plugin = PluginName::LocalVolume;
+    let mut found = Vec::new();
+    // what is odd in `pods/` itself the volume walk reports, once
+    let mut told = Vec::new();
+    for (uid_name, pod_dir) in subdirs(sys, &layout.pods_dir(), &mut told) {
+        if stop() {
+            return None;
+        }
+        let Some(uid_str) = utf8(&uid_name, &pod_dir, &mut told) else {
+            continue;
+        };
+        let Some(uid) = pod_uid(uid_str, &pod_dir, &mut told) else {
+            continue;
+        };
+        let dir = layout.pod_device_maps_dir(&uid, plugin);
+        if dir_present(sys, &dir, problems) != Some(true) {
+            continue;
+        }
+        let entries = match sys.read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(
+                    HostError::ReadDir {
+                        path: dir.clone(),
+                        source: e.to_io(),
+                    }
+                    .into(),
+                );
+                continue;
+            }
+        };
+        for (name, kind) in entries {
+            let path = dir.join(&name);
+            if !matches!(kind, Ok(FileKind::Symlink)) {
+                continue;
+            }
+            let Some(pv) = utf8(&name, &path, problems) else {
+                continue;
+            };
+            if check_component("PV name", pv).is_err() {
+                continue;
+            }
+            if table.is_mount_point(&layout.local_block_pod_map(pv, &uid)) {
+                continue; // a whole map, found by scan_mounts
+            }
+            found.push(BlockPodMap {
+                link: path,
+                map_dir: layout.local_block_map_dir(pv),
+                pod_uid: uid.clone(),
+                plugin,
+                pv: pv.to_owned(),
+                link_target: None,
+                bound: false,
+            });
+        }
+    }
+    Some(found)
 }
 
 /// Reads a CSI `vol_data.json`: `Ok(None)` when there is none. Never follows

@@ -11,7 +11,8 @@
 //!   Raw block pod maps come from the mount table too: each bind on
 //!   `plugins/kubernetes.io~local-volume/volumeDevices/<pv>/<uid>` is a
 //!   pod's map ([`BlockPodMap`]; [`read_block_links`] then reads its
-//!   symlink).
+//!   symlink); [`walk_block_links_until`] finds those left as a symlink
+//!   alone.
 //! - [`walk_pod_dirs`]: the directories `<root>/pods/*/volumes/*/*` that exist
 //!   but are not mount points (disk emptyDirs, leftovers), never following a
 //!   symlink; dirs of plugins volumed has no plugin for (secret, projected, …)
@@ -33,7 +34,8 @@ use crate::host::HostError;
 use crate::host::boot::{BootId, read_boot_id};
 use crate::host::mountinfo::{LineError, MountStack, MountTable};
 pub use crate::host::pod_dirs::{
-    VolData, attach_vol_data, read_vol_data, walk_pod_dirs, walk_pod_dirs_until,
+    VolData, attach_vol_data, read_vol_data, walk_block_links_until, walk_pod_dirs,
+    walk_pod_dirs_until,
 };
 use crate::host::sys::{Beneath, FileKind, Sys};
 use crate::model::{
@@ -129,6 +131,9 @@ pub struct BlockPodMap {
     /// where the pod's symlink points, when there is one
     /// ([`read_block_links`])
     pub link_target: Option<PathBuf>,
+    /// whether the device is bound on the pod's file (found in the mount
+    /// table); a symlink alone is found by the pod-dir walk
+    pub bound: bool,
 }
 
 /// A pod volume dir of a plugin volumed does not know (secret, projected, …):
@@ -304,6 +309,7 @@ fn block_map_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
                 plugin,
                 pv: pv.to_owned(),
                 link_target: None,
+                bound: true,
             });
         }
         Err(LayoutError::NonUtf8) => non_utf8(path, &mut scan.problems),
@@ -425,6 +431,8 @@ pub fn scan_with_table(
 ) -> HostView {
     let mut mounts = scan_mounts(table, layout);
     let (found_dirs, unknown) = walk_pod_dirs(sys, layout, table, &mut mounts.problems);
+    let links = walk_block_links_until(sys, layout, table, &mut mounts.problems, &|| false);
+    mounts.block_maps.extend(links.into_iter().flatten());
     mounts.unknown_plugin_dirs.extend(unknown);
     mounts
         .unknown_plugin_dirs

@@ -170,6 +170,11 @@ impl Layout {
             [VOLUME_DEVICES, plugin.escaped(), spec_name].into_iter(),
         )
     }
+    /// `<root>/pods/<uid>/volumeDevices/<plugin~escaped>`: the pod's raw
+    /// block symlinks of one plugin are in it
+    pub fn pod_device_maps_dir(&self, pod: &PodUid, plugin: PluginName) -> PathBuf {
+        self.in_pod(pod, [VOLUME_DEVICES, plugin.escaped()].into_iter())
+    }
     /// Local PV raw block device target (the global map path):
     /// `<root>/plugins/kubernetes.io~local-volume/volumeDevices/<pv>`. The
     /// kubelet builds it from the escaped plugin name, so it is not under

@@ -293,7 +293,7 @@ pub(super) fn host_targets_moving(
 /// global map path with its pods.
 fn block_map_targets(maps: &[BlockPodMap]) -> Vec<HostTarget> {
     let mut out = Vec::with_capacity(maps.len() + 1);
-    let mut last_dir: Option<&Path> = None;
+    let mut dirs: FxHashSet<&Path> = FxHashSet::default();
     for m in maps {
         let volume = UniqueVolumeName::shared(m.plugin, &m.pv);
         let rebuild = || Rebuild::Ready {
@@ -301,9 +301,7 @@ fn block_map_targets(maps: &[BlockPodMap]) -> Vec<HostTarget> {
             selinux: None,
             csi: None,
         };
-        // the table is sorted: a volume's pods come together
-        if last_dir != Some(m.map_dir.as_path()) {
-            last_dir = Some(&m.map_dir);
+        if dirs.insert(&m.map_dir) {
             out.push(HostTarget {
                 path: m.map_dir.clone(),
                 target: TargetRef::Device,
@@ -324,7 +322,7 @@ fn block_map_targets(maps: &[BlockPodMap]) -> Vec<HostTarget> {
             kind: TargetKind::Block,
             observation: HostObservation::Mapped(BlockMap {
                 link: m.link_target.clone(),
-                bound: true,
+                bound: m.bound,
             }),
             rebuild: rebuild(),
         });

@@ -10,7 +10,8 @@ use fxhash::FxHashSet;
 
 use crate::host::pod_dirs::attach_vol_data_except;
 use crate::host::scan::{
-    HostView, attach_vol_data, read_block_links, scan_mounts, scan_with_table, walk_pod_dirs_until,
+    HostView, attach_vol_data, read_block_links, scan_mounts, scan_with_table,
+    walk_block_links_until, walk_pod_dirs_until,
 };
 use crate::host::sys::Sys;
 use crate::model::Layout;
@@ -126,13 +127,16 @@ pub(super) fn walk_leftovers(host: &HostInput<'_>, stop: &dyn Fn() -> bool) -> O
     let mut problems = Vec::new();
     let (found_dirs, unknown_plugin_dirs) =
         walk_pod_dirs_until(host.sys, &layout, host.table, &mut problems, stop)?;
+    let mut block_maps =
+        walk_block_links_until(host.sys, &layout, host.table, &mut problems, stop)?;
+    read_block_links(host.sys, &mut block_maps);
     let mut view = HostView {
         boot_id: host.boot_id.clone(),
         device_targets: Vec::new(),
         pod_targets: Vec::new(),
         found_dirs,
         unknown_plugin_dirs,
-        block_maps: Vec::new(),
+        block_maps,
         problems,
     };
     attach_vol_data(host.sys, &mut view, &layout);

@@ -413,10 +413,26 @@ fn raw_block_maps_are_observed_as_their_symlink_and_bind() {
     let (_, _, found) = observe(&table, None);
     assert_eq!(found, want);
 
-    // the symlink alone: in part
+    // the symlink alone: in part; found by the pod-dir walk without a journal
+    let (_, _, found) = observe(
+        &MountTable::parse(b"1 0 0:1 / / rw - ext4 /dev/a rw\n"),
+        None,
+    );
+    let part = mapped(Some("/dev/loop3"), false);
+    assert_eq!(
+        found,
+        [
+            (
+                map_dir.clone(),
+                TargetKind::Block,
+                HostObservation::DirPresent
+            ),
+            (link.clone(), TargetKind::Block, part.clone()),
+        ]
+    );
     let (pod, ..) = observe(
         &MountTable::parse(b"1 0 0:1 / / rw - ext4 /dev/a rw\n"),
         Some(&state),
     );
-    assert_eq!(pod, mapped(Some("/dev/loop3"), false));
+    assert_eq!(pod, part);
 }
