@@ -70,6 +70,14 @@ pub enum Permit {
     JournalOff,
 }
 
+impl Permit {
+    /// Whether a durable record of the call's arguments exists, so a
+    /// file repeating them needs no fsync of its own.
+    pub fn journaled(&self) -> bool {
+        matches!(self, Permit::Journaled(_))
+    }
+}
+
 /// One reconstruction decision as the journal records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {

@@ -154,9 +154,10 @@ impl CsiPlugin {
         let bytes = serde_json::to_vec(&json).unwrap_or_default();
         let file = dir.join(VOL_DATA_FILE);
         let file_at = beneath(op, root, &file)?;
-        op.act(match permit {
-            Permit::Journaled(_) => op.sys.write_file_beneath_unsynced(file_at, &bytes, 0o640),
-            Permit::JournalOff => op.sys.write_file_beneath(file_at, &bytes, 0o640),
+        op.act(if permit.journaled() {
+            op.sys.write_file_beneath_unsynced(file_at, &bytes, 0o640)
+        } else {
+            op.sys.write_file_beneath(file_at, &bytes, 0o640)
         })
     }
 
