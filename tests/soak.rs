@@ -1,0 +1,1598 @@
+//! The nemesis soak (issue 42): every peer fault at once, at random,
+//! overlapping times, while pods come and go, with the node's invariants
+//! checked continuously against the truth.
+//!
+//! The real `volumed run` binary serves pods from the API-server fake
+//! (`tests/support/apiserver/`, namespace `api`) *and* the static pod dir
+//! (namespace `static`): memory and disk emptyDirs, a local PV (an ext4 on
+//! a loop device; API pods), configMap, secret and projected volumes, and
+//! CSI volumes of the test driver (`volumed-testdriver`). A steady churn
+//! adds and deletes pods (each add a fresh UID) and rewrites the
+//! ConfigMaps. Storms alternate with pauses. During a storm the nemesis
+//! ([`Fault`]) SIGKILLs volumed and restarts it (sometimes only once the API
+//! server is gone too); SIGKILLs, SIGSTOPs or restarts the CSI driver (its
+//! socket replaced); takes the API server down (503s) or away (connection
+//! refused), cuts its watches, compacts its history (410 on the next
+//! watch) or answers `410 Gone` to pod watches; fills the local PV to its
+//! last block; and now and then reboots the node (everything below the
+//! root unmounted, the driver killed, a new boot id).
+//!
+//! Out of reach here: a slow journal disk. dm-delay is not in this host's
+//! kernel and there is no FUSE; the SELinux VM (`tests/selinux_vm/`) has
+//! device-mapper and would be the place for it.
+//!
+//! Checked every tick (~150 ms) against the mount table, the driver's call
+//! log, the fake's objects and the files ([`Soak::check`]):
+//! - a mount of a running pod's volume is never removed (the bottom mount
+//!   at each target keeps its mount id until the pod is deleted or the
+//!   node reboots);
+//! - NodeStage/NodePublish is not issued again for a staging path or
+//!   target never unstaged/unpublished, unless the earlier call was cut by
+//!   a fault (volumed or the driver killed, stopped or restarted within
+//!   [`CUT_WINDOW`] of it) or a reboot came between;
+//! - no payload file is torn as a reader sees it (a reader thread reads
+//!   the ConfigMap's files continuously: each holds one whole generation);
+//! - a pod the runtime API reports ready has all its volumes mounted;
+//! - `/readyz` is never 200 while the API server has not been reachable
+//!   once since this daemon started (so it cannot have listed).
+//!
+//! And after each storm, with every fault healed ([`Soak::settle`]): every
+//! wanted pod ready within [`SETTLE_BOUND`], each of its targets mounted
+//! exactly once, no stacked mount, no mount of a pod no source wants, a
+//! staging or device mount only while a pod uses it, and the journal
+//! (`volumed dump`) saying what `/debug/state` says. The daemon's RSS,
+//! fds and threads are taken then; the last settle's must not exceed the
+//! first's beyond [`Slack`].
+//!
+//! A violation prints the seed, the schedule so far, the journal `dump`
+//! and the mount table, ends the run and fails the test. At the end the
+//! figures are printed (see them with `--nocapture`) and written to
+//! `<target>/tmp/soak-summary.txt`.
+//!
+//! `VOLUMED_SOAK_SECS` sets the run's length (default 75 s: the short
+//! form CI runs, under 3 minutes in all); `VOLUMED_SOAK_SEED` replays a
+//! seed: the same seed draws the same decisions tick by tick (what they
+//! meet depends on timing). As root only, in a private mount namespace.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::mount::{MntFlags, umount2};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use support::api_env::api_env;
+use support::apiserver::FakeApiServer;
+use support::apiserver::faults::{Action, Fault as ApiFault, Verb};
+use support::csi_driver::{DriverOpts, TestDriver, read_calls_timed};
+use support::daemon::{Daemon, Env, NODE, targets, unix_get};
+use support::{LoopDevice, mkfs_ext4};
+use volumed::host::mountinfo::MountTable;
+
+/// The short form's length.
+const DEFAULT_SECS: u64 = 75;
+/// One tick of the nemesis, the churn and the checker.
+const TICK: Duration = Duration::from_millis(150);
+/// A storm's length.
+const STORM: Duration = Duration::from_secs(18);
+/// How long the node may take to settle once the nemesis pauses.
+const SETTLE_BOUND: Duration = Duration::from_secs(60);
+/// A CSI call is "cut" by a fault that starts within this long after it
+/// arrived (the call, its reply and the journal's flush of its outcome).
+const CUT_WINDOW: u64 = 3_000;
+/// The test driver's name.
+const DRIVER: &str = "soak.csi.test";
+/// The CSI handles: static pods use the first, API pods the others.
+const CSI_HANDLES: [&str; 3] = ["vol-s0", "vol-a0", "vol-a1"];
+/// Lines in each ConfigMap file (each one the generation, 8 digits).
+const CONFIG_LINES: usize = 256;
+/// Pods alive at a time: at least, at most.
+const PODS_MIN: usize = 3;
+const PODS_MAX: usize = 9;
+
+/// The growth allowed from the first settle to the last (the pod count
+/// differs between them, and a restarted daemon is a new process).
+struct Slack;
+impl Slack {
+    const FDS: u64 = 24;
+    const THREADS: u64 = 16;
+    const RSS_KIB: u64 = 48 * 1024;
+}
+
+// ------------------------------------------------------------ random
+
+/// A small seeded xorshift (as `tests/crash/churn.rs`): reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// True with probability `num/den`.
+    fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.below(den) < num
+    }
+    /// A duration between `lo` and `hi` milliseconds.
+    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+}
+
+fn now_ms() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+// ------------------------------------------------------------ the pods
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// emptyDir, medium Memory: a tmpfs
+    Tmp,
+    /// emptyDir on disk: a dir
+    Disk,
+    /// the local PV (API pods): a bind of the device's mount
+    Local,
+    /// configMap: a dir
+    Config,
+    /// secret: a tmpfs
+    Secret,
+    /// projected (configMap, secret, downwardAPI): a tmpfs
+    Projected,
+    /// a CSI PV: the driver's bind of its staged tmpfs
+    Csi(usize),
+}
+
+const STATIC_KINDS: [Kind; 6] = [
+    Kind::Tmp,
+    Kind::Disk,
+    Kind::Config,
+    Kind::Secret,
+    Kind::Projected,
+    Kind::Csi(0),
+];
+const API_KINDS: [Kind; 8] = [
+    Kind::Tmp,
+    Kind::Disk,
+    Kind::Local,
+    Kind::Config,
+    Kind::Secret,
+    Kind::Projected,
+    Kind::Csi(1),
+    Kind::Csi(2),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Api,
+    Static,
+}
+
+impl Source {
+    fn ns(self) -> &'static str {
+        match self {
+            Source::Api => "api",
+            Source::Static => "static",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Pod {
+    source: Source,
+    kinds: Vec<Kind>,
+}
+
+fn pv_name(i: usize) -> String {
+    format!("pv-csi-{i}")
+}
+
+/// A pod's volume entry and the directory volumed sets it up in.
+fn volume_of(k: Kind) -> (Value, &'static str, String) {
+    match k {
+        Kind::Tmp => (
+            json!({"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}),
+            "kubernetes.io~empty-dir",
+            "tmp".into(),
+        ),
+        Kind::Disk => (
+            json!({"name": "disk", "emptyDir": {}}),
+            "kubernetes.io~empty-dir",
+            "disk".into(),
+        ),
+        Kind::Local => (
+            json!({"name": "local", "persistentVolumeClaim": {"claimName": "claim-local"}}),
+            "kubernetes.io~local-volume",
+            "pv-local".into(),
+        ),
+        Kind::Config => (
+            json!({"name": "config", "configMap": {"name": "soak-config"}}),
+            "kubernetes.io~configmap",
+            "config".into(),
+        ),
+        Kind::Secret => (
+            json!({"name": "secret", "secret": {"secretName": "soak-secret"}}),
+            "kubernetes.io~secret",
+            "secret".into(),
+        ),
+        Kind::Projected => (
+            json!({"name": "proj", "projected": {"sources": [
+                {"configMap": {"name": "soak-config"}},
+                {"secret": {"name": "soak-secret"}},
+                {"downwardAPI": {"items": [{"path": "ns",
+                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]}}),
+            "kubernetes.io~projected",
+            "proj".into(),
+        ),
+        Kind::Csi(i) => (
+            json!({"name": format!("csi{i}"), "persistentVolumeClaim": {"claimName": format!("claim-csi-{i}")}}),
+            "kubernetes.io~csi",
+            format!("{}/mount", pv_name(i)),
+        ),
+    }
+}
+
+/// Whether a kind's target is a mount (the others are directories).
+fn is_mount(k: Kind) -> bool {
+    !matches!(k, Kind::Disk | Kind::Config)
+}
+
+fn pod_object(uid: &str, pod: &Pod) -> Value {
+    let volumes: Vec<Value> = pod.kinds.iter().map(|k| volume_of(*k).0).collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": uid, "namespace": pod.source.ns(), "uid": uid},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "c", "image": "busybox"}],
+            "volumes": volumes,
+        },
+        "status": {"phase": "Running"},
+    })
+}
+
+/// The ConfigMap's content at generation `gen`: every line the same.
+fn config_text(generation: u64) -> String {
+    format!("{generation:08}\n").repeat(CONFIG_LINES)
+}
+
+/// Whether `text` is one whole generation (None) or torn (what is wrong).
+fn torn(text: &[u8]) -> Option<String> {
+    if text.len() != 9 * CONFIG_LINES {
+        return Some(format!("{} bytes, not {}", text.len(), 9 * CONFIG_LINES));
+    }
+    let first = &text[..9];
+    let bad = text.chunks(9).position(|c| c != first)?;
+    Some(format!(
+        "line {bad} differs from line 0 ({:?})",
+        String::from_utf8_lossy(first)
+    ))
+}
+
+fn config_map(ns: &str, generation: u64) -> Value {
+    let text = config_text(generation);
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "soak-config", "namespace": ns},
+        "data": {"a": text, "b": text}})
+}
+
+fn secret(ns: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "soak-secret", "namespace": ns},
+        "stringData": {"token": "soak-token-not-a-real-one"}})
+}
+
+fn csi_objects(i: usize, ns: &str) -> [Value; 2] {
+    let (pv, claim) = (pv_name(i), format!("claim-csi-{i}"));
+    [
+        json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                "claimRef": {"namespace": ns, "name": claim},
+                "csi": {"driver": DRIVER, "volumeHandle": CSI_HANDLES[i]}}}),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteMany"], "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}}}}),
+    ]
+}
+
+fn csi_driver_object() -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": DRIVER}, "spec": {"attachRequired": false}})
+}
+
+fn local_objects(device: &Path) -> [Value; 2] {
+    [
+        json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-local"},
+            "spec": {"capacity": {"storage": "32Mi"}, "accessModes": ["ReadWriteOnce"],
+                "claimRef": {"namespace": "api", "name": "claim-local"},
+                "local": {"path": device.display().to_string(), "fsType": "ext4"}}}),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "claim-local", "namespace": "api"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-local",
+                "resources": {"requests": {"storage": "32Mi"}}}}),
+    ]
+}
+
+/// Writes `text` to `path` by rename (no reader sees half a file).
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    fs::write(&tmp, text).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+fn sha256_hex(s: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "printf %s \"$1\" | sha256sum", "sh", s])
+        .output()
+        .expect("run sha256sum");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)[..64].to_owned()
+}
+
+// ------------------------------------------------------------ faults
+
+/// What the nemesis does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    VolumedKill,
+    VolumedKillApiGone,
+    DriverKill,
+    DriverHang,
+    DriverRestart,
+    ApiDown,
+    ApiStop,
+    CutWatches,
+    Compact410,
+    GoneStorm,
+    FillPv,
+    Reboot,
+}
+
+/// The nemesis's draw: each fault with its weight.
+const WEIGHTS: [(Fault, u64); 12] = [
+    (Fault::VolumedKill, 6),
+    (Fault::VolumedKillApiGone, 2),
+    (Fault::DriverKill, 3),
+    (Fault::DriverHang, 3),
+    (Fault::DriverRestart, 2),
+    (Fault::ApiDown, 3),
+    (Fault::ApiStop, 2),
+    (Fault::CutWatches, 2),
+    (Fault::Compact410, 2),
+    (Fault::GoneStorm, 2),
+    (Fault::FillPv, 2),
+    (Fault::Reboot, 1),
+];
+
+/// What a fault's end does, when it comes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    StartVolumed,
+    StartDriver,
+    ContDriver,
+    ApiUp,
+    ApiRestart,
+    Unfill,
+}
+
+/// Figures of the daemon process after a settle.
+#[derive(Clone, Copy, Debug)]
+struct Proc {
+    rss_kib: u64,
+    fds: u64,
+    threads: u64,
+}
+
+fn proc_figures(pid: u32) -> Option<Proc> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    Some(Proc {
+        rss_kib: field("VmRSS:")?,
+        fds: u64::try_from(fds).ok()?,
+        threads: field("Threads:")?,
+    })
+}
+
+/// The `pct`th percentile of `sorted` (nearest rank).
+fn percentile(sorted: &[Duration], pct: usize) -> Duration {
+    let Some(last) = sorted.len().checked_sub(1) else {
+        return Duration::ZERO;
+    };
+    sorted[(last * pct).div_ceil(100).min(last)]
+}
+
+// ------------------------------------------------------------ the soak
+
+/// The payload reader's shared state.
+#[derive(Default)]
+struct Reader {
+    /// the ConfigMap files to read (of pods alive now)
+    files: Mutex<Vec<PathBuf>>,
+    /// torn reads seen
+    torn: Mutex<Vec<String>>,
+    reads: AtomicU64,
+    stop: AtomicBool,
+}
+
+struct Soak {
+    seed: u64,
+    rng: Rng,
+    start: Instant,
+    env: Env,
+    api: FakeApiServer,
+    daemon: Option<Daemon>,
+    /// when the running daemon was spawned, and whether the API server
+    /// has answered since (it may have listed)
+    api_reachable_since_spawn: bool,
+    driver: Option<TestDriver>,
+    driver_opts: DriverOpts,
+    driver_stopped: bool,
+    api_down: bool,
+    api_stopped: bool,
+    _dev: LoopDevice,
+    /// the local PV's global mount
+    local_global: PathBuf,
+    /// the CSI staging paths, by handle index
+    staging: Vec<PathBuf>,
+    /// a filler file is on the local PV
+    filled: bool,
+    /// and is to be removed (as soon as the PV is mounted)
+    unfill_wanted: bool,
+    pods: BTreeMap<String, Pod>,
+    next_uid: u64,
+    config_gen: u64,
+    /// target → (pod, bottom mount id) of running pods' mounts seen
+    seen: BTreeMap<PathBuf, (String, u32)>,
+    /// driver call log: lines handled, open stage/publish calls (key →
+    /// when it arrived), and intervals in which a call may have been cut
+    calls_done: usize,
+    open_calls: BTreeMap<String, u64>,
+    cuts: Vec<(u64, u64)>,
+    /// a cut that began and has not ended yet (driver dead or stopped)
+    cut_open: Option<u64>,
+    ends: Vec<(Instant, End)>,
+    schedule: Vec<String>,
+    faults: BTreeMap<Fault, usize>,
+    restarts: usize,
+    reboots: usize,
+    adds: usize,
+    deletes: usize,
+    ready_checks: usize,
+    settles: Vec<Duration>,
+    procs: Vec<Proc>,
+    plugin_ops: Vec<f64>,
+    violations: Vec<String>,
+    reader: Arc<Reader>,
+    ticks: u64,
+    /// not-mounted targets the journal kept beyond `/debug/state`'s, at
+    /// the last settle
+    journal_extra: usize,
+}
+
+impl Soak {
+    fn new(seed: u64) -> Soak {
+        let (mut env, api) = api_env("volumed-soak-");
+        let base = env.scratch.path().to_owned();
+        let image = base.join("local.img");
+        mkfs_ext4(&image, 32);
+        let dev = LoopDevice::attach(&image);
+        let mut driver_opts = DriverOpts::in_dir(DRIVER, &base.join("driver"));
+        driver_opts.node_id = Some(NODE.to_owned());
+        env.extra_args.extend([
+            "--csi-driver".to_owned(),
+            format!("{DRIVER}={}", driver_opts.endpoint.display()),
+            "--csi-timeout".to_owned(),
+            "5".to_owned(),
+            "--sync-frequency".to_owned(),
+            "1s".to_owned(),
+            "--api-watch-timeout".to_owned(),
+            "20s".to_owned(),
+            "--checkpoint-every".to_owned(),
+            "64".to_owned(),
+        ]);
+        // the objects: the static namespace's in the dir, the API's there
+        let mut docs = vec![csi_driver_object(), secret("static")];
+        docs.extend(csi_objects(0, "static"));
+        // one object a file: a file of JSON holds one document
+        for (i, d) in docs.iter().enumerate() {
+            write_atomic(
+                &env.objects.join(format!("object-{i}.json")),
+                &d.to_string(),
+            );
+        }
+        write_atomic(
+            &env.objects.join("config.json"),
+            &config_map("static", 0).to_string(),
+        );
+        api.put(csi_driver_object());
+        api.put(secret("api"));
+        api.put(config_map("api", 0));
+        for i in 1..CSI_HANDLES.len() {
+            for o in csi_objects(i, "api") {
+                api.put(o);
+            }
+        }
+        for o in local_objects(dev.path()) {
+            api.put(o);
+        }
+        let root = env.root.clone();
+        let staging = CSI_HANDLES
+            .iter()
+            .map(|h| {
+                root.join("plugins/kubernetes.io/csi")
+                    .join(DRIVER)
+                    .join(sha256_hex(h))
+                    .join("globalmount")
+            })
+            .collect();
+        let driver = TestDriver::spawn(driver_opts.clone());
+        Soak {
+            seed,
+            rng: Rng::new(seed),
+            start: Instant::now(),
+            local_global: root.join("plugins/kubernetes.io/local-volume/mounts/pv-local"),
+            staging,
+            env,
+            api,
+            daemon: None,
+            api_reachable_since_spawn: true,
+            driver: Some(driver),
+            driver_opts,
+            driver_stopped: false,
+            api_down: false,
+            api_stopped: false,
+            _dev: dev,
+            filled: false,
+            unfill_wanted: false,
+            pods: BTreeMap::new(),
+            next_uid: 0,
+            config_gen: 0,
+            seen: BTreeMap::new(),
+            calls_done: 0,
+            open_calls: BTreeMap::new(),
+            cuts: Vec::new(),
+            cut_open: None,
+            ends: Vec::new(),
+            schedule: Vec::new(),
+            faults: BTreeMap::new(),
+            restarts: 0,
+            reboots: 0,
+            adds: 0,
+            deletes: 0,
+            ready_checks: 0,
+            settles: Vec::new(),
+            procs: Vec::new(),
+            plugin_ops: Vec::new(),
+            violations: Vec::new(),
+            reader: Arc::new(Reader::default()),
+            ticks: 0,
+            journal_extra: 0,
+        }
+    }
+
+    fn log(&mut self, what: impl AsRef<str>) {
+        let line = format!(
+            "{:8.3}s {}",
+            self.start.elapsed().as_secs_f64(),
+            what.as_ref()
+        );
+        self.schedule.push(line);
+    }
+
+    // -------------------------------------------------------- the daemon
+
+    fn spawn_daemon(&mut self) {
+        assert!(self.daemon.is_none(), "one daemon at a time");
+        self.daemon = Some(self.env.spawn());
+        self.api_reachable_since_spawn = !(self.api_down || self.api_stopped);
+        self.log("volumed started");
+    }
+
+    fn kill_daemon(&mut self) {
+        if let Some(d) = self.daemon.take() {
+            d.kill();
+            self.restarts += 1;
+            let t = now_ms();
+            self.cuts.push((t, t));
+        }
+    }
+
+    /// The daemon's TCP address, once its `daemon.json` names it.
+    fn addr(&mut self) -> Option<std::net::SocketAddr> {
+        let daemon = self.daemon.as_mut()?;
+        if daemon.addr.is_none() {
+            let pid = daemon.child.borrow().id();
+            let info = fs::read(self.env.journal.join("daemon.json")).ok()?;
+            let info: Value = serde_json::from_slice(&info).ok()?;
+            if info["pid"] != pid {
+                return None;
+            }
+            daemon.addr = info["listen"].as_str()?.parse().ok();
+        }
+        daemon.addr
+    }
+
+    fn readyz(&mut self) -> Option<u16> {
+        let addr = self.addr()?;
+        volumed::server::client::get(addr, "/readyz", Duration::from_secs(2))
+            .ok()
+            .map(|(s, _)| s)
+    }
+
+    /// GET on the daemon's unix socket: (status, body).
+    fn socket_get(&self, path: &str) -> Option<(u16, String)> {
+        self.daemon.as_ref()?;
+        unix_get(
+            &self.env.journal.join("api.sock"),
+            path,
+            Duration::from_secs(3),
+        )
+        .ok()
+    }
+
+    fn pod_ready(&self, uid: &str) -> Option<bool> {
+        let (status, body) = self.socket_get(&format!("/v1/pods/{uid}/volumes"))?;
+        if status != 200 {
+            return Some(false);
+        }
+        let doc: Value = serde_json::from_str(&body).ok()?;
+        Some(doc["ready"] == true)
+    }
+
+    // -------------------------------------------------------- the driver
+
+    fn start_driver(&mut self) {
+        if self.driver.is_none() {
+            self.driver = Some(TestDriver::spawn(self.driver_opts.clone()));
+            self.driver_stopped = false;
+            self.log("driver started (socket replaced)");
+        }
+        self.close_cut();
+    }
+
+    fn signal_driver(&self, sig: Signal) {
+        if let Some(pid) = self.driver.as_ref().and_then(TestDriver::pid) {
+            let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap()), sig);
+        }
+    }
+
+    fn open_cut(&mut self) {
+        self.cut_open.get_or_insert(now_ms());
+    }
+
+    fn close_cut(&mut self) {
+        if let Some(s) = self.cut_open.take() {
+            self.cuts.push((s, now_ms()));
+        }
+    }
+
+    // -------------------------------------------------------- pods
+
+    fn add_pod(&mut self) {
+        let source = if self.rng.chance(1, 2) {
+            Source::Api
+        } else {
+            Source::Static
+        };
+        let pool: &[Kind] = match source {
+            Source::Api => &API_KINDS,
+            Source::Static => &STATIC_KINDS,
+        };
+        let mut kinds: Vec<Kind> = pool
+            .iter()
+            .copied()
+            .filter(|_| self.rng.chance(1, 3))
+            .collect();
+        if kinds.is_empty() {
+            kinds.push(pool[usize::try_from(self.rng.below(pool.len() as u64)).unwrap()]);
+        }
+        self.next_uid += 1;
+        let uid = format!("soak-{}-{:04}", source.ns(), self.next_uid);
+        let pod = Pod { source, kinds };
+        let obj = pod_object(&uid, &pod);
+        match source {
+            Source::Api => drop(self.api.put(obj)),
+            Source::Static => {
+                write_atomic(&self.env.pods.join(format!("{uid}.json")), &obj.to_string())
+            }
+        }
+        self.log(format!("add pod {uid} {:?}", pod.kinds));
+        self.pods.insert(uid, pod);
+        self.adds += 1;
+        self.publish_reader_files();
+    }
+
+    fn delete_pod(&mut self) {
+        let n = self.pods.len() as u64;
+        let i = usize::try_from(self.rng.below(n)).unwrap();
+        let Some(uid) = self.pods.keys().nth(i).cloned() else {
+            return;
+        };
+        let pod = self.pods.remove(&uid).unwrap();
+        match pod.source {
+            Source::Api => drop(self.api.delete("v1", "Pod", Some("api"), &uid)),
+            Source::Static => drop(fs::remove_file(self.env.pods.join(format!("{uid}.json")))),
+        }
+        self.seen.retain(|_, (p, _)| *p != uid);
+        self.log(format!("delete pod {uid}"));
+        self.deletes += 1;
+        self.publish_reader_files();
+    }
+
+    fn bump_config(&mut self) {
+        self.config_gen += 1;
+        let g = self.config_gen;
+        self.api.put(config_map("api", g));
+        write_atomic(
+            &self.env.objects.join("config.json"),
+            &config_map("static", g).to_string(),
+        );
+    }
+
+    fn target(&self, uid: &str, k: Kind) -> PathBuf {
+        let (_, plugin, name) = volume_of(k);
+        self.env.pod_volume(uid, plugin, &name)
+    }
+
+    fn publish_reader_files(&self) {
+        let mut files = Vec::new();
+        for (uid, pod) in &self.pods {
+            for k in &pod.kinds {
+                match k {
+                    Kind::Config => files.push(self.target(uid, *k).join("a")),
+                    Kind::Projected => files.push(self.target(uid, *k).join("b")),
+                    _ => {}
+                }
+            }
+        }
+        *self.reader.files.lock().unwrap() = files;
+    }
+
+    // -------------------------------------------------------- nemesis
+
+    fn draw_fault(&mut self) -> Fault {
+        let total: u64 = WEIGHTS.iter().map(|(_, w)| w).sum();
+        let mut x = self.rng.below(total);
+        for (f, w) in WEIGHTS {
+            if x < w {
+                return f;
+            }
+            x -= w;
+        }
+        Fault::VolumedKill
+    }
+
+    fn busy(&self, end: End) -> bool {
+        self.ends.iter().any(|(_, e)| *e == end)
+    }
+
+    fn after(&mut self, d: Duration, end: End) {
+        self.ends.push((Instant::now() + d, end));
+    }
+
+    /// Starts `fault` unless its class is still in one (then nothing).
+    fn strike(&mut self, fault: Fault) {
+        // drawn whether or not the fault happens: a seed replays the draws
+        let d = self.rng.ms(500, 6_000);
+        let driver_busy = self.busy(End::StartDriver) || self.busy(End::ContDriver);
+        let api_busy = self.busy(End::ApiUp) || self.busy(End::ApiRestart);
+        let done = match fault {
+            Fault::VolumedKill if self.daemon.is_some() => {
+                self.kill_daemon();
+                let d = d / 4;
+                self.after(d, End::StartVolumed);
+                true
+            }
+            Fault::VolumedKillApiGone if self.daemon.is_some() && !api_busy => {
+                self.kill_daemon();
+                self.api.stop();
+                self.api_stopped = true;
+                self.after(d / 4, End::StartVolumed);
+                self.after(d, End::ApiRestart);
+                true
+            }
+            Fault::DriverKill if !driver_busy && self.driver.is_some() => {
+                self.open_cut();
+                if let Some(mut drv) = self.driver.take() {
+                    drv.kill();
+                }
+                self.after(d, End::StartDriver);
+                true
+            }
+            Fault::DriverHang if !driver_busy && self.driver.is_some() => {
+                self.open_cut();
+                self.signal_driver(Signal::SIGSTOP);
+                self.driver_stopped = true;
+                self.after(d, End::ContDriver);
+                true
+            }
+            Fault::DriverRestart if !driver_busy && self.driver.is_some() => {
+                self.open_cut();
+                if let Some(mut drv) = self.driver.take() {
+                    drv.stop();
+                }
+                self.start_driver();
+                true
+            }
+            Fault::ApiDown if !api_busy => {
+                self.api.set_down(true);
+                self.api_down = true;
+                self.after(d, End::ApiUp);
+                true
+            }
+            Fault::ApiStop if !api_busy => {
+                self.api.stop();
+                self.api_stopped = true;
+                self.after(d, End::ApiRestart);
+                true
+            }
+            Fault::CutWatches if !self.api_stopped => {
+                self.api.cut_watches();
+                true
+            }
+            Fault::Compact410 if !self.api_stopped => {
+                self.api.compact();
+                self.api.cut_watches();
+                true
+            }
+            Fault::GoneStorm => {
+                let n = usize::try_from(1 + self.rng.below(4)).unwrap();
+                self.api.add_fault(ApiFault::times(
+                    "/api/v1/pods",
+                    Verb::Watch,
+                    Action::GoneWatch,
+                    n,
+                ));
+                if !self.api_stopped {
+                    self.api.cut_watches();
+                }
+                true
+            }
+            Fault::FillPv if !self.filled && self.mounted(&self.local_global) => {
+                match fill(&self.local_global) {
+                    Ok(bytes) => {
+                        self.filled = true;
+                        self.log(format!("local PV filled ({bytes} bytes)"));
+                        self.after(d, End::Unfill);
+                        true
+                    }
+                    Err(e) => {
+                        self.log(format!("local PV not filled: {e}"));
+                        false
+                    }
+                }
+            }
+            Fault::Reboot if self.ends.is_empty() => {
+                self.reboot();
+                true
+            }
+            _ => false,
+        };
+        if done {
+            *self.faults.entry(fault).or_default() += 1;
+            self.log(format!("FAULT {fault:?} ({} ms)", d.as_millis()));
+        }
+    }
+
+    fn mounted(&self, path: &Path) -> bool {
+        MountTable::read_self()
+            .map(|t| t.entries().iter().any(|m| m.mount_point == path))
+            .unwrap_or(false)
+    }
+
+    /// A reboot: volumed and the driver die, every mount below the root
+    /// goes, the boot id changes; then both start again.
+    fn reboot(&mut self) {
+        self.kill_daemon();
+        self.signal_driver(Signal::SIGCONT);
+        if let Some(mut drv) = self.driver.take() {
+            drv.kill();
+        }
+        self.open_cut();
+        unmount_below(&self.env.root);
+        self.reboots += 1;
+        fs::write(
+            &self.env.boot,
+            format!("0e2e0e2e-1111-2222-3333-{:012}\n", self.reboots),
+        )
+        .unwrap();
+        self.seen.clear();
+        self.open_calls.clear();
+        self.start_driver();
+        self.spawn_daemon();
+    }
+
+    fn run_ends(&mut self, all: bool) {
+        let now = Instant::now();
+        let mut due: Vec<(Instant, End)> = Vec::new();
+        self.ends.retain(|(t, e)| {
+            let go = all || *t <= now;
+            if go {
+                due.push((*t, *e));
+            }
+            !go
+        });
+        due.sort_by_key(|(t, _)| *t);
+        for (_, e) in due {
+            match e {
+                End::StartVolumed => {
+                    if self.daemon.is_none() {
+                        self.spawn_daemon();
+                    }
+                }
+                End::StartDriver => self.start_driver(),
+                End::ContDriver => {
+                    self.signal_driver(Signal::SIGCONT);
+                    self.driver_stopped = false;
+                    self.log("driver continued");
+                    self.close_cut();
+                }
+                End::ApiUp => {
+                    self.api.set_down(false);
+                    self.api_down = false;
+                    self.log("API server up");
+                }
+                End::ApiRestart => {
+                    self.api.restart();
+                    self.api_stopped = false;
+                    self.log("API server restarted");
+                }
+                End::Unfill => self.unfill_wanted = true,
+            }
+        }
+        if !(self.api_down || self.api_stopped) {
+            self.api_reachable_since_spawn = true;
+        }
+    }
+
+    /// Removes the filler once it is due and the PV is mounted.
+    fn unfill(&mut self) {
+        if !(self.filled && self.unfill_wanted) {
+            return;
+        }
+        if fs::remove_file(self.local_global.join("soak-filler")).is_ok() {
+            self.filled = false;
+            self.unfill_wanted = false;
+            self.log("local PV emptied");
+        }
+    }
+
+    // -------------------------------------------------------- checks
+
+    fn violation(&mut self, what: String) {
+        let mut text = format!(
+            "VIOLATION (seed {}): {what}\n--- schedule so far ---\n{}\n",
+            self.seed,
+            self.schedule.join("\n")
+        );
+        let _ = writeln!(text, "--- mount table below the root ---");
+        for m in self.env.mounts_below_root() {
+            let _ = writeln!(
+                text,
+                "{} {} {}",
+                m.mount_id,
+                m.fs_type,
+                m.mount_point.display()
+            );
+        }
+        let _ = writeln!(text, "--- journal dump ---\n{}", dump_text(&self.env));
+        if let Some(d) = &self.daemon {
+            let _ = writeln!(text, "--- daemon stderr tail ---\n{}", d.log_tail());
+        }
+        eprintln!("{text}");
+        self.log(format!("VIOLATION: {what}"));
+        self.violations.push(what);
+    }
+
+    /// One checker pass (see the module doc).
+    fn check(&mut self) {
+        let table = MountTable::read_self().expect("read mountinfo");
+        let mut at: BTreeMap<&Path, Vec<u32>> = BTreeMap::new();
+        for m in table.entries() {
+            at.entry(m.mount_point.as_path())
+                .or_default()
+                .push(m.mount_id);
+        }
+        // running pods' mounts are never removed
+        let mut wanted = Vec::new();
+        for (uid, pod) in &self.pods {
+            for k in pod.kinds.iter().copied().filter(|k| is_mount(*k)) {
+                wanted.push((uid.clone(), self.target(uid, k)));
+            }
+        }
+        let mut found = Vec::new();
+        for (uid, t) in wanted {
+            let now = at.get(t.as_path()).and_then(|v| v.first()).copied();
+            match (self.seen.get(&t), now) {
+                (Some((_, id)), now) if now != Some(*id) => found.push(format!(
+                    "pod {uid}'s {} was mount {id}, now {now:?}, the pod still wanted",
+                    t.display()
+                )),
+                (None, Some(id)) => {
+                    self.seen.insert(t, (uid, id));
+                }
+                _ => {}
+            }
+        }
+        drop(table);
+        for f in found {
+            self.violation(f);
+        }
+        self.check_calls();
+        // /readyz is not 200 before the API server could be listed
+        if !self.api_reachable_since_spawn && self.readyz() == Some(200) {
+            self.violation(
+                "/readyz 200 while the API server was never reachable since the daemon started"
+                    .into(),
+            );
+        }
+        // a pod reported ready has its volumes mounted
+        if !self.pods.is_empty() && self.daemon.is_some() {
+            let i = usize::try_from(self.ticks % self.pods.len() as u64).unwrap();
+            let (uid, pod) = self
+                .pods
+                .iter()
+                .nth(i)
+                .map(|(u, p)| (u.clone(), p.clone()))
+                .unwrap();
+            if self.pod_ready(&uid) == Some(true) {
+                self.ready_checks += 1;
+                let table = MountTable::read_self().expect("read mountinfo");
+                for k in &pod.kinds {
+                    let t = self.target(&uid, *k);
+                    let ok = match is_mount(*k) {
+                        true => table.entries().iter().any(|m| m.mount_point == t),
+                        false => t.is_dir(),
+                    };
+                    if !ok {
+                        self.violation(format!(
+                            "pod {uid} reported ready, its {} not set up",
+                            t.display()
+                        ));
+                    }
+                }
+            }
+        }
+        let torn: Vec<String> = std::mem::take(&mut *self.reader.torn.lock().unwrap());
+        for t in torn {
+            self.violation(t);
+        }
+    }
+
+    /// The driver's new calls: no stage or publish again on a path never
+    /// unstaged or unpublished, unless a fault may have cut the first.
+    fn check_calls(&mut self) {
+        let calls = read_calls_timed(&self.driver_opts.state);
+        let new: Vec<Value> = calls.into_iter().skip(self.calls_done).collect();
+        self.calls_done += new.len();
+        for c in new {
+            let at = c["at_ms"].as_u64().unwrap_or(0);
+            let path = |f: &str| c[f].as_str().unwrap_or("").to_owned();
+            let (open, key) = match c["method"].as_str().unwrap_or("") {
+                "NodeStageVolume" => (true, format!("stage {}", path("staging_target_path"))),
+                "NodeUnstageVolume" => (false, format!("stage {}", path("staging_target_path"))),
+                "NodePublishVolume" => (true, format!("publish {}", path("target_path"))),
+                "NodeUnpublishVolume" => (false, format!("publish {}", path("target_path"))),
+                _ => continue,
+            };
+            if !open {
+                self.open_calls.remove(&key);
+                continue;
+            }
+            if let Some(prev) = self.open_calls.insert(key.clone(), at) {
+                // a fault from just before the call to just after it
+                let cut = self.cut_open.is_some_and(|s| s <= prev + CUT_WINDOW)
+                    || self
+                        .cuts
+                        .iter()
+                        .any(|(s, e)| *s <= prev + CUT_WINDOW && prev <= *e + CUT_WINDOW);
+                if !cut {
+                    self.violation(format!(
+                        "{} issued again at {at} ms, the one at {prev} ms answered and never undone ({key})",
+                        c["method"]
+                    ));
+                }
+            }
+        }
+    }
+
+    // -------------------------------------------------------- settle
+
+    /// Heals every fault, then waits for the node to settle and checks it.
+    fn settle(&mut self) {
+        self.log("PAUSE: faults healed");
+        self.run_ends(true);
+        self.start_driver();
+        if self.driver_stopped {
+            self.signal_driver(Signal::SIGCONT);
+            self.driver_stopped = false;
+            self.close_cut();
+        }
+        if self.api_stopped {
+            self.api.restart();
+            self.api_stopped = false;
+        }
+        self.api.set_down(false);
+        self.api_down = false;
+        self.api.clear_faults();
+        self.api_reachable_since_spawn = true;
+        if self.daemon.is_none() {
+            self.spawn_daemon();
+        }
+        let began = Instant::now();
+        loop {
+            self.check();
+            self.unfill_wanted = true;
+            self.unfill();
+            let last = match self.settled() {
+                Ok(()) => break,
+                Err(why) => why,
+            };
+            if began.elapsed() > SETTLE_BOUND {
+                self.violation(format!(
+                    "not settled {SETTLE_BOUND:?} after the pause: {last}"
+                ));
+                return;
+            }
+            std::thread::sleep(TICK);
+        }
+        let took = began.elapsed();
+        self.settles.push(took);
+        let pid = self.daemon.as_ref().map(|d| d.child.borrow().id());
+        if let Some(p) = pid.and_then(proc_figures) {
+            self.procs.push(p);
+        }
+        if let Some(m) = self
+            .addr()
+            .and_then(|a| volumed::server::client::get(a, "/metrics", Duration::from_secs(5)).ok())
+        {
+            let text = String::from_utf8_lossy(&m.1).into_owned();
+            let ops: f64 = support::daemon::series(&text, "volumed_plugin_operations_total")
+                .iter()
+                .map(|(_, v)| v)
+                .sum();
+            self.plugin_ops.push(ops);
+        }
+        self.log(format!("settled in {took:?} with {} pods", self.pods.len()));
+    }
+
+    /// Whether the node is settled; if not, what is still off.
+    fn settled(&mut self) -> Result<(), String> {
+        if self.readyz() != Some(200) {
+            return Err("/readyz not 200".into());
+        }
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in &uids {
+            if self.pod_ready(uid) != Some(true) {
+                let why = self
+                    .socket_get(&format!("/v1/pods/{uid}/volumes"))
+                    .map(|(s, b)| format!("{s} {b}"))
+                    .unwrap_or_default();
+                return Err(format!("pod {uid} not ready: {why}"));
+            }
+        }
+        let mut want: BTreeSet<PathBuf> = BTreeSet::new();
+        for (uid, pod) in &self.pods {
+            for k in pod.kinds.iter().copied().filter(|k| is_mount(*k)) {
+                want.insert(self.target(uid, k));
+                match k {
+                    Kind::Local => drop(want.insert(self.local_global.clone())),
+                    Kind::Csi(i) => drop(want.insert(self.staging[i].clone())),
+                    _ => {}
+                }
+            }
+        }
+        let mut have: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        for m in self.env.mounts_below_root() {
+            *have.entry(m.mount_point).or_default() += 1;
+        }
+        if let Some((p, n)) = have.iter().find(|(_, n)| **n > 1) {
+            return Err(format!("{n} mounts stacked at {}", p.display()));
+        }
+        let have: BTreeSet<PathBuf> = have.into_keys().collect();
+        if have != want {
+            return Err(format!(
+                "mounts below the root: missing {:?}, not wanted {:?}",
+                want.difference(&have).collect::<Vec<_>>(),
+                have.difference(&want).collect::<Vec<_>>()
+            ));
+        }
+        let state = self
+            .socket_get("/debug/state")
+            .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
+            .ok_or("no /debug/state")?;
+        let dump = dump_json(&self.env).ok_or("no dump")?;
+        self.journal_extra = journal_covers(&dump["state"], &state)?;
+        if targets(&state).values().any(|(_, s)| s == "uncertain") {
+            return Err("a target is uncertain".into());
+        }
+        Ok(())
+    }
+
+    /// The end: every pod deleted, and nothing left mounted below the
+    /// root within [`SETTLE_BOUND`] (no leaked pod, staging or device
+    /// mount).
+    fn drain(&mut self) {
+        self.log("DRAIN: every pod deleted");
+        while !self.pods.is_empty() {
+            self.delete_pod();
+        }
+        let began = Instant::now();
+        loop {
+            self.check();
+            self.unfill();
+            let left = self.env.mounts_below_root();
+            if left.is_empty() {
+                break;
+            }
+            if began.elapsed() > SETTLE_BOUND {
+                let left: Vec<String> = left
+                    .iter()
+                    .map(|m| m.mount_point.display().to_string())
+                    .collect();
+                self.violation(format!(
+                    "mounts left {SETTLE_BOUND:?} after every pod went: {left:?}"
+                ));
+                return;
+            }
+            std::thread::sleep(TICK);
+        }
+        self.log(format!("drained in {:?}", began.elapsed()));
+    }
+
+    // -------------------------------------------------------- the run
+
+    fn tick(&mut self, storm: bool) {
+        self.ticks += 1;
+        // drawn every tick, used or not: a seed replays the draws
+        let churn = self.rng.below(100);
+        let fault = self.draw_fault();
+        let strike = self.rng.below(100);
+        let config = self.rng.below(100);
+        if churn < 30 {
+            let n = self.pods.len();
+            let add = n < PODS_MIN || (n < PODS_MAX && churn < 16);
+            if add {
+                self.add_pod()
+            } else {
+                self.delete_pod()
+            }
+        }
+        if config < 8 {
+            self.bump_config();
+        }
+        if storm && strike < 9 {
+            self.strike(fault);
+        }
+        self.run_ends(false);
+        self.unfill();
+        self.check();
+    }
+
+    fn figures(&self) -> String {
+        let mut s = String::new();
+        let mut settles = self.settles.clone();
+        settles.sort();
+        let _ = writeln!(
+            s,
+            "soak: seed {}, {:.1} s run, {} ticks, {} violations",
+            self.seed,
+            self.start.elapsed().as_secs_f64(),
+            self.ticks,
+            self.violations.len()
+        );
+        let _ = writeln!(s, "faults: {:?}", self.faults);
+        let _ = writeln!(
+            s,
+            "volumed restarts {} (reboots {}); pods added {}, deleted {}; ConfigMap generations {}; ready answers checked {}; payload reads {}",
+            self.restarts,
+            self.reboots,
+            self.adds,
+            self.deletes,
+            self.config_gen,
+            self.ready_checks,
+            self.reader.reads.load(Ordering::Relaxed)
+        );
+        let mut rpcs: BTreeMap<String, usize> = BTreeMap::new();
+        for c in read_calls_timed(&self.driver_opts.state) {
+            *rpcs
+                .entry(c["method"].as_str().unwrap_or("?").to_owned())
+                .or_default() += 1;
+        }
+        let _ = writeln!(s, "CSI calls: {rpcs:?}");
+        let _ = writeln!(
+            s,
+            "plugin operations per settle (that daemon's count): {:?}",
+            self.plugin_ops
+        );
+        let _ = writeln!(
+            s,
+            "settles {}: p50 {:?}, p99 {:?}, max {:?}",
+            settles.len(),
+            percentile(&settles, 50),
+            percentile(&settles, 99),
+            settles.last().copied().unwrap_or_default()
+        );
+        let procs: Vec<String> = self
+            .procs
+            .iter()
+            .map(|p| format!("{} KiB/{} fds/{} thr", p.rss_kib, p.fds, p.threads))
+            .collect();
+        let _ = writeln!(s, "daemon after each settle: {}", procs.join(", "));
+        let _ = writeln!(
+            s,
+            "journal: {} not-mounted targets kept beyond /debug/state's at the last settle",
+            self.journal_extra
+        );
+        for v in &self.violations {
+            let _ = writeln!(s, "violation: {v}");
+        }
+        s
+    }
+}
+
+/// Fills the filesystem at `dir` to its last block with `soak-filler`.
+fn fill(dir: &Path) -> Result<u64, String> {
+    let path = dir.join("soak-filler");
+    let mut f = fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut total = 0u64;
+    for chunk in [1 << 16, 1 << 12, 1] {
+        let buf = vec![0x5au8; chunk];
+        loop {
+            match f.write(&buf) {
+                Ok(n) => total += n as u64,
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Unmounts everything strictly below `root`, deepest first (a reboot).
+fn unmount_below(root: &Path) {
+    for _ in 0..5 {
+        let table = MountTable::read_self().expect("read mountinfo");
+        let left: Vec<PathBuf> = table
+            .entries()
+            .iter()
+            .filter(|e| e.mount_point.starts_with(root) && e.mount_point != root)
+            .map(|e| e.mount_point.clone())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        for m in left.iter().rev() {
+            let _ = umount2(m.as_path(), MntFlags::UMOUNT_NOFOLLOW);
+        }
+    }
+    panic!("could not unmount everything below {}", root.display());
+}
+
+/// `volumed dump --format json`, or None.
+fn dump_json(env: &Env) -> Option<Value> {
+    let out = dump_cmd(env).arg("json").output().ok()?;
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+/// `volumed dump` as a table, or why not.
+fn dump_text(env: &Env) -> String {
+    match dump_cmd(env).arg("table").output() {
+        Ok(o) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("dump: {e}"),
+    }
+}
+
+fn dump_cmd(env: &Env) -> std::process::Command {
+    let mut c = std::process::Command::new(support::daemon::BIN);
+    c.arg("dump")
+        .arg("--journal-dir")
+        .arg(&env.journal)
+        .arg("--boot-id-file")
+        .arg(&env.boot)
+        .arg("--format");
+    c
+}
+
+/// What the journal holds of a state document: its targets that are not
+/// `none`, without the health report (as `tests/peer_faults.rs`).
+fn journaled(state: &Value) -> Value {
+    let mut volumes = Vec::new();
+    for v in state["volumes"].as_array().into_iter().flatten() {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("health");
+        }
+        if let Some(p) = v["pods"].as_array_mut() {
+            p.retain(|p| p["kind"] != "none");
+        }
+        let pods_empty = v["pods"].as_array().is_none_or(Vec::is_empty);
+        if !v["device"].is_null() || !pods_empty {
+            volumes.push(v);
+        }
+    }
+    json!({ "volumes": volumes })
+}
+
+/// Whether the journal (`dump`'s state) holds every target `/debug/state`
+/// holds, in the same state: no acknowledged record lost. Its other targets
+/// must be not mounted (a torn-down pod target of a volume still in use
+/// stays in the journal until the volume leaves the actual state); how
+/// many there are.
+fn journal_covers(journal: &Value, live: &Value) -> Result<usize, String> {
+    let (j, l) = (targets(&journaled(journal)), targets(&journaled(live)));
+    if let Some((p, v)) = l.iter().find(|(p, v)| j.get(*p) != Some(*v)) {
+        return Err(format!(
+            "the journal has {} as {:?}, /debug/state as {v:?}",
+            p.display(),
+            j.get(p)
+        ));
+    }
+    let extra: Vec<_> = j.iter().filter(|(p, _)| !l.contains_key(*p)).collect();
+    if let Some((p, v)) = extra.iter().find(|(_, (_, s))| s != "not_mounted") {
+        return Err(format!(
+            "the journal has {} as {v:?}, /debug/state does not have it",
+            p.display()
+        ));
+    }
+    Ok(extra.len())
+}
+
+/// The payload reader: reads every ConfigMap file of the pods alive, over
+/// and over; a read that succeeds must be one whole generation.
+fn read_payloads(reader: &Reader) {
+    while !reader.stop.load(Ordering::Relaxed) {
+        let files = reader.files.lock().unwrap().clone();
+        for f in files {
+            if let Ok(text) = fs::read(&f) {
+                reader.reads.fetch_add(1, Ordering::Relaxed);
+                if let Some(why) = torn(&text) {
+                    reader
+                        .torn
+                        .lock()
+                        .unwrap()
+                        .push(format!("payload {} torn: {why}", f.display()));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn seed() -> u64 {
+    match std::env::var("VOLUMED_SOAK_SEED") {
+        Ok(s) => s.parse().expect("VOLUMED_SOAK_SEED is a number"),
+        Err(_) => {
+            let t = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            u64::from(t.subsec_nanos()) ^ t.as_secs()
+        }
+    }
+}
+
+fn secs() -> u64 {
+    std::env::var("VOLUMED_SOAK_SECS")
+        .map(|s| s.parse().expect("VOLUMED_SOAK_SECS is a number of seconds"))
+        .unwrap_or(DEFAULT_SECS)
+}
+
+/// The soak (see the module doc).
+#[test]
+fn nemesis_soak() {
+    if !support::require_root("the nemesis soak") {
+        return;
+    }
+    // the run, a final settle and the teardown, with room to spare
+    let limit = Duration::from_secs(secs() + 2 * SETTLE_BOUND.as_secs() + 60);
+    support::in_private_mount_ns_timeout(limit, || {
+        let seed = seed();
+        let secs = secs();
+        eprintln!("soak: seed {seed} (VOLUMED_SOAK_SEED={seed} replays it), {secs} s");
+        let mut soak = Soak::new(seed);
+        let reader = Arc::clone(&soak.reader);
+        let reading = std::thread::spawn(move || read_payloads(&reader));
+        for _ in 0..PODS_MIN {
+            soak.add_pod();
+        }
+        soak.spawn_daemon();
+        soak.settle();
+        let run = Duration::from_secs(secs);
+        let mut storms = 0;
+        'run: while soak.start.elapsed() < run && soak.violations.is_empty() {
+            soak.log("STORM");
+            storms += 1;
+            // the second storm opens with a reboot: every short run has one
+            if storms == 2 {
+                soak.strike(Fault::Reboot);
+            }
+            let storm = Instant::now();
+            let mut next = Instant::now();
+            while storm.elapsed() < STORM && soak.start.elapsed() < run {
+                soak.tick(true);
+                if !soak.violations.is_empty() {
+                    break 'run;
+                }
+                next += TICK;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            soak.settle();
+        }
+        if soak.violations.is_empty() {
+            soak.drain();
+        }
+        soak.reader.stop.store(true, Ordering::Relaxed);
+        reading.join().unwrap();
+        let figures = soak.figures();
+        println!("{figures}");
+        eprintln!("{figures}");
+        let summary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak-summary.txt");
+        let _ = fs::write(&summary, &figures);
+        assert!(
+            soak.violations.is_empty(),
+            "the soak found violations (seed {seed}):\n{figures}"
+        );
+        // no growth of the daemon from the first settle after a storm to
+        // the last (the first of all, with fewer pods and fresh pools, is
+        // no baseline)
+        let (first, last) = (soak.procs.get(1).copied(), soak.procs.last().copied());
+        if let (Some(a), Some(b)) = (first, last) {
+            assert!(
+                b.fds <= a.fds + Slack::FDS
+                    && b.threads <= a.threads + Slack::THREADS
+                    && b.rss_kib <= a.rss_kib + Slack::RSS_KIB,
+                "the daemon grew from the first settle after a storm ({a:?}) to the last \
+                 ({b:?}) beyond {} fds, {} threads, {} KiB (seed {seed})",
+                Slack::FDS,
+                Slack::THREADS,
+                Slack::RSS_KIB
+            );
+        }
+        if let Some(d) = soak.daemon.take() {
+            d.stop();
+        }
+    });
+}
