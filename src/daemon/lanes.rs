@@ -29,10 +29,7 @@ pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {
             key: Some(key),
             ok: false,
         },
-        JournalWork::ForgetTarget { .. } => Completion::Forgotten {
-            key: None,
-            ok: false,
-        },
+        JournalWork::ForgetTarget { key, .. } => Completion::Forgotten { key, ok: false },
     }
 }
 
@@ -61,13 +58,17 @@ pub(super) fn journal_lane(rx: &Receiver<JournalWork>, j: &Journal, events: &Sen
                 key: Some(key),
                 ok: forget_volume(j, &volume),
             },
-            JournalWork::ForgetTarget { volume, target } => {
+            JournalWork::ForgetTarget {
+                volume,
+                target,
+                key,
+            } => {
                 let ok = j.forget(&volume, vec![target]);
                 if let Err(e) = &ok {
                     tracing::error!(error = %e, "journal forget record");
                 }
                 Completion::Forgotten {
-                    key: None,
+                    key,
                     ok: ok.is_ok(),
                 }
             }

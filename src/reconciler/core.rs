@@ -21,7 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::effects::{FAILED_MOUNT, FAILED_UNMOUNT};
-use crate::model::{Layout, Operation, PluginName, PodUid, SharedPath, UniqueVolumeName};
+use crate::model::{
+    Layout, Operation, PluginName, PodUid, SharedPath, TargetRef, UniqueVolumeName,
+};
 use crate::reconciler::jobs::JobReport;
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::{OpKey, Pending, pass_budget};
@@ -313,7 +315,16 @@ impl Core {
         out: &mut Vec<Effect>,
     ) -> bool {
         let ok = report.error.is_none();
-        self.pending.finish(&report.key, ok, now);
+        // a pod target torn down: its key stays busy until its journal
+        // target is forgotten or found to go with its volume (`torn_down_target`)
+        let torn_down = ok
+            && self.cfg.journal
+            && !report.forced
+            && report.key.pod.is_some()
+            && report.ran.contains(&Operation::TearDown);
+        if !torn_down {
+            self.pending.finish(&report.key, ok, now);
+        }
         self.trim_due(now);
         if self.cfg.journal {
             // the worker appended outcomes without waiting for them
@@ -335,6 +346,9 @@ impl Core {
             if let Err(e) = apply_update(&mut w.asw, u) {
                 tracing::error!(error = %e, "applying a finished operation to the ASW failed");
             }
+        }
+        if torn_down {
+            self.torn_down_target(w, &report.key, now, out);
         }
         if let Some(watch) = report.late.clone() {
             self.watch_late(*watch, now);
@@ -482,6 +496,32 @@ impl Core {
             }
         }
         out.push(Effect::Count(Counted::TotalVolumes(total_volumes(w))));
+    }
+
+    /// A pod target torn down (its outcome journaled): if its volume stays
+    /// in the ASW (another pod's target, or a pod that wants it), the
+    /// journal forgets the target now, its key busy until that is durable
+    /// (a mount of the same pod started before would have its intent
+    /// forgotten). A volume that leaves the ASW forgets its targets with
+    /// it (`forget`). Without this the journal kept one not-mounted target
+    /// for every pod that ever used a volume other pods held meanwhile
+    /// (found by the nemesis soak, `tests/soak.rs`).
+    fn torn_down_target(&mut self, w: &World, key: &OpKey, now: Instant, out: &mut Vec<Effect>) {
+        let stays = w
+            .asw
+            .volume(&key.volume)
+            .is_some_and(|v| !v.pods.is_empty())
+            || w.dsw.volume(&key.volume).is_some();
+        let Some(pod) = key.pod.clone().filter(|_| stays) else {
+            self.pending.finish(key, true, now);
+            return;
+        };
+        self.in_flight.forgets += 1;
+        out.push(Effect::Journal(JournalWork::ForgetTarget {
+            volume: key.volume.clone(),
+            target: TargetRef::Pod(pod),
+            key: Some(key.clone()),
+        }));
     }
 
     fn forget(

@@ -1829,3 +1829,99 @@ fn after_a_failed_unmount_device_the_next_pod_mounts_the_device_again() {
     });
     assert_eq!(device, Some(true), "{:?}", names(&fx));
 }
+
+/// A pod target torn down from a volume another pod still holds: the
+/// journal forgets that target at once (else it kept a not-mounted target
+/// per pod that ever used the volume, as the nemesis soak found), its key
+/// busy until the forget is durable, so the same pod cannot mount again
+/// before. The last pod's teardown leaves it to the volume's forget.
+#[test]
+fn a_torn_down_target_of_a_volume_still_held_is_forgotten_at_once() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let spec = VolumeSpec::Local {
+        path: "/srv/pv1".into(),
+        fs_type: None,
+        access_modes: vec![crate::model::AccessMode::ReadWriteOnce],
+        mount_options: vec![],
+        is_block: false,
+        volume_mode: Default::default(),
+    };
+    let claim = |u: &str| pod_with(u, spec.clone(), "pv1");
+    let v = claim("p1").volumes[0].volume.clone();
+    w.asw.add_volume(
+        v.clone(),
+        PluginName::LocalVolume,
+        "pv1",
+        Some(spec.clone().into()),
+        None,
+    );
+    for p in ["p1", "p2"] {
+        let m = PodMount {
+            outer_name: "pv1".into(),
+            mount_path: format!("/r/pods/{p}/volumes/kubernetes.io~local-volume/pv1").into(),
+            kind: crate::model::TargetKind::Mount,
+            selinux: SeLinuxState::WithoutContext,
+        };
+        w.asw.mark_volume_mounted(&v, &uid(p), m).unwrap();
+    }
+    let fx = c.step(
+        &mut w,
+        vec![
+            Event::Sources(vec![
+                SourceEvent::PodAdded(claim("p2")),
+                SourceEvent::SourcesReady,
+            ]),
+            walked(),
+        ],
+        t0,
+        idle(),
+    );
+    assert!(
+        names(&fx).contains(&"teardown:p1".into()),
+        "{:?}",
+        names(&fx)
+    );
+    let torn = torn_down(teardown_job(&fx), "p1");
+    let fx = c.step(&mut w, vec![torn], ms(t0, 1), idle());
+    let forgets: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Journal(JournalWork::ForgetTarget {
+                volume,
+                target,
+                key,
+            }) => Some((volume.clone(), target.clone(), key.clone())),
+            _ => None,
+        })
+        .collect();
+    let key = OpKey::pod(&v, &uid("p1"));
+    assert_eq!(
+        forgets,
+        [(v.clone(), TargetRef::Pod(uid("p1")), Some(key.clone()))],
+        "{:?}",
+        names(&fx)
+    );
+    assert!(
+        c.pending.busy(&key, ms(t0, 2)),
+        "busy until the forget is durable"
+    );
+    let done = Completion::Forgotten {
+        key: Some(key.clone()),
+        ok: true,
+    };
+    c.step(&mut w, vec![Event::Done(done)], ms(t0, 3), idle());
+    assert!(!c.pending.busy(&key, ms(t0, 4)), "then free");
+
+    // the last pod: the volume leaves the ASW and forgets its targets
+    let gone = Event::Sources(vec![SourceEvent::PodRemoved(uid("p2"))]);
+    let swept = Event::Done(Completion::Swept(Swept::default()));
+    let fx = c.step(&mut w, vec![gone, swept], ms(t0, 5), idle());
+    let torn = torn_down(teardown_job(&fx), "p2");
+    let fx = c.step(&mut w, vec![torn], ms(t0, 6), idle());
+    assert!(
+        !names(&fx).contains(&"forget-target".into()) && names(&fx).contains(&"forget".into()),
+        "{:?}",
+        names(&fx)
+    );
+}

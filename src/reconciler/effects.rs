@@ -73,9 +73,9 @@ pub(crate) enum Completion {
     /// a checkpoint through this sequence number was written, or failed
     Checkpointed(Result<u64, String>),
     /// a `Forget` is durable (`ok`) or was refused; `key` when the plan
-    /// decided it (the volume stays busy until then)
+    /// decided it or a TearDown led to it (busy until then)
     Forgotten {
-        /// the planned forget's key
+        /// the key kept busy for it
         key: Option<OpKey>,
         /// whether every record was appended
         ok: bool,
@@ -113,12 +113,15 @@ pub(crate) enum JournalWork {
         /// the volume
         volume: UniqueVolumeName,
     },
-    /// forget one target (after a forced cleanup ran)
+    /// forget one target (after a forced cleanup ran, or a pod target
+    /// torn down from a volume that stays in the ASW)
     ForgetTarget {
         /// the name it was journaled under
         volume: UniqueVolumeName,
         /// the target
         target: TargetRef,
+        /// the operation key kept busy until the forget is durable
+        key: Option<OpKey>,
     },
 }
 

@@ -216,6 +216,7 @@ impl Core {
         out.push(Effect::Journal(JournalWork::ForgetTarget {
             volume: report.key.volume.clone(),
             target,
+            key: None,
         }));
     }
 }
