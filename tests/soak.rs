@@ -40,9 +40,9 @@
 //! wanted pod ready within [`SETTLE_BOUND`], each of its targets mounted
 //! exactly once, no stacked mount, no mount of a pod no source wants, a
 //! staging or device mount only while a pod uses it, and the journal
-//! (`volumed dump`) saying what `/debug/state` says. The daemon's RSS,
-//! fds and threads are taken then; the last settle's must not exceed the
-//! first's beyond [`Slack`].
+//! (`volumed dump`) holding every target `/debug/state` holds, in the same
+//! state, and no other target of those volumes ([`journal_covers`]). The daemon's RSS, fds and threads are taken then; the
+//! last settle's must not exceed the first after a storm beyond [`Slack`].
 //!
 //! A violation prints the seed, the schedule so far, the journal `dump`
 //! and the mount table, ends the run and fails the test. At the end the
@@ -500,9 +500,9 @@ struct Soak {
     violations: Vec<String>,
     reader: Arc<Reader>,
     ticks: u64,
-    /// not-mounted targets the journal kept beyond `/debug/state`'s, at
-    /// the last settle
-    journal_extra: usize,
+    /// the journal's not-mounted targets of volumes the ASW does not hold,
+    /// at the last settle ([`journal_covers`])
+    journal_unheld: usize,
 }
 
 impl Soak {
@@ -602,7 +602,7 @@ impl Soak {
             violations: Vec::new(),
             reader: Arc::new(Reader::default()),
             ticks: 0,
-            journal_extra: 0,
+            journal_unheld: 0,
         }
     }
 
@@ -1238,7 +1238,7 @@ impl Soak {
             .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
             .ok_or("no /debug/state")?;
         let dump = dump_json(&self.env).ok_or("no dump")?;
-        self.journal_extra = journal_covers(&dump["state"], &state)?;
+        self.journal_unheld = journal_covers(&dump["state"], &state)?;
         if targets(&state).values().any(|(_, s)| s == "uncertain") {
             return Err("a target is uncertain".into());
         }
@@ -1357,9 +1357,10 @@ impl Soak {
         let _ = writeln!(s, "daemon after each settle: {}", procs.join(", "));
         let _ = writeln!(
             s,
-            "journal: {} not-mounted targets kept beyond /debug/state's at the last settle",
-            self.journal_extra
+            "journal: {} not-mounted targets of volumes the ASW does not hold, at the last settle",
+            self.journal_unheld
         );
+
         for v in &self.violations {
             let _ = writeln!(s, "violation: {v}");
         }
@@ -1458,10 +1459,13 @@ fn journaled(state: &Value) -> Value {
 }
 
 /// Whether the journal (`dump`'s state) holds every target `/debug/state`
-/// holds, in the same state: no acknowledged record lost. Its other targets
-/// must be not mounted (a torn-down pod target of a volume still in use
-/// stays in the journal until the volume leaves the actual state); how
-/// many there are.
+/// holds, in the same state (no acknowledged record lost), and no other
+/// target of a volume `/debug/state` holds (a pod target torn down is
+/// forgotten even while other pods keep its volume). Returns the journal's
+/// not-mounted targets of volumes `/debug/state` does not hold at all:
+/// reconstruction decides a target not mounted after a reboot (or an
+/// unmount outside volumed) and, its pod gone meanwhile, no plan ever
+/// forgets it. A known fault, counted in the figures, not yet fixed.
 fn journal_covers(journal: &Value, live: &Value) -> Result<usize, String> {
     let (j, l) = (targets(&journaled(journal)), targets(&journaled(live)));
     if let Some((p, v)) = l.iter().find(|(p, v)| j.get(*p) != Some(*v)) {
@@ -1471,14 +1475,18 @@ fn journal_covers(journal: &Value, live: &Value) -> Result<usize, String> {
             j.get(p)
         ));
     }
-    let extra: Vec<_> = j.iter().filter(|(p, _)| !l.contains_key(*p)).collect();
-    if let Some((p, v)) = extra.iter().find(|(_, (_, s))| s != "not_mounted") {
-        return Err(format!(
-            "the journal has {} as {v:?}, /debug/state does not have it",
-            p.display()
-        ));
+    let held: BTreeSet<&String> = l.values().map(|(v, _)| v).collect();
+    let mut unheld = 0;
+    for (p, (volume, state)) in j.iter().filter(|(p, _)| !l.contains_key(*p)) {
+        if held.contains(volume) || state != "not_mounted" {
+            return Err(format!(
+                "the journal has {} as {state} ({volume}), /debug/state does not have it",
+                p.display()
+            ));
+        }
+        unheld += 1;
     }
-    Ok(extra.len())
+    Ok(unheld)
 }
 
 /// The payload reader: reads every ConfigMap file of the pods alive, over
