@@ -457,7 +457,6 @@ struct Soak {
     seed: u64,
     rng: Rng,
     start: Instant,
-    env: Env,
     api: FakeApiServer,
     daemon: Option<Daemon>,
     /// when the running daemon was spawned, and whether the API server
@@ -468,7 +467,6 @@ struct Soak {
     driver_stopped: bool,
     api_down: bool,
     api_stopped: bool,
-    _dev: LoopDevice,
     /// the local PV's global mount
     local_global: PathBuf,
     /// the CSI staging paths, by handle index
@@ -512,6 +510,10 @@ struct Soak {
     /// the journal's targets [`journal_covers`] tolerated, at the last
     /// settle
     journal_unheld: usize,
+    // Last, in this order: the daemon and the driver are gone before the
+    // loop device is let go and the scratch dir (its mounts) goes.
+    _dev: LoopDevice,
+    env: Env,
 }
 
 impl Soak {
