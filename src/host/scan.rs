@@ -345,6 +345,15 @@ fn device_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
                 handle_hash: hash.to_owned(),
             },
         ),
+        // A CSI block volume's binds (the driver's on the publish file, ours
+        // on the pod's map file) and a mount a driver keeps at its staging
+        // dir: no target's path, the journal's block targets stand for them
+        // (docs/merge-table.md)
+        Ok(
+            KubeletPath::CsiBlockStaging { .. }
+            | KubeletPath::CsiBlockPublish { .. }
+            | KubeletPath::CsiBlockPodMap { .. },
+        ) => return,
         Err(LayoutError::NonUtf8) => return non_utf8(path, &mut scan.problems),
         _ => {
             return scan

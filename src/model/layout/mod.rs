@@ -33,6 +33,16 @@ const CSI_GLOBAL_MOUNT: &str = "globalmount";
 /// The kubelet's dir of raw block maps, in a pod dir and in a plugin's dir
 /// (`DefaultKubeletVolumeDevicesDirName`).
 const VOLUME_DEVICES: &str = "volumeDevices";
+/// Under the CSI plugin's `volumeDevices`: the dir of each block volume's
+/// NodeStage (`staging/<spec name>`).
+const CSI_BLOCK_STAGING: &str = "staging";
+/// Under the CSI plugin's `volumeDevices`: the files each pod's NodePublish
+/// puts the device on (`publish/<spec name>/<uid>`).
+const CSI_BLOCK_PUBLISH: &str = "publish";
+/// In a CSI block volume's dir: the global map path, one bound file per pod.
+const CSI_BLOCK_DEV: &str = "dev";
+/// In a CSI block volume's dir: the dir of its `vol_data.json`.
+const CSI_BLOCK_DATA: &str = "data";
 
 /// The CSI metadata file beside a pod `mount` dir and a globalmount.
 pub const VOL_DATA_FILE: &str = "vol_data.json";
@@ -202,6 +212,55 @@ impl Layout {
     pub fn block_pod_map_in(global_map: &Path, pod: &PodUid) -> PathBuf {
         global_map.join(pod.as_str())
     }
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices/<parts>`: the CSI
+    /// plugin's raw block dir (the kubelet's `GetVolumeDevicePluginDir`)
+    fn in_csi_block<'a>(&self, parts: impl Iterator<Item = &'a str> + Clone) -> PathBuf {
+        let dir = [PluginName::Csi.short(), VOLUME_DEVICES];
+        self.in_plugins(dir.into_iter().chain(parts))
+    }
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices/staging/<spec name>`:
+    /// a CSI block volume's staging dir (NodeStage's `staging_target_path`),
+    /// its device target
+    pub fn csi_block_staging_path(&self, spec_name: &str) -> PathBuf {
+        self.in_csi_block([CSI_BLOCK_STAGING, spec_name].into_iter())
+    }
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices/publish/<spec name>`:
+    /// the dir of a CSI block volume's publish files
+    pub fn csi_block_publish_dir(&self, spec_name: &str) -> PathBuf {
+        self.in_csi_block([CSI_BLOCK_PUBLISH, spec_name].into_iter())
+    }
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices/publish/<spec name>/<uid>`:
+    /// the file one pod's NodePublish puts the device on (its `target_path`)
+    pub fn csi_block_publish_path(&self, spec_name: &str, pod: &PodUid) -> PathBuf {
+        let names = [CSI_BLOCK_PUBLISH, spec_name, pod.as_str()];
+        self.in_csi_block(names.into_iter())
+    }
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices/<spec name>`: a CSI
+    /// block volume's dir (its global map path and its volume data)
+    pub fn csi_block_volume_dir(&self, spec_name: &str) -> PathBuf {
+        self.in_csi_block([spec_name].into_iter())
+    }
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices/<spec name>/dev`: a
+    /// CSI block volume's global map path
+    pub fn csi_block_map_dir(&self, spec_name: &str) -> PathBuf {
+        self.in_csi_block([spec_name, CSI_BLOCK_DEV].into_iter())
+    }
+    /// `<csi_block_map_dir>/<uid>`: the file the published device is bound
+    /// on for one pod
+    pub fn csi_block_pod_map(&self, spec_name: &str, pod: &PodUid) -> PathBuf {
+        let names = [spec_name, CSI_BLOCK_DEV, pod.as_str()];
+        self.in_csi_block(names.into_iter())
+    }
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices/<spec name>/data`
+    pub fn csi_block_data_dir(&self, spec_name: &str) -> PathBuf {
+        self.in_csi_block([spec_name, CSI_BLOCK_DATA].into_iter())
+    }
+    /// `<csi_block_data_dir>/vol_data.json`: what the kubelet reads back
+    /// to reconstruct a CSI block volume
+    pub fn csi_block_vol_data(&self, spec_name: &str) -> PathBuf {
+        let names = [spec_name, CSI_BLOCK_DATA, VOL_DATA_FILE];
+        self.in_csi_block(names.into_iter())
+    }
     /// `<root>/pods/<uid>/plugins`
     pub fn pod_plugins_dir(&self, pod: &PodUid) -> PathBuf {
         self.in_pod(pod, [PLUGINS].into_iter())
@@ -278,6 +337,15 @@ impl Layout {
             KubeletPath::LocalBlockPodMap { pv, pod } => {
                 self.local_block_pod_map(pv, &pod.to_uid())
             }
+            KubeletPath::CsiBlockStaging { spec_name } => self.csi_block_staging_path(spec_name),
+            KubeletPath::CsiBlockPublish { spec_name, pod } => {
+                self.csi_block_publish_path(spec_name, &pod.to_uid())
+            }
+            KubeletPath::CsiBlockMap { spec_name } => self.csi_block_map_dir(spec_name),
+            KubeletPath::CsiBlockPodMap { spec_name, pod } => {
+                self.csi_block_pod_map(spec_name, &pod.to_uid())
+            }
+            KubeletPath::CsiBlockVolData { spec_name } => self.csi_block_vol_data(spec_name),
             KubeletPath::CsiGlobalMount { driver, hash } => self.csi_device_path(driver, hash),
             KubeletPath::CsiDeviceVolData { driver, hash } => {
                 self.csi_device_vol_data(driver, hash)
@@ -433,6 +501,27 @@ mod tests {
                 "/var/lib/kubelet/plugins/kubernetes.io~local-volume/volumeDevices/pv-raw/u1"
             )
         );
+        let csi_block = "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices";
+        let table = [
+            (l.csi_block_staging_path("pv-raw"), "staging/pv-raw"),
+            (l.csi_block_publish_dir("pv-raw"), "publish/pv-raw"),
+            (
+                l.csi_block_publish_path("pv-raw", &pod),
+                "publish/pv-raw/u1",
+            ),
+            (l.csi_block_volume_dir("pv-raw"), "pv-raw"),
+            (l.csi_block_map_dir("pv-raw"), "pv-raw/dev"),
+            (l.csi_block_pod_map("pv-raw", &pod), "pv-raw/dev/u1"),
+            (l.csi_block_data_dir("pv-raw"), "pv-raw/data"),
+            (l.csi_block_vol_data("pv-raw"), "pv-raw/data/vol_data.json"),
+        ];
+        for (built, rel) in table {
+            assert_eq!(built, Path::new(csi_block).join(rel));
+        }
+        assert_eq!(
+            l.pod_device_map_path(&pod, PluginName::Csi, "pv-raw"),
+            PathBuf::from("/var/lib/kubelet/pods/u1/volumeDevices/kubernetes.io~csi/pv-raw")
+        );
         assert_eq!(
             Layout::csi_handle_hash("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
@@ -522,6 +611,38 @@ mod tests {
                 },
             ),
             (
+                l.csi_block_staging_path("pv-raw"),
+                KubeletPath::CsiBlockStaging {
+                    spec_name: "pv-raw",
+                },
+            ),
+            (
+                l.csi_block_publish_path("pv-raw", pod),
+                KubeletPath::CsiBlockPublish {
+                    spec_name: "pv-raw",
+                    pod: p,
+                },
+            ),
+            (
+                l.csi_block_map_dir("pv-raw"),
+                KubeletPath::CsiBlockMap {
+                    spec_name: "pv-raw",
+                },
+            ),
+            (
+                l.csi_block_pod_map("pv-raw", pod),
+                KubeletPath::CsiBlockPodMap {
+                    spec_name: "pv-raw",
+                    pod: p,
+                },
+            ),
+            (
+                l.csi_block_vol_data("pv-raw"),
+                KubeletPath::CsiBlockVolData {
+                    spec_name: "pv-raw",
+                },
+            ),
+            (
                 l.csi_device_path("d.example.com", hash),
                 KubeletPath::CsiGlobalMount {
                     driver: "d.example.com",
@@ -556,7 +677,12 @@ mod tests {
                     }
                     KubeletPath::LocalDevice { .. }
                     | KubeletPath::CsiGlobalMount { .. }
-                    | KubeletPath::CsiDeviceVolData { .. } => Area::Devices,
+                    | KubeletPath::CsiDeviceVolData { .. }
+                    | KubeletPath::CsiBlockStaging { .. }
+                    | KubeletPath::CsiBlockPublish { .. }
+                    | KubeletPath::CsiBlockMap { .. }
+                    | KubeletPath::CsiBlockPodMap { .. }
+                    | KubeletPath::CsiBlockVolData { .. } => Area::Devices,
                     _ => Area::PodVolumes,
                 };
                 assert_eq!(l.parse_in(area, &path), Ok(want));
@@ -572,10 +698,18 @@ mod tests {
                         assert_eq!(l.parse_in(other, &path), Err(LayoutError::Elsewhere));
                     }
                 }
-                // a device target, or a local PV's global map dir
+                // a device target's tail parses alone, and a local PV's
+                // global map dir; the CSI block paths seven names deep from
+                // `plugins` are no device target
+                let deep = matches!(
+                    want,
+                    KubeletPath::CsiBlockPublish { .. }
+                        | KubeletPath::CsiBlockPodMap { .. }
+                        | KubeletPath::CsiBlockVolData { .. }
+                );
                 let tail = Layout::device_of(&path);
-                let device =
-                    area == Area::Devices || matches!(want, KubeletPath::LocalBlockMap { .. });
+                let device = (area == Area::Devices && !deep)
+                    || matches!(want, KubeletPath::LocalBlockMap { .. });
                 assert_eq!(tail, device.then_some(want));
             }
         }
@@ -670,6 +804,47 @@ mod tests {
             ),
             ("/k/plugins/kubernetes.io/empty-dir/mounts/pv", Unrecognised),
             ("/k/plugins/kubernetes.io/csi/a/b/c/d/e/f/g", Unrecognised),
+            ("/k/plugins/kubernetes.io/csi/volumeDevices", Unrecognised),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/pv",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/staging",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/staging/pv/x",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/publish/pv",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/publish/pv/bad uid",
+                InvalidPodUid(PodUid::new("bad uid").unwrap_err()),
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/pv/dev/bad uid",
+                InvalidPodUid(PodUid::new("bad uid").unwrap_err()),
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/pv/dev/u/x",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/pv/data",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/pv/data/other",
+                Unrecognised,
+            ),
+            (
+                "/k/plugins/kubernetes.io/csi/volumeDevices/h/globalmount",
+                Unrecognised,
+            ),
         ];
         for (path, want) in table {
             assert_eq!(l.parse(Path::new(path)).as_ref(), Err(want), "{path}");

@@ -115,6 +115,39 @@ pub enum KubeletPath<'a> {
         /// the pod
         pod: PodName<'a>,
     },
+    /// `plugins/kubernetes.io/csi/volumeDevices/staging/<spec name>`: a CSI
+    /// block volume's staging dir (its device target)
+    CsiBlockStaging {
+        /// the spec name
+        spec_name: &'a str,
+    },
+    /// `plugins/kubernetes.io/csi/volumeDevices/publish/<spec name>/<uid>`:
+    /// the file one pod's NodePublish puts the device on
+    CsiBlockPublish {
+        /// the spec name
+        spec_name: &'a str,
+        /// the pod
+        pod: PodName<'a>,
+    },
+    /// `plugins/kubernetes.io/csi/volumeDevices/<spec name>/dev`: a CSI
+    /// block volume's global map path
+    CsiBlockMap {
+        /// the spec name
+        spec_name: &'a str,
+    },
+    /// `plugins/kubernetes.io/csi/volumeDevices/<spec name>/dev/<uid>`: the
+    /// file one pod's map binds the published device on
+    CsiBlockPodMap {
+        /// the spec name
+        spec_name: &'a str,
+        /// the pod
+        pod: PodName<'a>,
+    },
+    /// `plugins/kubernetes.io/csi/volumeDevices/<spec name>/data/vol_data.json`
+    CsiBlockVolData {
+        /// the spec name
+        spec_name: &'a str,
+    },
     /// `plugins/kubernetes.io/local-volume/mounts/<pv>`
     LocalDevice {
         /// the PV name
@@ -446,7 +479,33 @@ pub(super) fn device<'a>(
     }
     let local = PluginName::LocalVolume.short();
     let csi = PluginName::Csi.short();
+    let uid = |i: usize| pod_name(&RelParts::from_names(parts.get(i).as_slice()), None);
+    // The CSI plugin's raw block dir comes first: `volumeDevices` is no
+    // driver name the kubelet would make a dir for, the kubelet's own
+    // layout sharing `csi/` between the two
     match names.get(..all.len()).unwrap_or_default() {
+        [p, VOLUME_DEVICES, CSI_BLOCK_STAGING, spec_name] if *p == csi => {
+            Ok(KubeletPath::CsiBlockStaging { spec_name })
+        }
+        [p, VOLUME_DEVICES, CSI_BLOCK_PUBLISH, spec_name, _] if *p == csi => {
+            Ok(KubeletPath::CsiBlockPublish {
+                spec_name,
+                pod: uid(4)?,
+            })
+        }
+        [p, VOLUME_DEVICES, spec_name, CSI_BLOCK_DEV] if *p == csi => {
+            Ok(KubeletPath::CsiBlockMap { spec_name })
+        }
+        [p, VOLUME_DEVICES, spec_name, CSI_BLOCK_DEV, _] if *p == csi => {
+            Ok(KubeletPath::CsiBlockPodMap {
+                spec_name,
+                pod: uid(4)?,
+            })
+        }
+        [p, VOLUME_DEVICES, spec_name, CSI_BLOCK_DATA, VOL_DATA_FILE] if *p == csi => {
+            Ok(KubeletPath::CsiBlockVolData { spec_name })
+        }
+        [p, VOLUME_DEVICES, ..] if *p == csi => Err(LayoutError::Unrecognised),
         [p, LOCAL_MOUNTS, pv] if *p == local => Ok(KubeletPath::LocalDevice { pv }),
         [p, driver, hash, CSI_GLOBAL_MOUNT] if *p == csi => {
             Ok(KubeletPath::CsiGlobalMount { driver, hash })
