@@ -1,6 +1,8 @@
 //! What every RPC shares: the driver's configuration and [`Driver::call`],
 //! which logs the call, applies its fault and runs the work.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -58,6 +60,10 @@ pub(crate) struct Driver {
     pub caps: Caps,
     /// `--stack`: NodePublish on a mounted target mounts again on top.
     pub stack: bool,
+    /// Whether the block access type is served (not `--no-block`).
+    pub block: bool,
+    /// The loop device of each staged block volume, by staging path.
+    pub loops: Mutex<HashMap<PathBuf, crate::loopdev::Loop>>,
     /// The call log and fault file.
     pub state: State,
     /// Serialises the mount work, so each check-then-mount is atomic.

@@ -1,6 +1,7 @@
 //! `volumed-testdriver`: a CSI node plugin for integration tests that
 //! behaves like a real one — real tmpfs and bind mounts (or ext4 on a
-//! loop device, `ext4.rs`), the spec's
+//! loop device, `ext4.rs`), a real loop device per raw block volume
+//! (`loopdev.rs`), the spec's
 //! validation and idempotency — run as a child process that tests can
 //! SIGKILL and restart.
 //!
@@ -18,6 +19,7 @@
 mod driver;
 mod ext4;
 mod identity;
+mod loopdev;
 mod mounts;
 mod node;
 mod state;
@@ -88,6 +90,10 @@ struct Args {
     /// on top (as some real drivers do) instead of answering OK.
     #[arg(long)]
     stack: bool,
+    /// Refuse the block access type with INVALID_ARGUMENT, as a driver
+    /// without raw block volumes does.
+    #[arg(long)]
+    no_block: bool,
 }
 
 fn main() -> Result<()> {
@@ -131,6 +137,8 @@ async fn run(args: Args, signals: SigSet) -> Result<()> {
         stage: !args.no_stage,
         caps: args.caps,
         stack: args.stack,
+        block: !args.no_block,
+        loops: Mutex::new(Default::default()),
         state,
         work_lock: Mutex::new(()),
     });

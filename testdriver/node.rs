@@ -1,6 +1,10 @@
 //! The CSI Node service, with real mounts: a tmpfs per staged volume (or
 //! ext4 on a loop device when its context asks, `ext4.rs`),
-//! bind-mounted into each publish target.
+//! bind-mounted into each publish target; for the block access type, a
+//! loop device per staged volume over a sparse file in its staging dir,
+//! the device node bind-mounted on each publish file (`--no-block`: the
+//! block access type is INVALID_ARGUMENT, as from a driver without raw
+//! block volumes).
 //!
 //! The mount flags of the volume capability go where a real driver puts
 //! them: on the mount that makes the superblock (the tmpfs at NodeStage, or
@@ -11,8 +15,10 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tonic::{Request, Response, Status};
@@ -29,7 +35,7 @@ use volumed::csi::proto::csi_v1::{
 };
 
 use crate::driver::Driver;
-use crate::{ext4, mounts};
+use crate::{ext4, loopdev, mounts};
 
 /// The volume context key the kubelet sets on inline ephemeral volumes.
 const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
@@ -45,19 +51,120 @@ fn require(value: &str, field: &str) -> Result<(), Status> {
     Ok(())
 }
 
-/// INVALID_ARGUMENT unless the capability is present and a mount (this
-/// driver has no block volumes).
-fn require_mount(cap: Option<&VolumeCapability>) -> Result<(), Status> {
+/// The access type asked: `Ok(true)` for block, `Ok(false)` for mount;
+/// INVALID_ARGUMENT when the capability or its access type is missing, or
+/// for block with `--no-block`.
+fn access_type(driver: &Driver, cap: Option<&VolumeCapability>) -> Result<bool, Status> {
     match cap.and_then(|c| c.access_type.as_ref()) {
         None if cap.is_none() => Err(Status::invalid_argument("volume_capability is required")),
         None => Err(Status::invalid_argument(
             "volume_capability.access_type is required",
         )),
-        Some(AccessType::Block(_)) => Err(Status::invalid_argument(
+        Some(AccessType::Block(_)) if !driver.block => Err(Status::invalid_argument(
             "block volumes are not supported by this driver",
         )),
-        Some(AccessType::Mount(_)) => Ok(()),
+        Some(AccessType::Block(_)) => Ok(true),
+        Some(AccessType::Mount(_)) => Ok(false),
     }
+}
+
+/// The sparse file behind a staged block volume's loop device.
+const BACKING_FILE: &str = "volume.img";
+/// Its size: small, and sparse, so it costs no disk.
+const BACKING_BYTES: u64 = 16 << 20;
+/// How long NodeUnstage waits for the kernel to unbind a released device.
+const DETACH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// NodeStage of a block volume: the backing file (made once, sparse) and a
+/// loop device over it, held by the driver.
+fn stage_block(driver: &Driver, staging: &str) -> Result<NodeStageVolumeResponse, Status> {
+    create_dir(staging)?;
+    let mut loops = driver.loops.lock().unwrap_or_else(|p| p.into_inner());
+    let key = PathBuf::from(staging);
+    if loops
+        .get(&key)
+        .is_some_and(|l| loopdev::bound_to(l.number, &l.backing))
+    {
+        return Ok(NodeStageVolumeResponse {});
+    }
+    let backing = key.join(BACKING_FILE);
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&backing)
+        .map_err(|e| internal("creating", &backing.to_string_lossy(), e))?;
+    file.set_len(BACKING_BYTES)
+        .map_err(|e| internal("sizing", &backing.to_string_lossy(), e))?;
+    let lo = loopdev::Loop::attach(&backing)
+        .map_err(|e| internal("attaching a loop device to", &backing.to_string_lossy(), e))?;
+    loops.insert(key, lo);
+    Ok(NodeStageVolumeResponse {})
+}
+
+/// NodeUnstage of a block volume: the loop device released (and gone
+/// before the answer), then the backing file removed.
+fn unstage_block(driver: &Driver, staging: &str) -> Result<NodeUnstageVolumeResponse, Status> {
+    let key = PathBuf::from(staging);
+    let held = driver
+        .loops
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key);
+    if let Some(lo) = held {
+        let path = lo.path.display().to_string();
+        if !lo.detach(DETACH_TIMEOUT) {
+            return Err(Status::failed_precondition(format!(
+                "loop device {path} of {staging} is still open elsewhere"
+            )));
+        }
+    }
+    let backing = key.join(BACKING_FILE);
+    match fs::remove_file(&backing) {
+        Ok(()) => Ok(NodeUnstageVolumeResponse {}),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(NodeUnstageVolumeResponse {}),
+        Err(e) => Err(internal("removing", &backing.to_string_lossy(), e)),
+    }
+}
+
+/// NodePublish of a block volume: the staged loop device's node bound on
+/// the publish file (made here, its dir the CO's).
+fn publish_block(
+    driver: &Driver,
+    req: &NodePublishVolumeRequest,
+) -> Result<NodePublishVolumeResponse, Status> {
+    if !driver.stage {
+        return Err(Status::invalid_argument(
+            "block volumes need STAGE_UNSTAGE_VOLUME in this driver (--no-stage)",
+        ));
+    }
+    require(&req.staging_target_path, "staging_target_path")?;
+    let loops = driver.loops.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(lo) = loops.get(Path::new(&req.staging_target_path)) else {
+        return Err(Status::failed_precondition(format!(
+            "volume {} is not staged at {}",
+            req.volume_id, req.staging_target_path
+        )));
+    };
+    let target = &req.target_path;
+    match fs::metadata(target) {
+        Ok(m) if m.file_type().is_block_device() && m.rdev() == lo.rdev => {
+            return Ok(NodePublishVolumeResponse {});
+        }
+        Ok(_) if is_mount_point(target)? => {
+            return Err(Status::failed_precondition(format!(
+                "{target} holds another mount"
+            )));
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::File::create(target).map_err(|e| internal("creating", target, e))?;
+        }
+        Err(e) => return Err(internal("stat", target, e)),
+    }
+    mounts::bind(&lo.path, Path::new(target), req.readonly)
+        .map_err(|e| internal("bind-mounting the loop device at", target, e))?;
+    Ok(NodePublishVolumeResponse {})
 }
 
 fn internal(what: &str, path: &str, e: impl std::fmt::Display) -> Status {
@@ -150,11 +257,14 @@ fn unmount_once(path: &str) -> Result<(), Status> {
 fn stage(driver: &Driver, req: &NodeStageVolumeRequest) -> Result<NodeStageVolumeResponse, Status> {
     require(&req.volume_id, "volume_id")?;
     require(&req.staging_target_path, "staging_target_path")?;
-    require_mount(req.volume_capability.as_ref())?;
+    let block = access_type(driver, req.volume_capability.as_ref())?;
     if !driver.stage {
         return Err(Status::unimplemented(
             "STAGE_UNSTAGE_VOLUME is not advertised (--no-stage)",
         ));
+    }
+    if block {
+        return stage_block(driver, &req.staging_target_path);
     }
     let path = &req.staging_target_path;
     create_dir(path)?;
@@ -182,6 +292,15 @@ fn unstage(
             "STAGE_UNSTAGE_VOLUME is not advertised (--no-stage)",
         ));
     }
+    let key = Path::new(&req.staging_target_path);
+    let staged_block = driver
+        .loops
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains_key(key);
+    if staged_block || key.join(BACKING_FILE).exists() {
+        return unstage_block(driver, &req.staging_target_path);
+    }
     if is_mount_point(&req.staging_target_path)? {
         unmount_once(&req.staging_target_path)?;
     }
@@ -194,7 +313,9 @@ fn publish(
 ) -> Result<NodePublishVolumeResponse, Status> {
     require(&req.volume_id, "volume_id")?;
     require(&req.target_path, "target_path")?;
-    require_mount(req.volume_capability.as_ref())?;
+    if access_type(driver, req.volume_capability.as_ref())? {
+        return publish_block(driver, req);
+    }
     let ephemeral = req
         .volume_context
         .get(EPHEMERAL)
@@ -242,8 +363,14 @@ fn unpublish(req: &NodeUnpublishVolumeRequest) -> Result<NodeUnpublishVolumeResp
     if is_mount_point(target)? {
         unmount_once(target)?;
     }
-    // the SP removes the target it created (CSI spec, NodeUnpublishVolume)
-    match fs::remove_dir(target) {
+    // the SP removes the target it created (CSI spec, NodeUnpublishVolume):
+    // a block volume's file, a mount volume's dir
+    let is_file = fs::symlink_metadata(target).is_ok_and(|m| !m.is_dir());
+    let removed = match is_file {
+        true => fs::remove_file(target),
+        false => fs::remove_dir(target),
+    };
+    match removed {
         Ok(()) => Ok(NodeUnpublishVolumeResponse {}),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(NodeUnpublishVolumeResponse {}),
         Err(e) => Err(internal("removing", target, e)),

@@ -35,6 +35,8 @@ pub struct DriverOpts {
     pub caps: Option<String>,
     /// `--stack`.
     pub stack: bool,
+    /// `--no-block`.
+    pub no_block: bool,
 }
 
 impl DriverOpts {
@@ -50,6 +52,7 @@ impl DriverOpts {
             no_stage: false,
             caps: None,
             stack: false,
+            no_block: false,
         }
     }
 
@@ -83,6 +86,9 @@ impl DriverOpts {
         }
         if self.stack {
             a.push("--stack".to_owned());
+        }
+        if self.no_block {
+            a.push("--no-block".to_owned());
         }
         a
     }
