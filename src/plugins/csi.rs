@@ -92,12 +92,18 @@ impl CsiPlugin {
         params: &TargetParams,
         path: &Path,
     ) -> Result<Arc<CsiParams>, PluginError> {
-        if let Some(c) = params.csi() {
-            return Ok(c.clone());
-        }
         let missing = || op.missing("CSI arguments (neither a journal entry nor volume data)");
-        let file = path.parent().ok_or_else(missing)?.join(VOL_DATA_FILE);
-        let data = crate::host::pod_dirs::read_vol_data(op.sys, &file)
+        match params.csi() {
+            Some(c) => Ok(c.clone()),
+            None => self.vol_data_args(op, &path.parent().ok_or_else(missing)?.join(VOL_DATA_FILE)),
+        }
+    }
+
+    /// The driver, handle and lifecycle the `vol_data.json` at `file`
+    /// holds (see [`Self::undo_args`]).
+    fn vol_data_args(&self, op: &Op<'_>, file: &Path) -> Result<Arc<CsiParams>, PluginError> {
+        let missing = || op.missing("CSI arguments (neither a journal entry nor volume data)");
+        let data = crate::host::pod_dirs::read_vol_data(op.sys, file)
             .ok()
             .flatten()
             .ok_or_else(missing)?;
@@ -480,6 +486,39 @@ impl VolumePlugin for CsiPlugin {
         Ok(answered)
     }
 
+    fn map_device(
+        &self,
+        permit: &Permit,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        self.stage_block(permit, params, sys)
+    }
+
+    fn map_pod_device(
+        &self,
+        permit: &Permit,
+        _spec: &VolumeSpec,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        self.publish_block(permit, params, sys)
+    }
+
+    fn unmap_pod_device(
+        &self,
+        _permit: &Permit,
+        params: &TargetParams,
+        sys: &dyn Sys,
+    ) -> PluginResult {
+        self.unpublish_block(params, sys)
+    }
+
+    fn unmap_device(&self, _permit: &Permit, params: &TargetParams, sys: &dyn Sys) -> PluginResult {
+        self.unstage_block(params, sys)
+    }
+
     fn unmount_device(
         &self,
         _permit: &Permit,
@@ -497,6 +536,9 @@ impl VolumePlugin for CsiPlugin {
         Ok(op.finished(left))
     }
 }
+
+#[path = "csi_block.rs"]
+mod raw;
 
 #[cfg(test)]
 mod tests {

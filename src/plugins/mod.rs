@@ -276,6 +276,21 @@ pub enum PluginError {
         /// the failed call
         cause: Box<crate::csi::CsiError>,
     },
+    /// the driver answered INVALID_ARGUMENT to a stage or publish call
+    /// with the block access type: it has no raw block volumes (CSI has no
+    /// capability that says so; the kubelet too just calls). Final
+    #[error(
+        "{} {volume}: the PV's volumeMode is Block and the driver refused the block access type (does it support raw block volumes?): {cause}",
+        .op.as_str()
+    )]
+    BlockRefused {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the refused call
+        cause: Box<crate::csi::CsiError>,
+    },
     /// the volume's CSI driver is not registered or not reachable: no call
     /// was made; retried with backoff until it is
     #[error("{} {volume}: {cause}", .op.as_str())]

@@ -204,6 +204,11 @@ fn device_mount_path(layout: &Layout, want: &VolumeToMount) -> Option<SharedPath
         (_, Some(_)) if want.plugin == PluginName::LocalVolume => {
             Some(layout.local_device_path(&want.spec_name).into())
         }
+        // a CSI block volume's device target is its staging dir, keyed by
+        // the spec name as the kubelet's block mapper keys it
+        (VolumeSpec::Csi(_), Some(TargetKind::Block)) => {
+            Some(layout.csi_block_staging_path(&want.spec_name).into())
+        }
         (VolumeSpec::Csi(c), Some(_)) => Some(
             layout
                 .csi_device_path(&c.driver, &Layout::csi_handle_hash(&c.volume_handle))
@@ -298,6 +303,54 @@ mod tests {
             pod_step(&want, p.kind),
             (Operation::MapPodDevice, Steps::Multi)
         );
+    }
+
+    /// A CSI PV in `Block` mode: the device target is the kubelet's
+    /// staging dir keyed by the spec name (not the handle's globalmount),
+    /// the pod target the pod's `volumeDevices` link; every step an RPC,
+    /// so multi-step; a filesystem CSI PV keeps its globalmount.
+    #[test]
+    fn a_block_csi_pv_targets_are_the_kubelet_s_block_paths() {
+        let csi = |mode| {
+            VolumeSpec::Csi(Box::new(CsiSpec {
+                driver: "d.example.com".into(),
+                volume_handle: "h".into(),
+                volume_mode: mode,
+                ..CsiSpec::default()
+            }))
+        };
+        let l = Layout::new("/k");
+        let hash = Layout::csi_handle_hash("h");
+        let pod = PodUid::new("p1").unwrap();
+        let table = [
+            (
+                crate::model::VolumeMode::Block,
+                TargetKind::Block,
+                l.csi_block_staging_path("pv-raw"),
+                l.pod_device_map_path(&pod, PluginName::Csi, "pv-raw"),
+                Operation::MapPodDevice,
+            ),
+            (
+                crate::model::VolumeMode::Filesystem,
+                TargetKind::Mount,
+                l.csi_device_path("d.example.com", &hash),
+                l.pod_target_path(&pod, PluginName::Csi, "pv-raw"),
+                Operation::SetUp,
+            ),
+        ];
+        for (mode, kind, device_path, pod_path, pod_op) in table {
+            let mut w = want(csi(mode), false);
+            w.spec_name = "pv-raw".into();
+            let dev = device_params(&l, &w);
+            assert_eq!(dev.kind, kind, "{mode:?}");
+            assert_eq!(dev.device_mount_path(), Some(device_path.as_path()));
+            let p = pod_params(&l, &w);
+            assert_eq!(p.kind, kind, "{mode:?}");
+            assert_eq!(p.pod_mount_path.as_deref(), Some(pod_path.as_path()));
+            // the publish gets the staging path from the pod's params
+            assert_eq!(p.device_mount_path(), Some(device_path.as_path()));
+            assert_eq!(pod_step(&w, p.kind), (pod_op, Steps::Multi), "{mode:?}");
+        }
     }
 
     fn want(spec: VolumeSpec, read_only: bool) -> VolumeToMount {

@@ -169,7 +169,10 @@ fn decide_journal_target(
     } else {
         Boot::Rebooted
     };
-    let csi = (params.plugin == crate::model::PluginName::Csi)
+    // a CSI block target's maps are not at its path for the scan to see
+    // (the pod's is a symlink, the device's a dir the driver may leave
+    // empty): it follows the block rows, as a local PV's does
+    let csi = (params.plugin == crate::model::PluginName::Csi && params.kind != TargetKind::Block)
         .then(|| classify::decide_csi(entry, journal_says, observation, expected, boot, input))
         .flatten();
     let (host_says, result, reason) = match csi {

@@ -41,6 +41,9 @@ enum Vol {
     /// a local PV's raw block pod target: the pod's symlink, the bind on
     /// the pod's file in the global map dir (`block`)
     BlockPod,
+    /// a CSI raw block volume's pod target (its `volumeDevices` symlink):
+    /// `block`
+    CsiBlockPod,
 }
 
 /// What the journal holds for the target.
@@ -212,6 +215,26 @@ fn params(vol: Vol) -> TargetParams {
             ))
             .with_pod_mount_path(link)
         }
+        Vol::CsiBlockPod => on_pod(
+            "kubernetes.io/csi/d.example.com^pv-raw",
+            PluginName::Csi,
+            "pv-raw",
+            TargetKind::Block,
+            Some(
+                PathBuf::from(format!(
+                    "{ROOT}/pods/pod1/volumeDevices/kubernetes.io~csi/pv-raw"
+                ))
+                .into(),
+            ),
+        )
+        .with_selinux(None)
+        .with_device_mount_path(Some(
+            PathBuf::from(format!(
+                "{ROOT}/plugins/kubernetes.io/csi/volumeDevices/staging/pv-raw"
+            ))
+            .into(),
+        ))
+        .with_csi(params(Vol::CsiPod).csi().cloned()),
         Vol::HostPath => on_pod(
             "kubernetes.io/host-path/pod1-data",
             PluginName::HostPath,
@@ -273,6 +296,10 @@ fn observation(vol: Vol, seen: Seen) -> HostObservation {
     match (seen, params(vol).kind) {
         // a pod's raw block map: its symlink and its bind; the device's: a dir
         (Seen::Ours, TargetKind::Block) if vol == Vol::BlockPod => map(Some("/dev/loop3"), true),
+        (Seen::Ours, TargetKind::Block) if vol == Vol::CsiBlockPod => map(
+            Some("/k/plugins/kubernetes.io/csi/volumeDevices/publish/pv-raw/pod1"),
+            true,
+        ),
         (Seen::Other, TargetKind::Block) if vol == Vol::BlockPod => map(Some("/dev/sdb1"), true),
         (Seen::Partial, _) => map(Some("/dev/loop3"), false),
         (Seen::Ours, TargetKind::Block) => HostObservation::DirPresent,
@@ -391,6 +418,7 @@ fn ops(vol: Vol) -> (Operation, Operation) {
         Vol::LocalDevice => (Operation::MountDevice, Operation::UnmountDevice),
         Vol::BlockDevice => (Operation::MapDevice, Operation::UnmapDevice),
         Vol::BlockPod => (Operation::MapPodDevice, Operation::UnmapPodDevice),
+        Vol::CsiBlockPod => (Operation::MapPodDevice, Operation::UnmapPodDevice),
         _ => (Operation::SetUp, Operation::TearDown),
     }
 }
@@ -708,6 +736,13 @@ fn merge_table() {
         ("found block map dir", (BlockDevice, J::Nothing, Same, S::Dir), (Some(Mounted), R::FoundDir)),
         ("off: pod block map found", (BlockPod, J::Off, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
         ("off: block map dir found", (BlockDevice, J::Off, Same, S::Dir), (Some(Uncertain), R::RebuiltFromHost)),
+        // a CSI block pod target follows the block rows, not the CSI ones:
+        // its map is its symlink (to the publish file) and the bind on its
+        // file in the CSI global map path
+        ("csi block map whole", (CsiBlockPod, J::Mounted, Same, S::Ours), (Some(Mounted), R::MountedMatches)),
+        ("csi block map lost outside", (CsiBlockPod, J::Mounted, Same, S::Absent), (Some(NotMounted), R::UnmountedOutside)),
+        ("csi block map in part", (CsiBlockPod, J::Mounted, Same, S::Partial), (Some(Uncertain), R::MountedDiffers)),
+        ("csi block unmapped, gone", (CsiBlockPod, J::Unmounted, Same, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
         ("csi published readonly, found writable", (CsiPodRo, J::Mounted, Same, S::Writable), (Some(Uncertain), R::MountedDiffers)),
     ];
     for (name, input, expected) in table {

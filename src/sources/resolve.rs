@@ -10,8 +10,7 @@ use super::static_objects::StaticObjects;
 use super::static_pods::{ParsedPod, ParsedVolume};
 use crate::host::sys::{FileKind, Sys};
 use crate::model::{
-    CsiFsGroupPolicy, CsiPodInfo, FsGroup, PodVolume, VolumeMode, VolumeSpec, VolumeUse,
-    ownership_applies,
+    CsiFsGroupPolicy, CsiPodInfo, FsGroup, PodVolume, VolumeSpec, VolumeUse, ownership_applies,
 };
 
 /// Resolves a parsed pod's claims and CSI volumes against one source's
@@ -179,20 +178,6 @@ impl Resolver<'_> {
                     file: p.file.clone(),
                     pod: format!("{}/{}", p.namespace, p.name),
                     reason,
-                };
-                errors.push(e.to_string());
-                unresolved.insert(outer);
-                continue;
-            }
-            // a CSI block volume is refused until the CSI plugin maps
-            // devices (staging and publishing with the block access type)
-            if spec.volume_mode() == VolumeMode::Block && matches!(&*spec, VolumeSpec::Csi(_)) {
-                let e = super::SourceError::InvalidContainer {
-                    file: p.file.clone(),
-                    pod: format!("{}/{}", p.namespace, p.name),
-                    reason: format!(
-                        "volume {outer}: volumeMode Block of a CSI volume is not mapped yet"
-                    ),
                 };
                 errors.push(e.to_string());
                 unresolved.insert(outer);

@@ -1042,3 +1042,58 @@ apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: raw}\nspec: {volum
         );
     }
 }
+
+/// A CSI PV in `Block` mode is resolved as the kubelet's CSI block mapper
+/// takes it (a block spec, mapped into the pod), not refused; used as a
+/// mount it gets the kubelet's mode error like any block claim.
+#[test]
+fn a_csi_block_claim_is_resolved_for_volume_devices_only() {
+    let d = dirs();
+    let block_pv = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-craw}
+spec: {volumeMode: Block, claimRef: {namespace: default, name: craw}, csi: {driver: d.example.com, volumeHandle: h1}}
+---
+apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: craw}\nspec: {volumeName: pv-craw, volumeMode: Block}
+---
+apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: d.example.com}\nspec: {attachRequired: false}
+";
+    write(&d.objects, "raw.yaml", block_pv);
+    let manifest = |use_: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec:\n  containers:\n  - name: app\n{use_}  volumes:
+  - name: raw\n    persistentVolumeClaim: {{claimName: craw}}\n"
+        )
+    };
+    write(
+        &d.pods,
+        "p.yaml",
+        &manifest("    volumeDevices: [{name: raw, devicePath: /dev/xvda}]\n"),
+    );
+    let got = sources(&d).list();
+    let p = &got.pods[&uid("u1")];
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let v = &p.volumes[0];
+    assert!(
+        matches!(&*v.spec, VolumeSpec::Csi(c) if c.volume_mode == crate::model::VolumeMode::Block),
+        "{:?}",
+        v.spec
+    );
+    assert_eq!(v.spec.pod_target_kind(), crate::model::TargetKind::Block);
+    assert_eq!(
+        v.spec.device_target_kind(),
+        Some(crate::model::TargetKind::Block)
+    );
+
+    write(
+        &d.pods,
+        "p.yaml",
+        &manifest("    volumeMounts: [{name: raw, mountPath: /raw}]\n"),
+    );
+    let got = sources(&d).list();
+    let p = &got.pods[&uid("u1")];
+    assert_eq!(p.unresolved.iter().collect::<Vec<_>>(), ["raw"]);
+    assert!(
+        p.errors[0].ends_with("volume raw has volumeMode Block, but is specified in volumeMounts"),
+        "{:?}",
+        p.errors
+    );
+}

@@ -251,6 +251,21 @@ impl Layout {
         let names = [spec_name, CSI_BLOCK_DEV, pod.as_str()];
         self.in_csi_block(names.into_iter())
     }
+    /// [`Layout::csi_block_pod_map`] from the volume's staging dir (a
+    /// device target's recorded path), for code without the layout:
+    /// `None` for a path that is not a CSI block staging dir of `spec_name`
+    pub fn csi_block_pod_map_beside(
+        staging: &Path,
+        spec_name: &str,
+        pod: &PodUid,
+    ) -> Option<PathBuf> {
+        let dir = staging.parent()?;
+        let ok = staging.file_name()? == spec_name
+            && dir.file_name()? == CSI_BLOCK_STAGING
+            && dir.parent()?.file_name()? == VOLUME_DEVICES;
+        let base = dir.parent()?;
+        ok.then(|| base.join(spec_name).join(CSI_BLOCK_DEV).join(pod.as_str()))
+    }
     /// `<root>/plugins/kubernetes.io/csi/volumeDevices/<spec name>/data`
     pub fn csi_block_data_dir(&self, spec_name: &str) -> PathBuf {
         self.in_csi_block([spec_name, CSI_BLOCK_DATA].into_iter())
@@ -518,6 +533,20 @@ mod tests {
         for (built, rel) in table {
             assert_eq!(built, Path::new(csi_block).join(rel));
         }
+        let staging = l.csi_block_staging_path("pv-raw");
+        assert_eq!(
+            Layout::csi_block_pod_map_beside(&staging, "pv-raw", &pod),
+            Some(l.csi_block_pod_map("pv-raw", &pod))
+        );
+        assert_eq!(
+            Layout::csi_block_pod_map_beside(&staging, "other", &pod),
+            None
+        );
+        let globalmount = l.csi_device_path("d", "h");
+        assert_eq!(
+            Layout::csi_block_pod_map_beside(&globalmount, "h", &pod),
+            None
+        );
         assert_eq!(
             l.pod_device_map_path(&pod, PluginName::Csi, "pv-raw"),
             PathBuf::from("/var/lib/kubelet/pods/u1/volumeDevices/kubernetes.io~csi/pv-raw")

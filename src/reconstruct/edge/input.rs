@@ -107,6 +107,13 @@ fn fill_input<'a>(
                     && !found_mounted.contains(path.as_os_str().as_bytes())
                 {
                     let map_file = match (p.kind, &p.target, p.device_mount_path()) {
+                        // a CSI block volume's device target is its staging
+                        // dir; the pod's bind is in its global map path
+                        (TargetKind::Block, TargetRef::Pod(pod), Some(dir))
+                            if p.plugin == crate::model::PluginName::Csi =>
+                        {
+                            Layout::csi_block_pod_map_beside(dir, &p.spec_name, pod)
+                        }
                         (TargetKind::Block, TargetRef::Pod(pod), Some(dir)) => {
                             Some(Layout::block_pod_map_in(dir, pod))
                         }

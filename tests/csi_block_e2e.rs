@@ -1,0 +1,395 @@
+//! CSI raw block volumes (issue 43, item 1, the CSI half), end to end on
+//! the real `volumed run` binary with the real test driver, which backs
+//! each staged block volume with a real loop device:
+//!
+//! 1. a `volumeMode: Block` CSI PV is staged and published with the block
+//!    access type at the kubelet's paths, the published device bound on
+//!    the pod's file in the global map path and the pod's `volumeDevices`
+//!    symlink made; bytes written through the pod's path reach the loop
+//!    device; `vol_data.json`, the journal's intents and the runtime API's
+//!    `devices` say so; a restart re-issues no RPC; the pod going unmaps,
+//!    unpublishes and unstages in the kubelet's order, and no loop device
+//!    is left;
+//! 2. a driver without raw block volumes (`--no-block`) refuses the block
+//!    access type: the pod gets an error naming the volume and its
+//!    `volumeMode`, and a filesystem pod on the same driver is served.
+//!
+//! Each test runs as root in its own private mount namespace with its own
+//! scratch dir, driver and port, so they run in parallel. Every wait is
+//! bounded.
+#![allow(clippy::tests_outside_test_module)] // integration tests live outside `mod tests` by design
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use support::csi_driver::{DriverOpts, TestDriver};
+use support::daemon::{Env, NODE, all_mounted, real};
+
+const DRIVER: &str = "block.csi.volumed.dev";
+const PV: &str = "pv-raw";
+const HANDLE: &str = "vol-raw-1";
+const VOLUME: &str = "kubernetes.io/csi/block.csi.volumed.dev^vol-raw-1";
+const POD: &str = "raw-pod";
+const STAGE: &str = "NodeStageVolume";
+const PUBLISH: &str = "NodePublishVolume";
+const UNPUBLISH: &str = "NodeUnpublishVolume";
+const UNSTAGE: &str = "NodeUnstageVolume";
+/// What the test writes through the pod's path.
+const MAGIC: &[u8] = b"volumed csi raw block: through the pod's path";
+
+/// The PV `pv` (handle `handle`, mode `mode`) bound to the claim `claim`,
+/// and the claim.
+fn pv_and_claim(pv: &str, handle: &str, claim: &str, mode: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {pv}}}
+spec:
+  volumeMode: {mode}
+  capacity: {{storage: 16Mi}}
+  accessModes: [ReadWriteOnce]
+  claimRef: {{namespace: default, name: {claim}}}
+  csi: {{driver: {DRIVER}, volumeHandle: {handle}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {claim}, namespace: default}}
+spec: {{volumeName: {pv}, volumeMode: {mode}, accessModes: [ReadWriteOnce]}}
+---
+"
+    )
+}
+
+/// The block PV and its claim, and the CSIDriver.
+fn objects() -> String {
+    format!(
+        "{}apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {{name: {DRIVER}}}
+spec: {{attachRequired: false}}
+",
+        pv_and_claim(PV, HANDLE, "raw", "Block")
+    )
+}
+
+/// A pod `uid` mapping the claim `raw` at `/dev/xvda`.
+fn block_pod(uid: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {uid}, namespace: default, uid: {uid}}}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    volumeDevices: [{{name: data, devicePath: /dev/xvda}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: raw}}
+"
+    )
+}
+
+/// An env with the objects written and a driver's options (`--csi-driver`
+/// naming its socket).
+fn block_env(prefix: &str, extra_objects: &str) -> (Env, DriverOpts) {
+    let mut env = Env::new(prefix);
+    fs::write(
+        env.objects.join("csi.yaml"),
+        format!("{}---\n{extra_objects}", objects()),
+    )
+    .unwrap();
+    let mut opts = DriverOpts::in_dir(DRIVER, &env.scratch.path().join("driver"));
+    opts.node_id = Some(NODE.to_owned());
+    env.extra_args = vec![
+        "--csi-driver".to_owned(),
+        format!("{DRIVER}={}", opts.endpoint.display()),
+    ];
+    (env, opts)
+}
+
+/// The kubelet's CSI block paths of [`PV`] for pod [`POD`].
+struct Paths {
+    staging: PathBuf,
+    publish: PathBuf,
+    volume_dir: PathBuf,
+    pod_file: PathBuf,
+    vol_data: PathBuf,
+    link: PathBuf,
+}
+
+fn paths(env: &Env) -> Paths {
+    let csi = env.root.join("plugins/kubernetes.io/csi/volumeDevices");
+    Paths {
+        staging: csi.join("staging").join(PV),
+        publish: csi.join("publish").join(PV).join(POD),
+        volume_dir: csi.join(PV),
+        pod_file: csi.join(PV).join("dev").join(POD),
+        vol_data: csi.join(PV).join("data/vol_data.json"),
+        link: env
+            .root
+            .join("pods")
+            .join(POD)
+            .join("volumeDevices/kubernetes.io~csi")
+            .join(PV),
+    }
+}
+
+/// The volume RPCs the driver has logged, oldest first.
+fn volume_calls(driver: &TestDriver) -> Vec<String> {
+    driver
+        .calls()
+        .iter()
+        .filter_map(|c| c["method"].as_str())
+        .filter(|m| [STAGE, PUBLISH, UNPUBLISH, UNSTAGE].contains(m))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The (op, target kind) of every intent in `dump` for [`VOLUME`].
+fn intents(dump: &Value) -> Vec<(String, String)> {
+    dump["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["type"] == "intent" && r["volume"] == VOLUME)
+        .map(|r| {
+            (
+                r["op"].as_str().unwrap_or_default().to_owned(),
+                r["params"]["kind"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The loop devices bound to a file below `dir`, as `/dev/loopN`.
+fn loops_below(dir: &Path) -> Vec<PathBuf> {
+    let dir = fs::canonicalize(dir).unwrap();
+    let mut out = Vec::new();
+    for e in fs::read_dir("/sys/block").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let Ok(b) = fs::read_to_string(e.path().join("loop/backing_file")) else {
+            continue;
+        };
+        if Path::new(b.trim_end_matches('\n')).starts_with(&dir) {
+            out.push(Path::new("/dev").join(name));
+        }
+    }
+    out
+}
+
+/// A JSON file's object as key → string value.
+fn vol_data(file: &Path) -> BTreeMap<String, String> {
+    let text = fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let v: BTreeMap<String, Value> = serde_json::from_slice(&text).unwrap();
+    v.into_iter()
+        .map(|(k, v)| (k, v.as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_csi_block_pv_is_staged_published_and_mapped_at_the_kubelet_s_paths() {
+    real("maps a CSI driver's loop device into a pod raw", || {
+        let (mut env, opts) = block_env("volumed-csi-block", "");
+        let driver = TestDriver::spawn(opts);
+        env.write_pod("p.yaml", &block_pod(POD));
+        let p = paths(&env);
+        let daemon = env.start();
+        daemon.wait_until("the volume staged, published and mapped", || {
+            all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
+        });
+
+        // NodeStage and NodePublish once each, with the block access type
+        // and the kubelet's staging dir and publish file
+        assert_eq!(volume_calls(&driver), [STAGE, PUBLISH]);
+        let calls = driver.calls();
+        let stage = calls.iter().find(|c| c["method"] == STAGE).unwrap();
+        assert_eq!(stage["access_type"], "block", "{stage:#}");
+        assert_eq!(stage["volume_id"], HANDLE);
+        assert_eq!(stage["staging_target_path"], p.staging.to_str().unwrap());
+        let publish = calls.iter().find(|c| c["method"] == PUBLISH).unwrap();
+        assert_eq!(publish["access_type"], "block", "{publish:#}");
+        assert_eq!(publish["target_path"], p.publish.to_str().unwrap());
+        assert_eq!(publish["staging_target_path"], p.staging.to_str().unwrap());
+        assert_eq!(publish["readonly"], false);
+
+        // the driver's loop device, bound on the publish file, then by
+        // volumed on the pod's file in the global map path
+        let loops = loops_below(&env.root);
+        assert_eq!(loops.len(), 1, "one loop device for the volume: {loops:?}");
+        let lo = &loops[0];
+        let rdev = fs::metadata(lo).unwrap().rdev();
+        for file in [&p.publish, &p.pod_file] {
+            let m = fs::symlink_metadata(file).unwrap();
+            assert!(m.file_type().is_block_device(), "{file:?}");
+            assert_eq!(m.rdev(), rdev, "{file:?} shows the driver's loop device");
+        }
+        let mounts = env.mounts_below_root();
+        let at = |path: &Path| mounts.iter().filter(|m| m.mount_point == path).count();
+        assert_eq!(at(&p.pod_file), 1, "one bind at the pod's file: {mounts:?}");
+        assert_eq!(at(&p.publish), 1, "the driver's bind: {mounts:?}");
+        assert_eq!(mounts.len(), 2, "nothing else mounted: {mounts:?}");
+        // the pod's symlink names the publish file, as the kubelet's does
+        assert_eq!(fs::read_link(&p.link).unwrap(), p.publish);
+
+        // raw bytes through the pod's path land on the loop device
+        {
+            let mut f = fs::OpenOptions::new().write(true).open(&p.link).unwrap();
+            f.write_all(MAGIC).unwrap();
+            f.sync_all().unwrap();
+        }
+        let mut back = vec![0; MAGIC.len()];
+        fs::File::open(lo).unwrap().read_exact(&mut back).unwrap();
+        assert_eq!(back, MAGIC, "read back from {lo:?}");
+
+        // vol_data.json with the kubelet's block keys
+        let data = vol_data(&p.vol_data);
+        let want_keys = [
+            "attachmentID",
+            "driverName",
+            "nodeName",
+            "specVolID",
+            "volumeHandle",
+        ];
+        assert_eq!(
+            data.keys().map(String::as_str).collect::<Vec<_>>(),
+            want_keys
+        );
+        assert_eq!(data["specVolID"], PV);
+        assert_eq!(data["volumeHandle"], HANDLE);
+        assert_eq!(data["driverName"], DRIVER);
+        assert_eq!(data["nodeName"], NODE);
+        assert!(data["attachmentID"].starts_with("csi-"), "{data:?}");
+
+        // each step journaled with its intent, as a block target
+        let want = [
+            ("map_device".to_owned(), "block".to_owned()),
+            ("map_pod_device".to_owned(), "block".to_owned()),
+        ];
+        let dump = env.dump();
+        assert_eq!(intents(&dump), want, "{dump:#}");
+
+        // the runtime API hands the container the pod's symlink
+        let doc: Value =
+            serde_json::from_str(&daemon.get("/v1/pods/raw-pod/containers/app/mounts")).unwrap();
+        assert_eq!(doc["ready"], Value::Bool(true), "{doc:#}");
+        assert_eq!(
+            doc["devices"],
+            json!([{
+                "name": "data",
+                "container_path": "/dev/xvda",
+                "host_path": p.link.to_str().unwrap(),
+                "permissions": "mrw",
+            }]),
+            "{doc:#}"
+        );
+
+        // a restart: the journal stands for both block targets, no RPC
+        // is made again and nothing is bound twice
+        daemon.stop();
+        let daemon = env.start();
+        daemon.wait_until("the maps are known again", || {
+            all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
+        });
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert_eq!(volume_calls(&driver), [STAGE, PUBLISH], "0 RPCs re-issued");
+        assert_eq!(intents(&env.dump()), want, "nothing ran again");
+        let mounts = env.mounts_below_root();
+        assert_eq!(mounts.len(), 2, "{mounts:?}");
+
+        // the pod goes: unmap, NodeUnpublish, NodeUnstage, in that order
+        fs::remove_file(env.pods.join("p.yaml")).unwrap();
+        daemon.wait_until("the volume unstaged", || driver.count(UNSTAGE) == 1);
+        daemon.wait_until("the volume's dir removed", || !p.volume_dir.exists());
+        assert_eq!(volume_calls(&driver), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE]);
+        let calls = driver.calls();
+        let unpublish = calls.iter().find(|c| c["method"] == UNPUBLISH).unwrap();
+        assert_eq!(unpublish["target_path"], p.publish.to_str().unwrap());
+        let unstage = calls.iter().find(|c| c["method"] == UNSTAGE).unwrap();
+        assert_eq!(unstage["staging_target_path"], p.staging.to_str().unwrap());
+        let ops: Vec<String> = intents(&env.dump()).into_iter().map(|(op, _)| op).collect();
+        assert_eq!(
+            ops,
+            [
+                "map_device",
+                "map_pod_device",
+                "unmap_pod_device",
+                "unmap_device"
+            ]
+        );
+        assert!(
+            env.mounts_below_root().is_empty(),
+            "{:?}",
+            env.mounts_below_root()
+        );
+        for gone in [&p.link, &p.pod_file, &p.publish, &p.staging] {
+            assert!(fs::symlink_metadata(gone).is_err(), "{gone:?} is gone");
+        }
+        assert!(
+            !p.publish.parent().unwrap().exists(),
+            "the publish dir is gone"
+        );
+        assert_eq!(
+            loops_below(&env.root),
+            Vec::<PathBuf>::new(),
+            "no loop left"
+        );
+        daemon.stop();
+    });
+}
+
+#[test]
+fn a_driver_without_raw_block_volumes_fails_only_the_block_pod() {
+    real("refuses a block claim on a driver without block", || {
+        let fs_pv = pv_and_claim("pv-fs", "vol-fs-1", "files", "Filesystem");
+        let (mut env, mut opts) = block_env("volumed-csi-noblock", &fs_pv);
+        opts.no_block = true;
+        let driver = TestDriver::spawn(opts);
+        env.write_pod("p.yaml", &block_pod(POD));
+        env.write_pod(
+            "f.yaml",
+            "apiVersion: v1
+kind: Pod
+metadata: {name: fs-pod, namespace: default, uid: fs-pod}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {claimName: files}
+",
+        );
+        let p = paths(&env);
+        let daemon = env.start();
+        let fs_target = env
+            .root
+            .join("pods/fs-pod/volumes/kubernetes.io~csi/pv-fs/mount");
+        daemon.wait_until("the filesystem pod is served", || {
+            all_mounted(&daemon.state(), std::slice::from_ref(&fs_target))
+        });
+        daemon.wait_until("the block pod has its error", || {
+            daemon.pod_errors(POD).contains("volumeMode is Block")
+        });
+        let errors = daemon.pod_errors(POD);
+        assert!(errors.contains(VOLUME), "names the volume: {errors}");
+        assert!(errors.contains("block access type"), "{errors}");
+        assert!(errors.contains(DRIVER), "names the driver: {errors}");
+        assert!(daemon.pod_errors("fs-pod").is_empty());
+        // the refusal is final: nothing was published, nothing left bound
+        assert_eq!(driver.count(PUBLISH), 1, "only the filesystem pod's");
+        assert!(fs::symlink_metadata(&p.link).is_err());
+        assert_eq!(loops_below(&env.root), Vec::<PathBuf>::new());
+        daemon.stop();
+    });
+}
