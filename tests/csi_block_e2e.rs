@@ -393,3 +393,55 @@ spec:
         daemon.stop();
     });
 }
+
+/// A block pod deleted while the daemon is down: the restart's merge
+/// keeps the journal's maps, so the unmaps, NodeUnpublish and
+/// NodeUnstage run from the journal's arguments, in that order, and
+/// nothing is left: no bind, no link, no dir, no loop device.
+#[test]
+fn a_csi_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() {
+    real(
+        "unmaps a CSI block pod that went while volumed was down",
+        || {
+            let (mut env, opts) = block_env("volumed-csi-block-down", "");
+            let driver = TestDriver::spawn(opts);
+            env.write_pod("p.yaml", &block_pod(POD));
+            let p = paths(&env);
+            let daemon = env.start();
+            daemon.wait_until("the volume staged, published and mapped", || {
+                all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
+            });
+            daemon.stop();
+
+            env.remove_pod("p.yaml");
+            let daemon = env.start();
+            daemon.wait_until("the volume unstaged", || driver.count(UNSTAGE) == 1);
+            daemon.wait_until("the volume's dir removed", || !p.volume_dir.exists());
+            assert_eq!(volume_calls(&driver), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE]);
+            let ops: Vec<String> = intents(&env.dump()).into_iter().map(|(op, _)| op).collect();
+            assert_eq!(
+                ops,
+                [
+                    "map_device",
+                    "map_pod_device",
+                    "unmap_pod_device",
+                    "unmap_device"
+                ]
+            );
+            assert!(
+                env.mounts_below_root().is_empty(),
+                "{:?}",
+                env.mounts_below_root()
+            );
+            for gone in [&p.link, &p.pod_file, &p.publish, &p.staging] {
+                assert!(fs::symlink_metadata(gone).is_err(), "{gone:?} is gone");
+            }
+            assert_eq!(
+                loops_below(&env.root),
+                Vec::<PathBuf>::new(),
+                "no loop left"
+            );
+            daemon.stop();
+        },
+    );
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{Subject, Usage};
 use crate::csi::registry::Drivers;
-use crate::model::{PluginName, VolumeSpec};
+use crate::model::{PluginName, TargetKind, VolumeSpec};
 
 /// What the driver said about one volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,12 +36,19 @@ fn driver_and_handle(s: &Subject) -> Option<(String, String)> {
     Some((d.to_owned(), h.to_owned()))
 }
 
+/// The pod target whose publish path the driver is asked about: the
+/// first; none for a raw block volume, which the kubelet never asks
+/// NodeGetVolumeStats about (its block mapper has no metrics).
+fn asked_at(s: &Subject) -> Option<&super::PodTarget> {
+    s.pods.first().filter(|p| p.kind != TargetKind::Block)
+}
+
 /// Asks the driver about `s`, within `timeout`.
 pub(super) fn check(drivers: &Drivers, s: &Subject, gate: bool, timeout: Duration) -> CsiChecked {
     let Some((name, handle)) = driver_and_handle(s) else {
         return CsiChecked::NotAsked;
     };
-    let Some(pod) = s.pods.first() else {
+    let Some(pod) = asked_at(s) else {
         return CsiChecked::NotAsked;
     };
     let driver = match drivers.get(&name) {
@@ -105,5 +112,28 @@ mod tests {
             driver_and_handle(&s),
             Some(("d.example.com".into(), "vol^1".into()))
         );
+    }
+
+    #[test]
+    fn a_raw_block_volume_is_never_asked_for_stats() {
+        let pod = |kind| super::super::PodTarget {
+            uid: crate::model::PodUid::new("p1").unwrap(),
+            outer_name: "data".into(),
+            path: std::path::Path::new("/k/pods/p1/x").into(),
+            kind,
+            pod: None,
+            read_only: false,
+        };
+        for (kind, asked) in [(TargetKind::Mount, true), (TargetKind::Block, false)] {
+            let s = Subject {
+                volume: UniqueVolumeName::from_raw("kubernetes.io/csi/d.example.com^h"),
+                plugin: PluginName::Csi,
+                spec: None,
+                device: None,
+                pods: vec![pod(kind)],
+                claim: None,
+            };
+            assert_eq!(asked_at(&s).is_some(), asked, "{kind:?}");
+        }
     }
 }
