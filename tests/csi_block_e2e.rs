@@ -445,3 +445,114 @@ fn a_csi_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restar
         },
     );
 }
+
+/// Two pods on one ReadWriteMany block volume: one NodeStage, one
+/// NodePublish per pod (each its own publish file and map file); the
+/// first publish refused once as UNAVAILABLE is made again. The first
+/// pod going unpublishes only its own file; the last one unstages.
+#[test]
+fn two_pods_map_one_csi_block_volume_and_the_last_one_out_unstages() {
+    real("maps one CSI block volume into two pods", || {
+        let (mut env, opts) = block_env("volumed-csi-block-two", "");
+        fs::write(
+            env.objects.join("csi.yaml"),
+            objects().replace("ReadWriteOnce", "ReadWriteMany"),
+        )
+        .unwrap();
+        let driver = TestDriver::spawn(opts);
+        driver.set_faults(json!([
+            {"method": PUBLISH, "times": 1, "code": "Unavailable", "message": "try later"}
+        ]));
+        env.write_pod("a.yaml", &block_pod("pod-a"));
+        env.write_pod("b.yaml", &block_pod("pod-b"));
+        let csi = env.root.join("plugins/kubernetes.io/csi/volumeDevices");
+        let staging = csi.join("staging").join(PV);
+        let root = env.root.clone();
+        let link = |uid: &str| {
+            root.join("pods")
+                .join(uid)
+                .join("volumeDevices/kubernetes.io~csi")
+                .join(PV)
+        };
+        let publish = |uid: &str| csi.join("publish").join(PV).join(uid);
+        let daemon = env.start();
+        daemon.wait_until("both pods mapped", || {
+            all_mounted(
+                &daemon.state(),
+                &[staging.clone(), link("pod-a"), link("pod-b")],
+            )
+        });
+        assert_eq!(driver.count(STAGE), 1);
+        assert_eq!(driver.count(PUBLISH), 3, "two, one of them twice");
+        let calls = driver.calls();
+        let publishes: Vec<&str> = calls
+            .iter()
+            .filter(|c| c["method"] == PUBLISH)
+            .filter_map(|c| c["target_path"].as_str())
+            .collect();
+        for uid in ["pod-a", "pod-b"] {
+            assert!(
+                publishes.contains(&publish(uid).to_str().unwrap()),
+                "{publishes:?}"
+            );
+            assert_eq!(fs::read_link(link(uid)).unwrap(), publish(uid));
+            let pod_file = csi.join(PV).join("dev").join(uid);
+            assert!(
+                fs::symlink_metadata(&pod_file)
+                    .unwrap()
+                    .file_type()
+                    .is_block_device()
+            );
+        }
+        // both pods see the one device
+        {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .open(link("pod-a"))
+                .unwrap();
+            f.write_all(MAGIC).unwrap();
+            f.sync_all().unwrap();
+        }
+        let mut back = vec![0; MAGIC.len()];
+        fs::File::open(link("pod-b"))
+            .unwrap()
+            .read_exact(&mut back)
+            .unwrap();
+        assert_eq!(back, MAGIC);
+
+        env.remove_pod("a.yaml");
+        daemon.wait_until("pod A unpublished", || driver.count(UNPUBLISH) == 1);
+        daemon.wait_until("pod A's link removed", || {
+            fs::symlink_metadata(link("pod-a")).is_err()
+        });
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert_eq!(driver.count(UNSTAGE), 0, "pod B still maps it");
+        let calls = driver.calls();
+        let unpublish = calls.iter().find(|c| c["method"] == UNPUBLISH).unwrap();
+        assert_eq!(unpublish["target_path"], publish("pod-a").to_str().unwrap());
+        let mut back = vec![0; MAGIC.len()];
+        fs::File::open(link("pod-b"))
+            .unwrap()
+            .read_exact(&mut back)
+            .unwrap();
+        assert_eq!(back, MAGIC, "pod B still reads the device");
+
+        env.remove_pod("b.yaml");
+        daemon.wait_until("the volume unstaged", || driver.count(UNSTAGE) == 1);
+        daemon.wait_until("the volume's dir removed", || !csi.join(PV).exists());
+        let calls = volume_calls(&driver);
+        assert_eq!(calls.last().map(String::as_str), Some(UNSTAGE), "{calls:?}");
+        assert_eq!(driver.count(UNPUBLISH), 2);
+        assert!(
+            env.mounts_below_root().is_empty(),
+            "{:?}",
+            env.mounts_below_root()
+        );
+        assert_eq!(
+            loops_below(&env.root),
+            Vec::<PathBuf>::new(),
+            "no loop left"
+        );
+        daemon.stop();
+    });
+}
