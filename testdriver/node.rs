@@ -2,7 +2,8 @@
 //! ext4 on a loop device when its context asks, `ext4.rs`),
 //! bind-mounted into each publish target; for the block access type, a
 //! loop device per staged volume over a sparse file in its staging dir,
-//! the device node bind-mounted on each publish file (`--no-block`: the
+//! the device node bind-mounted on each publish file (`--no-stage`: a loop
+//! device per publish over a file in the state dir; `--no-block`: the
 //! block access type is INVALID_ARGUMENT, as from a driver without raw
 //! block volumes).
 //!
@@ -87,19 +88,26 @@ fn stage_block(driver: &Driver, staging: &str) -> Result<NodeStageVolumeResponse
     {
         return Ok(NodeStageVolumeResponse {});
     }
-    let backing = key.join(BACKING_FILE);
+    let lo = attach_backing(&key.join(BACKING_FILE))?;
+    loops.insert(key, lo);
+    Ok(NodeStageVolumeResponse {})
+}
+
+/// A loop device over `backing`, made (sparse) if missing.
+fn attach_backing(backing: &Path) -> Result<loopdev::Loop, Status> {
+    let name = backing.to_string_lossy();
+    if let Some(dir) = backing.parent() {
+        fs::create_dir_all(dir).map_err(|e| internal("creating", &name, e))?;
+    }
     let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&backing)
-        .map_err(|e| internal("creating", &backing.to_string_lossy(), e))?;
+        .open(backing)
+        .map_err(|e| internal("creating", &name, e))?;
     file.set_len(BACKING_BYTES)
-        .map_err(|e| internal("sizing", &backing.to_string_lossy(), e))?;
-    let lo = loopdev::Loop::attach(&backing)
-        .map_err(|e| internal("attaching a loop device to", &backing.to_string_lossy(), e))?;
-    loops.insert(key, lo);
-    Ok(NodeStageVolumeResponse {})
+        .map_err(|e| internal("sizing", &name, e))?;
+    loopdev::Loop::attach(backing).map_err(|e| internal("attaching a loop device to", &name, e))
 }
 
 /// NodeUnstage of a block volume: the loop device released (and gone
@@ -128,19 +136,29 @@ fn unstage_block(driver: &Driver, staging: &str) -> Result<NodeUnstageVolumeResp
 }
 
 /// NodePublish of a block volume: the staged loop device's node bound on
-/// the publish file (made here, its dir the CO's).
+/// the publish file (made here, its dir the CO's). Without staging
+/// (`--no-stage`) the publish attaches a loop device of its own, over the
+/// volume's file in the state dir (`block/<volume id in hex>.img`, kept
+/// as a disk keeps its data), released at NodeUnpublish.
 fn publish_block(
     driver: &Driver,
     req: &NodePublishVolumeRequest,
 ) -> Result<NodePublishVolumeResponse, Status> {
-    if !driver.stage {
-        return Err(Status::invalid_argument(
-            "block volumes need STAGE_UNSTAGE_VOLUME in this driver (--no-stage)",
-        ));
+    let mut loops = driver.loops.lock().unwrap_or_else(|p| p.into_inner());
+    let key = match driver.stage {
+        true => {
+            require(&req.staging_target_path, "staging_target_path")?;
+            PathBuf::from(&req.staging_target_path)
+        }
+        false => PathBuf::from(&req.target_path),
+    };
+    if !driver.stage && !loops.contains_key(&key) {
+        let hex: String = req.volume_id.bytes().map(|b| format!("{b:02x}")).collect();
+        let backing = state_dir(driver)?.join("block").join(format!("{hex}.img"));
+        let lo = attach_backing(&backing)?;
+        loops.insert(key.clone(), lo);
     }
-    require(&req.staging_target_path, "staging_target_path")?;
-    let loops = driver.loops.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(lo) = loops.get(Path::new(&req.staging_target_path)) else {
+    let Some(lo) = loops.get(&key) else {
         return Err(Status::failed_precondition(format!(
             "volume {} is not staged at {}",
             req.volume_id, req.staging_target_path
@@ -231,7 +249,8 @@ fn mount_new_tmpfs(path: &str, options: &mounts::MountOptions) -> Result<(), Sta
 fn state_dir(driver: &Driver) -> Result<&Path, Status> {
     driver.state.dir().ok_or_else(|| {
         Status::failed_precondition(format!(
-            "volume_context {}: ext4 images live in the state dir; start with --state",
+            "volume images (volume_context {}: ext4, or a raw block volume \
+             published without staging) live in the state dir; start with --state",
             ext4::BACKING
         ))
     })
@@ -356,12 +375,29 @@ fn publish(
     Ok(NodePublishVolumeResponse {})
 }
 
-fn unpublish(req: &NodeUnpublishVolumeRequest) -> Result<NodeUnpublishVolumeResponse, Status> {
+fn unpublish(
+    driver: &Driver,
+    req: &NodeUnpublishVolumeRequest,
+) -> Result<NodeUnpublishVolumeResponse, Status> {
     require(&req.volume_id, "volume_id")?;
     require(&req.target_path, "target_path")?;
     let target = &req.target_path;
     if is_mount_point(target)? {
         unmount_once(target)?;
+    }
+    // a block volume published without staging holds its own device
+    let held = driver
+        .loops
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(Path::new(target));
+    if let Some(lo) = held {
+        let path = lo.path.display().to_string();
+        if !lo.detach(DETACH_TIMEOUT) {
+            return Err(Status::failed_precondition(format!(
+                "loop device {path} of {target} is still open elsewhere"
+            )));
+        }
     }
     // the SP removes the target it created (CSI spec, NodeUnpublishVolume):
     // a block volume's file, a mount volume's dir
@@ -571,7 +607,7 @@ impl Node for NodeService {
             "volume_id": req.volume_id,
             "target_path": req.target_path,
         });
-        self.0.call(entry, move |_, _| unpublish(&req)).await
+        self.0.call(entry, move |d, _| unpublish(d, &req)).await
     }
 
     async fn node_get_volume_stats(

@@ -394,7 +394,7 @@ spec:
     });
 }
 
-/// A block pod deleted while the daemon is down: the restart's merge
+/// A block pod deleted while the daemon is down (SIGKILLed): the restart's merge
 /// keeps the journal's maps, so the unmaps, NodeUnpublish and
 /// NodeUnstage run from the journal's arguments, in that order, and
 /// nothing is left: no bind, no link, no dir, no loop device.
@@ -411,7 +411,7 @@ fn a_csi_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restar
             daemon.wait_until("the volume staged, published and mapped", || {
                 all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
             });
-            daemon.stop();
+            daemon.kill();
 
             env.remove_pod("p.yaml");
             let daemon = env.start();
@@ -553,6 +553,53 @@ fn two_pods_map_one_csi_block_volume_and_the_last_one_out_unstages() {
             Vec::<PathBuf>::new(),
             "no loop left"
         );
+        daemon.stop();
+    });
+}
+
+/// A driver without STAGE_UNSTAGE_VOLUME: the kubelet's block mapper
+/// makes the staging dir but never calls NodeStage, and NodePublish gets
+/// no staging path; the driver attaches the device at publish and lets
+/// it go at unpublish, the last call made.
+#[test]
+fn a_csi_block_volume_of_a_driver_that_does_not_stage_is_only_published() {
+    real("maps a CSI block volume without staging", || {
+        let (mut env, mut opts) = block_env("volumed-csi-block-nostage", "");
+        opts.no_stage = true;
+        let driver = TestDriver::spawn(opts);
+        env.write_pod("p.yaml", &block_pod(POD));
+        let p = paths(&env);
+        let daemon = env.start();
+        daemon.wait_until("the volume published and mapped", || {
+            all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
+        });
+        assert_eq!(volume_calls(&driver), [PUBLISH]);
+        let calls = driver.calls();
+        let publish = calls.iter().find(|c| c["method"] == PUBLISH).unwrap();
+        assert_eq!(publish["staging_target_path"], "", "{publish:#}");
+        assert_eq!(publish["target_path"], p.publish.to_str().unwrap());
+        assert!(
+            p.staging.is_dir(),
+            "the staging dir is made, as the kubelet does"
+        );
+        let loops = loops_below(env.scratch.path());
+        assert_eq!(loops.len(), 1, "{loops:?}");
+        let rdev = fs::metadata(&loops[0]).unwrap().rdev();
+        assert_eq!(fs::metadata(&p.link).unwrap().rdev(), rdev);
+        assert_eq!(fs::symlink_metadata(&p.pod_file).unwrap().rdev(), rdev);
+
+        env.remove_pod("p.yaml");
+        daemon.wait_until("the volume's dir removed", || !p.volume_dir.exists());
+        assert_eq!(volume_calls(&driver), [PUBLISH, UNPUBLISH]);
+        assert!(!p.staging.exists(), "the staging dir is removed");
+        assert!(
+            env.mounts_below_root().is_empty(),
+            "{:?}",
+            env.mounts_below_root()
+        );
+        daemon.wait_until("no loop left", || {
+            loops_below(env.scratch.path()).is_empty()
+        });
         daemon.stop();
     });
 }
