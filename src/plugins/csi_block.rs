@@ -179,8 +179,10 @@ impl CsiPlugin {
         };
         self.call_block(&mut op, driver.client.publish(req))?;
         // The driver put the device at the publish path (a bind of it, or
-        // a device node). What is there now is published: anything but a
-        // block device is the driver's fault, and the call is made again.
+        // a device node; a symlink to one is followed, as the kubelet's
+        // bind from that path follows it). What is there now is
+        // published: anything but a block device is the driver's fault,
+        // and the call is made again.
         let dev = block::device_of(&op, &publish).map_err(|e| uncertain(&op, e))?;
         let file = self.layout.csi_block_pod_map(&params.spec_name, pod);
         block::bind_device_file(&mut op, root, &publish, &dev, &file)?;
