@@ -7,7 +7,7 @@
 //!    the pod's file in the global map path and the pod's `volumeDevices`
 //!    symlink made; bytes written through the pod's path reach the loop
 //!    device; `vol_data.json`, the journal's intents and the runtime API's
-//!    `devices` say so; a restart re-issues no RPC; the pod going unmaps,
+//!    `devices` say so; a restart (graceful, then SIGKILL) re-issues no RPC; the pod going unmaps,
 //!    unpublishes and unstages in the kubelet's order, and no loop device
 //!    is left;
 //! 2. a driver without raw block volumes (`--no-block`) refuses the block
@@ -305,6 +305,16 @@ fn a_csi_block_pv_is_staged_published_and_mapped_at_the_kubelet_s_paths() {
         assert_eq!(intents(&env.dump()), want, "nothing ran again");
         let mounts = env.mounts_below_root();
         assert_eq!(mounts.len(), 2, "{mounts:?}");
+        // and after a SIGKILL, the journal not closed: the same
+        daemon.kill();
+        let daemon = env.start();
+        daemon.wait_until("the maps are known again after a kill", || {
+            all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
+        });
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert_eq!(volume_calls(&driver), [STAGE, PUBLISH], "0 RPCs re-issued");
+        assert_eq!(intents(&env.dump()), want, "nothing ran again");
+        assert_eq!(env.mounts_below_root().len(), 2);
 
         // the pod goes: unmap, NodeUnpublish, NodeUnstage, in that order
         fs::remove_file(env.pods.join("p.yaml")).unwrap();
