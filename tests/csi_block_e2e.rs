@@ -7,12 +7,17 @@
 //!    the pod's file in the global map path and the pod's `volumeDevices`
 //!    symlink made; bytes written through the pod's path reach the loop
 //!    device; `vol_data.json`, the journal's intents and the runtime API's
-//!    `devices` say so; a restart (graceful, then SIGKILL) re-issues no RPC; the pod going unmaps,
-//!    unpublishes and unstages in the kubelet's order, and no loop device
-//!    is left;
+//!    `devices` say so; a restart (graceful, then SIGKILL) re-issues no
+//!    RPC; the pod going unmaps, unpublishes and unstages in the kubelet's
+//!    order, and no loop device is left;
 //! 2. a driver without raw block volumes (`--no-block`) refuses the block
 //!    access type: the pod gets an error naming the volume and its
-//!    `volumeMode`, and a filesystem pod on the same driver is served.
+//!    `volumeMode`, and a filesystem pod on the same driver is served;
+//! 3. a block pod deleted while the daemon was killed is unmapped from
+//!    the journal after the restart;
+//! 4. two pods on one block volume: one stage, a publish each (one
+//!    retried), the last one out unstages;
+//! 5. a driver without STAGE_UNSTAGE_VOLUME: published only.
 //!
 //! Each test runs as root in its own private mount namespace with its own
 //! scratch dir, driver and port, so they run in parallel. Every wait is
