@@ -358,6 +358,9 @@ fn a_csi_block_pv_is_staged_published_and_mapped_at_the_kubelet_s_paths() {
             Vec::<PathBuf>::new(),
             "no loop left"
         );
+        // the orphan sweep the unmap asks for removes the pod's dir
+        let pod_dir = env.root.join("pods").join(POD);
+        daemon.wait_until("the pod's dir removed", || !pod_dir.exists());
         daemon.stop();
     });
 }

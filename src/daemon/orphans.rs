@@ -221,6 +221,21 @@ fn clean_pod(
         }
         let _ = sys.rmdir(&pdir);
     }
+    // Raw block maps: each unmap removed its pod's symlink, so only empty
+    // dirs are left, rmdir'ed; a link still there is a map not undone,
+    // left and reported (never removed here)
+    let devices = layout.pod_volume_devices_dir(uid);
+    for plugin_dir in sys
+        .read_dir_beneath(&devices, Path::new(""))
+        .unwrap_or_default()
+    {
+        let pdir = devices.join(&plugin_dir.name);
+        if plugin_dir.kind != FileKind::Dir {
+            left.push((pdir, "not a directory (never followed)".into()));
+        } else if let Err(e) = sys.rmdir(&pdir) {
+            left.push((pdir, format!("not removed (a device map is left): {e}")));
+        }
+    }
     // Crash point: the volume dirs are gone, the markers and the pod dir not yet.
     crate::failpoint::hit("orphan_cleanup.mid");
     // Under plugins/ only emptyDir `ready` markers are volumed's: those are
@@ -228,7 +243,7 @@ fn clean_pod(
     // data, a mount, a link) is left and reported.
     let plugins = layout.pod_plugins_dir(uid);
     clean_plugin_dirs(&plugins, sys, &mut left);
-    let mut dirs = vec![volumes, pod_dir];
+    let mut dirs = vec![volumes, devices, pod_dir];
     if !left.iter().any(|(p, _)| p.starts_with(&plugins)) {
         dirs.insert(0, plugins);
     }
@@ -536,6 +551,30 @@ mod tests {
             why("/r/pods/secret/volumes/kubernetes.io~nfs")
                 .unwrap()
                 .contains("no plugin")
+        );
+    }
+
+    /// A gone pod's raw block map dirs, emptied by its unmaps, are
+    /// removed with it; one still holding a map's symlink is left, the
+    /// link untouched, and reported.
+    #[test]
+    fn a_gone_pods_empty_device_map_dirs_go_and_a_left_map_stays() {
+        let sys = RecordingSys::new();
+        let d = |p: &str| sys.add(p, FileKind::Dir);
+        d("/r/pods/unmapped/volumeDevices/kubernetes.io~csi");
+        d("/r/pods/unmapped/volumeDevices/kubernetes.io~local-volume");
+        d("/r/pods/mapped/volumeDevices/kubernetes.io~csi");
+        let link = "/r/pods/mapped/volumeDevices/kubernetes.io~csi/pv-raw";
+        sys.add(link, FileKind::Symlink);
+
+        let r = sweep_r(&sys, &BTreeSet::new(), &Finish::All);
+        assert_eq!((r.examined, r.removed), (2, 1), "{:#?}", r.left);
+        assert!(!sys.exists("/r/pods/unmapped"));
+        assert!(sys.exists(link), "a map's link is never removed here");
+        let left: Vec<&Path> = r.left.iter().map(|(p, _)| p.as_path()).collect();
+        assert!(
+            left.contains(&Path::new("/r/pods/mapped/volumeDevices/kubernetes.io~csi")),
+            "{left:?}"
         );
     }
 

@@ -335,7 +335,13 @@ impl Core {
             tracing::debug!(volume = %report.key.volume, "operation not started: stopping");
             return false;
         }
-        if report.ran.contains(&Operation::TearDown) {
+        // a pod target gone (a raw block map too: its pod dir's
+        // `volumeDevices` is left for the sweep to remove)
+        if report
+            .ran
+            .iter()
+            .any(|op| matches!(op, Operation::TearDown | Operation::UnmapPodDevice))
+        {
             self.torn_down(report.key.pod.as_ref(), now);
         }
         if report.forced {

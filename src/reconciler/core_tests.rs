@@ -1403,6 +1403,12 @@ fn each_sweep_finishes_deletions_exactly_where_a_teardown_ran_and_all_after_a_st
             set(&["a"]),
         ),
         (
+            "a block pod's unmap",
+            set(&[]),
+            vec![ran_on("a", Operation::UnmapPodDevice, true)],
+            set(&["a"]),
+        ),
+        (
             "a teardown that failed after its rename",
             set(&[]),
             vec![ran_on("a", TearDown, false)],

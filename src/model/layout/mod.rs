@@ -166,6 +166,10 @@ impl Layout {
             [VOLUME_SUBPATHS, volume, container, index.as_str()].into_iter(),
         )
     }
+    /// `<root>/pods/<uid>/volumeDevices`: the pod's raw block maps, by plugin
+    pub fn pod_volume_devices_dir(&self, pod: &PodUid) -> PathBuf {
+        self.in_pod(pod, [VOLUME_DEVICES].into_iter())
+    }
     /// `<root>/pods/<uid>/volumeDevices/<plugin~escaped>/<spec name>`: the
     /// pod target of a raw block volume, the symlink to the device its
     /// containers get
@@ -546,6 +550,10 @@ mod tests {
         assert_eq!(
             Layout::csi_block_pod_map_beside(&globalmount, "h", &pod),
             None
+        );
+        assert_eq!(
+            l.pod_volume_devices_dir(&pod),
+            PathBuf::from("/var/lib/kubelet/pods/u1/volumeDevices")
         );
         assert_eq!(
             l.pod_device_map_path(&pod, PluginName::Csi, "pv-raw"),

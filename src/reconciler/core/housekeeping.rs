@@ -67,9 +67,10 @@ impl Core {
         Phase::Settled
     }
 
-    /// A TearDown ran on `pod`'s target (`None`: never for a TearDown, but
-    /// then every pod): its dir may hold a `.deleting~` rename, finished by
-    /// a sweep asked for at the rate limit.
+    /// A TearDown (or a raw block unmap) ran on `pod`'s target (`None`:
+    /// never for a TearDown, but then every pod): its dir may hold a
+    /// `.deleting~` rename, or a gone pod's dirs, finished by a sweep asked
+    /// for at the rate limit.
     pub(super) fn torn_down(&mut self, pod: Option<&PodUid>, now: Instant) {
         match pod {
             Some(p) => self.finish.insert(p.clone()),
