@@ -183,10 +183,12 @@ impl CsiPlugin {
         // bind from that path follows it). What is there now is
         // published: anything but a block device is the driver's fault,
         // and the call is made again.
-        let dev = block::device_of(&op, &publish).map_err(|e| uncertain(&op, e))?;
+        // Every failure from here on leaves the publish done: uncertain
+        // (a kernel call's error is, once the call changed the host).
+        let dev = block::device_of(&op, &publish).map_err(after_call)?;
         let file = self.layout.csi_block_pod_map(&params.spec_name, pod);
-        block::bind_device_file(&mut op, root, &publish, &dev, &file)?;
-        block::link_pod_device(&mut op, root, &publish, link)?;
+        block::bind_device_file(&mut op, root, &publish, &dev, &file).map_err(after_call)?;
+        block::link_pod_device(&mut op, root, &publish, link).map_err(after_call)?;
         Ok(op.finished(Vec::new()))
     }
 
@@ -277,15 +279,21 @@ fn block_refusal(e: PluginError) -> PluginError {
     }
 }
 
-/// A check after a call that changed the host: whatever failed, the
-/// target may be half-done.
-fn uncertain(op: &Op<'_>, e: PluginError) -> PluginError {
+/// A path of the wrong type found after the driver's call succeeded:
+/// uncertain, not final (see [`PluginError::WrongTypeAfterCall`]); any
+/// other error is as it is.
+fn after_call(e: PluginError) -> PluginError {
     match e {
-        PluginError::Sys { cause, .. } => PluginError::Sys {
-            op: op.op,
-            volume: op.volume.clone(),
-            certainty: Certainty::Uncertain,
-            cause,
+        PluginError::WrongType {
+            op,
+            volume,
+            path,
+            expected,
+        } => PluginError::WrongTypeAfterCall {
+            op,
+            volume,
+            path,
+            expected,
         },
         e => e,
     }
@@ -294,6 +302,31 @@ fn uncertain(op: &Op<'_>, e: PluginError) -> PluginError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrong_type_after_the_call_is_uncertain() {
+        let volume = crate::model::UniqueVolumeName::from_raw("kubernetes.io/csi/d^h".to_owned());
+        let wrong = PluginError::WrongType {
+            op: Operation::MapPodDevice,
+            volume: volume.clone(),
+            path: "/k/plugins/kubernetes.io/csi/volumeDevices/publish/pv/u".into(),
+            expected: "block device",
+        };
+        assert_eq!(wrong.certainty(), Certainty::Final);
+        let e = after_call(wrong);
+        assert_eq!(e.certainty(), Certainty::Uncertain);
+        assert!(
+            e.to_string()
+                .contains("is not a block device after the driver's call"),
+            "{e}"
+        );
+        let other = after_call(PluginError::MissingParam {
+            op: Operation::MapPodDevice,
+            volume,
+            what: "pod",
+        });
+        assert!(matches!(other, PluginError::MissingParam { .. }));
+    }
 
     #[test]
     fn an_invalid_argument_to_a_block_call_says_the_volume_mode() {

@@ -291,6 +291,21 @@ pub enum PluginError {
         /// the refused call
         cause: Box<crate::csi::CsiError>,
     },
+    /// after a driver's call succeeded, a path is not of the type the
+    /// rest of the operation needs (a publish path without a block
+    /// device): uncertain, so the call is undone or made again, never left
+    /// done without a record
+    #[error("{} {volume}: {path} is not a {expected} after the driver's call", .op.as_str())]
+    WrongTypeAfterCall {
+        /// the operation
+        op: Operation,
+        /// the volume
+        volume: UniqueVolumeName,
+        /// the path checked
+        path: PathBuf,
+        /// what it should be
+        expected: &'static str,
+    },
     /// the volume's CSI driver is not registered or not reachable: no call
     /// was made; retried with backoff until it is
     #[error("{} {volume}: {cause}", .op.as_str())]
@@ -367,6 +382,7 @@ impl PluginError {
             PluginError::Sys { certainty, .. }
             | PluginError::StillMounted { certainty, .. }
             | PluginError::Csi { certainty, .. } => *certainty,
+            PluginError::WrongTypeAfterCall { .. } => Certainty::Uncertain,
             _ => Certainty::Final,
         }
     }
