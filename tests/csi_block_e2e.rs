@@ -229,9 +229,12 @@ fn a_csi_block_pv_is_staged_published_and_mapped_at_the_kubelet_s_paths() {
 
         // the driver's loop device, bound on the publish file, then by
         // volumed on the pod's file in the global map path
-        let loops = loops_below(&env.root);
-        assert_eq!(loops.len(), 1, "one loop device for the volume: {loops:?}");
+        let loops = loops_below(&p.staging);
+        assert_eq!(loops.len(), 1, "the driver's loop device: {loops:?}");
         let lo = &loops[0];
+        // and volumed's hold, a loop device over the pod's map file
+        let holds = loops_below(p.pod_file.parent().unwrap());
+        assert_eq!(holds.len(), 1, "volumed holds the device: {holds:?}");
         let rdev = fs::metadata(lo).unwrap().rdev();
         for file in [&p.publish, &p.pod_file] {
             let m = fs::symlink_metadata(file).unwrap();
@@ -600,8 +603,10 @@ fn a_csi_block_volume_of_a_driver_that_does_not_stage_is_only_published() {
             p.staging.is_dir(),
             "the staging dir is made, as the kubelet does"
         );
-        let loops = loops_below(env.scratch.path());
-        assert_eq!(loops.len(), 1, "{loops:?}");
+        let loops = loops_below(&env.scratch.path().join("driver"));
+        assert_eq!(loops.len(), 1, "the driver's: {loops:?}");
+        let holds = loops_below(p.pod_file.parent().unwrap());
+        assert_eq!(holds.len(), 1, "volumed's hold: {holds:?}");
         let rdev = fs::metadata(&loops[0]).unwrap().rdev();
         assert_eq!(fs::metadata(&p.link).unwrap().rdev(), rdev);
         assert_eq!(fs::symlink_metadata(&p.pod_file).unwrap().rdev(), rdev);

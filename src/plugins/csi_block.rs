@@ -8,9 +8,10 @@
 //!   pod's publish *file* (`Layout::csi_block_publish_path`, its dir made
 //!   first, the file the driver's), then the device found there bound on
 //!   the pod's file in the global map path (`Layout::csi_block_pod_map`)
-//!   and the pod's `volumeDevices` symlink made to the publish file, as
-//!   the kubelet's `MapBlockVolume` does (`block.rs`);
-//! - UnmapPodDevice: the symlink, the bind, then `NodeUnpublishVolume`
+//!   and the pod's `volumeDevices` symlink made to the publish file, then
+//!   the device held open by a loop device over the pod's file, as the
+//!   kubelet's `MapBlockVolume` does (`block.rs`);
+//! - UnmapPodDevice: the hold, the symlink, the bind, then `NodeUnpublishVolume`
 //!   (skipped when the publish file is gone, as the kubelet skips it);
 //! - UnmapDevice: `NodeUnstageVolume`, then the staging dir, the publish
 //!   dir, the global map path and `vol_data.json` go, each only if empty.
@@ -189,6 +190,9 @@ impl CsiPlugin {
         let file = self.layout.csi_block_pod_map(&params.spec_name, pod);
         block::bind_device_file(&mut op, root, &publish, &dev, &file).map_err(after_call)?;
         block::link_pod_device(&mut op, root, &publish, link).map_err(after_call)?;
+        // held open while the pod maps it, as the kubelet's MapBlockVolume
+        // holds a CSI device too
+        block::hold_device(&mut op, root, &file).map_err(after_call)?;
         Ok(op.finished(Vec::new()))
     }
 
@@ -204,8 +208,11 @@ impl CsiPlugin {
         let csi = self.block_undo_args(&op, params)?;
         let driver = self.driver(&op, &csi)?;
         let root = self.layout.root();
-        block::unlink_pod_device(&mut op, root, link)?;
+        // the hold first (its loop device keeps the pod's bind busy), then
+        // the link, then the bind, then the driver's publish
         let file = self.layout.csi_block_pod_map(&params.spec_name, pod);
+        block::release_device(&mut op, root, &file)?;
+        block::unlink_pod_device(&mut op, root, link)?;
         block::unbind_device_file(&mut op, root, &file)?;
         let publish = self.layout.csi_block_publish_path(&params.spec_name, pod);
         if self.exists(&op, &publish)? {
