@@ -173,11 +173,14 @@ fn intents(dump: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The loop devices bound to a file below `dir`, as `/dev/loopN`.
+/// The loop devices bound to a file below `dir`, as `/dev/loopN` (none
+/// when `dir` or `/sys/block` cannot be read).
 fn loops_below(dir: &Path) -> Vec<PathBuf> {
-    let dir = fs::canonicalize(dir).unwrap();
+    let Ok(dir) = fs::canonicalize(dir) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
-    for e in fs::read_dir("/sys/block").unwrap().flatten() {
+    for e in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if !name.starts_with("loop") {
             continue;
@@ -190,6 +193,25 @@ fn loops_below(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Detaches, when a test ends however it ends, every loop device still
+/// bound to a file below its dir: volumed's holds over the pods' map
+/// files have no autoclear (as the kubelet's), so a failed assertion
+/// before the unmaps would leak them, and the driver's devices they keep
+/// open. Declared after the env, so it runs before the env's dir goes
+/// and after the daemon and the driver are gone.
+struct LoopSweep(PathBuf);
+
+impl Drop for LoopSweep {
+    fn drop(&mut self) {
+        for lo in loops_below(&self.0) {
+            let _ = std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(&lo)
+                .status();
+        }
+    }
 }
 
 /// A JSON file's object as key → string value.
@@ -205,6 +227,7 @@ fn vol_data(file: &Path) -> BTreeMap<String, String> {
 fn a_csi_block_pv_is_staged_published_and_mapped_at_the_kubelet_s_paths() {
     real("maps a CSI driver's loop device into a pod raw", || {
         let (mut env, opts) = block_env("volumed-csi-block", "");
+        let _loops = LoopSweep(env.scratch.path().to_owned());
         let driver = TestDriver::spawn(opts);
         env.write_pod("p.yaml", &block_pod(POD));
         let p = paths(&env);
@@ -373,6 +396,7 @@ fn a_driver_without_raw_block_volumes_fails_only_the_block_pod() {
     real("refuses a block claim on a driver without block", || {
         let fs_pv = pv_and_claim("pv-fs", "vol-fs-1", "files", "Filesystem");
         let (mut env, mut opts) = block_env("volumed-csi-noblock", &fs_pv);
+        let _loops = LoopSweep(env.scratch.path().to_owned());
         opts.no_block = true;
         let driver = TestDriver::spawn(opts);
         env.write_pod("p.yaml", &block_pod(POD));
@@ -425,6 +449,7 @@ fn a_csi_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restar
         "unmaps a CSI block pod that went while volumed was down",
         || {
             let (mut env, opts) = block_env("volumed-csi-block-down", "");
+            let _loops = LoopSweep(env.scratch.path().to_owned());
             let driver = TestDriver::spawn(opts);
             env.write_pod("p.yaml", &block_pod(POD));
             let p = paths(&env);
@@ -475,6 +500,7 @@ fn a_csi_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restar
 fn two_pods_map_one_csi_block_volume_and_the_last_one_out_unstages() {
     real("maps one CSI block volume into two pods", || {
         let (mut env, opts) = block_env("volumed-csi-block-two", "");
+        let _loops = LoopSweep(env.scratch.path().to_owned());
         fs::write(
             env.objects.join("csi.yaml"),
             objects().replace("ReadWriteOnce", "ReadWriteMany"),
@@ -586,6 +612,7 @@ fn two_pods_map_one_csi_block_volume_and_the_last_one_out_unstages() {
 fn a_csi_block_volume_of_a_driver_that_does_not_stage_is_only_published() {
     real("maps a CSI block volume without staging", || {
         let (mut env, mut opts) = block_env("volumed-csi-block-nostage", "");
+        let _loops = LoopSweep(env.scratch.path().to_owned());
         opts.no_stage = true;
         let driver = TestDriver::spawn(opts);
         env.write_pod("p.yaml", &block_pod(POD));
