@@ -120,6 +120,53 @@ impl CsiPlugin {
             })
     }
 
+    /// NodeStageVolume's request for `csi` at `staging` with `capability`
+    /// (a mount or a raw block one), its secret read now.
+    fn stage_request(
+        &self,
+        op: &Op<'_>,
+        csi: &CsiParams,
+        staging: String,
+        capability: pb::VolumeCapability,
+    ) -> Result<pb::NodeStageVolumeRequest, PluginError> {
+        Ok(pb::NodeStageVolumeRequest {
+            volume_id: csi.volume_handle.clone(),
+            publish_context: proto_map(&csi.publish_context),
+            staging_target_path: staging,
+            volume_capability: Some(capability),
+            secrets: self
+                .secret(op, csi.stage_secret.as_ref())?
+                .into_iter()
+                .collect(),
+            volume_context: proto_map(&csi.volume_context),
+        })
+    }
+
+    /// NodePublishVolume's request for `csi` at `target` (staged at
+    /// `staging`, empty when not) with `capability`, its secret read now.
+    fn publish_request(
+        &self,
+        op: &Op<'_>,
+        csi: &CsiParams,
+        staging: String,
+        target: String,
+        capability: pb::VolumeCapability,
+    ) -> Result<pb::NodePublishVolumeRequest, PluginError> {
+        Ok(pb::NodePublishVolumeRequest {
+            volume_id: csi.volume_handle.clone(),
+            publish_context: proto_map(&csi.publish_context),
+            staging_target_path: staging,
+            target_path: target,
+            volume_capability: Some(capability),
+            readonly: csi.read_only,
+            secrets: self
+                .secret(op, csi.publish_secret.as_ref())?
+                .into_iter()
+                .collect(),
+            volume_context: proto_map(&csi.volume_context),
+        })
+    }
+
     fn secret(
         &self,
         op: &Op<'_>,
@@ -332,17 +379,8 @@ impl VolumePlugin for CsiPlugin {
         if !driver.caps.stage_unstage {
             return Ok(Outcome::of(Action::AlreadyInPlace));
         }
-        let req = pb::NodeStageVolumeRequest {
-            volume_id: csi.volume_handle.clone(),
-            publish_context: proto_map(&csi.publish_context),
-            staging_target_path: staging.clone(),
-            volume_capability: Some(Self::capability(params, csi, &driver, true)),
-            secrets: self
-                .secret(&op, csi.stage_secret.as_ref())?
-                .into_iter()
-                .collect(),
-            volume_context: proto_map(&csi.volume_context),
-        };
+        let capability = Self::capability(params, csi, &driver, true);
+        let req = self.stage_request(&op, csi, staging.clone(), capability)?;
         self.call(&mut op, driver.client.stage(req))?;
         Ok(Outcome::seen(
             Action::Performed,
@@ -398,19 +436,8 @@ impl VolumePlugin for CsiPlugin {
         } else {
             String::new()
         };
-        let req = pb::NodePublishVolumeRequest {
-            volume_id: csi.volume_handle.clone(),
-            publish_context: proto_map(&csi.publish_context),
-            staging_target_path: staging,
-            target_path: target.clone(),
-            volume_capability: Some(Self::capability(params, csi, &driver, !staged)),
-            readonly: csi.read_only,
-            secrets: self
-                .secret(&op, csi.publish_secret.as_ref())?
-                .into_iter()
-                .collect(),
-            volume_context: proto_map(&csi.volume_context),
-        };
+        let capability = Self::capability(params, csi, &driver, !staged);
+        let req = self.publish_request(&op, csi, staging, target.clone(), capability)?;
         self.call(&mut op, driver.client.publish(req))?;
         Ok(Outcome::seen(
             Action::Performed,

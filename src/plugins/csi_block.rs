@@ -28,8 +28,7 @@ use std::sync::Arc;
 
 use super::{CsiPlugin, attachment_name, path_str};
 use crate::csi::CsiError;
-use crate::csi::client::{access_mode, block_capability, proto_map};
-use crate::csi::proto::csi_v1 as pb;
+use crate::csi::client::{access_mode, block_capability};
 use crate::host::sys::{Errno, Sys, mkdir_all_beneath};
 use crate::journal::Permit;
 use crate::model::{CsiParams, Operation, TargetParams};
@@ -115,20 +114,8 @@ impl CsiPlugin {
         let at = beneath(&op, self.layout.root(), Path::new(&staging))?;
         op.act(mkdir_all_beneath(op.sys, at, DIR_MODE))?;
         if driver.caps.stage_unstage {
-            let req = pb::NodeStageVolumeRequest {
-                volume_id: csi.volume_handle.clone(),
-                publish_context: proto_map(&csi.publish_context),
-                staging_target_path: staging,
-                volume_capability: Some(block_capability(access_mode(
-                    &csi.access_modes,
-                    driver.caps,
-                ))),
-                secrets: self
-                    .secret(&op, csi.stage_secret.as_ref())?
-                    .into_iter()
-                    .collect(),
-                volume_context: proto_map(&csi.volume_context),
-            };
+            let capability = block_capability(access_mode(&csi.access_modes, driver.caps));
+            let req = self.stage_request(&op, csi, staging, capability)?;
             self.call_block(&mut op, driver.client.stage(req))?;
         }
         Ok(op.finished(Vec::new()))
@@ -162,22 +149,8 @@ impl CsiPlugin {
             true => path_str(&op, params.device_mount_path(), "staging path")?,
             false => String::new(),
         };
-        let req = pb::NodePublishVolumeRequest {
-            volume_id: csi.volume_handle.clone(),
-            publish_context: proto_map(&csi.publish_context),
-            staging_target_path: staging,
-            target_path: publish_str,
-            volume_capability: Some(block_capability(access_mode(
-                &csi.access_modes,
-                driver.caps,
-            ))),
-            readonly: csi.read_only,
-            secrets: self
-                .secret(&op, csi.publish_secret.as_ref())?
-                .into_iter()
-                .collect(),
-            volume_context: proto_map(&csi.volume_context),
-        };
+        let capability = block_capability(access_mode(&csi.access_modes, driver.caps));
+        let req = self.publish_request(&op, csi, staging, publish_str, capability)?;
         self.call_block(&mut op, driver.client.publish(req))?;
         // The driver put the device at the publish path (a bind of it, or
         // a device node; a symlink to one is followed, as the kubelet's
