@@ -155,6 +155,11 @@ pub struct DesiredStateOfWorld {
     /// plugin with an equal spec shares it (emptyDirs of one medium and size
     /// are all alike), which saves a spec allocation per such volume
     last_spec: [Option<Arc<VolumeSpec>>; PluginName::ALL.len()],
+    /// the containers the last pod with some got: a next pod whose
+    /// containers are equal shares them. Pods of one template (a
+    /// Deployment's, a DaemonSet's) list the same containers, so a node's
+    /// pods hold one copy each template, not one each pod
+    last_containers: Option<Arc<[ContainerSpec]>>,
     /// the few outer names (`pod.spec.volumes[x].name`) records got most
     /// recently, most recent first: a record whose name equals one shares
     /// it. Pods written from one template name their volumes alike
@@ -180,6 +185,7 @@ impl DesiredStateOfWorld {
         crate::util::repack::repack(&mut self.volumes);
         crate::util::repack::repack(&mut self.by_pod);
         crate::util::repack::repack(&mut self.pods);
+        crate::util::repack::repack(&mut self.containers);
     }
 
     /// Adds `pod`'s use of `volume`; the result names the volume. The first
@@ -303,13 +309,18 @@ impl DesiredStateOfWorld {
         names
     }
 
-    /// Records `pod`'s containers (none: forgotten).
+    /// Records `pod`'s containers (none: forgotten), shared with the last
+    /// pod's when equal.
     pub fn set_pod_containers(&mut self, pod: &PodUid, containers: Vec<ContainerSpec>) {
         if containers.is_empty() {
             self.containers.remove(pod);
-        } else {
-            self.containers.insert(pod.clone(), containers.into());
+            return;
         }
+        let shared = match &self.last_containers {
+            Some(last) if **last == *containers => last.clone(),
+            _ => self.last_containers.insert(containers.into()).clone(),
+        };
+        self.containers.insert(pod.clone(), shared);
     }
 
     /// `pod`'s containers, as the sources last told them.
@@ -598,6 +609,37 @@ mod tests {
         dsw.delete_pod(&u1);
         assert_eq!(dsw.pod_volume_names(&u1), None);
         assert_eq!(dsw.errors_of_pod(&u1).count(), 0);
+    }
+
+    #[test]
+    fn pods_with_equal_containers_share_one_copy() {
+        let container = |mount_path: &str| ContainerSpec {
+            name: "app".into(),
+            privileged: false,
+            mounts: vec![crate::model::VolumeMountSpec {
+                name: "cache".into(),
+                mount_path: mount_path.into(),
+                read_only: false,
+                sub_path: crate::model::SubPath::None,
+                propagation: None,
+            }],
+            devices: Vec::new(),
+            env: Vec::new(),
+        };
+        let mut dsw = DesiredStateOfWorld::new();
+        let (a, b, c) = (uid("a"), uid("b"), uid("c"));
+        dsw.set_pod_containers(&a, vec![container("/cache")]);
+        dsw.set_pod_containers(&b, vec![container("/cache")]);
+        dsw.set_pod_containers(&c, vec![container("/data")]);
+        let got = |p: &PodUid| dsw.pod_containers(p).unwrap();
+        assert!(Arc::ptr_eq(&got(&a), &got(&b)), "equal: one copy");
+        assert!(!Arc::ptr_eq(&got(&b), &got(&c)), "different: its own");
+        assert_eq!(got(&c)[0].mounts[0].mount_path, "/data");
+        assert_eq!(got(&a)[0].mounts[0].mount_path, "/cache");
+        dsw.set_pod_containers(&a, Vec::new());
+        assert!(dsw.pod_containers(&a).is_none(), "none: forgotten");
+        dsw.delete_pod(&b);
+        assert!(dsw.pod_containers(&b).is_none());
     }
 
     #[test]
