@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 const LOOP_CTL_GET_FREE: libc::Ioctl = 0x4C82;
 /// `LOOP_CONFIGURE` on `/dev/loopN` (linux/loop.h, Linux 5.8).
 const LOOP_CONFIGURE: libc::Ioctl = 0x4C0A;
+/// `LOOP_SET_CAPACITY` on `/dev/loopN` (linux/loop.h): re-read the
+/// backing file's size, so a grown file grows the device.
+const LOOP_SET_CAPACITY: libc::Ioctl = 0x4C07;
 /// `LO_FLAGS_AUTOCLEAR`: unbind when the last opener closes it.
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
 
@@ -55,7 +58,7 @@ struct LoopConfig {
 #[derive(Debug)]
 pub(crate) struct Loop {
     /// The open device: the hold.
-    _dev: File,
+    dev: File,
     /// `/dev/loopN`.
     pub path: PathBuf,
     /// N.
@@ -114,7 +117,7 @@ impl Loop {
             if r == 0 {
                 let rdev = fs::metadata(&path)?.rdev();
                 return Ok(Loop {
-                    _dev: dev,
+                    dev,
                     path,
                     number,
                     rdev,
@@ -129,6 +132,31 @@ impl Loop {
             std::thread::sleep(Duration::from_millis(5));
         }
         Err(io::Error::other("no free loop device after 50 tries"))
+    }
+
+    /// The device's size in bytes, as the kernel sees it (sysfs counts
+    /// 512-byte sectors whatever the block size).
+    pub(crate) fn bytes(&self) -> io::Result<u64> {
+        let text = fs::read_to_string(format!("/sys/block/loop{}/size", self.number))?;
+        let sectors: u64 = text.trim().parse().map_err(io::Error::other)?;
+        Ok(sectors.saturating_mul(512))
+    }
+
+    /// Grows the backing file to `bytes` (never shrinks it) and has the
+    /// kernel re-read its size (`LOOP_SET_CAPACITY`, what `losetup -c`
+    /// does), so every opener and every bind of the device node sees
+    /// the new size; answers the device's size after.
+    pub(crate) fn grow(&self, bytes: u64) -> io::Result<u64> {
+        let file = OpenOptions::new().write(true).open(&self.backing)?;
+        if file.metadata()?.len() < bytes {
+            file.set_len(bytes)?;
+        }
+        // SAFETY: LOOP_SET_CAPACITY takes no argument; it returns 0 or -1.
+        let r = unsafe { libc::ioctl(self.dev.as_raw_fd(), LOOP_SET_CAPACITY, 0) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.bytes()
     }
 
     /// Closes the hold and waits (up to `timeout`) until the kernel has

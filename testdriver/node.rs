@@ -5,7 +5,9 @@
 //! the device node bind-mounted on each publish file (`--no-stage`: a loop
 //! device per publish over a file in the state dir; `--no-block`: the
 //! block access type is INVALID_ARGUMENT, as from a driver without raw
-//! block volumes).
+//! block volumes). NodeExpandVolume grows a block volume's backing file
+//! and has its loop device re-read the size (`LOOP_SET_CAPACITY`), so the
+//! device every publish file shows grows.
 //!
 //! The mount flags of the volume capability go where a real driver puts
 //! them: on the mount that makes the superblock (the tmpfs at NodeStage, or
@@ -105,8 +107,15 @@ fn attach_backing(backing: &Path) -> Result<loopdev::Loop, Status> {
         .write(true)
         .open(backing)
         .map_err(|e| internal("creating", &name, e))?;
-    file.set_len(BACKING_BYTES)
-        .map_err(|e| internal("sizing", &name, e))?;
+    // never shrunk: a volume NodeExpandVolume grew keeps its size
+    let len = file
+        .metadata()
+        .map_err(|e| internal("sizing", &name, e))?
+        .len();
+    if len < BACKING_BYTES {
+        file.set_len(BACKING_BYTES)
+            .map_err(|e| internal("sizing", &name, e))?;
+    }
     loopdev::Loop::attach(backing).map_err(|e| internal("attaching a loop device to", &name, e))
 }
 
@@ -487,21 +496,17 @@ fn expand(
     if !driver.caps.expand {
         return Err(Status::unimplemented("EXPAND_VOLUME is not advertised"));
     }
-    if let Some(AccessType::Block(_)) = req
-        .volume_capability
-        .as_ref()
-        .and_then(|c| c.access_type.as_ref())
-    {
-        return Err(Status::invalid_argument(
-            "block volumes are not supported by this driver",
-        ));
-    }
     let required = req.capacity_range.as_ref().map_or(0, |r| r.required_bytes);
     let Ok(required) = u64::try_from(required) else {
         return Err(Status::invalid_argument(format!(
             "capacity_range.required_bytes {required} is negative"
         )));
     };
+    // the capability is optional here: none reads as mount
+    let cap = req.volume_capability.as_ref();
+    if cap.is_some_and(|c| c.access_type.is_some()) && access_type(driver, cap)? {
+        return expand_block(driver, req, required, answer);
+    }
     let path = &req.volume_path;
     if !is_mount_point(path)? {
         return Err(Status::not_found(format!(
@@ -531,6 +536,54 @@ fn expand(
         Some(n) => n,
         None => figure(size(path)?),
     };
+    Ok(NodeExpandVolumeResponse { capacity_bytes })
+}
+
+/// NodeExpandVolume of a block volume: `volume_path` must be the device
+/// the driver published (its loop device's node), found by the staging
+/// path (or, with `--no-stage`, by itself); its backing file grows to
+/// `required_bytes` and the loop device is told (`LOOP_SET_CAPACITY`),
+/// so the device every bind of it shows grows. Idempotent: a device
+/// already that big is left as it is.
+fn expand_block(
+    driver: &Driver,
+    req: &NodeExpandVolumeRequest,
+    required: u64,
+    answer: Option<i64>,
+) -> Result<NodeExpandVolumeResponse, Status> {
+    let key = match driver.stage {
+        true => {
+            require(&req.staging_target_path, "staging_target_path")?;
+            PathBuf::from(&req.staging_target_path)
+        }
+        false => PathBuf::from(&req.volume_path),
+    };
+    let loops = driver.loops.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(lo) = loops.get(&key) else {
+        return Err(Status::not_found(format!(
+            "volume {} has no device at {}",
+            req.volume_id,
+            key.display()
+        )));
+    };
+    let path = &req.volume_path;
+    match fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() && m.rdev() == lo.rdev => {}
+        Ok(_) => {
+            return Err(Status::not_found(format!(
+                "{path} is not the device of volume {}",
+                req.volume_id
+            )));
+        }
+        Err(e) => return Err(Status::not_found(format!("{path}: {e}"))),
+    }
+    let bytes = match lo.bytes() {
+        Ok(n) if n >= required => n,
+        _ => lo
+            .grow(required)
+            .map_err(|e| internal("growing the loop device of", path, e))?,
+    };
+    let capacity_bytes = answer.unwrap_or_else(|| figure(bytes));
     Ok(NodeExpandVolumeResponse { capacity_bytes })
 }
 
