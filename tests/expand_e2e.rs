@@ -19,6 +19,11 @@
 //!   backing): `resize2fs` grows it under the running pod, a file written
 //!   before is intact, and deleting the pod unstages it and frees the loop
 //!   device;
+//! - a raw block claim (`volumeMode: Block`) mapped into its pod: the
+//!   driver's loop device grows (`LOOP_SET_CAPACITY`), the device the
+//!   pod's path shows is the PV's size, NodeExpandVolume had the block
+//!   capability, the publish file and the staging dir, the claim's status
+//!   says it once, and a restart calls nothing again;
 //! - a NodeExpandVolume that hangs past `--csi-timeout`, and one whose
 //!   driver dies after growing the volume and before answering, are each
 //!   made again once (the RPC is idempotent) and only the answered call's
@@ -566,6 +571,206 @@ fn an_expansion_whose_driver_dies_mid_call_is_made_again_once() {
         // the job reports back after the claim is told: wait for it
         daemon.wait_until("the mount stays", || mounted(&daemon, &target));
         assert_eq!(driver.count("NodeUnpublishVolume"), 0);
+        daemon.stop();
+    });
+}
+
+/// The block PV `pv-raw` (its driver's loop device is 16 MiB) grown to
+/// 32 MiB by its controller, its claim at 16 MiB with the node's turn,
+/// the CSIDriver, and a pod mapping the claim raw.
+fn put_block_objects(api: &FakeApiServer) {
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-raw"},
+            "spec": {"capacity": {"storage": "32Mi"}, "accessModes": ["ReadWriteOnce"],
+                "volumeMode": "Block",
+                "claimRef": {"namespace": "apps", "name": "raw"},
+                "csi": {"driver": DRIVER, "volumeHandle": "vol-raw"}}}),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "raw", "namespace": "apps"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-raw",
+                "volumeMode": "Block",
+                "resources": {"requests": {"storage": "32Mi"}}},
+            "status": {"phase": "Bound",
+                "capacity": {"storage": "16Mi"},
+                "allocatedResources": {"storage": "32Mi"},
+                "allocatedResourceStatuses": {"storage": "NodeResizePending"}}}),
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+            "metadata": {"name": DRIVER}, "spec": {"attachRequired": false}}),
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "raw-pod", "namespace": "apps", "uid": "uid-raw"},
+            "spec": {"nodeName": NODE,
+                "containers": [{"name": "app", "image": "busybox",
+                    "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "raw"}}]},
+            "status": {"phase": "Running"}}),
+    ];
+    for o in objects {
+        api.put(o);
+    }
+}
+
+/// The size in bytes of the block device `path` shows (a symlink
+/// followed), from sysfs by its device number.
+fn device_bytes_at(path: &Path) -> u64 {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let m = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        m.file_type().is_block_device(),
+        "{} is a device",
+        path.display()
+    );
+    let rdev = m.rdev();
+    let sysfs = format!(
+        "/sys/dev/block/{}:{}/size",
+        nix::sys::stat::major(rdev),
+        nix::sys::stat::minor(rdev)
+    );
+    let text = std::fs::read_to_string(&sysfs).unwrap_or_else(|e| panic!("{sysfs}: {e}"));
+    text.trim().parse::<u64>().expect("a number") * 512
+}
+
+/// The loop devices bound to a file below `dir`.
+fn loops_below(dir: &Path) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/sys/block")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
+            continue;
+        };
+        if Path::new(b.trim_end_matches('\n')).starts_with(&dir) {
+            out.push(Path::new("/dev").join(name));
+        }
+    }
+    out
+}
+
+/// Detaches, however the test ends, every loop device left bound to a
+/// file below its dir (volumed's hold over the pod's map file has no
+/// autoclear); declared after the env, so it runs after the daemon and
+/// the driver are gone.
+struct LoopSweep(PathBuf);
+
+impl Drop for LoopSweep {
+    fn drop(&mut self) {
+        for lo in loops_below(&self.0) {
+            let _ = Command::new("losetup").arg("-d").arg(&lo).status();
+        }
+    }
+}
+
+#[test]
+fn a_mapped_block_claim_grown_by_its_controller_is_grown_on_the_node() {
+    real("grows a CSI raw block volume on the node", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-block-");
+        let _loops = LoopSweep(env.scratch.path().to_owned());
+        let driver = TestDriver::spawn(driver_opts(&mut env));
+        put_block_objects(&api);
+        let csi = env.root.join("plugins/kubernetes.io/csi/volumeDevices");
+        let staging = csi.join("staging/pv-raw");
+        let publish = csi.join("publish/pv-raw/uid-raw");
+        let link = env
+            .root
+            .join("pods/uid-raw/volumeDevices/kubernetes.io~csi/pv-raw");
+        let daemon = env.start();
+        let claim_of = || {
+            api.get("v1", "PersistentVolumeClaim", Some("apps"), "raw")
+                .expect("the claim")
+        };
+        daemon.wait_until_showing(
+            "the block claim's status says the new size, the device mapped",
+            || {
+                claim_of()["status"]["capacity"]["storage"] == json!("32Mi")
+                    && all_mounted(&daemon.state(), &[staging.clone(), link.clone()])
+            },
+            || format!("{:#}\n{}", claim_of(), daemon.log_tail()),
+        );
+        // the device the pod's path shows grew, with no remap
+        assert_eq!(
+            device_bytes_at(&link),
+            32 * MI,
+            "the pod sees the PV's size"
+        );
+
+        // NodeExpandVolume once, with the kubelet's block arguments: the
+        // publish file (the device path) and the staging dir
+        let calls: Vec<Value> = driver
+            .calls()
+            .into_iter()
+            .filter(|c| c["method"] == "NodeExpandVolume")
+            .collect();
+        assert_eq!(calls.len(), 1, "{calls:#?}");
+        assert_eq!(calls[0]["access_type"], "block", "{calls:#?}");
+        assert_eq!(calls[0]["volume_path"], publish.display().to_string());
+        assert_eq!(
+            calls[0]["staging_target_path"],
+            staging.display().to_string()
+        );
+        assert_eq!(calls[0]["required_bytes"], 32 * MI);
+        assert_eq!(driver.count("NodePublishVolume"), 1, "no remap");
+
+        // the claim's status as for a filesystem: in progress, then the
+        // capacity, no resize status left, said once
+        let status = &claim_of()["status"];
+        assert!(
+            status["allocatedResourceStatuses"].get("storage").is_none(),
+            "{status:#}"
+        );
+        let patches: Vec<Value> = api
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == "PATCH" && r.path.ends_with("/persistentvolumeclaims/raw/status")
+            })
+            .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+            .collect();
+        let capacity: Vec<&Value> = patches
+            .iter()
+            .filter(|b| b["status"].get("capacity").is_some())
+            .collect();
+        assert_eq!(capacity.len(), 1, "{patches:#?}");
+        assert_eq!(capacity[0]["status"]["capacity"]["storage"], "32Mi");
+        assert_eq!(
+            patches[0]["status"]["allocatedResourceStatuses"]["storage"],
+            "NodeResizeInProgress"
+        );
+        daemon.wait_until_showing(
+            "a FileSystemResizeSuccessful Normal event on the pod",
+            || {
+                api.list("v1", "Event").iter().any(|e| {
+                    e["reason"] == "FileSystemResizeSuccessful"
+                        && e["involvedObject"]["name"] == "raw-pod"
+                })
+            },
+            || format!("{:#?}", api.list("v1", "Event")),
+        );
+
+        // a restart re-issues nothing: the claim says the new size
+        daemon.stop();
+        let daemon = env.start();
+        daemon.wait_until("the map stands after the restart", || {
+            all_mounted(&daemon.state(), &[staging.clone(), link.clone()])
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(driver.count("NodeExpandVolume"), 1, "not again");
+        assert_eq!(driver.count("NodeStageVolume"), 1);
+        assert_eq!(driver.count("NodePublishVolume"), 1);
+        assert_eq!(device_bytes_at(&link), 32 * MI);
+
+        // the pod goes: unmapped, unstaged, the driver's device gone
+        assert!(api.delete("v1", "Pod", Some("apps"), "raw-pod"));
+        daemon.wait_until_showing(
+            "the volume is unstaged and no loop device left",
+            || driver.count("NodeUnstageVolume") == 1 && loops_below(&env.root).is_empty(),
+            || daemon.log_tail(),
+        );
         daemon.stop();
     });
 }

@@ -649,9 +649,9 @@ mod tests {
             ..staged.clone()
         };
         assert_eq!(expand_request(&unstaged).staging_target_path, "");
-        // a block volume: the block capability
+        // a block volume: the block capability, the publish file
         let block = ExpandArgs {
-            volume_path: "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/pv-1/dev/u1",
+            volume_path: "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-1/u1",
             capability: block_capability(Mode::SingleNodeWriter),
             ..staged
         };

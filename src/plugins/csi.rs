@@ -36,7 +36,9 @@ use crate::model::{
     TargetRef, VOL_DATA_FILE, VolumeSpec,
 };
 use crate::plugins::mount_ops::beneath;
-use crate::plugins::{Action, Certainty, Op, Outcome, PluginError, PluginResult, VolumePlugin};
+use crate::plugins::{
+    Action, Certainty, ExpandCall, Op, Outcome, PluginError, PluginResult, VolumePlugin,
+};
 
 /// Reads the Secrets a CSI call needs (`nodeStageSecretRef`,
 /// `nodePublishSecretRef`) when the call is made.
@@ -467,21 +469,31 @@ impl VolumePlugin for CsiPlugin {
     }
 
     /// NodeExpandVolume as the kubelet calls it: the pod's publish path
-    /// as `volume_path`, the staging path when the driver stages, the PV's
-    /// capacity as `required_bytes`, the capability (mount with the PV's
-    /// fs type and mount options, or block) with the PV's first access
-    /// mode. A driver answer below the request is refused.
+    /// as `volume_path` (for a raw block volume the publish *file*, the
+    /// device path the kubelet's block mapper hands its expander, never
+    /// the pod's `volumeDevices` link), the staging path when the driver
+    /// stages, the PV's capacity as `required_bytes`, the capability
+    /// (mount with the PV's fs type and mount options, or block) with the
+    /// PV's first access mode. A driver answer below the request is
+    /// refused.
     fn expand(
         &self,
         _permit: &Permit,
         params: &TargetParams,
-        required: u64,
-        block: bool,
+        call: &ExpandCall,
         sys: &dyn Sys,
     ) -> Result<u64, PluginError> {
+        let ExpandCall { required, block } = *call;
         let mut op = Op::new(sys, Operation::ExpandVolume, params);
         let csi = self.csi(&op, params)?;
-        let target = path_str(&op, params.pod_mount_path.as_deref(), "pod path")?;
+        let target = match block {
+            true => {
+                let pod = params.target.pod().ok_or_else(|| op.missing("pod"))?;
+                let publish = self.layout.csi_block_publish_path(&params.spec_name, pod);
+                path_str(&op, Some(&publish), "publish path")?
+            }
+            false => path_str(&op, params.pod_mount_path.as_deref(), "pod path")?,
+        };
         let driver = self.driver(&op, csi)?;
         let staged = driver.caps.stage_unstage && csi.lifecycle == CsiLifecycle::Persistent;
         let staging = match staged {

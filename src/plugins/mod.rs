@@ -535,20 +535,27 @@ pub trait VolumePlugin: Send + Sync {
         false
     }
 
-    /// Grows the mounted pod target `params`' volume to `required` bytes
-    /// (NodeExpandVolume; `block`: a raw block volume); the capacity the
-    /// plugin reports (0: not said). Idempotent: a volume already that big
-    /// is left as it is.
+    /// Grows the mounted (or mapped) pod target `params`' volume as
+    /// `call` says (NodeExpandVolume); the capacity the plugin reports (0:
+    /// not said). Idempotent: a volume already that big is left as it is.
     fn expand(
         &self,
         _permit: &Permit,
         params: &TargetParams,
-        _required: u64,
-        _block: bool,
+        _call: &ExpandCall,
         _sys: &dyn Sys,
     ) -> Result<u64, PluginError> {
         Err(unsupported(Operation::ExpandVolume, params, self.name()))
     }
+}
+
+/// One node expansion as [`VolumePlugin::expand`] is asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpandCall {
+    /// the size to reach, in bytes (`capacity_range.required_bytes`)
+    pub required: u64,
+    /// a raw block volume: the block capability, the publish file
+    pub block: bool,
 }
 
 fn unsupported(op: Operation, params: &TargetParams, plugin: PluginName) -> PluginError {

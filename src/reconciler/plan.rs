@@ -290,8 +290,9 @@ fn rwop_held_elsewhere(
         })
 }
 
-/// Whether a mounted CSI claim's volume waits for a node expansion to a
-/// size the node has not expanded it to since it was mounted
+/// Whether a mounted (or, raw block, mapped) CSI claim's volume waits for
+/// a node expansion to a size the node has not expanded it to since it
+/// was mounted
 /// (`model::decide_expansion`; whether the driver can is the executor's
 /// to find out, and it records that too). A pod that mounts it read-only
 /// is never the one that expands it.
@@ -304,10 +305,6 @@ fn expansion_due(
     let VolumeSpec::Csi(c) = spec else {
         return false;
     };
-    // a raw block volume is mapped, not mounted: not expanded yet
-    if c.volume_mode == crate::model::VolumeMode::Block {
-        return false;
-    }
     let Some(claim) = &c.claim else {
         return false;
     };
@@ -320,7 +317,7 @@ fn expansion_due(
         pv_capacity: claim.pv_capacity,
         size: &claim.size,
         read_only,
-        block: false,
+        block: c.volume_mode == crate::model::VolumeMode::Block,
         driver_expands: true,
     };
     let Ok(crate::model::ExpandDecision::Expand { to, .. }) = crate::model::decide_expansion(&case)
@@ -686,42 +683,45 @@ mod tests {
     #[test]
     fn a_mounted_claim_that_grew_is_expanded_once_per_size() {
         const GI: u64 = 1 << 30;
+        let setup_as =
+            |spec: VolumeSpec, read_only: bool, expanded: Option<u64>, pod_state: MountState| {
+                let mut d = DesiredStateOfWorld::new();
+                let mut a = ActualStateOfWorld::new();
+                let p = uid("a");
+                let volume = PodVolume::unique_name(&spec, &p, "pv1");
+                let pv_ = PodVolume {
+                    volume: volume.clone(),
+                    spec_name: "pv1".into(),
+                    outer_name: "data".into(),
+                    spec: spec.clone().into(),
+                    selinux: None,
+                    csi_pod: None,
+                    read_only,
+                    fs_group: None,
+                    supplemental_gid: None,
+                };
+                d.add_pod_to_volume(&p, pv_, LabelCheck::default()).unwrap();
+                a.add_volume(
+                    volume.clone(),
+                    crate::model::PluginName::Csi,
+                    "pv1",
+                    Some(spec.into()),
+                    None,
+                );
+                let dm = DeviceMount {
+                    device_path: None,
+                    mount_path: "/r/plugins/kubernetes.io/csi/d/x/globalmount".into(),
+                    selinux: None,
+                };
+                a.mark_device_mounted(&volume, dm).unwrap();
+                mounted_pod(&mut a, &volume, "a", pod_state);
+                if let Some(n) = expanded {
+                    a.mark_expanded(&volume, n);
+                }
+                (d, a, volume)
+            };
         let setup = |pv: u64, read_only: bool, expanded: Option<u64>, pod_state: MountState| {
-            let mut d = DesiredStateOfWorld::new();
-            let mut a = ActualStateOfWorld::new();
-            let spec = claim_spec(pv);
-            let p = uid("a");
-            let volume = PodVolume::unique_name(&spec, &p, "pv1");
-            let pv_ = PodVolume {
-                volume: volume.clone(),
-                spec_name: "pv1".into(),
-                outer_name: "data".into(),
-                spec: spec.clone().into(),
-                selinux: None,
-                csi_pod: None,
-                read_only,
-                fs_group: None,
-                supplemental_gid: None,
-            };
-            d.add_pod_to_volume(&p, pv_, LabelCheck::default()).unwrap();
-            a.add_volume(
-                volume.clone(),
-                crate::model::PluginName::Csi,
-                "pv1",
-                Some(spec.into()),
-                None,
-            );
-            let dm = DeviceMount {
-                device_path: None,
-                mount_path: "/r/plugins/kubernetes.io/csi/d/x/globalmount".into(),
-                selinux: None,
-            };
-            a.mark_device_mounted(&volume, dm).unwrap();
-            mounted_pod(&mut a, &volume, "a", pod_state);
-            if let Some(n) = expanded {
-                a.mark_expanded(&volume, n);
-            }
-            (d, a, volume)
+            setup_as(claim_spec(pv), read_only, expanded, pod_state)
         };
         let expand = |v: &UniqueVolumeName| vec![format!("expand {v} a")];
         type Row = (&'static str, u64, bool, Option<u64>, MountState, bool);
@@ -748,6 +748,17 @@ mod tests {
         let (d, a, volume) = setup(2 * GI, false, None, MountState::Mounted);
         let p = plan(&d, &a, &|k| k.volume == volume, usize::MAX);
         assert!(names(&p).is_empty(), "{:?}", names(&p));
+        // a raw block claim mapped into its pod grows as a filesystem one
+        let block = match claim_spec(2 * GI) {
+            VolumeSpec::Csi(mut c) => {
+                c.volume_mode = crate::model::VolumeMode::Block;
+                VolumeSpec::Csi(c)
+            }
+            other => other,
+        };
+        let (d, a, volume) = setup_as(block, false, None, MountState::Mounted);
+        let p = plan(&d, &a, &|_| false, usize::MAX);
+        assert_eq!(names(&p), expand(&volume), "a mapped block claim");
     }
 
     #[test]

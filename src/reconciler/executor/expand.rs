@@ -1,5 +1,6 @@
 //! Node expansion when a volume is mounted for a pod (the kubelet's
-//! `expandVolumeDuringMount`): once SetUp made the pod's target, a claim
+//! `expandVolumeDuringMount`): once SetUp made the pod's target (or
+//! MapPodDevice mapped a raw block one, with the block capability), a claim
 //! whose PV is bigger than its status says (`model::decide_expansion`) is
 //! grown with NodeExpandVolume, journaled as its own step
 //! (`expand_volume`: intent, the call, outcome), with the kubelet's
@@ -18,7 +19,7 @@ use crate::model::{
     ClaimResize, ClaimUpdate, ExpandCase, ExpandDecision, Operation, ResizeStep, SharedParams,
     Steps, VolumeSpec, decide_expansion,
 };
-use crate::plugins::{Action, Outcome, PluginError, VolumePlugin};
+use crate::plugins::{Action, ExpandCall, Outcome, PluginError, VolumePlugin};
 use crate::reconciler::effects::PodEvent;
 use crate::reconciler::jobs::{AswUpdate, JobError, JobReport};
 use crate::state::VolumeToMount;
@@ -57,10 +58,10 @@ impl Executor {
         let Some(claim) = &csi.claim else {
             return Ok(());
         };
-        // a raw block volume is mapped, not set up: not expanded yet
-        if csi.volume_mode == crate::model::VolumeMode::Block {
-            return Ok(());
-        }
+        // a raw block volume is expanded after its MapPodDevice as a
+        // filesystem one after its SetUp (the kubelet's MapVolume calls the
+        // same expander), with the block capability and no filesystem
+        let block = csi.volume_mode == crate::model::VolumeMode::Block;
         let read_only = want.read_only || pod.read_only();
         let claim_name = format!("{}/{}", claim.namespace, claim.name);
         let case = ExpandCase {
@@ -71,7 +72,7 @@ impl Executor {
             pv_capacity: claim.pv_capacity,
             size: &claim.size,
             read_only,
-            block: false,
+            block,
             driver_expands: plugin.can_expand(pod),
         };
         // the kubelet's message shape: "<what> for volume \"<pv>\" <detail>"
@@ -122,6 +123,10 @@ impl Executor {
             tell(ResizeStep::Started);
         }
         let sys = self.sys.as_ref();
+        let call = ExpandCall {
+            required: to,
+            block,
+        };
         let mut answered = 0;
         // a final failure's words, and whether the size can never be had
         let mut failed: Option<(String, bool)> = None;
@@ -136,7 +141,7 @@ impl Executor {
             pod,
             r,
             &mut none,
-            |permit: &Permit| match plugin.expand(permit, pod, to, block, sys) {
+            |permit: &Permit| match plugin.expand(permit, pod, &call, sys) {
                 Ok(n) => {
                     answered = n;
                     Ok(Outcome::of(Action::Performed))
@@ -224,6 +229,8 @@ mod tests {
     struct Double {
         expands: bool,
         calls: Mutex<Vec<u64>>,
+        /// the `block` flag of each call
+        blocks: Mutex<Vec<bool>>,
         fail: Option<Certainty>,
     }
 
@@ -244,11 +251,12 @@ mod tests {
             &self,
             _: &Permit,
             params: &TargetParams,
-            required: u64,
-            _: bool,
+            call: &ExpandCall,
             _: &dyn Sys,
         ) -> Result<u64, PluginError> {
+            let required = call.required;
             self.calls.lock().unwrap().push(required);
+            self.blocks.lock().unwrap().push(call.block);
             match self.fail {
                 None => Ok(required),
                 Some(certainty) => Err(PluginError::Csi {
@@ -300,11 +308,10 @@ mod tests {
             &self,
             p: &Permit,
             t: &TargetParams,
-            n: u64,
-            b: bool,
+            c: &ExpandCall,
             y: &dyn Sys,
         ) -> Result<u64, PluginError> {
-            self.0.expand(p, t, n, b, y)
+            self.0.expand(p, t, c, y)
         }
     }
 
@@ -459,6 +466,46 @@ mod tests {
                 FILE_SYSTEM_RESIZE_SUCCESSFUL,
                 "MountVolume.NodeExpandVolume succeeded for volume \"pv-1\"".to_owned()
             )]
+        );
+    }
+
+    /// A raw block claim mapped into its pod (the online case, planned
+    /// as an Expand job) is grown with the block flag, journaled and
+    /// reported to the claim as a filesystem one is.
+    #[test]
+    fn a_mapped_block_claim_is_expanded_with_the_block_flag() {
+        let f = fixture(Double {
+            expands: true,
+            ..Double::default()
+        });
+        let mut w = want(2 * GI, GI, Some(ResizeStatus::NodeResizePending), false);
+        let mut spec = (*w.spec).clone();
+        if let VolumeSpec::Csi(c) = &mut spec {
+            c.volume_mode = crate::model::VolumeMode::Block;
+        }
+        w.spec = spec.into();
+        let job = Job::Expand {
+            pod: pod_params(&f.layout, &w).into(),
+            want: Box::new(w),
+        };
+        let report = f.exec.run(&job);
+        assert_eq!(report.error, None);
+        assert_eq!(report.ran, vec![Operation::ExpandVolume]);
+        assert_eq!(*f.double.calls.lock().unwrap(), vec![2 * GI]);
+        assert_eq!(*f.double.blocks.lock().unwrap(), vec![true], "block");
+        assert_eq!(
+            shape(&f),
+            vec![
+                (Operation::ExpandVolume, "multi"),
+                (Operation::ExpandVolume, "success"),
+            ]
+        );
+        assert_eq!(
+            *f.claims.lock().unwrap(),
+            vec![
+                (ClaimUpdate::Recovery, ResizeStep::Started),
+                (ClaimUpdate::Recovery, ResizeStep::Finished(2 * GI)),
+            ]
         );
     }
 
