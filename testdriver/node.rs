@@ -692,6 +692,7 @@ impl Node for NodeService {
             "volume_path": req.volume_path,
             "staging_target_path": req.staging_target_path,
             "required_bytes": req.capacity_range.as_ref().map(|r| r.required_bytes),
+            "secrets": map(&req.secrets),
         });
         capability_fields(&mut entry, req.volume_capability.as_ref());
         self.0

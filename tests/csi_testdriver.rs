@@ -920,6 +920,7 @@ fn expand_volume_grows_the_tmpfs_for_real_and_faults_refuse_or_understate() {
             staging_path: Some(&staging_s),
             required_bytes: bytes,
             capability: mount_capability(Some("ext4"), &[], None, Mode::SingleNodeWriter),
+            secrets: Default::default(),
         };
         let got = client.expand(expand_request(&args(4 * MI))).await.unwrap();
         assert_eq!(got, 4 * MI, "the driver answers the size it reached");

@@ -774,3 +774,82 @@ fn a_mapped_block_claim_grown_by_its_controller_is_grown_on_the_node() {
         daemon.stop();
     });
 }
+
+/// A PV's `nodeExpandSecretRef` is read from the API server when the call
+/// is made: while the Secret is missing no call is made, the claim's
+/// `NodeResizeError` names the pod, the volume and the Secret and no
+/// success is reported; once it is there the call carries its data,
+/// which is never logged nor journaled.
+#[test]
+fn the_node_expand_secret_reaches_the_driver_and_a_missing_one_is_named() {
+    real("NodeExpandVolume with nodeExpandSecretRef", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-secret-");
+        let driver = TestDriver::spawn(driver_opts(&mut env));
+        put_objects(&api);
+        let mut pv = api
+            .get("v1", "PersistentVolume", None, "pv-grow")
+            .expect("the PV");
+        pv["spec"]["csi"]["nodeExpandSecretRef"] = json!({"namespace": "apps", "name": "expand-s"});
+        api.put(pv);
+        let daemon = env.start();
+        let target = target(&env);
+        let resize_error = || {
+            claim(&api)["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "NodeResizeError")
+                .cloned()
+        };
+        daemon.wait_until_showing(
+            "the claim says the Secret is missing",
+            || resize_error().is_some(),
+            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+        );
+        let message = resize_error().expect("the condition")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        for part in [
+            "pod uid-grow",
+            "volume pv-grow",
+            "nodeExpandSecretRef",
+            "Secret apps/expand-s",
+        ] {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+        assert_eq!(driver.count("NodeExpandVolume"), 0, "no call without it");
+        assert!(capacity_patches(&api).is_empty(), "no success reported");
+        assert_ne!(
+            claim(&api)["status"]["allocatedResourceStatuses"]["storage"],
+            "NodeResizeInfeasible",
+            "retried, not given up"
+        );
+
+        api.put(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "expand-s", "namespace": "apps"},
+            "stringData": {"password": "s3cr3t-expand"}}));
+        wait_claim_size(&daemon, &api, "8Mi");
+        assert_eq!(fs_bytes(&target), 8 * MI);
+        let calls: Vec<Value> = driver
+            .calls()
+            .into_iter()
+            .filter(|c| c["method"] == "NodeExpandVolume")
+            .collect();
+        assert_eq!(calls.len(), 1, "{calls:#?}");
+        assert_eq!(calls[0]["secrets"], json!({"password": "s3cr3t-expand"}));
+        assert!(
+            resize_error().is_none(),
+            "the error condition is gone once grown"
+        );
+        assert!(
+            !daemon.log().contains("s3cr3t-expand"),
+            "a Secret's data is never logged"
+        );
+        daemon.stop();
+        assert!(
+            !env.dump().to_string().contains("s3cr3t-expand"),
+            "nor journaled"
+        );
+    });
+}

@@ -176,10 +176,11 @@ pub struct ExpandArgs<'a> {
     pub required_bytes: u64,
     /// the capability sent
     pub capability: pb::VolumeCapability,
+    /// the `nodeExpandSecretRef`'s data (empty without one)
+    pub secrets: std::collections::BTreeMap<String, String>,
 }
 
-/// The NodeExpandVolume request of `args` (no secrets: the kubelet sends
-/// a `nodeExpandSecretRef`'s, which volumed does not read yet).
+/// The NodeExpandVolume request of `args`.
 pub fn expand_request(args: &ExpandArgs<'_>) -> pb::NodeExpandVolumeRequest {
     pb::NodeExpandVolumeRequest {
         volume_id: args.volume_id.to_owned(),
@@ -192,7 +193,7 @@ pub fn expand_request(args: &ExpandArgs<'_>) -> pb::NodeExpandVolumeRequest {
         }),
         staging_target_path: args.staging_path.unwrap_or_default().to_owned(),
         volume_capability: Some(args.capability.clone()),
-        secrets: Default::default(),
+        secrets: args.secrets.clone().into_iter().collect(),
     }
 }
 
@@ -634,6 +635,7 @@ mod tests {
             staging_path: Some("/var/lib/kubelet/plugins/kubernetes.io/csi/d/abc/globalmount"),
             required_bytes: 2 << 30,
             capability: fs.clone(),
+            secrets: Default::default(),
         };
         let r = expand_request(&staged);
         assert_eq!(r.volume_id, "vol-1");
@@ -649,6 +651,16 @@ mod tests {
             ..staged.clone()
         };
         assert_eq!(expand_request(&unstaged).staging_target_path, "");
+        // the nodeExpandSecretRef's data, as given
+        let secrets: std::collections::BTreeMap<String, String> =
+            [("user".to_owned(), "admin".to_owned())].into();
+        let with_secret = ExpandArgs {
+            secrets: secrets.clone(),
+            ..staged.clone()
+        };
+        let sent: std::collections::BTreeMap<String, String> =
+            expand_request(&with_secret).secrets.into_iter().collect();
+        assert_eq!(sent, secrets);
         // a block volume: the block capability, the publish file
         let block = ExpandArgs {
             volume_path: "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/pv-1/u1",

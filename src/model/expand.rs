@@ -236,6 +236,24 @@ pub enum ExpandError {
         /// the claim's status capacity
         claim_bytes: u64,
     },
+    /// the PV's `nodeExpandSecretRef` cannot be read: no call is made
+    /// (retried later; the claim says why)
+    #[error(
+        "pod {pod}: volume {volume}: spec.csi.nodeExpandSecretRef names Secret \
+         {namespace}/{name}, which cannot be read: {why}"
+    )]
+    Secret {
+        /// the pod
+        pod: String,
+        /// the pod's volume name
+        volume: String,
+        /// the Secret's namespace
+        namespace: String,
+        /// the Secret's name
+        name: String,
+        /// why (never the Secret's data)
+        why: String,
+    },
     /// the driver says the volume is smaller than asked for
     #[error(
         "pod {pod}: volume {volume}: NodeExpandVolume answered capacity_bytes \
@@ -448,6 +466,22 @@ mod tests {
                 && msg.contains("capacity_bytes 1073741824")
                 && msg.contains("required_bytes 2147483648"),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_missing_expand_secret_names_pod_volume_field_and_secret() {
+        let err = ExpandError::Secret {
+            pod: "ns/web-0".into(),
+            volume: "data".into(),
+            namespace: "ns".into(),
+            name: "creds".into(),
+            why: "not found".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "pod ns/web-0: volume data: spec.csi.nodeExpandSecretRef names Secret ns/creds, \
+             which cannot be read: not found"
         );
     }
 

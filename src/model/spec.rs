@@ -157,6 +157,11 @@ pub struct CsiSpec {
     /// `spec.csi.nodePublishSecretRef`
     #[serde(default)]
     pub publish_secret: Option<SecretRef>,
+    /// `spec.csi.nodeExpandSecretRef`: read when NodeExpandVolume is
+    /// called, never journaled (an expansion is decided again from the
+    /// claim after a restart, so its call's arguments need no record)
+    #[serde(default)]
+    pub expand_secret: Option<SecretRef>,
     /// the VolumeAttachment that attached it to this node (its name and
     /// `attachmentMetadata`), when the driver needs attaching (filled in
     /// when the claim is resolved)
@@ -340,6 +345,7 @@ mod tests {
             read_only: false,
             stage_secret: None,
             publish_secret: None,
+            expand_secret: None,
             attachment: None,
             ephemeral: false,
             republish: false,

@@ -41,7 +41,7 @@ use crate::plugins::{
 };
 
 /// Reads the Secrets a CSI call needs (`nodeStageSecretRef`,
-/// `nodePublishSecretRef`) when the call is made.
+/// `nodePublishSecretRef`, `nodeExpandSecretRef`) when the call is made.
 pub trait SecretSource: Send + Sync + std::fmt::Debug {
     /// The Secret's data, or why it cannot be had.
     fn secret(&self, r: &SecretRef) -> Result<BTreeMap<String, String>, String>;
@@ -480,10 +480,14 @@ impl VolumePlugin for CsiPlugin {
         &self,
         _permit: &Permit,
         params: &TargetParams,
-        call: &ExpandCall,
+        call: &ExpandCall<'_>,
         sys: &dyn Sys,
     ) -> Result<u64, PluginError> {
-        let ExpandCall { required, block } = *call;
+        let ExpandCall {
+            required,
+            block,
+            secret,
+        } = *call;
         let mut op = Op::new(sys, Operation::ExpandVolume, params);
         let csi = self.csi(&op, params)?;
         let target = match block {
@@ -506,15 +510,39 @@ impl VolumePlugin for CsiPlugin {
             true => block_capability(mode),
             false => mount_capability(params.fs_type.as_deref(), &flags, None, mode),
         };
+        // read now, as the kubelet reads it for each call: a Secret not
+        // there fails this call (retried, its error on the claim), and its
+        // bytes go to the driver only
+        let pod = params.target.pod().map_or("", |p| p.as_str());
+        let secrets = self.secret(&op, secret).map_err(|e| match e {
+            PluginError::Secret {
+                op,
+                volume,
+                namespace,
+                name,
+                why,
+            } => PluginError::Expand {
+                op,
+                volume,
+                cause: Box::new(crate::model::ExpandError::Secret {
+                    pod: pod.to_owned(),
+                    volume: params.spec_name.to_string(),
+                    namespace,
+                    name,
+                    why,
+                }),
+            },
+            e => e,
+        })?;
         let req = expand_request(&ExpandArgs {
             volume_id: &csi.volume_handle,
             volume_path: &target,
             staging_path: staging.as_deref(),
             required_bytes: required,
             capability,
+            secrets,
         });
         let answered = self.call(&mut op, driver.client.expand(req))?;
-        let pod = params.target.pod().map_or("", |p| p.as_str());
         crate::model::check_answer(pod, &params.spec_name, required, answered).map_err(
             |cause| PluginError::Expand {
                 op: op.op,

@@ -542,7 +542,7 @@ pub trait VolumePlugin: Send + Sync {
         &self,
         _permit: &Permit,
         params: &TargetParams,
-        _call: &ExpandCall,
+        _call: &ExpandCall<'_>,
         _sys: &dyn Sys,
     ) -> Result<u64, PluginError> {
         Err(unsupported(Operation::ExpandVolume, params, self.name()))
@@ -551,11 +551,13 @@ pub trait VolumePlugin: Send + Sync {
 
 /// One node expansion as [`VolumePlugin::expand`] is asked for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExpandCall {
+pub struct ExpandCall<'a> {
     /// the size to reach, in bytes (`capacity_range.required_bytes`)
     pub required: u64,
     /// a raw block volume: the block capability, the publish file
     pub block: bool,
+    /// the PV's `nodeExpandSecretRef`, read when the call is made
+    pub secret: Option<&'a crate::model::SecretRef>,
 }
 
 fn unsupported(op: Operation, params: &TargetParams, plugin: PluginName) -> PluginError {

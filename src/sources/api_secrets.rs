@@ -76,12 +76,14 @@ pub(super) fn token_paths(pod: &ParsedPod, r: &TokenRef) -> Vec<(String, String)
     out
 }
 
-/// The Secrets a pod's CSI volumes name (stage and publish refs).
+/// The Secrets a pod's CSI volumes name (stage, publish and expand refs).
 pub(super) fn secrets_named(pod: &super::DesiredPod) -> BTreeSet<ObjectRef> {
     pod.volumes
         .iter()
         .filter_map(|v| match &*v.spec {
-            crate::model::VolumeSpec::Csi(c) => Some([&c.stage_secret, &c.publish_secret]),
+            crate::model::VolumeSpec::Csi(c) => {
+                Some([&c.stage_secret, &c.publish_secret, &c.expand_secret])
+            }
             _ => None,
         })
         .flatten()

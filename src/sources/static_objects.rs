@@ -811,6 +811,7 @@ fn pv_spec(file: &Path, pv: &str, spec: &PersistentVolumeSpec) -> Result<VolumeS
             read_only: csi.read_only.unwrap_or(false),
             stage_secret: secret_ref(&csi.node_stage_secret_ref),
             publish_secret: secret_ref(&csi.node_publish_secret_ref),
+            expand_secret: secret_ref(&csi.node_expand_secret_ref),
             attachment: None,
             ephemeral: false,
             republish: false,

@@ -33,11 +33,14 @@ pub(crate) const FILE_SYSTEM_RESIZE_FAILED: &str = "FileSystemResizeFailed";
 /// Whether a final failure says the size can never be had, so the claim
 /// is marked `NodeResizeInfeasible` and no node retries: the driver's
 /// INVALID_ARGUMENT or OUT_OF_RANGE (the CSI spec's "unsupported
-/// capacity"), or an answer below the request.
+/// capacity"), or an answer below the request (a Secret not there yet is
+/// not: the call is made again once it is).
 fn infeasible(e: &PluginError) -> bool {
     match e {
         PluginError::Csi { cause, .. } => cause.size_out_of_reach(),
-        PluginError::Expand { .. } => true,
+        PluginError::Expand { cause, .. } => {
+            matches!(**cause, crate::model::ExpandError::ShortAnswer { .. })
+        }
         _ => false,
     }
 }
@@ -126,6 +129,7 @@ impl Executor {
         let call = ExpandCall {
             required: to,
             block,
+            secret: csi.expand_secret.as_ref(),
         };
         let mut answered = 0;
         // a final failure's words, and whether the size can never be had
@@ -251,7 +255,7 @@ mod tests {
             &self,
             _: &Permit,
             params: &TargetParams,
-            call: &ExpandCall,
+            call: &ExpandCall<'_>,
             _: &dyn Sys,
         ) -> Result<u64, PluginError> {
             let required = call.required;
@@ -308,7 +312,7 @@ mod tests {
             &self,
             p: &Permit,
             t: &TargetParams,
-            c: &ExpandCall,
+            c: &ExpandCall<'_>,
             y: &dyn Sys,
         ) -> Result<u64, PluginError> {
             self.0.expand(p, t, c, y)
