@@ -853,3 +853,55 @@ fn the_node_expand_secret_reaches_the_driver_and_a_missing_one_is_named() {
         );
     });
 }
+
+/// A PV whose capacity is below its claim's status (a shrink, which no
+/// volume undergoes): the volume is mounted as it is, no call is made,
+/// and the claim's `NodeResizeError` names the pod, the volume and both
+/// fields, its capacity unchanged and nothing marked infeasible.
+#[test]
+fn a_pv_smaller_than_its_claim_is_an_error_on_the_claim_and_no_call() {
+    real("a PV below its claim", || {
+        let (mut env, api) = api_env("volumed-expand-e2e-shrink-");
+        let driver = TestDriver::spawn(driver_opts(&mut env));
+        settled_objects(&api, "8Mi", json!({}));
+        let mut pv = api
+            .get("v1", "PersistentVolume", None, "pv-grow")
+            .expect("the PV");
+        pv["spec"]["capacity"]["storage"] = json!("4Mi");
+        api.put(pv);
+        let daemon = env.start();
+        let target = target(&env);
+        let resize_error = || {
+            claim(&api)["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "NodeResizeError")
+                .cloned()
+        };
+        daemon.wait_until_showing(
+            "the claim says the PV is below it",
+            || resize_error().is_some(),
+            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
+        );
+        let message = resize_error().expect("the condition")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        for part in [
+            "pod uid-grow",
+            "volume data",
+            "PersistentVolume pv-grow spec.capacity.storage (4194304 bytes)",
+            "claim apps/data status.capacity.storage (8388608 bytes)",
+        ] {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+        wait_published(&daemon, &target);
+        assert_eq!(driver.count("NodeExpandVolume"), 0, "never shrunk");
+        let status = &claim(&api)["status"];
+        assert_eq!(status["capacity"]["storage"], "8Mi", "{status:#}");
+        assert!(capacity_patches(&api).is_empty());
+        assert!(status["allocatedResourceStatuses"].get("storage").is_none());
+        daemon.stop();
+    });
+}

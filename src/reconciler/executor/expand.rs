@@ -108,8 +108,22 @@ impl Executor {
                 return Ok(());
             }
             Err(e) => {
-                // bad input: said once per mount, the mount kept
-                self.pod_event(want, FILE_SYSTEM_RESIZE_FAILED, e.to_string());
+                // bad input (a PV below its claim): said once per mount, on
+                // the pod and as the claim's NodeResizeError, where whoever
+                // edits the claim or the PV looks; the mount kept, nothing
+                // marked infeasible (fixing the PV lets the next mount go on)
+                let error = e.to_string();
+                self.pod_event(want, FILE_SYSTEM_RESIZE_FAILED, error.clone());
+                if let Some(claims) = &self.claims {
+                    claims(ClaimResize {
+                        claim: claim.clone(),
+                        update: ClaimUpdate::Legacy,
+                        step: ResizeStep::Failed {
+                            error,
+                            infeasible: false,
+                        },
+                    });
+                }
                 return Ok(());
             }
         };
@@ -553,7 +567,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pv_below_the_claim_is_an_event_naming_the_fields_and_the_mount_stays() {
+    fn a_pv_below_the_claim_is_an_error_naming_the_fields_and_the_mount_stays() {
         let f = fixture(Double {
             expands: true,
             ..Double::default()
@@ -568,6 +582,13 @@ mod tests {
                 && seen[0].1.contains("spec.capacity.storage")
                 && seen[0].1.contains("claim ns/data status.capacity.storage"),
             "{seen:?}"
+        );
+        // the claim says it too, retryable once the PV is fixed
+        let told = f.claims.lock().unwrap().clone();
+        assert!(
+            matches!(&told[..], [(_, ResizeStep::Failed { error, infeasible: false })]
+                if *error == seen[0].1),
+            "{told:?}"
         );
     }
 
