@@ -669,110 +669,132 @@ impl Drop for LoopSweep {
 #[test]
 fn a_mapped_block_claim_grown_by_its_controller_is_grown_on_the_node() {
     real("grows a CSI raw block volume on the node", || {
-        let (mut env, api) = api_env("volumed-expand-e2e-block-");
-        let _loops = LoopSweep(env.scratch.path().to_owned());
-        let driver = TestDriver::spawn(driver_opts(&mut env));
-        put_block_objects(&api);
-        let csi = env.root.join("plugins/kubernetes.io/csi/volumeDevices");
-        let staging = csi.join("staging/pv-raw");
-        let publish = csi.join("publish/pv-raw/uid-raw");
-        let link = env
-            .root
-            .join("pods/uid-raw/volumeDevices/kubernetes.io~csi/pv-raw");
-        let daemon = env.start();
-        let claim_of = || {
-            api.get("v1", "PersistentVolumeClaim", Some("apps"), "raw")
-                .expect("the claim")
-        };
-        daemon.wait_until_showing(
-            "the block claim's status says the new size, the device mapped",
-            || {
-                claim_of()["status"]["capacity"]["storage"] == json!("32Mi")
-                    && all_mounted(&daemon.state(), &[staging.clone(), link.clone()])
-            },
-            || format!("{:#}\n{}", claim_of(), daemon.log_tail()),
-        );
-        // the device the pod's path shows grew, with no remap
-        assert_eq!(
-            device_bytes_at(&link),
-            32 * MI,
-            "the pod sees the PV's size"
-        );
-
-        // NodeExpandVolume once, with the kubelet's block arguments: the
-        // publish file (the device path) and the staging dir
-        let calls: Vec<Value> = driver
-            .calls()
-            .into_iter()
-            .filter(|c| c["method"] == "NodeExpandVolume")
-            .collect();
-        assert_eq!(calls.len(), 1, "{calls:#?}");
-        assert_eq!(calls[0]["access_type"], "block", "{calls:#?}");
-        assert_eq!(calls[0]["volume_path"], publish.display().to_string());
-        assert_eq!(
-            calls[0]["staging_target_path"],
-            staging.display().to_string()
-        );
-        assert_eq!(calls[0]["required_bytes"], 32 * MI);
-        assert_eq!(driver.count("NodePublishVolume"), 1, "no remap");
-
-        // the claim's status as for a filesystem: in progress, then the
-        // capacity, no resize status left, said once
-        let status = &claim_of()["status"];
-        assert!(
-            status["allocatedResourceStatuses"].get("storage").is_none(),
-            "{status:#}"
-        );
-        let patches: Vec<Value> = api
-            .requests()
-            .into_iter()
-            .filter(|r| {
-                r.method == "PATCH" && r.path.ends_with("/persistentvolumeclaims/raw/status")
-            })
-            .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
-            .collect();
-        let capacity: Vec<&Value> = patches
-            .iter()
-            .filter(|b| b["status"].get("capacity").is_some())
-            .collect();
-        assert_eq!(capacity.len(), 1, "{patches:#?}");
-        assert_eq!(capacity[0]["status"]["capacity"]["storage"], "32Mi");
-        assert_eq!(
-            patches[0]["status"]["allocatedResourceStatuses"]["storage"],
-            "NodeResizeInProgress"
-        );
-        daemon.wait_until_showing(
-            "a FileSystemResizeSuccessful Normal event on the pod",
-            || {
-                api.list("v1", "Event").iter().any(|e| {
-                    e["reason"] == "FileSystemResizeSuccessful"
-                        && e["involvedObject"]["name"] == "raw-pod"
-                })
-            },
-            || format!("{:#?}", api.list("v1", "Event")),
-        );
-
-        // a restart re-issues nothing: the claim says the new size
-        daemon.stop();
-        let daemon = env.start();
-        daemon.wait_until("the map stands after the restart", || {
-            all_mounted(&daemon.state(), &[staging.clone(), link.clone()])
-        });
-        std::thread::sleep(Duration::from_millis(500));
-        assert_eq!(driver.count("NodeExpandVolume"), 1, "not again");
-        assert_eq!(driver.count("NodeStageVolume"), 1);
-        assert_eq!(driver.count("NodePublishVolume"), 1);
-        assert_eq!(device_bytes_at(&link), 32 * MI);
-
-        // the pod goes: unmapped, unstaged, the driver's device gone
-        assert!(api.delete("v1", "Pod", Some("apps"), "raw-pod"));
-        daemon.wait_until_showing(
-            "the volume is unstaged and no loop device left",
-            || driver.count("NodeUnstageVolume") == 1 && loops_below(&env.root).is_empty(),
-            || daemon.log_tail(),
-        );
-        daemon.stop();
+        grow_block(true)
     });
+}
+
+/// The same with a driver that does not stage: no staging path is sent,
+/// the device is the one the publish made.
+#[test]
+fn a_mapped_block_claim_of_a_driver_that_does_not_stage_is_grown() {
+    real("grows an unstaged CSI raw block volume", || {
+        grow_block(false)
+    });
+}
+
+/// A mapped block claim grown from 16 to 32 MiB, with a driver that
+/// stages (`stage`) or not.
+fn grow_block(stage: bool) {
+    let (mut env, api) = api_env("volumed-expand-e2e-block-");
+    let _loops = LoopSweep(env.scratch.path().to_owned());
+    let mut opts = driver_opts(&mut env);
+    opts.no_stage = !stage;
+    let driver = TestDriver::spawn(opts);
+    put_block_objects(&api);
+    let csi = env.root.join("plugins/kubernetes.io/csi/volumeDevices");
+    let staging = csi.join("staging/pv-raw");
+    let publish = csi.join("publish/pv-raw/uid-raw");
+    let link = env
+        .root
+        .join("pods/uid-raw/volumeDevices/kubernetes.io~csi/pv-raw");
+    let daemon = env.start();
+    let claim_of = || {
+        api.get("v1", "PersistentVolumeClaim", Some("apps"), "raw")
+            .expect("the claim")
+    };
+    daemon.wait_until_showing(
+        "the block claim's status says the new size, the device mapped",
+        || {
+            claim_of()["status"]["capacity"]["storage"] == json!("32Mi")
+                && all_mounted(&daemon.state(), &[staging.clone(), link.clone()])
+        },
+        || format!("{:#}\n{}", claim_of(), daemon.log_tail()),
+    );
+    // the device the pod's path shows grew, with no remap
+    assert_eq!(
+        device_bytes_at(&link),
+        32 * MI,
+        "the pod sees the PV's size"
+    );
+
+    // NodeExpandVolume once, with the kubelet's block arguments: the
+    // publish file (the device path) and the staging dir
+    let calls: Vec<Value> = driver
+        .calls()
+        .into_iter()
+        .filter(|c| c["method"] == "NodeExpandVolume")
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0]["access_type"], "block", "{calls:#?}");
+    assert_eq!(calls[0]["volume_path"], publish.display().to_string());
+    let sent_staging = match stage {
+        true => staging.display().to_string(),
+        false => String::new(),
+    };
+    assert_eq!(calls[0]["staging_target_path"], sent_staging);
+    assert_eq!(calls[0]["required_bytes"], 32 * MI);
+    assert_eq!(driver.count("NodePublishVolume"), 1, "no remap");
+
+    // the claim's status as for a filesystem: in progress, then the
+    // capacity, no resize status left, said once
+    let status = &claim_of()["status"];
+    assert!(
+        status["allocatedResourceStatuses"].get("storage").is_none(),
+        "{status:#}"
+    );
+    let patches: Vec<Value> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/persistentvolumeclaims/raw/status"))
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .collect();
+    let capacity: Vec<&Value> = patches
+        .iter()
+        .filter(|b| b["status"].get("capacity").is_some())
+        .collect();
+    assert_eq!(capacity.len(), 1, "{patches:#?}");
+    assert_eq!(capacity[0]["status"]["capacity"]["storage"], "32Mi");
+    assert_eq!(
+        patches[0]["status"]["allocatedResourceStatuses"]["storage"],
+        "NodeResizeInProgress"
+    );
+    daemon.wait_until_showing(
+        "a FileSystemResizeSuccessful Normal event on the pod",
+        || {
+            api.list("v1", "Event").iter().any(|e| {
+                e["reason"] == "FileSystemResizeSuccessful"
+                    && e["involvedObject"]["name"] == "raw-pod"
+            })
+        },
+        || format!("{:#?}", api.list("v1", "Event")),
+    );
+
+    // a restart re-issues nothing: the claim says the new size
+    daemon.stop();
+    let daemon = env.start();
+    daemon.wait_until("the map stands after the restart", || {
+        all_mounted(&daemon.state(), &[staging.clone(), link.clone()])
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(driver.count("NodeExpandVolume"), 1, "not again");
+    assert_eq!(driver.count("NodeStageVolume"), usize::from(stage));
+    assert_eq!(driver.count("NodePublishVolume"), 1);
+    assert_eq!(device_bytes_at(&link), 32 * MI);
+
+    // the pod goes: unmapped, unpublished (and unstaged), the
+    // driver's device gone
+    assert!(api.delete("v1", "Pod", Some("apps"), "raw-pod"));
+    let scratch = env.scratch.path().to_owned();
+    daemon.wait_until_showing(
+        "the volume is unpublished and no loop device left",
+        || {
+            driver.count("NodeUnpublishVolume") == 1
+                && driver.count("NodeUnstageVolume") == usize::from(stage)
+                && loops_below(&scratch).is_empty()
+        },
+        || daemon.log_tail(),
+    );
+    daemon.stop();
 }
 
 /// A PV's `nodeExpandSecretRef` is read from the API server when the call
