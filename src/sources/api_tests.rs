@@ -275,11 +275,16 @@ fn an_attachment_that_arrives_later_updates_the_pods_of_its_volume() {
 #[test]
 fn only_the_secrets_the_pods_csi_volumes_name_are_wanted() {
     let mut s = listed_state();
+    // pv1 names its stage Secret, pv2 its expand Secret: both wanted
     let pv_with = |name: &str, claim: &str, secret: &str| {
+        let field = match name {
+            "pv1" => "nodeStageSecretRef",
+            _ => "nodeExpandSecretRef",
+        };
         json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
             "spec": {"claimRef": {"namespace": "ns", "name": claim},
                 "csi": {"driver": "d.example.com", "volumeHandle": name,
-                    "nodeStageSecretRef": {"namespace": "ns", "name": secret}}}})
+                    field: {"namespace": "ns", "name": secret}}}})
     };
     s.apply(Change::Applied(
         Kind::CsiDriver,

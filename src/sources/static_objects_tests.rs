@@ -307,6 +307,7 @@ spec:
     readOnly: true
     nodeStageSecretRef: {name: stage, namespace: ns1}
     nodePublishSecretRef: {name: pub}
+    nodeExpandSecretRef: {name: grow, namespace: ns2}
 ";
 
 const CSI_PVC: &str = "\
@@ -366,6 +367,13 @@ fn a_csi_pv_carries_its_secret_references_and_read_only() {
     assert_eq!(
         c.publish_secret.map(|s| s.namespace),
         Some("default".into())
+    );
+    assert_eq!(
+        c.expand_secret,
+        Some(SecretRef {
+            namespace: "ns2".into(),
+            name: "grow".into()
+        })
     );
     assert_eq!(
         c.attachment, None,
