@@ -1179,3 +1179,65 @@ fn a_symlink_out_of_the_pod_dir_is_removed_as_a_link_and_its_target_kept() {
         assert!(outside.join("precious").exists());
     });
 }
+
+/// Detaches the loop devices a test attached, whatever it asserted.
+struct Detach(Vec<PathBuf>);
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        for dev in &self.0 {
+            // already detached is fine: the test detaches them itself
+            let _ = std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(dev)
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The hold's lookup (`loop_find_backing`): it finds the loop device
+/// `LinuxSys` bound to a file and no other file's, and none once the
+/// device is detached, by `LinuxSys` or by another process behind its
+/// back (the lookup's index is checked against sysfs at each answer).
+#[test]
+fn a_loop_hold_is_found_while_bound_and_never_after_a_detach() {
+    if !require_root("loop devices") {
+        return;
+    }
+    let scratch = Scratch::new("volumed-plug-loophold-");
+    let base = fs::canonicalize(scratch.path()).unwrap();
+    for name in ["a.img", "b.img"] {
+        fs::File::create(base.join(name))
+            .and_then(|f| f.set_len(1 << 20))
+            .unwrap();
+    }
+    let at = |name: &'static str| Beneath {
+        base: &base,
+        rel: Path::new(name),
+    };
+    let (a, b) = (base.join("a.img"), base.join("b.img"));
+    let sys = LinuxSys;
+    let mut cleanup = Detach(Vec::new());
+
+    let first = sys.loop_attach_beneath(at("a.img")).unwrap();
+    cleanup.0.push(first.clone());
+    assert_eq!(sys.loop_find_backing(&a).unwrap(), [first.clone()]);
+    assert_eq!(sys.loop_find_backing(&b).unwrap(), Vec::<PathBuf>::new());
+
+    // another process detaches it: no longer found
+    let out = std::process::Command::new("losetup")
+        .arg("-d")
+        .arg(&first)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "losetup -d: {out:?}");
+    assert_eq!(sys.loop_find_backing(&a).unwrap(), Vec::<PathBuf>::new());
+
+    // bound again, then detached by LinuxSys itself: not found either
+    let second = sys.loop_attach_beneath(at("a.img")).unwrap();
+    cleanup.0.push(second.clone());
+    assert_eq!(sys.loop_find_backing(&a).unwrap(), [second.clone()]);
+    sys.loop_detach(&second).unwrap();
+    assert_eq!(sys.loop_find_backing(&a).unwrap(), Vec::<PathBuf>::new());
+}

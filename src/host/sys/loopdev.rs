@@ -8,12 +8,17 @@
 //! bound loop device's backing file in `/sys/block/loopN/loop/backing_file`
 //! (the path of the file it holds open, as the reader's root sees it) and
 //! has no such file for an unbound one. This is what `losetup -j` and the
-//! kubelet's lookup read.
+//! kubelet's lookup read. Both walk every loop device for each lookup; here
+//! one walk at the first lookup fills an index that attach and detach keep
+//! ([`KNOWN`]), so a pod's map step costs O(its devices), not O(the node's
+//! block pods).
 
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
@@ -69,25 +74,92 @@ fn backing_of(n: u32, call: Call, named: &Path) -> Result<Option<Vec<u8>>, SysEr
     }
 }
 
-/// See [`super::Sys::loop_find_backing`].
-pub(super) fn find_backing(backing: &Path) -> Result<Vec<PathBuf>, SysError> {
-    let call = Call::LoopFind;
-    let list = std::fs::read_dir(SYS_BLOCK).map_err(|e| io_error(call, backing, &e))?;
-    let mut found = Vec::new();
+/// The host's bound loop devices by backing file, as this process knows
+/// them: filled by one walk of `/sys/block` at the first lookup, then kept
+/// by [`attach`] and [`detach`]. The loop devices are the host's, whichever
+/// `LinuxSys` asks, hence one index per process. Every answer is checked
+/// against sysfs, so a device detached or rebound by another process since
+/// is dropped, never returned. One another process binds to a file after
+/// the walk is not seen: the holds are volumed's own (a restart walks
+/// again), and another's device is not volumed's to detach.
+static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
+
+/// Loop device numbers by backing file (its path, as sysfs names it).
+type Known = HashMap<Vec<u8>, BTreeSet<u32>>;
+
+/// Every bound loop device, by backing file: one read per loop device.
+fn walk(call: Call, named: &Path) -> Result<Known, SysError> {
+    let list = std::fs::read_dir(SYS_BLOCK).map_err(|e| io_error(call, named, &e))?;
+    let mut known = Known::new();
     for entry in list {
-        let entry = entry.map_err(|e| io_error(call, backing, &e))?;
+        let entry = entry.map_err(|e| io_error(call, named, &e))?;
         let Some(n) = loop_number(&entry.file_name()) else {
             continue;
         };
-        if backing_of(n, call, backing)?.as_deref() == Some(backing.as_os_str().as_bytes()) {
+        if let Some(backing) = backing_of(n, call, named)? {
+            known.entry(backing).or_default().insert(n);
+        }
+    }
+    Ok(known)
+}
+
+/// The index, walked first if this is the first lookup. A poisoned lock is
+/// taken as it is: every change to the index is a single insert or remove.
+fn known_index(call: Call, named: &Path) -> Result<MutexGuard<'static, Option<Known>>, SysError> {
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    if known.is_none() {
+        *known = Some(walk(call, named)?);
+    }
+    Ok(known)
+}
+
+/// See [`super::Sys::loop_find_backing`].
+pub(super) fn find_backing(backing: &Path) -> Result<Vec<PathBuf>, SysError> {
+    let call = Call::LoopFind;
+    let key = backing.as_os_str().as_bytes();
+    let mut guard = known_index(call, backing)?;
+    let Some(devices) = guard.as_mut().and_then(|k| k.get_mut(key)) else {
+        return Ok(Vec::new());
+    };
+    let mut found = Vec::new();
+    for n in std::mem::take(devices) {
+        if backing_of(n, call, backing)?.as_deref() == Some(key) {
             found.push(n);
         }
     }
-    found.sort_unstable();
+    devices.extend(found.iter().copied());
+    if devices.is_empty()
+        && let Some(k) = guard.as_mut()
+    {
+        k.remove(key);
+    }
     Ok(found
         .into_iter()
         .map(|n| PathBuf::from(format!("/dev/loop{n}")))
         .collect())
+}
+
+/// Records in the index what loop device `n` is now backed by, as sysfs
+/// names it (a first lookup's walk will see it anyway).
+fn remember(n: u32, call: Call, named: &Path) -> Result<(), SysError> {
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    if let (Some(k), Some(backing)) = (known.as_mut(), backing_of(n, call, named)?) {
+        k.entry(backing).or_default().insert(n);
+    }
+    Ok(())
+}
+
+/// Drops loop device `n`, backed by `backing`, from the index.
+fn forget(n: u32, backing: &[u8]) {
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = known.as_mut()
+        && let Some(devices) = k.get_mut(backing)
+    {
+        devices.remove(&n);
+        if devices.is_empty() {
+            k.remove(backing);
+        }
+    }
 }
 
 /// `ioctl(fd, request, arg)`, its failure as the errno.
@@ -120,7 +192,12 @@ pub(super) fn attach(file: &OwnedFd, named: &Path) -> Result<PathBuf, SysError> 
             Err(e) => return Err(err(e)),
         };
         match ioctl(&lo, LOOP_SET_FD, backing) {
-            Ok(_) => return Ok(dev),
+            Ok(_) => {
+                if let Ok(n) = u32::try_from(n) {
+                    remember(n, Call::LoopAttach, named)?;
+                }
+                return Ok(dev);
+            }
             // taken by someone else since it was free: ask again
             Err(Errno::EBUSY) => continue,
             Err(e) => return Err(err(e)),
@@ -141,7 +218,11 @@ pub(super) fn detach(dev: &Path) -> Result<(), SysError> {
     let n = n.ok_or_else(|| err(Errno::EINVAL))?;
     let lo =
         nix::fcntl::open(dev, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(err)?;
+    let backing = backing_of(n, Call::LoopDetach, dev)?;
     ioctl(&lo, LOOP_CLR_FD, 0).map_err(err)?;
+    if let Some(backing) = &backing {
+        forget(n, backing);
+    }
     // the kernel lets go of the backing file at the loop device's last close
     drop(lo);
     let start = Instant::now();
