@@ -1222,7 +1222,10 @@ fn a_loop_hold_is_found_while_bound_and_never_after_a_detach() {
 
     let first = sys.loop_attach_beneath(at("a.img")).unwrap();
     cleanup.0.push(first.clone());
-    assert_eq!(sys.loop_find_backing(&a).unwrap(), [first.clone()]);
+    assert_eq!(
+        sys.loop_find_backing(&a).unwrap(),
+        std::slice::from_ref(&first)
+    );
     assert_eq!(sys.loop_find_backing(&b).unwrap(), Vec::<PathBuf>::new());
 
     // another process detaches it: no longer found
@@ -1237,7 +1240,10 @@ fn a_loop_hold_is_found_while_bound_and_never_after_a_detach() {
     // bound again, then detached by LinuxSys itself: not found either
     let second = sys.loop_attach_beneath(at("a.img")).unwrap();
     cleanup.0.push(second.clone());
-    assert_eq!(sys.loop_find_backing(&a).unwrap(), [second.clone()]);
+    assert_eq!(
+        sys.loop_find_backing(&a).unwrap(),
+        std::slice::from_ref(&second)
+    );
     sys.loop_detach(&second).unwrap();
     assert_eq!(sys.loop_find_backing(&a).unwrap(), Vec::<PathBuf>::new());
 }
