@@ -29,7 +29,8 @@
 //!   manifests (the mounts are still there), spawn to `/readyz` 200; and
 //!   **restart/read**, its ratio to one mountinfo read. Above 10× it is
 //!   printed as a `DEFECT` line with the longest silence in the log before
-//!   ready, to explain.
+//!   ready, to explain; below 1,000 pods, where a start's fixed cost is
+//!   most of it, with the same explanation but not judged.
 //! - **phases** of each start, from the daemon's stderr (tracing's default
 //!   format, `<RFC 3339 UTC time> <LEVEL> <target>: <message> k=v k="v v"`).
 //!   Every line up to all mounted is listed with its time after the spawn
@@ -92,8 +93,12 @@ use volumed::model::{Layout, PluginName, PodUid, PodVolume, StorageMedium, Volum
 /// Reads of the mount table per size; the median is the floor.
 const READ_RUNS: usize = 11;
 /// Below the goal's range (`RESTART_GOAL_FROM`), a restart over this many
-/// times one read and parse of the mount table is reported as a defect.
+/// times one read and parse of the mount table is reported as a defect,
+/// from `DEFECT_FROM` pods: below, a start's fixed cost (opening the
+/// journal, binding the sockets) is most of a restart and the mount table
+/// a few hundred lines, so the ratio is printed, not judged.
 const DEFECT_RATIO: f64 = 10.0;
+const DEFECT_FROM: usize = 1_000;
 /// The goal for VmRSS per volume, judged at `MEMORY_GOAL_AT` volumes and
 /// above (below, the process's fixed cost dominates).
 const MEMORY_GOAL_KIB: f64 = 2.0;
@@ -842,6 +847,7 @@ fn print_table(rows: &[Row]) {
         }
         None => r.pods < RESTART_GOAL_FROM && r.ratio() > DEFECT_RATIO,
     };
+    let fixed_cost = |r: &Row| r.pods < DEFECT_FROM;
     for r in rows.iter().filter(judged) {
         let gap = r.restart_gap.as_ref().map_or(String::new(), |(_, what)| {
             format!("; the longest silence in its log before ready: {what}")
@@ -864,7 +870,13 @@ fn print_table(rows: &[Row]) {
             ms(r.restart_ready),
             r.floors.ratios_text(r.restart_ready)
         );
-        if r.pods < RESTART_GOAL_FROM {
+        if fixed_cost(r) {
+            println!(
+                "  (not judged: below {DEFECT_FROM} pods a start's fixed cost is most of \
+                 the restart, {:.1}x one mountinfo read + parse)",
+                r.ratio()
+            );
+        } else if r.pods < RESTART_GOAL_FROM {
             println!(
                 "DEFECT: at {} pods restart → readyz takes {:.1}x one mountinfo read + parse \
                  (over {DEFECT_RATIO:.0}x)",
