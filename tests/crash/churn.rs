@@ -147,7 +147,7 @@ pub fn run(iters: u64, seed: u64, api: bool) -> ChurnReport {
                         && node.desired.contains_key(p)
                 }
                 // churn maps no raw block volume
-                Ref::RawDev => false,
+                Ref::RawDev | Ref::CsiRawDev | Ref::CsiRawPublish(_) => false,
                 Ref::Dev | Ref::CsiDev => {
                     let kind = if *r == Ref::Dev { Kind::Pv } else { Kind::Csi };
                     desired_before.iter().any(|(p, k)| {

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! describe   <free text>
-//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap raw
+//! pods       <pod>:<kind>[,<kind>…] …      # before the crash; kinds: tmp disk pv csi secret configmap raw csiraw
 //! option     blank_device | checkpoint_every=<n> | fs_group=<gid> | expand
 //! crash      <point>[:<n>] | kill           # kill: the runner SIGKILLs after settling
 //! full       <point>[:<n>] free | kill      # instead of crash: the journal's disk fills there
@@ -23,8 +23,10 @@
 //! ```
 //!
 //! A `<ref>` is `<pod>/<kind>` (a pod target), `dev` (the local PV's
-//! device target), `csidev` (the CSI PV's staging target) or `rawdev` (the
-//! raw block PV's global map dir).
+//! device target), `csidev` (the CSI PV's staging target), `rawdev` (the
+//! raw block PV's global map dir), `csirawdev` (the CSI raw block PV's
+//! staging dir) or `<pod>/csirawpub` (the driver's bind on the pod's
+//! publish file of the CSI raw block PV: a mount, not a target).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -54,6 +56,13 @@ pub enum Kind {
     /// (MapPodDevice: the device bound on the pod's file there, the pod's
     /// symlink, the loop device's hold)
     Raw,
+    /// the CSI raw block PV `pv-csiraw` of the test driver (`volumeMode:
+    /// Block`, the driver's loop device per staged volume): its staging
+    /// dir (MapDevice: NodeStageVolume) and the pod's map (MapPodDevice:
+    /// NodePublishVolume on the publish file, the device bound on the
+    /// pod's file in `volumeDevices/<pv>/dev`, the pod's symlink to the
+    /// publish file, the loop device's hold)
+    CsiRaw,
 }
 
 impl Kind {
@@ -67,6 +76,7 @@ impl Kind {
             Kind::Secret => "secret",
             Kind::ConfigMap => "configmap",
             Kind::Raw => "raw",
+            Kind::CsiRaw => "csiraw",
         }
     }
 
@@ -79,8 +89,9 @@ impl Kind {
             "secret" => Ok(Kind::Secret),
             "configmap" => Ok(Kind::ConfigMap),
             "raw" => Ok(Kind::Raw),
+            "csiraw" => Ok(Kind::CsiRaw),
             other => Err(format!(
-                "unknown volume kind {other:?} (tmp, disk, pv, csi, secret, configmap, raw)"
+                "unknown volume kind {other:?} (tmp, disk, pv, csi, secret, configmap, raw, csiraw)"
             )),
         }
     }
@@ -95,22 +106,34 @@ pub enum Ref {
     CsiDev,
     /// the device target of `pv-raw`: its global map dir
     RawDev,
+    /// the device target of `pv-csiraw`: its staging dir
+    CsiRawDev,
     /// a pod's target of one kind
     Pod(String, Kind),
+    /// the driver's bind on a pod's publish file of `pv-csiraw` (a mount
+    /// of the pod's map, not a target of its own)
+    CsiRawPublish(String),
 }
 
 impl Ref {
-    /// Parses `dev`, `csidev` or `<pod>/<kind>`.
+    /// Parses `dev`, `csidev`, `rawdev`, `csirawdev`, `<pod>/<kind>` or
+    /// `<pod>/csirawpub`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "dev" => return Ok(Ref::Dev),
             "csidev" => return Ok(Ref::CsiDev),
             "rawdev" => return Ok(Ref::RawDev),
+            "csirawdev" => return Ok(Ref::CsiRawDev),
             _ => {}
         }
         let (pod, kind) = s.split_once('/').ok_or_else(|| {
-            format!("a target is `dev`, `csidev`, `rawdev` or `<pod>/<kind>`, not {s:?}")
+            format!(
+                "a target is `dev`, `csidev`, `rawdev`, `csirawdev` or `<pod>/<kind>`, not {s:?}"
+            )
         })?;
+        if kind == "csirawpub" {
+            return Ok(Ref::CsiRawPublish(pod.to_owned()));
+        }
         Ok(Ref::Pod(pod.to_owned(), Kind::parse(kind)?))
     }
 }
@@ -121,7 +144,9 @@ impl std::fmt::Display for Ref {
             Ref::Dev => f.write_str("dev"),
             Ref::CsiDev => f.write_str("csidev"),
             Ref::RawDev => f.write_str("rawdev"),
+            Ref::CsiRawDev => f.write_str("csirawdev"),
             Ref::Pod(p, k) => write!(f, "{p}/{}", k.word()),
+            Ref::CsiRawPublish(p) => write!(f, "{p}/csirawpub"),
         }
     }
 }
@@ -488,7 +513,8 @@ pub fn load_all(dir: &Path) -> Result<Vec<Fixture>, String> {
 
 impl Fixture {
     /// Whether a pod of the scenario (before the crash, triggered or added
-    /// while down) has a `csi` volume: the node then runs the test driver.
+    /// while down) has a `csi` or `csiraw` volume: the node then runs the
+    /// test driver.
     pub fn uses_csi(&self) -> bool {
         let added = self
             .trigger
@@ -502,7 +528,15 @@ impl Fixture {
             .iter()
             .map(|(_, kinds)| kinds)
             .chain(added)
-            .any(|kinds| kinds.contains(&Kind::Csi))
+            .any(|kinds| kinds.contains(&Kind::Csi) || kinds.contains(&Kind::CsiRaw))
+    }
+
+    /// Whether a pod of the scenario before the crash has a `csiraw`
+    /// volume: the node then has the CSI raw block PV and its claim.
+    pub fn uses_csi_raw(&self) -> bool {
+        self.pods
+            .iter()
+            .any(|(_, kinds)| kinds.contains(&Kind::CsiRaw))
     }
 
     /// Whether a pod of the scenario before the crash has a `raw` volume:

@@ -39,6 +39,13 @@ pub const RAW_PV: &str = "pv-raw";
 pub const RAW_MAGIC: &[u8] = b"volumed crash: raw block, never formatted";
 /// The CSI PV every `csi` volume uses.
 pub const CSI_PV: &str = "pv-csi";
+/// The CSI raw block PV every `csiraw` volume uses (`volumeMode: Block`,
+/// handle `vol-csiraw`, on the test driver).
+pub const CSI_RAW_PV: &str = "pv-csiraw";
+/// What the runner writes at the start of the CSI raw block device once
+/// the driver staged it: it must still be there, read through each
+/// mapping pod's symlink, after the restart (volumed never writes it).
+pub const CSI_RAW_MAGIC: &[u8] = b"volumed crash: csi raw block, never written by volumed";
 /// Its volume handle.
 pub const CSI_HANDLE: &str = "vol-csi";
 /// `sha256sum` of [`CSI_HANDLE`] (computed outside the project): the
@@ -84,6 +91,10 @@ pub struct Node {
     /// the loop device of the raw block PV, when a `raw` pod is in the
     /// scenario ([`Node::use_raw`])
     pub raw: Option<LoopDevice>,
+    /// the CSI raw block PV and its claim are written ([`Node::use_csi_raw`])
+    pub csi_raw: bool,
+    /// [`CSI_RAW_MAGIC`] was written on the CSI raw block device
+    pub csi_raw_written: bool,
     /// `--checkpoint-every`
     pub checkpoint_every: Option<u64>,
     /// `securityContext.fsGroup` of every pod (`option fs_group=<gid>`)
@@ -164,6 +175,8 @@ impl Node {
             runs: 0,
             dev,
             raw: None,
+            csi_raw: false,
+            csi_raw_written: false,
             checkpoint_every: None,
             fs_group: None,
             expand: false,
@@ -211,6 +224,66 @@ impl Node {
                 String::from_utf8_lossy(&head)
             )),
         }
+    }
+
+    /// A `csiraw` pod in the scenario: the CSI raw block PV `pv-csiraw`
+    /// (the test driver's) and its claim.
+    pub fn use_csi_raw(&mut self) {
+        self.csi_raw = true;
+        self.write_objects();
+    }
+
+    /// The test driver's loop device of the staged CSI raw block volume
+    /// (backed by a file in its staging dir), if it is staged.
+    fn csi_raw_device(&self) -> Option<String> {
+        self.holds_under(&self.path(&Ref::CsiRawDev))
+            .into_iter()
+            .next()
+    }
+
+    /// Writes [`CSI_RAW_MAGIC`] at the start of the CSI raw block device,
+    /// when the driver has it staged (the daemon may be down or settled).
+    pub fn write_csi_raw_magic(&mut self) -> Result<(), String> {
+        let Some(dev) = self.csi_raw_device() else {
+            return Ok(());
+        };
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&dev)
+            .and_then(|mut f| f.write_all(CSI_RAW_MAGIC).and_then(|()| f.sync_all()))
+            .map_err(|e| format!("write the CSI raw device {dev}: {e}"))?;
+        self.csi_raw_written = true;
+        Ok(())
+    }
+
+    /// The CSI raw block device still starts with [`CSI_RAW_MAGIC`]
+    /// once written: read through each desired pod's symlink (so its map
+    /// names that device) and, still staged, through the driver's device.
+    pub fn check_csi_raw_bytes(&self) -> Result<(), String> {
+        if !self.csi_raw_written {
+            return Ok(());
+        }
+        let mut at: Vec<PathBuf> = self
+            .desired
+            .iter()
+            .filter(|(_, k)| k.contains(&Kind::CsiRaw))
+            .map(|(p, _)| self.path(&Ref::Pod(p.clone(), Kind::CsiRaw)))
+            .collect();
+        at.extend(self.csi_raw_device().map(PathBuf::from));
+        for path in at {
+            let mut head = vec![0; CSI_RAW_MAGIC.len()];
+            fs::File::open(&path)
+                .and_then(|mut f| f.read_exact(&mut head))
+                .map_err(|e| format!("read the CSI raw device at {}: {e}", path.display()))?;
+            if head != CSI_RAW_MAGIC {
+                return Err(format!(
+                    "the CSI raw device's bytes at {} changed: {:?}",
+                    path.display(),
+                    String::from_utf8_lossy(&head)
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The loop devices (`/dev/loopN`) backed by a file at or below `dir`,
@@ -316,6 +389,12 @@ impl Node {
             );
             self.write_object_file("raw.yaml", &text);
         }
+        if self.driver.is_some() && self.csi_raw {
+            let text = format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_RAW_PV}}}\nspec:\n  capacity: {{storage: 16Mi}}\n  volumeMode: Block\n  accessModes: [ReadWriteOnce]\n  claimRef: {{namespace: default, name: claim-csiraw}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: vol-csiraw}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csiraw, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  volumeName: {CSI_RAW_PV}\n  resources:\n    requests: {{storage: 16Mi}}\n"
+            );
+            self.write_object_file("csiraw.yaml", &text);
+        }
         if self.driver.is_some() && self.expand {
             // a claim the resize controller grew: its PV is 8 MiB, its
             // status still 4 MiB (an older resizer's: no recovery fields),
@@ -369,6 +448,9 @@ impl Node {
                 Kind::Secret => "  - {name: secret, secret: {secretName: crash-secret}}\n",
                 Kind::ConfigMap => "  - {name: config, configMap: {name: crash-config}}\n",
                 Kind::Raw => "  - {name: raw, persistentVolumeClaim: {claimName: claim-raw}}\n",
+                Kind::CsiRaw => {
+                    "  - {name: csiraw, persistentVolumeClaim: {claimName: claim-csiraw}}\n"
+                }
             });
         }
         // a disk emptyDir is also mounted by subPath: `mounts <pod>` binds it
@@ -378,8 +460,16 @@ impl Node {
         }
         .to_owned();
         // a raw block volume is a device of the container
-        if kinds.contains(&Kind::Raw) {
-            mounts.push_str(", volumeDevices: [{name: raw, devicePath: /dev/xvda}]");
+        let devices: Vec<&str> = [
+            (Kind::Raw, "{name: raw, devicePath: /dev/xvda}"),
+            (Kind::CsiRaw, "{name: csiraw, devicePath: /dev/xvdb}"),
+        ]
+        .into_iter()
+        .filter(|(k, _)| kinds.contains(k))
+        .map(|(_, d)| d)
+        .collect();
+        if !devices.is_empty() {
+            mounts.push_str(&format!(", volumeDevices: [{}]", devices.join(", ")));
         }
         let security = match self.fs_group {
             Some(g) => format!("  securityContext: {{fsGroup: {g}}}\n"),
@@ -478,6 +568,19 @@ impl Node {
                 .root
                 .join("plugins/kubernetes.io~local-volume/volumeDevices")
                 .join(RAW_PV),
+            Ref::CsiRawDev => self.csi_block_dir().join("staging").join(CSI_RAW_PV),
+            Ref::CsiRawPublish(p) => self
+                .csi_block_dir()
+                .join("publish")
+                .join(CSI_RAW_PV)
+                .join(uid(p)),
+            // the pod's symlink to its publish file
+            Ref::Pod(p, Kind::CsiRaw) => self
+                .root
+                .join("pods")
+                .join(uid(p))
+                .join("volumeDevices/kubernetes.io~csi")
+                .join(CSI_RAW_PV),
             // the pod's symlink to the device
             Ref::Pod(p, Kind::Raw) => self
                 .root
@@ -494,10 +597,22 @@ impl Node {
                     Kind::Csi => v.join("kubernetes.io~csi").join(CSI_PV).join("mount"),
                     Kind::Secret => v.join("kubernetes.io~secret/secret"),
                     Kind::ConfigMap => v.join("kubernetes.io~configmap/config"),
-                    Kind::Raw => unreachable!("matched above"),
+                    Kind::Raw | Kind::CsiRaw => unreachable!("matched above"),
                 }
             }
         }
+    }
+
+    /// `<root>/plugins/kubernetes.io/csi/volumeDevices`: the CSI raw
+    /// block paths.
+    fn csi_block_dir(&self) -> PathBuf {
+        self.root.join("plugins/kubernetes.io/csi/volumeDevices")
+    }
+
+    /// `volumeDevices/<pv-csiraw>/dev`: the CSI raw block volume's global
+    /// map path, each mapping pod's file in it.
+    fn csi_raw_map_dir(&self) -> PathBuf {
+        self.csi_block_dir().join(CSI_RAW_PV).join("dev")
     }
 
     /// Where a target's mount is: its path, but for a raw block pod
@@ -506,16 +621,36 @@ impl Node {
     pub fn mount_path(&self, r: &Ref) -> PathBuf {
         match r {
             Ref::Pod(p, Kind::Raw) => self.path(&Ref::RawDev).join(uid(p)),
+            Ref::Pod(p, Kind::CsiRaw) => self.csi_raw_map_dir().join(uid(p)),
             _ => self.path(r),
         }
     }
 
     /// The target a path names, for any pod that was ever desired or is on disk.
     pub fn ref_of(&self, path: &Path) -> Option<Ref> {
-        for r in [Ref::Dev, Ref::CsiDev, Ref::RawDev] {
+        for r in [Ref::Dev, Ref::CsiDev, Ref::RawDev, Ref::CsiRawDev] {
             if path == self.path(&r) {
                 return Some(r);
             }
+        }
+        // a CSI raw block pod's binds: ours on its file in the global map
+        // path, the driver's on its publish file
+        let pod_of = |p: &Path| {
+            let name = p.file_name()?.to_str()?;
+            Some(name.strip_prefix("crash-uid-")?.to_owned())
+        };
+        if path.parent() == Some(self.csi_raw_map_dir().as_path()) {
+            return Some(Ref::Pod(pod_of(path)?, Kind::CsiRaw));
+        }
+        if path.parent()
+            == Some(
+                self.csi_block_dir()
+                    .join("publish")
+                    .join(CSI_RAW_PV)
+                    .as_path(),
+            )
+        {
+            return Some(Ref::CsiRawPublish(pod_of(path)?));
         }
         // a raw block pod's bind, on its file in the global map dir
         if path.parent() == Some(self.path(&Ref::RawDev).as_path()) {
@@ -537,6 +672,7 @@ impl Node {
             Kind::Secret,
             Kind::ConfigMap,
             Kind::Raw,
+            Kind::CsiRaw,
         ]
         .into_iter()
         .map(|k| Ref::Pod(pod.to_owned(), k))
@@ -565,6 +701,12 @@ impl Node {
                     // whatever `/dev` is (`""`: any type)
                     Kind::Raw => {
                         m.insert(Ref::Pod(pod.clone(), *k), "");
+                    }
+                    // ours on the pod's file and the driver's on its
+                    // publish file, both of the driver's loop device
+                    Kind::CsiRaw => {
+                        m.insert(Ref::Pod(pod.clone(), *k), "");
+                        m.insert(Ref::CsiRawPublish(pod.clone()), "");
                     }
                     Kind::Disk | Kind::ConfigMap => {}
                 }
@@ -1033,7 +1175,12 @@ impl Node {
             }
         }
         let mount_paths: BTreeSet<PathBuf> = want.keys().map(|r| self.mount_path(r)).collect();
-        let want_paths: BTreeSet<PathBuf> = want.keys().map(|r| self.path(r)).collect();
+        // the targets' paths (a driver's publish bind is no target)
+        let want_paths: BTreeSet<PathBuf> = want
+            .keys()
+            .filter(|r| !matches!(r, Ref::CsiRawPublish(_)))
+            .map(|r| self.path(r))
+            .collect();
         for p in seen.keys() {
             if !mount_paths.contains(p) {
                 problems.push(format!(
@@ -1082,19 +1229,40 @@ impl Node {
                 dirs.insert(self.path(&Ref::RawDev));
             }
         }
+        // a CSI raw block map: the pod's symlink to its publish file,
+        // exactly one hold over the pod's file, the staging dir
+        for (pod, kinds) in &self.desired {
+            if kinds.contains(&Kind::CsiRaw) {
+                let r = Ref::Pod(pod.clone(), Kind::CsiRaw);
+                let publish = self.path(&Ref::CsiRawPublish(pod.clone()));
+                if fs::read_link(self.path(&r)).ok() != Some(publish) {
+                    problems.push(format!("{r}: no symlink to its publish file"));
+                }
+                let holds = self.holds_under(&self.mount_path(&r));
+                if holds.len() != 1 {
+                    problems.push(format!("{r}: held by {holds:?}, not one loop device"));
+                }
+                dirs.insert(self.path(&r));
+                dirs.insert(self.path(&Ref::CsiRawDev));
+            }
+        }
         // no hold of a pod that maps nothing any more
-        let raw_dir = self.path(&Ref::RawDev);
-        for dev in self.holds_under(&raw_dir) {
-            let held_by_desired = self
-                .desired
-                .iter()
-                .filter(|(_, k)| k.contains(&Kind::Raw))
-                .any(|(p, _)| {
-                    self.holds_under(&self.mount_path(&Ref::Pod(p.clone(), Kind::Raw)))
-                        .contains(&dev)
-                });
-            if !held_by_desired {
-                problems.push(format!("leaked hold {dev}"));
+        for (kind, dir) in [
+            (Kind::Raw, self.path(&Ref::RawDev)),
+            (Kind::CsiRaw, self.csi_raw_map_dir()),
+        ] {
+            for dev in self.holds_under(&dir) {
+                let held_by_desired =
+                    self.desired
+                        .iter()
+                        .filter(|(_, k)| k.contains(&kind))
+                        .any(|(p, _)| {
+                            self.holds_under(&self.mount_path(&Ref::Pod(p.clone(), kind)))
+                                .contains(&dev)
+                        });
+                if !held_by_desired {
+                    problems.push(format!("leaked hold {dev}"));
+                }
             }
         }
         let (code, body) = self.get("/debug/state")?;

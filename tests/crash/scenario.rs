@@ -85,6 +85,9 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
     if f.uses_raw() {
         node.use_raw();
     }
+    if f.uses_csi_raw() {
+        node.use_csi_raw();
+    }
     node.checkpoint_every = f.checkpoint_every;
     node.fs_group = f.fs_group;
     if f.expand {
@@ -104,6 +107,7 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
             .map_err(|e| format!("before the crash: {e}"))?;
         // Data on the PV, to be found after the restart.
         node.write_pv_files("before-crash")?;
+        node.write_csi_raw_magic()?;
         for c in &f.trigger {
             apply(&mut node, c);
         }
@@ -117,6 +121,11 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
     }
     for c in &f.down {
         apply(&mut node, c);
+    }
+    // a CSI raw block device the driver staged before the kill: bytes
+    // on it, to be found unchanged (and through the pods' maps) after
+    if !node.csi_raw_written {
+        node.write_csi_raw_magic()?;
     }
     let on = node.dry_run_uncertain(true)?;
     let off = node.dry_run_uncertain(false)?;
@@ -216,6 +225,9 @@ pub fn run(f: &Fixture, figures: &mut Figures) -> Result<(), String> {
         if let Err(err) = node.check_owned(r, f.fs_group.unwrap_or_default()) {
             problems.push(err);
         }
+    }
+    if let Err(err) = node.check_csi_raw_bytes() {
+        problems.push(err);
     }
     if f.expand
         && let Err(err) = node.check_expanded()
