@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use support::LoopDevice;
 use support::daemon::{Env, all_mounted, delete_all_and_wait, real};
+use support::holds::{LoopSweep, loops_below};
 
 /// What the test writes on the device before the daemon sees it.
 const MAGIC: &[u8] = b"volumed raw block: never formatted";
@@ -70,47 +71,6 @@ fn head(path: &Path) -> Vec<u8> {
     buf
 }
 
-/// The loop devices (`loopN`) whose backing file is `file`, as sysfs
-/// names it: the hold the kubelet takes on a mapped device.
-fn holds(file: &Path) -> Vec<String> {
-    // as the kernel names it: resolved from the nearest dir still there
-    let (base, real) = file
-        .ancestors()
-        .find_map(|a| Some((a, fs::canonicalize(a).ok()?)))
-        .unwrap();
-    let file = real.join(file.strip_prefix(base).unwrap());
-    let mut found = Vec::new();
-    for entry in fs::read_dir("/sys/block").unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
-        let backing = fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"));
-        if backing.is_ok_and(|b| Path::new(b.trim_end_matches('\n')) == file) {
-            found.push(name);
-        }
-    }
-    found
-}
-
-/// Detaches, when dropped, every loop device still backed by a file under
-/// `root`: a test failing midway leaves no hold behind on the machine.
-struct DropHolds(PathBuf);
-
-impl Drop for DropHolds {
-    fn drop(&mut self) {
-        let Ok(root) = fs::canonicalize(&self.0) else {
-            return;
-        };
-        for entry in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let backing = fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"));
-            if backing.is_ok_and(|b| Path::new(b.trim_end_matches('\n')).starts_with(&root)) {
-                let _ = std::process::Command::new("losetup")
-                    .args(["-d", &format!("/dev/{name}")])
-                    .status();
-            }
-        }
-    }
-}
-
 /// The (op, target kind) of every intent in `dump` for `volume`.
 fn intents(dump: &Value, volume: &str) -> Vec<(String, String)> {
     dump["records"]
@@ -157,7 +117,7 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
             .join(plugin)
             .join("volumeDevices/pv-raw");
         let pod_file = map_dir.join("p1");
-        let _holds = DropHolds(env.root.clone());
+        let _holds = LoopSweep(env.root.clone());
 
         let daemon = env.start();
         daemon.wait_until("the device and pod maps are done", || {
@@ -166,9 +126,13 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
 
         // the device is held open by exactly one loop device, backed by
         // the pod's bound file, of the device's size
-        let held = holds(&pod_file);
+        let held = loops_below(&pod_file);
         assert_eq!(held.len(), 1, "{held:?}");
-        let sectors = fs::read_to_string(format!("/sys/block/{}/size", held[0])).unwrap();
+        let sectors = fs::read_to_string(format!(
+            "/sys/block/{}/size",
+            held[0].file_name().unwrap().to_string_lossy()
+        ))
+        .unwrap();
         assert_eq!(sectors.trim(), (8u64 << 20 >> 9).to_string());
 
         // the pod's symlink names the device, the kubelet's way
@@ -233,7 +197,7 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
             "{binds:?}"
         );
         assert_eq!(intents(&env.dump(), volume), want, "nothing ran again");
-        assert_eq!(holds(&pod_file), held, "the same single hold");
+        assert_eq!(loops_below(&pod_file), held, "the same single hold");
 
         delete_all_and_wait(&env, &daemon);
         daemon.wait_until("the global map dir is removed", || !map_dir.exists());
@@ -246,8 +210,8 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
             "the pod's file is gone"
         );
         assert_eq!(
-            holds(&pod_file),
-            Vec::<String>::new(),
+            loops_below(&pod_file),
+            Vec::<PathBuf>::new(),
             "the hold is released"
         );
         let ops = intents(&env.dump(), volume);
@@ -294,15 +258,15 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
                 .join(plugin)
                 .join("volumeDevices/pv-raw");
             let pod_file = map_dir.join("p1");
-            let _holds = DropHolds(env.root.clone());
+            let _holds = LoopSweep(env.root.clone());
             let daemon = env.start();
             daemon.wait_until("the maps are done", || {
                 all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
             });
-            assert_eq!(holds(&pod_file).len(), 1);
+            assert_eq!(loops_below(&pod_file).len(), 1);
             daemon.stop();
             // the hold outlives the daemon, as the kubelet's outlives it
-            assert_eq!(holds(&pod_file).len(), 1);
+            assert_eq!(loops_below(&pod_file).len(), 1);
 
             env.remove_pod("p.yaml");
             let daemon = env.start();
@@ -315,8 +279,8 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
                 "the pod's link is gone"
             );
             assert_eq!(
-                holds(&pod_file),
-                Vec::<String>::new(),
+                loops_below(&pod_file),
+                Vec::<PathBuf>::new(),
                 "the hold is released"
             );
             let volume = "kubernetes.io/local-volume/pv-raw";
@@ -368,7 +332,7 @@ fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
             .join(plugin)
             .join("volumeDevices/pv-raw");
         let pod_file = map_dir.join("p1");
-        let _holds = DropHolds(env.root.clone());
+        let _holds = LoopSweep(env.root.clone());
         let mapped = |daemon: &support::daemon::Daemon| {
             all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
                 && fs::read_link(&link).is_ok_and(|l| l == lo.path())
@@ -390,7 +354,7 @@ fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
         let daemon = env.start();
         daemon.wait_until("the maps are done", || mapped(&daemon));
         daemon.stop();
-        let held = holds(&pod_file);
+        let held = loops_below(&pod_file);
         assert_eq!(held.len(), 1, "{held:?}");
 
         // the symlink alone goes: the map in part is made whole again
@@ -398,14 +362,15 @@ fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
         let daemon = env.start();
         daemon.wait_until("the pod's symlink is back", || mapped(&daemon));
         assert_eq!(binds(&env), 1, "{:?}", env.mounts_below_root());
-        assert_eq!(holds(&pod_file), held, "the same hold, reused");
+        assert_eq!(loops_below(&pod_file), held, "the same hold, reused");
         assert_eq!(pod_maps(&env), 2, "map_pod_device ran again");
         daemon.stop();
 
         // the whole map goes: symlink, hold, bind
         fs::remove_file(&link).unwrap();
         let status = std::process::Command::new("losetup")
-            .args(["-d", &format!("/dev/{}", held[0])])
+            .arg("-d")
+            .arg(&held[0])
             .status()
             .unwrap();
         assert!(status.success());
@@ -414,15 +379,15 @@ fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
         let daemon = env.start();
         daemon.wait_until("the map is made again", || mapped(&daemon));
         assert_eq!(binds(&env), 1, "{:?}", env.mounts_below_root());
-        assert_eq!(holds(&pod_file).len(), 1, "one hold again");
+        assert_eq!(loops_below(&pod_file).len(), 1, "one hold again");
         assert_eq!(pod_maps(&env), 3, "map_pod_device ran again");
         assert_eq!(head(&link).len(), MAGIC.len(), "the pod reads the device");
 
         delete_all_and_wait(&env, &daemon);
         daemon.wait_until("the global map dir is removed", || !map_dir.exists());
         assert_eq!(
-            holds(&pod_file),
-            Vec::<String>::new(),
+            loops_below(&pod_file),
+            Vec::<PathBuf>::new(),
             "the hold is released"
         );
         daemon.stop();
@@ -460,13 +425,13 @@ fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
             .join(plugin)
             .join("volumeDevices/pv-raw");
         let pod_file = map_dir.join("p1");
-        let _holds = DropHolds(env.root.clone());
+        let _holds = LoopSweep(env.root.clone());
         let daemon = env.start();
         daemon.wait_until("the maps are done", || {
             all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
         });
         daemon.stop();
-        let held = holds(&pod_file);
+        let held = loops_below(&pod_file);
         assert_eq!(held.len(), 1, "{held:?}");
 
         // the pod stays: found, uncertain, mapped again in place
@@ -477,7 +442,7 @@ fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
         let binds = env.mounts_below_root();
         assert_eq!(binds.len(), 1, "{binds:?}");
         assert_eq!(binds[0].mount_point, pod_file);
-        assert_eq!(holds(&pod_file), held, "the same hold");
+        assert_eq!(loops_below(&pod_file), held, "the same hold");
         assert_eq!(fs::read_link(&link).unwrap(), lo.path());
         daemon.stop();
 
@@ -493,8 +458,8 @@ fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
             "the pod's link is gone"
         );
         assert_eq!(
-            holds(&pod_file),
-            Vec::<String>::new(),
+            loops_below(&pod_file),
+            Vec::<PathBuf>::new(),
             "the hold is released"
         );
         assert_eq!(head(lo.path()).len(), MAGIC.len());
@@ -531,16 +496,17 @@ fn a_block_symlink_left_alone_without_a_journal_is_undone() {
             .join(plugin)
             .join("volumeDevices/pv-raw");
         let pod_file = map_dir.join("p1");
-        let _holds = DropHolds(env.root.clone());
+        let _holds = LoopSweep(env.root.clone());
         let daemon = env.start();
         daemon.wait_until("the maps are done", || {
             all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
         });
         daemon.stop();
         // as a reboot leaves it: no hold, no bind; the symlink stays
-        let held = holds(&pod_file);
+        let held = loops_below(&pod_file);
         let status = std::process::Command::new("losetup")
-            .args(["-d", &format!("/dev/{}", held[0])])
+            .arg("-d")
+            .arg(&held[0])
             .status()
             .unwrap();
         assert!(status.success());
@@ -553,7 +519,7 @@ fn a_block_symlink_left_alone_without_a_journal_is_undone() {
         });
         daemon.wait_until("the map dir is removed", || !map_dir.exists());
         assert!(env.mounts_below_root().is_empty());
-        assert_eq!(holds(&pod_file), Vec::<String>::new());
+        assert_eq!(loops_below(&pod_file), Vec::<PathBuf>::new());
         daemon.stop();
         drop(lo);
     });

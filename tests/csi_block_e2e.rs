@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use support::csi_driver::{DriverOpts, TestDriver};
 use support::daemon::{Env, NODE, all_mounted, real};
+use support::holds::{LoopSweep, loops_below};
 
 const DRIVER: &str = "block.csi.volumed.dev";
 const PV: &str = "pv-raw";
@@ -171,47 +172,6 @@ fn intents(dump: &Value) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// The loop devices bound to a file below `dir`, as `/dev/loopN` (none
-/// when `dir` or `/sys/block` cannot be read).
-fn loops_below(dir: &Path) -> Vec<PathBuf> {
-    let Ok(dir) = fs::canonicalize(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("loop") {
-            continue;
-        }
-        let Ok(b) = fs::read_to_string(e.path().join("loop/backing_file")) else {
-            continue;
-        };
-        if Path::new(b.trim_end_matches('\n')).starts_with(&dir) {
-            out.push(Path::new("/dev").join(name));
-        }
-    }
-    out
-}
-
-/// Detaches, when a test ends however it ends, every loop device still
-/// bound to a file below its dir: volumed's holds over the pods' map
-/// files have no autoclear (as the kubelet's), so a failed assertion
-/// before the unmaps would leak them, and the driver's devices they keep
-/// open. Declared after the env, so it runs before the env's dir goes
-/// and after the daemon and the driver are gone.
-struct LoopSweep(PathBuf);
-
-impl Drop for LoopSweep {
-    fn drop(&mut self) {
-        for lo in loops_below(&self.0) {
-            let _ = std::process::Command::new("losetup")
-                .arg("-d")
-                .arg(&lo)
-                .status();
-        }
-    }
 }
 
 /// A JSON file's object as key → string value.
@@ -653,3 +613,4 @@ fn a_csi_block_volume_of_a_driver_that_does_not_stage_is_only_published() {
         daemon.stop();
     });
 }
+

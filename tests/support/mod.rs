@@ -4,7 +4,8 @@
 //! end ([`Env`](daemon::Env), [`Daemon`](daemon::Daemon)) in [`daemon`]; a
 //! fake Kubernetes API server for the real `kube` client in [`apiserver`];
 //! the SELinux test VM (image, boot, evidence) in [`vm`]; the dm-log-writes
-//! log reader and replayer in [`log_writes`].
+//! log reader and replayer in [`log_writes`]; the loop devices a raw block
+//! map holds, found and swept, in [`holds`].
 //!
 //! Used by integration tests (`mod support;`) and benches
 //! (`#[path = "../tests/support/mod.rs"] mod support;`).
@@ -77,6 +78,7 @@ pub mod api_env;
 pub mod apiserver;
 pub mod csi_driver;
 pub mod daemon;
+pub mod holds;
 pub mod log_writes;
 pub mod runc;
 pub mod vm;
