@@ -17,7 +17,11 @@
 //!    the journal after the restart;
 //! 4. two pods on one block volume: one stage, a publish each (one
 //!    retried), the last one out unstages;
-//! 5. a driver without STAGE_UNSTAGE_VOLUME: published only.
+//! 5. a driver without STAGE_UNSTAGE_VOLUME: published only;
+//! 6. with `--journal off`, a SIGKILL restart finds the map by its bind
+//!    and rebuilds it from the host as the kubelet does (uncertain, so
+//!    staged and published once more, nothing bound or held twice), and
+//!    the pod's deletion unmaps it whole.
 //!
 //! Each test runs as root in its own private mount namespace with its own
 //! scratch dir, driver and port, so they run in parallel. Every wait is
@@ -614,3 +618,97 @@ fn a_csi_block_volume_of_a_driver_that_does_not_stage_is_only_published() {
     });
 }
 
+/// `--journal off`: the host alone says what is mapped. A CSI block pod
+/// mapped, the daemon SIGKILLed and started again: the scan finds the
+/// map by volumed's bind on the pod's file and names the volume by its
+/// `vol_data.json`; the pod's map and the staging dir are rebuilt
+/// uncertain, as the kubelet's reconstruction marks a block volume's pod
+/// and device, so exactly one NodeStage and one NodePublish are made
+/// again (the kubelet's MapVolume stages a device not known as staged,
+/// then publishes), and none is made for a pod that is gone. Nothing is
+/// bound twice, the hold is reused, the device's bytes stay; the pod's
+/// deletion then unmaps, unpublishes and unstages, leaving no loop device.
+#[test]
+fn with_the_journal_off_a_csi_block_map_is_rebuilt_from_the_host() {
+    real("rebuilds a CSI block map from the host alone", || {
+        let (mut env, opts) = block_env("volumed-csi-block-off", "");
+        let _loops = LoopSweep(env.scratch.path().to_owned());
+        env.extra_args
+            .extend(["--journal".to_owned(), "off".to_owned()]);
+        let driver = TestDriver::spawn(opts);
+        env.write_pod("p.yaml", &block_pod(POD));
+        let p = paths(&env);
+        let daemon = env.start();
+        daemon.wait_until("the volume staged, published and mapped", || {
+            all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
+        });
+        assert_eq!(volume_calls(&driver), [STAGE, PUBLISH]);
+        let holds = loops_below(p.pod_file.parent().unwrap());
+        assert_eq!(holds.len(), 1, "volumed's hold: {holds:?}");
+        {
+            let mut f = fs::OpenOptions::new().write(true).open(&p.link).unwrap();
+            f.write_all(MAGIC).unwrap();
+            f.sync_all().unwrap();
+        }
+        daemon.kill();
+
+        let daemon = env.start();
+        daemon.wait_until("the map rebuilt and mapped again", || {
+            all_mounted(&daemon.state(), &[p.staging.clone(), p.link.clone()])
+        });
+        // a late call would be counted: let the reconciler run a while
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert_eq!(
+            volume_calls(&driver),
+            [STAGE, PUBLISH, STAGE, PUBLISH],
+            "the uncertain map staged and published once more, as the kubelet does"
+        );
+        assert_eq!(
+            loops_below(p.pod_file.parent().unwrap()),
+            holds,
+            "the same hold, reused"
+        );
+        let mounts = env.mounts_below_root();
+        let at = |path: &Path| mounts.iter().filter(|m| m.mount_point == path).count();
+        assert_eq!(at(&p.pod_file), 1, "one bind at the pod's file: {mounts:?}");
+        assert_eq!(at(&p.publish), 1, "the driver's bind: {mounts:?}");
+        assert_eq!(mounts.len(), 2, "nothing else mounted: {mounts:?}");
+        assert_eq!(fs::read_link(&p.link).unwrap(), p.publish);
+        let mut back = vec![0; MAGIC.len()];
+        fs::File::open(&p.link)
+            .unwrap()
+            .read_exact(&mut back)
+            .unwrap();
+        assert_eq!(back, MAGIC, "the device's bytes through the pod's path");
+
+        // killed again, the pod deleted while down: unmapped from the host
+        // alone, with no stage nor publish first
+        daemon.kill();
+        env.remove_pod("p.yaml");
+        let daemon = env.start();
+        daemon.wait_until("the volume unstaged", || driver.count(UNSTAGE) == 1);
+        daemon.wait_until("the volume's dir removed", || !p.volume_dir.exists());
+        assert_eq!(
+            volume_calls(&driver),
+            [STAGE, PUBLISH, STAGE, PUBLISH, UNPUBLISH, UNSTAGE]
+        );
+        let calls = driver.calls();
+        let unpublish = calls.iter().find(|c| c["method"] == UNPUBLISH).unwrap();
+        assert_eq!(unpublish["volume_id"], HANDLE, "named by vol_data.json");
+        assert_eq!(unpublish["target_path"], p.publish.to_str().unwrap());
+        assert!(
+            env.mounts_below_root().is_empty(),
+            "{:?}",
+            env.mounts_below_root()
+        );
+        for gone in [&p.link, &p.pod_file, &p.publish, &p.staging] {
+            assert!(fs::symlink_metadata(gone).is_err(), "{gone:?} is gone");
+        }
+        assert_eq!(
+            loops_below(&env.root),
+            Vec::<PathBuf>::new(),
+            "no loop left"
+        );
+        daemon.stop();
+    });
+}

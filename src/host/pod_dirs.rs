@@ -249,12 +249,12 @@ pub fn walk_pod_dirs_until(
     Some((found, unknown))
 }
 
-/// The raw block pod maps of local PVs left as a symlink alone, their bind
-/// gone (a reboot leaves a map so): each symlink
-/// `pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv>` whose pod's
-/// file in the global map dir is not a mount point (one that is comes
-/// from the mount table). Not followed: [`read_block_links`] reads where it
-/// points. `None` when `stop` said so.
+/// The raw block pod maps of local PVs and CSI volumes left as a symlink
+/// alone, their bind gone (a reboot leaves a map so): each symlink
+/// `pods/<uid>/volumeDevices/<kubernetes.io~local-volume|kubernetes.io~csi>/<pv>`
+/// whose pod's file in the global map path is not a mount point (one that
+/// is comes from the mount table). Not followed: [`read_block_links`]
+/// reads where it points. `None` when `stop` said so.
 ///
 /// [`read_block_links`]: crate::host::scan::read_block_links
 pub fn walk_block_links_until(
@@ -264,7 +264,6 @@ pub fn walk_block_links_until(
     problems: &mut Vec<ScanProblem>,
     stop: &dyn Fn() -> bool,
 ) -> Option<Vec<BlockPodMap>> {
-    let plugin = PluginName::LocalVolume;
     let mut found = Vec::new();
     // what is odd in `pods/` itself the volume walk reports, once
     let mut told = Vec::new();
@@ -278,49 +277,56 @@ pub fn walk_block_links_until(
         let Some(uid) = pod_uid(uid_str, &pod_dir, &mut told) else {
             continue;
         };
-        let dir = layout.pod_device_maps_dir(&uid, plugin);
-        if dir_present(sys, &dir, problems) != Some(true) {
-            continue;
-        }
-        let entries = match sys.read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) => {
-                problems.push(
-                    HostError::ReadDir {
-                        path: dir.clone(),
-                        source: e.to_io(),
-                    }
-                    .into(),
-                );
-                continue;
-            }
-        };
-        for (name, kind) in entries {
-            let path = dir.join(&name);
-            if !matches!(kind, Ok(FileKind::Symlink)) {
-                continue;
-            }
-            let Some(pv) = utf8(&name, &path, problems) else {
-                continue;
-            };
-            if check_component("PV name", pv).is_err() {
-                continue;
-            }
-            if table.is_mount_point(&layout.local_block_pod_map(pv, &uid)) {
-                continue; // a whole map, found by scan_mounts
-            }
-            found.push(BlockPodMap {
-                link: path,
-                map_dir: layout.local_block_map_dir(pv),
-                pod_uid: uid.clone(),
-                plugin,
-                pv: pv.to_owned(),
-                link_target: None,
-                bound: false,
-            });
+        for plugin in [PluginName::LocalVolume, PluginName::Csi] {
+            block_links_of(sys, layout, table, &uid, plugin, problems, &mut found);
         }
     }
     Some(found)
+}
+
+/// [`walk_block_links_until`] in one pod's `volumeDevices/<plugin~escaped>`.
+fn block_links_of(
+    sys: &dyn Sys,
+    layout: &Layout,
+    table: &MountTable,
+    uid: &crate::model::PodUid,
+    plugin: PluginName,
+    problems: &mut Vec<ScanProblem>,
+    found: &mut Vec<BlockPodMap>,
+) {
+    let dir = layout.pod_device_maps_dir(uid, plugin);
+    if dir_present(sys, &dir, problems) != Some(true) {
+        return;
+    }
+    let entries = match sys.read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) => {
+            problems.push(
+                HostError::ReadDir {
+                    path: dir.clone(),
+                    source: e.to_io(),
+                }
+                .into(),
+            );
+            return;
+        }
+    };
+    for (name, kind) in entries {
+        let path = dir.join(&name);
+        if !matches!(kind, Ok(FileKind::Symlink)) {
+            continue;
+        }
+        let Some(pv) = utf8(&name, &path, problems) else {
+            continue;
+        };
+        if check_component("PV name", pv).is_err() {
+            continue;
+        }
+        if table.is_mount_point(&BlockPodMap::map_file(layout, plugin, pv, uid)) {
+            continue; // a whole map, found by scan_mounts
+        }
+        found.push(BlockPodMap::of(layout, plugin, pv, uid.clone(), false));
+    }
 }
 
 /// Reads a CSI `vol_data.json`: `Ok(None)` when there is none. Never follows
@@ -401,6 +407,22 @@ pub fn attach_vol_data_except(
                 problems,
             );
         }
+    }
+    // a CSI block volume's file, read once for maps of one volume that
+    // come together (the mount table's: sorted by path)
+    let mut last: Option<(String, Option<VolData>)> = None;
+    for m in &mut view.block_maps {
+        if m.plugin != PluginName::Csi || known(&m.link) {
+            continue;
+        }
+        m.vol_data = match &last {
+            Some((pv, v)) if *pv == m.pv => v.clone(),
+            _ => {
+                let v = load(sys, &layout.csi_block_vol_data(&m.pv), problems);
+                last = Some((m.pv.clone(), v.clone()));
+                v
+            }
+        };
     }
 }
 

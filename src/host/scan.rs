@@ -9,10 +9,12 @@
 //!   Device targets come from the mount table itself, never only through pod
 //!   dirs (k8s #85476). Each mount point is read by [`Layout::parse_in`].
 //!   Raw block pod maps come from the mount table too: each bind on
-//!   `plugins/kubernetes.io~local-volume/volumeDevices/<pv>/<uid>` is a
-//!   pod's map ([`BlockPodMap`]; [`read_block_links`] then reads its
-//!   symlink); [`walk_block_links_until`] finds those left as a symlink
-//!   alone.
+//!   `plugins/kubernetes.io~local-volume/volumeDevices/<pv>/<uid>` (a
+//!   local PV's) or `plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/<uid>`
+//!   (a CSI volume's) is a pod's map ([`BlockPodMap`]; [`read_block_links`]
+//!   then reads its symlink, [`attach_vol_data`] a CSI volume's
+//!   `vol_data.json`); [`walk_block_links_until`] finds those left as a
+//!   symlink alone.
 //! - [`walk_pod_dirs`]: the directories `<root>/pods/*/volumes/*/*` that exist
 //!   but are not mount points (disk emptyDirs, leftovers), never following a
 //!   symlink; dirs of plugins volumed has no plugin for (secret, projected, …)
@@ -114,13 +116,15 @@ pub struct PodTarget {
 }
 
 /// A pod's raw block map found by its bind in the mount table: the device
-/// bound on the pod's file in a local PV's global map dir.
+/// bound on the pod's file in a local PV's global map dir, or in a CSI
+/// volume's global map path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockPodMap {
     /// the pod's symlink (`pods/<uid>/volumeDevices/<plugin~escaped>/<pv>`):
     /// the pod target's path
     pub link: PathBuf,
-    /// the global map dir: the device target's path
+    /// the device target's path: a local PV's global map dir, a CSI
+    /// volume's staging dir
     pub map_dir: PathBuf,
     /// the pod
     pub pod_uid: PodUid,
@@ -134,6 +138,40 @@ pub struct BlockPodMap {
     /// whether the device is bound on the pod's file (found in the mount
     /// table); a symlink alone is found by the pod-dir walk
     pub bound: bool,
+    /// a CSI volume's `volumeDevices/<pv>/data/vol_data.json`, when read
+    /// ([`attach_vol_data`]): its driver and handle name the volume
+    pub vol_data: Option<VolData>,
+}
+
+impl BlockPodMap {
+    /// The map of `pod` on the block volume `pv` of `plugin` (a local PV
+    /// or CSI), its paths from `layout`; `bound` when the mount table shows
+    /// the pod's file bound.
+    pub fn of(layout: &Layout, plugin: PluginName, pv: &str, pod_uid: PodUid, bound: bool) -> Self {
+        let map_dir = match plugin {
+            PluginName::Csi => layout.csi_block_staging_path(pv),
+            _ => layout.local_block_map_dir(pv),
+        };
+        BlockPodMap {
+            link: layout.pod_device_map_path(&pod_uid, plugin, pv),
+            map_dir,
+            pod_uid,
+            plugin,
+            pv: pv.to_owned(),
+            link_target: None,
+            bound,
+            vol_data: None,
+        }
+    }
+
+    /// The file in the volume's global map path the pod's device is bound
+    /// on.
+    pub fn map_file(layout: &Layout, plugin: PluginName, pv: &str, pod: &PodUid) -> PathBuf {
+        match plugin {
+            PluginName::Csi => layout.csi_block_pod_map(pv, pod),
+            _ => layout.local_block_pod_map(pv, pod),
+        }
+    }
 }
 
 /// A pod volume dir of a plugin volumed does not know (secret, projected, …):
@@ -301,16 +339,8 @@ fn block_map_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
             let Some(pod_uid) = pod_uid(pod.as_str(), path, &mut scan.problems) else {
                 return;
             };
-            let plugin = PluginName::LocalVolume;
-            scan.block_maps.push(BlockPodMap {
-                link: layout.pod_device_map_path(&pod_uid, plugin, pv),
-                map_dir: layout.local_block_map_dir(pv),
-                pod_uid,
-                plugin,
-                pv: pv.to_owned(),
-                link_target: None,
-                bound: true,
-            });
+            let map = BlockPodMap::of(layout, PluginName::LocalVolume, pv, pod_uid, true);
+            scan.block_maps.push(map);
         }
         Err(LayoutError::NonUtf8) => non_utf8(path, &mut scan.problems),
         _ => scan
@@ -345,15 +375,19 @@ fn device_mount(m: &MountStack<'_>, layout: &Layout, scan: &mut MountScan) {
                 handle_hash: hash.to_owned(),
             },
         ),
-        // A CSI block volume's binds (the driver's on the publish file, ours
-        // on the pod's map file) and a mount a driver keeps at its staging
-        // dir: no target's path, the journal's block targets stand for them
+        // ours on a pod's map file: that pod's map of a CSI block volume,
+        // as the kubelet finds it by its `volumeDevices` entry
+        Ok(KubeletPath::CsiBlockPodMap { spec_name, pod }) => {
+            if let Some(uid) = pod_uid(pod.as_str(), path, &mut scan.problems) {
+                let map = BlockPodMap::of(layout, PluginName::Csi, spec_name, uid, true);
+                scan.block_maps.push(map);
+            }
+            return;
+        }
+        // the driver's bind on a publish file and a mount a driver keeps at
+        // its staging dir: no target's path, the pod's map stands for them
         // (docs/merge-table.md)
-        Ok(
-            KubeletPath::CsiBlockStaging { .. }
-            | KubeletPath::CsiBlockPublish { .. }
-            | KubeletPath::CsiBlockPodMap { .. },
-        ) => return,
+        Ok(KubeletPath::CsiBlockStaging { .. } | KubeletPath::CsiBlockPublish { .. }) => return,
         Err(LayoutError::NonUtf8) => return non_utf8(path, &mut scan.problems),
         _ => {
             return scan
@@ -703,6 +737,53 @@ mod tests {
             "{:?}",
             scan.problems
         );
+    }
+
+    /// Our bind on a pod's file in a CSI block volume's global map path is
+    /// that pod's map (its symlink named from the layout, the device target
+    /// its staging dir); the driver's bind on the publish file and a mount
+    /// at the staging dir are no map, and no problem either.
+    #[test]
+    fn csi_block_pod_maps_come_from_the_mount_table() {
+        let k = "/var/lib/kubelet";
+        let csi = format!("{k}/plugins/kubernetes.io/csi/volumeDevices");
+        let table = MountTable::parse(
+            format!(
+                "1 0 0:1 / / rw - ext4 /dev/a rw\n\
+                 20 1 0:5 /loop7 {csi}/publish/pv-c/{P1} rw - devtmpfs udev rw\n\
+                 21 1 0:5 /loop7 {csi}/pv-c/dev/{P1} rw - devtmpfs udev rw\n\
+                 22 1 0:5 /loop7 {csi}/pv-c/dev/{P2} rw - devtmpfs udev rw\n\
+                 23 1 0:46 / {csi}/staging/pv-c rw - tmpfs t rw\n"
+            )
+            .as_bytes(),
+        );
+        let layout = Layout::new(k);
+        let scan = scan_mounts(&table, &layout);
+        let found: Vec<(&str, &Path, &Path, PluginName, bool)> = scan
+            .block_maps
+            .iter()
+            .map(|m| {
+                (
+                    m.pod_uid.as_str(),
+                    m.link.as_path(),
+                    m.map_dir.as_path(),
+                    m.plugin,
+                    m.bound,
+                )
+            })
+            .collect();
+        let link = |p: &str| layout.pod_device_map_path(&uid(p), PluginName::Csi, "pv-c");
+        let (l1, l2) = (link(P1), link(P2));
+        let staging = layout.csi_block_staging_path("pv-c");
+        assert_eq!(
+            found,
+            [
+                (P1, l1.as_path(), staging.as_path(), PluginName::Csi, true),
+                (P2, l2.as_path(), staging.as_path(), PluginName::Csi, true),
+            ]
+        );
+        assert!(scan.device_targets.is_empty(), "{:?}", scan.device_targets);
+        assert!(scan.problems.is_empty(), "{:?}", scan.problems);
     }
 
     fn mkdirs(root: &Path, rels: &[&str]) {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::journal::{Announced, JournalError, JournalState, TargetKey};
 use crate::model::{
-    Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps, TargetKind,
-    TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
+    KubeletPath, Layout, Operation, PluginName, PodUid, SharedParams, SharedPath, SharedStr, Steps,
+    TargetKind, TargetParams, TargetRef, UniqueVolumeName, VolumeSpec,
 };
 use crate::plugins::PluginError;
 use crate::state::{ActualStateOfWorld, DeviceMount, PodMount, StateError, VolumeToMount};
@@ -462,14 +462,15 @@ pub(crate) fn job_for(
             }
             let v = asw.volume(volume)?;
             let d = v.device.as_ref()?;
+            let mount_path = d.mount_path.as_deref()?;
             Some(Job::UnmountDevice {
                 params: TargetParams::at(
                     volume.clone(),
                     v.plugin,
                     v.spec_name.clone(),
                     TargetRef::Device,
-                    TargetKind::Mount,
-                    Some(d.mount_path.as_deref()?.into()),
+                    device_kind(layout, v.spec.as_deref(), mount_path),
+                    Some(mount_path.into()),
                 )
                 .with_device_path(d.device_path.as_deref().map(SharedPath::from))
                 .with_selinux(v.selinux().context().cloned())
@@ -477,6 +478,22 @@ pub(crate) fn job_for(
             })
         }
         Action::Forget { .. } => None,
+    }
+}
+
+/// The kind of a device target the journal does not give: the spec's,
+/// else (a volume rebuilt from the host alone has none) its path's, as a
+/// raw block volume's device target is its global map dir (a local PV's)
+/// or its staging dir (a CSI volume's), so its undo is UnmapDevice.
+fn device_kind(layout: &Layout, spec: Option<&VolumeSpec>, path: &std::path::Path) -> TargetKind {
+    if let Some(kind) = spec.and_then(VolumeSpec::device_target_kind) {
+        return kind;
+    }
+    match layout.parse(path) {
+        Ok(KubeletPath::LocalBlockMap { .. } | KubeletPath::CsiBlockStaging { .. }) => {
+            TargetKind::Block
+        }
+        _ => TargetKind::Mount,
     }
 }
 
@@ -682,5 +699,30 @@ mod tests {
         assert!(matches!(&kept, Job::TearDown { subpaths: Some(n), .. } if n.as_str() == "data"));
         let alone = keep_subpaths(journaled, None);
         assert!(matches!(alone, Job::TearDown { subpaths: None, .. }));
+    }
+
+    /// Without the journal (`--journal off`) a device target rebuilt from
+    /// the host has no spec: its kind comes from its path, so a raw block
+    /// volume's is unmapped (UnmapDevice), never unmounted as a mount.
+    #[test]
+    fn a_device_known_only_by_its_path_is_undone_as_its_kind() {
+        let layout = Layout::new("/var/lib/kubelet");
+        let table = [
+            (layout.csi_block_staging_path("pv-raw"), TargetKind::Block),
+            (layout.local_block_map_dir("pv-raw"), TargetKind::Block),
+            (layout.local_device_path("pv1"), TargetKind::Mount),
+            (
+                layout.csi_device_path("d.example.com", "abc"),
+                TargetKind::Mount,
+            ),
+            (std::path::PathBuf::from("/elsewhere"), TargetKind::Mount),
+        ];
+        for (path, kind) in table {
+            assert_eq!(device_kind(&layout, None, &path), kind, "{path:?}");
+            assert_eq!(
+                op_for(Operation::UnmountDevice, kind) == Operation::UnmapDevice,
+                kind == TargetKind::Block
+            );
+        }
     }
 }

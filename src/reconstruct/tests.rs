@@ -44,6 +44,8 @@ enum Vol {
     /// a CSI raw block volume's pod target (its `volumeDevices` symlink):
     /// `block`
     CsiBlockPod,
+    /// a CSI raw block volume's device target (its staging dir): `block`
+    CsiBlockDevice,
 }
 
 /// What the journal holds for the target.
@@ -235,6 +237,20 @@ fn params(vol: Vol) -> TargetParams {
             .into(),
         ))
         .with_csi(params(Vol::CsiPod).csi().cloned()),
+        Vol::CsiBlockDevice => TargetParams::at(
+            UniqueVolumeName::from_raw("kubernetes.io/csi/d.example.com^pv-raw"),
+            PluginName::Csi,
+            "pv-raw".into(),
+            TargetRef::Device,
+            TargetKind::Block,
+            Some(
+                PathBuf::from(format!(
+                    "{ROOT}/plugins/kubernetes.io/csi/volumeDevices/staging/pv-raw"
+                ))
+                .into(),
+            ),
+        )
+        .with_csi(params(Vol::CsiPod).csi().cloned()),
         Vol::HostPath => on_pod(
             "kubernetes.io/host-path/pod1-data",
             PluginName::HostPath,
@@ -416,7 +432,7 @@ impl Writer {
 fn ops(vol: Vol) -> (Operation, Operation) {
     match vol {
         Vol::LocalDevice => (Operation::MountDevice, Operation::UnmountDevice),
-        Vol::BlockDevice => (Operation::MapDevice, Operation::UnmapDevice),
+        Vol::BlockDevice | Vol::CsiBlockDevice => (Operation::MapDevice, Operation::UnmapDevice),
         Vol::BlockPod => (Operation::MapPodDevice, Operation::UnmapPodDevice),
         Vol::CsiBlockPod => (Operation::MapPodDevice, Operation::UnmapPodDevice),
         _ => (Operation::SetUp, Operation::TearDown),
@@ -743,6 +759,18 @@ fn merge_table() {
         ("csi block map lost outside", (CsiBlockPod, J::Mounted, Same, S::Absent), (Some(NotMounted), R::UnmountedOutside)),
         ("csi block map in part", (CsiBlockPod, J::Mounted, Same, S::Partial), (Some(Uncertain), R::MountedDiffers)),
         ("csi block unmapped, gone", (CsiBlockPod, J::Unmounted, Same, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
+        ("csi block staging dir there", (CsiBlockDevice, J::Mounted, Same, S::Dir), (Some(Mounted), R::MountedMatches)),
+        ("csi block stage intent", (CsiBlockDevice, J::MountIntent(Multi), Same, S::Dir), (Some(Uncertain), R::MultiStepIntent)),
+        // a CSI block map no journal knows (`--journal off`, a kubelet's),
+        // found by our bind on the pod's file: rebuilt from the host with
+        // its staging dir, named by its `vol_data.json`
+        ("off: csi block map found", (CsiBlockPod, J::Off, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
+        ("off: csi block map found in part", (CsiBlockPod, J::Off, Same, S::Partial), (Some(Uncertain), R::RebuiltFromHost)),
+        ("off: csi block staging dir found", (CsiBlockDevice, J::Off, Same, S::Dir), (Some(Uncertain), R::RebuiltFromHost)),
+        ("found csi block map", (CsiBlockPod, J::Nothing, Same, S::Ours), (Some(Uncertain), R::RebuiltFromHost)),
+        ("found csi block staging dir", (CsiBlockDevice, J::Nothing, Same, S::Dir), (Some(Mounted), R::FoundDir)),
+        ("found csi block map without vol_data.json", (CsiBlockPod, J::NothingNoMetadata, Same, S::Ours), (None, R::RebuildFailed)),
+        ("found csi block map in part without vol_data.json", (CsiBlockPod, J::NothingNoMetadata, Same, S::Partial), (None, R::RebuildFailed)),
         ("csi published readonly, found writable", (CsiPodRo, J::Mounted, Same, S::Writable), (Some(Uncertain), R::MountedDiffers)),
     ];
     for (name, input, expected) in table {

@@ -296,17 +296,22 @@ pub(super) fn host_targets_moving(
 
 /// The raw block pod maps found by their bind: each pod's target (its
 /// symlink, the map whole or in part) and, once per volume, the device's
-/// (its global map dir), as the kubelet reconstructs a block volume's
-/// global map path with its pods.
+/// (a local PV's global map dir, a CSI volume's staging dir), as the
+/// kubelet reconstructs a block volume's global map path with its pods.
+/// A CSI volume is named by its `vol_data.json` (driver and handle), as the
+/// kubelet's CSI block mapper rebuilds its spec; without one it cannot be
+/// rebuilt.
 fn block_map_targets(maps: &[BlockPodMap]) -> Vec<HostTarget> {
     let mut out = Vec::with_capacity(maps.len() + 1);
     let mut dirs: FxHashSet<&Path> = FxHashSet::default();
     for m in maps {
-        let volume = UniqueVolumeName::shared(m.plugin, &m.pv);
-        let rebuild = || Rebuild::Ready {
-            volume: volume.clone(),
-            selinux: None,
-            csi: None,
+        let rebuild = || match m.plugin {
+            PluginName::Csi => csi_rebuild(m.vol_data.as_ref(), &m.link, None),
+            _ => Rebuild::Ready {
+                volume: UniqueVolumeName::shared(m.plugin, &m.pv),
+                selinux: None,
+                csi: None,
+            },
         };
         if dirs.insert(&m.map_dir) {
             out.push(HostTarget {

@@ -436,3 +436,121 @@ fn raw_block_maps_are_observed_as_their_symlink_and_bind() {
     );
     assert_eq!(pod, part);
 }
+
+/// `--journal off` over a CSI raw block map (a real tree, the mount table
+/// as text): the pod's map is found by our bind on its file in the
+/// volume's global map path, its volume named by the block
+/// `vol_data.json` (driver and handle), and rebuilt uncertain with its
+/// staging dir, as the kubelet's reconstruction marks a block volume's
+/// pods and device. The symlink left alone (its bind gone) is found by
+/// the pod-dir walk; without `vol_data.json` the map cannot be rebuilt.
+#[test]
+fn journal_off_rebuilds_a_csi_block_map_from_its_bind_and_vol_data() {
+    use crate::host::sys::LinuxSys;
+    use crate::reconstruct::BlockMap;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap().join("kubelet");
+    let layout = Layout::new(&root);
+    let uid = PodUid::new(P1).unwrap();
+    let link = layout.pod_device_map_path(&uid, PluginName::Csi, "pv-c");
+    let staging = layout.csi_block_staging_path("pv-c");
+    let publish = layout.csi_block_publish_path("pv-c", &uid);
+    let file = layout.csi_block_pod_map("pv-c", &uid);
+    let vol_data = layout.csi_block_vol_data("pv-c");
+    for d in [&staging, &layout.csi_block_map_dir("pv-c")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::create_dir_all(publish.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(vol_data.parent().unwrap()).unwrap();
+    std::fs::write(&publish, b"").unwrap();
+    std::fs::write(&file, b"").unwrap();
+    std::os::unix::fs::symlink(&publish, &link).unwrap();
+    std::fs::write(
+        &vol_data,
+        br#"{"specVolID":"pv-c","volumeHandle":"h-1","driverName":"d.example.com","nodeName":"n1","attachmentID":"csi-1"}"#,
+    )
+    .unwrap();
+    let boot = BootId::new(BOOT).unwrap();
+    let bound = MountTable::parse(
+        format!(
+            "1 0 0:1 / / rw - ext4 /dev/a rw\n20 1 0:5 /loop7 {} rw - devtmpfs udev rw\n21 1 0:5 /loop7 {} rw - devtmpfs udev rw\n",
+            publish.display(),
+            file.display()
+        )
+        .as_bytes(),
+    );
+    let host = |table| HostInput {
+        layout: &layout,
+        table,
+        boot_id: &boot,
+        sys: &LinuxSys,
+    };
+    let volume = "kubernetes.io/csi/d.example.com^h-1";
+    let r = reconstruct(&host(&bound), JournalInput::Off);
+    let d = &r.output.decisions;
+    assert_eq!(d.len(), 2, "{d:#?}");
+    assert!(r.output.failed.is_empty(), "{:#?}", r.output.failed);
+    for d in d {
+        assert_eq!(d.result, MountState::Uncertain, "{d:?}");
+        assert_eq!(d.reason, Reason::RebuiltFromHost, "{d:?}");
+        assert_eq!(d.params.volume.as_str(), volume);
+        assert_eq!(d.params.kind, TargetKind::Block);
+        let csi = d.params.csi().expect("the driver and handle to unmap with");
+        assert_eq!(
+            (csi.driver.as_str(), csi.volume_handle.as_str()),
+            ("d.example.com", "h-1")
+        );
+    }
+    let device = d
+        .iter()
+        .find(|d| d.key.target == TargetRef::Device)
+        .unwrap();
+    assert_eq!(device.params.path(), Some(staging.as_path()));
+    let pod = d
+        .iter()
+        .find(|d| d.key.target == TargetRef::Pod(uid.clone()))
+        .unwrap();
+    assert_eq!(pod.params.path(), Some(link.as_path()));
+    assert_eq!(
+        pod.params.device_path(),
+        Some(publish.as_path()),
+        "the symlink's target"
+    );
+
+    // the binds gone (a reboot): the symlink alone, found by the walk
+    let bare = MountTable::parse(b"1 0 0:1 / / rw - ext4 /dev/a rw\n");
+    let view = super::phases::walk_all_leftovers(&host(&bare));
+    let found: Vec<_> = view
+        .block_maps
+        .iter()
+        .map(|m| {
+            (
+                m.link.as_path(),
+                m.map_dir.as_path(),
+                m.bound,
+                m.vol_data.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(found, [(link.as_path(), staging.as_path(), false, true)]);
+    let input = build_input(&LinuxSys, &bare, &view, None);
+    let part = HostObservation::Mapped(BlockMap {
+        link: Some(publish.clone()),
+        bound: false,
+    });
+    assert!(
+        input
+            .host_targets
+            .iter()
+            .any(|h| h.path == link && h.observation == part),
+        "{:#?}",
+        input.host_targets
+    );
+
+    // no vol_data.json: the map is listed as failed, never named by guess
+    std::fs::remove_file(&vol_data).unwrap();
+    let r = reconstruct(&host(&bound), JournalInput::Off);
+    assert!(r.output.decisions.is_empty(), "{:#?}", r.output.decisions);
+    assert_eq!(r.output.failed.len(), 2, "{:#?}", r.output.failed);
+}
