@@ -1,6 +1,8 @@
 //! The on-disk half of the host scan: the walk of `<root>/pods/*/volumes/*/*`
-//! for volume directories that are not mount points, and the CSI
-//! `vol_data.json` files beside pod `mount` dirs and globalmounts.
+//! for volume directories that are not mount points, the walk of
+//! `<root>/pods/*/volumeDevices/*/*` for raw block maps left as a symlink
+//! alone, and the CSI `vol_data.json` files beside pod `mount` dirs and
+//! globalmounts and of CSI block volumes.
 //!
 //! Every read goes through the [`Sys`] seam. Nothing here follows a
 //! symlink: entries are classified by `lstat`, a symlink where the layout has a directory is a
