@@ -293,6 +293,27 @@ pub(super) fn decide(
     }
 }
 
+/// A CSI raw block volume's device target (its staging dir) the journal
+/// knows staged, after a reboot: uncertain and staged again
+/// (`csi_after_reboot`), as a filesystem volume's staging is, whatever
+/// dir is left: the driver may have lost what it staged, and a NodePublish
+/// on it would fail. The kubelet's reconstruction marks it uncertain and
+/// its MapVolume stages again. `None` leaves it to the block rows.
+pub(super) fn decide_csi_block_device(
+    journal: JournalSays,
+    observation: &HostObservation,
+    boot: Boot,
+) -> Option<(HostSays, MountState, Reason)> {
+    if journal != JournalSays::MountedWith || boot != Boot::Rebooted {
+        return None;
+    }
+    let says = match observation {
+        HostObservation::Absent => HostSays::Absent,
+        _ => HostSays::DirPresent,
+    };
+    Some((says, MountState::Uncertain, Reason::CsiAfterReboot))
+}
+
 /// A CSI target the journal knows staged or published (docs/merge-table.md,
 /// "CSI targets"):
 /// the host is compared with what the call's outcome recorded at the path —

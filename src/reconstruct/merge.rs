@@ -10,7 +10,7 @@ use super::{
     classify,
 };
 use crate::journal::{Entry, JournalState, TargetKey};
-use crate::model::{MountState, TargetKind};
+use crate::model::{MountState, TargetKind, TargetRef};
 
 /// Merges the journal with the host: one decision per target plus findings.
 pub fn merge(input: &MergeInput<'_>) -> MergeOutput {
@@ -171,10 +171,18 @@ fn decide_journal_target(
     };
     // a CSI block target's maps are not at its path for the scan to see
     // (the pod's is a symlink, the device's a dir the driver may leave
-    // empty): it follows the block rows, as a local PV's does
-    let csi = (params.plugin == crate::model::PluginName::Csi && params.kind != TargetKind::Block)
-        .then(|| classify::decide_csi(entry, journal_says, observation, expected, boot, input))
-        .flatten();
+    // empty): it follows the block rows, as a local PV's does, but for
+    // its staging after a reboot
+    let csi = match (params.plugin, params.kind, &params.target) {
+        (crate::model::PluginName::Csi, TargetKind::Block, TargetRef::Device) => {
+            classify::decide_csi_block_device(journal_says, observation, boot)
+        }
+        (crate::model::PluginName::Csi, TargetKind::Block, TargetRef::Pod(_)) => None,
+        (crate::model::PluginName::Csi, ..) => {
+            classify::decide_csi(entry, journal_says, observation, expected, boot, input)
+        }
+        _ => None,
+    };
     let (host_says, result, reason) = match csi {
         Some(decided) => decided,
         None => {

@@ -761,6 +761,12 @@ fn merge_table() {
         ("csi block unmapped, gone", (CsiBlockPod, J::Unmounted, Same, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
         ("csi block staging dir there", (CsiBlockDevice, J::Mounted, Same, S::Dir), (Some(Mounted), R::MountedMatches)),
         ("csi block stage intent", (CsiBlockDevice, J::MountIntent(Multi), Same, S::Dir), (Some(Uncertain), R::MultiStepIntent)),
+        // after a reboot the driver may have lost what it staged, whatever
+        // dir is left: staged again, as a filesystem volume's staging is
+        ("csi block staging dir after a reboot", (CsiBlockDevice, J::Mounted, Rebooted, S::Dir), (Some(Uncertain), R::CsiAfterReboot)),
+        ("csi block staging dir gone after a reboot", (CsiBlockDevice, J::Mounted, Rebooted, S::Absent), (Some(Uncertain), R::CsiAfterReboot)),
+        ("csi block unstaged, after a reboot", (CsiBlockDevice, J::Unmounted, Rebooted, S::Absent), (Some(NotMounted), R::UnmountedAbsent)),
+        ("csi block map after a reboot: the link left, no bind", (CsiBlockPod, J::Mounted, Rebooted, S::Partial), (Some(Uncertain), R::MountedDiffers)),
         // a CSI block map no journal knows (`--journal off`, a kubelet's),
         // found by our bind on the pod's file: rebuilt from the host with
         // its staging dir, named by its `vol_data.json`
