@@ -1017,9 +1017,30 @@ impl Node {
             .collect())
     }
 
+    /// Restarts the test CSI driver (a reboot's): whatever it held (the
+    /// loop devices of the block volumes it staged) is gone, its files
+    /// and call log stay.
+    pub fn restart_driver(&mut self) {
+        if let Some(mut d) = self.driver.take() {
+            d.kill();
+            self.driver = Some(TestDriver::spawn(d.opts().clone()));
+        }
+    }
+
+    /// Detaches volumed's holds (the loop devices over raw block pods'
+    /// files), as a reboot drops every loop device; the CSI driver's own,
+    /// held open by the driver that keeps running here, stay.
+    pub fn drop_holds(&self) {
+        for dir in [self.path(&Ref::RawDev), self.csi_raw_map_dir()] {
+            for dev in self.holds_under(&dir) {
+                let _ = Command::new("losetup").args(["-d", &dev]).status();
+            }
+        }
+    }
+
     /// Unmounts everything below the root, deepest first (a reboot).
     pub fn unmount_all(&self) {
-        for _ in 0..5 {
+        for _ in 0..50 {
             let table = MountTable::read_self().expect("read mountinfo");
             let left: Vec<PathBuf> = table
                 .entries()
@@ -1033,6 +1054,9 @@ impl Node {
             for m in left.iter().rev() {
                 let _ = umount2(m.as_path(), MntFlags::UMOUNT_NOFOLLOW);
             }
+            // a loop device backed by a file below the root (a driver's,
+            // released when it died) lets go of it asynchronously
+            std::thread::sleep(Duration::from_millis(100));
         }
         panic!("could not unmount everything below {}", self.root.display());
     }

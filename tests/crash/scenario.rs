@@ -26,6 +26,14 @@ pub fn apply(node: &mut Node, c: &Change) {
         Change::Unmount(r) => node.unmount(r),
         Change::Foreign(r) => node.foreign(r),
         Change::Reboot => {
+            // the loop devices go with a reboot; with a CSI raw block
+            // volume the driver restarts too (its device keeps a file
+            // below the root open, and a restarted driver has lost what
+            // it staged: the case the restart must stage again)
+            node.drop_holds();
+            if node.csi_raw {
+                node.restart_driver();
+            }
             node.unmount_all();
             node.new_boot();
         }
