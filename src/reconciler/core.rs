@@ -28,7 +28,7 @@ use crate::reconciler::jobs::JobReport;
 use crate::reconciler::jobs::{apply_update, job_for};
 use crate::reconciler::pending::{OpKey, Pending, pass_budget};
 use crate::reconciler::plan::{Action, plan};
-use crate::reconstruct::{FailedTarget, apply_to_asw};
+use crate::reconstruct::{FailedTarget, MergeOutput, apply_to_asw};
 use crate::selinux::Policy;
 use crate::sources::DesiredPod;
 
@@ -179,6 +179,27 @@ impl Core {
         self.phase
     }
 
+    /// The pod-dir walk (phase 2) decided from the start's mount table
+    /// while the loop went on: a target the loop has learned or worked on
+    /// since (the ASW holds it, or its key is busy) is the loop's, and the
+    /// walk's older view of it is dropped. A raw block map made during the
+    /// walk showed there as its symlink without its bind: a half map, which
+    /// must not make the loop's own map uncertain.
+    fn drop_stale_leftovers(&self, w: &World, output: &mut MergeOutput, now: Instant) {
+        output.decisions.retain(|d| {
+            let pod = d.key.target.pod().cloned();
+            let known = match &pod {
+                None => w.asw.volume_exists(&d.key.volume),
+                Some(p) => w.asw.pod(&d.key.volume, p).is_some(),
+            };
+            let key = OpKey {
+                volume: d.key.volume.clone(),
+                pod,
+            };
+            !known && !self.pending.busy(&key, now)
+        });
+    }
+
     /// Stopping, with no job and no slow effect in flight: the loop ends.
     pub(crate) fn finished(&self) -> bool {
         self.phase == Phase::Stopping && self.pending.running() == 0 && !self.in_flight.any()
@@ -273,7 +294,8 @@ impl Core {
         }
         match ev {
             Event::Stop => self.phase = Phase::Stopping,
-            Event::Leftovers(output, outside) => {
+            Event::Leftovers(mut output, outside) => {
+                self.drop_stale_leftovers(w, &mut output, now);
                 for e in apply_to_asw(&output, &mut w.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
                 }

@@ -1931,3 +1931,72 @@ fn a_torn_down_target_of_a_volume_still_held_is_forgotten_at_once() {
         names(&fx)
     );
 }
+
+/// A decision of the pod-dir walk, which read the start's mount table:
+/// pod `u`'s emptyDir target found half there (uncertain).
+fn walk_found(u: &str) -> crate::reconstruct::Decision {
+    use crate::reconstruct::{Boot, Decision, HostSays, JournalSays, Reason};
+    let volume = pod(u).volumes[0].volume.clone();
+    let target = crate::model::TargetRef::Pod(uid(u));
+    Decision {
+        key: crate::journal::TargetKey {
+            volume: volume.clone(),
+            target: target.clone(),
+        },
+        kind: crate::model::TargetKind::Mount,
+        journal_says: JournalSays::Nothing,
+        host_says: HostSays::Absent,
+        boot: Boot::Same,
+        result: crate::model::MountState::Uncertain,
+        reason: Reason::RebuiltFromHost,
+        params: crate::model::TargetParams::at(
+            volume,
+            PluginName::EmptyDir,
+            "cache".into(),
+            target,
+            crate::model::TargetKind::Mount,
+            None,
+        )
+        .with_pod_mount_path(Some(
+            format!("/r/pods/{u}/volumes/kubernetes.io~empty-dir/cache").into(),
+        ))
+        .into(),
+        observed: None,
+    }
+}
+
+#[test]
+fn the_walk_s_older_view_never_overrides_a_target_the_loop_worked_on() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let first = c.step(&mut w, vec![added(&["a", "b"], true)], t0, idle());
+    // a's mount done, b's still running, c untouched since the start
+    c.step(&mut w, vec![mounted(&first, "a")], ms(t0, 5), idle());
+    let output = crate::reconstruct::MergeOutput {
+        decisions: vec![walk_found("a"), walk_found("b"), walk_found("c")],
+        ..Default::default()
+    };
+    c.step(
+        &mut w,
+        vec![Event::Leftovers(Box::new(output), Vec::new())],
+        ms(t0, 10),
+        idle(),
+    );
+    let state = |u: &str| {
+        w.asw
+            .pod(&pod(u).volumes[0].volume, &uid(u))
+            .map(|m| m.state)
+    };
+    use crate::model::MountState;
+    assert_eq!(
+        state("a"),
+        Some(MountState::Mounted),
+        "held: kept as the loop made it"
+    );
+    assert_eq!(state("b"), None, "in flight: left to its job");
+    assert_eq!(
+        state("c"),
+        Some(MountState::Uncertain),
+        "untouched: the walk's"
+    );
+}
