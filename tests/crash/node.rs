@@ -1320,16 +1320,23 @@ impl Node {
     }
 
     /// Waits (up to [`CONVERGE`]) until [`Node::converged_once`] and `extra`
-    /// hold, then checks that `dump` agrees with `/debug/state`.
+    /// hold and `dump` agrees with `/debug/state`. The last is waited for
+    /// too: the two are read at different instants, and a step still in
+    /// flight when `extra` is met (the driver logs a call before the daemon
+    /// journals its outcome) shows as pending in one and not the other.
+    /// Only a disagreement that outlasts the wait fails.
     pub fn converge(&mut self, extra: &dyn Fn(&Node) -> Result<(), String>) -> Result<(), String> {
         let deadline = Instant::now() + CONVERGE;
-        loop {
+        let dump = loop {
             if !self.alive() {
                 return Err(format!("the daemon died\n{}", self.log_tail()));
             }
-            let r = self.converged_once().and_then(|()| extra(self));
+            let r = self
+                .converged_once()
+                .and_then(|()| extra(self))
+                .and_then(|()| self.dump_agrees());
             match r {
-                Ok(()) => break,
+                Ok(dump) => break dump,
                 Err(e) if Instant::now() > deadline => {
                     return Err(format!(
                         "not converged after {CONVERGE:?}: {e}\n{}",
@@ -1338,16 +1345,7 @@ impl Node {
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
-        }
-        let dump = self.dump()?;
-        let (_, body) = self.get("/debug/state")?;
-        let state: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        let (a, b) = (Self::targets(&dump["state"]), Self::targets(&state));
-        if a != b {
-            return Err(format!(
-                "dump and /debug/state disagree:\ndump  {a:?}\nstate {b:?}"
-            ));
-        }
+        };
         // the journal's subPath binds are the host's: each one it lists is
         // a mount (and the check above leaves no other mount)
         let seen = self.mounts();
@@ -1367,6 +1365,20 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// The journal's `dump` when its targets are `/debug/state`'s.
+    fn dump_agrees(&self) -> Result<Value, String> {
+        let dump = self.dump()?;
+        let (_, body) = self.get("/debug/state")?;
+        let state: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let (a, b) = (Self::targets(&dump["state"]), Self::targets(&state));
+        if a != b {
+            return Err(format!(
+                "dump and /debug/state disagree:\ndump  {a:?}\nstate {b:?}"
+            ));
+        }
+        Ok(dump)
     }
 
     /// `volumed_plugin_operations_total` summed over plugins, per operation.
