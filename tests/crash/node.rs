@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -316,9 +317,31 @@ impl Node {
         self.write_objects();
     }
 
-    /// `option expand`: every CSI pod target shows the PV's 8 MiB.
+    /// `option expand`: every CSI pod target shows the PV's 8 MiB, and
+    /// every CSI raw block pod's device, through its symlink, the PV's 32
+    /// MiB.
     pub fn check_expanded(&self) -> Result<(), String> {
         for (p, kinds) in &self.desired {
+            if kinds.contains(&Kind::CsiRaw) {
+                let link = self.path(&Ref::Pod(p.clone(), Kind::CsiRaw));
+                let rdev = fs::metadata(&link)
+                    .map_err(|e| format!("stat {}: {e}", link.display()))?
+                    .rdev();
+                let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+                let size = format!("/sys/dev/block/{major}:{minor}/size");
+                let sectors: u64 = fs::read_to_string(&size)
+                    .map_err(|e| format!("read {size}: {e}"))?
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("{size}: {e}"))?;
+                if sectors * 512 != 32 << 20 {
+                    return Err(format!(
+                        "the device through {} is {} bytes, not the PV's 32 MiB",
+                        link.display(),
+                        sectors * 512
+                    ));
+                }
+            }
             if !kinds.contains(&Kind::Csi) {
                 continue;
             }
@@ -389,7 +412,15 @@ impl Node {
             );
             self.write_object_file("raw.yaml", &text);
         }
-        if self.driver.is_some() && self.csi_raw {
+        if self.driver.is_some() && self.csi_raw && self.expand {
+            // as the CSI PV below, for a block claim: the PV grown to 32
+            // MiB, the claim's status still 16 MiB, the driver's device 16
+            // MiB until NodeExpandVolume (no filesystem: the device grows)
+            let text = format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_RAW_PV}}}\nspec:\n  capacity: {{storage: 32Mi}}\n  volumeMode: Block\n  accessModes: [ReadWriteOnce]\n  claimRef: {{namespace: default, name: claim-csiraw}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: vol-csiraw}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csiraw, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  volumeName: {CSI_RAW_PV}\n  resources:\n    requests: {{storage: 32Mi}}\nstatus:\n  phase: Bound\n  capacity: {{storage: 16Mi}}\n"
+            );
+            self.write_object_file("csiraw.yaml", &text);
+        } else if self.driver.is_some() && self.csi_raw {
             let text = format!(
                 "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {CSI_RAW_PV}}}\nspec:\n  capacity: {{storage: 16Mi}}\n  volumeMode: Block\n  accessModes: [ReadWriteOnce]\n  claimRef: {{namespace: default, name: claim-csiraw}}\n  csi: {{driver: {CSI_DRIVER}, volumeHandle: vol-csiraw}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: claim-csiraw, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeMode: Block\n  volumeName: {CSI_RAW_PV}\n  resources:\n    requests: {{storage: 16Mi}}\n"
             );
