@@ -30,6 +30,9 @@ pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {
             ok: false,
         },
         JournalWork::ForgetTarget { key, .. } => Completion::Forgotten { key, ok: false },
+        JournalWork::ForgetNotMounted { keys, .. } => {
+            Completion::NotMountedForgotten { keys, ok: false }
+        }
     }
 }
 
@@ -71,6 +74,23 @@ pub(super) fn journal_lane(rx: &Receiver<JournalWork>, j: &Journal, events: &Sen
                     key,
                     ok: ok.is_ok(),
                 }
+            }
+            JournalWork::ForgetNotMounted { targets, keys } => {
+                let ok = match j.forget_not_mounted(&targets) {
+                    Ok(n) => {
+                        tracing::info!(
+                            forgotten = n,
+                            decided = targets.len(),
+                            "journal: reconstruction's not-mounted targets no pod wants forgotten"
+                        );
+                        true
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "journal forget record");
+                        false
+                    }
+                };
+                Completion::NotMountedForgotten { keys, ok }
             }
         };
         if events.send(Event::Done(done)).is_err() {

@@ -211,6 +211,9 @@ pub(super) fn reconstruct_first(
     );
     handed.unmounted_outside = log_reconstruction("reconstruction done, ASW ready", &ready.output);
     handed.failed = ready.output.failed.clone();
+    if journal.is_some() {
+        handed.not_mounted = crate::reconciler::core::not_mounted(&ready.output).collect();
+    }
     Ok((handed, table, ready))
 }
 

@@ -246,6 +246,29 @@ impl Journal {
         self.append_records(bodies).map(drop)
     }
 
+    /// Forgets those of `keys` the journal still has as not mounted with
+    /// nothing pending, in one batch, durable on return; returns how many.
+    /// A key with an entry in any other state (an operation began on it
+    /// since the caller decided) is left alone, and one gone already is
+    /// not forgotten twice.
+    pub fn forget_not_mounted(&self, keys: &[super::TargetKey]) -> Result<usize, JournalError> {
+        let bodies: Vec<Body> = self.with_state(|state| {
+            keys.iter()
+                .filter(|k| {
+                    state
+                        .get(k)
+                        .is_some_and(|e| e.reported_state() == MountState::NotMounted)
+                })
+                .map(|k| Body::Forget {
+                    volume: k.volume.clone(),
+                    target: k.target.clone(),
+                })
+                .collect()
+        });
+        let n = bodies.len();
+        self.append_records(bodies).map(|_| n)
+    }
+
     /// Records reconstruction's decisions in one batch, durable on return;
     /// an empty batch writes nothing but still fails on a journal closed
     /// for writes.

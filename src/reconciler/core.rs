@@ -37,6 +37,7 @@ mod housekeeping;
 mod late;
 mod node_status;
 mod republish;
+mod unheld;
 mod unwritable;
 
 pub(crate) use super::effects::{
@@ -121,6 +122,10 @@ pub(crate) struct Core {
     /// targets reconstruction could not rebuild (both phases), for the
     /// one-time forced cleanup (`super::forced`; emptied when decided)
     pub(super) failed: Vec<FailedTarget>,
+    /// the journal's targets reconstruction decided not mounted (both
+    /// phases), forgotten once settled unless wanted (`unheld`; emptied
+    /// when decided)
+    pub(super) not_mounted: Vec<crate::journal::TargetKey>,
     /// pods refused a volume for their SELinux label, applied again when
     /// other pods change (see `sources::Applied::refused`)
     pub(super) refused: BTreeMap<PodUid, DesiredPod>,
@@ -153,6 +158,7 @@ impl Core {
             in_flight: InFlight::default(),
             last_checkpoint_seq: synced_through,
             failed,
+            not_mounted: Vec::new(),
             refused: BTreeMap::new(),
             namespace: Default::default(),
             late: BTreeMap::new(),
@@ -263,6 +269,9 @@ impl Core {
             self.force_cleanup(w, now, &mut out);
         }
         if writable {
+            self.forget_not_mounted(w, now, &mut out);
+        }
+        if writable {
             self.maybe_flush(now, &mut out);
         }
         self.maybe_recover(now, &mut out);
@@ -301,6 +310,7 @@ impl Core {
                 }
                 w.unmounted_outside.extend(outside);
                 self.failed.extend(output.failed.iter().cloned());
+                self.note_not_mounted(not_mounted(&output));
                 self.phase = match self.phase {
                     Phase::Listing { .. } => Phase::Listing { walked: true },
                     Phase::Populated => self.settle(now),
@@ -460,6 +470,13 @@ impl Core {
                 }
                 true
             }
+            Completion::NotMountedForgotten { keys, ok } => {
+                self.in_flight.forgets = self.in_flight.forgets.saturating_sub(1);
+                for k in &keys {
+                    self.pending.finish(k, ok, now);
+                }
+                true
+            }
             Completion::Swept(s) => {
                 self.swept(s, now);
                 true // the passes held back while it ran
@@ -572,6 +589,17 @@ impl Core {
         self.in_flight.forgets += 1;
         out.push(Effect::Journal(JournalWork::ForgetVolume { key, volume }));
     }
+}
+
+/// The targets a reconstruction phase decided not mounted.
+pub(crate) fn not_mounted(
+    output: &crate::reconstruct::MergeOutput,
+) -> impl Iterator<Item = crate::journal::TargetKey> + '_ {
+    output
+        .decisions
+        .iter()
+        .filter(|d| d.result == crate::model::MountState::NotMounted)
+        .map(|d| d.key.clone())
 }
 
 /// `volume_manager_total_volumes` now, per plugin and state.

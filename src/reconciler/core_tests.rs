@@ -107,6 +107,9 @@ fn names(effects: &[Effect]) -> Vec<String> {
             Effect::Journal(JournalWork::Repack) => "repack".into(),
             Effect::Journal(JournalWork::ForgetVolume { .. }) => "forget".into(),
             Effect::Journal(JournalWork::ForgetTarget { .. }) => "forget-target".into(),
+            Effect::Journal(JournalWork::ForgetNotMounted { targets, .. }) => {
+                format!("forget-not-mounted:{}", targets.len())
+            }
             Effect::Host(HostWork::Sweep { .. }) => "sweep".into(),
             Effect::Host(HostWork::Trim) => "trim".into(),
             Effect::Host(HostWork::CheckLate { paths }) => format!("check-late:{}", paths.len()),
@@ -1999,4 +2002,218 @@ fn the_walk_s_older_view_never_overrides_a_target_the_loop_worked_on() {
         Some(MountState::Uncertain),
         "untouched: the walk's"
     );
+}
+
+// ------------------------------------------------ reconstruction's not-mounted targets
+
+fn pod_key(volume: &UniqueVolumeName, pod: &str) -> crate::journal::TargetKey {
+    crate::journal::TargetKey {
+        volume: volume.clone(),
+        target: TargetRef::Pod(uid(pod)),
+    }
+}
+
+fn device_key(volume: &UniqueVolumeName) -> crate::journal::TargetKey {
+    crate::journal::TargetKey {
+        volume: volume.clone(),
+        target: TargetRef::Device,
+    }
+}
+
+/// The one `ForgetNotMounted` among `effects`: (targets, keys).
+fn not_mounted_forget(effects: &[Effect]) -> Option<(Vec<crate::journal::TargetKey>, Vec<OpKey>)> {
+    let mut found = effects.iter().filter_map(|e| match e {
+        Effect::Journal(JournalWork::ForgetNotMounted { targets, keys }) => {
+            Some((targets.clone(), keys.clone()))
+        }
+        _ => None,
+    });
+    let one = found.next();
+    assert!(found.next().is_none(), "one batch: {:?}", names(effects));
+    one
+}
+
+/// Which of reconstruction's not-mounted targets are forgotten once
+/// settled: those no pod wants and the ASW does not hold, nothing busy.
+#[test]
+fn not_mounted_targets_are_forgotten_when_no_pod_wants_them_and_the_asw_lacks_them() {
+    use super::unheld::to_forget;
+    let shared = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
+    let lone = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv2");
+    let own = |u: &str| pod(u).volumes[0].volume.clone();
+    // the DSW: "live" wants its own volume and the shared one
+    let mut dsw = crate::state::DesiredStateOfWorld::new();
+    let mut use_of = |u: &str, volume: &UniqueVolumeName| {
+        let mut v = pod(u).volumes[0].clone();
+        v.volume = volume.clone();
+        dsw.add_pod_to_volume(&uid(u), v, Default::default())
+            .unwrap();
+    };
+    use_of("live", &own("live"));
+    use_of("live", &shared);
+    // the ASW: "mounted" holds its own volume (mounted since the start)
+    let mut asw = ActualStateOfWorld::new();
+    asw.add_volume(own("mounted"), PluginName::EmptyDir, "cache", None, None);
+    asw.mark_volume_mounted(
+        &own("mounted"),
+        &uid("mounted"),
+        PodMount {
+            outer_name: "cache".into(),
+            mount_path: "/r/pods/mounted/volumes/kubernetes.io~empty-dir/cache".into(),
+            kind: crate::model::TargetKind::Mount,
+            selinux: SeLinuxState::Unknown,
+        },
+    )
+    .unwrap();
+    let busy_pod = OpKey::pod(&own("busy"), &uid("busy"));
+    // (what, the target, forgotten)
+    let rows = [
+        ("a pod that wants it", pod_key(&own("live"), "live"), false),
+        (
+            "a deleted pod's own volume",
+            pod_key(&own("gone"), "gone"),
+            true,
+        ),
+        (
+            "a deleted pod's target of a volume another pod wants",
+            pod_key(&shared, "gone"),
+            true,
+        ),
+        (
+            "a target the ASW holds",
+            pod_key(&own("mounted"), "mounted"),
+            false,
+        ),
+        (
+            "an operation on it pending",
+            pod_key(&own("busy"), "busy"),
+            false,
+        ),
+        ("a device a pod wants", device_key(&shared), false),
+        (
+            "a device of a volume the ASW holds",
+            device_key(&own("mounted")),
+            false,
+        ),
+        ("a device no one wants", device_key(&lone), true),
+        (
+            "a pod target of that volume: under the device's key",
+            pod_key(&lone, "gone"),
+            true,
+        ),
+    ];
+    for (what, key, forgotten) in &rows {
+        let got = to_forget(vec![key.clone()], &dsw, &asw, &|k| *k == busy_pod);
+        assert_eq!(!got.targets.is_empty(), *forgotten, "{what}");
+    }
+    let all: Vec<_> = rows.iter().map(|(_, k, _)| k.clone()).collect();
+    let got = to_forget(all, &dsw, &asw, &|k| *k == busy_pod);
+    let want: Vec<_> = rows
+        .iter()
+        .filter(|(_, _, f)| *f)
+        .map(|(_, k, _)| k.clone())
+        .collect();
+    assert_eq!(got.targets, want, "in the order given");
+    assert_eq!(
+        got.keys,
+        [
+            OpKey::pod(&own("gone"), &uid("gone")),
+            OpKey::pod(&shared, &uid("gone")),
+            OpKey::volume(&lone),
+        ]
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect::<Vec<_>>(),
+        "the device's volume-wide key stands for its pod's"
+    );
+}
+
+/// The soak's finding: two pods' memory emptyDirs gone while volumed was
+/// down, one pod deleted before the restart. Once every source listed and
+/// the walk reported, the deleted pod's target is forgotten (once, its key
+/// busy until durable); the other is mounted again.
+#[test]
+fn a_deleted_pod_s_target_reconstruction_found_not_mounted_is_forgotten_once_settled() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core_reconstructing(Policy::disabled());
+    let (a, b) = (
+        pod("a").volumes[0].volume.clone(),
+        pod("b").volumes[0].volume.clone(),
+    );
+    let handed = Reconstructed {
+        not_mounted: vec![pod_key(&a, "a"), pod_key(&b, "b")],
+        ..Reconstructed::default()
+    };
+    c.step(
+        &mut w,
+        vec![Event::Reconstructed(Box::new(handed))],
+        t0,
+        idle(),
+    );
+    let fx = c.step(&mut w, vec![added(&["b"], true)], ms(t0, 1), idle());
+    assert_eq!(names(&fx), ["mount:b"], "not before the walk reported");
+    let fx = c.step(&mut w, vec![walked()], ms(t0, 2), idle());
+    let (targets, keys) = not_mounted_forget(&fx).expect("a forget once settled");
+    assert_eq!(targets, [pod_key(&a, "a")], "only the deleted pod's");
+    let key = OpKey::pod(&a, &uid("a"));
+    assert_eq!(keys, std::slice::from_ref(&key));
+    assert!(c.pending.busy(&key, ms(t0, 3)), "busy until durable");
+    assert!(!c.finished());
+    let done = Completion::NotMountedForgotten {
+        keys: keys.clone(),
+        ok: true,
+    };
+    let fx = c.step(&mut w, vec![Event::Done(done)], ms(t0, 4), idle());
+    assert!(!c.pending.busy(&key, ms(t0, 5)), "then free");
+    assert!(not_mounted_forget(&fx).is_none(), "once");
+    let fx = c.step(&mut w, vec![], ms(t0, 6), idle());
+    assert!(not_mounted_forget(&fx).is_none(), "once");
+}
+
+/// Phase 2's not-mounted decisions (a leftover dir it recorded) count too;
+/// with the journal off nothing is forgotten.
+#[test]
+fn the_walk_s_not_mounted_targets_are_forgotten_too_and_none_with_the_journal_off() {
+    let t0 = Instant::now();
+    let v = pod("gone").volumes[0].volume.clone();
+    let decision = crate::reconstruct::Decision {
+        key: pod_key(&v, "gone"),
+        kind: crate::model::TargetKind::Mount,
+        journal_says: crate::reconstruct::JournalSays::Nothing,
+        host_says: crate::reconstruct::HostSays::DirPresent,
+        boot: crate::reconstruct::Boot::Same,
+        result: crate::model::MountState::NotMounted,
+        reason: crate::reconstruct::Reason::HostLeftover,
+        params: crate::model::TargetParams::at(
+            v.clone(),
+            PluginName::EmptyDir,
+            "cache".into(),
+            TargetRef::Pod(uid("gone")),
+            crate::model::TargetKind::Mount,
+            None,
+        )
+        .into(),
+        observed: None,
+    };
+    let output = crate::reconstruct::MergeOutput {
+        decisions: vec![decision],
+        ..Default::default()
+    };
+    for journal in [true, false] {
+        let (mut c, mut w) = core(0);
+        c.cfg.journal = journal;
+        let fx = c.step(
+            &mut w,
+            vec![
+                added(&[], true),
+                Event::Leftovers(Box::new(output.clone()), Vec::new()),
+            ],
+            t0,
+            idle(),
+        );
+        let got = not_mounted_forget(&fx).map(|(t, _)| t);
+        let want = journal.then(|| vec![pod_key(&v, "gone")]);
+        assert_eq!(got, want, "journal {journal}");
+    }
 }

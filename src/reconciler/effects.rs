@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::journal::TargetKey;
 use crate::model::{PodUid, SharedPath, TargetRef, UniqueVolumeName};
 use crate::reconciler::jobs::{Job, JobReport};
 use crate::reconciler::pending::OpKey;
@@ -48,6 +49,10 @@ pub(crate) struct Reconstructed {
     pub unmounted_outside: Vec<UnmountedOutside>,
     /// the targets it could not rebuild (for the forced cleanup)
     pub failed: Vec<crate::reconstruct::FailedTarget>,
+    /// the journal's targets it decided not mounted (the ASW holds none of
+    /// them as such): forgotten once every source listed unless wanted
+    /// (`core/unheld.rs`)
+    pub not_mounted: Vec<TargetKey>,
 }
 
 /// How an effect ended.
@@ -78,6 +83,14 @@ pub(crate) enum Completion {
         /// the key kept busy for it
         key: Option<OpKey>,
         /// whether every record was appended
+        ok: bool,
+    },
+    /// reconstruction's not-mounted targets no pod wants are forgotten
+    /// (`ok`), or the write failed (`JournalWork::ForgetNotMounted`)
+    NotMountedForgotten {
+        /// the keys kept busy for it
+        keys: Vec<OpKey>,
+        /// whether the records were appended
         ok: bool,
     },
     /// an orphan sweep finished
@@ -122,6 +135,15 @@ pub(crate) enum JournalWork {
         target: TargetRef,
         /// the operation key kept busy until the forget is durable
         key: Option<OpKey>,
+    },
+    /// forget reconstruction's not-mounted targets that no pod wants once
+    /// every source listed, in one batch; each only while the journal
+    /// still has it not mounted with nothing pending (`core/unheld.rs`)
+    ForgetNotMounted {
+        /// the targets
+        targets: Vec<TargetKey>,
+        /// the operation keys kept busy until the forget is durable
+        keys: Vec<OpKey>,
     },
 }
 

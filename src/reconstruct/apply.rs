@@ -81,7 +81,8 @@ pub(super) fn record_of(d: &Decision) -> Decided {
 /// error keeps them uncertain, as the kubelet does for reconstructed
 /// volumes). Not-mounted pod targets are not recorded (the ASW holds no
 /// not-mounted pods); a not-mounted device target is recorded only when its
-/// volume has another target in the ASW. Volumes are added without a spec
+/// volume has another target in the ASW. The journal forgets those no pod
+/// wants once every source has listed (`reconciler/core/unheld.rs`). Volumes are added without a spec
 /// (the DSW brings it). Returns the errors, one per failed decision, in
 /// decision order.
 ///

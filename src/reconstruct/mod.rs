@@ -375,8 +375,9 @@ impl FailedTarget {
 }
 
 /// A `mount` target decided not mounted whose mount-point dir may remain:
-/// a candidate for orphan cleanup (which skips targets the DSW still wants
-/// and paths that are gone, and then forgets the journal entry).
+/// a candidate for orphan cleanup (the sweep removes the dirs of pods no
+/// source wants; the loop forgets the journal entry of a target no pod
+/// wants once settled, `reconciler/core/unheld.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leftover {
     /// the target

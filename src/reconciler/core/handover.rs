@@ -39,6 +39,7 @@ impl Core {
         w.asw = r.asw;
         w.unmounted_outside = r.unmounted_outside;
         self.failed.extend(r.failed);
+        self.note_not_mounted(r.not_mounted);
         self.phase = match w.dsw.is_populated() {
             true => Phase::Populated,
             false => Phase::Listing { walked: false },
