@@ -6,7 +6,8 @@
 //! (`tests/support/apiserver/`, namespace `api`) *and* the static pod dir
 //! (namespace `static`): memory and disk emptyDirs, a local PV (an ext4 on
 //! a loop device; API pods), configMap, secret and projected volumes, and
-//! CSI volumes of the test driver (`volumed-testdriver`). A steady churn
+//! CSI volumes of the test driver (`volumed-testdriver`). A long-poller
+//! asks the runtime API socket with `wait` all along. A steady churn
 //! adds and deletes pods (each add a fresh UID) and rewrites the
 //! ConfigMaps. Storms alternate with pauses. During a storm the nemesis
 //! ([`Fault`]) SIGKILLs volumed and restarts it (sometimes only once the API
@@ -41,9 +42,11 @@
 //! exactly once, no stacked mount, no mount of a pod no source wants, a
 //! staging or device mount only while a pod uses it, and the journal
 //! (`volumed dump`) holding every target `/debug/state` holds, in the same
-//! state, and no other ([`journal_covers`]). The daemon's RSS, fds and
-//! threads are taken then; the last settle's must not exceed the first
-//! after a storm beyond [`Slack`].
+//! state, and no other ([`journal_covers`]). The daemon's RSS, fds,
+//! threads and the runtime API socket's long-polls waiting
+//! (`volumed_runtime_api_long_polls`) are taken then; the last settle's
+//! must not exceed the first after a storm beyond [`Slack`], and its
+//! long-polls must equal the first's.
 //!
 //! A violation prints the seed, the schedule so far, the journal `dump`
 //! and the mount table, ends the run and fails the test. At the end the
@@ -451,6 +454,22 @@ struct Reader {
     stop: AtomicBool,
 }
 
+/// The long-poller's shared state: it asks the runtime API socket with
+/// `wait` all the run long (waits that time out, that it abandons midway,
+/// that a kill cuts), so the socket's slots are used, and given back.
+#[derive(Default)]
+struct Poller {
+    /// the pods to ask about (of pods alive now)
+    uids: Mutex<Vec<String>>,
+    /// set by the checker: ask nothing new
+    pause: AtomicBool,
+    /// a request in flight (set before `pause` is looked at)
+    busy: AtomicBool,
+    stop: AtomicBool,
+    asked: AtomicU64,
+    abandoned: AtomicU64,
+}
+
 struct Soak {
     seed: u64,
     rng: Rng,
@@ -497,7 +516,11 @@ struct Soak {
     procs: Vec<Proc>,
     plugin_ops: Vec<f64>,
     violations: Vec<String>,
+    /// the socket's long-polls waiting after each settle
+    /// (`volumed_runtime_api_long_polls`)
+    long_polls: Vec<f64>,
     reader: Arc<Reader>,
+    poller: Arc<Poller>,
     ticks: u64,
     // Last, in this order: the daemon and the driver are gone before the
     // loop device is let go and the scratch dir (its mounts) goes.
@@ -600,7 +623,9 @@ impl Soak {
             procs: Vec::new(),
             plugin_ops: Vec::new(),
             violations: Vec::new(),
+            long_polls: Vec::new(),
             reader: Arc::new(Reader::default()),
+            poller: Arc::new(Poller::default()),
             ticks: 0,
         }
     }
@@ -781,6 +806,7 @@ impl Soak {
             }
         }
         *self.reader.files.lock().unwrap() = files;
+        *self.poller.uids.lock().unwrap() = self.pods.keys().cloned().collect();
     }
 
     // -------------------------------------------------------- nemesis
@@ -1187,8 +1213,44 @@ impl Soak {
                 .map(|(_, v)| v)
                 .sum();
             self.plugin_ops.push(ops);
+            match self.socket_long_polls() {
+                Some(n) => self.long_polls.push(n),
+                None => self.violation("no volumed_runtime_api_long_polls on /metrics".into()),
+            }
         }
         self.log(format!("settled in {took:?} with {} pods", self.pods.len()));
+    }
+
+    /// The socket's long-polls waiting once the poller is paused and done
+    /// (an abandoned wait's slot may take a moment to come back: a few
+    /// seconds are waited for it to show 0), from `/metrics`.
+    fn socket_long_polls(&mut self) -> Option<f64> {
+        self.poller.pause.store(true, Ordering::SeqCst);
+        let began = Instant::now();
+        while self.poller.busy.load(Ordering::SeqCst) && began.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut last = None;
+        while began.elapsed() < Duration::from_secs(10) {
+            let text = self.addr().and_then(|a| {
+                volumed::server::client::get(a, "/metrics", Duration::from_secs(5)).ok()
+            });
+            last = text.and_then(|(_, body)| {
+                support::daemon::series(
+                    &String::from_utf8_lossy(&body),
+                    "volumed_runtime_api_long_polls",
+                )
+                .into_iter()
+                .find(|(k, _)| k.contains("listener=\"socket\""))
+                .map(|(_, v)| v)
+            });
+            if last == Some(0.0) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.poller.pause.store(false, Ordering::SeqCst);
+        last
     }
 
     /// Whether the node is settled; if not, what is still off.
@@ -1354,6 +1416,13 @@ impl Soak {
             .map(|p| format!("{} KiB/{} fds/{} thr", p.rss_kib, p.fds, p.threads))
             .collect();
         let _ = writeln!(s, "daemon after each settle: {}", procs.join(", "));
+        let _ = writeln!(
+            s,
+            "runtime API long-polls asked {} (abandoned or cut {}); waiting on the socket after each settle: {:?}",
+            self.poller.asked.load(Ordering::Relaxed),
+            self.poller.abandoned.load(Ordering::Relaxed),
+            self.long_polls
+        );
 
         for v in &self.violations {
             let _ = writeln!(s, "violation: {v}");
@@ -1476,6 +1545,38 @@ fn journal_covers(journal: &Value, live: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The long-poller: asks the socket about the pods alive (and one no
+/// source has) with `wait`, in turn: a wait that times out, one it
+/// abandons before its answer, one answered when the pod is ready.
+fn long_poll(poller: &Poller, socket: &Path) {
+    let mut i = 0u64;
+    while !poller.stop.load(Ordering::SeqCst) {
+        poller.busy.store(true, Ordering::SeqCst);
+        if poller.pause.load(Ordering::SeqCst) {
+            poller.busy.store(false, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        let uid = {
+            let uids = poller.uids.lock().unwrap();
+            let n = uids.len() as u64;
+            (n > 0).then(|| uids[usize::try_from(i % n).unwrap()].clone())
+        };
+        let (path, timeout) = match (i % 3, uid) {
+            (0, _) | (_, None) => ("/v1/pods/soak-nobody/volumes?wait=1".to_owned(), 3_000),
+            (1, Some(u)) => (format!("/v1/pods/{u}/volumes?wait=3"), 200),
+            (_, Some(u)) => (format!("/v1/pods/{u}/volumes?wait=3"), 5_000),
+        };
+        poller.asked.fetch_add(1, Ordering::Relaxed);
+        if unix_get(socket, &path, Duration::from_millis(timeout)).is_err() {
+            poller.abandoned.fetch_add(1, Ordering::Relaxed);
+        }
+        poller.busy.store(false, Ordering::SeqCst);
+        i += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The payload reader: reads every ConfigMap file of the pods alive, over
 /// and over; a read that succeeds must be one whole generation.
 fn read_payloads(reader: &Reader) {
@@ -1530,6 +1631,9 @@ fn nemesis_soak() {
         let mut soak = Soak::new(seed);
         let reader = Arc::clone(&soak.reader);
         let reading = std::thread::spawn(move || read_payloads(&reader));
+        let poller = Arc::clone(&soak.poller);
+        let socket = soak.env.journal.join("api.sock");
+        let polling = std::thread::spawn(move || long_poll(&poller, &socket));
         for _ in 0..PODS_MIN {
             soak.add_pod();
         }
@@ -1560,6 +1664,8 @@ fn nemesis_soak() {
             soak.drain();
         }
         soak.reader.stop.store(true, Ordering::Relaxed);
+        soak.poller.stop.store(true, Ordering::SeqCst);
+        polling.join().unwrap();
         reading.join().unwrap();
         let figures = soak.figures();
         println!("{figures}");
@@ -1586,6 +1692,13 @@ fn nemesis_soak() {
                 Slack::RSS_KIB
             );
         }
+        // the socket's long-poll slots all come back: as many taken at
+        // the last settle as at the first
+        assert_eq!(
+            soak.long_polls.first(),
+            soak.long_polls.last(),
+            "the socket's long-polls waiting at the first settle and at the last (seed {seed})"
+        );
         if let Some(d) = soak.daemon.take() {
             d.stop();
         }

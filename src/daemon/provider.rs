@@ -63,6 +63,12 @@ impl DebugProvider for Provider {
         gather_text(&self.metrics)
     }
 
+    fn long_polls_waiting(&self, waiting: crate::server::LongPollsWaiting) {
+        self.metrics
+            .runtime_api
+            .observe_long_polls(waiting.socket, waiting.debug);
+    }
+
     fn state(&self) -> StateSnapshot {
         let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
         let mut s = w.asw.snapshot();

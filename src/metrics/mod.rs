@@ -39,11 +39,13 @@ use prometheus::{Encoder, Gauge, IntCounter, IntCounterVec, Opts, Registry, Text
 pub(crate) mod health;
 pub(crate) mod journal;
 pub(crate) mod operations;
+pub(crate) mod runtime_api;
 pub(crate) mod selinux;
 
 pub use health::HealthMetrics;
 pub use journal::JournalMetrics;
 pub use operations::{OperationMetrics, StorageOperation};
+pub use runtime_api::RuntimeApiMetrics;
 pub use selinux::SeLinuxMetrics;
 
 /// Errors of the metrics module.
@@ -90,6 +92,8 @@ pub struct Metrics {
     pub health: HealthMetrics,
     /// the journal's flushes, durable watermark and what it keeps aside
     pub journal: JournalMetrics,
+    /// the runtime API's long-polls
+    pub runtime_api: RuntimeApiMetrics,
 }
 
 const OPERATIONS_TOTAL: &str = "reconstruct_volume_operations_total";
@@ -169,6 +173,7 @@ impl Metrics {
         let selinux = SeLinuxMetrics::new(&r)?;
         let health = HealthMetrics::new(&r)?;
         let journal = JournalMetrics::new(&r)?;
+        let runtime_api = RuntimeApiMetrics::new(&r)?;
         Ok(Self {
             registry: r.registry,
             names: r.names.into_inner(),
@@ -177,6 +182,7 @@ impl Metrics {
             selinux,
             health,
             journal,
+            runtime_api,
         })
     }
 

@@ -128,6 +128,22 @@ pub trait DebugProvider: Send + Sync {
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+    /// The long-polls waiting now, told before each `metrics_text` and
+    /// once more when the server has stopped (then none should be).
+    fn long_polls_waiting(&self, waiting: LongPollsWaiting) {
+        let _ = waiting;
+    }
+}
+
+/// How many long-polls hold a slot now, per listener
+/// (`volumed_runtime_api_long_polls`): read from the slots themselves, so
+/// a slot never given back shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LongPollsWaiting {
+    /// on the unix socket
+    pub socket: usize,
+    /// on `--debug-listen`
+    pub debug: usize,
 }
 
 /// Where the server accepts: the TCP listener (probes and metrics), the
@@ -154,23 +170,47 @@ impl From<TcpListener> for Listeners {
     }
 }
 
-/// What a listener serves.
+/// What a listener serves; each knows every listener's long-poll slots
+/// (for `/metrics`).
 #[derive(Debug, Clone)]
 enum Scope {
     /// `/healthz`, `/readyz`, `/metrics`: what a probe or a scraper on the
     /// node's network needs, and nothing about its pods; no long-poll
     /// slots, as none of these waits
-    Probes,
+    Probes(Slots),
     /// every endpoint, with the listener's own long-poll slots
-    Full(Arc<runtime_api::LongPolls>),
+    Full(Arc<runtime_api::LongPolls>, Slots),
+}
+
+/// Every listener's long-poll slots.
+#[derive(Debug, Clone)]
+struct Slots {
+    socket: Arc<runtime_api::LongPolls>,
+    debug: Arc<runtime_api::LongPolls>,
+}
+
+impl Slots {
+    /// The long-polls waiting now.
+    fn waiting(&self) -> LongPollsWaiting {
+        LongPollsWaiting {
+            socket: self.socket.waiting(),
+            debug: self.debug.waiting(),
+        }
+    }
 }
 
 impl Scope {
     /// Whether a client of this scope may ask for `path`.
     fn serves(&self, path: &str) -> bool {
         match self {
-            Scope::Full(_) => true,
-            Scope::Probes => matches!(path, HEALTHZ | READYZ | METRICS),
+            Scope::Full(..) => true,
+            Scope::Probes(_) => matches!(path, HEALTHZ | READYZ | METRICS),
+        }
+    }
+
+    fn slots(&self) -> &Slots {
+        match self {
+            Scope::Probes(s) | Scope::Full(_, s) => s,
         }
     }
 }
@@ -253,14 +293,21 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let (stop_polls, stopping) = tokio::sync::watch::channel(false);
     // The socket's slots are its own: no TCP client can take one.
-    let socket = Scope::Full(Arc::new(runtime_api::LongPolls::new(stopping.clone())));
-    let debug_scope = Scope::Full(Arc::new(runtime_api::LongPolls::new(stopping)));
+    let socket_polls = Arc::new(runtime_api::LongPolls::new(stopping.clone()));
+    let debug_polls = Arc::new(runtime_api::LongPolls::new(stopping));
+    let slots = Slots {
+        socket: Arc::clone(&socket_polls),
+        debug: Arc::clone(&debug_polls),
+    };
+    let socket = Scope::Full(socket_polls, slots.clone());
+    let debug_scope = Scope::Full(debug_polls, slots.clone());
+    let probes = Scope::Probes(slots.clone());
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
             a = tcp.accept() => a.map(|(s, _)| {
-                spawn_conn(s, Scope::Probes, &provider, &graceful);
+                spawn_conn(s, probes.clone(), &provider, &graceful);
             }),
             a = accept_unix(unix.as_ref().map(|u| &u.listener)) => a.map(|s| {
                 spawn_conn(s, socket.clone(), &provider, &graceful);
@@ -287,6 +334,7 @@ pub async fn serve(
             "http requests still in flight at shutdown were cut"
         );
     }
+    provider.long_polls_waiting(slots.waiting());
 }
 
 /// Serves one connection on its own task, watched for shutdown.
@@ -407,9 +455,15 @@ async fn route(provider: Arc<dyn DebugProvider>, scope: &Scope, req: &Request<In
                 format!("not ready: {}\n", one_line(&why)),
             ),
         }),
-        METRICS => blocking(provider, |p| p.metrics_text())
+        METRICS => {
+            let waiting = scope.slots().waiting();
+            blocking(provider, move |p| {
+                p.long_polls_waiting(waiting);
+                p.metrics_text()
+            })
             .await
-            .map(|m| respond(StatusCode::OK, METRICS_CONTENT_TYPE, m)),
+        }
+        .map(|m| respond(StatusCode::OK, METRICS_CONTENT_TYPE, m)),
         "/debug/state" => blocking(provider, |p| p.state()).await.map(|s| json(&s)),
         "/debug/events" => blocking(provider, |p| p.events()).await.map(|e| json(&e)),
         "/debug/health" => {
@@ -435,11 +489,11 @@ async fn route(provider: Arc<dyn DebugProvider>, scope: &Scope, req: &Request<In
                 })
         }
         _ => match scope {
-            Scope::Probes => Ok(not_served(path)),
-            Scope::Full(polls) if runtime_api::is_container_mounts(path) => {
+            Scope::Probes(_) => Ok(not_served(path)),
+            Scope::Full(polls, _) if runtime_api::is_container_mounts(path) => {
                 runtime_api::container_mounts(provider, req, polls).await
             }
-            Scope::Full(polls) => runtime_api::pod_volumes(provider, req, polls).await,
+            Scope::Full(polls, _) => runtime_api::pod_volumes(provider, req, polls).await,
         },
     };
     result.unwrap_or_else(|r| r)

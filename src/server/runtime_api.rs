@@ -51,6 +51,11 @@ impl LongPolls {
             stopping,
         }
     }
+
+    /// How many slots are taken now.
+    pub(super) fn waiting(&self) -> usize {
+        MAX_LONG_POLLS.saturating_sub(self.slots.available_permits())
+    }
 }
 
 /// Whether `path` is this endpoint's.

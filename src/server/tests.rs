@@ -441,3 +441,140 @@ fn tcp_clients_never_take_the_socket_s_long_poll_slots() {
     );
     drop(held);
 }
+
+/// [`NeverReady`] that keeps what the server tells of its long-polls.
+struct Counting {
+    inner: NeverReady,
+    told: Mutex<Vec<LongPollsWaiting>>,
+}
+
+impl DebugProvider for Counting {
+    fn ready(&self) -> Result<(), String> {
+        self.inner.ready()
+    }
+    fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
+    }
+    fn state(&self) -> StateSnapshot {
+        self.inner.state()
+    }
+    fn journal(&self, v: Option<&str>) -> Result<DumpDoc, String> {
+        self.inner.journal(v)
+    }
+    fn pod_volumes(&self, pod: &crate::model::PodUid) -> Option<crate::runtime::PodVolumes> {
+        self.inner.pod_volumes(pod)
+    }
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.changes()
+    }
+    fn long_polls_waiting(&self, waiting: LongPollsWaiting) {
+        self.told.lock().unwrap().push(waiting);
+    }
+}
+
+/// The socket's long-polls waiting now, as `/metrics` tells the provider.
+fn socket_waiting(s: &Running, p: &Counting) -> usize {
+    assert_eq!(get(s.probes, "/metrics").0, 200);
+    p.told.lock().unwrap().last().map_or(0, |w| w.socket)
+}
+
+/// Waits (bounded) until `/metrics` tells `n` long-polls on the socket.
+fn until_socket_waiting(s: &Running, p: &Counting, n: usize, what: &str) {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let now = socket_waiting(s, p);
+        if now == n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {now} long-polls waiting, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `n` long-polls on the socket at once, each on its own connection with
+/// its request sent.
+fn socket_waiters(s: &Running, n: usize, wait: u64) -> Vec<std::os::unix::net::UnixStream> {
+    (0..n)
+        .map(|_| {
+            let mut c = std::os::unix::net::UnixStream::connect(api_socket::path(s.dir.path()))
+                .unwrap();
+            c.set_read_timeout(Some(T)).unwrap();
+            write!(
+                c,
+                "GET /v1/pods/p1/volumes?wait={wait} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            c
+        })
+        .collect()
+}
+
+/// Every waiter's status line.
+fn statuses(waiters: Vec<std::os::unix::net::UnixStream>) -> Vec<String> {
+    waiters
+        .into_iter()
+        .map(|mut c| {
+            let mut raw = String::new();
+            let _ = c.read_to_string(&mut raw);
+            raw.lines().next().unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// Waiters that time out, that their client abandons mid-wait, and that
+/// shutdown answers all give their long-poll slot back: after more of
+/// them than there are slots, every slot can be taken again, and the
+/// server has none taken when it stops. A real server on a real unix
+/// socket; the provider is a double (a pod never ready), as the slots are
+/// the server's alone.
+#[test]
+fn long_poll_slots_come_back_from_timeouts_abandoned_waits_and_shutdown() {
+    use runtime_api::MAX_LONG_POLLS;
+    let provider = Arc::new(Counting {
+        inner: NeverReady {
+            changes: tokio::sync::watch::Sender::new(0),
+        },
+        told: Mutex::new(Vec::new()),
+    });
+    let mut s = start_with(provider.clone());
+    assert_eq!(socket_waiting(&s, &provider), 0);
+
+    // every slot taken by waits that time out: all answered 200
+    let waiters = socket_waiters(&s, MAX_LONG_POLLS, 1);
+    let got = statuses(waiters);
+    assert!(
+        got.iter().all(|l| l.starts_with("HTTP/1.1 200")),
+        "{:?}",
+        got.iter().find(|l| !l.starts_with("HTTP/1.1 200"))
+    );
+    until_socket_waiting(&s, &provider, 0, "after the timeouts");
+
+    // every slot taken by waits of an hour, then the clients go
+    let waiters = socket_waiters(&s, MAX_LONG_POLLS, 3600);
+    until_socket_waiting(&s, &provider, MAX_LONG_POLLS, "every slot taken");
+    drop(waiters);
+    until_socket_waiting(&s, &provider, 0, "after the clients went");
+
+    // so every slot can be taken again: one more is turned away
+    let waiters = socket_waiters(&s, MAX_LONG_POLLS, 3600);
+    until_socket_waiting(&s, &provider, MAX_LONG_POLLS, "every slot taken again");
+    let (status, body) = unix_get(s.dir.path(), "/v1/pods/p1/volumes?wait=1");
+    assert_eq!(status, 503, "{body}");
+
+    // shutdown answers them all and leaves no slot taken
+    s.shut_down().expect("the server stops");
+    let got = statuses(waiters);
+    assert!(
+        got.iter().all(|l| l.starts_with("HTTP/1.1 200")),
+        "{:?}",
+        got.iter().find(|l| !l.starts_with("HTTP/1.1 200"))
+    );
+    assert_eq!(
+        provider.told.lock().unwrap().last(),
+        Some(&LongPollsWaiting::default()),
+        "none taken once stopped"
+    );
+}
