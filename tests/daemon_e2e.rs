@@ -1463,3 +1463,47 @@ fn a_deleted_pod_s_target_of_a_volume_still_in_use_leaves_the_journal() {
         },
     );
 }
+
+/// A pod whose mount failed (final: a symlink where its tmpfs belongs is
+/// refused, never mounted through) and which is then deleted: the
+/// journal's not-mounted target of it goes with it, though the ASW never
+/// held it (found by the nemesis soak with raw block volumes in the mix).
+#[test]
+fn a_pod_deleted_after_its_mount_failed_leaves_the_journal() {
+    real(
+        "refuses a symlinked tmpfs target, then deletes the pod",
+        || {
+            let mut env = Env::new("volumed-e2e-failed-gone");
+            let a = env.pod_volume(POD_A, EMPTY_DIR, "cache");
+            let elsewhere = env.scratch.path().join("elsewhere");
+            fs::create_dir_all(&elsewhere).unwrap();
+            fs::create_dir_all(a.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(&elsewhere, &a).unwrap();
+            env.write_pod("a.yaml", &memory_pod(POD_A));
+            env.write_pod("b.yaml", &memory_pod(POD_B));
+            let b = env.pod_volume(POD_B, EMPTY_DIR, "cache");
+            let daemon = env.start();
+            daemon.wait_until("b's tmpfs mounted", || {
+                all_mounted(&daemon.state(), std::slice::from_ref(&b))
+            });
+            daemon.wait_until_showing(
+                "a's refused mount in the journal",
+                || journal_has_pod(&env, POD_A) && !daemon.pod_errors(POD_A).is_empty(),
+                || format!("{:#}\n{}", env.dump(), daemon.pod_errors(POD_A)),
+            );
+            env.remove_pod("a.yaml");
+            daemon.wait_until_showing(
+                "the deleted pod's target leaves the journal",
+                || !journal_has_pod(&env, POD_A),
+                || format!("{:#}", env.dump()),
+            );
+            assert!(
+                !MountTable::read_self().unwrap().is_mount_point(&elsewhere),
+                "nothing mounted through the symlink"
+            );
+            assert!(journal_has_pod(&env, POD_B), "{:#}", env.dump());
+            delete_all_and_wait(&env, &daemon);
+            daemon.stop();
+        },
+    );
+}

@@ -2,11 +2,13 @@
 //! targets first, SELinux metrics counted, and the pods refused for their
 //! label applied again whenever another pod changes.
 
+use crate::journal::TargetKey;
 use crate::model::PodUid;
 use crate::sources::{SourceEvent, apply_event};
 use crate::state::ActualStateOfWorld;
 
 use super::core::Core;
+use super::core::unheld::targets_of;
 use super::effects::{Counted, Effect, PodEvent};
 use crate::state::World;
 
@@ -19,12 +21,18 @@ impl Core {
     /// pod that holds a volume's label keeps it,
     /// and a newcomer with another label is the one refused (never the
     /// other way round, which would unmount a running pod's volume).
+    ///
+    /// Returns the targets that pods stopped wanting (a pod removed, or
+    /// updated without a volume), with their volumes' device targets:
+    /// candidates for the journal's forget of what the ASW lacks
+    /// (`core/unheld.rs`). Only with the journal on; O(those pods'
+    /// volumes).
     pub(super) fn apply_sources(
         &mut self,
         w: &mut World,
         events: Vec<SourceEvent>,
         out: &mut Vec<Effect>,
-    ) {
+    ) -> Vec<TargetKey> {
         // only a pod that can be refused is kept to be applied again: on a
         // host without labels, a copy of every pod for nothing; nor does
         // the order matter there
@@ -34,7 +42,15 @@ impl Core {
             false => events,
         };
         let mut others_changed = false;
+        let mut dropped = Vec::new();
         for e in events {
+            let before = match &e {
+                SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => Some(&p.uid),
+                SourceEvent::PodRemoved(uid) => Some(uid),
+                SourceEvent::SourcesReady => None,
+            }
+            .filter(|_| self.cfg.journal)
+            .map(|uid| (uid.clone(), w.dsw.volumes_of_pod(uid)));
             let pod = match &e {
                 SourceEvent::PodAdded(p) | SourceEvent::PodUpdated(p) => {
                     w.pods
@@ -50,6 +66,14 @@ impl Core {
                 SourceEvent::SourcesReady => None,
             };
             let applied = apply_event(&mut w.dsw, e, &self.cfg.selinux);
+            if let Some((uid, before)) = before.filter(|(_, v)| !v.is_empty()) {
+                let after = w.dsw.volumes_of_pod(&uid);
+                let gone: Vec<_> = before
+                    .into_iter()
+                    .filter(|v| after.binary_search(v).is_err())
+                    .collect();
+                dropped.extend(targets_of(&uid, &gone));
+            }
             for m in applied.metrics.iter().cloned() {
                 out.push(Effect::Count(Counted::SeLinux(m)));
             }
@@ -68,7 +92,7 @@ impl Core {
             }
         }
         if !others_changed {
-            return;
+            return dropped;
         }
         let mut admitted = Vec::new();
         for p in self.refused.values() {
@@ -84,6 +108,7 @@ impl Core {
         for uid in admitted {
             self.refused.remove(&uid);
         }
+        dropped
     }
 }
 

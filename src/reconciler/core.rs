@@ -37,7 +37,7 @@ mod housekeeping;
 mod late;
 mod node_status;
 mod republish;
-mod unheld;
+pub(super) mod unheld;
 mod unwritable;
 
 pub(crate) use super::effects::{
@@ -126,6 +126,9 @@ pub(crate) struct Core {
     /// phases), forgotten once settled unless wanted (`unheld`; emptied
     /// when decided)
     pub(super) not_mounted: Vec<crate::journal::TargetKey>,
+    /// journal targets not held whose operation ran when they were
+    /// looked at, by volume (`unheld`)
+    pub(super) deferred: unheld::Deferred,
     /// pods refused a volume for their SELinux label, applied again when
     /// other pods change (see `sources::Applied::refused`)
     pub(super) refused: BTreeMap<PodUid, DesiredPod>,
@@ -159,6 +162,7 @@ impl Core {
             last_checkpoint_seq: synced_through,
             failed,
             not_mounted: Vec::new(),
+            deferred: Default::default(),
             refused: BTreeMap::new(),
             namespace: Default::default(),
             late: BTreeMap::new(),
@@ -269,7 +273,7 @@ impl Core {
             self.force_cleanup(w, now, &mut out);
         }
         if writable {
-            self.forget_not_mounted(w, now, &mut out);
+            self.forget_not_mounted(w, &mut out);
         }
         if writable {
             self.maybe_flush(now, &mut out);
@@ -319,7 +323,8 @@ impl Core {
             }
             Event::Reconstructed(r) => self.reconstructed(w, *r, now, out),
             Event::Sources(events) => {
-                self.apply_sources(w, events, out);
+                let dropped = self.apply_sources(w, events, out);
+                self.forget_unheld(w, dropped, out);
                 if let Phase::Listing { walked } = self.phase
                     && w.dsw.is_populated()
                 {
@@ -388,6 +393,7 @@ impl Core {
         if torn_down {
             self.torn_down_target(w, &report.key, now, out);
         }
+        self.forget_deferred(w, &report.key.volume, out);
         if let Some(watch) = report.late.clone() {
             self.watch_late(*watch, now);
         }
@@ -434,6 +440,7 @@ impl Core {
                 workers_gone,
             } => {
                 self.pending.finish(&key, false, now);
+                self.forget_deferred(w, &key.volume, out);
                 if forced {
                     out.push(Effect::Count(Counted::ForceCleanedError));
                 }
@@ -467,6 +474,7 @@ impl Core {
                 self.in_flight.forgets = self.in_flight.forgets.saturating_sub(1);
                 if let Some(k) = key {
                     self.pending.finish(&k, ok, now);
+                    self.forget_deferred(w, &k.volume, out);
                 }
                 true
             }
@@ -474,6 +482,9 @@ impl Core {
                 self.in_flight.forgets = self.in_flight.forgets.saturating_sub(1);
                 for k in &keys {
                     self.pending.finish(k, ok, now);
+                }
+                for k in &keys {
+                    self.forget_deferred(w, &k.volume, out);
                 }
                 true
             }

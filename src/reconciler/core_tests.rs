@@ -1352,6 +1352,11 @@ fn a_read_write_once_pod_volume_goes_to_the_second_pod_once_the_first_is_gone() 
         ms(t0, 41_000),
         idle(),
     );
+    // the ASW lacks the gone pod's target: the journal forgets what it may
+    // hold of it first, the volume's key busy until then (core/unheld.rs)
+    let (_, keys) = not_mounted_forget(&fx).expect("a forget of p1's target");
+    let done = Completion::NotMountedForgotten { keys, ok: true };
+    let fx = c.step(&mut w, vec![Event::Done(done)], ms(t0, 41_001), idle());
     assert!(
         names(&fx).contains(&"mount:p2".to_owned()),
         "{:?}",
@@ -2033,8 +2038,8 @@ fn not_mounted_forget(effects: &[Effect]) -> Option<(Vec<crate::journal::TargetK
     one
 }
 
-/// Which of reconstruction's not-mounted targets are forgotten once
-/// settled: those no pod wants and the ASW does not hold, nothing busy.
+/// Which journal targets the ASW lacks are forgotten: those no pod wants
+/// and the ASW does not hold; one whose operation runs waits for it.
 #[test]
 fn not_mounted_targets_are_forgotten_when_no_pod_wants_them_and_the_asw_lacks_them() {
     use super::unheld::to_forget;
@@ -2085,7 +2090,7 @@ fn not_mounted_targets_are_forgotten_when_no_pod_wants_them_and_the_asw_lacks_th
             false,
         ),
         (
-            "an operation on it pending",
+            "an operation on it running",
             pod_key(&own("busy"), "busy"),
             false,
         ),
@@ -2108,6 +2113,11 @@ fn not_mounted_targets_are_forgotten_when_no_pod_wants_them_and_the_asw_lacks_th
     }
     let all: Vec<_> = rows.iter().map(|(_, k, _)| k.clone()).collect();
     let got = to_forget(all, &dsw, &asw, &|k| *k == busy_pod);
+    assert_eq!(
+        got.deferred,
+        [pod_key(&own("busy"), "busy")],
+        "waits for it"
+    );
     let want: Vec<_> = rows
         .iter()
         .filter(|(_, _, f)| *f)
@@ -2216,4 +2226,61 @@ fn the_walk_s_not_mounted_targets_are_forgotten_too_and_none_with_the_journal_of
         let want = journal.then(|| vec![pod_key(&v, "gone")]);
         assert_eq!(got, want, "journal {journal}");
     }
+}
+
+/// The report of pod `u`'s memory emptyDir mount that failed, final.
+fn mount_failed(u: &str) -> Event {
+    Event::JobDone(JobReport {
+        key: OpKey::pod(&pod(u).volumes[0].volume, &uid(u)),
+        updates: vec![],
+        error: Some(crate::reconciler::jobs::JobError::Plugin {
+            message: "refused".into(),
+            uncertain: false,
+        }),
+        ran: vec![Operation::SetUp],
+        forced: false,
+        late: None,
+    })
+}
+
+/// A pod whose mount failed (final) leaves a not-mounted journal target
+/// the ASW never held: when the pod goes, it is forgotten, its failed
+/// mount's backoff taken over (found by the soak with raw block volumes
+/// in the mix). Removed while its mount still runs, it waits for the
+/// mount's end.
+#[test]
+fn a_gone_pod_s_target_the_asw_never_held_is_forgotten_after_its_mount_ends() {
+    let t0 = Instant::now();
+    let v = pod("a").volumes[0].volume.clone();
+    let key = OpKey::pod(&v, &uid("a"));
+    let gone = || Event::Sources(vec![SourceEvent::PodRemoved(uid("a"))]);
+    // failed, then removed
+    let (mut c, mut w) = core(0);
+    let fx = c.step(&mut w, vec![added(&["a"], true), walked()], t0, idle());
+    assert_eq!(names(&fx), ["mount:a"]);
+    let fx = c.step(&mut w, vec![mount_failed("a")], ms(t0, 1), idle());
+    assert!(not_mounted_forget(&fx).is_none(), "a wanted pod's: kept");
+    assert!(c.pending.busy(&key, ms(t0, 2)), "backing off");
+    let fx = c.step(&mut w, vec![gone()], ms(t0, 2), idle());
+    let (targets, keys) = not_mounted_forget(&fx).expect("forgotten once gone");
+    assert_eq!(targets, [pod_key(&v, "a"), device_key(&v)]);
+    assert_eq!(
+        keys,
+        [OpKey::volume(&v)],
+        "the volume-wide key stands for both"
+    );
+    // removed while its mount runs: forgotten once the mount failed
+    let (mut c, mut w) = core(0);
+    c.step(&mut w, vec![added(&["a"], true), walked()], t0, idle());
+    let fx = c.step(&mut w, vec![gone()], ms(t0, 1), idle());
+    assert!(not_mounted_forget(&fx).is_none(), "{:?}", names(&fx));
+    let fx = c.step(&mut w, vec![mount_failed("a")], ms(t0, 2), idle());
+    let (targets, _) = not_mounted_forget(&fx).expect("forgotten once the mount ended");
+    assert_eq!(targets, [pod_key(&v, "a"), device_key(&v)]);
+    // a pod whose volumes the ASW holds: nothing to forget at its removal
+    let (mut c, mut w) = core(0);
+    let fx = c.step(&mut w, vec![added(&["a"], true), walked()], t0, idle());
+    c.step(&mut w, vec![mounted(&fx, "a")], ms(t0, 1), idle());
+    let fx = c.step(&mut w, vec![gone()], ms(t0, 2), idle());
+    assert!(not_mounted_forget(&fx).is_none(), "{:?}", names(&fx));
 }

@@ -129,6 +129,20 @@ impl Pending {
         true
     }
 
+    /// Whether an operation running conflicts with `key` (a backoff does
+    /// not count).
+    pub(crate) fn runs_against(&self, key: &OpKey) -> bool {
+        self.conflicts_with_running(key)
+    }
+
+    /// Marks `key` running whatever its backoff (which it clears): for
+    /// work no backoff paces, once [`Pending::runs_against`] said nothing
+    /// conflicts.
+    pub(crate) fn take_over(&mut self, key: &OpKey) {
+        self.backoff.remove(key);
+        self.running.insert(key.clone(), ());
+    }
+
     /// Marks `key` finished. A failure doubles its backoff (from 500 ms up to
     /// 2 min 2 s); a success clears it.
     pub(crate) fn finish(&mut self, key: &OpKey, ok: bool, now: Instant) {

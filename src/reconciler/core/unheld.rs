@@ -1,44 +1,55 @@
-//! Reconstruction's not-mounted targets, forgotten once no pod wants them.
+//! Journal targets the ASW does not hold, forgotten once no pod wants them.
 //!
-//! Reconstruction fills the ASW with live targets only
-//! (`reconstruct/apply.rs`): a target it decides not mounted (gone after a
-//! reboot, unmounted outside volumed, a leftover dir) is no ASW entry, so
-//! no plan ever tears it down or forgets it. While a pod wants it, its
-//! mount brings it into the ASW and the normal lifecycle forgets it later.
-//! Otherwise nothing would: a pod deleted while volumed was down left its
-//! targets in the journal for good (`dump` kept them, `/debug/state` did
-//! not; found by the nemesis soak, `tests/soak.rs`).
+//! The ASW holds live targets only. A target the journal has as not
+//! mounted while the ASW lacks it is forgotten by no plan: no TearDown
+//! runs for it, and a volume's `Forget` reaches it only if the volume was
+//! in the ASW. Such targets come from:
 //!
-//! So, once every source has listed and the pod-dir walk has reported
-//! ([`Phase::Settled`]), each such target that neither the DSW nor the ASW
-//! holds is forgotten, once, in one batch: O(those targets). A pod target
-//! goes when its pod does not want its volume, whoever else holds the
-//! volume; a device target when its volume is in neither state (a volume
-//! the ASW holds forgets its not-mounted targets when it leaves, through
-//! the plan's `Forget`). A target with an operation pending or backing off
-//! is left to that operation. Its key stays busy until the forget is
-//! durable, and the journal forgets only what it still has as not mounted
-//! with nothing pending (`Journal::forget_not_mounted`).
+//! - reconstruction: a target decided not mounted (gone after a reboot,
+//!   unmounted outside volumed, a leftover dir) is no ASW entry
+//!   (`reconstruct/apply.rs`). A pod deleted while volumed was down left
+//!   them in the journal for good (`dump` kept them, `/debug/state` did
+//!   not; the nemesis soak's second finding, `tests/soak.rs`);
+//! - a mount that failed, final: its intent made the journal entry, the
+//!   failure left it not mounted, and the ASW never held it. Its pod
+//!   deleted later left it for good (found by the soak with raw block
+//!   volumes in the mix).
+//!
+//! So the loop forgets such a target, in one batch, when its pod stops
+//! wanting it: reconstruction's not-mounted targets once settled (every
+//! source listed, the walk reported; O(those targets), once), and a
+//! removed pod's targets (and its volumes' device targets) when the pod
+//! goes, O(its volumes). It forgets a pod target whose pod does not want
+//! its volume and that the ASW lacks, whoever else holds the volume, and a
+//! device target whose volume neither state has. A candidate whose
+//! operation is running waits for it (`deferred`, looked at again when an
+//! operation on its volume ends): a mount that succeeds brings it into
+//! the ASW, one that fails leaves it to this rule. A failed mount's
+//! backoff does not hold the forget back (its pod is gone: nothing will
+//! retry it). The key stays busy until the forget is durable, and the
+//! journal forgets only what it still has as not mounted with nothing
+//! pending (`Journal::forget_not_mounted`).
 
-use std::collections::BTreeSet;
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::journal::TargetKey;
-use crate::model::TargetRef;
+use crate::model::{PodUid, TargetRef, UniqueVolumeName};
 use crate::reconciler::pending::OpKey;
 use crate::state::{ActualStateOfWorld, DesiredStateOfWorld};
 
 use super::{Core, Effect, JournalWork, Phase, World};
 
-/// What to forget of reconstruction's not-mounted targets: the targets,
-/// and the keys to hold busy meanwhile (a volume-wide key stands for the
-/// pod keys of its volume).
+/// What to do with candidates: the targets to forget now with the keys to
+/// hold busy meanwhile (a volume-wide key stands for the pod keys of its
+/// volume), and those to look at again once their operation ends.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ToForget {
     /// the targets, in the order given
     pub targets: Vec<TargetKey>,
     /// their operation keys, sorted
     pub keys: Vec<OpKey>,
+    /// not held, but an operation on them runs: in the order given
+    pub deferred: Vec<TargetKey>,
 }
 
 /// The key an operation on `key`'s target takes.
@@ -49,38 +60,59 @@ fn op_key(key: &TargetKey) -> OpKey {
     }
 }
 
-/// Which of `not_mounted` to forget now (see the module doc): those no
-/// pod wants and the ASW does not hold, with no operation `busy` on them.
+/// Which of `candidates` to forget now (see the module doc): those no pod
+/// wants and the ASW does not hold; of those, the ones with an operation
+/// `running` are deferred.
 pub(crate) fn to_forget(
-    not_mounted: Vec<TargetKey>,
+    candidates: Vec<TargetKey>,
     dsw: &DesiredStateOfWorld,
     asw: &ActualStateOfWorld,
-    busy: &dyn Fn(&OpKey) -> bool,
+    running: &dyn Fn(&OpKey) -> bool,
 ) -> ToForget {
-    let targets: Vec<TargetKey> = not_mounted
-        .into_iter()
-        .filter(|k| {
-            let held = match &k.target {
-                TargetRef::Pod(pod) => {
-                    dsw.volume(&k.volume)
-                        .is_some_and(|v| v.pods.contains_key(pod))
-                        || asw.pod(&k.volume, pod).is_some()
-                }
-                TargetRef::Device => {
-                    dsw.volume(&k.volume).is_some() || asw.volume(&k.volume).is_some()
-                }
-            };
-            !held && !busy(&op_key(k))
-        })
-        .collect();
-    let all: BTreeSet<OpKey> = targets.iter().map(op_key).collect();
-    let keys = all
+    let mut out = ToForget::default();
+    for k in candidates {
+        let held = match &k.target {
+            TargetRef::Pod(pod) => {
+                dsw.volume(&k.volume)
+                    .is_some_and(|v| v.pods.contains_key(pod))
+                    || asw.pod(&k.volume, pod).is_some()
+            }
+            TargetRef::Device => dsw.volume(&k.volume).is_some() || asw.volume(&k.volume).is_some(),
+        };
+        match (held, running(&op_key(&k))) {
+            (true, _) => {}
+            (false, true) => out.deferred.push(k),
+            (false, false) => out.targets.push(k),
+        }
+    }
+    let all: BTreeSet<OpKey> = out.targets.iter().map(op_key).collect();
+    out.keys = all
         .iter()
         .filter(|k| k.pod.is_none() || !all.contains(&OpKey::volume(&k.volume)))
         .cloned()
         .collect();
-    ToForget { targets, keys }
+    out
 }
+
+/// A pod's targets of `volumes` and those volumes' device targets: what
+/// the journal may hold of them that the ASW lacks, once the pod is gone.
+pub(crate) fn targets_of(pod: &PodUid, volumes: &[UniqueVolumeName]) -> Vec<TargetKey> {
+    let mut out = Vec::with_capacity(2 * volumes.len());
+    for v in volumes {
+        out.push(TargetKey {
+            volume: v.clone(),
+            target: TargetRef::Pod(pod.clone()),
+        });
+        out.push(TargetKey {
+            volume: v.clone(),
+            target: TargetRef::Device,
+        });
+    }
+    out
+}
+
+/// Candidates that waited for an operation on their volume.
+pub(crate) type Deferred = BTreeMap<UniqueVolumeName, Vec<TargetKey>>;
 
 impl Core {
     /// Takes note of a reconstruction phase's not-mounted targets (with the
@@ -91,26 +123,62 @@ impl Core {
         }
     }
 
-    /// Once settled: forgets those no pod wants (see the module doc), once.
-    pub(super) fn forget_not_mounted(&mut self, w: &World, now: Instant, out: &mut Vec<Effect>) {
+    /// Once settled: forgets reconstruction's not-mounted targets no pod
+    /// wants (see the module doc), once.
+    pub(super) fn forget_not_mounted(&mut self, w: &World, out: &mut Vec<Effect>) {
         if self.phase != Phase::Settled || self.not_mounted.is_empty() {
             return;
         }
         let noted = std::mem::take(&mut self.not_mounted);
+        self.forget_unheld(w, noted, out);
+    }
+
+    /// The candidates deferred for `volume`, looked at again (an operation
+    /// on it ended).
+    pub(super) fn forget_deferred(
+        &mut self,
+        w: &World,
+        volume: &UniqueVolumeName,
+        out: &mut Vec<Effect>,
+    ) {
+        if let Some(keys) = self.deferred.remove(volume) {
+            self.forget_unheld(w, keys, out);
+        }
+    }
+
+    /// Forgets those of `candidates` no pod wants and the ASW lacks, in one
+    /// batch; defers those whose operation runs (journal on only).
+    pub(super) fn forget_unheld(
+        &mut self,
+        w: &World,
+        candidates: Vec<TargetKey>,
+        out: &mut Vec<Effect>,
+    ) {
+        // before the ASW there is nothing to compare with (reconstruction
+        // notes what it leaves out); stopping, nothing new starts (the next
+        // start's reconstruction finds them not mounted)
+        let idle = matches!(self.phase, Phase::Reconstructing | Phase::Stopping);
+        if !self.cfg.journal || candidates.is_empty() || idle || self.unwritable.is_some() {
+            return;
+        }
         let forget = {
             let pending = &self.pending;
-            to_forget(noted, &w.dsw, &w.asw, &|k| pending.busy(k, now))
+            to_forget(candidates, &w.dsw, &w.asw, &|k| pending.runs_against(k))
         };
+        for k in forget.deferred {
+            self.deferred.entry(k.volume.clone()).or_default().push(k);
+        }
         if forget.targets.is_empty() {
             return;
         }
         for k in &forget.keys {
-            // not busy (checked above), and no two of them conflict
-            self.pending.start(k, now);
+            // nothing runs against it (checked above), none of them
+            // conflict; a failed mount's backoff is over (its pod is gone)
+            self.pending.take_over(k);
         }
-        tracing::info!(
+        tracing::debug!(
             targets = forget.targets.len(),
-            "reconstruction's not-mounted targets no pod wants: forgetting them"
+            "journal targets no pod wants and the ASW lacks: forgetting them"
         );
         self.in_flight.forgets += 1;
         out.push(Effect::Journal(JournalWork::ForgetNotMounted {
