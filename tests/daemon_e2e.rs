@@ -1467,7 +1467,7 @@ fn a_deleted_pod_s_target_of_a_volume_still_in_use_leaves_the_journal() {
 /// A pod whose mount failed (final: a symlink where its tmpfs belongs is
 /// refused, never mounted through) and which is then deleted: the
 /// journal's not-mounted target of it goes with it, though the ASW never
-/// held it (found by the nemesis soak with raw block volumes in the mix).
+/// held it.
 #[test]
 fn a_pod_deleted_after_its_mount_failed_leaves_the_journal() {
     real(

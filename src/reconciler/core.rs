@@ -352,13 +352,17 @@ impl Core {
         out: &mut Vec<Effect>,
     ) -> bool {
         let ok = report.error.is_none();
-        // a pod target torn down: its key stays busy until its journal
-        // target is forgotten or found to go with its volume (`torn_down_target`)
+        // a pod target torn down (a raw block map undone too): its key
+        // stays busy until its journal target is forgotten or found to go
+        // with its volume (`torn_down_target`)
         let torn_down = ok
             && self.cfg.journal
             && !report.forced
             && report.key.pod.is_some()
-            && report.ran.contains(&Operation::TearDown);
+            && report
+                .ran
+                .iter()
+                .any(|op| matches!(op, Operation::TearDown | Operation::UnmapPodDevice));
         if !torn_down {
             self.pending.finish(&report.key, ok, now);
         }

@@ -183,6 +183,12 @@ fn teardown_job(effects: &[Effect]) -> &Job {
 
 /// `job`'s TearDown done: `pod` removed from its volume in the ASW.
 fn torn_down(job: &Job, pod: &str) -> Event {
+    torn_down_by(job, pod, Operation::TearDown)
+}
+
+/// The report of `job` undoing `pod`'s target with `op` (a TearDown, or a
+/// raw block map's `UnmapPodDevice`).
+fn torn_down_by(job: &Job, pod: &str, op: Operation) -> Event {
     Event::JobDone(JobReport {
         key: job.key(),
         updates: vec![AswUpdate::PodRemoved {
@@ -190,7 +196,7 @@ fn torn_down(job: &Job, pod: &str) -> Event {
             pod: uid(pod),
         }],
         error: None,
-        ran: vec![Operation::TearDown],
+        ran: vec![op],
         forced: false,
         late: None,
     })
@@ -1848,9 +1854,17 @@ fn after_a_failed_unmount_device_the_next_pod_mounts_the_device_again() {
 /// journal forgets that target at once (else it kept a not-mounted target
 /// per pod that ever used the volume, as the nemesis soak found), its key
 /// busy until the forget is durable, so the same pod cannot mount again
-/// before. The last pod's teardown leaves it to the volume's forget.
+/// before. The last pod's teardown leaves it to the volume's forget. The
+/// same for a raw block map undone (`UnmapPodDevice`: the soak found its
+/// targets kept once raw block volumes were in the mix).
 #[test]
 fn a_torn_down_target_of_a_volume_still_held_is_forgotten_at_once() {
+    for op in [Operation::TearDown, Operation::UnmapPodDevice] {
+        torn_down_target_of_a_volume_still_held_is_forgotten(op);
+    }
+}
+
+fn torn_down_target_of_a_volume_still_held_is_forgotten(op: Operation) {
     let t0 = Instant::now();
     let (mut c, mut w) = core(0);
     let spec = VolumeSpec::Local {
@@ -1896,7 +1910,7 @@ fn a_torn_down_target_of_a_volume_still_held_is_forgotten_at_once() {
         "{:?}",
         names(&fx)
     );
-    let torn = torn_down(teardown_job(&fx), "p1");
+    let torn = torn_down_by(teardown_job(&fx), "p1", op);
     let fx = c.step(&mut w, vec![torn], ms(t0, 1), idle());
     let forgets: Vec<_> = fx
         .iter()
@@ -1931,7 +1945,7 @@ fn a_torn_down_target_of_a_volume_still_held_is_forgotten_at_once() {
     let gone = Event::Sources(vec![SourceEvent::PodRemoved(uid("p2"))]);
     let swept = Event::Done(Completion::Swept(Swept::default()));
     let fx = c.step(&mut w, vec![gone, swept], ms(t0, 5), idle());
-    let torn = torn_down(teardown_job(&fx), "p2");
+    let torn = torn_down_by(teardown_job(&fx), "p2", op);
     let fx = c.step(&mut w, vec![torn], ms(t0, 6), idle());
     assert!(
         !names(&fx).contains(&"forget-target".into()) && names(&fx).contains(&"forget".into()),
@@ -2245,9 +2259,8 @@ fn mount_failed(u: &str) -> Event {
 
 /// A pod whose mount failed (final) leaves a not-mounted journal target
 /// the ASW never held: when the pod goes, it is forgotten, its failed
-/// mount's backoff taken over (found by the soak with raw block volumes
-/// in the mix). Removed while its mount still runs, it waits for the
-/// mount's end.
+/// mount's backoff taken over. Removed while its mount still runs, it
+/// waits for the mount's end.
 #[test]
 fn a_gone_pod_s_target_the_asw_never_held_is_forgotten_after_its_mount_ends() {
     let t0 = Instant::now();

@@ -12,8 +12,8 @@
 //!   not; the nemesis soak's second finding, `tests/soak.rs`);
 //! - a mount that failed, final: its intent made the journal entry, the
 //!   failure left it not mounted, and the ASW never held it. Its pod
-//!   deleted later left it for good (found by the soak with raw block
-//!   volumes in the mix).
+//!   deleted later left it for good (`tests/daemon_e2e.rs` shows it with a
+//!   refused tmpfs).
 //!
 //! So the loop forgets such a target, in one batch, when its pod stops
 //! wanting it: reconstruction's not-mounted targets once settled (every
