@@ -5,9 +5,10 @@
 //! The real `volumed run` binary serves pods from the API-server fake
 //! (`tests/support/apiserver/`, namespace `api`) *and* the static pod dir
 //! (namespace `static`): memory and disk emptyDirs, a local PV (an ext4 on
-//! a loop device; API pods), configMap, secret and projected volumes, and
-//! CSI volumes of the test driver (`volumed-testdriver`). A long-poller
-//! asks the runtime API socket with `wait` all along. A steady churn
+//! a loop device; API pods), a raw block local PV (`volumeMode: Block` on
+//! a second loop device; API pods), configMap, secret and projected
+//! volumes, and CSI volumes of the test driver (`volumed-testdriver`). A
+//! long-poller asks the runtime API socket with `wait` all along. A steady churn
 //! adds and deletes pods (each add a fresh UID) and rewrites the
 //! ConfigMaps. Storms alternate with pauses. During a storm the nemesis
 //! ([`Fault`]) SIGKILLs volumed and restarts it (sometimes only once the API
@@ -16,7 +17,8 @@
 //! refused), cuts its watches, compacts its history (410 on the next
 //! watch) or answers `410 Gone` to pod watches; fills the local PV to its
 //! last block; and now and then reboots the node (everything below the
-//! root unmounted, the driver killed, a new boot id).
+//! root unmounted, the raw maps' loop holds detached, the driver killed, a
+//! new boot id).
 //!
 //! Out of reach here: a slow journal disk. dm-delay is not in this host's
 //! kernel and there is no FUSE; the SELinux VM (`tests/selinux_vm/`) has
@@ -26,7 +28,7 @@
 //! log, the fake's objects and the files ([`Soak::check`]):
 //! - a mount of a running pod's volume is never removed (the bottom mount
 //!   at each target keeps its mount id until the pod is deleted or the
-//!   node reboots);
+//!   node reboots), a raw block map's bind on the pod's file included;
 //! - NodeStage/NodePublish is not issued again for a staging path or
 //!   target never unstaged/unpublished, unless the earlier call was cut by
 //!   a fault (volumed or the driver killed, stopped or restarted within
@@ -40,7 +42,9 @@
 //! And after each storm, with every fault healed ([`Soak::settle`]): every
 //! wanted pod ready within [`SETTLE_BOUND`], each of its targets mounted
 //! exactly once, no stacked mount, no mount of a pod no source wants, a
-//! staging or device mount only while a pod uses it, and the journal
+//! staging or device mount only while a pod uses it, one loop hold per pod
+//! mapping the raw block PV and no other (none once every pod is gone;
+//! any left when the soak fails are detached), and the journal
 //! (`volumed dump`) holding every target `/debug/state` holds, in the same
 //! state, and no other ([`journal_covers`]). The daemon's RSS, fds,
 //! threads and the runtime API socket's long-polls waiting
@@ -167,6 +171,9 @@ enum Kind {
     Projected,
     /// a CSI PV: the driver's bind of its staged tmpfs
     Csi(usize),
+    /// a local PV in `volumeMode: Block` (API pods): the device bound on
+    /// the pod's file in the global map dir, held open by a loop device
+    Block,
 }
 
 const STATIC_KINDS: [Kind; 6] = [
@@ -177,10 +184,11 @@ const STATIC_KINDS: [Kind; 6] = [
     Kind::Projected,
     Kind::Csi(0),
 ];
-const API_KINDS: [Kind; 8] = [
+const API_KINDS: [Kind; 9] = [
     Kind::Tmp,
     Kind::Disk,
     Kind::Local,
+    Kind::Block,
     Kind::Config,
     Kind::Secret,
     Kind::Projected,
@@ -256,6 +264,12 @@ fn volume_of(k: Kind) -> (Value, &'static str, String) {
             "kubernetes.io~csi",
             format!("{}/mount", pv_name(i)),
         ),
+        // its target is not below the pod's `volumes` (`Soak::target`)
+        Kind::Block => (
+            json!({"name": "raw", "persistentVolumeClaim": {"claimName": "claim-raw"}}),
+            "kubernetes.io~local-volume",
+            "pv-raw".into(),
+        ),
     }
 }
 
@@ -266,12 +280,16 @@ fn is_mount(k: Kind) -> bool {
 
 fn pod_object(uid: &str, pod: &Pod) -> Value {
     let volumes: Vec<Value> = pod.kinds.iter().map(|k| volume_of(*k).0).collect();
+    let mut container = json!({"name": "c", "image": "busybox"});
+    if pod.kinds.contains(&Kind::Block) {
+        container["volumeDevices"] = json!([{"name": "raw", "devicePath": "/dev/xvda"}]);
+    }
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": uid, "namespace": pod.source.ns(), "uid": uid},
         "spec": {
             "nodeName": NODE,
-            "containers": [{"name": "c", "image": "busybox"}],
+            "containers": [container],
             "volumes": volumes,
         },
         "status": {"phase": "Running"},
@@ -341,6 +359,65 @@ fn local_objects(device: &Path) -> [Value; 2] {
             "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-local",
                 "resources": {"requests": {"storage": "32Mi"}}}}),
     ]
+}
+
+/// The raw block PV on `device` and its claim (API pods).
+fn raw_objects(device: &Path) -> [Value; 2] {
+    [
+        json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-raw"},
+            "spec": {"capacity": {"storage": "8Mi"}, "accessModes": ["ReadWriteOnce"],
+                "volumeMode": "Block",
+                "claimRef": {"namespace": "api", "name": "claim-raw"},
+                "local": {"path": device.display().to_string()}}}),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "claim-raw", "namespace": "api"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-raw",
+                "volumeMode": "Block",
+                "resources": {"requests": {"storage": "8Mi"}}}}),
+    ]
+}
+
+/// The loop devices (`loopN`) whose backing file is below `dir` (as the
+/// kernel names it), with their backing file: the holds volumed takes on
+/// raw block maps, the pod's file in the global map dir each.
+fn holds_below(dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(dir) = fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(backing) = fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")) else {
+            continue;
+        };
+        let backing = PathBuf::from(backing.trim_end_matches('\n'));
+        if backing.starts_with(&dir) {
+            found.push((name, backing));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Detaches every loop device backed by a file below `dir` (what a reboot
+/// does to the holds; and, when dropped, what a failed soak leaves).
+fn detach_holds(dir: &Path) {
+    for (name, _) in holds_below(dir) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &format!("/dev/{name}")])
+            .status();
+    }
+}
+
+/// Detaches, when dropped, every hold volumed left below the root: a soak
+/// that fails midway leaves no loop device behind on the machine.
+struct DropHolds(PathBuf);
+
+impl Drop for DropHolds {
+    fn drop(&mut self) {
+        detach_holds(&self.0);
+    }
 }
 
 /// Writes `text` to `path` by rename (no reader sees half a file).
@@ -510,20 +587,28 @@ struct Soak {
     restarts: usize,
     reboots: usize,
     adds: usize,
+    /// pods added with the raw block PV
+    block_adds: usize,
     deletes: usize,
     ready_checks: usize,
     settles: Vec<Duration>,
     procs: Vec<Proc>,
     plugin_ops: Vec<f64>,
     violations: Vec<String>,
-    /// the socket's long-polls waiting after each settle
-    /// (`volumed_runtime_api_long_polls`)
-    long_polls: Vec<f64>,
     reader: Arc<Reader>,
     poller: Arc<Poller>,
     ticks: u64,
+    /// the socket's long-polls waiting after each settle
+    /// (`volumed_runtime_api_long_polls`)
+    long_polls: Vec<f64>,
+    /// the raw block PV's global map dir (each pod's file in it is bound
+    /// to the device, and held by a loop device)
+    raw_map: PathBuf,
     // Last, in this order: the daemon and the driver are gone before the
-    // loop device is let go and the scratch dir (its mounts) goes.
+    // holds are detached, the loop devices let go and the scratch dir (its
+    // mounts) goes.
+    _holds: DropHolds,
+    _raw: LoopDevice,
     _dev: LoopDevice,
     env: Env,
 }
@@ -535,6 +620,12 @@ impl Soak {
         let image = base.join("local.img");
         mkfs_ext4(&image, 32);
         let dev = LoopDevice::attach(&image);
+        let raw_image = base.join("raw.img");
+        fs::File::create(&raw_image)
+            .unwrap()
+            .set_len(8 << 20)
+            .unwrap();
+        let raw = LoopDevice::attach(&raw_image);
         let mut driver_opts = DriverOpts::in_dir(DRIVER, &base.join("driver"));
         driver_opts.node_id = Some(NODE.to_owned());
         env.extra_args.extend([
@@ -574,6 +665,9 @@ impl Soak {
         for o in local_objects(dev.path()) {
             api.put(o);
         }
+        for o in raw_objects(raw.path()) {
+            api.put(o);
+        }
         let root = env.root.clone();
         let staging = CSI_HANDLES
             .iter()
@@ -600,6 +694,9 @@ impl Soak {
             driver_stopped: false,
             api_down: false,
             api_stopped: false,
+            raw_map: root.join("plugins/kubernetes.io~local-volume/volumeDevices/pv-raw"),
+            _holds: DropHolds(root.clone()),
+            _raw: raw,
             _dev: dev,
             filled: false,
             unfill_wanted: false,
@@ -617,16 +714,17 @@ impl Soak {
             restarts: 0,
             reboots: 0,
             adds: 0,
+            block_adds: 0,
             deletes: 0,
             ready_checks: 0,
             settles: Vec::new(),
             procs: Vec::new(),
             plugin_ops: Vec::new(),
             violations: Vec::new(),
-            long_polls: Vec::new(),
             reader: Arc::new(Reader::default()),
             poller: Arc::new(Poller::default()),
             ticks: 0,
+            long_polls: Vec::new(),
         }
     }
 
@@ -757,6 +855,7 @@ impl Soak {
             }
         }
         self.log(format!("add pod {uid} {:?}", pod.kinds));
+        self.block_adds += usize::from(pod.kinds.contains(&Kind::Block));
         self.pods.insert(uid, pod);
         self.adds += 1;
         self.publish_reader_files();
@@ -789,7 +888,12 @@ impl Soak {
         );
     }
 
+    /// A pod's target of kind `k`: where its mount is (a raw block map:
+    /// the bind on the pod's file in the global map dir) or its dir.
     fn target(&self, uid: &str, k: Kind) -> PathBuf {
+        if k == Kind::Block {
+            return self.raw_map.join(uid);
+        }
         let (_, plugin, name) = volume_of(k);
         self.env.pod_volume(uid, plugin, &name)
     }
@@ -950,6 +1054,9 @@ impl Soak {
             drv.kill();
         }
         self.open_cut();
+        // a reboot lets go of every loop device too: the maps' holds
+        // (first: a hold keeps the bind on its pod's file busy)
+        detach_holds(&self.env.root);
         unmount_below(&self.env.root);
         self.reboots += 1;
         fs::write(
@@ -1294,6 +1401,24 @@ impl Soak {
                 have.difference(&want).collect::<Vec<_>>()
             ));
         }
+        // one loop hold per pod mapping the raw block PV, on its file in
+        // the global map dir, and no other
+        let mapped: Vec<PathBuf> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.kinds.contains(&Kind::Block))
+            .filter_map(|(uid, _)| fs::canonicalize(self.target(uid, Kind::Block)).ok())
+            .collect();
+        let holds = holds_below(&self.env.root);
+        let backing: Vec<&PathBuf> = holds.iter().map(|(_, b)| b).collect();
+        let held_once = mapped
+            .iter()
+            .all(|m| backing.iter().filter(|b| **b == m).count() == 1);
+        if !held_once || holds.len() != mapped.len() {
+            return Err(format!(
+                "loop holds below the root {holds:?}, not one for each map {mapped:?}"
+            ));
+        }
         let state = self
             .socket_get("/debug/state")
             .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
@@ -1319,7 +1444,8 @@ impl Soak {
             self.check();
             self.unfill();
             let left = self.env.mounts_below_root();
-            if left.is_empty() {
+            let holds = holds_below(&self.env.root);
+            if left.is_empty() && holds.is_empty() {
                 break;
             }
             if began.elapsed() > SETTLE_BOUND {
@@ -1328,7 +1454,7 @@ impl Soak {
                     .map(|m| m.mount_point.display().to_string())
                     .collect();
                 self.violation(format!(
-                    "mounts left {SETTLE_BOUND:?} after every pod went: {left:?}"
+                    "mounts left {SETTLE_BOUND:?} after every pod went: {left:?}; loop holds: {holds:?}"
                 ));
                 return;
             }
@@ -1381,10 +1507,11 @@ impl Soak {
         let _ = writeln!(s, "faults: {:?}", self.faults);
         let _ = writeln!(
             s,
-            "volumed restarts {} (reboots {}); pods added {}, deleted {}; ConfigMap generations {}; ready answers checked {}; payload reads {}",
+            "volumed restarts {} (reboots {}); pods added {} ({} mapping the raw block PV), deleted {}; ConfigMap generations {}; ready answers checked {}; payload reads {}",
             self.restarts,
             self.reboots,
             self.adds,
+            self.block_adds,
             self.deletes,
             self.config_gen,
             self.ready_checks,
@@ -1465,6 +1592,8 @@ fn unmount_below(root: &Path) {
         for m in left.iter().rev() {
             let _ = umount2(m.as_path(), MntFlags::UMOUNT_NOFOLLOW);
         }
+        // a loop device let go of may release its file a moment later
+        std::thread::sleep(Duration::from_millis(100));
     }
     panic!("could not unmount everything below {}", root.display());
 }
