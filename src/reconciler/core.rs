@@ -559,7 +559,8 @@ impl Core {
     }
 
     /// A pod target torn down (its outcome journaled): if its volume stays
-    /// in the ASW (another pod's target, or a pod that wants it), the
+    /// in the ASW (another pod's target, a device that may be mounted, or
+    /// a pod that wants it), the
     /// journal forgets the target now, its key busy until that is durable
     /// (a mount of the same pod started before would have its intent
     /// forgotten). A volume that leaves the ASW forgets its targets with
@@ -567,11 +568,14 @@ impl Core {
     /// for every pod that ever used a volume other pods held meanwhile
     /// (found by the nemesis soak, `tests/soak.rs`).
     fn torn_down_target(&mut self, w: &World, key: &OpKey, now: Instant, out: &mut Vec<Effect>) {
-        let stays = w
-            .asw
-            .volume(&key.volume)
-            .is_some_and(|v| !v.pods.is_empty())
-            || w.dsw.volume(&key.volume).is_some();
+        // A volume whose device may be mounted stays too: it leaves the
+        // ASW only after an UnmountDevice, and a pod that wants it before
+        // then keeps it, its forget never planned (the long soak found
+        // such a target kept: a CSI volume wanted again after its last
+        // pod's teardown).
+        let stays = w.asw.volume(&key.volume).is_some_and(|v| {
+            !v.pods.is_empty() || v.device.as_ref().is_some_and(|d| d.may_be_mounted())
+        }) || w.dsw.volume(&key.volume).is_some();
         let Some(pod) = key.pod.clone().filter(|_| stays) else {
             self.pending.finish(key, true, now);
             return;

@@ -2297,3 +2297,42 @@ fn a_gone_pod_s_target_the_asw_never_held_is_forgotten_after_its_mount_ends() {
     let fx = c.step(&mut w, vec![gone()], ms(t0, 2), idle());
     assert!(not_mounted_forget(&fx).is_none(), "{:?}", names(&fx));
 }
+
+/// The last pod's target torn down from a volume whose device is still
+/// mounted is forgotten at once too: the volume leaves the ASW only after
+/// its UnmountDevice, and a pod that wants it before then keeps it, so
+/// the volume's forget may never come (the long soak found a CSI pod
+/// target kept so).
+#[test]
+fn the_last_pod_s_target_of_a_volume_with_its_device_mounted_is_forgotten_at_once() {
+    let t0 = Instant::now();
+    let (mut c, mut w) = core(0);
+    let v = UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv1");
+    w.asw
+        .add_volume(v.clone(), PluginName::LocalVolume, "pv1", None, None);
+    w.asw
+        .mark_device_mounted(
+            &v,
+            crate::state::DeviceMount {
+                device_path: Some("/dev/loop3".into()),
+                mount_path: "/r/plugins/kubernetes.io/local-volume/mounts/pv1".into(),
+                selinux: None,
+            },
+        )
+        .unwrap();
+    let m = PodMount {
+        outer_name: "pv1".into(),
+        mount_path: "/r/pods/p1/volumes/kubernetes.io~local-volume/pv1".into(),
+        kind: crate::model::TargetKind::Mount,
+        selinux: SeLinuxState::WithoutContext,
+    };
+    w.asw.mark_volume_mounted(&v, &uid("p1"), m).unwrap();
+    let fx = c.step(&mut w, vec![added(&[], true), walked()], t0, idle());
+    let torn = torn_down(teardown_job(&fx), "p1");
+    let fx = c.step(&mut w, vec![torn], ms(t0, 1), idle());
+    assert!(
+        names(&fx).contains(&"forget-target".into()),
+        "{:?}",
+        names(&fx)
+    );
+}
