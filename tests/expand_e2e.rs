@@ -43,6 +43,7 @@ use support::api_env::api_env;
 use support::apiserver::FakeApiServer;
 use support::csi_driver::{DriverOpts, TestDriver};
 use support::daemon::{Daemon, Env, NODE, all_mounted, real};
+use support::holds::{LoopSweep, loops_below};
 
 const DRIVER: &str = "expand.csi.volumed.test";
 const MI: u64 = 1 << 20;
@@ -630,41 +631,6 @@ fn device_bytes_at(path: &Path) -> u64 {
     text.trim().parse::<u64>().expect("a number") * 512
 }
 
-/// The loop devices bound to a file below `dir`.
-fn loops_below(dir: &Path) -> Vec<PathBuf> {
-    let Ok(dir) = std::fs::canonicalize(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/sys/block")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
-            continue;
-        };
-        if Path::new(b.trim_end_matches('\n')).starts_with(&dir) {
-            out.push(Path::new("/dev").join(name));
-        }
-    }
-    out
-}
-
-/// Detaches, however the test ends, every loop device left bound to a
-/// file below its dir (volumed's hold over the pod's map file has no
-/// autoclear); declared after the env, so it runs after the daemon and
-/// the driver are gone.
-struct LoopSweep(PathBuf);
-
-impl Drop for LoopSweep {
-    fn drop(&mut self) {
-        for lo in loops_below(&self.0) {
-            let _ = Command::new("losetup").arg("-d").arg(&lo).status();
-        }
-    }
-}
 
 #[test]
 fn a_mapped_block_claim_grown_by_its_controller_is_grown_on_the_node() {
