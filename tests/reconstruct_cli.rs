@@ -283,6 +283,16 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
     let jdir = tmp.path().join("j").join("journal");
     write_journal(&jdir);
     let boot = boot_file(tmp.path());
+    // An API server that never answers (nothing listens on port 1): the
+    // sources never list, so the daemon keeps the targets it reconstructed
+    // as not mounted (it forgets those no pod wants only once every source
+    // has listed, docs/merge-table.md) and the copy below must show them.
+    let kubeconfig = tmp.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1'}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .unwrap();
     let daemon = Command::new(BIN)
         .args(["run", "--node-name", "node-a", "--listen", "127.0.0.1:0"])
         .arg("--root-dir")
@@ -291,6 +301,8 @@ fn dry_run_reads_a_copy_while_the_daemon_holds_the_journal_body() {
         .arg(&jdir)
         .arg("--boot-id-file")
         .arg(&boot)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
         .env("VOLUMED_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
