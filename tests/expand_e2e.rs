@@ -631,7 +631,6 @@ fn device_bytes_at(path: &Path) -> u64 {
     text.trim().parse::<u64>().expect("a number") * 512
 }
 
-
 #[test]
 fn a_mapped_block_claim_grown_by_its_controller_is_grown_on_the_node() {
     real("grows a CSI raw block volume on the node", || {
