@@ -154,6 +154,22 @@ fn paths(env: &Env) -> Paths {
     }
 }
 
+/// Nothing of a volume left once it is unmapped whole: no mount below
+/// the root, none of `gone` there (not even as a dangling symlink), and
+/// no loop device bound to a file below the root.
+fn nothing_left(env: &Env, gone: &[&Path]) {
+    let mounts = env.mounts_below_root();
+    assert!(mounts.is_empty(), "{mounts:?}");
+    for path in gone {
+        assert!(fs::symlink_metadata(path).is_err(), "{path:?} is gone");
+    }
+    assert_eq!(
+        loops_below(&env.root),
+        Vec::<PathBuf>::new(),
+        "no loop left"
+    );
+}
+
 /// The volume RPCs the driver has logged, oldest first.
 fn volume_calls(driver: &TestDriver) -> Vec<String> {
     driver
@@ -334,22 +350,10 @@ fn a_csi_block_pv_is_staged_published_and_mapped_at_the_kubelet_s_paths() {
                 "unmap_device"
             ]
         );
-        assert!(
-            env.mounts_below_root().is_empty(),
-            "{:?}",
-            env.mounts_below_root()
-        );
-        for gone in [&p.link, &p.pod_file, &p.publish, &p.staging] {
-            assert!(fs::symlink_metadata(gone).is_err(), "{gone:?} is gone");
-        }
+        nothing_left(&env, &[&p.link, &p.pod_file, &p.publish, &p.staging]);
         assert!(
             !p.publish.parent().unwrap().exists(),
             "the publish dir is gone"
-        );
-        assert_eq!(
-            loops_below(&env.root),
-            Vec::<PathBuf>::new(),
-            "no loop left"
         );
         // the orphan sweep the unmap asks for removes the pod's dir
         let pod_dir = env.root.join("pods").join(POD);
@@ -441,19 +445,7 @@ fn a_csi_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restar
                     "unmap_device"
                 ]
             );
-            assert!(
-                env.mounts_below_root().is_empty(),
-                "{:?}",
-                env.mounts_below_root()
-            );
-            for gone in [&p.link, &p.pod_file, &p.publish, &p.staging] {
-                assert!(fs::symlink_metadata(gone).is_err(), "{gone:?} is gone");
-            }
-            assert_eq!(
-                loops_below(&env.root),
-                Vec::<PathBuf>::new(),
-                "no loop left"
-            );
+            nothing_left(&env, &[&p.link, &p.pod_file, &p.publish, &p.staging]);
             daemon.stop();
         },
     );
@@ -557,16 +549,7 @@ fn two_pods_map_one_csi_block_volume_and_the_last_one_out_unstages() {
         let calls = volume_calls(&driver);
         assert_eq!(calls.last().map(String::as_str), Some(UNSTAGE), "{calls:?}");
         assert_eq!(driver.count(UNPUBLISH), 2);
-        assert!(
-            env.mounts_below_root().is_empty(),
-            "{:?}",
-            env.mounts_below_root()
-        );
-        assert_eq!(
-            loops_below(&env.root),
-            Vec::<PathBuf>::new(),
-            "no loop left"
-        );
+        nothing_left(&env, &[]);
         daemon.stop();
     });
 }
@@ -699,19 +682,7 @@ fn with_the_journal_off_a_csi_block_map_is_rebuilt_from_the_host() {
         let unpublish = calls.iter().find(|c| c["method"] == UNPUBLISH).unwrap();
         assert_eq!(unpublish["volume_id"], HANDLE, "named by vol_data.json");
         assert_eq!(unpublish["target_path"], p.publish.to_str().unwrap());
-        assert!(
-            env.mounts_below_root().is_empty(),
-            "{:?}",
-            env.mounts_below_root()
-        );
-        for gone in [&p.link, &p.pod_file, &p.publish, &p.staging] {
-            assert!(fs::symlink_metadata(gone).is_err(), "{gone:?} is gone");
-        }
-        assert_eq!(
-            loops_below(&env.root),
-            Vec::<PathBuf>::new(),
-            "no loop left"
-        );
+        nothing_left(&env, &[&p.link, &p.pod_file, &p.publish, &p.staging]);
         daemon.stop();
     });
 }
@@ -761,16 +732,7 @@ fn a_hold_lost_outside_volumed_is_not_taken_again_at_a_restart() {
         fs::remove_file(env.pods.join("p.yaml")).unwrap();
         daemon.wait_until("the volume unstaged", || driver.count(UNSTAGE) == 1);
         assert_eq!(volume_calls(&driver), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE]);
-        assert!(
-            env.mounts_below_root().is_empty(),
-            "{:?}",
-            env.mounts_below_root()
-        );
-        assert_eq!(
-            loops_below(&env.root),
-            Vec::<PathBuf>::new(),
-            "no loop left"
-        );
+        nothing_left(&env, &[]);
         daemon.stop();
     });
 }
