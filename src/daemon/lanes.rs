@@ -30,9 +30,11 @@ pub(super) fn lane_gone_journal(work: JournalWork) -> Completion {
             ok: false,
         },
         JournalWork::ForgetTarget { key, .. } => Completion::Forgotten { key, ok: false },
-        JournalWork::ForgetNotMounted { keys, .. } => {
-            Completion::NotMountedForgotten { keys, ok: false }
-        }
+        JournalWork::ForgetNotMounted { targets, keys } => Completion::NotMountedForgotten {
+            targets,
+            keys,
+            ok: false,
+        },
     }
 }
 
@@ -90,7 +92,7 @@ pub(super) fn journal_lane(rx: &Receiver<JournalWork>, j: &Journal, events: &Sen
                         false
                     }
                 };
-                Completion::NotMountedForgotten { keys, ok }
+                Completion::NotMountedForgotten { targets, keys, ok }
             }
         };
         if events.send(Event::Done(done)).is_err() {

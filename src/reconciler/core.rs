@@ -230,6 +230,7 @@ impl Core {
             t.trim_at.filter(|_| idle && !self.in_flight.trim),
             t.late_check_at.filter(|_| !self.in_flight.late_check),
             t.republish_at.filter(|_| !self.in_flight.sweep),
+            t.forget_retry_at,
             self.unwritable
                 .map(|u| u.retry_at)
                 .filter(|_| !self.in_flight.recover),
@@ -273,7 +274,7 @@ impl Core {
             self.force_cleanup(w, now, &mut out);
         }
         if writable {
-            self.forget_not_mounted(w, &mut out);
+            self.forget_not_mounted(w, now, &mut out);
         }
         if writable {
             self.maybe_flush(now, &mut out);
@@ -482,10 +483,13 @@ impl Core {
                 }
                 true
             }
-            Completion::NotMountedForgotten { keys, ok } => {
+            Completion::NotMountedForgotten { targets, keys, ok } => {
                 self.in_flight.forgets = self.in_flight.forgets.saturating_sub(1);
                 for k in &keys {
                     self.pending.finish(k, ok, now);
+                }
+                if !ok {
+                    self.forget_failed(targets, now);
                 }
                 for k in &keys {
                     self.forget_deferred(w, &k.volume, out);

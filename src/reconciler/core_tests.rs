@@ -1360,8 +1360,12 @@ fn a_read_write_once_pod_volume_goes_to_the_second_pod_once_the_first_is_gone() 
     );
     // the ASW lacks the gone pod's target: the journal forgets what it may
     // hold of it first, the volume's key busy until then (core/unheld.rs)
-    let (_, keys) = not_mounted_forget(&fx).expect("a forget of p1's target");
-    let done = Completion::NotMountedForgotten { keys, ok: true };
+    let (targets, keys) = not_mounted_forget(&fx).expect("a forget of p1's target");
+    let done = Completion::NotMountedForgotten {
+        targets,
+        keys,
+        ok: true,
+    };
     let fx = c.step(&mut w, vec![Event::Done(done)], ms(t0, 41_001), idle());
     assert!(
         names(&fx).contains(&"mount:p2".to_owned()),
@@ -2185,6 +2189,7 @@ fn a_deleted_pod_s_target_reconstruction_found_not_mounted_is_forgotten_once_set
     assert!(c.pending.busy(&key, ms(t0, 3)), "busy until durable");
     assert!(!c.finished());
     let done = Completion::NotMountedForgotten {
+        targets,
         keys: keys.clone(),
         ok: true,
     };
@@ -2193,6 +2198,57 @@ fn a_deleted_pod_s_target_reconstruction_found_not_mounted_is_forgotten_once_set
     assert!(not_mounted_forget(&fx).is_none(), "once");
     let fx = c.step(&mut w, vec![], ms(t0, 6), idle());
     assert!(not_mounted_forget(&fx).is_none(), "once");
+}
+
+/// A forget whose journal write failed is tried again once
+/// `FORGET_RETRY` has passed, not before (the loop wakes for it), on the
+/// targets still no pod wants then: one wanted meanwhile is kept.
+#[test]
+fn a_failed_forget_is_tried_again_later_on_what_no_pod_wants_then() {
+    use super::unheld::FORGET_RETRY;
+    let t0 = Instant::now();
+    let (mut c, mut w) = core_reconstructing(Policy::disabled());
+    let (a, b) = (
+        pod("a").volumes[0].volume.clone(),
+        pod("b").volumes[0].volume.clone(),
+    );
+    let handed = Reconstructed {
+        not_mounted: vec![pod_key(&a, "a"), pod_key(&b, "b")],
+        ..Reconstructed::default()
+    };
+    c.step(
+        &mut w,
+        vec![Event::Reconstructed(Box::new(handed))],
+        t0,
+        idle(),
+    );
+    c.step(&mut w, vec![added(&[], true)], ms(t0, 1), idle());
+    let fx = c.step(&mut w, vec![walked()], ms(t0, 2), idle());
+    let (targets, keys) = not_mounted_forget(&fx).expect("a forget once settled");
+    assert_eq!(targets, [pod_key(&a, "a"), pod_key(&b, "b")]);
+    let failed = Completion::NotMountedForgotten {
+        targets,
+        keys,
+        ok: false,
+    };
+    let fx = c.step(&mut w, vec![Event::Done(failed)], ms(t0, 3), idle());
+    assert!(not_mounted_forget(&fx).is_none(), "not at once");
+    let wait = FORGET_RETRY - Duration::from_millis(3);
+    assert!(
+        c.next_wake(ms(t0, 6)) <= wait,
+        "the loop wakes for the retry"
+    );
+    // pod b is wanted meanwhile: its target is no candidate any more
+    let fx = c.step(&mut w, vec![added(&["b"], true)], ms(t0, 10), idle());
+    assert!(not_mounted_forget(&fx).is_none(), "{:?}", names(&fx));
+    let due = t0 + Duration::from_millis(3) + FORGET_RETRY;
+    let fx = c.step(&mut w, vec![], due - Duration::from_millis(1), idle());
+    assert!(not_mounted_forget(&fx).is_none(), "not before the retry");
+    let fx = c.step(&mut w, vec![], due, idle());
+    let (targets, _) = not_mounted_forget(&fx).expect("tried again");
+    assert_eq!(targets, [pod_key(&a, "a")], "only what no pod wants");
+    let fx = c.step(&mut w, vec![], due + FORGET_RETRY, idle());
+    assert!(not_mounted_forget(&fx).is_none(), "in flight: not again");
 }
 
 /// Phase 2's not-mounted decisions (a leftover dir it recorded) count too;

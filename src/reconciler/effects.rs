@@ -88,6 +88,8 @@ pub(crate) enum Completion {
     /// reconstruction's not-mounted targets no pod wants are forgotten
     /// (`ok`), or the write failed (`JournalWork::ForgetNotMounted`)
     NotMountedForgotten {
+        /// the targets, tried again later when the write failed
+        targets: Vec<TargetKey>,
         /// the keys kept busy for it
         keys: Vec<OpKey>,
         /// whether the records were appended

@@ -234,6 +234,8 @@ pub(crate) struct Timers {
     pub late_check_at: Option<Instant>,
     /// the next NodePublish of `requiresRepublish` volumes (`republish`)
     pub republish_at: Option<Instant>,
+    /// a forget of targets no pod wants failed: tried again then (`unheld`)
+    pub forget_retry_at: Option<Instant>,
 }
 
 /// Slow work the driver is performing for the loop.

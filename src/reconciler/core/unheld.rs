@@ -28,9 +28,11 @@
 //! backoff does not hold the forget back (its pod is gone: nothing will
 //! retry it). The key stays busy until the forget is durable, and the
 //! journal forgets only what it still has as not mounted with nothing
-//! pending (`Journal::forget_not_mounted`).
+//! pending (`Journal::forget_not_mounted`). A forget whose write failed
+//! is tried again a little later, on what is still a candidate then.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use crate::journal::TargetKey;
 use crate::model::{PodUid, TargetRef, UniqueVolumeName};
@@ -111,6 +113,9 @@ pub(crate) fn targets_of(pod: &PodUid, volumes: &[UniqueVolumeName]) -> Vec<Targ
     out
 }
 
+/// How long after a failed forget its targets are tried again.
+pub(crate) const FORGET_RETRY: Duration = Duration::from_secs(5);
+
 /// Candidates that waited for an operation on their volume.
 pub(crate) type Deferred = BTreeMap<UniqueVolumeName, Vec<TargetKey>>;
 
@@ -124,13 +129,27 @@ impl Core {
     }
 
     /// Once settled: forgets reconstruction's not-mounted targets no pod
-    /// wants (see the module doc), once.
-    pub(super) fn forget_not_mounted(&mut self, w: &World, out: &mut Vec<Effect>) {
+    /// wants (see the module doc), once, and those of a failed forget
+    /// once its retry is due.
+    pub(super) fn forget_not_mounted(&mut self, w: &World, now: Instant, out: &mut Vec<Effect>) {
         if self.phase != Phase::Settled || self.not_mounted.is_empty() {
             return;
         }
+        if self.timers.forget_retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        self.timers.forget_retry_at = None;
         let noted = std::mem::take(&mut self.not_mounted);
         self.forget_unheld(w, noted, out);
+    }
+
+    /// A forget's write failed: its targets are candidates again, looked
+    /// at after [`FORGET_RETRY`] (a pod may want one by then). A journal
+    /// that cannot be written holds them until it recovers, as it holds
+    /// every start.
+    pub(super) fn forget_failed(&mut self, targets: Vec<TargetKey>, now: Instant) {
+        self.not_mounted.extend(targets);
+        self.timers.forget_retry_at = Some(now + FORGET_RETRY);
     }
 
     /// The candidates deferred for `volume`, looked at again (an operation
