@@ -129,6 +129,28 @@ fn wait_claim_size(daemon: &Daemon, api: &FakeApiServer, size: &str) {
 }
 
 /// The claim's PATCHes of its status that set a capacity.
+/// The claim's `NodeResizeError` condition, if it has one.
+fn resize_error(api: &FakeApiServer) -> Option<Value> {
+    claim(api)["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "NodeResizeError")
+        .cloned()
+}
+
+/// Waits for the claim's `NodeResizeError` (`what` names why) and
+/// returns its message.
+fn wait_resize_error(daemon: &Daemon, api: &FakeApiServer, what: &str) -> String {
+    daemon.wait_until_showing(
+        what,
+        || resize_error(api).is_some(),
+        || format!("{:#}\n{}", claim(api), daemon.log_tail()),
+    );
+    let error = resize_error(api).unwrap_or_else(|| panic!("{what}: the condition went"));
+    error["message"].as_str().unwrap_or_default().to_owned()
+}
+
 fn capacity_patches(api: &FakeApiServer) -> Vec<Value> {
     api.requests()
         .into_iter()
@@ -301,12 +323,8 @@ fn a_size_the_driver_refuses_marks_the_claim_infeasible_and_keeps_the_mount() {
             || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
         );
         let status = &claim(&api)["status"];
-        let error = status["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "NodeResizeError")
-            .unwrap_or_else(|| panic!("a NodeResizeError condition: {status:#}"));
+        let error =
+            resize_error(&api).unwrap_or_else(|| panic!("a NodeResizeError condition: {status:#}"));
         assert_eq!(error["status"], "True");
         assert!(
             error["message"].as_str().is_some_and(
@@ -345,12 +363,8 @@ fn a_driver_answering_less_than_asked_is_not_believed() {
             || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
         );
         let status = &claim(&api)["status"];
-        let error = status["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "NodeResizeError")
-            .unwrap_or_else(|| panic!("a NodeResizeError condition: {status:#}"));
+        let error =
+            resize_error(&api).unwrap_or_else(|| panic!("a NodeResizeError condition: {status:#}"));
         let message = error["message"].as_str().unwrap_or_default();
         assert!(
             message.contains("capacity_bytes 1024")
@@ -780,23 +794,7 @@ fn the_node_expand_secret_reaches_the_driver_and_a_missing_one_is_named() {
         api.put(pv);
         let daemon = env.start();
         let target = target(&env);
-        let resize_error = || {
-            claim(&api)["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "NodeResizeError")
-                .cloned()
-        };
-        daemon.wait_until_showing(
-            "the claim says the Secret is missing",
-            || resize_error().is_some(),
-            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
-        );
-        let message = resize_error().expect("the condition")["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let message = wait_resize_error(&daemon, &api, "the claim says the Secret is missing");
         for part in [
             "pod uid-grow",
             "volume pv-grow",
@@ -826,7 +824,7 @@ fn the_node_expand_secret_reaches_the_driver_and_a_missing_one_is_named() {
         assert_eq!(calls.len(), 1, "{calls:#?}");
         assert_eq!(calls[0]["secrets"], json!({"password": "s3cr3t-expand"}));
         assert!(
-            resize_error().is_none(),
+            resize_error(&api).is_none(),
             "the error condition is gone once grown"
         );
         assert!(
@@ -858,23 +856,7 @@ fn a_pv_smaller_than_its_claim_is_an_error_on_the_claim_and_no_call() {
         api.put(pv);
         let daemon = env.start();
         let target = target(&env);
-        let resize_error = || {
-            claim(&api)["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "NodeResizeError")
-                .cloned()
-        };
-        daemon.wait_until_showing(
-            "the claim says the PV is below it",
-            || resize_error().is_some(),
-            || format!("{:#}\n{}", claim(&api), daemon.log_tail()),
-        );
-        let message = resize_error().expect("the condition")["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let message = wait_resize_error(&daemon, &api, "the claim says the PV is below it");
         for part in [
             "pod uid-grow",
             "volume data",
