@@ -64,6 +64,68 @@ spec:
     )
 }
 
+/// A loop device as the local block PV `pv-raw` (MAGIC written at its
+/// start), pod `p1` mapping it, and where the kubelet's layout puts the
+/// map. Its fields drop in order: the holds swept, then the device.
+struct BlockNode {
+    _holds: LoopSweep,
+    lo: LoopDevice,
+    /// the pod's `volumeDevices` symlink
+    link: PathBuf,
+    /// the global map dir
+    map_dir: PathBuf,
+    /// the pod's file in it, the device bound on it
+    pod_file: PathBuf,
+}
+
+impl BlockNode {
+    /// The device, and the link, map dir and pod file paths.
+    fn parts(&self) -> (&LoopDevice, PathBuf, PathBuf, PathBuf) {
+        let p = (&self.link, &self.map_dir, &self.pod_file);
+        (&self.lo, p.0.clone(), p.1.clone(), p.2.clone())
+    }
+}
+
+/// A scratch env named `name` (`--journal off` if `journal_off`) with a
+/// [`BlockNode`] written in it, not started.
+fn block_node(name: &str, journal_off: bool) -> (Env, BlockNode) {
+    let mut env = Env::new(name);
+    if journal_off {
+        env.extra_args = vec!["--journal".into(), "off".into()];
+    }
+    let backing = env.scratch.path().join("disk.img");
+    fs::File::create(&backing)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let lo = LoopDevice::attach(&backing);
+    let mut f = fs::OpenOptions::new().write(true).open(lo.path()).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(MAGIC).unwrap();
+    f.sync_all().unwrap();
+    fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
+    env.write_pod("p.yaml", &pod("p1"));
+    let plugin = "kubernetes.io~local-volume";
+    let link = env
+        .root
+        .join("pods/p1/volumeDevices")
+        .join(plugin)
+        .join("pv-raw");
+    let map_dir = env
+        .root
+        .join("plugins")
+        .join(plugin)
+        .join("volumeDevices/pv-raw");
+    let node = BlockNode {
+        _holds: LoopSweep(env.root.clone()),
+        lo,
+        link,
+        pod_file: map_dir.join("p1"),
+        map_dir,
+    };
+    (env, node)
+}
+
 /// The first bytes of the device at `path`.
 fn head(path: &Path) -> Vec<u8> {
     let mut buf = vec![0; MAGIC.len()];
@@ -90,34 +152,8 @@ fn intents(dump: &Value, volume: &str) -> Vec<(String, String)> {
 #[test]
 fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
     real("maps a loop device into a pod raw", || {
-        let mut env = Env::new("volumed-block-local");
-        let backing = env.scratch.path().join("disk.img");
-        fs::File::create(&backing)
-            .unwrap()
-            .set_len(8 << 20)
-            .unwrap();
-        let lo = LoopDevice::attach(&backing);
-        {
-            let mut f = fs::OpenOptions::new().write(true).open(lo.path()).unwrap();
-            f.seek(SeekFrom::Start(0)).unwrap();
-            f.write_all(MAGIC).unwrap();
-            f.sync_all().unwrap();
-        }
-        fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
-        env.write_pod("p.yaml", &pod("p1"));
-        let plugin = "kubernetes.io~local-volume";
-        let link = env
-            .root
-            .join("pods/p1/volumeDevices")
-            .join(plugin)
-            .join("pv-raw");
-        let map_dir: PathBuf = env
-            .root
-            .join("plugins")
-            .join(plugin)
-            .join("volumeDevices/pv-raw");
-        let pod_file = map_dir.join("p1");
-        let _holds = LoopSweep(env.root.clone());
+        let (mut env, node) = block_node("volumed-block-local", false);
+        let (lo, link, map_dir, pod_file) = node.parts();
 
         let daemon = env.start();
         daemon.wait_until("the device and pod maps are done", || {
@@ -225,7 +261,7 @@ fn a_local_block_pv_is_mapped_at_the_kubelet_s_paths_and_unmapped() {
         assert_eq!(undo, ["unmap_pod_device", "unmap_device"]);
         assert_eq!(head(lo.path()), MAGIC, "the device was never formatted");
         daemon.stop();
-        drop(lo);
+        drop(node);
     });
 }
 
@@ -237,28 +273,8 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
     real(
         "unmaps a block pod that went while volumed was down",
         || {
-            let mut env = Env::new("volumed-block-down");
-            let backing = env.scratch.path().join("disk.img");
-            fs::File::create(&backing)
-                .unwrap()
-                .set_len(8 << 20)
-                .unwrap();
-            let lo = LoopDevice::attach(&backing);
-            fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
-            env.write_pod("p.yaml", &pod("p1"));
-            let plugin = "kubernetes.io~local-volume";
-            let link = env
-                .root
-                .join("pods/p1/volumeDevices")
-                .join(plugin)
-                .join("pv-raw");
-            let map_dir = env
-                .root
-                .join("plugins")
-                .join(plugin)
-                .join("volumeDevices/pv-raw");
-            let pod_file = map_dir.join("p1");
-            let _holds = LoopSweep(env.root.clone());
+            let (mut env, node) = block_node("volumed-block-down", false);
+            let (_, link, map_dir, pod_file) = node.parts();
             let daemon = env.start();
             daemon.wait_until("the maps are done", || {
                 all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
@@ -298,7 +314,7 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
                 ]
             );
             daemon.stop();
-            drop(lo);
+            drop(node);
         },
     );
 }
@@ -311,28 +327,8 @@ fn a_block_pod_deleted_while_the_daemon_is_down_is_unmapped_after_the_restart() 
 #[test]
 fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
     real("maps again a block map lost while volumed was down", || {
-        let mut env = Env::new("volumed-block-lost");
-        let backing = env.scratch.path().join("disk.img");
-        fs::File::create(&backing)
-            .unwrap()
-            .set_len(8 << 20)
-            .unwrap();
-        let lo = LoopDevice::attach(&backing);
-        fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
-        env.write_pod("p.yaml", &pod("p1"));
-        let plugin = "kubernetes.io~local-volume";
-        let link = env
-            .root
-            .join("pods/p1/volumeDevices")
-            .join(plugin)
-            .join("pv-raw");
-        let map_dir = env
-            .root
-            .join("plugins")
-            .join(plugin)
-            .join("volumeDevices/pv-raw");
-        let pod_file = map_dir.join("p1");
-        let _holds = LoopSweep(env.root.clone());
+        let (mut env, node) = block_node("volumed-block-lost", false);
+        let (lo, link, map_dir, pod_file) = node.parts();
         let mapped = |daemon: &support::daemon::Daemon| {
             all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
                 && fs::read_link(&link).is_ok_and(|l| l == lo.path())
@@ -391,7 +387,7 @@ fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
             "the hold is released"
         );
         daemon.stop();
-        drop(lo);
+        drop(node);
     });
 }
 
@@ -403,29 +399,8 @@ fn a_block_map_lost_outside_volumed_is_made_again_after_a_restart() {
 #[test]
 fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
     real("finds a block map no journal knows", || {
-        let mut env = Env::new("volumed-block-nojournal");
-        env.extra_args = vec!["--journal".into(), "off".into()];
-        let backing = env.scratch.path().join("disk.img");
-        fs::File::create(&backing)
-            .unwrap()
-            .set_len(8 << 20)
-            .unwrap();
-        let lo = LoopDevice::attach(&backing);
-        fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
-        env.write_pod("p.yaml", &pod("p1"));
-        let plugin = "kubernetes.io~local-volume";
-        let link = env
-            .root
-            .join("pods/p1/volumeDevices")
-            .join(plugin)
-            .join("pv-raw");
-        let map_dir = env
-            .root
-            .join("plugins")
-            .join(plugin)
-            .join("volumeDevices/pv-raw");
-        let pod_file = map_dir.join("p1");
-        let _holds = LoopSweep(env.root.clone());
+        let (mut env, node) = block_node("volumed-block-nojournal", true);
+        let (lo, link, map_dir, pod_file) = node.parts();
         let daemon = env.start();
         daemon.wait_until("the maps are done", || {
             all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
@@ -464,7 +439,7 @@ fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
         );
         assert_eq!(head(lo.path()).len(), MAGIC.len());
         daemon.stop();
-        drop(lo);
+        drop(node);
     });
 }
 
@@ -474,29 +449,8 @@ fn a_block_map_without_a_journal_record_is_found_and_kept_or_undone() {
 #[test]
 fn a_block_symlink_left_alone_without_a_journal_is_undone() {
     real("undoes a block symlink no journal knows", || {
-        let mut env = Env::new("volumed-block-link");
-        env.extra_args = vec!["--journal".into(), "off".into()];
-        let backing = env.scratch.path().join("disk.img");
-        fs::File::create(&backing)
-            .unwrap()
-            .set_len(8 << 20)
-            .unwrap();
-        let lo = LoopDevice::attach(&backing);
-        fs::write(env.objects.join("pv.yaml"), objects("pv-raw", lo.path())).unwrap();
-        env.write_pod("p.yaml", &pod("p1"));
-        let plugin = "kubernetes.io~local-volume";
-        let link = env
-            .root
-            .join("pods/p1/volumeDevices")
-            .join(plugin)
-            .join("pv-raw");
-        let map_dir = env
-            .root
-            .join("plugins")
-            .join(plugin)
-            .join("volumeDevices/pv-raw");
-        let pod_file = map_dir.join("p1");
-        let _holds = LoopSweep(env.root.clone());
+        let (mut env, node) = block_node("volumed-block-link", true);
+        let (_, link, map_dir, pod_file) = node.parts();
         let daemon = env.start();
         daemon.wait_until("the maps are done", || {
             all_mounted(&daemon.state(), &[map_dir.clone(), link.clone()])
@@ -521,6 +475,6 @@ fn a_block_symlink_left_alone_without_a_journal_is_undone() {
         assert!(env.mounts_below_root().is_empty());
         assert_eq!(loops_below(&pod_file), Vec::<PathBuf>::new());
         daemon.stop();
-        drop(lo);
+        drop(node);
     });
 }
