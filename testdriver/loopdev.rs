@@ -1,5 +1,6 @@
 //! The driver's loop devices: one per staged block volume, over a sparse
-//! backing file in its staging dir.
+//! backing file in its staging dir. The test harness binds its own with
+//! this file too (`tests/support/mod.rs` includes it by path).
 //!
 //! A device is bound with one `LOOP_CONFIGURE` carrying
 //! `LO_FLAGS_AUTOCLEAR` (never `losetup -f`, which binds first and sets

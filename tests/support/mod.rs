@@ -59,15 +59,13 @@
 #![allow(dead_code)] // each test target uses a different part of the harness
 
 use std::ffi::CStr;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{Signal, killpg};
@@ -462,48 +460,14 @@ impl Drop for Scratch {
     }
 }
 
-/// `LOOP_CTL_GET_FREE` on `/dev/loop-control` (linux/loop.h).
-const LOOP_CTL_GET_FREE: libc::Ioctl = 0x4C82;
-/// `LOOP_CONFIGURE` on `/dev/loopN` (linux/loop.h, Linux ≥ 5.8).
-const LOOP_CONFIGURE: libc::Ioctl = 0x4C0A;
-/// `LO_FLAGS_AUTOCLEAR`: unbind when the last reference is dropped.
-const LO_FLAGS_AUTOCLEAR: u32 = 4;
-
-/// `struct loop_info64` (linux/loop.h).
-#[repr(C)]
-struct LoopInfo64 {
-    lo_device: u64,
-    lo_inode: u64,
-    lo_rdevice: u64,
-    lo_offset: u64,
-    lo_sizelimit: u64,
-    lo_number: u32,
-    lo_encrypt_type: u32,
-    lo_encrypt_key_size: u32,
-    lo_flags: u32,
-    lo_file_name: [u8; 64],
-    lo_crypt_name: [u8; 64],
-    lo_encrypt_key: [u8; 32],
-    lo_init: [u64; 2],
-}
-
-/// `struct loop_config` (linux/loop.h).
-#[repr(C)]
-struct LoopConfig {
-    fd: u32,
-    block_size: u32,
-    info: LoopInfo64,
-    reserved: [u64; 8],
-}
+/// The kernel's loop ABI and one bind, shared with the test CSI driver
+/// (its own binary: it cannot use this crate's code).
+#[path = "../../testdriver/loopdev.rs"]
+mod loopdev;
 
 /// A loop device bound to a file with autoclear (see the module docs). It is
 /// unbound by the kernel once this is dropped and nothing mounts it.
-pub struct LoopDevice {
-    dev: File,
-    number: u32,
-    path: PathBuf,
-    backing: PathBuf,
-}
+pub struct LoopDevice(loopdev::Loop);
 
 impl LoopDevice {
     /// Binds a free loop device to `backing` with `LO_FLAGS_AUTOCLEAR` in one
@@ -511,117 +475,31 @@ impl LoopDevice {
     /// first.
     #[track_caller]
     pub fn attach(backing: &Path) -> LoopDevice {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(backing)
-            .unwrap_or_else(|e| panic!("open {}: {e}", backing.display()));
-        let control = File::open("/dev/loop-control").expect("open /dev/loop-control");
-        let mut last = Errno::UnknownErrno;
-        for _ in 0..50 {
-            // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a number or -1.
-            let n = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) };
-            let number = u32::try_from(Errno::result(n).expect("LOOP_CTL_GET_FREE"))
-                .expect("loop number is not negative");
-            let path = PathBuf::from(format!("/dev/loop{number}"));
-            let dev = match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(d) => d,
-                // the node may vanish or not exist yet while another process races us
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => panic!("open {}: {e}", path.display()),
-            };
-            let mut name = [0u8; 64];
-            let src = backing.as_os_str().as_encoded_bytes();
-            let len = src.len().min(63);
-            name[..len].copy_from_slice(&src[..len]);
-            let config = LoopConfig {
-                fd: u32::try_from(file.as_raw_fd()).expect("fd is not negative"),
-                block_size: 0,
-                info: LoopInfo64 {
-                    lo_device: 0,
-                    lo_inode: 0,
-                    lo_rdevice: 0,
-                    lo_offset: 0,
-                    lo_sizelimit: 0,
-                    lo_number: 0,
-                    lo_encrypt_type: 0,
-                    lo_encrypt_key_size: 0,
-                    lo_flags: LO_FLAGS_AUTOCLEAR,
-                    lo_file_name: name,
-                    lo_crypt_name: [0; 64],
-                    lo_encrypt_key: [0; 32],
-                    lo_init: [0; 2],
-                },
-                reserved: [0; 8],
-            };
-            // SAFETY: `config` is a live, fully initialised `struct loop_config`
-            // laid out as the kernel expects (repr(C)); the kernel only reads it.
-            let r = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CONFIGURE, &raw const config) };
-            match Errno::result(r) {
-                Ok(_) => {
-                    let backing = fs::canonicalize(backing).unwrap_or_else(|_| backing.to_owned());
-                    return LoopDevice {
-                        dev,
-                        number,
-                        path,
-                        backing,
-                    };
-                }
-                // another process bound this free device first: ask again
-                Err(Errno::EBUSY) => {
-                    last = Errno::EBUSY;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => panic!(
-                    "LOOP_CONFIGURE {} -> {}: {e}",
-                    path.display(),
-                    backing.display()
-                ),
-            }
-        }
-        panic!(
-            "no free loop device for {} after 50 tries ({last})",
-            backing.display()
-        );
+        let lo = loopdev::Loop::attach(backing)
+            .unwrap_or_else(|e| panic!("a loop device for {}: {e}", backing.display()));
+        LoopDevice(lo)
     }
 
     /// `/dev/loopN`.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.0.path
     }
 
     /// N.
     pub fn number(&self) -> u32 {
-        self.number
+        self.0.number
     }
 
     /// Whether this device is still bound to our file (a device number can
     /// be reused by a parallel test once we let go of it).
     pub fn is_bound(&self) -> bool {
-        bound_to(self.number, &self.backing)
+        loopdev::bound_to(self.0.number, &self.0.backing)
     }
 
     /// Closes our reference and waits (up to `timeout`) for autoclear to
     /// unbind the device; false if it is still bound to our file (something
     /// still mounts it).
     pub fn close_and_wait_unbound(self, timeout: Duration) -> bool {
-        let (number, backing) = (self.number, self.backing.clone());
-        drop(self);
-        let deadline = Instant::now() + timeout;
-        while bound_to(number, &backing) {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        true
+        self.0.detach(timeout)
     }
-}
-
-/// Whether `/dev/loop<number>` is bound to `backing`.
-fn bound_to(number: u32, backing: &Path) -> bool {
-    fs::read(format!("/sys/block/loop{number}/loop/backing_file")).is_ok_and(|b| {
-        let b = b.strip_suffix(b"\n").unwrap_or(&b);
-        b == backing.as_os_str().as_encoded_bytes()
-    })
 }
