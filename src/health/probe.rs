@@ -51,12 +51,15 @@ fn mount_targets(s: &Subject) -> impl Iterator<Item = &SharedPath> {
 }
 
 /// Where the volume's data is measured: its device mount, else its first
-/// pod target on disk, else a hostPath's path.
+/// pod target on disk, else a hostPath's path. A raw block map has none:
+/// its pod path is a link to the device node, whose `statfs` would tell
+/// of devtmpfs, not of the volume.
 fn data_path(s: &Subject) -> Option<&Path> {
     if let Some(d) = &s.device {
         return Some(d);
     }
-    if let Some(p) = s.pods.iter().find(|p| p.kind != TargetKind::None) {
+    let on_disk = |k: TargetKind| matches!(k, TargetKind::Mount | TargetKind::Dir);
+    if let Some(p) = s.pods.iter().find(|p| on_disk(p.kind)) {
         return Some(&p.path);
     }
     match s.spec.as_deref() {
@@ -634,5 +637,39 @@ mod tests {
             ["FilesystemErrors", "ReadOnlyFilesystem", "OutOfSpace"]
         );
         assert_eq!(usage.map(|u| u.available_bytes), Some(0));
+    }
+
+    /// A raw block map's pod path is a link to a device node: no `statfs`
+    /// of it (devtmpfs would answer), so no usage and no failure.
+    #[test]
+    fn a_raw_block_map_is_not_measured_through_its_device_link() {
+        let sys = RecordingSys::new();
+        let link = "/k/pods/u1/volumeDevices/kubernetes.io~local-volume/pv-raw";
+        let s = Subject {
+            volume: UniqueVolumeName::from_raw("kubernetes.io/local-volume/pv-raw"),
+            plugin: PluginName::LocalVolume,
+            spec: None,
+            device: None,
+            pods: vec![PodTarget {
+                uid: PodUid::new("u1").unwrap(),
+                outer_name: "data".into(),
+                path: link.into(),
+                kind: TargetKind::Block,
+                pod: None,
+                read_only: false,
+            }],
+            claim: None,
+        };
+        let mut known = Baselines::default();
+        learn(&sys, &[&s], &mut known);
+        let (f, usage) = check(&sys, &s, &known, false);
+        assert_eq!(reasons(&f), Vec::<&str>::new());
+        assert_eq!(usage, None);
+        let statfs = sys
+            .calls()
+            .into_iter()
+            .filter(|c| matches!(c, SysCall::Statfs { .. }))
+            .count();
+        assert_eq!(statfs, 0, "{:?}", sys.calls());
     }
 }
