@@ -381,7 +381,15 @@ impl Journal {
     /// whoever waits for them to be durable is told it failed meanwhile.
     /// So an insert itself never fails.
     fn insert_all(&self, bodies: Vec<Body>) -> (u64, u64) {
+        self.insert_where(|_| bodies)
+    }
+
+    /// [`Journal::insert_all`] of the bodies `make` picks from the state
+    /// as it is at the insert, under the same lock: no other record comes
+    /// between the look and the insert.
+    fn insert_where(&self, make: impl FnOnce(&JournalState) -> Vec<Body>) -> (u64, u64) {
         let mut w = self.writer();
+        let bodies = make(&w.state);
         let first = w.next_seq;
         let wall_time_ns = now_ns();
         let records: Vec<Record> = (first..)

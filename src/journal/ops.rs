@@ -275,6 +275,40 @@ impl Journal {
     pub fn record_reconstruction(&self, decided: Vec<Decided>) -> Result<Vec<u64>, JournalError> {
         self.append_records(decided.into_iter().map(Body::from).collect())
     }
+
+    /// Records the pod-dir walk's decisions, each only while the journal
+    /// still has no entry for its target. The walk decided targets the
+    /// journal lacked; one that has an entry now was taken by an operation
+    /// since, and is that operation's. The look and the append are one
+    /// step under the writer's lock; durable on return. Answers the
+    /// sequence numbers appended and the keys left out.
+    pub fn record_unknown(
+        &self,
+        decided: Vec<(super::TargetKey, Decided)>,
+    ) -> Result<(Vec<u64>, Vec<super::TargetKey>), JournalError> {
+        self.check_open()?;
+        let mut taken = Vec::new();
+        let mut count = 0;
+        let (first, last) = self.insert_where(|state| {
+            let bodies: Vec<Body> = decided
+                .into_iter()
+                .filter_map(|(key, d)| {
+                    if state.get(&key).is_some() {
+                        taken.push(key);
+                        return None;
+                    }
+                    Some(Body::from(d))
+                })
+                .collect();
+            count = bodies.len();
+            bodies
+        });
+        if count == 0 {
+            return Ok((Vec::new(), taken));
+        }
+        self.wait_durable(last)?;
+        Ok(((first..=last).collect(), taken))
+    }
 }
 
 impl From<Decided> for Body {
@@ -390,5 +424,43 @@ mod tests {
             .filter(|r| matches!(r.body, Body::Forget { .. }))
             .count();
         assert_eq!(forgets, 5);
+    }
+
+    /// The walk's decisions are appended only for targets still unknown
+    /// at the append: one an operation announced since is left to it, and
+    /// named; a batch with none left writes nothing.
+    #[test]
+    fn the_walk_records_only_targets_the_journal_still_lacks() {
+        let (_t, j) = open();
+        let key = |p: &SharedParams| crate::journal::TargetKey {
+            volume: p.volume.clone(),
+            target: p.target.clone(),
+        };
+        let decided = |p: &SharedParams| {
+            (
+                key(p),
+                Decided {
+                    target: p.clone(),
+                    state: MountState::Uncertain,
+                    reason: "walk".into(),
+                    observed: None,
+                },
+            )
+        };
+        let (a, b) = (params("a"), params("b"));
+        let _intent = j.announce(Operation::SetUp, Steps::Single, &a).unwrap();
+        let (seqs, taken) = j.record_unknown(vec![decided(&a), decided(&b)]).unwrap();
+        assert_eq!(taken, [key(&a)], "the operation's");
+        assert_eq!(seqs.len(), 1);
+        let state = j.state();
+        assert!(state.get(&key(&a)).is_some_and(|e| e.pending.is_some()));
+        let got = state.get(&key(&b)).map(|e| (e.state, e.pending.is_none()));
+        assert_eq!(got, Some((MountState::Uncertain, true)), "recorded");
+
+        let flushes = j.flush_count();
+        let (seqs, taken) = j.record_unknown(vec![decided(&b)]).unwrap();
+        assert!(seqs.is_empty());
+        assert_eq!(taken, [key(&b)]);
+        assert_eq!(j.flush_count(), flushes, "nothing written");
     }
 }

@@ -1,6 +1,7 @@
 //! The daemon's reconstruction: each phase's decisions recorded in the
 //! journal (only what changes it) and applied to the ASW.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,7 +11,7 @@ use nix::errno::Errno;
 use crate::host::boot::BootId;
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{Call, LIVE_MOUNTINFO, Sys, SysError};
-use crate::journal::{Decided, Journal, JournalState};
+use crate::journal::{Decided, Journal, JournalState, TargetKey};
 use crate::model::Layout;
 use crate::state::ActualStateOfWorld;
 use crate::util::time::elapsed_ms;
@@ -295,7 +296,9 @@ pub fn read_and_reconstruct_ready(
 /// applied to the ASW. The journal state is read after the walk: a target
 /// an operation started meanwhile has its intent written before its
 /// directory was made, so the walk cannot find a dir the journal does not
-/// already claim.
+/// already claim. One an operation takes after that read (a leftover dir
+/// its pod wants again) is looked at again as the records are appended,
+/// and left to the operation.
 ///
 /// `stop` is asked before each pod's dir is walked: once it says so the
 /// walk ends, nothing is decided or recorded (`Ok(None)`), and the next
@@ -323,12 +326,81 @@ fn record_walked(
     asw: &mut ActualStateOfWorld,
     view: crate::host::scan::HostView,
 ) -> Result<Outcome, ReconstructError> {
-    let (reconstruction, bodies, unchanged) = journal.with_state(|state| {
+    let walked = decide_walked(journal, replaced, host, ready, view);
+    record_decided_walk(journal, walked, asw)
+}
+
+/// The walk's decisions against the journal's state as it is now, and the
+/// records they would add (by target), with how many need none.
+pub(super) struct Walked {
+    pub(super) reconstruction: Reconstruction,
+    bodies: Vec<(TargetKey, Decided)>,
+    unchanged: usize,
+}
+
+pub(super) fn decide_walked(
+    journal: &Journal,
+    replaced: Option<&str>,
+    host: &HostInput<'_>,
+    ready: &Reconstruction,
+    view: crate::host::scan::HostView,
+) -> Walked {
+    journal.with_state(|state| {
         let r = decide_leftovers(host, journal_input(replaced, state), view, ready);
-        let (bodies, unchanged) = changes(&r.output, state, host.boot_id.as_str());
-        (r, bodies, unchanged)
-    });
-    record_and_apply(journal, reconstruction, bodies, unchanged, asw)
+        let bodies: Vec<(TargetKey, Decided)> =
+            changed_journal_records(&r.output, state, host.boot_id.as_str())
+                .into_iter()
+                .map(|(d, body)| (d.key.clone(), body))
+                .collect();
+        Walked {
+            unchanged: r.output.decisions.len() - bodies.len(),
+            reconstruction: r,
+            bodies,
+        }
+    })
+}
+
+/// Records `walked` and applies it to `asw`. The loop runs meanwhile: an
+/// operation may have taken a target since the walk looked. The journal
+/// looks again as it appends ([`Journal::record_unknown`]), and what was
+/// taken is the operation's, left out of the journal and the ASW alike.
+pub(super) fn record_decided_walk(
+    journal: &Journal,
+    walked: Walked,
+    asw: &mut ActualStateOfWorld,
+) -> Result<Outcome, ReconstructError> {
+    let Walked {
+        mut reconstruction,
+        bodies,
+        unchanged,
+    } = walked;
+    let count = bodies.len();
+    let (appended, taken) =
+        journal
+            .record_unknown(bodies)
+            .map_err(|source| ReconstructError::AppendRecords {
+                path: journal.dir().to_owned(),
+                count,
+                source: Box::new(source),
+            })?;
+    if !taken.is_empty() {
+        tracing::debug!(
+            targets = taken.len(),
+            "pod-dir walk: targets an operation took meanwhile are left to it"
+        );
+        let taken: BTreeSet<TargetKey> = taken.into_iter().collect();
+        reconstruction
+            .output
+            .decisions
+            .retain(|d| !taken.contains(&d.key));
+    }
+    let asw_errors = apply(&reconstruction, asw);
+    Ok(Outcome {
+        reconstruction,
+        appended,
+        unchanged,
+        asw_errors,
+    })
 }
 
 /// The records that change the journal, and how many decisions need none.

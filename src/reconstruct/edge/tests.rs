@@ -554,3 +554,56 @@ fn journal_off_rebuilds_a_csi_block_map_from_its_bind_and_vol_data() {
     assert!(r.output.decisions.is_empty(), "{:#?}", r.output.decisions);
     assert_eq!(r.output.failed.len(), 2, "{:#?}", r.output.failed);
 }
+
+/// The pod-dir walk decides a leftover dir no journal knows; an operation
+/// takes its target before the walk's records are appended (the loop runs
+/// meanwhile). That decision is neither journaled nor applied: the
+/// journal keeps the operation's intent. Without the operation it is both.
+#[test]
+fn a_walk_decision_an_operation_took_meanwhile_is_left_to_it() {
+    use super::phases::walk_all_leftovers;
+    use super::record::{decide_walked, record_decided_walk};
+    for taken in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("root");
+        let layout = Layout::new(&root);
+        let uid = PodUid::new(P2).unwrap();
+        let bare = layout.pod_target_path(&uid, PluginName::EmptyDir, "scratch");
+        std::fs::create_dir_all(&bare).unwrap();
+        let (j, _) =
+            Journal::open(&JournalConfig::new(tmp.path().join("journal"), "n", BOOT)).unwrap();
+        let table = MountTable::parse(b"1 0 0:1 / / rw - ext4 /dev/a rw\n");
+        let boot = BootId::new(BOOT).unwrap();
+        let host = HostInput {
+            layout: &layout,
+            table: &table,
+            boot_id: &boot,
+            sys: &crate::host::sys::LinuxSys,
+        };
+        let state = j.state();
+        let ready = reconstruct_ready(&host, JournalInput::Replayed(&state));
+        let walked = decide_walked(&j, None, &host, &ready, walk_all_leftovers(&host));
+        let decision = walked.reconstruction.output.decisions.first().cloned();
+        let decision = decision.expect("the bare dir is decided");
+        assert_eq!(decision.params.path(), Some(bare.as_path()));
+        let _intent = taken.then(|| {
+            j.announce(Operation::SetUp, Steps::Single, &decision.params)
+                .unwrap()
+        });
+        let mut asw = ActualStateOfWorld::new();
+        let out = record_decided_walk(&j, walked, &mut asw).unwrap();
+        let entry = j.state().get(&decision.key).cloned();
+        let entry = entry.expect("an entry either way");
+        if taken {
+            assert!(out.reconstruction.output.decisions.is_empty());
+            assert!(out.appended.is_empty(), "nothing journaled");
+            assert!(entry.pending.is_some(), "the operation's intent stays last");
+        } else {
+            assert_eq!(out.reconstruction.output.decisions.len(), 1);
+            assert_eq!(out.appended.len(), 1);
+            assert!(entry.pending.is_none());
+        }
+        let target = decision.key.target.pod().cloned().expect("a pod target");
+        assert_eq!(asw.pod(&decision.key.volume, &target).is_some(), !taken);
+    }
+}
