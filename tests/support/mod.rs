@@ -5,7 +5,8 @@
 //! fake Kubernetes API server for the real `kube` client in [`apiserver`];
 //! the SELinux test VM (image, boot, evidence) in [`vm`]; the dm-log-writes
 //! log reader and replayer in [`log_writes`]; the loop devices a raw block
-//! map holds, found and swept, in [`holds`].
+//! map holds, found and swept, in [`holds`]; the slow journal disk
+//! (`volumed-slowfs`, a FUSE passthrough) in [`slowfs`].
 //!
 //! Used by integration tests (`mod support;`) and benches
 //! (`#[path = "../tests/support/mod.rs"] mod support;`).
@@ -79,6 +80,7 @@ pub mod daemon;
 pub mod holds;
 pub mod log_writes;
 pub mod runc;
+pub mod slowfs;
 pub mod vm;
 
 /// Set in the re-executed child: the name of the test it runs.
