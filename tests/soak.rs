@@ -20,9 +20,13 @@
 //! root unmounted, the raw maps' loop holds detached, the driver killed, a
 //! new boot id).
 //!
-//! Out of reach here: a slow journal disk. dm-delay is not in this host's
-//! kernel and there is no FUSE; the SELinux VM (`tests/selinux_vm/`) has
-//! device-mapper and would be the place for it.
+//! The journal's disk is slow at times: the daemon's `--journal-dir` is
+//! on `volumed-slowfs` (a FUSE passthrough, `tests/support/slowfs.rs`;
+//! one level below its mount point, so a journal moved aside stays on
+//! it), and the nemesis makes its writes and syncs wait 20–400 ms for a
+//! while ([`Fault::SlowDisk`]). A reboot keeps that mount, as a disk
+//! stays. Without `/dev/fuse` the soak says so loudly, in its output and
+//! figures, and runs without the slow disk.
 //!
 //! Checked every tick (~150 ms) against the mount table, the driver's call
 //! log, the fake's objects and the files ([`Soak::check`]):
@@ -83,6 +87,7 @@ use support::apiserver::FakeApiServer;
 use support::apiserver::faults::{Action, Fault as ApiFault, Verb};
 use support::csi_driver::{DriverOpts, TestDriver, read_calls_timed};
 use support::daemon::{Daemon, Env, NODE, targets, unix_get};
+use support::slowfs::SlowFs;
 use support::{LoopDevice, mkfs_ext4};
 use volumed::host::mountinfo::MountTable;
 
@@ -456,10 +461,12 @@ enum Fault {
     GoneStorm,
     FillPv,
     Reboot,
+    /// the journal's disk waits 20–400 ms on each write and sync
+    SlowDisk,
 }
 
 /// The nemesis's draw: each fault with its weight.
-const WEIGHTS: [(Fault, u64); 12] = [
+const WEIGHTS: [(Fault, u64); 13] = [
     (Fault::VolumedKill, 6),
     (Fault::VolumedKillApiGone, 2),
     (Fault::DriverKill, 3),
@@ -472,6 +479,7 @@ const WEIGHTS: [(Fault, u64); 12] = [
     (Fault::GoneStorm, 2),
     (Fault::FillPv, 2),
     (Fault::Reboot, 1),
+    (Fault::SlowDisk, 4),
 ];
 
 /// What a fault's end does, when it comes.
@@ -483,6 +491,7 @@ enum End {
     ApiUp,
     ApiRestart,
     Unfill,
+    DiskFast,
 }
 
 /// Figures of the daemon process after a settle.
@@ -553,6 +562,12 @@ struct Soak {
     start: Instant,
     api: FakeApiServer,
     daemon: Option<Daemon>,
+    /// the journal's disk (dropped after the daemon), or why there is none
+    slow_disk: Result<SlowFs, &'static str>,
+    /// the delays of its slow spells, in ms
+    slow_delays: Vec<u64>,
+    /// volumed SIGKILLs during a slow spell
+    slow_kills: usize,
     /// when the running daemon was spawned, and whether the API server
     /// has answered since (it may have listed)
     api_reachable_since_spawn: bool,
@@ -617,6 +632,24 @@ impl Soak {
     fn new(seed: u64) -> Soak {
         let (mut env, api) = api_env("volumed-soak-");
         let base = env.scratch.path().to_owned();
+        let slow_disk = match support::slowfs::unavailable() {
+            None => {
+                let disk = SlowFs::mount(
+                    &base.join("disk-backing"),
+                    &base.join("disk"),
+                    &base.join("disk-delay"),
+                );
+                env.journal = disk.mountpoint.join("journal");
+                Ok(disk)
+            }
+            Some(why) => {
+                eprintln!(
+                    "soak: SLOW DISK NOT AVAILABLE ({why}): the journal is on the plain \
+                     disk and the nemesis never slows it"
+                );
+                Err(why)
+            }
+        };
         let image = base.join("local.img");
         mkfs_ext4(&image, 32);
         let dev = LoopDevice::attach(&image);
@@ -688,6 +721,9 @@ impl Soak {
             env,
             api,
             daemon: None,
+            slow_disk,
+            slow_delays: Vec::new(),
+            slow_kills: 0,
             api_reachable_since_spawn: true,
             driver: Some(driver),
             driver_opts,
@@ -750,6 +786,7 @@ impl Soak {
         if let Some(d) = self.daemon.take() {
             d.kill();
             self.restarts += 1;
+            self.slow_kills += usize::from(self.busy(End::DiskFast));
             let t = now_ms();
             self.cuts.push((t, t));
         }
@@ -1027,6 +1064,19 @@ impl Soak {
                     }
                 }
             }
+            Fault::SlowDisk if !self.busy(End::DiskFast) => match &self.slow_disk {
+                Ok(disk) => {
+                    let ms = 20 + self.rng.below(381);
+                    disk.set_delay(ms);
+                    self.slow_delays.push(ms);
+                    self.log(format!("journal disk slow: {ms} ms a write or sync"));
+                    // twice a fault's usual length: volumed kills meet
+                    // it more often (a reboot waits for every fault's end)
+                    self.after(2 * d, End::DiskFast);
+                    true
+                }
+                Err(_) => false,
+            },
             Fault::Reboot if self.ends.is_empty() => {
                 self.reboot();
                 true
@@ -1046,7 +1096,8 @@ impl Soak {
     }
 
     /// A reboot: volumed and the driver die, every mount below the root
-    /// goes, the boot id changes; then both start again.
+    /// goes, the boot id changes; then both start again. The slow disk's
+    /// mount is not below the root: it stays, as the disk does.
     fn reboot(&mut self) {
         self.kill_daemon();
         self.signal_driver(Signal::SIGCONT);
@@ -1106,6 +1157,12 @@ impl Soak {
                     self.log("API server restarted");
                 }
                 End::Unfill => self.unfill_wanted = true,
+                End::DiskFast => {
+                    if let Ok(disk) = &self.slow_disk {
+                        disk.set_delay(0);
+                    }
+                    self.log("journal disk fast again");
+                }
             }
         }
         if !(self.api_down || self.api_stopped) {
@@ -1505,6 +1562,16 @@ impl Soak {
             self.violations.len()
         );
         let _ = writeln!(s, "faults: {:?}", self.faults);
+        let _ = match &self.slow_disk {
+            Ok(_) => writeln!(
+                s,
+                "slow disk: the journal on volumed-slowfs; slow spells {} (ms: {:?}); volumed killed while slow {}",
+                self.slow_delays.len(),
+                self.slow_delays,
+                self.slow_kills
+            ),
+            Err(why) => writeln!(s, "slow disk: not available, {why}"),
+        };
         let _ = writeln!(
             s,
             "volumed restarts {} (reboots {}); pods added {} ({} mapping the raw block PV), deleted {}; ConfigMap generations {}; ready answers checked {}; payload reads {}",
