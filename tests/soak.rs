@@ -566,8 +566,10 @@ struct Soak {
     slow_disk: Result<SlowFs, &'static str>,
     /// the delays of its slow spells, in ms
     slow_delays: Vec<u64>,
-    /// volumed SIGKILLs during a slow spell
+    /// volumed SIGKILLs during a slow spell, and the longest one took to
+    /// reap (a killed process waits out the FUSE requests it had sent)
     slow_kills: usize,
+    slow_kill_max: Duration,
     /// when the running daemon was spawned, and whether the API server
     /// has answered since (it may have listed)
     api_reachable_since_spawn: bool,
@@ -724,6 +726,7 @@ impl Soak {
             slow_disk,
             slow_delays: Vec::new(),
             slow_kills: 0,
+            slow_kill_max: Duration::ZERO,
             api_reachable_since_spawn: true,
             driver: Some(driver),
             driver_opts,
@@ -784,9 +787,13 @@ impl Soak {
 
     fn kill_daemon(&mut self) {
         if let Some(d) = self.daemon.take() {
+            let began = Instant::now();
             d.kill();
             self.restarts += 1;
-            self.slow_kills += usize::from(self.busy(End::DiskFast));
+            if self.busy(End::DiskFast) {
+                self.slow_kills += 1;
+                self.slow_kill_max = self.slow_kill_max.max(began.elapsed());
+            }
             let t = now_ms();
             self.cuts.push((t, t));
         }
@@ -1565,10 +1572,11 @@ impl Soak {
         let _ = match &self.slow_disk {
             Ok(_) => writeln!(
                 s,
-                "slow disk: the journal on volumed-slowfs; slow spells {} (ms: {:?}); volumed killed while slow {}",
+                "slow disk: the journal on volumed-slowfs; slow spells {} (ms: {:?}); volumed killed while slow {} (reaped within {:?})",
                 self.slow_delays.len(),
                 self.slow_delays,
-                self.slow_kills
+                self.slow_kills,
+                self.slow_kill_max
             ),
             Err(why) => writeln!(s, "slow disk: not available, {why}"),
         };
