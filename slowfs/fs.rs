@@ -4,10 +4,13 @@
 //!
 //! Slow (sleep the delay, then do the work): write, fsync, fsyncdir,
 //! flush, create, rename and a setattr that truncates — what a journal
-//! waits for on a slow disk. Reads, lookups, getattr, readdir, mknod,
-//! mkdir, unlink and statfs are not delayed: a real disk serves most of
-//! them from the page cache, and a socket lookup must not wait behind a
-//! flush.
+//! waits for on a slow disk. Writes reach the server as the kernel's
+//! writeback (`FUSE_WRITEBACK_CACHE`, when the kernel offers it): a
+//! write(2) lands in the page cache and the wait comes with fsync, close
+//! or the kernel's own flushing, as on a disk. Reads, lookups, getattr,
+//! readdir, mknod, mkdir, unlink and statfs are not delayed: a real disk
+//! serves most of them from the page cache, and a socket lookup must not
+//! wait behind a flush.
 //!
 //! Not served: symlinks, hard links, xattrs (the journal dir has none) and
 //! locks: without `FUSE_POSIX_LOCKS` or `FUSE_FLOCK_LOCKS` in the init
@@ -31,6 +34,7 @@ use fuser::{
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
+use fuser::{InitFlags, KernelConfig};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, FallocateFlags, OFlag, RenameFlags as NixRenameFlags};
 use nix::sys::stat::{FchmodatFlags, FileStat, Mode, SFlag, UtimensatFlags};
@@ -56,6 +60,8 @@ pub struct SlowFs {
     next_fh: AtomicU64,
     /// the delay in milliseconds (the delay file's watcher sets it)
     delay_ms: Arc<AtomicU64>,
+    /// the kernel caches writes (`FUSE_WRITEBACK_CACHE`)
+    writeback: bool,
 }
 
 /// The result of one request's work: a `nix` errno becomes the reply's.
@@ -132,10 +138,15 @@ fn timespec(t: TimeOrNow) -> TimeSpec {
 /// The flags to reopen a file with: the kernel's open flags without those
 /// that only mean something at creation, and without `O_APPEND` (the
 /// kernel sends each write's offset, the file's end for an appending
-/// writer).
-fn reopen_flags(flags: i32) -> OFlag {
+/// writer). With the kernel caching writes, a write-only file is opened
+/// for reading too: the kernel reads a page before writing part of it.
+fn reopen_flags(flags: i32, writeback: bool) -> OFlag {
     let strip = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOCTTY | OFlag::O_TRUNC | OFlag::O_APPEND;
-    (OFlag::from_bits_truncate(flags) - strip) | OFlag::O_CLOEXEC
+    let mut f = (OFlag::from_bits_truncate(flags) - strip) | OFlag::O_CLOEXEC;
+    if writeback && f & OFlag::O_ACCMODE == OFlag::O_WRONLY {
+        f = (f - OFlag::O_WRONLY) | OFlag::O_RDWR;
+    }
+    f
 }
 
 impl SlowFs {
@@ -153,6 +164,7 @@ impl SlowFs {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             delay_ms,
+            writeback: false,
         })
     }
 
@@ -253,7 +265,11 @@ impl SlowFs {
 
     fn open_file(&self, ino: INodeNo, flags: i32) -> Res<u64> {
         let fd = self.nodes.fd(ino)?;
-        let file = nix::fcntl::open(proc_path(&*fd).as_str(), reopen_flags(flags), Mode::empty())?;
+        let file = nix::fcntl::open(
+            proc_path(&*fd).as_str(),
+            reopen_flags(flags, self.writeback),
+            Mode::empty(),
+        )?;
         let fh = self.new_fh();
         self.files
             .lock()
@@ -272,7 +288,7 @@ impl SlowFs {
     ) -> Res<(FileAttr, u64)> {
         self.slow();
         let dir = self.nodes.fd(parent)?;
-        let flags = reopen_flags(flags)
+        let flags = reopen_flags(flags, self.writeback)
             | OFlag::O_CREAT
             | (OFlag::from_bits_truncate(flags) & OFlag::O_EXCL);
         let mode = Mode::from_bits_truncate(mode & !umask & 0o7777);
@@ -416,6 +432,18 @@ impl SlowFs {
 }
 
 impl Filesystem for SlowFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Writes go to the kernel's page cache and reach this server as
+        // writeback, in large requests, on fsync, close or when the kernel
+        // flushes: as on a disk, a buffered write does not wait for the
+        // device, a sync does. Without it every write(2) would wait the
+        // delay (sled's reopen alone makes some 250 small writes).
+        self.writeback = config
+            .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+            .is_ok();
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.entry(parent, name) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),

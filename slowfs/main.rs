@@ -4,10 +4,10 @@
 //! `volumed-slowfs --backing DIR --mountpoint DIR --delay-file FILE` serves
 //! the tree at `--backing` on `--mountpoint` (mounted with mount(2)
 //! directly: run as root, no fusermount). A thread re-reads `--delay-file`
-//! every 100 ms: a number of milliseconds (missing or empty: 0); write,
-//! fsync, fsyncdir, flush, create, rename and a truncating setattr each
-//! sleep that long before doing their work (`fs.rs` says which are not
-//! slowed, and why). It prints `ready` once mounted; on SIGTERM or SIGINT
+//! every 100 ms: a number of milliseconds (missing or empty: 0); write
+//! (the kernel's writeback of cached writes), fsync, fsyncdir, flush,
+//! create, rename and a truncating setattr each sleep that long before
+//! doing their work (`fs.rs` says which are not slowed, and why). It prints `ready` once mounted; on SIGTERM or SIGINT
 //! it unmounts (lazily if the mount is still in use) and exits 0; when the
 //! mount goes away under it (`umount -l`) it exits 0 too.
 //!
