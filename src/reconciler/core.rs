@@ -309,13 +309,20 @@ impl Core {
         match ev {
             Event::Stop => self.phase = Phase::Stopping,
             Event::Leftovers(mut output, outside) => {
+                // The walk journaled its not-mounted targets before the
+                // loop saw them: one dropped as stale below (an operation
+                // on its volume ran, or its key backed off) is a candidate
+                // all the same, or the journal would keep it for good (the
+                // soak's third finding). The forget's own checks keep what
+                // a pod wants, the ASW holds or an operation took.
+                let noted: Vec<_> = not_mounted(&output).collect();
                 self.drop_stale_leftovers(w, &mut output, now);
                 for e in apply_to_asw(&output, &mut w.asw) {
                     tracing::error!(error = %e, "reconstruction: the ASW refused a leftover decision");
                 }
                 w.unmounted_outside.extend(outside);
                 self.failed.extend(output.failed.iter().cloned());
-                self.note_not_mounted(not_mounted(&output));
+                self.note_not_mounted(noted);
                 self.phase = match self.phase {
                     Phase::Listing { .. } => Phase::Listing { walked: true },
                     Phase::Populated => self.settle(now),

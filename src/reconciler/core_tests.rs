@@ -2298,6 +2298,66 @@ fn the_walk_s_not_mounted_targets_are_forgotten_too_and_none_with_the_journal_of
     }
 }
 
+/// The soak's third finding (seed 1234, the journal on the slow disk):
+/// the walk journals a deleted pod's leftover target as not mounted, but
+/// when its report reaches the loop an operation runs on that volume
+/// (another pod's, volume-wide) and the loop drops the decision as stale.
+/// Dropped, it is still a candidate: forgotten once that operation ends.
+#[test]
+fn a_walk_s_not_mounted_target_dropped_as_stale_is_forgotten_once_its_volume_is_free() {
+    let t0 = Instant::now();
+    let v = pod("gone").volumes[0].volume.clone();
+    let decision = crate::reconstruct::Decision {
+        key: pod_key(&v, "gone"),
+        kind: crate::model::TargetKind::Mount,
+        journal_says: crate::reconstruct::JournalSays::Nothing,
+        host_says: crate::reconstruct::HostSays::Absent,
+        boot: crate::reconstruct::Boot::Same,
+        result: crate::model::MountState::NotMounted,
+        reason: crate::reconstruct::Reason::HostLeftover,
+        params: crate::model::TargetParams::at(
+            v.clone(),
+            PluginName::EmptyDir,
+            "cache".into(),
+            TargetRef::Pod(uid("gone")),
+            crate::model::TargetKind::Mount,
+            None,
+        )
+        .into(),
+        observed: None,
+    };
+    let output = crate::reconstruct::MergeOutput {
+        decisions: vec![decision],
+        ..Default::default()
+    };
+    let (mut c, mut w) = core(0);
+    c.step(&mut w, vec![added(&[], true)], t0, idle());
+    let volume_wide = OpKey::volume(&v);
+    c.pending.take_over(&volume_wide);
+    let fx = c.step(
+        &mut w,
+        vec![Event::Leftovers(Box::new(output), Vec::new())],
+        ms(t0, 1),
+        idle(),
+    );
+    assert!(
+        not_mounted_forget(&fx).is_none(),
+        "not while an operation on its volume runs: {:?}",
+        names(&fx)
+    );
+    let ended = Event::JobDone(JobReport {
+        key: volume_wide,
+        updates: vec![],
+        error: None,
+        ran: vec![Operation::MountDevice],
+        forced: false,
+        late: None,
+    });
+    let fx = c.step(&mut w, vec![ended], ms(t0, 2), idle());
+    let (targets, _) = not_mounted_forget(&fx).expect("forgotten once the operation ended");
+    assert_eq!(targets, [pod_key(&v, "gone")]);
+}
+
 /// The report of pod `u`'s memory emptyDir mount that failed, final.
 fn mount_failed(u: &str) -> Event {
     Event::JobDone(JobReport {

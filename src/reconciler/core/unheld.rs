@@ -9,7 +9,10 @@
 //!   unmounted outside volumed, a leftover dir) is no ASW entry
 //!   (`reconstruct/apply.rs`). A pod deleted while volumed was down left
 //!   them in the journal for good (`dump` kept them, `/debug/state` did
-//!   not; the nemesis soak's second finding, `tests/soak.rs`);
+//!   not; the nemesis soak's second finding, `tests/soak.rs`). The
+//!   walk's are candidates even when the loop sets them aside as stale:
+//!   the walk journaled them already (the third finding, on the slow
+//!   journal disk);
 //! - a mount that failed, final: its intent made the journal entry, the
 //!   failure left it not mounted, and the ASW never held it. Its pod
 //!   deleted later left it for good (`tests/daemon_e2e.rs` shows it with a
