@@ -25,7 +25,7 @@
 //! one level below its mount point, so a journal moved aside stays on
 //! it), and the nemesis makes its writes and syncs wait 20–400 ms for a
 //! while ([`Fault::SlowDisk`]). A reboot keeps that mount, as a disk
-//! stays. Without `/dev/fuse` the soak says so loudly, in its output and
+//! stays, and may come during a slow spell. Without `/dev/fuse` the soak says so loudly, in its output and
 //! figures, and runs without the slow disk.
 //!
 //! Checked every tick (~150 ms) against the mount table, the driver's call
@@ -566,8 +566,9 @@ struct Soak {
     slow_disk: Result<SlowFs, &'static str>,
     /// the delays of its slow spells, in ms
     slow_delays: Vec<u64>,
-    /// volumed SIGKILLs during a slow spell, and the longest one took to
-    /// reap (a killed process waits out the FUSE requests it had sent)
+    /// volumed SIGKILLs (reboots too) during a slow spell, and the longest
+    /// one took to reap (a killed process waits out the FUSE requests it
+    /// had sent)
     slow_kills: usize,
     slow_kill_max: Duration,
     /// when the running daemon was spawned, and whether the API server
@@ -1077,14 +1078,15 @@ impl Soak {
                     disk.set_delay(ms);
                     self.slow_delays.push(ms);
                     self.log(format!("journal disk slow: {ms} ms a write or sync"));
-                    // twice a fault's usual length: volumed kills meet
-                    // it more often (a reboot waits for every fault's end)
+                    // twice a fault's usual length: volumed kills and
+                    // reboots meet it more often
                     self.after(2 * d, End::DiskFast);
                     true
                 }
                 Err(_) => false,
             },
-            Fault::Reboot if self.ends.is_empty() => {
+            // a slow disk stays slow across a reboot: only it may be pending
+            Fault::Reboot if self.ends.iter().all(|(_, e)| *e == End::DiskFast) => {
                 self.reboot();
                 true
             }
