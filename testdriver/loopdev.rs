@@ -7,9 +7,11 @@
 //! flags after), and the driver keeps it open: the kernel unbinds it when
 //! the last opener goes — the driver's NodeUnstage closing it, or the
 //! driver dying. A bind mount of the device node is no opener, so no test
-//! and no crash can leak a device. The cost: a driver restarted while
-//! volumes are staged has lost their devices (NodePublish then says the
-//! volume is not staged), which a real driver would re-attach.
+//! and no crash can leak a device. A driver restarted while volumes are
+//! staged takes their devices back as a real driver re-attaches its
+//! staged disks: the device still bound to a staging dir's file (an
+//! opener, volumed's hold, kept it) is opened again ([`Loop::adopt`]),
+//! or, if autoclear let it go, a new one is bound to the same file.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -133,6 +135,42 @@ impl Loop {
             std::thread::sleep(Duration::from_millis(5));
         }
         Err(io::Error::other("no free loop device after 50 tries"))
+    }
+
+    /// The device already bound to `backing`, opened and held again: what
+    /// a restarted driver does with a device its former process bound
+    /// (another opener kept it bound). None when no device is bound to it.
+    pub(crate) fn adopt(backing: &Path) -> io::Result<Option<Loop>> {
+        let backing = fs::canonicalize(backing)?;
+        for entry in fs::read_dir("/sys/block")?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(number) = name.strip_prefix("loop").and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if !bound_to(number, &backing) {
+                continue;
+            }
+            let path = PathBuf::from(format!("/dev/{name}"));
+            let dev = match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            // autoclear may have unbound it between the look and the open
+            // (and another file been bound to the number since)
+            if !bound_to(number, &backing) {
+                continue;
+            }
+            let rdev = fs::metadata(&path)?.rdev();
+            return Ok(Some(Loop {
+                dev,
+                path,
+                number,
+                rdev,
+                backing,
+            }));
+        }
+        Ok(None)
     }
 
     /// The device's size in bytes, as the kernel sees it (sysfs counts

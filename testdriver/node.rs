@@ -90,9 +90,29 @@ fn stage_block(driver: &Driver, staging: &str) -> Result<NodeStageVolumeResponse
     {
         return Ok(NodeStageVolumeResponse {});
     }
-    let lo = attach_backing(&key.join(BACKING_FILE))?;
+    let lo = take_back_or_attach(&key.join(BACKING_FILE))?;
     loops.insert(key, lo);
     Ok(NodeStageVolumeResponse {})
+}
+
+/// The loop device of a staged volume's backing file: the one still bound
+/// to it (a former driver process bound it, an opener kept it) taken
+/// back, else a new one. One device per file, so every publish file of a
+/// volume shows the same device whatever driver restarts came between.
+fn take_back_or_attach(backing: &Path) -> Result<loopdev::Loop, Status> {
+    if backing.exists() {
+        let found = loopdev::Loop::adopt(backing).map_err(|e| {
+            internal(
+                "looking for the loop device of",
+                &backing.to_string_lossy(),
+                e,
+            )
+        })?;
+        if let Some(lo) = found {
+            return Ok(lo);
+        }
+    }
+    attach_backing(backing)
 }
 
 /// A loop device over `backing`, made (sparse) if missing.
@@ -123,11 +143,23 @@ fn attach_backing(backing: &Path) -> Result<loopdev::Loop, Status> {
 /// before the answer), then the backing file removed.
 fn unstage_block(driver: &Driver, staging: &str) -> Result<NodeUnstageVolumeResponse, Status> {
     let key = PathBuf::from(staging);
-    let held = driver
+    let mut held = driver
         .loops
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&key);
+    // staged by a former driver process: its device, if still bound, is
+    // released as ours would be (never the file removed under an opener)
+    let backing = key.join(BACKING_FILE);
+    if held.is_none() && backing.exists() {
+        held = loopdev::Loop::adopt(&backing).map_err(|e| {
+            internal(
+                "looking for the loop device of",
+                &backing.to_string_lossy(),
+                e,
+            )
+        })?;
+    }
     if let Some(lo) = held {
         let path = lo.path.display().to_string();
         if !lo.detach(DETACH_TIMEOUT) {
@@ -136,7 +168,6 @@ fn unstage_block(driver: &Driver, staging: &str) -> Result<NodeUnstageVolumeResp
             )));
         }
     }
-    let backing = key.join(BACKING_FILE);
     match fs::remove_file(&backing) {
         Ok(()) => Ok(NodeUnstageVolumeResponse {}),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(NodeUnstageVolumeResponse {}),
@@ -161,6 +192,12 @@ fn publish_block(
         }
         false => PathBuf::from(&req.target_path),
     };
+    // staged by a former driver process (the file in the staging dir is
+    // the staged state): its device taken back, as a real driver does
+    if driver.stage && !loops.contains_key(&key) && key.join(BACKING_FILE).exists() {
+        let lo = take_back_or_attach(&key.join(BACKING_FILE))?;
+        loops.insert(key.clone(), lo);
+    }
     if !driver.stage && !loops.contains_key(&key) {
         let hex: String = req.volume_id.bytes().map(|b| format!("{b:02x}")).collect();
         let backing = state_dir(driver)?.join("block").join(format!("{hex}.img"));

@@ -6,8 +6,9 @@
 //! caller gives up on while the work completes, a death after the work and
 //! an idempotent retry on a restarted driver, stacked publishes with
 //! `--stack`, `--no-stage` and volume health, mount flags on the mount that
-//! makes the superblock (a refused one named in the status), and the
-//! registration socket.
+//! makes the superblock (a refused one named in the status), the
+//! registration socket, and a restarted driver taking back the loop
+//! device of a staged block volume.
 //!
 //! Needs root (mounts); as another user each test prints what it skipped
 //! and passes.
@@ -34,7 +35,7 @@ use volumed::csi::proto::csi_v1::{
     identity_client::IdentityClient,
     node_client::NodeClient,
     node_service_capability,
-    volume_capability::{AccessMode, AccessType, MountVolume, access_mode::Mode},
+    volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume, access_mode::Mode},
     volume_usage::Unit,
 };
 use volumed::csi::proto::pluginregistration::{
@@ -968,5 +969,107 @@ fn expand_volume_grows_the_tmpfs_for_real_and_faults_refuse_or_understate() {
         client.unpublish(VOL, &target_s).await.unwrap();
         client.unstage(VOL, &staging_s).await.unwrap();
         assert!(scratch.mounts_below().is_empty());
+    });
+}
+
+/// A block capability (raw block: no filesystem).
+fn block_capability() -> VolumeCapability {
+    VolumeCapability {
+        access_type: Some(AccessType::Block(BlockVolume {})),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    }
+}
+
+/// The loop devices bound to the file `volume.img` in `staging` (the
+/// driver's device of a staged block volume).
+fn driver_loops(staging: &Path) -> Vec<PathBuf> {
+    support::holds::loops_below(&staging.join("volume.img"))
+}
+
+#[test]
+fn a_restarted_driver_takes_back_the_device_of_a_staged_block_volume() {
+    in_ns("attaches loop devices", || async {
+        let (scratch, opts, staging, _) = layout("csi-td-block-restart-");
+        let _sweep = support::holds::LoopSweep(scratch.path().to_owned());
+        let publish = |n: &str| {
+            let target = scratch.path().join("publish").join(n);
+            let mut req = publish_req(&staging, &target, false);
+            req.volume_capability = Some(block_capability());
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            (req, target)
+        };
+        let mut stage = stage_req(&staging);
+        stage.volume_capability = Some(block_capability());
+        let mut driver = TestDriver::spawn(opts.clone());
+        let mut client = node(&driver).await;
+        client.node_stage_volume(stage.clone()).await.unwrap();
+        let (req_a, a) = publish("a");
+        client.node_publish_volume(req_a).await.unwrap();
+        let lo = driver_loops(&staging);
+        assert_eq!(lo.len(), 1, "one device staged: {lo:?}");
+        let rdev = |p: &Path| std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(p).unwrap());
+        let magic = b"volumed testdriver: the same volume";
+        {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().write(true).open(&a).unwrap();
+            f.write_all(magic).unwrap();
+            f.sync_all().unwrap();
+        }
+        // an opener other than the driver (volumed's hold) keeps the
+        // device bound while the driver dies
+        let hold = std::fs::File::open(&a).unwrap();
+        assert!(driver.kill().is_some());
+        assert_eq!(driver_loops(&staging), lo, "kept bound by the hold");
+
+        // restarted: a publish and a repeated stage use that device
+        let mut driver = TestDriver::spawn(opts.clone());
+        let mut client = node(&driver).await;
+        let (req_b, b) = publish("b");
+        client.node_publish_volume(req_b).await.unwrap();
+        client.node_stage_volume(stage.clone()).await.unwrap();
+        assert_eq!(driver_loops(&staging), lo, "no second device");
+        assert_eq!(rdev(&b), rdev(&lo[0]), "b shows the staged device");
+        assert_eq!(rdev(&a), rdev(&b));
+        let mut back = vec![0; magic.len()];
+        std::io::Read::read_exact(&mut std::fs::File::open(&b).unwrap(), &mut back).unwrap();
+        assert_eq!(back, magic);
+
+        // killed again with no other opener: autoclear lets the device go,
+        // and the next publish binds a new one to the same file
+        drop(hold);
+        assert!(driver.kill().is_some());
+        let mut gone = false;
+        for _ in 0..250 {
+            gone = driver_loops(&staging).is_empty();
+            if gone {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(gone, "autoclear unbinds the device of a dead driver");
+        let mut driver = TestDriver::spawn(opts);
+        let mut client = node(&driver).await;
+        let (req_c, c) = publish("c");
+        client.node_publish_volume(req_c).await.unwrap();
+        assert_eq!(driver_loops(&staging).len(), 1, "bound again");
+        let mut back = vec![0; magic.len()];
+        std::io::Read::read_exact(&mut std::fs::File::open(&c).unwrap(), &mut back).unwrap();
+        assert_eq!(back, magic, "the same file behind the new device");
+
+        for t in [&a, &b, &c] {
+            client
+                .node_unpublish_volume(unpublish_req(t))
+                .await
+                .unwrap();
+        }
+        client
+            .node_unstage_volume(unstage_req(&staging))
+            .await
+            .unwrap();
+        assert!(driver_loops(&staging).is_empty(), "released at unstage");
+        assert!(scratch.mounts_below().is_empty());
+        assert!(driver.kill().is_some());
     });
 }
