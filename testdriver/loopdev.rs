@@ -153,7 +153,14 @@ impl Loop {
             let path = PathBuf::from(format!("/dev/{name}"));
             let dev = match OpenOptions::new().read(true).write(true).open(&path) {
                 Ok(d) => d,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                // gone, or being unbound by autoclear (its last opener,
+                // the former process, just closed it): not bound for us
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ENXIO) =>
+                {
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             // autoclear may have unbound it between the look and the open
