@@ -72,7 +72,8 @@ pub(crate) struct Driver {
 
 impl Driver {
     /// Runs one RPC: logs `entry`, applies the fault that matches it, then
-    /// runs `work` (under the work lock).
+    /// runs `work` (under the work lock), and logs the answer's code
+    /// before it goes out.
     ///
     /// All of it runs in a task of its own: when the caller gives up (a
     /// deadline) the server drops the request's future, but a real driver
@@ -88,29 +89,11 @@ impl Driver {
     {
         let driver = Arc::clone(self);
         let task = tokio::spawn(async move {
-            let fault = driver.state.begin(entry)?;
-            if let Some(delay) = fault.delay {
-                tokio::time::sleep(delay).await;
-            }
-            if fault.hang {
-                // the caller's deadline, or its connection closing, is
-                // the only end: the server drops the request, never this
-                std::future::pending::<()>().await;
-            }
-            if let Some((code, message)) = &fault.status {
-                return Err(Status::new(*code, message.clone()));
-            }
-            if fault.garbage_reply {
-                return Ok(None);
-            }
-            let out = {
-                let _guard = driver.work_lock.lock().unwrap_or_else(|p| p.into_inner());
-                work(&driver, &fault)
-            };
-            if fault.die_after_work {
-                die();
-            }
-            out.map(Some)
+            let mut entry = entry;
+            let out = driver.run(&mut entry, work).await;
+            let code = out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
+            driver.state.finish(&entry, code)?;
+            out
         });
         match task.await {
             Ok(Ok(Some(reply))) => Ok(Response::new(reply)),
@@ -125,6 +108,36 @@ impl Driver {
                 "test driver: handler failed: {e}"
             ))),
         }
+    }
+
+    /// [`Driver::call`]'s fault and work: None for a garbage reply.
+    async fn run<T, F>(&self, entry: &mut Value, work: F) -> Result<Option<T>, Status>
+    where
+        F: FnOnce(&Driver, &Fault) -> Result<T, Status>,
+    {
+        let fault = self.state.begin(entry)?;
+        if let Some(delay) = fault.delay {
+            tokio::time::sleep(delay).await;
+        }
+        if fault.hang {
+            // the caller's deadline, or its connection closing, is
+            // the only end: the server drops the request, never this
+            std::future::pending::<()>().await;
+        }
+        if let Some((code, message)) = &fault.status {
+            return Err(Status::new(*code, message.clone()));
+        }
+        if fault.garbage_reply {
+            return Ok(None);
+        }
+        let out = {
+            let _guard = self.work_lock.lock().unwrap_or_else(|p| p.into_inner());
+            work(self, &fault)
+        };
+        if fault.die_after_work {
+            die();
+        }
+        out.map(Some)
     }
 }
 

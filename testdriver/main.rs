@@ -8,7 +8,8 @@
 //! It serves CSI Identity and Node on `--endpoint` and, with
 //! `--registration-dir`, the kubelet registration API on
 //! `<dir>/<name>-reg.sock` (as node-driver-registrar would). Every RPC is
-//! appended to `<state>/calls.jsonl` before it does anything, and
+//! appended to `<state>/calls.jsonl` before it does anything (and its
+//! answer's code to `<state>/outcomes.jsonl` before it goes out), and
 //! `<state>/faults.json` injects delays, errors, abnormal volumes,
 //! hangs, undecodable replies and deaths (see `state.rs`). It prints `ready` once both sockets listen, and
 //! on SIGTERM or SIGINT removes its sockets and exits 0.

@@ -1,6 +1,10 @@
 //! The driver's state directory: the call log (`calls.jsonl`, one JSON
-//! object per RPC, appended and fsynced before the RPC does anything) and
-//! the fault file (`faults.json`, read before each RPC).
+//! object per RPC, appended and fsynced before the RPC does anything), the
+//! outcome log (`outcomes.jsonl`: per RPC answered, its `method`, `pid`
+//! and arrival `at_ms` as logged, the paths it names and the gRPC `code`
+//! answered, `OK` or the error's, written before the answer goes out; a
+//! call that hangs or dies has none) and the fault file (`faults.json`,
+//! read before each RPC).
 //!
 //! # Fault rules
 //!
@@ -51,6 +55,16 @@ use tonic::{Code, Status};
 const CALLS: &str = "calls.jsonl";
 /// The fault file's name in the state dir.
 const FAULTS: &str = "faults.json";
+/// The outcome log's file name in the state dir.
+const OUTCOMES: &str = "outcomes.jsonl";
+/// The fields of a call's entry its outcome repeats (what tells it apart).
+const OUTCOME_KEYS: [&str; 5] = [
+    "method",
+    "pid",
+    "at_ms",
+    "staging_target_path",
+    "target_path",
+];
 
 /// One rule of `faults.json`.
 #[derive(Debug, Deserialize)]
@@ -127,7 +141,7 @@ impl State {
     /// added, so a test can tell a restarted driver's calls apart, and the
     /// time it arrived, `at_ms`), then
     /// finds the fault that applies to it and uses one of its `times`.
-    pub(crate) fn begin(&self, mut entry: Value) -> Result<Fault, Status> {
+    pub(crate) fn begin(&self, entry: &mut Value) -> Result<Fault, Status> {
         let Some(dir) = &self.dir else {
             return Ok(Fault::default());
         };
@@ -138,12 +152,36 @@ impl State {
         let ms = now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         entry["at_ms"] = Value::from(ms);
         let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        append_line(&dir.join(CALLS), &entry)
+        append_line(&dir.join(CALLS), entry)
             .map_err(|e| Status::internal(format!("test driver: writing the call log: {e}")))?;
         let method = entry["method"].as_str().unwrap_or_default();
         let volume_id = entry.get("volume_id").and_then(Value::as_str);
         take_fault(&dir.join(FAULTS), method, volume_id)
             .map_err(|e| Status::internal(format!("test driver: {FAULTS}: {e}")))
+    }
+}
+
+impl State {
+    /// Logs the answer to the call `entry` (as [`State::begin`] completed
+    /// it): `code` is the gRPC code's name (`OK` for a reply).
+    pub(crate) fn finish(&self, entry: &Value, code: Code) -> Result<(), Status> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let mut outcome = serde_json::Map::new();
+        for k in OUTCOME_KEYS {
+            if let Some(v) = entry.get(k) {
+                outcome.insert(k.to_owned(), v.clone());
+            }
+        }
+        let name = match code {
+            Code::Ok => "OK".to_owned(),
+            c => format!("{c:?}"),
+        };
+        outcome.insert("code".to_owned(), Value::from(name));
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        append_line(&dir.join(OUTCOMES), &Value::Object(outcome))
+            .map_err(|e| Status::internal(format!("test driver: writing the outcome log: {e}")))
     }
 }
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tonic::Code;
 
-use support::csi_driver::{DriverOpts, TestDriver};
+use support::csi_driver::{DriverOpts, TestDriver, read_outcomes};
 use support::{Scratch, in_private_mount_ns, require_root};
 use volumed::csi::connect_unix;
 use volumed::csi::proto::csi_v1::{
@@ -392,6 +392,16 @@ fn an_error_fault_answers_the_code_and_does_no_work() {
         client.node_stage_volume(stage_req(&staging)).await.unwrap();
         assert_eq!(mounts_at(&staging).len(), 1);
         assert_eq!(driver.count("NodeStageVolume"), 2);
+        // each answer's code in the outcome log, named as its call is
+        let calls = driver.calls_timed();
+        let outcomes = read_outcomes(&driver.opts().state);
+        let codes: Vec<_> = outcomes.iter().map(|o| o["code"].clone()).collect();
+        assert_eq!(codes, [json!("Unavailable"), json!("OK")], "{outcomes:?}");
+        for (c, o) in calls.iter().zip(&outcomes) {
+            for k in ["method", "pid", "at_ms", "staging_target_path"] {
+                assert_eq!(c[k], o[k], "{k}: {c} / {o}");
+            }
+        }
 
         // a fault file that does not parse fails loudly
         driver.set_faults(json!([{"method": "NodeUnstageVolume", "cod": "Internal"}]));

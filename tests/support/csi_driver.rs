@@ -255,6 +255,19 @@ pub fn read_calls_timed(state: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The outcome log in `state`, oldest first: per call answered, its
+/// `method`, `pid`, `at_ms` and paths as in the call log, and the `code`
+/// answered (`OK` or the gRPC error's name).
+pub fn read_outcomes(state: &Path) -> Vec<serde_json::Value> {
+    let Ok(text) = fs::read_to_string(state.join("outcomes.jsonl")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("outcome log line {l:?}: {e}")))
+        .collect()
+}
+
 /// Writes `rules` as `state/faults.json`: a temp file renamed over it, so
 /// the driver never reads half a file.
 #[track_caller]
