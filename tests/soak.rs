@@ -41,9 +41,10 @@
 //! - NodeStage/NodePublish is not issued again for a staging path or
 //!   target never unstaged/unpublished, unless the earlier call was cut by
 //!   a fault (volumed or the driver killed, stopped or restarted within
-//!   [`CUT_WINDOW`] of it) or a reboot came between ([`cut_explains`]); a
-//!   block volume's staging dir and publish file count as paths alike
-//!   ([`call_key`]);
+//!   [`CUT_WINDOW`] of it) or a reboot came between ([`cut_explains`]), or
+//!   the driver answered the earlier call with an error (its outcome log:
+//!   [`failed_answer`]); a block volume's staging dir and publish file
+//!   count as paths alike ([`call_key`]);
 //! - no payload file is torn as a reader sees it (a reader thread reads
 //!   the ConfigMap's files continuously: each holds one whole generation);
 //! - a pod the runtime API reports ready has all its volumes mounted;
@@ -100,7 +101,7 @@ use serde_json::{Value, json};
 use support::api_env::api_env;
 use support::apiserver::FakeApiServer;
 use support::apiserver::faults::{Action, Fault as ApiFault, Verb};
-use support::csi_driver::{DriverOpts, TestDriver, read_calls_timed};
+use support::csi_driver::{DriverOpts, TestDriver, read_calls_timed, read_outcomes};
 use support::daemon::{Daemon, Env, NODE, targets, unix_get};
 use support::slowfs::SlowFs;
 use support::{LoopDevice, mkfs_ext4};
@@ -628,6 +629,21 @@ fn cut_explains(prev: u64, cut_open: Option<u64>, cuts: &[(u64, u64)]) -> bool {
             .any(|(s, e)| *s <= prev + CUT_WINDOW && prev <= *e + CUT_WINDOW)
 }
 
+/// The code of the failed answer (`testdriver/state.rs`'s outcome log)
+/// to the call `c` names that arrived at `prev`, if it failed: volumed
+/// then calls again with backoff, a legitimate retry. None if it was
+/// answered OK, or not at all.
+fn failed_answer(outcomes: &[Value], c: &Value, prev: u64) -> Option<String> {
+    let same = |o: &&Value| {
+        o["at_ms"].as_u64() == Some(prev)
+            && ["method", "staging_target_path", "target_path"]
+                .iter()
+                .all(|k| o[*k] == c[*k])
+    };
+    let code = outcomes.iter().find(same)?["code"].as_str()?;
+    (code != "OK").then(|| code.to_owned())
+}
+
 // ------------------------------------------------------------ faults
 
 /// What the nemesis does.
@@ -780,6 +796,10 @@ struct Soak {
     /// when it arrived), and intervals in which a call may have been cut
     calls_done: usize,
     open_calls: BTreeMap<String, u64>,
+    /// stage/publish calls made again and allowed: after a cut, and after
+    /// a failed answer (by its code)
+    retries_cut: usize,
+    retries_failed: BTreeMap<String, usize>,
     cuts: Vec<(u64, u64)>,
     /// a cut that began and has not ended yet (driver dead or stopped)
     cut_open: Option<u64>,
@@ -949,6 +969,8 @@ impl Soak {
             seen: BTreeMap::new(),
             calls_done: 0,
             open_calls: BTreeMap::new(),
+            retries_cut: 0,
+            retries_failed: BTreeMap::new(),
             cuts: Vec::new(),
             cut_open: None,
             ends: Vec::new(),
@@ -1520,6 +1542,7 @@ impl Soak {
         let new: Vec<Value> = calls.into_iter().skip(self.calls_done).collect();
         self.calls_done += new.len();
         let csi_raw_unstage = format!("stage {}", self.csi_raw.staging.display());
+        let mut outcomes = None;
         for c in new {
             let at = c["at_ms"].as_u64().unwrap_or(0);
             let Some((open, key)) = call_key(&c) else {
@@ -1534,14 +1557,24 @@ impl Soak {
                 self.open_calls.remove(&key);
                 continue;
             }
-            if let Some(prev) = self.open_calls.insert(key.clone(), at)
-                && !cut_explains(prev, self.cut_open, &self.cuts)
-            {
-                self.violation(format!(
-                    "{} ({}) issued again at {at} ms, the one at {prev} ms answered and never undone ({key})",
+            let Some(prev) = self.open_calls.insert(key.clone(), at) else {
+                continue;
+            };
+            if cut_explains(prev, self.cut_open, &self.cuts) {
+                self.retries_cut += 1;
+                continue;
+            }
+            // the outcome log is read after the call log: the first
+            // call's answer went out before the retry came
+            let outcomes = outcomes.get_or_insert_with(|| read_outcomes(&self.driver_opts.state));
+            match failed_answer(outcomes, &c, prev) {
+                Some(code) => *self.retries_failed.entry(code).or_default() += 1,
+                None => self.violation(format!(
+                    "{} ({}) issued again at {at} ms, the one at {prev} ms answered OK \
+                     (or not at all, uncut) and never undone ({key})",
                     c["method"],
                     c["access_type"].as_str().unwrap_or("no access type")
-                ));
+                )),
             }
         }
     }
@@ -1944,6 +1977,11 @@ impl Soak {
         let _ = writeln!(s, "CSI calls: {rpcs:?}");
         let _ = writeln!(
             s,
+            "stage/publish made again: {} after a cut, after a failed answer {:?}",
+            self.retries_cut, self.retries_failed
+        );
+        let _ = writeln!(
+            s,
             "CSI raw block volume: magic bytes written {} times, read back {} times",
             self.csi_raw_writes, self.csi_raw_reads
         );
@@ -2313,6 +2351,38 @@ fn a_stage_or_publish_again_is_explained_only_by_a_cut() {
             cut_explains(prev, open, cuts),
             want,
             "{prev} {open:?} {cuts:?}"
+        );
+    }
+    // a first call that failed explains its retry; one answered OK, or
+    // not answered, does not (nor another path's or time's failure)
+    let publish_at = |at: u64, path: &str| json!({"method": "NodePublishVolume", "target_path": path, "at_ms": at});
+    let outcome = |at: u64, path: &str, code: &str| {
+        json!({"method": "NodePublishVolume", "target_path": path, "at_ms": at,
+            "pid": 7, "code": code})
+    };
+    let other = format!("{devices}/publish/{CSI_RAW_PV}/soak-api-0002");
+    let retry = publish_at(20_000, &publish);
+    let logs: [(Vec<Value>, Option<&str>); 5] = [
+        (
+            vec![outcome(10_000, &publish, "FailedPrecondition")],
+            Some("FailedPrecondition"),
+        ),
+        (vec![outcome(10_000, &publish, "OK")], None),
+        (vec![], None),
+        (vec![outcome(10_000, &other, "Internal")], None),
+        (
+            vec![
+                outcome(9_999, &publish, "Internal"),
+                outcome(10_000, &publish, "OK"),
+            ],
+            None,
+        ),
+    ];
+    for (log, want) in logs {
+        assert_eq!(
+            failed_answer(&log, &retry, 10_000).as_deref(),
+            want,
+            "{log:?}"
         );
     }
 }
