@@ -560,17 +560,23 @@ fn read_device(path: &Path, n: usize) -> Result<Vec<u8>, String> {
 }
 
 /// Detaches every loop device backed by a file below `dir` (what a reboot
-/// does to the holds; and, when dropped, what a failed soak leaves).
+/// does to the holds and the test driver's devices; and, when dropped,
+/// what a failed soak leaves).
 fn detach_holds(dir: &Path) {
     for (name, _) in holds_below(dir) {
+        // quiet: the test driver's device (autoclear) may go by itself
+        // once the holds over it are detached (ENXIO); a device truly
+        // left is what the drain and the settles report
         let _ = std::process::Command::new("losetup")
             .args(["-d", &format!("/dev/{name}")])
+            .stderr(std::process::Stdio::null())
             .status();
     }
 }
 
-/// Detaches, when dropped, every hold volumed left below the root: a soak
-/// that fails midway leaves no loop device behind on the machine.
+/// Detaches, when dropped, every hold volumed left below the root (and
+/// the test driver's devices of staged block volumes): a soak that fails
+/// midway leaves no loop device behind on the machine.
 struct DropHolds(PathBuf);
 
 impl Drop for DropHolds {
