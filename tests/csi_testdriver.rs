@@ -1083,3 +1083,24 @@ fn a_restarted_driver_takes_back_the_device_of_a_staged_block_volume() {
         assert!(driver.kill().is_some());
     });
 }
+
+/// A reader racing the driver's append may see the last line in part:
+/// only whole lines are calls (the rest is read next time). No root.
+#[test]
+fn a_call_log_line_still_being_written_is_not_read_yet() {
+    let scratch = Scratch::new("csi-td-partial-");
+    let state = scratch.path();
+    std::fs::write(
+        state.join("calls.jsonl"),
+        "{\"method\":\"NodeStageVolume\",\"at_ms\":1}\n{\"method\":\"NodePub",
+    )
+    .unwrap();
+    let calls = support::csi_driver::read_calls_timed(state);
+    assert_eq!(calls, [json!({"method": "NodeStageVolume", "at_ms": 1})]);
+    std::fs::write(
+        state.join("outcomes.jsonl"),
+        "{\"code\":\"OK\"}\n{\"code\":\"Unavail",
+    )
+    .unwrap();
+    assert_eq!(read_outcomes(state), [json!({"code": "OK"})]);
+}

@@ -246,12 +246,20 @@ pub fn read_calls(state: &Path) -> Vec<serde_json::Value> {
 /// The call log in `state`, oldest first, each with `at_ms`: when the
 /// driver received it (ms since the epoch).
 pub fn read_calls_timed(state: &Path) -> Vec<serde_json::Value> {
-    let Ok(text) = fs::read_to_string(state.join("calls.jsonl")) else {
+    read_jsonl(&state.join("calls.jsonl"), "call log")
+}
+
+/// The whole lines of a JSON-lines log the driver appends to. A line
+/// without its newline yet is being written (a reader racing the
+/// driver's append sees part of it): it is left for the next read.
+fn read_jsonl(path: &Path, what: &str) -> Vec<serde_json::Value> {
+    let Ok(text) = fs::read_to_string(path) else {
         return Vec::new();
     };
-    text.lines()
+    text.split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
         .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("call log line {l:?}: {e}")))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{what} line {l:?}: {e}")))
         .collect()
 }
 
@@ -259,13 +267,7 @@ pub fn read_calls_timed(state: &Path) -> Vec<serde_json::Value> {
 /// `method`, `pid`, `at_ms` and paths as in the call log, and the `code`
 /// answered (`OK` or the gRPC error's name).
 pub fn read_outcomes(state: &Path) -> Vec<serde_json::Value> {
-    let Ok(text) = fs::read_to_string(state.join("outcomes.jsonl")) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("outcome log line {l:?}: {e}")))
-        .collect()
+    read_jsonl(&state.join("outcomes.jsonl"), "outcome log")
 }
 
 /// Writes `rules` as `state/faults.json`: a temp file renamed over it, so
