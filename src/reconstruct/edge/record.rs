@@ -11,7 +11,7 @@ use nix::errno::Errno;
 use crate::host::boot::BootId;
 use crate::host::mountinfo::MountTable;
 use crate::host::sys::{Call, LIVE_MOUNTINFO, Sys, SysError};
-use crate::journal::{Decided, Journal, JournalState, TargetKey};
+use crate::journal::{Decided, Journal, JournalError, JournalState, TargetKey};
 use crate::model::Layout;
 use crate::state::ActualStateOfWorld;
 use crate::util::time::elapsed_ms;
@@ -375,14 +375,9 @@ pub(super) fn record_decided_walk(
         unchanged,
     } = walked;
     let count = bodies.len();
-    let (appended, taken) =
-        journal
-            .record_unknown(bodies)
-            .map_err(|source| ReconstructError::AppendRecords {
-                path: journal.dir().to_owned(),
-                count,
-                source: Box::new(source),
-            })?;
+    let (appended, taken) = journal
+        .record_unknown(bodies)
+        .map_err(append_failed(journal, count))?;
     if !taken.is_empty() {
         tracing::debug!(
             targets = taken.len(),
@@ -435,11 +430,17 @@ fn append(journal: &Journal, bodies: Vec<Decided>) -> Result<Vec<u64>, Reconstru
     let count = bodies.len();
     journal
         .record_reconstruction(bodies)
-        .map_err(|source| ReconstructError::AppendRecords {
-            path: journal.dir().to_owned(),
-            count,
-            source: Box::new(source),
-        })
+        .map_err(append_failed(journal, count))
+}
+
+/// The error of a batch of `count` records `journal` refused.
+fn append_failed(journal: &Journal, count: usize) -> impl FnOnce(JournalError) -> ReconstructError {
+    let path = journal.dir().to_owned();
+    move |source| ReconstructError::AppendRecords {
+        path,
+        count,
+        source: Box::new(source),
+    }
 }
 
 /// Applies a phase's decisions to `asw`, logging what it refused.
