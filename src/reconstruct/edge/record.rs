@@ -389,13 +389,7 @@ pub(super) fn record_decided_walk(
             .decisions
             .retain(|d| !taken.contains(&d.key));
     }
-    let asw_errors = apply(&reconstruction, asw);
-    Ok(Outcome {
-        reconstruction,
-        appended,
-        unchanged,
-        asw_errors,
-    })
+    Ok(applied(reconstruction, appended, unchanged, asw))
 }
 
 /// The records that change the journal, and how many decisions need none.
@@ -416,13 +410,24 @@ fn record_and_apply(
     asw: &mut ActualStateOfWorld,
 ) -> Result<Outcome, ReconstructError> {
     let appended = append(journal, bodies)?;
+    Ok(applied(reconstruction, appended, unchanged, asw))
+}
+
+/// A phase's outcome once its records are appended: its decisions applied
+/// to `asw`.
+fn applied(
+    reconstruction: Reconstruction,
+    appended: Vec<u64>,
+    unchanged: usize,
+    asw: &mut ActualStateOfWorld,
+) -> Outcome {
     let asw_errors = apply(&reconstruction, asw);
-    Ok(Outcome {
+    Outcome {
         reconstruction,
         appended,
         unchanged,
         asw_errors,
-    })
+    }
 }
 
 /// Appends a phase's records in one batch (see [`record_and_apply`]).
